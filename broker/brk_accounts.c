@@ -1,0 +1,319 @@
+/*  brk_accounts - see brk_accounts.h */
+#include "brk_accounts.h"
+#include "sbx_clock.h"
+#include "sbx_log.h"
+#include "sbx_secret.h"
+
+#include <assert.h>
+#include <ctype.h>
+
+#define S_TEN_YEARS_S (10ULL * 365 * 86400)
+
+//  Only operators (admin, system) may act on any account; a user's credentials act on
+//  their own account, and anything else looks like it does not exist.
+static bool s_may_act_on (const sbx_caller_t *caller, const char *account_id)
+{
+    if (caller->kind == SBX_CALLER_KIND_ADMIN || caller->kind == SBX_CALLER_KIND_SYSTEM)
+        return true;
+    return caller->account_id && strcmp (caller->account_id, account_id) == 0;
+}
+
+static sbx_msg_t *s_no_caller (sbx_msg_t *request)
+{
+    return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED,
+                              "%s carries no caller identity", sbx_msg_type_name (request->type));
+}
+
+//  An email is one @ with text on both sides, printable ASCII without spaces; stored in
+//  lower case so lookups are exact.
+static int s_normalize_email (const char *in, char *out, size_t size)
+{
+    size_t len = strlen (in);
+    if (len < 3 || len >= size)
+        return -1;
+    int ats = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char) in[i];
+        if (c <= ' ' || c >= 0x7f)
+            return -1;
+        if (c == '@')
+            ats++;
+        out[i] = (char) tolower (c);
+    }
+    out[len] = 0;
+    const char *at = strchr (out, '@');
+    if (ats != 1 || at == out || at[1] == 0)
+        return -1;
+    return 0;
+}
+
+static bool s_valid_plan (const char *plan)
+{
+    size_t len = strlen (plan);
+    if (len == 0 || len > 32)
+        return false;
+    for (const char *p = plan; *p; p++)
+        if (!islower ((unsigned char) *p) && !isdigit ((unsigned char) *p) && *p != '-')
+            return false;
+    return true;
+}
+
+//  Finds an account by id or email. Returns NULL with *error set when it isn't there,
+//  or when the caller may not see it (answered as not found: no probing other accounts).
+static int s_find_account (brk_ctx_t *ctx, sbx_msg_t *request, const char *which,
+                           brk_account_t *account, sbx_msg_t **error)
+{
+    int rc = brk_store_account_find (ctx->store, which, account);
+    if (rc == 0 && s_may_act_on (request->caller, account->id))
+        return 0;
+    if (rc == 0)
+        brk_account_clear (account);
+    *error = rc < 0 ? sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "account lookup failed")
+                    : sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND,
+                                         "no account '%s' (give its id acc_… or its email)",
+                                         which);
+    return -1;
+}
+
+//  Makes a key for an account inside the open transaction, with its event. Fills the
+//  reply fields. Returns 0 or -1.
+static int s_make_key (brk_ctx_t *ctx, const char *account_id, sbx_key_preset_t preset,
+                       const char *name, uint64_t expires_ms, char **key_id_p, char **secret_p)
+{
+    char *key_id = sbx_secret_id ("key_");
+    char *secret = sbx_secret_token ("sbx_", 43);
+    if (!key_id || !secret) {
+        free (key_id);
+        free (secret);
+        return -1;
+    }
+    char hash[65];
+    sbx_secret_hash (secret, hash);
+    char prefix[9];
+    snprintf (prefix, sizeof prefix, "%s", secret);
+    brk_key_t key = {
+        .id = key_id,
+        .account_id = (char *) account_id,
+        .kind = "api_key",
+        .name = (char *) name,
+        .preset = (char *) sbx_key_preset_name (preset),
+        .prefix = prefix,
+        .hash = hash,
+        .created_ms = sbx_clock_now_ms (),
+        .expires_ms = expires_ms,
+    };
+    int rc = brk_store_key_insert (ctx->store, &key);
+    if (rc == 0) {
+        sbx_msg_t *event = sbx_msg_new (SBX_MSG_KEY_CREATED);
+        sbx_key_created_t *body = sbx_msg_key_created (event);
+        sbx_str_set (&body->key_id, key_id);
+        sbx_str_set (&body->account_id, account_id);
+        body->preset = preset;
+        sbx_str_set (&body->name, name);
+        body->expires_ms = expires_ms;
+        rc = brk_events_add (ctx->events, &event, account_id, key_id);
+    }
+    if (rc) {
+        free (key_id);
+        free (secret);
+        return -1;
+    }
+    *key_id_p = key_id;
+    *secret_p = secret;
+    return 0;
+}
+
+sbx_msg_t *brk_accounts_create (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    sbx_account_create_t *args = sbx_msg_account_create (request);
+    if (!request->caller)
+        return s_no_caller (request);
+    if (request->caller->kind != SBX_CALLER_KIND_ADMIN &&
+        request->caller->kind != SBX_CALLER_KIND_SYSTEM)
+        return sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
+                                  "only an operator can create accounts");
+    char email[256];
+    if (s_normalize_email (args->email, email, sizeof email))
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "'%s' is not an email address (name@domain)", args->email);
+    const char *plan = args->plan && *args->plan ? args->plan : "free";
+    if (!s_valid_plan (plan))
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "plan '%s' is not a plan name (a-z, 0-9, -)", plan);
+    if (args->password_hash && strncmp (args->password_hash, "$argon2id$", 10) != 0)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "password_hash must be an argon2id hash ($argon2id$…)");
+
+    char *account_id = sbx_secret_id ("acc_");
+    brk_account_t account = {.id = account_id,
+                             .email = email,
+                             .password_hash = args->password_hash,
+                             .plan = (char *) plan,
+                             .admin = args->admin,
+                             .created_ms = sbx_clock_now_ms ()};
+    char *key_id = NULL, *secret = NULL;
+    sbx_msg_t *reply = NULL;
+    if (!account_id || brk_events_begin (ctx->events)) {
+        free (account_id);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot start a transaction");
+    }
+    int rc = brk_store_account_insert (ctx->store, &account);
+    if (rc == 1)
+        reply = sbx_msg_new_error (request->rid, SBX_E_CONFLICT,
+                                   "an account with email %s exists already", email);
+    else if (rc == 0) {
+        sbx_msg_t *event = sbx_msg_new (SBX_MSG_ACCOUNT_CREATED);
+        sbx_account_created_t *body = sbx_msg_account_created (event);
+        sbx_str_set (&body->account_id, account_id);
+        sbx_str_set (&body->email, email);
+        sbx_str_set (&body->plan, plan);
+        body->admin = args->admin;
+        rc = brk_events_add (ctx->events, &event, account_id, account_id);
+        if (rc == 0 && args->with_key)
+            rc = s_make_key (ctx, account_id, SBX_KEY_PRESET_FULL, "first key", 0, &key_id,
+                             &secret);
+    }
+    if (!reply && (rc || brk_events_commit (ctx->events)))
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot store the account");
+    if (reply)
+        brk_events_rollback (ctx->events);
+    else {
+        reply = sbx_msg_new_reply (request, SBX_MSG_ACCOUNT_CREATE_OK);
+        sbx_account_create_ok_t *ok = sbx_msg_account_create_ok (reply);
+        sbx_str_set (&ok->account_id, account_id);
+        sbx_str_set (&ok->email, email);
+        sbx_str_set (&ok->plan, plan);
+        sbx_str_set (&ok->key_id, key_id);
+        sbx_str_set (&ok->api_key, secret);
+        sbx_info ("rid=%llu account=%s created (%s, plan %s)", (unsigned long long) request->rid,
+                  account_id, email, plan);
+    }
+    if (secret)
+        sbx_secret_wipe (secret);
+    free (secret);
+    free (key_id);
+    free (account_id);
+    return reply;
+}
+
+sbx_msg_t *brk_accounts_key_create (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    sbx_key_create_t *args = sbx_msg_key_create (request);
+    if (!request->caller)
+        return s_no_caller (request);
+    if (args->expires_in_s > S_TEN_YEARS_S)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "expires_in_s is at most ten years (%llu s)",
+                                  (unsigned long long) S_TEN_YEARS_S);
+    brk_account_t account;
+    sbx_msg_t *reply = NULL;
+    if (s_find_account (ctx, request, args->account, &account, &reply))
+        return reply;
+    uint64_t expires_ms = args->expires_in_s ? sbx_clock_now_ms () + args->expires_in_s * 1000 : 0;
+    char *key_id = NULL, *secret = NULL;
+    if (brk_events_begin (ctx->events) ||
+        s_make_key (ctx, account.id, args->preset, args->name, expires_ms, &key_id, &secret) ||
+        brk_events_commit (ctx->events)) {
+        brk_events_rollback (ctx->events);
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot store the key");
+    } else {
+        reply = sbx_msg_new_reply (request, SBX_MSG_KEY_CREATE_OK);
+        sbx_key_create_ok_t *ok = sbx_msg_key_create_ok (reply);
+        sbx_str_set (&ok->key_id, key_id);
+        sbx_str_set (&ok->key, secret);
+        sbx_str_set (&ok->account_id, account.id);
+        ok->preset = args->preset;
+        sbx_str_set (&ok->name, args->name);
+        ok->expires_ms = expires_ms;
+        sbx_info ("rid=%llu account=%s key=%s created (%s)", (unsigned long long) request->rid,
+                  account.id, key_id, sbx_key_preset_name (args->preset));
+    }
+    if (secret)
+        sbx_secret_wipe (secret);
+    free (secret);
+    free (key_id);
+    brk_account_clear (&account);
+    return reply;
+}
+
+typedef struct {
+    sbx_key_info_list_t *list;
+    int failed;
+} s_list_ctx_t;
+
+static void s_add_key (const brk_key_t *key, void *arg)
+{
+    s_list_ctx_t *ctx = arg;
+    sbx_key_info_t *info = sbx_key_info_list_append (ctx->list);
+    if (!info) {
+        ctx->failed = 1;
+        return;
+    }
+    sbx_str_set (&info->key_id, key->id);
+    sbx_key_kind_from_name (key->kind, &info->kind);
+    sbx_str_set (&info->name, key->name);
+    if (key->preset)
+        sbx_key_preset_from_name (key->preset, &info->preset);
+    sbx_str_set (&info->prefix, key->prefix);
+    info->created_ms = key->created_ms;
+    info->expires_ms = key->expires_ms;
+    info->last_used_ms = key->last_used_ms;
+    info->revoked = key->revoked_ms != 0;
+}
+
+sbx_msg_t *brk_accounts_key_list (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    if (!request->caller)
+        return s_no_caller (request);
+    brk_account_t account;
+    sbx_msg_t *reply = NULL;
+    if (s_find_account (ctx, request, sbx_msg_key_list (request)->account, &account, &reply))
+        return reply;
+    reply = sbx_msg_new_reply (request, SBX_MSG_KEY_LIST_OK);
+    s_list_ctx_t list = {&sbx_msg_key_list_ok (reply)->keys, 0};
+    if (brk_store_key_list (ctx->store, account.id, s_add_key, &list) < 0 || list.failed) {
+        sbx_msg_destroy (&reply);
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot list keys");
+    }
+    brk_account_clear (&account);
+    return reply;
+}
+
+sbx_msg_t *brk_accounts_key_revoke (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    if (!request->caller)
+        return s_no_caller (request);
+    const char *key_id = sbx_msg_key_revoke (request)->key_id;
+    brk_key_t key;
+    int rc = brk_store_key_find (ctx->store, key_id, &key);
+    if (rc < 0)
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "key lookup failed");
+    if (rc == 1 || !s_may_act_on (request->caller, key.account_id)) {
+        if (rc == 0)
+            brk_key_clear (&key);
+        return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND,
+                                  "no key '%s' (see `sbx key list --account EMAIL`)", key_id);
+    }
+    sbx_msg_t *reply = NULL;
+    bool was_active = key.revoked_ms == 0;
+    if (brk_events_begin (ctx->events) ||
+        brk_store_key_revoke (ctx->store, key_id, sbx_clock_now_ms ()) != 0)
+        rc = -1;
+    else if (was_active) {
+        sbx_msg_t *event = sbx_msg_new (SBX_MSG_KEY_REVOKED);
+        sbx_str_set (&sbx_msg_key_revoked (event)->key_id, key_id);
+        sbx_str_set (&sbx_msg_key_revoked (event)->account_id, key.account_id);
+        rc = brk_events_add (ctx->events, &event, key.account_id, key_id);
+    }
+    if (rc || brk_events_commit (ctx->events)) {
+        brk_events_rollback (ctx->events);
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot revoke the key");
+    } else {
+        reply = sbx_msg_new_reply (request, SBX_MSG_KEY_REVOKE_OK);
+        sbx_str_set (&sbx_msg_key_revoke_ok (reply)->key_id, key_id);
+        sbx_info ("rid=%llu account=%s key=%s revoked", (unsigned long long) request->rid,
+                  key.account_id, key_id);
+    }
+    brk_key_clear (&key);
+    return reply;
+}

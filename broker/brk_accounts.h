@@ -1,0 +1,18 @@
+/*  brk_accounts - handlers for account.* and key.* requests.
+
+    Each handler takes the decoded request and returns its reply (the typed .ok message,
+    or an error message with a catalogued code), never NULL. Every change is written
+    with its event in one transaction. API key secrets are made here, returned once and
+    stored as SHA-256 hashes.
+*/
+#ifndef BRK_ACCOUNTS_H_INCLUDED
+#define BRK_ACCOUNTS_H_INCLUDED
+
+#include "brk_ctx.h"
+
+sbx_msg_t *brk_accounts_create (brk_ctx_t *ctx, sbx_msg_t *request);
+sbx_msg_t *brk_accounts_key_create (brk_ctx_t *ctx, sbx_msg_t *request);
+sbx_msg_t *brk_accounts_key_list (brk_ctx_t *ctx, sbx_msg_t *request);
+sbx_msg_t *brk_accounts_key_revoke (brk_ctx_t *ctx, sbx_msg_t *request);
+
+#endif

@@ -1,0 +1,60 @@
+/*  brk_registry - the workers connected to the broker now.
+
+    A worker is known by its ZeroMQ routing id from its hello until it says bye or stays
+    silent for three heartbeat periods. One (role, instance) pair has one entry: a hello
+    from a new connection with the same pair replaces the old one (a restarted worker).
+*/
+#ifndef BRK_REGISTRY_H_INCLUDED
+#define BRK_REGISTRY_H_INCLUDED
+
+#include "sbx_common.h"
+
+typedef struct {
+    char *routing_id; //  hex of the routing id frame
+    zframe_t *address; //  the routing id frame itself, to send to
+    sbx_role_t role;
+    char *instance;
+    uint64_t pid;
+    uint64_t capacity;
+    uint64_t used;
+    uint64_t joined_ms;    //  wall clock
+    uint64_t last_seen_ms; //  wall clock
+    uint64_t last_seen_mono;
+    uint64_t routed; //  requests routed to it, for round-robin fairness
+} brk_peer_t;
+
+typedef struct brk_registry_t brk_registry_t;
+
+brk_registry_t *brk_registry_new (void);
+void brk_registry_destroy (brk_registry_t **self_p);
+
+//  Registers (or refreshes) the worker behind `address`. Sets *replaced to the entry
+//  it replaced (same role and instance, other connection; caller destroys with
+//  brk_peer_destroy) or NULL. Returns the entry, owned by the registry.
+brk_peer_t *brk_registry_hello (brk_registry_t *self, zframe_t *address, sbx_role_t role,
+                                const char *instance, uint64_t pid, uint64_t capacity,
+                                uint64_t used, brk_peer_t **replaced);
+
+//  The worker behind a routing id, or NULL. Marks it seen when found.
+brk_peer_t *brk_registry_seen (brk_registry_t *self, zframe_t *address);
+
+//  Removes the worker and returns it (caller destroys), or NULL.
+brk_peer_t *brk_registry_remove (brk_registry_t *self, zframe_t *address);
+
+//  Removes and returns one worker silent since before `mono_cutoff`, or NULL.
+brk_peer_t *brk_registry_expire_one (brk_registry_t *self, uint64_t mono_cutoff);
+
+//  Picks a worker of `role` (a given instance when not NULL): the least loaded one,
+//  then the one routed to least. Returns NULL when none is connected.
+brk_peer_t *brk_registry_pick (brk_registry_t *self, sbx_role_t role, const char *instance);
+
+//  Iteration over every worker, in no particular order.
+brk_peer_t *brk_registry_first (brk_registry_t *self);
+brk_peer_t *brk_registry_next (brk_registry_t *self);
+size_t brk_registry_size (brk_registry_t *self);
+
+void brk_peer_destroy (brk_peer_t **self_p);
+
+void brk_registry_test (bool verbose);
+
+#endif

@@ -1,0 +1,951 @@
+/*  brk_server - see brk_server.h */
+#include "brk_server.h"
+#include "brk_accounts.h"
+#include "brk_ctx.h"
+#include "brk_events.h"
+#include "brk_pending.h"
+#include "brk_registry.h"
+#include "brk_store.h"
+#include "sbx_secret.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#define S_MAX_TIMEOUT_MS    (20u * 60 * 1000) //  exec waits up to 600 s; leave room
+#define S_REPLAY_MAX        10000u
+#define S_REPLAY_DEFAULT    1000u
+#define S_REPLAY_MAX_BYTES  (8u * 1024 * 1024) //  well under the frame limit
+
+typedef struct {
+    sbx_config_t *config; //  borrowed
+    zsock_t *pipe;        //  borrowed
+    zloop_t *loop;
+    zsock_t *router;
+    zsock_t *tap;
+    zactor_t *auth;
+    int lock_fd;
+    brk_store_t *store;
+    brk_events_t *events;
+    brk_registry_t *registry;
+    brk_pending_t *pending;
+    brk_ctx_t ctx;
+    char *instance; //  random per run, so peers can tell a restart
+    uint64_t heartbeat_ms;
+    uint64_t default_timeout_ms;
+    uint64_t started_ms;
+} s_server_t;
+
+static void s_server_destroy (s_server_t **self_p)
+{
+    s_server_t *self = *self_p;
+    if (!self)
+        return;
+    zloop_destroy (&self->loop);
+    brk_pending_destroy (&self->pending);
+    brk_registry_destroy (&self->registry);
+    brk_events_destroy (&self->events);
+    brk_store_destroy (&self->store);
+    zsock_destroy (&self->router);
+    zsock_destroy (&self->tap);
+    zactor_destroy (&self->auth);
+    if (self->lock_fd >= 0)
+        close (self->lock_fd);
+    free (self->instance);
+    free (self);
+    *self_p = NULL;
+}
+
+//  One broker per data directory: a second one would steal the first one's sockets.
+static int s_lock (s_server_t *self)
+{
+    char *path = sbx_config_path (self->config, "run/broker.lock");
+    self->lock_fd = path ? open (path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+    int rc = -1;
+    if (self->lock_fd < 0)
+        sbx_error ("cannot open %s: %s", path, strerror (errno));
+    else if (flock (self->lock_fd, LOCK_EX | LOCK_NB))
+        sbx_error ("another sbx-broker is running on %s (it holds %s)",
+                   sbx_config_data_dir (self->config), path);
+    else
+        rc = 0;
+    free (path);
+    return rc;
+}
+
+static int s_bind (s_server_t *self, zsock_t *sock, const char *key)
+{
+    const char *endpoint = sbx_config_get (self->config, key, NULL);
+    if (sbx_curve_needed (endpoint)) {
+        if (!self->auth)
+            self->auth = sbx_curve_auth_new (self->config);
+        if (!self->auth || sbx_curve_server (self->config, sock))
+            return -1;
+    }
+    if (zsock_bind (sock, "%s", endpoint) < 0) {
+        sbx_error ("cannot bind %s to %s: %s", key, endpoint, zmq_strerror (zmq_errno ()));
+        return -1;
+    }
+    sbx_info ("%s: %s%s", key, endpoint, sbx_curve_needed (endpoint) ? " (CURVE)" : "");
+    return 0;
+}
+
+static s_server_t *s_server_new (sbx_config_t *config, zsock_t *pipe)
+{
+    s_server_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    self->pipe = pipe;
+    self->lock_fd = -1;
+    self->instance = sbx_secret_id ("brk_");
+    self->started_ms = sbx_clock_now_ms ();
+    self->heartbeat_ms = sbx_config_get_uint (config, "heartbeat_ms", 1000);
+    if (self->heartbeat_ms < 50)
+        self->heartbeat_ms = 50;
+    self->default_timeout_ms = sbx_config_get_uint (config, "request_timeout_ms", 30000);
+    if (s_lock (self)) {
+        s_server_destroy (&self);
+        return NULL;
+    }
+    char *dir = sbx_config_path (config, "broker");
+    char *db = sbx_config_path (config, "broker/control.db");
+    if (dir)
+        mkdir (dir, 0700);
+    self->store = db ? brk_store_new (db) : NULL;
+    free (dir);
+    free (db);
+    self->router = zsock_new (ZMQ_ROUTER);
+    self->tap = zsock_new (ZMQ_PUB);
+    self->registry = brk_registry_new ();
+    self->pending = brk_pending_new ();
+    self->loop = zloop_new ();
+    if (!self->store || !self->router || !self->tap || !self->registry || !self->pending ||
+        !self->loop || !self->instance) {
+        s_server_destroy (&self);
+        return NULL;
+    }
+    zsock_set_linger (self->router, 0);
+    zsock_set_sndtimeo (self->router, 0);
+    zsock_set_rcvtimeo (self->router, 0);
+    zsock_set_router_mandatory (self->router, 1);
+    zsock_set_sndhwm (self->router, 100000);
+    zsock_set_rcvhwm (self->router, 100000);
+    zsock_set_linger (self->tap, 0);
+    zsock_set_sndhwm (self->tap, 100000);
+    if (s_bind (self, self->router, "broker.bind") || s_bind (self, self->tap, "tap.bind")) {
+        s_server_destroy (&self);
+        return NULL;
+    }
+    self->events = brk_events_new (self->store, self->tap);
+    if (!self->events) {
+        s_server_destroy (&self);
+        return NULL;
+    }
+    self->ctx.config = config;
+    self->ctx.store = self->store;
+    self->ctx.events = self->events;
+    return self;
+}
+
+//  Sends a message to one peer. A peer that went away meanwhile is not an error worth
+//  more than a debug line: its requests die with it.
+static void s_send (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
+{
+    sbx_msg_t *msg = *msg_p;
+    if (!msg)
+        return;
+    uint8_t *data = NULL;
+    size_t size = 0;
+    sbx_err_t err;
+    if (sbx_msg_encode (msg, &data, &size, &err))
+        sbx_error ("rid=%llu cannot encode %s: %s", (unsigned long long) msg->rid,
+                   sbx_msg_type_name (msg->type), err.message);
+    else {
+        zmsg_t *out = zmsg_new ();
+        zmsg_append (out, &(zframe_t *) {zframe_dup (address)});
+        zmsg_addmem (out, data, size);
+        if (zmsg_send (&out, self->router))
+            sbx_debug ("rid=%llu %s not delivered: peer gone or full",
+                       (unsigned long long) msg->rid, sbx_msg_type_name (msg->type));
+        zmsg_destroy (&out);
+    }
+    free (data);
+    sbx_msg_destroy (msg_p);
+}
+
+static void s_reply_error (s_server_t *self, zframe_t *address, uint64_t rid, sbx_code_t code,
+                           const char *message)
+{
+    sbx_msg_t *error = sbx_msg_new_error (rid, code, "%s", message);
+    s_send (self, address, &error);
+}
+
+//  Logs a peer.joined or peer.left event. These are audit records of the control plane:
+//  which workers served when.
+static void s_peer_event (s_server_t *self, brk_peer_t *peer, const char *left_reason)
+{
+    sbx_msg_t *event;
+    if (left_reason) {
+        event = sbx_msg_new (SBX_MSG_PEER_LEFT);
+        sbx_peer_left_t *body = sbx_msg_peer_left (event);
+        body->role = peer->role;
+        sbx_str_set (&body->instance, peer->instance);
+        sbx_str_set (&body->reason, left_reason);
+    } else {
+        event = sbx_msg_new (SBX_MSG_PEER_JOINED);
+        sbx_peer_joined_t *body = sbx_msg_peer_joined (event);
+        body->role = peer->role;
+        sbx_str_set (&body->instance, peer->instance);
+        body->pid = peer->pid;
+        body->capacity = peer->capacity;
+    }
+    char subject[200];
+    snprintf (subject, sizeof subject, "%s/%s", sbx_role_name (peer->role), peer->instance);
+    if (brk_events_begin (self->events) || brk_events_add (self->events, &event, NULL, subject) ||
+        brk_events_commit (self->events)) {
+        brk_events_rollback (self->events);
+        sbx_error ("cannot log %s of %s", left_reason ? "peer.left" : "peer.joined", subject);
+    }
+    sbx_msg_destroy (&event);
+}
+
+//  Answers `unavailable` to every request routed to a worker that is gone.
+static void s_fail_worker_requests (s_server_t *self, brk_peer_t *peer)
+{
+    brk_request_t *request;
+    while ((request = brk_pending_take_worker (self->pending, peer->routing_id))) {
+        char message[400];
+        snprintf (message, sizeof message, "%s failed: the worker went away; retry",
+                  request->what);
+        s_reply_error (self, request->client, request->client_rid, SBX_E_UNAVAILABLE, message);
+        brk_request_destroy (&request);
+    }
+}
+
+static void s_on_hello (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
+{
+    sbx_peer_hello_t *hello = sbx_msg_peer_hello (msg);
+    if (hello->role == SBX_ROLE_BROKER || hello->role == SBX_ROLE_CLI) {
+        s_reply_error (self, address, msg->rid, SBX_E_INVALID_ARGUMENT,
+                       "only gateway, vmd, snapshotd and billing register as workers");
+        return;
+    }
+    bool known = brk_registry_seen (self->registry, address) != NULL;
+    brk_peer_t *replaced = NULL;
+    brk_peer_t *peer = brk_registry_hello (self->registry, address, hello->role, hello->instance,
+                                           hello->pid, hello->capacity, hello->used, &replaced);
+    if (replaced) {
+        sbx_info ("%s %s reconnected (pid %llu → %llu)", sbx_role_name (replaced->role),
+                  replaced->instance, (unsigned long long) replaced->pid,
+                  (unsigned long long) hello->pid);
+        s_fail_worker_requests (self, replaced);
+        brk_peer_destroy (&replaced);
+    }
+    if (!peer) {
+        s_reply_error (self, address, msg->rid, SBX_E_INTERNAL, "cannot register");
+        return;
+    }
+    if (!known) {
+        sbx_info ("%s %s joined (pid %llu, capacity %llu)", sbx_role_name (peer->role),
+                  peer->instance, (unsigned long long) peer->pid,
+                  (unsigned long long) peer->capacity);
+        s_peer_event (self, peer, NULL);
+    }
+    sbx_msg_t *reply = sbx_msg_new_reply (msg, SBX_MSG_PEER_WELCOME);
+    sbx_peer_welcome_t *welcome = sbx_msg_peer_welcome (reply);
+    sbx_str_set (&welcome->broker_instance, self->instance);
+    welcome->heartbeat_ms = self->heartbeat_ms;
+    welcome->last_seq = brk_store_last_seq (self->store);
+    s_send (self, address, &reply);
+}
+
+static void s_on_bye (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
+{
+    brk_peer_t *peer = brk_registry_remove (self->registry, address);
+    if (!peer)
+        return;
+    const char *reason = sbx_msg_peer_bye (msg)->reason;
+    sbx_info ("%s %s left: %s", sbx_role_name (peer->role), peer->instance,
+              reason ? reason : "bye");
+    s_fail_worker_requests (self, peer);
+    s_peer_event (self, peer, "bye");
+    brk_peer_destroy (&peer);
+}
+
+static void s_on_status (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
+{
+    sbx_msg_t *reply = sbx_msg_new_reply (msg, SBX_MSG_SYS_STATUS_OK);
+    sbx_sys_status_ok_t *status = sbx_msg_sys_status_ok (reply);
+    status->role = SBX_ROLE_BROKER;
+    sbx_str_set (&status->instance, self->instance);
+    status->pid = (uint64_t) getpid ();
+    status->started_ms = self->started_ms;
+    sbx_str_set (&status->version, SBX_VERSION);
+    s_send (self, address, &reply);
+}
+
+static void s_on_peers (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
+{
+    sbx_msg_t *reply = sbx_msg_new_reply (msg, SBX_MSG_BROKER_PEERS_OK);
+    sbx_broker_peers_ok_t *ok = sbx_msg_broker_peers_ok (reply);
+    ok->last_seq = brk_store_last_seq (self->store);
+    for (brk_peer_t *p = brk_registry_first (self->registry); p;
+         p = brk_registry_next (self->registry)) {
+        sbx_peer_info_t *info = sbx_peer_info_list_append (&ok->peers);
+        if (!info)
+            break;
+        info->role = p->role;
+        sbx_str_set (&info->instance, p->instance);
+        info->pid = p->pid;
+        info->capacity = p->capacity;
+        info->used = p->used;
+        info->joined_ms = p->joined_ms;
+        info->last_seen_ms = p->last_seen_ms;
+    }
+    s_send (self, address, &reply);
+}
+
+typedef struct {
+    sbx_event_list_t *list;
+    size_t bytes;
+    bool cut;
+} s_replay_t;
+
+static void s_replay_row (const brk_event_row_t *row, void *arg)
+{
+    s_replay_t *replay = arg;
+    if (replay->cut)
+        return;
+    size_t cost = row->payload_size + 128;
+    if (replay->list->count > 0 && replay->bytes + cost > S_REPLAY_MAX_BYTES) {
+        replay->cut = true;
+        return;
+    }
+    sbx_event_t *event = sbx_event_list_append (replay->list);
+    if (!event) {
+        replay->cut = true;
+        return;
+    }
+    replay->bytes += cost;
+    event->seq = row->seq;
+    event->ts_ms = row->ts_ms;
+    sbx_str_set (&event->type, row->type);
+    sbx_str_set (&event->account, row->account);
+    sbx_str_set (&event->subject, row->subject);
+    if (row->payload)
+        sbx_bytes_set (&event->payload, row->payload, row->payload_size);
+}
+
+static void s_on_replay (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
+{
+    sbx_events_replay_t *args = sbx_msg_events_replay (msg);
+    size_t limit = args->limit ? args->limit : S_REPLAY_DEFAULT;
+    if (limit > S_REPLAY_MAX)
+        limit = S_REPLAY_MAX;
+    sbx_msg_t *reply = sbx_msg_new_reply (msg, SBX_MSG_EVENTS_REPLAY_OK);
+    sbx_events_replay_ok_t *ok = sbx_msg_events_replay_ok (reply);
+    s_replay_t replay = {&ok->events, 0, false};
+    ok->last_seq = brk_store_last_seq (self->store);
+    int rows = brk_store_events_after (self->store, args->after_seq, limit, args->prefix,
+                                       s_replay_row, &replay);
+    if (rows < 0) {
+        sbx_msg_destroy (&reply);
+        s_reply_error (self, address, msg->rid, SBX_E_INTERNAL, "cannot read the event log");
+        return;
+    }
+    ok->more = replay.cut || (size_t) rows == limit;
+    s_send (self, address, &reply);
+}
+
+//  Routes a request to a worker of `role`, remembering who asked.
+static void s_route (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p, sbx_role_t role)
+{
+    sbx_msg_t *msg = *msg_p;
+    brk_peer_t *worker = brk_registry_pick (self->registry, role, msg->instance);
+    char message[400];
+    if (!worker) {
+        if (msg->instance)
+            snprintf (message, sizeof message, "no %s named '%s' is connected to the broker",
+                      sbx_role_name (role), msg->instance);
+        else
+            snprintf (message, sizeof message, "no %s is connected to the broker; is it running?",
+                      sbx_role_name (role));
+        s_reply_error (self, address, msg->rid, SBX_E_UNAVAILABLE, message);
+        return;
+    }
+    uint64_t timeout = msg->timeout_ms ? msg->timeout_ms : self->default_timeout_ms;
+    if (timeout > S_MAX_TIMEOUT_MS)
+        timeout = S_MAX_TIMEOUT_MS;
+    char what[300];
+    snprintf (what, sizeof what, "%s to %s %s", sbx_msg_type_name (msg->type),
+              sbx_role_name (role), worker->instance);
+    uint64_t rid = brk_pending_add (self->pending, address, msg->rid, worker->routing_id, what,
+                                    sbx_clock_mono_ms () + timeout);
+    if (!rid) {
+        s_reply_error (self, address, msg->rid, SBX_E_INTERNAL, "out of memory");
+        return;
+    }
+    sbx_debug ("rid=%llu routed %s as rid=%llu", (unsigned long long) msg->rid, what,
+               (unsigned long long) rid);
+    msg->rid = rid;
+    msg->timeout_ms = (uint32_t) timeout;
+    zframe_t *to = zframe_dup (worker->address);
+    s_send (self, to, msg_p);
+    zframe_destroy (&to);
+}
+
+static void s_on_worker_reply (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
+{
+    sbx_msg_t *msg = *msg_p;
+    char *worker = zframe_strhex (address);
+    brk_request_t *request = worker ? brk_pending_take (self->pending, msg->rid, worker) : NULL;
+    free (worker);
+    if (!request) {
+        sbx_debug ("rid=%llu late or unexpected %s dropped", (unsigned long long) msg->rid,
+                   sbx_msg_type_name (msg->type));
+        return;
+    }
+    msg->rid = request->client_rid;
+    s_send (self, request->client, msg_p);
+    brk_request_destroy (&request);
+}
+
+//  One switch from message type to handler: grep a name from schemas/ to land here.
+static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
+{
+    sbx_msg_t *msg = *msg_p;
+    brk_peer_t *peer = brk_registry_seen (self->registry, address);
+    sbx_msg_t *reply = NULL;
+    switch (msg->type) {
+    case SBX_MSG_PEER_HELLO:
+        s_on_hello (self, address, msg);
+        return;
+    case SBX_MSG_PEER_HEARTBEAT:
+        if (peer)
+            peer->used = sbx_msg_peer_heartbeat (msg)->used;
+        else {
+            //  A worker we don't know (we restarted, or dropped it): have it hello again.
+            sbx_msg_t *unknown = sbx_msg_new (SBX_MSG_PEER_UNKNOWN);
+            s_send (self, address, &unknown);
+        }
+        return;
+    case SBX_MSG_PEER_BYE:
+        s_on_bye (self, address, msg);
+        return;
+    case SBX_MSG_SYS_STATUS:
+        if (!msg->route || streq (msg->route, "broker"))
+            s_on_status (self, address, msg);
+        else {
+            sbx_role_t role;
+            if (sbx_role_from_name (msg->route, &role) || role == SBX_ROLE_CLI)
+                s_reply_error (self, address, msg->rid, SBX_E_INVALID_ARGUMENT,
+                               "route must be broker, gateway, vmd, snapshotd or billing");
+            else
+                s_route (self, address, msg_p, role);
+        }
+        return;
+    case SBX_MSG_BROKER_PEERS:
+        s_on_peers (self, address, msg);
+        return;
+    case SBX_MSG_EVENTS_REPLAY:
+        s_on_replay (self, address, msg);
+        return;
+    case SBX_MSG_ACCOUNT_CREATE:
+        reply = brk_accounts_create (&self->ctx, msg);
+        break;
+    case SBX_MSG_KEY_CREATE:
+        reply = brk_accounts_key_create (&self->ctx, msg);
+        break;
+    case SBX_MSG_KEY_LIST:
+        reply = brk_accounts_key_list (&self->ctx, msg);
+        break;
+    case SBX_MSG_KEY_REVOKE:
+        reply = brk_accounts_key_revoke (&self->ctx, msg);
+        break;
+    default:
+        if (sbx_msg_type_is_reply (msg->type)) {
+            if (peer)
+                s_on_worker_reply (self, address, msg_p);
+            return;
+        }
+        reply = sbx_msg_new_error (msg->rid, SBX_E_INVALID_ARGUMENT,
+                                   "the broker does not handle %s",
+                                   sbx_msg_type_name (msg->type));
+        break;
+    }
+    s_send (self, address, &reply);
+}
+
+static int s_on_router (zloop_t *loop, zsock_t *sock, void *arg)
+{
+    (void) loop;
+    s_server_t *self = arg;
+    //  Bounded batch: a flood from one peer must not starve timers.
+    for (int i = 0; i < 1000; i++) {
+        zmsg_t *in = zmsg_recv (sock);
+        if (!in)
+            break;
+        zframe_t *address = zmsg_pop (in);
+        zframe_t *body = zmsg_pop (in);
+        if (!address || !body || zmsg_size (in) != 0) {
+            sbx_warn ("malformed multipart message dropped (%zu extra frames)", zmsg_size (in));
+        } else {
+            sbx_err_t err;
+            sbx_msg_t *msg = sbx_msg_decode (zframe_data (body), zframe_size (body), &err);
+            if (msg) {
+                s_dispatch (self, address, &msg);
+                sbx_msg_destroy (&msg);
+            } else {
+                sbx_warn ("rid=%llu bad frame: %s", (unsigned long long) err.rid, err.message);
+                if (err.rid)
+                    s_reply_error (self, address, err.rid, err.code, err.message);
+            }
+        }
+        zframe_destroy (&address);
+        zframe_destroy (&body);
+        zmsg_destroy (&in);
+    }
+    return 0;
+}
+
+static int s_on_heartbeat (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_server_t *self = arg;
+    uint64_t now = sbx_clock_mono_ms ();
+    uint64_t cutoff = now > 3 * self->heartbeat_ms ? now - 3 * self->heartbeat_ms : 0;
+    brk_peer_t *gone;
+    while ((gone = brk_registry_expire_one (self->registry, cutoff))) {
+        sbx_warn ("%s %s silent for %llu ms: dropped", sbx_role_name (gone->role), gone->instance,
+                  (unsigned long long) (now - gone->last_seen_mono));
+        s_fail_worker_requests (self, gone);
+        s_peer_event (self, gone, "silent");
+        brk_peer_destroy (&gone);
+    }
+    for (brk_peer_t *p = brk_registry_first (self->registry); p;
+         p = brk_registry_next (self->registry)) {
+        sbx_msg_t *beat = sbx_msg_new (SBX_MSG_PEER_HEARTBEAT);
+        s_send (self, p->address, &beat);
+    }
+    return 0;
+}
+
+static int s_on_deadlines (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_server_t *self = arg;
+    uint64_t now = sbx_clock_mono_ms ();
+    brk_request_t *request;
+    while ((request = brk_pending_take_expired (self->pending, now))) {
+        char message[400];
+        snprintf (message, sizeof message, "%s got no answer before its deadline",
+                  request->what);
+        sbx_warn ("rid=%llu %s", (unsigned long long) request->client_rid, message);
+        s_reply_error (self, request->client, request->client_rid, SBX_E_TIMEOUT, message);
+        brk_request_destroy (&request);
+    }
+    return 0;
+}
+
+static int s_on_pipe (zloop_t *loop, zsock_t *pipe, void *arg)
+{
+    (void) loop;
+    (void) arg;
+    char *command = zstr_recv (pipe);
+    bool term = !command || streq (command, "$TERM");
+    zstr_free (&command);
+    return term ? -1 : 0;
+}
+
+void brk_server_actor (zsock_t *pipe, void *args)
+{
+    sbx_config_t *config = args;
+    s_server_t *self = s_server_new (config, pipe);
+    zsock_signal (pipe, 0); //  zactor_new returns; the status line says how it went
+    if (!self) {
+        zstr_send (pipe, "FAILED");
+        //  Wait for $TERM so the caller's zactor_destroy completes.
+        char *command = zstr_recv (pipe);
+        zstr_free (&command);
+        return;
+    }
+    zloop_reader (self->loop, self->router, s_on_router, self);
+    zloop_reader (self->loop, pipe, s_on_pipe, self);
+    zloop_timer (self->loop, self->heartbeat_ms, 0, s_on_heartbeat, self);
+    zloop_timer (self->loop, 100, 0, s_on_deadlines, self);
+    sbx_info ("broker %s ready: %llu events in the log", self->instance,
+              (unsigned long long) brk_store_last_seq (self->store));
+    zstr_send (pipe, "READY");
+    //  Interrupts (SIGINT/SIGTERM) are the main thread's business: keep looping until
+    //  the pipe says $TERM.
+    zloop_set_nonstop (self->loop, true);
+    zloop_start (self->loop);
+    s_server_destroy (&self);
+}
+
+//  --------------------------------------------------------------------------
+//  Self test: a real broker actor on ipc:// sockets in a temporary directory, driven
+//  by raw DEALER sockets (clients, a worker that never answers) and by sbx_peer
+//  workers in a zloop thread.
+
+static sbx_msg_t *s_test_recv (zsock_t *sock, int timeout_ms)
+{
+    zsock_set_rcvtimeo (sock, timeout_ms);
+    zframe_t *frame = zframe_recv (sock);
+    if (!frame)
+        return NULL;
+    sbx_err_t err;
+    sbx_msg_t *msg = sbx_msg_decode (zframe_data (frame), zframe_size (frame), &err);
+    zframe_destroy (&frame);
+    assert (msg);
+    return msg;
+}
+
+static void s_test_send (zsock_t *sock, sbx_msg_t **msg_p)
+{
+    uint8_t *data;
+    size_t size;
+    sbx_err_t err;
+    assert (sbx_msg_encode (*msg_p, &data, &size, &err) == 0);
+    zframe_t *frame = zframe_new (data, size);
+    free (data);
+    assert (zframe_send (&frame, sock, 0) == 0);
+    sbx_msg_destroy (msg_p);
+}
+
+//  Sends a request as an operator and returns the reply (skipping heartbeats).
+static sbx_msg_t *s_test_call (zsock_t *sock, sbx_msg_t *request, uint64_t rid)
+{
+    request->rid = rid;
+    if (!request->caller) {
+        request->caller = calloc (1, sizeof (sbx_caller_t));
+        request->caller->kind = SBX_CALLER_KIND_ADMIN;
+    }
+    s_test_send (sock, &request);
+    while (true) {
+        sbx_msg_t *reply = s_test_recv (sock, 5000);
+        assert (reply);
+        if (reply->rid == rid)
+            return reply;
+        sbx_msg_destroy (&reply);
+    }
+}
+
+static zsock_t *s_test_dealer (sbx_config_t *config)
+{
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    assert (zsock_connect (sock, "%s", sbx_config_get (config, "broker.endpoint", NULL)) == 0);
+    return sock;
+}
+
+static void s_test_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
+{
+    (void) arg;
+    sbx_msg_t *reply = sbx_msg_new_reply (*request_p, SBX_MSG_SYS_STATUS_OK);
+    sbx_msg_sys_status_ok (reply)->role = sbx_peer_role (peer);
+    sbx_str_set (&sbx_msg_sys_status_ok (reply)->instance, sbx_peer_instance (peer));
+    sbx_peer_send (peer, &reply);
+}
+
+//  A worker thread: an sbx_peer of the given role answering sys.status.
+static void s_test_worker (zsock_t *pipe, void *args)
+{
+    void **argv = args;
+    sbx_config_t *config = argv[0];
+    const char *instance = argv[1];
+    sbx_role_t role = (sbx_role_t) (intptr_t) argv[2];
+    zloop_t *loop = zloop_new ();
+    sbx_peer_t *peer = sbx_peer_new (config, role, instance);
+    assert (peer);
+    sbx_peer_set_capacity (peer, 4, 1);
+    sbx_peer_set_request_fn (peer, s_test_on_request, NULL);
+    assert (sbx_peer_start (peer, loop) == 0);
+    zloop_reader (loop, pipe, s_on_pipe, NULL);
+    zsock_signal (pipe, 0);
+    zloop_start (loop);
+    sbx_peer_bye (peer, "test over");
+    sbx_peer_destroy (&peer);
+    zloop_destroy (&loop);
+}
+
+static size_t s_test_peer_count (zsock_t *client, sbx_role_t role, uint64_t rid)
+{
+    sbx_msg_t *reply = s_test_call (client, sbx_msg_new (SBX_MSG_BROKER_PEERS), rid);
+    assert (reply->type == SBX_MSG_BROKER_PEERS_OK);
+    size_t count = 0;
+    sbx_broker_peers_ok_t *ok = sbx_msg_broker_peers_ok (reply);
+    for (size_t i = 0; i < ok->peers.count; i++)
+        if (ok->peers.items[i].role == role)
+            count++;
+    sbx_msg_destroy (&reply);
+    return count;
+}
+
+void brk_server_test (bool verbose)
+{
+    sbx_log_init ("brk_server_test", verbose ? SBX_LOG_DEBUG : SBX_LOG_ERROR);
+    char dir[] = "/tmp/brk_server_test.XXXXXX";
+    assert (mkdtemp (dir));
+    sbx_config_t *config = sbx_config_new (dir);
+    assert (config);
+    sbx_config_set (config, "heartbeat_ms", "100");
+    sbx_config_set (config, "request_timeout_ms", "2000");
+
+    zactor_t *server = zactor_new (brk_server_actor, config);
+    char *status = zstr_recv (server);
+    assert (status && streq (status, "READY"));
+    zstr_free (&status);
+
+    //  A second broker on the same data directory refuses to start.
+    zactor_t *second = zactor_new (brk_server_actor, config);
+    status = zstr_recv (second);
+    assert (status && streq (status, "FAILED"));
+    zstr_free (&status);
+    zactor_destroy (&second);
+
+    zsock_t *tap = zsock_new_sub (sbx_config_get (config, "tap.endpoint", NULL), "");
+    zsock_t *client = s_test_dealer (config);
+    uint64_t rid = 100;
+
+    //  The broker's own status.
+    sbx_msg_t *reply = s_test_call (client, sbx_msg_new (SBX_MSG_SYS_STATUS), ++rid);
+    assert (reply->type == SBX_MSG_SYS_STATUS_OK);
+    assert (sbx_msg_sys_status_ok (reply)->role == SBX_ROLE_BROKER);
+    sbx_msg_destroy (&reply);
+
+    //  Routing to a role nobody serves: unavailable, at once.
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SYS_STATUS);
+    sbx_str_set (&request->route, "vmd");
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_UNAVAILABLE);
+    sbx_msg_destroy (&reply);
+
+    //  Two vmds and two gateways register at once (sbx_peer in threads).
+    void *a1[] = {config, "host-a", (void *) (intptr_t) SBX_ROLE_VMD};
+    void *a2[] = {config, "host-b", (void *) (intptr_t) SBX_ROLE_VMD};
+    void *a3[] = {config, "gw-1", (void *) (intptr_t) SBX_ROLE_GATEWAY};
+    void *a4[] = {config, "gw-2", (void *) (intptr_t) SBX_ROLE_GATEWAY};
+    zactor_t *workers[] = {zactor_new (s_test_worker, a1), zactor_new (s_test_worker, a2),
+                           zactor_new (s_test_worker, a3), zactor_new (s_test_worker, a4)};
+    for (int tries = 0; tries < 100; tries++) {
+        if (s_test_peer_count (client, SBX_ROLE_VMD, ++rid) == 2 &&
+            s_test_peer_count (client, SBX_ROLE_GATEWAY, ++rid) == 2)
+            break;
+        zclock_sleep (50);
+    }
+    assert (s_test_peer_count (client, SBX_ROLE_VMD, ++rid) == 2);
+    assert (s_test_peer_count (client, SBX_ROLE_GATEWAY, ++rid) == 2);
+
+    //  A request routed to a named vmd comes back from that vmd, with our rid.
+    request = sbx_msg_new (SBX_MSG_SYS_STATUS);
+    sbx_str_set (&request->route, "vmd");
+    sbx_str_set (&request->instance, "host-b");
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_SYS_STATUS_OK && reply->rid == rid);
+    assert (streq (sbx_msg_sys_status_ok (reply)->instance, "host-b"));
+    sbx_msg_destroy (&reply);
+    //  And to some gateway.
+    request = sbx_msg_new (SBX_MSG_SYS_STATUS);
+    sbx_str_set (&request->route, "gateway");
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_SYS_STATUS_OK);
+    assert (sbx_msg_sys_status_ok (reply)->role == SBX_ROLE_GATEWAY);
+    sbx_msg_destroy (&reply);
+    //  A worker that isn't there by name.
+    request = sbx_msg_new (SBX_MSG_SYS_STATUS);
+    sbx_str_set (&request->route, "vmd");
+    sbx_str_set (&request->instance, "host-z");
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_UNAVAILABLE);
+    sbx_msg_destroy (&reply);
+
+    //  A worker that registers but never answers: the request times out.
+    zsock_t *mute = s_test_dealer (config);
+    request = sbx_msg_new (SBX_MSG_PEER_HELLO);
+    sbx_peer_hello_t *hello = sbx_msg_peer_hello (request);
+    hello->role = SBX_ROLE_SNAPSHOTD;
+    sbx_str_set (&hello->instance, "mute");
+    request->rid = 1;
+    s_test_send (mute, &request);
+    reply = s_test_recv (mute, 5000);
+    assert (reply && reply->type == SBX_MSG_PEER_WELCOME && reply->rid == 1);
+    assert (sbx_msg_peer_welcome (reply)->heartbeat_ms == 100);
+    sbx_msg_destroy (&reply);
+    request = sbx_msg_new (SBX_MSG_SYS_STATUS);
+    sbx_str_set (&request->route, "snapshotd");
+    request->timeout_ms = 150; //  under the 300 ms it takes to drop a silent worker
+    int64_t start = zclock_mono ();
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_TIMEOUT);
+    assert (zclock_mono () - start >= 140);
+    sbx_msg_destroy (&reply);
+    //  The mute worker got the request with the broker's own rid, not ours.
+    sbx_msg_t *routed = s_test_recv (mute, 1000);
+    while (routed && routed->type == SBX_MSG_PEER_HEARTBEAT) {
+        sbx_msg_destroy (&routed);
+        routed = s_test_recv (mute, 1000);
+    }
+    assert (routed && routed->type == SBX_MSG_SYS_STATUS);
+    //  Its late answer is dropped, not delivered.
+    sbx_msg_t *late = sbx_msg_new_reply (routed, SBX_MSG_SYS_STATUS_OK);
+    sbx_msg_sys_status_ok (late)->role = SBX_ROLE_SNAPSHOTD;
+    sbx_str_set (&sbx_msg_sys_status_ok (late)->instance, "mute");
+    s_test_send (mute, &late);
+    sbx_msg_destroy (&routed);
+    //  Silent for three heartbeats: dropped, with a peer.left event.
+    zclock_sleep (600);
+    assert (s_test_peer_count (client, SBX_ROLE_SNAPSHOTD, ++rid) == 0);
+    //  Its next heartbeat is answered peer.unknown.
+    sbx_msg_t *beat = sbx_msg_new (SBX_MSG_PEER_HEARTBEAT);
+    s_test_send (mute, &beat);
+    sbx_msg_t *unknown = s_test_recv (mute, 2000);
+    while (unknown && unknown->type != SBX_MSG_PEER_UNKNOWN) {
+        sbx_msg_destroy (&unknown);
+        unknown = s_test_recv (mute, 2000);
+    }
+    assert (unknown);
+    sbx_msg_destroy (&unknown);
+    zsock_destroy (&mute);
+
+    //  Bad input: garbage, an unknown type with a readable rid, extra frames.
+    zframe_t *garbage = zframe_new ("\xc1\xff\x00garbage", 10);
+    zframe_send (&garbage, client, 0);
+    zmsg_t *multi = zmsg_new ();
+    zmsg_addstr (multi, "one");
+    zmsg_addstr (multi, "two");
+    zmsg_send (&multi, client);
+    //  {"type": "no.such", "rid": 7}
+    const uint8_t unknown_type[] = {0x82, 0xa4, 't', 'y', 'p', 'e', 0xa7, 'n', 'o', '.', 's',
+                                    'u',  'c',  'h', 0xa3, 'r', 'i', 'd', 0x07};
+    zframe_t *frame = zframe_new (unknown_type, sizeof unknown_type);
+    zframe_send (&frame, client, 0);
+    reply = s_test_recv (client, 2000);
+    assert (reply && reply->type == SBX_MSG_ERROR && reply->rid == 7);
+    assert (sbx_msg_error (reply)->code == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
+    //  A request the broker doesn't serve.
+    reply = s_test_call (client, sbx_msg_new (SBX_MSG_PEER_UNKNOWN), ++rid);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
+
+    //  Accounts and keys, with their events.
+    request = sbx_msg_new (SBX_MSG_ACCOUNT_CREATE);
+    sbx_str_set (&sbx_msg_account_create (request)->email, "Bob@Example.COM");
+    sbx_msg_account_create (request)->with_key = true;
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_ACCOUNT_CREATE_OK);
+    sbx_account_create_ok_t *created = sbx_msg_account_create_ok (reply);
+    assert (streq (created->email, "bob@example.com"));
+    assert (strncmp (created->api_key, "sbx_", 4) == 0 && strlen (created->api_key) == 47);
+    char *account_id = strdup (created->account_id);
+    sbx_msg_destroy (&reply);
+    //  Same email again: conflict. A bad email: invalid_argument. No caller: refused.
+    request = sbx_msg_new (SBX_MSG_ACCOUNT_CREATE);
+    sbx_str_set (&sbx_msg_account_create (request)->email, "bob@example.com");
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_CONFLICT);
+    sbx_msg_destroy (&reply);
+    request = sbx_msg_new (SBX_MSG_ACCOUNT_CREATE);
+    sbx_str_set (&sbx_msg_account_create (request)->email, "not an email");
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
+    //  A user's key can't create accounts, nor see another account's keys.
+    request = sbx_msg_new (SBX_MSG_KEY_LIST);
+    sbx_str_set (&sbx_msg_key_list (request)->account, account_id);
+    request->caller = calloc (1, sizeof (sbx_caller_t));
+    request->caller->kind = SBX_CALLER_KIND_API_KEY;
+    sbx_str_set (&request->caller->account_id, "acc_someoneelse");
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+
+    request = sbx_msg_new (SBX_MSG_KEY_CREATE);
+    sbx_str_set (&sbx_msg_key_create (request)->account, "bob@example.com");
+    sbx_msg_key_create (request)->preset = SBX_KEY_PRESET_READ_ONLY;
+    sbx_msg_key_create (request)->expires_in_s = 3600;
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_KEY_CREATE_OK);
+    char *key_id = strdup (sbx_msg_key_create_ok (reply)->key_id);
+    assert (sbx_msg_key_create_ok (reply)->expires_ms > sbx_clock_now_ms ());
+    sbx_msg_destroy (&reply);
+    request = sbx_msg_new (SBX_MSG_KEY_REVOKE);
+    sbx_str_set (&sbx_msg_key_revoke (request)->key_id, key_id);
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_KEY_REVOKE_OK);
+    sbx_msg_destroy (&reply);
+    request = sbx_msg_new (SBX_MSG_KEY_LIST);
+    sbx_str_set (&sbx_msg_key_list (request)->account, account_id);
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_KEY_LIST_OK);
+    assert (sbx_msg_key_list_ok (reply)->keys.count == 2);
+    sbx_msg_destroy (&reply);
+    request = sbx_msg_new (SBX_MSG_KEY_REVOKE);
+    sbx_str_set (&sbx_msg_key_revoke (request)->key_id, "key_nonexistent");
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+
+    //  The log: replay returns seq 1..N in order, and the tap published the same ones.
+    request = sbx_msg_new (SBX_MSG_EVENTS_REPLAY);
+    reply = s_test_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_EVENTS_REPLAY_OK);
+    sbx_events_replay_ok_t *replay = sbx_msg_events_replay_ok (reply);
+    assert (replay->events.count == replay->last_seq && !replay->more);
+    bool saw_left = false, saw_revoked = false;
+    for (size_t i = 0; i < replay->events.count; i++) {
+        assert (replay->events.items[i].seq == i + 1);
+        saw_left |= streq (replay->events.items[i].type, "peer.left");
+        saw_revoked |= streq (replay->events.items[i].type, "key.revoked");
+    }
+    assert (saw_left && saw_revoked);
+    uint64_t last_seq = replay->last_seq;
+    sbx_msg_destroy (&reply);
+    uint64_t expect = 1;
+    while (expect <= last_seq) {
+        zsock_set_rcvtimeo (tap, 2000);
+        zmsg_t *published = zmsg_recv (tap);
+        assert (published && zmsg_size (published) == 2);
+        char *topic = zmsg_popstr (published);
+        zframe_t *body = zmsg_pop (published);
+        sbx_err_t err;
+        sbx_msg_t *event = sbx_msg_decode (zframe_data (body), zframe_size (body), &err);
+        assert (event && sbx_msg_event (event)->seq == expect);
+        assert (streq (topic, sbx_msg_event (event)->type));
+        expect++;
+        sbx_msg_destroy (&event);
+        zframe_destroy (&body);
+        zstr_free (&topic);
+        zmsg_destroy (&published);
+    }
+    //  Replay with a limit says there is more; a prefix filters.
+    request = sbx_msg_new (SBX_MSG_EVENTS_REPLAY);
+    sbx_msg_events_replay (request)->limit = 2;
+    reply = s_test_call (client, request, ++rid);
+    assert (sbx_msg_events_replay_ok (reply)->events.count == 2);
+    assert (sbx_msg_events_replay_ok (reply)->more);
+    sbx_msg_destroy (&reply);
+    request = sbx_msg_new (SBX_MSG_EVENTS_REPLAY);
+    sbx_str_set (&sbx_msg_events_replay (request)->prefix, "key.");
+    reply = s_test_call (client, request, ++rid);
+    assert (sbx_msg_events_replay_ok (reply)->events.count == 3);
+    sbx_msg_destroy (&reply);
+
+    for (int i = 0; i < 4; i++)
+        zactor_destroy (&workers[i]);
+    free (account_id);
+    free (key_id);
+    zsock_destroy (&client);
+    zsock_destroy (&tap);
+    zactor_destroy (&server);
+    sbx_config_destroy (&config);
+    char cmd[128];
+    snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert (system (cmd) == 0);
+    sbx_log_init ("sbx", SBX_LOG_INFO);
+}

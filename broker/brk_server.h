@@ -1,0 +1,23 @@
+/*  brk_server - the broker: one ROUTER for every peer, one PUB for the tap, one loop.
+
+    Peers connect as DEALERs. Workers say hello (role, instance, capacity) and heartbeat;
+    the broker heartbeats back and drops a worker silent for three periods. Requests the
+    broker serves itself (accounts, keys, replay, status) are answered from its store;
+    requests for a worker role are routed to a worker of that role with their own rid
+    and a deadline: the reply is forwarded to the client, or the client gets `timeout`
+    when the deadline passes, or `unavailable` when no worker of that role is connected
+    or the worker goes away. Nothing blocks on a peer.
+*/
+#ifndef BRK_SERVER_H_INCLUDED
+#define BRK_SERVER_H_INCLUDED
+
+#include "sbx_common.h"
+
+//  The broker as a czmq actor: args is the sbx_config_t (borrowed). Once started it
+//  sends "READY" on the pipe when its sockets are bound and its store is open, or
+//  "FAILED" when it can't start (the reason is logged); "$TERM" on the pipe stops it.
+void brk_server_actor (zsock_t *pipe, void *args);
+
+void brk_server_test (bool verbose);
+
+#endif

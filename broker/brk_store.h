@@ -1,0 +1,188 @@
+/*  brk_store - the broker's SQLite database (control.db): accounts, API keys, a
+    key/value meta table and the append-only event log.
+
+    The only broker module that includes sqlite3.h. One brk_store_t per process,
+    used from one thread (the broker actor). Payloads are opaque bytes: encoding
+    them is the caller's business.
+
+    Every state change happens inside brk_store_begin / brk_store_commit, together
+    with the event(s) describing it, so the log and the state can never disagree:
+
+        brk_store_begin (store);
+        if (brk_store_account_insert (store, &account) == 0
+            && brk_store_event_append (store, "account.created", account.id, NULL,
+                                       payload, size, now_ms, &seq) == 0
+            && brk_store_commit (store) == 0)
+            ... publish seq on the tap ...
+        else
+            brk_store_rollback (store);
+
+    account_insert, key_insert, key_revoke and event_append refuse (-1) to run
+    outside a transaction. key_touch and meta_set are bookkeeping without events and
+    run in the open transaction if there is one, else commit on their own.
+
+    Integers are stored as SQLite's signed 64-bit: times above INT64_MAX are refused.
+*/
+#ifndef BRK_STORE_H_INCLUDED
+#define BRK_STORE_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+//  Limits of an event's fields, as in schemas/events.json; longer is refused.
+#define BRK_EVENT_TYPE_MAX    64
+#define BRK_EVENT_ACCOUNT_MAX 64
+#define BRK_EVENT_SUBJECT_MAX 128
+#define BRK_EVENT_PAYLOAD_MAX 65536
+
+typedef struct _brk_store_t brk_store_t;
+
+//  One event, as brk_store_events_after hands it out. Every pointer is borrowed
+//  for the duration of the callback only; account, subject and payload may be NULL.
+typedef struct {
+    uint64_t seq;
+    uint64_t ts_ms;
+    const char *type;
+    const char *account;
+    const char *subject;
+    const uint8_t *payload;
+    size_t payload_size;
+} brk_event_row_t;
+
+typedef void(brk_store_event_fn)(const brk_event_row_t *row, void *arg);
+
+//  An account. Filled in by brk_store_account_find with copies the caller
+//  releases with brk_account_clear; for insert, the caller's own strings.
+typedef struct {
+    char *id;            //  "acc_…"
+    char *email;         //  unique, compared case-insensitively (ASCII)
+    char *password_hash; //  sbx_secret_password_hash, or NULL: no password sign-in
+    char *plan;
+    bool admin;
+    uint64_t created_ms;
+} brk_account_t;
+
+//  An API key or OAuth connection, without its secret. Same ownership as brk_account_t.
+typedef struct {
+    char *id;         //  "key_…"
+    char *account_id; //  must name an existing account
+    char *kind;       //  "api_key" or "connection"
+    char *name;       //  label, may be NULL
+    char *preset;     //  "full", "ci", "read-only", "no-delete", or NULL
+    char *prefix;     //  first characters of the secret, to recognise it; may be NULL
+    char *hash;       //  sbx_secret_hash of the secret: how the key is found
+    uint64_t created_ms;
+    uint64_t expires_ms;   //  0 = never
+    uint64_t last_used_ms; //  0 = never
+    uint64_t revoked_ms;   //  0 = active
+} brk_key_t;
+
+//  The key is borrowed for the call.
+typedef void(brk_store_key_fn)(const brk_key_t *key, void *arg);
+
+//  Opens or creates the database at path (mode 0600), in WAL mode with
+//  synchronous=FULL and foreign keys on, and brings its schema up to date.
+//  Returns NULL (and logs why) if the file cannot be opened, is not a database,
+//  or was written by a newer broker (its schema version is unknown here).
+brk_store_t *brk_store_new(const char *path);
+
+//  Rolls back an open transaction, closes the database, sets *self_p to NULL.
+void brk_store_destroy(brk_store_t **self_p);
+
+//  The schema version the database is at (the number of migrations applied).
+int brk_store_schema_version(brk_store_t *self);
+
+//  BEGIN IMMEDIATE: takes the write lock now, so the transaction cannot fail later
+//  for want of it. Transactions do not nest. Returns 0, or -1 (one already open,
+//  or the database is busy beyond the busy timeout).
+int brk_store_begin(brk_store_t *self);
+
+//  Returns 0, or -1 when no transaction is open or the commit failed; after a
+//  failed commit call brk_store_rollback.
+int brk_store_commit(brk_store_t *self);
+
+//  Returns 0, or -1 when no transaction is open.
+int brk_store_rollback(brk_store_t *self);
+
+//  True between brk_store_begin and commit/rollback.
+bool brk_store_in_transaction(brk_store_t *self);
+
+//  Appends an event inside the open transaction and returns its sequence number
+//  in *seq_p (if not NULL). Sequence numbers start at 1 and the committed log has
+//  no gaps: a rolled-back append gives its number to the next one. type is
+//  required; account, subject and payload are optional (payload may be NULL when
+//  size is 0). Returns 0, or -1 (no transaction, bad argument, database error).
+int brk_store_event_append(brk_store_t *self, const char *type, const char *account,
+                           const char *subject, const uint8_t *payload, size_t size, uint64_t ts_ms,
+                           uint64_t *seq_p);
+
+//  The highest sequence number ever assigned (0 for an empty log, or on error).
+//  Inside a transaction this includes its own appends.
+uint64_t brk_store_last_seq(brk_store_t *self);
+
+//  Calls fn for each event with seq > after_seq, in seq order, at most limit of
+//  them (0 = no limit), only those whose type starts with type_prefix (NULL or ""
+//  = all; the match is literal and case-sensitive: '_' and '%' are ordinary
+//  characters). Returns the number of rows handed to fn, or -1 (rows handed out
+//  before an error stay handed out). fn may call other store functions but not
+//  brk_store_events_after.
+int brk_store_events_after(brk_store_t *self, uint64_t after_seq, size_t limit,
+                           const char *type_prefix, brk_store_event_fn *fn, void *arg);
+
+//  Inserts an account (inside a transaction). id, email and plan are required.
+//  Returns 0 inserted, 1 an account with this email (any case) exists, -1 error
+//  (bad argument, no transaction, duplicate id, database error).
+int brk_store_account_insert(brk_store_t *self, const brk_account_t *account);
+
+//  Finds an account by id or by email (case-insensitive); an id match wins.
+//  Returns 0 and fills *out (release with brk_account_clear), 1 not found, -1 error.
+//  *out is zeroed unless 0 is returned.
+int brk_store_account_find(brk_store_t *self, const char *id_or_email, brk_account_t *out);
+
+//  Sets *count to the number of accounts. Returns 0 or -1.
+int brk_store_account_count(brk_store_t *self, uint64_t *count);
+
+//  Frees the strings of an account filled in by the store and zeroes it.
+void brk_account_clear(brk_account_t *self);
+
+//  Inserts a key (inside a transaction). id, account_id, kind and hash are
+//  required; kind and preset must be one of the names above. Returns 0 inserted,
+//  1 a key with this hash exists, -1 error (bad argument, no transaction, unknown
+//  account, duplicate id, database error).
+int brk_store_key_insert(brk_store_t *self, const brk_key_t *key);
+
+//  Finds a key by the hash of its secret / by its id. Revoked and expired keys are
+//  found too: the caller decides. Returns 0 and fills *out (release with
+//  brk_key_clear), 1 not found, -1 error. *out is zeroed unless 0 is returned.
+int brk_store_key_find_by_hash(brk_store_t *self, const char *hash, brk_key_t *out);
+int brk_store_key_find(brk_store_t *self, const char *key_id, brk_key_t *out);
+
+//  Calls fn for each key of the account, revoked ones included, newest first.
+//  Returns the number of keys handed to fn, or -1. fn may call other store
+//  functions but not brk_store_key_list.
+int brk_store_key_list(brk_store_t *self, const char *account_id, brk_store_key_fn *fn, void *arg);
+
+//  Revokes a key as of now_ms (inside a transaction). Returns 0 revoked or already
+//  revoked (the first revocation time is kept), 1 not found, -1 error.
+int brk_store_key_revoke(brk_store_t *self, const char *key_id, uint64_t now_ms);
+
+//  Records that a key was used at now_ms; never moves last_used_ms backwards.
+//  Each call outside a transaction is a synchronous commit: throttle the calls.
+//  Returns 0 (also when the key does not exist), or -1.
+int brk_store_key_touch(brk_store_t *self, const char *key_id, uint64_t now_ms);
+
+//  Frees the strings of a key filled in by the store and zeroes it.
+void brk_key_clear(brk_key_t *self);
+
+//  Returns the value stored under key (the caller frees it), or NULL if absent
+//  or on error.
+char *brk_store_meta_get(brk_store_t *self, const char *key);
+
+//  Stores value under key, replacing any old value; a NULL value deletes the key.
+//  Returns 0 or -1.
+int brk_store_meta_set(brk_store_t *self, const char *key, const char *value);
+
+void brk_store_test(bool verbose);
+
+#endif

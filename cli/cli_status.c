@@ -1,0 +1,152 @@
+/*  cli_status - `sbx status`: what runs and where clients connect. */
+#include "cli_call.h"
+#include "cli_commands.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <signal.h>
+
+char *cli_base_url (sbx_config_t *config)
+{
+    bool tls = !streq (sbx_config_get (config, "tls", "on"), "off");
+    const char *listen = sbx_config_get (config, "listen", "127.0.0.1:8443");
+    const char *domain = sbx_config_get (config, "domain", "localhost");
+    const char *colon = strrchr (listen, ':');
+    const char *port = colon ? colon + 1 : (tls ? "443" : "80");
+    bool default_port = streq (port, tls ? "443" : "80");
+    char *url;
+    if (asprintf (&url, "%s://%s%s%s", tls ? "https" : "http", domain, default_port ? "" : ":",
+                  default_port ? "" : port) < 0)
+        return NULL;
+    return url;
+}
+
+char *cli_ca_cert (sbx_config_t *config)
+{
+    if (streq (sbx_config_get (config, "tls", "on"), "off") || sbx_config_get (config, "tls.cert", NULL))
+        return NULL;
+    return sbx_config_path (config, "tls/ca.crt");
+}
+
+static bool s_alive (json_int_t pid)
+{
+    return pid > 0 && (kill ((pid_t) pid, 0) == 0 || errno == EPERM);
+}
+
+static void s_usage (FILE *out)
+{
+    fprintf (out,
+             "usage: sbx status [--data-dir DIR] [--json]\n\n"
+             "Shows whether `sbx up` runs for this data directory, each daemon's pid and\n"
+             "readiness, the workers connected to the broker, and where clients connect.\n"
+             "--json prints {\"running\",\"mcp_url\",\"rest_url\",\"ca_cert\",\"data_dir\",\n"
+             "\"daemons\":[{\"name\",\"pid\",\"ready\",\"state\",\"restarts\",\"log\"}],\"peers\":[...]}.\n"
+             "Exit code 0 when sbx up runs and every daemon is ready, 1 otherwise.\n");
+}
+
+int cli_status_main (int argc, char **argv)
+{
+    static struct option options[] = {{"data-dir", required_argument, 0, 'd'},
+                                      {"json", no_argument, 0, 'j'},
+                                      {"help", no_argument, 0, 'h'},
+                                      {0, 0, 0, 0}};
+    const char *data_dir = NULL;
+    bool as_json = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long (argc, argv, "", options, NULL)) != -1) {
+        switch (c) {
+        case 'd': data_dir = optarg; break;
+        case 'j': as_json = true; break;
+        case 'h': s_usage (stdout); return 0;
+        default: s_usage (stderr); return 2;
+        }
+    }
+    sbx_config_t *config = sbx_config_new (data_dir);
+    if (!config)
+        return 1;
+    char *base = cli_base_url (config);
+    char *ca = cli_ca_cert (config);
+    char *status_path = sbx_config_path (config, "run/up.json");
+    json_t *status = json_load_file (status_path, 0, NULL);
+    free (status_path);
+
+    json_t *out = json_object ();
+    bool running = status && s_alive (json_integer_value (json_object_get (status, "supervisor_pid")));
+    bool all_ready = running;
+    json_object_set_new (out, "running", json_boolean (running));
+    json_object_set_new (out, "data_dir", json_string (sbx_config_data_dir (config)));
+    json_object_set_new (out, "mcp_url", json_sprintf ("%s/mcp", base));
+    json_object_set_new (out, "rest_url", json_sprintf ("%s/v1", base));
+    json_object_set_new (out, "ca_cert", ca ? json_string (ca) : json_null ());
+    json_t *daemons = json_array ();
+    json_t *entry;
+    size_t i;
+    json_array_foreach (json_object_get (status, "daemons"), i, entry) {
+        json_int_t pid = json_integer_value (json_object_get (entry, "pid"));
+        bool alive = running && s_alive (pid);
+        bool ready = alive && json_is_true (json_object_get (entry, "ready"));
+        all_ready = all_ready && ready;
+        json_array_append_new (
+            daemons, json_pack ("{s:O, s:o, s:b, s:O, s:O, s:O}", "name",
+                                json_object_get (entry, "name"), "pid",
+                                alive ? json_integer (pid) : json_null (), "ready", ready,
+                                "state", json_object_get (entry, "state"), "restarts",
+                                json_object_get (entry, "restarts"), "log",
+                                json_object_get (entry, "log")));
+    }
+    if (json_array_size (daemons) == 0)
+        all_ready = false;
+    json_object_set_new (out, "daemons", daemons);
+
+    //  The broker's own view, when it answers quickly.
+    json_t *peers = json_array ();
+    if (running) {
+        sbx_msg_t *request = sbx_msg_new (SBX_MSG_BROKER_PEERS);
+        sbx_err_t err;
+        sbx_msg_t *reply = cli_call (config, &request, 2000, &err);
+        if (reply) {
+            sbx_broker_peers_ok_t *ok = sbx_msg_broker_peers_ok (reply);
+            for (size_t p = 0; p < ok->peers.count; p++) {
+                sbx_peer_info_t *peer = &ok->peers.items[p];
+                json_array_append_new (peers,
+                                       json_pack ("{s:s, s:s, s:I, s:I, s:I}", "role",
+                                                  sbx_role_name (peer->role), "instance",
+                                                  peer->instance, "pid", (json_int_t) peer->pid,
+                                                  "capacity", (json_int_t) peer->capacity, "used",
+                                                  (json_int_t) peer->used));
+            }
+            json_object_set_new (out, "last_seq", json_integer ((json_int_t) ok->last_seq));
+            sbx_msg_destroy (&reply);
+        }
+    }
+    json_object_set_new (out, "peers", peers);
+
+    if (as_json) {
+        char *text = json_dumps (out, JSON_INDENT (2) | JSON_PRESERVE_ORDER);
+        printf ("%s\n", text);
+        free (text);
+    } else {
+        printf ("sbx %s (data dir %s)\n", running ? "is up" : "is not running",
+                sbx_config_data_dir (config));
+        printf ("  MCP endpoint:   %s/mcp\n  REST API:       %s/v1\n  CA certificate: %s\n", base,
+                base, ca ? ca : "(none)");
+        json_array_foreach (json_object_get (out, "daemons"), i, entry) {
+            char pid[32] = "-";
+            if (json_is_integer (json_object_get (entry, "pid")))
+                snprintf (pid, sizeof pid, "%lld",
+                          (long long) json_integer_value (json_object_get (entry, "pid")));
+            printf ("  %-14s %-9s pid %-8s restarts %lld\n",
+                    json_string_value (json_object_get (entry, "name")),
+                    json_string_value (json_object_get (entry, "state")), pid,
+                    (long long) json_integer_value (json_object_get (entry, "restarts")));
+        }
+    }
+    json_decref (out);
+    json_decref (status);
+    free (base);
+    free (ca);
+    sbx_config_destroy (&config);
+    return all_ready ? 0 : 1;
+}

@@ -1,0 +1,220 @@
+/*  cli_up - `sbx up`: the whole service on one machine, supervised.
+
+    Starts sbx-broker, then sbx-vmd, sbx-snapshotd, sbx-billing and sbx-gateway (from
+    the directory this executable is in), each once the one before reported ready,
+    restarts any that crash, and stops them all on SIGINT/SIGTERM. At the first run it
+    creates the admin account and prints its API key.
+*/
+#include "cli_call.h"
+#include "cli_commands.h"
+#include "cli_supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+static const char *s_daemons[] = {"sbx-broker", "sbx-vmd", "sbx-snapshotd", "sbx-billing",
+                                  "sbx-gateway", NULL};
+
+typedef struct {
+    sbx_config_t *config;
+    zloop_t *loop;
+    cli_supervisor_t *supervisor;
+    sbx_peer_t *peer;
+    char *admin_email;
+} s_up_t;
+
+static void s_banner (s_up_t *self, const char *key_line)
+{
+    char *base = cli_base_url (self->config);
+    char *ca = cli_ca_cert (self->config);
+    printf ("sbx is up (data dir %s)\n"
+            "  MCP endpoint:    %s/mcp\n"
+            "  REST API:        %s/v1\n"
+            "  CA certificate:  %s\n"
+            "%s"
+            "  logs:            %s/logs/\n"
+            "  status:          sbx status --data-dir %s --json\n"
+            "  stop:            Ctrl-C (or SIGTERM to pid %d)\n",
+            sbx_config_data_dir (self->config), base, base, ca ? ca : "(none: plain HTTP)",
+            key_line, sbx_config_data_dir (self->config), sbx_config_data_dir (self->config),
+            (int) getpid ());
+    fflush (stdout);
+    free (base);
+    free (ca);
+}
+
+static void s_on_admin (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
+{
+    (void) peer;
+    s_up_t *self = arg;
+    sbx_msg_t *reply = *reply_p;
+    char line[512];
+    if (reply->type == SBX_MSG_ACCOUNT_CREATE_OK) {
+        sbx_account_create_ok_t *ok = sbx_msg_account_create_ok (reply);
+        snprintf (line, sizeof line,
+                  "  admin account:   %s (%s)\n"
+                  "  admin API key:   %s   (shown only now)\n",
+                  ok->email, ok->account_id, ok->api_key);
+    } else if (sbx_msg_error (reply)->code == SBX_E_CONFLICT)
+        snprintf (line, sizeof line,
+                  "  admin account:   %s (a new key: sbx key create --account %s --preset full)\n",
+                  self->admin_email, self->admin_email);
+    else
+        snprintf (line, sizeof line, "  admin account:   not created: %s\n",
+                  sbx_msg_error (reply)->message);
+    s_banner (self, line);
+}
+
+//  Every daemon is ready: make sure the admin account exists.
+static void s_on_ready (cli_supervisor_t *supervisor, void *arg)
+{
+    (void) supervisor;
+    s_up_t *self = arg;
+    self->peer = sbx_peer_new (self->config, SBX_ROLE_CLI, "up");
+    if (!self->peer || sbx_peer_start (self->peer, self->loop)) {
+        s_banner (self, "  admin account:   cannot reach the broker\n");
+        return;
+    }
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_ACCOUNT_CREATE);
+    request->caller = calloc (1, sizeof (sbx_caller_t));
+    request->caller->kind = SBX_CALLER_KIND_ADMIN;
+    sbx_account_create_t *args = sbx_msg_account_create (request);
+    sbx_str_set (&args->email, self->admin_email);
+    args->admin = true;
+    args->with_key = true;
+    sbx_peer_request (self->peer, &request, 10000, s_on_admin, self);
+}
+
+static void s_usage (FILE *out)
+{
+    fprintf (out,
+             "usage: sbx up [--data-dir DIR] [--listen HOST:PORT] [--domain DOMAIN]\n"
+             "              [--admin-email EMAIL] [--plain-http] [--log-level L]\n\n"
+             "Runs the whole service on this machine: sbx-broker, sbx-vmd, sbx-snapshotd,\n"
+             "sbx-billing and sbx-gateway, each started once the one before is ready,\n"
+             "restarted with backoff when it crashes, all stopped cleanly on Ctrl-C/SIGTERM.\n"
+             "The first run creates the admin account (admin@DOMAIN) and prints its API key.\n"
+             "--listen and --domain are saved in DIR/sbx.conf for the next runs.\n\n"
+             "  --data-dir DIR     data directory (default %s)\n"
+             "  --listen HOST:PORT where the gateway listens (default 127.0.0.1:8443)\n"
+             "  --domain DOMAIN    public name: URLs are https://DOMAIN, sandboxes get\n"
+             "                     https://<label>.box.DOMAIN (default localhost)\n"
+             "  --admin-email E    the first account's email (default admin@DOMAIN)\n"
+             "  --plain-http       serve HTTP instead of HTTPS (tests, or behind a proxy)\n"
+             "  --log-level L      debug, info, warn or error, for every daemon\n",
+             sbx_config_default_data_dir ());
+}
+
+//  The daemons live beside this executable (build/bin, or the install's bin directory).
+static char *s_daemon_path (const char *name)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink ("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return NULL;
+    self[n] = 0;
+    char *path;
+    if (asprintf (&path, "%s/%s", dirname (self), name) < 0)
+        return NULL;
+    return path;
+}
+
+int cli_up_main (int argc, char **argv)
+{
+    static struct option options[] = {
+        {"data-dir", required_argument, 0, 'd'}, {"listen", required_argument, 0, 'l'},
+        {"domain", required_argument, 0, 'D'},   {"admin-email", required_argument, 0, 'a'},
+        {"plain-http", no_argument, 0, 'p'},     {"log-level", required_argument, 0, 'L'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    const char *data_dir = NULL, *listen = NULL, *domain = NULL, *admin = NULL, *level = NULL;
+    bool plain = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long (argc, argv, "", options, NULL)) != -1) {
+        switch (c) {
+        case 'd': data_dir = optarg; break;
+        case 'l': listen = optarg; break;
+        case 'D': domain = optarg; break;
+        case 'a': admin = optarg; break;
+        case 'p': plain = true; break;
+        case 'L': level = optarg; break;
+        case 'h': s_usage (stdout); return 0;
+        default: s_usage (stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf (stderr, "sbx up: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (listen && !strrchr (listen, ':')) {
+        fprintf (stderr, "sbx up: --listen takes HOST:PORT, e.g. 0.0.0.0:443\n");
+        return 2;
+    }
+    sbx_log_init ("sbx-up", SBX_LOG_INFO);
+    s_up_t up = {0};
+    up.config = sbx_config_new (data_dir);
+    if (!up.config)
+        return 1;
+    if (listen)
+        sbx_config_set (up.config, "listen", listen);
+    if (domain)
+        sbx_config_set (up.config, "domain", domain);
+    if (plain)
+        sbx_config_set (up.config, "tls", "off");
+    if ((listen || domain || plain) && sbx_config_save (up.config))
+        sbx_warn ("cannot save %s/sbx.conf: %s", sbx_config_data_dir (up.config), strerror (errno));
+
+    //  One `sbx up` per data directory.
+    char *lock_path = sbx_config_path (up.config, "run/up.lock");
+    int lock = open (lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    free (lock_path);
+    if (lock < 0 || flock (lock, LOCK_EX | LOCK_NB)) {
+        fprintf (stderr, "sbx up: another sbx up is running for %s (sbx status --data-dir %s)\n",
+                 sbx_config_data_dir (up.config), sbx_config_data_dir (up.config));
+        sbx_config_destroy (&up.config);
+        return 1;
+    }
+    if (asprintf (&up.admin_email, "%s%s", admin ? "" : "admin@",
+                  admin ? admin : sbx_config_get (up.config, "domain", "localhost")) < 0)
+        return 1;
+
+    char *log_dir = sbx_config_path (up.config, "logs");
+    char *status = sbx_config_path (up.config, "run/up.json");
+    up.supervisor = cli_supervisor_new (log_dir, status);
+    free (log_dir);
+    free (status);
+    int rc = up.supervisor ? 0 : 1;
+    for (const char **name = s_daemons; rc == 0 && *name; name++) {
+        char *path = s_daemon_path (*name);
+        char *args[] = {path, "--data-dir", (char *) sbx_config_data_dir (up.config),
+                        level ? "--log-level" : NULL, (char *) level, NULL};
+        if (!path || cli_supervisor_add (up.supervisor, *name, args)) {
+            fprintf (stderr, "sbx up: cannot run %s (is sbx built? expected beside %s)\n", *name,
+                     path ? path : "sbx");
+            rc = 1;
+        }
+        free (path);
+    }
+    if (rc == 0) {
+        up.loop = zloop_new ();
+        cli_supervisor_set_ready_fn (up.supervisor, s_on_ready, &up);
+        if (cli_supervisor_start (up.supervisor, up.loop))
+            rc = 1;
+        else {
+            sbx_info ("starting sbx in %s", sbx_config_data_dir (up.config));
+            zloop_start (up.loop);
+        }
+    }
+    sbx_peer_destroy (&up.peer);
+    cli_supervisor_destroy (&up.supervisor);
+    zloop_destroy (&up.loop);
+    sbx_config_destroy (&up.config);
+    free (up.admin_email);
+    close (lock);
+    return rc;
+}

@@ -1,0 +1,49 @@
+/*  sbx - the operator's command line: run the service, manage accounts and keys,
+    watch the event log. */
+#include "cli_commands.h"
+#include "sbx_common.h"
+
+typedef struct {
+    const char *name;
+    int (*main) (int argc, char **argv);
+    const char *summary;
+} s_command_t;
+
+static const s_command_t s_commands[] = {
+    {"up", cli_up_main, "run the whole service on this machine, supervised"},
+    {"status", cli_status_main, "show what runs and where clients connect"},
+    {"account", cli_account_main, "create accounts (sbx account create --email E)"},
+    {"key", cli_key_main, "create, list and revoke API keys"},
+    {"tap", cli_tap_main, "print the event log as JSON lines, live"},
+    {NULL, NULL, NULL}};
+
+static void s_usage (FILE *out)
+{
+    fprintf (out, "usage: sbx COMMAND [OPTIONS]   (sbx COMMAND --help for each)\n\ncommands:\n");
+    for (const s_command_t *c = s_commands; c->name; c++)
+        fprintf (out, "  %-9s %s\n", c->name, c->summary);
+    fprintf (out,
+             "\nEvery command takes --data-dir DIR (default %s, or $SBX_DATA_DIR);\n"
+             "commands that print data take --json.\n",
+             sbx_config_default_data_dir ());
+}
+
+int main (int argc, char **argv)
+{
+    sbx_log_init ("sbx", SBX_LOG_WARN);
+    if (argc < 2 || streq (argv[1], "--help") || streq (argv[1], "-h") ||
+        streq (argv[1], "help")) {
+        s_usage (argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (streq (argv[1], "--version")) {
+        printf ("sbx %s\n", SBX_VERSION);
+        return 0;
+    }
+    for (const s_command_t *c = s_commands; c->name; c++)
+        if (streq (argv[1], c->name))
+            return c->main (argc - 1, argv + 1);
+    fprintf (stderr, "sbx: unknown command '%s'\n\n", argv[1]);
+    s_usage (stderr);
+    return 2;
+}

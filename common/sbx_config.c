@@ -1,0 +1,355 @@
+/*  sbx_config - see sbx_config.h */
+#include "sbx_config.h"
+#include "sbx_log.h"
+
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+//  Every key a process may read, with its default. "%D" stands for the data directory.
+//  An unknown key in sbx.conf is a warning (a newer config on an older binary), an
+//  unknown key on the command line an error (a typo the operator should see).
+typedef struct {
+    const char *key;
+    const char *dflt;
+} s_known_t;
+
+static const s_known_t s_known[] = {
+    {"broker.endpoint", "ipc://%D/run/broker.sock"},
+    {"broker.bind", NULL}, //  = broker.endpoint
+    {"tap.endpoint", "ipc://%D/run/tap.sock"},
+    {"tap.bind", NULL}, //  = tap.endpoint
+    {"broker.public_key", NULL},
+    {"instance", NULL}, //  = host name
+    {"heartbeat_ms", "1000"},
+    {"request_timeout_ms", "30000"},
+    {"listen", "127.0.0.1:8443"},
+    {"domain", "localhost"},
+    {"tls", "on"},
+    {"tls.cert", NULL},
+    {"tls.key", NULL},
+    {"image_dir", NULL},
+    {"vmd.capacity", "8"},
+    {NULL, NULL}};
+
+typedef struct {
+    char *key;
+    char *value;
+    bool from_file;
+} s_entry_t;
+
+struct sbx_config_t {
+    char *data_dir;
+    s_entry_t *entries;
+    size_t count;
+    char **expanded; //  defaults with %D expanded, parallel to s_known
+    char hostname[256];
+};
+
+static const s_known_t *s_lookup_known (const char *key)
+{
+    for (const s_known_t *k = s_known; k->key; k++)
+        if (strcmp (k->key, key) == 0)
+            return k;
+    return NULL;
+}
+
+const char *sbx_config_default_data_dir (void)
+{
+    static char path[PATH_MAX];
+    const char *env = getenv ("SBX_DATA_DIR");
+    if (env && *env)
+        return env;
+    if (geteuid () == 0)
+        return "/var/lib/sbx";
+    const char *home = getenv ("HOME");
+    snprintf (path, sizeof path, "%s/.sbx", home && *home ? home : "/tmp");
+    return path;
+}
+
+static int s_mkdir (const char *path, mode_t mode)
+{
+    if (mkdir (path, mode) == 0 || errno == EEXIST)
+        return 0;
+    sbx_error ("cannot create %s: %s", path, strerror (errno));
+    return -1;
+}
+
+static char *s_trim (char *s)
+{
+    while (isspace ((unsigned char) *s))
+        s++;
+    char *end = s + strlen (s);
+    while (end > s && isspace ((unsigned char) end[-1]))
+        *--end = 0;
+    return s;
+}
+
+static int s_put (sbx_config_t *self, const char *key, const char *value, bool from_file)
+{
+    for (size_t i = 0; i < self->count; i++)
+        if (strcmp (self->entries[i].key, key) == 0) {
+            char *copy = strdup (value);
+            if (!copy)
+                return -1;
+            free (self->entries[i].value);
+            self->entries[i].value = copy;
+            self->entries[i].from_file = from_file;
+            return 0;
+        }
+    s_entry_t *grown = realloc (self->entries, (self->count + 1) * sizeof *grown);
+    if (!grown)
+        return -1;
+    self->entries = grown;
+    s_entry_t *e = &self->entries[self->count];
+    e->key = strdup (key);
+    e->value = strdup (value);
+    e->from_file = from_file;
+    if (!e->key || !e->value) {
+        free (e->key);
+        free (e->value);
+        return -1;
+    }
+    self->count++;
+    return 0;
+}
+
+static int s_load (sbx_config_t *self, const char *path)
+{
+    FILE *file = fopen (path, "r");
+    if (!file)
+        return errno == ENOENT ? 0 : -1;
+    char line[4096];
+    int lineno = 0;
+    int rc = 0;
+    while (fgets (line, sizeof line, file)) {
+        lineno++;
+        //  Only whole-line comments: values may contain '#' (z85 keys do).
+        char *text = s_trim (line);
+        if (!*text || *text == '#')
+            continue;
+        char *eq = strchr (text, '=');
+        if (!eq) {
+            sbx_error ("%s:%d: expected `key = value`, got '%s'", path, lineno, text);
+            rc = -1;
+            break;
+        }
+        *eq = 0;
+        char *key = s_trim (text);
+        char *value = s_trim (eq + 1);
+        if (!s_lookup_known (key))
+            sbx_warn ("%s:%d: unknown key '%s' ignored", path, lineno, key);
+        else if (s_put (self, key, value, true)) {
+            rc = -1;
+            break;
+        }
+    }
+    fclose (file);
+    return rc;
+}
+
+sbx_config_t *sbx_config_new (const char *data_dir)
+{
+    sbx_config_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    const char *dir = data_dir && *data_dir ? data_dir : sbx_config_default_data_dir ();
+    //  Absolute, so that ipc:// paths and the pid files mean the same from every cwd.
+    if (s_mkdir (dir, 0755) == 0)
+        self->data_dir = realpath (dir, NULL);
+    if (!self->data_dir) {
+        sbx_config_destroy (&self);
+        return NULL;
+    }
+    size_t nknown = sizeof s_known / sizeof s_known[0];
+    self->expanded = calloc (nknown, sizeof (char *));
+    if (gethostname (self->hostname, sizeof self->hostname - 1) != 0)
+        strcpy (self->hostname, "localhost");
+    char *run = sbx_config_path (self, "run");
+    char *logs = sbx_config_path (self, "logs");
+    char *keys = sbx_config_path (self, "keys");
+    char *file = sbx_config_path (self, "sbx.conf");
+    int rc = (!self->expanded || !run || !logs || !keys || !file) ? -1 : 0;
+    if (rc == 0)
+        rc = s_mkdir (run, 0700) || s_mkdir (logs, 0750) || s_mkdir (keys, 0700);
+    if (rc == 0)
+        rc = s_load (self, file);
+    free (run);
+    free (logs);
+    free (keys);
+    free (file);
+    if (rc)
+        sbx_config_destroy (&self);
+    return self;
+}
+
+void sbx_config_destroy (sbx_config_t **self_p)
+{
+    assert (self_p);
+    sbx_config_t *self = *self_p;
+    if (!self)
+        return;
+    for (size_t i = 0; i < self->count; i++) {
+        free (self->entries[i].key);
+        free (self->entries[i].value);
+    }
+    free (self->entries);
+    if (self->expanded)
+        for (size_t i = 0; s_known[i].key; i++)
+            free (self->expanded[i]);
+    free (self->expanded);
+    free (self->data_dir);
+    free (self);
+    *self_p = NULL;
+}
+
+const char *sbx_config_data_dir (sbx_config_t *self)
+{
+    return self->data_dir;
+}
+
+static const char *s_default (sbx_config_t *self, const char *key)
+{
+    for (size_t i = 0; s_known[i].key; i++) {
+        if (strcmp (s_known[i].key, key))
+            continue;
+        if (!s_known[i].dflt)
+            return NULL;
+        if (!self->expanded[i]) {
+            const char *d = s_known[i].dflt;
+            const char *mark = strstr (d, "%D");
+            if (!mark)
+                self->expanded[i] = strdup (d);
+            else if (asprintf (&self->expanded[i], "%.*s%s%s", (int) (mark - d), d,
+                               self->data_dir, mark + 2) < 0)
+                self->expanded[i] = NULL;
+        }
+        return self->expanded[i];
+    }
+    return NULL;
+}
+
+const char *sbx_config_get (sbx_config_t *self, const char *key, const char *dflt)
+{
+    assert (self && key);
+    for (size_t i = 0; i < self->count; i++)
+        if (strcmp (self->entries[i].key, key) == 0)
+            return self->entries[i].value;
+    //  Keys whose default is another key's value.
+    if (strcmp (key, "broker.bind") == 0)
+        return sbx_config_get (self, "broker.endpoint", dflt);
+    if (strcmp (key, "tap.bind") == 0)
+        return sbx_config_get (self, "tap.endpoint", dflt);
+    if (strcmp (key, "instance") == 0)
+        return self->hostname;
+    const char *value = s_default (self, key);
+    return value ? value : dflt;
+}
+
+uint64_t sbx_config_get_uint (sbx_config_t *self, const char *key, uint64_t dflt)
+{
+    const char *text = sbx_config_get (self, key, NULL);
+    if (!text)
+        return dflt;
+    char *end;
+    errno = 0;
+    unsigned long long value = strtoull (text, &end, 10);
+    if (errno || end == text || *end || text[0] == '-') {
+        sbx_warn ("config: %s = '%s' is not a number; using %llu", key, text,
+                  (unsigned long long) dflt);
+        return dflt;
+    }
+    return value;
+}
+
+int sbx_config_set (sbx_config_t *self, const char *key, const char *value)
+{
+    assert (self && key && value);
+    if (!s_lookup_known (key))
+        return -1;
+    return s_put (self, key, value, false);
+}
+
+char *sbx_config_path (sbx_config_t *self, const char *relative)
+{
+    char *path;
+    if (asprintf (&path, "%s/%s", self->data_dir, relative) < 0)
+        return NULL;
+    return path;
+}
+
+int sbx_config_save (sbx_config_t *self)
+{
+    char *path = sbx_config_path (self, "sbx.conf");
+    char *temp = sbx_config_path (self, "sbx.conf.tmp");
+    FILE *file = path && temp ? fopen (temp, "w") : NULL;
+    int rc = -1;
+    if (file) {
+        fprintf (file, "# sbx configuration: key = value; see docs/operations.md\n");
+        for (size_t i = 0; i < self->count; i++)
+            fprintf (file, "%s = %s\n", self->entries[i].key, self->entries[i].value);
+        rc = (fflush (file) == 0 && fsync (fileno (file)) == 0) ? 0 : -1;
+        fclose (file);
+        if (rc == 0)
+            rc = rename (temp, path);
+    }
+    free (path);
+    free (temp);
+    return rc;
+}
+
+void sbx_config_test (bool verbose)
+{
+    (void) verbose;
+    char dir[] = "/tmp/sbx_config_test.XXXXXX";
+    assert (mkdtemp (dir));
+    sbx_config_t *config = sbx_config_new (dir);
+    assert (config);
+    char expect[512];
+    snprintf (expect, sizeof expect, "ipc://%s/run/broker.sock", sbx_config_data_dir (config));
+    assert (strcmp (sbx_config_get (config, "broker.endpoint", NULL), expect) == 0);
+    assert (strcmp (sbx_config_get (config, "broker.bind", NULL), expect) == 0);
+    assert (sbx_config_get_uint (config, "heartbeat_ms", 0) == 1000);
+    assert (sbx_config_get (config, "nonsense", "x")[0] == 'x');
+    assert (sbx_config_set (config, "nonsense", "1") == -1);
+    assert (sbx_config_set (config, "broker.endpoint", "tcp://127.0.0.1:7100") == 0);
+    assert (strcmp (sbx_config_get (config, "broker.bind", NULL), "tcp://127.0.0.1:7100") == 0);
+    assert (sbx_config_set (config, "heartbeat_ms", "abc") == 0);
+    assert (sbx_config_get_uint (config, "heartbeat_ms", 7) == 7);
+    assert (sbx_config_set (config, "heartbeat_ms", "250") == 0);
+    assert (sbx_config_save (config) == 0);
+    sbx_config_destroy (&config);
+    assert (config == NULL);
+
+    //  The saved file is read back; comments, blanks and unknown keys are tolerated.
+    char path[512];
+    snprintf (path, sizeof path, "%s/sbx.conf", dir);
+    FILE *file = fopen (path, "a");
+    fprintf (file, "\n# comment\n  future.key = 1  \n  # indented comment\n");
+    fprintf (file, "broker.public_key = a#b=c\n");
+    fclose (file);
+    config = sbx_config_new (dir);
+    assert (config);
+    assert (sbx_config_get_uint (config, "heartbeat_ms", 0) == 250);
+    assert (strcmp (sbx_config_get (config, "broker.endpoint", NULL), "tcp://127.0.0.1:7100") == 0);
+    assert (strcmp (sbx_config_get (config, "broker.public_key", NULL), "a#b=c") == 0);
+    sbx_config_destroy (&config);
+
+    //  A syntax error is refused with the line named, not half-applied.
+    file = fopen (path, "a");
+    fprintf (file, "this line has no equals sign\n");
+    fclose (file);
+    sbx_log_init ("sbx_config_test", verbose ? SBX_LOG_DEBUG : (sbx_log_level_t) (SBX_LOG_ERROR + 1));
+    assert (sbx_config_new (dir) == NULL);
+    sbx_log_init ("sbx", SBX_LOG_INFO);
+
+    char cmd[600];
+    snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert (system (cmd) == 0);
+}

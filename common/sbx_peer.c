@@ -1,0 +1,413 @@
+/*  sbx_peer - see sbx_peer.h */
+#include "sbx_peer.h"
+#include "sbx_clock.h"
+#include "sbx_curve.h"
+#include "sbx_log.h"
+
+#include <assert.h>
+#include <unistd.h>
+
+typedef struct {
+    uint64_t rid;
+    uint64_t deadline; //  monotonic ms
+    sbx_peer_reply_fn *fn;
+    void *arg;
+} s_pending_t;
+
+struct sbx_peer_t {
+    sbx_config_t *config; //  borrowed
+    sbx_role_t role;
+    char *instance;
+    zsock_t *sock;
+    zloop_t *loop;
+    int sweep_timer;
+    int beat_timer;
+    int hello_timer;
+    uint64_t heartbeat_ms;
+    uint32_t default_timeout_ms;
+    uint64_t next_rid;
+    zhashx_t *pending; //  rid → s_pending_t, keyed by the rid as uint64
+    bool welcomed;
+    bool ever_welcomed;
+    uint64_t last_heard;
+    uint64_t capacity, used;
+    sbx_peer_request_fn *request_fn;
+    void *request_arg;
+    sbx_peer_welcome_fn *welcome_fn;
+    void *welcome_arg;
+};
+
+//  zhashx with uint64 keys stored in the pointer itself.
+static size_t s_key_hash (const void *key)
+{
+    uint64_t k = (uint64_t) (uintptr_t) key;
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return (size_t) k;
+}
+static int s_key_cmp (const void *a, const void *b)
+{
+    return a == b ? 0 : (a < b ? -1 : 1);
+}
+
+static void s_pending_free (void **item)
+{
+    free (*item);
+    *item = NULL;
+}
+
+static bool s_is_worker (sbx_role_t role)
+{
+    return role != SBX_ROLE_CLI && role != SBX_ROLE__UNSET;
+}
+
+sbx_peer_t *sbx_peer_new (sbx_config_t *config, sbx_role_t role, const char *instance)
+{
+    assert (config);
+    sbx_peer_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    self->role = role;
+    self->instance = strdup (instance ? instance : sbx_config_get (config, "instance", "local"));
+    self->heartbeat_ms = sbx_config_get_uint (config, "heartbeat_ms", 1000);
+    if (self->heartbeat_ms < 50)
+        self->heartbeat_ms = 50;
+    self->default_timeout_ms = (uint32_t) sbx_config_get_uint (config, "request_timeout_ms", 30000);
+    self->next_rid = 1;
+    self->pending = zhashx_new ();
+    self->sock = zsock_new (ZMQ_DEALER);
+    if (!self->instance || !self->pending || !self->sock) {
+        sbx_peer_destroy (&self);
+        return NULL;
+    }
+    zhashx_set_key_hasher (self->pending, s_key_hash);
+    zhashx_set_key_comparator (self->pending, s_key_cmp);
+    zhashx_set_key_duplicator (self->pending, NULL);
+    zhashx_set_key_destructor (self->pending, NULL);
+    zhashx_set_destructor (self->pending, s_pending_free);
+    zsock_set_linger (self->sock, 0);
+    zsock_set_sndtimeo (self->sock, 0);
+    zsock_set_sndhwm (self->sock, 10000);
+    //  Workers drop what can't be sent at once (hello is repeated anyway); a CLI queues
+    //  its request until the broker is there, within the request's deadline.
+    zsock_set_immediate (self->sock, s_is_worker (role) ? 1 : 0);
+    const char *endpoint = sbx_config_get (config, "broker.endpoint", NULL);
+    if (sbx_curve_needed (endpoint) && sbx_curve_client (config, self->sock)) {
+        sbx_peer_destroy (&self);
+        return NULL;
+    }
+    if (zsock_connect (self->sock, "%s", endpoint)) {
+        sbx_error ("cannot connect to broker at %s", endpoint);
+        sbx_peer_destroy (&self);
+        return NULL;
+    }
+    return self;
+}
+
+void sbx_peer_destroy (sbx_peer_t **self_p)
+{
+    assert (self_p);
+    sbx_peer_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->loop) {
+        zloop_reader_end (self->loop, self->sock);
+        zloop_timer_end (self->loop, self->sweep_timer);
+        zloop_timer_end (self->loop, self->beat_timer);
+        zloop_timer_end (self->loop, self->hello_timer);
+    }
+    zsock_destroy (&self->sock);
+    zhashx_destroy (&self->pending);
+    free (self->instance);
+    free (self);
+    *self_p = NULL;
+}
+
+void sbx_peer_set_request_fn (sbx_peer_t *self, sbx_peer_request_fn *fn, void *arg)
+{
+    self->request_fn = fn;
+    self->request_arg = arg;
+}
+
+void sbx_peer_set_welcome_fn (sbx_peer_t *self, sbx_peer_welcome_fn *fn, void *arg)
+{
+    self->welcome_fn = fn;
+    self->welcome_arg = arg;
+}
+
+void sbx_peer_set_capacity (sbx_peer_t *self, uint64_t capacity, uint64_t used)
+{
+    self->capacity = capacity;
+    self->used = used;
+}
+
+bool sbx_peer_welcomed (sbx_peer_t *self)
+{
+    return self->welcomed;
+}
+
+sbx_role_t sbx_peer_role (sbx_peer_t *self)
+{
+    return self->role;
+}
+
+const char *sbx_peer_instance (sbx_peer_t *self)
+{
+    return self->instance;
+}
+
+int sbx_peer_send (sbx_peer_t *self, sbx_msg_t **msg_p)
+{
+    assert (msg_p);
+    sbx_msg_t *msg = *msg_p;
+    if (!msg)
+        return -1;
+    *msg_p = NULL;
+    uint8_t *data = NULL;
+    size_t size = 0;
+    sbx_err_t err;
+    int rc = sbx_msg_encode (msg, &data, &size, &err);
+    if (rc)
+        sbx_error ("rid=%llu cannot encode %s: %s", (unsigned long long) msg->rid,
+                   sbx_msg_type_name (msg->type), err.message);
+    else {
+        zframe_t *frame = zframe_new (data, size);
+        rc = frame ? zframe_send (&frame, self->sock, ZFRAME_DONTWAIT) : -1;
+        zframe_destroy (&frame);
+        if (rc)
+            sbx_debug ("rid=%llu %s not sent: no broker connection", (unsigned long long) msg->rid,
+                       sbx_msg_type_name (msg->type));
+    }
+    free (data);
+    sbx_msg_destroy (&msg);
+    return rc;
+}
+
+//  Calls a pending request's callback with an error made here, and forgets it.
+static void s_fail (sbx_peer_t *self, s_pending_t *pending, sbx_code_t code, const char *why)
+{
+    sbx_msg_t *error = sbx_msg_new_error (pending->rid, code, "%s", why);
+    sbx_peer_reply_fn *fn = pending->fn;
+    void *arg = pending->arg;
+    zhashx_delete (self->pending, (void *) (uintptr_t) pending->rid);
+    if (fn)
+        fn (self, &error, arg);
+    sbx_msg_destroy (&error);
+}
+
+uint64_t sbx_peer_request (sbx_peer_t *self, sbx_msg_t **request_p, uint32_t timeout_ms,
+                           sbx_peer_reply_fn *fn, void *arg)
+{
+    assert (request_p && *request_p);
+    sbx_msg_t *request = *request_p;
+    uint64_t rid = self->next_rid++;
+    request->rid = rid;
+    if (timeout_ms == 0)
+        timeout_ms = self->default_timeout_ms;
+    request->timeout_ms = timeout_ms;
+    s_pending_t *pending = calloc (1, sizeof *pending);
+    if (!pending) {
+        sbx_msg_destroy (request_p);
+        return 0;
+    }
+    pending->rid = rid;
+    pending->deadline = sbx_clock_mono_ms () + timeout_ms;
+    pending->fn = fn;
+    pending->arg = arg;
+    zhashx_insert (self->pending, (void *) (uintptr_t) rid, pending);
+    char what[128];
+    snprintf (what, sizeof what, "%s could not be sent: the broker is not reachable at %s",
+              sbx_msg_type_name (request->type),
+              sbx_config_get (self->config, "broker.endpoint", "?"));
+    if (sbx_peer_send (self, request_p))
+        s_fail (self, pending, SBX_E_UNAVAILABLE, what);
+    return rid;
+}
+
+void sbx_peer_cancel (sbx_peer_t *self, uint64_t rid)
+{
+    zhashx_delete (self->pending, (void *) (uintptr_t) rid);
+}
+
+static void s_send_hello (sbx_peer_t *self)
+{
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_PEER_HELLO);
+    sbx_peer_hello_t *hello = sbx_msg_peer_hello (msg);
+    hello->role = self->role;
+    sbx_str_set (&hello->instance, self->instance);
+    hello->pid = (uint64_t) getpid ();
+    hello->capacity = self->capacity;
+    hello->used = self->used;
+    sbx_str_set (&hello->version, SBX_VERSION);
+    sbx_peer_send (self, &msg);
+}
+
+void sbx_peer_bye (sbx_peer_t *self, const char *reason)
+{
+    if (!s_is_worker (self->role) || !self->welcomed)
+        return;
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_PEER_BYE);
+    sbx_str_set (&sbx_msg_peer_bye (msg)->reason, reason);
+    sbx_peer_send (self, &msg);
+    self->welcomed = false;
+    //  We are about to exit: give the bye a moment to leave before the socket closes.
+    zsock_set_linger (self->sock, 500);
+}
+
+//  The broker is gone (silent) or forgot us: every request in flight is lost with it.
+static void s_lost_broker (sbx_peer_t *self, const char *why)
+{
+    self->welcomed = false;
+    s_pending_t *pending;
+    while ((pending = zhashx_first (self->pending)))
+        s_fail (self, pending, SBX_E_UNAVAILABLE, why);
+}
+
+static int s_on_beat (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    sbx_peer_t *self = arg;
+    if (!s_is_worker (self->role))
+        return 0;
+    uint64_t now = sbx_clock_mono_ms ();
+    if (self->welcomed && now - self->last_heard > 3 * self->heartbeat_ms) {
+        sbx_warn ("broker silent for %llu ms; saying hello again",
+                  (unsigned long long) (now - self->last_heard));
+        s_lost_broker (self, "the broker stopped answering (restarting?); retry shortly");
+    }
+    if (self->welcomed) {
+        sbx_msg_t *beat = sbx_msg_new (SBX_MSG_PEER_HEARTBEAT);
+        sbx_msg_peer_heartbeat (beat)->used = self->used;
+        sbx_peer_send (self, &beat);
+    }
+    return 0;
+}
+
+//  Until welcomed, hello goes out ten times a second: the first ones are dropped while
+//  the connection is being made (sends never wait), and readiness should not wait for
+//  a heartbeat period.
+static int s_on_hello (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    sbx_peer_t *self = arg;
+    if (s_is_worker (self->role) && !self->welcomed)
+        s_send_hello (self);
+    return 0;
+}
+
+static int s_on_sweep (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    sbx_peer_t *self = arg;
+    uint64_t now = sbx_clock_mono_ms ();
+    //  Collect first: failing a request runs its callback, which may add requests.
+    zlistx_t *expired = zlistx_new ();
+    for (s_pending_t *p = zhashx_first (self->pending); p; p = zhashx_next (self->pending))
+        if (p->deadline <= now)
+            zlistx_add_end (expired, (void *) (uintptr_t) p->rid);
+    for (void *key = zlistx_first (expired); key; key = zlistx_next (expired)) {
+        s_pending_t *p = zhashx_lookup (self->pending, key);
+        if (p)
+            s_fail (self, p, SBX_E_TIMEOUT, "no answer before the request's deadline");
+    }
+    zlistx_destroy (&expired);
+    return 0;
+}
+
+static void s_handle (sbx_peer_t *self, sbx_msg_t **msg_p)
+{
+    sbx_msg_t *msg = *msg_p;
+    switch (msg->type) {
+    case SBX_MSG_PEER_WELCOME: {
+        bool first = !self->ever_welcomed;
+        self->welcomed = true;
+        self->ever_welcomed = true;
+        sbx_peer_welcome_t *welcome = sbx_msg_peer_welcome (msg);
+        if (welcome->heartbeat_ms >= 50 && welcome->heartbeat_ms != self->heartbeat_ms) {
+            self->heartbeat_ms = welcome->heartbeat_ms;
+            zloop_timer_end (self->loop, self->beat_timer);
+            self->beat_timer = zloop_timer (self->loop, self->heartbeat_ms, 0, s_on_beat, self);
+        }
+        sbx_info ("welcomed by broker %s as %s %s", welcome->broker_instance,
+                  sbx_role_name (self->role), self->instance);
+        if (self->welcome_fn)
+            self->welcome_fn (self, first, self->welcome_arg);
+        return;
+    }
+    case SBX_MSG_PEER_HEARTBEAT:
+        return;
+    case SBX_MSG_PEER_UNKNOWN:
+        if (s_is_worker (self->role)) {
+            if (self->welcomed)
+                s_lost_broker (self, "the broker restarted; retry");
+            s_send_hello (self);
+        }
+        return;
+    default:
+        break;
+    }
+    s_pending_t *pending =
+        msg->rid ? zhashx_lookup (self->pending, (void *) (uintptr_t) msg->rid) : NULL;
+    if (pending && sbx_msg_type_is_reply (msg->type)) {
+        sbx_peer_reply_fn *fn = pending->fn;
+        void *arg = pending->arg;
+        zhashx_delete (self->pending, (void *) (uintptr_t) msg->rid);
+        if (fn)
+            fn (self, msg_p, arg);
+    } else if (sbx_msg_type_is_reply (msg->type))
+        sbx_debug ("rid=%llu late or unknown %s dropped", (unsigned long long) msg->rid,
+                   sbx_msg_type_name (msg->type));
+    else if (self->request_fn)
+        self->request_fn (self, msg_p, self->request_arg);
+    else {
+        sbx_msg_t *error = sbx_msg_new_error (msg->rid, SBX_E_INVALID_ARGUMENT,
+                                              "%s %s does not handle %s",
+                                              sbx_role_name (self->role), self->instance,
+                                              sbx_msg_type_name (msg->type));
+        sbx_peer_send (self, &error);
+    }
+}
+
+static int s_on_socket (zloop_t *loop, zsock_t *sock, void *arg)
+{
+    (void) loop;
+    sbx_peer_t *self = arg;
+    //  Drain what is there now, bounded so one busy peer can't starve the loop.
+    for (int i = 0; i < 256; i++) {
+        zframe_t *frame = zframe_recv_nowait (sock);
+        if (!frame)
+            break;
+        self->last_heard = sbx_clock_mono_ms ();
+        sbx_err_t err;
+        sbx_msg_t *msg = sbx_msg_decode (zframe_data (frame), zframe_size (frame), &err);
+        zframe_destroy (&frame);
+        if (!msg) {
+            sbx_warn ("rid=%llu bad frame from broker dropped: %s", (unsigned long long) err.rid,
+                      err.message);
+            continue;
+        }
+        s_handle (self, &msg);
+        sbx_msg_destroy (&msg);
+    }
+    return 0;
+}
+
+int sbx_peer_start (sbx_peer_t *self, zloop_t *loop)
+{
+    assert (!self->loop);
+    self->loop = loop;
+    self->last_heard = sbx_clock_mono_ms ();
+    if (zloop_reader (loop, self->sock, s_on_socket, self))
+        return -1;
+    self->sweep_timer = zloop_timer (loop, 100, 0, s_on_sweep, self);
+    self->beat_timer = zloop_timer (loop, self->heartbeat_ms, 0, s_on_beat, self);
+    self->hello_timer = zloop_timer (loop, 100, 0, s_on_hello, self);
+    if (s_is_worker (self->role))
+        s_send_hello (self);
+    return 0;
+}

@@ -1,0 +1,241 @@
+/*  sbx_tapreader - see sbx_tapreader.h */
+#include "sbx_tapreader.h"
+#include "sbx_curve.h"
+#include "sbx_log.h"
+
+#include <assert.h>
+
+#define S_HELD_MAX   10000 //  live events held during a replay; beyond, replay covers them
+#define S_POLL_MS    1000
+#define S_RETRY_MS   500
+#define S_BATCH      1000
+
+struct sbx_tapreader_t {
+    sbx_config_t *config;
+    sbx_peer_t *peer;
+    zsock_t *sub;
+    zloop_t *loop;
+    sbx_tapreader_fn *fn;
+    void *arg;
+    uint64_t last;         //  last seq delivered
+    bool from_now;         //  last is not known yet: learn it from the first replay
+    bool replaying;        //  a replay request is in flight
+    uint64_t replay_rid;
+    zlistx_t *held;        //  live events (sbx_msg_t) that came during a replay
+    int poll_timer;
+    bool stopped;          //  the callback asked to stop
+    bool caught_up;        //  a replay reached the end of the log
+};
+
+static void s_msg_free (void **item)
+{
+    sbx_msg_destroy ((sbx_msg_t **) item);
+}
+
+sbx_tapreader_t *sbx_tapreader_new (sbx_config_t *config, sbx_peer_t *peer, uint64_t after_seq,
+                                    sbx_tapreader_fn *fn, void *arg)
+{
+    sbx_tapreader_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    self->peer = peer;
+    self->fn = fn;
+    self->arg = arg;
+    self->from_now = after_seq == SBX_TAPREADER_NOW;
+    self->last = self->from_now ? 0 : after_seq;
+    self->held = zlistx_new ();
+    self->sub = zsock_new (ZMQ_SUB);
+    if (!self->held || !self->sub) {
+        sbx_tapreader_destroy (&self);
+        return NULL;
+    }
+    zlistx_set_destructor (self->held, s_msg_free);
+    zsock_set_rcvhwm (self->sub, 100000);
+    zsock_set_rcvtimeo (self->sub, 0);
+    const char *endpoint = sbx_config_get (config, "tap.endpoint", NULL);
+    if (sbx_curve_needed (endpoint) &&
+        sbx_curve_client (config, self->sub)) {
+        sbx_tapreader_destroy (&self);
+        return NULL;
+    }
+    //  All topics: gaps are found by seq, which needs every event; filtering is the
+    //  callback's business.
+    zsock_set_subscribe (self->sub, "");
+    if (zsock_connect (self->sub, "%s", endpoint)) {
+        sbx_error ("cannot connect to the tap at %s", endpoint);
+        sbx_tapreader_destroy (&self);
+    }
+    return self;
+}
+
+void sbx_tapreader_destroy (sbx_tapreader_t **self_p)
+{
+    assert (self_p);
+    sbx_tapreader_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->loop) {
+        zloop_reader_end (self->loop, self->sub);
+        zloop_timer_end (self->loop, self->poll_timer);
+    }
+    if (self->replaying)
+        sbx_peer_cancel (self->peer, self->replay_rid);
+    zsock_destroy (&self->sub);
+    zlistx_destroy (&self->held);
+    free (self);
+    *self_p = NULL;
+}
+
+uint64_t sbx_tapreader_last_seq (sbx_tapreader_t *self)
+{
+    return self->last;
+}
+
+bool sbx_tapreader_caught_up (sbx_tapreader_t *self)
+{
+    return self->caught_up && !self->replaying;
+}
+
+bool sbx_tapreader_stopped (sbx_tapreader_t *self)
+{
+    return self->stopped;
+}
+
+static void s_replay (sbx_tapreader_t *self);
+
+static void s_deliver (sbx_tapreader_t *self, const sbx_event_t *event)
+{
+    if (self->stopped || event->seq <= self->last)
+        return;
+    self->last = event->seq;
+    if (self->fn (event, self->arg))
+        self->stopped = true;
+}
+
+//  Applies a live event: the next one is delivered, an old one dropped, one past a gap
+//  starts a replay (and is held until the replay has filled the gap).
+static void s_live (sbx_tapreader_t *self, sbx_msg_t **event_p)
+{
+    sbx_event_t *event = sbx_msg_event (*event_p);
+    if (self->replaying || self->from_now) {
+        if (zlistx_size (self->held) < S_HELD_MAX) {
+            zlistx_add_end (self->held, *event_p);
+            *event_p = NULL;
+        }
+        return;
+    }
+    if (event->seq <= self->last)
+        return;
+    if (event->seq == self->last + 1) {
+        s_deliver (self, event);
+        return;
+    }
+    sbx_debug ("tap: gap after seq %llu (got %llu): replaying", (unsigned long long) self->last,
+               (unsigned long long) event->seq);
+    zlistx_add_end (self->held, *event_p);
+    *event_p = NULL;
+    s_replay (self);
+}
+
+static void s_drain_held (sbx_tapreader_t *self)
+{
+    sbx_msg_t *event;
+    while (!self->replaying && (event = zlistx_detach (self->held, NULL))) {
+        s_live (self, &event);
+        sbx_msg_destroy (&event);
+    }
+}
+
+static int s_on_retry (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_replay (arg);
+    return 0;
+}
+
+static void s_on_replay (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
+{
+    (void) peer;
+    sbx_tapreader_t *self = arg;
+    sbx_msg_t *reply = *reply_p;
+    self->replaying = false;
+    if (reply->type != SBX_MSG_EVENTS_REPLAY_OK) {
+        sbx_error_t *error = sbx_msg_error (reply);
+        sbx_debug ("tap: replay failed (%s: %s); retrying", sbx_code_name (error->code),
+                   error->message);
+        zloop_timer (self->loop, S_RETRY_MS, 1, s_on_retry, self);
+        return;
+    }
+    sbx_events_replay_ok_t *ok = sbx_msg_events_replay_ok (reply);
+    if (self->from_now) {
+        self->from_now = false;
+        self->last = ok->last_seq;
+    }
+    for (size_t i = 0; i < ok->events.count; i++)
+        s_deliver (self, &ok->events.items[i]);
+    if (ok->more && ok->events.count > 0)
+        s_replay (self);
+    else {
+        self->caught_up = true;
+        s_drain_held (self);
+    }
+}
+
+static void s_replay (sbx_tapreader_t *self)
+{
+    if (self->replaying)
+        return;
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_EVENTS_REPLAY);
+    sbx_events_replay_t *args = sbx_msg_events_replay (request);
+    //  From now: ask past any seq (SQLite integers are signed) just to learn last_seq.
+    args->after_seq = self->from_now ? (uint64_t) INT64_MAX : self->last;
+    args->limit = S_BATCH;
+    self->replaying = true;
+    self->replay_rid = sbx_peer_request (self->peer, &request, 10000, s_on_replay, self);
+}
+
+static int s_on_sub (zloop_t *loop, zsock_t *sub, void *arg)
+{
+    (void) loop;
+    sbx_tapreader_t *self = arg;
+    for (int i = 0; i < 1000 && !self->stopped; i++) {
+        zmsg_t *in = zmsg_recv (sub);
+        if (!in)
+            break;
+        zframe_t *topic = zmsg_first (in);
+        zframe_t *body = zmsg_next (in);
+        sbx_err_t err;
+        sbx_msg_t *event = topic && body && zmsg_size (in) == 2
+                               ? sbx_msg_decode (zframe_data (body), zframe_size (body), &err)
+                               : NULL;
+        if (event && event->type == SBX_MSG_EVENT)
+            s_live (self, &event);
+        else
+            sbx_warn ("tap: malformed event dropped");
+        sbx_msg_destroy (&event);
+        zmsg_destroy (&in);
+    }
+    return self->stopped ? -1 : 0;
+}
+
+static int s_on_poll (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    sbx_tapreader_t *self = arg;
+    if (!self->replaying)
+        s_replay (self);
+    return self->stopped ? -1 : 0;
+}
+
+int sbx_tapreader_start (sbx_tapreader_t *self, zloop_t *loop)
+{
+    self->loop = loop;
+    if (zloop_reader (loop, self->sub, s_on_sub, self))
+        return -1;
+    self->poll_timer = zloop_timer (loop, S_POLL_MS, 0, s_on_poll, self);
+    s_replay (self);
+    return 0;
+}

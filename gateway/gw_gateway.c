@@ -1,0 +1,108 @@
+/*  gw_gateway - see gw_gateway.h */
+#include "gw_gateway.h"
+#include "gw_http.h"
+#include "gw_tls.h"
+
+#include <assert.h>
+#include <jansson.h>
+
+struct gw_gateway_t {
+    sbx_config_t *config;
+    sbx_peer_t *peer;
+    gw_http_t *http;
+    uint64_t started_ms;
+};
+
+static void s_json (gw_request_t *req, int status, json_t *body)
+{
+    char *text = json_dumps (body, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref (body);
+    gw_request_add_header (req, "Cache-Control", "no-store");
+    gw_request_respond (req, status, "application/json", text, text ? strlen (text) : 0);
+    free (text);
+}
+
+static void s_error (gw_request_t *req, sbx_code_t code, const char *message)
+{
+    s_json (req, sbx_code_http_status (code),
+            json_pack ("{s:{s:s, s:s}}", "error", "code", sbx_code_name (code), "message",
+                       message));
+}
+
+static void s_on_request (gw_request_t *req, void *arg)
+{
+    gw_gateway_t *self = arg;
+    const char *path = gw_request_path (req);
+    const char *method = gw_request_method (req);
+    sbx_debug ("http rid=%llu %s %s", (unsigned long long) gw_request_id (req), method, path);
+    if (streq (path, "/healthz")) {
+        if (!streq (method, "GET") && !streq (method, "HEAD")) {
+            gw_request_add_header (req, "Allow", "GET, HEAD");
+            s_error (req, SBX_E_INVALID_ARGUMENT, "use GET /healthz");
+            return;
+        }
+        bool broker = sbx_peer_welcomed (self->peer);
+        s_json (req, broker ? 200 : 503,
+                json_pack ("{s:s, s:b, s:s, s:s, s:I}", "status", broker ? "ok" : "degraded",
+                           "broker", broker, "instance", sbx_peer_instance (self->peer),
+                           "version", SBX_VERSION, "uptime_s",
+                           (json_int_t) ((sbx_clock_now_ms () - self->started_ms) / 1000)));
+        return;
+    }
+    char message[300];
+    snprintf (message, sizeof message, "nothing is served at %s on this gateway", path);
+    s_error (req, SBX_E_NOT_FOUND, message);
+}
+
+gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer)
+{
+    gw_gateway_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    self->peer = peer;
+    self->started_ms = sbx_clock_now_ms ();
+    gw_http_options_t options = {.listen = sbx_config_get (config, "listen", "127.0.0.1:8443")};
+    char *cert = NULL, *key = NULL, *ca = NULL;
+    const char *tls = sbx_config_get (config, "tls", "on");
+    if (streq (tls, "off"))
+        options.plain = true;
+    else if (sbx_config_get (config, "tls.cert", NULL)) {
+        options.cert_file = sbx_config_get (config, "tls.cert", NULL);
+        options.key_file = sbx_config_get (config, "tls.key", NULL);
+        if (!options.key_file)
+            sbx_error ("tls.cert is set but tls.key is not");
+    } else {
+        char *dir = sbx_config_path (config, "tls");
+        if (dir && gw_tls_ensure_ca (dir, sbx_config_get (config, "domain", "localhost"), &cert,
+                                     &key, &ca) == 0) {
+            options.cert_file = cert;
+            options.key_file = key;
+        } else
+            sbx_error ("cannot create the local CA in %s", dir ? dir : "DIR/tls");
+        free (dir);
+    }
+    if (options.plain || (options.cert_file && options.key_file))
+        self->http = gw_http_new (loop, &options, s_on_request, self);
+    if (self->http)
+        sbx_info ("serving %s on %s (port %d)%s%s", options.plain ? "HTTP" : "HTTPS",
+                  options.listen, gw_http_port (self->http), ca ? ", clients trust " : "",
+                  ca ? ca : "");
+    free (cert);
+    free (key);
+    free (ca);
+    if (!self->http)
+        gw_gateway_destroy (&self);
+    return self;
+}
+
+void gw_gateway_destroy (gw_gateway_t **self_p)
+{
+    assert (self_p);
+    gw_gateway_t *self = *self_p;
+    if (!self)
+        return;
+    gw_http_destroy (&self->http);
+    free (self);
+    *self_p = NULL;
+}

@@ -1,0 +1,25 @@
+/*  gw_gateway - the gateway's HTTP(S) front: TLS setup and request routing.
+
+    Serves HTTPS on the `listen` address with the operator's certificate (tls.cert,
+    tls.key) or, by default, one signed by the local CA it creates at first run in
+    DIR/tls/ (clients trust DIR/tls/ca.crt, which `sbx status --json` reports as
+    ca_cert); plain HTTP only with tls = off. Routes each request by path to its
+    handler. What it serves today:
+      GET /healthz   200 {"status":"ok","broker":true|false,...}: liveness, and whether
+                     this gateway is connected to the broker (503 when it is not)
+    Anything else: 404 with {"error":{"code":"not_found","message":...}}.
+    /mcp, /v1 and the OAuth endpoints come with the MCP gateway work (issue 4, 5).
+*/
+#ifndef GW_GATEWAY_H_INCLUDED
+#define GW_GATEWAY_H_INCLUDED
+
+#include "sbx_common.h"
+
+typedef struct gw_gateway_t gw_gateway_t;
+
+//  Starts serving on the loop. The peer (borrowed) is the broker connection. Returns
+//  NULL (and logs why) when TLS material can't be made or the address can't be bound.
+gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer);
+void gw_gateway_destroy (gw_gateway_t **self_p);
+
+#endif

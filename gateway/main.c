@@ -1,0 +1,25 @@
+/*  sbx-gateway - the HTTP(S) edge: today TLS with the local CA and /healthz; the MCP
+    endpoint, OAuth and the REST API build on it (issues 4, 5). */
+#include "gw_gateway.h"
+
+#include <signal.h>
+
+int main (int argc, char **argv)
+{
+    int code;
+    sbx_daemon_t *daemon = sbx_daemon_new (
+        argc, argv, "sbx-gateway",
+        "The HTTP(S) edge: /mcp (MCP Streamable HTTP), OAuth, the REST API /v1 and the\n"
+        "port proxy. Stateless; run as many as you like behind one broker.",
+        &code);
+    if (!daemon)
+        return code;
+    signal (SIGPIPE, SIG_IGN); //  a client gone mid-write must not kill the gateway
+    sbx_peer_t *peer = sbx_daemon_connect (daemon, SBX_ROLE_GATEWAY, NULL, NULL);
+    gw_gateway_t *gateway =
+        peer ? gw_gateway_new (sbx_daemon_config (daemon), sbx_daemon_loop (daemon), peer) : NULL;
+    code = gateway ? sbx_daemon_run (daemon) : 1;
+    gw_gateway_destroy (&gateway);
+    sbx_daemon_destroy (&daemon);
+    return code;
+}

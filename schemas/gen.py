@@ -1,0 +1,756 @@
+#!/usr/bin/env python3
+"""gen.py - generates the wire codec tables and the protocol reference from schemas/*.json.
+
+    python3 schemas/gen.py            rewrite common/sbx_msg_gen.{h,c} and docs/protocol-messages.md
+    python3 schemas/gen.py --check    exit 1, naming the file, when a committed output is stale
+
+The schemas are the single definition of the wire (see common/sbx_msg.h). Every
+schemas/*.json is read, in file-name order; messages, structs and enums share one
+namespace across files. Output depends only on the schemas, so it is reproducible and
+CI can compare it with what is committed. Python 3 standard library only.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+import textwrap
+
+GENERATOR = "schemas/gen.py"
+OUTPUTS = ("common/sbx_msg_gen.h", "common/sbx_msg_gen.c", "docs/protocol-messages.md")
+
+#  Must match common/sbx_msg.h: the depth limit decode enforces, counted from the
+#  envelope map (1) and the body map (2).
+MAX_DEPTH = 16
+DEFAULT_MAX = {"string": "64 KiB", "bytes": "16 MiB", "strlist": "10000", "strmap": "10000",
+               "list": "10000"}
+
+SCALAR_TYPES = ("string", "bytes", "bool", "int", "uint", "strlist", "strmap")
+NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$")
+ENUM_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+VALUE_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+FIELD_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
+C_KEYWORDS = set("""auto break case char const continue default do double else enum extern
+    float for goto if inline int long register restrict return short signed sizeof static
+    struct switch typedef union unsigned void volatile while bool true false""".split())
+#  Names sbx_msg.h and the engine already use: a schema name that would generate one of
+#  these (sbx_<name>_t, sbx_msg_<name>, sbx_<name>_name) is refused.
+RESERVED_TYPES = {"msg", "msg_type", "code", "err", "bytes", "strlist", "strmap"}
+RESERVED_ACCESSORS = {"new", "destroy", "dup", "eq", "encode", "decode", "new_error",
+                      "new_reply", "type_name", "type_from_name", "body_to_json", "test"}
+RESERVED_IDENTS = {"SBX_MSG_MAX_FRAME", "SBX_MSG_MAX_STRING", "SBX_MSG_MAX_BYTES",
+                   "SBX_MSG_MAX_ITEMS", "SBX_MSG_MAX_DEPTH", "SBX_MSG_H_INCLUDED",
+                   "SBX_MSG_GEN_H_INCLUDED"}
+
+
+class SchemaError(Exception):
+    pass
+
+
+def cname(name):
+    return re.sub(r"[.-]", "_", name)
+
+
+def cconst(text):
+    return re.sub(r"[^A-Za-z0-9]", "_", text).upper()
+
+
+def one_line(text):
+    #  Docs go into // comments: no newlines, and no trailing backslash (line splice).
+    return " ".join(str(text).split()).rstrip("\\")
+
+
+class Schema:
+    """Everything read from schemas/, validated and cross-referenced."""
+
+    def __init__(self):
+        self.files = []     # (file name, doc)
+        self.errors = []    # dict(code, http, doc, file)
+        self.enums = {}     # name -> dict(name, doc, values, file)
+        self.types = {}     # struct-or-message name -> dict(name, doc, fields, file, msg)
+        self.messages = []  # message dicts, in order
+
+
+def load(schema_dir):
+    s = Schema()
+    paths = sorted(glob.glob(os.path.join(schema_dir, "*.json")))
+    if not paths:
+        raise SchemaError(f"no schemas in {schema_dir}")
+    for path in paths:
+        fname = os.path.basename(path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            raise SchemaError(f"{fname}: cannot read: {e}")
+        _load_file(s, fname, data)
+    _validate(s)
+    return s
+
+
+def _need(obj, key, kind, where):
+    if key not in obj:
+        raise SchemaError(f"{where}: missing \"{key}\"")
+    value = obj[key]
+    if kind is str and not (isinstance(value, str) and value.strip()):
+        raise SchemaError(f"{where}: \"{key}\" must be a non-empty string")
+    if kind is not str and not isinstance(value, kind):
+        raise SchemaError(f"{where}: \"{key}\" must be a {kind.__name__}")
+    return value
+
+
+def _only(obj, allowed, where):
+    extra = sorted(set(obj) - set(allowed))
+    if extra:
+        raise SchemaError(f"{where}: unknown key(s) {', '.join(extra)} (allowed: {', '.join(allowed)})")
+
+
+def _load_file(s, fname, data):
+    if not isinstance(data, dict):
+        raise SchemaError(f"{fname}: top level must be an object")
+    _only(data, ("doc", "errors", "enums", "structs", "messages"), fname)
+    s.files.append((fname, _need(data, "doc", str, fname)))
+    for i, e in enumerate(data.get("errors", [])):
+        where = f"{fname}: errors[{i}]"
+        if not isinstance(e, dict):
+            raise SchemaError(f"{where}: must be an object")
+        _only(e, ("code", "http", "doc"), where)
+        code = _need(e, "code", str, where)
+        http = _need(e, "http", int, where)
+        if not ENUM_RE.match(code) or code == "ok":
+            raise SchemaError(f"{where}: bad code name '{code}' (lower_case, not 'ok')")
+        if isinstance(http, bool) or not 100 <= http <= 599:
+            raise SchemaError(f"{where}: http must be a status 100..599")
+        if any(x["code"] == code for x in s.errors):
+            raise SchemaError(f"{where}: error code '{code}' defined twice")
+        s.errors.append({"code": code, "http": http, "doc": _need(e, "doc", str, where),
+                         "file": fname})
+    enums = data.get("enums", {})
+    if not isinstance(enums, dict):
+        raise SchemaError(f"{fname}: \"enums\" must be an object")
+    for name, e in enums.items():
+        where = f"{fname}: enum {name}"
+        if not ENUM_RE.match(name) or name == "error_code":
+            raise SchemaError(f"{where}: bad enum name (lower_case; error_code is the catalogue)")
+        if name in s.enums:
+            raise SchemaError(f"{where}: defined twice (also in {s.enums[name]['file']})")
+        if not isinstance(e, dict):
+            raise SchemaError(f"{where}: must be an object")
+        _only(e, ("doc", "values"), where)
+        values = _need(e, "values", list, where)
+        if not values:
+            raise SchemaError(f"{where}: no values")
+        for v in values:
+            if not isinstance(v, str) or not VALUE_RE.match(v):
+                raise SchemaError(f"{where}: bad value {v!r} (lower case, digits, _ . -)")
+        if len(set(values)) != len(values) or len({cconst(v) for v in values}) != len(values):
+            raise SchemaError(f"{where}: duplicate values")
+        s.enums[name] = {"name": name, "doc": _need(e, "doc", str, where), "values": values,
+                         "file": fname}
+    structs = data.get("structs", {})
+    if not isinstance(structs, dict):
+        raise SchemaError(f"{fname}: \"structs\" must be an object")
+    for name, st in structs.items():
+        where = f"{fname}: struct {name}"
+        if not isinstance(st, dict):
+            raise SchemaError(f"{where}: must be an object")
+        _only(st, ("doc", "fields"), where)
+        _add_type(s, name, st, where, fname, None)
+    messages = data.get("messages", [])
+    if not isinstance(messages, list):
+        raise SchemaError(f"{fname}: \"messages\" must be a list")
+    for i, m in enumerate(messages):
+        where = f"{fname}: messages[{i}]"
+        if not isinstance(m, dict):
+            raise SchemaError(f"{where}: must be an object")
+        _only(m, ("name", "from", "to", "reply", "event", "doc", "fields"), where)
+        name = _need(m, "name", str, where)
+        where = f"{fname}: message {name}"
+        msg = {"from": _need(m, "from", list, where), "to": _need(m, "to", list, where),
+               "reply": m.get("reply"), "event": m.get("event", False)}
+        for side in ("from", "to"):
+            if not msg[side] or not all(isinstance(x, str) and x for x in msg[side]):
+                raise SchemaError(f"{where}: \"{side}\" must be a non-empty list of names")
+        if msg["reply"] is not None and not isinstance(msg["reply"], str):
+            raise SchemaError(f"{where}: \"reply\" must be a message name")
+        if not isinstance(msg["event"], bool):
+            raise SchemaError(f"{where}: \"event\" must be true or false")
+        t = _add_type(s, name, m, where, fname, msg)
+        s.messages.append(t)
+
+
+def _add_type(s, name, obj, where, fname, msg):
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise SchemaError(f"{where}: bad name {name!r} (lower-case words joined by . or -)")
+    if name in s.types:
+        raise SchemaError(f"{where}: name '{name}' already used in {s.types[name]['file']}")
+    fields = []
+    seen = set()
+    for i, f in enumerate(_need(obj, "fields", list, where)):
+        fw = f"{where}: fields[{i}]"
+        if not isinstance(f, dict):
+            raise SchemaError(f"{fw}: must be an object")
+        _only(f, ("name", "type", "required", "max", "doc"), fw)
+        fname_ = _need(f, "name", str, fw)
+        fw = f"{where}: field '{fname_}'"
+        if not FIELD_RE.match(fname_) or fname_ in C_KEYWORDS:
+            raise SchemaError(f"{fw}: bad field name (a lower_case C identifier, not a keyword)")
+        if fname_ in seen:
+            raise SchemaError(f"{fw}: defined twice")
+        seen.add(fname_)
+        ftype = _need(f, "type", str, fw)
+        required = f.get("required", False)
+        if not isinstance(required, bool):
+            raise SchemaError(f"{fw}: \"required\" must be true or false")
+        fmax = f.get("max")
+        if fmax is not None and (isinstance(fmax, bool) or not isinstance(fmax, int) or fmax < 1
+                                 or fmax > 2**31):
+            raise SchemaError(f"{fw}: \"max\" must be a positive integer")
+        fields.append({"name": fname_, "type": ftype, "required": required, "max": fmax,
+                       "doc": _need(f, "doc", str, fw), "where": fw})
+    t = {"name": name, "cname": cname(name), "doc": _need(obj, "doc", str, where),
+         "fields": fields, "file": fname, "msg": msg}
+    s.types[name] = t
+    return t
+
+
+def _validate(s):
+    if not s.errors:
+        raise SchemaError("no error catalogue: some schema must have \"errors\"")
+    listed = set()
+    for t in s.types.values():
+        for f in t["fields"]:
+            kind, _, ref = f["type"].partition(":")
+            f["kind"], f["ref"] = kind, ref
+            fw = f["where"]
+            if kind in SCALAR_TYPES and not ref:
+                pass
+            elif kind == "enum" and ref:
+                if ref != "error_code" and ref not in s.enums:
+                    raise SchemaError(f"{fw}: unknown enum '{ref}'")
+            elif kind in ("list", "struct") and ref:
+                if ref not in s.types:
+                    raise SchemaError(f"{fw}: unknown struct or message '{ref}'")
+                if kind == "list":
+                    listed.add(ref)
+            else:
+                raise SchemaError(f"{fw}: unknown type '{f['type']}' (string, bytes, bool, int, "
+                                  "uint, strlist, strmap, enum:<enum>, list:<struct>, struct:<struct>)")
+            if f["max"] is not None and kind not in ("string", "bytes", "strlist", "strmap", "list"):
+                raise SchemaError(f"{fw}: \"max\" applies to string, bytes and lists only")
+    for m in s.messages:
+        reply = m["msg"]["reply"]
+        if reply is not None and (reply not in s.types or s.types[reply]["msg"] is None):
+            raise SchemaError(f"{m['file']}: message {m['name']}: reply '{reply}' is not a message")
+    if "caller" not in s.types or s.types["caller"]["msg"] is not None:
+        raise SchemaError("a struct named 'caller' must exist: the envelope carries it")
+    err = s.types.get("error")
+    fields = {f["name"]: f for f in err["fields"]} if err and err["msg"] else {}
+    if (fields.get("code", {}).get("type") != "enum:error_code"
+            or fields.get("message", {}).get("type") != "string"):
+        raise SchemaError("a message named 'error' with fields code (enum:error_code) and "
+                          "message (string) must exist: sbx_msg_new_error fills it")
+    s.listed = [t for t in s.types.values() if t["name"] in listed]
+    _check_required_depth(s)
+    _check_identifiers(s)
+
+
+def _check_required_depth(s):
+    #  A required struct field must be filled, so a cycle of them could never be encoded,
+    #  and a required chain deeper than the decoder's limit could never be decoded.
+    memo = {}
+
+    def depth(name, stack):
+        if name in stack:
+            raise SchemaError(f"required struct fields form a cycle: {' -> '.join(stack + [name])}")
+        if name in memo:
+            return memo[name]
+        d = 1
+        for f in s.types[name]["fields"]:
+            if not f["required"]:
+                continue
+            if f["kind"] == "struct":
+                d = max(d, 1 + depth(f["ref"], stack + [name]))
+            elif f["kind"] in ("strlist", "strmap", "list"):
+                d = max(d, 2)
+        memo[name] = d
+        return d
+
+    for t in s.types.values():
+        d = depth(t["name"], [])
+        if t["msg"] is not None and 1 + d > MAX_DEPTH:
+            raise SchemaError(f"message {t['name']}: required fields nest {1 + d} deep, "
+                              f"the wire allows {MAX_DEPTH}")
+        if t["name"] == "caller" and 1 + d > MAX_DEPTH:
+            raise SchemaError("struct caller nests too deep")
+
+
+def _check_identifiers(s):
+    idents = {}
+
+    def claim(ident, origin):
+        if ident in RESERVED_IDENTS:
+            raise SchemaError(f"{origin}: generates {ident}, which sbx_msg.h already uses")
+        if ident in idents:
+            raise SchemaError(f"{origin}: generates {ident}, as does {idents[ident]}")
+        idents[ident] = origin
+
+    def reserved(name, origin):
+        if name in RESERVED_TYPES or name == "meta" or name.startswith("meta_"):
+            raise SchemaError(f"{origin}: the name '{name}' is reserved for the codec")
+
+    claim("SBX_OK", "the catalogue")
+    claim("SBX_CODE__COUNT", "the catalogue")
+    claim("SBX_MSG__UNKNOWN", "message types")
+    claim("SBX_MSG__COUNT", "message types")
+    for e in s.errors:
+        claim("SBX_E_" + cconst(e["code"]), f"{e['file']}: error {e['code']}")
+    for e in s.enums.values():
+        origin = f"{e['file']}: enum {e['name']}"
+        reserved(e["name"], origin)
+        claim(f"sbx_{e['name']}_t", origin)
+        claim(f"sbx_{e['name']}_name", origin)
+        claim(f"sbx_{e['name']}_from_name", origin)
+        claim(f"SBX_{cconst(e['name'])}__UNSET", origin)
+        for v in e["values"]:
+            claim(f"SBX_{cconst(e['name'])}_{cconst(v)}", origin)
+    for t in s.types.values():
+        origin = f"{t['file']}: {'message' if t['msg'] else 'struct'} {t['name']}"
+        reserved(t["cname"], origin)
+        claim(f"sbx_{t['cname']}_t", origin)
+        if t["msg"] is not None:
+            if t["cname"] in RESERVED_ACCESSORS:
+                raise SchemaError(f"{origin}: sbx_msg_{t['cname']} is already an sbx_msg function")
+            claim(f"sbx_msg_{t['cname']}", origin)
+            claim(f"SBX_MSG_{cconst(t['name'])}", origin)
+    for t in s.listed:
+        claim(f"sbx_{t['cname']}_list_t", f"list:{t['name']}")
+        claim(f"sbx_{t['cname']}_list_append", f"list:{t['name']}")
+
+
+# ---------------------------------------------------------------------------------------
+#  C output
+
+def c_type(s, f):
+    kind, ref = f["kind"], f["ref"]
+    if kind == "enum":
+        return "sbx_code_t" if ref == "error_code" else f"sbx_{ref}_t"
+    if kind == "list":
+        return f"sbx_{cname(ref)}_list_t"
+    if kind == "struct":
+        return f"sbx_{cname(ref)}_t *"
+    return {"string": "char *", "bytes": "sbx_bytes_t", "bool": "bool", "int": "int64_t",
+            "uint": "uint64_t", "strlist": "sbx_strlist_t", "strmap": "sbx_strmap_t"}[kind]
+
+
+def comment(text, indent="", width=96):
+    lines = textwrap.wrap(one_line(text), width=width - len(indent) - 4,
+                          break_long_words=False, break_on_hyphens=False)
+    return [f"{indent}//  {line}" for line in lines]
+
+
+def aligned(rows, indent="    "):
+    #  Lines of (code, trailing comment), comments in one column as clang-format would.
+    width = max(len(code) for code, _ in rows)
+    return [f"{indent}{code.ljust(width)} //  {note}" for code, note in rows]
+
+
+def field_note(f):
+    notes = []
+    if f["required"]:
+        notes.append("required")
+    if f["max"] is not None:
+        notes.append(f"max {f['max']}")
+    prefix = ", ".join(notes)
+    return f"({prefix}) {f['doc']}" if prefix else f["doc"]
+
+
+def gen_header(s):
+    o = []
+    w = o.append
+    w(f"//  GENERATED by {GENERATOR} from the schemas/ files - do not edit: change the schemas")
+    w(f"//  and run `python3 {GENERATOR}`. Included by sbx_msg.h; see it for the rules.")
+    w("#ifndef SBX_MSG_GEN_H_INCLUDED")
+    w("#define SBX_MSG_GEN_H_INCLUDED")
+    w("")
+    w("#include <stdbool.h>")
+    w("#include <stddef.h>")
+    w("#include <stdint.h>")
+    w("")
+    w("#ifdef __cplusplus")
+    w('extern "C" {')
+    w("#endif")
+    w("")
+    w("struct sbx_msg_s;")
+    w("")
+    w("//  Error codes: the catalogue. SBX_OK (0) is not an error; on the wire a code is its name.")
+    w("typedef enum {")
+    w("    SBX_OK = 0,")
+    for e in s.errors:
+        o.extend(comment(f"{e['code']} ({e['http']}): {e['doc']}", "    "))
+        w(f"    SBX_E_{cconst(e['code'])},")
+    w("    SBX_CODE__COUNT")
+    w("} sbx_code_t;")
+    w("")
+    w("//  Enums: 0 is unset (never sent; a required enum that is unset fails encode).")
+    w("//  _name returns NULL for unset or unknown values; _from_name returns 0 or -1.")
+    for e in s.enums.values():
+        w("")
+        o.extend(comment(f"{e['name']} ({e['file']}): {e['doc']}"))
+        w("typedef enum {")
+        w(f"    SBX_{cconst(e['name'])}__UNSET = 0,")
+        o.extend(aligned([(f"SBX_{cconst(e['name'])}_{cconst(v)},", f'"{v}"')
+                          for v in e["values"]]))
+        w(f"}} sbx_{e['name']}_t;")
+        w(f"const char *sbx_{e['name']}_name (sbx_{e['name']}_t value);")
+        w(f"int sbx_{e['name']}_from_name (const char *name, sbx_{e['name']}_t *value_p);")
+    w("")
+    w("//  Owned containers. A message owns everything it points to: set fields with")
+    w("//  sbx_str_set, sbx_bytes_set, sbx_strlist_append, sbx_strmap_set, <struct>_list_append.")
+    w("typedef struct {")
+    w("    uint8_t *data; //  NULL = absent; non-NULL with size 0 = present and empty")
+    w("    size_t size;")
+    w("} sbx_bytes_t;")
+    w("typedef struct {")
+    w("    char **items;")
+    w("    size_t count;")
+    w("} sbx_strlist_t;")
+    w("typedef struct {")
+    w("    char **keys;")
+    w("    char **values;")
+    w("    size_t count;")
+    w("} sbx_strmap_t;")
+    w("")
+    w("//  Message types, as named on the wire.")
+    w("typedef enum {")
+    w("    SBX_MSG__UNKNOWN = 0,")
+    o.extend(aligned([(f"SBX_MSG_{cconst(m['name'])},", m["name"]) for m in s.messages]))
+    w("    SBX_MSG__COUNT")
+    w("} sbx_msg_type_t;")
+    w("")
+    w("//  Structs and message bodies. Absent: NULL pointers, empty lists, 0 numbers.")
+    for t in s.types.values():
+        w(f"typedef struct sbx_{t['cname']}_s sbx_{t['cname']}_t;")
+    if s.listed:
+        w("")
+        w("//  Lists of structs; _append returns a zeroed new last item, or NULL when out of memory.")
+    for t in s.listed:
+        w("typedef struct {")
+        w(f"    sbx_{t['cname']}_t *items;")
+        w("    size_t count;")
+        w(f"}} sbx_{t['cname']}_list_t;")
+        w(f"sbx_{t['cname']}_t *sbx_{t['cname']}_list_append (sbx_{t['cname']}_list_t *list);")
+    for t in s.types.values():
+        w("")
+        m = t["msg"]
+        if m is not None:
+            head = f"message {t['name']} ({t['file']}): {', '.join(m['from'])} -> {', '.join(m['to'])}"
+            if m["reply"]:
+                head += f", reply {m['reply']}"
+            if m["event"]:
+                head += ", event"
+        else:
+            head = f"struct {t['name']} ({t['file']})"
+        o.extend(comment(f"{head}. {t['doc']}"))
+        w(f"struct sbx_{t['cname']}_s {{")
+        if not t["fields"]:
+            w("    char unused_; //  C wants a member; this body has no fields")
+        for f in t["fields"]:
+            o.extend(comment(field_note(f), "    "))
+            ctype = c_type(s, f)
+            sep = "" if ctype.endswith("*") else " "
+            w(f"    {ctype}{sep}{f['name']};")
+        w("};")
+    w("")
+    w("//  Typed access to a message's body: NULL unless msg is of that type.")
+    for m in s.messages:
+        w(f"sbx_{m['cname']}_t *sbx_msg_{m['cname']} (struct sbx_msg_s *msg);")
+    w("")
+    w("#ifdef __cplusplus")
+    w("}")
+    w("#endif")
+    w("")
+    w("#endif")
+    return "\n".join(o) + "\n"
+
+
+def kind_const(f):
+    return "SBX_META_" + f["kind"].upper()
+
+
+def gen_source(s):
+    o = []
+    w = o.append
+    w(f"//  GENERATED by {GENERATOR} from the schemas/ files - do not edit: change the schemas")
+    w(f"//  and run `python3 {GENERATOR}`. The tables the engine in sbx_msg.c walks.")
+    w('#include "sbx_msg.h"')
+    w('#include "sbx_msg_meta.h"')
+    w("")
+    w("#include <stdlib.h>")
+    w("#include <string.h>")
+    w("")
+    w("//  The engine reads every list and enum field through one layout.")
+    w("_Static_assert (sizeof (sbx_code_t) == sizeof (int), \"enums are int-sized\");")
+    for e in s.enums.values():
+        w(f"_Static_assert (sizeof (sbx_{e['name']}_t) == sizeof (int), \"enums are int-sized\");")
+    for t in s.listed:
+        w(f"_Static_assert (offsetof (sbx_{t['cname']}_list_t, count) == sizeof (void *), "
+          "\"list layout\");")
+    w("")
+    w("//  Error catalogue.")
+    w("static const char *const s_code_names[] = {")
+    w('    "ok",')
+    for e in s.errors:
+        w(f'    "{e["code"]}",')
+    w("};")
+    w("const sbx_meta_enum_t sbx_meta_code = {\"error_code\", s_code_names, SBX_CODE__COUNT};")
+    w("const int sbx_meta_code_http[SBX_CODE__COUNT] = {")
+    w("    200,")
+    o.extend(aligned([(f"{e['http']},", e["code"]) for e in s.errors]))
+    w("};")
+    for e in s.enums.values():
+        n = e["name"]
+        w("")
+        w(f"static const char *const s_enum_{n}_values[] = {{")
+        w("    NULL,")
+        for v in e["values"]:
+            w(f'    "{v}",')
+        w("};")
+        w(f"static const sbx_meta_enum_t s_enum_{n} = {{\"{n}\", s_enum_{n}_values, "
+          f"{len(e['values']) + 1}}};")
+        w("")
+        w(f"const char *sbx_{n}_name (sbx_{n}_t value)")
+        w("{")
+        w(f"    return sbx_meta_enum_name (&s_enum_{n}, (int) value);")
+        w("}")
+        w("")
+        w(f"int sbx_{n}_from_name (const char *name, sbx_{n}_t *value_p)")
+        w("{")
+        w("    int value;")
+        w(f"    if (sbx_meta_enum_from_name (&s_enum_{n}, name, &value))")
+        w("        return -1;")
+        w("    if (value_p)")
+        w(f"        *value_p = (sbx_{n}_t) value;")
+        w("    return 0;")
+        w("}")
+    w("")
+    w("//  Structs and message bodies.")
+    for t in s.types.values():
+        w(f"static const sbx_meta_struct_t s_meta_{t['cname']};")
+    for t in s.types.values():
+        w("")
+        tn = f"sbx_{t['cname']}_t"
+        if t["fields"]:
+            w(f"static const sbx_meta_field_t s_fields_{t['cname']}[] = {{")
+            for f in t["fields"]:
+                enum_ref = "NULL"
+                if f["kind"] == "enum":
+                    enum_ref = "&sbx_meta_code" if f["ref"] == "error_code" else f"&s_enum_{f['ref']}"
+                struct_ref = f"&s_meta_{cname(f['ref'])}" if f["kind"] in ("list", "struct") else "NULL"
+                w(f'    {{"{f["name"]}", {kind_const(f)}, offsetof ({tn}, {f["name"]}), '
+                  f'{"true" if f["required"] else "false"}, {f["max"] or 0}, {enum_ref}, {struct_ref}}},')
+            w("};")
+            fields_ref, count = f"s_fields_{t['cname']}", len(t["fields"])
+        else:
+            fields_ref, count = "NULL", 0
+        w(f'static const sbx_meta_struct_t s_meta_{t["cname"]} = {{"{t["name"]}", sizeof ({tn}), '
+          f"{fields_ref}, {count}}};")
+    w("")
+    w("const sbx_meta_struct_t *const sbx_meta_caller = &s_meta_caller;")
+    w("")
+    w("//  Message types.")
+    for m in s.messages:
+        for side in ("from", "to"):
+            names = ", ".join(f'"{x}"' for x in m["msg"][side])
+            w(f"static const char *const s_{side}_{m['cname']}[] = {{{names}}};")
+    w("")
+    w("const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {")
+    w("    {NULL, NULL, NULL, 0, NULL, 0, SBX_MSG__UNKNOWN, false},")
+    for m in s.messages:
+        mm = m["msg"]
+        reply = f"SBX_MSG_{cconst(mm['reply'])}" if mm["reply"] else "SBX_MSG__UNKNOWN"
+        w(f'    {{"{m["name"]}", &s_meta_{m["cname"]}, s_from_{m["cname"]}, {len(mm["from"])}, '
+          f's_to_{m["cname"]}, {len(mm["to"])}, {reply}, {"true" if mm["event"] else "false"}}},')
+    w("};")
+    w("")
+    w("//  Typed accessors.")
+    for m in s.messages:
+        w("")
+        w(f"sbx_{m['cname']}_t *sbx_msg_{m['cname']} (struct sbx_msg_s *msg)")
+        w("{")
+        w(f"    return msg && msg->type == SBX_MSG_{cconst(m['name'])} ? "
+          f"(sbx_{m['cname']}_t *) msg->body : NULL;")
+        w("}")
+    for t in s.listed:
+        n = t["cname"]
+        w("")
+        w(f"sbx_{n}_t *sbx_{n}_list_append (sbx_{n}_list_t *list)")
+        w("{")
+        w(f"    return (sbx_{n}_t *) sbx_meta_list_append ((void **) &list->items, &list->count, "
+          f"sizeof (sbx_{n}_t));")
+        w("}")
+    return "\n".join(o) + "\n"
+
+
+# ---------------------------------------------------------------------------------------
+#  Markdown reference
+
+def md(text):
+    return one_line(text).replace("|", "\\|")
+
+
+def md_type(s, f):
+    kind, ref = f["kind"], f["ref"]
+    if kind == "enum":
+        if ref == "error_code":
+            return "enum:[error_code](#errors)"
+        return f"enum:[{ref}](#enum-{ref})"
+    if kind in ("list", "struct"):
+        t = s.types[ref]
+        anchor = ("msg-" if t["msg"] else "struct-") + ref.replace(".", "-")
+        return f"{kind}:[{ref}](#{anchor})"
+    return kind
+
+
+def md_fields(s, t, o):
+    if not t["fields"]:
+        o.append("No fields.")
+        o.append("")
+        return
+    o.append("| field | type | required | limit | doc |")
+    o.append("|---|---|---|---|---|")
+    for f in t["fields"]:
+        limit = str(f["max"]) if f["max"] is not None else ""
+        if not limit and f["kind"] in DEFAULT_MAX:
+            limit = f"({DEFAULT_MAX[f['kind']]})"
+        o.append(f"| `{f['name']}` | {md_type(s, f)} | {'yes' if f['required'] else ''} | "
+                 f"{limit} | {md(f['doc'])} |")
+    o.append("")
+
+
+def gen_markdown(s):
+    o = []
+    w = o.append
+    w(f"<!-- GENERATED by {GENERATOR} from schemas/*.json - do not edit. -->")
+    w("# sbx wire protocol: messages")
+    w("")
+    w("Every frame between sbx processes is one msgpack map: `{\"type\": name, \"rid\": uint, "
+      "\"caller\": caller, \"route\": str, \"instance\": str, \"timeout_ms\": uint, "
+      "\"body\": {...}}`. Only `type` is required; `body` may be left out when the message has "
+      "no required fields. Unknown keys are ignored at every level, so a newer peer can talk to "
+      "an older one. Enums and error codes travel as their names, `bytes` as msgpack bin, "
+      "`strlist` as an array of strings, `strmap` as a map of strings. Absent numbers read as 0; "
+      "a required field that is absent makes the frame invalid. Strings are UTF-8 without NUL.")
+    w("")
+    w(f"Limits without a `max`: strings {DEFAULT_MAX['string']}, bytes {DEFAULT_MAX['bytes']}, "
+      f"lists and maps {DEFAULT_MAX['list']} items; frames 32 MiB; nesting {MAX_DEPTH} levels. "
+      "A frame that breaks a rule is answered with an `error` reply "
+      "(`invalid_argument`, or `too_large` for a limit).")
+    w("")
+    w("C: `common/sbx_msg.h` (the codec API) and `common/sbx_msg_gen.h` (the types below). "
+      "Message `peer.hello` is `SBX_MSG_PEER_HELLO`, body `sbx_peer_hello_t`, accessor "
+      "`sbx_msg_peer_hello (msg)`.")
+    w("")
+    w("## Contents")
+    w("")
+    for fname, _ in s.files:
+        names = [t for t in s.messages if t["file"] == fname]
+        if names:
+            links = ", ".join(f"[{t['name']}](#msg-{t['name'].replace('.', '-')})" for t in names)
+            w(f"- {fname}: {links}")
+    w("- [Error codes](#errors)")
+    for fname, doc in s.files:
+        w("")
+        w(f"## {fname}")
+        w("")
+        w(md(doc))
+        w("")
+        for t in s.messages:
+            if t["file"] != fname:
+                continue
+            m = t["msg"]
+            w(f"<a id=\"msg-{t['name'].replace('.', '-')}\"></a>")
+            w(f"### {t['name']}{' (event)' if m['event'] else ''}")
+            w("")
+            line = f"{', '.join(m['from'])} → {', '.join(m['to'])}"
+            if m["reply"]:
+                line += f"; reply: [{m['reply']}](#msg-{m['reply'].replace('.', '-')})"
+            w(f"*{line}*")
+            w("")
+            w(md(t["doc"]))
+            w("")
+            md_fields(s, t, o)
+        for t in s.types.values():
+            if t["file"] != fname or t["msg"] is not None:
+                continue
+            w(f"<a id=\"struct-{t['name'].replace('.', '-')}\"></a>")
+            w(f"### struct {t['name']}")
+            w("")
+            w(md(t["doc"]))
+            w("")
+            md_fields(s, t, o)
+        for e in s.enums.values():
+            if e["file"] != fname:
+                continue
+            w(f"<a id=\"enum-{e['name']}\"></a>")
+            w(f"### enum {e['name']}")
+            w("")
+            w(md(e["doc"]))
+            w("")
+            w("Values: " + ", ".join(f"`{v}`" for v in e["values"]))
+            w("")
+    w("<a id=\"errors\"></a>")
+    w("## Error codes")
+    w("")
+    w("The `code` of an `error` reply. The gateway answers REST calls with the HTTP status shown.")
+    w("")
+    w("| code | C | HTTP | meaning |")
+    w("|---|---|---|---|")
+    for e in s.errors:
+        w(f"| `{e['code']}` | `SBX_E_{cconst(e['code'])}` | {e['http']} | {md(e['doc'])} |")
+    return "\n".join(o) + "\n"
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true",
+                    help="compare the outputs with the files on disk; exit 1 on any difference")
+    ap.add_argument("--root", default=os.path.dirname(here), help="repository root")
+    args = ap.parse_args()
+    try:
+        s = load(os.path.join(args.root, "schemas"))
+    except SchemaError as e:
+        print(f"gen.py: schema error: {e}", file=sys.stderr)
+        return 2
+    outputs = dict(zip(OUTPUTS, (gen_header(s), gen_source(s), gen_markdown(s))))
+    stale = []
+    for rel, text in outputs.items():
+        path = os.path.join(args.root, rel)
+        try:
+            with open(path, encoding="utf-8", newline="") as f:
+                current = f.read()
+        except OSError:
+            current = None
+        if current == text:
+            continue
+        if args.check:
+            stale.append(rel)
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+        print(f"gen.py: wrote {rel}")
+    if stale:
+        for rel in stale:
+            print(f"gen.py: {rel} differs from what schemas/*.json generate; "
+                  f"run python3 {GENERATOR}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package sbx needs to build, to build its guest image and to
+# run its tests. Idempotent: when everything is there already it returns at once.
+set -euo pipefail
+
+if [ "${1:-}" = "--help" ]; then
+  echo "usage: scripts/install-deps.sh   (as root on Debian 12; safe to run again)"
+  exit 0
+fi
+
+PACKAGES=(
+  # build
+  build-essential cmake pkg-config git
+  libzmq3-dev libczmq-dev libmsgpack-dev libmicrohttpd-dev libgnutls28-dev
+  libsqlite3-dev libjansson-dev libsodium-dev libcurl4-openssl-dev
+  # guests and the guest image
+  qemu-system-x86 qemu-utils busybox-static mmdebstrap e2fsprogs cpio kmod zstd
+  # tests and tools
+  python3 sqlite3 curl ca-certificates procps iproute2 nodejs npm
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "[deps] all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "[deps] missing packages: ${missing[*]}; run this script as root" >&2
+  exit 1
+fi
+echo "[deps] installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "[deps] done"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs what sbx needs, builds it with AddressSanitizer and UBSan, and runs every
+# test (unit and integration) under ctest. Extra arguments go to ctest (-R, -L, -V).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--help" ]; then
+  echo "usage: scripts/test.sh [ctest options]   e.g. -L unit, -R broker, -V"
+  exit 0
+fi
+scripts/install-deps.sh
+cmake -S . -B build-test -DSBX_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-test -j"$(nproc)"
+cd build-test
+ctest --output-on-failure --timeout 900 "$@"

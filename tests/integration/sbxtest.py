@@ -1,0 +1,206 @@
+"""Helpers for sbx integration tests: real daemons, real sockets, real files.
+
+Each test runs `sbx up` (or single daemons) in a fresh data directory under /tmp,
+talks to it with the real `sbx` CLI, and cleans up even when it fails. Nothing here
+fakes a process: a helper only starts, waits for, reads or kills real ones.
+"""
+import json
+import os
+import socket
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BIN = os.environ.get("SBX_BIN") or os.path.join(os.getcwd(), "bin")
+
+
+def binary(name):
+    path = os.path.join(BIN, name)
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"{path} is not built (set SBX_BIN to the build's bin directory)")
+    return path
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, timeout, what, interval=0.1):
+    """Polls predicate until it returns a truthy value; fails the test with `what`."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as exc:  # the thing may not be up yet
+            last = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is not alive for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Sbx:
+    """One sbx installation in a temporary data directory."""
+
+    def __init__(self, test, name="sbx", settings=None):
+        self.test = test
+        self.dir = tempfile.mkdtemp(prefix=f"sbxtest-{name}-")
+        self.up_proc = None
+        self.up_out = os.path.join(self.dir, "up.out")
+        self.extra = []  # other processes started by the test
+        if settings:
+            with open(os.path.join(self.dir, "sbx.conf"), "w") as f:
+                for k, v in settings.items():
+                    f.write(f"{k} = {v}\n")
+        test.addCleanup(self.cleanup)
+
+    # -- the CLI ---------------------------------------------------------------
+    def cli(self, *args, check=True, input=None, timeout=60):
+        cmd = [binary("sbx")] + list(args[:1]) + list(args[1:]) + ["--data-dir", self.dir]
+        if args and args[0] == "key" and len(args) > 1:
+            pass
+        res = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout)
+        if check and res.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr}")
+        return res
+
+    def cli_json(self, *args, **kw):
+        res = self.cli(*args, "--json", **kw)
+        return json.loads(res.stdout)
+
+    def status(self):
+        res = self.cli("status", "--json", check=False)
+        return json.loads(res.stdout)
+
+    # -- sbx up ----------------------------------------------------------------
+    def up(self, *args, wait=True):
+        # Each test on its own free port, unless it chose one (first run only: sbx up
+        # saves --listen in sbx.conf).
+        if "--listen" not in args and not self.listen_port():
+            args = args + ("--listen", f"127.0.0.1:{free_port()}")
+        out = open(self.up_out, "ab")
+        self.up_proc = subprocess.Popen(
+            [binary("sbx"), "up", "--data-dir", self.dir, *args],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        if wait:
+            self.wait_ready()
+        return self.up_proc
+
+    def listen_port(self):
+        try:
+            with open(os.path.join(self.dir, "sbx.conf")) as f:
+                for line in f:
+                    if line.strip().startswith("listen"):
+                        return int(line.split("=")[1].strip().rsplit(":", 1)[1])
+        except FileNotFoundError:
+            pass
+        return None
+
+    def https(self, method, path, body=None, headers=None):
+        """One request to the gateway over HTTPS, trusting the local CA."""
+        import http.client
+        import ssl
+        ctx = ssl.create_default_context(cafile=self.status()["ca_cert"])
+        conn = http.client.HTTPSConnection("localhost", self.listen_port(), context=ctx,
+                                           timeout=30)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            res = conn.getresponse()
+            return res.status, dict(res.getheaders()), res.read()
+        finally:
+            conn.close()
+
+    def wait_ready(self, timeout=60):
+        def ready():
+            if self.up_proc and self.up_proc.poll() is not None:
+                raise AssertionError(f"sbx up exited ({self.up_proc.returncode}):\n{self.output()}")
+            st = self.status()
+            return st if st["running"] and st["daemons"] and all(d["ready"] for d in st["daemons"]) else None
+        return wait_for(ready, timeout, "every daemon ready")
+
+    def output(self):
+        try:
+            with open(self.up_out, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def daemon_pid(self, name):
+        for d in self.status()["daemons"]:
+            if d["name"] == name:
+                return d["pid"]
+        return None
+
+    def log(self, name):
+        try:
+            with open(os.path.join(self.dir, "logs", f"{name}.log"), errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def start(self, name, *args):
+        """Starts one daemon by hand (a second instance, say) against this data dir."""
+        log = open(os.path.join(self.dir, "logs", f"{name}-extra-{len(self.extra)}.log"), "ab")
+        proc = subprocess.Popen([binary(name), "--data-dir", self.dir, *args],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.extra.append(proc)
+        return proc
+
+    def stop(self, timeout=30):
+        """SIGTERM to sbx up; returns its exit code once everything stopped."""
+        if not self.up_proc:
+            return None
+        self.up_proc.send_signal(signal.SIGTERM)
+        try:
+            return self.up_proc.wait(timeout)
+        finally:
+            self.up_proc = None
+
+    def cleanup(self):
+        for proc in self.extra:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if self.up_proc and self.up_proc.poll() is None:
+            self.up_proc.send_signal(signal.SIGTERM)
+            try:
+                self.up_proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.up_proc.pid, signal.SIGKILL)
+                self.up_proc.wait()
+        # Daemons of a killed supervisor must not outlive the test.
+        subprocess.run(["pkill", "-KILL", "-f", "--", f"--data-dir {self.dir}"], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if os.environ.get("SBX_KEEP"):
+            print(f"kept {self.dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def main():
+    # ctest runs each file; unittest prints "Ran N tests" and OK/FAILED.
+    unittest.main(verbosity=2)
