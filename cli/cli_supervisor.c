@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,6 +296,10 @@ static void s_child_exec (char **argv, char **envp, int null_fd, int log_fd, int
     sigset_t none;
     sigemptyset (&none);
     sigprocmask (SIG_SETMASK, &none, NULL);
+    //  A supervisor killed outright (SIGKILL) must not leave daemons behind that the
+    //  next `sbx up` would collide with: they get SIGTERM and stop cleanly. (vmd's
+    //  guests run in sessions of their own and are not affected.)
+    prctl (PR_SET_PDEATHSIG, SIGTERM);
 
     if (dup2 (null_fd, STDIN_FILENO) == -1 || dup2 (log_fd, STDOUT_FILENO) == -1 ||
         dup2 (log_fd, STDERR_FILENO) == -1 || dup2 (ready_fd, READY_FD) == -1)

@@ -171,6 +171,16 @@ class UpTest(unittest.TestCase):
                        "second banner")
         self.assertEqual(out.count("admin API key"), 1)
 
+        # A supervisor killed outright takes its daemons with it (no orphan holding the
+        # broker's lock), and the next sbx up starts cleanly.
+        pids = [d["pid"] for d in s.status()["daemons"]]
+        s.up_proc.kill()
+        s.up_proc.wait()
+        for pid in pids:
+            wait_for(lambda: not pid_alive(pid), 15, f"daemon pid {pid} gone with its supervisor")
+        s.up()
+        self.assertEqual(len(s.cli_json("key", "list", "--account", "carol@example.com")["keys"]), 2)
+
 
 if __name__ == "__main__":
     main()
