@@ -1,48 +1,14 @@
-/*  gw_selftest - runs the self-test of one gateway module, or all of them.
-    Usage: gw_selftest [-v] [MODULE]   (ctest registers one test per module) */
-#include <stdbool.h>
-#include <stdio.h>
-#include <string.h>
-
+/*  gw_selftest - the gateway modules' self-tests (see sbx_testrun.h). */
 #include "gw_http.h"
 #include "gw_tls.h"
+#include "sbx_testrun.h"
 
-typedef struct {
-    const char *name;
-    void (*fn) (bool verbose);
-} test_item_t;
-
-static test_item_t s_tests[] = {{"gw_tls", gw_tls_test}, {"gw_http", gw_http_test}, {NULL, NULL}};
+static const sbx_test_t s_tests[] = {
+    {"gw_tls", gw_tls_test},
+    {"gw_http", gw_http_test},
+    {NULL, NULL}};
 
 int main (int argc, char **argv)
 {
-    bool verbose = false;
-    const char *only = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (streq (argv[i], "-v"))
-            verbose = true;
-        else if (streq (argv[i], "-h") || streq (argv[i], "--help")) {
-            printf ("usage: %s [-v] [MODULE]\nmodules:", argv[0]);
-            for (test_item_t *t = s_tests; t->name; t++)
-                printf (" %s", t->name);
-            printf ("\n");
-            return 0;
-        } else
-            only = argv[i];
-    }
-    int ran = 0;
-    for (test_item_t *t = s_tests; t->name; t++) {
-        if (only && !streq (only, t->name))
-            continue;
-        printf (" * %s: ", t->name);
-        fflush (stdout);
-        t->fn (verbose);
-        printf ("OK\n");
-        ran++;
-    }
-    if (ran == 0) {
-        fprintf (stderr, "gw_selftest: no module named '%s'\n", only ? only : "");
-        return 1;
-    }
-    return 0;
+    return sbx_testrun (argc, argv, s_tests);
 }

@@ -16,8 +16,13 @@ PACKAGES=(
   # guests and the guest image
   qemu-system-x86 qemu-utils busybox-static mmdebstrap e2fsprogs cpio kmod zstd
   # tests and tools
-  python3 sqlite3 curl ca-certificates procps iproute2 nodejs npm
+  python3 sqlite3 curl ca-certificates procps iproute2
 )
+# Node.js and npm (for the MCP SDK client tests) come from Debian's nodejs and npm only
+# when no node is installed: machines that ship their own Node.js keep it.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
