@@ -4,8 +4,11 @@
 int main (int argc, char **argv)
 {
     int code;
-    sbx_daemon_t *daemon = sbx_daemon_new (argc, argv, "sbx-billing",
-                                           "The per-second meter: reads the broker's tap, keeps running intervals, wallets\nand a ledger in billing.db, and replays missed events after a restart.", &code);
+    sbx_daemon_t *daemon = sbx_daemon_new (
+        argc, argv, "sbx-billing",
+        "The per-second meter: reads the broker's tap, keeps running intervals, wallets\nand a "
+        "ledger in billing.db, and replays missed events after a restart.",
+        &code);
     if (!daemon)
         return code;
     if (!sbx_daemon_connect (daemon, SBX_ROLE_BILLING, NULL, NULL)) {

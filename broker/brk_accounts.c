@@ -20,8 +20,8 @@ static bool s_may_act_on (const sbx_caller_t *caller, const char *account_id)
 
 static sbx_msg_t *s_no_caller (sbx_msg_t *request)
 {
-    return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED,
-                              "%s carries no caller identity", sbx_msg_type_name (request->type));
+    return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED, "%s carries no caller identity",
+                              sbx_msg_type_name (request->type));
 }
 
 //  An email is one @ with text on both sides, printable ASCII without spaces; stored in
@@ -70,8 +70,7 @@ static int s_find_account (brk_ctx_t *ctx, sbx_msg_t *request, const char *which
         brk_account_clear (account);
     *error = rc < 0 ? sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "account lookup failed")
                     : sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND,
-                                         "no account '%s' (give its id acc_… or its email)",
-                                         which);
+                                         "no account '%s' (give its id acc_… or its email)", which);
     return -1;
 }
 
@@ -170,8 +169,8 @@ sbx_msg_t *brk_accounts_create (brk_ctx_t *ctx, sbx_msg_t *request)
         body->admin = args->admin;
         rc = brk_events_add (ctx->events, &event, account_id, account_id);
         if (rc == 0 && args->with_key)
-            rc = s_make_key (ctx, account_id, SBX_KEY_PRESET_FULL, "first key", 0, &key_id,
-                             &secret);
+            rc =
+                s_make_key (ctx, account_id, SBX_KEY_PRESET_FULL, "first key", 0, &key_id, &secret);
     }
     if (!reply && (rc || brk_events_commit (ctx->events)))
         reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot store the account");

@@ -12,12 +12,12 @@
 #include "sbx_common.h"
 
 typedef struct {
-    uint64_t rid;          //  the broker's rid, sent to the worker
-    uint64_t client_rid;   //  the client's rid, restored on the reply
-    zframe_t *client;      //  the client's routing id
-    char *worker;          //  the worker's routing id (hex), to fail on its loss
-    char *what;            //  "sys.status to vmd host-a", for messages and logs
-    uint64_t deadline;     //  monotonic ms
+    uint64_t rid;        //  the broker's rid, sent to the worker
+    uint64_t client_rid; //  the client's rid, restored on the reply
+    zframe_t *client;    //  the client's routing id
+    char *worker;        //  the worker's routing id (hex), to fail on its loss
+    char *what;          //  "sys.status to vmd host-a", for messages and logs
+    uint64_t deadline;   //  monotonic ms
 } brk_request_t;
 
 typedef struct brk_pending_t brk_pending_t;

@@ -10,7 +10,7 @@
 #include "sbx_common.h"
 
 typedef struct {
-    char *routing_id; //  hex of the routing id frame
+    char *routing_id;  //  hex of the routing id frame
     zframe_t *address; //  the routing id frame itself, to send to
     sbx_role_t role;
     char *instance;

@@ -5,12 +5,11 @@
 #include "brk_store.h"
 #include "sbx_testrun.h"
 
-static const sbx_test_t s_tests[] = {
-    {"brk_store", brk_store_test},
-    {"brk_registry", brk_registry_test},
-    {"brk_pending", brk_pending_test},
-    {"brk_server", brk_server_test},
-    {NULL, NULL}};
+static const sbx_test_t s_tests[] = {{"brk_store", brk_store_test},
+                                     {"brk_registry", brk_registry_test},
+                                     {"brk_pending", brk_pending_test},
+                                     {"brk_server", brk_server_test},
+                                     {NULL, NULL}};
 
 int main (int argc, char **argv)
 {

@@ -14,10 +14,10 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#define S_MAX_TIMEOUT_MS    (20u * 60 * 1000) //  exec waits up to 600 s; leave room
-#define S_REPLAY_MAX        10000u
-#define S_REPLAY_DEFAULT    1000u
-#define S_REPLAY_MAX_BYTES  (8u * 1024 * 1024) //  well under the frame limit
+#define S_MAX_TIMEOUT_MS   (20u * 60 * 1000) //  exec waits up to 600 s; leave room
+#define S_REPLAY_MAX       10000u
+#define S_REPLAY_DEFAULT   1000u
+#define S_REPLAY_MAX_BYTES (8u * 1024 * 1024) //  well under the frame limit
 
 typedef struct {
     sbx_config_t *config; //  borrowed
@@ -165,7 +165,7 @@ static void s_send (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
                    sbx_msg_type_name (msg->type), err.message);
     else {
         zmsg_t *out = zmsg_new ();
-        zmsg_append (out, &(zframe_t *) {zframe_dup (address)});
+        zmsg_append (out, &(zframe_t *){zframe_dup (address)});
         zmsg_addmem (out, data, size);
         if (zmsg_send (&out, self->router))
             sbx_debug ("rid=%llu %s not delivered: peer gone or full",
@@ -218,8 +218,7 @@ static void s_fail_worker_requests (s_server_t *self, brk_peer_t *peer)
     brk_request_t *request;
     while ((request = brk_pending_take_worker (self->pending, peer->routing_id))) {
         char message[400];
-        snprintf (message, sizeof message, "%s failed: the worker went away; retry",
-                  request->what);
+        snprintf (message, sizeof message, "%s failed: the worker went away; retry", request->what);
         s_reply_error (self, request->client, request->client_rid, SBX_E_UNAVAILABLE, message);
         brk_request_destroy (&request);
     }
@@ -380,8 +379,8 @@ static void s_route (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p, sbx
     if (timeout > S_MAX_TIMEOUT_MS)
         timeout = S_MAX_TIMEOUT_MS;
     char what[300];
-    snprintf (what, sizeof what, "%s to %s %s", sbx_msg_type_name (msg->type),
-              sbx_role_name (role), worker->instance);
+    snprintf (what, sizeof what, "%s to %s %s", sbx_msg_type_name (msg->type), sbx_role_name (role),
+              worker->instance);
     uint64_t rid = brk_pending_add (self->pending, address, msg->rid, worker->routing_id, what,
                                     sbx_clock_mono_ms () + timeout);
     if (!rid) {
@@ -472,8 +471,7 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
             return;
         }
         reply = sbx_msg_new_error (msg->rid, SBX_E_INVALID_ARGUMENT,
-                                   "the broker does not handle %s",
-                                   sbx_msg_type_name (msg->type));
+                                   "the broker does not handle %s", sbx_msg_type_name (msg->type));
         break;
     }
     s_send (self, address, &reply);
@@ -543,8 +541,7 @@ static int s_on_deadlines (zloop_t *loop, int timer_id, void *arg)
     brk_request_t *request;
     while ((request = brk_pending_take_expired (self->pending, now))) {
         char message[400];
-        snprintf (message, sizeof message, "%s got no answer before its deadline",
-                  request->what);
+        snprintf (message, sizeof message, "%s got no answer before its deadline", request->what);
         sbx_warn ("rid=%llu %s", (unsigned long long) request->client_rid, message);
         s_reply_error (self, request->client, request->client_rid, SBX_E_TIMEOUT, message);
         brk_request_destroy (&request);
@@ -820,8 +817,8 @@ void brk_server_test (bool verbose)
     zmsg_addstr (multi, "two");
     zmsg_send (&multi, client);
     //  {"type": "no.such", "rid": 7}
-    const uint8_t unknown_type[] = {0x82, 0xa4, 't', 'y', 'p', 'e', 0xa7, 'n', 'o', '.', 's',
-                                    'u',  'c',  'h', 0xa3, 'r', 'i', 'd', 0x07};
+    const uint8_t unknown_type[] = {0x82, 0xa4, 't', 'y', 'p',  'e', 0xa7, 'n', 'o', '.',
+                                    's',  'u',  'c', 'h', 0xa3, 'r', 'i',  'd', 0x07};
     zframe_t *frame = zframe_new (unknown_type, sizeof unknown_type);
     zframe_send (&frame, client, 0);
     reply = s_test_recv (client, 2000);

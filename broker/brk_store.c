@@ -60,7 +60,7 @@ static const char *s_migrations[] = {
     "  value TEXT NOT NULL);",
 };
 
-#define MIGRATION_COUNT ((int)(sizeof s_migrations / sizeof s_migrations[0]))
+#define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
 
 //  --------------------------------------------------------------------------
 //  Statements, prepared once at open (after the migrations) and reused.
@@ -144,103 +144,111 @@ static const char *s_key_presets[] = {"full", "ci", "read-only", "no-delete", NU
 //  --------------------------------------------------------------------------
 //  Helpers
 
-static bool s_one_of(const char *text, const char **names)
+static bool s_one_of (const char *text, const char **names)
 {
     for (; *names; names++)
-        if (strcmp(text, *names) == 0) return true;
+        if (strcmp (text, *names) == 0)
+            return true;
     return false;
 }
 
-static bool s_nonempty(const char *text)
+static bool s_nonempty (const char *text)
 {
     return text && *text;
 }
 
 //  Every uint64 stored must fit SQLite's signed 64-bit integers.
-static bool s_fits(uint64_t value)
+static bool s_fits (uint64_t value)
 {
-    return value <= (uint64_t)INT64_MAX;
+    return value <= (uint64_t) INT64_MAX;
 }
 
-static uint64_t s_column_u64(sqlite3_stmt *stmt, int column)
+static uint64_t s_column_u64 (sqlite3_stmt *stmt, int column)
 {
-    sqlite3_int64 value = sqlite3_column_int64(stmt, column);
-    return value < 0 ? 0 : (uint64_t)value;
+    sqlite3_int64 value = sqlite3_column_int64 (stmt, column);
+    return value < 0 ? 0 : (uint64_t) value;
 }
 
 //  A copy of a text column, NULL for SQL NULL. Sets *failed when out of memory.
-static char *s_column_dup(sqlite3_stmt *stmt, int column, bool *failed)
+static char *s_column_dup (sqlite3_stmt *stmt, int column, bool *failed)
 {
-    const unsigned char *text = sqlite3_column_text(stmt, column);
+    const unsigned char *text = sqlite3_column_text (stmt, column);
     if (!text) {
-        if (sqlite3_errcode(sqlite3_db_handle(stmt)) == SQLITE_NOMEM) *failed = true;
+        if (sqlite3_errcode (sqlite3_db_handle (stmt)) == SQLITE_NOMEM)
+            *failed = true;
         return NULL;
     }
-    char *copy = strdup((const char *)text);
-    if (!copy) *failed = true;
+    char *copy = strdup ((const char *) text);
+    if (!copy)
+        *failed = true;
     return copy;
 }
 
 //  Binds text (NULL binds SQL NULL). The text must outlive the step: it is not copied.
-static int s_bind_text(sqlite3_stmt *stmt, int index, const char *text)
+static int s_bind_text (sqlite3_stmt *stmt, int index, const char *text)
 {
-    if (!text) return sqlite3_bind_null(stmt, index);
-    return sqlite3_bind_text(stmt, index, text, -1, SQLITE_STATIC);
+    if (!text)
+        return sqlite3_bind_null (stmt, index);
+    return sqlite3_bind_text (stmt, index, text, -1, SQLITE_STATIC);
 }
 
 //  Resets a statement after use, so it holds no read snapshot (which would keep WAL
 //  checkpoints from finishing) and no pointers to the caller's strings.
-static void s_reset(sqlite3_stmt *stmt)
+static void s_reset (sqlite3_stmt *stmt)
 {
-    sqlite3_reset(stmt);
-    sqlite3_clear_bindings(stmt);
+    sqlite3_reset (stmt);
+    sqlite3_clear_bindings (stmt);
 }
 
-static void s_log_db_error(brk_store_t *self, const char *what)
+static void s_log_db_error (brk_store_t *self, const char *what)
 {
-    sbx_error("store %s: %s: %s (%d)", self->path, what, sqlite3_errmsg(self->db),
-              sqlite3_extended_errcode(self->db));
+    sbx_error ("store %s: %s: %s (%d)", self->path, what, sqlite3_errmsg (self->db),
+               sqlite3_extended_errcode (self->db));
 }
 
 //  Runs a statement that returns no rows. Returns the final SQLite code.
-static int s_run(brk_store_t *self, stmt_id_t id, const char *what)
+static int s_run (brk_store_t *self, stmt_id_t id, const char *what)
 {
     sqlite3_stmt *stmt = self->stmt[id];
-    int rc = sqlite3_step(stmt);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) rc = sqlite3_extended_errcode(self->db);
-    if (rc != SQLITE_DONE && (rc & 0xff) != SQLITE_CONSTRAINT) s_log_db_error(self, what);
-    s_reset(stmt);
+    int rc = sqlite3_step (stmt);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        rc = sqlite3_extended_errcode (self->db);
+    if (rc != SQLITE_DONE && (rc & 0xff) != SQLITE_CONSTRAINT)
+        s_log_db_error (self, what);
+    s_reset (stmt);
     return rc == SQLITE_ROW ? SQLITE_DONE : rc;
 }
 
-static bool s_require_transaction(brk_store_t *self, const char *what)
+static bool s_require_transaction (brk_store_t *self, const char *what)
 {
-    if (sqlite3_get_autocommit(self->db) == 0) return true;
-    sbx_warn("store %s: %s outside a transaction refused", self->path, what);
+    if (sqlite3_get_autocommit (self->db) == 0)
+        return true;
+    sbx_warn ("store %s: %s outside a transaction refused", self->path, what);
     return false;
 }
 
-static int s_exec(brk_store_t *self, const char *sql, const char *what)
+static int s_exec (brk_store_t *self, const char *sql, const char *what)
 {
     char *message = NULL;
-    if (sqlite3_exec(self->db, sql, NULL, NULL, &message) == SQLITE_OK) return 0;
-    sbx_error("store %s: %s: %s", self->path, what, message ? message : "failed");
-    sqlite3_free(message);
+    if (sqlite3_exec (self->db, sql, NULL, NULL, &message) == SQLITE_OK)
+        return 0;
+    sbx_error ("store %s: %s: %s", self->path, what, message ? message : "failed");
+    sqlite3_free (message);
     return -1;
 }
 
 //  Runs a one-row query with no parameters and returns its first column as an
 //  integer, or -1 (logged) on error.
-static int64_t s_query_int(brk_store_t *self, const char *sql, const char *what)
+static int64_t s_query_int (brk_store_t *self, const char *sql, const char *what)
 {
     sqlite3_stmt *stmt = NULL;
     int64_t value = -1;
-    if (sqlite3_prepare_v2(self->db, sql, -1, &stmt, NULL) == SQLITE_OK &&
-        sqlite3_step(stmt) == SQLITE_ROW)
-        value = sqlite3_column_int64(stmt, 0);
+    if (sqlite3_prepare_v2 (self->db, sql, -1, &stmt, NULL) == SQLITE_OK &&
+        sqlite3_step (stmt) == SQLITE_ROW)
+        value = sqlite3_column_int64 (stmt, 0);
     else
-        s_log_db_error(self, what);
-    sqlite3_finalize(stmt);
+        s_log_db_error (self, what);
+    sqlite3_finalize (stmt);
     return value;
 }
 
@@ -250,150 +258,160 @@ static int64_t s_query_int(brk_store_t *self, const char *sql, const char *what)
 //  Creates the file with mode 0600 before SQLite does (SQLite would use 0644 less the
 //  umask); sets *loose when an existing file is readable by others. SQLite gives
 //  -wal and -shm the main file's mode.
-static int s_create_private(const char *path, bool *loose)
+static int s_create_private (const char *path, bool *loose)
 {
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+    int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
     if (fd < 0) {
-        sbx_error("store %s: cannot open: %s", path, strerror(errno));
+        sbx_error ("store %s: cannot open: %s", path, strerror (errno));
         return -1;
     }
     struct stat st;
-    int rc = fstat(fd, &st);
-    if (rc == 0 && !S_ISREG(st.st_mode)) {
-        sbx_error("store %s: not a regular file", path);
+    int rc = fstat (fd, &st);
+    if (rc == 0 && !S_ISREG (st.st_mode)) {
+        sbx_error ("store %s: not a regular file", path);
         rc = -1;
     } else if (rc == 0 && st.st_size > 0 && st.st_size < 512) {
         //  Databases are whole pages of 512 bytes or more. SQLite would take some
         //  such stubs for an empty database and overwrite them.
-        sbx_error("store %s: not a database (%lld bytes)", path, (long long)st.st_size);
+        sbx_error ("store %s: not a database (%lld bytes)", path, (long long) st.st_size);
         rc = -1;
     } else if (rc == 0)
         *loose = (st.st_mode & 077) != 0;
-    close(fd);
+    close (fd);
     return rc;
 }
 
-static int s_configure(brk_store_t *self)
+static int s_configure (brk_store_t *self)
 {
-    sqlite3_extended_result_codes(self->db, 1);
-    sqlite3_busy_timeout(self->db, BUSY_TIMEOUT_MS);
+    sqlite3_extended_result_codes (self->db, 1);
+    sqlite3_busy_timeout (self->db, BUSY_TIMEOUT_MS);
     //  The first statement reads the header: a file that is not a database fails here.
     sqlite3_stmt *stmt = NULL;
     bool wal = false;
-    if (sqlite3_prepare_v2(self->db, "PRAGMA journal_mode=WAL", -1, &stmt, NULL) == SQLITE_OK &&
-        sqlite3_step(stmt) == SQLITE_ROW) {
-        const char *mode = (const char *)sqlite3_column_text(stmt, 0);
-        wal = mode && strcmp(mode, "wal") == 0;
+    if (sqlite3_prepare_v2 (self->db, "PRAGMA journal_mode=WAL", -1, &stmt, NULL) == SQLITE_OK &&
+        sqlite3_step (stmt) == SQLITE_ROW) {
+        const char *mode = (const char *) sqlite3_column_text (stmt, 0);
+        wal = mode && strcmp (mode, "wal") == 0;
         if (!wal)
-            sbx_error("store %s: cannot use WAL (journal mode stays %s)", self->path,
-                      mode ? mode : "?");
+            sbx_error ("store %s: cannot use WAL (journal mode stays %s)", self->path,
+                       mode ? mode : "?");
     } else
-        s_log_db_error(self, "cannot read the database");
-    sqlite3_finalize(stmt);
-    if (!wal) return -1;
+        s_log_db_error (self, "cannot read the database");
+    sqlite3_finalize (stmt);
+    if (!wal)
+        return -1;
     //  FULL: a committed event survives a power cut, as billing and audit rely on.
     //  NORMAL in WAL mode may lose the last commits.
-    if (s_exec(self, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", "pragmas")) return -1;
+    if (s_exec (self, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", "pragmas"))
+        return -1;
     return 0;
 }
 
 //  Applies the migrations the database lacks, each in its own transaction. Reads the
 //  version under the write lock, so two openers cannot both apply one.
-static int s_migrate(brk_store_t *self)
+static int s_migrate (brk_store_t *self)
 {
     while (true) {
-        if (s_exec(self, "BEGIN IMMEDIATE", "begin migration")) return -1;
+        if (s_exec (self, "BEGIN IMMEDIATE", "begin migration"))
+            return -1;
         int64_t version = -1;
-        if (s_exec(self,
-                   "CREATE TABLE IF NOT EXISTS schema_version ("
-                   "  version INTEGER NOT NULL PRIMARY KEY, applied_ms INTEGER NOT NULL)",
-                   "create schema_version") == 0)
-            version = s_query_int(self, "SELECT coalesce (max (version), 0) FROM schema_version",
-                                  "read schema_version");
+        if (s_exec (self,
+                    "CREATE TABLE IF NOT EXISTS schema_version ("
+                    "  version INTEGER NOT NULL PRIMARY KEY, applied_ms INTEGER NOT NULL)",
+                    "create schema_version") == 0)
+            version = s_query_int (self, "SELECT coalesce (max (version), 0) FROM schema_version",
+                                   "read schema_version");
         if (version < 0) {
-            sqlite3_exec(self->db, "ROLLBACK", NULL, NULL, NULL);
+            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
             return -1;
         }
         if (version > MIGRATION_COUNT) {
-            sbx_error("store %s: schema version %lld is newer than this broker knows (%d); "
-                      "refusing to open (run a newer sbx-broker)",
-                      self->path, (long long)version, MIGRATION_COUNT);
-            sqlite3_exec(self->db, "ROLLBACK", NULL, NULL, NULL);
+            sbx_error ("store %s: schema version %lld is newer than this broker knows (%d); "
+                       "refusing to open (run a newer sbx-broker)",
+                       self->path, (long long) version, MIGRATION_COUNT);
+            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
             return -1;
         }
         if (version == MIGRATION_COUNT) {
-            self->version = (int)version;
-            return s_exec(self, "COMMIT", "commit");
+            self->version = (int) version;
+            return s_exec (self, "COMMIT", "commit");
         }
         char record[128];
-        snprintf(record, sizeof record,
-                 "INSERT INTO schema_version (version, applied_ms) VALUES (%d, %llu)",
-                 (int)version + 1, (unsigned long long)sbx_clock_now_ms());
-        if (s_exec(self, s_migrations[version], "migration") ||
-            s_exec(self, record, "record migration") ||
-            s_exec(self, "COMMIT", "commit migration")) {
-            sqlite3_exec(self->db, "ROLLBACK", NULL, NULL, NULL);
-            sbx_error("store %s: migration to version %d failed", self->path, (int)version + 1);
+        snprintf (record, sizeof record,
+                  "INSERT INTO schema_version (version, applied_ms) VALUES (%d, %llu)",
+                  (int) version + 1, (unsigned long long) sbx_clock_now_ms ());
+        if (s_exec (self, s_migrations[version], "migration") ||
+            s_exec (self, record, "record migration") ||
+            s_exec (self, "COMMIT", "commit migration")) {
+            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+            sbx_error ("store %s: migration to version %d failed", self->path, (int) version + 1);
             return -1;
         }
-        sbx_info("store %s: schema migrated to version %d", self->path, (int)version + 1);
+        sbx_info ("store %s: schema migrated to version %d", self->path, (int) version + 1);
     }
 }
 
-brk_store_t *brk_store_new(const char *path)
+brk_store_t *brk_store_new (const char *path)
 {
-    if (!s_nonempty(path)) return NULL;
-    brk_store_t *self = calloc(1, sizeof *self);
-    if (!self) return NULL;
-    self->path = strdup(path);
+    if (!s_nonempty (path))
+        return NULL;
+    brk_store_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->path = strdup (path);
     bool loose = false;
-    if (!self->path || s_create_private(path, &loose)) goto failed;
-    int rc = sqlite3_open_v2(path, &self->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (!self->path || s_create_private (path, &loose))
+        goto failed;
+    int rc = sqlite3_open_v2 (path, &self->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
-        sbx_error("store %s: cannot open: %s", path,
-                  self->db ? sqlite3_errmsg(self->db) : sqlite3_errstr(rc));
+        sbx_error ("store %s: cannot open: %s", path,
+                   self->db ? sqlite3_errmsg (self->db) : sqlite3_errstr (rc));
         goto failed;
     }
-    if (s_configure(self) || s_migrate(self)) goto failed;
+    if (s_configure (self) || s_migrate (self))
+        goto failed;
     //  Only now that it is known to be our database: it holds password hashes.
     if (loose) {
-        sbx_warn("store %s: was readable by others, now mode 0600", path);
-        if (chmod(path, 0600)) sbx_warn("store %s: chmod: %s", path, strerror(errno));
+        sbx_warn ("store %s: was readable by others, now mode 0600", path);
+        if (chmod (path, 0600))
+            sbx_warn ("store %s: chmod: %s", path, strerror (errno));
     }
     for (int i = 0; i < ST_COUNT; i++) {
-        assert(s_sql[i]);
-        if (sqlite3_prepare_v3(self->db, s_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &self->stmt[i],
-                               NULL) != SQLITE_OK) {
-            s_log_db_error(self, "prepare");
+        assert (s_sql[i]);
+        if (sqlite3_prepare_v3 (self->db, s_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &self->stmt[i],
+                                NULL) != SQLITE_OK) {
+            s_log_db_error (self, "prepare");
             goto failed;
         }
     }
-    sbx_debug("store %s: open at schema version %d", path, self->version);
+    sbx_debug ("store %s: open at schema version %d", path, self->version);
     return self;
 
 failed:
-    brk_store_destroy(&self);
+    brk_store_destroy (&self);
     return NULL;
 }
 
-void brk_store_destroy(brk_store_t **self_p)
+void brk_store_destroy (brk_store_t **self_p)
 {
-    assert(self_p);
+    assert (self_p);
     brk_store_t *self = *self_p;
-    if (!self) return;
-    if (self->db && sqlite3_get_autocommit(self->db) == 0) {
-        sbx_warn("store %s: closed inside a transaction; rolled back", self->path);
-        sqlite3_exec(self->db, "ROLLBACK", NULL, NULL, NULL);
+    if (!self)
+        return;
+    if (self->db && sqlite3_get_autocommit (self->db) == 0) {
+        sbx_warn ("store %s: closed inside a transaction; rolled back", self->path);
+        sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
     }
     for (int i = 0; i < ST_COUNT; i++)
-        sqlite3_finalize(self->stmt[i]);
-    if (self->db && sqlite3_close(self->db) != SQLITE_OK) s_log_db_error(self, "close");
-    free(self->path);
-    free(self);
+        sqlite3_finalize (self->stmt[i]);
+    if (self->db && sqlite3_close (self->db) != SQLITE_OK)
+        s_log_db_error (self, "close");
+    free (self->path);
+    free (self);
     *self_p = NULL;
 }
 
-int brk_store_schema_version(brk_store_t *self)
+int brk_store_schema_version (brk_store_t *self)
 {
     return self ? self->version : -1;
 }
@@ -401,361 +419,397 @@ int brk_store_schema_version(brk_store_t *self)
 //  --------------------------------------------------------------------------
 //  Transactions
 
-int brk_store_begin(brk_store_t *self)
+int brk_store_begin (brk_store_t *self)
 {
-    if (!self) return -1;
-    if (sqlite3_get_autocommit(self->db) == 0) {
-        sbx_warn("store %s: begin inside a transaction refused", self->path);
+    if (!self)
+        return -1;
+    if (sqlite3_get_autocommit (self->db) == 0) {
+        sbx_warn ("store %s: begin inside a transaction refused", self->path);
         return -1;
     }
-    return s_run(self, ST_BEGIN, "begin") == SQLITE_DONE ? 0 : -1;
+    return s_run (self, ST_BEGIN, "begin") == SQLITE_DONE ? 0 : -1;
 }
 
-int brk_store_commit(brk_store_t *self)
+int brk_store_commit (brk_store_t *self)
 {
-    if (!self || sqlite3_get_autocommit(self->db)) return -1;
-    return s_run(self, ST_COMMIT, "commit") == SQLITE_DONE ? 0 : -1;
+    if (!self || sqlite3_get_autocommit (self->db))
+        return -1;
+    return s_run (self, ST_COMMIT, "commit") == SQLITE_DONE ? 0 : -1;
 }
 
-int brk_store_rollback(brk_store_t *self)
+int brk_store_rollback (brk_store_t *self)
 {
-    if (!self || sqlite3_get_autocommit(self->db)) return -1;
-    return s_run(self, ST_ROLLBACK, "rollback") == SQLITE_DONE ? 0 : -1;
+    if (!self || sqlite3_get_autocommit (self->db))
+        return -1;
+    return s_run (self, ST_ROLLBACK, "rollback") == SQLITE_DONE ? 0 : -1;
 }
 
-bool brk_store_in_transaction(brk_store_t *self)
+bool brk_store_in_transaction (brk_store_t *self)
 {
-    return self && sqlite3_get_autocommit(self->db) == 0;
+    return self && sqlite3_get_autocommit (self->db) == 0;
 }
 
 //  --------------------------------------------------------------------------
 //  Events
 
-int brk_store_event_append(brk_store_t *self, const char *type, const char *account,
-                           const char *subject, const uint8_t *payload, size_t size, uint64_t ts_ms,
-                           uint64_t *seq_p)
+int brk_store_event_append (brk_store_t *self, const char *type, const char *account,
+                            const char *subject, const uint8_t *payload, size_t size,
+                            uint64_t ts_ms, uint64_t *seq_p)
 {
-    if (!self || !s_nonempty(type) || strlen(type) > BRK_EVENT_TYPE_MAX ||
-        (account && strlen(account) > BRK_EVENT_ACCOUNT_MAX) ||
-        (subject && strlen(subject) > BRK_EVENT_SUBJECT_MAX) || (!payload && size > 0) ||
-        size > BRK_EVENT_PAYLOAD_MAX || !s_fits(ts_ms))
+    if (!self || !s_nonempty (type) || strlen (type) > BRK_EVENT_TYPE_MAX ||
+        (account && strlen (account) > BRK_EVENT_ACCOUNT_MAX) ||
+        (subject && strlen (subject) > BRK_EVENT_SUBJECT_MAX) || (!payload && size > 0) ||
+        size > BRK_EVENT_PAYLOAD_MAX || !s_fits (ts_ms))
         return -1;
-    if (!s_require_transaction(self, "event append")) return -1;
+    if (!s_require_transaction (self, "event append"))
+        return -1;
     sqlite3_stmt *stmt = self->stmt[ST_EVENT_APPEND];
-    sqlite3_bind_int64(stmt, 1, (sqlite3_int64)ts_ms);
-    s_bind_text(stmt, 2, type);
-    s_bind_text(stmt, 3, account);
-    s_bind_text(stmt, 4, subject);
+    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) ts_ms);
+    s_bind_text (stmt, 2, type);
+    s_bind_text (stmt, 3, account);
+    s_bind_text (stmt, 4, subject);
     if (size > 0)
-        sqlite3_bind_blob(stmt, 5, payload, (int)size, SQLITE_STATIC);
+        sqlite3_bind_blob (stmt, 5, payload, (int) size, SQLITE_STATIC);
     else
-        sqlite3_bind_null(stmt, 5);
-    if (s_run(self, ST_EVENT_APPEND, "event append") != SQLITE_DONE) return -1;
-    if (seq_p) *seq_p = (uint64_t)sqlite3_last_insert_rowid(self->db);
+        sqlite3_bind_null (stmt, 5);
+    if (s_run (self, ST_EVENT_APPEND, "event append") != SQLITE_DONE)
+        return -1;
+    if (seq_p)
+        *seq_p = (uint64_t) sqlite3_last_insert_rowid (self->db);
     return 0;
 }
 
-uint64_t brk_store_last_seq(brk_store_t *self)
+uint64_t brk_store_last_seq (brk_store_t *self)
 {
-    if (!self) return 0;
+    if (!self)
+        return 0;
     sqlite3_stmt *stmt = self->stmt[ST_LAST_SEQ];
     uint64_t seq = 0;
-    int rc = sqlite3_step(stmt);
+    int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW)
-        seq = s_column_u64(stmt, 0);
+        seq = s_column_u64 (stmt, 0);
     else if (rc != SQLITE_DONE)
-        s_log_db_error(self, "last seq");
-    s_reset(stmt);
+        s_log_db_error (self, "last seq");
+    s_reset (stmt);
     return seq;
 }
 
-int brk_store_events_after(brk_store_t *self, uint64_t after_seq, size_t limit,
-                           const char *type_prefix, brk_store_event_fn *fn, void *arg)
+int brk_store_events_after (brk_store_t *self, uint64_t after_seq, size_t limit,
+                            const char *type_prefix, brk_store_event_fn *fn, void *arg)
 {
-    if (!self || !fn) return -1;
+    if (!self || !fn)
+        return -1;
     sqlite3_stmt *stmt = self->stmt[ST_EVENTS_AFTER];
-    if (sqlite3_stmt_busy(stmt)) {
-        sbx_warn("store %s: events_after called from its own callback", self->path);
+    if (sqlite3_stmt_busy (stmt)) {
+        sbx_warn ("store %s: events_after called from its own callback", self->path);
         return -1;
     }
-    if (!s_fits(after_seq)) return 0;
+    if (!s_fits (after_seq))
+        return 0;
     //  The count is returned as an int.
-    if (limit == 0 || limit > INT_MAX) limit = INT_MAX;
-    sqlite3_bind_int64(stmt, 1, (sqlite3_int64)after_seq);
-    s_bind_text(stmt, 2, type_prefix && *type_prefix ? type_prefix : NULL);
-    sqlite3_bind_int64(stmt, 3, (sqlite3_int64)limit);
+    if (limit == 0 || limit > INT_MAX)
+        limit = INT_MAX;
+    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) after_seq);
+    s_bind_text (stmt, 2, type_prefix && *type_prefix ? type_prefix : NULL);
+    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) limit);
     int count = 0;
     int rc;
-    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
         brk_event_row_t row = {
-            .seq = s_column_u64(stmt, 0),
-            .ts_ms = s_column_u64(stmt, 1),
-            .type = (const char *)sqlite3_column_text(stmt, 2),
-            .account = (const char *)sqlite3_column_text(stmt, 3),
-            .subject = (const char *)sqlite3_column_text(stmt, 4),
-            .payload = sqlite3_column_blob(stmt, 5),
+            .seq = s_column_u64 (stmt, 0),
+            .ts_ms = s_column_u64 (stmt, 1),
+            .type = (const char *) sqlite3_column_text (stmt, 2),
+            .account = (const char *) sqlite3_column_text (stmt, 3),
+            .subject = (const char *) sqlite3_column_text (stmt, 4),
+            .payload = sqlite3_column_blob (stmt, 5),
         };
-        row.payload_size = (size_t)sqlite3_column_bytes(stmt, 5);
+        row.payload_size = (size_t) sqlite3_column_bytes (stmt, 5);
         if (!row.type || (!row.payload && row.payload_size > 0)) {
             rc = SQLITE_NOMEM;
             break;
         }
         count++;
-        fn(&row, arg);
+        fn (&row, arg);
     }
-    if (rc != SQLITE_DONE) s_log_db_error(self, "events after");
-    s_reset(stmt);
+    if (rc != SQLITE_DONE)
+        s_log_db_error (self, "events after");
+    s_reset (stmt);
     return rc == SQLITE_DONE ? count : -1;
 }
 
 //  --------------------------------------------------------------------------
 //  Accounts
 
-int brk_store_account_insert(brk_store_t *self, const brk_account_t *account)
+int brk_store_account_insert (brk_store_t *self, const brk_account_t *account)
 {
-    if (!self || !account || !s_nonempty(account->id) || !s_nonempty(account->email) ||
-        !s_nonempty(account->plan) || !s_fits(account->created_ms))
+    if (!self || !account || !s_nonempty (account->id) || !s_nonempty (account->email) ||
+        !s_nonempty (account->plan) || !s_fits (account->created_ms))
         return -1;
-    if (!s_require_transaction(self, "account insert")) return -1;
+    if (!s_require_transaction (self, "account insert"))
+        return -1;
     sqlite3_stmt *stmt = self->stmt[ST_ACCOUNT_INSERT];
-    s_bind_text(stmt, 1, account->id);
-    s_bind_text(stmt, 2, account->email);
-    s_bind_text(stmt, 3, account->password_hash);
-    s_bind_text(stmt, 4, account->plan);
-    sqlite3_bind_int(stmt, 5, account->admin ? 1 : 0);
-    sqlite3_bind_int64(stmt, 6, (sqlite3_int64)account->created_ms);
-    int rc = s_run(self, ST_ACCOUNT_INSERT, "account insert");
+    s_bind_text (stmt, 1, account->id);
+    s_bind_text (stmt, 2, account->email);
+    s_bind_text (stmt, 3, account->password_hash);
+    s_bind_text (stmt, 4, account->plan);
+    sqlite3_bind_int (stmt, 5, account->admin ? 1 : 0);
+    sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) account->created_ms);
+    int rc = s_run (self, ST_ACCOUNT_INSERT, "account insert");
     //  email is the table's only UNIQUE constraint; a duplicate id is PRIMARYKEY.
-    if (rc == SQLITE_CONSTRAINT_UNIQUE) return 1;
+    if (rc == SQLITE_CONSTRAINT_UNIQUE)
+        return 1;
     if (rc != SQLITE_DONE && (rc & 0xff) == SQLITE_CONSTRAINT)
-        s_log_db_error(self, "account insert");
+        s_log_db_error (self, "account insert");
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
-int brk_store_account_find(brk_store_t *self, const char *id_or_email, brk_account_t *out)
+int brk_store_account_find (brk_store_t *self, const char *id_or_email, brk_account_t *out)
 {
-    if (out) memset(out, 0, sizeof *out);
-    if (!self || !out || !id_or_email) return -1;
+    if (out)
+        memset (out, 0, sizeof *out);
+    if (!self || !out || !id_or_email)
+        return -1;
     sqlite3_stmt *stmt = self->stmt[ST_ACCOUNT_FIND];
-    s_bind_text(stmt, 1, id_or_email);
+    s_bind_text (stmt, 1, id_or_email);
     int result = -1;
-    int rc = sqlite3_step(stmt);
+    int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
         bool failed = false;
-        out->id = s_column_dup(stmt, 0, &failed);
-        out->email = s_column_dup(stmt, 1, &failed);
-        out->password_hash = s_column_dup(stmt, 2, &failed);
-        out->plan = s_column_dup(stmt, 3, &failed);
-        out->admin = sqlite3_column_int(stmt, 4) != 0;
-        out->created_ms = s_column_u64(stmt, 5);
+        out->id = s_column_dup (stmt, 0, &failed);
+        out->email = s_column_dup (stmt, 1, &failed);
+        out->password_hash = s_column_dup (stmt, 2, &failed);
+        out->plan = s_column_dup (stmt, 3, &failed);
+        out->admin = sqlite3_column_int (stmt, 4) != 0;
+        out->created_ms = s_column_u64 (stmt, 5);
         result = failed ? -1 : 0;
-        if (failed) brk_account_clear(out);
+        if (failed)
+            brk_account_clear (out);
     } else if (rc == SQLITE_DONE)
         result = 1;
     else
-        s_log_db_error(self, "account find");
-    s_reset(stmt);
+        s_log_db_error (self, "account find");
+    s_reset (stmt);
     return result;
 }
 
-int brk_store_account_count(brk_store_t *self, uint64_t *count)
+int brk_store_account_count (brk_store_t *self, uint64_t *count)
 {
-    if (!self || !count) return -1;
+    if (!self || !count)
+        return -1;
     sqlite3_stmt *stmt = self->stmt[ST_ACCOUNT_COUNT];
     int result = -1;
-    if (sqlite3_step(stmt) == SQLITE_ROW) {
-        *count = s_column_u64(stmt, 0);
+    if (sqlite3_step (stmt) == SQLITE_ROW) {
+        *count = s_column_u64 (stmt, 0);
         result = 0;
     } else
-        s_log_db_error(self, "account count");
-    s_reset(stmt);
+        s_log_db_error (self, "account count");
+    s_reset (stmt);
     return result;
 }
 
-void brk_account_clear(brk_account_t *self)
+void brk_account_clear (brk_account_t *self)
 {
-    if (!self) return;
-    free(self->id);
-    free(self->email);
-    free(self->password_hash);
-    free(self->plan);
-    memset(self, 0, sizeof *self);
+    if (!self)
+        return;
+    free (self->id);
+    free (self->email);
+    free (self->password_hash);
+    free (self->plan);
+    memset (self, 0, sizeof *self);
 }
 
 //  --------------------------------------------------------------------------
 //  API keys
 
-int brk_store_key_insert(brk_store_t *self, const brk_key_t *key)
+int brk_store_key_insert (brk_store_t *self, const brk_key_t *key)
 {
-    if (!self || !key || !s_nonempty(key->id) || !s_nonempty(key->account_id) ||
-        !s_nonempty(key->kind) || !s_nonempty(key->hash) || !s_one_of(key->kind, s_key_kinds) ||
-        (key->preset && !s_one_of(key->preset, s_key_presets)) || !s_fits(key->created_ms) ||
-        !s_fits(key->expires_ms) || !s_fits(key->last_used_ms) || !s_fits(key->revoked_ms))
+    if (!self || !key || !s_nonempty (key->id) || !s_nonempty (key->account_id) ||
+        !s_nonempty (key->kind) || !s_nonempty (key->hash) || !s_one_of (key->kind, s_key_kinds) ||
+        (key->preset && !s_one_of (key->preset, s_key_presets)) || !s_fits (key->created_ms) ||
+        !s_fits (key->expires_ms) || !s_fits (key->last_used_ms) || !s_fits (key->revoked_ms))
         return -1;
-    if (!s_require_transaction(self, "key insert")) return -1;
+    if (!s_require_transaction (self, "key insert"))
+        return -1;
     sqlite3_stmt *stmt = self->stmt[ST_KEY_INSERT];
-    s_bind_text(stmt, 1, key->id);
-    s_bind_text(stmt, 2, key->account_id);
-    s_bind_text(stmt, 3, key->kind);
-    s_bind_text(stmt, 4, key->name);
-    s_bind_text(stmt, 5, key->preset);
-    s_bind_text(stmt, 6, key->prefix);
-    s_bind_text(stmt, 7, key->hash);
-    sqlite3_bind_int64(stmt, 8, (sqlite3_int64)key->created_ms);
-    sqlite3_bind_int64(stmt, 9, (sqlite3_int64)key->expires_ms);
-    sqlite3_bind_int64(stmt, 10, (sqlite3_int64)key->last_used_ms);
-    sqlite3_bind_int64(stmt, 11, (sqlite3_int64)key->revoked_ms);
-    int rc = s_run(self, ST_KEY_INSERT, "key insert");
+    s_bind_text (stmt, 1, key->id);
+    s_bind_text (stmt, 2, key->account_id);
+    s_bind_text (stmt, 3, key->kind);
+    s_bind_text (stmt, 4, key->name);
+    s_bind_text (stmt, 5, key->preset);
+    s_bind_text (stmt, 6, key->prefix);
+    s_bind_text (stmt, 7, key->hash);
+    sqlite3_bind_int64 (stmt, 8, (sqlite3_int64) key->created_ms);
+    sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) key->expires_ms);
+    sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) key->last_used_ms);
+    sqlite3_bind_int64 (stmt, 11, (sqlite3_int64) key->revoked_ms);
+    int rc = s_run (self, ST_KEY_INSERT, "key insert");
     //  hash is the only UNIQUE constraint; an unknown account is FOREIGNKEY.
-    if (rc == SQLITE_CONSTRAINT_UNIQUE) return 1;
-    if (rc != SQLITE_DONE && (rc & 0xff) == SQLITE_CONSTRAINT) s_log_db_error(self, "key insert");
+    if (rc == SQLITE_CONSTRAINT_UNIQUE)
+        return 1;
+    if (rc != SQLITE_DONE && (rc & 0xff) == SQLITE_CONSTRAINT)
+        s_log_db_error (self, "key insert");
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
 //  Fills *out from the current row (columns in KEY_COLUMNS order). Returns 0 or -1.
-static int s_key_from_row(sqlite3_stmt *stmt, brk_key_t *out)
+static int s_key_from_row (sqlite3_stmt *stmt, brk_key_t *out)
 {
     bool failed = false;
-    out->id = s_column_dup(stmt, 0, &failed);
-    out->account_id = s_column_dup(stmt, 1, &failed);
-    out->kind = s_column_dup(stmt, 2, &failed);
-    out->name = s_column_dup(stmt, 3, &failed);
-    out->preset = s_column_dup(stmt, 4, &failed);
-    out->prefix = s_column_dup(stmt, 5, &failed);
-    out->hash = s_column_dup(stmt, 6, &failed);
-    out->created_ms = s_column_u64(stmt, 7);
-    out->expires_ms = s_column_u64(stmt, 8);
-    out->last_used_ms = s_column_u64(stmt, 9);
-    out->revoked_ms = s_column_u64(stmt, 10);
-    if (failed) brk_key_clear(out);
+    out->id = s_column_dup (stmt, 0, &failed);
+    out->account_id = s_column_dup (stmt, 1, &failed);
+    out->kind = s_column_dup (stmt, 2, &failed);
+    out->name = s_column_dup (stmt, 3, &failed);
+    out->preset = s_column_dup (stmt, 4, &failed);
+    out->prefix = s_column_dup (stmt, 5, &failed);
+    out->hash = s_column_dup (stmt, 6, &failed);
+    out->created_ms = s_column_u64 (stmt, 7);
+    out->expires_ms = s_column_u64 (stmt, 8);
+    out->last_used_ms = s_column_u64 (stmt, 9);
+    out->revoked_ms = s_column_u64 (stmt, 10);
+    if (failed)
+        brk_key_clear (out);
     return failed ? -1 : 0;
 }
 
-static int s_key_find(brk_store_t *self, stmt_id_t id, const char *value, brk_key_t *out)
+static int s_key_find (brk_store_t *self, stmt_id_t id, const char *value, brk_key_t *out)
 {
-    if (out) memset(out, 0, sizeof *out);
-    if (!self || !out || !value) return -1;
+    if (out)
+        memset (out, 0, sizeof *out);
+    if (!self || !out || !value)
+        return -1;
     sqlite3_stmt *stmt = self->stmt[id];
-    s_bind_text(stmt, 1, value);
+    s_bind_text (stmt, 1, value);
     int result = -1;
-    int rc = sqlite3_step(stmt);
+    int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW)
-        result = s_key_from_row(stmt, out);
+        result = s_key_from_row (stmt, out);
     else if (rc == SQLITE_DONE)
         result = 1;
     else
-        s_log_db_error(self, "key find");
-    s_reset(stmt);
+        s_log_db_error (self, "key find");
+    s_reset (stmt);
     return result;
 }
 
-int brk_store_key_find_by_hash(brk_store_t *self, const char *hash, brk_key_t *out)
+int brk_store_key_find_by_hash (brk_store_t *self, const char *hash, brk_key_t *out)
 {
-    return s_key_find(self, ST_KEY_FIND_BY_HASH, hash, out);
+    return s_key_find (self, ST_KEY_FIND_BY_HASH, hash, out);
 }
 
-int brk_store_key_find(brk_store_t *self, const char *key_id, brk_key_t *out)
+int brk_store_key_find (brk_store_t *self, const char *key_id, brk_key_t *out)
 {
-    return s_key_find(self, ST_KEY_FIND, key_id, out);
+    return s_key_find (self, ST_KEY_FIND, key_id, out);
 }
 
-int brk_store_key_list(brk_store_t *self, const char *account_id, brk_store_key_fn *fn, void *arg)
+int brk_store_key_list (brk_store_t *self, const char *account_id, brk_store_key_fn *fn, void *arg)
 {
-    if (!self || !account_id || !fn) return -1;
+    if (!self || !account_id || !fn)
+        return -1;
     sqlite3_stmt *stmt = self->stmt[ST_KEY_LIST];
-    if (sqlite3_stmt_busy(stmt)) {
-        sbx_warn("store %s: key_list called from its own callback", self->path);
+    if (sqlite3_stmt_busy (stmt)) {
+        sbx_warn ("store %s: key_list called from its own callback", self->path);
         return -1;
     }
-    s_bind_text(stmt, 1, account_id);
+    s_bind_text (stmt, 1, account_id);
     int count = 0;
     int rc;
-    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
         brk_key_t key = {0};
-        if (s_key_from_row(stmt, &key)) {
+        if (s_key_from_row (stmt, &key)) {
             rc = SQLITE_NOMEM;
             break;
         }
         count++;
-        fn(&key, arg);
-        brk_key_clear(&key);
+        fn (&key, arg);
+        brk_key_clear (&key);
         if (count == INT_MAX) {
             rc = SQLITE_DONE;
             break;
         }
     }
-    if (rc != SQLITE_DONE) s_log_db_error(self, "key list");
-    s_reset(stmt);
+    if (rc != SQLITE_DONE)
+        s_log_db_error (self, "key list");
+    s_reset (stmt);
     return rc == SQLITE_DONE ? count : -1;
 }
 
-int brk_store_key_revoke(brk_store_t *self, const char *key_id, uint64_t now_ms)
+int brk_store_key_revoke (brk_store_t *self, const char *key_id, uint64_t now_ms)
 {
     //  0 would read as "active".
-    if (!self || !key_id || now_ms == 0 || !s_fits(now_ms)) return -1;
-    if (!s_require_transaction(self, "key revoke")) return -1;
+    if (!self || !key_id || now_ms == 0 || !s_fits (now_ms))
+        return -1;
+    if (!s_require_transaction (self, "key revoke"))
+        return -1;
     sqlite3_stmt *stmt = self->stmt[ST_KEY_REVOKE];
-    s_bind_text(stmt, 1, key_id);
-    sqlite3_bind_int64(stmt, 2, (sqlite3_int64)now_ms);
-    if (s_run(self, ST_KEY_REVOKE, "key revoke") != SQLITE_DONE) return -1;
-    if (sqlite3_changes(self->db) > 0) return 0;
+    s_bind_text (stmt, 1, key_id);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
+    if (s_run (self, ST_KEY_REVOKE, "key revoke") != SQLITE_DONE)
+        return -1;
+    if (sqlite3_changes (self->db) > 0)
+        return 0;
     //  Nothing changed: already revoked, or no such key.
     stmt = self->stmt[ST_KEY_EXISTS];
-    s_bind_text(stmt, 1, key_id);
-    int rc = sqlite3_step(stmt);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) s_log_db_error(self, "key exists");
-    s_reset(stmt);
+    s_bind_text (stmt, 1, key_id);
+    int rc = sqlite3_step (stmt);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        s_log_db_error (self, "key exists");
+    s_reset (stmt);
     return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }
 
-int brk_store_key_touch(brk_store_t *self, const char *key_id, uint64_t now_ms)
+int brk_store_key_touch (brk_store_t *self, const char *key_id, uint64_t now_ms)
 {
-    if (!self || !key_id || !s_fits(now_ms)) return -1;
+    if (!self || !key_id || !s_fits (now_ms))
+        return -1;
     sqlite3_stmt *stmt = self->stmt[ST_KEY_TOUCH];
-    s_bind_text(stmt, 1, key_id);
-    sqlite3_bind_int64(stmt, 2, (sqlite3_int64)now_ms);
-    return s_run(self, ST_KEY_TOUCH, "key touch") == SQLITE_DONE ? 0 : -1;
+    s_bind_text (stmt, 1, key_id);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
+    return s_run (self, ST_KEY_TOUCH, "key touch") == SQLITE_DONE ? 0 : -1;
 }
 
-void brk_key_clear(brk_key_t *self)
+void brk_key_clear (brk_key_t *self)
 {
-    if (!self) return;
-    free(self->id);
-    free(self->account_id);
-    free(self->kind);
-    free(self->name);
-    free(self->preset);
-    free(self->prefix);
-    free(self->hash);
-    memset(self, 0, sizeof *self);
+    if (!self)
+        return;
+    free (self->id);
+    free (self->account_id);
+    free (self->kind);
+    free (self->name);
+    free (self->preset);
+    free (self->prefix);
+    free (self->hash);
+    memset (self, 0, sizeof *self);
 }
 
 //  --------------------------------------------------------------------------
 //  Meta
 
-char *brk_store_meta_get(brk_store_t *self, const char *key)
+char *brk_store_meta_get (brk_store_t *self, const char *key)
 {
-    if (!self || !key) return NULL;
+    if (!self || !key)
+        return NULL;
     sqlite3_stmt *stmt = self->stmt[ST_META_GET];
-    s_bind_text(stmt, 1, key);
+    s_bind_text (stmt, 1, key);
     char *value = NULL;
-    int rc = sqlite3_step(stmt);
+    int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
         bool failed = false;
-        value = s_column_dup(stmt, 0, &failed);
+        value = s_column_dup (stmt, 0, &failed);
     } else if (rc != SQLITE_DONE)
-        s_log_db_error(self, "meta get");
-    s_reset(stmt);
+        s_log_db_error (self, "meta get");
+    s_reset (stmt);
     return value;
 }
 
-int brk_store_meta_set(brk_store_t *self, const char *key, const char *value)
+int brk_store_meta_set (brk_store_t *self, const char *key, const char *value)
 {
-    if (!self || !key) return -1;
+    if (!self || !key)
+        return -1;
     stmt_id_t id = value ? ST_META_SET : ST_META_DELETE;
-    s_bind_text(self->stmt[id], 1, key);
-    if (value) s_bind_text(self->stmt[id], 2, value);
-    return s_run(self, id, "meta set") == SQLITE_DONE ? 0 : -1;
+    s_bind_text (self->stmt[id], 1, key);
+    if (value)
+        s_bind_text (self->stmt[id], 2, value);
+    return s_run (self, id, "meta set") == SQLITE_DONE ? 0 : -1;
 }
 
 //  --------------------------------------------------------------------------
@@ -769,33 +823,34 @@ typedef struct {
     int nested_rc;
 } test_walk_t;
 
-static void s_test_event(const brk_event_row_t *row, void *arg)
+static void s_test_event (const brk_event_row_t *row, void *arg)
 {
-    test_walk_t *walk = (test_walk_t *)arg;
+    test_walk_t *walk = (test_walk_t *) arg;
     //  Gapless unless filtered, increasing always.
     if (walk->next_seq)
-        assert(walk->prefix ? row->seq >= walk->next_seq : row->seq == walk->next_seq);
+        assert (walk->prefix ? row->seq >= walk->next_seq : row->seq == walk->next_seq);
     walk->next_seq = row->seq + 1;
-    assert(row->type);
-    if (walk->prefix) assert(strncmp(row->type, walk->prefix, strlen(walk->prefix)) == 0);
+    assert (row->type);
+    if (walk->prefix)
+        assert (strncmp (row->type, walk->prefix, strlen (walk->prefix)) == 0);
     //  The test writes seq-derived payloads: ts_ms = 1000 + seq, payload "p<seq>".
     char expected[32];
-    snprintf(expected, sizeof expected, "p%llu", (unsigned long long)row->seq);
+    snprintf (expected, sizeof expected, "p%llu", (unsigned long long) row->seq);
     if (row->seq <= 1000) {
-        assert(row->ts_ms == 1000 + row->seq);
-        assert(row->payload_size == strlen(expected));
-        assert(memcmp(row->payload, expected, row->payload_size) == 0);
-        assert(row->account && strcmp(row->account, "acc_test") == 0);
+        assert (row->ts_ms == 1000 + row->seq);
+        assert (row->payload_size == strlen (expected));
+        assert (memcmp (row->payload, expected, row->payload_size) == 0);
+        assert (row->account && strcmp (row->account, "acc_test") == 0);
     }
     if (walk->store)
-        walk->nested_rc = brk_store_events_after(walk->store, 0, 1, NULL, s_test_event, arg);
+        walk->nested_rc = brk_store_events_after (walk->store, 0, 1, NULL, s_test_event, arg);
     walk->rows++;
 }
 
-static void s_test_count(const brk_event_row_t *row, void *arg)
+static void s_test_count (const brk_event_row_t *row, void *arg)
 {
-    (void)row;
-    (*(int *)arg)++;
+    (void) row;
+    (*(int *) arg)++;
 }
 
 typedef struct {
@@ -803,87 +858,89 @@ typedef struct {
     int count;
 } test_keys_t;
 
-static void s_test_key(const brk_key_t *key, void *arg)
+static void s_test_key (const brk_key_t *key, void *arg)
 {
-    test_keys_t *keys = (test_keys_t *)arg;
-    assert(keys->count < 8);
-    keys->ids[keys->count] = strcmp(key->id, "key_1") == 0   ? "key_1"
-                             : strcmp(key->id, "key_2") == 0 ? "key_2"
-                             : strcmp(key->id, "key_3") == 0 ? "key_3"
-                                                             : "other";
+    test_keys_t *keys = (test_keys_t *) arg;
+    assert (keys->count < 8);
+    keys->ids[keys->count] = strcmp (key->id, "key_1") == 0   ? "key_1"
+                             : strcmp (key->id, "key_2") == 0 ? "key_2"
+                             : strcmp (key->id, "key_3") == 0 ? "key_3"
+                                                              : "other";
     keys->count++;
 }
 
 //  Event types cycle through these; the first two tell a literal '_' from LIKE's wildcard.
 static const char *s_test_types[] = {"sandbox_x.created", "sandboxAx.created", "account.created"};
 
-static void s_test_write_file(const char *path, const void *data, size_t size)
+static void s_test_write_file (const char *path, const void *data, size_t size)
 {
-    FILE *file = fopen(path, "wb");
-    assert(file);
-    assert(fwrite(data, 1, size, file) == size);
-    fclose(file);
+    FILE *file = fopen (path, "wb");
+    assert (file);
+    assert (fwrite (data, 1, size, file) == size);
+    fclose (file);
 }
 
-static void s_test_remove_dir(const char *dir)
+static void s_test_remove_dir (const char *dir)
 {
-    DIR *handle = opendir(dir);
-    assert(handle);
+    DIR *handle = opendir (dir);
+    assert (handle);
     struct dirent *entry;
     char path[PATH_MAX];
-    while ((entry = readdir(handle))) {
-        if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, entry->d_name);
+    while ((entry = readdir (handle))) {
+        if (strcmp (entry->d_name, ".") == 0 || strcmp (entry->d_name, "..") == 0)
+            continue;
+        snprintf (path, sizeof path, "%s/%s", dir, entry->d_name);
         struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            rmdir(path);
+        if (lstat (path, &st) == 0 && S_ISDIR (st.st_mode))
+            rmdir (path);
         else
-            unlink(path);
+            unlink (path);
     }
-    closedir(handle);
-    assert(rmdir(dir) == 0);
+    closedir (handle);
+    assert (rmdir (dir) == 0);
 }
 
-void brk_store_test(bool verbose)
+void brk_store_test (bool verbose)
 {
     char dir[] = "/tmp/brk_store_test.XXXXXX";
-    assert(mkdtemp(dir));
+    assert (mkdtemp (dir));
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/control.db", dir);
-    if (verbose) printf("\n   in %s", dir);
+    snprintf (path, sizeof path, "%s/control.db", dir);
+    if (verbose)
+        printf ("\n   in %s", dir);
 
     //  Open: a new file, private, WAL, FULL, foreign keys, all migrations.
-    brk_store_t *store = brk_store_new(path);
-    assert(store);
-    assert(brk_store_schema_version(store) == MIGRATION_COUNT);
+    brk_store_t *store = brk_store_new (path);
+    assert (store);
+    assert (brk_store_schema_version (store) == MIGRATION_COUNT);
     struct stat st;
-    assert(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+    assert (stat (path, &st) == 0 && (st.st_mode & 0777) == 0600);
     sqlite3_stmt *stmt = NULL;
-    assert(sqlite3_prepare_v2(store->db, "PRAGMA journal_mode", -1, &stmt, NULL) == SQLITE_OK);
-    assert(sqlite3_step(stmt) == SQLITE_ROW);
-    assert(strcmp((const char *)sqlite3_column_text(stmt, 0), "wal") == 0);
-    sqlite3_finalize(stmt);
-    assert(s_query_int(store, "PRAGMA synchronous", "") == 2);
-    assert(s_query_int(store, "PRAGMA foreign_keys", "") == 1);
-    assert(s_query_int(store, "SELECT count(*) FROM schema_version", "") == MIGRATION_COUNT);
-    brk_store_destroy(&store);
-    assert(store == NULL);
-    brk_store_destroy(&store);
+    assert (sqlite3_prepare_v2 (store->db, "PRAGMA journal_mode", -1, &stmt, NULL) == SQLITE_OK);
+    assert (sqlite3_step (stmt) == SQLITE_ROW);
+    assert (strcmp ((const char *) sqlite3_column_text (stmt, 0), "wal") == 0);
+    sqlite3_finalize (stmt);
+    assert (s_query_int (store, "PRAGMA synchronous", "") == 2);
+    assert (s_query_int (store, "PRAGMA foreign_keys", "") == 1);
+    assert (s_query_int (store, "SELECT count(*) FROM schema_version", "") == MIGRATION_COUNT);
+    brk_store_destroy (&store);
+    assert (store == NULL);
+    brk_store_destroy (&store);
 
     //  Reopen: nothing re-run (still one row per migration).
-    store = brk_store_new(path);
-    assert(store);
-    assert(brk_store_schema_version(store) == MIGRATION_COUNT);
-    assert(s_query_int(store, "SELECT count(*) FROM schema_version", "") == MIGRATION_COUNT);
+    store = brk_store_new (path);
+    assert (store);
+    assert (brk_store_schema_version (store) == MIGRATION_COUNT);
+    assert (s_query_int (store, "SELECT count(*) FROM schema_version", "") == MIGRATION_COUNT);
 
     //  Transactions do not nest; commit and rollback need one.
-    assert(!brk_store_in_transaction(store));
-    assert(brk_store_commit(store) == -1);
-    assert(brk_store_rollback(store) == -1);
-    assert(brk_store_begin(store) == 0);
-    assert(brk_store_in_transaction(store));
-    assert(brk_store_begin(store) == -1);
-    assert(brk_store_rollback(store) == 0);
+    assert (!brk_store_in_transaction (store));
+    assert (brk_store_commit (store) == -1);
+    assert (brk_store_rollback (store) == -1);
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_in_transaction (store));
+    assert (brk_store_begin (store) == -1);
+    assert (brk_store_rollback (store) == 0);
 
     //  Accounts.
     brk_account_t ada = {.id = "acc_ada",
@@ -892,49 +949,49 @@ void brk_store_test(bool verbose)
                          .plan = "free",
                          .admin = true,
                          .created_ms = 1700000000000ULL};
-    assert(brk_store_account_insert(store, &ada) == -1); //  no transaction
-    assert(brk_store_begin(store) == 0);
-    assert(brk_store_account_insert(store, &ada) == 0);
+    assert (brk_store_account_insert (store, &ada) == -1); //  no transaction
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_account_insert (store, &ada) == 0);
     brk_account_t dup = {.id = "acc_other", .email = "ada@EXAMPLE.COM", .plan = "free"};
-    assert(brk_store_account_insert(store, &dup) == 1);
+    assert (brk_store_account_insert (store, &dup) == 1);
     dup.email = "someone@example.com";
     dup.id = "acc_ada";
-    assert(brk_store_account_insert(store, &dup) == -1); //  duplicate id
+    assert (brk_store_account_insert (store, &dup) == -1); //  duplicate id
     dup.id = NULL;
-    assert(brk_store_account_insert(store, &dup) == -1);
+    assert (brk_store_account_insert (store, &dup) == -1);
     dup.id = "acc_x";
     dup.plan = "";
-    assert(brk_store_account_insert(store, &dup) == -1);
+    assert (brk_store_account_insert (store, &dup) == -1);
     dup.plan = "free";
     dup.created_ms = UINT64_MAX;
-    assert(brk_store_account_insert(store, &dup) == -1);
-    assert(brk_store_account_insert(store, NULL) == -1);
+    assert (brk_store_account_insert (store, &dup) == -1);
+    assert (brk_store_account_insert (store, NULL) == -1);
     brk_account_t test_account = {.id = "acc_test", .email = "test@example.com", .plan = "pro"};
-    assert(brk_store_account_insert(store, &test_account) == 0);
-    assert(brk_store_commit(store) == 0);
+    assert (brk_store_account_insert (store, &test_account) == 0);
+    assert (brk_store_commit (store) == 0);
     uint64_t count = 0;
-    assert(brk_store_account_count(store, &count) == 0 && count == 2);
+    assert (brk_store_account_count (store, &count) == 0 && count == 2);
 
     brk_account_t found;
-    assert(brk_store_account_find(store, "acc_ada", &found) == 0);
-    assert(strcmp(found.id, "acc_ada") == 0);
-    assert(strcmp(found.email, "Ada@Example.com") == 0);
-    assert(strcmp(found.password_hash, "$argon2id$fake") == 0);
-    assert(strcmp(found.plan, "free") == 0);
-    assert(found.admin && found.created_ms == 1700000000000ULL);
-    brk_account_clear(&found);
-    assert(found.id == NULL);
-    brk_account_clear(&found);
-    assert(brk_store_account_find(store, "ADA@example.COM", &found) == 0);
-    assert(strcmp(found.id, "acc_ada") == 0);
-    brk_account_clear(&found);
-    assert(brk_store_account_find(store, "test@example.com", &found) == 0);
-    assert(found.password_hash == NULL && !found.admin);
-    brk_account_clear(&found);
-    assert(brk_store_account_find(store, "nobody@example.com", &found) == 1);
-    assert(found.id == NULL);
-    assert(brk_store_account_find(store, NULL, &found) == -1);
-    assert(brk_store_account_find(store, "acc_ada", NULL) == -1);
+    assert (brk_store_account_find (store, "acc_ada", &found) == 0);
+    assert (strcmp (found.id, "acc_ada") == 0);
+    assert (strcmp (found.email, "Ada@Example.com") == 0);
+    assert (strcmp (found.password_hash, "$argon2id$fake") == 0);
+    assert (strcmp (found.plan, "free") == 0);
+    assert (found.admin && found.created_ms == 1700000000000ULL);
+    brk_account_clear (&found);
+    assert (found.id == NULL);
+    brk_account_clear (&found);
+    assert (brk_store_account_find (store, "ADA@example.COM", &found) == 0);
+    assert (strcmp (found.id, "acc_ada") == 0);
+    brk_account_clear (&found);
+    assert (brk_store_account_find (store, "test@example.com", &found) == 0);
+    assert (found.password_hash == NULL && !found.admin);
+    brk_account_clear (&found);
+    assert (brk_store_account_find (store, "nobody@example.com", &found) == 1);
+    assert (found.id == NULL);
+    assert (brk_store_account_find (store, NULL, &found) == -1);
+    assert (brk_store_account_find (store, "acc_ada", NULL) == -1);
 
     //  API keys.
     brk_key_t key = {.id = "key_1",
@@ -945,246 +1002,248 @@ void brk_store_test(bool verbose)
                      .prefix = "sbx_abcd",
                      .hash = "h1",
                      .created_ms = 1000};
-    assert(brk_store_key_insert(store, &key) == -1); //  no transaction
-    assert(brk_store_begin(store) == 0);
-    assert(brk_store_key_insert(store, &key) == 0);
+    assert (brk_store_key_insert (store, &key) == -1); //  no transaction
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_key_insert (store, &key) == 0);
     key.id = "key_2", key.hash = "h2", key.created_ms = 2000, key.preset = "read-only";
     key.expires_ms = 9000;
-    assert(brk_store_key_insert(store, &key) == 0);
+    assert (brk_store_key_insert (store, &key) == 0);
     //  Same millisecond as key_2: inserted later, so listed first.
     key.id = "key_3", key.hash = "h3", key.kind = "connection", key.preset = NULL;
     key.name = NULL, key.prefix = NULL, key.expires_ms = 0;
-    assert(brk_store_key_insert(store, &key) == 0);
+    assert (brk_store_key_insert (store, &key) == 0);
     key.id = "key_4"; //  same hash as key_3
-    assert(brk_store_key_insert(store, &key) == 1);
+    assert (brk_store_key_insert (store, &key) == 1);
     key.hash = "h4", key.account_id = "acc_nobody";
-    assert(brk_store_key_insert(store, &key) == -1); //  unknown account
+    assert (brk_store_key_insert (store, &key) == -1); //  unknown account
     key.account_id = "acc_ada", key.kind = "password";
-    assert(brk_store_key_insert(store, &key) == -1);
+    assert (brk_store_key_insert (store, &key) == -1);
     key.kind = "api_key", key.preset = "admin";
-    assert(brk_store_key_insert(store, &key) == -1);
+    assert (brk_store_key_insert (store, &key) == -1);
     key.preset = "ci", key.hash = "";
-    assert(brk_store_key_insert(store, &key) == -1);
+    assert (brk_store_key_insert (store, &key) == -1);
     key.id = "key_1", key.hash = "h4"; //  duplicate id
-    assert(brk_store_key_insert(store, &key) == -1);
-    assert(brk_store_commit(store) == 0);
+    assert (brk_store_key_insert (store, &key) == -1);
+    assert (brk_store_commit (store) == 0);
 
     brk_key_t got;
-    assert(brk_store_key_find_by_hash(store, "h2", &got) == 0);
-    assert(strcmp(got.id, "key_2") == 0 && strcmp(got.account_id, "acc_ada") == 0);
-    assert(strcmp(got.kind, "api_key") == 0 && strcmp(got.preset, "read-only") == 0);
-    assert(strcmp(got.name, "laptop") == 0 && strcmp(got.prefix, "sbx_abcd") == 0);
-    assert(got.created_ms == 2000 && got.expires_ms == 9000);
-    assert(got.last_used_ms == 0 && got.revoked_ms == 0);
-    brk_key_clear(&got);
-    assert(brk_store_key_find(store, "key_3", &got) == 0);
-    assert(strcmp(got.kind, "connection") == 0);
-    assert(got.preset == NULL && got.name == NULL && got.prefix == NULL);
-    brk_key_clear(&got);
-    assert(brk_store_key_find_by_hash(store, "h9", &got) == 1);
-    assert(brk_store_key_find(store, "key_9", &got) == 1);
-    assert(brk_store_key_find(store, NULL, &got) == -1);
+    assert (brk_store_key_find_by_hash (store, "h2", &got) == 0);
+    assert (strcmp (got.id, "key_2") == 0 && strcmp (got.account_id, "acc_ada") == 0);
+    assert (strcmp (got.kind, "api_key") == 0 && strcmp (got.preset, "read-only") == 0);
+    assert (strcmp (got.name, "laptop") == 0 && strcmp (got.prefix, "sbx_abcd") == 0);
+    assert (got.created_ms == 2000 && got.expires_ms == 9000);
+    assert (got.last_used_ms == 0 && got.revoked_ms == 0);
+    brk_key_clear (&got);
+    assert (brk_store_key_find (store, "key_3", &got) == 0);
+    assert (strcmp (got.kind, "connection") == 0);
+    assert (got.preset == NULL && got.name == NULL && got.prefix == NULL);
+    brk_key_clear (&got);
+    assert (brk_store_key_find_by_hash (store, "h9", &got) == 1);
+    assert (brk_store_key_find (store, "key_9", &got) == 1);
+    assert (brk_store_key_find (store, NULL, &got) == -1);
 
     test_keys_t keys = {.count = 0};
-    assert(brk_store_key_list(store, "acc_ada", s_test_key, &keys) == 3);
-    assert(strcmp(keys.ids[0], "key_3") == 0);
-    assert(strcmp(keys.ids[1], "key_2") == 0);
-    assert(strcmp(keys.ids[2], "key_1") == 0);
+    assert (brk_store_key_list (store, "acc_ada", s_test_key, &keys) == 3);
+    assert (strcmp (keys.ids[0], "key_3") == 0);
+    assert (strcmp (keys.ids[1], "key_2") == 0);
+    assert (strcmp (keys.ids[2], "key_1") == 0);
     keys = (test_keys_t){.count = 0};
-    assert(brk_store_key_list(store, "acc_test", s_test_key, &keys) == 0);
-    assert(brk_store_key_list(store, "acc_ada", NULL, NULL) == -1);
+    assert (brk_store_key_list (store, "acc_test", s_test_key, &keys) == 0);
+    assert (brk_store_key_list (store, "acc_ada", NULL, NULL) == -1);
 
-    assert(brk_store_key_revoke(store, "key_1", 5000) == -1); //  no transaction
-    assert(brk_store_begin(store) == 0);
-    assert(brk_store_key_revoke(store, "key_1", 5000) == 0);
-    assert(brk_store_key_revoke(store, "key_1", 6000) == 0);
-    assert(brk_store_key_revoke(store, "key_9", 6000) == 1);
-    assert(brk_store_key_revoke(store, "key_2", 0) == -1);
-    assert(brk_store_commit(store) == 0);
-    assert(brk_store_key_find(store, "key_1", &got) == 0 && got.revoked_ms == 5000);
-    brk_key_clear(&got);
+    assert (brk_store_key_revoke (store, "key_1", 5000) == -1); //  no transaction
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_key_revoke (store, "key_1", 5000) == 0);
+    assert (brk_store_key_revoke (store, "key_1", 6000) == 0);
+    assert (brk_store_key_revoke (store, "key_9", 6000) == 1);
+    assert (brk_store_key_revoke (store, "key_2", 0) == -1);
+    assert (brk_store_commit (store) == 0);
+    assert (brk_store_key_find (store, "key_1", &got) == 0 && got.revoked_ms == 5000);
+    brk_key_clear (&got);
 
-    assert(brk_store_key_touch(store, "key_2", 7000) == 0);
-    assert(brk_store_key_touch(store, "key_2", 6500) == 0); //  never backwards
-    assert(brk_store_key_touch(store, "key_9", 7000) == 0);
-    assert(brk_store_key_find(store, "key_2", &got) == 0 && got.last_used_ms == 7000);
-    brk_key_clear(&got);
+    assert (brk_store_key_touch (store, "key_2", 7000) == 0);
+    assert (brk_store_key_touch (store, "key_2", 6500) == 0); //  never backwards
+    assert (brk_store_key_touch (store, "key_9", 7000) == 0);
+    assert (brk_store_key_find (store, "key_2", &got) == 0 && got.last_used_ms == 7000);
+    brk_key_clear (&got);
 
     //  Meta.
-    assert(brk_store_meta_get(store, "tap.epoch") == NULL);
-    assert(brk_store_meta_set(store, "tap.epoch", "1") == 0);
-    assert(brk_store_meta_set(store, "tap.epoch", "2") == 0);
-    char *value = brk_store_meta_get(store, "tap.epoch");
-    assert(value && strcmp(value, "2") == 0);
-    free(value);
-    assert(brk_store_meta_set(store, "gone", "x") == 0);
-    assert(brk_store_meta_set(store, "gone", NULL) == 0);
-    assert(brk_store_meta_get(store, "gone") == NULL);
-    assert(brk_store_meta_set(store, NULL, "x") == -1);
+    assert (brk_store_meta_get (store, "tap.epoch") == NULL);
+    assert (brk_store_meta_set (store, "tap.epoch", "1") == 0);
+    assert (brk_store_meta_set (store, "tap.epoch", "2") == 0);
+    char *value = brk_store_meta_get (store, "tap.epoch");
+    assert (value && strcmp (value, "2") == 0);
+    free (value);
+    assert (brk_store_meta_set (store, "gone", "x") == 0);
+    assert (brk_store_meta_set (store, "gone", NULL) == 0);
+    assert (brk_store_meta_get (store, "gone") == NULL);
+    assert (brk_store_meta_set (store, NULL, "x") == -1);
 
     //  Events: 1000 in ten transactions, numbered 1..1000 without gaps.
     uint64_t seq = 0;
-    assert(brk_store_last_seq(store) == 0);
-    assert(brk_store_event_append(store, "x", NULL, NULL, NULL, 0, 1, &seq) == -1);
+    assert (brk_store_last_seq (store) == 0);
+    assert (brk_store_event_append (store, "x", NULL, NULL, NULL, 0, 1, &seq) == -1);
     uint64_t expected = 1;
     for (int tx = 0; tx < 10; tx++) {
-        assert(brk_store_begin(store) == 0);
+        assert (brk_store_begin (store) == 0);
         for (int i = 0; i < 100; i++) {
             char payload[32];
-            snprintf(payload, sizeof payload, "p%llu", (unsigned long long)expected);
-            assert(brk_store_event_append(store, s_test_types[expected % 3], "acc_test", "sb_1",
-                                          (const uint8_t *)payload, strlen(payload),
-                                          1000 + expected, &seq) == 0);
-            assert(seq == expected);
+            snprintf (payload, sizeof payload, "p%llu", (unsigned long long) expected);
+            assert (brk_store_event_append (store, s_test_types[expected % 3], "acc_test", "sb_1",
+                                            (const uint8_t *) payload, strlen (payload),
+                                            1000 + expected, &seq) == 0);
+            assert (seq == expected);
             expected++;
         }
-        assert(brk_store_commit(store) == 0);
+        assert (brk_store_commit (store) == 0);
     }
-    assert(brk_store_last_seq(store) == 1000);
+    assert (brk_store_last_seq (store) == 1000);
 
     //  A rolled-back transaction leaves no events, and its numbers are handed out
     //  again: SQLite keeps the AUTOINCREMENT counter in sqlite_sequence, which the
     //  rollback restores. So the committed log stays gapless (what the tap and billing
     //  rely on); a number is only final once committed, so publish after commit.
-    assert(brk_store_begin(store) == 0);
+    assert (brk_store_begin (store) == 0);
     for (int i = 0; i < 5; i++)
-        assert(brk_store_event_append(store, "account.created", NULL, NULL, NULL, 0, 5, &seq) == 0);
-    assert(seq == 1005);
-    assert(brk_store_last_seq(store) == 1005); //  its own, uncommitted
-    assert(brk_store_rollback(store) == 0);
-    assert(brk_store_last_seq(store) == 1000);
-    assert(brk_store_begin(store) == 0);
-    assert(brk_store_event_append(store, "account.created", NULL, "key_1", NULL, 0, 3000, &seq) ==
-           0);
-    assert(seq == 1001);
-    assert(brk_store_commit(store) == 0);
+        assert (brk_store_event_append (store, "account.created", NULL, NULL, NULL, 0, 5, &seq) ==
+                0);
+    assert (seq == 1005);
+    assert (brk_store_last_seq (store) == 1005); //  its own, uncommitted
+    assert (brk_store_rollback (store) == 0);
+    assert (brk_store_last_seq (store) == 1000);
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_event_append (store, "account.created", NULL, "key_1", NULL, 0, 3000, &seq) ==
+            0);
+    assert (seq == 1001);
+    assert (brk_store_commit (store) == 0);
 
     //  Bad events.
-    assert(brk_store_begin(store) == 0);
+    assert (brk_store_begin (store) == 0);
     char long_type[BRK_EVENT_TYPE_MAX + 2];
-    memset(long_type, 'a', sizeof long_type - 1);
+    memset (long_type, 'a', sizeof long_type - 1);
     long_type[sizeof long_type - 1] = 0;
-    assert(brk_store_event_append(store, long_type, NULL, NULL, NULL, 0, 1, NULL) == -1);
+    assert (brk_store_event_append (store, long_type, NULL, NULL, NULL, 0, 1, NULL) == -1);
     long_type[BRK_EVENT_TYPE_MAX] = 0; //  exactly the limit is fine
-    assert(brk_store_event_append(store, NULL, NULL, NULL, NULL, 0, 1, NULL) == -1);
-    assert(brk_store_event_append(store, "", NULL, NULL, NULL, 0, 1, NULL) == -1);
-    assert(brk_store_event_append(store, "x", NULL, NULL, NULL, 1, 1, NULL) == -1);
-    assert(brk_store_event_append(store, "x", NULL, NULL, (const uint8_t *)"x",
-                                  BRK_EVENT_PAYLOAD_MAX + 1, 1, NULL) == -1);
-    assert(brk_store_event_append(store, "x", NULL, NULL, NULL, 0, UINT64_MAX, NULL) == -1);
-    assert(brk_store_event_append(store, long_type, NULL, NULL, NULL, 0, 1, &seq) == 0);
-    assert(seq == 1002);
-    assert(brk_store_rollback(store) == 0);
+    assert (brk_store_event_append (store, NULL, NULL, NULL, NULL, 0, 1, NULL) == -1);
+    assert (brk_store_event_append (store, "", NULL, NULL, NULL, 0, 1, NULL) == -1);
+    assert (brk_store_event_append (store, "x", NULL, NULL, NULL, 1, 1, NULL) == -1);
+    assert (brk_store_event_append (store, "x", NULL, NULL, (const uint8_t *) "x",
+                                    BRK_EVENT_PAYLOAD_MAX + 1, 1, NULL) == -1);
+    assert (brk_store_event_append (store, "x", NULL, NULL, NULL, 0, UINT64_MAX, NULL) == -1);
+    assert (brk_store_event_append (store, long_type, NULL, NULL, NULL, 0, 1, &seq) == 0);
+    assert (seq == 1002);
+    assert (brk_store_rollback (store) == 0);
 
     //  Replay: all, limits, resumption, prefixes.
     test_walk_t walk = {.next_seq = 1};
-    assert(brk_store_events_after(store, 0, 0, NULL, s_test_event, &walk) == 1001);
-    assert(walk.rows == 1001 && walk.next_seq == 1002);
+    assert (brk_store_events_after (store, 0, 0, NULL, s_test_event, &walk) == 1001);
+    assert (walk.rows == 1001 && walk.next_seq == 1002);
     walk = (test_walk_t){.next_seq = 1};
-    assert(brk_store_events_after(store, 0, 10, NULL, s_test_event, &walk) == 10);
-    assert(walk.next_seq == 11);
+    assert (brk_store_events_after (store, 0, 10, NULL, s_test_event, &walk) == 10);
+    assert (walk.next_seq == 11);
     walk = (test_walk_t){.next_seq = 996};
-    assert(brk_store_events_after(store, 995, 100, "", s_test_event, &walk) == 6);
-    assert(brk_store_events_after(store, 1001, 100, NULL, s_test_event, &walk) == 0);
-    assert(brk_store_events_after(store, UINT64_MAX, 100, NULL, s_test_event, &walk) == 0);
+    assert (brk_store_events_after (store, 995, 100, "", s_test_event, &walk) == 6);
+    assert (brk_store_events_after (store, 1001, 100, NULL, s_test_event, &walk) == 0);
+    assert (brk_store_events_after (store, UINT64_MAX, 100, NULL, s_test_event, &walk) == 0);
     //  seq % 3 == 0 → "sandbox_x.created": 333 of them in 1..1000.
     walk = (test_walk_t){.prefix = "sandbox_"};
-    assert(brk_store_events_after(store, 0, 0, "sandbox_", s_test_event, &walk) == 333);
+    assert (brk_store_events_after (store, 0, 0, "sandbox_", s_test_event, &walk) == 333);
     walk = (test_walk_t){.prefix = "sandbox"};
-    assert(brk_store_events_after(store, 0, 0, "sandbox", s_test_event, &walk) == 667);
+    assert (brk_store_events_after (store, 0, 0, "sandbox", s_test_event, &walk) == 667);
     walk = (test_walk_t){.prefix = "sandbox%"};
-    assert(brk_store_events_after(store, 0, 0, "sandbox%", s_test_event, &walk) == 0);
+    assert (brk_store_events_after (store, 0, 0, "sandbox%", s_test_event, &walk) == 0);
     walk = (test_walk_t){.prefix = "SANDBOX"};
-    assert(brk_store_events_after(store, 0, 0, "SANDBOX", s_test_event, &walk) == 0);
+    assert (brk_store_events_after (store, 0, 0, "SANDBOX", s_test_event, &walk) == 0);
     walk = (test_walk_t){.prefix = "account."};
-    assert(brk_store_events_after(store, 990, 2, "account.", s_test_event, &walk) == 2);
+    assert (brk_store_events_after (store, 990, 2, "account.", s_test_event, &walk) == 2);
     //  A callback cannot restart the walk it is in.
     walk = (test_walk_t){.store = store};
-    assert(brk_store_events_after(store, 0, 1, NULL, s_test_event, &walk) == 1);
-    assert(walk.nested_rc == -1);
-    assert(brk_store_events_after(store, 0, 0, NULL, NULL, NULL) == -1);
-    brk_store_destroy(&store);
+    assert (brk_store_events_after (store, 0, 1, NULL, s_test_event, &walk) == 1);
+    assert (walk.nested_rc == -1);
+    assert (brk_store_events_after (store, 0, 0, NULL, NULL, NULL) == -1);
+    brk_store_destroy (&store);
 
     //  Reopen: everything kept.
-    store = brk_store_new(path);
-    assert(store);
-    assert(brk_store_last_seq(store) == 1001);
+    store = brk_store_new (path);
+    assert (store);
+    assert (brk_store_last_seq (store) == 1001);
     walk = (test_walk_t){.next_seq = 1};
-    assert(brk_store_events_after(store, 0, 0, NULL, s_test_event, &walk) == 1001);
-    assert(brk_store_account_count(store, &count) == 0 && count == 2);
-    assert(brk_store_key_find_by_hash(store, "h1", &got) == 0 && got.revoked_ms == 5000);
-    brk_key_clear(&got);
-    value = brk_store_meta_get(store, "tap.epoch");
-    assert(value && strcmp(value, "2") == 0);
-    free(value);
+    assert (brk_store_events_after (store, 0, 0, NULL, s_test_event, &walk) == 1001);
+    assert (brk_store_account_count (store, &count) == 0 && count == 2);
+    assert (brk_store_key_find_by_hash (store, "h1", &got) == 0 && got.revoked_ms == 5000);
+    brk_key_clear (&got);
+    value = brk_store_meta_get (store, "tap.epoch");
+    assert (value && strcmp (value, "2") == 0);
+    free (value);
     //  Closing inside a transaction rolls it back.
-    assert(brk_store_begin(store) == 0);
-    assert(brk_store_event_append(store, "x", NULL, NULL, NULL, 0, 1, NULL) == 0);
-    brk_store_destroy(&store);
-    store = brk_store_new(path);
-    assert(store);
-    assert(brk_store_last_seq(store) == 1001);
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_event_append (store, "x", NULL, NULL, NULL, 0, 1, NULL) == 0);
+    brk_store_destroy (&store);
+    store = brk_store_new (path);
+    assert (store);
+    assert (brk_store_last_seq (store) == 1001);
 
     //  A database whose pages after the first are garbage: refused or failing, never a crash.
     //  (Closing checkpointed the WAL into the main file, so copying it copies everything.)
-    brk_store_destroy(&store);
+    brk_store_destroy (&store);
     char smashed[PATH_MAX];
-    snprintf(smashed, sizeof smashed, "%s/smashed.db", dir);
-    FILE *file = fopen(path, "rb");
-    assert(file);
+    snprintf (smashed, sizeof smashed, "%s/smashed.db", dir);
+    FILE *file = fopen (path, "rb");
+    assert (file);
     static uint8_t image[1 << 20];
-    size_t image_size = fread(image, 1, sizeof image, file);
-    fclose(file);
-    assert(image_size > 4096 && image_size < sizeof image);
+    size_t image_size = fread (image, 1, sizeof image, file);
+    fclose (file);
+    assert (image_size > 4096 && image_size < sizeof image);
     for (size_t i = 4096; i < image_size; i++)
-        image[i] = (uint8_t)(i * 167 + 13);
-    s_test_write_file(smashed, image, image_size);
-    brk_store_t *broken = brk_store_new(smashed);
+        image[i] = (uint8_t) (i * 167 + 13);
+    s_test_write_file (smashed, image, image_size);
+    brk_store_t *broken = brk_store_new (smashed);
     if (broken) {
         int rows = 0;
-        brk_store_events_after(broken, 0, 0, NULL, s_test_count, &rows);
-        brk_store_account_find(broken, "acc_ada", &found);
-        brk_account_clear(&found);
-        brk_store_destroy(&broken);
+        brk_store_events_after (broken, 0, 0, NULL, s_test_count, &rows);
+        brk_store_account_find (broken, "acc_ada", &found);
+        brk_account_clear (&found);
+        brk_store_destroy (&broken);
     }
-    store = brk_store_new(path);
-    assert(store);
+    store = brk_store_new (path);
+    assert (store);
 
     //  A database from a newer broker is refused.
-    assert(sqlite3_exec(store->db, "INSERT INTO schema_version VALUES (999, 0)", NULL, NULL,
-                        NULL) == SQLITE_OK);
-    brk_store_destroy(&store);
-    assert(brk_store_new(path) == NULL);
+    assert (sqlite3_exec (store->db, "INSERT INTO schema_version VALUES (999, 0)", NULL, NULL,
+                          NULL) == SQLITE_OK);
+    brk_store_destroy (&store);
+    assert (brk_store_new (path) == NULL);
 
     //  Files that are not databases: NULL, never a crash.
     char bad[PATH_MAX];
     uint8_t junk[8192];
     for (size_t i = 0; i < sizeof junk; i++)
-        junk[i] = (uint8_t)(i * 131 + 7);
+        junk[i] = (uint8_t) (i * 131 + 7);
     const size_t sizes[] = {1, 99, 4096, sizeof junk};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        snprintf(bad, sizeof bad, "%s/junk%zu.db", dir, i);
-        s_test_write_file(bad, junk, sizes[i]);
-        assert(brk_store_new(bad) == NULL);
+        snprintf (bad, sizeof bad, "%s/junk%zu.db", dir, i);
+        s_test_write_file (bad, junk, sizes[i]);
+        assert (brk_store_new (bad) == NULL);
     }
     //  A real header followed by garbage pages.
-    snprintf(bad, sizeof bad, "%s/torn.db", dir);
+    snprintf (bad, sizeof bad, "%s/torn.db", dir);
     uint8_t torn[8192];
-    memcpy(torn, junk, sizeof torn);
-    memcpy(torn, "SQLite format 3", 16);
-    s_test_write_file(bad, torn, sizeof torn);
-    assert(brk_store_new(bad) == NULL);
-    assert(brk_store_new(dir) == NULL); //  a directory
-    snprintf(bad, sizeof bad, "%s/missing/control.db", dir);
-    assert(brk_store_new(bad) == NULL);
-    assert(brk_store_new(NULL) == NULL);
-    assert(brk_store_new("") == NULL);
+    memcpy (torn, junk, sizeof torn);
+    memcpy (torn, "SQLite format 3", 16);
+    s_test_write_file (bad, torn, sizeof torn);
+    assert (brk_store_new (bad) == NULL);
+    assert (brk_store_new (dir) == NULL); //  a directory
+    snprintf (bad, sizeof bad, "%s/missing/control.db", dir);
+    assert (brk_store_new (bad) == NULL);
+    assert (brk_store_new (NULL) == NULL);
+    assert (brk_store_new ("") == NULL);
 
     //  Calls on no store fail rather than crash.
-    assert(brk_store_begin(NULL) == -1);
-    assert(brk_store_last_seq(NULL) == 0);
-    assert(brk_store_meta_get(NULL, "x") == NULL);
+    assert (brk_store_begin (NULL) == -1);
+    assert (brk_store_last_seq (NULL) == 0);
+    assert (brk_store_meta_get (NULL, "x") == NULL);
 
-    s_test_remove_dir(dir);
-    if (verbose) printf("\n");
+    s_test_remove_dir (dir);
+    if (verbose)
+        printf ("\n");
 }

@@ -50,7 +50,7 @@ typedef struct {
     size_t payload_size;
 } brk_event_row_t;
 
-typedef void(brk_store_event_fn)(const brk_event_row_t *row, void *arg);
+typedef void (brk_store_event_fn) (const brk_event_row_t *row, void *arg);
 
 //  An account. Filled in by brk_store_account_find with copies the caller
 //  releases with brk_account_clear; for insert, the caller's own strings.
@@ -79,47 +79,47 @@ typedef struct {
 } brk_key_t;
 
 //  The key is borrowed for the call.
-typedef void(brk_store_key_fn)(const brk_key_t *key, void *arg);
+typedef void (brk_store_key_fn) (const brk_key_t *key, void *arg);
 
 //  Opens or creates the database at path (mode 0600), in WAL mode with
 //  synchronous=FULL and foreign keys on, and brings its schema up to date.
 //  Returns NULL (and logs why) if the file cannot be opened, is not a database,
 //  or was written by a newer broker (its schema version is unknown here).
-brk_store_t *brk_store_new(const char *path);
+brk_store_t *brk_store_new (const char *path);
 
 //  Rolls back an open transaction, closes the database, sets *self_p to NULL.
-void brk_store_destroy(brk_store_t **self_p);
+void brk_store_destroy (brk_store_t **self_p);
 
 //  The schema version the database is at (the number of migrations applied).
-int brk_store_schema_version(brk_store_t *self);
+int brk_store_schema_version (brk_store_t *self);
 
 //  BEGIN IMMEDIATE: takes the write lock now, so the transaction cannot fail later
 //  for want of it. Transactions do not nest. Returns 0, or -1 (one already open,
 //  or the database is busy beyond the busy timeout).
-int brk_store_begin(brk_store_t *self);
+int brk_store_begin (brk_store_t *self);
 
 //  Returns 0, or -1 when no transaction is open or the commit failed; after a
 //  failed commit call brk_store_rollback.
-int brk_store_commit(brk_store_t *self);
+int brk_store_commit (brk_store_t *self);
 
 //  Returns 0, or -1 when no transaction is open.
-int brk_store_rollback(brk_store_t *self);
+int brk_store_rollback (brk_store_t *self);
 
 //  True between brk_store_begin and commit/rollback.
-bool brk_store_in_transaction(brk_store_t *self);
+bool brk_store_in_transaction (brk_store_t *self);
 
 //  Appends an event inside the open transaction and returns its sequence number
 //  in *seq_p (if not NULL). Sequence numbers start at 1 and the committed log has
 //  no gaps: a rolled-back append gives its number to the next one. type is
 //  required; account, subject and payload are optional (payload may be NULL when
 //  size is 0). Returns 0, or -1 (no transaction, bad argument, database error).
-int brk_store_event_append(brk_store_t *self, const char *type, const char *account,
-                           const char *subject, const uint8_t *payload, size_t size, uint64_t ts_ms,
-                           uint64_t *seq_p);
+int brk_store_event_append (brk_store_t *self, const char *type, const char *account,
+                            const char *subject, const uint8_t *payload, size_t size,
+                            uint64_t ts_ms, uint64_t *seq_p);
 
 //  The highest sequence number ever assigned (0 for an empty log, or on error).
 //  Inside a transaction this includes its own appends.
-uint64_t brk_store_last_seq(brk_store_t *self);
+uint64_t brk_store_last_seq (brk_store_t *self);
 
 //  Calls fn for each event with seq > after_seq, in seq order, at most limit of
 //  them (0 = no limit), only those whose type starts with type_prefix (NULL or ""
@@ -127,62 +127,62 @@ uint64_t brk_store_last_seq(brk_store_t *self);
 //  characters). Returns the number of rows handed to fn, or -1 (rows handed out
 //  before an error stay handed out). fn may call other store functions but not
 //  brk_store_events_after.
-int brk_store_events_after(brk_store_t *self, uint64_t after_seq, size_t limit,
-                           const char *type_prefix, brk_store_event_fn *fn, void *arg);
+int brk_store_events_after (brk_store_t *self, uint64_t after_seq, size_t limit,
+                            const char *type_prefix, brk_store_event_fn *fn, void *arg);
 
 //  Inserts an account (inside a transaction). id, email and plan are required.
 //  Returns 0 inserted, 1 an account with this email (any case) exists, -1 error
 //  (bad argument, no transaction, duplicate id, database error).
-int brk_store_account_insert(brk_store_t *self, const brk_account_t *account);
+int brk_store_account_insert (brk_store_t *self, const brk_account_t *account);
 
 //  Finds an account by id or by email (case-insensitive); an id match wins.
 //  Returns 0 and fills *out (release with brk_account_clear), 1 not found, -1 error.
 //  *out is zeroed unless 0 is returned.
-int brk_store_account_find(brk_store_t *self, const char *id_or_email, brk_account_t *out);
+int brk_store_account_find (brk_store_t *self, const char *id_or_email, brk_account_t *out);
 
 //  Sets *count to the number of accounts. Returns 0 or -1.
-int brk_store_account_count(brk_store_t *self, uint64_t *count);
+int brk_store_account_count (brk_store_t *self, uint64_t *count);
 
 //  Frees the strings of an account filled in by the store and zeroes it.
-void brk_account_clear(brk_account_t *self);
+void brk_account_clear (brk_account_t *self);
 
 //  Inserts a key (inside a transaction). id, account_id, kind and hash are
 //  required; kind and preset must be one of the names above. Returns 0 inserted,
 //  1 a key with this hash exists, -1 error (bad argument, no transaction, unknown
 //  account, duplicate id, database error).
-int brk_store_key_insert(brk_store_t *self, const brk_key_t *key);
+int brk_store_key_insert (brk_store_t *self, const brk_key_t *key);
 
 //  Finds a key by the hash of its secret / by its id. Revoked and expired keys are
 //  found too: the caller decides. Returns 0 and fills *out (release with
 //  brk_key_clear), 1 not found, -1 error. *out is zeroed unless 0 is returned.
-int brk_store_key_find_by_hash(brk_store_t *self, const char *hash, brk_key_t *out);
-int brk_store_key_find(brk_store_t *self, const char *key_id, brk_key_t *out);
+int brk_store_key_find_by_hash (brk_store_t *self, const char *hash, brk_key_t *out);
+int brk_store_key_find (brk_store_t *self, const char *key_id, brk_key_t *out);
 
 //  Calls fn for each key of the account, revoked ones included, newest first.
 //  Returns the number of keys handed to fn, or -1. fn may call other store
 //  functions but not brk_store_key_list.
-int brk_store_key_list(brk_store_t *self, const char *account_id, brk_store_key_fn *fn, void *arg);
+int brk_store_key_list (brk_store_t *self, const char *account_id, brk_store_key_fn *fn, void *arg);
 
 //  Revokes a key as of now_ms (inside a transaction). Returns 0 revoked or already
 //  revoked (the first revocation time is kept), 1 not found, -1 error.
-int brk_store_key_revoke(brk_store_t *self, const char *key_id, uint64_t now_ms);
+int brk_store_key_revoke (brk_store_t *self, const char *key_id, uint64_t now_ms);
 
 //  Records that a key was used at now_ms; never moves last_used_ms backwards.
 //  Each call outside a transaction is a synchronous commit: throttle the calls.
 //  Returns 0 (also when the key does not exist), or -1.
-int brk_store_key_touch(brk_store_t *self, const char *key_id, uint64_t now_ms);
+int brk_store_key_touch (brk_store_t *self, const char *key_id, uint64_t now_ms);
 
 //  Frees the strings of a key filled in by the store and zeroes it.
-void brk_key_clear(brk_key_t *self);
+void brk_key_clear (brk_key_t *self);
 
 //  Returns the value stored under key (the caller frees it), or NULL if absent
 //  or on error.
-char *brk_store_meta_get(brk_store_t *self, const char *key);
+char *brk_store_meta_get (brk_store_t *self, const char *key);
 
 //  Stores value under key, replacing any old value; a NULL value deletes the key.
 //  Returns 0 or -1.
-int brk_store_meta_set(brk_store_t *self, const char *key, const char *value);
+int brk_store_meta_set (brk_store_t *self, const char *key, const char *value);
 
-void brk_store_test(bool verbose);
+void brk_store_test (bool verbose);
 
 #endif

@@ -57,27 +57,48 @@ int cli_account_main (int argc, char **argv)
         s_account_usage (stderr);
         return 2;
     }
-    static struct option options[] = {
-        {"email", required_argument, 0, 'e'},  {"password-stdin", no_argument, 0, 'p'},
-        {"plan", required_argument, 0, 'P'},   {"admin", no_argument, 0, 'a'},
-        {"no-key", no_argument, 0, 'n'},       {"data-dir", required_argument, 0, 'd'},
-        {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static struct option options[] = {{"email", required_argument, 0, 'e'},
+                                      {"password-stdin", no_argument, 0, 'p'},
+                                      {"plan", required_argument, 0, 'P'},
+                                      {"admin", no_argument, 0, 'a'},
+                                      {"no-key", no_argument, 0, 'n'},
+                                      {"data-dir", required_argument, 0, 'd'},
+                                      {"json", no_argument, 0, 'j'},
+                                      {"help", no_argument, 0, 'h'},
+                                      {0, 0, 0, 0}};
     const char *email = NULL, *plan = NULL, *data_dir = NULL;
     bool password_stdin = false, admin = false, no_key = false, json = false;
     int c;
     optind = 1;
     while ((c = getopt_long (argc - 1, argv + 1, "", options, NULL)) != -1) {
         switch (c) {
-        case 'e': email = optarg; break;
-        case 'p': password_stdin = true; break;
-        case 'P': plan = optarg; break;
-        case 'a': admin = true; break;
-        case 'n': no_key = true; break;
-        case 'd': data_dir = optarg; break;
-        case 'j': json = true; break;
-        case 'h': s_account_usage (stdout); return 0;
-        default: s_account_usage (stderr); return 2;
+        case 'e':
+            email = optarg;
+            break;
+        case 'p':
+            password_stdin = true;
+            break;
+        case 'P':
+            plan = optarg;
+            break;
+        case 'a':
+            admin = true;
+            break;
+        case 'n':
+            no_key = true;
+            break;
+        case 'd':
+            data_dir = optarg;
+            break;
+        case 'j':
+            json = true;
+            break;
+        case 'h':
+            s_account_usage (stdout);
+            return 0;
+        default:
+            s_account_usage (stderr);
+            return 2;
         }
     }
     if (!email) {
@@ -149,8 +170,8 @@ static json_t *s_key_json (const sbx_key_info_t *key)
 {
     return json_pack ("{s:s, s:s, s:s?, s:s?, s:s?, s:o, s:o, s:o, s:b}", "key_id", key->key_id,
                       "kind", sbx_key_kind_name (key->kind), "name", key->name, "preset",
-                      key->preset ? sbx_key_preset_name (key->preset) : NULL, "prefix",
-                      key->prefix, "created_at", s_time_or_null (key->created_ms), "expires_at",
+                      key->preset ? sbx_key_preset_name (key->preset) : NULL, "prefix", key->prefix,
+                      "created_at", s_time_or_null (key->created_ms), "expires_at",
                       s_time_or_null (key->expires_ms), "last_used_at",
                       s_time_or_null (key->last_used_ms), "revoked", key->revoked);
 }
@@ -168,24 +189,40 @@ int cli_key_main (int argc, char **argv)
         return 2;
     }
     static struct option options[] = {
-        {"account", required_argument, 0, 'a'}, {"preset", required_argument, 0, 'p'},
-        {"expires", required_argument, 0, 'e'}, {"name", required_argument, 0, 'n'},
+        {"account", required_argument, 0, 'a'},  {"preset", required_argument, 0, 'p'},
+        {"expires", required_argument, 0, 'e'},  {"name", required_argument, 0, 'n'},
         {"data-dir", required_argument, 0, 'd'}, {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     const char *account = NULL, *preset = NULL, *expires = NULL, *name = NULL, *data_dir = NULL;
     bool json = false;
     int c;
     optind = 1;
     while ((c = getopt_long (argc - 1, argv + 1, "", options, NULL)) != -1) {
         switch (c) {
-        case 'a': account = optarg; break;
-        case 'p': preset = optarg; break;
-        case 'e': expires = optarg; break;
-        case 'n': name = optarg; break;
-        case 'd': data_dir = optarg; break;
-        case 'j': json = true; break;
-        case 'h': s_key_usage (stdout); return 0;
-        default: s_key_usage (stderr); return 2;
+        case 'a':
+            account = optarg;
+            break;
+        case 'p':
+            preset = optarg;
+            break;
+        case 'e':
+            expires = optarg;
+            break;
+        case 'n':
+            name = optarg;
+            break;
+        case 'd':
+            data_dir = optarg;
+            break;
+        case 'j':
+            json = true;
+            break;
+        case 'h':
+            s_key_usage (stdout);
+            return 0;
+        default:
+            s_key_usage (stderr);
+            return 2;
         }
     }
     int rest = argc - 1 - optind; //  positional arguments left
@@ -261,13 +298,11 @@ int cli_key_main (int argc, char **argv)
             for (size_t i = 0; i < ok->keys.count; i++) {
                 sbx_key_info_t *k = &ok->keys.items[i];
                 char buf[32];
-                printf ("%-16s %-10s %-10s %-10s %-24s %s%s\n", k->key_id,
-                        sbx_key_kind_name (k->kind),
-                        k->preset ? sbx_key_preset_name (k->preset) : "-",
-                        k->prefix ? k->prefix : "-",
-                        k->expires_ms ? sbx_clock_iso8601 (k->expires_ms, buf, sizeof buf)
-                                      : "never",
-                        k->name ? k->name : "", k->revoked ? " (revoked)" : "");
+                printf (
+                    "%-16s %-10s %-10s %-10s %-24s %s%s\n", k->key_id, sbx_key_kind_name (k->kind),
+                    k->preset ? sbx_key_preset_name (k->preset) : "-", k->prefix ? k->prefix : "-",
+                    k->expires_ms ? sbx_clock_iso8601 (k->expires_ms, buf, sizeof buf) : "never",
+                    k->name ? k->name : "", k->revoked ? " (revoked)" : "");
             }
         }
     } else {

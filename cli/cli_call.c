@@ -52,8 +52,8 @@ sbx_msg_t *cli_call (sbx_config_t *config, sbx_msg_t **request_p, int timeout_ms
             break;
         }
         frame = zframe_recv (sock);
-        sbx_msg_t *msg = frame ? sbx_msg_decode (zframe_data (frame), zframe_size (frame), err)
-                               : NULL;
+        sbx_msg_t *msg =
+            frame ? sbx_msg_decode (zframe_data (frame), zframe_size (frame), err) : NULL;
         zframe_destroy (&frame);
         if (!msg || msg->rid != request->rid) {
             sbx_msg_destroy (&msg);

@@ -2,9 +2,7 @@
 #include "cli_supervisor.h"
 #include "sbx_testrun.h"
 
-static const sbx_test_t s_tests[] = {
-    {"cli_supervisor", cli_supervisor_test},
-    {NULL, NULL}};
+static const sbx_test_t s_tests[] = {{"cli_supervisor", cli_supervisor_test}, {NULL, NULL}};
 
 int main (int argc, char **argv)
 {

@@ -24,7 +24,8 @@ char *cli_base_url (sbx_config_t *config)
 
 char *cli_ca_cert (sbx_config_t *config)
 {
-    if (streq (sbx_config_get (config, "tls", "on"), "off") || sbx_config_get (config, "tls.cert", NULL))
+    if (streq (sbx_config_get (config, "tls", "on"), "off") ||
+        sbx_config_get (config, "tls.cert", NULL))
         return NULL;
     return sbx_config_path (config, "tls/ca.crt");
 }
@@ -36,13 +37,13 @@ static bool s_alive (json_int_t pid)
 
 static void s_usage (FILE *out)
 {
-    fprintf (out,
-             "usage: sbx status [--data-dir DIR] [--json]\n\n"
-             "Shows whether `sbx up` runs for this data directory, each daemon's pid and\n"
-             "readiness, the workers connected to the broker, and where clients connect.\n"
-             "--json prints {\"running\",\"mcp_url\",\"rest_url\",\"ca_cert\",\"data_dir\",\n"
-             "\"daemons\":[{\"name\",\"pid\",\"ready\",\"state\",\"restarts\",\"log\"}],\"peers\":[...]}.\n"
-             "Exit code 0 when sbx up runs and every daemon is ready, 1 otherwise.\n");
+    fprintf (out, "usage: sbx status [--data-dir DIR] [--json]\n\n"
+                  "Shows whether `sbx up` runs for this data directory, each daemon's pid and\n"
+                  "readiness, the workers connected to the broker, and where clients connect.\n"
+                  "--json prints {\"running\",\"mcp_url\",\"rest_url\",\"ca_cert\",\"data_dir\",\n"
+                  "\"daemons\":[{\"name\",\"pid\",\"ready\",\"state\",\"restarts\",\"log\"}],"
+                  "\"peers\":[...]}.\n"
+                  "Exit code 0 when sbx up runs and every daemon is ready, 1 otherwise.\n");
 }
 
 int cli_status_main (int argc, char **argv)
@@ -57,10 +58,18 @@ int cli_status_main (int argc, char **argv)
     optind = 1;
     while ((c = getopt_long (argc, argv, "", options, NULL)) != -1) {
         switch (c) {
-        case 'd': data_dir = optarg; break;
-        case 'j': as_json = true; break;
-        case 'h': s_usage (stdout); return 0;
-        default: s_usage (stderr); return 2;
+        case 'd':
+            data_dir = optarg;
+            break;
+        case 'j':
+            as_json = true;
+            break;
+        case 'h':
+            s_usage (stdout);
+            return 0;
+        default:
+            s_usage (stderr);
+            return 2;
         }
     }
     sbx_config_t *config = sbx_config_new (data_dir);
@@ -73,7 +82,8 @@ int cli_status_main (int argc, char **argv)
     free (status_path);
 
     json_t *out = json_object ();
-    bool running = status && s_alive (json_integer_value (json_object_get (status, "supervisor_pid")));
+    bool running =
+        status && s_alive (json_integer_value (json_object_get (status, "supervisor_pid")));
     bool all_ready = running;
     json_object_set_new (out, "running", json_boolean (running));
     json_object_set_new (out, "data_dir", json_string (sbx_config_data_dir (config)));
@@ -83,18 +93,18 @@ int cli_status_main (int argc, char **argv)
     json_t *daemons = json_array ();
     json_t *entry;
     size_t i;
-    json_array_foreach (json_object_get (status, "daemons"), i, entry) {
+    json_array_foreach (json_object_get (status, "daemons"), i, entry)
+    {
         json_int_t pid = json_integer_value (json_object_get (entry, "pid"));
         bool alive = running && s_alive (pid);
         bool ready = alive && json_is_true (json_object_get (entry, "ready"));
         all_ready = all_ready && ready;
         json_array_append_new (
-            daemons, json_pack ("{s:O, s:o, s:b, s:O, s:O, s:O}", "name",
-                                json_object_get (entry, "name"), "pid",
-                                alive ? json_integer (pid) : json_null (), "ready", ready,
-                                "state", json_object_get (entry, "state"), "restarts",
-                                json_object_get (entry, "restarts"), "log",
-                                json_object_get (entry, "log")));
+            daemons,
+            json_pack ("{s:O, s:o, s:b, s:O, s:O, s:O}", "name", json_object_get (entry, "name"),
+                       "pid", alive ? json_integer (pid) : json_null (), "ready", ready, "state",
+                       json_object_get (entry, "state"), "restarts",
+                       json_object_get (entry, "restarts"), "log", json_object_get (entry, "log")));
     }
     if (json_array_size (daemons) == 0)
         all_ready = false;
@@ -132,7 +142,8 @@ int cli_status_main (int argc, char **argv)
                 sbx_config_data_dir (config));
         printf ("  MCP endpoint:   %s/mcp\n  REST API:       %s/v1\n  CA certificate: %s\n", base,
                 base, ca ? ca : "(none)");
-        json_array_foreach (json_object_get (out, "daemons"), i, entry) {
+        json_array_foreach (json_object_get (out, "daemons"), i, entry)
+        {
             char pid[32] = "-";
             if (json_is_integer (json_object_get (entry, "pid")))
                 snprintf (pid, sizeof pid, "%lld",

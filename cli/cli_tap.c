@@ -22,8 +22,8 @@ static int s_on_event (const sbx_event_t *event, void *arg)
         return 0;
     char ts[32];
     json_t *line = json_pack ("{s:I, s:s, s:s, s:s?, s:s?}", "seq", (json_int_t) event->seq, "ts",
-                              sbx_clock_iso8601 (event->ts_ms, ts, sizeof ts), "type",
-                              event->type, "account", event->account, "subject", event->subject);
+                              sbx_clock_iso8601 (event->ts_ms, ts, sizeof ts), "type", event->type,
+                              "account", event->account, "subject", event->subject);
     if (event->payload.data) {
         sbx_err_t err;
         sbx_msg_t *payload = sbx_msg_decode (event->payload.data, event->payload.size, &err);
@@ -31,9 +31,8 @@ static int s_on_event (const sbx_event_t *event, void *arg)
         json_t *fields = text ? json_loads (text, 0, NULL) : NULL;
         const char *key;
         json_t *value;
-        json_object_foreach (fields, key, value)
-            if (!json_object_get (line, key))
-                json_object_set (line, key, value);
+        json_object_foreach (fields, key, value) if (!json_object_get (line, key))
+            json_object_set (line, key, value);
         if (!payload)
             json_object_set_new (line, "payload_error", json_string (err.message));
         json_decref (fields);
@@ -64,27 +63,28 @@ static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
 
 static void s_usage (FILE *out)
 {
-    fprintf (out,
-             "usage: sbx tap [--since SEQ] [--once] [--count N] [--data-dir DIR] [--json] "
-             "[PREFIX]\n\n"
-             "Prints events of the broker's log as JSON lines\n"
-             "{\"seq\",\"ts\",\"type\",\"account\",\"subject\",...fields of the event}.\n"
-             "Without --since it prints events as they are committed; with --since SEQ it\n"
-             "first replays every event after SEQ (0 for the whole log), then goes on live.\n"
-             "Every event is printed once, in order, also across broker restarts.\n"
-             "PREFIX keeps only event types starting with it (sandbox., ttl.).\n"
-             "  --once      stop once caught up with the end of the log\n"
-             "  --count N   stop after N events\n"
-             "Output is always JSON lines; --json is accepted for symmetry.\n");
+    fprintf (out, "usage: sbx tap [--since SEQ] [--once] [--count N] [--data-dir DIR] [--json] "
+                  "[PREFIX]\n\n"
+                  "Prints events of the broker's log as JSON lines\n"
+                  "{\"seq\",\"ts\",\"type\",\"account\",\"subject\",...fields of the event}.\n"
+                  "Without --since it prints events as they are committed; with --since SEQ it\n"
+                  "first replays every event after SEQ (0 for the whole log), then goes on live.\n"
+                  "Every event is printed once, in order, also across broker restarts.\n"
+                  "PREFIX keeps only event types starting with it (sandbox., ttl.).\n"
+                  "  --once      stop once caught up with the end of the log\n"
+                  "  --count N   stop after N events\n"
+                  "Output is always JSON lines; --json is accepted for symmetry.\n");
 }
 
 int cli_tap_main (int argc, char **argv)
 {
-    static struct option options[] = {
-        {"since", required_argument, 0, 's'}, {"once", no_argument, 0, 'o'},
-        {"count", required_argument, 0, 'c'}, {"data-dir", required_argument, 0, 'd'},
-        {"json", no_argument, 0, 'j'},        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static struct option options[] = {{"since", required_argument, 0, 's'},
+                                      {"once", no_argument, 0, 'o'},
+                                      {"count", required_argument, 0, 'c'},
+                                      {"data-dir", required_argument, 0, 'd'},
+                                      {"json", no_argument, 0, 'j'},
+                                      {"help", no_argument, 0, 'h'},
+                                      {0, 0, 0, 0}};
     s_tap_t tap = {0};
     uint64_t since = SBX_TAPREADER_NOW;
     const char *data_dir = NULL;
@@ -106,11 +106,20 @@ int cli_tap_main (int argc, char **argv)
             else
                 tap.count = value;
             break;
-        case 'o': tap.once = true; break;
-        case 'd': data_dir = optarg; break;
-        case 'j': break;
-        case 'h': s_usage (stdout); return 0;
-        default: s_usage (stderr); return 2;
+        case 'o':
+            tap.once = true;
+            break;
+        case 'd':
+            data_dir = optarg;
+            break;
+        case 'j':
+            break;
+        case 'h':
+            s_usage (stdout);
+            return 0;
+        default:
+            s_usage (stderr);
+            return 2;
         }
     }
     if (optind < argc - 1) {

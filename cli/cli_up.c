@@ -17,8 +17,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-static const char *s_daemons[] = {"sbx-broker", "sbx-vmd", "sbx-snapshotd", "sbx-billing",
-                                  "sbx-gateway", NULL};
+static const char *s_daemons[] = {"sbx-broker",  "sbx-vmd",     "sbx-snapshotd",
+                                  "sbx-billing", "sbx-gateway", NULL};
 
 typedef struct {
     sbx_config_t *config;
@@ -137,14 +137,30 @@ int cli_up_main (int argc, char **argv)
     optind = 1;
     while ((c = getopt_long (argc, argv, "", options, NULL)) != -1) {
         switch (c) {
-        case 'd': data_dir = optarg; break;
-        case 'l': listen = optarg; break;
-        case 'D': domain = optarg; break;
-        case 'a': admin = optarg; break;
-        case 'p': plain = true; break;
-        case 'L': level = optarg; break;
-        case 'h': s_usage (stdout); return 0;
-        default: s_usage (stderr); return 2;
+        case 'd':
+            data_dir = optarg;
+            break;
+        case 'l':
+            listen = optarg;
+            break;
+        case 'D':
+            domain = optarg;
+            break;
+        case 'a':
+            admin = optarg;
+            break;
+        case 'p':
+            plain = true;
+            break;
+        case 'L':
+            level = optarg;
+            break;
+        case 'h':
+            s_usage (stdout);
+            return 0;
+        default:
+            s_usage (stderr);
+            return 2;
         }
     }
     if (optind < argc) {
@@ -191,8 +207,12 @@ int cli_up_main (int argc, char **argv)
     int rc = up.supervisor ? 0 : 1;
     for (const char **name = s_daemons; rc == 0 && *name; name++) {
         char *path = s_daemon_path (*name);
-        char *args[] = {path, "--data-dir", (char *) sbx_config_data_dir (up.config),
-                        level ? "--log-level" : NULL, (char *) level, NULL};
+        char *args[] = {path,
+                        "--data-dir",
+                        (char *) sbx_config_data_dir (up.config),
+                        level ? "--log-level" : NULL,
+                        (char *) level,
+                        NULL};
         if (!path || cli_supervisor_add (up.supervisor, *name, args)) {
             fprintf (stderr, "sbx up: cannot run %s (is sbx built? expected beside %s)\n", *name,
                      path ? path : "sbx");

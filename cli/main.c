@@ -31,8 +31,7 @@ static void s_usage (FILE *out)
 int main (int argc, char **argv)
 {
     sbx_log_init ("sbx", SBX_LOG_WARN);
-    if (argc < 2 || streq (argv[1], "--help") || streq (argv[1], "-h") ||
-        streq (argv[1], "help")) {
+    if (argc < 2 || streq (argv[1], "--help") || streq (argv[1], "-h") || streq (argv[1], "help")) {
         s_usage (argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }

@@ -27,9 +27,8 @@ char *sbx_clock_iso8601 (uint64_t ms, char *buf, size_t size)
     time_t secs = (time_t) (ms / 1000);
     struct tm tm;
     gmtime_r (&secs, &tm);
-    snprintf (buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
-              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-              (unsigned) (ms % 1000));
+    snprintf (buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900, tm.tm_mon + 1,
+              tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (unsigned) (ms % 1000));
     return buf;
 }
 

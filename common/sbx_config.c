@@ -20,23 +20,22 @@ typedef struct {
     const char *dflt;
 } s_known_t;
 
-static const s_known_t s_known[] = {
-    {"broker.endpoint", "ipc://%D/run/broker.sock"},
-    {"broker.bind", NULL}, //  = broker.endpoint
-    {"tap.endpoint", "ipc://%D/run/tap.sock"},
-    {"tap.bind", NULL}, //  = tap.endpoint
-    {"broker.public_key", NULL},
-    {"instance", NULL}, //  = host name
-    {"heartbeat_ms", "1000"},
-    {"request_timeout_ms", "30000"},
-    {"listen", "127.0.0.1:8443"},
-    {"domain", "localhost"},
-    {"tls", "on"},
-    {"tls.cert", NULL},
-    {"tls.key", NULL},
-    {"image_dir", NULL},
-    {"vmd.capacity", "8"},
-    {NULL, NULL}};
+static const s_known_t s_known[] = {{"broker.endpoint", "ipc://%D/run/broker.sock"},
+                                    {"broker.bind", NULL}, //  = broker.endpoint
+                                    {"tap.endpoint", "ipc://%D/run/tap.sock"},
+                                    {"tap.bind", NULL}, //  = tap.endpoint
+                                    {"broker.public_key", NULL},
+                                    {"instance", NULL}, //  = host name
+                                    {"heartbeat_ms", "1000"},
+                                    {"request_timeout_ms", "30000"},
+                                    {"listen", "127.0.0.1:8443"},
+                                    {"domain", "localhost"},
+                                    {"tls", "on"},
+                                    {"tls.cert", NULL},
+                                    {"tls.key", NULL},
+                                    {"image_dir", NULL},
+                                    {"vmd.capacity", "8"},
+                                    {NULL, NULL}};
 
 typedef struct {
     char *key;
@@ -226,8 +225,8 @@ static const char *s_default (sbx_config_t *self, const char *key)
             const char *mark = strstr (d, "%D");
             if (!mark)
                 self->expanded[i] = strdup (d);
-            else if (asprintf (&self->expanded[i], "%.*s%s%s", (int) (mark - d), d,
-                               self->data_dir, mark + 2) < 0)
+            else if (asprintf (&self->expanded[i], "%.*s%s%s", (int) (mark - d), d, self->data_dir,
+                               mark + 2) < 0)
                 self->expanded[i] = NULL;
         }
         return self->expanded[i];
@@ -345,7 +344,8 @@ void sbx_config_test (bool verbose)
     file = fopen (path, "a");
     fprintf (file, "this line has no equals sign\n");
     fclose (file);
-    sbx_log_init ("sbx_config_test", verbose ? SBX_LOG_DEBUG : (sbx_log_level_t) (SBX_LOG_ERROR + 1));
+    sbx_log_init ("sbx_config_test",
+                  verbose ? SBX_LOG_DEBUG : (sbx_log_level_t) (SBX_LOG_ERROR + 1));
     assert (sbx_config_new (dir) == NULL);
     sbx_log_init ("sbx", SBX_LOG_INFO);
 

@@ -52,10 +52,18 @@ sbx_daemon_t *sbx_daemon_new (int argc, char **argv, const char *name, const cha
     optind = 1;
     while ((c = getopt_long (argc, argv, "", options, NULL)) != -1) {
         switch (c) {
-        case 'd': data_dir = optarg; break;
-        case 'i': instance = optarg; break;
-        case 's': zlist_append (sets, optarg); break;
-        case 'l': level = optarg; break;
+        case 'd':
+            data_dir = optarg;
+            break;
+        case 'i':
+            instance = optarg;
+            break;
+        case 's':
+            zlist_append (sets, optarg);
+            break;
+        case 'l':
+            level = optarg;
+            break;
         case 'h':
             s_usage (stdout, name, summary);
             *exit_code = 0;
@@ -150,9 +158,9 @@ static void s_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
     } else if (self->request_fn)
         self->request_fn (peer, request_p, self->request_arg);
     else {
-        sbx_msg_t *error = sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
-                                              "%s does not serve %s yet", self->name,
-                                              sbx_msg_type_name (request->type));
+        sbx_msg_t *error =
+            sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE, "%s does not serve %s yet",
+                               self->name, sbx_msg_type_name (request->type));
         sbx_peer_send (peer, &error);
     }
 }

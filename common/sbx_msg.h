@@ -48,11 +48,11 @@ int sbx_err_set (sbx_err_t *err, sbx_code_t code, const char *format, ...)
 //  use the generated accessors, e.g. sbx_msg_peer_hello (msg), to reach it typed.
 typedef struct sbx_msg_s {
     sbx_msg_type_t type;
-    uint64_t rid;          //  request id, chosen by the requester; replies echo it
-    sbx_caller_t *caller;  //  who asks (requests only); NULL when absent
-    char *route;           //  role that must handle it, when the type allows several
-    char *instance;        //  that role's instance, when one particular worker must
-    uint32_t timeout_ms;   //  the requester's deadline budget; 0 = the broker's default
+    uint64_t rid;         //  request id, chosen by the requester; replies echo it
+    sbx_caller_t *caller; //  who asks (requests only); NULL when absent
+    char *route;          //  role that must handle it, when the type allows several
+    char *instance;       //  that role's instance, when one particular worker must
+    uint32_t timeout_ms;  //  the requester's deadline budget; 0 = the broker's default
     void *body;
 } sbx_msg_t;
 

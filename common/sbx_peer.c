@@ -365,10 +365,9 @@ static void s_handle (sbx_peer_t *self, sbx_msg_t **msg_p)
     else if (self->request_fn)
         self->request_fn (self, msg_p, self->request_arg);
     else {
-        sbx_msg_t *error = sbx_msg_new_error (msg->rid, SBX_E_INVALID_ARGUMENT,
-                                              "%s %s does not handle %s",
-                                              sbx_role_name (self->role), self->instance,
-                                              sbx_msg_type_name (msg->type));
+        sbx_msg_t *error = sbx_msg_new_error (
+            msg->rid, SBX_E_INVALID_ARGUMENT, "%s %s does not handle %s",
+            sbx_role_name (self->role), self->instance, sbx_msg_type_name (msg->type));
         sbx_peer_send (self, &error);
     }
 }

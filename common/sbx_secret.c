@@ -14,116 +14,136 @@ static const char s_base62[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKL
 //  sodium_init takes a lock on every call; remember success to keep hot paths lock-free.
 static atomic_bool s_ready;
 
-int sbx_secret_init(void)
+int sbx_secret_init (void)
 {
-    if (atomic_load(&s_ready)) return 0;
-    if (sodium_init() < 0) return -1;
-    atomic_store(&s_ready, true);
+    if (atomic_load (&s_ready))
+        return 0;
+    if (sodium_init () < 0)
+        return -1;
+    atomic_store (&s_ready, true);
     return 0;
 }
 
 //  prefix + nchars characters drawn uniformly from alphabet (randombytes_uniform
 //  rejects the biased tail, so every character is equally likely).
-static char *s_random_string(const char *prefix, size_t nchars, const char *alphabet,
-                             uint32_t alphabet_size)
+static char *s_random_string (const char *prefix, size_t nchars, const char *alphabet,
+                              uint32_t alphabet_size)
 {
-    if (!prefix || nchars == 0 || nchars > SBX_SECRET_TOKEN_MAX || sbx_secret_init()) return NULL;
-    size_t prefix_len = strlen(prefix);
-    if (prefix_len > SIZE_MAX - nchars - 1) return NULL;
-    char *text = malloc(prefix_len + nchars + 1);
-    if (!text) return NULL;
-    memcpy(text, prefix, prefix_len);
+    if (!prefix || nchars == 0 || nchars > SBX_SECRET_TOKEN_MAX || sbx_secret_init ())
+        return NULL;
+    size_t prefix_len = strlen (prefix);
+    if (prefix_len > SIZE_MAX - nchars - 1)
+        return NULL;
+    char *text = malloc (prefix_len + nchars + 1);
+    if (!text)
+        return NULL;
+    memcpy (text, prefix, prefix_len);
     for (size_t i = 0; i < nchars; i++)
-        text[prefix_len + i] = alphabet[randombytes_uniform(alphabet_size)];
+        text[prefix_len + i] = alphabet[randombytes_uniform (alphabet_size)];
     text[prefix_len + nchars] = 0;
     return text;
 }
 
-char *sbx_secret_id(const char *prefix)
+char *sbx_secret_id (const char *prefix)
 {
-    return s_random_string(prefix, SBX_SECRET_ID_CHARS, s_base36, 36);
+    return s_random_string (prefix, SBX_SECRET_ID_CHARS, s_base36, 36);
 }
 
-char *sbx_secret_token(const char *prefix, size_t nchars)
+char *sbx_secret_token (const char *prefix, size_t nchars)
 {
-    return s_random_string(prefix, nchars, s_base62, 62);
+    return s_random_string (prefix, nchars, s_base62, 62);
 }
 
-void sbx_secret_hash(const char *secret, char out[65])
+void sbx_secret_hash (const char *secret, char out[65])
 {
-    assert(out);
+    assert (out);
     out[0] = 0;
-    if (!secret) return;
+    if (!secret)
+        return;
     uint8_t digest[crypto_hash_sha256_BYTES];
-    crypto_hash_sha256(digest, (const uint8_t *)secret, strlen(secret));
-    sodium_bin2hex(out, 65, digest, sizeof digest);
+    crypto_hash_sha256 (digest, (const uint8_t *) secret, strlen (secret));
+    sodium_bin2hex (out, 65, digest, sizeof digest);
 }
 
-char *sbx_secret_password_hash(const char *password)
+char *sbx_secret_password_hash (const char *password)
 {
-    if (!password || sbx_secret_init()) return NULL;
-    char *hash = malloc(crypto_pwhash_STRBYTES);
-    if (!hash) return NULL;
-    if (crypto_pwhash_str_alg(hash, password, strlen(password), crypto_pwhash_OPSLIMIT_INTERACTIVE,
-                              crypto_pwhash_MEMLIMIT_INTERACTIVE, crypto_pwhash_ALG_ARGON2ID13)) {
-        free(hash);
+    if (!password || sbx_secret_init ())
+        return NULL;
+    char *hash = malloc (crypto_pwhash_STRBYTES);
+    if (!hash)
+        return NULL;
+    if (crypto_pwhash_str_alg (hash, password, strlen (password),
+                               crypto_pwhash_OPSLIMIT_INTERACTIVE,
+                               crypto_pwhash_MEMLIMIT_INTERACTIVE, crypto_pwhash_ALG_ARGON2ID13)) {
+        free (hash);
         return NULL;
     }
     return hash;
 }
 
-bool sbx_secret_password_verify(const char *hash, const char *password)
+bool sbx_secret_password_verify (const char *hash, const char *password)
 {
-    if (!hash || !password || sbx_secret_init()) return false;
+    if (!hash || !password || sbx_secret_init ())
+        return false;
     //  libsodium reads the hash as a string of at most STRBYTES: refuse anything longer.
-    if (strnlen(hash, crypto_pwhash_STRBYTES) >= crypto_pwhash_STRBYTES) return false;
-    return crypto_pwhash_str_verify(hash, password, strlen(password)) == 0;
+    if (strnlen (hash, crypto_pwhash_STRBYTES) >= crypto_pwhash_STRBYTES)
+        return false;
+    return crypto_pwhash_str_verify (hash, password, strlen (password)) == 0;
 }
 
-bool sbx_secret_equal(const char *a, const char *b)
+bool sbx_secret_equal (const char *a, const char *b)
 {
-    if (!a || !b) return false;
-    size_t len = strlen(a);
-    if (strlen(b) != len) return false;
-    return sodium_memcmp(a, b, len) == 0;
+    if (!a || !b)
+        return false;
+    size_t len = strlen (a);
+    if (strlen (b) != len)
+        return false;
+    return sodium_memcmp (a, b, len) == 0;
 }
 
-char *sbx_secret_base64url(const uint8_t *data, size_t size)
+char *sbx_secret_base64url (const uint8_t *data, size_t size)
 {
-    if ((!data && size > 0) || sbx_secret_init()) return NULL;
+    if ((!data && size > 0) || sbx_secret_init ())
+        return NULL;
     //  ENCODED_LEN overflows past SIZE_MAX / 4 * 3; nothing that large is ever encoded.
-    if (size > SIZE_MAX / 4 * 3 - 4) return NULL;
+    if (size > SIZE_MAX / 4 * 3 - 4)
+        return NULL;
     const int variant = sodium_base64_VARIANT_URLSAFE_NO_PADDING;
-    size_t len = sodium_base64_ENCODED_LEN(size, variant);
-    char *text = malloc(len);
-    if (!text) return NULL;
+    size_t len = sodium_base64_ENCODED_LEN (size, variant);
+    char *text = malloc (len);
+    if (!text)
+        return NULL;
     //  libsodium wants a non-NULL pointer even for zero bytes.
     static const uint8_t s_empty[1] = {0};
-    sodium_bin2base64(text, len, data ? data : s_empty, size, variant);
+    sodium_bin2base64 (text, len, data ? data : s_empty, size, variant);
     return text;
 }
 
-uint8_t *sbx_secret_base64_decode(const char *text, size_t *size_p)
+uint8_t *sbx_secret_base64_decode (const char *text, size_t *size_p)
 {
-    if (!text || !size_p || sbx_secret_init()) return NULL;
-    size_t text_len = strlen(text);
+    if (!text || !size_p || sbx_secret_init ())
+        return NULL;
+    size_t text_len = strlen (text);
     //  Padded base64 is whole groups of four characters, three bytes each at most.
-    if (text_len % 4) return NULL;
+    if (text_len % 4)
+        return NULL;
     //  Check the alphabet ourselves: libsodium 1.0.18 maps some bytes >= 0x80 to
     //  valid values (signed char arithmetic) and would decode them.
     static const char s_alphabet[] =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t body = strspn(text, s_alphabet);
-    if (strspn(text + body, "=") != text_len - body || text_len - body > 2) return NULL;
+    size_t body = strspn (text, s_alphabet);
+    if (strspn (text + body, "=") != text_len - body || text_len - body > 2)
+        return NULL;
     size_t max = text_len / 4 * 3;
-    uint8_t *data = malloc(max + 1);
-    if (!data) return NULL;
+    uint8_t *data = malloc (max + 1);
+    if (!data)
+        return NULL;
     size_t size = 0;
     //  With b64_end NULL, libsodium fails unless the whole input is valid base64
     //  with correct padding and zero trailing bits (so each value has one encoding).
-    if (sodium_base642bin(data, max, text, text_len, NULL, &size, NULL,
-                          sodium_base64_VARIANT_ORIGINAL)) {
-        free(data);
+    if (sodium_base642bin (data, max, text, text_len, NULL, &size, NULL,
+                           sodium_base64_VARIANT_ORIGINAL)) {
+        free (data);
         return NULL;
     }
     data[size] = 0;
@@ -131,204 +151,210 @@ uint8_t *sbx_secret_base64_decode(const char *text, size_t *size_p)
     return data;
 }
 
-void sbx_secret_wipe(char *secret)
+void sbx_secret_wipe (char *secret)
 {
-    if (secret) sodium_memzero(secret, strlen(secret));
+    if (secret)
+        sodium_memzero (secret, strlen (secret));
 }
 
 //  --------------------------------------------------------------------------
 //  Self-test
 
-static int s_compare_strings(const void *a, const void *b)
+static int s_compare_strings (const void *a, const void *b)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    return strcmp (*(char *const *) a, *(char *const *) b);
 }
 
 //  Asserts that none of the n strings repeats, then frees them.
-static void s_assert_distinct(char **list, size_t n)
+static void s_assert_distinct (char **list, size_t n)
 {
-    qsort(list, n, sizeof(char *), s_compare_strings);
+    qsort (list, n, sizeof (char *), s_compare_strings);
     for (size_t i = 1; i < n; i++)
-        assert(strcmp(list[i - 1], list[i]) != 0);
+        assert (strcmp (list[i - 1], list[i]) != 0);
     for (size_t i = 0; i < n; i++)
-        free(list[i]);
+        free (list[i]);
 }
 
-static void s_assert_encodes(const char *plain, const char *expected)
+static void s_assert_encodes (const char *plain, const char *expected)
 {
-    char *text = sbx_secret_base64url((const uint8_t *)plain, strlen(plain));
-    assert(text);
-    assert(strcmp(text, expected) == 0);
-    free(text);
+    char *text = sbx_secret_base64url ((const uint8_t *) plain, strlen (plain));
+    assert (text);
+    assert (strcmp (text, expected) == 0);
+    free (text);
 }
 
-static void s_assert_decodes(const char *text, const char *expected)
-{
-    size_t size = 99;
-    uint8_t *data = sbx_secret_base64_decode(text, &size);
-    assert(data);
-    assert(size == strlen(expected));
-    assert(memcmp(data, expected, size) == 0);
-    assert(data[size] == 0);
-    free(data);
-}
-
-static void s_assert_rejects(const char *text)
+static void s_assert_decodes (const char *text, const char *expected)
 {
     size_t size = 99;
-    assert(sbx_secret_base64_decode(text, &size) == NULL);
-    assert(size == 99);
+    uint8_t *data = sbx_secret_base64_decode (text, &size);
+    assert (data);
+    assert (size == strlen (expected));
+    assert (memcmp (data, expected, size) == 0);
+    assert (data[size] == 0);
+    free (data);
 }
 
-void sbx_secret_test(bool verbose)
+static void s_assert_rejects (const char *text)
 {
-    assert(sbx_secret_init() == 0);
-    assert(sbx_secret_init() == 0);
+    size_t size = 99;
+    assert (sbx_secret_base64_decode (text, &size) == NULL);
+    assert (size == 99);
+}
+
+void sbx_secret_test (bool verbose)
+{
+    assert (sbx_secret_init () == 0);
+    assert (sbx_secret_init () == 0);
 
     //  Ids: prefix + 10 base36, no repeats over 10,000 draws.
     const size_t draws = 10000;
-    char **list = calloc(draws, sizeof(char *));
-    assert(list);
+    char **list = calloc (draws, sizeof (char *));
+    assert (list);
     for (size_t i = 0; i < draws; i++) {
-        char *id = sbx_secret_id("sb_");
-        assert(id);
-        assert(strlen(id) == 3 + SBX_SECRET_ID_CHARS);
-        assert(strncmp(id, "sb_", 3) == 0);
-        assert(strspn(id + 3, s_base36) == SBX_SECRET_ID_CHARS);
+        char *id = sbx_secret_id ("sb_");
+        assert (id);
+        assert (strlen (id) == 3 + SBX_SECRET_ID_CHARS);
+        assert (strncmp (id, "sb_", 3) == 0);
+        assert (strspn (id + 3, s_base36) == SBX_SECRET_ID_CHARS);
         list[i] = id;
     }
-    if (verbose) printf("\n   id: %s", list[0]);
-    s_assert_distinct(list, draws);
+    if (verbose)
+        printf ("\n   id: %s", list[0]);
+    s_assert_distinct (list, draws);
 
     //  Tokens: prefix + n base62; all 62 symbols turn up (the alphabet is used whole).
     bool seen[256] = {false};
     for (size_t i = 0; i < draws; i++) {
-        char *token = sbx_secret_token("sbx_", 43);
-        assert(token);
-        assert(strlen(token) == 4 + 43);
-        assert(strncmp(token, "sbx_", 4) == 0);
-        assert(strspn(token + 4, s_base62) == 43);
+        char *token = sbx_secret_token ("sbx_", 43);
+        assert (token);
+        assert (strlen (token) == 4 + 43);
+        assert (strncmp (token, "sbx_", 4) == 0);
+        assert (strspn (token + 4, s_base62) == 43);
         for (const char *c = token + 4; *c; c++)
-            seen[(uint8_t)*c] = true;
+            seen[(uint8_t) *c] = true;
         list[i] = token;
     }
-    if (verbose) printf("\n   token: %s", list[0]);
-    s_assert_distinct(list, draws);
-    free(list);
+    if (verbose)
+        printf ("\n   token: %s", list[0]);
+    s_assert_distinct (list, draws);
+    free (list);
     for (const char *c = s_base62; *c; c++)
-        assert(seen[(uint8_t)*c]);
+        assert (seen[(uint8_t) *c]);
 
-    char *text = sbx_secret_id("");
-    assert(text && strlen(text) == SBX_SECRET_ID_CHARS);
-    free(text);
-    assert(sbx_secret_id(NULL) == NULL);
-    assert(sbx_secret_token(NULL, 10) == NULL);
-    assert(sbx_secret_token("x", 0) == NULL);
-    assert(sbx_secret_token("x", SBX_SECRET_TOKEN_MAX + 1) == NULL);
+    char *text = sbx_secret_id ("");
+    assert (text && strlen (text) == SBX_SECRET_ID_CHARS);
+    free (text);
+    assert (sbx_secret_id (NULL) == NULL);
+    assert (sbx_secret_token (NULL, 10) == NULL);
+    assert (sbx_secret_token ("x", 0) == NULL);
+    assert (sbx_secret_token ("x", SBX_SECRET_TOKEN_MAX + 1) == NULL);
 
     //  SHA-256 vectors (FIPS 180-2).
     char hex[65];
-    sbx_secret_hash("abc", hex);
-    assert(strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
-    sbx_secret_hash("", hex);
-    assert(strcmp(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855") == 0);
-    sbx_secret_hash(NULL, hex);
-    assert(hex[0] == 0);
+    sbx_secret_hash ("abc", hex);
+    assert (strcmp (hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
+    sbx_secret_hash ("", hex);
+    assert (strcmp (hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855") == 0);
+    sbx_secret_hash (NULL, hex);
+    assert (hex[0] == 0);
 
     //  Passwords.
-    char *hash = sbx_secret_password_hash("correct horse battery staple");
-    assert(hash);
-    assert(strncmp(hash, "$argon2id$", 10) == 0);
-    if (verbose) printf("\n   password hash: %s", hash);
-    assert(sbx_secret_password_verify(hash, "correct horse battery staple"));
-    assert(!sbx_secret_password_verify(hash, "correct horse battery stapl"));
-    assert(!sbx_secret_password_verify(hash, ""));
-    assert(!sbx_secret_password_verify(hash, NULL));
-    assert(!sbx_secret_password_verify(NULL, "x"));
-    assert(!sbx_secret_password_verify("not a hash", "x"));
-    assert(!sbx_secret_password_verify("", ""));
+    char *hash = sbx_secret_password_hash ("correct horse battery staple");
+    assert (hash);
+    assert (strncmp (hash, "$argon2id$", 10) == 0);
+    if (verbose)
+        printf ("\n   password hash: %s", hash);
+    assert (sbx_secret_password_verify (hash, "correct horse battery staple"));
+    assert (!sbx_secret_password_verify (hash, "correct horse battery stapl"));
+    assert (!sbx_secret_password_verify (hash, ""));
+    assert (!sbx_secret_password_verify (hash, NULL));
+    assert (!sbx_secret_password_verify (NULL, "x"));
+    assert (!sbx_secret_password_verify ("not a hash", "x"));
+    assert (!sbx_secret_password_verify ("", ""));
     //  The same password hashes differently each time (random salt).
-    char *again = sbx_secret_password_hash("correct horse battery staple");
-    assert(again && strcmp(again, hash) != 0);
-    free(again);
-    free(hash);
-    assert(sbx_secret_password_hash(NULL) == NULL);
+    char *again = sbx_secret_password_hash ("correct horse battery staple");
+    assert (again && strcmp (again, hash) != 0);
+    free (again);
+    free (hash);
+    assert (sbx_secret_password_hash (NULL) == NULL);
     //  An over-long "hash" is refused before libsodium reads it.
     char long_hash[300];
-    memset(long_hash, 'a', sizeof long_hash - 1);
+    memset (long_hash, 'a', sizeof long_hash - 1);
     long_hash[sizeof long_hash - 1] = 0;
-    assert(!sbx_secret_password_verify(long_hash, "x"));
+    assert (!sbx_secret_password_verify (long_hash, "x"));
 
     char wiped[] = "sbx_secret";
-    sbx_secret_wipe(wiped);
+    sbx_secret_wipe (wiped);
     for (size_t i = 0; i < sizeof wiped; i++)
-        assert(wiped[i] == 0);
-    sbx_secret_wipe(NULL);
+        assert (wiped[i] == 0);
+    sbx_secret_wipe (NULL);
 
     //  Constant-time equality.
-    assert(sbx_secret_equal("abc", "abc"));
-    assert(sbx_secret_equal("", ""));
-    assert(!sbx_secret_equal("abc", "abd"));
-    assert(!sbx_secret_equal("abc", "abcd"));
-    assert(!sbx_secret_equal(NULL, "abc"));
-    assert(!sbx_secret_equal(NULL, NULL));
+    assert (sbx_secret_equal ("abc", "abc"));
+    assert (sbx_secret_equal ("", ""));
+    assert (!sbx_secret_equal ("abc", "abd"));
+    assert (!sbx_secret_equal ("abc", "abcd"));
+    assert (!sbx_secret_equal (NULL, "abc"));
+    assert (!sbx_secret_equal (NULL, NULL));
 
     //  RFC 4648 section 10 vectors; base64url differs from base64 only in - and _.
-    s_assert_encodes("", "");
-    s_assert_encodes("f", "Zg");
-    s_assert_encodes("fo", "Zm8");
-    s_assert_encodes("foo", "Zm9v");
-    s_assert_encodes("foob", "Zm9vYg");
-    s_assert_encodes("fooba", "Zm9vYmE");
-    s_assert_encodes("foobar", "Zm9vYmFy");
+    s_assert_encodes ("", "");
+    s_assert_encodes ("f", "Zg");
+    s_assert_encodes ("fo", "Zm8");
+    s_assert_encodes ("foo", "Zm9v");
+    s_assert_encodes ("foob", "Zm9vYg");
+    s_assert_encodes ("fooba", "Zm9vYmE");
+    s_assert_encodes ("foobar", "Zm9vYmFy");
     const uint8_t binary[] = {0xfb, 0xff, 0xbf};
-    text = sbx_secret_base64url(binary, sizeof binary);
-    assert(text && strcmp(text, "-_-_") == 0);
-    free(text);
-    text = sbx_secret_base64url(NULL, 0);
-    assert(text && strcmp(text, "") == 0);
-    free(text);
-    assert(sbx_secret_base64url(NULL, 1) == NULL);
+    text = sbx_secret_base64url (binary, sizeof binary);
+    assert (text && strcmp (text, "-_-_") == 0);
+    free (text);
+    text = sbx_secret_base64url (NULL, 0);
+    assert (text && strcmp (text, "") == 0);
+    free (text);
+    assert (sbx_secret_base64url (NULL, 1) == NULL);
 
-    s_assert_decodes("", "");
-    s_assert_decodes("Zg==", "f");
-    s_assert_decodes("Zm8=", "fo");
-    s_assert_decodes("Zm9v", "foo");
-    s_assert_decodes("Zm9vYg==", "foob");
-    s_assert_decodes("Zm9vYmE=", "fooba");
-    s_assert_decodes("Zm9vYmFy", "foobar");
-    s_assert_decodes("dXNlcjpwYXNz", "user:pass");
+    s_assert_decodes ("", "");
+    s_assert_decodes ("Zg==", "f");
+    s_assert_decodes ("Zm8=", "fo");
+    s_assert_decodes ("Zm9v", "foo");
+    s_assert_decodes ("Zm9vYg==", "foob");
+    s_assert_decodes ("Zm9vYmE=", "fooba");
+    s_assert_decodes ("Zm9vYmFy", "foobar");
+    s_assert_decodes ("dXNlcjpwYXNz", "user:pass");
     size_t size = 0;
-    uint8_t *data = sbx_secret_base64_decode("+/+/", &size);
-    assert(data && size == 3 && data[0] == 0xfb && data[1] == 0xff && data[2] == 0xbf);
-    free(data);
+    uint8_t *data = sbx_secret_base64_decode ("+/+/", &size);
+    assert (data && size == 3 && data[0] == 0xfb && data[1] == 0xff && data[2] == 0xbf);
+    free (data);
 
     //  Garbage, url-safe characters, missing or extra padding, whitespace,
     //  non-zero trailing bits, bytes past a NUL-free but invalid tail.
-    s_assert_rejects("Zg");
-    s_assert_rejects("Zg=");
-    s_assert_rejects("Zg===");
-    s_assert_rejects("Zm9v====");
-    s_assert_rejects("Zh==");
-    s_assert_rejects("-_-_");
-    s_assert_rejects("Zm9v YmFy");
-    s_assert_rejects("Zm9v\n");
-    s_assert_rejects("====");
-    s_assert_rejects("Zg==Zg==");
-    s_assert_rejects("!!!!");
-    s_assert_rejects("\xff\xfe\xfd\xfc");
-    s_assert_rejects("Zm9v\xc3\xa9==");
-    assert(sbx_secret_base64_decode(NULL, &size) == NULL);
-    assert(sbx_secret_base64_decode("Zg==", NULL) == NULL);
+    s_assert_rejects ("Zg");
+    s_assert_rejects ("Zg=");
+    s_assert_rejects ("Zg===");
+    s_assert_rejects ("Zm9v====");
+    s_assert_rejects ("Zh==");
+    s_assert_rejects ("-_-_");
+    s_assert_rejects ("Zm9v YmFy");
+    s_assert_rejects ("Zm9v\n");
+    s_assert_rejects ("====");
+    s_assert_rejects ("Zg==Zg==");
+    s_assert_rejects ("!!!!");
+    s_assert_rejects ("\xff\xfe\xfd\xfc");
+    s_assert_rejects ("Zm9v\xc3\xa9==");
+    assert (sbx_secret_base64_decode (NULL, &size) == NULL);
+    assert (sbx_secret_base64_decode ("Zg==", NULL) == NULL);
     //  Random bytes never crash the decoder.
     for (int i = 0; i < 2000; i++) {
         char junk[17];
-        randombytes_buf(junk, 16);
+        randombytes_buf (junk, 16);
         for (int j = 0; j < 16; j++)
-            if (junk[j] == 0) junk[j] = 'A';
+            if (junk[j] == 0)
+                junk[j] = 'A';
         junk[16] = 0;
-        data = sbx_secret_base64_decode(junk, &size);
-        free(data);
+        data = sbx_secret_base64_decode (junk, &size);
+        free (data);
     }
-    if (verbose) printf("\n");
+    if (verbose)
+        printf ("\n");
 }

@@ -22,48 +22,48 @@
 
 //  Initialises libsodium. Idempotent and thread-safe. Returns 0, or -1 when the
 //  library cannot start (no entropy source): nothing here works then.
-int sbx_secret_init(void);
+int sbx_secret_init (void);
 
 //  Returns prefix + SBX_SECRET_ID_CHARS random lowercase base36 characters, e.g.
 //  "sb_x0n1a2hf96". Ids are names, not secrets. NULL if prefix is NULL or on failure.
-char *sbx_secret_id(const char *prefix);
+char *sbx_secret_id (const char *prefix);
 
 //  Returns prefix + nchars random base62 characters: "sbx_" + 43 gives ~256 bits.
 //  NULL if prefix is NULL, nchars is 0 or above SBX_SECRET_TOKEN_MAX, or on failure.
-char *sbx_secret_token(const char *prefix, size_t nchars);
+char *sbx_secret_token (const char *prefix, size_t nchars);
 
 //  Writes the lowercase hex SHA-256 of secret into out (64 characters + NUL). For
 //  high-entropy tokens only (never passwords): guessing a 256-bit token is hopeless
 //  however fast the hash, so a fast hash that can be looked up by equality is right.
 //  A NULL secret yields an empty string, which matches no stored hash.
-void sbx_secret_hash(const char *secret, char out[65]);
+void sbx_secret_hash (const char *secret, char out[65]);
 
 //  Returns an argon2id hash string ("$argon2id$v=19$...") of password, with the
 //  interactive limits (~64 MiB, a few tens of ms). NULL if password is NULL or on
 //  failure (out of memory).
-char *sbx_secret_password_hash(const char *password);
+char *sbx_secret_password_hash (const char *password);
 
 //  True when password matches hash (as made by sbx_secret_password_hash). False for
 //  a wrong password, a NULL argument or a malformed hash.
-bool sbx_secret_password_verify(const char *hash, const char *password);
+bool sbx_secret_password_verify (const char *hash, const char *password);
 
 //  True when a and b are the same string. Runs in constant time for strings of
 //  equal length (the length itself is not secret). False if either is NULL.
-bool sbx_secret_equal(const char *a, const char *b);
+bool sbx_secret_equal (const char *a, const char *b);
 
 //  Returns base64url (RFC 4648 section 5) of data, without padding: for PKCE
 //  challenges and tokens in URLs. size 0 gives "". NULL if data is NULL and size > 0.
-char *sbx_secret_base64url(const uint8_t *data, size_t size);
+char *sbx_secret_base64url (const uint8_t *data, size_t size);
 
 //  Decodes standard base64 (RFC 4648 section 4) with padding, no whitespace: for
 //  HTTP Basic credentials. Returns the bytes (NUL-terminated for convenience, not
 //  counted in *size_p), or NULL if text is not exactly such base64.
-uint8_t *sbx_secret_base64_decode(const char *text, size_t *size_p);
+uint8_t *sbx_secret_base64_decode (const char *text, size_t *size_p);
 
 //  Overwrites a secret string with zeros in place (a write the compiler cannot drop),
 //  before freeing it. NULL is fine.
-void sbx_secret_wipe(char *secret);
+void sbx_secret_wipe (char *secret);
 
-void sbx_secret_test(bool verbose);
+void sbx_secret_test (bool verbose);
 
 #endif

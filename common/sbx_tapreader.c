@@ -5,10 +5,10 @@
 
 #include <assert.h>
 
-#define S_HELD_MAX   10000 //  live events held during a replay; beyond, replay covers them
-#define S_POLL_MS    1000
-#define S_RETRY_MS   500
-#define S_BATCH      1000
+#define S_HELD_MAX 10000 //  live events held during a replay; beyond, replay covers them
+#define S_POLL_MS  1000
+#define S_RETRY_MS 500
+#define S_BATCH    1000
 
 struct sbx_tapreader_t {
     sbx_config_t *config;
@@ -17,14 +17,14 @@ struct sbx_tapreader_t {
     zloop_t *loop;
     sbx_tapreader_fn *fn;
     void *arg;
-    uint64_t last;         //  last seq delivered
-    bool from_now;         //  last is not known yet: learn it from the first replay
-    bool replaying;        //  a replay request is in flight
+    uint64_t last;  //  last seq delivered
+    bool from_now;  //  last is not known yet: learn it from the first replay
+    bool replaying; //  a replay request is in flight
     uint64_t replay_rid;
-    zlistx_t *held;        //  live events (sbx_msg_t) that came during a replay
+    zlistx_t *held; //  live events (sbx_msg_t) that came during a replay
     int poll_timer;
-    bool stopped;          //  the callback asked to stop
-    bool caught_up;        //  a replay reached the end of the log
+    bool stopped;   //  the callback asked to stop
+    bool caught_up; //  a replay reached the end of the log
 };
 
 static void s_msg_free (void **item)
@@ -54,8 +54,7 @@ sbx_tapreader_t *sbx_tapreader_new (sbx_config_t *config, sbx_peer_t *peer, uint
     zsock_set_rcvhwm (self->sub, 100000);
     zsock_set_rcvtimeo (self->sub, 0);
     const char *endpoint = sbx_config_get (config, "tap.endpoint", NULL);
-    if (sbx_curve_needed (endpoint) &&
-        sbx_curve_client (config, self->sub)) {
+    if (sbx_curve_needed (endpoint) && sbx_curve_client (config, self->sub)) {
         sbx_tapreader_destroy (&self);
         return NULL;
     }

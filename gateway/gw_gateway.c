@@ -24,9 +24,9 @@ static void s_json (gw_request_t *req, int status, json_t *body)
 
 static void s_error (gw_request_t *req, sbx_code_t code, const char *message)
 {
-    s_json (req, sbx_code_http_status (code),
-            json_pack ("{s:{s:s, s:s}}", "error", "code", sbx_code_name (code), "message",
-                       message));
+    s_json (
+        req, sbx_code_http_status (code),
+        json_pack ("{s:{s:s, s:s}}", "error", "code", sbx_code_name (code), "message", message));
 }
 
 static void s_on_request (gw_request_t *req, void *arg)
@@ -44,8 +44,8 @@ static void s_on_request (gw_request_t *req, void *arg)
         bool broker = sbx_peer_welcomed (self->peer);
         s_json (req, broker ? 200 : 503,
                 json_pack ("{s:s, s:b, s:s, s:s, s:I}", "status", broker ? "ok" : "degraded",
-                           "broker", broker, "instance", sbx_peer_instance (self->peer),
-                           "version", SBX_VERSION, "uptime_s",
+                           "broker", broker, "instance", sbx_peer_instance (self->peer), "version",
+                           SBX_VERSION, "uptime_s",
                            (json_int_t) ((sbx_clock_now_ms () - self->started_ms) / 1000)));
         return;
     }

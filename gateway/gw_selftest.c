@@ -4,9 +4,7 @@
 #include "sbx_testrun.h"
 
 static const sbx_test_t s_tests[] = {
-    {"gw_tls", gw_tls_test},
-    {"gw_http", gw_http_test},
-    {NULL, NULL}};
+    {"gw_tls", gw_tls_test}, {"gw_http", gw_http_test}, {NULL, NULL}};
 
 int main (int argc, char **argv)
 {

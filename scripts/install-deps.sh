@@ -14,7 +14,7 @@ PACKAGES=(
   libzmq3-dev libczmq-dev libmsgpack-dev libmicrohttpd-dev libgnutls28-dev
   libsqlite3-dev libjansson-dev libsodium-dev libcurl4-openssl-dev
   # guests and the guest image
-  qemu-system-x86 qemu-utils busybox-static mmdebstrap e2fsprogs cpio kmod zstd
+  qemu-system-x86 qemu-utils busybox-static mmdebstrap e2fsprogs cpio kmod zstd lz4
   # tests and tools
   python3 sqlite3 curl ca-certificates procps iproute2
 )

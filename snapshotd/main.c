@@ -4,8 +4,9 @@
 int main (int argc, char **argv)
 {
     int code;
-    sbx_daemon_t *daemon = sbx_daemon_new (argc, argv, "sbx-snapshotd",
-                                           "The snapshot store: disk and memory images of saved sandboxes and their catalog.", &code);
+    sbx_daemon_t *daemon = sbx_daemon_new (
+        argc, argv, "sbx-snapshotd",
+        "The snapshot store: disk and memory images of saved sandboxes and their catalog.", &code);
     if (!daemon)
         return code;
     if (!sbx_daemon_connect (daemon, SBX_ROLE_SNAPSHOTD, NULL, NULL)) {
