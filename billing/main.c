@@ -11,7 +11,7 @@ int main (int argc, char **argv)
         &code);
     if (!daemon)
         return code;
-    if (!sbx_daemon_connect (daemon, SBX_ROLE_BILLING, NULL, NULL)) {
+    if (!sbx_daemon_connect (daemon, SBX_ROLE_BILLING, 0, NULL, NULL)) {
         sbx_daemon_destroy (&daemon);
         return 1;
     }

@@ -1,15 +1,32 @@
-/*  brk_ctx - what the broker's request handlers share. Owned by brk_server. */
+/*  brk_ctx - what the broker's request handlers share, and how they reach workers
+    and clients later. Owned by brk_server. */
 #ifndef BRK_CTX_H_INCLUDED
 #define BRK_CTX_H_INCLUDED
 
 #include "brk_events.h"
+#include "brk_registry.h"
 #include "brk_store.h"
 #include "sbx_common.h"
 
-typedef struct {
+typedef struct brk_ctx_t brk_ctx_t;
+
+//  The answer to one of the broker's own requests: the worker's reply, or an error the
+//  broker made (timeout, unavailable when the worker went away).
+typedef void (brk_call_fn) (brk_ctx_t *ctx, sbx_msg_t **reply_p, void *arg);
+
+struct brk_ctx_t {
     sbx_config_t *config;
     brk_store_t *store;
     brk_events_t *events;
-} brk_ctx_t;
+    brk_registry_t *registry;
+    void *server;
+    //  Sends a request to the worker of `role` named `instance` (any when NULL) with a
+    //  deadline; fn gets the answer, from the loop, exactly once. Takes the request.
+    //  Returns 0, or -1 when no such worker is connected (fn is not called).
+    int (*call) (brk_ctx_t *ctx, sbx_role_t role, const char *instance, sbx_msg_t **request_p,
+                 uint32_t timeout_ms, brk_call_fn *fn, void *arg);
+    //  Sends a message to a client (a reply that had to wait). Takes the message.
+    void (*send) (brk_ctx_t *ctx, zframe_t *address, sbx_msg_t **msg_p);
+};
 
 #endif

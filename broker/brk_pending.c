@@ -88,6 +88,26 @@ uint64_t brk_pending_add (brk_pending_t *self, zframe_t *client, uint64_t client
     return request->rid;
 }
 
+uint64_t brk_pending_add_call (brk_pending_t *self, const char *worker, const char *what,
+                               uint64_t deadline, brk_pending_fn *fn, void *arg)
+{
+    brk_request_t *request = calloc (1, sizeof *request);
+    if (!request)
+        return 0;
+    request->rid = self->next_rid++;
+    request->worker = strdup (worker);
+    request->what = strdup (what);
+    request->deadline = deadline;
+    request->fn = fn;
+    request->arg = arg;
+    if (!request->worker || !request->what) {
+        brk_request_destroy (&request);
+        return 0;
+    }
+    zhashx_insert (self->requests, (void *) (uintptr_t) request->rid, request);
+    return request->rid;
+}
+
 static brk_request_t *s_take (brk_pending_t *self, brk_request_t *request)
 {
     zhashx_delete (self->requests, (void *) (uintptr_t) request->rid);
@@ -149,6 +169,11 @@ void brk_pending_test (bool verbose)
     assert (request && request->rid == r3);
     brk_request_destroy (&request);
     assert (brk_pending_size (pending) == 0);
+    //  The broker's own requests carry a callback and no client.
+    uint64_t r4 = brk_pending_add_call (pending, "w4", "vm.create to vmd a", 10, NULL, pending);
+    request = brk_pending_take (pending, r4, "w4");
+    assert (request && !request->client && request->arg == pending);
+    brk_request_destroy (&request);
     //  Destroy with requests left frees them.
     brk_pending_add (pending, client, 9, "w3", "x", 1);
     zframe_destroy (&client);

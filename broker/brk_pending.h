@@ -11,13 +11,19 @@
 
 #include "sbx_common.h"
 
+//  The broker's own requests (to vmd, say) end in a callback instead of a client: it
+//  gets the worker's reply or an error the broker made (timeout, unavailable).
+typedef void (brk_pending_fn) (sbx_msg_t **reply_p, void *arg);
+
 typedef struct {
     uint64_t rid;        //  the broker's rid, sent to the worker
     uint64_t client_rid; //  the client's rid, restored on the reply
-    zframe_t *client;    //  the client's routing id
+    zframe_t *client;    //  the client's routing id (NULL for the broker's own)
     char *worker;        //  the worker's routing id (hex), to fail on its loss
     char *what;          //  "sys.status to vmd host-a", for messages and logs
     uint64_t deadline;   //  monotonic ms
+    brk_pending_fn *fn;  //  the broker's own request: call this, not a client
+    void *arg;
 } brk_request_t;
 
 typedef struct brk_pending_t brk_pending_t;
@@ -29,6 +35,10 @@ void brk_pending_destroy (brk_pending_t **self_p);
 //  broker rid, or 0 on allocation failure.
 uint64_t brk_pending_add (brk_pending_t *self, zframe_t *client, uint64_t client_rid,
                           const char *worker, const char *what, uint64_t deadline);
+
+//  Remembers one of the broker's own requests: fn will get the answer.
+uint64_t brk_pending_add_call (brk_pending_t *self, const char *worker, const char *what,
+                               uint64_t deadline, brk_pending_fn *fn, void *arg);
 
 //  Takes the request matching a reply from `worker` (hex routing id), or NULL when
 //  there is none (late reply, or one that came from another worker than asked).

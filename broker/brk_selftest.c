@@ -1,6 +1,8 @@
 /*  brk_selftest - the broker modules' self-tests (see sbx_testrun.h). */
+#include "brk_names.h"
 #include "brk_pending.h"
 #include "brk_registry.h"
+#include "brk_sandbox.h"
 #include "brk_server.h"
 #include "brk_store.h"
 #include "sbx_testrun.h"
@@ -8,7 +10,9 @@
 static const sbx_test_t s_tests[] = {{"brk_store", brk_store_test},
                                      {"brk_registry", brk_registry_test},
                                      {"brk_pending", brk_pending_test},
+    {"brk_names", brk_names_test},
                                      {"brk_server", brk_server_test},
+    {"brk_sandbox", brk_sandbox_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)

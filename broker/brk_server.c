@@ -5,7 +5,9 @@
 #include "brk_events.h"
 #include "brk_pending.h"
 #include "brk_registry.h"
+#include "brk_sandbox.h"
 #include "brk_store.h"
+#include "brk_testkit.h"
 #include "sbx_secret.h"
 
 #include <assert.h>
@@ -92,6 +94,10 @@ static int s_bind (s_server_t *self, zsock_t *sock, const char *key)
     return 0;
 }
 
+static int s_ctx_call (brk_ctx_t *ctx, sbx_role_t role, const char *instance, sbx_msg_t **request_p,
+                       uint32_t timeout_ms, brk_call_fn *fn, void *arg);
+static void s_ctx_send (brk_ctx_t *ctx, zframe_t *address, sbx_msg_t **msg_p);
+
 static s_server_t *s_server_new (sbx_config_t *config, zsock_t *pipe)
 {
     s_server_t *self = calloc (1, sizeof *self);
@@ -147,6 +153,10 @@ static s_server_t *s_server_new (sbx_config_t *config, zsock_t *pipe)
     self->ctx.config = config;
     self->ctx.store = self->store;
     self->ctx.events = self->events;
+    self->ctx.registry = self->registry;
+    self->ctx.server = self;
+    self->ctx.call = s_ctx_call;
+    self->ctx.send = s_ctx_send;
     return self;
 }
 
@@ -212,6 +222,28 @@ static void s_peer_event (s_server_t *self, brk_peer_t *peer, const char *left_r
     sbx_msg_destroy (&event);
 }
 
+//  Hands the answer to a routed request to whoever asked: a client (with its own rid)
+//  or the broker's own callback. Destroys the request.
+static void s_resolve (s_server_t *self, brk_request_t **request_p, sbx_msg_t **answer_p)
+{
+    brk_request_t *request = *request_p;
+    if (request->fn) {
+        request->fn (answer_p, request->arg);
+        sbx_msg_destroy (answer_p);
+    } else {
+        (*answer_p)->rid = request->client_rid;
+        s_send (self, request->client, answer_p);
+    }
+    brk_request_destroy (request_p);
+}
+
+static void s_resolve_error (s_server_t *self, brk_request_t **request_p, sbx_code_t code,
+                             const char *message)
+{
+    sbx_msg_t *error = sbx_msg_new_error ((*request_p)->client_rid, code, "%s", message);
+    s_resolve (self, request_p, &error);
+}
+
 //  Answers `unavailable` to every request routed to a worker that is gone.
 static void s_fail_worker_requests (s_server_t *self, brk_peer_t *peer)
 {
@@ -219,8 +251,7 @@ static void s_fail_worker_requests (s_server_t *self, brk_peer_t *peer)
     while ((request = brk_pending_take_worker (self->pending, peer->routing_id))) {
         char message[400];
         snprintf (message, sizeof message, "%s failed: the worker went away; retry", request->what);
-        s_reply_error (self, request->client, request->client_rid, SBX_E_UNAVAILABLE, message);
-        brk_request_destroy (&request);
+        s_resolve_error (self, &request, SBX_E_UNAVAILABLE, message);
     }
 }
 
@@ -407,9 +438,65 @@ static void s_on_worker_reply (s_server_t *self, zframe_t *address, sbx_msg_t **
                    sbx_msg_type_name (msg->type));
         return;
     }
-    msg->rid = request->client_rid;
-    s_send (self, request->client, msg_p);
-    brk_request_destroy (&request);
+    s_resolve (self, &request, msg_p);
+}
+
+typedef struct {
+    brk_ctx_t *ctx;
+    brk_call_fn *fn;
+    void *arg;
+} s_call_t;
+
+static void s_on_call_answer (sbx_msg_t **reply_p, void *arg)
+{
+    s_call_t *call = arg;
+    call->fn (call->ctx, reply_p, call->arg);
+    free (call);
+}
+
+static int s_ctx_call (brk_ctx_t *ctx, sbx_role_t role, const char *instance, sbx_msg_t **request_p,
+                       uint32_t timeout_ms, brk_call_fn *fn, void *arg)
+{
+    s_server_t *self = ctx->server;
+    brk_peer_t *worker = brk_registry_pick (self->registry, role, instance);
+    if (!worker) {
+        sbx_msg_destroy (request_p);
+        return -1;
+    }
+    s_call_t *call = calloc (1, sizeof *call);
+    sbx_msg_t *request = *request_p;
+    char what[300];
+    snprintf (what, sizeof what, "%s to %s %s", sbx_msg_type_name (request->type),
+              sbx_role_name (role), worker->instance);
+    uint64_t timeout = timeout_ms ? timeout_ms : self->default_timeout_ms;
+    uint64_t rid =
+        call ? brk_pending_add_call (self->pending, worker->routing_id, what,
+                                     sbx_clock_mono_ms () + timeout, s_on_call_answer, call)
+             : 0;
+    if (!rid) {
+        free (call);
+        sbx_msg_destroy (request_p);
+        return -1;
+    }
+    call->ctx = ctx;
+    call->fn = fn;
+    call->arg = arg;
+    request->rid = rid;
+    request->timeout_ms = (uint32_t) timeout;
+    if (!request->caller) {
+        request->caller = calloc (1, sizeof (sbx_caller_t));
+        if (request->caller)
+            request->caller->kind = SBX_CALLER_KIND_SYSTEM;
+    }
+    zframe_t *to = zframe_dup (worker->address);
+    s_send (self, to, request_p);
+    zframe_destroy (&to);
+    return 0;
+}
+
+static void s_ctx_send (brk_ctx_t *ctx, zframe_t *address, sbx_msg_t **msg_p)
+{
+    s_send (ctx->server, address, msg_p);
 }
 
 //  One switch from message type to handler: grep a name from schemas/ to land here.
@@ -464,6 +551,24 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     case SBX_MSG_KEY_REVOKE:
         reply = brk_accounts_key_revoke (&self->ctx, msg);
         break;
+    case SBX_MSG_SANDBOX_CREATE:
+        reply = brk_sandbox_create (&self->ctx, address, msg);
+        break;
+    case SBX_MSG_SANDBOX_GET:
+        reply = brk_sandbox_get (&self->ctx, msg);
+        break;
+    case SBX_MSG_SANDBOX_LIST:
+        reply = brk_sandbox_list (&self->ctx, msg);
+        break;
+    case SBX_MSG_SANDBOX_STOP:
+    case SBX_MSG_SANDBOX_RESUME:
+    case SBX_MSG_SANDBOX_DELETE:
+        reply = brk_sandbox_change (&self->ctx, address, msg);
+        break;
+    case SBX_MSG_VM_FAILED:
+        if (peer && peer->role == SBX_ROLE_VMD)
+            brk_sandbox_vm_failed (&self->ctx, peer->instance, msg);
+        return;
     default:
         if (sbx_msg_type_is_reply (msg->type)) {
             if (peer)
@@ -543,8 +648,7 @@ static int s_on_deadlines (zloop_t *loop, int timer_id, void *arg)
         char message[400];
         snprintf (message, sizeof message, "%s got no answer before its deadline", request->what);
         sbx_warn ("rid=%llu %s", (unsigned long long) request->client_rid, message);
-        s_reply_error (self, request->client, request->client_rid, SBX_E_TIMEOUT, message);
-        brk_request_destroy (&request);
+        s_resolve_error (self, &request, SBX_E_TIMEOUT, message);
     }
     return 0;
 }
@@ -590,99 +694,6 @@ void brk_server_actor (zsock_t *pipe, void *args)
 //  by raw DEALER sockets (clients, a worker that never answers) and by sbx_peer
 //  workers in a zloop thread.
 
-static sbx_msg_t *s_test_recv (zsock_t *sock, int timeout_ms)
-{
-    zsock_set_rcvtimeo (sock, timeout_ms);
-    zframe_t *frame = zframe_recv (sock);
-    if (!frame)
-        return NULL;
-    sbx_err_t err;
-    sbx_msg_t *msg = sbx_msg_decode (zframe_data (frame), zframe_size (frame), &err);
-    zframe_destroy (&frame);
-    assert (msg);
-    return msg;
-}
-
-static void s_test_send (zsock_t *sock, sbx_msg_t **msg_p)
-{
-    uint8_t *data;
-    size_t size;
-    sbx_err_t err;
-    assert (sbx_msg_encode (*msg_p, &data, &size, &err) == 0);
-    zframe_t *frame = zframe_new (data, size);
-    free (data);
-    assert (zframe_send (&frame, sock, 0) == 0);
-    sbx_msg_destroy (msg_p);
-}
-
-//  Sends a request as an operator and returns the reply (skipping heartbeats).
-static sbx_msg_t *s_test_call (zsock_t *sock, sbx_msg_t *request, uint64_t rid)
-{
-    request->rid = rid;
-    if (!request->caller) {
-        request->caller = calloc (1, sizeof (sbx_caller_t));
-        request->caller->kind = SBX_CALLER_KIND_ADMIN;
-    }
-    s_test_send (sock, &request);
-    while (true) {
-        sbx_msg_t *reply = s_test_recv (sock, 5000);
-        assert (reply);
-        if (reply->rid == rid)
-            return reply;
-        sbx_msg_destroy (&reply);
-    }
-}
-
-static zsock_t *s_test_dealer (sbx_config_t *config)
-{
-    zsock_t *sock = zsock_new (ZMQ_DEALER);
-    assert (zsock_connect (sock, "%s", sbx_config_get (config, "broker.endpoint", NULL)) == 0);
-    return sock;
-}
-
-static void s_test_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
-{
-    (void) arg;
-    sbx_msg_t *reply = sbx_msg_new_reply (*request_p, SBX_MSG_SYS_STATUS_OK);
-    sbx_msg_sys_status_ok (reply)->role = sbx_peer_role (peer);
-    sbx_str_set (&sbx_msg_sys_status_ok (reply)->instance, sbx_peer_instance (peer));
-    sbx_peer_send (peer, &reply);
-}
-
-//  A worker thread: an sbx_peer of the given role answering sys.status.
-static void s_test_worker (zsock_t *pipe, void *args)
-{
-    void **argv = args;
-    sbx_config_t *config = argv[0];
-    const char *instance = argv[1];
-    sbx_role_t role = (sbx_role_t) (intptr_t) argv[2];
-    zloop_t *loop = zloop_new ();
-    sbx_peer_t *peer = sbx_peer_new (config, role, instance);
-    assert (peer);
-    sbx_peer_set_capacity (peer, 4, 1);
-    sbx_peer_set_request_fn (peer, s_test_on_request, NULL);
-    assert (sbx_peer_start (peer, loop) == 0);
-    zloop_reader (loop, pipe, s_on_pipe, NULL);
-    zsock_signal (pipe, 0);
-    zloop_start (loop);
-    sbx_peer_bye (peer, "test over");
-    sbx_peer_destroy (&peer);
-    zloop_destroy (&loop);
-}
-
-static size_t s_test_peer_count (zsock_t *client, sbx_role_t role, uint64_t rid)
-{
-    sbx_msg_t *reply = s_test_call (client, sbx_msg_new (SBX_MSG_BROKER_PEERS), rid);
-    assert (reply->type == SBX_MSG_BROKER_PEERS_OK);
-    size_t count = 0;
-    sbx_broker_peers_ok_t *ok = sbx_msg_broker_peers_ok (reply);
-    for (size_t i = 0; i < ok->peers.count; i++)
-        if (ok->peers.items[i].role == role)
-            count++;
-    sbx_msg_destroy (&reply);
-    return count;
-}
-
 void brk_server_test (bool verbose)
 {
     sbx_log_init ("brk_server_test", verbose ? SBX_LOG_DEBUG : SBX_LOG_ERROR);
@@ -706,11 +717,11 @@ void brk_server_test (bool verbose)
     zactor_destroy (&second);
 
     zsock_t *tap = zsock_new_sub (sbx_config_get (config, "tap.endpoint", NULL), "");
-    zsock_t *client = s_test_dealer (config);
+    zsock_t *client = brk_testkit_dealer (config);
     uint64_t rid = 100;
 
     //  The broker's own status.
-    sbx_msg_t *reply = s_test_call (client, sbx_msg_new (SBX_MSG_SYS_STATUS), ++rid);
+    sbx_msg_t *reply = brk_testkit_call (client, sbx_msg_new (SBX_MSG_SYS_STATUS), ++rid);
     assert (reply->type == SBX_MSG_SYS_STATUS_OK);
     assert (sbx_msg_sys_status_ok (reply)->role == SBX_ROLE_BROKER);
     sbx_msg_destroy (&reply);
@@ -718,38 +729,37 @@ void brk_server_test (bool verbose)
     //  Routing to a role nobody serves: unavailable, at once.
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_SYS_STATUS);
     sbx_str_set (&request->route, "vmd");
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_UNAVAILABLE);
     sbx_msg_destroy (&reply);
 
     //  Two vmds and two gateways register at once (sbx_peer in threads).
-    void *a1[] = {config, "host-a", (void *) (intptr_t) SBX_ROLE_VMD};
-    void *a2[] = {config, "host-b", (void *) (intptr_t) SBX_ROLE_VMD};
-    void *a3[] = {config, "gw-1", (void *) (intptr_t) SBX_ROLE_GATEWAY};
-    void *a4[] = {config, "gw-2", (void *) (intptr_t) SBX_ROLE_GATEWAY};
-    zactor_t *workers[] = {zactor_new (s_test_worker, a1), zactor_new (s_test_worker, a2),
-                           zactor_new (s_test_worker, a3), zactor_new (s_test_worker, a4)};
+    zactor_t *workers[] = {
+        brk_testkit_worker (config, SBX_ROLE_VMD, "host-a", 4, NULL, NULL),
+        brk_testkit_worker (config, SBX_ROLE_VMD, "host-b", 4, NULL, NULL),
+        brk_testkit_worker (config, SBX_ROLE_GATEWAY, "gw-1", 0, NULL, NULL),
+        brk_testkit_worker (config, SBX_ROLE_GATEWAY, "gw-2", 0, NULL, NULL)};
     for (int tries = 0; tries < 100; tries++) {
-        if (s_test_peer_count (client, SBX_ROLE_VMD, ++rid) == 2 &&
-            s_test_peer_count (client, SBX_ROLE_GATEWAY, ++rid) == 2)
+        if (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++rid) == 2 &&
+            brk_testkit_peer_count (client, SBX_ROLE_GATEWAY, ++rid) == 2)
             break;
         zclock_sleep (50);
     }
-    assert (s_test_peer_count (client, SBX_ROLE_VMD, ++rid) == 2);
-    assert (s_test_peer_count (client, SBX_ROLE_GATEWAY, ++rid) == 2);
+    assert (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++rid) == 2);
+    assert (brk_testkit_peer_count (client, SBX_ROLE_GATEWAY, ++rid) == 2);
 
     //  A request routed to a named vmd comes back from that vmd, with our rid.
     request = sbx_msg_new (SBX_MSG_SYS_STATUS);
     sbx_str_set (&request->route, "vmd");
     sbx_str_set (&request->instance, "host-b");
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_SYS_STATUS_OK && reply->rid == rid);
     assert (streq (sbx_msg_sys_status_ok (reply)->instance, "host-b"));
     sbx_msg_destroy (&reply);
     //  And to some gateway.
     request = sbx_msg_new (SBX_MSG_SYS_STATUS);
     sbx_str_set (&request->route, "gateway");
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_SYS_STATUS_OK);
     assert (sbx_msg_sys_status_ok (reply)->role == SBX_ROLE_GATEWAY);
     sbx_msg_destroy (&reply);
@@ -757,19 +767,19 @@ void brk_server_test (bool verbose)
     request = sbx_msg_new (SBX_MSG_SYS_STATUS);
     sbx_str_set (&request->route, "vmd");
     sbx_str_set (&request->instance, "host-z");
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_UNAVAILABLE);
     sbx_msg_destroy (&reply);
 
     //  A worker that registers but never answers: the request times out.
-    zsock_t *mute = s_test_dealer (config);
+    zsock_t *mute = brk_testkit_dealer (config);
     request = sbx_msg_new (SBX_MSG_PEER_HELLO);
     sbx_peer_hello_t *hello = sbx_msg_peer_hello (request);
     hello->role = SBX_ROLE_SNAPSHOTD;
     sbx_str_set (&hello->instance, "mute");
     request->rid = 1;
-    s_test_send (mute, &request);
-    reply = s_test_recv (mute, 5000);
+    brk_testkit_send (mute, &request);
+    reply = brk_testkit_recv (mute, 5000);
     assert (reply && reply->type == SBX_MSG_PEER_WELCOME && reply->rid == 1);
     assert (sbx_msg_peer_welcome (reply)->heartbeat_ms == 100);
     sbx_msg_destroy (&reply);
@@ -777,33 +787,33 @@ void brk_server_test (bool verbose)
     sbx_str_set (&request->route, "snapshotd");
     request->timeout_ms = 150; //  under the 300 ms it takes to drop a silent worker
     int64_t start = zclock_mono ();
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_TIMEOUT);
     assert (zclock_mono () - start >= 140);
     sbx_msg_destroy (&reply);
     //  The mute worker got the request with the broker's own rid, not ours.
-    sbx_msg_t *routed = s_test_recv (mute, 1000);
+    sbx_msg_t *routed = brk_testkit_recv (mute, 1000);
     while (routed && routed->type == SBX_MSG_PEER_HEARTBEAT) {
         sbx_msg_destroy (&routed);
-        routed = s_test_recv (mute, 1000);
+        routed = brk_testkit_recv (mute, 1000);
     }
     assert (routed && routed->type == SBX_MSG_SYS_STATUS);
     //  Its late answer is dropped, not delivered.
     sbx_msg_t *late = sbx_msg_new_reply (routed, SBX_MSG_SYS_STATUS_OK);
     sbx_msg_sys_status_ok (late)->role = SBX_ROLE_SNAPSHOTD;
     sbx_str_set (&sbx_msg_sys_status_ok (late)->instance, "mute");
-    s_test_send (mute, &late);
+    brk_testkit_send (mute, &late);
     sbx_msg_destroy (&routed);
     //  Silent for three heartbeats: dropped, with a peer.left event.
     zclock_sleep (600);
-    assert (s_test_peer_count (client, SBX_ROLE_SNAPSHOTD, ++rid) == 0);
+    assert (brk_testkit_peer_count (client, SBX_ROLE_SNAPSHOTD, ++rid) == 0);
     //  Its next heartbeat is answered peer.unknown.
     sbx_msg_t *beat = sbx_msg_new (SBX_MSG_PEER_HEARTBEAT);
-    s_test_send (mute, &beat);
-    sbx_msg_t *unknown = s_test_recv (mute, 2000);
+    brk_testkit_send (mute, &beat);
+    sbx_msg_t *unknown = brk_testkit_recv (mute, 2000);
     while (unknown && unknown->type != SBX_MSG_PEER_UNKNOWN) {
         sbx_msg_destroy (&unknown);
-        unknown = s_test_recv (mute, 2000);
+        unknown = brk_testkit_recv (mute, 2000);
     }
     assert (unknown);
     sbx_msg_destroy (&unknown);
@@ -821,12 +831,12 @@ void brk_server_test (bool verbose)
                                     's',  'u',  'c', 'h', 0xa3, 'r', 'i',  'd', 0x07};
     zframe_t *frame = zframe_new (unknown_type, sizeof unknown_type);
     zframe_send (&frame, client, 0);
-    reply = s_test_recv (client, 2000);
+    reply = brk_testkit_recv (client, 2000);
     assert (reply && reply->type == SBX_MSG_ERROR && reply->rid == 7);
     assert (sbx_msg_error (reply)->code == SBX_E_INVALID_ARGUMENT);
     sbx_msg_destroy (&reply);
     //  A request the broker doesn't serve.
-    reply = s_test_call (client, sbx_msg_new (SBX_MSG_PEER_UNKNOWN), ++rid);
+    reply = brk_testkit_call (client, sbx_msg_new (SBX_MSG_PEER_UNKNOWN), ++rid);
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_INVALID_ARGUMENT);
     sbx_msg_destroy (&reply);
 
@@ -834,7 +844,7 @@ void brk_server_test (bool verbose)
     request = sbx_msg_new (SBX_MSG_ACCOUNT_CREATE);
     sbx_str_set (&sbx_msg_account_create (request)->email, "Bob@Example.COM");
     sbx_msg_account_create (request)->with_key = true;
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_ACCOUNT_CREATE_OK);
     sbx_account_create_ok_t *created = sbx_msg_account_create_ok (reply);
     assert (streq (created->email, "bob@example.com"));
@@ -844,12 +854,12 @@ void brk_server_test (bool verbose)
     //  Same email again: conflict. A bad email: invalid_argument. No caller: refused.
     request = sbx_msg_new (SBX_MSG_ACCOUNT_CREATE);
     sbx_str_set (&sbx_msg_account_create (request)->email, "bob@example.com");
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_CONFLICT);
     sbx_msg_destroy (&reply);
     request = sbx_msg_new (SBX_MSG_ACCOUNT_CREATE);
     sbx_str_set (&sbx_msg_account_create (request)->email, "not an email");
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_INVALID_ARGUMENT);
     sbx_msg_destroy (&reply);
     //  A user's key can't create accounts, nor see another account's keys.
@@ -858,7 +868,7 @@ void brk_server_test (bool verbose)
     request->caller = calloc (1, sizeof (sbx_caller_t));
     request->caller->kind = SBX_CALLER_KIND_API_KEY;
     sbx_str_set (&request->caller->account_id, "acc_someoneelse");
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
 
@@ -866,31 +876,31 @@ void brk_server_test (bool verbose)
     sbx_str_set (&sbx_msg_key_create (request)->account, "bob@example.com");
     sbx_msg_key_create (request)->preset = SBX_KEY_PRESET_READ_ONLY;
     sbx_msg_key_create (request)->expires_in_s = 3600;
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_KEY_CREATE_OK);
     char *key_id = strdup (sbx_msg_key_create_ok (reply)->key_id);
     assert (sbx_msg_key_create_ok (reply)->expires_ms > sbx_clock_now_ms ());
     sbx_msg_destroy (&reply);
     request = sbx_msg_new (SBX_MSG_KEY_REVOKE);
     sbx_str_set (&sbx_msg_key_revoke (request)->key_id, key_id);
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_KEY_REVOKE_OK);
     sbx_msg_destroy (&reply);
     request = sbx_msg_new (SBX_MSG_KEY_LIST);
     sbx_str_set (&sbx_msg_key_list (request)->account, account_id);
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_KEY_LIST_OK);
     assert (sbx_msg_key_list_ok (reply)->keys.count == 2);
     sbx_msg_destroy (&reply);
     request = sbx_msg_new (SBX_MSG_KEY_REVOKE);
     sbx_str_set (&sbx_msg_key_revoke (request)->key_id, "key_nonexistent");
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
 
     //  The log: replay returns seq 1..N in order, and the tap published the same ones.
     request = sbx_msg_new (SBX_MSG_EVENTS_REPLAY);
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_EVENTS_REPLAY_OK);
     sbx_events_replay_ok_t *replay = sbx_msg_events_replay_ok (reply);
     assert (replay->events.count == replay->last_seq && !replay->more);
@@ -923,13 +933,13 @@ void brk_server_test (bool verbose)
     //  Replay with a limit says there is more; a prefix filters.
     request = sbx_msg_new (SBX_MSG_EVENTS_REPLAY);
     sbx_msg_events_replay (request)->limit = 2;
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (sbx_msg_events_replay_ok (reply)->events.count == 2);
     assert (sbx_msg_events_replay_ok (reply)->more);
     sbx_msg_destroy (&reply);
     request = sbx_msg_new (SBX_MSG_EVENTS_REPLAY);
     sbx_str_set (&sbx_msg_events_replay (request)->prefix, "key.");
-    reply = s_test_call (client, request, ++rid);
+    reply = brk_testkit_call (client, request, ++rid);
     assert (sbx_msg_events_replay_ok (reply)->events.count == 3);
     sbx_msg_destroy (&reply);
 

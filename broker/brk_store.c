@@ -58,6 +58,30 @@ static const char *s_migrations[] = {
     "CREATE TABLE meta ("
     "  key TEXT NOT NULL PRIMARY KEY,"
     "  value TEXT NOT NULL);",
+    //  2: sandboxes and their labels. Deleted sandboxes stay (audit) but free their
+    //  readable label for reuse.
+    "CREATE TABLE sandboxes ("
+    "  id TEXT NOT NULL PRIMARY KEY,"
+    "  account_id TEXT NOT NULL REFERENCES accounts (id),"
+    "  name TEXT,"
+    "  label TEXT NOT NULL,"
+    "  state TEXT NOT NULL,"
+    "  type TEXT NOT NULL,"
+    "  vmd TEXT,"
+    "  no_network INTEGER NOT NULL DEFAULT 0,"
+    "  created_ms INTEGER NOT NULL,"
+    "  expires_ms INTEGER NOT NULL DEFAULT 0,"
+    "  changed_ms INTEGER NOT NULL,"
+    "  reason TEXT,"
+    "  key_id TEXT);" //  the key that created it (the ci preset acts on those only)
+    "CREATE UNIQUE INDEX sandboxes_label ON sandboxes (label) WHERE state != 'deleted';"
+    "CREATE INDEX sandboxes_by_account ON sandboxes (account_id, created_ms);"
+    "CREATE INDEX sandboxes_by_vmd ON sandboxes (vmd, state);"
+    "CREATE TABLE sandbox_labels ("
+    "  sandbox_id TEXT NOT NULL REFERENCES sandboxes (id),"
+    "  key TEXT NOT NULL,"
+    "  value TEXT NOT NULL,"
+    "  PRIMARY KEY (sandbox_id, key));",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
@@ -85,12 +109,25 @@ typedef enum {
     ST_META_GET,
     ST_META_SET,
     ST_META_DELETE,
+    ST_SANDBOX_INSERT,
+    ST_SANDBOX_FIND,
+    ST_SANDBOX_LIST,
+    ST_SANDBOX_LIST_ALL,
+    ST_SANDBOX_STATE,
+    ST_SANDBOX_ACTIVE,
+    ST_LABEL_SET,
+    ST_LABEL_DELETE,
+    ST_LABEL_LIST,
     ST_COUNT
 } stmt_id_t;
 
 #define KEY_COLUMNS                                                                                \
     "id, account_id, kind, name, preset, prefix, hash, created_ms, expires_ms, last_used_ms, "     \
     "revoked_ms"
+
+#define SANDBOX_COLUMNS                                                                            \
+    "id, account_id, name, label, state, type, vmd, no_network, created_ms, expires_ms, "          \
+    "changed_ms, reason, key_id"
 
 static const char *s_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -125,6 +162,23 @@ static const char *s_sql[ST_COUNT] = {
     [ST_META_SET] = "INSERT INTO meta (key, value) VALUES (?1, ?2) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     [ST_META_DELETE] = "DELETE FROM meta WHERE key = ?1",
+    [ST_SANDBOX_INSERT] = "INSERT INTO sandboxes (" SANDBOX_COLUMNS ") "
+                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    [ST_SANDBOX_FIND] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE id = ?1",
+    [ST_SANDBOX_LIST] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes "
+                        "WHERE account_id = ?1 AND state != 'deleted' "
+                        "ORDER BY created_ms DESC, rowid DESC",
+    [ST_SANDBOX_LIST_ALL] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes "
+                            "WHERE state != 'deleted' ORDER BY created_ms DESC, rowid DESC",
+    [ST_SANDBOX_STATE] = "UPDATE sandboxes SET state = ?2, vmd = coalesce (?3, vmd), reason = ?4, "
+                         "changed_ms = ?5 WHERE id = ?1",
+    //  What occupies a vmd: guests that run or are on their way in or out.
+    [ST_SANDBOX_ACTIVE] = "SELECT count(*) FROM sandboxes WHERE vmd = ?1 AND state IN "
+                          "('creating', 'ready', 'stopping', 'resuming', 'deleting')",
+    [ST_LABEL_SET] = "INSERT INTO sandbox_labels (sandbox_id, key, value) VALUES (?1, ?2, ?3) "
+                     "ON CONFLICT (sandbox_id, key) DO UPDATE SET value = excluded.value",
+    [ST_LABEL_DELETE] = "DELETE FROM sandbox_labels WHERE sandbox_id = ?1 AND key = ?2",
+    [ST_LABEL_LIST] = "SELECT key, value FROM sandbox_labels WHERE sandbox_id = ?1 ORDER BY key",
 };
 
 struct _brk_store_t {
@@ -813,6 +867,194 @@ int brk_store_meta_set (brk_store_t *self, const char *key, const char *value)
 }
 
 //  --------------------------------------------------------------------------
+//  Sandboxes
+
+static const char *s_sandbox_states[] = {"creating", "ready",   "stopping", "stopped", "resuming",
+                                         "deleting", "deleted", "error",    NULL};
+
+int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox)
+{
+    if (!self || !sandbox || !s_nonempty (sandbox->id) || !s_nonempty (sandbox->account_id) ||
+        !s_nonempty (sandbox->label) || !s_one_of (sandbox->state, s_sandbox_states) ||
+        !s_nonempty (sandbox->type) || !s_fits (sandbox->created_ms) ||
+        !s_fits (sandbox->expires_ms) || !s_fits (sandbox->changed_ms))
+        return -1;
+    if (!s_require_transaction (self, "sandbox insert"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_INSERT];
+    s_bind_text (stmt, 1, sandbox->id);
+    s_bind_text (stmt, 2, sandbox->account_id);
+    s_bind_text (stmt, 3, sandbox->name);
+    s_bind_text (stmt, 4, sandbox->label);
+    s_bind_text (stmt, 5, sandbox->state);
+    s_bind_text (stmt, 6, sandbox->type);
+    s_bind_text (stmt, 7, sandbox->vmd);
+    sqlite3_bind_int (stmt, 8, sandbox->no_network ? 1 : 0);
+    sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) sandbox->created_ms);
+    sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) sandbox->expires_ms);
+    sqlite3_bind_int64 (stmt, 11, (sqlite3_int64) sandbox->changed_ms);
+    s_bind_text (stmt, 12, sandbox->reason);
+    s_bind_text (stmt, 13, sandbox->key_id);
+    int rc = s_run (self, ST_SANDBOX_INSERT, "sandbox insert");
+    //  The label's unique index is the only UNIQUE constraint (the id is the key).
+    if (rc == SQLITE_CONSTRAINT_UNIQUE)
+        return 1;
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static int s_sandbox_from_row (sqlite3_stmt *stmt, brk_sandbox_t *out)
+{
+    bool failed = false;
+    out->id = s_column_dup (stmt, 0, &failed);
+    out->account_id = s_column_dup (stmt, 1, &failed);
+    out->name = s_column_dup (stmt, 2, &failed);
+    out->label = s_column_dup (stmt, 3, &failed);
+    out->state = s_column_dup (stmt, 4, &failed);
+    out->type = s_column_dup (stmt, 5, &failed);
+    out->vmd = s_column_dup (stmt, 6, &failed);
+    out->no_network = sqlite3_column_int (stmt, 7) != 0;
+    out->created_ms = s_column_u64 (stmt, 8);
+    out->expires_ms = s_column_u64 (stmt, 9);
+    out->changed_ms = s_column_u64 (stmt, 10);
+    out->reason = s_column_dup (stmt, 11, &failed);
+    out->key_id = s_column_dup (stmt, 12, &failed);
+    if (failed)
+        brk_sandbox_clear (out);
+    return failed ? -1 : 0;
+}
+
+int brk_store_sandbox_find (brk_store_t *self, const char *id, brk_sandbox_t *out)
+{
+    if (out)
+        memset (out, 0, sizeof *out);
+    if (!self || !out || !id)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_FIND];
+    s_bind_text (stmt, 1, id);
+    int result = -1;
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW)
+        result = s_sandbox_from_row (stmt, out);
+    else if (rc == SQLITE_DONE)
+        result = 1;
+    else
+        s_log_db_error (self, "sandbox find");
+    s_reset (stmt);
+    return result;
+}
+
+int brk_store_sandbox_list (brk_store_t *self, const char *account_id, brk_store_sandbox_fn *fn,
+                            void *arg)
+{
+    if (!self || !fn)
+        return -1;
+    stmt_id_t id = account_id ? ST_SANDBOX_LIST : ST_SANDBOX_LIST_ALL;
+    sqlite3_stmt *stmt = self->stmt[id];
+    if (account_id)
+        s_bind_text (stmt, 1, account_id);
+    int count = 0;
+    int rc;
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+        brk_sandbox_t sandbox = {0};
+        if (s_sandbox_from_row (stmt, &sandbox)) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        fn (&sandbox, arg);
+        brk_sandbox_clear (&sandbox);
+        count++;
+    }
+    if (rc != SQLITE_DONE)
+        s_log_db_error (self, "sandbox list");
+    s_reset (stmt);
+    return rc == SQLITE_DONE ? count : -1;
+}
+
+int brk_store_sandbox_set_state (brk_store_t *self, const char *id, const char *state,
+                                 const char *vmd, const char *reason, uint64_t changed_ms)
+{
+    if (!self || !id || !s_one_of (state, s_sandbox_states) || !s_fits (changed_ms))
+        return -1;
+    if (!s_require_transaction (self, "sandbox state"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_STATE];
+    s_bind_text (stmt, 1, id);
+    s_bind_text (stmt, 2, state);
+    s_bind_text (stmt, 3, vmd);
+    s_bind_text (stmt, 4, reason);
+    sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) changed_ms);
+    if (s_run (self, ST_SANDBOX_STATE, "sandbox state") != SQLITE_DONE)
+        return -1;
+    return sqlite3_changes (self->db) == 1 ? 0 : 1;
+}
+
+int brk_store_sandbox_active (brk_store_t *self, const char *vmd, uint64_t *count)
+{
+    if (!self || !vmd || !count)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_ACTIVE];
+    s_bind_text (stmt, 1, vmd);
+    int result = -1;
+    if (sqlite3_step (stmt) == SQLITE_ROW) {
+        *count = s_column_u64 (stmt, 0);
+        result = 0;
+    } else
+        s_log_db_error (self, "sandbox active");
+    s_reset (stmt);
+    return result;
+}
+
+int brk_store_sandbox_label_set (brk_store_t *self, const char *id, const char *key,
+                                 const char *value)
+{
+    if (!self || !id || !s_nonempty (key))
+        return -1;
+    if (!s_require_transaction (self, "sandbox label"))
+        return -1;
+    stmt_id_t st = value ? ST_LABEL_SET : ST_LABEL_DELETE;
+    s_bind_text (self->stmt[st], 1, id);
+    s_bind_text (self->stmt[st], 2, key);
+    if (value)
+        s_bind_text (self->stmt[st], 3, value);
+    return s_run (self, st, "sandbox label") == SQLITE_DONE ? 0 : -1;
+}
+
+int brk_store_sandbox_labels (brk_store_t *self, const char *id, brk_store_label_fn *fn, void *arg)
+{
+    if (!self || !id || !fn)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_LABEL_LIST];
+    s_bind_text (stmt, 1, id);
+    int count = 0;
+    int rc;
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+        fn ((const char *) sqlite3_column_text (stmt, 0),
+            (const char *) sqlite3_column_text (stmt, 1), arg);
+        count++;
+    }
+    if (rc != SQLITE_DONE)
+        s_log_db_error (self, "sandbox labels");
+    s_reset (stmt);
+    return rc == SQLITE_DONE ? count : -1;
+}
+
+void brk_sandbox_clear (brk_sandbox_t *self)
+{
+    if (!self)
+        return;
+    free (self->id);
+    free (self->account_id);
+    free (self->name);
+    free (self->label);
+    free (self->state);
+    free (self->type);
+    free (self->vmd);
+    free (self->reason);
+    free (self->key_id);
+    memset (self, 0, sizeof *self);
+}
+
+//  --------------------------------------------------------------------------
 //  Self-test
 
 typedef struct {
@@ -857,6 +1099,28 @@ typedef struct {
     const char *ids[8];
     int count;
 } test_keys_t;
+
+typedef struct {
+    char text[256];
+} test_labels_t;
+
+static void s_test_label (const char *key, const char *value, void *arg)
+{
+    test_labels_t *labels = arg;
+    size_t len = strlen (labels->text);
+    snprintf (labels->text + len, sizeof labels->text - len, "%s=%s;", key, value);
+}
+
+typedef struct {
+    char ids[256];
+} test_list_t;
+
+static void s_test_sandbox (const brk_sandbox_t *sandbox, void *arg)
+{
+    test_list_t *list = arg;
+    size_t len = strlen (list->ids);
+    snprintf (list->ids + len, sizeof list->ids - len, "%s;", sandbox->id);
+}
 
 static void s_test_key (const brk_key_t *key, void *arg)
 {
@@ -1066,6 +1330,64 @@ void brk_store_test (bool verbose)
     assert (brk_store_key_touch (store, "key_9", 7000) == 0);
     assert (brk_store_key_find (store, "key_2", &got) == 0 && got.last_used_ms == 7000);
     brk_key_clear (&got);
+
+    //  Sandboxes: insert, a taken label, state changes, counting per vmd, labels.
+    brk_sandbox_t sb = {.id = "sb_one",
+                        .account_id = "acc_ada",
+                        .label = "calm-brisk-jay",
+                        .state = "creating",
+                        .type = "small",
+                        .vmd = "host-a",
+                        .created_ms = 100,
+                        .expires_ms = 3700,
+                        .changed_ms = 100};
+    assert (brk_store_sandbox_insert (store, &sb) == -1); //  outside a transaction
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_sandbox_insert (store, &sb) == 0);
+    brk_sandbox_t twin = sb;
+    twin.id = "sb_two";
+    assert (brk_store_sandbox_insert (store, &twin) == 1); //  label taken
+    twin.label = "quiet-green-owl";
+    twin.state = "bogus";
+    assert (brk_store_sandbox_insert (store, &twin) == -1);
+    twin.state = "creating";
+    twin.created_ms = 200;
+    assert (brk_store_sandbox_insert (store, &twin) == 0);
+    assert (brk_store_sandbox_label_set (store, "sb_one", "team", "red") == 0);
+    assert (brk_store_sandbox_label_set (store, "sb_one", "team", "blue") == 0);
+    assert (brk_store_sandbox_label_set (store, "sb_one", "env", "dev") == 0);
+    assert (brk_store_sandbox_set_state (store, "sb_one", "ready", NULL, NULL, 150) == 0);
+    assert (brk_store_sandbox_set_state (store, "sb_none", "ready", NULL, NULL, 150) == 1);
+    assert (brk_store_commit (store) == 0);
+    uint64_t active = 0;
+    assert (brk_store_sandbox_active (store, "host-a", &active) == 0 && active == 2);
+    brk_sandbox_t sbf;
+    assert (brk_store_sandbox_find (store, "sb_one", &sbf) == 0);
+    assert (strcmp (sbf.state, "ready") == 0 && strcmp (sbf.vmd, "host-a") == 0);
+    assert (sbf.expires_ms == 3700 && sbf.changed_ms == 150 && !sbf.reason);
+    brk_sandbox_clear (&sbf);
+    assert (brk_store_sandbox_find (store, "sb_none", &sbf) == 1);
+    test_labels_t labels = {0};
+    assert (brk_store_sandbox_labels (store, "sb_one", s_test_label, &labels) == 2);
+    assert (strcmp (labels.text, "env=dev;team=blue;") == 0);
+    test_list_t listed = {0};
+    assert (brk_store_sandbox_list (store, "acc_ada", s_test_sandbox, &listed) == 2);
+    assert (strcmp (listed.ids, "sb_two;sb_one;") == 0); //  newest first
+    //  A deleted sandbox leaves lists and counts, and frees its label.
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_sandbox_set_state (store, "sb_two", "deleted", NULL, NULL, 300) == 0);
+    assert (brk_store_sandbox_set_state (store, "sb_one", "error", NULL, "qemu died", 300) == 0);
+    assert (brk_store_commit (store) == 0);
+    memset (&listed, 0, sizeof listed);
+    assert (brk_store_sandbox_list (store, NULL, s_test_sandbox, &listed) == 1);
+    assert (brk_store_sandbox_active (store, "host-a", &active) == 0 && active == 0);
+    assert (brk_store_sandbox_find (store, "sb_one", &sbf) == 0);
+    assert (sbf.reason && strcmp (sbf.reason, "qemu died") == 0);
+    brk_sandbox_clear (&sbf);
+    assert (brk_store_begin (store) == 0);
+    twin.id = "sb_three";
+    assert (brk_store_sandbox_insert (store, &twin) == 0); //  quiet-green-owl again
+    assert (brk_store_commit (store) == 0);
 
     //  Meta.
     assert (brk_store_meta_get (store, "tap.epoch") == NULL);

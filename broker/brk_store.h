@@ -81,6 +81,27 @@ typedef struct {
 //  The key is borrowed for the call.
 typedef void (brk_store_key_fn) (const brk_key_t *key, void *arg);
 
+//  A sandbox's record. Same ownership as brk_account_t; states and types as text
+//  (the wire enums' names: "creating"…"error", "small"…).
+typedef struct {
+    char *id;         //  "sb_…"
+    char *account_id;
+    char *name;
+    char *label;      //  unique among sandboxes that are not deleted
+    char *state;
+    char *type;
+    char *vmd;        //  the vmd instance hosting it
+    char *reason;     //  why it is in error, or NULL
+    char *key_id;     //  the API key that created it, or NULL
+    bool no_network;
+    uint64_t created_ms;
+    uint64_t expires_ms; //  0: never
+    uint64_t changed_ms; //  when it entered its state
+} brk_sandbox_t;
+
+typedef void (brk_store_sandbox_fn) (const brk_sandbox_t *sandbox, void *arg);
+typedef void (brk_store_label_fn) (const char *key, const char *value, void *arg);
+
 //  Opens or creates the database at path (mode 0600), in WAL mode with
 //  synchronous=FULL and foreign keys on, and brings its schema up to date.
 //  Returns NULL (and logs why) if the file cannot be opened, is not a database,
@@ -182,6 +203,27 @@ char *brk_store_meta_get (brk_store_t *self, const char *key);
 //  Stores value under key, replacing any old value; a NULL value deletes the key.
 //  Returns 0 or -1.
 int brk_store_meta_set (brk_store_t *self, const char *key, const char *value);
+
+//  Sandboxes. insert: 0, 1 when the label is taken, -1 (in a transaction).
+int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox);
+//  0 found, 1 not found, -1 error.
+int brk_store_sandbox_find (brk_store_t *self, const char *id, brk_sandbox_t *out);
+//  The account's sandboxes that are not deleted (every account's when NULL), newest
+//  first. Returns how many, or -1.
+int brk_store_sandbox_list (brk_store_t *self, const char *account_id, brk_store_sandbox_fn *fn,
+                            void *arg);
+//  Moves a sandbox to `state` (vmd NULL keeps the current one; reason NULL clears it).
+//  0, 1 when there is no such sandbox, -1 (in a transaction).
+int brk_store_sandbox_set_state (brk_store_t *self, const char *id, const char *state,
+                                 const char *vmd, const char *reason, uint64_t changed_ms);
+//  How many sandboxes occupy a vmd (creating, ready, stopping, resuming, deleting).
+int brk_store_sandbox_active (brk_store_t *self, const char *vmd, uint64_t *count);
+//  Sets a label (value NULL removes it), in a transaction; lists them by key.
+int brk_store_sandbox_label_set (brk_store_t *self, const char *id, const char *key,
+                                 const char *value);
+int brk_store_sandbox_labels (brk_store_t *self, const char *id, brk_store_label_fn *fn,
+                              void *arg);
+void brk_sandbox_clear (brk_sandbox_t *self);
 
 void brk_store_test (bool verbose);
 

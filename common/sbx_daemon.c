@@ -175,14 +175,15 @@ static void s_on_welcome (sbx_peer_t *peer, bool first, void *arg)
     }
 }
 
-sbx_peer_t *sbx_daemon_connect (sbx_daemon_t *self, sbx_role_t role, sbx_peer_request_fn *fn,
-                                void *arg)
+sbx_peer_t *sbx_daemon_connect (sbx_daemon_t *self, sbx_role_t role, uint64_t capacity,
+                                sbx_peer_request_fn *fn, void *arg)
 {
     self->request_fn = fn;
     self->request_arg = arg;
     self->peer = sbx_peer_new (self->config, role, NULL);
     if (!self->peer)
         return NULL;
+    sbx_peer_set_capacity (self->peer, capacity, 0);
     sbx_peer_set_request_fn (self->peer, s_on_request, self);
     sbx_peer_set_welcome_fn (self->peer, s_on_welcome, self);
     if (sbx_peer_start (self->peer, self->loop)) {

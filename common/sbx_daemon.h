@@ -30,10 +30,11 @@ void sbx_daemon_destroy (sbx_daemon_t **self_p);
 sbx_config_t *sbx_daemon_config (sbx_daemon_t *self);
 zloop_t *sbx_daemon_loop (sbx_daemon_t *self);
 
-//  For workers: connects to the broker as `role`, answers sys.status, hands other
-//  requests to fn, and reports ready to the supervisor at the first welcome.
-sbx_peer_t *sbx_daemon_connect (sbx_daemon_t *self, sbx_role_t role, sbx_peer_request_fn *fn,
-                                void *arg);
+//  For workers: connects to the broker as `role` with `capacity` units of work,
+//  answers sys.status, hands other requests to fn, and reports ready to the
+//  supervisor at the first welcome.
+sbx_peer_t *sbx_daemon_connect (sbx_daemon_t *self, sbx_role_t role, uint64_t capacity,
+                                sbx_peer_request_fn *fn, void *arg);
 
 //  Runs the loop until SIGINT or SIGTERM; a worker then says bye. Returns the exit code.
 int sbx_daemon_run (sbx_daemon_t *self);

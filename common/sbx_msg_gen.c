@@ -12,10 +12,13 @@ _Static_assert (sizeof (sbx_role_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_caller_kind_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_key_preset_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_key_kind_t) == sizeof (int), "enums are int-sized");
+_Static_assert (sizeof (sbx_sandbox_state_t) == sizeof (int), "enums are int-sized");
+_Static_assert (sizeof (sbx_sandbox_type_t) == sizeof (int), "enums are int-sized");
 _Static_assert (offsetof (sbx_key_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_agent_proc_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_event_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_peer_info_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_sandbox_info_list_t, count) == sizeof (void *), "list layout");
 
 //  Error catalogue.
 static const char *const s_code_names[] = {
@@ -150,6 +153,57 @@ int sbx_key_kind_from_name (const char *name, sbx_key_kind_t *value_p)
     return 0;
 }
 
+static const char *const s_enum_sandbox_state_values[] = {
+    NULL,
+    "creating",
+    "ready",
+    "stopping",
+    "stopped",
+    "resuming",
+    "deleting",
+    "deleted",
+    "error",
+};
+static const sbx_meta_enum_t s_enum_sandbox_state = {"sandbox_state", s_enum_sandbox_state_values, 9};
+
+const char *sbx_sandbox_state_name (sbx_sandbox_state_t value)
+{
+    return sbx_meta_enum_name (&s_enum_sandbox_state, (int) value);
+}
+
+int sbx_sandbox_state_from_name (const char *name, sbx_sandbox_state_t *value_p)
+{
+    int value;
+    if (sbx_meta_enum_from_name (&s_enum_sandbox_state, name, &value))
+        return -1;
+    if (value_p)
+        *value_p = (sbx_sandbox_state_t) value;
+    return 0;
+}
+
+static const char *const s_enum_sandbox_type_values[] = {
+    NULL,
+    "small",
+    "medium",
+    "large",
+};
+static const sbx_meta_enum_t s_enum_sandbox_type = {"sandbox_type", s_enum_sandbox_type_values, 4};
+
+const char *sbx_sandbox_type_name (sbx_sandbox_type_t value)
+{
+    return sbx_meta_enum_name (&s_enum_sandbox_type, (int) value);
+}
+
+int sbx_sandbox_type_from_name (const char *name, sbx_sandbox_type_t *value_p)
+{
+    int value;
+    if (sbx_meta_enum_from_name (&s_enum_sandbox_type, name, &value))
+        return -1;
+    if (value_p)
+        *value_p = (sbx_sandbox_type_t) value;
+    return 0;
+}
+
 //  Structs and message bodies.
 static const sbx_meta_struct_t s_meta_key_info;
 static const sbx_meta_struct_t s_meta_account_create;
@@ -198,6 +252,29 @@ static const sbx_meta_struct_t s_meta_sys_status;
 static const sbx_meta_struct_t s_meta_sys_status_ok;
 static const sbx_meta_struct_t s_meta_broker_peers;
 static const sbx_meta_struct_t s_meta_broker_peers_ok;
+static const sbx_meta_struct_t s_meta_sandbox_info;
+static const sbx_meta_struct_t s_meta_sandbox_create;
+static const sbx_meta_struct_t s_meta_sandbox_create_ok;
+static const sbx_meta_struct_t s_meta_sandbox_get;
+static const sbx_meta_struct_t s_meta_sandbox_get_ok;
+static const sbx_meta_struct_t s_meta_sandbox_list;
+static const sbx_meta_struct_t s_meta_sandbox_list_ok;
+static const sbx_meta_struct_t s_meta_sandbox_stop;
+static const sbx_meta_struct_t s_meta_sandbox_stop_ok;
+static const sbx_meta_struct_t s_meta_sandbox_resume;
+static const sbx_meta_struct_t s_meta_sandbox_resume_ok;
+static const sbx_meta_struct_t s_meta_sandbox_delete;
+static const sbx_meta_struct_t s_meta_sandbox_delete_ok;
+static const sbx_meta_struct_t s_meta_sandbox_changed;
+static const sbx_meta_struct_t s_meta_vm_create;
+static const sbx_meta_struct_t s_meta_vm_create_ok;
+static const sbx_meta_struct_t s_meta_vm_stop;
+static const sbx_meta_struct_t s_meta_vm_stop_ok;
+static const sbx_meta_struct_t s_meta_vm_resume;
+static const sbx_meta_struct_t s_meta_vm_resume_ok;
+static const sbx_meta_struct_t s_meta_vm_delete;
+static const sbx_meta_struct_t s_meta_vm_delete_ok;
+static const sbx_meta_struct_t s_meta_vm_failed;
 
 static const sbx_meta_field_t s_fields_key_info[] = {
     {"key_id", SBX_META_STRING, offsetof (sbx_key_info_t, key_id), true, 64, NULL, NULL},
@@ -557,6 +634,143 @@ static const sbx_meta_field_t s_fields_broker_peers_ok[] = {
 };
 static const sbx_meta_struct_t s_meta_broker_peers_ok = {"broker.peers.ok", sizeof (sbx_broker_peers_ok_t), s_fields_broker_peers_ok, 2};
 
+static const sbx_meta_field_t s_fields_sandbox_info[] = {
+    {"id", SBX_META_STRING, offsetof (sbx_sandbox_info_t, id), true, 64, NULL, NULL},
+    {"name", SBX_META_STRING, offsetof (sbx_sandbox_info_t, name), false, 128, NULL, NULL},
+    {"label", SBX_META_STRING, offsetof (sbx_sandbox_info_t, label), false, 64, NULL, NULL},
+    {"state", SBX_META_ENUM, offsetof (sbx_sandbox_info_t, state), true, 0, &s_enum_sandbox_state, NULL},
+    {"type", SBX_META_ENUM, offsetof (sbx_sandbox_info_t, type), true, 0, &s_enum_sandbox_type, NULL},
+    {"account", SBX_META_STRING, offsetof (sbx_sandbox_info_t, account), false, 64, NULL, NULL},
+    {"vmd", SBX_META_STRING, offsetof (sbx_sandbox_info_t, vmd), false, 128, NULL, NULL},
+    {"no_network", SBX_META_BOOL, offsetof (sbx_sandbox_info_t, no_network), false, 0, NULL, NULL},
+    {"labels", SBX_META_STRMAP, offsetof (sbx_sandbox_info_t, labels), false, 64, NULL, NULL},
+    {"created_ms", SBX_META_UINT, offsetof (sbx_sandbox_info_t, created_ms), false, 0, NULL, NULL},
+    {"expires_ms", SBX_META_UINT, offsetof (sbx_sandbox_info_t, expires_ms), false, 0, NULL, NULL},
+    {"changed_ms", SBX_META_UINT, offsetof (sbx_sandbox_info_t, changed_ms), false, 0, NULL, NULL},
+    {"reason", SBX_META_STRING, offsetof (sbx_sandbox_info_t, reason), false, 1024, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_info = {"sandbox_info", sizeof (sbx_sandbox_info_t), s_fields_sandbox_info, 13};
+
+static const sbx_meta_field_t s_fields_sandbox_create[] = {
+    {"name", SBX_META_STRING, offsetof (sbx_sandbox_create_t, name), false, 128, NULL, NULL},
+    {"type", SBX_META_ENUM, offsetof (sbx_sandbox_create_t, type), false, 0, &s_enum_sandbox_type, NULL},
+    {"ttl_s", SBX_META_UINT, offsetof (sbx_sandbox_create_t, ttl_s), false, 0, NULL, NULL},
+    {"no_network", SBX_META_BOOL, offsetof (sbx_sandbox_create_t, no_network), false, 0, NULL, NULL},
+    {"labels", SBX_META_STRMAP, offsetof (sbx_sandbox_create_t, labels), false, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_create = {"sandbox.create", sizeof (sbx_sandbox_create_t), s_fields_sandbox_create, 5};
+
+static const sbx_meta_field_t s_fields_sandbox_create_ok[] = {
+    {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_create_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
+};
+static const sbx_meta_struct_t s_meta_sandbox_create_ok = {"sandbox.create.ok", sizeof (sbx_sandbox_create_ok_t), s_fields_sandbox_create_ok, 1};
+
+static const sbx_meta_field_t s_fields_sandbox_get[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_get_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_get = {"sandbox.get", sizeof (sbx_sandbox_get_t), s_fields_sandbox_get, 1};
+
+static const sbx_meta_field_t s_fields_sandbox_get_ok[] = {
+    {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_get_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
+};
+static const sbx_meta_struct_t s_meta_sandbox_get_ok = {"sandbox.get.ok", sizeof (sbx_sandbox_get_ok_t), s_fields_sandbox_get_ok, 1};
+
+static const sbx_meta_struct_t s_meta_sandbox_list = {"sandbox.list", sizeof (sbx_sandbox_list_t), NULL, 0};
+
+static const sbx_meta_field_t s_fields_sandbox_list_ok[] = {
+    {"sandboxes", SBX_META_LIST, offsetof (sbx_sandbox_list_ok_t, sandboxes), false, 0, NULL, &s_meta_sandbox_info},
+};
+static const sbx_meta_struct_t s_meta_sandbox_list_ok = {"sandbox.list.ok", sizeof (sbx_sandbox_list_ok_t), s_fields_sandbox_list_ok, 1};
+
+static const sbx_meta_field_t s_fields_sandbox_stop[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_stop_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_stop = {"sandbox.stop", sizeof (sbx_sandbox_stop_t), s_fields_sandbox_stop, 1};
+
+static const sbx_meta_field_t s_fields_sandbox_stop_ok[] = {
+    {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_stop_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
+};
+static const sbx_meta_struct_t s_meta_sandbox_stop_ok = {"sandbox.stop.ok", sizeof (sbx_sandbox_stop_ok_t), s_fields_sandbox_stop_ok, 1};
+
+static const sbx_meta_field_t s_fields_sandbox_resume[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_resume_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_resume = {"sandbox.resume", sizeof (sbx_sandbox_resume_t), s_fields_sandbox_resume, 1};
+
+static const sbx_meta_field_t s_fields_sandbox_resume_ok[] = {
+    {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_resume_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
+};
+static const sbx_meta_struct_t s_meta_sandbox_resume_ok = {"sandbox.resume.ok", sizeof (sbx_sandbox_resume_ok_t), s_fields_sandbox_resume_ok, 1};
+
+static const sbx_meta_field_t s_fields_sandbox_delete[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_delete_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_delete = {"sandbox.delete", sizeof (sbx_sandbox_delete_t), s_fields_sandbox_delete, 1};
+
+static const sbx_meta_field_t s_fields_sandbox_delete_ok[] = {
+    {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_delete_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
+};
+static const sbx_meta_struct_t s_meta_sandbox_delete_ok = {"sandbox.delete.ok", sizeof (sbx_sandbox_delete_ok_t), s_fields_sandbox_delete_ok, 1};
+
+static const sbx_meta_field_t s_fields_sandbox_changed[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_changed_t, sandbox_id), true, 64, NULL, NULL},
+    {"from", SBX_META_ENUM, offsetof (sbx_sandbox_changed_t, from), false, 0, &s_enum_sandbox_state, NULL},
+    {"to", SBX_META_ENUM, offsetof (sbx_sandbox_changed_t, to), true, 0, &s_enum_sandbox_state, NULL},
+    {"type", SBX_META_ENUM, offsetof (sbx_sandbox_changed_t, type), true, 0, &s_enum_sandbox_type, NULL},
+    {"vmd", SBX_META_STRING, offsetof (sbx_sandbox_changed_t, vmd), false, 128, NULL, NULL},
+    {"reason", SBX_META_STRING, offsetof (sbx_sandbox_changed_t, reason), false, 1024, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_changed = {"sandbox.changed", sizeof (sbx_sandbox_changed_t), s_fields_sandbox_changed, 6};
+
+static const sbx_meta_field_t s_fields_vm_create[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_create_t, sandbox_id), true, 64, NULL, NULL},
+    {"hostname", SBX_META_STRING, offsetof (sbx_vm_create_t, hostname), true, 64, NULL, NULL},
+    {"type", SBX_META_ENUM, offsetof (sbx_vm_create_t, type), true, 0, &s_enum_sandbox_type, NULL},
+    {"no_network", SBX_META_BOOL, offsetof (sbx_vm_create_t, no_network), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_create = {"vm.create", sizeof (sbx_vm_create_t), s_fields_vm_create, 4};
+
+static const sbx_meta_field_t s_fields_vm_create_ok[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_create_ok_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_create_ok = {"vm.create.ok", sizeof (sbx_vm_create_ok_t), s_fields_vm_create_ok, 1};
+
+static const sbx_meta_field_t s_fields_vm_stop[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_stop_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_stop = {"vm.stop", sizeof (sbx_vm_stop_t), s_fields_vm_stop, 1};
+
+static const sbx_meta_field_t s_fields_vm_stop_ok[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_stop_ok_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_stop_ok = {"vm.stop.ok", sizeof (sbx_vm_stop_ok_t), s_fields_vm_stop_ok, 1};
+
+static const sbx_meta_field_t s_fields_vm_resume[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_resume_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_resume = {"vm.resume", sizeof (sbx_vm_resume_t), s_fields_vm_resume, 1};
+
+static const sbx_meta_field_t s_fields_vm_resume_ok[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_resume_ok_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_resume_ok = {"vm.resume.ok", sizeof (sbx_vm_resume_ok_t), s_fields_vm_resume_ok, 1};
+
+static const sbx_meta_field_t s_fields_vm_delete[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_delete_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_delete = {"vm.delete", sizeof (sbx_vm_delete_t), s_fields_vm_delete, 1};
+
+static const sbx_meta_field_t s_fields_vm_delete_ok[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_delete_ok_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_delete_ok = {"vm.delete.ok", sizeof (sbx_vm_delete_ok_t), s_fields_vm_delete_ok, 1};
+
+static const sbx_meta_field_t s_fields_vm_failed[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_failed_t, sandbox_id), true, 64, NULL, NULL},
+    {"reason", SBX_META_STRING, offsetof (sbx_vm_failed_t, reason), true, 1024, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_failed = {"vm.failed", sizeof (sbx_vm_failed_t), s_fields_vm_failed, 2};
+
 const sbx_meta_struct_t *const sbx_meta_caller = &s_meta_caller;
 
 //  Message types.
@@ -646,6 +860,50 @@ static const char *const s_from_broker_peers[] = {"cli"};
 static const char *const s_to_broker_peers[] = {"broker"};
 static const char *const s_from_broker_peers_ok[] = {"broker"};
 static const char *const s_to_broker_peers_ok[] = {"cli"};
+static const char *const s_from_sandbox_create[] = {"gateway", "cli"};
+static const char *const s_to_sandbox_create[] = {"broker"};
+static const char *const s_from_sandbox_create_ok[] = {"broker"};
+static const char *const s_to_sandbox_create_ok[] = {"gateway", "cli"};
+static const char *const s_from_sandbox_get[] = {"gateway", "cli"};
+static const char *const s_to_sandbox_get[] = {"broker"};
+static const char *const s_from_sandbox_get_ok[] = {"broker"};
+static const char *const s_to_sandbox_get_ok[] = {"gateway", "cli"};
+static const char *const s_from_sandbox_list[] = {"gateway", "cli"};
+static const char *const s_to_sandbox_list[] = {"broker"};
+static const char *const s_from_sandbox_list_ok[] = {"broker"};
+static const char *const s_to_sandbox_list_ok[] = {"gateway", "cli"};
+static const char *const s_from_sandbox_stop[] = {"gateway", "cli"};
+static const char *const s_to_sandbox_stop[] = {"broker"};
+static const char *const s_from_sandbox_stop_ok[] = {"broker"};
+static const char *const s_to_sandbox_stop_ok[] = {"gateway", "cli"};
+static const char *const s_from_sandbox_resume[] = {"gateway", "cli"};
+static const char *const s_to_sandbox_resume[] = {"broker"};
+static const char *const s_from_sandbox_resume_ok[] = {"broker"};
+static const char *const s_to_sandbox_resume_ok[] = {"gateway", "cli"};
+static const char *const s_from_sandbox_delete[] = {"gateway", "cli"};
+static const char *const s_to_sandbox_delete[] = {"broker"};
+static const char *const s_from_sandbox_delete_ok[] = {"broker"};
+static const char *const s_to_sandbox_delete_ok[] = {"gateway", "cli"};
+static const char *const s_from_sandbox_changed[] = {"broker"};
+static const char *const s_to_sandbox_changed[] = {"tap"};
+static const char *const s_from_vm_create[] = {"broker"};
+static const char *const s_to_vm_create[] = {"vmd"};
+static const char *const s_from_vm_create_ok[] = {"vmd"};
+static const char *const s_to_vm_create_ok[] = {"broker"};
+static const char *const s_from_vm_stop[] = {"broker"};
+static const char *const s_to_vm_stop[] = {"vmd"};
+static const char *const s_from_vm_stop_ok[] = {"vmd"};
+static const char *const s_to_vm_stop_ok[] = {"broker"};
+static const char *const s_from_vm_resume[] = {"broker"};
+static const char *const s_to_vm_resume[] = {"vmd"};
+static const char *const s_from_vm_resume_ok[] = {"vmd"};
+static const char *const s_to_vm_resume_ok[] = {"broker"};
+static const char *const s_from_vm_delete[] = {"broker"};
+static const char *const s_to_vm_delete[] = {"vmd"};
+static const char *const s_from_vm_delete_ok[] = {"vmd"};
+static const char *const s_to_vm_delete_ok[] = {"broker"};
+static const char *const s_from_vm_failed[] = {"vmd"};
+static const char *const s_to_vm_failed[] = {"broker"};
 
 const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {NULL, NULL, NULL, 0, NULL, 0, SBX_MSG__UNKNOWN, false},
@@ -692,6 +950,28 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"sys.status.ok", &s_meta_sys_status_ok, s_from_sys_status_ok, 1, s_to_sys_status_ok, 2, SBX_MSG__UNKNOWN, false},
     {"broker.peers", &s_meta_broker_peers, s_from_broker_peers, 1, s_to_broker_peers, 1, SBX_MSG_BROKER_PEERS_OK, false},
     {"broker.peers.ok", &s_meta_broker_peers_ok, s_from_broker_peers_ok, 1, s_to_broker_peers_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"sandbox.create", &s_meta_sandbox_create, s_from_sandbox_create, 2, s_to_sandbox_create, 1, SBX_MSG_SANDBOX_CREATE_OK, false},
+    {"sandbox.create.ok", &s_meta_sandbox_create_ok, s_from_sandbox_create_ok, 1, s_to_sandbox_create_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"sandbox.get", &s_meta_sandbox_get, s_from_sandbox_get, 2, s_to_sandbox_get, 1, SBX_MSG_SANDBOX_GET_OK, false},
+    {"sandbox.get.ok", &s_meta_sandbox_get_ok, s_from_sandbox_get_ok, 1, s_to_sandbox_get_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"sandbox.list", &s_meta_sandbox_list, s_from_sandbox_list, 2, s_to_sandbox_list, 1, SBX_MSG_SANDBOX_LIST_OK, false},
+    {"sandbox.list.ok", &s_meta_sandbox_list_ok, s_from_sandbox_list_ok, 1, s_to_sandbox_list_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"sandbox.stop", &s_meta_sandbox_stop, s_from_sandbox_stop, 2, s_to_sandbox_stop, 1, SBX_MSG_SANDBOX_STOP_OK, false},
+    {"sandbox.stop.ok", &s_meta_sandbox_stop_ok, s_from_sandbox_stop_ok, 1, s_to_sandbox_stop_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"sandbox.resume", &s_meta_sandbox_resume, s_from_sandbox_resume, 2, s_to_sandbox_resume, 1, SBX_MSG_SANDBOX_RESUME_OK, false},
+    {"sandbox.resume.ok", &s_meta_sandbox_resume_ok, s_from_sandbox_resume_ok, 1, s_to_sandbox_resume_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"sandbox.delete", &s_meta_sandbox_delete, s_from_sandbox_delete, 2, s_to_sandbox_delete, 1, SBX_MSG_SANDBOX_DELETE_OK, false},
+    {"sandbox.delete.ok", &s_meta_sandbox_delete_ok, s_from_sandbox_delete_ok, 1, s_to_sandbox_delete_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"sandbox.changed", &s_meta_sandbox_changed, s_from_sandbox_changed, 1, s_to_sandbox_changed, 1, SBX_MSG__UNKNOWN, true},
+    {"vm.create", &s_meta_vm_create, s_from_vm_create, 1, s_to_vm_create, 1, SBX_MSG_VM_CREATE_OK, false},
+    {"vm.create.ok", &s_meta_vm_create_ok, s_from_vm_create_ok, 1, s_to_vm_create_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"vm.stop", &s_meta_vm_stop, s_from_vm_stop, 1, s_to_vm_stop, 1, SBX_MSG_VM_STOP_OK, false},
+    {"vm.stop.ok", &s_meta_vm_stop_ok, s_from_vm_stop_ok, 1, s_to_vm_stop_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"vm.resume", &s_meta_vm_resume, s_from_vm_resume, 1, s_to_vm_resume, 1, SBX_MSG_VM_RESUME_OK, false},
+    {"vm.resume.ok", &s_meta_vm_resume_ok, s_from_vm_resume_ok, 1, s_to_vm_resume_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"vm.delete", &s_meta_vm_delete, s_from_vm_delete, 1, s_to_vm_delete, 1, SBX_MSG_VM_DELETE_OK, false},
+    {"vm.delete.ok", &s_meta_vm_delete_ok, s_from_vm_delete_ok, 1, s_to_vm_delete_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"vm.failed", &s_meta_vm_failed, s_from_vm_failed, 1, s_to_vm_failed, 1, SBX_MSG__UNKNOWN, false},
 };
 
 //  Typed accessors.
@@ -911,6 +1191,116 @@ sbx_broker_peers_ok_t *sbx_msg_broker_peers_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_BROKER_PEERS_OK ? (sbx_broker_peers_ok_t *) msg->body : NULL;
 }
 
+sbx_sandbox_create_t *sbx_msg_sandbox_create (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_CREATE ? (sbx_sandbox_create_t *) msg->body : NULL;
+}
+
+sbx_sandbox_create_ok_t *sbx_msg_sandbox_create_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_CREATE_OK ? (sbx_sandbox_create_ok_t *) msg->body : NULL;
+}
+
+sbx_sandbox_get_t *sbx_msg_sandbox_get (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_GET ? (sbx_sandbox_get_t *) msg->body : NULL;
+}
+
+sbx_sandbox_get_ok_t *sbx_msg_sandbox_get_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_GET_OK ? (sbx_sandbox_get_ok_t *) msg->body : NULL;
+}
+
+sbx_sandbox_list_t *sbx_msg_sandbox_list (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_LIST ? (sbx_sandbox_list_t *) msg->body : NULL;
+}
+
+sbx_sandbox_list_ok_t *sbx_msg_sandbox_list_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_LIST_OK ? (sbx_sandbox_list_ok_t *) msg->body : NULL;
+}
+
+sbx_sandbox_stop_t *sbx_msg_sandbox_stop (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_STOP ? (sbx_sandbox_stop_t *) msg->body : NULL;
+}
+
+sbx_sandbox_stop_ok_t *sbx_msg_sandbox_stop_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_STOP_OK ? (sbx_sandbox_stop_ok_t *) msg->body : NULL;
+}
+
+sbx_sandbox_resume_t *sbx_msg_sandbox_resume (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_RESUME ? (sbx_sandbox_resume_t *) msg->body : NULL;
+}
+
+sbx_sandbox_resume_ok_t *sbx_msg_sandbox_resume_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_RESUME_OK ? (sbx_sandbox_resume_ok_t *) msg->body : NULL;
+}
+
+sbx_sandbox_delete_t *sbx_msg_sandbox_delete (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_DELETE ? (sbx_sandbox_delete_t *) msg->body : NULL;
+}
+
+sbx_sandbox_delete_ok_t *sbx_msg_sandbox_delete_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_DELETE_OK ? (sbx_sandbox_delete_ok_t *) msg->body : NULL;
+}
+
+sbx_sandbox_changed_t *sbx_msg_sandbox_changed (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_CHANGED ? (sbx_sandbox_changed_t *) msg->body : NULL;
+}
+
+sbx_vm_create_t *sbx_msg_vm_create (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_CREATE ? (sbx_vm_create_t *) msg->body : NULL;
+}
+
+sbx_vm_create_ok_t *sbx_msg_vm_create_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_CREATE_OK ? (sbx_vm_create_ok_t *) msg->body : NULL;
+}
+
+sbx_vm_stop_t *sbx_msg_vm_stop (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_STOP ? (sbx_vm_stop_t *) msg->body : NULL;
+}
+
+sbx_vm_stop_ok_t *sbx_msg_vm_stop_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_STOP_OK ? (sbx_vm_stop_ok_t *) msg->body : NULL;
+}
+
+sbx_vm_resume_t *sbx_msg_vm_resume (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_RESUME ? (sbx_vm_resume_t *) msg->body : NULL;
+}
+
+sbx_vm_resume_ok_t *sbx_msg_vm_resume_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_RESUME_OK ? (sbx_vm_resume_ok_t *) msg->body : NULL;
+}
+
+sbx_vm_delete_t *sbx_msg_vm_delete (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_DELETE ? (sbx_vm_delete_t *) msg->body : NULL;
+}
+
+sbx_vm_delete_ok_t *sbx_msg_vm_delete_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_DELETE_OK ? (sbx_vm_delete_ok_t *) msg->body : NULL;
+}
+
+sbx_vm_failed_t *sbx_msg_vm_failed (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_FAILED ? (sbx_vm_failed_t *) msg->body : NULL;
+}
+
 sbx_key_info_t *sbx_key_info_list_append (sbx_key_info_list_t *list)
 {
     return (sbx_key_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_key_info_t));
@@ -929,4 +1319,9 @@ sbx_event_t *sbx_event_list_append (sbx_event_list_t *list)
 sbx_peer_info_t *sbx_peer_info_list_append (sbx_peer_info_list_t *list)
 {
     return (sbx_peer_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_peer_info_t));
+}
+
+sbx_sandbox_info_t *sbx_sandbox_info_list_append (sbx_sandbox_info_list_t *list)
+{
+    return (sbx_sandbox_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_sandbox_info_t));
 }

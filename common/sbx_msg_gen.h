@@ -101,6 +101,32 @@ typedef enum {
 const char *sbx_key_kind_name (sbx_key_kind_t value);
 int sbx_key_kind_from_name (const char *name, sbx_key_kind_t *value_p);
 
+//  sandbox_state (sandbox.json): Where a sandbox is in its life. Only ready runs (and bills).
+typedef enum {
+    SBX_SANDBOX_STATE__UNSET = 0,
+    SBX_SANDBOX_STATE_CREATING, //  "creating"
+    SBX_SANDBOX_STATE_READY,    //  "ready"
+    SBX_SANDBOX_STATE_STOPPING, //  "stopping"
+    SBX_SANDBOX_STATE_STOPPED,  //  "stopped"
+    SBX_SANDBOX_STATE_RESUMING, //  "resuming"
+    SBX_SANDBOX_STATE_DELETING, //  "deleting"
+    SBX_SANDBOX_STATE_DELETED,  //  "deleted"
+    SBX_SANDBOX_STATE_ERROR,    //  "error"
+} sbx_sandbox_state_t;
+const char *sbx_sandbox_state_name (sbx_sandbox_state_t value);
+int sbx_sandbox_state_from_name (const char *name, sbx_sandbox_state_t *value_p);
+
+//  sandbox_type (sandbox.json): Size of a sandbox: small 1 vCPU 512 MiB, medium 2 vCPU 1 GiB,
+//  large 2 vCPU 2 GiB.
+typedef enum {
+    SBX_SANDBOX_TYPE__UNSET = 0,
+    SBX_SANDBOX_TYPE_SMALL,  //  "small"
+    SBX_SANDBOX_TYPE_MEDIUM, //  "medium"
+    SBX_SANDBOX_TYPE_LARGE,  //  "large"
+} sbx_sandbox_type_t;
+const char *sbx_sandbox_type_name (sbx_sandbox_type_t value);
+int sbx_sandbox_type_from_name (const char *name, sbx_sandbox_type_t *value_p);
+
 //  Owned containers. A message owns everything it points to: set fields with
 //  sbx_str_set, sbx_bytes_set, sbx_strlist_append, sbx_strmap_set, <struct>_list_append.
 typedef struct {
@@ -163,6 +189,28 @@ typedef enum {
     SBX_MSG_SYS_STATUS_OK,       //  sys.status.ok
     SBX_MSG_BROKER_PEERS,        //  broker.peers
     SBX_MSG_BROKER_PEERS_OK,     //  broker.peers.ok
+    SBX_MSG_SANDBOX_CREATE,      //  sandbox.create
+    SBX_MSG_SANDBOX_CREATE_OK,   //  sandbox.create.ok
+    SBX_MSG_SANDBOX_GET,         //  sandbox.get
+    SBX_MSG_SANDBOX_GET_OK,      //  sandbox.get.ok
+    SBX_MSG_SANDBOX_LIST,        //  sandbox.list
+    SBX_MSG_SANDBOX_LIST_OK,     //  sandbox.list.ok
+    SBX_MSG_SANDBOX_STOP,        //  sandbox.stop
+    SBX_MSG_SANDBOX_STOP_OK,     //  sandbox.stop.ok
+    SBX_MSG_SANDBOX_RESUME,      //  sandbox.resume
+    SBX_MSG_SANDBOX_RESUME_OK,   //  sandbox.resume.ok
+    SBX_MSG_SANDBOX_DELETE,      //  sandbox.delete
+    SBX_MSG_SANDBOX_DELETE_OK,   //  sandbox.delete.ok
+    SBX_MSG_SANDBOX_CHANGED,     //  sandbox.changed
+    SBX_MSG_VM_CREATE,           //  vm.create
+    SBX_MSG_VM_CREATE_OK,        //  vm.create.ok
+    SBX_MSG_VM_STOP,             //  vm.stop
+    SBX_MSG_VM_STOP_OK,          //  vm.stop.ok
+    SBX_MSG_VM_RESUME,           //  vm.resume
+    SBX_MSG_VM_RESUME_OK,        //  vm.resume.ok
+    SBX_MSG_VM_DELETE,           //  vm.delete
+    SBX_MSG_VM_DELETE_OK,        //  vm.delete.ok
+    SBX_MSG_VM_FAILED,           //  vm.failed
     SBX_MSG__COUNT
 } sbx_msg_type_t;
 
@@ -214,6 +262,29 @@ typedef struct sbx_sys_status_s sbx_sys_status_t;
 typedef struct sbx_sys_status_ok_s sbx_sys_status_ok_t;
 typedef struct sbx_broker_peers_s sbx_broker_peers_t;
 typedef struct sbx_broker_peers_ok_s sbx_broker_peers_ok_t;
+typedef struct sbx_sandbox_info_s sbx_sandbox_info_t;
+typedef struct sbx_sandbox_create_s sbx_sandbox_create_t;
+typedef struct sbx_sandbox_create_ok_s sbx_sandbox_create_ok_t;
+typedef struct sbx_sandbox_get_s sbx_sandbox_get_t;
+typedef struct sbx_sandbox_get_ok_s sbx_sandbox_get_ok_t;
+typedef struct sbx_sandbox_list_s sbx_sandbox_list_t;
+typedef struct sbx_sandbox_list_ok_s sbx_sandbox_list_ok_t;
+typedef struct sbx_sandbox_stop_s sbx_sandbox_stop_t;
+typedef struct sbx_sandbox_stop_ok_s sbx_sandbox_stop_ok_t;
+typedef struct sbx_sandbox_resume_s sbx_sandbox_resume_t;
+typedef struct sbx_sandbox_resume_ok_s sbx_sandbox_resume_ok_t;
+typedef struct sbx_sandbox_delete_s sbx_sandbox_delete_t;
+typedef struct sbx_sandbox_delete_ok_s sbx_sandbox_delete_ok_t;
+typedef struct sbx_sandbox_changed_s sbx_sandbox_changed_t;
+typedef struct sbx_vm_create_s sbx_vm_create_t;
+typedef struct sbx_vm_create_ok_s sbx_vm_create_ok_t;
+typedef struct sbx_vm_stop_s sbx_vm_stop_t;
+typedef struct sbx_vm_stop_ok_s sbx_vm_stop_ok_t;
+typedef struct sbx_vm_resume_s sbx_vm_resume_t;
+typedef struct sbx_vm_resume_ok_s sbx_vm_resume_ok_t;
+typedef struct sbx_vm_delete_s sbx_vm_delete_t;
+typedef struct sbx_vm_delete_ok_s sbx_vm_delete_ok_t;
+typedef struct sbx_vm_failed_s sbx_vm_failed_t;
 
 //  Lists of structs; _append returns a zeroed new last item, or NULL when out of memory.
 typedef struct {
@@ -236,6 +307,11 @@ typedef struct {
     size_t count;
 } sbx_peer_info_list_t;
 sbx_peer_info_t *sbx_peer_info_list_append (sbx_peer_info_list_t *list);
+typedef struct {
+    sbx_sandbox_info_t *items;
+    size_t count;
+} sbx_sandbox_info_list_t;
+sbx_sandbox_info_t *sbx_sandbox_info_list_append (sbx_sandbox_info_list_t *list);
 
 //  struct key_info (accounts.json). An API key or OAuth connection, without its secret.
 struct sbx_key_info_s {
@@ -837,6 +913,208 @@ struct sbx_broker_peers_ok_s {
     uint64_t last_seq;
 };
 
+//  struct sandbox_info (sandbox.json). A sandbox as clients see it.
+struct sbx_sandbox_info_s {
+    //  (required, max 64) sb_ followed by 10 base36 characters.
+    char *id;
+    //  (max 128) The name the user gave.
+    char *name;
+    //  (max 64) Unique readable label (adjective-adjective-animal): the guest's hostname and
+    //  its URL's first part.
+    char *label;
+    //  (required) Where it is in its life.
+    sbx_sandbox_state_t state;
+    //  (required) Its size.
+    sbx_sandbox_type_t type;
+    //  (max 64) Whose it is.
+    char *account;
+    //  (max 128) The vmd instance that hosts it.
+    char *vmd;
+    //  Created without network access.
+    bool no_network;
+    //  (max 64) The user's key/value labels.
+    sbx_strmap_t labels;
+    //  When it was created, ms since the epoch.
+    uint64_t created_ms;
+    //  When its TTL stops it; 0 for never.
+    uint64_t expires_ms;
+    //  When it entered its state.
+    uint64_t changed_ms;
+    //  (max 1024) Why it is in error (or was stopped by the system).
+    char *reason;
+};
+
+//  message sandbox.create (sandbox.json): gateway, cli -> broker, reply sandbox.create.ok.
+//  Create a sandbox for the caller's account on a vmd with room; answered once it is ready (its
+//  agent answers) or failed.
+struct sbx_sandbox_create_s {
+    //  (max 128) A name for people; defaults to the label.
+    char *name;
+    //  Its size (default small).
+    sbx_sandbox_type_t type;
+    //  Seconds until it stops by itself; 0 for the default.
+    uint64_t ttl_s;
+    //  No network access at all.
+    bool no_network;
+    //  (max 64) Key/value labels.
+    sbx_strmap_t labels;
+};
+
+//  message sandbox.create.ok (sandbox.json): broker -> gateway, cli. The sandbox, ready.
+struct sbx_sandbox_create_ok_s {
+    //  (required) The new sandbox.
+    sbx_sandbox_info_t *sandbox;
+};
+
+//  message sandbox.get (sandbox.json): gateway, cli -> broker, reply sandbox.get.ok. One
+//  sandbox of the caller's account (another account's is not_found).
+struct sbx_sandbox_get_s {
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+};
+
+//  message sandbox.get.ok (sandbox.json): broker -> gateway, cli. The sandbox.
+struct sbx_sandbox_get_ok_s {
+    //  (required) The sandbox.
+    sbx_sandbox_info_t *sandbox;
+};
+
+//  message sandbox.list (sandbox.json): gateway, cli -> broker, reply sandbox.list.ok. The
+//  caller's account's sandboxes that are not deleted (an operator's: every account's), newest
+//  first.
+struct sbx_sandbox_list_s {
+    char unused_; //  C wants a member; this body has no fields
+};
+
+//  message sandbox.list.ok (sandbox.json): broker -> gateway, cli. The sandboxes.
+struct sbx_sandbox_list_ok_s {
+    //  Newest first.
+    sbx_sandbox_info_list_t sandboxes;
+};
+
+//  message sandbox.stop (sandbox.json): gateway, cli -> broker, reply sandbox.stop.ok. Stop a
+//  ready sandbox with its memory kept; answered once it is stopped.
+struct sbx_sandbox_stop_s {
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+};
+
+//  message sandbox.stop.ok (sandbox.json): broker -> gateway, cli. The sandbox, stopped.
+struct sbx_sandbox_stop_ok_s {
+    //  (required) The sandbox.
+    sbx_sandbox_info_t *sandbox;
+};
+
+//  message sandbox.resume (sandbox.json): gateway, cli -> broker, reply sandbox.resume.ok.
+//  Resume a stopped sandbox from its memory; answered once it is ready.
+struct sbx_sandbox_resume_s {
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+};
+
+//  message sandbox.resume.ok (sandbox.json): broker -> gateway, cli. The sandbox, ready again.
+struct sbx_sandbox_resume_ok_s {
+    //  (required) The sandbox.
+    sbx_sandbox_info_t *sandbox;
+};
+
+//  message sandbox.delete (sandbox.json): gateway, cli -> broker, reply sandbox.delete.ok.
+//  Delete a sandbox: its disk, memory and every file of it; answered once vmd has removed them.
+struct sbx_sandbox_delete_s {
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+};
+
+//  message sandbox.delete.ok (sandbox.json): broker -> gateway, cli. The sandbox, deleted.
+struct sbx_sandbox_delete_ok_s {
+    //  (required) The sandbox.
+    sbx_sandbox_info_t *sandbox;
+};
+
+//  message sandbox.changed (sandbox.json): broker -> tap, event. A sandbox changed state
+//  (billing meters ready intervals from these).
+struct sbx_sandbox_changed_s {
+    //  (required, max 64) Which.
+    char *sandbox_id;
+    //  The state it left (unset for a new sandbox).
+    sbx_sandbox_state_t from;
+    //  (required) The state it entered.
+    sbx_sandbox_state_t to;
+    //  (required) Its size (billing rate).
+    sbx_sandbox_type_t type;
+    //  (max 128) Its vmd instance.
+    char *vmd;
+    //  (max 1024) Why, when not asked by the user (error, TTL).
+    char *reason;
+};
+
+//  message vm.create (sandbox.json): broker -> vmd, reply vm.create.ok. Boot a guest for a
+//  sandbox; answered once its agent answers.
+struct sbx_vm_create_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  (required, max 64) The guest's hostname (the label).
+    char *hostname;
+    //  (required) Size: vCPUs and memory.
+    sbx_sandbox_type_t type;
+    //  No network access at all.
+    bool no_network;
+};
+
+//  message vm.create.ok (sandbox.json): vmd -> broker. The guest runs and its agent answered.
+struct sbx_vm_create_ok_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+};
+
+//  message vm.stop (sandbox.json): broker -> vmd, reply vm.stop.ok. Save the guest's memory and
+//  device state, then end its QEMU.
+struct sbx_vm_stop_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+};
+
+//  message vm.stop.ok (sandbox.json): vmd -> broker. Stopped; nothing of it runs.
+struct sbx_vm_stop_ok_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+};
+
+//  message vm.resume (sandbox.json): broker -> vmd, reply vm.resume.ok. Restore the guest from
+//  its saved memory and set its clock.
+struct sbx_vm_resume_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+};
+
+//  message vm.resume.ok (sandbox.json): vmd -> broker. Running again; its agent answered.
+struct sbx_vm_resume_ok_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+};
+
+//  message vm.delete (sandbox.json): broker -> vmd, reply vm.delete.ok. End the guest if it
+//  runs and remove its disk, memory state and every file of it.
+struct sbx_vm_delete_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+};
+
+//  message vm.delete.ok (sandbox.json): vmd -> broker. Gone, files included.
+struct sbx_vm_delete_ok_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+};
+
+//  message vm.failed (sandbox.json): vmd -> broker. A guest died on its own (QEMU exited, the
+//  agent vanished): the broker moves its sandbox to error, with the reason.
+struct sbx_vm_failed_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  (required, max 1024) What happened, for the user and the log.
+    char *reason;
+};
+
 //  Typed access to a message's body: NULL unless msg is of that type.
 sbx_account_create_t *sbx_msg_account_create (struct sbx_msg_s *msg);
 sbx_account_create_ok_t *sbx_msg_account_create_ok (struct sbx_msg_s *msg);
@@ -881,6 +1159,28 @@ sbx_sys_status_t *sbx_msg_sys_status (struct sbx_msg_s *msg);
 sbx_sys_status_ok_t *sbx_msg_sys_status_ok (struct sbx_msg_s *msg);
 sbx_broker_peers_t *sbx_msg_broker_peers (struct sbx_msg_s *msg);
 sbx_broker_peers_ok_t *sbx_msg_broker_peers_ok (struct sbx_msg_s *msg);
+sbx_sandbox_create_t *sbx_msg_sandbox_create (struct sbx_msg_s *msg);
+sbx_sandbox_create_ok_t *sbx_msg_sandbox_create_ok (struct sbx_msg_s *msg);
+sbx_sandbox_get_t *sbx_msg_sandbox_get (struct sbx_msg_s *msg);
+sbx_sandbox_get_ok_t *sbx_msg_sandbox_get_ok (struct sbx_msg_s *msg);
+sbx_sandbox_list_t *sbx_msg_sandbox_list (struct sbx_msg_s *msg);
+sbx_sandbox_list_ok_t *sbx_msg_sandbox_list_ok (struct sbx_msg_s *msg);
+sbx_sandbox_stop_t *sbx_msg_sandbox_stop (struct sbx_msg_s *msg);
+sbx_sandbox_stop_ok_t *sbx_msg_sandbox_stop_ok (struct sbx_msg_s *msg);
+sbx_sandbox_resume_t *sbx_msg_sandbox_resume (struct sbx_msg_s *msg);
+sbx_sandbox_resume_ok_t *sbx_msg_sandbox_resume_ok (struct sbx_msg_s *msg);
+sbx_sandbox_delete_t *sbx_msg_sandbox_delete (struct sbx_msg_s *msg);
+sbx_sandbox_delete_ok_t *sbx_msg_sandbox_delete_ok (struct sbx_msg_s *msg);
+sbx_sandbox_changed_t *sbx_msg_sandbox_changed (struct sbx_msg_s *msg);
+sbx_vm_create_t *sbx_msg_vm_create (struct sbx_msg_s *msg);
+sbx_vm_create_ok_t *sbx_msg_vm_create_ok (struct sbx_msg_s *msg);
+sbx_vm_stop_t *sbx_msg_vm_stop (struct sbx_msg_s *msg);
+sbx_vm_stop_ok_t *sbx_msg_vm_stop_ok (struct sbx_msg_s *msg);
+sbx_vm_resume_t *sbx_msg_vm_resume (struct sbx_msg_s *msg);
+sbx_vm_resume_ok_t *sbx_msg_vm_resume_ok (struct sbx_msg_s *msg);
+sbx_vm_delete_t *sbx_msg_vm_delete (struct sbx_msg_s *msg);
+sbx_vm_delete_ok_t *sbx_msg_vm_delete_ok (struct sbx_msg_s *msg);
+sbx_vm_failed_t *sbx_msg_vm_failed (struct sbx_msg_s *msg);
 
 #ifdef __cplusplus
 }

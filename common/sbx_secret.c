@@ -201,6 +201,12 @@ static void s_assert_rejects (const char *text)
     assert (size == 99);
 }
 
+uint32_t sbx_secret_uniform (uint32_t upper)
+{
+    sbx_secret_init ();
+    return upper ? randombytes_uniform (upper) : 0;
+}
+
 void sbx_secret_test (bool verbose)
 {
     assert (sbx_secret_init () == 0);

@@ -64,6 +64,9 @@ uint8_t *sbx_secret_base64_decode (const char *text, size_t *size_p);
 //  before freeing it. NULL is fine.
 void sbx_secret_wipe (char *secret);
 
+//  A uniformly random number in [0, upper), upper > 0 (for labels, jitter).
+uint32_t sbx_secret_uniform (uint32_t upper);
+
 void sbx_secret_test (bool verbose);
 
 #endif

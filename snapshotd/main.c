@@ -9,7 +9,7 @@ int main (int argc, char **argv)
         "The snapshot store: disk and memory images of saved sandboxes and their catalog.", &code);
     if (!daemon)
         return code;
-    if (!sbx_daemon_connect (daemon, SBX_ROLE_SNAPSHOTD, NULL, NULL)) {
+    if (!sbx_daemon_connect (daemon, SBX_ROLE_SNAPSHOTD, 0, NULL, NULL)) {
         sbx_daemon_destroy (&daemon);
         return 1;
     }

@@ -1,0 +1,862 @@
+/*  brk_sandbox - see brk_sandbox.h */
+#include "brk_sandbox.h"
+#include "brk_names.h"
+
+#include <assert.h>
+
+//  What can happen to a sandbox, besides being created.
+typedef enum {
+    S_EV_STOP,      //  the user asks
+    S_EV_RESUME,    //  the user asks
+    S_EV_DELETE,    //  the user asks
+    S_EV_VM_OK,     //  vmd did what was asked
+    S_EV_VM_FAILED, //  vmd could not, or the guest died
+} s_event_t;
+
+static const char *s_event_names[] = {"stop", "resume", "delete", "vm ok", "vm failed"};
+
+//  The state machine: in state `from`, event `event` leads to `to`, asking vmd for
+//  `ask` (when set). A user event missing here is refused with failed_precondition.
+typedef struct {
+    sbx_sandbox_state_t from;
+    s_event_t event;
+    sbx_sandbox_state_t to;
+    sbx_msg_type_t ask;
+} s_transition_t;
+
+// clang-format off
+static const s_transition_t s_table[] = {
+    {SBX_SANDBOX_STATE_CREATING, S_EV_VM_OK,     SBX_SANDBOX_STATE_READY,    SBX_MSG__UNKNOWN},
+    {SBX_SANDBOX_STATE_CREATING, S_EV_VM_FAILED, SBX_SANDBOX_STATE_ERROR,    SBX_MSG__UNKNOWN},
+    {SBX_SANDBOX_STATE_READY,    S_EV_STOP,      SBX_SANDBOX_STATE_STOPPING, SBX_MSG_VM_STOP},
+    {SBX_SANDBOX_STATE_READY,    S_EV_DELETE,    SBX_SANDBOX_STATE_DELETING, SBX_MSG_VM_DELETE},
+    {SBX_SANDBOX_STATE_READY,    S_EV_VM_FAILED, SBX_SANDBOX_STATE_ERROR,    SBX_MSG__UNKNOWN},
+    {SBX_SANDBOX_STATE_STOPPING, S_EV_VM_OK,     SBX_SANDBOX_STATE_STOPPED,  SBX_MSG__UNKNOWN},
+    {SBX_SANDBOX_STATE_STOPPING, S_EV_VM_FAILED, SBX_SANDBOX_STATE_ERROR,    SBX_MSG__UNKNOWN},
+    {SBX_SANDBOX_STATE_STOPPED,  S_EV_RESUME,    SBX_SANDBOX_STATE_RESUMING, SBX_MSG_VM_RESUME},
+    {SBX_SANDBOX_STATE_STOPPED,  S_EV_DELETE,    SBX_SANDBOX_STATE_DELETING, SBX_MSG_VM_DELETE},
+    {SBX_SANDBOX_STATE_RESUMING, S_EV_VM_OK,     SBX_SANDBOX_STATE_READY,    SBX_MSG__UNKNOWN},
+    {SBX_SANDBOX_STATE_RESUMING, S_EV_VM_FAILED, SBX_SANDBOX_STATE_ERROR,    SBX_MSG__UNKNOWN},
+    {SBX_SANDBOX_STATE_DELETING, S_EV_VM_OK,     SBX_SANDBOX_STATE_DELETED,  SBX_MSG__UNKNOWN},
+    {SBX_SANDBOX_STATE_DELETING, S_EV_VM_FAILED, SBX_SANDBOX_STATE_ERROR,    SBX_MSG__UNKNOWN},
+    {SBX_SANDBOX_STATE_ERROR,    S_EV_DELETE,    SBX_SANDBOX_STATE_DELETING, SBX_MSG_VM_DELETE},
+};
+// clang-format on
+
+static const s_transition_t *s_lookup (sbx_sandbox_state_t from, s_event_t event)
+{
+    for (size_t i = 0; i < sizeof s_table / sizeof s_table[0]; i++)
+        if (s_table[i].from == from && s_table[i].event == event)
+            return &s_table[i];
+    return NULL;
+}
+
+//  How long vmd may take: a boot under TCG, a memory save, a restore.
+#define S_VM_TIMEOUT_MS 120000u
+#define S_LABEL_TRIES   8
+#define S_MAX_LABELS    64
+
+static bool s_operator (const sbx_caller_t *caller)
+{
+    return caller->kind == SBX_CALLER_KIND_ADMIN || caller->kind == SBX_CALLER_KIND_SYSTEM;
+}
+
+//  Another account's sandbox, or (for a ci key) one another key created, is not there.
+static bool s_visible (const sbx_caller_t *caller, const brk_sandbox_t *sandbox)
+{
+    if (s_operator (caller))
+        return true;
+    if (!caller->account_id || strcmp (caller->account_id, sandbox->account_id) != 0)
+        return false;
+    if (caller->preset == SBX_KEY_PRESET_CI)
+        return caller->key_id && sandbox->key_id && strcmp (caller->key_id, sandbox->key_id) == 0;
+    return true;
+}
+
+//  What a key's preset allows (the gateway checks too; the broker is the last word).
+static sbx_msg_t *s_refuse_preset (const sbx_msg_t *request, s_event_t event, bool create)
+{
+    sbx_key_preset_t preset = request->caller->preset;
+    if (preset == SBX_KEY_PRESET_READ_ONLY)
+        return sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
+                                  "this key is read-only: it cannot %s sandboxes",
+                                  create ? "create" : s_event_names[event]);
+    if (preset == SBX_KEY_PRESET_NO_DELETE && !create && event == S_EV_DELETE)
+        return sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
+                                  "this key's preset is no-delete: it cannot delete sandboxes");
+    return NULL;
+}
+
+static void s_add_label (const char *key, const char *value, void *arg)
+{
+    sbx_strmap_set ((sbx_strmap_t *) arg, key, value);
+}
+
+//  Fills the wire form of a sandbox from its record (and its labels).
+static void s_info (brk_ctx_t *ctx, const brk_sandbox_t *record, sbx_sandbox_info_t *info)
+{
+    sbx_str_set (&info->id, record->id);
+    sbx_str_set (&info->name, record->name);
+    sbx_str_set (&info->label, record->label);
+    sbx_sandbox_state_from_name (record->state, &info->state);
+    sbx_sandbox_type_from_name (record->type, &info->type);
+    sbx_str_set (&info->account, record->account_id);
+    sbx_str_set (&info->vmd, record->vmd);
+    info->no_network = record->no_network;
+    info->created_ms = record->created_ms;
+    info->expires_ms = record->expires_ms;
+    info->changed_ms = record->changed_ms;
+    sbx_str_set (&info->reason, record->reason);
+    brk_store_sandbox_labels (ctx->store, record->id, s_add_label, &info->labels);
+}
+
+//  A reply of `type` whose only field is the sandbox (every sandbox.*.ok but list).
+static sbx_msg_t *s_reply (brk_ctx_t *ctx, uint64_t rid, sbx_msg_type_t type,
+                           const brk_sandbox_t *record)
+{
+    sbx_msg_t *reply = sbx_msg_new (type);
+    if (!reply)
+        return NULL;
+    reply->rid = rid;
+    sbx_sandbox_info_t **slot = NULL;
+    switch (type) {
+    case SBX_MSG_SANDBOX_CREATE_OK:
+        slot = &sbx_msg_sandbox_create_ok (reply)->sandbox;
+        break;
+    case SBX_MSG_SANDBOX_GET_OK:
+        slot = &sbx_msg_sandbox_get_ok (reply)->sandbox;
+        break;
+    case SBX_MSG_SANDBOX_STOP_OK:
+        slot = &sbx_msg_sandbox_stop_ok (reply)->sandbox;
+        break;
+    case SBX_MSG_SANDBOX_RESUME_OK:
+        slot = &sbx_msg_sandbox_resume_ok (reply)->sandbox;
+        break;
+    case SBX_MSG_SANDBOX_DELETE_OK:
+        slot = &sbx_msg_sandbox_delete_ok (reply)->sandbox;
+        break;
+    default:
+        assert (false);
+    }
+    *slot = calloc (1, sizeof (sbx_sandbox_info_t));
+    if (*slot)
+        s_info (ctx, record, *slot);
+    return reply;
+}
+
+//  Moves a sandbox to `to` with its event, in one transaction. Updates `record`.
+static int s_move (brk_ctx_t *ctx, brk_sandbox_t *record, sbx_sandbox_state_t to, const char *vmd,
+                   const char *reason)
+{
+    sbx_sandbox_state_t from = SBX_SANDBOX_STATE__UNSET;
+    sbx_sandbox_state_from_name (record->state, &from);
+    sbx_sandbox_type_t type = SBX_SANDBOX_TYPE_SMALL;
+    sbx_sandbox_type_from_name (record->type, &type);
+    uint64_t now = sbx_clock_now_ms ();
+    sbx_msg_t *event = sbx_msg_new (SBX_MSG_SANDBOX_CHANGED);
+    sbx_sandbox_changed_t *body = sbx_msg_sandbox_changed (event);
+    sbx_str_set (&body->sandbox_id, record->id);
+    body->from = from;
+    body->to = to;
+    body->type = type;
+    sbx_str_set (&body->vmd, vmd ? vmd : record->vmd);
+    sbx_str_set (&body->reason, reason);
+    const char *state = sbx_sandbox_state_name (to);
+    if (brk_events_begin (ctx->events) ||
+        brk_store_sandbox_set_state (ctx->store, record->id, state, vmd, reason, now) != 0 ||
+        brk_events_add (ctx->events, &event, record->account_id, record->id) ||
+        brk_events_commit (ctx->events)) {
+        brk_events_rollback (ctx->events);
+        sbx_msg_destroy (&event);
+        sbx_error ("sandbox=%s cannot record %s → %s", record->id, record->state, state);
+        return -1;
+    }
+    sbx_info ("sandbox=%s %s → %s%s%s", record->id, record->state, state, reason ? ": " : "",
+              reason ? reason : "");
+    free (record->state);
+    record->state = strdup (state);
+    if (vmd) {
+        free (record->vmd);
+        record->vmd = strdup (vmd);
+    }
+    free (record->reason);
+    record->reason = reason ? strdup (reason) : NULL;
+    record->changed_ms = now;
+    return 0;
+}
+
+//  A request waiting on vmd: who to answer, with what.
+typedef struct {
+    zframe_t *client;
+    uint64_t rid;
+    sbx_msg_type_t reply_type;
+    char *sandbox_id;
+    const char *verb; //  "start", "stop"… for messages
+} s_op_t;
+
+static void s_op_destroy (s_op_t **op_p)
+{
+    s_op_t *op = *op_p;
+    if (!op)
+        return;
+    zframe_destroy (&op->client);
+    free (op->sandbox_id);
+    free (op);
+    *op_p = NULL;
+}
+
+//  vmd answered (or the broker gave up on it): apply the event, answer the user.
+static void s_on_vm_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
+{
+    s_op_t *op = arg;
+    sbx_msg_t *answer = *answer_p;
+    bool ok = answer->type != SBX_MSG_ERROR;
+    brk_sandbox_t record;
+    sbx_msg_t *reply = NULL;
+    if (brk_store_sandbox_find (ctx->store, op->sandbox_id, &record) != 0)
+        reply = sbx_msg_new_error (op->rid, SBX_E_INTERNAL, "sandbox %s vanished from the store",
+                                   op->sandbox_id);
+    else {
+        sbx_sandbox_state_t state = SBX_SANDBOX_STATE__UNSET;
+        sbx_sandbox_state_from_name (record.state, &state);
+        const s_transition_t *t = s_lookup (state, ok ? S_EV_VM_OK : S_EV_VM_FAILED);
+        char reason[1024] = "";
+        if (!ok)
+            snprintf (reason, sizeof reason, "could not %s: %s", op->verb,
+                      sbx_msg_error (answer)->message);
+        if (t && s_move (ctx, &record, t->to, NULL, ok ? NULL : reason)) {
+            reply = sbx_msg_new_error (op->rid, SBX_E_INTERNAL, "cannot record sandbox %s",
+                                       op->sandbox_id);
+        } else if (ok && t)
+            reply = s_reply (ctx, op->rid, op->reply_type, &record);
+        else if (ok) //  something else moved it meanwhile (it failed): say where it is
+            reply = sbx_msg_new_error (op->rid, SBX_E_FAILED_PRECONDITION, "sandbox %s is %s%s%s",
+                                       record.id, record.state, record.reason ? ": " : "",
+                                       record.reason ? record.reason : "");
+        else
+            reply = sbx_msg_new_error (op->rid, sbx_msg_error (answer)->code, "sandbox %s %s",
+                                       record.id, reason);
+        brk_sandbox_clear (&record);
+    }
+    ctx->send (ctx, op->client, &reply);
+    s_op_destroy (&op);
+}
+
+//  Asks vmd for `type` about a sandbox; the user's answer follows from s_on_vm_answer.
+static sbx_msg_t *s_ask_vmd (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_t *request,
+                             brk_sandbox_t *record, sbx_msg_type_t ask, sbx_msg_type_t reply_type,
+                             const char *verb)
+{
+    s_op_t *op = calloc (1, sizeof *op);
+    sbx_msg_t *vm = sbx_msg_new (ask);
+    if (!op || !vm) {
+        free (op);
+        sbx_msg_destroy (&vm);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    }
+    op->client = zframe_dup (client);
+    op->rid = request->rid;
+    op->reply_type = reply_type;
+    op->sandbox_id = strdup (record->id);
+    op->verb = verb;
+    switch (ask) {
+    case SBX_MSG_VM_CREATE: {
+        sbx_vm_create_t *create = sbx_msg_vm_create (vm);
+        sbx_str_set (&create->sandbox_id, record->id);
+        sbx_str_set (&create->hostname, record->label);
+        sbx_sandbox_type_from_name (record->type, &create->type);
+        create->no_network = record->no_network;
+        break;
+    }
+    case SBX_MSG_VM_STOP:
+        sbx_str_set (&sbx_msg_vm_stop (vm)->sandbox_id, record->id);
+        break;
+    case SBX_MSG_VM_RESUME:
+        sbx_str_set (&sbx_msg_vm_resume (vm)->sandbox_id, record->id);
+        break;
+    case SBX_MSG_VM_DELETE:
+        sbx_str_set (&sbx_msg_vm_delete (vm)->sandbox_id, record->id);
+        break;
+    default:
+        assert (false);
+    }
+    uint32_t timeout = request->timeout_ms > 1000 ? request->timeout_ms - 500 : S_VM_TIMEOUT_MS;
+    if (ctx->call (ctx, SBX_ROLE_VMD, record->vmd, &vm, timeout, s_on_vm_answer, op) == 0)
+        return NULL;
+    //  Its vmd is gone: the sandbox can't move now, and says so.
+    s_op_destroy (&op);
+    return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                              "sandbox %s is on vmd %s, which is not connected; retry when it is "
+                              "back",
+                              record->id, record->vmd ? record->vmd : "(none)");
+}
+
+//  The connected vmd with the most room, or NULL (with *full telling whether any vmd
+//  was connected at all).
+static brk_peer_t *s_pick_vmd (brk_ctx_t *ctx, bool *any)
+{
+    brk_peer_t *best = NULL;
+    uint64_t best_free = 0;
+    *any = false;
+    for (brk_peer_t *p = brk_registry_first (ctx->registry); p;
+         p = brk_registry_next (ctx->registry)) {
+        if (p->role != SBX_ROLE_VMD)
+            continue;
+        *any = true;
+        uint64_t active = 0;
+        if (brk_store_sandbox_active (ctx->store, p->instance, &active))
+            continue;
+        uint64_t room = p->capacity > active ? p->capacity - active : 0;
+        if (room > best_free) {
+            best = p;
+            best_free = room;
+        }
+    }
+    return best;
+}
+
+sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
+{
+    sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
+    const sbx_caller_t *caller = request->caller;
+    if (!caller)
+        return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED,
+                                  "sandbox.create carries no caller identity");
+    if (!caller->account_id)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "a sandbox belongs to an account: the caller names none");
+    sbx_msg_t *refused = s_refuse_preset (request, S_EV_STOP, true);
+    if (refused)
+        return refused;
+    if (args->name)
+        for (const char *p = args->name; *p; p++)
+            if ((unsigned char) *p < 0x20 || *p == 0x7f)
+                return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                          "name must not contain control characters");
+    if (args->labels.count > S_MAX_LABELS)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "at most %d labels",
+                                  S_MAX_LABELS);
+    for (size_t i = 0; i < args->labels.count; i++)
+        if (!*args->labels.keys[i] || strlen (args->labels.keys[i]) > 64 ||
+            strlen (args->labels.values[i]) > 256)
+            return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                      "label keys are 1-64 characters, values at most 256");
+    if (args->ttl_s > 10ULL * 365 * 86400)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "ttl_s is at most ten years");
+    bool any = false;
+    brk_peer_t *vmd = s_pick_vmd (ctx, &any);
+    if (!vmd)
+        return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                                  any ? "every vmd is full; stop or delete a sandbox, or add a host"
+                                      : "no vmd is connected to the broker; is sbx-vmd running?");
+    sbx_sandbox_type_t type = args->type ? args->type : SBX_SANDBOX_TYPE_SMALL;
+    uint64_t now = sbx_clock_now_ms ();
+    char *id = sbx_secret_id ("sb_");
+    brk_sandbox_t record = {.id = id,
+                            .account_id = caller->account_id,
+                            .name = args->name,
+                            .state = "creating",
+                            .type = (char *) sbx_sandbox_type_name (type),
+                            .vmd = vmd->instance,
+                            .key_id = caller->key_id,
+                            .no_network = args->no_network,
+                            .created_ms = now,
+                            .expires_ms = args->ttl_s ? now + args->ttl_s * 1000 : 0,
+                            .changed_ms = now};
+    //  A readable label, unique among live sandboxes: retry the rare collision.
+    int rc = 1;
+    for (int tries = 0; rc == 1 && tries < S_LABEL_TRIES; tries++) {
+        free (record.label);
+        record.label = brk_names_label ();
+        record.name = args->name ? args->name : record.label;
+        sbx_msg_t *event = sbx_msg_new (SBX_MSG_SANDBOX_CHANGED);
+        sbx_sandbox_changed_t *body = sbx_msg_sandbox_changed (event);
+        sbx_str_set (&body->sandbox_id, id);
+        body->to = SBX_SANDBOX_STATE_CREATING;
+        body->type = type;
+        sbx_str_set (&body->vmd, vmd->instance);
+        rc = brk_events_begin (ctx->events) ? -1 : brk_store_sandbox_insert (ctx->store, &record);
+        for (size_t i = 0; rc == 0 && i < args->labels.count; i++)
+            rc = brk_store_sandbox_label_set (ctx->store, id, args->labels.keys[i],
+                                              args->labels.values[i]);
+        if (rc == 0)
+            rc = brk_events_add (ctx->events, &event, caller->account_id, id);
+        if (rc == 0)
+            rc = brk_events_commit (ctx->events);
+        else
+            brk_events_rollback (ctx->events);
+        sbx_msg_destroy (&event);
+    }
+    sbx_msg_t *reply;
+    if (rc != 0)
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record the sandbox");
+    else {
+        sbx_info ("rid=%llu sandbox=%s account=%s creating on vmd %s as %s",
+                  (unsigned long long) request->rid, id, caller->account_id, vmd->instance,
+                  record.label);
+        reply = s_ask_vmd (ctx, client, request, &record, SBX_MSG_VM_CREATE,
+                           SBX_MSG_SANDBOX_CREATE_OK, "start");
+        brk_sandbox_t stored;
+        if (reply && brk_store_sandbox_find (ctx->store, id, &stored) == 0) {
+            //  Could not even ask vmd: the sandbox failed before it began.
+            s_move (ctx, &stored, SBX_SANDBOX_STATE_ERROR, NULL, "its vmd went away");
+            brk_sandbox_clear (&stored);
+        }
+    }
+    free (record.label);
+    free (id);
+    return reply;
+}
+
+//  Finds a sandbox the caller may see; sets *error otherwise.
+static int s_find (brk_ctx_t *ctx, const sbx_msg_t *request, const char *id, brk_sandbox_t *record,
+                   sbx_msg_t **error)
+{
+    if (!request->caller) {
+        *error =
+            sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED, "%s carries no caller identity",
+                               sbx_msg_type_name (request->type));
+        return -1;
+    }
+    int rc = brk_store_sandbox_find (ctx->store, id, record);
+    if (rc == 0 && s_visible (request->caller, record) && strcmp (record->state, "deleted") != 0)
+        return 0;
+    if (rc == 0)
+        brk_sandbox_clear (record);
+    *error = rc < 0 ? sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "sandbox lookup failed")
+                    : sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "Sandbox not found");
+    return -1;
+}
+
+sbx_msg_t *brk_sandbox_get (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    brk_sandbox_t record;
+    sbx_msg_t *reply = NULL;
+    if (s_find (ctx, request, sbx_msg_sandbox_get (request)->sandbox_id, &record, &reply))
+        return reply;
+    reply = s_reply (ctx, request->rid, SBX_MSG_SANDBOX_GET_OK, &record);
+    brk_sandbox_clear (&record);
+    return reply;
+}
+
+typedef struct {
+    brk_ctx_t *ctx;
+    const sbx_caller_t *caller;
+    sbx_sandbox_info_list_t *list;
+} s_list_t;
+
+static void s_list_one (const brk_sandbox_t *record, void *arg)
+{
+    s_list_t *list = arg;
+    if (!s_visible (list->caller, record))
+        return;
+    sbx_sandbox_info_t *info = sbx_sandbox_info_list_append (list->list);
+    if (info)
+        s_info (list->ctx, record, info);
+}
+
+sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    if (!request->caller)
+        return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED,
+                                  "sandbox.list carries no caller identity");
+    sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_SANDBOX_LIST_OK);
+    s_list_t list = {ctx, request->caller, &sbx_msg_sandbox_list_ok (reply)->sandboxes};
+    const char *account = s_operator (request->caller) ? NULL : request->caller->account_id;
+    if (!s_operator (request->caller) && !account)
+        return reply; //  no account, no sandboxes
+    if (brk_store_sandbox_list (ctx->store, account, s_list_one, &list) < 0) {
+        sbx_msg_destroy (&reply);
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot list sandboxes");
+    }
+    return reply;
+}
+
+sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
+{
+    s_event_t event;
+    sbx_msg_type_t reply_type;
+    const char *verb;
+    switch (request->type) {
+    case SBX_MSG_SANDBOX_STOP:
+        event = S_EV_STOP, reply_type = SBX_MSG_SANDBOX_STOP_OK, verb = "stop";
+        break;
+    case SBX_MSG_SANDBOX_RESUME:
+        event = S_EV_RESUME, reply_type = SBX_MSG_SANDBOX_RESUME_OK, verb = "resume";
+        break;
+    default:
+        event = S_EV_DELETE, reply_type = SBX_MSG_SANDBOX_DELETE_OK, verb = "delete";
+        break;
+    }
+    const char *id =
+        request->type == SBX_MSG_SANDBOX_STOP     ? sbx_msg_sandbox_stop (request)->sandbox_id
+        : request->type == SBX_MSG_SANDBOX_RESUME ? sbx_msg_sandbox_resume (request)->sandbox_id
+                                                  : sbx_msg_sandbox_delete (request)->sandbox_id;
+    brk_sandbox_t record;
+    sbx_msg_t *reply = NULL;
+    if (s_find (ctx, request, id, &record, &reply))
+        return reply;
+    reply = s_refuse_preset (request, event, false);
+    sbx_sandbox_state_t state = SBX_SANDBOX_STATE__UNSET;
+    sbx_sandbox_state_from_name (record.state, &state);
+    const s_transition_t *t = reply ? NULL : s_lookup (state, event);
+    if (reply)
+        ;
+    else if (!t && ((event == S_EV_STOP && state == SBX_SANDBOX_STATE_STOPPED) ||
+                    (event == S_EV_RESUME && state == SBX_SANDBOX_STATE_READY)))
+        reply = s_reply (ctx, request->rid, reply_type, &record); //  already there
+    else if (!t)
+        reply =
+            sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION,
+                               "cannot %s sandbox %s: it is %s%s", verb, record.id, record.state,
+                               state == SBX_SANDBOX_STATE_STOPPED ? " (resume it first)"
+                               : state == SBX_SANDBOX_STATE_ERROR ? " (only delete works now)"
+                                                                  : " (try again in a moment)");
+    else {
+        //  Ask first: vmd's answer comes in a later turn of the loop, after the move.
+        reply = s_ask_vmd (ctx, client, request, &record, t->ask, reply_type, verb);
+        if (!reply)
+            s_move (ctx, &record, t->to, NULL, NULL);
+    }
+    brk_sandbox_clear (&record);
+    return reply;
+}
+
+void brk_sandbox_vm_failed (brk_ctx_t *ctx, const char *vmd, sbx_msg_t *msg)
+{
+    sbx_vm_failed_t *failed = sbx_msg_vm_failed (msg);
+    brk_sandbox_t record;
+    if (brk_store_sandbox_find (ctx->store, failed->sandbox_id, &record) != 0) {
+        sbx_warn ("vmd %s reports unknown sandbox %s failed: %s", vmd, failed->sandbox_id,
+                  failed->reason);
+        return;
+    }
+    sbx_sandbox_state_t state = SBX_SANDBOX_STATE__UNSET;
+    sbx_sandbox_state_from_name (record.state, &state);
+    const s_transition_t *t = s_lookup (state, S_EV_VM_FAILED);
+    if (!record.vmd || strcmp (record.vmd, vmd) != 0)
+        sbx_warn ("sandbox=%s vmd %s reports it failed, but it lives on %s", record.id, vmd,
+                  record.vmd ? record.vmd : "no vmd");
+    else if (t && state != SBX_SANDBOX_STATE_DELETING)
+        s_move (ctx, &record, t->to, NULL, failed->reason);
+    brk_sandbox_clear (&record);
+}
+
+//  --------------------------------------------------------------------------
+//  Self test: a real broker; vmd played at the protocol level by sbx_peer workers
+//  whose answers the test scripts, so every transition and failure path shows.
+
+#include "brk_server.h"
+#include "brk_testkit.h"
+
+//  How the test vmd answers: 0 ok, 1 an error, 2 not at all. Read in its thread.
+static int s_vmd_mode = 0;
+
+static void s_test_vmd (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
+{
+    (void) arg;
+    sbx_msg_t *request = *request_p;
+    int mode = __atomic_load_n (&s_vmd_mode, __ATOMIC_SEQ_CST);
+    sbx_msg_type_t ok = request->type == SBX_MSG_VM_CREATE   ? SBX_MSG_VM_CREATE_OK
+                        : request->type == SBX_MSG_VM_STOP   ? SBX_MSG_VM_STOP_OK
+                        : request->type == SBX_MSG_VM_RESUME ? SBX_MSG_VM_RESUME_OK
+                        : request->type == SBX_MSG_VM_DELETE ? SBX_MSG_VM_DELETE_OK
+                                                             : SBX_MSG__UNKNOWN;
+    assert (ok != SBX_MSG__UNKNOWN);
+    assert (request->caller && request->caller->kind == SBX_CALLER_KIND_SYSTEM);
+    if (mode == 2)
+        return;
+    sbx_msg_t *reply;
+    if (mode == 1)
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "migration failed");
+    else {
+        reply = sbx_msg_new_reply (request, ok);
+        //  Every vm.*.ok is just { sandbox_id }, like its request.
+        const char *id =
+            request->type == SBX_MSG_VM_CREATE   ? sbx_msg_vm_create (request)->sandbox_id
+            : request->type == SBX_MSG_VM_STOP   ? sbx_msg_vm_stop (request)->sandbox_id
+            : request->type == SBX_MSG_VM_RESUME ? sbx_msg_vm_resume (request)->sandbox_id
+                                                 : sbx_msg_vm_delete (request)->sandbox_id;
+        if (ok == SBX_MSG_VM_CREATE_OK)
+            sbx_str_set (&sbx_msg_vm_create_ok (reply)->sandbox_id, id);
+        else if (ok == SBX_MSG_VM_STOP_OK)
+            sbx_str_set (&sbx_msg_vm_stop_ok (reply)->sandbox_id, id);
+        else if (ok == SBX_MSG_VM_RESUME_OK)
+            sbx_str_set (&sbx_msg_vm_resume_ok (reply)->sandbox_id, id);
+        else
+            sbx_str_set (&sbx_msg_vm_delete_ok (reply)->sandbox_id, id);
+    }
+    sbx_peer_send (peer, &reply);
+}
+
+static uint64_t s_rid = 1000;
+
+static sbx_msg_t *s_test_ask (zsock_t *client, sbx_msg_type_t type, const char *id,
+                              sbx_caller_t *caller)
+{
+    sbx_msg_t *request = sbx_msg_new (type);
+    request->caller = caller;
+    switch (type) {
+    case SBX_MSG_SANDBOX_GET:
+        sbx_str_set (&sbx_msg_sandbox_get (request)->sandbox_id, id);
+        break;
+    case SBX_MSG_SANDBOX_STOP:
+        sbx_str_set (&sbx_msg_sandbox_stop (request)->sandbox_id, id);
+        break;
+    case SBX_MSG_SANDBOX_RESUME:
+        sbx_str_set (&sbx_msg_sandbox_resume (request)->sandbox_id, id);
+        break;
+    case SBX_MSG_SANDBOX_DELETE:
+        sbx_str_set (&sbx_msg_sandbox_delete (request)->sandbox_id, id);
+        break;
+    default:
+        break;
+    }
+    return brk_testkit_call (client, request, ++s_rid);
+}
+
+static sbx_code_t s_code (sbx_msg_t *reply)
+{
+    return reply->type == SBX_MSG_ERROR ? sbx_msg_error (reply)->code : SBX_OK;
+}
+
+//  The sandbox a sandbox.*.ok carries.
+static sbx_sandbox_info_t *s_sandbox (sbx_msg_t *reply)
+{
+    switch (reply->type) {
+    case SBX_MSG_SANDBOX_CREATE_OK:
+        return sbx_msg_sandbox_create_ok (reply)->sandbox;
+    case SBX_MSG_SANDBOX_GET_OK:
+        return sbx_msg_sandbox_get_ok (reply)->sandbox;
+    case SBX_MSG_SANDBOX_STOP_OK:
+        return sbx_msg_sandbox_stop_ok (reply)->sandbox;
+    case SBX_MSG_SANDBOX_RESUME_OK:
+        return sbx_msg_sandbox_resume_ok (reply)->sandbox;
+    case SBX_MSG_SANDBOX_DELETE_OK:
+        return sbx_msg_sandbox_delete_ok (reply)->sandbox;
+    default:
+        return NULL;
+    }
+}
+
+static sbx_msg_t *s_test_create (zsock_t *client, sbx_caller_t *caller, const char *name,
+                                 uint32_t timeout_ms)
+{
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_CREATE);
+    request->caller = caller;
+    request->timeout_ms = timeout_ms;
+    sbx_str_set (&sbx_msg_sandbox_create (request)->name, name);
+    sbx_strmap_set (&sbx_msg_sandbox_create (request)->labels, "team", "red");
+    return brk_testkit_call (client, request, ++s_rid);
+}
+
+static char *s_account (zsock_t *client, const char *email)
+{
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_ACCOUNT_CREATE);
+    sbx_str_set (&sbx_msg_account_create (request)->email, email);
+    sbx_msg_t *reply = brk_testkit_call (client, request, ++s_rid);
+    assert (reply->type == SBX_MSG_ACCOUNT_CREATE_OK);
+    char *id = strdup (sbx_msg_account_create_ok (reply)->account_id);
+    sbx_msg_destroy (&reply);
+    return id;
+}
+
+void brk_sandbox_test (bool verbose)
+{
+    char dir[] = "/tmp/brk_sandbox_test.XXXXXX";
+    assert (mkdtemp (dir));
+    sbx_config_t *config = sbx_config_new (dir);
+    sbx_config_set (config, "heartbeat_ms", "100");
+    zactor_t *server = zactor_new (brk_server_actor, config);
+    char *status = zstr_recv (server);
+    assert (status && streq (status, "READY"));
+    zstr_free (&status);
+    zsock_t *client = brk_testkit_dealer (config);
+    char *alice = s_account (client, "alice@example.com");
+    char *bob = s_account (client, "bob@example.com");
+#define ALICE brk_testkit_caller (alice, "key_alice", SBX_KEY_PRESET_FULL)
+
+    //  No vmd: unavailable, said plainly.
+    sbx_msg_t *reply = s_test_create (client, ALICE, NULL, 0);
+    assert (s_code (reply) == SBX_E_UNAVAILABLE);
+    assert (strstr (sbx_msg_error (reply)->message, "no vmd is connected"));
+    sbx_msg_destroy (&reply);
+
+    zactor_t *vmd = brk_testkit_worker (config, SBX_ROLE_VMD, "host-a", 2, s_test_vmd, NULL);
+    while (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid) < 1)
+        zclock_sleep (20);
+
+    //  Create: ready, on host-a, with a readable label and the labels asked for.
+    reply = s_test_create (client, ALICE, "demo", 0);
+    assert (reply->type == SBX_MSG_SANDBOX_CREATE_OK);
+    sbx_sandbox_info_t *info = s_sandbox (reply);
+    assert (info->state == SBX_SANDBOX_STATE_READY && info->type == SBX_SANDBOX_TYPE_SMALL);
+    assert (strncmp (info->id, "sb_", 3) == 0 && strlen (info->id) == 13);
+    assert (brk_names_dns_safe (info->label) && streq (info->name, "demo"));
+    assert (streq (info->vmd, "host-a") && streq (info->account, alice));
+    assert (streq (sbx_strmap_get (&info->labels, "team"), "red"));
+    char *one = strdup (info->id);
+    sbx_msg_destroy (&reply);
+    if (verbose)
+        printf ("created %s\n", one);
+
+    //  Visibility: bob doesn't see it, a ci key sees only what it created.
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, one, ALICE);
+    assert (reply->type == SBX_MSG_SANDBOX_GET_OK);
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, one,
+                        brk_testkit_caller (bob, "key_bob", SBX_KEY_PRESET_FULL));
+    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (streq (sbx_msg_error (reply)->message, "Sandbox not found"));
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, one,
+                        brk_testkit_caller (alice, "key_other", SBX_KEY_PRESET_CI));
+    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, one,
+                        brk_testkit_caller (alice, "key_alice", SBX_KEY_PRESET_CI));
+    assert (reply->type == SBX_MSG_SANDBOX_GET_OK);
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_LIST, NULL,
+                        brk_testkit_caller (bob, "key_bob", SBX_KEY_PRESET_FULL));
+    assert (sbx_msg_sandbox_list_ok (reply)->sandboxes.count == 0);
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_LIST, NULL, ALICE);
+    assert (sbx_msg_sandbox_list_ok (reply)->sandboxes.count == 1);
+    sbx_msg_destroy (&reply);
+
+    //  Presets: read-only can't stop, no-delete can't delete.
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_STOP, one,
+                        brk_testkit_caller (alice, "key_ro", SBX_KEY_PRESET_READ_ONLY));
+    assert (s_code (reply) == SBX_E_PERMISSION_DENIED);
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_DELETE, one,
+                        brk_testkit_caller (alice, "key_nd", SBX_KEY_PRESET_NO_DELETE));
+    assert (s_code (reply) == SBX_E_PERMISSION_DENIED);
+    sbx_msg_destroy (&reply);
+
+    //  Stop and resume, each twice (the second time is a no-op, not an error).
+    sbx_sandbox_state_t expect[] = {SBX_SANDBOX_STATE_STOPPED, SBX_SANDBOX_STATE_STOPPED,
+                                    SBX_SANDBOX_STATE_READY, SBX_SANDBOX_STATE_READY};
+    sbx_msg_type_t asks[] = {SBX_MSG_SANDBOX_STOP, SBX_MSG_SANDBOX_STOP, SBX_MSG_SANDBOX_RESUME,
+                             SBX_MSG_SANDBOX_RESUME};
+    for (int i = 0; i < 4; i++) {
+        reply = s_test_ask (client, asks[i], one, ALICE);
+        assert (s_sandbox (reply) && s_sandbox (reply)->state == expect[i]);
+        sbx_msg_destroy (&reply);
+    }
+
+    //  Capacity 2: a second fits, a third doesn't.
+    reply = s_test_create (client, ALICE, NULL, 0);
+    assert (reply->type == SBX_MSG_SANDBOX_CREATE_OK);
+    char *two = strdup (s_sandbox (reply)->id);
+    assert (streq (s_sandbox (reply)->name, s_sandbox (reply)->label));
+    sbx_msg_destroy (&reply);
+    reply = s_test_create (client, ALICE, NULL, 0);
+    assert (s_code (reply) == SBX_E_UNAVAILABLE && strstr (sbx_msg_error (reply)->message, "full"));
+    sbx_msg_destroy (&reply);
+
+    //  vmd fails a stop: the user hears why, the sandbox is in error, only delete works.
+    __atomic_store_n (&s_vmd_mode, 1, __ATOMIC_SEQ_CST);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_STOP, two, ALICE);
+    assert (s_code (reply) == SBX_E_INTERNAL);
+    assert (strstr (sbx_msg_error (reply)->message, "could not stop: migration failed"));
+    sbx_msg_destroy (&reply);
+    __atomic_store_n (&s_vmd_mode, 0, __ATOMIC_SEQ_CST);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, two, ALICE);
+    assert (s_sandbox (reply)->state == SBX_SANDBOX_STATE_ERROR);
+    assert (strstr (s_sandbox (reply)->reason, "migration failed"));
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_RESUME, two, ALICE);
+    assert (s_code (reply) == SBX_E_FAILED_PRECONDITION);
+    assert (strstr (sbx_msg_error (reply)->message, "only delete works now"));
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_DELETE, two, ALICE);
+    assert (s_sandbox (reply)->state == SBX_SANDBOX_STATE_DELETED);
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, two, ALICE);
+    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+
+    //  The guest dies on its own: vmd says so, the sandbox goes to error with the reason.
+    sbx_msg_t *failed = sbx_msg_new (SBX_MSG_VM_FAILED);
+    sbx_str_set (&sbx_msg_vm_failed (failed)->sandbox_id, one);
+    sbx_str_set (&sbx_msg_vm_failed (failed)->reason, "QEMU exited with status 1");
+    brk_testkit_worker_send (vmd, &failed);
+    for (int tries = 0; tries < 100; tries++) {
+        reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, one, ALICE);
+        bool error = s_sandbox (reply)->state == SBX_SANDBOX_STATE_ERROR;
+        sbx_msg_destroy (&reply);
+        if (error)
+            break;
+        zclock_sleep (20);
+    }
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, one, ALICE);
+    assert (streq (s_sandbox (reply)->reason, "QEMU exited with status 1"));
+    sbx_msg_destroy (&reply);
+
+    //  The log tells the whole story of sandbox one, in order.
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_EVENTS_REPLAY);
+    sbx_str_set (&sbx_msg_events_replay (request)->prefix, "sandbox.");
+    reply = brk_testkit_call (client, request, ++s_rid);
+    sbx_events_replay_ok_t *log = sbx_msg_events_replay_ok (reply);
+    sbx_sandbox_state_t story[] = {SBX_SANDBOX_STATE_CREATING, SBX_SANDBOX_STATE_READY,
+                                   SBX_SANDBOX_STATE_STOPPING, SBX_SANDBOX_STATE_STOPPED,
+                                   SBX_SANDBOX_STATE_RESUMING, SBX_SANDBOX_STATE_READY,
+                                   SBX_SANDBOX_STATE_ERROR};
+    size_t seen = 0;
+    for (size_t i = 0; i < log->events.count; i++) {
+        sbx_event_t *event = &log->events.items[i];
+        if (!streq (event->subject, one))
+            continue;
+        sbx_err_t err;
+        sbx_msg_t *changed = sbx_msg_decode (event->payload.data, event->payload.size, &err);
+        assert (changed && changed->type == SBX_MSG_SANDBOX_CHANGED);
+        assert (seen < 7 && sbx_msg_sandbox_changed (changed)->to == story[seen]);
+        assert (streq (event->account, alice));
+        seen++;
+        sbx_msg_destroy (&changed);
+    }
+    assert (seen == 7);
+    sbx_msg_destroy (&reply);
+
+    //  vmd gone: its sandboxes can't move now, and new ones have nowhere to go.
+    zactor_destroy (&vmd);
+    while (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid) > 0)
+        zclock_sleep (20);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_DELETE, one, ALICE);
+    assert (s_code (reply) == SBX_E_UNAVAILABLE &&
+            strstr (sbx_msg_error (reply)->message, "host-a"));
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, one, ALICE);
+    assert (s_sandbox (reply)->state == SBX_SANDBOX_STATE_ERROR); //  unchanged
+    sbx_msg_destroy (&reply);
+
+    //  A vmd that never answers: the create times out, the sandbox is in error.
+    __atomic_store_n (&s_vmd_mode, 2, __ATOMIC_SEQ_CST);
+    vmd = brk_testkit_worker (config, SBX_ROLE_VMD, "host-slow", 4, s_test_vmd, NULL);
+    while (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid) < 1)
+        zclock_sleep (20);
+    reply = s_test_create (client, ALICE, "slow", 1500);
+    assert (s_code (reply) == SBX_E_TIMEOUT);
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_LIST, NULL, ALICE);
+    sbx_sandbox_info_list_t *all = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
+    assert (all->count == 2 && all->items[0].state == SBX_SANDBOX_STATE_ERROR);
+    assert (streq (all->items[0].name, "slow"));
+    sbx_msg_destroy (&reply);
+    __atomic_store_n (&s_vmd_mode, 0, __ATOMIC_SEQ_CST);
+
+    zactor_destroy (&vmd);
+    free (one);
+    free (two);
+    free (alice);
+    free (bob);
+    zsock_destroy (&client);
+    zactor_destroy (&server);
+    sbx_config_destroy (&config);
+    char cmd[128];
+    snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert (system (cmd) == 0);
+}

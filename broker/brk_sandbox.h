@@ -1,0 +1,34 @@
+/*  brk_sandbox - sandboxes: records, the state machine, and scheduling onto vmds.
+
+    A sandbox moves through creating, ready, stopping, stopped, resuming, deleting,
+    deleted and error. Users ask for stop, resume and delete; vmd answers (vm.*.ok or an
+    error) or reports a guest that died (vm.failed). The transitions are one table in
+    brk_sandbox.c; every one is written with its sandbox.changed event in one
+    transaction. A request that needs vmd is answered when vmd has answered: the
+    handler returns NULL and the reply goes out later through ctx->send.
+
+    Creating picks the connected vmd with the most room (capacity from its hello,
+    occupancy from the store); with none, the answer is `unavailable`. Sandboxes of
+    other accounts are `not_found`; operators (admin callers) see all.
+*/
+#ifndef BRK_SANDBOX_H_INCLUDED
+#define BRK_SANDBOX_H_INCLUDED
+
+#include "brk_ctx.h"
+
+//  sandbox.create: returns the error reply at once, or NULL (answered when vmd is done).
+sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
+
+//  sandbox.get and sandbox.list: always answered at once.
+sbx_msg_t *brk_sandbox_get (brk_ctx_t *ctx, sbx_msg_t *request);
+sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request);
+
+//  sandbox.stop, sandbox.resume, sandbox.delete: the reply, or NULL when it waits on vmd.
+sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
+
+//  vm.failed from the vmd instance `vmd`: its guest died; the sandbox goes to error.
+void brk_sandbox_vm_failed (brk_ctx_t *ctx, const char *vmd, sbx_msg_t *msg);
+
+void brk_sandbox_test (bool verbose);
+
+#endif
