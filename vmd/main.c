@@ -8,7 +8,9 @@ int main (int argc, char **argv)
                                            "Runs the QEMU microvm guests of this host: disks, memory state, QMP, the guest\nagent channel and port forwards. One per host.", &code);
     if (!daemon)
         return code;
-    if (!sbx_daemon_connect (daemon, SBX_ROLE_VMD, NULL, NULL)) {
+    if (!sbx_daemon_connect (
+            daemon, SBX_ROLE_VMD,
+            sbx_config_get_uint (sbx_daemon_config (daemon), "vmd.capacity", 8), NULL, NULL)) {
         sbx_daemon_destroy (&daemon);
         return 1;
     }

@@ -1,0 +1,92 @@
+/*  agent_ptab - the processes the agent started: spawn, capture, reap, time out, keep.
+
+    Each process runs /bin/sh -c COMMAND in its own session (so its pid is also its
+    process group id, and a kill reaches everything it started), with stdout and stderr
+    on non-blocking pipes captured into bounded agent_buf_t buffers. Finished processes
+    stay, with their output, until more than max_finished are kept or their buffers
+    together exceed the output budget; then the oldest finished ones go first.
+    The table does no polling itself: the server asks it for descriptors and timeouts.
+*/
+#ifndef AGENT_PTAB_H_INCLUDED
+#define AGENT_PTAB_H_INCLUDED
+
+#include "agent_buf.h"
+#include "sbx_msg.h"
+
+#include <poll.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct {
+    pid_t pid;
+    char *command;
+    bool detached;
+    bool running;
+    bool timed_out;
+    int exit_code;         //  exit status; 128+signal when signalled
+    int signal;            //  terminating signal, or 0
+    int64_t started_ms;    //  wall clock
+    int64_t ended_ms;      //  wall clock, 0 while running
+    int64_t started_mono;  //  monotonic ms, for durations
+    int64_t ended_mono;    //  monotonic ms, 0 while running
+    int64_t deadline_mono; //  monotonic ms when the timeout kills it; 0 for none
+    int out_fd;            //  read ends, -1 once closed
+    int err_fd;
+    agent_buf_t *out;
+    agent_buf_t *err;
+    bool waiter;         //  a foreground exec waits for the end
+    uint64_t waiter_rid; //  its request id
+    uint64_t waiter_max; //  its max_bytes
+} agent_proc_t;
+
+typedef struct agent_ptab_s agent_ptab_t;
+
+//  Called for each process the table saw end (after its pipes were drained).
+typedef void (agent_ptab_exit_fn) (agent_proc_t *proc, void *arg);
+
+//  Creates a table: buf_limit bytes kept per stream, at most max_finished finished
+//  processes, and at most budget bytes of output across finished processes.
+agent_ptab_t *agent_ptab_new (size_t buf_limit, size_t max_finished, size_t budget);
+
+//  Destroys the table; with kill_running, SIGKILLs the groups still running first.
+void agent_ptab_destroy (agent_ptab_t **self_p, bool kill_running);
+
+//  Starts `command`. envp is a NULL-terminated "K=V" array; cwd must exist; stdin_data
+//  NULL means /dev/null. timeout_ms 0 means none. Returns the process, or NULL with
+//  err set (not_found for a missing cwd, internal for fork/pipe failures).
+agent_proc_t *agent_ptab_spawn (agent_ptab_t *self, const char *command, char *const envp[],
+                                const char *cwd, const sbx_bytes_t *stdin_data, uint64_t timeout_ms,
+                                bool detached, sbx_err_t *err);
+
+//  The process with that pid, or NULL.
+agent_proc_t *agent_ptab_find (agent_ptab_t *self, pid_t pid);
+
+//  Processes, in start order.
+size_t agent_ptab_size (const agent_ptab_t *self);
+agent_proc_t *agent_ptab_at (agent_ptab_t *self, size_t index);
+
+//  Fills fds with the open pipes (at most max) and owners with their processes.
+//  Returns how many were filled.
+size_t agent_ptab_pollfds (agent_ptab_t *self, struct pollfd *fds, agent_proc_t **owners,
+                           size_t max);
+
+//  Reads what a process's pipe has (fd is its out_fd or err_fd); closes it at EOF.
+void agent_ptab_read (agent_ptab_t *self, agent_proc_t *proc, int fd);
+
+//  Reads everything both pipes of proc hold now, without waiting.
+void agent_ptab_drain (agent_ptab_t *self, agent_proc_t *proc);
+
+//  Reaps every child that ended (ours and orphans), marks ours finished, calls fn for
+//  each, then sheds old finished processes. Call when SIGCHLD arrives.
+void agent_ptab_reap (agent_ptab_t *self, agent_ptab_exit_fn *fn, void *arg);
+
+//  Kills the process groups whose timeout passed. Returns ms until the next deadline,
+//  or -1 when none.
+int agent_ptab_expire (agent_ptab_t *self);
+
+//  Clocks, in ms.
+int64_t agent_now_ms (void);  //  wall clock
+int64_t agent_mono_ms (void); //  monotonic
+
+#endif

@@ -1,0 +1,883 @@
+/*  agent_selftest - tests of the guest agent, run on the host.
+
+        agent_selftest TEST PATH-TO-SBX-AGENT
+
+    agent_buf and agent_frame are the module self-tests. The others start the real
+    static sbx-agent on one end of a socketpair (--port-fd) and drive it through
+    agent_frame, as vmd does: agent_exec, agent_files, agent_malformed, agent_fuzz and
+    agent_setup (both run the agent in new UTS and network namespaces, so the host's hostname and
+    interfaces stay untouched; they are skipped without the privilege to do that).
+*/
+#include "agent_buf.h"
+#include "agent_frame.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_MS 10000
+
+static const char *s_agent_path;
+
+//  --- a client of one agent
+
+#define MAX_STASH 64
+
+typedef struct {
+    pid_t pid;
+    int fd;
+    agent_frame_t *frame;
+    uint64_t next_rid;
+    sbx_msg_t *stash[MAX_STASH]; //  replies that came while another was awaited
+    sbx_msg_t *hello;
+} client_t;
+
+static int64_t s_mono_ms (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+//  Starts an agent; namespaces: also in new UTS and network namespaces (returns NULL
+//  when that is not allowed).
+static client_t *s_start (bool namespaces, const char *extra1, const char *extra2)
+{
+    int sv[2];
+    int rc = socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+    assert (rc == 0);
+    int ready[2];
+    rc = pipe2 (ready, O_CLOEXEC);
+    assert (rc == 0);
+    pid_t pid = fork ();
+    assert (pid >= 0);
+    if (pid == 0) {
+        if (namespaces && unshare (CLONE_NEWUTS | CLONE_NEWNET) != 0) {
+            if (write (ready[1], "n", 1) < 0)
+                _exit (3);
+            _exit (3);
+        }
+        dup2 (sv[1], 3); //  dup2 clears close-on-exec on 3
+        char *argv[] = {(char *) s_agent_path, "--port-fd",     "3", "--no-clock", "--netdev", "lo",
+                        (char *) extra1,       (char *) extra2, NULL};
+        execv (s_agent_path, argv);
+        _exit (127);
+    }
+    close (sv[1]);
+    close (ready[1]);
+    char c;
+    ssize_t n = read (ready[0], &c, 1);
+    close (ready[0]);
+    if (n == 1) {
+        waitpid (pid, NULL, 0);
+        close (sv[0]);
+        return NULL;
+    }
+    client_t *self = calloc (1, sizeof *self);
+    assert (self);
+    self->pid = pid;
+    self->fd = sv[0];
+    fcntl (self->fd, F_SETFL, O_NONBLOCK);
+    self->frame = agent_frame_new (self->fd);
+    self->next_rid = 1;
+    sbx_err_t err;
+    self->hello = agent_frame_recv (self->frame, WAIT_MS, &err);
+    assert (self->hello && self->hello->type == SBX_MSG_AGENT_HELLO);
+    assert (sbx_msg_agent_hello (self->hello)->pid == (uint64_t) pid || namespaces);
+    assert (sbx_msg_agent_hello (self->hello)->version);
+    return self;
+}
+
+static void s_stop (client_t **self_p)
+{
+    client_t *self = *self_p;
+    agent_frame_destroy (&self->frame);
+    close (self->fd); //  end of stream: the agent kills what runs and exits
+    int status = 0;
+    pid_t rc = waitpid (self->pid, &status, 0);
+    assert (rc == self->pid);
+    assert (WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    for (int i = 0; i < MAX_STASH; i++)
+        sbx_msg_destroy (&self->stash[i]);
+    sbx_msg_destroy (&self->hello);
+    free (self);
+    *self_p = NULL;
+}
+
+//  Sends msg (taking it) with a new rid; returns the rid.
+static uint64_t s_send (client_t *self, sbx_msg_t **msg_p)
+{
+    sbx_msg_t *msg = *msg_p;
+    msg->rid = self->next_rid++;
+    sbx_err_t err;
+    int rc = agent_frame_send (self->frame, msg, &err);
+    assert (rc == 0);
+    rc = agent_frame_flush_wait (self->frame, WAIT_MS);
+    assert (rc == 0);
+    uint64_t rid = msg->rid;
+    sbx_msg_destroy (msg_p);
+    return rid;
+}
+
+static void s_send_raw (client_t *self, const void *data, size_t size)
+{
+    agent_frame_send_raw (self->frame, data, size);
+    int rc = agent_frame_flush_wait (self->frame, WAIT_MS);
+    assert (rc == 0);
+}
+
+//  The reply to rid; others that arrive meanwhile are kept for later.
+static sbx_msg_t *s_wait (client_t *self, uint64_t rid)
+{
+    for (int i = 0; i < MAX_STASH; i++)
+        if (self->stash[i] && self->stash[i]->rid == rid) {
+            sbx_msg_t *msg = self->stash[i];
+            self->stash[i] = NULL;
+            return msg;
+        }
+    int64_t deadline = s_mono_ms () + WAIT_MS;
+    while (true) {
+        int left = (int) (deadline - s_mono_ms ());
+        sbx_err_t err = {0};
+        sbx_msg_t *msg = agent_frame_recv (self->frame, left > 0 ? left : 0, &err);
+        if (!msg) {
+            fprintf (stderr, "no reply to rid %llu: %s\n", (unsigned long long) rid,
+                     err.code ? err.message : strerror (errno));
+            assert (false);
+        }
+        if (msg->rid == rid)
+            return msg;
+        int i = 0;
+        while (i < MAX_STASH && self->stash[i])
+            i++;
+        assert (i < MAX_STASH);
+        self->stash[i] = msg;
+    }
+}
+
+static sbx_msg_t *s_call (client_t *self, sbx_msg_t **msg_p)
+{
+    return s_wait (self, s_send (self, msg_p));
+}
+
+//  Expects an error reply with that code; prints the message (a person reads it).
+static void s_expect_error (sbx_msg_t **reply_p, sbx_code_t code, const char *contains)
+{
+    sbx_msg_t *reply = *reply_p;
+    assert (reply);
+    if (reply->type != SBX_MSG_ERROR || sbx_msg_error (reply)->code != code) {
+        fprintf (stderr, "expected error %s, got %s\n", sbx_code_name (code),
+                 sbx_msg_type_name (reply->type));
+        assert (false);
+    }
+    const char *message = sbx_msg_error (reply)->message;
+    if (contains && !strstr (message, contains)) {
+        fprintf (stderr, "error '%s' does not say '%s'\n", message, contains);
+        assert (false);
+    }
+    sbx_msg_destroy (reply_p);
+}
+
+static sbx_msg_t *s_exec_msg (const char *command, bool detached, uint64_t timeout_ms)
+{
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_EXEC);
+    sbx_agent_exec_t *exec = sbx_msg_agent_exec (msg);
+    sbx_str_set (&exec->command, command);
+    exec->detached = detached;
+    exec->timeout_ms = timeout_ms;
+    return msg;
+}
+
+static sbx_msg_t *s_status (client_t *self, uint64_t pid, uint64_t out_off, uint64_t err_off)
+{
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_STATUS);
+    sbx_msg_agent_status (msg)->pid = pid;
+    sbx_msg_agent_status (msg)->stdout_offset = out_off;
+    sbx_msg_agent_status (msg)->stderr_offset = err_off;
+    sbx_msg_t *reply = s_call (self, &msg);
+    assert (reply->type == SBX_MSG_AGENT_STATUS_OK);
+    return reply;
+}
+
+static bool s_bytes_is (const sbx_bytes_t *bytes, const char *text)
+{
+    return bytes->size == strlen (text) &&
+           memcmp (bytes->data ? (void *) bytes->data : "", text, bytes->size) == 0;
+}
+
+static void s_ping (client_t *self)
+{
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_PING);
+    sbx_msg_t *reply = s_call (self, &msg);
+    assert (reply->type == SBX_MSG_AGENT_PING_OK);
+    sbx_msg_destroy (&reply);
+}
+
+//  --- agent_exec
+
+static void s_test_exec (void)
+{
+    client_t *agent = s_start (false, NULL, NULL);
+    int64_t t0 = s_mono_ms ();
+
+    //  Detached processes first, so they run while the rest is tested.
+    sbx_msg_t *msg = s_exec_msg ("sleep 3; echo done", true, 0);
+    sbx_msg_t *reply = s_call (agent, &msg);
+    assert (reply->type == SBX_MSG_AGENT_EXEC_OK && sbx_msg_agent_exec_ok (reply)->running);
+    uint64_t sleeper = sbx_msg_agent_exec_ok (reply)->pid;
+    sbx_msg_destroy (&reply);
+    reply = s_status (agent, sleeper, 0, 0);
+    assert (sbx_msg_agent_status_ok (reply)->running);
+    assert (sbx_msg_agent_status_ok (reply)->stdout.size == 0);
+    sbx_msg_destroy (&reply);
+
+    //  A foreground exec: exact output and exit code.
+    msg = s_exec_msg ("python3 -c 'print(2**100)'", false, 10000);
+    reply = s_call (agent, &msg);
+    assert (reply->type == SBX_MSG_AGENT_EXEC_OK);
+    sbx_agent_exec_ok_t *ok = sbx_msg_agent_exec_ok (reply);
+    assert (!ok->running && ok->exit_code == 0 && ok->signal == 0 && !ok->timed_out);
+    assert (s_bytes_is (&ok->stdout, "1267650600228229401496703205376\n"));
+    assert (s_bytes_is (&ok->stderr, ""));
+    assert (ok->stdout_next_offset == 32 && !ok->stdout_truncated);
+    sbx_msg_destroy (&reply);
+
+    //  Exit codes, stderr, stdin.
+    msg = s_exec_msg ("echo oops >&2; exit 3", false, 0);
+    reply = s_call (agent, &msg);
+    ok = sbx_msg_agent_exec_ok (reply);
+    assert (ok->exit_code == 3 && s_bytes_is (&ok->stderr, "oops\n") &&
+            ok->stderr_next_offset == 5);
+    sbx_msg_destroy (&reply);
+    msg = s_exec_msg ("tr a-z A-Z", false, 0);
+    sbx_bytes_set (&sbx_msg_agent_exec (msg)->stdin, "hello stdin", 11);
+    reply = s_call (agent, &msg);
+    assert (s_bytes_is (&sbx_msg_agent_exec_ok (reply)->stdout, "HELLO STDIN"));
+    sbx_msg_destroy (&reply);
+
+    //  env and cwd.
+    msg = s_exec_msg ("echo \"$FOO|$(pwd)|$HOME\"", false, 0);
+    sbx_strmap_set (&sbx_msg_agent_exec (msg)->env, "FOO", "bar baz");
+    sbx_str_set (&sbx_msg_agent_exec (msg)->cwd, "/tmp");
+    reply = s_call (agent, &msg);
+    assert (s_bytes_is (&sbx_msg_agent_exec_ok (reply)->stdout, "bar baz|/tmp|/root\n"));
+    sbx_msg_destroy (&reply);
+    msg = s_exec_msg ("true", false, 0);
+    sbx_str_set (&sbx_msg_agent_exec (msg)->cwd, "/no/such/dir");
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_NOT_FOUND, "/no/such/dir");
+    msg = s_exec_msg ("true", false, 0);
+    sbx_strmap_set (&sbx_msg_agent_exec (msg)->env, "A=B", "x");
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "A=B");
+
+    //  Several requests in flight: a slow foreground exec does not hold up the others.
+    msg = s_exec_msg ("sleep 1; echo slow", false, 0);
+    uint64_t slow_rid = s_send (agent, &msg);
+    msg = sbx_msg_new (SBX_MSG_AGENT_FILE_READ);
+    sbx_str_set (&sbx_msg_agent_file_read (msg)->path, "/proc/self/stat");
+    uint64_t read_rid = s_send (agent, &msg);
+    msg = sbx_msg_new (SBX_MSG_AGENT_PING);
+    uint64_t ping_rid = s_send (agent, &msg);
+    int64_t t = s_mono_ms ();
+    sbx_err_t err;
+    sbx_msg_t *first = agent_frame_recv (agent->frame, WAIT_MS, &err);
+    sbx_msg_t *second = agent_frame_recv (agent->frame, WAIT_MS, &err);
+    assert (first && first->rid == read_rid && first->type == SBX_MSG_AGENT_FILE_READ_OK);
+    assert (second && second->rid == ping_rid && second->type == SBX_MSG_AGENT_PING_OK);
+    assert (s_mono_ms () - t < 500);
+    sbx_msg_destroy (&first);
+    sbx_msg_destroy (&second);
+    reply = s_wait (agent, slow_rid);
+    assert (s_bytes_is (&sbx_msg_agent_exec_ok (reply)->stdout, "slow\n"));
+    assert (sbx_msg_agent_exec_ok (reply)->duration_ms >= 1000);
+    sbx_msg_destroy (&reply);
+
+    //  A foreground timeout kills the whole group.
+    t = s_mono_ms ();
+    msg = s_exec_msg ("sleep 20 & sleep 30; echo never", false, 300);
+    reply = s_call (agent, &msg);
+    ok = sbx_msg_agent_exec_ok (reply);
+    assert (ok->timed_out && ok->signal == SIGKILL && ok->exit_code == 128 + SIGKILL);
+    assert (s_bytes_is (&ok->stdout, ""));
+    assert (s_mono_ms () - t < 3000);
+    sbx_msg_destroy (&reply);
+
+    //  Kill with SIGTERM, and with SIGKILL a process that ignores SIGTERM.
+    msg = s_exec_msg ("sleep 30", true, 0);
+    reply = s_call (agent, &msg);
+    uint64_t termed = sbx_msg_agent_exec_ok (reply)->pid;
+    sbx_msg_destroy (&reply);
+    msg = s_exec_msg ("trap '' TERM; echo ready; while :; do sleep 0.05; done", true, 0);
+    reply = s_call (agent, &msg);
+    uint64_t stubborn = sbx_msg_agent_exec_ok (reply)->pid;
+    sbx_msg_destroy (&reply);
+    //  The trap must be set before the TERM is sent.
+    while (true) {
+        reply = s_status (agent, stubborn, 0, 0);
+        bool ready = sbx_msg_agent_status_ok (reply)->stdout.size > 0;
+        sbx_msg_destroy (&reply);
+        if (ready)
+            break;
+        usleep (20000);
+    }
+    uint64_t victims[2] = {termed, stubborn};
+    int signals[3] = {SIGTERM, SIGTERM, SIGKILL};
+    for (int i = 0; i < 3; i++) {
+        msg = sbx_msg_new (SBX_MSG_AGENT_KILL);
+        sbx_msg_agent_kill (msg)->pid = victims[i ? 1 : 0];
+        sbx_msg_agent_kill (msg)->signal = signals[i];
+        reply = s_call (agent, &msg);
+        assert (reply->type == SBX_MSG_AGENT_KILL_OK);
+        sbx_msg_destroy (&reply);
+        if (i == 1) {
+            usleep (300000);
+            reply = s_status (agent, stubborn, 0, 0);
+            assert (sbx_msg_agent_status_ok (reply)->running); //  TERM was ignored
+            sbx_msg_destroy (&reply);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        int64_t deadline = s_mono_ms () + WAIT_MS;
+        while (true) {
+            reply = s_status (agent, victims[i], 0, 0);
+            if (!sbx_msg_agent_status_ok (reply)->running)
+                break;
+            assert (s_mono_ms () < deadline);
+            sbx_msg_destroy (&reply);
+            usleep (20000);
+        }
+        assert (sbx_msg_agent_status_ok (reply)->signal == (i ? SIGKILL : SIGTERM));
+        sbx_msg_destroy (&reply);
+    }
+    msg = sbx_msg_new (SBX_MSG_AGENT_KILL);
+    sbx_msg_agent_kill (msg)->pid = termed;
+    sbx_msg_agent_kill (msg)->signal = 0;
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "signal");
+    msg = sbx_msg_new (SBX_MSG_AGENT_KILL);
+    sbx_msg_agent_kill (msg)->pid = 999999999;
+    sbx_msg_agent_kill (msg)->signal = 9;
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_NOT_FOUND, "process 999999999 not found");
+    msg = sbx_msg_new (SBX_MSG_AGENT_STATUS);
+    sbx_msg_agent_status (msg)->pid = 4242424;
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_NOT_FOUND, "process 4242424 not found");
+
+    //  A huge output: the newest 8 MiB are kept, and the loss is reported.
+    msg = s_exec_msg ("head -c 20000000 /dev/zero; echo end", false, 20000);
+    reply = s_call (agent, &msg);
+    ok = sbx_msg_agent_exec_ok (reply);
+    assert (ok->exit_code == 0 && ok->stdout_truncated);
+    assert (ok->stdout_next_offset == 20000004 && ok->stdout.size == 8u * 1024 * 1024);
+    assert (ok->stdout_offset == 20000004 - 8u * 1024 * 1024);
+    assert (memcmp (ok->stdout.data + ok->stdout.size - 4, "end\n", 4) == 0);
+    uint64_t big = ok->pid;
+    sbx_msg_destroy (&reply);
+    reply = s_status (agent, big, 100, 0);
+    sbx_agent_status_ok_t *st = sbx_msg_agent_status_ok (reply);
+    assert (st->stdout_truncated && st->stdout_offset == 20000004 - 8u * 1024 * 1024);
+    assert (st->stdout.size == 1024 * 1024 && st->stdout_more);
+    sbx_msg_destroy (&reply);
+
+    //  Offsets: each poll from the last next_offset gets only new output.
+    msg = s_exec_msg ("echo one; sleep 0.4; echo two >&2; sleep 0.4; echo three; "
+                      "sleep 0.4; printf four",
+                      true, 0);
+    reply = s_call (agent, &msg);
+    uint64_t stepper = sbx_msg_agent_exec_ok (reply)->pid;
+    sbx_msg_destroy (&reply);
+    char out[64] = "", errs[64] = "";
+    uint64_t out_off = 0, err_off = 0;
+    int polls_with_data = 0;
+    int64_t deadline = s_mono_ms () + WAIT_MS;
+    while (true) {
+        reply = s_status (agent, stepper, out_off, err_off);
+        st = sbx_msg_agent_status_ok (reply);
+        assert (st->stdout_offset == out_off && !st->stdout_truncated);
+        assert (st->stderr_offset == err_off && !st->stderr_truncated);
+        assert (strlen (out) == out_off && strlen (errs) == err_off);
+        if (st->stdout.size)
+            polls_with_data++;
+        strncat (out, (char *) st->stdout.data, st->stdout.size);
+        strncat (errs, (char *) st->stderr.data, st->stderr.size);
+        out_off = st->stdout_next_offset;
+        err_off = st->stderr_next_offset;
+        bool running = st->running;
+        sbx_msg_destroy (&reply);
+        if (!running)
+            break;
+        assert (s_mono_ms () < deadline);
+        usleep (100000);
+    }
+    assert (strcmp (out, "one\nthree\nfour") == 0 && strcmp (errs, "two\n") == 0);
+    assert (polls_with_data >= 3);
+
+    //  The detached sleeper ends with its output.
+    deadline = s_mono_ms () + WAIT_MS;
+    while (true) {
+        reply = s_status (agent, sleeper, 0, 0);
+        if (!sbx_msg_agent_status_ok (reply)->running)
+            break;
+        assert (s_mono_ms () < deadline);
+        sbx_msg_destroy (&reply);
+        usleep (100000);
+    }
+    st = sbx_msg_agent_status_ok (reply);
+    assert (st->exit_code == 0 && s_bytes_is (&st->stdout, "done\n"));
+    assert (st->stdout_next_offset == 5 && st->ended_ms >= st->started_ms + 2900);
+    sbx_msg_destroy (&reply);
+    //  A poll from there on gets nothing new.
+    reply = s_status (agent, sleeper, 5, 0);
+    assert (sbx_msg_agent_status_ok (reply)->stdout.size == 0);
+    sbx_msg_destroy (&reply);
+
+    //  ps lists them all, finished ones too.
+    msg = sbx_msg_new (SBX_MSG_AGENT_PS);
+    reply = s_call (agent, &msg);
+    assert (reply->type == SBX_MSG_AGENT_PS_OK);
+    sbx_agent_proc_list_t *procs = &sbx_msg_agent_ps_ok (reply)->processes;
+    int seen = 0;
+    for (size_t i = 0; i < procs->count; i++) {
+        sbx_agent_proc_t *p = &procs->items[i];
+        if (p->pid == sleeper)
+            seen += !strcmp (p->command, "sleep 3; echo done") && !p->running && p->detached;
+        if (p->pid == termed)
+            seen += p->signal == SIGTERM && p->ended_ms > 0;
+        if (p->pid == stubborn)
+            seen += p->signal == SIGKILL;
+        assert (!p->running);
+    }
+    if (seen != 3 || procs->count != 11)
+        fprintf (stderr, "seen %d count %zu\n", seen, procs->count);
+    assert (seen == 3 && procs->count == 11);
+    sbx_msg_destroy (&reply);
+    s_stop (&agent);
+    printf ("   agent_exec: %lld ms\n", (long long) (s_mono_ms () - t0));
+}
+
+//  --- agent_files
+
+static sbx_msg_t *s_write_msg (const char *path, const void *data, size_t size, uint64_t offset)
+{
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_FILE_WRITE);
+    sbx_agent_file_write_t *w = sbx_msg_agent_file_write (msg);
+    sbx_str_set (&w->path, path);
+    sbx_bytes_set (&w->data, data, size);
+    w->offset = offset;
+    return msg;
+}
+
+static sbx_msg_t *s_read_msg (const char *path, uint64_t offset, uint64_t length)
+{
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_FILE_READ);
+    sbx_str_set (&sbx_msg_agent_file_read (msg)->path, path);
+    sbx_msg_agent_file_read (msg)->offset = offset;
+    sbx_msg_agent_file_read (msg)->length = length;
+    return msg;
+}
+
+static void s_test_files (void)
+{
+    client_t *agent = s_start (false, NULL, NULL);
+    int64_t t0 = s_mono_ms ();
+    char dir[] = "/tmp/sbx-agent-test-XXXXXX";
+    char *made = mkdtemp (dir);
+    assert (made);
+    char path[256];
+    snprintf (path, sizeof path, "%s/new/parent/dirs/random.bin", dir);
+
+    //  1 MiB of random bytes, written in uneven chunks, mode 0600.
+    size_t size = 1024 * 1024;
+    uint8_t *data = malloc (size);
+    srand (12345);
+    for (size_t i = 0; i < size; i++)
+        data[i] = (uint8_t) rand ();
+    size_t chunk = 300 * 1000;
+    for (size_t off = 0; off < size; off += chunk) {
+        size_t n = size - off < chunk ? size - off : chunk;
+        sbx_msg_t *msg = s_write_msg (path, data + off, n, off);
+        sbx_msg_agent_file_write (msg)->truncate = off == 0;
+        sbx_msg_agent_file_write (msg)->mode = 0600;
+        sbx_msg_t *reply = s_call (agent, &msg);
+        assert (reply->type == SBX_MSG_AGENT_FILE_WRITE_OK);
+        assert (sbx_msg_agent_file_write_ok (reply)->size == off + n);
+        sbx_msg_destroy (&reply);
+    }
+    struct stat st;
+    int rc = stat (path, &st);
+    assert (rc == 0 && (st.st_mode & 07777) == 0600 && (size_t) st.st_size == size);
+    //  Read back in chunks of another size.
+    uint8_t *back = malloc (size);
+    size_t got = 0;
+    while (true) {
+        sbx_msg_t *msg = s_read_msg (path, got, 250000);
+        sbx_msg_t *reply = s_call (agent, &msg);
+        assert (reply->type == SBX_MSG_AGENT_FILE_READ_OK);
+        sbx_agent_file_read_ok_t *r = sbx_msg_agent_file_read_ok (reply);
+        assert (r->size == size && got + r->data.size <= size);
+        memcpy (back + got, r->data.data, r->data.size);
+        got += r->data.size;
+        bool eof = r->eof;
+        sbx_msg_destroy (&reply);
+        if (eof)
+            break;
+    }
+    assert (got == size && memcmp (data, back, size) == 0);
+    //  One whole-MiB read too.
+    sbx_msg_t *msg = s_read_msg (path, 0, 0);
+    sbx_msg_t *reply = s_call (agent, &msg);
+    assert (sbx_msg_agent_file_read_ok (reply)->data.size == size);
+    assert (memcmp (sbx_msg_agent_file_read_ok (reply)->data.data, data, size) == 0);
+    assert (sbx_msg_agent_file_read_ok (reply)->eof);
+    sbx_msg_destroy (&reply);
+
+    //  Truncate, append, an executable mode, an empty file.
+    snprintf (path, sizeof path, "%s/script.sh", dir);
+    msg = s_write_msg (path, "#!/bin/sh\necho hi", 17, 0);
+    sbx_msg_agent_file_write (msg)->mode = 0755;
+    reply = s_call (agent, &msg);
+    sbx_msg_destroy (&reply);
+    msg = s_write_msg (path, "\necho there\n", 12, 0);
+    sbx_msg_agent_file_write (msg)->append = true;
+    reply = s_call (agent, &msg);
+    assert (sbx_msg_agent_file_write_ok (reply)->size == 29);
+    sbx_msg_destroy (&reply);
+    msg = s_exec_msg (path, false, 0);
+    reply = s_call (agent, &msg);
+    assert (s_bytes_is (&sbx_msg_agent_exec_ok (reply)->stdout, "hi\nthere\n"));
+    sbx_msg_destroy (&reply);
+    msg = s_write_msg (path, "", 0, 3);
+    sbx_msg_agent_file_write (msg)->truncate = true;
+    reply = s_call (agent, &msg);
+    assert (sbx_msg_agent_file_write_ok (reply)->size == 3);
+    sbx_msg_destroy (&reply);
+    msg = s_read_msg (path, 10, 5);
+    reply = s_call (agent, &msg);
+    assert (sbx_msg_agent_file_read_ok (reply)->data.size == 0);
+    assert (sbx_msg_agent_file_read_ok (reply)->eof);
+    sbx_msg_destroy (&reply);
+
+    //  Errors a person can act on.
+    msg = s_read_msg ("/no/such/file", 0, 0);
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_NOT_FOUND, "no such file: /no/such/file");
+    msg = s_read_msg ("relative/path", 0, 0);
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "absolute");
+    msg = s_read_msg (dir, 0, 0);
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "directory");
+    msg = s_read_msg (path, 0, 2 * 1024 * 1024);
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "limit");
+    snprintf (path, sizeof path, "%s/huge.bin", dir);
+    msg = s_write_msg (path, data, 100, 1024u * 1024 * 1024 - 10);
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_TOO_LARGE, "limited to 1073741824 bytes");
+    assert (stat (path, &st) != 0); //  refused before anything was made
+    msg = s_write_msg (path, data, 100, 0);
+    sbx_msg_agent_file_write (msg)->mode = 010000;
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "mode");
+
+    char cmd[300];
+    snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);
+    rc = system (cmd);
+    assert (rc == 0);
+    free (data);
+    free (back);
+    s_stop (&agent);
+    printf ("   agent_files: %lld ms\n", (long long) (s_mono_ms () - t0));
+}
+
+//  --- agent_malformed
+
+static void s_expect_bad_frame (client_t *agent, uint64_t rid)
+{
+    sbx_err_t err;
+    sbx_msg_t *reply = agent_frame_recv (agent->frame, WAIT_MS, &err);
+    assert (reply && reply->rid == rid);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, NULL);
+}
+
+static void s_send_framed (client_t *agent, const uint8_t *data, size_t size)
+{
+    uint8_t head[4] = {(uint8_t) (size >> 24), (uint8_t) (size >> 16), (uint8_t) (size >> 8),
+                       (uint8_t) size};
+    s_send_raw (agent, head, 4);
+    s_send_raw (agent, data, size);
+}
+
+static void s_test_malformed (void)
+{
+    client_t *agent = s_start (false, NULL, NULL);
+    int64_t t0 = s_mono_ms ();
+    srand (777);
+    //  Random payloads with right lengths: one error each, the stream stays in step.
+    for (int i = 0; i < 200; i++) {
+        uint8_t junk[300];
+        size_t n = 1 + (size_t) rand () % sizeof junk;
+        for (size_t k = 0; k < n; k++)
+            junk[k] = (uint8_t) rand ();
+        s_send_framed (agent, junk, n);
+        s_expect_bad_frame (agent, 0);
+    }
+    s_ping (agent);
+
+    //  A huge length prefix followed by garbage: one error, then the agent finds the next
+    //  frame. (Garbage that looks like a header would stall it until the host resets the
+    //  stream by reconnecting; this garbage does not.)
+    uint8_t huge[4] = {0x7f, 0xff, 0xff, 0xff};
+    s_send_raw (agent, huge, 4);
+    uint8_t garbage[1000];
+    for (size_t k = 0; k < sizeof garbage; k++)
+        garbage[k] = (uint8_t) (0x03 + rand () % 0x7c); //  no small length byte, no map
+    s_send_raw (agent, garbage, sizeof garbage);
+    s_expect_bad_frame (agent, 0);
+    s_ping (agent);
+    uint8_t zero[4] = {0, 0, 0, 0};
+    s_send_raw (agent, zero, 4);
+    s_expect_bad_frame (agent, 0);
+    s_ping (agent);
+
+    //  Valid frames of types the agent does not serve: answered by rid.
+    sbx_msg_type_t wrong[] = {SBX_MSG_AGENT_EXEC_OK, SBX_MSG_PEER_HELLO, SBX_MSG_AGENT_HELLO};
+    for (size_t i = 0; i < 3; i++) {
+        sbx_msg_t *msg = sbx_msg_new (wrong[i]);
+        sbx_err_t err;
+        //  Bodies with their required fields, so the codec sends them.
+        if (wrong[i] == SBX_MSG_PEER_HELLO) {
+            sbx_msg_peer_hello (msg)->role = SBX_ROLE_VMD;
+            sbx_str_set (&sbx_msg_peer_hello (msg)->instance, "x");
+        }
+        if (wrong[i] == SBX_MSG_AGENT_HELLO)
+            sbx_str_set (&sbx_msg_agent_hello (msg)->version, "x");
+        msg->rid = 500 + i;
+        uint8_t *enc;
+        size_t size;
+        int rc = sbx_msg_encode (msg, &enc, &size, &err);
+        assert (rc == 0);
+        s_send_framed (agent, enc, size);
+        sbx_msg_t *reply = s_wait (agent, 500 + i);
+        s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "does not handle");
+        //  The same frame cut short, with a length that matches the cut.
+        s_send_framed (agent, enc, size - 2);
+        s_expect_bad_frame (agent, 0);
+        free (enc);
+        sbx_msg_destroy (&msg);
+    }
+    //  A request missing a required field: the error names it, with the rid.
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_PING);
+    msg->rid = 9001;
+    uint8_t *enc;
+    size_t size;
+    sbx_err_t err;
+    int rc = sbx_msg_encode (msg, &enc, &size, &err);
+    assert (rc == 0);
+    //  Turn "agent.ping" into "agent.exec" on the wire: same length, no command.
+    uint8_t *at = memmem (enc, size, "agent.ping", 10);
+    assert (at);
+    memcpy (at, "agent.exec", 10);
+    s_send_framed (agent, enc, size);
+    sbx_msg_t *reply = agent_frame_recv (agent->frame, WAIT_MS, &err);
+    assert (reply && reply->rid == 9001);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "command");
+    free (enc);
+    sbx_msg_destroy (&msg);
+
+    //  A partial frame, then the rest: nothing lost.
+    msg = sbx_msg_new (SBX_MSG_AGENT_PING);
+    msg->rid = 77;
+    rc = sbx_msg_encode (msg, &enc, &size, &err);
+    assert (rc == 0);
+    uint8_t head[4] = {0, 0, 0, (uint8_t) size};
+    s_send_raw (agent, head, 3);
+    usleep (50000);
+    s_send_raw (agent, head + 3, 1);
+    s_send_raw (agent, enc, 2);
+    usleep (50000);
+    s_send_raw (agent, enc + 2, size - 2);
+    reply = agent_frame_recv (agent->frame, WAIT_MS, &err);
+    assert (reply && reply->rid == 77 && reply->type == SBX_MSG_AGENT_PING_OK);
+    sbx_msg_destroy (&reply);
+    free (enc);
+    sbx_msg_destroy (&msg);
+
+    s_ping (agent);
+    s_stop (&agent);
+    printf ("   agent_malformed: %lld ms\n", (long long) (s_mono_ms () - t0));
+}
+
+//  --- agent_fuzz: valid requests with random bytes changed, framed with the right
+//  length. Whatever decodes is served (in namespaces, so a mangled setup cannot touch
+//  the host; mangled paths are only read); the agent must answer a ping afterwards.
+
+static void s_test_fuzz (void)
+{
+    client_t *agent = s_start (true, NULL, NULL);
+    if (!agent) {
+        printf ("   agent_fuzz: skipped (cannot make UTS and network namespaces)\n");
+        return;
+    }
+    int64_t t0 = s_mono_ms ();
+    sbx_msg_t *seeds[6];
+    seeds[0] = s_exec_msg ("true", false, 1000);
+    sbx_strmap_set (&sbx_msg_agent_exec (seeds[0])->env, "K", "V");
+    seeds[1] = s_read_msg ("/proc/self/status", 0, 100);
+    seeds[2] = sbx_msg_new (SBX_MSG_AGENT_STATUS);
+    sbx_msg_agent_status (seeds[2])->pid = 1;
+    seeds[3] = sbx_msg_new (SBX_MSG_AGENT_PS);
+    seeds[4] = sbx_msg_new (SBX_MSG_AGENT_SETUP);
+    sbx_str_set (&sbx_msg_agent_setup (seeds[4])->hostname, "fuzz");
+    seeds[5] = sbx_msg_new (SBX_MSG_AGENT_PING);
+    srand (4242);
+    int answered = 0;
+    for (int i = 0; i < 3000; i++) {
+        sbx_msg_t *seed = seeds[rand () % 6];
+        seed->rid = 100000 + (uint64_t) i;
+        uint8_t *enc;
+        size_t size;
+        sbx_err_t err;
+        int rc = sbx_msg_encode (seed, &enc, &size, &err);
+        assert (rc == 0);
+        int flips = 1 + rand () % 4;
+        for (int k = 0; k < flips; k++)
+            enc[rand () % size] = (uint8_t) rand ();
+        s_send_framed (agent, enc, size);
+        free (enc);
+        //  Every frame gets exactly one answer (a reply or an error), except those
+        //  whose type was mangled into error, and foreground execs of mangled
+        //  commands answer later: collect what comes without waiting for each.
+        sbx_msg_t *reply;
+        while ((reply = agent_frame_recv (agent->frame, 0, &err)) != NULL) {
+            answered++;
+            sbx_msg_destroy (&reply);
+        }
+    }
+    //  Late answers (mangled foreground execs) may still come: read up to the ping's.
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_PING);
+    uint64_t rid = s_send (agent, &msg);
+    while (true) {
+        sbx_err_t err;
+        sbx_msg_t *reply = agent_frame_recv (agent->frame, WAIT_MS, &err);
+        assert (reply);
+        bool done = reply->rid == rid && reply->type == SBX_MSG_AGENT_PING_OK;
+        answered += !done;
+        sbx_msg_destroy (&reply);
+        if (done)
+            break;
+    }
+    for (int i = 0; i < 6; i++)
+        sbx_msg_destroy (&seeds[i]);
+    s_stop (&agent);
+    printf ("   agent_fuzz: %d answers, %lld ms\n", answered, (long long) (s_mono_ms () - t0));
+}
+
+//  --- agent_setup
+
+static void s_test_setup (void)
+{
+    client_t *agent = s_start (true, NULL, NULL);
+    if (!agent) {
+        printf ("   agent_setup: skipped (cannot make UTS and network namespaces)\n");
+        return;
+    }
+    int64_t t0 = s_mono_ms ();
+    char host_before[256];
+    gethostname (host_before, sizeof host_before);
+
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_SETUP);
+    sbx_agent_setup_t *setup = sbx_msg_agent_setup (msg);
+    sbx_str_set (&setup->hostname, "sbx-agent-test");
+    struct timespec ts;
+    clock_gettime (CLOCK_REALTIME, &ts);
+    setup->time_ms = (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000 + 60000;
+    sbx_strmap_set (&setup->env, "A", "1");
+    sbx_strmap_set (&setup->env, "B", "2");
+    sbx_msg_t *reply = s_call (agent, &msg);
+    assert (reply->type == SBX_MSG_AGENT_SETUP_OK);
+    assert (!strcmp (sbx_msg_agent_setup_ok (reply)->hostname, "sbx-agent-test"));
+    int64_t adjust = sbx_msg_agent_setup_ok (reply)->clock_adjust_ms;
+    assert (adjust > 59000 && adjust <= 60000); //  --no-clock: computed, not applied
+    sbx_msg_destroy (&reply);
+
+    msg = s_exec_msg ("hostname; echo \"$A$B\"; ip -o link show lo", false, 0);
+    sbx_strmap_set (&sbx_msg_agent_exec (msg)->env, "B", "3");
+    reply = s_call (agent, &msg);
+    sbx_bytes_t *out = &sbx_msg_agent_exec_ok (reply)->stdout;
+    assert (out->size > 20 && !memcmp (out->data, "sbx-agent-test\n13\n", 18));
+    assert (memmem (out->data, out->size, ",UP", 3)); //  network on: lo brought up
+    sbx_msg_destroy (&reply);
+
+    msg = sbx_msg_new (SBX_MSG_AGENT_SETUP);
+    sbx_msg_agent_setup (msg)->no_network = true;
+    reply = s_call (agent, &msg);
+    assert (reply->type == SBX_MSG_AGENT_SETUP_OK);
+    assert (!strcmp (sbx_msg_agent_setup_ok (reply)->hostname, "sbx-agent-test"));
+    sbx_msg_destroy (&reply);
+    msg = s_exec_msg ("echo \"[$A]\"; ip -o link show lo", false, 0);
+    reply = s_call (agent, &msg);
+    out = &sbx_msg_agent_exec_ok (reply)->stdout;
+    assert (!memcmp (out->data, "[]\n", 3)); //  the default env was replaced
+    assert (!memmem (out->data, out->size, ",UP", 3));
+    sbx_msg_destroy (&reply);
+
+    msg = sbx_msg_new (SBX_MSG_AGENT_SETUP);
+    sbx_str_set (&sbx_msg_agent_setup (msg)->hostname, "");
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "hostname");
+    msg = sbx_msg_new (SBX_MSG_AGENT_SETUP);
+    sbx_strmap_set (&sbx_msg_agent_setup (msg)->env, "", "x");
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "env");
+
+    char host_after[256];
+    gethostname (host_after, sizeof host_after);
+    assert (!strcmp (host_before, host_after));
+    s_stop (&agent);
+    printf ("   agent_setup: %lld ms\n", (long long) (s_mono_ms () - t0));
+}
+
+int main (int argc, char *argv[])
+{
+    if (argc < 2) {
+        fprintf (stderr, "usage: agent_selftest TEST [PATH-TO-SBX-AGENT]\n");
+        return 2;
+    }
+    const char *test = argv[1];
+    s_agent_path = argc > 2 ? argv[2] : "sbx-agent";
+    signal (SIGPIPE, SIG_IGN);
+    printf ("Running agent test %s:\n", test);
+    if (!strcmp (test, "agent_buf"))
+        agent_buf_test (true);
+    else if (!strcmp (test, "agent_frame"))
+        agent_frame_test (true);
+    else if (!strcmp (test, "agent_exec"))
+        s_test_exec ();
+    else if (!strcmp (test, "agent_files"))
+        s_test_files ();
+    else if (!strcmp (test, "agent_malformed"))
+        s_test_malformed ();
+    else if (!strcmp (test, "agent_fuzz"))
+        s_test_fuzz ();
+    else if (!strcmp (test, "agent_setup"))
+        s_test_setup ();
+    else {
+        fprintf (stderr, "unknown test %s\n", test);
+        return 2;
+    }
+    printf ("OK\n");
+    return 0;
+}

@@ -1,0 +1,14 @@
+/*  vmd_selftest - the vmd modules' self-tests (see sbx_testrun.h). */
+#include "sbx_testrun.h"
+#include "vmd_qemu.h"
+#include "vmd_qmp.h"
+
+static const sbx_test_t s_tests[] = {
+    {"vmd_qmp", vmd_qmp_test},
+    {"vmd_qemu", vmd_qemu_test},
+    {NULL, NULL}};
+
+int main (int argc, char **argv)
+{
+    return sbx_testrun (argc, argv, s_tests);
+}
