@@ -344,8 +344,21 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
     if (args->ttl_s > 10ULL * 365 * 86400)
         return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
                                   "ttl_s is at most ten years");
+    //  Operators name the account by id or email; users' callers carry their own id.
+    brk_account_t owner;
+    int found = brk_store_account_find (ctx->store, caller->account_id, &owner);
+    if (found != 0)
+        return sbx_msg_new_error (request->rid, found < 0 ? SBX_E_INTERNAL : SBX_E_NOT_FOUND,
+                                  "no account '%s'", caller->account_id);
+    if (!s_operator (caller) && strcmp (owner.id, caller->account_id) != 0) {
+        brk_account_clear (&owner);
+        return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "no account '%s'",
+                                  caller->account_id);
+    }
     bool any = false;
     brk_peer_t *vmd = s_pick_vmd (ctx, &any);
+    if (!vmd)
+        brk_account_clear (&owner);
     if (!vmd)
         return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
                                   any ? "every vmd is full; stop or delete a sandbox, or add a host"
@@ -354,7 +367,7 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
     uint64_t now = sbx_clock_now_ms ();
     char *id = sbx_secret_id ("sb_");
     brk_sandbox_t record = {.id = id,
-                            .account_id = caller->account_id,
+                            .account_id = owner.id,
                             .name = args->name,
                             .state = "creating",
                             .type = (char *) sbx_sandbox_type_name (type),
@@ -381,7 +394,7 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
             rc = brk_store_sandbox_label_set (ctx->store, id, args->labels.keys[i],
                                               args->labels.values[i]);
         if (rc == 0)
-            rc = brk_events_add (ctx->events, &event, caller->account_id, id);
+            rc = brk_events_add (ctx->events, &event, owner.id, id);
         if (rc == 0)
             rc = brk_events_commit (ctx->events);
         else
@@ -393,8 +406,7 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
         reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record the sandbox");
     else {
         sbx_info ("rid=%llu sandbox=%s account=%s creating on vmd %s as %s",
-                  (unsigned long long) request->rid, id, caller->account_id, vmd->instance,
-                  record.label);
+                  (unsigned long long) request->rid, id, owner.id, vmd->instance, record.label);
         reply = s_ask_vmd (ctx, client, request, &record, SBX_MSG_VM_CREATE,
                            SBX_MSG_SANDBOX_CREATE_OK, "start");
         brk_sandbox_t stored;
@@ -406,6 +418,7 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
     }
     free (record.label);
     free (id);
+    brk_account_clear (&owner);
     return reply;
 }
 
@@ -523,6 +536,96 @@ sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
     return reply;
 }
 
+//  The agent requests users may send, and whether a read-only key may.
+static bool s_agent_allowed (sbx_msg_type_t type, bool *read_only)
+{
+    *read_only =
+        type == SBX_MSG_AGENT_STATUS || type == SBX_MSG_AGENT_PS || type == SBX_MSG_AGENT_FILE_READ;
+    return *read_only || type == SBX_MSG_AGENT_EXEC || type == SBX_MSG_AGENT_KILL ||
+           type == SBX_MSG_AGENT_FILE_WRITE;
+}
+
+typedef struct {
+    zframe_t *client;
+    uint64_t rid;
+} s_relay_t;
+
+static void s_on_agent_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
+{
+    s_relay_t *relay = arg;
+    sbx_msg_t *answer = *answer_p;
+    sbx_msg_t *reply;
+    if (answer->type == SBX_MSG_VM_AGENT_OK) {
+        reply = sbx_msg_new (SBX_MSG_SANDBOX_AGENT_OK);
+        reply->rid = relay->rid;
+        sbx_bytes_t *inner = &sbx_msg_vm_agent_ok (answer)->reply;
+        sbx_bytes_t *out = &sbx_msg_sandbox_agent_ok (reply)->reply;
+        //  Hand the bytes over rather than copy megabytes of output.
+        *out = *inner;
+        inner->data = NULL;
+        inner->size = 0;
+    } else {
+        reply = answer; //  the error, as vmd (or the broker's deadline) said it
+        *answer_p = NULL;
+        reply->rid = relay->rid;
+    }
+    ctx->send (ctx, relay->client, &reply);
+    zframe_destroy (&relay->client);
+    free (relay);
+}
+
+sbx_msg_t *brk_sandbox_agent (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
+{
+    sbx_sandbox_agent_t *args = sbx_msg_sandbox_agent (request);
+    brk_sandbox_t record;
+    sbx_msg_t *reply = NULL;
+    if (s_find (ctx, request, args->sandbox_id, &record, &reply))
+        return reply;
+    sbx_err_t err;
+    sbx_msg_t *inner = sbx_msg_decode (args->request.data, args->request.size, &err);
+    bool read_only = false;
+    if (!inner)
+        reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                   "the agent request does not decode: %s", err.message);
+    else if (!s_agent_allowed (inner->type, &read_only))
+        reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                   "%s is not an agent request users may send",
+                                   sbx_msg_type_name (inner->type));
+    else if (!read_only && request->caller->preset == SBX_KEY_PRESET_READ_ONLY)
+        reply = sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
+                                   "this key is read-only: it cannot run %s",
+                                   sbx_msg_type_name (inner->type));
+    else if (strcmp (record.state, "ready") != 0)
+        reply = sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION, "sandbox %s is %s%s",
+                                   record.id, record.state,
+                                   streq (record.state, "stopped") ? "; resume it first" : "");
+    sbx_msg_destroy (&inner);
+    if (reply) {
+        brk_sandbox_clear (&record);
+        return reply;
+    }
+    s_relay_t *relay = calloc (1, sizeof *relay);
+    sbx_msg_t *vm = sbx_msg_new (SBX_MSG_VM_AGENT);
+    sbx_str_set (&sbx_msg_vm_agent (vm)->sandbox_id, record.id);
+    sbx_bytes_t *bytes = &sbx_msg_vm_agent (vm)->request;
+    *bytes = args->request; //  moved, not copied
+    args->request.data = NULL;
+    args->request.size = 0;
+    relay->client = zframe_dup (client);
+    relay->rid = request->rid;
+    uint32_t timeout = request->timeout_ms ? request->timeout_ms : 0;
+    if (ctx->call (ctx, SBX_ROLE_VMD, record.vmd, &vm, timeout, s_on_agent_answer, relay)) {
+        zframe_destroy (&relay->client);
+        free (relay);
+        reply = sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                                   "sandbox %s is on vmd %s, which is not connected; retry when "
+                                   "it is back",
+                                   record.id, record.vmd ? record.vmd : "(none)");
+    }
+    brk_sandbox_clear (&record);
+    return reply;
+}
+
 void brk_sandbox_vm_failed (brk_ctx_t *ctx, const char *vmd, sbx_msg_t *msg)
 {
     sbx_vm_failed_t *failed = sbx_msg_vm_failed (msg);
@@ -558,6 +661,27 @@ static void s_test_vmd (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
     (void) arg;
     sbx_msg_t *request = *request_p;
     int mode = __atomic_load_n (&s_vmd_mode, __ATOMIC_SEQ_CST);
+    if (request->type == SBX_MSG_VM_AGENT) {
+        //  Play the agent: an exec answers with its command as stdout.
+        sbx_bytes_t *bytes = &sbx_msg_vm_agent (request)->request;
+        sbx_err_t err;
+        sbx_msg_t *inner = sbx_msg_decode (bytes->data, bytes->size, &err);
+        assert (inner && inner->type == SBX_MSG_AGENT_EXEC);
+        sbx_msg_t *answer = sbx_msg_new_reply (inner, SBX_MSG_AGENT_EXEC_OK);
+        sbx_msg_agent_exec_ok (answer)->pid = 42;
+        const char *command = sbx_msg_agent_exec (inner)->command;
+        sbx_bytes_set (&sbx_msg_agent_exec_ok (answer)->stdout, command, strlen (command));
+        sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_VM_AGENT_OK);
+        uint8_t *data;
+        size_t size;
+        assert (sbx_msg_encode (answer, &data, &size, &err) == 0);
+        sbx_msg_vm_agent_ok (reply)->reply.data = data;
+        sbx_msg_vm_agent_ok (reply)->reply.size = size;
+        sbx_msg_destroy (&answer);
+        sbx_msg_destroy (&inner);
+        sbx_peer_send (peer, &reply);
+        return;
+    }
     sbx_msg_type_t ok = request->type == SBX_MSG_VM_CREATE   ? SBX_MSG_VM_CREATE_OK
                         : request->type == SBX_MSG_VM_STOP   ? SBX_MSG_VM_STOP_OK
                         : request->type == SBX_MSG_VM_RESUME ? SBX_MSG_VM_RESUME_OK
@@ -736,6 +860,53 @@ void brk_sandbox_test (bool verbose)
     assert (s_code (reply) == SBX_E_PERMISSION_DENIED);
     sbx_msg_destroy (&reply);
 
+    //  Agent requests are relayed through vmd, and come back as the agent said them.
+    sbx_msg_t *exec = sbx_msg_new (SBX_MSG_AGENT_EXEC);
+    exec->rid = 77;
+    sbx_str_set (&sbx_msg_agent_exec (exec)->command, "uname -a");
+    uint8_t *data;
+    size_t size;
+    sbx_err_t err;
+    assert (sbx_msg_encode (exec, &data, &size, &err) == 0);
+    sbx_msg_t *relay = sbx_msg_new (SBX_MSG_SANDBOX_AGENT);
+    relay->caller = ALICE;
+    sbx_str_set (&sbx_msg_sandbox_agent (relay)->sandbox_id, one);
+    sbx_bytes_set (&sbx_msg_sandbox_agent (relay)->request, data, size);
+    sbx_msg_t *ro = sbx_msg_dup (relay);
+    reply = brk_testkit_call (client, relay, ++s_rid);
+    assert (reply->type == SBX_MSG_SANDBOX_AGENT_OK);
+    sbx_bytes_t *answer = &sbx_msg_sandbox_agent_ok (reply)->reply;
+    sbx_msg_t *inner = sbx_msg_decode (answer->data, answer->size, &err);
+    assert (inner && inner->type == SBX_MSG_AGENT_EXEC_OK && inner->rid == 77);
+    assert (sbx_msg_agent_exec_ok (inner)->stdout.size == 8);
+    sbx_msg_destroy (&inner);
+    sbx_msg_destroy (&reply);
+    //  A read-only key may not exec; garbage and non-user agent requests are refused.
+    ro->caller->preset = SBX_KEY_PRESET_READ_ONLY;
+    reply = brk_testkit_call (client, ro, ++s_rid);
+    assert (s_code (reply) == SBX_E_PERMISSION_DENIED);
+    sbx_msg_destroy (&reply);
+    sbx_msg_t *setup = sbx_msg_new (SBX_MSG_AGENT_SETUP);
+    uint8_t *setup_data;
+    size_t setup_size;
+    assert (sbx_msg_encode (setup, &setup_data, &setup_size, &err) == 0);
+    relay = sbx_msg_new (SBX_MSG_SANDBOX_AGENT);
+    relay->caller = ALICE;
+    sbx_str_set (&sbx_msg_sandbox_agent (relay)->sandbox_id, one);
+    sbx_bytes_set (&sbx_msg_sandbox_agent (relay)->request, setup_data, setup_size);
+    reply = brk_testkit_call (client, relay, ++s_rid);
+    assert (s_code (reply) == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
+    relay = sbx_msg_new (SBX_MSG_SANDBOX_AGENT);
+    relay->caller = ALICE;
+    sbx_str_set (&sbx_msg_sandbox_agent (relay)->sandbox_id, one);
+    sbx_bytes_set (&sbx_msg_sandbox_agent (relay)->request, "\xc1garbage", 8);
+    reply = brk_testkit_call (client, relay, ++s_rid);
+    assert (s_code (reply) == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
+    free (setup_data);
+    sbx_msg_destroy (&setup);
+
     //  Stop and resume, each twice (the second time is a no-op, not an error).
     sbx_sandbox_state_t expect[] = {SBX_SANDBOX_STATE_STOPPED, SBX_SANDBOX_STATE_STOPPED,
                                     SBX_SANDBOX_STATE_READY, SBX_SANDBOX_STATE_READY};
@@ -746,6 +917,22 @@ void brk_sandbox_test (bool verbose)
         assert (s_sandbox (reply) && s_sandbox (reply)->state == expect[i]);
         sbx_msg_destroy (&reply);
     }
+
+    //  A stopped sandbox runs nothing: agent requests wait for a resume.
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_STOP, one, ALICE);
+    sbx_msg_destroy (&reply);
+    relay = sbx_msg_new (SBX_MSG_SANDBOX_AGENT);
+    relay->caller = ALICE;
+    sbx_str_set (&sbx_msg_sandbox_agent (relay)->sandbox_id, one);
+    sbx_bytes_set (&sbx_msg_sandbox_agent (relay)->request, data, size);
+    reply = brk_testkit_call (client, relay, ++s_rid);
+    assert (s_code (reply) == SBX_E_FAILED_PRECONDITION);
+    assert (strstr (sbx_msg_error (reply)->message, "resume it first"));
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_RESUME, one, ALICE);
+    sbx_msg_destroy (&reply);
+    free (data);
+    sbx_msg_destroy (&exec);
 
     //  Capacity 2: a second fits, a third doesn't.
     reply = s_test_create (client, ALICE, NULL, 0);
@@ -804,6 +991,8 @@ void brk_sandbox_test (bool verbose)
     sbx_sandbox_state_t story[] = {SBX_SANDBOX_STATE_CREATING, SBX_SANDBOX_STATE_READY,
                                    SBX_SANDBOX_STATE_STOPPING, SBX_SANDBOX_STATE_STOPPED,
                                    SBX_SANDBOX_STATE_RESUMING, SBX_SANDBOX_STATE_READY,
+                                   SBX_SANDBOX_STATE_STOPPING, SBX_SANDBOX_STATE_STOPPED,
+                                   SBX_SANDBOX_STATE_RESUMING, SBX_SANDBOX_STATE_READY,
                                    SBX_SANDBOX_STATE_ERROR};
     size_t seen = 0;
     for (size_t i = 0; i < log->events.count; i++) {
@@ -813,12 +1002,12 @@ void brk_sandbox_test (bool verbose)
         sbx_err_t err;
         sbx_msg_t *changed = sbx_msg_decode (event->payload.data, event->payload.size, &err);
         assert (changed && changed->type == SBX_MSG_SANDBOX_CHANGED);
-        assert (seen < 7 && sbx_msg_sandbox_changed (changed)->to == story[seen]);
+        assert (seen < 11 && sbx_msg_sandbox_changed (changed)->to == story[seen]);
         assert (streq (event->account, alice));
         seen++;
         sbx_msg_destroy (&changed);
     }
-    assert (seen == 7);
+    assert (seen == 11);
     sbx_msg_destroy (&reply);
 
     //  vmd gone: its sandboxes can't move now, and new ones have nowhere to go.

@@ -26,6 +26,10 @@ sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request);
 //  sandbox.stop, sandbox.resume, sandbox.delete: the reply, or NULL when it waits on vmd.
 sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
 
+//  sandbox.agent: an agent request for a ready sandbox, relayed to its vmd; answered
+//  when the agent has answered (returns NULL), or refused at once.
+sbx_msg_t *brk_sandbox_agent (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
+
 //  vm.failed from the vmd instance `vmd`: its guest died; the sandbox goes to error.
 void brk_sandbox_vm_failed (brk_ctx_t *ctx, const char *vmd, sbx_msg_t *msg);
 

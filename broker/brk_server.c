@@ -565,6 +565,9 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     case SBX_MSG_SANDBOX_DELETE:
         reply = brk_sandbox_change (&self->ctx, address, msg);
         break;
+    case SBX_MSG_SANDBOX_AGENT:
+        reply = brk_sandbox_agent (&self->ctx, address, msg);
+        break;
     case SBX_MSG_VM_FAILED:
         if (peer && peer->role == SBX_ROLE_VMD)
             brk_sandbox_vm_failed (&self->ctx, peer->instance, msg);

@@ -19,6 +19,7 @@ _Static_assert (offsetof (sbx_agent_proc_list_t, count) == sizeof (void *), "lis
 _Static_assert (offsetof (sbx_event_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_peer_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_sandbox_info_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_vm_info_list_t, count) == sizeof (void *), "list layout");
 
 //  Error catalogue.
 static const char *const s_code_names[] = {
@@ -253,6 +254,7 @@ static const sbx_meta_struct_t s_meta_sys_status_ok;
 static const sbx_meta_struct_t s_meta_broker_peers;
 static const sbx_meta_struct_t s_meta_broker_peers_ok;
 static const sbx_meta_struct_t s_meta_sandbox_info;
+static const sbx_meta_struct_t s_meta_vm_info;
 static const sbx_meta_struct_t s_meta_sandbox_create;
 static const sbx_meta_struct_t s_meta_sandbox_create_ok;
 static const sbx_meta_struct_t s_meta_sandbox_get;
@@ -274,6 +276,12 @@ static const sbx_meta_struct_t s_meta_vm_resume;
 static const sbx_meta_struct_t s_meta_vm_resume_ok;
 static const sbx_meta_struct_t s_meta_vm_delete;
 static const sbx_meta_struct_t s_meta_vm_delete_ok;
+static const sbx_meta_struct_t s_meta_sandbox_agent;
+static const sbx_meta_struct_t s_meta_sandbox_agent_ok;
+static const sbx_meta_struct_t s_meta_vm_agent;
+static const sbx_meta_struct_t s_meta_vm_agent_ok;
+static const sbx_meta_struct_t s_meta_vm_list;
+static const sbx_meta_struct_t s_meta_vm_list_ok;
 static const sbx_meta_struct_t s_meta_vm_failed;
 
 static const sbx_meta_field_t s_fields_key_info[] = {
@@ -651,6 +659,14 @@ static const sbx_meta_field_t s_fields_sandbox_info[] = {
 };
 static const sbx_meta_struct_t s_meta_sandbox_info = {"sandbox_info", sizeof (sbx_sandbox_info_t), s_fields_sandbox_info, 13};
 
+static const sbx_meta_field_t s_fields_vm_info[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_info_t, sandbox_id), true, 64, NULL, NULL},
+    {"state", SBX_META_ENUM, offsetof (sbx_vm_info_t, state), true, 0, &s_enum_sandbox_state, NULL},
+    {"pid", SBX_META_UINT, offsetof (sbx_vm_info_t, pid), false, 0, NULL, NULL},
+    {"reason", SBX_META_STRING, offsetof (sbx_vm_info_t, reason), false, 1024, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_info = {"vm_info", sizeof (sbx_vm_info_t), s_fields_vm_info, 4};
+
 static const sbx_meta_field_t s_fields_sandbox_create[] = {
     {"name", SBX_META_STRING, offsetof (sbx_sandbox_create_t, name), false, 128, NULL, NULL},
     {"type", SBX_META_ENUM, offsetof (sbx_sandbox_create_t, type), false, 0, &s_enum_sandbox_type, NULL},
@@ -764,6 +780,35 @@ static const sbx_meta_field_t s_fields_vm_delete_ok[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_delete_ok_t, sandbox_id), true, 64, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_vm_delete_ok = {"vm.delete.ok", sizeof (sbx_vm_delete_ok_t), s_fields_vm_delete_ok, 1};
+
+static const sbx_meta_field_t s_fields_sandbox_agent[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_agent_t, sandbox_id), true, 64, NULL, NULL},
+    {"request", SBX_META_BYTES, offsetof (sbx_sandbox_agent_t, request), true, 2097152, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_agent = {"sandbox.agent", sizeof (sbx_sandbox_agent_t), s_fields_sandbox_agent, 2};
+
+static const sbx_meta_field_t s_fields_sandbox_agent_ok[] = {
+    {"reply", SBX_META_BYTES, offsetof (sbx_sandbox_agent_ok_t, reply), true, 33554432, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_agent_ok = {"sandbox.agent.ok", sizeof (sbx_sandbox_agent_ok_t), s_fields_sandbox_agent_ok, 1};
+
+static const sbx_meta_field_t s_fields_vm_agent[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_agent_t, sandbox_id), true, 64, NULL, NULL},
+    {"request", SBX_META_BYTES, offsetof (sbx_vm_agent_t, request), true, 2097152, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_agent = {"vm.agent", sizeof (sbx_vm_agent_t), s_fields_vm_agent, 2};
+
+static const sbx_meta_field_t s_fields_vm_agent_ok[] = {
+    {"reply", SBX_META_BYTES, offsetof (sbx_vm_agent_ok_t, reply), true, 33554432, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_agent_ok = {"vm.agent.ok", sizeof (sbx_vm_agent_ok_t), s_fields_vm_agent_ok, 1};
+
+static const sbx_meta_struct_t s_meta_vm_list = {"vm.list", sizeof (sbx_vm_list_t), NULL, 0};
+
+static const sbx_meta_field_t s_fields_vm_list_ok[] = {
+    {"vms", SBX_META_LIST, offsetof (sbx_vm_list_ok_t, vms), false, 0, NULL, &s_meta_vm_info},
+};
+static const sbx_meta_struct_t s_meta_vm_list_ok = {"vm.list.ok", sizeof (sbx_vm_list_ok_t), s_fields_vm_list_ok, 1};
 
 static const sbx_meta_field_t s_fields_vm_failed[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_failed_t, sandbox_id), true, 64, NULL, NULL},
@@ -902,6 +947,18 @@ static const char *const s_from_vm_delete[] = {"broker"};
 static const char *const s_to_vm_delete[] = {"vmd"};
 static const char *const s_from_vm_delete_ok[] = {"vmd"};
 static const char *const s_to_vm_delete_ok[] = {"broker"};
+static const char *const s_from_sandbox_agent[] = {"gateway", "cli"};
+static const char *const s_to_sandbox_agent[] = {"broker"};
+static const char *const s_from_sandbox_agent_ok[] = {"broker"};
+static const char *const s_to_sandbox_agent_ok[] = {"gateway", "cli"};
+static const char *const s_from_vm_agent[] = {"broker"};
+static const char *const s_to_vm_agent[] = {"vmd"};
+static const char *const s_from_vm_agent_ok[] = {"vmd"};
+static const char *const s_to_vm_agent_ok[] = {"broker"};
+static const char *const s_from_vm_list[] = {"broker"};
+static const char *const s_to_vm_list[] = {"vmd"};
+static const char *const s_from_vm_list_ok[] = {"vmd"};
+static const char *const s_to_vm_list_ok[] = {"broker"};
 static const char *const s_from_vm_failed[] = {"vmd"};
 static const char *const s_to_vm_failed[] = {"broker"};
 
@@ -971,6 +1028,12 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"vm.resume.ok", &s_meta_vm_resume_ok, s_from_vm_resume_ok, 1, s_to_vm_resume_ok, 1, SBX_MSG__UNKNOWN, false},
     {"vm.delete", &s_meta_vm_delete, s_from_vm_delete, 1, s_to_vm_delete, 1, SBX_MSG_VM_DELETE_OK, false},
     {"vm.delete.ok", &s_meta_vm_delete_ok, s_from_vm_delete_ok, 1, s_to_vm_delete_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"sandbox.agent", &s_meta_sandbox_agent, s_from_sandbox_agent, 2, s_to_sandbox_agent, 1, SBX_MSG_SANDBOX_AGENT_OK, false},
+    {"sandbox.agent.ok", &s_meta_sandbox_agent_ok, s_from_sandbox_agent_ok, 1, s_to_sandbox_agent_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"vm.agent", &s_meta_vm_agent, s_from_vm_agent, 1, s_to_vm_agent, 1, SBX_MSG_VM_AGENT_OK, false},
+    {"vm.agent.ok", &s_meta_vm_agent_ok, s_from_vm_agent_ok, 1, s_to_vm_agent_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"vm.list", &s_meta_vm_list, s_from_vm_list, 1, s_to_vm_list, 1, SBX_MSG_VM_LIST_OK, false},
+    {"vm.list.ok", &s_meta_vm_list_ok, s_from_vm_list_ok, 1, s_to_vm_list_ok, 1, SBX_MSG__UNKNOWN, false},
     {"vm.failed", &s_meta_vm_failed, s_from_vm_failed, 1, s_to_vm_failed, 1, SBX_MSG__UNKNOWN, false},
 };
 
@@ -1296,6 +1359,36 @@ sbx_vm_delete_ok_t *sbx_msg_vm_delete_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_VM_DELETE_OK ? (sbx_vm_delete_ok_t *) msg->body : NULL;
 }
 
+sbx_sandbox_agent_t *sbx_msg_sandbox_agent (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_AGENT ? (sbx_sandbox_agent_t *) msg->body : NULL;
+}
+
+sbx_sandbox_agent_ok_t *sbx_msg_sandbox_agent_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_AGENT_OK ? (sbx_sandbox_agent_ok_t *) msg->body : NULL;
+}
+
+sbx_vm_agent_t *sbx_msg_vm_agent (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_AGENT ? (sbx_vm_agent_t *) msg->body : NULL;
+}
+
+sbx_vm_agent_ok_t *sbx_msg_vm_agent_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_AGENT_OK ? (sbx_vm_agent_ok_t *) msg->body : NULL;
+}
+
+sbx_vm_list_t *sbx_msg_vm_list (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_LIST ? (sbx_vm_list_t *) msg->body : NULL;
+}
+
+sbx_vm_list_ok_t *sbx_msg_vm_list_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_LIST_OK ? (sbx_vm_list_ok_t *) msg->body : NULL;
+}
+
 sbx_vm_failed_t *sbx_msg_vm_failed (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_VM_FAILED ? (sbx_vm_failed_t *) msg->body : NULL;
@@ -1324,4 +1417,9 @@ sbx_peer_info_t *sbx_peer_info_list_append (sbx_peer_info_list_t *list)
 sbx_sandbox_info_t *sbx_sandbox_info_list_append (sbx_sandbox_info_list_t *list)
 {
     return (sbx_sandbox_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_sandbox_info_t));
+}
+
+sbx_vm_info_t *sbx_vm_info_list_append (sbx_vm_info_list_t *list)
+{
+    return (sbx_vm_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_vm_info_t));
 }

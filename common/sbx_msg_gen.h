@@ -210,6 +210,12 @@ typedef enum {
     SBX_MSG_VM_RESUME_OK,        //  vm.resume.ok
     SBX_MSG_VM_DELETE,           //  vm.delete
     SBX_MSG_VM_DELETE_OK,        //  vm.delete.ok
+    SBX_MSG_SANDBOX_AGENT,       //  sandbox.agent
+    SBX_MSG_SANDBOX_AGENT_OK,    //  sandbox.agent.ok
+    SBX_MSG_VM_AGENT,            //  vm.agent
+    SBX_MSG_VM_AGENT_OK,         //  vm.agent.ok
+    SBX_MSG_VM_LIST,             //  vm.list
+    SBX_MSG_VM_LIST_OK,          //  vm.list.ok
     SBX_MSG_VM_FAILED,           //  vm.failed
     SBX_MSG__COUNT
 } sbx_msg_type_t;
@@ -263,6 +269,7 @@ typedef struct sbx_sys_status_ok_s sbx_sys_status_ok_t;
 typedef struct sbx_broker_peers_s sbx_broker_peers_t;
 typedef struct sbx_broker_peers_ok_s sbx_broker_peers_ok_t;
 typedef struct sbx_sandbox_info_s sbx_sandbox_info_t;
+typedef struct sbx_vm_info_s sbx_vm_info_t;
 typedef struct sbx_sandbox_create_s sbx_sandbox_create_t;
 typedef struct sbx_sandbox_create_ok_s sbx_sandbox_create_ok_t;
 typedef struct sbx_sandbox_get_s sbx_sandbox_get_t;
@@ -284,6 +291,12 @@ typedef struct sbx_vm_resume_s sbx_vm_resume_t;
 typedef struct sbx_vm_resume_ok_s sbx_vm_resume_ok_t;
 typedef struct sbx_vm_delete_s sbx_vm_delete_t;
 typedef struct sbx_vm_delete_ok_s sbx_vm_delete_ok_t;
+typedef struct sbx_sandbox_agent_s sbx_sandbox_agent_t;
+typedef struct sbx_sandbox_agent_ok_s sbx_sandbox_agent_ok_t;
+typedef struct sbx_vm_agent_s sbx_vm_agent_t;
+typedef struct sbx_vm_agent_ok_s sbx_vm_agent_ok_t;
+typedef struct sbx_vm_list_s sbx_vm_list_t;
+typedef struct sbx_vm_list_ok_s sbx_vm_list_ok_t;
 typedef struct sbx_vm_failed_s sbx_vm_failed_t;
 
 //  Lists of structs; _append returns a zeroed new last item, or NULL when out of memory.
@@ -312,6 +325,11 @@ typedef struct {
     size_t count;
 } sbx_sandbox_info_list_t;
 sbx_sandbox_info_t *sbx_sandbox_info_list_append (sbx_sandbox_info_list_t *list);
+typedef struct {
+    sbx_vm_info_t *items;
+    size_t count;
+} sbx_vm_info_list_t;
+sbx_vm_info_t *sbx_vm_info_list_append (sbx_vm_info_list_t *list);
 
 //  struct key_info (accounts.json). An API key or OAuth connection, without its secret.
 struct sbx_key_info_s {
@@ -944,6 +962,19 @@ struct sbx_sandbox_info_s {
     char *reason;
 };
 
+//  struct vm_info (sandbox.json). A guest as its vmd sees it.
+struct sbx_vm_info_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  (required) ready (running, agent answers), stopped (memory saved, no QEMU),
+    //  creating/resuming (on its way), error.
+    sbx_sandbox_state_t state;
+    //  Its QEMU's pid while it runs.
+    uint64_t pid;
+    //  (max 1024) Why it is in error.
+    char *reason;
+};
+
 //  message sandbox.create (sandbox.json): gateway, cli -> broker, reply sandbox.create.ok.
 //  Create a sandbox for the caller's account on a vmd with room; answered once it is ready (its
 //  agent answers) or failed.
@@ -1106,6 +1137,51 @@ struct sbx_vm_delete_ok_s {
     char *sandbox_id;
 };
 
+//  message sandbox.agent (sandbox.json): gateway, cli -> broker, reply sandbox.agent.ok. Run
+//  one guest agent request (agent.exec, agent.status, agent.kill, agent.ps, agent.file.write,
+//  agent.file.read) in a ready sandbox of the caller's. The broker checks the caller may, then
+//  routes it to the sandbox's vmd as vm.agent.
+struct sbx_sandbox_agent_s {
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+    //  (required, max 2097152) The encoded agent request (an sbx_msg of an agent.* type).
+    sbx_bytes_t request;
+};
+
+//  message sandbox.agent.ok (sandbox.json): broker -> gateway, cli. The agent's answer, as it
+//  gave it.
+struct sbx_sandbox_agent_ok_s {
+    //  (required, max 33554432) The encoded agent reply (the agent.*.ok, or its error).
+    sbx_bytes_t reply;
+};
+
+//  message vm.agent (sandbox.json): broker -> vmd, reply vm.agent.ok. Pass one agent request to
+//  a guest's agent and its answer back.
+struct sbx_vm_agent_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  (required, max 2097152) The encoded agent request.
+    sbx_bytes_t request;
+};
+
+//  message vm.agent.ok (sandbox.json): vmd -> broker. The agent's answer.
+struct sbx_vm_agent_ok_s {
+    //  (required, max 33554432) The encoded agent reply (the agent.*.ok, or its error).
+    sbx_bytes_t reply;
+};
+
+//  message vm.list (sandbox.json): broker -> vmd, reply vm.list.ok. The guests a vmd has (after
+//  a restart of either, to reconcile).
+struct sbx_vm_list_s {
+    char unused_; //  C wants a member; this body has no fields
+};
+
+//  message vm.list.ok (sandbox.json): vmd -> broker. Every guest this vmd knows.
+struct sbx_vm_list_ok_s {
+    //  One entry per guest.
+    sbx_vm_info_list_t vms;
+};
+
 //  message vm.failed (sandbox.json): vmd -> broker. A guest died on its own (QEMU exited, the
 //  agent vanished): the broker moves its sandbox to error, with the reason.
 struct sbx_vm_failed_s {
@@ -1180,6 +1256,12 @@ sbx_vm_resume_t *sbx_msg_vm_resume (struct sbx_msg_s *msg);
 sbx_vm_resume_ok_t *sbx_msg_vm_resume_ok (struct sbx_msg_s *msg);
 sbx_vm_delete_t *sbx_msg_vm_delete (struct sbx_msg_s *msg);
 sbx_vm_delete_ok_t *sbx_msg_vm_delete_ok (struct sbx_msg_s *msg);
+sbx_sandbox_agent_t *sbx_msg_sandbox_agent (struct sbx_msg_s *msg);
+sbx_sandbox_agent_ok_t *sbx_msg_sandbox_agent_ok (struct sbx_msg_s *msg);
+sbx_vm_agent_t *sbx_msg_vm_agent (struct sbx_msg_s *msg);
+sbx_vm_agent_ok_t *sbx_msg_vm_agent_ok (struct sbx_msg_s *msg);
+sbx_vm_list_t *sbx_msg_vm_list (struct sbx_msg_s *msg);
+sbx_vm_list_ok_t *sbx_msg_vm_list_ok (struct sbx_msg_s *msg);
 sbx_vm_failed_t *sbx_msg_vm_failed (struct sbx_msg_s *msg);
 
 #ifdef __cplusplus
