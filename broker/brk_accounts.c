@@ -316,3 +316,41 @@ sbx_msg_t *brk_accounts_key_revoke (brk_ctx_t *ctx, sbx_msg_t *request)
     brk_key_clear (&key);
     return reply;
 }
+
+sbx_msg_t *brk_accounts_auth_key (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    const char *secret = sbx_msg_auth_key (request)->key;
+    //  One message for every kind of bad key: no hint which part was wrong.
+    const char *refusal = "this API key is not valid (unknown, expired or revoked)";
+    if (strncmp (secret, "sbx_", 4) != 0)
+        return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED, "%s", refusal);
+    char hash[65];
+    sbx_secret_hash (secret, hash);
+    brk_key_t key;
+    int rc = brk_store_key_find_by_hash (ctx->store, hash, &key);
+    if (rc < 0)
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "key lookup failed");
+    uint64_t now = sbx_clock_now_ms ();
+    if (rc == 1 || key.revoked_ms || (key.expires_ms && key.expires_ms <= now) ||
+        strcmp (key.kind, "api_key") != 0) {
+        if (rc == 0)
+            brk_key_clear (&key);
+        return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED, "%s", refusal);
+    }
+    //  last_used is advisory: at most one write a minute per key, not one per request.
+    if (now - key.last_used_ms > 60000)
+        brk_store_key_touch (ctx->store, key.id, now);
+    sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_AUTH_KEY_OK);
+    sbx_auth_key_ok_t *ok = sbx_msg_auth_key_ok (reply);
+    ok->caller = calloc (1, sizeof (sbx_caller_t));
+    if (ok->caller) {
+        ok->caller->kind = SBX_CALLER_KIND_API_KEY;
+        sbx_str_set (&ok->caller->account_id, key.account_id);
+        sbx_str_set (&ok->caller->key_id, key.id);
+        if (key.preset)
+            sbx_key_preset_from_name (key.preset, &ok->caller->preset);
+    }
+    ok->expires_ms = key.expires_ms;
+    brk_key_clear (&key);
+    return reply;
+}

@@ -15,4 +15,7 @@ sbx_msg_t *brk_accounts_key_create (brk_ctx_t *ctx, sbx_msg_t *request);
 sbx_msg_t *brk_accounts_key_list (brk_ctx_t *ctx, sbx_msg_t *request);
 sbx_msg_t *brk_accounts_key_revoke (brk_ctx_t *ctx, sbx_msg_t *request);
 
+//  auth.key: the caller an API key acts for, or unauthenticated.
+sbx_msg_t *brk_accounts_auth_key (brk_ctx_t *ctx, sbx_msg_t *request);
+
 #endif

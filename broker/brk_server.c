@@ -551,6 +551,9 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     case SBX_MSG_KEY_REVOKE:
         reply = brk_accounts_key_revoke (&self->ctx, msg);
         break;
+    case SBX_MSG_AUTH_KEY:
+        reply = brk_accounts_auth_key (&self->ctx, msg);
+        break;
     case SBX_MSG_SANDBOX_CREATE:
         reply = brk_sandbox_create (&self->ctx, address, msg);
         break;
@@ -737,11 +740,10 @@ void brk_server_test (bool verbose)
     sbx_msg_destroy (&reply);
 
     //  Two vmds and two gateways register at once (sbx_peer in threads).
-    zactor_t *workers[] = {
-        brk_testkit_worker (config, SBX_ROLE_VMD, "host-a", 4, NULL, NULL),
-        brk_testkit_worker (config, SBX_ROLE_VMD, "host-b", 4, NULL, NULL),
-        brk_testkit_worker (config, SBX_ROLE_GATEWAY, "gw-1", 0, NULL, NULL),
-        brk_testkit_worker (config, SBX_ROLE_GATEWAY, "gw-2", 0, NULL, NULL)};
+    zactor_t *workers[] = {brk_testkit_worker (config, SBX_ROLE_VMD, "host-a", 4, NULL, NULL),
+                           brk_testkit_worker (config, SBX_ROLE_VMD, "host-b", 4, NULL, NULL),
+                           brk_testkit_worker (config, SBX_ROLE_GATEWAY, "gw-1", 0, NULL, NULL),
+                           brk_testkit_worker (config, SBX_ROLE_GATEWAY, "gw-2", 0, NULL, NULL)};
     for (int tries = 0; tries < 100; tries++) {
         if (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++rid) == 2 &&
             brk_testkit_peer_count (client, SBX_ROLE_GATEWAY, ++rid) == 2)
@@ -882,12 +884,31 @@ void brk_server_test (bool verbose)
     reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_KEY_CREATE_OK);
     char *key_id = strdup (sbx_msg_key_create_ok (reply)->key_id);
+    char *secret = strdup (sbx_msg_key_create_ok (reply)->key);
     assert (sbx_msg_key_create_ok (reply)->expires_ms > sbx_clock_now_ms ());
+    sbx_msg_destroy (&reply);
+    //  The key authenticates (as its account, with its preset) until it is revoked.
+    request = sbx_msg_new (SBX_MSG_AUTH_KEY);
+    sbx_str_set (&sbx_msg_auth_key (request)->key, secret);
+    reply = brk_testkit_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_AUTH_KEY_OK);
+    assert (streq (sbx_msg_auth_key_ok (reply)->caller->account_id, account_id));
+    assert (sbx_msg_auth_key_ok (reply)->caller->preset == SBX_KEY_PRESET_READ_ONLY);
     sbx_msg_destroy (&reply);
     request = sbx_msg_new (SBX_MSG_KEY_REVOKE);
     sbx_str_set (&sbx_msg_key_revoke (request)->key_id, key_id);
     reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_KEY_REVOKE_OK);
+    sbx_msg_destroy (&reply);
+    const char *bad_keys[] = {secret, "sbx_nonsense", "not-a-key", ""};
+    for (int i = 0; i < 4; i++) {
+        request = sbx_msg_new (SBX_MSG_AUTH_KEY);
+        sbx_str_set (&sbx_msg_auth_key (request)->key, bad_keys[i]);
+        reply = brk_testkit_call (client, request, ++rid);
+        assert (reply->type == SBX_MSG_ERROR);
+        assert (sbx_msg_error (reply)->code == SBX_E_UNAUTHENTICATED);
+        sbx_msg_destroy (&reply);
+    }
     sbx_msg_destroy (&reply);
     request = sbx_msg_new (SBX_MSG_KEY_LIST);
     sbx_str_set (&sbx_msg_key_list (request)->account, account_id);
@@ -950,6 +971,7 @@ void brk_server_test (bool verbose)
         zactor_destroy (&workers[i]);
     free (account_id);
     free (key_id);
+    free (secret);
     zsock_destroy (&client);
     zsock_destroy (&tap);
     zactor_destroy (&server);

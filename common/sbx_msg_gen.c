@@ -218,6 +218,8 @@ static const sbx_meta_struct_t s_meta_key_revoke_ok;
 static const sbx_meta_struct_t s_meta_account_created;
 static const sbx_meta_struct_t s_meta_key_created;
 static const sbx_meta_struct_t s_meta_key_revoked;
+static const sbx_meta_struct_t s_meta_auth_key;
+static const sbx_meta_struct_t s_meta_auth_key_ok;
 static const sbx_meta_struct_t s_meta_agent_proc;
 static const sbx_meta_struct_t s_meta_agent_hello;
 static const sbx_meta_struct_t s_meta_agent_ping;
@@ -375,6 +377,17 @@ static const sbx_meta_field_t s_fields_key_revoked[] = {
     {"account_id", SBX_META_STRING, offsetof (sbx_key_revoked_t, account_id), true, 64, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_key_revoked = {"key.revoked", sizeof (sbx_key_revoked_t), s_fields_key_revoked, 2};
+
+static const sbx_meta_field_t s_fields_auth_key[] = {
+    {"key", SBX_META_STRING, offsetof (sbx_auth_key_t, key), true, 128, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_auth_key = {"auth.key", sizeof (sbx_auth_key_t), s_fields_auth_key, 1};
+
+static const sbx_meta_field_t s_fields_auth_key_ok[] = {
+    {"caller", SBX_META_STRUCT, offsetof (sbx_auth_key_ok_t, caller), true, 0, NULL, &s_meta_caller},
+    {"expires_ms", SBX_META_UINT, offsetof (sbx_auth_key_ok_t, expires_ms), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_auth_key_ok = {"auth.key.ok", sizeof (sbx_auth_key_ok_t), s_fields_auth_key_ok, 2};
 
 static const sbx_meta_field_t s_fields_agent_proc[] = {
     {"pid", SBX_META_UINT, offsetof (sbx_agent_proc_t, pid), true, 0, NULL, NULL},
@@ -841,6 +854,10 @@ static const char *const s_from_key_created[] = {"broker"};
 static const char *const s_to_key_created[] = {"tap"};
 static const char *const s_from_key_revoked[] = {"broker"};
 static const char *const s_to_key_revoked[] = {"tap"};
+static const char *const s_from_auth_key[] = {"gateway"};
+static const char *const s_to_auth_key[] = {"broker"};
+static const char *const s_from_auth_key_ok[] = {"broker"};
+static const char *const s_to_auth_key_ok[] = {"gateway"};
 static const char *const s_from_agent_hello[] = {"agent"};
 static const char *const s_to_agent_hello[] = {"vmd"};
 static const char *const s_from_agent_ping[] = {"vmd"};
@@ -975,6 +992,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"account.created", &s_meta_account_created, s_from_account_created, 1, s_to_account_created, 1, SBX_MSG__UNKNOWN, true},
     {"key.created", &s_meta_key_created, s_from_key_created, 1, s_to_key_created, 1, SBX_MSG__UNKNOWN, true},
     {"key.revoked", &s_meta_key_revoked, s_from_key_revoked, 1, s_to_key_revoked, 1, SBX_MSG__UNKNOWN, true},
+    {"auth.key", &s_meta_auth_key, s_from_auth_key, 1, s_to_auth_key, 1, SBX_MSG_AUTH_KEY_OK, false},
+    {"auth.key.ok", &s_meta_auth_key_ok, s_from_auth_key_ok, 1, s_to_auth_key_ok, 1, SBX_MSG__UNKNOWN, false},
     {"agent.hello", &s_meta_agent_hello, s_from_agent_hello, 1, s_to_agent_hello, 1, SBX_MSG__UNKNOWN, false},
     {"agent.ping", &s_meta_agent_ping, s_from_agent_ping, 1, s_to_agent_ping, 1, SBX_MSG_AGENT_PING_OK, false},
     {"agent.ping.ok", &s_meta_agent_ping_ok, s_from_agent_ping_ok, 1, s_to_agent_ping_ok, 1, SBX_MSG__UNKNOWN, false},
@@ -1092,6 +1111,16 @@ sbx_key_created_t *sbx_msg_key_created (struct sbx_msg_s *msg)
 sbx_key_revoked_t *sbx_msg_key_revoked (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_KEY_REVOKED ? (sbx_key_revoked_t *) msg->body : NULL;
+}
+
+sbx_auth_key_t *sbx_msg_auth_key (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_AUTH_KEY ? (sbx_auth_key_t *) msg->body : NULL;
+}
+
+sbx_auth_key_ok_t *sbx_msg_auth_key_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_AUTH_KEY_OK ? (sbx_auth_key_ok_t *) msg->body : NULL;
 }
 
 sbx_agent_hello_t *sbx_msg_agent_hello (struct sbx_msg_s *msg)

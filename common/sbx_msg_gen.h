@@ -157,6 +157,8 @@ typedef enum {
     SBX_MSG_ACCOUNT_CREATED,     //  account.created
     SBX_MSG_KEY_CREATED,         //  key.created
     SBX_MSG_KEY_REVOKED,         //  key.revoked
+    SBX_MSG_AUTH_KEY,            //  auth.key
+    SBX_MSG_AUTH_KEY_OK,         //  auth.key.ok
     SBX_MSG_AGENT_HELLO,         //  agent.hello
     SBX_MSG_AGENT_PING,          //  agent.ping
     SBX_MSG_AGENT_PING_OK,       //  agent.ping.ok
@@ -233,6 +235,8 @@ typedef struct sbx_key_revoke_ok_s sbx_key_revoke_ok_t;
 typedef struct sbx_account_created_s sbx_account_created_t;
 typedef struct sbx_key_created_s sbx_key_created_t;
 typedef struct sbx_key_revoked_s sbx_key_revoked_t;
+typedef struct sbx_auth_key_s sbx_auth_key_t;
+typedef struct sbx_auth_key_ok_s sbx_auth_key_ok_t;
 typedef struct sbx_agent_proc_s sbx_agent_proc_t;
 typedef struct sbx_agent_hello_s sbx_agent_hello_t;
 typedef struct sbx_agent_ping_s sbx_agent_ping_t;
@@ -473,6 +477,23 @@ struct sbx_key_revoked_s {
     char *key_id;
     //  (required, max 64) Whose.
     char *account_id;
+};
+
+//  message auth.key (accounts.json): gateway -> broker, reply auth.key.ok. Who does this API
+//  key act for? The gateway asks for every credential it has not seen in the last seconds;
+//  unknown, expired and revoked keys are unauthenticated.
+struct sbx_auth_key_s {
+    //  (required, max 128) The secret the client sent (sbx_…).
+    char *key;
+};
+
+//  message auth.key.ok (accounts.json): broker -> gateway. The key is good: the caller to put
+//  on the requests it makes.
+struct sbx_auth_key_ok_s {
+    //  (required) kind api_key, account, key id and preset.
+    sbx_caller_t *caller;
+    //  When the key expires; 0 for never (the gateway caches no longer).
+    uint64_t expires_ms;
 };
 
 //  struct agent_proc (agent.json). A process the agent started, running or finished.
@@ -1203,6 +1224,8 @@ sbx_key_revoke_ok_t *sbx_msg_key_revoke_ok (struct sbx_msg_s *msg);
 sbx_account_created_t *sbx_msg_account_created (struct sbx_msg_s *msg);
 sbx_key_created_t *sbx_msg_key_created (struct sbx_msg_s *msg);
 sbx_key_revoked_t *sbx_msg_key_revoked (struct sbx_msg_s *msg);
+sbx_auth_key_t *sbx_msg_auth_key (struct sbx_msg_s *msg);
+sbx_auth_key_ok_t *sbx_msg_auth_key_ok (struct sbx_msg_s *msg);
 sbx_agent_hello_t *sbx_msg_agent_hello (struct sbx_msg_s *msg);
 sbx_agent_ping_t *sbx_msg_agent_ping (struct sbx_msg_s *msg);
 sbx_agent_ping_ok_t *sbx_msg_agent_ping_ok (struct sbx_msg_s *msg);
