@@ -87,6 +87,13 @@ static sbx_msg_t *s_refuse_preset (const sbx_msg_t *request, s_event_t event, bo
     return NULL;
 }
 
+static void s_count_label (const char *key, const char *value, void *arg)
+{
+    (void) key;
+    (void) value;
+    (*(uint64_t *) arg)++;
+}
+
 static void s_add_label (const char *key, const char *value, void *arg)
 {
     sbx_strmap_set ((sbx_strmap_t *) arg, key, value);
@@ -135,6 +142,12 @@ static sbx_msg_t *s_reply (brk_ctx_t *ctx, uint64_t rid, sbx_msg_type_t type,
     case SBX_MSG_SANDBOX_DELETE_OK:
         slot = &sbx_msg_sandbox_delete_ok (reply)->sandbox;
         break;
+    case SBX_MSG_SANDBOX_EXTEND_OK:
+        slot = &sbx_msg_sandbox_extend_ok (reply)->sandbox;
+        break;
+    case SBX_MSG_SANDBOX_UPDATE_OK:
+        slot = &sbx_msg_sandbox_update_ok (reply)->sandbox;
+        break;
     default:
         assert (false);
     }
@@ -144,9 +157,10 @@ static sbx_msg_t *s_reply (brk_ctx_t *ctx, uint64_t rid, sbx_msg_type_t type,
     return reply;
 }
 
-//  Moves a sandbox to `to` with its event, in one transaction. Updates `record`.
-static int s_move (brk_ctx_t *ctx, brk_sandbox_t *record, sbx_sandbox_state_t to, const char *vmd,
-                   const char *reason)
+//  Moves a sandbox to `to` with its event, in one transaction with a new deadline (when
+//  expires_ms is set) and one more event (when extra is given). Updates `record`.
+static int s_move_ex (brk_ctx_t *ctx, brk_sandbox_t *record, sbx_sandbox_state_t to,
+                      const char *vmd, const char *reason, uint64_t expires_ms, sbx_msg_t **extra_p)
 {
     sbx_sandbox_state_t from = SBX_SANDBOX_STATE__UNSET;
     sbx_sandbox_state_from_name (record->state, &from);
@@ -163,11 +177,17 @@ static int s_move (brk_ctx_t *ctx, brk_sandbox_t *record, sbx_sandbox_state_t to
     sbx_str_set (&body->reason, reason);
     const char *state = sbx_sandbox_state_name (to);
     if (brk_events_begin (ctx->events) ||
+        (extra_p && *extra_p &&
+         brk_events_add (ctx->events, extra_p, record->account_id, record->id)) ||
         brk_store_sandbox_set_state (ctx->store, record->id, state, vmd, reason, now) != 0 ||
+        (expires_ms &&
+         brk_store_sandbox_set_expiry (ctx->store, record->id, expires_ms, record->ttl_s)) ||
         brk_events_add (ctx->events, &event, record->account_id, record->id) ||
         brk_events_commit (ctx->events)) {
         brk_events_rollback (ctx->events);
         sbx_msg_destroy (&event);
+        if (extra_p)
+            sbx_msg_destroy (extra_p);
         sbx_error ("sandbox=%s cannot record %s → %s", record->id, record->state, state);
         return -1;
     }
@@ -182,7 +202,15 @@ static int s_move (brk_ctx_t *ctx, brk_sandbox_t *record, sbx_sandbox_state_t to
     free (record->reason);
     record->reason = reason ? strdup (reason) : NULL;
     record->changed_ms = now;
+    if (expires_ms)
+        record->expires_ms = expires_ms;
     return 0;
+}
+
+static int s_move (brk_ctx_t *ctx, brk_sandbox_t *record, sbx_sandbox_state_t to, const char *vmd,
+                   const char *reason)
+{
+    return s_move_ex (ctx, record, to, vmd, reason, 0, NULL);
 }
 
 //  A request waiting on vmd: who to answer, with what.
@@ -224,7 +252,11 @@ static void s_on_vm_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
         if (!ok)
             snprintf (reason, sizeof reason, "could not %s: %s", op->verb,
                       sbx_msg_error (answer)->message);
-        if (t && s_move (ctx, &record, t->to, NULL, ok ? NULL : reason)) {
+        //  Back to ready after a resume: the TTL runs again from now.
+        uint64_t expires = ok && t && state == SBX_SANDBOX_STATE_RESUMING && record.ttl_s
+                               ? sbx_clock_now_ms () + record.ttl_s * 1000
+                               : 0;
+        if (t && s_move_ex (ctx, &record, t->to, NULL, ok ? NULL : reason, expires, NULL)) {
             reply = sbx_msg_new_error (op->rid, SBX_E_INTERNAL, "cannot record sandbox %s",
                                        op->sandbox_id);
         } else if (ok && t)
@@ -238,7 +270,10 @@ static void s_on_vm_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
                                        record.id, reason);
         brk_sandbox_clear (&record);
     }
-    ctx->send (ctx, op->client, &reply);
+    if (op->client)
+        ctx->send (ctx, op->client, &reply);
+    else //  the broker's own move (a TTL stop): the log says how it went
+        sbx_msg_destroy (&reply);
     s_op_destroy (&op);
 }
 
@@ -254,7 +289,7 @@ static sbx_msg_t *s_ask_vmd (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_t *
         sbx_msg_destroy (&vm);
         return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
     }
-    op->client = zframe_dup (client);
+    op->client = client ? zframe_dup (client) : NULL;
     op->rid = request->rid;
     op->reply_type = reply_type;
     op->sandbox_id = strdup (record->id);
@@ -376,6 +411,7 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
                             .no_network = args->no_network,
                             .created_ms = now,
                             .expires_ms = args->ttl_s ? now + args->ttl_s * 1000 : 0,
+                            .ttl_s = args->ttl_s,
                             .changed_ms = now};
     //  A readable label, unique among live sandboxes: retry the rare collision.
     int rc = 1;
@@ -534,6 +570,145 @@ sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
     }
     brk_sandbox_clear (&record);
     return reply;
+}
+
+//  sbx.updated carries the sandbox's name, labels and deadline as they are now.
+static sbx_msg_t *s_updated_event (brk_ctx_t *ctx, const brk_sandbox_t *record)
+{
+    sbx_msg_t *event = sbx_msg_new (SBX_MSG_SANDBOX_UPDATED);
+    sbx_sandbox_updated_t *body = sbx_msg_sandbox_updated (event);
+    sbx_str_set (&body->sandbox_id, record->id);
+    sbx_str_set (&body->name, record->name);
+    brk_store_sandbox_labels (ctx->store, record->id, s_add_label, &body->labels);
+    body->expires_ms = record->expires_ms;
+    body->ttl_s = record->ttl_s;
+    return event;
+}
+
+//  Ends the open transaction of an extend or update with its event; answers.
+static sbx_msg_t *s_commit_update (brk_ctx_t *ctx, sbx_msg_t *request, brk_sandbox_t *record,
+                                   sbx_msg_type_t reply_type, int rc)
+{
+    if (rc == 0) {
+        //  The event is made inside the transaction so it sees the new labels.
+        sbx_msg_t *event = s_updated_event (ctx, record);
+        rc = brk_events_add (ctx->events, &event, record->account_id, record->id);
+    }
+    if (rc || brk_events_commit (ctx->events)) {
+        brk_events_rollback (ctx->events);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot update sandbox %s",
+                                  record->id);
+    }
+    sbx_info ("rid=%llu sandbox=%s updated", (unsigned long long) request->rid, record->id);
+    return s_reply (ctx, request->rid, reply_type, record);
+}
+
+sbx_msg_t *brk_sandbox_extend (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    sbx_sandbox_extend_t *args = sbx_msg_sandbox_extend (request);
+    brk_sandbox_t record;
+    sbx_msg_t *reply = NULL;
+    if (s_find (ctx, request, args->sandbox_id, &record, &reply))
+        return reply;
+    if (request->caller->preset == SBX_KEY_PRESET_READ_ONLY)
+        reply = sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
+                                   "this key is read-only: it cannot extend sandboxes");
+    else if (args->ttl_s == 0 || args->ttl_s > 10ULL * 365 * 86400)
+        reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                   "ttl_s is 1 second to ten years from now");
+    else {
+        record.ttl_s = args->ttl_s;
+        record.expires_ms = sbx_clock_now_ms () + args->ttl_s * 1000;
+        int rc = brk_events_begin (ctx->events) ||
+                         brk_store_sandbox_set_expiry (ctx->store, record.id, record.expires_ms,
+                                                       record.ttl_s)
+                     ? -1
+                     : 0;
+        reply = s_commit_update (ctx, request, &record, SBX_MSG_SANDBOX_EXTEND_OK, rc);
+    }
+    brk_sandbox_clear (&record);
+    return reply;
+}
+
+sbx_msg_t *brk_sandbox_update (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    sbx_sandbox_update_t *args = sbx_msg_sandbox_update (request);
+    brk_sandbox_t record;
+    sbx_msg_t *reply = NULL;
+    if (s_find (ctx, request, args->sandbox_id, &record, &reply))
+        return reply;
+    if (request->caller->preset == SBX_KEY_PRESET_READ_ONLY)
+        reply = sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
+                                   "this key is read-only: it cannot change sandboxes");
+    for (const char *p = args->name; !reply && p && *p; p++)
+        if ((unsigned char) *p < 0x20 || *p == 0x7f)
+            reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                       "name must not contain control characters");
+    if (!reply && args->name && !*args->name)
+        reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "name is empty");
+    for (size_t i = 0; !reply && i < args->labels.count; i++)
+        if (!*args->labels.keys[i] || strlen (args->labels.keys[i]) > 64 ||
+            strlen (args->labels.values[i]) > 256)
+            reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                       "label keys are 1-64 characters, values at most 256");
+    if (!reply) {
+        int rc = brk_events_begin (ctx->events) ? -1 : 0;
+        if (rc == 0 && args->name) {
+            rc = brk_store_sandbox_set_name (ctx->store, record.id, args->name);
+            free (record.name);
+            record.name = strdup (args->name);
+        }
+        for (size_t i = 0; rc == 0 && i < args->remove_labels.count; i++)
+            rc = brk_store_sandbox_label_set (ctx->store, record.id, args->remove_labels.items[i],
+                                              NULL);
+        for (size_t i = 0; rc == 0 && i < args->labels.count; i++)
+            rc = brk_store_sandbox_label_set (ctx->store, record.id, args->labels.keys[i],
+                                              args->labels.values[i]);
+        uint64_t count = 0;
+        if (rc == 0 &&
+            brk_store_sandbox_labels (ctx->store, record.id, s_count_label, &count) > S_MAX_LABELS)
+            rc = 1;
+        if (rc == 1) {
+            brk_events_rollback (ctx->events);
+            reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "at most %d labels",
+                                       S_MAX_LABELS);
+        } else
+            reply = s_commit_update (ctx, request, &record, SBX_MSG_SANDBOX_UPDATE_OK, rc);
+    }
+    brk_sandbox_clear (&record);
+    return reply;
+}
+
+//  A ready sandbox past its deadline: stop it (memory kept), logging ttl.expired with
+//  the deadline and the time the stop began, in the transaction that moves it.
+static void s_expire (const brk_sandbox_t *found, void *arg)
+{
+    brk_ctx_t *ctx = arg;
+    brk_sandbox_t record;
+    if (brk_store_sandbox_find (ctx->store, found->id, &record) != 0)
+        return;
+    sbx_msg_t none = {.type = SBX_MSG_SANDBOX_STOP, .timeout_ms = 0};
+    sbx_msg_t *refused =
+        s_ask_vmd (ctx, NULL, &none, &record, SBX_MSG_VM_STOP, SBX_MSG_SANDBOX_STOP_OK, "stop");
+    if (refused) //  its vmd is away: try again at the next tick, quietly
+        sbx_debug ("sandbox=%s TTL passed but its vmd is not connected", record.id);
+    else {
+        uint64_t now = sbx_clock_now_ms ();
+        sbx_msg_t *expired = sbx_msg_new (SBX_MSG_TTL_EXPIRED);
+        sbx_str_set (&sbx_msg_ttl_expired (expired)->sandbox_id, record.id);
+        sbx_msg_ttl_expired (expired)->deadline_ms = record.expires_ms;
+        sbx_msg_ttl_expired (expired)->actual_ms = now;
+        sbx_info ("sandbox=%s TTL expired (%llu ms after its deadline): stopping", record.id,
+                  (unsigned long long) (now - record.expires_ms));
+        s_move_ex (ctx, &record, SBX_SANDBOX_STATE_STOPPING, NULL, "TTL expired", 0, &expired);
+    }
+    sbx_msg_destroy (&refused);
+    brk_sandbox_clear (&record);
+}
+
+void brk_sandbox_tick (brk_ctx_t *ctx)
+{
+    brk_store_sandbox_expired (ctx->store, sbx_clock_now_ms (), 100, s_expire, ctx);
 }
 
 //  The agent requests users may send, and whether a read-only key may.
@@ -966,6 +1141,75 @@ void brk_sandbox_test (bool verbose)
     assert (s_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
 
+    //  Extend and update: a new deadline, a new name, labels set and removed, each an event.
+    sbx_msg_t *extend = sbx_msg_new (SBX_MSG_SANDBOX_EXTEND);
+    extend->caller = ALICE;
+    sbx_str_set (&sbx_msg_sandbox_extend (extend)->sandbox_id, one);
+    sbx_msg_sandbox_extend (extend)->ttl_s = 7200;
+    reply = brk_testkit_call (client, extend, ++s_rid);
+    assert (reply->type == SBX_MSG_SANDBOX_EXTEND_OK);
+    uint64_t expires = sbx_msg_sandbox_extend_ok (reply)->sandbox->expires_ms;
+    assert (expires > sbx_clock_now_ms () + 7100 * 1000 &&
+            expires <= sbx_clock_now_ms () + 7200 * 1000);
+    sbx_msg_destroy (&reply);
+    sbx_msg_t *update = sbx_msg_new (SBX_MSG_SANDBOX_UPDATE);
+    update->caller = ALICE;
+    sbx_str_set (&sbx_msg_sandbox_update (update)->sandbox_id, one);
+    sbx_str_set (&sbx_msg_sandbox_update (update)->name, "renamed");
+    sbx_strmap_set (&sbx_msg_sandbox_update (update)->labels, "env", "prod");
+    sbx_strlist_append (&sbx_msg_sandbox_update (update)->remove_labels, "team");
+    reply = brk_testkit_call (client, update, ++s_rid);
+    assert (reply->type == SBX_MSG_SANDBOX_UPDATE_OK);
+    info = sbx_msg_sandbox_update_ok (reply)->sandbox;
+    assert (streq (info->name, "renamed") && info->labels.count == 1);
+    assert (streq (sbx_strmap_get (&info->labels, "env"), "prod"));
+    sbx_msg_destroy (&reply);
+    update = sbx_msg_new (SBX_MSG_SANDBOX_UPDATE);
+    update->caller = brk_testkit_caller (alice, "key_ro", SBX_KEY_PRESET_READ_ONLY);
+    sbx_str_set (&sbx_msg_sandbox_update (update)->sandbox_id, one);
+    sbx_str_set (&sbx_msg_sandbox_update (update)->name, "nope");
+    reply = brk_testkit_call (client, update, ++s_rid);
+    assert (s_code (reply) == SBX_E_PERMISSION_DENIED);
+    sbx_msg_destroy (&reply);
+
+    //  A TTL of one second: the broker stops it within a second of the deadline, logs
+    //  ttl.expired with both times, and a resume gives it its TTL again.
+    sbx_msg_t *brief = sbx_msg_new (SBX_MSG_SANDBOX_CREATE);
+    brief->caller = ALICE;
+    sbx_msg_sandbox_create (brief)->ttl_s = 1;
+    reply = brk_testkit_call (client, brief, ++s_rid);
+    assert (reply->type == SBX_MSG_SANDBOX_CREATE_OK);
+    char *three = strdup (s_sandbox (reply)->id);
+    uint64_t deadline = s_sandbox (reply)->expires_ms;
+    sbx_msg_destroy (&reply);
+    sbx_sandbox_state_t now_state = SBX_SANDBOX_STATE_READY;
+    for (int tries = 0; tries < 200 && now_state != SBX_SANDBOX_STATE_STOPPED; tries++) {
+        zclock_sleep (20);
+        reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, three, ALICE);
+        now_state = s_sandbox (reply)->state;
+        sbx_msg_destroy (&reply);
+    }
+    assert (now_state == SBX_SANDBOX_STATE_STOPPED);
+    sbx_msg_t *ask_ttl = sbx_msg_new (SBX_MSG_EVENTS_REPLAY);
+    sbx_str_set (&sbx_msg_events_replay (ask_ttl)->prefix, "ttl.");
+    reply = brk_testkit_call (client, ask_ttl, ++s_rid);
+    assert (sbx_msg_events_replay_ok (reply)->events.count == 1);
+    sbx_event_t *ttl_event = &sbx_msg_events_replay_ok (reply)->events.items[0];
+    sbx_msg_t *expired = sbx_msg_decode (ttl_event->payload.data, ttl_event->payload.size, &err);
+    assert (expired && streq (sbx_msg_ttl_expired (expired)->sandbox_id, three));
+    assert (sbx_msg_ttl_expired (expired)->deadline_ms == deadline);
+    assert (sbx_msg_ttl_expired (expired)->actual_ms >= deadline);
+    assert (sbx_msg_ttl_expired (expired)->actual_ms - deadline < 1000);
+    sbx_msg_destroy (&expired);
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_RESUME, three, ALICE);
+    assert (s_sandbox (reply)->state == SBX_SANDBOX_STATE_READY);
+    assert (s_sandbox (reply)->expires_ms > sbx_clock_now_ms ());
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_DELETE, three, ALICE);
+    sbx_msg_destroy (&reply);
+    free (three);
+
     //  The guest dies on its own: vmd says so, the sandbox goes to error with the reason.
     sbx_msg_t *failed = sbx_msg_new (SBX_MSG_VM_FAILED);
     sbx_str_set (&sbx_msg_vm_failed (failed)->sandbox_id, one);
@@ -988,16 +1232,15 @@ void brk_sandbox_test (bool verbose)
     sbx_str_set (&sbx_msg_events_replay (request)->prefix, "sandbox.");
     reply = brk_testkit_call (client, request, ++s_rid);
     sbx_events_replay_ok_t *log = sbx_msg_events_replay_ok (reply);
-    sbx_sandbox_state_t story[] = {SBX_SANDBOX_STATE_CREATING, SBX_SANDBOX_STATE_READY,
-                                   SBX_SANDBOX_STATE_STOPPING, SBX_SANDBOX_STATE_STOPPED,
-                                   SBX_SANDBOX_STATE_RESUMING, SBX_SANDBOX_STATE_READY,
-                                   SBX_SANDBOX_STATE_STOPPING, SBX_SANDBOX_STATE_STOPPED,
-                                   SBX_SANDBOX_STATE_RESUMING, SBX_SANDBOX_STATE_READY,
-                                   SBX_SANDBOX_STATE_ERROR};
+    sbx_sandbox_state_t story[] = {
+        SBX_SANDBOX_STATE_CREATING, SBX_SANDBOX_STATE_READY,    SBX_SANDBOX_STATE_STOPPING,
+        SBX_SANDBOX_STATE_STOPPED,  SBX_SANDBOX_STATE_RESUMING, SBX_SANDBOX_STATE_READY,
+        SBX_SANDBOX_STATE_STOPPING, SBX_SANDBOX_STATE_STOPPED,  SBX_SANDBOX_STATE_RESUMING,
+        SBX_SANDBOX_STATE_READY,    SBX_SANDBOX_STATE_ERROR};
     size_t seen = 0;
     for (size_t i = 0; i < log->events.count; i++) {
         sbx_event_t *event = &log->events.items[i];
-        if (!streq (event->subject, one))
+        if (!streq (event->subject, one) || !streq (event->type, "sandbox.changed"))
             continue;
         sbx_err_t err;
         sbx_msg_t *changed = sbx_msg_decode (event->payload.data, event->payload.size, &err);

@@ -26,6 +26,14 @@ sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request);
 //  sandbox.stop, sandbox.resume, sandbox.delete: the reply, or NULL when it waits on vmd.
 sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
 
+//  sandbox.extend (a new TTL from now) and sandbox.update (name, labels): at once.
+sbx_msg_t *brk_sandbox_extend (brk_ctx_t *ctx, sbx_msg_t *request);
+sbx_msg_t *brk_sandbox_update (brk_ctx_t *ctx, sbx_msg_t *request);
+
+//  Stops every ready sandbox whose TTL deadline has passed (ttl.expired events). The
+//  broker calls it four times a second.
+void brk_sandbox_tick (brk_ctx_t *ctx);
+
 //  sandbox.agent: an agent request for a ready sandbox, relayed to its vmd; answered
 //  when the agent has answered (returns NULL), or refused at once.
 sbx_msg_t *brk_sandbox_agent (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);

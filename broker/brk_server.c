@@ -568,6 +568,12 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     case SBX_MSG_SANDBOX_DELETE:
         reply = brk_sandbox_change (&self->ctx, address, msg);
         break;
+    case SBX_MSG_SANDBOX_EXTEND:
+        reply = brk_sandbox_extend (&self->ctx, msg);
+        break;
+    case SBX_MSG_SANDBOX_UPDATE:
+        reply = brk_sandbox_update (&self->ctx, msg);
+        break;
     case SBX_MSG_SANDBOX_AGENT:
         reply = brk_sandbox_agent (&self->ctx, address, msg);
         break;
@@ -659,6 +665,16 @@ static int s_on_deadlines (zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
+//  TTL deadlines: four times a second, so a sandbox stops within a second of its time.
+static int s_on_ttl (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_server_t *self = arg;
+    brk_sandbox_tick (&self->ctx);
+    return 0;
+}
+
 static int s_on_pipe (zloop_t *loop, zsock_t *pipe, void *arg)
 {
     (void) loop;
@@ -685,6 +701,7 @@ void brk_server_actor (zsock_t *pipe, void *args)
     zloop_reader (self->loop, pipe, s_on_pipe, self);
     zloop_timer (self->loop, self->heartbeat_ms, 0, s_on_heartbeat, self);
     zloop_timer (self->loop, 100, 0, s_on_deadlines, self);
+    zloop_timer (self->loop, 250, 0, s_on_ttl, self);
     sbx_info ("broker %s ready: %llu events in the log", self->instance,
               (unsigned long long) brk_store_last_seq (self->store));
     zstr_send (pipe, "READY");

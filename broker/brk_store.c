@@ -71,6 +71,7 @@ static const char *s_migrations[] = {
     "  no_network INTEGER NOT NULL DEFAULT 0,"
     "  created_ms INTEGER NOT NULL,"
     "  expires_ms INTEGER NOT NULL DEFAULT 0,"
+    "  ttl_s INTEGER NOT NULL DEFAULT 0,"
     "  changed_ms INTEGER NOT NULL,"
     "  reason TEXT,"
     "  key_id TEXT);" //  the key that created it (the ci preset acts on those only)
@@ -115,6 +116,9 @@ typedef enum {
     ST_SANDBOX_LIST_ALL,
     ST_SANDBOX_STATE,
     ST_SANDBOX_ACTIVE,
+    ST_SANDBOX_EXPIRED,
+    ST_SANDBOX_EXPIRY,
+    ST_SANDBOX_NAME,
     ST_LABEL_SET,
     ST_LABEL_DELETE,
     ST_LABEL_LIST,
@@ -127,7 +131,7 @@ typedef enum {
 
 #define SANDBOX_COLUMNS                                                                            \
     "id, account_id, name, label, state, type, vmd, no_network, created_ms, expires_ms, "          \
-    "changed_ms, reason, key_id"
+    "changed_ms, reason, key_id, ttl_s"
 
 static const char *s_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -163,7 +167,7 @@ static const char *s_sql[ST_COUNT] = {
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     [ST_META_DELETE] = "DELETE FROM meta WHERE key = ?1",
     [ST_SANDBOX_INSERT] = "INSERT INTO sandboxes (" SANDBOX_COLUMNS ") "
-                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     [ST_SANDBOX_FIND] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE id = ?1",
     [ST_SANDBOX_LIST] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes "
                         "WHERE account_id = ?1 AND state != 'deleted' "
@@ -175,6 +179,11 @@ static const char *s_sql[ST_COUNT] = {
     //  What occupies a vmd: guests that run or are on their way in or out.
     [ST_SANDBOX_ACTIVE] = "SELECT count(*) FROM sandboxes WHERE vmd = ?1 AND state IN "
                           "('creating', 'ready', 'stopping', 'resuming', 'deleting')",
+    //  Oldest deadline first: the one most overdue is stopped first.
+    [ST_SANDBOX_EXPIRED] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE state = 'ready' "
+                           "AND expires_ms > 0 AND expires_ms <= ?1 ORDER BY expires_ms LIMIT ?2",
+    [ST_SANDBOX_EXPIRY] = "UPDATE sandboxes SET expires_ms = ?2, ttl_s = ?3 WHERE id = ?1",
+    [ST_SANDBOX_NAME] = "UPDATE sandboxes SET name = ?2 WHERE id = ?1",
     [ST_LABEL_SET] = "INSERT INTO sandbox_labels (sandbox_id, key, value) VALUES (?1, ?2, ?3) "
                      "ON CONFLICT (sandbox_id, key) DO UPDATE SET value = excluded.value",
     [ST_LABEL_DELETE] = "DELETE FROM sandbox_labels WHERE sandbox_id = ?1 AND key = ?2",
@@ -895,6 +904,7 @@ int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox)
     sqlite3_bind_int64 (stmt, 11, (sqlite3_int64) sandbox->changed_ms);
     s_bind_text (stmt, 12, sandbox->reason);
     s_bind_text (stmt, 13, sandbox->key_id);
+    sqlite3_bind_int64 (stmt, 14, (sqlite3_int64) sandbox->ttl_s);
     int rc = s_run (self, ST_SANDBOX_INSERT, "sandbox insert");
     //  The label's unique index is the only UNIQUE constraint (the id is the key).
     if (rc == SQLITE_CONSTRAINT_UNIQUE)
@@ -918,6 +928,7 @@ static int s_sandbox_from_row (sqlite3_stmt *stmt, brk_sandbox_t *out)
     out->changed_ms = s_column_u64 (stmt, 10);
     out->reason = s_column_dup (stmt, 11, &failed);
     out->key_id = s_column_dup (stmt, 12, &failed);
+    out->ttl_s = s_column_u64 (stmt, 13);
     if (failed)
         brk_sandbox_clear (out);
     return failed ? -1 : 0;
@@ -1002,6 +1013,58 @@ int brk_store_sandbox_active (brk_store_t *self, const char *vmd, uint64_t *coun
         s_log_db_error (self, "sandbox active");
     s_reset (stmt);
     return result;
+}
+
+int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,
+                               brk_store_sandbox_fn *fn, void *arg)
+{
+    if (!self || !fn || !s_fits (now_ms))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_EXPIRED];
+    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) now_ms);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) (limit ? limit : 100));
+    //  Collect first: the callback changes these rows, and SQLite must not be stepping
+    //  over them meanwhile.
+    brk_sandbox_t found[100];
+    int count = 0;
+    int rc;
+    while (count < 100 && (rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+        memset (&found[count], 0, sizeof found[count]);
+        if (s_sandbox_from_row (stmt, &found[count]) == 0)
+            count++;
+    }
+    s_reset (stmt);
+    for (int i = 0; i < count; i++) {
+        fn (&found[i], arg);
+        brk_sandbox_clear (&found[i]);
+    }
+    return count;
+}
+
+int brk_store_sandbox_set_expiry (brk_store_t *self, const char *id, uint64_t expires_ms,
+                                  uint64_t ttl_s)
+{
+    if (!self || !id || !s_fits (expires_ms) || !s_fits (ttl_s))
+        return -1;
+    if (!s_require_transaction (self, "sandbox expiry"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_EXPIRY];
+    s_bind_text (stmt, 1, id);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) expires_ms);
+    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) ttl_s);
+    return s_run (self, ST_SANDBOX_EXPIRY, "sandbox expiry") == SQLITE_DONE ? 0 : -1;
+}
+
+int brk_store_sandbox_set_name (brk_store_t *self, const char *id, const char *name)
+{
+    if (!self || !id)
+        return -1;
+    if (!s_require_transaction (self, "sandbox name"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_NAME];
+    s_bind_text (stmt, 1, id);
+    s_bind_text (stmt, 2, name);
+    return s_run (self, ST_SANDBOX_NAME, "sandbox name") == SQLITE_DONE ? 0 : -1;
 }
 
 int brk_store_sandbox_label_set (brk_store_t *self, const char *id, const char *key,

@@ -97,6 +97,7 @@ typedef struct {
     uint64_t created_ms;
     uint64_t expires_ms; //  0: never
     uint64_t changed_ms; //  when it entered its state
+    uint64_t ttl_s;      //  its TTL, given again at every resume; 0: none
 } brk_sandbox_t;
 
 typedef void (brk_store_sandbox_fn) (const brk_sandbox_t *sandbox, void *arg);
@@ -218,6 +219,14 @@ int brk_store_sandbox_set_state (brk_store_t *self, const char *id, const char *
                                  const char *vmd, const char *reason, uint64_t changed_ms);
 //  How many sandboxes occupy a vmd (creating, ready, stopping, resuming, deleting).
 int brk_store_sandbox_active (brk_store_t *self, const char *vmd, uint64_t *count);
+//  Ready sandboxes whose deadline is at or before now_ms, most overdue first (at most
+//  `limit`, and 100). Returns how many, or -1.
+int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,
+                               brk_store_sandbox_fn *fn, void *arg);
+//  Sets the deadline and TTL; renames (in a transaction).
+int brk_store_sandbox_set_expiry (brk_store_t *self, const char *id, uint64_t expires_ms,
+                                  uint64_t ttl_s);
+int brk_store_sandbox_set_name (brk_store_t *self, const char *id, const char *name);
 //  Sets a label (value NULL removes it), in a transaction; lists them by key.
 int brk_store_sandbox_label_set (brk_store_t *self, const char *id, const char *key,
                                  const char *value);

@@ -270,6 +270,8 @@ static const sbx_meta_struct_t s_meta_sandbox_resume_ok;
 static const sbx_meta_struct_t s_meta_sandbox_delete;
 static const sbx_meta_struct_t s_meta_sandbox_delete_ok;
 static const sbx_meta_struct_t s_meta_sandbox_changed;
+static const sbx_meta_struct_t s_meta_sandbox_updated;
+static const sbx_meta_struct_t s_meta_ttl_expired;
 static const sbx_meta_struct_t s_meta_vm_create;
 static const sbx_meta_struct_t s_meta_vm_create_ok;
 static const sbx_meta_struct_t s_meta_vm_stop;
@@ -278,6 +280,10 @@ static const sbx_meta_struct_t s_meta_vm_resume;
 static const sbx_meta_struct_t s_meta_vm_resume_ok;
 static const sbx_meta_struct_t s_meta_vm_delete;
 static const sbx_meta_struct_t s_meta_vm_delete_ok;
+static const sbx_meta_struct_t s_meta_sandbox_extend;
+static const sbx_meta_struct_t s_meta_sandbox_extend_ok;
+static const sbx_meta_struct_t s_meta_sandbox_update;
+static const sbx_meta_struct_t s_meta_sandbox_update_ok;
 static const sbx_meta_struct_t s_meta_sandbox_agent;
 static const sbx_meta_struct_t s_meta_sandbox_agent_ok;
 static const sbx_meta_struct_t s_meta_vm_agent;
@@ -751,6 +757,22 @@ static const sbx_meta_field_t s_fields_sandbox_changed[] = {
 };
 static const sbx_meta_struct_t s_meta_sandbox_changed = {"sandbox.changed", sizeof (sbx_sandbox_changed_t), s_fields_sandbox_changed, 6};
 
+static const sbx_meta_field_t s_fields_sandbox_updated[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_updated_t, sandbox_id), true, 64, NULL, NULL},
+    {"name", SBX_META_STRING, offsetof (sbx_sandbox_updated_t, name), false, 128, NULL, NULL},
+    {"labels", SBX_META_STRMAP, offsetof (sbx_sandbox_updated_t, labels), false, 64, NULL, NULL},
+    {"expires_ms", SBX_META_UINT, offsetof (sbx_sandbox_updated_t, expires_ms), false, 0, NULL, NULL},
+    {"ttl_s", SBX_META_UINT, offsetof (sbx_sandbox_updated_t, ttl_s), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_updated = {"sandbox.updated", sizeof (sbx_sandbox_updated_t), s_fields_sandbox_updated, 5};
+
+static const sbx_meta_field_t s_fields_ttl_expired[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_ttl_expired_t, sandbox_id), true, 64, NULL, NULL},
+    {"deadline_ms", SBX_META_UINT, offsetof (sbx_ttl_expired_t, deadline_ms), true, 0, NULL, NULL},
+    {"actual_ms", SBX_META_UINT, offsetof (sbx_ttl_expired_t, actual_ms), true, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_ttl_expired = {"ttl.expired", sizeof (sbx_ttl_expired_t), s_fields_ttl_expired, 3};
+
 static const sbx_meta_field_t s_fields_vm_create[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_create_t, sandbox_id), true, 64, NULL, NULL},
     {"hostname", SBX_META_STRING, offsetof (sbx_vm_create_t, hostname), true, 64, NULL, NULL},
@@ -793,6 +815,30 @@ static const sbx_meta_field_t s_fields_vm_delete_ok[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_delete_ok_t, sandbox_id), true, 64, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_vm_delete_ok = {"vm.delete.ok", sizeof (sbx_vm_delete_ok_t), s_fields_vm_delete_ok, 1};
+
+static const sbx_meta_field_t s_fields_sandbox_extend[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_extend_t, sandbox_id), true, 64, NULL, NULL},
+    {"ttl_s", SBX_META_UINT, offsetof (sbx_sandbox_extend_t, ttl_s), true, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_extend = {"sandbox.extend", sizeof (sbx_sandbox_extend_t), s_fields_sandbox_extend, 2};
+
+static const sbx_meta_field_t s_fields_sandbox_extend_ok[] = {
+    {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_extend_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
+};
+static const sbx_meta_struct_t s_meta_sandbox_extend_ok = {"sandbox.extend.ok", sizeof (sbx_sandbox_extend_ok_t), s_fields_sandbox_extend_ok, 1};
+
+static const sbx_meta_field_t s_fields_sandbox_update[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_update_t, sandbox_id), true, 64, NULL, NULL},
+    {"name", SBX_META_STRING, offsetof (sbx_sandbox_update_t, name), false, 128, NULL, NULL},
+    {"labels", SBX_META_STRMAP, offsetof (sbx_sandbox_update_t, labels), false, 64, NULL, NULL},
+    {"remove_labels", SBX_META_STRLIST, offsetof (sbx_sandbox_update_t, remove_labels), false, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_update = {"sandbox.update", sizeof (sbx_sandbox_update_t), s_fields_sandbox_update, 4};
+
+static const sbx_meta_field_t s_fields_sandbox_update_ok[] = {
+    {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_update_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
+};
+static const sbx_meta_struct_t s_meta_sandbox_update_ok = {"sandbox.update.ok", sizeof (sbx_sandbox_update_ok_t), s_fields_sandbox_update_ok, 1};
 
 static const sbx_meta_field_t s_fields_sandbox_agent[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_agent_t, sandbox_id), true, 64, NULL, NULL},
@@ -948,6 +994,10 @@ static const char *const s_from_sandbox_delete_ok[] = {"broker"};
 static const char *const s_to_sandbox_delete_ok[] = {"gateway", "cli"};
 static const char *const s_from_sandbox_changed[] = {"broker"};
 static const char *const s_to_sandbox_changed[] = {"tap"};
+static const char *const s_from_sandbox_updated[] = {"broker"};
+static const char *const s_to_sandbox_updated[] = {"tap"};
+static const char *const s_from_ttl_expired[] = {"broker"};
+static const char *const s_to_ttl_expired[] = {"tap"};
 static const char *const s_from_vm_create[] = {"broker"};
 static const char *const s_to_vm_create[] = {"vmd"};
 static const char *const s_from_vm_create_ok[] = {"vmd"};
@@ -964,6 +1014,14 @@ static const char *const s_from_vm_delete[] = {"broker"};
 static const char *const s_to_vm_delete[] = {"vmd"};
 static const char *const s_from_vm_delete_ok[] = {"vmd"};
 static const char *const s_to_vm_delete_ok[] = {"broker"};
+static const char *const s_from_sandbox_extend[] = {"gateway", "cli"};
+static const char *const s_to_sandbox_extend[] = {"broker"};
+static const char *const s_from_sandbox_extend_ok[] = {"broker"};
+static const char *const s_to_sandbox_extend_ok[] = {"gateway", "cli"};
+static const char *const s_from_sandbox_update[] = {"gateway", "cli"};
+static const char *const s_to_sandbox_update[] = {"broker"};
+static const char *const s_from_sandbox_update_ok[] = {"broker"};
+static const char *const s_to_sandbox_update_ok[] = {"gateway", "cli"};
 static const char *const s_from_sandbox_agent[] = {"gateway", "cli"};
 static const char *const s_to_sandbox_agent[] = {"broker"};
 static const char *const s_from_sandbox_agent_ok[] = {"broker"};
@@ -1039,6 +1097,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"sandbox.delete", &s_meta_sandbox_delete, s_from_sandbox_delete, 2, s_to_sandbox_delete, 1, SBX_MSG_SANDBOX_DELETE_OK, false},
     {"sandbox.delete.ok", &s_meta_sandbox_delete_ok, s_from_sandbox_delete_ok, 1, s_to_sandbox_delete_ok, 2, SBX_MSG__UNKNOWN, false},
     {"sandbox.changed", &s_meta_sandbox_changed, s_from_sandbox_changed, 1, s_to_sandbox_changed, 1, SBX_MSG__UNKNOWN, true},
+    {"sandbox.updated", &s_meta_sandbox_updated, s_from_sandbox_updated, 1, s_to_sandbox_updated, 1, SBX_MSG__UNKNOWN, true},
+    {"ttl.expired", &s_meta_ttl_expired, s_from_ttl_expired, 1, s_to_ttl_expired, 1, SBX_MSG__UNKNOWN, true},
     {"vm.create", &s_meta_vm_create, s_from_vm_create, 1, s_to_vm_create, 1, SBX_MSG_VM_CREATE_OK, false},
     {"vm.create.ok", &s_meta_vm_create_ok, s_from_vm_create_ok, 1, s_to_vm_create_ok, 1, SBX_MSG__UNKNOWN, false},
     {"vm.stop", &s_meta_vm_stop, s_from_vm_stop, 1, s_to_vm_stop, 1, SBX_MSG_VM_STOP_OK, false},
@@ -1047,6 +1107,10 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"vm.resume.ok", &s_meta_vm_resume_ok, s_from_vm_resume_ok, 1, s_to_vm_resume_ok, 1, SBX_MSG__UNKNOWN, false},
     {"vm.delete", &s_meta_vm_delete, s_from_vm_delete, 1, s_to_vm_delete, 1, SBX_MSG_VM_DELETE_OK, false},
     {"vm.delete.ok", &s_meta_vm_delete_ok, s_from_vm_delete_ok, 1, s_to_vm_delete_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"sandbox.extend", &s_meta_sandbox_extend, s_from_sandbox_extend, 2, s_to_sandbox_extend, 1, SBX_MSG_SANDBOX_EXTEND_OK, false},
+    {"sandbox.extend.ok", &s_meta_sandbox_extend_ok, s_from_sandbox_extend_ok, 1, s_to_sandbox_extend_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"sandbox.update", &s_meta_sandbox_update, s_from_sandbox_update, 2, s_to_sandbox_update, 1, SBX_MSG_SANDBOX_UPDATE_OK, false},
+    {"sandbox.update.ok", &s_meta_sandbox_update_ok, s_from_sandbox_update_ok, 1, s_to_sandbox_update_ok, 2, SBX_MSG__UNKNOWN, false},
     {"sandbox.agent", &s_meta_sandbox_agent, s_from_sandbox_agent, 2, s_to_sandbox_agent, 1, SBX_MSG_SANDBOX_AGENT_OK, false},
     {"sandbox.agent.ok", &s_meta_sandbox_agent_ok, s_from_sandbox_agent_ok, 1, s_to_sandbox_agent_ok, 2, SBX_MSG__UNKNOWN, false},
     {"vm.agent", &s_meta_vm_agent, s_from_vm_agent, 1, s_to_vm_agent, 1, SBX_MSG_VM_AGENT_OK, false},
@@ -1348,6 +1412,16 @@ sbx_sandbox_changed_t *sbx_msg_sandbox_changed (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_SANDBOX_CHANGED ? (sbx_sandbox_changed_t *) msg->body : NULL;
 }
 
+sbx_sandbox_updated_t *sbx_msg_sandbox_updated (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_UPDATED ? (sbx_sandbox_updated_t *) msg->body : NULL;
+}
+
+sbx_ttl_expired_t *sbx_msg_ttl_expired (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_TTL_EXPIRED ? (sbx_ttl_expired_t *) msg->body : NULL;
+}
+
 sbx_vm_create_t *sbx_msg_vm_create (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_VM_CREATE ? (sbx_vm_create_t *) msg->body : NULL;
@@ -1386,6 +1460,26 @@ sbx_vm_delete_t *sbx_msg_vm_delete (struct sbx_msg_s *msg)
 sbx_vm_delete_ok_t *sbx_msg_vm_delete_ok (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_VM_DELETE_OK ? (sbx_vm_delete_ok_t *) msg->body : NULL;
+}
+
+sbx_sandbox_extend_t *sbx_msg_sandbox_extend (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_EXTEND ? (sbx_sandbox_extend_t *) msg->body : NULL;
+}
+
+sbx_sandbox_extend_ok_t *sbx_msg_sandbox_extend_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_EXTEND_OK ? (sbx_sandbox_extend_ok_t *) msg->body : NULL;
+}
+
+sbx_sandbox_update_t *sbx_msg_sandbox_update (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_UPDATE ? (sbx_sandbox_update_t *) msg->body : NULL;
+}
+
+sbx_sandbox_update_ok_t *sbx_msg_sandbox_update_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_UPDATE_OK ? (sbx_sandbox_update_ok_t *) msg->body : NULL;
 }
 
 sbx_sandbox_agent_t *sbx_msg_sandbox_agent (struct sbx_msg_s *msg)

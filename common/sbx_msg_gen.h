@@ -204,6 +204,8 @@ typedef enum {
     SBX_MSG_SANDBOX_DELETE,      //  sandbox.delete
     SBX_MSG_SANDBOX_DELETE_OK,   //  sandbox.delete.ok
     SBX_MSG_SANDBOX_CHANGED,     //  sandbox.changed
+    SBX_MSG_SANDBOX_UPDATED,     //  sandbox.updated
+    SBX_MSG_TTL_EXPIRED,         //  ttl.expired
     SBX_MSG_VM_CREATE,           //  vm.create
     SBX_MSG_VM_CREATE_OK,        //  vm.create.ok
     SBX_MSG_VM_STOP,             //  vm.stop
@@ -212,6 +214,10 @@ typedef enum {
     SBX_MSG_VM_RESUME_OK,        //  vm.resume.ok
     SBX_MSG_VM_DELETE,           //  vm.delete
     SBX_MSG_VM_DELETE_OK,        //  vm.delete.ok
+    SBX_MSG_SANDBOX_EXTEND,      //  sandbox.extend
+    SBX_MSG_SANDBOX_EXTEND_OK,   //  sandbox.extend.ok
+    SBX_MSG_SANDBOX_UPDATE,      //  sandbox.update
+    SBX_MSG_SANDBOX_UPDATE_OK,   //  sandbox.update.ok
     SBX_MSG_SANDBOX_AGENT,       //  sandbox.agent
     SBX_MSG_SANDBOX_AGENT_OK,    //  sandbox.agent.ok
     SBX_MSG_VM_AGENT,            //  vm.agent
@@ -287,6 +293,8 @@ typedef struct sbx_sandbox_resume_ok_s sbx_sandbox_resume_ok_t;
 typedef struct sbx_sandbox_delete_s sbx_sandbox_delete_t;
 typedef struct sbx_sandbox_delete_ok_s sbx_sandbox_delete_ok_t;
 typedef struct sbx_sandbox_changed_s sbx_sandbox_changed_t;
+typedef struct sbx_sandbox_updated_s sbx_sandbox_updated_t;
+typedef struct sbx_ttl_expired_s sbx_ttl_expired_t;
 typedef struct sbx_vm_create_s sbx_vm_create_t;
 typedef struct sbx_vm_create_ok_s sbx_vm_create_ok_t;
 typedef struct sbx_vm_stop_s sbx_vm_stop_t;
@@ -295,6 +303,10 @@ typedef struct sbx_vm_resume_s sbx_vm_resume_t;
 typedef struct sbx_vm_resume_ok_s sbx_vm_resume_ok_t;
 typedef struct sbx_vm_delete_s sbx_vm_delete_t;
 typedef struct sbx_vm_delete_ok_s sbx_vm_delete_ok_t;
+typedef struct sbx_sandbox_extend_s sbx_sandbox_extend_t;
+typedef struct sbx_sandbox_extend_ok_s sbx_sandbox_extend_ok_t;
+typedef struct sbx_sandbox_update_s sbx_sandbox_update_t;
+typedef struct sbx_sandbox_update_ok_s sbx_sandbox_update_ok_t;
 typedef struct sbx_sandbox_agent_s sbx_sandbox_agent_t;
 typedef struct sbx_sandbox_agent_ok_s sbx_sandbox_agent_ok_t;
 typedef struct sbx_vm_agent_s sbx_vm_agent_t;
@@ -1100,6 +1112,32 @@ struct sbx_sandbox_changed_s {
     char *reason;
 };
 
+//  message sandbox.updated (sandbox.json): broker -> tap, event. A sandbox's name, labels or
+//  TTL changed.
+struct sbx_sandbox_updated_s {
+    //  (required, max 64) Which.
+    char *sandbox_id;
+    //  (max 128) Its name now.
+    char *name;
+    //  (max 64) Its labels now.
+    sbx_strmap_t labels;
+    //  Its TTL deadline now; 0 for never.
+    uint64_t expires_ms;
+    //  Its TTL, given again at every resume.
+    uint64_t ttl_s;
+};
+
+//  message ttl.expired (sandbox.json): broker -> tap, event. A sandbox reached its TTL deadline
+//  and the broker began stopping it (memory kept). Audit compares deadline and actual time.
+struct sbx_ttl_expired_s {
+    //  (required, max 64) Which.
+    char *sandbox_id;
+    //  (required) When it was due to stop, ms since the epoch.
+    uint64_t deadline_ms;
+    //  (required) When the broker began the stop.
+    uint64_t actual_ms;
+};
+
 //  message vm.create (sandbox.json): broker -> vmd, reply vm.create.ok. Boot a guest for a
 //  sandbox; answered once its agent answers.
 struct sbx_vm_create_s {
@@ -1156,6 +1194,41 @@ struct sbx_vm_delete_s {
 struct sbx_vm_delete_ok_s {
     //  (required, max 64) Which sandbox.
     char *sandbox_id;
+};
+
+//  message sandbox.extend (sandbox.json): gateway, cli -> broker, reply sandbox.extend.ok. Move
+//  a sandbox's TTL deadline to now + ttl_s (also the TTL given to it at every later resume).
+struct sbx_sandbox_extend_s {
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+    //  (required) Seconds from now until it stops by itself (at most ten years).
+    uint64_t ttl_s;
+};
+
+//  message sandbox.extend.ok (sandbox.json): broker -> gateway, cli. The sandbox with its new
+//  deadline.
+struct sbx_sandbox_extend_ok_s {
+    //  (required) The sandbox.
+    sbx_sandbox_info_t *sandbox;
+};
+
+//  message sandbox.update (sandbox.json): gateway, cli -> broker, reply sandbox.update.ok.
+//  Rename a sandbox and/or set and remove its labels.
+struct sbx_sandbox_update_s {
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+    //  (max 128) The new name, when set.
+    char *name;
+    //  (max 64) Labels to set (added or replaced).
+    sbx_strmap_t labels;
+    //  (max 64) Label keys to remove.
+    sbx_strlist_t remove_labels;
+};
+
+//  message sandbox.update.ok (sandbox.json): broker -> gateway, cli. The sandbox as it is now.
+struct sbx_sandbox_update_ok_s {
+    //  (required) The sandbox.
+    sbx_sandbox_info_t *sandbox;
 };
 
 //  message sandbox.agent (sandbox.json): gateway, cli -> broker, reply sandbox.agent.ok. Run
@@ -1271,6 +1344,8 @@ sbx_sandbox_resume_ok_t *sbx_msg_sandbox_resume_ok (struct sbx_msg_s *msg);
 sbx_sandbox_delete_t *sbx_msg_sandbox_delete (struct sbx_msg_s *msg);
 sbx_sandbox_delete_ok_t *sbx_msg_sandbox_delete_ok (struct sbx_msg_s *msg);
 sbx_sandbox_changed_t *sbx_msg_sandbox_changed (struct sbx_msg_s *msg);
+sbx_sandbox_updated_t *sbx_msg_sandbox_updated (struct sbx_msg_s *msg);
+sbx_ttl_expired_t *sbx_msg_ttl_expired (struct sbx_msg_s *msg);
 sbx_vm_create_t *sbx_msg_vm_create (struct sbx_msg_s *msg);
 sbx_vm_create_ok_t *sbx_msg_vm_create_ok (struct sbx_msg_s *msg);
 sbx_vm_stop_t *sbx_msg_vm_stop (struct sbx_msg_s *msg);
@@ -1279,6 +1354,10 @@ sbx_vm_resume_t *sbx_msg_vm_resume (struct sbx_msg_s *msg);
 sbx_vm_resume_ok_t *sbx_msg_vm_resume_ok (struct sbx_msg_s *msg);
 sbx_vm_delete_t *sbx_msg_vm_delete (struct sbx_msg_s *msg);
 sbx_vm_delete_ok_t *sbx_msg_vm_delete_ok (struct sbx_msg_s *msg);
+sbx_sandbox_extend_t *sbx_msg_sandbox_extend (struct sbx_msg_s *msg);
+sbx_sandbox_extend_ok_t *sbx_msg_sandbox_extend_ok (struct sbx_msg_s *msg);
+sbx_sandbox_update_t *sbx_msg_sandbox_update (struct sbx_msg_s *msg);
+sbx_sandbox_update_ok_t *sbx_msg_sandbox_update_ok (struct sbx_msg_s *msg);
 sbx_sandbox_agent_t *sbx_msg_sandbox_agent (struct sbx_msg_s *msg);
 sbx_sandbox_agent_ok_t *sbx_msg_sandbox_agent_ok (struct sbx_msg_s *msg);
 sbx_vm_agent_t *sbx_msg_vm_agent (struct sbx_msg_s *msg);
