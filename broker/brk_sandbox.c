@@ -175,6 +175,7 @@ static int s_move_ex (brk_ctx_t *ctx, brk_sandbox_t *record, sbx_sandbox_state_t
     body->type = type;
     sbx_str_set (&body->vmd, vmd ? vmd : record->vmd);
     sbx_str_set (&body->reason, reason);
+    body->expires_ms = expires_ms ? expires_ms : record->expires_ms;
     const char *state = sbx_sandbox_state_name (to);
     if (brk_events_begin (ctx->events) ||
         (extra_p && *extra_p &&
@@ -424,6 +425,7 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
         sbx_str_set (&body->sandbox_id, id);
         body->to = SBX_SANDBOX_STATE_CREATING;
         body->type = type;
+        body->expires_ms = record.expires_ms;
         sbx_str_set (&body->vmd, vmd->instance);
         rc = brk_events_begin (ctx->events) ? -1 : brk_store_sandbox_insert (ctx->store, &record);
         for (size_t i = 0; rc == 0 && i < args->labels.count; i++)

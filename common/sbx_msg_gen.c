@@ -754,8 +754,9 @@ static const sbx_meta_field_t s_fields_sandbox_changed[] = {
     {"type", SBX_META_ENUM, offsetof (sbx_sandbox_changed_t, type), true, 0, &s_enum_sandbox_type, NULL},
     {"vmd", SBX_META_STRING, offsetof (sbx_sandbox_changed_t, vmd), false, 128, NULL, NULL},
     {"reason", SBX_META_STRING, offsetof (sbx_sandbox_changed_t, reason), false, 1024, NULL, NULL},
+    {"expires_ms", SBX_META_UINT, offsetof (sbx_sandbox_changed_t, expires_ms), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_sandbox_changed = {"sandbox.changed", sizeof (sbx_sandbox_changed_t), s_fields_sandbox_changed, 6};
+static const sbx_meta_struct_t s_meta_sandbox_changed = {"sandbox.changed", sizeof (sbx_sandbox_changed_t), s_fields_sandbox_changed, 7};
 
 static const sbx_meta_field_t s_fields_sandbox_updated[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_updated_t, sandbox_id), true, 64, NULL, NULL},

@@ -1110,6 +1110,8 @@ struct sbx_sandbox_changed_s {
     char *vmd;
     //  (max 1024) Why, when not asked by the user (error, TTL).
     char *reason;
+    //  Its TTL deadline after the change; 0 for none (audit checks stops against it).
+    uint64_t expires_ms;
 };
 
 //  message sandbox.updated (sandbox.json): broker -> tap, event. A sandbox's name, labels or
