@@ -117,7 +117,30 @@ static void s_info (brk_ctx_t *ctx, const brk_sandbox_t *record, sbx_sandbox_inf
     brk_store_sandbox_labels (ctx->store, record->id, s_add_label, &info->labels);
 }
 
-//  A reply of `type` whose only field is the sandbox (every sandbox.*.ok but list).
+//  Where a sandbox.*.ok carries its sandbox, or NULL for other types.
+static sbx_sandbox_info_t **s_info_slot (sbx_msg_t *reply)
+{
+    switch (reply->type) {
+    case SBX_MSG_SANDBOX_CREATE_OK:
+        return &sbx_msg_sandbox_create_ok (reply)->sandbox;
+    case SBX_MSG_SANDBOX_GET_OK:
+        return &sbx_msg_sandbox_get_ok (reply)->sandbox;
+    case SBX_MSG_SANDBOX_STOP_OK:
+        return &sbx_msg_sandbox_stop_ok (reply)->sandbox;
+    case SBX_MSG_SANDBOX_RESUME_OK:
+        return &sbx_msg_sandbox_resume_ok (reply)->sandbox;
+    case SBX_MSG_SANDBOX_DELETE_OK:
+        return &sbx_msg_sandbox_delete_ok (reply)->sandbox;
+    case SBX_MSG_SANDBOX_EXTEND_OK:
+        return &sbx_msg_sandbox_extend_ok (reply)->sandbox;
+    case SBX_MSG_SANDBOX_UPDATE_OK:
+        return &sbx_msg_sandbox_update_ok (reply)->sandbox;
+    default:
+        return NULL;
+    }
+}
+
+//  A reply of `type` (a sandbox.*.ok but list) carrying the sandbox.
 static sbx_msg_t *s_reply (brk_ctx_t *ctx, uint64_t rid, sbx_msg_type_t type,
                            const brk_sandbox_t *record)
 {
@@ -125,32 +148,8 @@ static sbx_msg_t *s_reply (brk_ctx_t *ctx, uint64_t rid, sbx_msg_type_t type,
     if (!reply)
         return NULL;
     reply->rid = rid;
-    sbx_sandbox_info_t **slot = NULL;
-    switch (type) {
-    case SBX_MSG_SANDBOX_CREATE_OK:
-        slot = &sbx_msg_sandbox_create_ok (reply)->sandbox;
-        break;
-    case SBX_MSG_SANDBOX_GET_OK:
-        slot = &sbx_msg_sandbox_get_ok (reply)->sandbox;
-        break;
-    case SBX_MSG_SANDBOX_STOP_OK:
-        slot = &sbx_msg_sandbox_stop_ok (reply)->sandbox;
-        break;
-    case SBX_MSG_SANDBOX_RESUME_OK:
-        slot = &sbx_msg_sandbox_resume_ok (reply)->sandbox;
-        break;
-    case SBX_MSG_SANDBOX_DELETE_OK:
-        slot = &sbx_msg_sandbox_delete_ok (reply)->sandbox;
-        break;
-    case SBX_MSG_SANDBOX_EXTEND_OK:
-        slot = &sbx_msg_sandbox_extend_ok (reply)->sandbox;
-        break;
-    case SBX_MSG_SANDBOX_UPDATE_OK:
-        slot = &sbx_msg_sandbox_update_ok (reply)->sandbox;
-        break;
-    default:
-        assert (false);
-    }
+    sbx_sandbox_info_t **slot = s_info_slot (reply);
+    assert (slot);
     *slot = calloc (1, sizeof (sbx_sandbox_info_t));
     if (*slot)
         s_info (ctx, record, *slot);
@@ -925,20 +924,8 @@ static sbx_code_t s_code (sbx_msg_t *reply)
 //  The sandbox a sandbox.*.ok carries.
 static sbx_sandbox_info_t *s_sandbox (sbx_msg_t *reply)
 {
-    switch (reply->type) {
-    case SBX_MSG_SANDBOX_CREATE_OK:
-        return sbx_msg_sandbox_create_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_GET_OK:
-        return sbx_msg_sandbox_get_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_STOP_OK:
-        return sbx_msg_sandbox_stop_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_RESUME_OK:
-        return sbx_msg_sandbox_resume_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_DELETE_OK:
-        return sbx_msg_sandbox_delete_ok (reply)->sandbox;
-    default:
-        return NULL;
-    }
+    sbx_sandbox_info_t **slot = s_info_slot (reply);
+    return slot ? *slot : NULL;
 }
 
 static sbx_msg_t *s_test_create (zsock_t *client, sbx_caller_t *caller, const char *name,

@@ -9,21 +9,6 @@
 
 #define S_TIMEOUT_MS 10000
 
-static void s_print_json (json_t *json)
-{
-    char *text = json_dumps (json, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (text)
-        printf ("%s\n", text);
-    free (text);
-    json_decref (json);
-}
-
-static json_t *s_time_or_null (uint64_t ms)
-{
-    char buf[32];
-    return ms ? json_string (sbx_clock_iso8601 (ms, buf, sizeof buf)) : json_null ();
-}
-
 //  Reads one line from stdin without its newline. Returns a string the caller frees.
 static char *s_read_password (void)
 {
@@ -141,9 +126,9 @@ int cli_account_main (int argc, char **argv)
         return cli_fail (&err);
     sbx_account_create_ok_t *ok = sbx_msg_account_create_ok (reply);
     if (json)
-        s_print_json (json_pack ("{s:s, s:s, s:s, s:s?, s:s?}", "account_id", ok->account_id,
-                                 "email", ok->email, "plan", ok->plan, "key_id", ok->key_id,
-                                 "api_key", ok->api_key));
+        cli_print_json (json_pack ("{s:s, s:s, s:s, s:s?, s:s?}", "account_id", ok->account_id,
+                                   "email", ok->email, "plan", ok->plan, "key_id", ok->key_id,
+                                   "api_key", ok->api_key));
     else {
         printf ("account %s created for %s (plan %s)\n", ok->account_id, ok->email, ok->plan);
         if (ok->api_key)
@@ -171,9 +156,9 @@ static json_t *s_key_json (const sbx_key_info_t *key)
     return json_pack ("{s:s, s:s, s:s?, s:s?, s:s?, s:o, s:o, s:o, s:b}", "key_id", key->key_id,
                       "kind", sbx_key_kind_name (key->kind), "name", key->name, "preset",
                       key->preset ? sbx_key_preset_name (key->preset) : NULL, "prefix", key->prefix,
-                      "created_at", s_time_or_null (key->created_ms), "expires_at",
-                      s_time_or_null (key->expires_ms), "last_used_at",
-                      s_time_or_null (key->last_used_ms), "revoked", key->revoked);
+                      "created_at", cli_json_time (key->created_ms), "expires_at",
+                      cli_json_time (key->expires_ms), "last_used_at",
+                      cli_json_time (key->last_used_ms), "revoked", key->revoked);
 }
 
 int cli_key_main (int argc, char **argv)
@@ -278,10 +263,10 @@ int cli_key_main (int argc, char **argv)
     if (reply->type == SBX_MSG_KEY_CREATE_OK) {
         sbx_key_create_ok_t *ok = sbx_msg_key_create_ok (reply);
         if (json)
-            s_print_json (json_pack ("{s:s, s:s, s:s, s:s, s:s?, s:o}", "key_id", ok->key_id, "key",
-                                     ok->key, "account_id", ok->account_id, "preset",
-                                     sbx_key_preset_name (ok->preset), "name", ok->name,
-                                     "expires_at", s_time_or_null (ok->expires_ms)));
+            cli_print_json (json_pack ("{s:s, s:s, s:s, s:s, s:s?, s:o}", "key_id", ok->key_id,
+                                       "key", ok->key, "account_id", ok->account_id, "preset",
+                                       sbx_key_preset_name (ok->preset), "name", ok->name,
+                                       "expires_at", cli_json_time (ok->expires_ms)));
         else
             printf ("key %s (%s) for %s, shown only now:\n%s\n", ok->key_id,
                     sbx_key_preset_name (ok->preset), ok->account_id, ok->key);
@@ -291,7 +276,7 @@ int cli_key_main (int argc, char **argv)
             json_t *keys = json_array ();
             for (size_t i = 0; i < ok->keys.count; i++)
                 json_array_append_new (keys, s_key_json (&ok->keys.items[i]));
-            s_print_json (json_pack ("{s:o}", "keys", keys));
+            cli_print_json (json_pack ("{s:o}", "keys", keys));
         } else {
             printf ("%-16s %-10s %-10s %-10s %-24s %s\n", "KEY", "KIND", "PRESET", "PREFIX",
                     "EXPIRES", "NAME");
@@ -308,7 +293,7 @@ int cli_key_main (int argc, char **argv)
     } else {
         sbx_key_revoke_ok_t *ok = sbx_msg_key_revoke_ok (reply);
         if (json)
-            s_print_json (json_pack ("{s:s, s:b}", "key_id", ok->key_id, "revoked", 1));
+            cli_print_json (json_pack ("{s:s, s:b}", "key_id", ok->key_id, "revoked", 1));
         else
             printf ("key %s revoked\n", ok->key_id);
     }

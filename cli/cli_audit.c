@@ -27,17 +27,11 @@ static void s_track_free (void **item)
     *item = NULL;
 }
 
-static json_t *s_time (uint64_t ms)
-{
-    char buf[32];
-    return ms ? json_string (sbx_clock_iso8601 (ms, buf, sizeof buf)) : json_null ();
-}
-
 static void s_missed (json_t *missed, const char *id, const s_track_t *t, uint64_t until)
 {
     json_array_append_new (missed, json_pack ("{s:s, s:o, s:o, s:b}", "sandbox", id, "deadline",
-                                              s_time (t->deadline), "ran_until", s_time (until),
-                                              "still_running", until == 0));
+                                              cli_json_time (t->deadline), "ran_until",
+                                              cli_json_time (until), "still_running", until == 0));
 }
 
 //  Applies one event. Returns 0, or -1 when its payload doesn't decode.
@@ -77,11 +71,11 @@ static int s_apply (zhashx_t *tracks, const sbx_event_t *event, json_t *expiries
         uint64_t late = expired->actual_ms > expired->deadline_ms
                             ? expired->actual_ms - expired->deadline_ms
                             : 0;
-        json_array_append_new (expiries, json_pack ("{s:s, s:o, s:o, s:I, s:b}", "sandbox",
-                                                    expired->sandbox_id, "deadline",
-                                                    s_time (expired->deadline_ms), "stopped_at",
-                                                    s_time (expired->actual_ms), "late_ms",
-                                                    (json_int_t) late, "late", late > S_GRACE_MS));
+        json_array_append_new (
+            expiries, json_pack ("{s:s, s:o, s:o, s:I, s:b}", "sandbox", expired->sandbox_id,
+                                 "deadline", cli_json_time (expired->deadline_ms), "stopped_at",
+                                 cli_json_time (expired->actual_ms), "late_ms", (json_int_t) late,
+                                 "late", late > S_GRACE_MS));
     }
     sbx_msg_destroy (&payload);
     return 0;

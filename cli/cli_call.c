@@ -79,3 +79,18 @@ int cli_fail (const sbx_err_t *err)
     fprintf (stderr, "sbx: %s (%s)\n", err->message, sbx_code_name (err->code));
     return err->code == SBX_E_UNAVAILABLE || err->code == SBX_E_TIMEOUT ? 3 : 1;
 }
+
+void cli_print_json (json_t *json)
+{
+    char *text = json_dumps (json, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (text)
+        printf ("%s\n", text);
+    free (text);
+    json_decref (json);
+}
+
+json_t *cli_json_time (uint64_t ms)
+{
+    char buf[32];
+    return ms ? json_string (sbx_clock_iso8601 (ms, buf, sizeof buf)) : json_null ();
+}

@@ -9,6 +9,8 @@
 
 #include "sbx_common.h"
 
+#include <jansson.h>
+
 //  Sends *request_p (taking it) and returns the reply; NULL with err set when the
 //  broker answered with an error, or did not answer in time (code unavailable, with a
 //  message that says where the CLI looked for the broker).
@@ -17,5 +19,11 @@ sbx_msg_t *cli_call (sbx_config_t *config, sbx_msg_t **request_p, int timeout_ms
 //  Prints "sbx: <message> (<code>)" on stderr and returns the exit code for that error
 //  class (1 for most, 3 for unavailable/timeout so scripts can retry).
 int cli_fail (const sbx_err_t *err);
+
+//  Prints JSON compactly (keys in insertion order) on one line, and releases it.
+void cli_print_json (json_t *json);
+
+//  An ISO 8601 time for JSON output, or null for 0 ("never").
+json_t *cli_json_time (uint64_t ms);
 
 #endif

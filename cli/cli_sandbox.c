@@ -46,38 +46,24 @@ typedef struct {
     int signal;
 } s_opts_t;
 
-static void s_print_json (json_t *json)
-{
-    char *text = json_dumps (json, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (text)
-        printf ("%s\n", text);
-    free (text);
-    json_decref (json);
-}
-
-static json_t *s_time (uint64_t ms)
-{
-    char buf[32];
-    return ms ? json_string (sbx_clock_iso8601 (ms, buf, sizeof buf)) : json_null ();
-}
-
 static json_t *s_sandbox_json (const sbx_sandbox_info_t *s)
 {
     json_t *labels = json_object ();
     for (size_t i = 0; i < s->labels.count; i++)
         json_object_set_new (labels, s->labels.keys[i], json_string (s->labels.values[i]));
-    return json_pack (
-        "{s:s, s:s?, s:s?, s:s, s:s, s:s?, s:s?, s:b, s:o, s:o, s:o, s:o, s:s?}", "id", s->id,
-        "name", s->name, "label", s->label, "state", sbx_sandbox_state_name (s->state), "type",
-        sbx_sandbox_type_name (s->type), "account", s->account, "vmd", s->vmd, "no_network",
-        s->no_network, "labels", labels, "created_at", s_time (s->created_ms), "expires_at",
-        s_time (s->expires_ms), "changed_at", s_time (s->changed_ms), "reason", s->reason);
+    return json_pack ("{s:s, s:s?, s:s?, s:s, s:s, s:s?, s:s?, s:b, s:o, s:o, s:o, s:o, s:s?}",
+                      "id", s->id, "name", s->name, "label", s->label, "state",
+                      sbx_sandbox_state_name (s->state), "type", sbx_sandbox_type_name (s->type),
+                      "account", s->account, "vmd", s->vmd, "no_network", s->no_network, "labels",
+                      labels, "created_at", cli_json_time (s->created_ms), "expires_at",
+                      cli_json_time (s->expires_ms), "changed_at", cli_json_time (s->changed_ms),
+                      "reason", s->reason);
 }
 
 static void s_print_sandbox (const sbx_sandbox_info_t *s, bool json)
 {
     if (json)
-        s_print_json (s_sandbox_json (s));
+        cli_print_json (s_sandbox_json (s));
     else
         printf ("%s  %-9s %-6s %-28s %s%s%s\n", s->id, sbx_sandbox_state_name (s->state),
                 sbx_sandbox_type_name (s->type), s->label ? s->label : "-", s->name ? s->name : "",
@@ -231,7 +217,7 @@ static int s_exec (sbx_config_t *config, s_opts_t *o, const char *id, int argc, 
             "stderr_truncated", ok->stderr_truncated, "duration_ms", (json_int_t) ok->duration_ms);
         s_set_bytes (out, "stdout", &ok->stdout);
         s_set_bytes (out, "stderr", &ok->stderr);
-        s_print_json (out);
+        cli_print_json (out);
         code = 0;
     } else if (ok->running)
         printf ("started process %llu\n", (unsigned long long) ok->pid);
@@ -270,7 +256,7 @@ static int s_status (sbx_config_t *config, s_opts_t *o, const char *id, const ch
         return cli_fail (&err);
     if (kill) {
         if (o->json)
-            s_print_json (json_pack ("{s:I, s:b}", "pid", (json_int_t) pid, "killed", 1));
+            cli_print_json (json_pack ("{s:I, s:b}", "pid", (json_int_t) pid, "killed", 1));
         else
             printf ("signal sent to process %llu\n", (unsigned long long) pid);
     } else {
@@ -283,7 +269,7 @@ static int s_status (sbx_config_t *config, s_opts_t *o, const char *id, const ch
             ok->stdout_truncated, "stderr_truncated", ok->stderr_truncated);
         s_set_bytes (out, "stdout", &ok->stdout);
         s_set_bytes (out, "stderr", &ok->stderr);
-        s_print_json (out);
+        cli_print_json (out);
     }
     sbx_msg_destroy (&reply);
     return 0;
@@ -328,7 +314,7 @@ static int s_write (sbx_config_t *config, s_opts_t *o, const char *id, const cha
     free (chunk);
     if (rc == 0) {
         if (o->json)
-            s_print_json (json_pack ("{s:s, s:I}", "path", path, "size", (json_int_t) offset));
+            cli_print_json (json_pack ("{s:s, s:I}", "path", path, "size", (json_int_t) offset));
         else
             printf ("wrote %llu bytes to %s\n", (unsigned long long) offset, path);
     }
@@ -491,7 +477,7 @@ int cli_sandbox_main (int argc, char **argv)
                 json_t *all = json_array ();
                 for (size_t i = 0; i < list->count; i++)
                     json_array_append_new (all, s_sandbox_json (&list->items[i]));
-                s_print_json (json_pack ("{s:o}", "sandboxes", all));
+                cli_print_json (json_pack ("{s:o}", "sandboxes", all));
             } else
                 for (size_t i = 0; i < list->count; i++)
                     s_print_sandbox (&list->items[i], false);
