@@ -256,7 +256,12 @@ static void s_on_vm_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
         uint64_t expires = ok && t && state == SBX_SANDBOX_STATE_RESUMING && record.ttl_s
                                ? sbx_clock_now_ms () + record.ttl_s * 1000
                                : 0;
-        if (t && s_move_ex (ctx, &record, t->to, NULL, ok ? NULL : reason, expires, NULL)) {
+        //  A move the broker made itself (a TTL stop) keeps saying why.
+        char kept[1024] = "";
+        if (ok && !op->client && record.reason)
+            snprintf (kept, sizeof kept, "%s", record.reason);
+        const char *why = ok ? (*kept ? kept : NULL) : reason;
+        if (t && s_move_ex (ctx, &record, t->to, NULL, why, expires, NULL)) {
             reply = sbx_msg_new_error (op->rid, SBX_E_INTERNAL, "cannot record sandbox %s",
                                        op->sandbox_id);
         } else if (ok && t)
@@ -1179,6 +1184,9 @@ void brk_sandbox_test (bool verbose)
         sbx_msg_destroy (&reply);
     }
     assert (now_state == SBX_SANDBOX_STATE_STOPPED);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, three, ALICE);
+    assert (streq (s_sandbox (reply)->reason, "TTL expired"));
+    sbx_msg_destroy (&reply);
     sbx_msg_t *ask_ttl = sbx_msg_new (SBX_MSG_EVENTS_REPLAY);
     sbx_str_set (&sbx_msg_events_replay (ask_ttl)->prefix, "ttl.");
     reply = brk_testkit_call (client, ask_ttl, ++s_rid);

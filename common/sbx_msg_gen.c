@@ -16,6 +16,8 @@ _Static_assert (sizeof (sbx_sandbox_state_t) == sizeof (int), "enums are int-siz
 _Static_assert (sizeof (sbx_sandbox_type_t) == sizeof (int), "enums are int-sized");
 _Static_assert (offsetof (sbx_key_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_agent_proc_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_usage_sandbox_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_usage_day_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_event_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_peer_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_sandbox_info_list_t, count) == sizeof (void *), "list layout");
@@ -238,6 +240,10 @@ static const sbx_meta_struct_t s_meta_agent_file_write;
 static const sbx_meta_struct_t s_meta_agent_file_write_ok;
 static const sbx_meta_struct_t s_meta_agent_file_read;
 static const sbx_meta_struct_t s_meta_agent_file_read_ok;
+static const sbx_meta_struct_t s_meta_usage_sandbox;
+static const sbx_meta_struct_t s_meta_usage_day;
+static const sbx_meta_struct_t s_meta_usage_get;
+static const sbx_meta_struct_t s_meta_usage_get_ok;
 static const sbx_meta_struct_t s_meta_caller;
 static const sbx_meta_struct_t s_meta_event;
 static const sbx_meta_struct_t s_meta_events_replay;
@@ -547,6 +553,47 @@ static const sbx_meta_field_t s_fields_agent_file_read_ok[] = {
 };
 static const sbx_meta_struct_t s_meta_agent_file_read_ok = {"agent.file.read.ok", sizeof (sbx_agent_file_read_ok_t), s_fields_agent_file_read_ok, 3};
 
+static const sbx_meta_field_t s_fields_usage_sandbox[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_usage_sandbox_t, sandbox_id), true, 64, NULL, NULL},
+    {"type", SBX_META_ENUM, offsetof (sbx_usage_sandbox_t, type), false, 0, &s_enum_sandbox_type, NULL},
+    {"state", SBX_META_ENUM, offsetof (sbx_usage_sandbox_t, state), false, 0, &s_enum_sandbox_state, NULL},
+    {"running_ms", SBX_META_UINT, offsetof (sbx_usage_sandbox_t, running_ms), false, 0, NULL, NULL},
+    {"seconds", SBX_META_UINT, offsetof (sbx_usage_sandbox_t, seconds), false, 0, NULL, NULL},
+    {"micro_usd", SBX_META_UINT, offsetof (sbx_usage_sandbox_t, micro_usd), false, 0, NULL, NULL},
+    {"running", SBX_META_BOOL, offsetof (sbx_usage_sandbox_t, running), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_usage_sandbox = {"usage_sandbox", sizeof (sbx_usage_sandbox_t), s_fields_usage_sandbox, 7};
+
+static const sbx_meta_field_t s_fields_usage_day[] = {
+    {"day", SBX_META_STRING, offsetof (sbx_usage_day_t, day), true, 16, NULL, NULL},
+    {"running_ms", SBX_META_UINT, offsetof (sbx_usage_day_t, running_ms), false, 0, NULL, NULL},
+    {"seconds", SBX_META_UINT, offsetof (sbx_usage_day_t, seconds), false, 0, NULL, NULL},
+    {"micro_usd", SBX_META_UINT, offsetof (sbx_usage_day_t, micro_usd), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_usage_day = {"usage_day", sizeof (sbx_usage_day_t), s_fields_usage_day, 4};
+
+static const sbx_meta_field_t s_fields_usage_get[] = {
+    {"account", SBX_META_STRING, offsetof (sbx_usage_get_t, account), true, 256, NULL, NULL},
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_usage_get_t, sandbox_id), false, 64, NULL, NULL},
+    {"since_ms", SBX_META_UINT, offsetof (sbx_usage_get_t, since_ms), false, 0, NULL, NULL},
+    {"until_ms", SBX_META_UINT, offsetof (sbx_usage_get_t, until_ms), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_usage_get = {"usage.get", sizeof (sbx_usage_get_t), s_fields_usage_get, 4};
+
+static const sbx_meta_field_t s_fields_usage_get_ok[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_usage_get_ok_t, account_id), true, 64, NULL, NULL},
+    {"email", SBX_META_STRING, offsetof (sbx_usage_get_ok_t, email), false, 256, NULL, NULL},
+    {"sandboxes", SBX_META_LIST, offsetof (sbx_usage_get_ok_t, sandboxes), false, 0, NULL, &s_meta_usage_sandbox},
+    {"days", SBX_META_LIST, offsetof (sbx_usage_get_ok_t, days), false, 0, NULL, &s_meta_usage_day},
+    {"running_ms", SBX_META_UINT, offsetof (sbx_usage_get_ok_t, running_ms), false, 0, NULL, NULL},
+    {"micro_usd", SBX_META_UINT, offsetof (sbx_usage_get_ok_t, micro_usd), false, 0, NULL, NULL},
+    {"wallet", SBX_META_STRING, offsetof (sbx_usage_get_ok_t, wallet), false, 64, NULL, NULL},
+    {"balance_micro_usd", SBX_META_INT, offsetof (sbx_usage_get_ok_t, balance_micro_usd), false, 0, NULL, NULL},
+    {"as_of_ms", SBX_META_UINT, offsetof (sbx_usage_get_ok_t, as_of_ms), false, 0, NULL, NULL},
+    {"last_seq", SBX_META_UINT, offsetof (sbx_usage_get_ok_t, last_seq), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_usage_get_ok = {"usage.get.ok", sizeof (sbx_usage_get_ok_t), s_fields_usage_get_ok, 10};
+
 static const sbx_meta_field_t s_fields_caller[] = {
     {"kind", SBX_META_ENUM, offsetof (sbx_caller_t, kind), true, 0, &s_enum_caller_kind, NULL},
     {"account_id", SBX_META_STRING, offsetof (sbx_caller_t, account_id), false, 64, NULL, NULL},
@@ -848,7 +895,7 @@ static const sbx_meta_field_t s_fields_sandbox_agent[] = {
 static const sbx_meta_struct_t s_meta_sandbox_agent = {"sandbox.agent", sizeof (sbx_sandbox_agent_t), s_fields_sandbox_agent, 2};
 
 static const sbx_meta_field_t s_fields_sandbox_agent_ok[] = {
-    {"reply", SBX_META_BYTES, offsetof (sbx_sandbox_agent_ok_t, reply), true, 33554432, NULL, NULL},
+    {"reply", SBX_META_BYTES, offsetof (sbx_sandbox_agent_ok_t, reply), true, 31457280, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_sandbox_agent_ok = {"sandbox.agent.ok", sizeof (sbx_sandbox_agent_ok_t), s_fields_sandbox_agent_ok, 1};
 
@@ -859,7 +906,7 @@ static const sbx_meta_field_t s_fields_vm_agent[] = {
 static const sbx_meta_struct_t s_meta_vm_agent = {"vm.agent", sizeof (sbx_vm_agent_t), s_fields_vm_agent, 2};
 
 static const sbx_meta_field_t s_fields_vm_agent_ok[] = {
-    {"reply", SBX_META_BYTES, offsetof (sbx_vm_agent_ok_t, reply), true, 33554432, NULL, NULL},
+    {"reply", SBX_META_BYTES, offsetof (sbx_vm_agent_ok_t, reply), true, 31457280, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_vm_agent_ok = {"vm.agent.ok", sizeof (sbx_vm_agent_ok_t), s_fields_vm_agent_ok, 1};
 
@@ -939,6 +986,10 @@ static const char *const s_from_agent_file_read[] = {"vmd"};
 static const char *const s_to_agent_file_read[] = {"agent"};
 static const char *const s_from_agent_file_read_ok[] = {"agent"};
 static const char *const s_to_agent_file_read_ok[] = {"vmd"};
+static const char *const s_from_usage_get[] = {"cli", "gateway"};
+static const char *const s_to_usage_get[] = {"billing"};
+static const char *const s_from_usage_get_ok[] = {"billing"};
+static const char *const s_to_usage_get_ok[] = {"cli", "gateway"};
 static const char *const s_from_event[] = {"broker"};
 static const char *const s_to_event[] = {"tap"};
 static const char *const s_from_events_replay[] = {"cli", "billing", "gateway"};
@@ -1070,6 +1121,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"agent.file.write.ok", &s_meta_agent_file_write_ok, s_from_agent_file_write_ok, 1, s_to_agent_file_write_ok, 1, SBX_MSG__UNKNOWN, false},
     {"agent.file.read", &s_meta_agent_file_read, s_from_agent_file_read, 1, s_to_agent_file_read, 1, SBX_MSG_AGENT_FILE_READ_OK, false},
     {"agent.file.read.ok", &s_meta_agent_file_read_ok, s_from_agent_file_read_ok, 1, s_to_agent_file_read_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"usage.get", &s_meta_usage_get, s_from_usage_get, 2, s_to_usage_get, 1, SBX_MSG_USAGE_GET_OK, false},
+    {"usage.get.ok", &s_meta_usage_get_ok, s_from_usage_get_ok, 1, s_to_usage_get_ok, 2, SBX_MSG__UNKNOWN, false},
     {"event", &s_meta_event, s_from_event, 1, s_to_event, 1, SBX_MSG__UNKNOWN, false},
     {"events.replay", &s_meta_events_replay, s_from_events_replay, 3, s_to_events_replay, 1, SBX_MSG_EVENTS_REPLAY_OK, false},
     {"events.replay.ok", &s_meta_events_replay_ok, s_from_events_replay_ok, 1, s_to_events_replay_ok, 3, SBX_MSG__UNKNOWN, false},
@@ -1271,6 +1324,16 @@ sbx_agent_file_read_t *sbx_msg_agent_file_read (struct sbx_msg_s *msg)
 sbx_agent_file_read_ok_t *sbx_msg_agent_file_read_ok (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_AGENT_FILE_READ_OK ? (sbx_agent_file_read_ok_t *) msg->body : NULL;
+}
+
+sbx_usage_get_t *sbx_msg_usage_get (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_USAGE_GET ? (sbx_usage_get_t *) msg->body : NULL;
+}
+
+sbx_usage_get_ok_t *sbx_msg_usage_get_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_USAGE_GET_OK ? (sbx_usage_get_ok_t *) msg->body : NULL;
 }
 
 sbx_event_t *sbx_msg_event (struct sbx_msg_s *msg)
@@ -1526,6 +1589,16 @@ sbx_key_info_t *sbx_key_info_list_append (sbx_key_info_list_t *list)
 sbx_agent_proc_t *sbx_agent_proc_list_append (sbx_agent_proc_list_t *list)
 {
     return (sbx_agent_proc_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_agent_proc_t));
+}
+
+sbx_usage_sandbox_t *sbx_usage_sandbox_list_append (sbx_usage_sandbox_list_t *list)
+{
+    return (sbx_usage_sandbox_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_usage_sandbox_t));
+}
+
+sbx_usage_day_t *sbx_usage_day_list_append (sbx_usage_day_list_t *list)
+{
+    return (sbx_usage_day_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_usage_day_t));
 }
 
 sbx_event_t *sbx_event_list_append (sbx_event_list_t *list)

@@ -176,6 +176,8 @@ typedef enum {
     SBX_MSG_AGENT_FILE_WRITE_OK, //  agent.file.write.ok
     SBX_MSG_AGENT_FILE_READ,     //  agent.file.read
     SBX_MSG_AGENT_FILE_READ_OK,  //  agent.file.read.ok
+    SBX_MSG_USAGE_GET,           //  usage.get
+    SBX_MSG_USAGE_GET_OK,        //  usage.get.ok
     SBX_MSG_EVENT,               //  event
     SBX_MSG_EVENTS_REPLAY,       //  events.replay
     SBX_MSG_EVENTS_REPLAY_OK,    //  events.replay.ok
@@ -261,6 +263,10 @@ typedef struct sbx_agent_file_write_s sbx_agent_file_write_t;
 typedef struct sbx_agent_file_write_ok_s sbx_agent_file_write_ok_t;
 typedef struct sbx_agent_file_read_s sbx_agent_file_read_t;
 typedef struct sbx_agent_file_read_ok_s sbx_agent_file_read_ok_t;
+typedef struct sbx_usage_sandbox_s sbx_usage_sandbox_t;
+typedef struct sbx_usage_day_s sbx_usage_day_t;
+typedef struct sbx_usage_get_s sbx_usage_get_t;
+typedef struct sbx_usage_get_ok_s sbx_usage_get_ok_t;
 typedef struct sbx_caller_s sbx_caller_t;
 typedef struct sbx_event_s sbx_event_t;
 typedef struct sbx_events_replay_s sbx_events_replay_t;
@@ -326,6 +332,16 @@ typedef struct {
     size_t count;
 } sbx_agent_proc_list_t;
 sbx_agent_proc_t *sbx_agent_proc_list_append (sbx_agent_proc_list_t *list);
+typedef struct {
+    sbx_usage_sandbox_t *items;
+    size_t count;
+} sbx_usage_sandbox_list_t;
+sbx_usage_sandbox_t *sbx_usage_sandbox_list_append (sbx_usage_sandbox_list_t *list);
+typedef struct {
+    sbx_usage_day_t *items;
+    size_t count;
+} sbx_usage_day_list_t;
+sbx_usage_day_t *sbx_usage_day_list_append (sbx_usage_day_list_t *list);
 typedef struct {
     sbx_event_t *items;
     size_t count;
@@ -770,6 +786,81 @@ struct sbx_agent_file_read_ok_s {
     uint64_t size;
     //  data reaches the end of the file.
     bool eof;
+};
+
+//  struct usage_sandbox (billing.json). One sandbox's running time and cost in the window asked
+//  for.
+struct sbx_usage_sandbox_s {
+    //  (required, max 64) Which.
+    char *sandbox_id;
+    //  Its size (sets the rate).
+    sbx_sandbox_type_t type;
+    //  Its state as of the last event billing applied.
+    sbx_sandbox_state_t state;
+    //  Milliseconds in ready, the open interval included up to the request.
+    uint64_t running_ms;
+    //  running_ms in whole seconds (rounded down).
+    uint64_t seconds;
+    //  Cost of that time in micro-dollars; for closed intervals exactly what the ledger
+    //  charged.
+    uint64_t micro_usd;
+    //  It is in ready now: the figures grow until it leaves ready.
+    bool running;
+};
+
+//  struct usage_day (billing.json). Running time and cost of all of an account's sandboxes on
+//  one UTC day.
+struct sbx_usage_day_s {
+    //  (required, max 16) YYYY-MM-DD (UTC).
+    char *day;
+    //  Milliseconds in ready that day.
+    uint64_t running_ms;
+    //  running_ms in whole seconds (rounded down).
+    uint64_t seconds;
+    //  Cost of that time in micro-dollars.
+    uint64_t micro_usd;
+};
+
+//  message usage.get (billing.json): cli, gateway -> billing, reply usage.get.ok. An account's
+//  running time and cost per sandbox and per UTC day, and its wallet balance. Send with route
+//  billing. Operators (caller system or admin) may ask for any account; other callers only for
+//  their own.
+struct sbx_usage_get_s {
+    //  (required, max 256) Account id (acc_…) or email.
+    char *account;
+    //  (max 64) Only this sandbox.
+    char *sandbox_id;
+    //  Only running time from this instant, ms since the epoch (0: from the start).
+    uint64_t since_ms;
+    //  Only running time before this instant (0: up to the request).
+    uint64_t until_ms;
+};
+
+//  message usage.get.ok (billing.json): billing -> cli, gateway. The usage asked for. Totals
+//  equal the sums of the per-sandbox and per-day figures.
+struct sbx_usage_get_ok_s {
+    //  (required, max 64) The account (acc_…).
+    char *account_id;
+    //  (max 256) Its email, when billing saw it created.
+    char *email;
+    //  One entry per sandbox that ran in the window, oldest first.
+    sbx_usage_sandbox_list_t sandboxes;
+    //  One entry per UTC day with running time, in order.
+    sbx_usage_day_list_t days;
+    //  Total milliseconds in ready.
+    uint64_t running_ms;
+    //  Total cost in micro-dollars.
+    uint64_t micro_usd;
+    //  (max 64) The account's active wallet.
+    char *wallet;
+    //  Its balance in micro-dollars (charges are taken when an interval in ready closes;
+    //  negative when spent beyond what was put in).
+    int64_t balance_micro_usd;
+    //  When open intervals were measured up to (the request's time), ms since the epoch.
+    uint64_t as_of_ms;
+    //  Sequence number of the last event billing applied: the figures include everything up to
+    //  it.
+    uint64_t last_seq;
 };
 
 //  struct caller (common.json). Who asks: set by the process that authenticated the request,
@@ -1247,7 +1338,7 @@ struct sbx_sandbox_agent_s {
 //  message sandbox.agent.ok (sandbox.json): broker -> gateway, cli. The agent's answer, as it
 //  gave it.
 struct sbx_sandbox_agent_ok_s {
-    //  (required, max 33554432) The encoded agent reply (the agent.*.ok, or its error).
+    //  (required, max 31457280) The encoded agent reply (the agent.*.ok, or its error).
     sbx_bytes_t reply;
 };
 
@@ -1262,7 +1353,7 @@ struct sbx_vm_agent_s {
 
 //  message vm.agent.ok (sandbox.json): vmd -> broker. The agent's answer.
 struct sbx_vm_agent_ok_s {
-    //  (required, max 33554432) The encoded agent reply (the agent.*.ok, or its error).
+    //  (required, max 31457280) The encoded agent reply (the agent.*.ok, or its error).
     sbx_bytes_t reply;
 };
 
@@ -1318,6 +1409,8 @@ sbx_agent_file_write_t *sbx_msg_agent_file_write (struct sbx_msg_s *msg);
 sbx_agent_file_write_ok_t *sbx_msg_agent_file_write_ok (struct sbx_msg_s *msg);
 sbx_agent_file_read_t *sbx_msg_agent_file_read (struct sbx_msg_s *msg);
 sbx_agent_file_read_ok_t *sbx_msg_agent_file_read_ok (struct sbx_msg_s *msg);
+sbx_usage_get_t *sbx_msg_usage_get (struct sbx_msg_s *msg);
+sbx_usage_get_ok_t *sbx_msg_usage_get_ok (struct sbx_msg_s *msg);
 sbx_event_t *sbx_msg_event (struct sbx_msg_s *msg);
 sbx_events_replay_t *sbx_msg_events_replay (struct sbx_msg_s *msg);
 sbx_events_replay_ok_t *sbx_msg_events_replay_ok (struct sbx_msg_s *msg);

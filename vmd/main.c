@@ -1,20 +1,32 @@
-/*  sbx-vmd - the QEMU microvm guests of one host (issue 3 fills it in; now it registers). */
+/*  sbx-vmd - the QEMU microvm guests of one host (vmd_server does the work). */
 #include "sbx_daemon.h"
+#include "vmd_server.h"
 
 int main (int argc, char **argv)
 {
     int code;
-    sbx_daemon_t *daemon = sbx_daemon_new (argc, argv, "sbx-vmd",
-                                           "Runs the QEMU microvm guests of this host: disks, memory state, QMP, the guest\nagent channel and port forwards. One per host.", &code);
+    sbx_daemon_t *daemon = sbx_daemon_new (
+        argc, argv, "sbx-vmd",
+        "Runs the QEMU microvm guests of this host: disks, memory state, QMP, the guest\n"
+        "agent channel and port forwards. One per host; re-adopts running guests after a\n"
+        "restart. See docs/vmd.md.",
+        &code);
     if (!daemon)
         return code;
-    if (!sbx_daemon_connect (
-            daemon, SBX_ROLE_VMD,
-            sbx_config_get_uint (sbx_daemon_config (daemon), "vmd.capacity", 8), NULL, NULL)) {
+    vmd_server_t *server = vmd_server_new (sbx_daemon_config (daemon), sbx_daemon_loop (daemon));
+    sbx_peer_t *peer = server
+                           ? sbx_daemon_connect (daemon, SBX_ROLE_VMD, vmd_server_capacity (server),
+                                                 vmd_server_on_request, server)
+                           : NULL;
+    if (!peer) {
+        vmd_server_destroy (&server);
         sbx_daemon_destroy (&daemon);
         return 1;
     }
+    vmd_server_attach (server, peer);
     code = sbx_daemon_run (daemon);
+    //  The guests keep running: the next vmd adopts them.
+    vmd_server_destroy (&server);
     sbx_daemon_destroy (&daemon);
     return code;
 }

@@ -78,9 +78,10 @@ class Sbx:
 
     # -- the CLI ---------------------------------------------------------------
     def cli(self, *args, check=True, input=None, timeout=60):
-        cmd = [binary("sbx")] + list(args[:1]) + list(args[1:]) + ["--data-dir", self.dir]
-        if args and args[0] == "key" and len(args) > 1:
-            pass
+        args = list(args)
+        # Options go before `--`: what follows it is a command for the guest.
+        at = args.index("--") if "--" in args else len(args)
+        cmd = [binary("sbx")] + args[:at] + ["--data-dir", self.dir] + args[at:]
         res = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout)
         if check and res.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr}")

@@ -1,0 +1,571 @@
+/*  vmd_agentlink - see vmd_agentlink.h */
+#include "vmd_agentlink.h"
+#include "agent_frame.h"
+#include "sbx_clock.h"
+#include "sbx_log.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define S_RETRY_MS        100   //  between connect attempts
+#define S_TICK_MS         50    //  deadline checks
+#define S_DEFAULT_TIMEOUT 60000 //  a request without its own
+
+typedef struct s_req_s {
+    struct s_req_s *next;
+    uint64_t rid;      //  ours, on the wire
+    uint64_t orig_rid; //  the caller's, restored in the answer
+    sbx_msg_type_t type;
+    sbx_msg_t *msg; //  not sent yet (queued while disconnected)
+    bool sent;
+    uint64_t deadline; //  mono ms
+    uint32_t timeout_ms;
+    sbx_msg_t *answer; //  made by the link (encode failure), delivered at the next tick
+    vmd_agentlink_reply_fn *fn;
+    void *arg;
+} s_req_t;
+
+struct _vmd_agentlink_t {
+    zloop_t *loop;
+    char *path;
+    char *name;
+    int fd;
+    short events; //  registered with the loop, 0 when none
+    agent_frame_t *frame;
+    s_req_t *reqs;
+    uint64_t next_rid;
+    int connect_timeout;
+    uint64_t connect_deadline;
+    int retry_timer;
+    int tick_timer;
+    size_t hellos;
+    bool lost;
+    vmd_agentlink_hello_fn *hello_fn;
+    vmd_agentlink_lost_fn *lost_fn;
+    void *arg;
+};
+
+static void s_connect (vmd_agentlink_t *self);
+
+static void s_req_destroy (s_req_t **req_p)
+{
+    s_req_t *req = *req_p;
+    if (!req)
+        return;
+    sbx_msg_destroy (&req->msg);
+    sbx_msg_destroy (&req->answer);
+    free (req);
+    *req_p = NULL;
+}
+
+//  Unlinks a request and hands it its answer (taken).
+static void s_answer (vmd_agentlink_t *self, s_req_t *req, sbx_msg_t **answer_p)
+{
+    for (s_req_t **at = &self->reqs; *at; at = &(*at)->next)
+        if (*at == req) {
+            *at = req->next;
+            break;
+        }
+    (*answer_p)->rid = req->orig_rid;
+    if (req->fn)
+        req->fn (self, answer_p, req->arg);
+    sbx_msg_destroy (answer_p);
+    s_req_destroy (&req);
+}
+
+static int s_on_io (zloop_t *loop, zmq_pollitem_t *item, void *arg);
+
+//  Registers the fd for what we need: input always, output while some is queued.
+static void s_poll (vmd_agentlink_t *self)
+{
+    short want = 0;
+    if (self->fd >= 0)
+        want = ZMQ_POLLIN | (agent_frame_pending (self->frame) ? ZMQ_POLLOUT : 0);
+    if (want == self->events)
+        return;
+    zmq_pollitem_t item = {NULL, self->fd, 0, 0};
+    if (self->events) {
+        item.events = self->events;
+        zloop_poller_end (self->loop, &item);
+    }
+    self->events = want;
+    if (want) {
+        item.events = want;
+        zloop_poller (self->loop, &item, s_on_io, self);
+        zloop_poller_set_tolerant (self->loop, &item);
+    }
+}
+
+static void s_send_queued (vmd_agentlink_t *self)
+{
+    for (s_req_t *req = self->reqs; req; req = req->next) {
+        if (req->sent || !req->msg)
+            continue;
+        sbx_err_t err;
+        if (agent_frame_send (self->frame, req->msg, &err) == 0) {
+            req->sent = true;
+            sbx_msg_destroy (&req->msg);
+        } else if (!req->answer)
+            req->answer = sbx_msg_new_error (0, err.code, "%s", err.message);
+    }
+    if (agent_frame_flush (self->frame) == -1)
+        sbx_debug ("sandbox=%s agent write failed: %s", self->name, strerror (errno));
+}
+
+//  The stream broke: fail what was sent on it, and connect again.
+static void s_break (vmd_agentlink_t *self, const char *why)
+{
+    if (self->fd < 0)
+        return;
+    sbx_info ("sandbox=%s agent connection closed: %s", self->name, why);
+    self->fd = -1; //  s_poll drops the poller for the old fd first
+    zmq_pollitem_t item = {NULL, agent_frame_fd (self->frame), self->events, 0};
+    if (self->events)
+        zloop_poller_end (self->loop, &item);
+    self->events = 0;
+    close (item.fd);
+    agent_frame_reset (self->frame, -1);
+    s_req_t *req = self->reqs;
+    while (req) {
+        s_req_t *next = req->next;
+        if (req->sent) {
+            sbx_msg_t *answer = sbx_msg_new_error (0, SBX_E_UNAVAILABLE,
+                                                   "the guest agent's connection broke (%s) "
+                                                   "before it answered",
+                                                   why);
+            s_answer (self, req, &answer);
+        }
+        req = next;
+    }
+    self->connect_deadline = sbx_clock_mono_ms () + (uint64_t) self->connect_timeout;
+    s_connect (self);
+}
+
+static void s_on_msg (vmd_agentlink_t *self, sbx_msg_t **msg_p)
+{
+    sbx_msg_t *msg = *msg_p;
+    if (msg->type == SBX_MSG_AGENT_HELLO) {
+        self->hellos++;
+        sbx_agent_hello_t *hello = sbx_msg_agent_hello (msg);
+        sbx_debug ("sandbox=%s agent hello: version %s boot %s uptime %llu ms", self->name,
+                   hello->version, hello->boot_id ? hello->boot_id : "?",
+                   (unsigned long long) hello->uptime_ms);
+        if (self->hello_fn)
+            self->hello_fn (self, hello, self->arg);
+        return;
+    }
+    for (s_req_t *req = self->reqs; req; req = req->next)
+        if (req->sent && req->rid == msg->rid) {
+            s_answer (self, req, msg_p);
+            return;
+        }
+    if (msg->type == SBX_MSG_ERROR && msg->rid == 0) {
+        //  The agent lost its place in the stream: reset it (agent/README.md).
+        sbx_warn ("sandbox=%s agent: %s; reconnecting", self->name, sbx_msg_error (msg)->message);
+        s_break (self, "the agent could not read our stream");
+        return;
+    }
+    sbx_debug ("sandbox=%s agent rid=%llu %s for no pending request dropped", self->name,
+               (unsigned long long) msg->rid, sbx_msg_type_name (msg->type));
+}
+
+static int s_on_io (zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    (void) loop;
+    vmd_agentlink_t *self = arg;
+    if (self->fd < 0 || item->fd != self->fd)
+        return 0;
+    if (item->revents & ZMQ_POLLOUT) {
+        if (agent_frame_flush (self->frame) == -1) {
+            s_break (self, strerror (errno));
+            return 0;
+        }
+    }
+    if (item->revents & (ZMQ_POLLIN | ZMQ_POLLERR)) {
+        ssize_t got = agent_frame_read (self->frame);
+        int fd = self->fd;
+        while (self->fd == fd) {
+            sbx_msg_t *msg = NULL;
+            sbx_err_t err = {0};
+            int rc = agent_frame_next (self->frame, &msg, &err);
+            if (rc == 0)
+                break;
+            if (rc == 1) {
+                s_on_msg (self, &msg);
+                sbx_msg_destroy (&msg);
+            } else {
+                sbx_warn ("sandbox=%s bad frame from the agent: %s", self->name, err.message);
+                bool answered = false;
+                for (s_req_t *req = self->reqs; err.rid && req; req = req->next)
+                    if (req->sent && req->rid == err.rid) {
+                        sbx_msg_t *answer = sbx_msg_new_error (
+                            0, SBX_E_INTERNAL, "the agent's answer did not decode: %s",
+                            err.message);
+                        s_answer (self, req, &answer);
+                        answered = true;
+                        break;
+                    }
+                if (!answered && !err.rid)
+                    s_break (self, "the agent's stream did not decode");
+            }
+        }
+        if (got == -1 && self->fd == fd)
+            s_break (self, errno ? strerror (errno) : "end of stream");
+    }
+    if (self->fd >= 0)
+        s_poll (self);
+    return 0;
+}
+
+static int s_on_retry (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    vmd_agentlink_t *self = arg;
+    self->retry_timer = -1;
+    s_connect (self);
+    return 0;
+}
+
+//  One non-blocking attempt; on failure another in S_RETRY_MS, until the deadline.
+static void s_connect (vmd_agentlink_t *self)
+{
+    if (self->fd >= 0 || self->lost || self->retry_timer != -1)
+        return;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf (addr.sun_path, sizeof addr.sun_path, "%s", self->path);
+    int fd = socket (AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect (fd, (struct sockaddr *) &addr, sizeof addr) == 0) {
+        self->fd = fd;
+        agent_frame_reset (self->frame, fd);
+        sbx_debug ("sandbox=%s agent socket connected", self->name);
+        s_send_queued (self);
+        s_poll (self);
+        return;
+    }
+    int error = errno;
+    if (fd >= 0)
+        close (fd);
+    if (sbx_clock_mono_ms () >= self->connect_deadline) {
+        self->lost = true;
+        char reason[300];
+        snprintf (reason, sizeof reason, "cannot reach the agent socket %s: %s", self->path,
+                  strerror (error));
+        sbx_warn ("sandbox=%s %s", self->name, reason);
+        if (self->lost_fn)
+            self->lost_fn (self, reason, self->arg);
+        return;
+    }
+    self->retry_timer = zloop_timer (self->loop, S_RETRY_MS, 1, s_on_retry, self);
+}
+
+static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    vmd_agentlink_t *self = arg;
+    uint64_t now = sbx_clock_mono_ms ();
+    //  One answer per pass through the list: a callback may add or cancel requests.
+    bool again = true;
+    while (again) {
+        again = false;
+        for (s_req_t *req = self->reqs; req; req = req->next) {
+            sbx_msg_t *answer = NULL;
+            if (req->answer) {
+                answer = req->answer;
+                req->answer = NULL;
+            } else if (now >= req->deadline)
+                answer = sbx_msg_new_error (
+                    0, SBX_E_TIMEOUT, "the guest agent did not answer %s within %.1f s",
+                    sbx_msg_type_name (req->type), req->timeout_ms / 1000.0);
+            if (!answer)
+                continue;
+            s_answer (self, req, &answer);
+            again = true;
+            break;
+        }
+    }
+    return 0;
+}
+
+vmd_agentlink_t *vmd_agentlink_new (zloop_t *loop, const char *socket_path, const char *name)
+{
+    if (!loop || !socket_path ||
+        strlen (socket_path) >= sizeof ((struct sockaddr_un *) 0)->sun_path)
+        return NULL;
+    vmd_agentlink_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->loop = loop;
+    self->path = strdup (socket_path);
+    self->name = strdup (name ? name : "?");
+    self->fd = -1;
+    self->frame = agent_frame_new (-1);
+    self->next_rid = 1;
+    self->connect_timeout = 30000;
+    self->retry_timer = -1;
+    self->connect_deadline = sbx_clock_mono_ms () + (uint64_t) self->connect_timeout;
+    self->tick_timer = zloop_timer (loop, S_TICK_MS, 0, s_on_tick, self);
+    if (!self->path || !self->name || !self->frame || self->tick_timer == -1) {
+        vmd_agentlink_destroy (&self);
+        return NULL;
+    }
+    //  The first attempt from the loop, so that callbacks never run inside new.
+    self->retry_timer = zloop_timer (loop, 0, 1, s_on_retry, self);
+    return self;
+}
+
+void vmd_agentlink_destroy (vmd_agentlink_t **self_p)
+{
+    vmd_agentlink_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->fd >= 0) {
+        zmq_pollitem_t item = {NULL, self->fd, self->events, 0};
+        if (self->events)
+            zloop_poller_end (self->loop, &item);
+        close (self->fd);
+    }
+    if (self->retry_timer != -1)
+        zloop_timer_end (self->loop, self->retry_timer);
+    if (self->tick_timer != -1)
+        zloop_timer_end (self->loop, self->tick_timer);
+    while (self->reqs) {
+        s_req_t *req = self->reqs;
+        self->reqs = req->next;
+        s_req_destroy (&req);
+    }
+    agent_frame_destroy (&self->frame);
+    free (self->path);
+    free (self->name);
+    free (self);
+    *self_p = NULL;
+}
+
+void vmd_agentlink_set_handlers (vmd_agentlink_t *self, vmd_agentlink_hello_fn *hello,
+                                 vmd_agentlink_lost_fn *lost, void *arg)
+{
+    self->hello_fn = hello;
+    self->lost_fn = lost;
+    self->arg = arg;
+}
+
+void vmd_agentlink_set_connect_timeout (vmd_agentlink_t *self, int msecs)
+{
+    self->connect_timeout = msecs;
+    if (self->fd < 0)
+        self->connect_deadline = sbx_clock_mono_ms () + (uint64_t) msecs;
+}
+
+uint64_t vmd_agentlink_request (vmd_agentlink_t *self, sbx_msg_t **request_p, uint32_t timeout_ms,
+                                vmd_agentlink_reply_fn *fn, void *arg)
+{
+    sbx_msg_t *msg = *request_p;
+    *request_p = NULL;
+    s_req_t *req = calloc (1, sizeof *req);
+    if (!req || !msg) {
+        free (req);
+        sbx_msg_destroy (&msg);
+        return 0;
+    }
+    req->rid = self->next_rid++;
+    req->orig_rid = msg->rid;
+    msg->rid = req->rid;
+    req->msg = msg;
+    req->type = msg->type;
+    req->timeout_ms = timeout_ms ? timeout_ms : S_DEFAULT_TIMEOUT;
+    req->deadline = sbx_clock_mono_ms () + req->timeout_ms;
+    req->fn = fn;
+    req->arg = arg;
+    //  Appended: requests go out in the order they were made.
+    s_req_t **at = &self->reqs;
+    while (*at)
+        at = &(*at)->next;
+    *at = req;
+    if (self->fd >= 0) {
+        s_send_queued (self);
+        s_poll (self);
+    }
+    return req->answer ? 0 : req->rid;
+}
+
+void vmd_agentlink_cancel (vmd_agentlink_t *self, uint64_t rid)
+{
+    for (s_req_t **at = &self->reqs; *at; at = &(*at)->next)
+        if ((*at)->rid == rid) {
+            s_req_t *req = *at;
+            *at = req->next;
+            s_req_destroy (&req);
+            return;
+        }
+}
+
+void vmd_agentlink_fail_all (vmd_agentlink_t *self, const char *why)
+{
+    while (self->reqs) {
+        sbx_msg_t *answer = sbx_msg_new_error (0, SBX_E_UNAVAILABLE, "%s", why);
+        s_answer (self, self->reqs, &answer);
+    }
+}
+
+bool vmd_agentlink_connected (vmd_agentlink_t *self)
+{
+    return self->fd >= 0;
+}
+
+size_t vmd_agentlink_hellos (vmd_agentlink_t *self)
+{
+    return self->hellos;
+}
+
+//  --------------------------------------------------------------------------
+//  Self test: a fake agent on a unix socket (blocking, in this thread, between turns
+//  of the loop): hello, rid correlation, a timeout, a broken stream and the reconnect.
+
+#include <assert.h>
+#include <poll.h>
+
+typedef struct {
+    size_t hellos;
+    sbx_msg_t *answer;
+} s_test_t;
+
+static void s_test_hello (vmd_agentlink_t *link, sbx_agent_hello_t *hello, void *arg)
+{
+    (void) link;
+    assert (streq (hello->version, "test"));
+    ((s_test_t *) arg)->hellos++;
+}
+
+static void s_test_reply (vmd_agentlink_t *link, sbx_msg_t **reply_p, void *arg)
+{
+    (void) link;
+    s_test_t *test = arg;
+    assert (!test->answer);
+    test->answer = *reply_p;
+    *reply_p = NULL;
+}
+
+static int s_test_stop (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    (void) arg;
+    return -1;
+}
+
+//  Runs the loop for msecs.
+static void s_test_run (zloop_t *loop, int msecs)
+{
+    zloop_timer (loop, (size_t) msecs, 1, s_test_stop, NULL);
+    zloop_start (loop);
+}
+
+static int s_test_accept (int listener)
+{
+    struct pollfd pfd = {listener, POLLIN, 0};
+    assert (poll (&pfd, 1, 2000) == 1);
+    int fd = accept4 (listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    assert (fd >= 0);
+    return fd;
+}
+
+static void s_test_hello_send (agent_frame_t *frame)
+{
+    sbx_msg_t *hello = sbx_msg_new (SBX_MSG_AGENT_HELLO);
+    sbx_str_set (&sbx_msg_agent_hello (hello)->version, "test");
+    assert (agent_frame_send (frame, hello, NULL) == 0);
+    assert (agent_frame_flush_wait (frame, 1000) == 0);
+    sbx_msg_destroy (&hello);
+}
+
+void vmd_agentlink_test (bool verbose)
+{
+    (void) verbose;
+    char dir[] = "/tmp/vmd_agentlink_test.XXXXXX";
+    assert (mkdtemp (dir));
+    char *path = zsys_sprintf ("%s/agent.sock", dir);
+    zloop_t *loop = zloop_new ();
+    s_test_t test = {0};
+    vmd_agentlink_t *link = vmd_agentlink_new (loop, path, "sb_test");
+    assert (link);
+    vmd_agentlink_set_handlers (link, s_test_hello, NULL, &test);
+    //  No socket yet: the link keeps trying; a request waits for the connection.
+    s_test_run (loop, 150);
+    assert (!vmd_agentlink_connected (link));
+    sbx_msg_t *ping = sbx_msg_new (SBX_MSG_AGENT_PING);
+    ping->rid = 5;
+    uint64_t rid = vmd_agentlink_request (link, &ping, 5000, s_test_reply, &test);
+    assert (rid > 0 && !ping);
+
+    int listener = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf (addr.sun_path, sizeof addr.sun_path, "%s", path);
+    assert (bind (listener, (struct sockaddr *) &addr, sizeof addr) == 0);
+    assert (listen (listener, 4) == 0);
+    s_test_run (loop, 200);
+    assert (vmd_agentlink_connected (link));
+    int fd = s_test_accept (listener);
+    agent_frame_t *agent = agent_frame_new (fd);
+    s_test_hello_send (agent);
+    //  The queued ping went out under the link's rid; the answer comes back under 5.
+    sbx_err_t err;
+    sbx_msg_t *got = agent_frame_recv (agent, 2000, &err);
+    assert (got && got->type == SBX_MSG_AGENT_PING && got->rid == rid);
+    sbx_msg_t *pong = sbx_msg_new_reply (got, SBX_MSG_AGENT_PING_OK);
+    sbx_str_set (&sbx_msg_agent_ping_ok (pong)->version, "test");
+    assert (agent_frame_send (agent, pong, NULL) == 0 && agent_frame_flush_wait (agent, 1000) == 0);
+    sbx_msg_destroy (&pong);
+    sbx_msg_destroy (&got);
+    for (int i = 0; i < 20 && !test.answer; i++)
+        s_test_run (loop, 20);
+    assert (test.hellos == 1);
+    assert (test.answer && test.answer->type == SBX_MSG_AGENT_PING_OK && test.answer->rid == 5);
+    sbx_msg_destroy (&test.answer);
+
+    //  No answer: timeout, said as such.
+    ping = sbx_msg_new (SBX_MSG_AGENT_PING);
+    vmd_agentlink_request (link, &ping, 100, s_test_reply, &test);
+    for (int i = 0; i < 20 && !test.answer; i++)
+        s_test_run (loop, 20);
+    assert (test.answer && test.answer->type == SBX_MSG_ERROR);
+    assert (sbx_msg_error (test.answer)->code == SBX_E_TIMEOUT);
+    sbx_msg_destroy (&test.answer);
+
+    //  The stream breaks with a request out: it fails, the link reconnects, hello again.
+    ping = sbx_msg_new (SBX_MSG_AGENT_PING);
+    vmd_agentlink_request (link, &ping, 5000, s_test_reply, &test);
+    s_test_run (loop, 50);
+    got = agent_frame_recv (agent, 2000, &err);
+    assert (got);
+    sbx_msg_destroy (&got);
+    close (fd);
+    for (int i = 0; i < 20 && !test.answer; i++)
+        s_test_run (loop, 20);
+    assert (test.answer && sbx_msg_error (test.answer)->code == SBX_E_UNAVAILABLE);
+    sbx_msg_destroy (&test.answer);
+    s_test_run (loop, 200);
+    fd = s_test_accept (listener);
+    agent_frame_reset (agent, fd);
+    s_test_hello_send (agent);
+    for (int i = 0; i < 20 && test.hellos < 2; i++)
+        s_test_run (loop, 20);
+    assert (test.hellos == 2 && vmd_agentlink_hellos (link) == 2);
+
+    //  Garbage from the agent: survived (the stream is reset), and the link carries on.
+    assert (agent_frame_send_raw (agent, "\x00\x00\x00\x03\x01\x02\x03", 7) == 0);
+    assert (agent_frame_flush_wait (agent, 1000) == 0);
+    s_test_run (loop, 100);
+
+    vmd_agentlink_destroy (&link);
+    vmd_agentlink_destroy (&link);
+    agent_frame_destroy (&agent);
+    close (fd);
+    close (listener);
+    zloop_destroy (&loop);
+    unlink (path);
+    free (path);
+    rmdir (dir);
+}

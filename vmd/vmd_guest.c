@@ -1,0 +1,1013 @@
+/*  vmd_guest - see vmd_guest.h
+
+    Everything here runs from vmd's loop and never waits: QEMU's exit is seen by a tick
+    (waitpid WNOHANG for our children, kill (pid, 0) for adopted ones) and by its QMP
+    connection closing; the migration of a stop is polled from the tick; timers carry
+    every deadline. The only blocking calls are the ~20 ms qemu-img of a create and the
+    fsync of a saved memory state.
+*/
+#include "vmd_guest.h"
+#include "sbx_clock.h"
+#include "sbx_log.h"
+#include "vmd_qemu.h"
+#include "vmd_qmp.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define S_TICK_MS       25     //  exit checks, migration polls, deadlines
+#define S_KILL_GRACE_MS 2000   //  after QMP quit, before SIGKILL
+#define S_DEFAULT_OP_MS 120000 //  an operation without its own deadline
+#define S_SETUP_MS      10000  //  agent.setup's answer
+#define S_MAX_BANDWIDTH (8LL << 30)
+
+typedef enum {
+    EV_CREATE,      //  vm.create: QEMU spawned
+    EV_STOP,        //  vm.stop
+    EV_RESUME,      //  vm.resume
+    EV_DELETE,      //  vm.delete
+    EV_AGENT_READY, //  the agent said hello and took agent.setup
+    EV_SAVED,       //  memory state saved and QEMU gone
+    EV_GONE,        //  QEMU gone and the directory removed
+    EV_FAIL,        //  the operation failed or passed its deadline
+    EV_DIED,        //  QEMU or the agent went away on its own
+} s_event_t;
+
+static const char *s_event_names[] = {"create", "stop", "resume", "delete", "agent ready",
+                                      "saved",  "gone", "fail",   "died"};
+
+typedef void (s_action_fn) (vmd_guest_t *self);
+static s_action_fn s_start_create, s_start_stop, s_start_resume, s_start_delete, s_op_ok,
+    s_op_failed, s_died, s_cleanup;
+
+typedef struct {
+    sbx_sandbox_state_t from;
+    s_event_t event;
+    sbx_sandbox_state_t to;
+    s_action_fn *action; //  run after the state changed
+} s_transition_t;
+
+#define S_CREATING SBX_SANDBOX_STATE_CREATING
+#define S_READY    SBX_SANDBOX_STATE_READY
+#define S_STOPPING SBX_SANDBOX_STATE_STOPPING
+#define S_STOPPED  SBX_SANDBOX_STATE_STOPPED
+#define S_RESUMING SBX_SANDBOX_STATE_RESUMING
+#define S_DELETING SBX_SANDBOX_STATE_DELETING
+#define S_DELETED  SBX_SANDBOX_STATE_DELETED
+#define S_ERROR    SBX_SANDBOX_STATE_ERROR
+
+//  The lifecycle. An event missing here is ignored (logged) or, for a request,
+//  refused with failed_precondition. A failed create is cleaned up like a delete.
+// clang-format off
+static const s_transition_t s_table[] = {
+    {S_CREATING, EV_CREATE,      S_CREATING, s_start_create},
+    {S_CREATING, EV_AGENT_READY, S_READY,    s_op_ok},
+    {S_CREATING, EV_FAIL,        S_DELETING, s_start_delete},
+    {S_CREATING, EV_DIED,        S_DELETING, s_start_delete},
+    {S_CREATING, EV_DELETE,      S_DELETING, s_start_delete},
+    {S_READY,    EV_STOP,        S_STOPPING, s_start_stop},
+    {S_READY,    EV_DELETE,      S_DELETING, s_start_delete},
+    {S_READY,    EV_DIED,        S_ERROR,    s_died},
+    {S_STOPPING, EV_SAVED,       S_STOPPED,  s_op_ok},
+    {S_STOPPING, EV_FAIL,        S_ERROR,    s_op_failed},
+    {S_STOPPING, EV_DIED,        S_ERROR,    s_op_failed},
+    {S_STOPPING, EV_DELETE,      S_DELETING, s_start_delete},
+    {S_STOPPED,  EV_RESUME,      S_RESUMING, s_start_resume},
+    {S_STOPPED,  EV_DELETE,      S_DELETING, s_start_delete},
+    {S_RESUMING, EV_AGENT_READY, S_READY,    s_op_ok},
+    {S_RESUMING, EV_FAIL,        S_ERROR,    s_op_failed},
+    {S_RESUMING, EV_DIED,        S_ERROR,    s_op_failed},
+    {S_RESUMING, EV_DELETE,      S_DELETING, s_start_delete},
+    {S_ERROR,    EV_DELETE,      S_DELETING, s_start_delete},
+    {S_ERROR,    EV_DIED,        S_ERROR,    NULL},
+    {S_DELETING, EV_GONE,        S_DELETED,  s_cleanup},
+};
+// clang-format on
+
+struct _vmd_guest_t {
+    const vmd_guest_env_t *env;
+    char *id;
+    char *hostname;
+    char *dir;
+    char *image_dir; //  the base this guest's overlay names
+    sbx_sandbox_type_t type;
+    bool no_network;
+    sbx_sandbox_state_t state;
+    char *reason; //  why in error
+    pid_t pid;    //  QEMU, 0 when none
+    bool is_child;
+    int exit_status; //  of our child, when reaped; -1 unknown
+    vmd_qmp_t *qmp;
+    vmd_agentlink_t *link;
+    bool close_qmp, close_link; //  destroyed by the next tick (never inside their callbacks)
+    int tick;
+    //  The operation in progress: its request, deadline and outcome.
+    bool op;
+    uint64_t op_rid;
+    uint64_t op_deadline;
+    uint32_t op_timeout;
+    sbx_code_t op_code;
+    char op_message[1024];
+    uint64_t op_started; //  mono ms, for the log
+    //  Stop: the state file being written, the migration's progress.
+    int state_fd;
+    bool migrating, query_pending, quit_sent;
+    //  Resume: waiting for QEMU to leave inmigrate.
+    bool incoming, status_pending;
+    uint64_t kill_at; //  delete: SIGKILL QEMU after this (mono ms)
+    bool setup_pending;
+    char qmp_lost[300]; //  QMP closed on its own: why, and when (mono ms)
+    uint64_t qmp_lost_at;
+};
+
+static void s_fire (vmd_guest_t *self, s_event_t event, sbx_code_t code, const char *format, ...)
+    __attribute__ ((format (printf, 4, 5)));
+
+//  --------------------------------------------------------------------------
+//  Files
+
+static char *s_path (vmd_guest_t *self, const char *name)
+{
+    return zsys_sprintf ("%s/%s", self->dir, name);
+}
+
+//  guest.json, atomically: a crash leaves the old or the new file, never half of one.
+static void s_save (vmd_guest_t *self)
+{
+    if (self->state == S_DELETED)
+        return;
+    json_t *root = json_pack ("{s:s, s:s, s:s, s:b, s:s, s:s}", "sandbox_id", self->id, "hostname",
+                              self->hostname, "type", sbx_sandbox_type_name (self->type),
+                              "no_network", self->no_network, "state",
+                              sbx_sandbox_state_name (self->state), "image", self->image_dir);
+    if (root && self->reason)
+        json_object_set_new (root, "reason", json_string (self->reason));
+    char *text = root ? json_dumps (root, JSON_INDENT (2)) : NULL;
+    json_decref (root);
+    char *tmp = s_path (self, "guest.json.tmp"), *path = s_path (self, "guest.json");
+    int fd = text && tmp ? open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+    bool ok = fd >= 0;
+    if (ok) {
+        size_t size = strlen (text);
+        ok =
+            write (fd, text, size) == (ssize_t) size && write (fd, "\n", 1) == 1 && fsync (fd) == 0;
+        ok = close (fd) == 0 && ok;
+        ok = ok && rename (tmp, path) == 0;
+        int dir = open (self->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir >= 0) {
+            fsync (dir);
+            close (dir);
+        }
+    }
+    if (!ok)
+        sbx_error ("sandbox=%s cannot write %s: %s", self->id, path ? path : "guest.json",
+                   strerror (errno));
+    free (text);
+    free (tmp);
+    free (path);
+}
+
+//  Removes a directory tree (no symlinks followed). Returns 0, or -1.
+static int s_remove_tree (const char *path)
+{
+    DIR *dir = opendir (path);
+    if (!dir)
+        return errno == ENOENT ? 0 : -1;
+    struct dirent *entry;
+    int rc = 0;
+    while ((entry = readdir (dir))) {
+        if (streq (entry->d_name, ".") || streq (entry->d_name, ".."))
+            continue;
+        char *child = zsys_sprintf ("%s/%s", path, entry->d_name);
+        struct stat st;
+        if (!child || lstat (child, &st) == -1)
+            rc = -1;
+        else if (S_ISDIR (st.st_mode))
+            rc |= s_remove_tree (child);
+        else if (unlink (child) == -1)
+            rc = -1;
+        free (child);
+    }
+    closedir (dir);
+    if (rmdir (path) == -1)
+        rc = -1;
+    return rc;
+}
+
+//  The last `lines` lines of a log of the guest's, one line, for error messages.
+static void s_tail (vmd_guest_t *self, const char *name, int lines, char *out, size_t size)
+{
+    out[0] = 0;
+    char *path = s_path (self, name);
+    int fd = path ? open (path, O_RDONLY | O_CLOEXEC) : -1;
+    free (path);
+    if (fd < 0)
+        return;
+    char buf[2048];
+    off_t end = lseek (fd, 0, SEEK_END);
+    off_t from = end > (off_t) sizeof buf - 1 ? end - (off_t) sizeof buf + 1 : 0;
+    ssize_t got = pread (fd, buf, sizeof buf - 1, from);
+    close (fd);
+    if (got <= 0)
+        return;
+    buf[got] = 0;
+    while (got > 0 && (buf[got - 1] == '\n' || buf[got - 1] == '\r'))
+        buf[--got] = 0;
+    char *start = buf + got;
+    for (int seen = 0; start > buf; start--)
+        if (start[-1] == '\n' && ++seen == lines)
+            break;
+    size_t at = 0;
+    for (char *c = start; *c && at + 4 < size; c++) {
+        unsigned char ch = (unsigned char) *c;
+        if (ch == '\n')
+            out[at++] = '|', out[at++] = ' ';
+        else if (ch >= 0x20 && ch < 0x7f)
+            out[at++] = (char) ch;
+    }
+    out[at] = 0;
+}
+
+//  "QEMU exited (status 1); qemu.log: ...; console: ..."
+static void s_death_note (vmd_guest_t *self, const char *what, char *out, size_t size)
+{
+    char qemu[300], console[300];
+    s_tail (self, "qemu.log", 3, qemu, sizeof qemu);
+    s_tail (self, "console.log", 4, console, sizeof console);
+    snprintf (out, size, "%s%s%s%s%s", what, *qemu ? "; qemu.log: " : "", qemu,
+              *console ? "; console: " : "", console);
+}
+
+//  --------------------------------------------------------------------------
+//  The state machine
+
+static void s_fire (vmd_guest_t *self, s_event_t event, sbx_code_t code, const char *format, ...)
+{
+    const s_transition_t *t = NULL;
+    for (size_t i = 0; i < sizeof s_table / sizeof s_table[0] && !t; i++)
+        if (s_table[i].from == self->state && s_table[i].event == event)
+            t = &s_table[i];
+    char message[1024] = "";
+    if (format) {
+        va_list args;
+        va_start (args, format);
+        vsnprintf (message, sizeof message, format, args);
+        va_end (args);
+    }
+    if (!t) {
+        sbx_debug ("sandbox=%s %s ignored in state %s%s%s", self->id, s_event_names[event],
+                   sbx_sandbox_state_name (self->state), *message ? ": " : "", message);
+        return;
+    }
+    if (code != SBX_OK && self->op && self->op_code == SBX_OK) {
+        //  The first failure is the one the requester hears about.
+        self->op_code = code;
+        snprintf (self->op_message, sizeof self->op_message, "%s", message);
+    }
+    if ((event == EV_DIED || event == EV_FAIL) && *message) {
+        free (self->reason);
+        self->reason = strdup (message);
+    }
+    sbx_info ("sandbox=%s rid=%llu %s -> %s on %s%s%s", self->id, (unsigned long long) self->op_rid,
+              sbx_sandbox_state_name (self->state), sbx_sandbox_state_name (t->to),
+              s_event_names[event], *message ? ": " : "", message);
+    self->state = t->to;
+    if (self->state != S_ERROR) {
+        free (self->reason);
+        self->reason = NULL;
+    }
+    s_save (self);
+    if (t->action)
+        t->action (self);
+}
+
+//  Answers the operation in progress, once.
+static void s_op_end (vmd_guest_t *self, sbx_code_t code, const char *message)
+{
+    if (!self->op)
+        return;
+    self->op = false;
+    sbx_info ("sandbox=%s rid=%llu %s after %.2f s%s%s", self->id,
+              (unsigned long long) self->op_rid, code == SBX_OK ? "done" : "failed",
+              (sbx_clock_mono_ms () - self->op_started) / 1000.0, message ? ": " : "",
+              message ? message : "");
+    if (self->env->done)
+        self->env->done (self, self->op_rid, code, message, self->env->arg);
+}
+
+static void s_op_begin (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms)
+{
+    if (self->op)
+        s_op_end (self, SBX_E_FAILED_PRECONDITION, "superseded by a later request");
+    self->op = true;
+    self->op_rid = rid;
+    self->op_timeout = timeout_ms ? timeout_ms : S_DEFAULT_OP_MS;
+    self->op_started = sbx_clock_mono_ms ();
+    self->op_deadline = self->op_started + self->op_timeout;
+    self->op_code = SBX_OK;
+    self->op_message[0] = 0;
+}
+
+static void s_op_ok (vmd_guest_t *self)
+{
+    if (self->state == S_READY) {
+        //  Resumed: the memory lives in QEMU again; the file is only kept while stopped.
+        char *path = s_path (self, "memory.state");
+        if (path)
+            unlink (path);
+        free (path);
+    }
+    s_op_end (self, SBX_OK, NULL);
+}
+
+static void s_op_failed (vmd_guest_t *self)
+{
+    //  Nothing of QEMU should linger for a guest in error but what delete removes.
+    if (self->pid > 0 && self->is_child)
+        kill (self->pid, SIGKILL);
+    if (self->op)
+        s_op_end (self, self->op_code != SBX_OK ? self->op_code : SBX_E_INTERNAL, self->op_message);
+    else if (self->env->failed)
+        self->env->failed (self, self->reason ? self->reason : "failed", self->env->arg);
+}
+
+static void s_died (vmd_guest_t *self)
+{
+    self->close_link = true;
+    if (self->env->failed)
+        self->env->failed (self, self->reason ? self->reason : "the guest died", self->env->arg);
+}
+
+//  --------------------------------------------------------------------------
+//  QMP and agent events
+
+static void s_on_qmp_closed (vmd_qmp_t *qmp, const char *reason, void *arg)
+{
+    (void) qmp;
+    vmd_guest_t *self = arg;
+    self->close_qmp = true;
+    if (self->quit_sent || self->state == S_DELETING || self->state == S_DELETED)
+        return; //  we asked for it
+    //  Usually QEMU is exiting: give the tick a moment to see how, for the reason.
+    snprintf (self->qmp_lost, sizeof self->qmp_lost, "QEMU's monitor connection closed (%s)",
+              reason);
+    self->qmp_lost_at = sbx_clock_mono_ms ();
+}
+
+static void s_on_qmp_event (vmd_qmp_t *qmp, const char *event, json_t *data, void *arg)
+{
+    (void) qmp;
+    (void) data;
+    vmd_guest_t *self = arg;
+    sbx_debug ("sandbox=%s QMP event %s", self->id, event);
+}
+
+static void s_on_setup (vmd_agentlink_t *link, sbx_msg_t **reply_p, void *arg)
+{
+    (void) link;
+    vmd_guest_t *self = arg;
+    sbx_msg_t *reply = *reply_p;
+    self->setup_pending = false;
+    if (reply->type == SBX_MSG_AGENT_SETUP_OK) {
+        sbx_debug ("sandbox=%s agent.setup: clock moved %lld ms", self->id,
+                   (long long) sbx_msg_agent_setup_ok (reply)->clock_adjust_ms);
+        s_fire (self, EV_AGENT_READY, SBX_OK, NULL);
+    } else if (reply->type == SBX_MSG_ERROR && self->state != S_READY)
+        //  The connection broke mid-setup: the next hello sends it again.
+        sbx_warn ("sandbox=%s agent.setup failed: %s", self->id, sbx_msg_error (reply)->message);
+}
+
+static void s_send_setup (vmd_guest_t *self)
+{
+    sbx_msg_t *setup = self->link ? sbx_msg_new (SBX_MSG_AGENT_SETUP) : NULL;
+    if (!setup)
+        return;
+    sbx_agent_setup_t *body = sbx_msg_agent_setup (setup);
+    sbx_str_set (&body->hostname, self->hostname);
+    body->time_ms = sbx_clock_now_ms (); //  the clock stood still while stopped
+    body->no_network = self->no_network;
+    self->setup_pending = true;
+    vmd_agentlink_request (self->link, &setup, S_SETUP_MS, s_on_setup, self);
+}
+
+//  The agent is there (boot, resume, or reattach after a vmd restart): set it up.
+static void s_on_hello (vmd_agentlink_t *link, sbx_agent_hello_t *hello, void *arg)
+{
+    (void) link;
+    vmd_guest_t *self = arg;
+    sbx_info ("sandbox=%s agent hello (uptime %.1f s, %llu processes)", self->id,
+              hello->uptime_ms / 1000.0, (unsigned long long) hello->processes);
+    if (self->state == S_CREATING || self->state == S_RESUMING)
+        s_send_setup (self);
+}
+
+static void s_on_link_lost (vmd_agentlink_t *link, const char *reason, void *arg)
+{
+    (void) link;
+    vmd_guest_t *self = arg;
+    self->close_link = true;
+    s_fire (self, self->state == S_CREATING ? EV_FAIL : EV_DIED, SBX_E_INTERNAL,
+            "the guest agent is gone: %s", reason);
+}
+
+static int s_open_channels (vmd_guest_t *self)
+{
+    //  Leftovers of the previous QEMU (the tick had not dropped them yet).
+    if (self->close_qmp)
+        vmd_qmp_destroy (&self->qmp);
+    if (self->close_link)
+        vmd_agentlink_destroy (&self->link);
+    char *qmp = s_path (self, "qmp.sock"), *agent = s_path (self, "agent.sock");
+    if (qmp && !self->qmp)
+        self->qmp = vmd_qmp_new (self->env->loop, qmp);
+    if (agent && !self->link)
+        self->link = vmd_agentlink_new (self->env->loop, agent, self->id);
+    free (qmp);
+    free (agent);
+    if (!self->qmp || !self->link)
+        return -1;
+    self->close_qmp = self->close_link = false;
+    vmd_qmp_set_handlers (self->qmp, NULL, s_on_qmp_event, s_on_qmp_closed, self);
+    vmd_agentlink_set_handlers (self->link, s_on_hello, s_on_link_lost, self);
+    return 0;
+}
+
+static int s_spawn (vmd_guest_t *self, int incoming_fd)
+{
+    vmd_qemu_config_t config;
+    vmd_qemu_config_init (&config);
+    config.image_dir = self->image_dir;
+    config.dir = self->dir;
+    config.hostname = self->hostname;
+    config.type = vmd_qemu_type (sbx_sandbox_type_name (self->type));
+    config.no_network = self->no_network;
+    config.incoming_fd = incoming_fd;
+    config.user = self->env->qemu_user;
+    self->quit_sent = self->migrating = self->query_pending = false;
+    self->exit_status = -1;
+    self->qmp_lost_at = 0;
+    self->pid = vmd_qemu_spawn (&config);
+    if (self->pid <= 0) {
+        self->pid = 0;
+        return -1;
+    }
+    self->is_child = true;
+    sbx_info ("sandbox=%s QEMU pid %d", self->id, (int) self->pid);
+    return s_open_channels (self);
+}
+
+//  --------------------------------------------------------------------------
+//  Actions
+
+static void s_start_create (vmd_guest_t *self)
+{
+    //  Nothing: vmd_guest_create did the work before firing (it can fail at once).
+    (void) self;
+}
+
+static void s_on_migrate (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    (void) qmp;
+    (void) result;
+    vmd_guest_t *self = arg;
+    if (error)
+        s_fire (self, EV_FAIL, SBX_E_INTERNAL, "could not save the guest's memory: %s", error);
+    else
+        self->migrating = true;
+}
+
+static void s_on_paused (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    (void) qmp;
+    (void) result;
+    vmd_guest_t *self = arg;
+    if (error)
+        s_fire (self, EV_FAIL, SBX_E_INTERNAL, "could not pause the guest: %s", error);
+}
+
+//  Saves memory and devices into memory.state.tmp through an fd (QEMU's seccomp
+//  forbids it to open or spawn anything), then quits; the tick sees QEMU go.
+static void s_start_stop (vmd_guest_t *self)
+{
+    if (self->link) {
+        vmd_agentlink_fail_all (self->link, "the sandbox is stopping");
+        self->close_link = true;
+    }
+    char *tmp = s_path (self, "memory.state.tmp");
+    self->state_fd = tmp ? open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+    free (tmp);
+    if (self->state_fd < 0 || !self->qmp || vmd_qmp_closed (self->qmp)) {
+        s_fire (self, EV_FAIL, SBX_E_INTERNAL, "cannot save the guest: %s",
+                self->state_fd < 0 ? strerror (errno) : "no QEMU monitor connection");
+        return;
+    }
+    vmd_qmp_set_max_bandwidth (self->qmp, S_MAX_BANDWIDTH, NULL, NULL);
+    vmd_qmp_stop (self->qmp, s_on_paused, self);
+    vmd_qmp_migrate_to_fd (self->qmp, self->state_fd, s_on_migrate, self);
+}
+
+static void s_on_query_migrate (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    vmd_guest_t *self = arg;
+    self->query_pending = false;
+    if (self->state != S_STOPPING || !self->migrating)
+        return;
+    const char *status = error ? NULL : json_string_value (json_object_get (result, "status"));
+    if (error || !status || streq (status, "failed") || streq (status, "cancelled")) {
+        const char *why =
+            error ? error : json_string_value (json_object_get (result, "error-desc"));
+        s_fire (self, EV_FAIL, SBX_E_INTERNAL, "saving the guest's memory failed: %s",
+                why      ? why
+                : status ? status
+                         : "no status");
+        return;
+    }
+    if (!streq (status, "completed"))
+        return;
+    self->migrating = false;
+    //  Durable before it gets its final name: a crash leaves no half state file.
+    char *tmp = s_path (self, "memory.state.tmp"), *path = s_path (self, "memory.state");
+    bool ok = fsync (self->state_fd) == 0;
+    ok = close (self->state_fd) == 0 && ok;
+    self->state_fd = -1;
+    ok = ok && tmp && path && rename (tmp, path) == 0;
+    free (tmp);
+    free (path);
+    if (!ok) {
+        s_fire (self, EV_FAIL, SBX_E_INTERNAL, "cannot keep the memory state file: %s",
+                strerror (errno));
+        return;
+    }
+    int dir = open (self->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir >= 0) {
+        fsync (dir);
+        close (dir);
+    }
+    self->quit_sent = true;
+    self->kill_at = sbx_clock_mono_ms () + S_KILL_GRACE_MS;
+    vmd_qmp_quit (qmp, NULL, NULL);
+}
+
+static void s_on_cont (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    (void) qmp;
+    (void) result;
+    vmd_guest_t *self = arg;
+    if (error)
+        s_fire (self, EV_FAIL, SBX_E_INTERNAL, "could not continue the restored guest: %s", error);
+    else
+        //  The restored agent may never see the host leave and come back (the stop
+        //  paused it first), so no hello is promised: ask it straight away. If it does
+        //  reattach, it drops this and says hello, which sends another.
+        s_send_setup (self);
+}
+
+static void s_on_query_status (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    vmd_guest_t *self = arg;
+    self->status_pending = false;
+    if (self->state != S_RESUMING || !self->incoming)
+        return;
+    const char *status = error ? NULL : json_string_value (json_object_get (result, "status"));
+    if (!status) {
+        s_fire (self, EV_FAIL, SBX_E_INTERNAL, "could not restore the guest: %s",
+                error ? error : "no status");
+        return;
+    }
+    if (streq (status, "inmigrate"))
+        return;
+    self->incoming = false;
+    if (streq (status, "paused") || streq (status, "prelaunch"))
+        vmd_qmp_cont (qmp, s_on_cont, self);
+    else if (!streq (status, "running"))
+        s_fire (self, EV_FAIL, SBX_E_INTERNAL, "restoring the guest's memory ended in %s", status);
+}
+
+//  QEMU started paused, loading memory.state on fd 3; the tick waits for it to
+//  leave inmigrate, then continues it; the agent's hello gets its clock set.
+static void s_start_resume (vmd_guest_t *self)
+{
+    char *path = s_path (self, "memory.state");
+    int fd = path ? open (path, O_RDONLY | O_CLOEXEC) : -1;
+    free (path);
+    if (fd < 0) {
+        s_fire (self, EV_FAIL, SBX_E_INTERNAL, "cannot open the memory state: %s",
+                strerror (errno));
+        return;
+    }
+    int rc = s_spawn (self, fd);
+    close (fd);
+    if (rc) {
+        char note[900];
+        s_death_note (self, "QEMU did not start", note, sizeof note);
+        s_fire (self, EV_FAIL, SBX_E_INTERNAL, "%s", note);
+        return;
+    }
+    self->incoming = true;
+}
+
+static void s_start_delete (vmd_guest_t *self)
+{
+    if (self->link) {
+        vmd_agentlink_fail_all (self->link, "the sandbox is being deleted");
+        self->close_link = true;
+    }
+    if (self->state_fd >= 0) {
+        close (self->state_fd);
+        self->state_fd = -1;
+    }
+    self->migrating = self->incoming = false;
+    //  A failed create ends at once; a delete lets QEMU quit first.
+    bool failed_create = self->op && self->op_code != SBX_OK;
+    if (self->pid > 0 && self->qmp && vmd_qmp_ready (self->qmp) && !failed_create) {
+        self->quit_sent = true;
+        vmd_qmp_quit (self->qmp, NULL, NULL);
+        self->kill_at = sbx_clock_mono_ms () + S_KILL_GRACE_MS;
+    } else
+        self->kill_at = sbx_clock_mono_ms ();
+    //  The tick removes the directory once QEMU is gone.
+}
+
+static void s_cleanup (vmd_guest_t *self)
+{
+    self->env->wake (self->env->arg); //  the server drops deleted guests
+    if (self->op)
+        s_op_end (self, self->op_code, self->op_code == SBX_OK ? NULL : self->op_message);
+}
+
+//  --------------------------------------------------------------------------
+//  The tick: QEMU's exit, migration and restore progress, deadlines
+
+static bool s_qemu_gone (vmd_guest_t *self)
+{
+    if (self->pid <= 0)
+        return true;
+    int status;
+    pid_t rc = waitpid (self->pid, &status, WNOHANG);
+    if (rc == self->pid) {
+        self->exit_status = status;
+        return true;
+    }
+    if (rc == 0)
+        return false;
+    //  Not our child (adopted after a restart): is it still there, and still QEMU?
+    if (kill (self->pid, 0) == -1 && errno == ESRCH)
+        return true;
+    return vmd_qemu_adopt (self->dir) != self->pid;
+}
+
+static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    vmd_guest_t *self = arg;
+    uint64_t now = sbx_clock_mono_ms ();
+    if ((self->close_link && self->link) || (self->close_qmp && self->qmp))
+        self->env->wake (self->env->arg);
+
+    if (self->pid > 0 && s_qemu_gone (self)) {
+        char what[200];
+        if (self->exit_status == -1)
+            snprintf (what, sizeof what, "QEMU (pid %d) exited", (int) self->pid);
+        else if (WIFSIGNALED (self->exit_status))
+            snprintf (what, sizeof what, "QEMU (pid %d) was killed by signal %d", (int) self->pid,
+                      WTERMSIG (self->exit_status));
+        else
+            snprintf (what, sizeof what, "QEMU (pid %d) exited with status %d", (int) self->pid,
+                      WEXITSTATUS (self->exit_status));
+        sbx_info ("sandbox=%s %s", self->id, what);
+        self->pid = 0;
+        self->qmp_lost_at = 0;
+        self->close_qmp = self->close_link = true;
+        if (self->state == S_STOPPING && self->quit_sent)
+            s_fire (self, EV_SAVED, SBX_OK, NULL);
+        else if (self->state != S_DELETING) {
+            char note[900];
+            s_death_note (self, what, note, sizeof note);
+            s_fire (self, self->state == S_CREATING ? EV_FAIL : EV_DIED, SBX_E_INTERNAL, "%s",
+                    note);
+        }
+    }
+    if (self->qmp_lost_at && self->pid > 0 && now >= self->qmp_lost_at + 1000) {
+        //  QEMU still there without its monitor: we can't drive it any more.
+        char note[900];
+        s_death_note (self, self->qmp_lost, note, sizeof note);
+        self->qmp_lost_at = 0;
+        if (self->is_child || vmd_qemu_adopt (self->dir) == self->pid)
+            kill (self->pid, SIGKILL);
+        s_fire (self, self->state == S_CREATING ? EV_FAIL : EV_DIED, SBX_E_INTERNAL, "%s", note);
+    }
+    switch (self->state) {
+    case S_STOPPING:
+        if (self->migrating && !self->query_pending && self->qmp) {
+            self->query_pending = true;
+            vmd_qmp_query_migrate (self->qmp, s_on_query_migrate, self);
+        }
+        if (self->quit_sent && self->pid > 0 && now >= self->kill_at)
+            kill (self->pid, SIGKILL); //  saved already; QEMU just won't leave
+        break;
+    case S_RESUMING:
+        if (self->incoming && !self->status_pending && self->qmp && vmd_qmp_ready (self->qmp)) {
+            self->status_pending = true;
+            vmd_qmp_query_status (self->qmp, s_on_query_status, self);
+        }
+        break;
+    case S_DELETING:
+        if (self->pid > 0 && now >= self->kill_at &&
+            (self->is_child || vmd_qemu_adopt (self->dir) == self->pid))
+            kill (self->pid, SIGKILL);
+        if (self->pid == 0) {
+            self->close_link = self->close_qmp = true;
+            if (s_remove_tree (self->dir) == -1)
+                sbx_error ("sandbox=%s cannot remove %s: %s", self->id, self->dir,
+                           strerror (errno));
+            s_fire (self, EV_GONE, SBX_OK, NULL);
+            return 0;
+        }
+        break;
+    default:
+        break;
+    }
+    if (self->op && now >= self->op_deadline && self->state != S_DELETING) {
+        char note[900], what[200];
+        snprintf (what, sizeof what, "no answer within %.0f s", self->op_timeout / 1000.0);
+        if (self->state == S_CREATING || self->state == S_RESUMING)
+            snprintf (what, sizeof what, "the guest's agent did not answer within %.0f s",
+                      self->op_timeout / 1000.0);
+        s_death_note (self, what, note, sizeof note);
+        s_fire (self, EV_FAIL, SBX_E_TIMEOUT, "%s", note);
+    }
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Construction
+
+static bool s_id_valid (const char *id)
+{
+    size_t size = id ? strlen (id) : 0;
+    if (size == 0 || size > 64)
+        return false;
+    for (const char *c = id; *c; c++)
+        if (!isalnum ((unsigned char) *c) && *c != '_' && *c != '-')
+            return false;
+    return true;
+}
+
+static vmd_guest_t *s_new (const vmd_guest_env_t *env, const char *id)
+{
+    if (!s_id_valid (id))
+        return NULL;
+    vmd_guest_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->env = env;
+    self->id = strdup (id);
+    self->dir = zsys_sprintf ("%s/%s", env->vms_dir, id);
+    self->state_fd = -1;
+    self->exit_status = -1;
+    self->tick = zloop_timer (env->loop, S_TICK_MS, 0, s_on_tick, self);
+    if (!self->id || !self->dir || self->tick == -1)
+        vmd_guest_destroy (&self);
+    return self;
+}
+
+vmd_guest_t *vmd_guest_new (const vmd_guest_env_t *env, const char *id, const char *hostname,
+                            sbx_sandbox_type_t type, bool no_network)
+{
+    if (!hostname || !*hostname || strlen (hostname) > 63)
+        return NULL;
+    for (const char *c = hostname; *c; c++)
+        if (!islower ((unsigned char) *c) && !isdigit ((unsigned char) *c) && *c != '-')
+            return NULL;
+    if (!vmd_qemu_type (sbx_sandbox_type_name (type)))
+        return NULL;
+    vmd_guest_t *self = s_new (env, id);
+    if (!self)
+        return NULL;
+    self->hostname = strdup (hostname);
+    self->image_dir = strdup (env->image_dir);
+    self->type = type;
+    self->no_network = no_network;
+    self->state = S_CREATING;
+    if (!self->hostname || !self->image_dir)
+        vmd_guest_destroy (&self);
+    return self;
+}
+
+vmd_guest_t *vmd_guest_load (const vmd_guest_env_t *env, const char *id)
+{
+    vmd_guest_t *self = s_new (env, id);
+    if (!self)
+        return NULL;
+    char *path = s_path (self, "guest.json");
+    json_error_t jerr;
+    json_t *root = path ? json_load_file (path, 0, &jerr) : NULL;
+    const char *sid = NULL, *hostname = NULL, *type = NULL, *state = NULL, *image = NULL,
+               *reason = NULL;
+    int no_network = 0;
+    if (!root ||
+        json_unpack_ex (root, &jerr, 0, "{s:s, s:s, s:s, s?b, s:s, s:s, s?s}", "sandbox_id", &sid,
+                        "hostname", &hostname, "type", &type, "no_network", &no_network, "state",
+                        &state, "image", &image, "reason", &reason) ||
+        !streq (sid, id) || sbx_sandbox_type_from_name (type, &self->type) ||
+        sbx_sandbox_state_from_name (state, &self->state)) {
+        sbx_error ("sandbox=%s %s is unusable (%s); leaving it alone", id, path ? path : "?",
+                   root ? "bad fields" : jerr.text);
+        json_decref (root);
+        free (path);
+        vmd_guest_destroy (&self);
+        return NULL;
+    }
+    free (path);
+    self->hostname = strdup (hostname);
+    self->image_dir = strdup (image);
+    self->no_network = no_network;
+    self->reason = reason ? strdup (reason) : NULL;
+    json_decref (root);
+
+    pid_t pid = vmd_qemu_adopt (self->dir);
+    char *state_path = s_path (self, "memory.state");
+    bool saved = state_path && access (state_path, F_OK) == 0;
+    free (state_path);
+    sbx_sandbox_state_t was = self->state;
+    const char *why = NULL;
+    if (pid > 0) {
+        self->pid = pid;
+        self->is_child = false;
+        if (was == S_READY || was == S_ERROR) {
+            if (s_open_channels (self))
+                why = "cannot reconnect to its QEMU";
+        } else {
+            //  Caught mid-way: nobody waits for that answer any more.
+            kill (pid, SIGKILL);
+            why = "vmd restarted while the guest was changing state";
+        }
+    } else if (was == S_STOPPED || (was == S_STOPPING && saved))
+        self->state = S_STOPPED;
+    else if (was == S_READY || was == S_CREATING || was == S_RESUMING || was == S_STOPPING)
+        why = "its QEMU exited while vmd was not running";
+    if (was == S_DELETING) {
+        //  The delete was under way: finish it (its answer is owed to no one now).
+        self->state = S_DELETING;
+        self->kill_at = sbx_clock_mono_ms ();
+    } else if (was == S_STOPPING && self->state == S_STOPPED) {
+        s_save (self);
+    } else if (why) {
+        free (self->reason);
+        char note[900];
+        s_death_note (self, why, note, sizeof note);
+        self->reason = strdup (note);
+        self->state = S_ERROR;
+        s_save (self);
+    }
+    sbx_info ("sandbox=%s found in state %s (was %s)%s%s", id, sbx_sandbox_state_name (self->state),
+              sbx_sandbox_state_name (was), self->pid ? ", QEMU re-adopted" : "",
+              self->reason ? "" : "");
+    return self;
+}
+
+void vmd_guest_collect (vmd_guest_t *self)
+{
+    if (self->close_link)
+        vmd_agentlink_destroy (&self->link);
+    if (self->close_qmp)
+        vmd_qmp_destroy (&self->qmp);
+    self->close_link = self->close_qmp = false;
+}
+
+void vmd_guest_destroy (vmd_guest_t **self_p)
+{
+    vmd_guest_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->tick != -1)
+        zloop_timer_end (self->env->loop, self->tick);
+    vmd_agentlink_destroy (&self->link);
+    vmd_qmp_destroy (&self->qmp);
+    if (self->state_fd >= 0)
+        close (self->state_fd);
+    free (self->id);
+    free (self->hostname);
+    free (self->dir);
+    free (self->image_dir);
+    free (self->reason);
+    free (self);
+    *self_p = NULL;
+}
+
+//  --------------------------------------------------------------------------
+//  Operations
+
+static int s_refuse (vmd_guest_t *self, s_event_t event, sbx_err_t *err)
+{
+    for (size_t i = 0; i < sizeof s_table / sizeof s_table[0]; i++)
+        if (s_table[i].from == self->state && s_table[i].event == event)
+            return 0;
+    return sbx_err_set (err, SBX_E_FAILED_PRECONDITION, "cannot %s sandbox %s: it is %s%s%s",
+                        s_event_names[event], self->id, sbx_sandbox_state_name (self->state),
+                        self->reason ? ": " : "", self->reason ? self->reason : "");
+}
+
+int vmd_guest_create (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_err_t *err)
+{
+    if (s_refuse (self, EV_CREATE, err))
+        return -1;
+    if (mkdir (self->dir, 0700) == -1)
+        return sbx_err_set (err, errno == EEXIST ? SBX_E_CONFLICT : SBX_E_INTERNAL,
+                            "cannot make %s: %s", self->dir, strerror (errno));
+    s_op_begin (self, rid, timeout_ms);
+    s_save (self);
+    vmd_qemu_config_t config;
+    vmd_qemu_config_init (&config);
+    config.image_dir = self->image_dir;
+    config.dir = self->dir;
+    //  ≈ 20 ms of qemu-img: short enough for the loop (there is no async variant).
+    if (vmd_qemu_overlay_create (&config) != 0) {
+        char note[900];
+        s_death_note (self, "cannot create the disk overlay", note, sizeof note);
+        sbx_err_set (err, SBX_E_INTERNAL, "%s", note);
+    } else if (s_spawn (self, -1) != 0) {
+        char note[900];
+        s_death_note (self, "cannot start QEMU", note, sizeof note);
+        sbx_err_set (err, SBX_E_INTERNAL, "%s", note);
+    } else {
+        s_fire (self, EV_CREATE, SBX_OK, NULL);
+        return 0;
+    }
+    self->op = false;
+    if (self->pid > 0)
+        kill (self->pid, SIGKILL), waitpid (self->pid, NULL, 0); //  just spawned: ms
+    self->pid = 0;
+    vmd_agentlink_destroy (&self->link);
+    vmd_qmp_destroy (&self->qmp);
+    s_remove_tree (self->dir);
+    return -1;
+}
+
+static int s_request (vmd_guest_t *self, s_event_t event, uint64_t rid, uint32_t timeout_ms,
+                      sbx_err_t *err)
+{
+    if (s_refuse (self, event, err))
+        return -1;
+    if (self->op && event == EV_DELETE)
+        s_op_end (self, SBX_E_FAILED_PRECONDITION, "the sandbox is being deleted");
+    s_op_begin (self, rid, timeout_ms);
+    s_fire (self, event, SBX_OK, NULL);
+    return 0;
+}
+
+int vmd_guest_stop (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_err_t *err)
+{
+    return s_request (self, EV_STOP, rid, timeout_ms, err);
+}
+
+int vmd_guest_resume (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_err_t *err)
+{
+    return s_request (self, EV_RESUME, rid, timeout_ms, err);
+}
+
+int vmd_guest_delete (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_err_t *err)
+{
+    return s_request (self, EV_DELETE, rid, timeout_ms, err);
+}
+
+int vmd_guest_agent (vmd_guest_t *self, sbx_msg_t **request_p, uint32_t timeout_ms,
+                     vmd_agentlink_reply_fn *fn, void *arg, sbx_err_t *err)
+{
+    if (self->state != S_READY || !self->link) {
+        sbx_msg_destroy (request_p);
+        return sbx_err_set (err, SBX_E_FAILED_PRECONDITION, "sandbox %s is %s%s%s", self->id,
+                            sbx_sandbox_state_name (self->state), self->reason ? ": " : "",
+                            self->reason ? self->reason : "");
+    }
+    vmd_agentlink_request (self->link, request_p, timeout_ms, fn, arg);
+    return 0;
+}
+
+const char *vmd_guest_id (vmd_guest_t *self)
+{
+    return self->id;
+}
+
+sbx_sandbox_state_t vmd_guest_state (vmd_guest_t *self)
+{
+    return self->state;
+}
+
+pid_t vmd_guest_pid (vmd_guest_t *self)
+{
+    return self->pid;
+}
+
+const char *vmd_guest_reason (vmd_guest_t *self)
+{
+    return self->reason;
+}

@@ -1,0 +1,82 @@
+/*  vmd_guest - one sandbox's guest on this host: its lifecycle, QEMU, QMP, agent link
+    and files.
+
+    A guest lives in <data-dir>/vms/<sandbox_id>/ (0700): overlay.qcow2, memory.state
+    while stopped, qmp.sock, agent.sock, console.sock/console.log, qemu.log, qemu.pid and
+    guest.json (id, hostname, type, no_network, state, reason, base image directory),
+    rewritten atomically at every state change so that a restarted vmd finds it again.
+
+    The lifecycle is one state x event table (vmd_guest.c). Requests (create, stop,
+    resume, delete) start an operation whose outcome comes later through the done
+    callback, with the request's rid; a guest that dies on its own calls failed. Both
+    run from the loop; neither may destroy the guest (the server sweeps guests whose
+    state is deleted).
+*/
+#ifndef VMD_GUEST_H_INCLUDED
+#define VMD_GUEST_H_INCLUDED
+
+#include <czmq.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sbx_msg.h"
+#include "vmd_agentlink.h"
+
+typedef struct _vmd_guest_t vmd_guest_t;
+
+//  An operation ended: code SBX_OK, or an error with a message for a person.
+typedef void (vmd_guest_done_fn) (vmd_guest_t *guest, uint64_t rid, sbx_code_t code,
+                                  const char *message, void *arg);
+//  The guest failed on its own (QEMU died, the agent vanished for good).
+typedef void (vmd_guest_failed_fn) (vmd_guest_t *guest, const char *reason, void *arg);
+
+//  What every guest of one vmd shares (owned by the server, outlives its guests).
+typedef struct {
+    zloop_t *loop;
+    const char *vms_dir;   //  <data-dir>/vms
+    const char *image_dir; //  base image for new guests (vmlinux, initrd.img, rootfs.ext4)
+    const char *qemu_user; //  whom QEMU runs as when vmd is root (NULL: vmd_qemu's default)
+    vmd_guest_done_fn *done;
+    vmd_guest_failed_fn *failed;
+    //  Asks the owner to call vmd_guest_collect soon, from a poller (not a timer).
+    void (*wake) (void *arg);
+    void *arg;
+} vmd_guest_env_t;
+
+//  A new guest (state creating, nothing on disk yet), or NULL for an id that can't be a
+//  directory name ([A-Za-z0-9_-], 1-64) or a hostname vmd_qemu refuses.
+vmd_guest_t *vmd_guest_new (const vmd_guest_env_t *env, const char *id, const char *hostname,
+                            sbx_sandbox_type_t type, bool no_network);
+//  The guest described by vms_dir/id/guest.json after a vmd restart: running guests are
+//  re-adopted (QMP and agent reconnect), stopped ones stay stopped, guests whose QEMU is
+//  gone are in error. NULL when there is nothing usable there.
+vmd_guest_t *vmd_guest_load (const vmd_guest_env_t *env, const char *id);
+//  Forgets the guest: closes QMP and the agent link, leaves QEMU and files alone.
+void vmd_guest_destroy (vmd_guest_t **self_p);
+
+//  Destroys the QMP connection and agent link the guest has let go of. zloop runs a
+//  timer cancelled by an earlier timer of the same turn, so objects with timers of
+//  their own are only destroyed from a poller handler, after the turn's timers ran.
+void vmd_guest_collect (vmd_guest_t *self);
+
+//  Operations. Each returns 0 when started (done follows), or -1 with err set when the
+//  guest's state does not allow it or it could not start (nothing is left behind).
+int vmd_guest_create (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_err_t *err);
+int vmd_guest_stop (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_err_t *err);
+int vmd_guest_resume (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_err_t *err);
+int vmd_guest_delete (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_err_t *err);
+
+//  Passes an agent request (taken) to a ready guest's agent; fn gets its answer with
+//  the request's rid. -1 with err when the guest is not ready (the request is freed).
+int vmd_guest_agent (vmd_guest_t *self, sbx_msg_t **request_p, uint32_t timeout_ms,
+                     vmd_agentlink_reply_fn *fn, void *arg, sbx_err_t *err);
+
+const char *vmd_guest_id (vmd_guest_t *self);
+sbx_sandbox_state_t vmd_guest_state (vmd_guest_t *self);
+//  QEMU's pid while it runs, else 0.
+pid_t vmd_guest_pid (vmd_guest_t *self);
+//  Why it is in error, or NULL.
+const char *vmd_guest_reason (vmd_guest_t *self);
+
+#endif

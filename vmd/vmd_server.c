@@ -1,0 +1,598 @@
+/*  vmd_server - see vmd_server.h */
+#include "vmd_server.h"
+#include "sbx_clock.h"
+#include "sbx_log.h"
+#include "vmd_guest.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define S_SWEEP_MS      100
+#define S_AGENT_DEFAULT 600000 //  an exec may run that long
+
+struct _vmd_server_t {
+    sbx_config_t *config;
+    zloop_t *loop;
+    sbx_peer_t *peer;
+    char *vms_dir;
+    char *image_dir;
+    uint64_t capacity;
+    zhashx_t *guests;        //  sandbox id -> vmd_guest_t
+    zhashx_t *failed_unsent; //  sandbox id -> reason, vm.failed waiting for the broker
+    zhashx_t *ops;           //  rid -> the vm.*.ok type its request waits for
+    vmd_guest_env_t env;
+    int sweep;
+    int wake_fd; //  eventfd: guests have something to collect
+};
+
+//  --------------------------------------------------------------------------
+//  The image: <data-dir>/images/<input_hash>/, linked once from the build's image.
+
+static int s_link_or_copy (const char *from, const char *to)
+{
+    if (link (from, to) == 0 || errno == EEXIST)
+        return 0;
+    //  Another file system: copy (once per image, at start).
+    int in = open (from, O_RDONLY | O_CLOEXEC);
+    int out = in >= 0 ? open (to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
+    int rc = out >= 0 ? 0 : -1;
+    char buf[1 << 16];
+    ssize_t got;
+    while (rc == 0 && (got = read (in, buf, sizeof buf)) != 0)
+        if (got < 0 || write (out, buf, (size_t) got) != got)
+            rc = -1;
+    if (out >= 0 && (fsync (out) || close (out)))
+        rc = -1;
+    if (in >= 0)
+        close (in);
+    return rc;
+}
+
+static char *s_image_setup (sbx_config_t *config)
+{
+    const char *source = sbx_config_get (config, "image_dir", NULL);
+    char exe[PATH_MAX] = "", dflt[PATH_MAX + 16];
+    if (!source) {
+        ssize_t size = readlink ("/proc/self/exe", exe, sizeof exe - 1);
+        if (size > 0) {
+            exe[size] = 0;
+            //  build/bin/sbx-vmd → build/image (an install: bin/ → image/ beside it).
+            snprintf (dflt, sizeof dflt, "%s/../image", dirname (exe));
+            source = dflt;
+        }
+    }
+    char real[PATH_MAX];
+    if (!source || !realpath (source, real)) {
+        sbx_error ("no guest image at %s: set image_dir", source ? source : "(unknown)");
+        return NULL;
+    }
+    char *manifest = zsys_sprintf ("%s/manifest.json", real);
+    json_t *root = manifest ? json_load_file (manifest, 0, NULL) : NULL;
+    free (manifest);
+    const char *hash = json_string_value (json_object_get (root, "input_hash"));
+    bool valid = hash && strlen (hash) >= 8 && strlen (hash) <= 128;
+    for (const char *c = hash; valid && *c; c++)
+        valid = isxdigit ((unsigned char) *c);
+    if (!valid) {
+        sbx_warn ("image %s has no manifest input_hash: guests name it directly", real);
+        json_decref (root);
+        return strdup (real);
+    }
+    char *images = sbx_config_path (config, "images");
+    char *target = zsys_sprintf ("%s/%s", images, hash);
+    char *tmp = zsys_sprintf ("%s/%s.tmp", images, hash);
+    json_decref (root);
+    struct stat st;
+    if (target && stat (target, &st) == 0) {
+        free (images);
+        free (tmp);
+        return target;
+    }
+    mkdir (images, 0755);
+    mkdir (tmp, 0755);
+    const char *files[] = {"vmlinux", "initrd.img", "rootfs.ext4", "manifest.json", NULL};
+    int rc = 0;
+    for (const char **file = files; rc == 0 && *file; file++) {
+        char *from = zsys_sprintf ("%s/%s", real, *file), *to = zsys_sprintf ("%s/%s", tmp, *file);
+        rc = s_link_or_copy (from, to);
+        if (rc)
+            sbx_error ("cannot bring %s into %s: %s", from, tmp, strerror (errno));
+        free (from);
+        free (to);
+    }
+    if (rc == 0 && rename (tmp, target) == -1)
+        rc = -1;
+    if (rc == 0)
+        sbx_info ("guest image %s kept as %s", real, target);
+    free (images);
+    free (tmp);
+    if (rc) {
+        free (target);
+        return NULL;
+    }
+    return target;
+}
+
+//  --------------------------------------------------------------------------
+//  Guests' news
+
+static void s_update_use (vmd_server_t *self)
+{
+    uint64_t used = 0;
+    for (vmd_guest_t *g = zhashx_first (self->guests); g; g = zhashx_next (self->guests))
+        if (vmd_guest_state (g) != SBX_SANDBOX_STATE_STOPPED)
+            used++;
+    if (self->peer)
+        sbx_peer_set_capacity (self->peer, self->capacity, used);
+}
+
+static void s_send_failed (vmd_server_t *self)
+{
+    if (!self->peer || !sbx_peer_welcomed (self->peer))
+        return;
+    const char *reason;
+    while ((reason = zhashx_first (self->failed_unsent))) {
+        const char *id = zhashx_cursor (self->failed_unsent);
+        sbx_msg_t *failed = sbx_msg_new (SBX_MSG_VM_FAILED);
+        sbx_str_set (&sbx_msg_vm_failed (failed)->sandbox_id, id);
+        sbx_str_set (&sbx_msg_vm_failed (failed)->reason, reason);
+        if (sbx_peer_send (self->peer, &failed))
+            return; //  the next sweep tries again
+        sbx_info ("sandbox=%s vm.failed sent: %s", id, reason);
+        zhashx_delete (self->failed_unsent, id);
+    }
+}
+
+static void s_on_failed (vmd_guest_t *guest, const char *reason, void *arg)
+{
+    vmd_server_t *self = arg;
+    char text[1024];
+    snprintf (text, sizeof text, "%s", reason);
+    zhashx_update (self->failed_unsent, vmd_guest_id (guest), text);
+    s_send_failed (self);
+}
+
+//  An operation's end: the reply its request waits for.
+static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const char *message,
+                       void *arg)
+{
+    vmd_server_t *self = arg;
+    char key[32];
+    snprintf (key, sizeof key, "%llu", (unsigned long long) rid);
+    sbx_msg_type_t *ok_type = zhashx_lookup (self->ops, key);
+    sbx_msg_t *reply;
+    if (code != SBX_OK)
+        reply = sbx_msg_new_error (rid, code, "sandbox %s: %s", vmd_guest_id (guest),
+                                   message && *message ? message : "failed");
+    else {
+        reply = sbx_msg_new (ok_type ? *ok_type : SBX_MSG_VM_CREATE_OK);
+        reply->rid = rid;
+        //  Every vm.*.ok is just { sandbox_id }, in the same place.
+        switch (reply->type) {
+        case SBX_MSG_VM_STOP_OK:
+            sbx_str_set (&sbx_msg_vm_stop_ok (reply)->sandbox_id, vmd_guest_id (guest));
+            break;
+        case SBX_MSG_VM_RESUME_OK:
+            sbx_str_set (&sbx_msg_vm_resume_ok (reply)->sandbox_id, vmd_guest_id (guest));
+            break;
+        case SBX_MSG_VM_DELETE_OK:
+            sbx_str_set (&sbx_msg_vm_delete_ok (reply)->sandbox_id, vmd_guest_id (guest));
+            break;
+        default:
+            sbx_str_set (&sbx_msg_vm_create_ok (reply)->sandbox_id, vmd_guest_id (guest));
+            break;
+        }
+    }
+    zhashx_delete (self->ops, key);
+    if (self->peer && sbx_peer_send (self->peer, &reply))
+        sbx_warn ("rid=%llu sandbox=%s reply could not go out (broker gone)",
+                  (unsigned long long) rid, vmd_guest_id (guest));
+    sbx_msg_destroy (&reply);
+    s_update_use (self);
+}
+
+static void s_wake (void *arg)
+{
+    vmd_server_t *self = arg;
+    uint64_t one = 1;
+    if (write (self->wake_fd, &one, sizeof one) == -1 && errno != EAGAIN)
+        sbx_error ("cannot wake the collector: %s", strerror (errno));
+}
+
+//  From a poller, after this turn's timers ran: dropping guests and channels here
+//  never leaves a timer of theirs to fire (see vmd_guest_collect).
+static int s_on_wake (zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    (void) loop;
+    (void) item;
+    vmd_server_t *self = arg;
+    uint64_t count;
+    if (read (self->wake_fd, &count, sizeof count) == -1 && errno != EAGAIN)
+        sbx_error ("cannot read the collector's eventfd: %s", strerror (errno));
+    zlistx_t *gone = zlistx_new ();
+    for (vmd_guest_t *g = zhashx_first (self->guests); g; g = zhashx_next (self->guests)) {
+        vmd_guest_collect (g);
+        if (vmd_guest_state (g) == SBX_SANDBOX_STATE_DELETED)
+            zlistx_add_end (gone, (void *) zhashx_cursor (self->guests));
+    }
+    for (const char *id = zlistx_first (gone); id; id = zlistx_next (gone))
+        zhashx_delete (self->guests, id);
+    zlistx_destroy (&gone);
+    s_update_use (self);
+    return 0;
+}
+
+static int s_on_sweep (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    vmd_server_t *self = arg;
+    s_update_use (self);
+    s_send_failed (self);
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Requests: one handler per message type
+
+static sbx_msg_t *s_error (const sbx_msg_t *request, const sbx_err_t *err)
+{
+    return sbx_msg_new_error (request->rid, err->code, "%s", err->message);
+}
+
+static vmd_guest_t *s_find (vmd_server_t *self, const char *id)
+{
+    return id ? zhashx_lookup (self->guests, id) : NULL;
+}
+
+static void s_op_remember (vmd_server_t *self, uint64_t rid, sbx_msg_type_t ok_type)
+{
+    char key[32];
+    snprintf (key, sizeof key, "%llu", (unsigned long long) rid);
+    sbx_msg_type_t *value = malloc (sizeof *value);
+    if (!value)
+        return;
+    *value = ok_type;
+    zhashx_update (self->ops, key, value);
+}
+
+static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
+{
+    sbx_vm_create_t *args = sbx_msg_vm_create (request);
+    sbx_err_t err = {0};
+    vmd_guest_t *guest = s_find (self, args->sandbox_id);
+    if (guest)
+        return sbx_msg_new_error (request->rid, SBX_E_CONFLICT,
+                                  "sandbox %s exists on this vmd (%s)", args->sandbox_id,
+                                  sbx_sandbox_state_name (vmd_guest_state (guest)));
+    guest =
+        vmd_guest_new (&self->env, args->sandbox_id, args->hostname, args->type, args->no_network);
+    if (!guest)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "sandbox id '%s' or hostname '%s' is not usable (ids: "
+                                  "[A-Za-z0-9_-]{1,64}, hostnames: [a-z0-9-]{1,63})",
+                                  args->sandbox_id, args->hostname);
+    s_op_remember (self, request->rid, SBX_MSG_VM_CREATE_OK);
+    if (vmd_guest_create (guest, request->rid, request->timeout_ms, &err)) {
+        char key[32];
+        snprintf (key, sizeof key, "%llu", (unsigned long long) request->rid);
+        zhashx_delete (self->ops, key);
+        vmd_guest_destroy (&guest);
+        return s_error (request, &err);
+    }
+    zhashx_insert (self->guests, args->sandbox_id, guest);
+    s_update_use (self);
+    return NULL;
+}
+
+static sbx_msg_t *s_on_change (vmd_server_t *self, sbx_msg_t *request, const char *id)
+{
+    vmd_guest_t *guest = s_find (self, id);
+    sbx_err_t err = {0};
+    if (!guest && request->type == SBX_MSG_VM_DELETE) {
+        //  Idempotent: the broker may retry a delete that already happened.
+        sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_VM_DELETE_OK);
+        sbx_str_set (&sbx_msg_vm_delete_ok (reply)->sandbox_id, id);
+        return reply;
+    }
+    if (!guest)
+        return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "sandbox %s is not on this vmd",
+                                  id);
+    int rc;
+    switch (request->type) {
+    case SBX_MSG_VM_STOP:
+        s_op_remember (self, request->rid, SBX_MSG_VM_STOP_OK);
+        rc = vmd_guest_stop (guest, request->rid, request->timeout_ms, &err);
+        break;
+    case SBX_MSG_VM_RESUME:
+        s_op_remember (self, request->rid, SBX_MSG_VM_RESUME_OK);
+        rc = vmd_guest_resume (guest, request->rid, request->timeout_ms, &err);
+        break;
+    default:
+        s_op_remember (self, request->rid, SBX_MSG_VM_DELETE_OK);
+        rc = vmd_guest_delete (guest, request->rid, request->timeout_ms, &err);
+        break;
+    }
+    if (rc == 0)
+        return NULL;
+    char key[32];
+    snprintf (key, sizeof key, "%llu", (unsigned long long) request->rid);
+    zhashx_delete (self->ops, key);
+    return s_error (request, &err);
+}
+
+typedef struct {
+    vmd_server_t *server;
+    uint64_t rid; //  the broker's
+    char *id;
+} s_agent_call_t;
+
+static void s_on_agent_reply (vmd_agentlink_t *link, sbx_msg_t **reply_p, void *arg)
+{
+    (void) link;
+    s_agent_call_t *call = arg;
+    sbx_msg_t *answer = *reply_p;
+    sbx_msg_t *reply = NULL;
+    //  The link's own failures (timeout, connection lost) are vmd's errors; what the
+    //  agent said, error or not, goes back as it said it.
+    bool from_link =
+        answer->type == SBX_MSG_ERROR && (sbx_msg_error (answer)->code == SBX_E_TIMEOUT ||
+                                          sbx_msg_error (answer)->code == SBX_E_UNAVAILABLE);
+    uint8_t *data = NULL;
+    size_t size = 0;
+    sbx_err_t err = {0};
+    if (from_link)
+        reply = sbx_msg_new_error (call->rid, sbx_msg_error (answer)->code, "sandbox %s: %s",
+                                   call->id, sbx_msg_error (answer)->message);
+    else if (sbx_msg_encode (answer, &data, &size, &err))
+        reply = sbx_msg_new_error (call->rid, SBX_E_INTERNAL,
+                                   "sandbox %s: the agent's answer does not encode: %s", call->id,
+                                   err.message);
+    else {
+        reply = sbx_msg_new (SBX_MSG_VM_AGENT_OK);
+        reply->rid = call->rid;
+        sbx_vm_agent_ok_t *ok = sbx_msg_vm_agent_ok (reply);
+        ok->reply.data = data; //  taken
+        ok->reply.size = size;
+        data = NULL;
+    }
+    free (data);
+    sbx_debug ("rid=%llu sandbox=%s vm.agent answered %s", (unsigned long long) call->rid, call->id,
+               sbx_msg_type_name (answer->type));
+    if (call->server->peer)
+        sbx_peer_send (call->server->peer, &reply);
+    sbx_msg_destroy (&reply);
+    free (call->id);
+    free (call);
+}
+
+static sbx_msg_t *s_on_agent (vmd_server_t *self, sbx_msg_t *request)
+{
+    sbx_vm_agent_t *args = sbx_msg_vm_agent (request);
+    sbx_err_t err = {0};
+    sbx_msg_t *inner = sbx_msg_decode (args->request.data, args->request.size, &err);
+    if (!inner)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "the agent request does not decode: %s", err.message);
+    switch (inner->type) {
+    case SBX_MSG_AGENT_EXEC:
+    case SBX_MSG_AGENT_STATUS:
+    case SBX_MSG_AGENT_KILL:
+    case SBX_MSG_AGENT_PS:
+    case SBX_MSG_AGENT_FILE_WRITE:
+    case SBX_MSG_AGENT_FILE_READ:
+        break;
+    default: {
+        sbx_msg_t *reply =
+            sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                               "%s cannot be sent to a sandbox's agent (only agent.exec, "
+                               "agent.status, agent.kill, agent.ps, agent.file.write, "
+                               "agent.file.read)",
+                               sbx_msg_type_name (inner->type));
+        sbx_msg_destroy (&inner);
+        return reply;
+    }
+    }
+    vmd_guest_t *guest = s_find (self, args->sandbox_id);
+    if (!guest) {
+        sbx_msg_destroy (&inner);
+        return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "sandbox %s is not on this vmd",
+                                  args->sandbox_id);
+    }
+    s_agent_call_t *call = calloc (1, sizeof *call);
+    if (!call || !(call->id = strdup (args->sandbox_id))) {
+        free (call);
+        sbx_msg_destroy (&inner);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    }
+    call->server = self;
+    call->rid = request->rid;
+    sbx_debug ("rid=%llu sandbox=%s vm.agent %s", (unsigned long long) request->rid,
+               args->sandbox_id, sbx_msg_type_name (inner->type));
+    uint32_t timeout = request->timeout_ms ? request->timeout_ms : S_AGENT_DEFAULT;
+    if (vmd_guest_agent (guest, &inner, timeout, s_on_agent_reply, call, &err)) {
+        free (call->id);
+        free (call);
+        return s_error (request, &err);
+    }
+    return NULL;
+}
+
+static sbx_msg_t *s_on_list (vmd_server_t *self, sbx_msg_t *request)
+{
+    sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_VM_LIST_OK);
+    sbx_vm_info_list_t *vms = &sbx_msg_vm_list_ok (reply)->vms;
+    for (vmd_guest_t *g = zhashx_first (self->guests); g; g = zhashx_next (self->guests)) {
+        sbx_vm_info_t *info = sbx_vm_info_list_append (vms);
+        if (!info)
+            break;
+        sbx_str_set (&info->sandbox_id, vmd_guest_id (g));
+        info->state = vmd_guest_state (g);
+        info->pid = (uint64_t) vmd_guest_pid (g);
+        sbx_str_set (&info->reason, vmd_guest_reason (g));
+    }
+    return reply;
+}
+
+void vmd_server_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
+{
+    vmd_server_t *self = arg;
+    sbx_msg_t *request = *request_p;
+    sbx_msg_t *reply = NULL;
+    switch (request->type) {
+    case SBX_MSG_VM_CREATE:
+        reply = s_on_create (self, request);
+        break;
+    case SBX_MSG_VM_STOP:
+        reply = s_on_change (self, request, sbx_msg_vm_stop (request)->sandbox_id);
+        break;
+    case SBX_MSG_VM_RESUME:
+        reply = s_on_change (self, request, sbx_msg_vm_resume (request)->sandbox_id);
+        break;
+    case SBX_MSG_VM_DELETE:
+        reply = s_on_change (self, request, sbx_msg_vm_delete (request)->sandbox_id);
+        break;
+    case SBX_MSG_VM_AGENT:
+        reply = s_on_agent (self, request);
+        break;
+    case SBX_MSG_VM_LIST:
+        reply = s_on_list (self, request);
+        break;
+    default:
+        reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "vmd does not serve %s",
+                                   sbx_msg_type_name (request->type));
+        break;
+    }
+    if (reply)
+        sbx_peer_send (peer, &reply);
+    sbx_msg_destroy (&reply);
+}
+
+//  --------------------------------------------------------------------------
+//  Construction
+
+static void s_guest_destructor (void **item)
+{
+    vmd_guest_destroy ((vmd_guest_t **) item);
+}
+
+static void s_free_destructor (void **item)
+{
+    free (*item);
+    *item = NULL;
+}
+
+static void *s_strdup (const void *item)
+{
+    return strdup ((const char *) item);
+}
+
+vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
+{
+    vmd_server_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    self->loop = loop;
+    self->capacity = sbx_config_get_uint (config, "vmd.capacity", 8);
+    self->wake_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
+    self->guests = zhashx_new ();
+    self->failed_unsent = zhashx_new ();
+    self->ops = zhashx_new ();
+    self->vms_dir = sbx_config_path (config, "vms");
+    self->image_dir = s_image_setup (config);
+    if (self->wake_fd < 0 || !self->guests || !self->failed_unsent || !self->ops ||
+        !self->vms_dir || !self->image_dir) {
+        vmd_server_destroy (&self);
+        return NULL;
+    }
+    zhashx_set_destructor (self->guests, s_guest_destructor);
+    zhashx_set_destructor (self->failed_unsent, s_free_destructor);
+    zhashx_set_duplicator (self->failed_unsent, s_strdup);
+    zhashx_set_destructor (self->ops, s_free_destructor);
+    //  QEMU may run as another user (vmd_qemu): it must reach its sandbox directory
+    //  and the base image through ours (search only: nobody lists them).
+    if (mkdir (self->vms_dir, 0711) == -1 && errno != EEXIST) {
+        sbx_error ("cannot make %s: %s", self->vms_dir, strerror (errno));
+        vmd_server_destroy (&self);
+        return NULL;
+    }
+    if (geteuid () == 0) {
+        struct stat st;
+        const char *data = sbx_config_data_dir (config);
+        if (stat (data, &st) == 0 && !(st.st_mode & S_IXOTH))
+            chmod (data, (st.st_mode & 07777) | 0011);
+        chmod (self->vms_dir, 0711);
+    }
+    self->env = (vmd_guest_env_t){.loop = loop,
+                                  .vms_dir = self->vms_dir,
+                                  .image_dir = self->image_dir,
+                                  .qemu_user = sbx_config_get (config, "vmd.qemu_user", NULL),
+                                  .done = s_on_done,
+                                  .failed = s_on_failed,
+                                  .wake = s_wake,
+                                  .arg = self};
+    //  The guests a previous vmd left: re-adopt, or report.
+    DIR *dir = opendir (self->vms_dir);
+    struct dirent *entry;
+    while (dir && (entry = readdir (dir))) {
+        if (entry->d_name[0] == '.')
+            continue;
+        vmd_guest_t *guest = vmd_guest_load (&self->env, entry->d_name);
+        if (!guest)
+            continue;
+        if (vmd_guest_state (guest) == SBX_SANDBOX_STATE_ERROR)
+            zhashx_update (
+                self->failed_unsent, entry->d_name,
+                (void *) (vmd_guest_reason (guest) ? vmd_guest_reason (guest) : "in error"));
+        zhashx_insert (self->guests, entry->d_name, guest);
+    }
+    if (dir)
+        closedir (dir);
+    sbx_info ("%zu guests found in %s; image %s", zhashx_size (self->guests), self->vms_dir,
+              self->image_dir);
+    self->sweep = zloop_timer (loop, S_SWEEP_MS, 0, s_on_sweep, self);
+    zmq_pollitem_t item = {NULL, self->wake_fd, ZMQ_POLLIN, 0};
+    zloop_poller (loop, &item, s_on_wake, self);
+    return self;
+}
+
+void vmd_server_destroy (vmd_server_t **self_p)
+{
+    vmd_server_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->sweep > 0)
+        zloop_timer_end (self->loop, self->sweep);
+    zhashx_destroy (&self->guests);
+    if (self->wake_fd >= 0) {
+        zmq_pollitem_t item = {NULL, self->wake_fd, ZMQ_POLLIN, 0};
+        zloop_poller_end (self->loop, &item);
+        close (self->wake_fd);
+    }
+    zhashx_destroy (&self->failed_unsent);
+    zhashx_destroy (&self->ops);
+    free (self->vms_dir);
+    free (self->image_dir);
+    free (self);
+    *self_p = NULL;
+}
+
+void vmd_server_attach (vmd_server_t *self, sbx_peer_t *peer)
+{
+    self->peer = peer;
+    s_update_use (self);
+}
+
+uint64_t vmd_server_capacity (vmd_server_t *self)
+{
+    return self->capacity;
+}
