@@ -1,5 +1,7 @@
-/*  sbx-billing - the per-second meter (issue 6 fills it in; now it registers and heartbeats). */
-#include "sbx_daemon.h"
+/*  sbx-billing - the per-second meter: follows the broker's event log from the last event
+    it applied (billing.db), charges each sandbox's time in ready at its type's rate, and
+    answers usage.get. */
+#include "bill_server.h"
 
 int main (int argc, char **argv)
 {
@@ -11,11 +13,20 @@ int main (int argc, char **argv)
         &code);
     if (!daemon)
         return code;
-    if (!sbx_daemon_connect (daemon, SBX_ROLE_BILLING, 0, NULL, NULL)) {
+    bill_server_t *server = bill_server_new (sbx_daemon_config (daemon));
+    sbx_peer_t *peer =
+        server ? sbx_daemon_connect (daemon, SBX_ROLE_BILLING, 0, bill_server_on_request, server)
+               : NULL;
+    if (!peer || bill_server_start (server, peer, sbx_daemon_loop (daemon))) {
+        bill_server_destroy (&server);
         sbx_daemon_destroy (&daemon);
         return 1;
     }
     code = sbx_daemon_run (daemon);
+    //  A store failure stopped the reader and the loop: exit non-zero to be restarted.
+    if (bill_server_failed (server))
+        code = 1;
+    bill_server_destroy (&server);
     sbx_daemon_destroy (&daemon);
     return code;
 }

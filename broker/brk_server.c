@@ -568,6 +568,10 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     case SBX_MSG_SANDBOX_DELETE:
         reply = brk_sandbox_change (&self->ctx, address, msg);
         break;
+    case SBX_MSG_USAGE_GET:
+        //  Billing's figures: routed by type (a client's `route` steers nothing else).
+        s_route (self, address, msg_p, SBX_ROLE_BILLING);
+        return;
     case SBX_MSG_SANDBOX_EXTEND:
         reply = brk_sandbox_extend (&self->ctx, msg);
         break;

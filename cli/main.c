@@ -17,6 +17,7 @@ static const s_command_t s_commands[] = {
     {"tap", cli_tap_main, "print the event log as JSON lines, live"},
     {"audit", cli_audit_main, "check the event log: sbx audit ttl lists every TTL expiry"},
     {"sandbox", cli_sandbox_main, "create, run commands in, stop, resume and delete sandboxes"},
+    {"usage", cli_usage_main, "running time, cost and wallet balance of an account"},
     {NULL, NULL, NULL}};
 
 static void s_usage (FILE *out)

@@ -35,6 +35,11 @@ static const s_known_t s_known[] = {{"broker.endpoint", "ipc://%D/run/broker.soc
                                     {"tls.key", NULL},
                                     {"image_dir", NULL},
                                     {"vmd.capacity", "8"},
+    {"rate.small", "10"},  //  µ$ per second of running time: $0.036 an hour
+    {"rate.medium", "20"},
+    {"rate.large", "40"},
+    {"wallet.initial", "0"},
+    {"mcp.origins", NULL},
                                     {NULL, NULL}};
 
 typedef struct {

@@ -1,0 +1,58 @@
+/*  bill_meter - turns the broker's events into running intervals and charges, and
+    answers usage questions from them.
+
+    Applied in seq order, one transaction per event (with the event's seq as billing's
+    last applied): a sandbox.changed into ready opens an interval at the event's ts_ms;
+    one out of ready (stopping, deleting, error, deleted...) closes it at its ts_ms and
+    charges its type's rate to the account's active wallet; account.created records the
+    account, its email and its wallet. Times come only from the events, so a replay
+    computes the same figures to the micro-dollar.
+
+    Rounding: each sandbox charges whole milliseconds. With R µ$ per second and B ms
+    already charged to the sandbox at that rate, an interval of M ms costs
+        floor ((B + M) × R / 1000) − floor (B × R / 1000)
+    so a sandbox's charges always add up to floor (its ms × R / 1000): splitting time
+    into intervals never gains or loses a micro-dollar. Usage figures per day and per
+    window are cut from the same cumulative line, so they add up to the same total.
+*/
+#ifndef BILL_METER_H_INCLUDED
+#define BILL_METER_H_INCLUDED
+
+#include "bill_store.h"
+#include "sbx_common.h"
+
+//  Rates in µ$ per second of each sandbox type, and what a new wallet starts with.
+typedef struct {
+    uint64_t small;         //  rate.small, default 10 ($0.036 an hour)
+    uint64_t medium;        //  rate.medium, default 20 ($0.072 an hour)
+    uint64_t large;         //  rate.large, default 40 ($0.144 an hour)
+    int64_t wallet_initial; //  wallet.initial µ$, default 0
+} bill_rates_t;
+
+typedef struct _bill_meter_t bill_meter_t;
+
+//  Reads the rates from config (keys above; defaults when unset or not numbers).
+void bill_meter_rates_from_config (sbx_config_t *config, bill_rates_t *rates);
+
+//  The store is borrowed and must outlive the meter.
+bill_meter_t *bill_meter_new (bill_store_t *store, const bill_rates_t *rates);
+void bill_meter_destroy (bill_meter_t **self_p);
+
+//  Applies one event (and records its seq) in one transaction. An event at or below the
+//  last applied seq is skipped. Returns 0, or -1 when the store failed (nothing of the
+//  event was applied; the caller should stop and replay later).
+int bill_meter_apply (bill_meter_t *self, const sbx_event_t *event);
+
+//  Answers a usage.get: usage.get.ok or an error. now_ms bounds open intervals (the one
+//  use of the clock: it is not stored).
+sbx_msg_t *bill_meter_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t now_ms);
+
+//  The rate of a sandbox type in µ$ per second.
+uint64_t bill_meter_rate (bill_meter_t *self, sbx_sandbox_type_t type);
+
+//  µ$ for `ms` more milliseconds after `before` ms at `rate` µ$/s (see above).
+uint64_t bill_meter_cost (uint64_t before, uint64_t ms, uint64_t rate);
+
+void bill_meter_test (bool verbose);
+
+#endif

@@ -1,0 +1,181 @@
+/*  bill_server - see bill_server.h */
+#include "bill_server.h"
+
+#include <sys/stat.h>
+
+struct _bill_server_t {
+    sbx_config_t *config; //  borrowed
+    bill_store_t *store;
+    bill_meter_t *meter;
+    sbx_tapreader_t *reader;
+    bool failed;
+};
+
+bill_server_t *bill_server_new (sbx_config_t *config)
+{
+    assert (config);
+    bill_server_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    char *dir = sbx_config_path (config, "billing");
+    char *path = sbx_config_path (config, "billing/billing.db");
+    if (dir && mkdir (dir, 0700) && errno != EEXIST)
+        sbx_error ("cannot make %s: %s", dir, strerror (errno));
+    bill_rates_t rates;
+    bill_meter_rates_from_config (config, &rates);
+    self->store = path ? bill_store_new (path) : NULL;
+    self->meter = self->store ? bill_meter_new (self->store, &rates) : NULL;
+    if (self->meter)
+        sbx_info ("billing %s: last applied event %llu; rates µ$/s small %llu, medium %llu, "
+                  "large %llu",
+                  path, (unsigned long long) bill_store_last_seq (self->store),
+                  (unsigned long long) rates.small, (unsigned long long) rates.medium,
+                  (unsigned long long) rates.large);
+    free (dir);
+    free (path);
+    if (!self->meter)
+        bill_server_destroy (&self);
+    return self;
+}
+
+void bill_server_destroy (bill_server_t **self_p)
+{
+    assert (self_p);
+    bill_server_t *self = *self_p;
+    if (!self)
+        return;
+    sbx_tapreader_destroy (&self->reader);
+    bill_meter_destroy (&self->meter);
+    bill_store_destroy (&self->store);
+    free (self);
+    *self_p = NULL;
+}
+
+void bill_server_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
+{
+    bill_server_t *self = arg;
+    sbx_msg_t *request = *request_p;
+    sbx_msg_t *reply = NULL;
+    switch (request->type) {
+    case SBX_MSG_USAGE_GET:
+        reply = bill_meter_usage (self->meter, request, sbx_clock_now_ms ());
+        break;
+    default:
+        reply =
+            sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                               "sbx-billing does not handle %s", sbx_msg_type_name (request->type));
+        break;
+    }
+    sbx_peer_send (peer, &reply);
+}
+
+static int s_on_event (const sbx_event_t *event, void *arg)
+{
+    bill_server_t *self = arg;
+    if (bill_meter_apply (self->meter, event) == 0)
+        return 0;
+    self->failed = true;
+    sbx_error ("billing stops at event %llu: its store failed; a restart replays from %llu",
+               (unsigned long long) event->seq,
+               (unsigned long long) bill_store_last_seq (self->store));
+    return -1;
+}
+
+int bill_server_start (bill_server_t *self, sbx_peer_t *peer, zloop_t *loop)
+{
+    assert (self && peer && loop && !self->reader);
+    self->reader =
+        sbx_tapreader_new (self->config, peer, bill_store_last_seq (self->store), s_on_event, self);
+    return self->reader ? sbx_tapreader_start (self->reader, loop) : -1;
+}
+
+uint64_t bill_server_last_seq (bill_server_t *self)
+{
+    return self ? bill_store_last_seq (self->store) : 0;
+}
+
+bool bill_server_failed (bill_server_t *self)
+{
+    return self && self->failed;
+}
+
+//  --------------------------------------------------------------------------
+//  The actor
+
+typedef struct {
+    zsock_t *pipe;
+    bill_server_t *server;
+    sbx_peer_t *peer;
+    bool terminated; //  $TERM came: nothing more to wait for
+} s_actor_t;
+
+static int s_on_pipe (zloop_t *loop, zsock_t *pipe, void *arg)
+{
+    (void) loop;
+    s_actor_t *actor = arg;
+    zmsg_t *msg = zmsg_recv (pipe);
+    if (!msg)
+        return -1;
+    char *command = zmsg_popstr (msg);
+    int rc = 0;
+    if (!command || streq (command, "$TERM")) {
+        actor->terminated = true;
+        rc = -1;
+    } else if (streq (command, "SEQ"))
+        zstr_sendf (pipe, "%llu", (unsigned long long) bill_server_last_seq (actor->server));
+    else if (streq (command, "USAGE")) {
+        char *account = zmsg_popstr (msg);
+        sbx_msg_t *request = sbx_msg_new (SBX_MSG_USAGE_GET);
+        request->caller = calloc (1, sizeof (sbx_caller_t));
+        request->caller->kind = SBX_CALLER_KIND_ADMIN;
+        sbx_str_set (&sbx_msg_usage_get (request)->account, account ? account : "");
+        sbx_msg_t *reply = bill_meter_usage (actor->server->meter, request, sbx_clock_now_ms ());
+        uint8_t *data = NULL;
+        size_t size = 0;
+        sbx_err_t err;
+        if (sbx_msg_encode (reply, &data, &size, &err))
+            size = 0;
+        zsock_send (pipe, "b", data, size);
+        free (data);
+        free (account);
+        sbx_msg_destroy (&reply);
+        sbx_msg_destroy (&request);
+    }
+    free (command);
+    zmsg_destroy (&msg);
+    return rc;
+}
+
+void bill_server_actor (zsock_t *pipe, void *args)
+{
+    sbx_config_t *config = args;
+    s_actor_t actor = {.pipe = pipe, .server = bill_server_new (config)};
+    zloop_t *loop = zloop_new ();
+    actor.peer = actor.server ? sbx_peer_new (config, SBX_ROLE_BILLING, NULL) : NULL;
+    if (actor.peer)
+        sbx_peer_set_request_fn (actor.peer, bill_server_on_request, actor.server);
+    if (!actor.peer || sbx_peer_start (actor.peer, loop) ||
+        bill_server_start (actor.server, actor.peer, loop)) {
+        zsock_signal (pipe, 0);
+        zstr_send (pipe, "FAILED");
+    } else {
+        zsock_signal (pipe, 0);
+        zstr_send (pipe, "READY");
+        zloop_reader (loop, pipe, s_on_pipe, &actor);
+        zloop_set_nonstop (loop, true); //  signals are the main thread's business
+        zloop_start (loop);
+    }
+    //  No bye: a test that destroys billing mid-stream plays a crash.
+    bill_server_destroy (&actor.server);
+    sbx_peer_destroy (&actor.peer);
+    zloop_destroy (&loop);
+    //  Wait for $TERM so the caller's zactor_destroy completes.
+    while (!actor.terminated) {
+        char *command = zstr_recv (pipe);
+        bool term = !command || streq (command, "$TERM");
+        free (command);
+        if (term)
+            actor.terminated = true;
+    }
+}

@@ -1,0 +1,850 @@
+/*  bill_store - see bill_store.h */
+#include "bill_store.h"
+#include "sbx_common.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+//  --------------------------------------------------------------------------
+//  Schema migrations. Entry i brings the schema from version i to i + 1, in one
+//  transaction together with its schema_version row. To change the schema, APPEND an
+//  entry; never edit or reorder a shipped one.
+
+static const char *s_migrations[] = {
+    //  1: accounts and wallets, sandboxes, intervals in ready, the ledger, meta.
+    "CREATE TABLE meta ("
+    "  key TEXT NOT NULL PRIMARY KEY,"
+    "  value TEXT NOT NULL);"
+    "CREATE TABLE accounts ("
+    "  id TEXT NOT NULL PRIMARY KEY,"
+    "  email TEXT COLLATE NOCASE,"
+    "  created_ms INTEGER NOT NULL);"
+    "CREATE INDEX accounts_by_email ON accounts (email);"
+    "CREATE TABLE wallets ("
+    "  id TEXT NOT NULL PRIMARY KEY,"
+    "  account TEXT NOT NULL,"
+    "  name TEXT NOT NULL,"
+    "  balance_micro INTEGER NOT NULL,"
+    "  active INTEGER NOT NULL DEFAULT 0,"
+    "  created_ms INTEGER NOT NULL);"
+    //  Charges go to exactly one wallet per account.
+    "CREATE UNIQUE INDEX wallets_active ON wallets (account) WHERE active;"
+    "CREATE TABLE sandboxes ("
+    "  id TEXT NOT NULL PRIMARY KEY,"
+    "  account TEXT NOT NULL,"
+    "  type TEXT NOT NULL,"
+    "  state TEXT NOT NULL,"
+    "  rate INTEGER NOT NULL DEFAULT 0,"
+    "  rate_ms INTEGER NOT NULL DEFAULT 0,"
+    "  total_ms INTEGER NOT NULL DEFAULT 0,"
+    "  total_micro INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX sandboxes_by_account ON sandboxes (account);"
+    //  end_seq NULL: open (the sandbox is in ready). At most one open per sandbox.
+    "CREATE TABLE intervals ("
+    "  id INTEGER PRIMARY KEY,"
+    "  sandbox_id TEXT NOT NULL REFERENCES sandboxes (id),"
+    "  start_seq INTEGER NOT NULL UNIQUE,"
+    "  start_ms INTEGER NOT NULL,"
+    "  end_seq INTEGER UNIQUE,"
+    "  end_ms INTEGER,"
+    "  ms INTEGER,"
+    "  rate INTEGER,"
+    "  rate_ms_before INTEGER,"
+    "  micro INTEGER);"
+    "CREATE UNIQUE INDEX intervals_open ON intervals (sandbox_id) WHERE end_seq IS NULL;"
+    "CREATE INDEX intervals_by_sandbox ON intervals (sandbox_id, start_seq);"
+    //  seq UNIQUE: one event closes one interval, and is charged once.
+    "CREATE TABLE ledger ("
+    "  id INTEGER PRIMARY KEY,"
+    "  account TEXT NOT NULL,"
+    "  wallet TEXT NOT NULL REFERENCES wallets (id),"
+    "  sandbox_id TEXT NOT NULL,"
+    "  interval_id INTEGER NOT NULL REFERENCES intervals (id),"
+    "  seq INTEGER NOT NULL UNIQUE,"
+    "  ts_ms INTEGER NOT NULL,"
+    "  seconds INTEGER NOT NULL,"
+    "  ms INTEGER NOT NULL,"
+    "  micro INTEGER NOT NULL);"
+    "CREATE INDEX ledger_by_account ON ledger (account, seq);",
+};
+
+#define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
+
+typedef enum {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_META_GET,
+    ST_META_SET,
+    ST_ACCOUNT_INSERT,
+    ST_ACCOUNT_RESOLVE,
+    ST_WALLET_INSERT,
+    ST_WALLET_ACTIVE,
+    ST_WALLET_DEBIT,
+    ST_SANDBOX_FIND,
+    ST_SANDBOX_PUT,
+    ST_INTERVAL_OPEN_FIND,
+    ST_INTERVAL_OPEN,
+    ST_INTERVAL_CLOSE,
+    ST_CHARGE_ADD,
+    ST_LEDGER_TOTALS,
+    ST_INTERVALS,
+    ST_COUNT
+} stmt_id_t;
+
+static const char *s_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
+    [ST_META_SET] = "INSERT INTO meta (key, value) VALUES (?1, ?2) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    [ST_ACCOUNT_INSERT] = "INSERT INTO accounts (id, email, created_ms) VALUES (?1, ?2, ?3) "
+                          "ON CONFLICT (id) DO UPDATE SET email = coalesce (excluded.email, email)",
+    [ST_ACCOUNT_RESOLVE] = "SELECT id, email FROM accounts WHERE id = ?1 OR email = ?1 "
+                           "ORDER BY id = ?1 DESC LIMIT 1",
+    [ST_WALLET_INSERT] =
+        "INSERT INTO wallets (id, account, name, balance_micro, active, created_ms) "
+        "SELECT ?1, ?2, 'main', ?3, 1, ?4 WHERE NOT EXISTS "
+        "(SELECT 1 FROM wallets WHERE account = ?2 AND active)",
+    [ST_WALLET_ACTIVE] = "SELECT id, balance_micro FROM wallets WHERE account = ?1 AND active",
+    [ST_WALLET_DEBIT] = "UPDATE wallets SET balance_micro = balance_micro - ?2 WHERE id = ?1",
+    [ST_SANDBOX_FIND] = "SELECT id, account, type, state, rate, rate_ms, total_ms, total_micro "
+                        "FROM sandboxes WHERE id = ?1",
+    [ST_SANDBOX_PUT] =
+        "INSERT INTO sandboxes (id, account, type, state, rate, rate_ms, total_ms, total_micro) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (id) DO UPDATE SET "
+        "account = excluded.account, type = excluded.type, state = excluded.state, "
+        "rate = excluded.rate, rate_ms = excluded.rate_ms, total_ms = excluded.total_ms, "
+        "total_micro = excluded.total_micro",
+    [ST_INTERVAL_OPEN_FIND] =
+        "SELECT id, start_ms FROM intervals WHERE sandbox_id = ?1 AND end_seq IS NULL",
+    [ST_INTERVAL_OPEN] =
+        "INSERT INTO intervals (sandbox_id, start_seq, start_ms) VALUES (?1, ?2, ?3)",
+    [ST_INTERVAL_CLOSE] = "UPDATE intervals SET end_seq = ?2, end_ms = ?3, ms = ?4, rate = ?5, "
+                          "rate_ms_before = ?6, micro = ?7 WHERE id = ?1 AND end_seq IS NULL",
+    [ST_CHARGE_ADD] = "INSERT INTO ledger (account, wallet, sandbox_id, interval_id, seq, ts_ms, "
+                      "seconds, ms, micro) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    [ST_LEDGER_TOTALS] = "SELECT coalesce (sum (ms), 0), coalesce (sum (micro), 0) FROM ledger "
+                         "WHERE ?1 IS NULL OR account = ?1",
+    [ST_INTERVALS] =
+        "SELECT i.id, i.sandbox_id, s.type, s.state, i.start_seq, i.start_ms, "
+        "coalesce (i.end_seq, 0), coalesce (i.end_ms, 0), coalesce (i.rate, 0), "
+        "coalesce (i.rate_ms_before, 0), coalesce (i.micro, 0), s.rate, s.rate_ms "
+        "FROM intervals i JOIN sandboxes s ON s.id = i.sandbox_id "
+        "WHERE s.account = ?1 AND (?2 IS NULL OR s.id = ?2) ORDER BY s.rowid, i.start_seq",
+};
+
+struct _bill_store_t {
+    sqlite3 *db;
+    char *path;
+    int version;
+    sqlite3_stmt *stmt[ST_COUNT];
+};
+
+#define BUSY_TIMEOUT_MS 5000
+
+//  --------------------------------------------------------------------------
+//  Helpers (as in brk_store)
+
+static bool s_nonempty (const char *text)
+{
+    return text && *text;
+}
+
+//  Every uint64 stored must fit SQLite's signed 64-bit integers.
+static bool s_fits (uint64_t value)
+{
+    return value <= (uint64_t) INT64_MAX;
+}
+
+static uint64_t s_column_u64 (sqlite3_stmt *stmt, int column)
+{
+    sqlite3_int64 value = sqlite3_column_int64 (stmt, column);
+    return value < 0 ? 0 : (uint64_t) value;
+}
+
+static char *s_column_dup (sqlite3_stmt *stmt, int column, bool *failed)
+{
+    const unsigned char *text = sqlite3_column_text (stmt, column);
+    if (!text) {
+        if (sqlite3_errcode (sqlite3_db_handle (stmt)) == SQLITE_NOMEM)
+            *failed = true;
+        return NULL;
+    }
+    char *copy = strdup ((const char *) text);
+    if (!copy)
+        *failed = true;
+    return copy;
+}
+
+static int s_bind_text (sqlite3_stmt *stmt, int index, const char *text)
+{
+    if (!text)
+        return sqlite3_bind_null (stmt, index);
+    return sqlite3_bind_text (stmt, index, text, -1, SQLITE_STATIC);
+}
+
+static void s_reset (sqlite3_stmt *stmt)
+{
+    sqlite3_reset (stmt);
+    sqlite3_clear_bindings (stmt);
+}
+
+static void s_log_db_error (bill_store_t *self, const char *what)
+{
+    sbx_error ("store %s: %s: %s (%d)", self->path, what, sqlite3_errmsg (self->db),
+               sqlite3_extended_errcode (self->db));
+}
+
+//  Runs a statement that returns no rows. Returns the final SQLite code.
+static int s_run (bill_store_t *self, stmt_id_t id, const char *what)
+{
+    sqlite3_stmt *stmt = self->stmt[id];
+    int rc = sqlite3_step (stmt);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        rc = sqlite3_extended_errcode (self->db);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        s_log_db_error (self, what);
+    s_reset (stmt);
+    return rc == SQLITE_ROW ? SQLITE_DONE : rc;
+}
+
+static bool s_require_transaction (bill_store_t *self, const char *what)
+{
+    if (sqlite3_get_autocommit (self->db) == 0)
+        return true;
+    sbx_warn ("store %s: %s outside a transaction refused", self->path, what);
+    return false;
+}
+
+static int s_exec (bill_store_t *self, const char *sql, const char *what)
+{
+    char *message = NULL;
+    if (sqlite3_exec (self->db, sql, NULL, NULL, &message) == SQLITE_OK)
+        return 0;
+    sbx_error ("store %s: %s: %s", self->path, what, message ? message : "failed");
+    sqlite3_free (message);
+    return -1;
+}
+
+static int64_t s_query_int (bill_store_t *self, const char *sql, const char *what)
+{
+    sqlite3_stmt *stmt = NULL;
+    int64_t value = -1;
+    if (sqlite3_prepare_v2 (self->db, sql, -1, &stmt, NULL) == SQLITE_OK &&
+        sqlite3_step (stmt) == SQLITE_ROW)
+        value = sqlite3_column_int64 (stmt, 0);
+    else
+        s_log_db_error (self, what);
+    sqlite3_finalize (stmt);
+    return value;
+}
+
+//  --------------------------------------------------------------------------
+//  Opening
+
+//  Creates the file 0600 before SQLite does; refuses what can't be a database.
+static int s_create_private (const char *path)
+{
+    int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+    if (fd < 0) {
+        sbx_error ("store %s: cannot open: %s", path, strerror (errno));
+        return -1;
+    }
+    struct stat st;
+    int rc = fstat (fd, &st);
+    if (rc == 0 && !S_ISREG (st.st_mode)) {
+        sbx_error ("store %s: not a regular file", path);
+        rc = -1;
+    } else if (rc == 0 && st.st_size > 0 && st.st_size < 512) {
+        sbx_error ("store %s: not a database (%lld bytes)", path, (long long) st.st_size);
+        rc = -1;
+    }
+    close (fd);
+    return rc;
+}
+
+static int s_configure (bill_store_t *self)
+{
+    sqlite3_extended_result_codes (self->db, 1);
+    sqlite3_busy_timeout (self->db, BUSY_TIMEOUT_MS);
+    sqlite3_stmt *stmt = NULL;
+    bool wal = false;
+    if (sqlite3_prepare_v2 (self->db, "PRAGMA journal_mode=WAL", -1, &stmt, NULL) == SQLITE_OK &&
+        sqlite3_step (stmt) == SQLITE_ROW) {
+        const char *mode = (const char *) sqlite3_column_text (stmt, 0);
+        wal = mode && strcmp (mode, "wal") == 0;
+        if (!wal)
+            sbx_error ("store %s: cannot use WAL (journal mode stays %s)", self->path,
+                       mode ? mode : "?");
+    } else
+        s_log_db_error (self, "cannot read the database");
+    sqlite3_finalize (stmt);
+    if (!wal)
+        return -1;
+    //  FULL: a committed charge and its last_seq survive a power cut together.
+    return s_exec (self, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", "pragmas");
+}
+
+static int s_migrate (bill_store_t *self)
+{
+    while (true) {
+        if (s_exec (self, "BEGIN IMMEDIATE", "begin migration"))
+            return -1;
+        int64_t version = -1;
+        if (s_exec (self,
+                    "CREATE TABLE IF NOT EXISTS schema_version ("
+                    "  version INTEGER NOT NULL PRIMARY KEY, applied_ms INTEGER NOT NULL)",
+                    "create schema_version") == 0)
+            version = s_query_int (self, "SELECT coalesce (max (version), 0) FROM schema_version",
+                                   "read schema_version");
+        if (version < 0) {
+            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+        if (version > MIGRATION_COUNT) {
+            sbx_error ("store %s: schema version %lld is newer than this sbx-billing knows (%d); "
+                       "refusing to open (run a newer sbx-billing)",
+                       self->path, (long long) version, MIGRATION_COUNT);
+            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+        if (version == MIGRATION_COUNT) {
+            self->version = (int) version;
+            return s_exec (self, "COMMIT", "commit");
+        }
+        char record[128];
+        snprintf (record, sizeof record,
+                  "INSERT INTO schema_version (version, applied_ms) VALUES (%d, %llu)",
+                  (int) version + 1, (unsigned long long) sbx_clock_now_ms ());
+        if (s_exec (self, s_migrations[version], "migration") ||
+            s_exec (self, record, "record migration") ||
+            s_exec (self, "COMMIT", "commit migration")) {
+            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+            sbx_error ("store %s: migration to version %d failed", self->path, (int) version + 1);
+            return -1;
+        }
+        sbx_info ("store %s: schema migrated to version %d", self->path, (int) version + 1);
+    }
+}
+
+bill_store_t *bill_store_new (const char *path)
+{
+    if (!s_nonempty (path))
+        return NULL;
+    bill_store_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->path = strdup (path);
+    if (!self->path || s_create_private (path))
+        goto failed;
+    int rc = sqlite3_open_v2 (path, &self->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        sbx_error ("store %s: cannot open: %s", path,
+                   self->db ? sqlite3_errmsg (self->db) : sqlite3_errstr (rc));
+        goto failed;
+    }
+    if (s_configure (self) || s_migrate (self))
+        goto failed;
+    for (int i = 0; i < ST_COUNT; i++) {
+        assert (s_sql[i]);
+        if (sqlite3_prepare_v3 (self->db, s_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &self->stmt[i],
+                                NULL) != SQLITE_OK) {
+            s_log_db_error (self, "prepare");
+            goto failed;
+        }
+    }
+    return self;
+
+failed:
+    bill_store_destroy (&self);
+    return NULL;
+}
+
+void bill_store_destroy (bill_store_t **self_p)
+{
+    assert (self_p);
+    bill_store_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->db && sqlite3_get_autocommit (self->db) == 0) {
+        sbx_warn ("store %s: closed inside a transaction; rolled back", self->path);
+        sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+    }
+    for (int i = 0; i < ST_COUNT; i++)
+        sqlite3_finalize (self->stmt[i]);
+    if (self->db && sqlite3_close (self->db) != SQLITE_OK)
+        s_log_db_error (self, "close");
+    free (self->path);
+    free (self);
+    *self_p = NULL;
+}
+
+int bill_store_schema_version (bill_store_t *self)
+{
+    return self ? self->version : -1;
+}
+
+//  --------------------------------------------------------------------------
+//  Transactions
+
+int bill_store_begin (bill_store_t *self)
+{
+    if (!self || sqlite3_get_autocommit (self->db) == 0)
+        return -1;
+    return s_run (self, ST_BEGIN, "begin") == SQLITE_DONE ? 0 : -1;
+}
+
+int bill_store_commit (bill_store_t *self)
+{
+    if (!self || sqlite3_get_autocommit (self->db))
+        return -1;
+    return s_run (self, ST_COMMIT, "commit") == SQLITE_DONE ? 0 : -1;
+}
+
+int bill_store_rollback (bill_store_t *self)
+{
+    if (!self || sqlite3_get_autocommit (self->db))
+        return -1;
+    return s_run (self, ST_ROLLBACK, "rollback") == SQLITE_DONE ? 0 : -1;
+}
+
+//  --------------------------------------------------------------------------
+//  Last applied seq
+
+uint64_t bill_store_last_seq (bill_store_t *self)
+{
+    if (!self)
+        return 0;
+    sqlite3_stmt *stmt = self->stmt[ST_META_GET];
+    s_bind_text (stmt, 1, "last_seq");
+    uint64_t seq = 0;
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW) {
+        const char *text = (const char *) sqlite3_column_text (stmt, 0);
+        seq = text ? strtoull (text, NULL, 10) : 0;
+    } else if (rc != SQLITE_DONE)
+        s_log_db_error (self, "last seq");
+    s_reset (stmt);
+    return seq;
+}
+
+int bill_store_set_last_seq (bill_store_t *self, uint64_t seq)
+{
+    if (!self || !s_require_transaction (self, "set last seq"))
+        return -1;
+    char text[32];
+    snprintf (text, sizeof text, "%llu", (unsigned long long) seq);
+    sqlite3_stmt *stmt = self->stmt[ST_META_SET];
+    s_bind_text (stmt, 1, "last_seq");
+    s_bind_text (stmt, 2, text);
+    return s_run (self, ST_META_SET, "set last seq") == SQLITE_DONE ? 0 : -1;
+}
+
+//  --------------------------------------------------------------------------
+//  Accounts and wallets
+
+int bill_store_account_add (bill_store_t *self, const char *id, const char *email, int64_t initial,
+                            uint64_t ts_ms)
+{
+    if (!self || !s_nonempty (id) || !s_fits (ts_ms) ||
+        !s_require_transaction (self, "account add"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_ACCOUNT_INSERT];
+    s_bind_text (stmt, 1, id);
+    s_bind_text (stmt, 2, email);
+    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) ts_ms);
+    if (s_run (self, ST_ACCOUNT_INSERT, "account add") != SQLITE_DONE)
+        return -1;
+    //  The wallet id derives from the account: a replay makes the same one.
+    char wallet[96];
+    snprintf (wallet, sizeof wallet, "wal_%s_main", id);
+    stmt = self->stmt[ST_WALLET_INSERT];
+    s_bind_text (stmt, 1, wallet);
+    s_bind_text (stmt, 2, id);
+    sqlite3_bind_int64 (stmt, 3, initial);
+    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) ts_ms);
+    return s_run (self, ST_WALLET_INSERT, "wallet add") == SQLITE_DONE ? 0 : -1;
+}
+
+char *bill_store_account_resolve (bill_store_t *self, const char *id_or_email, char **email_p)
+{
+    if (email_p)
+        *email_p = NULL;
+    if (!self || !s_nonempty (id_or_email))
+        return NULL;
+    sqlite3_stmt *stmt = self->stmt[ST_ACCOUNT_RESOLVE];
+    s_bind_text (stmt, 1, id_or_email);
+    char *id = NULL;
+    bool failed = false;
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW) {
+        id = s_column_dup (stmt, 0, &failed);
+        if (email_p)
+            *email_p = s_column_dup (stmt, 1, &failed);
+    } else if (rc != SQLITE_DONE)
+        s_log_db_error (self, "account resolve");
+    s_reset (stmt);
+    return id;
+}
+
+int bill_store_wallet_active (bill_store_t *self, const char *account, char **wallet_p,
+                              int64_t *balance_p)
+{
+    if (!self || !s_nonempty (account))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_WALLET_ACTIVE];
+    s_bind_text (stmt, 1, account);
+    int result = 1;
+    bool failed = false;
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW) {
+        if (wallet_p)
+            *wallet_p = s_column_dup (stmt, 0, &failed);
+        if (balance_p)
+            *balance_p = sqlite3_column_int64 (stmt, 1);
+        result = failed ? -1 : 0;
+    } else if (rc != SQLITE_DONE) {
+        s_log_db_error (self, "wallet active");
+        result = -1;
+    }
+    s_reset (stmt);
+    return result;
+}
+
+int bill_store_wallet_debit (bill_store_t *self, const char *wallet, uint64_t micro)
+{
+    if (!self || !s_nonempty (wallet) || !s_fits (micro) ||
+        !s_require_transaction (self, "wallet debit"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_WALLET_DEBIT];
+    s_bind_text (stmt, 1, wallet);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) micro);
+    if (s_run (self, ST_WALLET_DEBIT, "wallet debit") != SQLITE_DONE)
+        return -1;
+    return sqlite3_changes (self->db) == 1 ? 0 : -1;
+}
+
+//  --------------------------------------------------------------------------
+//  Sandboxes and intervals
+
+void bill_sandbox_clear (bill_sandbox_t *sandbox)
+{
+    if (!sandbox)
+        return;
+    free (sandbox->id);
+    free (sandbox->account);
+    free (sandbox->type);
+    free (sandbox->state);
+    memset (sandbox, 0, sizeof *sandbox);
+}
+
+int bill_store_sandbox_find (bill_store_t *self, const char *id, bill_sandbox_t *out)
+{
+    if (!self || !s_nonempty (id) || !out)
+        return -1;
+    memset (out, 0, sizeof *out);
+    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_FIND];
+    s_bind_text (stmt, 1, id);
+    int result = 1;
+    bool failed = false;
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW) {
+        out->id = s_column_dup (stmt, 0, &failed);
+        out->account = s_column_dup (stmt, 1, &failed);
+        out->type = s_column_dup (stmt, 2, &failed);
+        out->state = s_column_dup (stmt, 3, &failed);
+        out->rate = s_column_u64 (stmt, 4);
+        out->rate_ms = s_column_u64 (stmt, 5);
+        out->total_ms = s_column_u64 (stmt, 6);
+        out->total_micro = s_column_u64 (stmt, 7);
+        result = failed ? -1 : 0;
+    } else if (rc != SQLITE_DONE) {
+        s_log_db_error (self, "sandbox find");
+        result = -1;
+    }
+    s_reset (stmt);
+    if (result == -1)
+        bill_sandbox_clear (out);
+    return result;
+}
+
+int bill_store_sandbox_put (bill_store_t *self, const bill_sandbox_t *s)
+{
+    if (!self || !s || !s_nonempty (s->id) || !s_nonempty (s->account) || !s_nonempty (s->type) ||
+        !s_nonempty (s->state) || !s_fits (s->rate) || !s_fits (s->rate_ms) ||
+        !s_fits (s->total_ms) || !s_fits (s->total_micro) ||
+        !s_require_transaction (self, "sandbox put"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_PUT];
+    s_bind_text (stmt, 1, s->id);
+    s_bind_text (stmt, 2, s->account);
+    s_bind_text (stmt, 3, s->type);
+    s_bind_text (stmt, 4, s->state);
+    sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) s->rate);
+    sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) s->rate_ms);
+    sqlite3_bind_int64 (stmt, 7, (sqlite3_int64) s->total_ms);
+    sqlite3_bind_int64 (stmt, 8, (sqlite3_int64) s->total_micro);
+    return s_run (self, ST_SANDBOX_PUT, "sandbox put") == SQLITE_DONE ? 0 : -1;
+}
+
+int bill_store_interval_open_find (bill_store_t *self, const char *sandbox_id, int64_t *id_p,
+                                   uint64_t *start_ms_p)
+{
+    if (!self || !s_nonempty (sandbox_id))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_INTERVAL_OPEN_FIND];
+    s_bind_text (stmt, 1, sandbox_id);
+    int result = 1;
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW) {
+        if (id_p)
+            *id_p = sqlite3_column_int64 (stmt, 0);
+        if (start_ms_p)
+            *start_ms_p = s_column_u64 (stmt, 1);
+        result = 0;
+    } else if (rc != SQLITE_DONE) {
+        s_log_db_error (self, "open interval");
+        result = -1;
+    }
+    s_reset (stmt);
+    return result;
+}
+
+int bill_store_interval_open (bill_store_t *self, const char *sandbox_id, uint64_t start_seq,
+                              uint64_t start_ms)
+{
+    if (!self || !s_nonempty (sandbox_id) || !s_fits (start_seq) || !s_fits (start_ms) ||
+        !s_require_transaction (self, "interval open"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_INTERVAL_OPEN];
+    s_bind_text (stmt, 1, sandbox_id);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) start_seq);
+    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) start_ms);
+    return s_run (self, ST_INTERVAL_OPEN, "interval open") == SQLITE_DONE ? 0 : -1;
+}
+
+int bill_store_interval_close (bill_store_t *self, int64_t id, uint64_t end_seq, uint64_t end_ms,
+                               uint64_t ms, uint64_t rate, uint64_t rate_ms_before, uint64_t micro)
+{
+    if (!self || !s_fits (end_seq) || !s_fits (end_ms) || !s_fits (ms) || !s_fits (rate) ||
+        !s_fits (rate_ms_before) || !s_fits (micro) ||
+        !s_require_transaction (self, "interval close"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_INTERVAL_CLOSE];
+    sqlite3_bind_int64 (stmt, 1, id);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) end_seq);
+    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) end_ms);
+    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) ms);
+    sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) rate);
+    sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) rate_ms_before);
+    sqlite3_bind_int64 (stmt, 7, (sqlite3_int64) micro);
+    if (s_run (self, ST_INTERVAL_CLOSE, "interval close") != SQLITE_DONE)
+        return -1;
+    return sqlite3_changes (self->db) == 1 ? 0 : -1;
+}
+
+int bill_store_charge_add (bill_store_t *self, const bill_charge_t *c)
+{
+    if (!self || !c || !s_nonempty (c->account) || !s_nonempty (c->wallet) ||
+        !s_nonempty (c->sandbox_id) || !s_fits (c->seq) || !s_fits (c->ts_ms) || !s_fits (c->ms) ||
+        !s_fits (c->micro) || !s_require_transaction (self, "charge add"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_CHARGE_ADD];
+    s_bind_text (stmt, 1, c->account);
+    s_bind_text (stmt, 2, c->wallet);
+    s_bind_text (stmt, 3, c->sandbox_id);
+    sqlite3_bind_int64 (stmt, 4, c->interval);
+    sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) c->seq);
+    sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) c->ts_ms);
+    sqlite3_bind_int64 (stmt, 7, (sqlite3_int64) (c->ms / 1000));
+    sqlite3_bind_int64 (stmt, 8, (sqlite3_int64) c->ms);
+    sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) c->micro);
+    return s_run (self, ST_CHARGE_ADD, "charge add") == SQLITE_DONE ? 0 : -1;
+}
+
+int bill_store_ledger_totals (bill_store_t *self, const char *account, uint64_t *ms_p,
+                              uint64_t *micro_p)
+{
+    if (!self)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_LEDGER_TOTALS];
+    s_bind_text (stmt, 1, account);
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW) {
+        if (ms_p)
+            *ms_p = s_column_u64 (stmt, 0);
+        if (micro_p)
+            *micro_p = s_column_u64 (stmt, 1);
+    } else
+        s_log_db_error (self, "ledger totals");
+    s_reset (stmt);
+    return rc == SQLITE_ROW ? 0 : -1;
+}
+
+int bill_store_intervals (bill_store_t *self, const char *account, const char *sandbox_id,
+                          bill_store_interval_fn *fn, void *arg)
+{
+    if (!self || !s_nonempty (account) || !fn)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_INTERVALS];
+    if (sqlite3_stmt_busy (stmt)) {
+        sbx_warn ("store %s: intervals called from its own callback", self->path);
+        return -1;
+    }
+    s_bind_text (stmt, 1, account);
+    s_bind_text (stmt, 2, sandbox_id && *sandbox_id ? sandbox_id : NULL);
+    int count = 0;
+    int rc;
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+        bill_interval_row_t row = {
+            .id = sqlite3_column_int64 (stmt, 0),
+            .sandbox_id = (const char *) sqlite3_column_text (stmt, 1),
+            .type = (const char *) sqlite3_column_text (stmt, 2),
+            .state = (const char *) sqlite3_column_text (stmt, 3),
+            .start_seq = s_column_u64 (stmt, 4),
+            .start_ms = s_column_u64 (stmt, 5),
+            .end_seq = s_column_u64 (stmt, 6),
+            .end_ms = s_column_u64 (stmt, 7),
+            .rate = s_column_u64 (stmt, 8),
+            .rate_ms_before = s_column_u64 (stmt, 9),
+            .micro = s_column_u64 (stmt, 10),
+            .sandbox_rate = s_column_u64 (stmt, 11),
+            .sandbox_rate_ms = s_column_u64 (stmt, 12),
+        };
+        if (!row.sandbox_id || !row.type || !row.state) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        count++;
+        fn (&row, arg);
+    }
+    if (rc != SQLITE_DONE)
+        s_log_db_error (self, "intervals");
+    s_reset (stmt);
+    return rc == SQLITE_DONE ? count : -1;
+}
+
+//  --------------------------------------------------------------------------
+//  Self test
+
+static void s_count_row (const bill_interval_row_t *row, void *arg)
+{
+    (void) row;
+    (*(int *) arg)++;
+}
+
+void bill_store_test (bool verbose)
+{
+    (void) verbose;
+    char dir[] = "/tmp/bill_store_test.XXXXXX";
+    assert (mkdtemp (dir));
+    char path[128];
+    snprintf (path, sizeof path, "%s/billing.db", dir);
+    bill_store_t *store = bill_store_new (path);
+    assert (store && bill_store_schema_version (store) == MIGRATION_COUNT);
+    struct stat st;
+    assert (stat (path, &st) == 0 && (st.st_mode & 077) == 0);
+    assert (bill_store_last_seq (store) == 0);
+
+    //  Writes outside a transaction are refused.
+    assert (bill_store_set_last_seq (store, 1) == -1);
+    assert (bill_store_account_add (store, "acc_a", "a@example.com", 0, 1) == -1);
+
+    //  An account gets one active wallet; adding it again changes nothing.
+    assert (bill_store_begin (store) == 0);
+    assert (bill_store_account_add (store, "acc_a", "a@example.com", 5000000, 1000) == 0);
+    assert (bill_store_account_add (store, "acc_a", "a@example.com", 7, 1001) == 0);
+    assert (bill_store_set_last_seq (store, 1) == 0);
+    assert (bill_store_commit (store) == 0);
+    char *email = NULL;
+    char *id = bill_store_account_resolve (store, "A@Example.com", &email);
+    assert (id && streq (id, "acc_a") && streq (email, "a@example.com"));
+    free (id);
+    free (email);
+    assert (bill_store_account_resolve (store, "nobody", &email) == NULL && !email);
+    char *wallet = NULL;
+    int64_t balance = 0;
+    assert (bill_store_wallet_active (store, "acc_a", &wallet, &balance) == 0);
+    assert (balance == 5000000 && streq (wallet, "wal_acc_a_main"));
+
+    //  An interval opens, can't open twice, closes once, and is charged once.
+    bill_sandbox_t sandbox = {.id = "sb_1", .account = "acc_a", .type = "small", .state = "ready"};
+    assert (bill_store_begin (store) == 0);
+    assert (bill_store_sandbox_put (store, &sandbox) == 0);
+    assert (bill_store_interval_open (store, "sb_1", 2, 10000) == 0);
+    assert (bill_store_interval_open (store, "sb_1", 3, 10001) == -1);
+    assert (bill_store_set_last_seq (store, 2) == 0);
+    assert (bill_store_commit (store) == 0);
+    int64_t open_id = 0;
+    uint64_t start = 0;
+    assert (bill_store_interval_open_find (store, "sb_1", &open_id, &start) == 0);
+    assert (start == 10000);
+    assert (bill_store_begin (store) == 0);
+    assert (bill_store_interval_close (store, open_id, 4, 12500, 2500, 10, 0, 25) == 0);
+    assert (bill_store_interval_close (store, open_id, 5, 12600, 2600, 10, 0, 26) == -1);
+    bill_charge_t charge = {.account = "acc_a",
+                            .wallet = wallet,
+                            .sandbox_id = "sb_1",
+                            .interval = open_id,
+                            .seq = 4,
+                            .ts_ms = 12500,
+                            .ms = 2500,
+                            .micro = 25};
+    assert (bill_store_charge_add (store, &charge) == 0);
+    assert (bill_store_charge_add (store, &charge) == -1); //  one charge per closing event
+    assert (bill_store_wallet_debit (store, wallet, 25) == 0);
+    sandbox.state = "stopped";
+    sandbox.rate = 10;
+    sandbox.rate_ms = sandbox.total_ms = 2500;
+    sandbox.total_micro = 25;
+    assert (bill_store_sandbox_put (store, &sandbox) == 0);
+    assert (bill_store_set_last_seq (store, 4) == 0);
+    assert (bill_store_commit (store) == 0);
+    assert (bill_store_interval_open_find (store, "sb_1", NULL, NULL) == 1);
+
+    //  A rolled-back transaction leaves nothing, last_seq included.
+    assert (bill_store_begin (store) == 0);
+    assert (bill_store_interval_open (store, "sb_1", 6, 20000) == 0);
+    assert (bill_store_set_last_seq (store, 6) == 0);
+    assert (bill_store_rollback (store) == 0);
+    assert (bill_store_last_seq (store) == 4);
+    assert (bill_store_interval_open_find (store, "sb_1", NULL, NULL) == 1);
+    free (wallet);
+
+    //  Reopened: everything is there.
+    bill_store_destroy (&store);
+    store = bill_store_new (path);
+    assert (store && bill_store_last_seq (store) == 4);
+    bill_sandbox_t found;
+    assert (bill_store_sandbox_find (store, "sb_1", &found) == 0);
+    assert (found.total_ms == 2500 && found.total_micro == 25 && streq (found.state, "stopped"));
+    bill_sandbox_clear (&found);
+    assert (bill_store_sandbox_find (store, "sb_2", &found) == 1);
+    uint64_t ms = 0, micro = 0;
+    assert (bill_store_ledger_totals (store, "acc_a", &ms, &micro) == 0);
+    assert (ms == 2500 && micro == 25);
+    assert (bill_store_wallet_active (store, "acc_a", NULL, &balance) == 0 && balance == 4999975);
+    int rows = 0;
+    assert (bill_store_intervals (store, "acc_a", NULL, s_count_row, &rows) == 1 && rows == 1);
+    bill_store_destroy (&store);
+    bill_store_destroy (&store);
+
+    //  Not a database: refused.
+    snprintf (path, sizeof path, "%s/junk.db", dir);
+    FILE *junk = fopen (path, "w");
+    fputs ("junk", junk);
+    fclose (junk);
+    assert (bill_store_new (path) == NULL);
+    zdir_t *tree = zdir_new (dir, NULL);
+    zdir_remove (tree, true);
+    zdir_destroy (&tree);
+}

@@ -1,0 +1,135 @@
+/*  bill_store - billing's SQLite database (billing.db): accounts seen in the log, their
+    wallets, each sandbox's running intervals and rate bookkeeping, the ledger of
+    charges, and the sequence number of the last event applied.
+
+    The only billing module that includes sqlite3.h. One bill_store_t per process, used
+    from one thread. Every event is applied inside bill_store_begin / bill_store_commit
+    together with bill_store_set_last_seq, so the charges an event produced and the
+    record that it was applied are committed (or lost) together: that is what makes a
+    replay after a crash apply each event exactly once.
+
+        bill_store_begin (store);
+        if (... intervals, charges, wallet ... == 0
+            && bill_store_set_last_seq (store, event->seq) == 0
+            && bill_store_commit (store) == 0)
+            ... applied ...
+        else
+            bill_store_rollback (store);
+
+    Every write refuses (-1) to run outside a transaction. Money is integer
+    micro-dollars; times are ms since the epoch taken from the events, never the clock.
+*/
+#ifndef BILL_STORE_H_INCLUDED
+#define BILL_STORE_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct _bill_store_t bill_store_t;
+
+//  A sandbox's billing record. Strings are copies released by bill_sandbox_clear when
+//  filled in by bill_store_sandbox_find; the caller's own strings for put.
+typedef struct {
+    char *id;
+    char *account;
+    char *type;           //  small, medium, large
+    char *state;          //  as of the last event applied
+    uint64_t rate;        //  µ$ per second its last charge used (0 before any)
+    uint64_t rate_ms;     //  ms charged at that rate: the base of the rounding (see bill_meter)
+    uint64_t total_ms;    //  ms charged in all
+    uint64_t total_micro; //  µ$ charged in all
+} bill_sandbox_t;
+
+void bill_sandbox_clear (bill_sandbox_t *sandbox);
+
+//  One interval in ready as bill_store_intervals hands it out; strings borrowed for the
+//  duration of the callback. end_seq is 0 while it is open.
+typedef struct {
+    int64_t id;
+    const char *sandbox_id;
+    const char *type;
+    const char *state; //  the sandbox's state now
+    uint64_t start_seq, start_ms;
+    uint64_t end_seq, end_ms;
+    uint64_t rate;                          //  closed: the rate charged; open: 0
+    uint64_t rate_ms_before;                //  closed: the sandbox's rate_ms before this interval
+    uint64_t micro;                         //  closed: the charge
+    uint64_t sandbox_rate, sandbox_rate_ms; //  the sandbox's current rate bookkeeping
+} bill_interval_row_t;
+
+typedef void (bill_store_interval_fn) (const bill_interval_row_t *row, void *arg);
+
+//  Opens (creating and migrating) the database at path, mode 0600, WAL,
+//  synchronous=FULL. Returns NULL (logged) on failure.
+bill_store_t *bill_store_new (const char *path);
+void bill_store_destroy (bill_store_t **self_p);
+
+int bill_store_schema_version (bill_store_t *self);
+
+int bill_store_begin (bill_store_t *self);
+int bill_store_commit (bill_store_t *self);
+int bill_store_rollback (bill_store_t *self);
+
+//  The seq of the last event applied (0 for none).
+uint64_t bill_store_last_seq (bill_store_t *self);
+int bill_store_set_last_seq (bill_store_t *self, uint64_t seq);
+
+//  Records an account (from account.created) and gives it an active wallet "main" with
+//  `initial` µ$ when it has none. Repeating it changes nothing.
+int bill_store_account_add (bill_store_t *self, const char *id, const char *email, int64_t initial,
+                            uint64_t ts_ms);
+
+//  The account id for an id or an email (case-insensitive), as a string the caller
+//  frees, and its email in *email_p (caller frees; may be NULL). NULL when unknown:
+//  then *email_p is NULL too.
+char *bill_store_account_resolve (bill_store_t *self, const char *id_or_email, char **email_p);
+
+//  The account's active wallet: its id (caller frees) and balance. Returns 0, 1 when it
+//  has none, -1 on error.
+int bill_store_wallet_active (bill_store_t *self, const char *account, char **wallet_p,
+                              int64_t *balance_p);
+
+//  Takes micro µ$ from a wallet.
+int bill_store_wallet_debit (bill_store_t *self, const char *wallet, uint64_t micro);
+
+//  0 and *out filled in when known, 1 when not, -1 on error.
+int bill_store_sandbox_find (bill_store_t *self, const char *id, bill_sandbox_t *out);
+//  Inserts or updates the record.
+int bill_store_sandbox_put (bill_store_t *self, const bill_sandbox_t *sandbox);
+
+//  The sandbox's open interval: 0 with its row id and start, 1 when none, -1 on error.
+int bill_store_interval_open_find (bill_store_t *self, const char *sandbox_id, int64_t *id_p,
+                                   uint64_t *start_ms_p);
+int bill_store_interval_open (bill_store_t *self, const char *sandbox_id, uint64_t start_seq,
+                              uint64_t start_ms);
+int bill_store_interval_close (bill_store_t *self, int64_t id, uint64_t end_seq, uint64_t end_ms,
+                               uint64_t ms, uint64_t rate, uint64_t rate_ms_before, uint64_t micro);
+
+//  One charge in the ledger: the interval `interval` closed by event `seq`.
+typedef struct {
+    const char *account;
+    const char *wallet;
+    const char *sandbox_id;
+    int64_t interval;
+    uint64_t seq;
+    uint64_t ts_ms;
+    uint64_t ms;
+    uint64_t micro;
+} bill_charge_t;
+
+int bill_store_charge_add (bill_store_t *self, const bill_charge_t *charge);
+
+//  Sum of the ledger for an account (NULL: all): ms and µ$. Returns 0 or -1.
+int bill_store_ledger_totals (bill_store_t *self, const char *account, uint64_t *ms_p,
+                              uint64_t *micro_p);
+
+//  Calls fn for each interval of the account's sandboxes (or of sandbox_id only, when
+//  not NULL), sandbox by sandbox in the order billing first saw them, each sandbox's
+//  intervals in order. Returns the number of rows, or -1.
+int bill_store_intervals (bill_store_t *self, const char *account, const char *sandbox_id,
+                          bill_store_interval_fn *fn, void *arg);
+
+void bill_store_test (bool verbose);
+
+#endif
