@@ -1,6 +1,7 @@
 /*  gw_gateway - see gw_gateway.h */
 #include "gw_gateway.h"
 #include "gw_http.h"
+#include "gw_mcp.h"
 #include "gw_tls.h"
 
 #include <assert.h>
@@ -10,6 +11,7 @@ struct gw_gateway_t {
     sbx_config_t *config;
     sbx_peer_t *peer;
     gw_http_t *http;
+    gw_mcp_t *mcp;
     uint64_t started_ms;
 };
 
@@ -49,6 +51,10 @@ static void s_on_request (gw_request_t *req, void *arg)
                            (json_int_t) ((sbx_clock_now_ms () - self->started_ms) / 1000)));
         return;
     }
+    if (streq (path, "/mcp") && self->mcp) {
+        gw_mcp_handle (self->mcp, req);
+        return;
+    }
     char message[300];
     snprintf (message, sizeof message, "nothing is served at %s on this gateway", path);
     s_error (req, SBX_E_NOT_FOUND, message);
@@ -84,6 +90,11 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
     }
     if (options.plain || (options.cert_file && options.key_file))
         self->http = gw_http_new (loop, &options, s_on_request, self);
+    if (self->http) {
+        self->mcp = gw_mcp_new (config, self->http, peer);
+        if (!self->mcp)
+            gw_http_destroy (&self->http);
+    }
     if (self->http)
         sbx_info ("serving %s on %s (port %d)%s%s", options.plain ? "HTTP" : "HTTPS",
                   options.listen, gw_http_port (self->http), ca ? ", clients trust " : "",
@@ -102,7 +113,9 @@ void gw_gateway_destroy (gw_gateway_t **self_p)
     gw_gateway_t *self = *self_p;
     if (!self)
         return;
+    //  The server first: its open requests are released before MCP forgets them.
     gw_http_destroy (&self->http);
+    gw_mcp_destroy (&self->mcp);
     free (self);
     *self_p = NULL;
 }

@@ -7,8 +7,9 @@
     handler. What it serves today:
       GET /healthz   200 {"status":"ok","broker":true|false,...}: liveness, and whether
                      this gateway is connected to the broker (503 when it is not)
+      /mcp           MCP Streamable HTTP with API keys (gw_mcp)
     Anything else: 404 with {"error":{"code":"not_found","message":...}}.
-    /mcp, /v1 and the OAuth endpoints come with the MCP gateway work (issue 4, 5).
+    /v1 and the OAuth endpoints come with issues 4 and 5.
 */
 #ifndef GW_GATEWAY_H_INCLUDED
 #define GW_GATEWAY_H_INCLUDED

@@ -1,10 +1,14 @@
 /*  gw_selftest - the gateway modules' self-tests (see sbx_testrun.h). */
+#include "gw_auth.h"
 #include "gw_http.h"
+#include "gw_mcp.h"
 #include "gw_tls.h"
+#include "gw_tools.h"
 #include "sbx_testrun.h"
 
-static const sbx_test_t s_tests[] = {
-    {"gw_tls", gw_tls_test}, {"gw_http", gw_http_test}, {NULL, NULL}};
+static const sbx_test_t s_tests[] = {{"gw_tls", gw_tls_test},   {"gw_http", gw_http_test},
+                                     {"gw_auth", gw_auth_test}, {"gw_tools", gw_tools_test},
+                                     {"gw_mcp", gw_mcp_test},   {NULL, NULL}};
 
 int main (int argc, char **argv)
 {

@@ -1,0 +1,303 @@
+/*  gw_auth - see gw_auth.h */
+#include "gw_auth.h"
+
+#include <assert.h>
+#include <jansson.h>
+
+#define S_CACHE_MS  5000 //  how long a good key is trusted without asking the broker again
+#define S_CACHE_MAX 10000
+
+typedef struct {
+    sbx_caller_t *caller;
+    uint64_t until_mono; //  trusted until then
+} s_entry_t;
+
+//  One check waiting for the broker.
+typedef struct {
+    gw_auth_t *auth;
+    uint64_t serial;
+    uint64_t rid;
+    char hash[65];
+    gw_auth_fn *fn;
+    void *arg;
+} s_check_t;
+
+struct gw_auth_t {
+    sbx_peer_t *peer;
+    char *base_url;
+    zhashx_t *cache;   //  key hash → s_entry_t
+    zhashx_t *pending; //  serial → s_check_t, so destroy can cancel them
+    uint64_t next_serial;
+};
+
+sbx_caller_t *gw_auth_caller_dup (const sbx_caller_t *caller)
+{
+    if (!caller)
+        return NULL;
+    sbx_caller_t *copy = calloc (1, sizeof *copy);
+    if (!copy)
+        return NULL;
+    copy->kind = caller->kind;
+    copy->preset = caller->preset;
+    if (sbx_str_set (&copy->account_id, caller->account_id) ||
+        sbx_str_set (&copy->key_id, caller->key_id))
+        gw_auth_caller_destroy (&copy);
+    return copy;
+}
+
+void gw_auth_caller_destroy (sbx_caller_t **caller_p)
+{
+    if (!caller_p || !*caller_p)
+        return;
+    free ((*caller_p)->account_id);
+    free ((*caller_p)->key_id);
+    free (*caller_p);
+    *caller_p = NULL;
+}
+
+static void s_entry_free (void **item_p)
+{
+    s_entry_t *entry = *item_p;
+    if (entry) {
+        gw_auth_caller_destroy (&entry->caller);
+        free (entry);
+    }
+    *item_p = NULL;
+}
+
+static size_t s_serial_hash (const void *key)
+{
+    return (size_t) (uintptr_t) key;
+}
+
+static int s_serial_cmp (const void *a, const void *b)
+{
+    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
+}
+
+static char *s_base_url (sbx_config_t *config)
+{
+    //  The same rule as `sbx status` (cli_base_url): what clients outside use.
+    bool tls = !streq (sbx_config_get (config, "tls", "on"), "off");
+    const char *listen = sbx_config_get (config, "listen", "127.0.0.1:8443");
+    const char *domain = sbx_config_get (config, "domain", "localhost");
+    const char *colon = strrchr (listen, ':');
+    const char *port = colon ? colon + 1 : (tls ? "443" : "80");
+    bool default_port = streq (port, tls ? "443" : "80");
+    char *url;
+    if (asprintf (&url, "%s://%s%s%s", tls ? "https" : "http", domain, default_port ? "" : ":",
+                  default_port ? "" : port) < 0)
+        return NULL;
+    return url;
+}
+
+gw_auth_t *gw_auth_new (sbx_config_t *config, sbx_peer_t *peer)
+{
+    gw_auth_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->peer = peer;
+    self->base_url = config ? s_base_url (config) : strdup ("https://localhost:8443");
+    self->cache = zhashx_new ();
+    self->pending = zhashx_new ();
+    if (!self->base_url || !self->cache || !self->pending) {
+        gw_auth_destroy (&self);
+        return NULL;
+    }
+    zhashx_set_destructor (self->cache, s_entry_free);
+    zhashx_set_key_hasher (self->pending, s_serial_hash);
+    zhashx_set_key_comparator (self->pending, s_serial_cmp);
+    zhashx_set_key_duplicator (self->pending, NULL);
+    zhashx_set_key_destructor (self->pending, NULL);
+    self->next_serial = 1;
+    return self;
+}
+
+void gw_auth_destroy (gw_auth_t **self_p)
+{
+    assert (self_p);
+    gw_auth_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->pending) {
+        for (s_check_t *check = zhashx_first (self->pending); check;
+             check = zhashx_next (self->pending)) {
+            if (self->peer && check->rid)
+                sbx_peer_cancel (self->peer, check->rid);
+            free (check);
+        }
+        zhashx_destroy (&self->pending);
+    }
+    zhashx_destroy (&self->cache);
+    free (self->base_url);
+    free (self);
+    *self_p = NULL;
+}
+
+const char *gw_auth_base_url (gw_auth_t *self)
+{
+    return self->base_url;
+}
+
+const char *gw_auth_bearer (const char *header)
+{
+    if (!header)
+        return NULL;
+    while (*header == ' ')
+        header++;
+    if (strncasecmp (header, "Bearer ", 7) != 0)
+        return NULL;
+    const char *token = header + 7;
+    while (*token == ' ')
+        token++;
+    return *token ? token : NULL;
+}
+
+static void s_on_reply (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
+{
+    (void) peer;
+    s_check_t *check = arg;
+    gw_auth_t *self = check->auth;
+    zhashx_delete (self->pending, (void *) (uintptr_t) check->serial);
+    sbx_msg_t *reply = *reply_p;
+    if (reply->type == SBX_MSG_AUTH_KEY_OK && sbx_msg_auth_key_ok (reply)->caller) {
+        sbx_auth_key_ok_t *ok = sbx_msg_auth_key_ok (reply);
+        s_entry_t *entry = calloc (1, sizeof *entry);
+        uint64_t now = sbx_clock_now_ms ();
+        uint64_t ttl = S_CACHE_MS;
+        if (ok->expires_ms && ok->expires_ms < now + ttl)
+            ttl = ok->expires_ms > now ? ok->expires_ms - now : 0;
+        if (entry && ttl) {
+            entry->caller = gw_auth_caller_dup (ok->caller);
+            entry->until_mono = sbx_clock_mono_ms () + ttl;
+            if (zhashx_size (self->cache) >= S_CACHE_MAX)
+                zhashx_purge (self->cache);
+            zhashx_update (self->cache, check->hash, entry);
+        } else
+            free (entry);
+        check->fn (ok->caller, SBX_OK, NULL, check->arg);
+    } else if (reply->type == SBX_MSG_ERROR)
+        check->fn (NULL, sbx_msg_error (reply)->code, sbx_msg_error (reply)->message, check->arg);
+    else
+        check->fn (NULL, SBX_E_INTERNAL, "unexpected answer to auth.key", check->arg);
+    free (check);
+}
+
+void gw_auth_check (gw_auth_t *self, const char *token, gw_auth_fn *fn, void *arg)
+{
+    assert (self && fn);
+    //  Keys are "sbx_" + 43 base62: anything else is refused without asking.
+    if (!token || strncmp (token, "sbx_", 4) != 0 || strlen (token) > 128) {
+        fn (NULL, SBX_E_UNAUTHENTICATED, "this API key is not valid", arg);
+        return;
+    }
+    char hash[65];
+    sbx_secret_hash (token, hash);
+    s_entry_t *entry = zhashx_lookup (self->cache, hash);
+    if (entry && entry->until_mono > sbx_clock_mono_ms () && entry->caller) {
+        fn (entry->caller, SBX_OK, NULL, arg);
+        return;
+    }
+    if (entry)
+        zhashx_delete (self->cache, hash);
+    s_check_t *check = calloc (1, sizeof *check);
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_AUTH_KEY);
+    if (!check || !request || sbx_str_set (&sbx_msg_auth_key (request)->key, token)) {
+        free (check);
+        sbx_msg_destroy (&request);
+        fn (NULL, SBX_E_INTERNAL, "out of memory", arg);
+        return;
+    }
+    check->auth = self;
+    check->serial = self->next_serial++;
+    memcpy (check->hash, hash, sizeof hash);
+    check->fn = fn;
+    check->arg = arg;
+    zhashx_insert (self->pending, (void *) (uintptr_t) check->serial, check);
+    uint64_t serial = check->serial;
+    uint64_t rid = sbx_peer_request (self->peer, &request, 10000, s_on_reply, check);
+    //  The reply may already have come (a send that failed is answered at once).
+    s_check_t *still = zhashx_lookup (self->pending, (void *) (uintptr_t) serial);
+    if (still)
+        still->rid = rid;
+}
+
+void gw_auth_respond_401 (gw_auth_t *self, gw_request_t *req)
+{
+    char header[600];
+    snprintf (header, sizeof header,
+              "Bearer resource_metadata=\"%s/.well-known/oauth-protected-resource/mcp\", "
+              "scope=\"sbx\"",
+              self->base_url);
+    gw_request_add_header (req, "WWW-Authenticate", header);
+    gw_request_add_header (req, "Cache-Control", "no-store");
+    //  Keys sorted, as the reference server sends it.
+    const char *body = "{\"error\":{\"code\":-32001,\"message\":\"Unauthorized: send "
+                       "Authorization: Bearer <sbx API key>, or sign in with "
+                       "OAuth.\"},\"id\":null,\"jsonrpc\":\"2.0\"}";
+    gw_request_respond (req, 401, "application/json", body, strlen (body));
+}
+
+//  --------------------------------------------------------------------------
+//  Self test: what needs no broker.
+
+typedef struct {
+    int *calls;
+    sbx_code_t *code;
+} s_probe_t;
+
+static void s_probe (const sbx_caller_t *caller, sbx_code_t c, const char *message, void *arg)
+{
+    (void) message;
+    s_probe_t *probe = arg;
+    assert (caller == NULL);
+    (*probe->calls)++;
+    *probe->code = c;
+}
+
+void gw_auth_test (bool verbose)
+{
+    (void) verbose;
+    assert (streq (gw_auth_bearer ("Bearer sbx_abc"), "sbx_abc"));
+    assert (streq (gw_auth_bearer ("bearer   sbx_abc"), "sbx_abc"));
+    assert (gw_auth_bearer ("Basic dXNlcjpwYXNz") == NULL);
+    assert (gw_auth_bearer ("Bearer ") == NULL);
+    assert (gw_auth_bearer (NULL) == NULL);
+
+    //  The base URL follows listen, domain and tls like `sbx status`.
+    char dir[] = "/tmp/gw_auth_test_XXXXXX";
+    assert (mkdtemp (dir));
+    char path[300];
+    snprintf (path, sizeof path, "%s/sbx.conf", dir);
+    FILE *file = fopen (path, "w");
+    assert (file);
+    fprintf (file, "listen = 0.0.0.0:443\ndomain = sbx.example.com\n");
+    fclose (file);
+    sbx_config_t *config = sbx_config_new (dir);
+    assert (config);
+    gw_auth_t *auth = gw_auth_new (config, NULL);
+    assert (auth);
+    assert (streq (gw_auth_base_url (auth), "https://sbx.example.com"));
+    gw_auth_destroy (&auth);
+    sbx_config_destroy (&config);
+    file = fopen (path, "w");
+    fprintf (file, "listen = 127.0.0.1:8443\n");
+    fclose (file);
+    config = sbx_config_new (dir);
+    auth = gw_auth_new (config, NULL);
+    assert (streq (gw_auth_base_url (auth), "https://localhost:8443"));
+
+    //  Tokens that can't be keys are refused at once, without the broker.
+    int calls = 0;
+    sbx_code_t code = SBX_OK;
+    s_probe_t probe = {&calls, &code};
+    gw_auth_check (auth, "not-a-key", s_probe, &probe);
+    assert (calls == 1 && code == SBX_E_UNAUTHENTICATED);
+    gw_auth_destroy (&auth);
+    sbx_config_destroy (&config);
+    zsys_dir_delete ("%s/run", dir);
+    zsys_dir_delete ("%s/logs", dir);
+    zsys_dir_delete ("%s/keys", dir);
+    unlink (path);
+    rmdir (dir);
+}

@@ -1,0 +1,53 @@
+/*  gw_auth - who is calling: Bearer API keys checked with the broker, and the 401.
+
+    `Authorization: Bearer sbx_…` is checked with the broker's auth.key, from the loop,
+    never blocking. Answers are cached by the key's SHA-256 for a few seconds (and never
+    past the key's expiry), so a busy MCP session costs the broker one lookup per few
+    seconds, and a revoked key stops working within that time. Refusals are not cached.
+    Keys never reach the logs: only their hash is kept, and only in memory.
+    OAuth access tokens come with issue 5.
+*/
+#ifndef GW_AUTH_H_INCLUDED
+#define GW_AUTH_H_INCLUDED
+
+#include "gw_http.h"
+#include "sbx_common.h"
+
+typedef struct gw_auth_t gw_auth_t;
+
+//  The result of a check: caller (borrowed for the call; sbx_caller_dup to keep it) is
+//  the identity to put on broker requests, or NULL when the key was refused (code is
+//  then unauthenticated, or unavailable/timeout when the broker could not say).
+typedef void (gw_auth_fn) (const sbx_caller_t *caller, sbx_code_t code, const char *message,
+                           void *arg);
+
+//  config and peer are borrowed. The public base URL (for the 401) is built from the
+//  listen, domain and tls settings, like `sbx status` does.
+gw_auth_t *gw_auth_new (sbx_config_t *config, sbx_peer_t *peer);
+
+//  Forgets pending checks (their callbacks are not called) and the cache.
+void gw_auth_destroy (gw_auth_t **self_p);
+
+//  The public base URL: "https://DOMAIN[:PORT]" (no trailing slash).
+const char *gw_auth_base_url (gw_auth_t *self);
+
+//  The bearer token of an Authorization header value ("Bearer X", scheme matched
+//  case-insensitively), or NULL when there is none. Returns a pointer into header.
+const char *gw_auth_bearer (const char *header);
+
+//  Checks token and calls fn once with the result: at once when the answer is cached
+//  or the token can't be a key, else when the broker answers. After destroy, fn is
+//  never called.
+void gw_auth_check (gw_auth_t *self, const char *token, gw_auth_fn *fn, void *arg);
+
+//  Answers req with 401, the WWW-Authenticate header pointing at the protected
+//  resource metadata, and a JSON-RPC error body (code -32001) saying how to sign in.
+void gw_auth_respond_401 (gw_auth_t *self, gw_request_t *req);
+
+//  Deep copy of a caller, or NULL.
+sbx_caller_t *gw_auth_caller_dup (const sbx_caller_t *caller);
+void gw_auth_caller_destroy (sbx_caller_t **caller_p);
+
+void gw_auth_test (bool verbose);
+
+#endif

@@ -1,0 +1,443 @@
+/*  gw_mcp - see gw_mcp.h */
+#include "gw_mcp.h"
+#include "gw_auth.h"
+#include "gw_tools.h"
+
+#include <assert.h>
+#include <jansson.h>
+
+#define S_LATEST       "2025-06-18"
+#define S_SESSION_IDLE (24 * 3600 * 1000ULL) //  an idle session is forgotten after this
+#define S_SESSIONS_MAX 100000
+
+static const char *s_versions[] = {"2025-06-18", "2025-03-26", "2025-11-25", NULL};
+
+static const char *s_instructions =
+    "Tools for sbx sandboxes: Linux microVMs with root and network access.\n"
+    "Call create_sandbox first; every other tool then defaults to the sandbox this session "
+    "created or used last (delete_sandbox always needs the exact sandboxId). exec runs a shell "
+    "command and waits up to 120 s (timeout, at most 600); for servers and long jobs use "
+    "detached: true and poll command_status with the offsets it returns. Sandboxes stop by "
+    "themselves after ttlSeconds (default 1 hour); stop_sandbox keeps memory and "
+    "resume_sandbox continues where it was.";
+
+typedef struct {
+    char *id;
+    char *account_id;
+    gw_tools_state_t *state;
+    uint64_t used_mono;
+} s_session_t;
+
+//  A request waiting for gw_auth, then for a tool call.
+typedef struct {
+    gw_mcp_t *mcp;
+    uint64_t serial;
+    uint64_t req_id;
+    json_t *rpc_id;
+    char *tool;
+} s_job_t;
+
+struct gw_mcp_t {
+    sbx_config_t *config;
+    gw_http_t *http;
+    gw_auth_t *auth;
+    gw_tools_t *tools;
+    zhashx_t *sessions; //  id → s_session_t
+    zhashx_t *jobs;     //  serial → s_job_t
+    uint64_t next_serial;
+    char *own_origin;
+    zlistx_t *origins; //  allowed Origin values besides our own
+};
+
+const char *gw_mcp_negotiate (const char *requested)
+{
+    for (int i = 0; requested && s_versions[i]; i++)
+        if (streq (requested, s_versions[i]))
+            return s_versions[i];
+    return S_LATEST;
+}
+
+static bool s_version_known (const char *version)
+{
+    for (int i = 0; s_versions[i]; i++)
+        if (streq (version, s_versions[i]))
+            return true;
+    return false;
+}
+
+static void s_session_free (void **item_p)
+{
+    s_session_t *session = *item_p;
+    if (session) {
+        free (session->id);
+        free (session->account_id);
+        gw_tools_state_unref (&session->state);
+        free (session);
+    }
+    *item_p = NULL;
+}
+
+static void s_job_free (s_job_t **job_p)
+{
+    s_job_t *job = *job_p;
+    if (job) {
+        json_decref (job->rpc_id);
+        free (job->tool);
+        free (job);
+    }
+    *job_p = NULL;
+}
+
+static size_t s_serial_hash (const void *key)
+{
+    return (size_t) (uintptr_t) key;
+}
+
+static int s_serial_cmp (const void *a, const void *b)
+{
+    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
+}
+
+gw_mcp_t *gw_mcp_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer)
+{
+    gw_mcp_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    self->http = http;
+    self->next_serial = 1;
+    self->auth = gw_auth_new (config, peer);
+    self->tools = gw_tools_new (config, peer);
+    self->sessions = zhashx_new ();
+    self->jobs = zhashx_new ();
+    self->origins = zlistx_new ();
+    if (!self->auth || !self->tools || !self->sessions || !self->jobs || !self->origins) {
+        gw_mcp_destroy (&self);
+        return NULL;
+    }
+    zhashx_set_destructor (self->sessions, s_session_free);
+    zhashx_set_key_hasher (self->jobs, s_serial_hash);
+    zhashx_set_key_comparator (self->jobs, s_serial_cmp);
+    zhashx_set_key_duplicator (self->jobs, NULL);
+    zhashx_set_key_destructor (self->jobs, NULL);
+    zlistx_set_destructor (self->origins, (czmq_destructor *) zstr_free);
+    zlistx_set_duplicator (self->origins, (czmq_duplicator *) strdup);
+    self->own_origin = strdup (gw_auth_base_url (self->auth));
+    const char *list = config ? sbx_config_get (config, "mcp.origins", "") : "";
+    char *copy = strdup (list ? list : "");
+    for (char *save = NULL, *word = strtok_r (copy, " ,", &save); word;
+         word = strtok_r (NULL, " ,", &save))
+        zlistx_add_end (self->origins, word);
+    free (copy);
+    return self;
+}
+
+void gw_mcp_destroy (gw_mcp_t **self_p)
+{
+    assert (self_p);
+    gw_mcp_t *self = *self_p;
+    if (!self)
+        return;
+    //  Pending callbacks are forgotten first, then what they would have used.
+    gw_auth_destroy (&self->auth);
+    gw_tools_destroy (&self->tools);
+    if (self->jobs) {
+        for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs))
+            s_job_free (&job);
+        zhashx_destroy (&self->jobs);
+    }
+    zhashx_destroy (&self->sessions);
+    zlistx_destroy (&self->origins);
+    free (self->own_origin);
+    free (self);
+    *self_p = NULL;
+}
+
+//  --------------------------------------------------------------------------
+//  Answers
+
+static void s_send_json (gw_request_t *req, int status, json_t *body)
+{
+    char *text = json_dumps (body, JSON_COMPACT);
+    json_decref (body);
+    gw_request_add_header (req, "Cache-Control", "no-store");
+    gw_request_respond (req, status, "application/json", text, text ? strlen (text) : 0);
+    free (text);
+}
+
+static void s_send_result (gw_request_t *req, json_t *id, json_t *result)
+{
+    s_send_json (req, 200,
+                 json_pack ("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id ? id : json_null (),
+                            "result", result));
+}
+
+static void s_send_error (gw_request_t *req, int status, json_t *id, int code, const char *message)
+{
+    s_send_json (req, status,
+                 json_pack ("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
+                            id ? id : json_null (), "error", "code", code, "message", message));
+}
+
+//  --------------------------------------------------------------------------
+//  Methods
+
+static void s_on_tool_done (json_t *result, int rpc_code, const char *rpc_message, void *arg)
+{
+    s_job_t *job = arg;
+    gw_mcp_t *self = job->mcp;
+    zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
+    gw_request_t *req = gw_http_request (self->http, job->req_id);
+    if (!req)
+        sbx_info ("mcp rid=%llu %s answered after the client left; dropped",
+                  (unsigned long long) job->req_id, job->tool);
+    else if (result)
+        s_send_result (req, job->rpc_id, json_incref (result));
+    else
+        s_send_error (req, 200, job->rpc_id, rpc_code, rpc_message);
+    json_decref (result);
+    s_job_free (&job);
+}
+
+static void s_reap_sessions (gw_mcp_t *self)
+{
+    uint64_t now = sbx_clock_mono_ms ();
+    zlistx_t *old = zlistx_new ();
+    for (s_session_t *session = zhashx_first (self->sessions); session;
+         session = zhashx_next (self->sessions))
+        if (now - session->used_mono > S_SESSION_IDLE)
+            zlistx_add_end (old, session->id);
+    for (char *id = zlistx_first (old); id; id = zlistx_next (old))
+        zhashx_delete (self->sessions, id);
+    zlistx_destroy (&old);
+}
+
+static void s_initialize (gw_mcp_t *self, gw_request_t *req, json_t *id, json_t *params,
+                          const sbx_caller_t *caller)
+{
+    const char *asked = json_string_value (json_object_get (params, "protocolVersion"));
+    s_reap_sessions (self);
+    if (zhashx_size (self->sessions) >= S_SESSIONS_MAX) {
+        s_send_error (req, 503, id, -32000, "too many MCP sessions on this gateway; retry later");
+        return;
+    }
+    s_session_t *session = calloc (1, sizeof *session);
+    session->id = sbx_secret_token ("mcps_", 32);
+    session->account_id = strdup (caller->account_id ? caller->account_id : "");
+    session->state = gw_tools_state_new ();
+    session->used_mono = sbx_clock_mono_ms ();
+    if (!session->id || !session->account_id || !session->state) {
+        void *item = session;
+        s_session_free (&item);
+        s_send_error (req, 500, id, -32603, "out of memory");
+        return;
+    }
+    zhashx_insert (self->sessions, session->id, session);
+    gw_request_add_header (req, "Mcp-Session-Id", session->id);
+    const char *client =
+        json_string_value (json_object_get (json_object_get (params, "clientInfo"), "name"));
+    sbx_info ("mcp session %.12s… opened for %s (client %s, protocol %s)", session->id,
+              session->account_id, client ? client : "?", gw_mcp_negotiate (asked));
+    s_send_result (req, id,
+                   json_pack ("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion",
+                              gw_mcp_negotiate (asked), "capabilities", "tools", "listChanged", 0,
+                              "serverInfo", "name", "sbx", "title", "sbx", "version", SBX_VERSION,
+                              "instructions", s_instructions));
+}
+
+//  One JSON-RPC message from an authenticated caller.
+static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller)
+{
+    const char *method = gw_request_method (req);
+    const char *session_id = gw_request_header (req, "Mcp-Session-Id");
+    s_session_t *session = session_id ? zhashx_lookup (self->sessions, session_id) : NULL;
+    //  A session is its account's: any other caller is told it does not exist.
+    if (session && !streq (session->account_id, caller->account_id ? caller->account_id : ""))
+        session = NULL;
+    if (streq (method, "DELETE")) {
+        if (!session) {
+            s_send_error (req, session_id ? 404 : 400, NULL, -32001,
+                          session_id ? "Session not found" : "Mcp-Session-Id is required");
+            return;
+        }
+        sbx_info ("mcp session %.12s… ended by the client", session->id);
+        zhashx_delete (self->sessions, session->id);
+        gw_request_respond (req, 200, NULL, "", 0);
+        return;
+    }
+    const char *version = gw_request_header (req, "MCP-Protocol-Version");
+    if (version && !s_version_known (version)) {
+        char message[200];
+        snprintf (message, sizeof message,
+                  "Bad Request: unsupported MCP-Protocol-Version %.40s (supported: %s, %s, %s)",
+                  version, s_versions[0], s_versions[1], s_versions[2]);
+        s_send_error (req, 400, NULL, -32600, message);
+        return;
+    }
+    json_error_t error;
+    json_t *msg =
+        json_loadb ((const char *) gw_request_body (req), gw_request_body_size (req), 0, &error);
+    if (!msg) {
+        char message[300];
+        snprintf (message, sizeof message, "Parse error: %s", error.text);
+        s_send_error (req, 400, NULL, -32700, message);
+        return;
+    }
+    json_t *id = json_object_get (msg, "id");
+    json_t *rpc_method = json_object_get (msg, "method");
+    const char *name = json_string_value (rpc_method);
+    if (json_is_array (msg))
+        s_send_error (req, 400, NULL, -32600, "Invalid Request: batches are not supported");
+    else if (!json_is_object (msg) || !json_is_string (json_object_get (msg, "jsonrpc")) ||
+             !streq (json_string_value (json_object_get (msg, "jsonrpc")), "2.0"))
+        s_send_error (req, 400, NULL, -32600, "Invalid Request: not a JSON-RPC 2.0 message");
+    else if (name && !streq (name, "initialize") && session_id && !session)
+        s_send_error (req, 404, NULL, -32001, "Session not found");
+    else if (!rpc_method) {
+        //  A response to us (we send no requests) or junk.
+        if (json_object_get (msg, "result") || json_object_get (msg, "error"))
+            gw_request_respond (req, 202, NULL, "", 0);
+        else
+            s_send_error (req, 400, NULL, -32600, "Invalid Request: no method");
+    } else if (!name)
+        s_send_error (req, 400, id, -32600, "Invalid Request: method must be a string");
+    else if (!id)
+        //  A notification (notifications/initialized, cancelled...): nothing to answer.
+        gw_request_respond (req, 202, NULL, "", 0);
+    else if (!json_is_string (id) && !json_is_integer (id))
+        s_send_error (req, 400, NULL, -32600, "Invalid Request: id must be a string or number");
+    else {
+        json_t *params = json_object_get (msg, "params");
+        if (session)
+            session->used_mono = sbx_clock_mono_ms ();
+        if (params && !json_is_object (params))
+            s_send_error (req, 200, id, -32602, "Invalid params: params must be an object");
+        else if (streq (name, "initialize"))
+            s_initialize (self, req, id, params, caller);
+        else if (streq (name, "ping"))
+            s_send_result (req, id, json_object ());
+        else if (streq (name, "tools/list"))
+            s_send_result (req, id, json_pack ("{s:O}", "tools", gw_tools_list (self->tools)));
+        else if (streq (name, "tools/call")) {
+            json_t *tool = json_object_get (params, "name");
+            if (!json_is_string (tool)) {
+                s_send_error (req, 200, id, -32602, "Invalid params: name is required");
+            } else {
+                s_job_t *job = calloc (1, sizeof *job);
+                job->mcp = self;
+                job->serial = self->next_serial++;
+                job->req_id = gw_request_id (req);
+                job->rpc_id = json_incref (id);
+                job->tool = strdup (json_string_value (tool));
+                zhashx_insert (self->jobs, (void *) (uintptr_t) job->serial, job);
+                sbx_info ("mcp rid=%llu %s tools/call %s", (unsigned long long) job->req_id,
+                          caller->account_id ? caller->account_id : "?", job->tool);
+                //  Without a session the call gets a state of its own, forgotten after.
+                gw_tools_state_t *state =
+                    session ? gw_tools_state_ref (session->state) : gw_tools_state_new ();
+                gw_tools_call (self->tools, caller, state, job->tool,
+                               json_object_get (params, "arguments"), s_on_tool_done, job);
+                gw_tools_state_unref (&state);
+            }
+        } else {
+            char message[200];
+            snprintf (message, sizeof message, "Method not found: %.100s", name);
+            s_send_error (req, 200, id, -32601, message);
+        }
+    }
+    json_decref (msg);
+}
+
+static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *message, void *arg)
+{
+    s_job_t *job = arg;
+    gw_mcp_t *self = job->mcp;
+    zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
+    gw_request_t *req = gw_http_request (self->http, job->req_id);
+    uint64_t rid = job->req_id;
+    s_job_free (&job);
+    if (!req)
+        return; //  the client left meanwhile
+    if (caller)
+        s_serve (self, req, caller);
+    else if (code == SBX_E_UNAUTHENTICATED)
+        gw_auth_respond_401 (self->auth, req);
+    else {
+        //  The broker could not say: not the client's fault, and not a 401.
+        sbx_warn ("mcp rid=%llu: cannot check the API key: %s", (unsigned long long) rid,
+                  message ? message : sbx_code_name (code));
+        char text[600];
+        snprintf (text, sizeof text, "cannot check credentials now: %s (%s)",
+                  message ? message : "", sbx_code_name (code));
+        s_send_error (req, 503, NULL, -32000, text);
+    }
+}
+
+static bool s_origin_allowed (gw_mcp_t *self, const char *origin)
+{
+    if (!origin)
+        return true; //  not a browser
+    if (streq (origin, self->own_origin))
+        return true;
+    for (char *allowed = zlistx_first (self->origins); allowed;
+         allowed = zlistx_next (self->origins))
+        if (streq (allowed, "*") || strcasecmp (allowed, origin) == 0)
+            return true;
+    return false;
+}
+
+void gw_mcp_handle (gw_mcp_t *self, gw_request_t *req)
+{
+    const char *method = gw_request_method (req);
+    if (!s_origin_allowed (self, gw_request_header (req, "Origin"))) {
+        s_send_error (req, 403, NULL, -32000,
+                      "Forbidden: this Origin may not use /mcp (see the mcp.origins setting)");
+        return;
+    }
+    if (streq (method, "GET") || (!streq (method, "POST") && !streq (method, "DELETE"))) {
+        //  No server-initiated stream: clients then use POST answers only.
+        gw_request_add_header (req, "Allow", "POST, DELETE");
+        s_send_error (req, 405, NULL, -32000, "Method Not Allowed: use POST (or DELETE)");
+        return;
+    }
+    const char *token = gw_auth_bearer (gw_request_header (req, "Authorization"));
+    if (!token) {
+        gw_auth_respond_401 (self->auth, req);
+        return;
+    }
+    s_job_t *job = calloc (1, sizeof *job);
+    if (!job) {
+        s_send_error (req, 500, NULL, -32603, "out of memory");
+        return;
+    }
+    job->mcp = self;
+    job->serial = self->next_serial++;
+    job->req_id = gw_request_id (req);
+    zhashx_insert (self->jobs, (void *) (uintptr_t) job->serial, job);
+    //  May answer at once (cached key); otherwise the request waits, suspended.
+    gw_auth_check (self->auth, token, s_on_auth, job);
+}
+
+//  --------------------------------------------------------------------------
+//  Self test: what needs neither a broker nor a socket.
+
+void gw_mcp_test (bool verbose)
+{
+    (void) verbose;
+    assert (streq (gw_mcp_negotiate ("2025-06-18"), "2025-06-18"));
+    assert (streq (gw_mcp_negotiate ("2025-03-26"), "2025-03-26"));
+    assert (streq (gw_mcp_negotiate ("2025-11-25"), "2025-11-25"));
+    assert (streq (gw_mcp_negotiate ("2024-11-05"), "2025-06-18"));
+    assert (streq (gw_mcp_negotiate ("junk"), "2025-06-18"));
+    assert (streq (gw_mcp_negotiate (NULL), "2025-06-18"));
+    assert (s_version_known ("2025-03-26") && !s_version_known ("2099-01-01"));
+
+    gw_mcp_t *mcp = gw_mcp_new (NULL, NULL, NULL);
+    assert (mcp);
+    assert (s_origin_allowed (mcp, NULL));
+    assert (s_origin_allowed (mcp, "https://localhost:8443"));
+    assert (!s_origin_allowed (mcp, "https://evil.example"));
+    zlistx_add_end (mcp->origins, "https://claude.ai");
+    assert (s_origin_allowed (mcp, "https://claude.ai"));
+    gw_mcp_destroy (&mcp);
+}

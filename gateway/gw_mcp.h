@@ -1,0 +1,41 @@
+/*  gw_mcp - /mcp: the MCP Streamable HTTP transport (protocol 2025-06-18) and JSON-RPC.
+
+    POST /mcp carries one JSON-RPC message. Requests are answered as application/json:
+    initialize (version negotiation, serverInfo, capabilities.tools, instructions, and
+    a new Mcp-Session-Id bound to the caller's account), ping, tools/list, tools/call
+    (gw_tools; the HTTP request stays suspended while the broker works, and the answer
+    is dropped if the client left). Notifications and responses are accepted with 202.
+    DELETE /mcp ends the session; later use of it is 404. GET /mcp is 405 (no
+    server-initiated stream yet).
+
+    Every request needs `Authorization: Bearer <API key>` (gw_auth; else 401). An
+    Origin header, when present, must be the server's own origin or one listed in the
+    `mcp.origins` setting (space or comma separated), else 403: a browser page can't
+    drive the sandboxes of a key it doesn't hold, and can't ride a DNS rebinding.
+    A bad MCP-Protocol-Version header is 400. A request without Mcp-Session-Id is
+    served without session state (no default sandbox).
+
+    Sessions live in this gateway's memory: a restarted gateway answers 404 and clients
+    initialize again, as the protocol provides.
+*/
+#ifndef GW_MCP_H_INCLUDED
+#define GW_MCP_H_INCLUDED
+
+#include "gw_http.h"
+#include "sbx_common.h"
+
+typedef struct gw_mcp_t gw_mcp_t;
+
+//  config, http and peer are borrowed and outlive it.
+gw_mcp_t *gw_mcp_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer);
+void gw_mcp_destroy (gw_mcp_t **self_p);
+
+//  Serves one request to /mcp (answers now, or suspends it and answers later).
+void gw_mcp_handle (gw_mcp_t *self, gw_request_t *req);
+
+//  The protocol version answered to a client that asked for `requested` (NULL: none).
+const char *gw_mcp_negotiate (const char *requested);
+
+void gw_mcp_test (bool verbose);
+
+#endif

@@ -1,0 +1,1547 @@
+/*  gw_tools - see gw_tools.h */
+#include "gw_tools.h"
+#include "gw_auth.h"
+
+#include <assert.h>
+#include <signal.h>
+
+#define S_CHUNK        (1024 * 1024)      //  the agent's per-request file limit
+#define S_READ_MAX     (10 * 1024 * 1024) //  read_file's limit
+#define S_OUTPUT_MAX   (1024 * 1024)      //  output bytes of each stream in one answer
+#define S_EXEC_DEFAULT 120
+#define S_EXEC_MAX     600
+#define S_MARGIN_MS    30000 //  broker, vmd and agent time on top of a tool's own wait
+#define S_CREATE_MS    300000
+#define S_SIMPLE_MS    30000
+
+//  The tool definitions, as JSON with ' for " (so the text stays readable here; no
+//  description uses an apostrophe). Parsed once by gw_tools_new.
+#define S_SBID                                                                                     \
+    "'sandboxId':{'type':'string','description':'The sandbox (sb_...). Default: the one this "     \
+    "session created or used last.'}"
+#define S_SANDBOX_PROPS                                                                            \
+    "'id':{'type':'string'},'name':{'type':'string'},'label':{'type':'string'},"                   \
+    "'state':{'type':'string','enum':['creating','ready','stopping','stopped','resuming',"         \
+    "'deleting','deleted','error']},'type':{'type':'string'},'url':{'type':'string'},"             \
+    "'network':{'type':'boolean'},'labels':{'type':'object','additionalProperties':{'type':"       \
+    "'string'}},'createdAt':{'type':['string','null']},'expiresAt':{'type':['string','null']},"    \
+    "'reason':{'type':'string'}"
+#define S_SANDBOX_OUT                                                                              \
+    "{'type':'object','properties':{" S_SANDBOX_PROPS "},'required':['id','state','type','url']}"
+#define S_OUTPUT_PROPS                                                                             \
+    "'exitCode':{'type':['integer','null'],'description':'Exit status; 128+N when signal N "       \
+    "ended it; null while running.'},'stdout':{'type':'string'},'stderr':{'type':'string'},"       \
+    "'stdoutNextOffset':{'type':'integer','description':'Pass as stdoutOffset to "                 \
+    "command_status to get only newer output.'},'stderrNextOffset':{'type':'integer'},"            \
+    "'stdoutTruncated':{'type':'boolean'},'stderrTruncated':{'type':'boolean'},"                   \
+    "'timedOut':{'type':'boolean'},'processId':{'type':'integer'}"
+#define S_UNAVAILABLE_OUT "{'type':'object','properties':{'sandboxId':{'type':'string'}}}"
+
+static const char *s_definitions =
+    "["
+    //  create_sandbox
+    "{'name':'create_sandbox','title':'Create sandbox',"
+    "'description':'Create a Linux sandbox (a microVM with root and network) and wait until it "
+    "is ready. It becomes the default sandbox of this session for the other tools. It stops by "
+    "itself after ttlSeconds (default 3600); a stopped sandbox keeps its memory and can be "
+    "resumed.',"
+    "'inputSchema':{'type':'object','properties':{"
+    "'name':{'type':'string','maxLength':128,'description':'A name for people.'},"
+    "'type':{'type':'string','enum':['small','medium','large'],'description':'Size: small 1 "
+    "vCPU 512 MiB (default), medium 2 vCPU 1 GiB, large 2 vCPU 2 GiB.'},"
+    "'ttlSeconds':{'type':'integer','minimum':60,'description':'Seconds until it stops by "
+    "itself (default 3600).'},"
+    "'snapshotId':{'type':'string','description':'Start from this snapshot instead of the base "
+    "image.'},"
+    "'env':{'type':'object','additionalProperties':{'type':'string'},'description':'Environment "
+    "variables applied to every exec in this sandbox.'},"
+    "'labels':{'type':'object','additionalProperties':{'type':'string'},'description':'Key/value "
+    "labels.'},"
+    "'network':{'type':'boolean','description':'Network access (default true).'}}},"
+    "'outputSchema':" S_SANDBOX_OUT ","
+    "'annotations':{'title':'Create sandbox','readOnlyHint':false,'destructiveHint':false}},"
+    //  list_sandboxes
+    "{'name':'list_sandboxes','title':'List sandboxes',"
+    "'description':'List the sandboxes of this account that are not deleted, newest first.',"
+    "'inputSchema':{'type':'object','properties':{}},"
+    "'outputSchema':{'type':'object','properties':{'sandboxes':{'type':'array','items':"
+    "{'type':'object','properties':{" S_SANDBOX_PROPS "}}}},'required':['sandboxes']},"
+    "'annotations':{'title':'List sandboxes','readOnlyHint':true}},"
+    //  get_sandbox
+    "{'name':'get_sandbox','title':'Get sandbox',"
+    "'description':'Show one sandbox: state, URL, type, when it stops.',"
+    "'inputSchema':{'type':'object','properties':{" S_SBID "}},"
+    "'outputSchema':" S_SANDBOX_OUT ","
+    "'annotations':{'title':'Get sandbox','readOnlyHint':true}},"
+    //  exec
+    "{'name':'exec','title':'Run command',"
+    "'description':'Run a shell command (/bin/sh -c, as root) in the sandbox and return its exit "
+    "code, stdout and stderr. Waits up to timeout seconds (default 120, at most 600). For "
+    "servers and long jobs use detached: true, which returns a processId at once; then poll "
+    "command_status.',"
+    "'inputSchema':{'type':'object','properties':{"
+    "'command':{'type':'string','description':'Shell command line.'},"
+    "'detached':{'type':'boolean','description':'Start it in the background and return its "
+    "processId at once.'},"
+    "'timeout':{'type':'integer','minimum':1,'maximum':600,'description':'Seconds to wait "
+    "before the command is killed (default 120, at most 600). Ignored when detached.'},"
+    "'cwd':{'type':'string','description':'Working directory (default /root).'},"
+    "'env':{'type':'object','additionalProperties':{'type':'string'},'description':'Extra "
+    "environment variables.'}," S_SBID "},'required':['command']},"
+    "'outputSchema':{'type':'object','properties':{" S_OUTPUT_PROPS "}},"
+    "'annotations':{'title':'Run command','readOnlyHint':false,'destructiveHint':true}},"
+    //  command_status
+    "{'name':'command_status','title':'Command status',"
+    "'description':'State and new output of a process started with exec. Pass the "
+    "stdoutNextOffset and stderrNextOffset of the previous answer to get only output not seen "
+    "yet.',"
+    "'inputSchema':{'type':'object','properties':{"
+    "'processId':{'type':'integer','description':'The processId exec returned.'},"
+    "'stdoutOffset':{'type':'integer','minimum':0},'stderrOffset':{'type':'integer','minimum':0}"
+    "," S_SBID "},'required':['processId']},"
+    "'outputSchema':{'type':'object','properties':{'running':{'type':'boolean'}," S_OUTPUT_PROPS
+    "},'required':['running']},"
+    "'annotations':{'title':'Command status','readOnlyHint':true}},"
+    //  kill_command
+    "{'name':'kill_command','title':'Kill command',"
+    "'description':'Send a signal (default SIGTERM) to a process started with exec, and its "
+    "children.',"
+    "'inputSchema':{'type':'object','properties':{"
+    "'processId':{'type':'integer'},"
+    "'signal':{'type':['string','integer'],'description':'Name (SIGTERM, SIGKILL, SIGINT...) "
+    "or number; default SIGTERM.'}," S_SBID "},'required':['processId']},"
+    "'outputSchema':{'type':'object','properties':{'processId':{'type':'integer'},'signal':"
+    "{'type':'integer'}}},"
+    "'annotations':{'title':'Kill command','readOnlyHint':false,'destructiveHint':true}},"
+    //  read_file
+    "{'name':'read_file','title':'Read file',"
+    "'description':'Read a file of the sandbox (up to 10 MiB): as text, or base64 with "
+    "encoding base64 for binary files.',"
+    "'inputSchema':{'type':'object','properties':{"
+    "'path':{'type':'string','description':'Absolute path.'},"
+    "'encoding':{'type':'string','enum':['utf-8','base64'],'description':'utf-8 (default) or "
+    "base64.'}," S_SBID "},'required':['path']},"
+    "'outputSchema':{'type':'object','properties':{'path':{'type':'string'},'content':{'type':"
+    "'string'},'encoding':{'type':'string'},'size':{'type':'integer'}},'required':['path',"
+    "'content','encoding','size']},"
+    "'annotations':{'title':'Read file','readOnlyHint':true}},"
+    //  write_file
+    "{'name':'write_file','title':'Write file',"
+    "'description':'Write a file in the sandbox, replacing it, creating parent directories. "
+    "content is text, or base64 with encoding base64.',"
+    "'inputSchema':{'type':'object','properties':{"
+    "'path':{'type':'string','description':'Absolute path.'},"
+    "'content':{'type':'string'},"
+    "'encoding':{'type':'string','enum':['utf-8','base64']},"
+    "'mode':{'type':['string','integer'],'description':'Permission bits, octal text such as "
+    "0755 (default 0644 for a new file).'}," S_SBID "},'required':['path','content']},"
+    "'outputSchema':{'type':'object','properties':{'path':{'type':'string'},'size':{'type':"
+    "'integer'}},'required':['path','size']},"
+    "'annotations':{'title':'Write file','readOnlyHint':false,'destructiveHint':true}},"
+    //  host_port
+    "{'name':'host_port','title':'Publish port',"
+    "'description':'Give a port of the sandbox an HTTPS URL "
+    "(https://LABEL-PORT.box.DOMAIN), public or private (private needs the owner credentials).',"
+    "'inputSchema':{'type':'object','properties':{"
+    "'port':{'type':'integer','minimum':1,'maximum':65535},"
+    "'public':{'type':'boolean','description':'Anyone with the URL may use it (default "
+    "false).'}," S_SBID "},'required':['port']},"
+    "'outputSchema':{'type':'object','properties':{'port':{'type':'integer'},'url':{'type':"
+    "'string'},'public':{'type':'boolean'}}},"
+    "'annotations':{'title':'Publish port','readOnlyHint':false,'destructiveHint':false}},"
+    //  stop_sandbox
+    "{'name':'stop_sandbox','title':'Stop sandbox',"
+    "'description':'Stop the sandbox with its memory kept: it bills no running time until "
+    "resume_sandbox.',"
+    "'inputSchema':{'type':'object','properties':{" S_SBID "}},"
+    "'outputSchema':" S_SANDBOX_OUT ","
+    "'annotations':{'title':'Stop sandbox','readOnlyHint':false,'destructiveHint':false}},"
+    //  resume_sandbox
+    "{'name':'resume_sandbox','title':'Resume sandbox',"
+    "'description':'Resume a stopped sandbox from its memory: processes carry on where they "
+    "were.',"
+    "'inputSchema':{'type':'object','properties':{" S_SBID "}},"
+    "'outputSchema':" S_SANDBOX_OUT ","
+    "'annotations':{'title':'Resume sandbox','readOnlyHint':false,'destructiveHint':false}},"
+    //  extend_sandbox
+    "{'name':'extend_sandbox','title':'Extend sandbox',"
+    "'description':'Push back when the sandbox stops by itself.',"
+    "'inputSchema':{'type':'object','properties':{"
+    "'ttlSeconds':{'type':'integer','minimum':60,'description':'Seconds from now.'}," S_SBID
+    "},'required':['ttlSeconds']},"
+    "'outputSchema':" S_UNAVAILABLE_OUT ","
+    "'annotations':{'title':'Extend sandbox','readOnlyHint':false,'destructiveHint':false}},"
+    //  rename_sandbox
+    "{'name':'rename_sandbox','title':'Rename sandbox',"
+    "'description':'Change the name of the sandbox.',"
+    "'inputSchema':{'type':'object','properties':{"
+    "'name':{'type':'string','maxLength':128}," S_SBID "},'required':['name']},"
+    "'outputSchema':" S_UNAVAILABLE_OUT ","
+    "'annotations':{'title':'Rename sandbox','readOnlyHint':false,'destructiveHint':false}},"
+    //  label_sandbox
+    "{'name':'label_sandbox','title':'Label sandbox',"
+    "'description':'Set or remove key/value labels of the sandbox (a null value removes one).',"
+    "'inputSchema':{'type':'object','properties':{"
+    "'labels':{'type':'object','additionalProperties':{'type':['string','null']}}," S_SBID
+    "},'required':['labels']},"
+    "'outputSchema':" S_UNAVAILABLE_OUT ","
+    "'annotations':{'title':'Label sandbox','readOnlyHint':false,'destructiveHint':false}},"
+    //  delete_sandbox
+    "{'name':'delete_sandbox','title':'Delete sandbox',"
+    "'description':'Delete a sandbox: its disk, memory and automatic snapshots are removed. "
+    "Always needs the exact sandboxId: it has no default.',"
+    "'inputSchema':{'type':'object','properties':{'sandboxId':{'type':'string','description':"
+    "'The exact id (sb_...) of the sandbox to delete.'}},'required':['sandboxId']},"
+    "'outputSchema':" S_SANDBOX_OUT ","
+    "'annotations':{'title':'Delete sandbox','readOnlyHint':false,'destructiveHint':true}},"
+    //  save_snapshot
+    "{'name':'save_snapshot','title':'Save snapshot',"
+    "'description':'Save the disk and memory of the sandbox as a snapshot that new sandboxes "
+    "can start from.',"
+    "'inputSchema':{'type':'object','properties':{"
+    "'name':{'type':'string','maxLength':128}," S_SBID "}},"
+    "'outputSchema':{'type':'object','properties':{'snapshotId':{'type':'string'}}},"
+    "'annotations':{'title':'Save snapshot','readOnlyHint':false,'destructiveHint':false}},"
+    //  list_snapshots
+    "{'name':'list_snapshots','title':'List snapshots',"
+    "'description':'List the snapshots of this account.',"
+    "'inputSchema':{'type':'object','properties':{" S_SBID "}},"
+    "'outputSchema':{'type':'object','properties':{'snapshots':{'type':'array','items':{'type':"
+    "'object'}}}},"
+    "'annotations':{'title':'List snapshots','readOnlyHint':true}},"
+    //  delete_snapshot
+    "{'name':'delete_snapshot','title':'Delete snapshot',"
+    "'description':'Delete a snapshot.',"
+    "'inputSchema':{'type':'object','properties':{"
+    "'snapshotId':{'type':'string'}," S_SBID "},'required':['snapshotId']},"
+    "'outputSchema':{'type':'object','properties':{'snapshotId':{'type':'string'}}},"
+    "'annotations':{'title':'Delete snapshot','readOnlyHint':false,'destructiveHint':true}}"
+    "]";
+
+struct gw_tools_state_t {
+    int refs;
+    char *last;    //  the sandbox created or used last
+    zhashx_t *env; //  sandbox id → json_t object: create_sandbox's env
+};
+
+gw_tools_state_t *gw_tools_state_new (void)
+{
+    gw_tools_state_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->refs = 1;
+    self->env = zhashx_new ();
+    if (!self->env) {
+        free (self);
+        return NULL;
+    }
+    return self;
+}
+
+gw_tools_state_t *gw_tools_state_ref (gw_tools_state_t *state)
+{
+    if (state)
+        state->refs++;
+    return state;
+}
+
+void gw_tools_state_unref (gw_tools_state_t **state_p)
+{
+    assert (state_p);
+    gw_tools_state_t *self = *state_p;
+    *state_p = NULL;
+    if (!self || --self->refs > 0)
+        return;
+    for (json_t *env = zhashx_first (self->env); env; env = zhashx_next (self->env))
+        json_decref (env);
+    zhashx_destroy (&self->env);
+    free (self->last);
+    free (self);
+}
+
+const char *gw_tools_state_default (gw_tools_state_t *state)
+{
+    return state ? state->last : NULL;
+}
+
+static void s_state_use (gw_tools_state_t *state, const char *sandbox_id)
+{
+    if (state && sandbox_id && (!state->last || !streq (state->last, sandbox_id)))
+        sbx_str_set (&state->last, sandbox_id);
+}
+
+typedef struct s_call_t s_call_t;
+typedef void (s_reply_fn) (s_call_t *call, sbx_msg_t *reply);
+
+struct gw_tools_t {
+    sbx_config_t *config;
+    sbx_peer_t *peer;
+    json_t *list;
+    char *box_suffix; //  ".box.DOMAIN[:PORT]"
+    bool tls;
+    zhashx_t *calls; //  serial → s_call_t waiting for the broker
+    uint64_t next_serial;
+};
+
+struct s_call_t {
+    gw_tools_t *tools;
+    uint64_t serial, rid;
+    char *name;
+    sbx_caller_t *caller;
+    gw_tools_state_t *state;
+    json_t *args;
+    char *sandbox_id;
+    gw_tools_done_fn *done;
+    void *arg;
+    s_reply_fn *on_reply;
+    bool agent; //  the reply is a sandbox.agent.ok whose inner message is the answer
+    //  Per tool.
+    uint64_t pid;
+    int signal;
+    unsigned timeout_s;
+    bool base64;
+    uint8_t *data; //  read_file: what was read; write_file: what to write
+    size_t size, done_bytes;
+    uint64_t mode;
+};
+
+static void s_call_free (s_call_t *call)
+{
+    free (call->name);
+    gw_auth_caller_destroy (&call->caller);
+    gw_tools_state_unref (&call->state);
+    json_decref (call->args);
+    free (call->sandbox_id);
+    free (call->data);
+    free (call);
+}
+
+//  Ends the call with a CallToolResult.
+static void s_finish (s_call_t *call, json_t *result)
+{
+    call->done (result, 0, NULL, call->arg);
+    s_call_free (call);
+}
+
+static json_t *s_text_result (const char *text, json_t *structured, bool is_error)
+{
+    json_t *result = json_pack ("{s:[{s:s, s:s}]}", "content", "type", "text", "text", text);
+    if (structured)
+        json_object_set_new (result, "structuredContent", structured);
+    if (is_error)
+        json_object_set_new (result, "isError", json_true ());
+    return result;
+}
+
+//  A tool error: "<message> (<code>)".
+static void s_fail (s_call_t *call, sbx_code_t code, const char *format, ...)
+    __attribute__ ((format (printf, 3, 4)));
+static void s_fail (s_call_t *call, sbx_code_t code, const char *format, ...)
+{
+    char message[600], text[700];
+    va_list args;
+    va_start (args, format);
+    vsnprintf (message, sizeof message, format, args);
+    va_end (args);
+    snprintf (text, sizeof text, "%s (%s)", message, sbx_code_name (code));
+    s_finish (call, s_text_result (text, NULL, true));
+}
+
+static void s_on_reply (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
+{
+    (void) peer;
+    s_call_t *call = arg;
+    zhashx_delete (call->tools->calls, (void *) (uintptr_t) call->serial);
+    call->rid = 0;
+    sbx_msg_t *reply = *reply_p;
+    sbx_msg_t *inner = NULL;
+    if (reply->type == SBX_MSG_ERROR) {
+        s_fail (call, sbx_msg_error (reply)->code, "%s", sbx_msg_error (reply)->message);
+        return;
+    }
+    if (call->agent) {
+        sbx_err_t err;
+        sbx_bytes_t *bytes = &sbx_msg_sandbox_agent_ok (reply)->reply;
+        inner = sbx_msg_decode (bytes->data, bytes->size, &err);
+        if (!inner) {
+            s_fail (call, SBX_E_INTERNAL, "the guest agent's answer does not decode: %s",
+                    err.message);
+            return;
+        }
+        if (inner->type == SBX_MSG_ERROR) {
+            s_fail (call, sbx_msg_error (inner)->code, "%s", sbx_msg_error (inner)->message);
+            sbx_msg_destroy (&inner);
+            return;
+        }
+    }
+    call->on_reply (call, inner ? inner : reply);
+    sbx_msg_destroy (&inner);
+}
+
+//  Sends a request for the call (taking it); on_reply gets the answer unless it is an
+//  error, which ends the call as a tool error.
+static void s_send (s_call_t *call, sbx_msg_t **request_p, uint32_t timeout_ms,
+                    s_reply_fn *on_reply)
+{
+    gw_tools_t *self = call->tools;
+    (*request_p)->caller = gw_auth_caller_dup (call->caller);
+    call->on_reply = on_reply;
+    call->serial = self->next_serial++;
+    uint64_t serial = call->serial;
+    zhashx_insert (self->calls, (void *) (uintptr_t) serial, call);
+    uint64_t rid = sbx_peer_request (self->peer, request_p, timeout_ms, s_on_reply, call);
+    //  A request that could not go out is answered (and the call ended) at once.
+    s_call_t *still = zhashx_lookup (self->calls, (void *) (uintptr_t) serial);
+    if (still)
+        still->rid = rid;
+}
+
+//  Sends an agent request to the call's sandbox, wrapped in sandbox.agent.
+static void s_send_agent (s_call_t *call, sbx_msg_t **inner_p, uint32_t timeout_ms,
+                          s_reply_fn *on_reply)
+{
+    uint8_t *data = NULL;
+    size_t size = 0;
+    sbx_err_t err;
+    int rc = sbx_msg_encode (*inner_p, &data, &size, &err);
+    sbx_msg_destroy (inner_p);
+    if (rc) {
+        s_fail (call, err.code, "%s", err.message);
+        return;
+    }
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_AGENT);
+    sbx_str_set (&sbx_msg_sandbox_agent (request)->sandbox_id, call->sandbox_id);
+    sbx_msg_sandbox_agent (request)->request.data = data;
+    sbx_msg_sandbox_agent (request)->request.size = size;
+    call->agent = true;
+    s_send (call, &request, timeout_ms, on_reply);
+}
+
+//  --------------------------------------------------------------------------
+//  JSON helpers
+
+static json_t *s_time (uint64_t ms)
+{
+    if (!ms)
+        return json_null ();
+    char buf[32];
+    sbx_clock_iso8601 (ms, buf, sizeof buf);
+    //  Seconds are enough for people: "2026-10-27T02:26:10Z".
+    char *dot = strchr (buf, '.');
+    if (dot)
+        strcpy (dot, "Z");
+    return json_string (buf);
+}
+
+//  Bytes as a JSON string: invalid UTF-8 sequences become U+FFFD, so output that is not
+//  text never breaks the answer.
+static json_t *s_lossy (const uint8_t *data, size_t size)
+{
+    if (!data || !size)
+        return json_string ("");
+    json_t *text = json_stringn ((const char *) data, size);
+    if (text)
+        return text;
+    char *out = malloc (size * 3 + 1);
+    if (!out)
+        return json_string ("");
+    size_t o = 0;
+    for (size_t i = 0; i < size;) {
+        uint8_t c = data[i];
+        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = n > 0 && i + n <= size && (n != 1 || c != 0);
+        for (size_t k = 1; ok && k < n; k++)
+            ok = (data[i + k] & 0xc0) == 0x80;
+        if (ok && n > 1) {
+            //  Overlong forms, surrogates: let jansson judge.
+            json_t *probe = json_stringn ((const char *) data + i, n);
+            ok = probe != NULL;
+            json_decref (probe);
+        }
+        if (ok) {
+            memcpy (out + o, data + i, n);
+            o += n;
+            i += n;
+        } else {
+            memcpy (out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    text = json_stringn (out, o);
+    free (out);
+    return text ? text : json_string ("");
+}
+
+static char *s_base64 (const uint8_t *data, size_t size)
+{
+    static const char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *out = malloc ((size + 2) / 3 * 4 + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < size; i += 3) {
+        uint32_t v = (uint32_t) data[i] << 16;
+        if (i + 1 < size)
+            v |= (uint32_t) data[i + 1] << 8;
+        if (i + 2 < size)
+            v |= data[i + 2];
+        out[o++] = alphabet[(v >> 18) & 63];
+        out[o++] = alphabet[(v >> 12) & 63];
+        out[o++] = i + 1 < size ? alphabet[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < size ? alphabet[v & 63] : '=';
+    }
+    out[o] = 0;
+    return out;
+}
+
+static char *s_url (gw_tools_t *self, const char *label)
+{
+    char *url;
+    if (asprintf (&url, "%s://%s%s", self->tls ? "https" : "http", label ? label : "-",
+                  self->box_suffix) < 0)
+        return NULL;
+    return url;
+}
+
+static json_t *s_sandbox_json (gw_tools_t *self, const sbx_sandbox_info_t *s)
+{
+    json_t *labels = json_object ();
+    for (size_t i = 0; i < s->labels.count; i++)
+        json_object_set_new (labels, s->labels.keys[i], json_string (s->labels.values[i]));
+    char *url = s_url (self, s->label);
+    json_t *json = json_pack ("{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o}", "id", s->id,
+                              "name", s->name ? s->name : (s->label ? s->label : s->id), "label",
+                              s->label ? s->label : "", "state", sbx_sandbox_state_name (s->state),
+                              "type", sbx_sandbox_type_name (s->type), "url", url ? url : "",
+                              "network", !s->no_network, "labels", labels, "createdAt",
+                              s_time (s->created_ms), "expiresAt", s_time (s->expires_ms));
+    if (json && s->reason)
+        json_object_set_new (json, "reason", json_string (s->reason));
+    free (url);
+    return json;
+}
+
+//  "Sandbox sb_… is ready. URL: …. Stops automatically at …."
+static char *s_sandbox_text (json_t *sandbox, const char *state_words)
+{
+    const char *expires = json_string_value (json_object_get (sandbox, "expiresAt"));
+    const char *reason = json_string_value (json_object_get (sandbox, "reason"));
+    char *text;
+    if (asprintf (&text, "Sandbox %s %s. URL: %s.%s%s%s%s%s",
+                  json_string_value (json_object_get (sandbox, "id")), state_words,
+                  json_string_value (json_object_get (sandbox, "url")),
+                  expires ? " Stops automatically at " : "", expires ? expires : "",
+                  expires ? "." : "", reason ? " Reason: " : "", reason ? reason : "") < 0)
+        return NULL;
+    return text;
+}
+
+static const char *s_state_words (const char *state)
+{
+    return streq (state, "ready")      ? "is ready"
+           : streq (state, "stopped")  ? "is stopped (memory kept; resume_sandbox starts it)"
+           : streq (state, "creating") ? "is being created"
+           : streq (state, "stopping") ? "is stopping"
+           : streq (state, "resuming") ? "is resuming"
+           : streq (state, "deleting") ? "is being deleted"
+           : streq (state, "deleted")  ? "is deleted"
+                                       : "is in error";
+}
+
+//  --------------------------------------------------------------------------
+//  Argument access: each returns 0, or -1 after ending the call with a tool error.
+
+static int s_arg_string (s_call_t *call, const char *key, const char **value, bool required)
+{
+    json_t *v = json_object_get (call->args, key);
+    *value = NULL;
+    if (!v || json_is_null (v)) {
+        if (!required)
+            return 0;
+        s_fail (call, SBX_E_INVALID_ARGUMENT, "%s is required", key);
+        return -1;
+    }
+    if (!json_is_string (v)) {
+        s_fail (call, SBX_E_INVALID_ARGUMENT, "%s must be a string", key);
+        return -1;
+    }
+    *value = json_string_value (v);
+    return 0;
+}
+
+static int s_arg_int (s_call_t *call, const char *key, json_int_t *value, json_int_t dflt,
+                      json_int_t min, json_int_t max, bool required)
+{
+    json_t *v = json_object_get (call->args, key);
+    *value = dflt;
+    if (!v || json_is_null (v)) {
+        if (!required)
+            return 0;
+        s_fail (call, SBX_E_INVALID_ARGUMENT, "%s is required", key);
+        return -1;
+    }
+    double real = json_is_real (v) ? json_real_value (v) : 0;
+    if (json_is_real (v) && real == (double) (json_int_t) real)
+        *value = (json_int_t) real; //  some clients send 3.0
+    else if (json_is_integer (v))
+        *value = json_integer_value (v);
+    else {
+        s_fail (call, SBX_E_INVALID_ARGUMENT, "%s must be an integer", key);
+        return -1;
+    }
+    if (*value < min || *value > max) {
+        s_fail (call, SBX_E_INVALID_ARGUMENT, "%s must be between %lld and %lld", key,
+                (long long) min, (long long) max);
+        return -1;
+    }
+    return 0;
+}
+
+static int s_arg_bool (s_call_t *call, const char *key, bool *value, bool dflt)
+{
+    json_t *v = json_object_get (call->args, key);
+    *value = dflt;
+    if (!v || json_is_null (v))
+        return 0;
+    if (!json_is_boolean (v)) {
+        s_fail (call, SBX_E_INVALID_ARGUMENT, "%s must be true or false", key);
+        return -1;
+    }
+    *value = json_is_true (v);
+    return 0;
+}
+
+static int s_arg_map (s_call_t *call, const char *key, sbx_strmap_t *map)
+{
+    json_t *v = json_object_get (call->args, key);
+    if (!v || json_is_null (v))
+        return 0;
+    const char *k;
+    json_t *item;
+    if (!json_is_object (v))
+        goto bad;
+    json_object_foreach (v, k, item)
+    {
+        if (!json_is_string (item) || !*k)
+            goto bad;
+        sbx_strmap_set (map, k, json_string_value (item));
+    }
+    return 0;
+bad:
+    s_fail (call, SBX_E_INVALID_ARGUMENT, "%s must be an object of string values", key);
+    return -1;
+}
+
+//  The sandbox the call acts on: sandboxId, else the session's default.
+static int s_arg_sandbox (s_call_t *call)
+{
+    const char *id;
+    if (s_arg_string (call, "sandboxId", &id, false))
+        return -1;
+    if (!id || !*id)
+        id = gw_tools_state_default (call->state);
+    if (!id) {
+        s_fail (call, SBX_E_INVALID_ARGUMENT,
+                "no sandbox yet in this session: call create_sandbox first, or pass sandboxId");
+        return -1;
+    }
+    call->sandbox_id = strdup (id);
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Sandboxes
+
+static void s_on_sandbox (s_call_t *call, sbx_msg_t *reply)
+{
+    sbx_sandbox_info_t *info = NULL;
+    if (reply->type == SBX_MSG_SANDBOX_CREATE_OK)
+        info = sbx_msg_sandbox_create_ok (reply)->sandbox;
+    else if (reply->type == SBX_MSG_SANDBOX_GET_OK)
+        info = sbx_msg_sandbox_get_ok (reply)->sandbox;
+    else if (reply->type == SBX_MSG_SANDBOX_STOP_OK)
+        info = sbx_msg_sandbox_stop_ok (reply)->sandbox;
+    else if (reply->type == SBX_MSG_SANDBOX_RESUME_OK)
+        info = sbx_msg_sandbox_resume_ok (reply)->sandbox;
+    else if (reply->type == SBX_MSG_SANDBOX_DELETE_OK)
+        info = sbx_msg_sandbox_delete_ok (reply)->sandbox;
+    if (!info) {
+        s_fail (call, SBX_E_INTERNAL, "unexpected answer %s", sbx_msg_type_name (reply->type));
+        return;
+    }
+    json_t *sandbox = s_sandbox_json (call->tools, info);
+    char *text = NULL;
+    gw_tools_state_t *state = call->state;
+    if (reply->type == SBX_MSG_SANDBOX_DELETE_OK) {
+        if (asprintf (&text, "Deleting %s: its disk, memory and automatic snapshots are removed.",
+                      info->id) < 0)
+            text = NULL;
+        if (state->last && streq (state->last, info->id))
+            zstr_free (&state->last);
+        json_t *env = zhashx_lookup (state->env, info->id);
+        if (env) {
+            json_decref (env);
+            zhashx_delete (state->env, info->id);
+        }
+    } else {
+        s_state_use (state, info->id);
+        if (reply->type == SBX_MSG_SANDBOX_CREATE_OK) {
+            json_t *env = json_object_get (call->args, "env");
+            if (json_is_object (env) && json_object_size (env)) {
+                json_t *old = zhashx_lookup (state->env, info->id);
+                json_decref (old);
+                zhashx_update (state->env, info->id, json_incref (env));
+            }
+        }
+        const char *words = s_state_words (sbx_sandbox_state_name (info->state));
+        if (reply->type == SBX_MSG_SANDBOX_RESUME_OK && info->state == SBX_SANDBOX_STATE_READY)
+            words = "is ready again";
+        if (reply->type == SBX_MSG_SANDBOX_STOP_OK && info->state == SBX_SANDBOX_STATE_STOPPED)
+            words = "is stopped with its memory kept; it bills no running time until "
+                    "resume_sandbox";
+        text = s_sandbox_text (sandbox, words);
+    }
+    if (reply->type == SBX_MSG_SANDBOX_CREATE_OK) {
+        //  The reference's create answer carries these six.
+        json_t *brief = json_pack (
+            "{s:O, s:O, s:O, s:O, s:O, s:O}", "id", json_object_get (sandbox, "id"), "name",
+            json_object_get (sandbox, "name"), "state", json_object_get (sandbox, "state"), "type",
+            json_object_get (sandbox, "type"), "url", json_object_get (sandbox, "url"), "expiresAt",
+            json_object_get (sandbox, "expiresAt"));
+        json_decref (sandbox);
+        sandbox = brief;
+    }
+    s_finish (call, s_text_result (text ? text : "", sandbox, false));
+    free (text);
+}
+
+static void s_on_list (s_call_t *call, sbx_msg_t *reply)
+{
+    sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
+    json_t *all = json_array ();
+    zchunk_t *text = zchunk_new (NULL, 0);
+    if (list->count == 0)
+        zchunk_extend (text, "No sandboxes.", 13);
+    else {
+        char line[600];
+        int n = snprintf (line, sizeof line, "%zu sandbox%s:", list->count,
+                          list->count == 1 ? "" : "es");
+        zchunk_extend (text, line, (size_t) n);
+    }
+    for (size_t i = 0; i < list->count; i++) {
+        json_t *sandbox = s_sandbox_json (call->tools, &list->items[i]);
+        char line[800];
+        const char *expires = json_string_value (json_object_get (sandbox, "expiresAt"));
+        int n = snprintf (line, sizeof line, "\n%s  %s  %s  %s  %s%s%s",
+                          json_string_value (json_object_get (sandbox, "id")),
+                          json_string_value (json_object_get (sandbox, "state")),
+                          json_string_value (json_object_get (sandbox, "name")),
+                          json_string_value (json_object_get (sandbox, "type")),
+                          json_string_value (json_object_get (sandbox, "url")),
+                          expires ? "  stops at " : "", expires ? expires : "");
+        zchunk_extend (text, line, (size_t) n < sizeof line ? (size_t) n : sizeof line - 1);
+        json_array_append_new (all, sandbox);
+    }
+    zchunk_extend (text, "", 1);
+    json_t *result =
+        s_text_result ((char *) zchunk_data (text), json_pack ("{s:o}", "sandboxes", all), false);
+    zchunk_destroy (&text);
+    s_finish (call, result);
+}
+
+static void s_create (s_call_t *call)
+{
+    const char *name, *type, *snapshot;
+    json_int_t ttl;
+    bool network;
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_CREATE);
+    sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
+    sbx_strmap_t env = {0};
+    int rc = s_arg_string (call, "name", &name, false) ||
+             s_arg_string (call, "type", &type, false) ||
+             s_arg_string (call, "snapshotId", &snapshot, false) ||
+             s_arg_int (call, "ttlSeconds", &ttl, 3600, 60, 30LL * 86400, false) ||
+             s_arg_bool (call, "network", &network, true) ||
+             s_arg_map (call, "labels", &args->labels) || s_arg_map (call, "env", &env);
+    //  env is only checked here; the session keeps the JSON.
+    for (size_t i = 0; i < env.count; i++) {
+        free (env.keys[i]);
+        free (env.values[i]);
+    }
+    free (env.keys);
+    free (env.values);
+    if (rc) {
+        sbx_msg_destroy (&request);
+        return;
+    }
+    if (snapshot) {
+        sbx_msg_destroy (&request);
+        s_fail (call, SBX_E_UNAVAILABLE, "snapshots are not available yet");
+        return;
+    }
+    if (type && sbx_sandbox_type_from_name (type, &args->type)) {
+        sbx_msg_destroy (&request);
+        s_fail (call, SBX_E_INVALID_ARGUMENT, "type is small, medium or large");
+        return;
+    }
+    sbx_str_set (&args->name, name);
+    args->ttl_s = (uint64_t) ttl;
+    args->no_network = !network;
+    s_send (call, &request, S_CREATE_MS, s_on_sandbox);
+}
+
+static void s_simple (s_call_t *call, sbx_msg_type_t type, uint32_t timeout_ms)
+{
+    sbx_msg_t *request = sbx_msg_new (type);
+    //  Each of these is { sandbox_id } (schemas/sandbox.json).
+    if (type == SBX_MSG_SANDBOX_GET)
+        sbx_str_set (&sbx_msg_sandbox_get (request)->sandbox_id, call->sandbox_id);
+    else if (type == SBX_MSG_SANDBOX_STOP)
+        sbx_str_set (&sbx_msg_sandbox_stop (request)->sandbox_id, call->sandbox_id);
+    else if (type == SBX_MSG_SANDBOX_RESUME)
+        sbx_str_set (&sbx_msg_sandbox_resume (request)->sandbox_id, call->sandbox_id);
+    else
+        sbx_str_set (&sbx_msg_sandbox_delete (request)->sandbox_id, call->sandbox_id);
+    s_send (call, &request, timeout_ms, s_on_sandbox);
+}
+
+//  --------------------------------------------------------------------------
+//  Processes
+
+//  Appends "\n<name>:\n<text>" without one trailing newline, when there is output.
+static void s_append_stream (zchunk_t *text, const char *name, json_t *value)
+{
+    size_t size = json_string_length (value);
+    if (!size)
+        return;
+    const char *data = json_string_value (value);
+    if (data[size - 1] == '\n')
+        size--;
+    zchunk_extend (text, "\n", 1);
+    zchunk_extend (text, name, strlen (name));
+    zchunk_extend (text, ":\n", 2);
+    zchunk_extend (text, data, size);
+}
+
+static json_t *s_output (s_call_t *call, zchunk_t *text, bool running, int64_t exit_code,
+                         bool timed_out, const sbx_bytes_t *out, const sbx_bytes_t *err,
+                         uint64_t out_next, uint64_t err_next, bool out_cut, bool err_cut)
+{
+    json_t *structured = json_pack (
+        "{s:o, s:o, s:o, s:I, s:I, s:b, s:b, s:b, s:I}", "exitCode",
+        running ? json_null () : json_integer (exit_code), "stdout", s_lossy (out->data, out->size),
+        "stderr", s_lossy (err->data, err->size), "stdoutNextOffset", (json_int_t) out_next,
+        "stderrNextOffset", (json_int_t) err_next, "stdoutTruncated", out_cut, "stderrTruncated",
+        err_cut, "timedOut", timed_out, "processId", (json_int_t) call->pid);
+    s_append_stream (text, "stdout", json_object_get (structured, "stdout"));
+    s_append_stream (text, "stderr", json_object_get (structured, "stderr"));
+    if (out_cut || err_cut) {
+        char note[300];
+        int n = snprintf (note, sizeof note,
+                          "\n(Output was cut: call command_status with processId %llu, "
+                          "stdoutOffset %llu and stderrOffset %llu for more.)",
+                          (unsigned long long) call->pid, (unsigned long long) out_next,
+                          (unsigned long long) err_next);
+        zchunk_extend (text, note, (size_t) n);
+    }
+    zchunk_extend (text, "", 1);
+    json_t *result = s_text_result ((char *) zchunk_data (text), structured, false);
+    zchunk_destroy (&text);
+    return result;
+}
+
+static void s_on_exec (s_call_t *call, sbx_msg_t *reply)
+{
+    sbx_agent_exec_ok_t *ok = sbx_msg_agent_exec_ok (reply);
+    call->pid = ok->pid;
+    s_state_use (call->state, call->sandbox_id);
+    char line[400];
+    if (ok->running) {
+        snprintf (line, sizeof line,
+                  "Started process %llu in %s. Call command_status with processId %llu for its "
+                  "output and exit code.",
+                  (unsigned long long) ok->pid, call->sandbox_id, (unsigned long long) ok->pid);
+        s_finish (call, s_text_result (line,
+                                       json_pack ("{s:I, s:b}", "processId", (json_int_t) ok->pid,
+                                                  "running", 1),
+                                       false));
+        return;
+    }
+    zchunk_t *text = zchunk_new (NULL, 0);
+    int n = snprintf (line, sizeof line, "Exit code %lld.", (long long) ok->exit_code);
+    zchunk_extend (text, line, (size_t) n);
+    if (ok->timed_out) {
+        n = snprintf (line, sizeof line,
+                      " The command ran longer than %u s and was killed; use detached: true for "
+                      "long commands.",
+                      call->timeout_s);
+        zchunk_extend (text, line, (size_t) n);
+    }
+    s_finish (call, s_output (call, text, false, ok->exit_code, ok->timed_out, &ok->stdout,
+                              &ok->stderr, ok->stdout_next_offset, ok->stderr_next_offset,
+                              ok->stdout_truncated, ok->stderr_truncated));
+}
+
+static void s_exec (s_call_t *call)
+{
+    const char *command, *cwd;
+    json_int_t timeout;
+    bool detached;
+    if (s_arg_string (call, "command", &command, true) || s_arg_string (call, "cwd", &cwd, false) ||
+        s_arg_bool (call, "detached", &detached, false) ||
+        s_arg_int (call, "timeout", &timeout, S_EXEC_DEFAULT, 1, S_EXEC_MAX, false) ||
+        s_arg_sandbox (call))
+        return;
+    sbx_msg_t *inner = sbx_msg_new (SBX_MSG_AGENT_EXEC);
+    sbx_agent_exec_t *args = sbx_msg_agent_exec (inner);
+    //  The session's env for this sandbox first, then the call's own.
+    json_t *env = zhashx_lookup (call->state->env, call->sandbox_id);
+    const char *k;
+    json_t *v;
+    json_object_foreach (env, k, v) sbx_strmap_set (&args->env, k, json_string_value (v));
+    if (s_arg_map (call, "env", &args->env)) {
+        sbx_msg_destroy (&inner);
+        return;
+    }
+    sbx_str_set (&args->command, command);
+    sbx_str_set (&args->cwd, cwd);
+    args->detached = detached;
+    call->timeout_s = (unsigned) timeout;
+    args->timeout_ms = detached ? 0 : (uint64_t) timeout * 1000;
+    args->max_bytes = S_OUTPUT_MAX;
+    s_send_agent (call, &inner, detached ? S_SIMPLE_MS : (uint32_t) timeout * 1000 + S_MARGIN_MS,
+                  s_on_exec);
+}
+
+static void s_on_status (s_call_t *call, sbx_msg_t *reply)
+{
+    sbx_agent_status_ok_t *ok = sbx_msg_agent_status_ok (reply);
+    s_state_use (call->state, call->sandbox_id);
+    char line[200];
+    int n = ok->running ? snprintf (line, sizeof line, "Process %llu is running.",
+                                    (unsigned long long) ok->pid)
+                        : snprintf (line, sizeof line, "Process %llu exited with code %lld.",
+                                    (unsigned long long) ok->pid, (long long) ok->exit_code);
+    zchunk_t *text = zchunk_new (line, (size_t) n);
+    if (ok->timed_out)
+        zchunk_extend (text, " It was killed when its timeout passed.", 39);
+    json_t *result =
+        s_output (call, text, ok->running, ok->exit_code, ok->timed_out, &ok->stdout, &ok->stderr,
+                  ok->stdout_next_offset, ok->stderr_next_offset,
+                  ok->stdout_truncated || ok->stdout_more, ok->stderr_truncated || ok->stderr_more);
+    json_object_set_new (json_object_get (result, "structuredContent"), "running",
+                         json_boolean (ok->running));
+    s_finish (call, result);
+}
+
+static void s_status (s_call_t *call)
+{
+    json_int_t pid, out, err;
+    if (s_arg_int (call, "processId", &pid, 0, 1, INT32_MAX, true) ||
+        s_arg_int (call, "stdoutOffset", &out, 0, 0, INT64_MAX, false) ||
+        s_arg_int (call, "stderrOffset", &err, 0, 0, INT64_MAX, false) || s_arg_sandbox (call))
+        return;
+    call->pid = (uint64_t) pid;
+    sbx_msg_t *inner = sbx_msg_new (SBX_MSG_AGENT_STATUS);
+    sbx_msg_agent_status (inner)->pid = (uint64_t) pid;
+    sbx_msg_agent_status (inner)->stdout_offset = (uint64_t) out;
+    sbx_msg_agent_status (inner)->stderr_offset = (uint64_t) err;
+    sbx_msg_agent_status (inner)->max_bytes = S_OUTPUT_MAX;
+    s_send_agent (call, &inner, S_SIMPLE_MS, s_on_status);
+}
+
+static const struct {
+    const char *name;
+    int number;
+} s_signals[] = {{"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"KILL", SIGKILL},
+                 {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"STOP", SIGSTOP},
+                 {"CONT", SIGCONT}, {"ABRT", SIGABRT}, {"ALRM", SIGALRM}, {NULL, 0}};
+
+//  "SIGTERM", "TERM", "term", "15" or 15 → 15; -1 when unknown.
+static int s_signal_number (json_t *value)
+{
+    if (!value || json_is_null (value))
+        return SIGTERM;
+    if (json_is_integer (value)) {
+        json_int_t n = json_integer_value (value);
+        return n >= 1 && n <= 64 ? (int) n : -1;
+    }
+    if (!json_is_string (value))
+        return -1;
+    const char *text = json_string_value (value);
+    char *end;
+    long n = strtol (text, &end, 10);
+    if (*text && !*end)
+        return n >= 1 && n <= 64 ? (int) n : -1;
+    if (strncasecmp (text, "SIG", 3) == 0)
+        text += 3;
+    for (int i = 0; s_signals[i].name; i++)
+        if (strcasecmp (text, s_signals[i].name) == 0)
+            return s_signals[i].number;
+    return -1;
+}
+
+static void s_on_kill (s_call_t *call, sbx_msg_t *reply)
+{
+    (void) reply;
+    s_state_use (call->state, call->sandbox_id);
+    char text[300];
+    const char *name = NULL;
+    for (int i = 0; s_signals[i].name; i++)
+        if (s_signals[i].number == call->signal)
+            name = s_signals[i].name;
+    if (name)
+        snprintf (text, sizeof text,
+                  "Sent SIG%s to process %llu in %s. Call command_status for its exit code.", name,
+                  (unsigned long long) call->pid, call->sandbox_id);
+    else
+        snprintf (text, sizeof text,
+                  "Sent signal %d to process %llu in %s. Call command_status for its exit code.",
+                  call->signal, (unsigned long long) call->pid, call->sandbox_id);
+    s_finish (call, s_text_result (text,
+                                   json_pack ("{s:I, s:i}", "processId", (json_int_t) call->pid,
+                                              "signal", call->signal),
+                                   false));
+}
+
+static void s_kill (s_call_t *call)
+{
+    json_int_t pid;
+    if (s_arg_int (call, "processId", &pid, 0, 1, INT32_MAX, true))
+        return;
+    call->signal = s_signal_number (json_object_get (call->args, "signal"));
+    if (call->signal < 0) {
+        s_fail (call, SBX_E_INVALID_ARGUMENT,
+                "signal is a name such as SIGTERM or SIGKILL, or a number from 1 to 64");
+        return;
+    }
+    if (s_arg_sandbox (call))
+        return;
+    call->pid = (uint64_t) pid;
+    sbx_msg_t *inner = sbx_msg_new (SBX_MSG_AGENT_KILL);
+    sbx_msg_agent_kill (inner)->pid = (uint64_t) pid;
+    sbx_msg_agent_kill (inner)->signal = call->signal;
+    s_send_agent (call, &inner, S_SIMPLE_MS, s_on_kill);
+}
+
+//  --------------------------------------------------------------------------
+//  Files: 1 MiB per agent request, one after the other.
+
+static void s_read_next (s_call_t *call);
+
+static void s_on_read (s_call_t *call, sbx_msg_t *reply)
+{
+    sbx_agent_file_read_ok_t *ok = sbx_msg_agent_file_read_ok (reply);
+    if (ok->size > S_READ_MAX || call->size + ok->data.size > S_READ_MAX) {
+        s_fail (call, SBX_E_TOO_LARGE,
+                "%s is %llu bytes; read_file returns at most %d MiB (use exec with head, tail or "
+                "split for larger files)",
+                json_string_value (json_object_get (call->args, "path")),
+                (unsigned long long) ok->size, S_READ_MAX / (1024 * 1024));
+        return;
+    }
+    if (ok->data.size) {
+        uint8_t *grown = realloc (call->data, call->size + ok->data.size + 1);
+        if (!grown) {
+            s_fail (call, SBX_E_INTERNAL, "out of memory");
+            return;
+        }
+        call->data = grown;
+        memcpy (call->data + call->size, ok->data.data, ok->data.size);
+        call->size += ok->data.size;
+    }
+    if (!ok->eof && ok->data.size > 0) {
+        s_read_next (call);
+        return;
+    }
+    s_state_use (call->state, call->sandbox_id);
+    const char *path = json_string_value (json_object_get (call->args, "path"));
+    json_t *content;
+    if (call->base64) {
+        char *b64 = s_base64 (call->data ? call->data : (uint8_t *) "", call->size);
+        content = json_string (b64 ? b64 : "");
+        free (b64);
+    } else {
+        content = json_stringn (call->data ? (char *) call->data : "", call->size);
+        if (!content) {
+            s_fail (call, SBX_E_INVALID_ARGUMENT,
+                    "%s is not UTF-8 text; read it with encoding \"base64\"", path);
+            return;
+        }
+    }
+    json_t *structured =
+        json_pack ("{s:s, s:o, s:s, s:I}", "path", path, "content", content, "encoding",
+                   call->base64 ? "base64" : "utf-8", "size", (json_int_t) call->size);
+    s_finish (call, s_text_result (json_string_value (json_object_get (structured, "content")),
+                                   structured, false));
+}
+
+static void s_read_next (s_call_t *call)
+{
+    sbx_msg_t *inner = sbx_msg_new (SBX_MSG_AGENT_FILE_READ);
+    sbx_str_set (&sbx_msg_agent_file_read (inner)->path,
+                 json_string_value (json_object_get (call->args, "path")));
+    sbx_msg_agent_file_read (inner)->offset = call->size;
+    sbx_msg_agent_file_read (inner)->length = S_CHUNK;
+    s_send_agent (call, &inner, S_SIMPLE_MS, s_on_read);
+}
+
+static int s_arg_encoding (s_call_t *call)
+{
+    const char *encoding;
+    if (s_arg_string (call, "encoding", &encoding, false))
+        return -1;
+    if (encoding && strcasecmp (encoding, "base64") == 0)
+        call->base64 = true;
+    else if (encoding && strcasecmp (encoding, "utf-8") != 0 &&
+             strcasecmp (encoding, "utf8") != 0 && strcasecmp (encoding, "text") != 0) {
+        s_fail (call, SBX_E_INVALID_ARGUMENT, "encoding is \"utf-8\" or \"base64\"");
+        return -1;
+    }
+    return 0;
+}
+
+static void s_read (s_call_t *call)
+{
+    const char *path;
+    if (s_arg_string (call, "path", &path, true) || s_arg_encoding (call) || s_arg_sandbox (call))
+        return;
+    s_read_next (call);
+}
+
+static void s_write_next (s_call_t *call);
+
+static void s_on_write (s_call_t *call, sbx_msg_t *reply)
+{
+    (void) reply;
+    if (call->done_bytes < call->size) {
+        s_write_next (call);
+        return;
+    }
+    s_state_use (call->state, call->sandbox_id);
+    const char *path = json_string_value (json_object_get (call->args, "path"));
+    char text[4300];
+    snprintf (text, sizeof text, "Wrote %zu bytes to %s in %s.", call->size, path,
+              call->sandbox_id);
+    s_finish (
+        call,
+        s_text_result (
+            text, json_pack ("{s:s, s:I}", "path", path, "size", (json_int_t) call->size), false));
+}
+
+static void s_write_next (s_call_t *call)
+{
+    size_t n = call->size - call->done_bytes;
+    if (n > S_CHUNK)
+        n = S_CHUNK;
+    sbx_msg_t *inner = sbx_msg_new (SBX_MSG_AGENT_FILE_WRITE);
+    sbx_agent_file_write_t *args = sbx_msg_agent_file_write (inner);
+    sbx_str_set (&args->path, json_string_value (json_object_get (call->args, "path")));
+    sbx_bytes_set (&args->data, call->data + call->done_bytes, n);
+    args->offset = call->done_bytes;
+    args->truncate = call->done_bytes == 0;
+    args->mode = call->done_bytes == 0 ? call->mode : 0;
+    call->done_bytes += n;
+    s_send_agent (call, &inner, S_SIMPLE_MS, s_on_write);
+}
+
+static void s_write (s_call_t *call)
+{
+    const char *path, *content;
+    if (s_arg_string (call, "path", &path, true) ||
+        s_arg_string (call, "content", &content, true) || s_arg_encoding (call))
+        return;
+    json_t *mode = json_object_get (call->args, "mode");
+    if (json_is_integer (mode))
+        call->mode = (uint64_t) json_integer_value (mode);
+    else if (json_is_string (mode)) {
+        char *end;
+        call->mode = strtoull (json_string_value (mode), &end, 8);
+        if (*end || end == json_string_value (mode))
+            call->mode = UINT64_MAX;
+    } else if (mode && !json_is_null (mode))
+        call->mode = UINT64_MAX;
+    if (call->mode > 07777) {
+        s_fail (call, SBX_E_INVALID_ARGUMENT, "mode is octal text such as \"0755\"");
+        return;
+    }
+    if (call->base64) {
+        call->data = *content ? sbx_secret_base64_decode (content, &call->size) : calloc (1, 1);
+        if (!call->data) {
+            s_fail (call, SBX_E_INVALID_ARGUMENT, "content is not valid base64");
+            return;
+        }
+    } else {
+        call->size = json_string_length (json_object_get (call->args, "content"));
+        call->data = malloc (call->size + 1);
+        memcpy (call->data, content, call->size);
+    }
+    if (s_arg_sandbox (call))
+        return;
+    s_write_next (call);
+}
+
+//  --------------------------------------------------------------------------
+//  The table
+
+typedef enum {
+    S_CREATE,
+    S_LIST,
+    S_GET,
+    S_EXEC,
+    S_STATUS,
+    S_KILL,
+    S_READ,
+    S_WRITE,
+    S_STOP,
+    S_RESUME,
+    S_DELETE,
+    S_UNAVAILABLE,
+} s_kind_t;
+
+static const struct {
+    const char *name;
+    s_kind_t kind;
+} s_table[] = {{"create_sandbox", S_CREATE},
+               {"list_sandboxes", S_LIST},
+               {"get_sandbox", S_GET},
+               {"exec", S_EXEC},
+               {"command_status", S_STATUS},
+               {"kill_command", S_KILL},
+               {"read_file", S_READ},
+               {"write_file", S_WRITE},
+               {"host_port", S_UNAVAILABLE},
+               {"stop_sandbox", S_STOP},
+               {"resume_sandbox", S_RESUME},
+               {"extend_sandbox", S_UNAVAILABLE},
+               {"rename_sandbox", S_UNAVAILABLE},
+               {"label_sandbox", S_UNAVAILABLE},
+               {"delete_sandbox", S_DELETE},
+               {"save_snapshot", S_UNAVAILABLE},
+               {"list_snapshots", S_UNAVAILABLE},
+               {"delete_snapshot", S_UNAVAILABLE},
+               {NULL, 0}};
+
+static size_t s_serial_hash (const void *key)
+{
+    return (size_t) (uintptr_t) key;
+}
+
+static int s_serial_cmp (const void *a, const void *b)
+{
+    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
+}
+
+gw_tools_t *gw_tools_new (sbx_config_t *config, sbx_peer_t *peer)
+{
+    gw_tools_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    self->peer = peer;
+    self->next_serial = 1;
+    char *text = strdup (s_definitions);
+    for (char *c = text; c && *c; c++)
+        if (*c == '\'')
+            *c = '"';
+    json_error_t error;
+    self->list = text ? json_loads (text, 0, &error) : NULL;
+    if (!self->list)
+        sbx_error ("tool definitions: %s at %d", error.text, error.position);
+    free (text);
+    //  Sandbox URLs: https://LABEL.box.DOMAIN, with the listen port when it is not 443.
+    const char *domain = config ? sbx_config_get (config, "domain", "localhost") : "localhost";
+    const char *listen = config ? sbx_config_get (config, "listen", "127.0.0.1:8443") : "";
+    self->tls = !config || !streq (sbx_config_get (config, "tls", "on"), "off");
+    const char *colon = strrchr (listen, ':');
+    const char *port = colon ? colon + 1 : "";
+    bool default_port = !*port || streq (port, self->tls ? "443" : "80");
+    if (asprintf (&self->box_suffix, ".box.%s%s%s", domain, default_port ? "" : ":",
+                  default_port ? "" : port) < 0)
+        self->box_suffix = NULL;
+    self->calls = zhashx_new ();
+    if (!self->list || !self->box_suffix || !self->calls) {
+        gw_tools_destroy (&self);
+        return NULL;
+    }
+    zhashx_set_key_hasher (self->calls, s_serial_hash);
+    zhashx_set_key_comparator (self->calls, s_serial_cmp);
+    zhashx_set_key_duplicator (self->calls, NULL);
+    zhashx_set_key_destructor (self->calls, NULL);
+    return self;
+}
+
+void gw_tools_destroy (gw_tools_t **self_p)
+{
+    assert (self_p);
+    gw_tools_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->calls) {
+        for (s_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls)) {
+            if (self->peer && call->rid)
+                sbx_peer_cancel (self->peer, call->rid);
+            s_call_free (call);
+        }
+        zhashx_destroy (&self->calls);
+    }
+    json_decref (self->list);
+    free (self->box_suffix);
+    free (self);
+    *self_p = NULL;
+}
+
+json_t *gw_tools_list (gw_tools_t *self)
+{
+    return self->list;
+}
+
+static bool s_read_only (gw_tools_t *self, const char *name)
+{
+    size_t i;
+    json_t *tool;
+    json_array_foreach (self->list, i, tool) if (
+        streq (json_string_value (json_object_get (tool, "name")),
+               name)) return json_is_true (json_object_get (json_object_get (tool, "annotations"),
+                                                            "readOnlyHint"));
+    return false;
+}
+
+void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state_t *state,
+                    const char *name, json_t *arguments, gw_tools_done_fn *done, void *arg)
+{
+    int index = -1;
+    for (int i = 0; name && s_table[i].name; i++)
+        if (streq (s_table[i].name, name))
+            index = i;
+    char message[300];
+    if (index < 0) {
+        snprintf (message, sizeof message, "Unknown tool: %.200s", name ? name : "(none)");
+        done (NULL, -32602, message, arg);
+        return;
+    }
+    if (arguments && !json_is_object (arguments)) {
+        done (NULL, -32602, "arguments must be an object", arg);
+        return;
+    }
+    s_call_t *call = calloc (1, sizeof *call);
+    if (!call) {
+        done (NULL, -32603, "out of memory", arg);
+        return;
+    }
+    call->tools = self;
+    call->name = strdup (name);
+    call->caller = gw_auth_caller_dup (caller);
+    call->state = gw_tools_state_ref (state);
+    call->args = arguments ? json_incref (arguments) : json_object ();
+    call->done = done;
+    call->arg = arg;
+    //  The broker decides too; refusing here spares it the request and says why plainly.
+    if (caller && caller->preset == SBX_KEY_PRESET_READ_ONLY && !s_read_only (self, name)) {
+        s_fail (call, SBX_E_PERMISSION_DENIED, "this key is read-only: it cannot use %s", name);
+        return;
+    }
+    switch (s_table[index].kind) {
+    case S_CREATE:
+        s_create (call);
+        break;
+    case S_LIST: {
+        sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
+        s_send (call, &request, S_SIMPLE_MS, s_on_list);
+        break;
+    }
+    case S_GET:
+        if (s_arg_sandbox (call) == 0)
+            s_simple (call, SBX_MSG_SANDBOX_GET, S_SIMPLE_MS);
+        break;
+    case S_STOP:
+        if (s_arg_sandbox (call) == 0)
+            s_simple (call, SBX_MSG_SANDBOX_STOP, S_CREATE_MS);
+        break;
+    case S_RESUME:
+        if (s_arg_sandbox (call) == 0)
+            s_simple (call, SBX_MSG_SANDBOX_RESUME, S_CREATE_MS);
+        break;
+    case S_DELETE: {
+        //  Never the default: a model must name exactly what it deletes.
+        const char *id;
+        if (s_arg_string (call, "sandboxId", &id, false))
+            break;
+        if (!id || !*id) {
+            s_finish (call, s_text_result ("sandboxId is required: the exact id (sb_…) of one "
+                                           "sandbox; delete_sandbox has no default",
+                                           NULL, true));
+            break;
+        }
+        call->sandbox_id = strdup (id);
+        s_simple (call, SBX_MSG_SANDBOX_DELETE, S_CREATE_MS);
+        break;
+    }
+    case S_EXEC:
+        s_exec (call);
+        break;
+    case S_STATUS:
+        s_status (call);
+        break;
+    case S_KILL:
+        s_kill (call);
+        break;
+    case S_READ:
+        s_read (call);
+        break;
+    case S_WRITE:
+        s_write (call);
+        break;
+    case S_UNAVAILABLE:
+        s_fail (call, SBX_E_UNAVAILABLE, "%s is not available yet on this server", name);
+        break;
+    }
+}
+
+//  --------------------------------------------------------------------------
+//  Self test: definitions and the paths that need no broker.
+
+typedef struct {
+    json_t *result;
+    int code;
+    int calls;
+} s_probe_t;
+
+static void s_probe (json_t *result, int rpc_code, const char *rpc_message, void *arg)
+{
+    (void) rpc_message;
+    s_probe_t *probe = arg;
+    json_decref (probe->result);
+    probe->result = result;
+    probe->code = rpc_code;
+    probe->calls++;
+}
+
+static const char *s_probe_text (s_probe_t *probe)
+{
+    return json_string_value (
+        json_object_get (json_array_get (json_object_get (probe->result, "content"), 0), "text"));
+}
+
+void gw_tools_test (bool verbose)
+{
+    (void) verbose;
+    gw_tools_t *tools = gw_tools_new (NULL, NULL);
+    assert (tools);
+    json_t *list = gw_tools_list (tools);
+    static const char *names[] = {
+        "create_sandbox", "list_sandboxes", "get_sandbox",    "exec",          "command_status",
+        "kill_command",   "read_file",      "write_file",     "host_port",     "stop_sandbox",
+        "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox", "delete_sandbox",
+        "save_snapshot",  "list_snapshots", "delete_snapshot"};
+    static const char *read_only[] = {"list_sandboxes", "get_sandbox", "command_status",
+                                      "read_file", "list_snapshots"};
+    static const char *destructive[] = {"exec", "kill_command", "write_file", "delete_sandbox",
+                                        "delete_snapshot"};
+    assert (json_array_size (list) == 18);
+    for (size_t i = 0; i < 18; i++) {
+        json_t *tool = json_array_get (list, i);
+        const char *name = json_string_value (json_object_get (tool, "name"));
+        assert (streq (name, names[i]));
+        assert (json_string_length (json_object_get (tool, "description")) > 10);
+        //  Every schema is a JSON Schema object.
+        json_t *in = json_object_get (tool, "inputSchema");
+        json_t *out = json_object_get (tool, "outputSchema");
+        assert (streq (json_string_value (json_object_get (in, "type")), "object"));
+        assert (json_is_object (json_object_get (in, "properties")));
+        assert (streq (json_string_value (json_object_get (out, "type")), "object"));
+        assert (json_is_object (json_object_get (out, "properties")));
+        //  Every tool that acts on one sandbox takes sandboxId.
+        assert (streq (name, "list_sandboxes") || streq (name, "create_sandbox") ||
+                json_object_get (json_object_get (in, "properties"), "sandboxId"));
+        json_t *annotations = json_object_get (tool, "annotations");
+        bool ro = false, destroys = false;
+        for (size_t k = 0; k < 5; k++) {
+            ro |= streq (name, read_only[k]);
+            destroys |= streq (name, destructive[k]);
+        }
+        json_t *hint = json_object_get (annotations, "readOnlyHint");
+        assert (json_is_boolean (hint) && json_is_true (hint) == ro);
+        hint = json_object_get (annotations, "destructiveHint");
+        if (ro)
+            assert (hint == NULL);
+        else
+            assert (json_is_boolean (hint) && json_is_true (hint) == destroys);
+    }
+    assert (streq (json_string_value (json_array_get (
+                       json_object_get (json_object_get (json_array_get (list, 14), "inputSchema"),
+                                        "required"),
+                       0)),
+                   "sandboxId"));
+
+    gw_tools_state_t *state = gw_tools_state_new ();
+    sbx_caller_t caller = {.kind = SBX_CALLER_KIND_API_KEY,
+                           .account_id = "acc_test",
+                           .key_id = "key_test",
+                           .preset = SBX_KEY_PRESET_FULL};
+    s_probe_t probe = {0};
+    gw_tools_call (tools, &caller, state, "no_such_tool", NULL, s_probe, &probe);
+    assert (probe.calls == 1 && probe.code == -32602 && !probe.result);
+    json_t *args = json_object ();
+    gw_tools_call (tools, &caller, state, "delete_sandbox", args, s_probe, &probe);
+    assert (probe.calls == 2 && probe.code == 0);
+    assert (json_is_true (json_object_get (probe.result, "isError")));
+    assert (streq (s_probe_text (&probe), "sandboxId is required: the exact id (sb_…) of one "
+                                          "sandbox; delete_sandbox has no default"));
+    gw_tools_call (tools, &caller, state, "host_port", args, s_probe, &probe);
+    assert (streq (s_probe_text (&probe),
+                   "host_port is not available yet on this server (unavailable)"));
+    gw_tools_call (tools, &caller, state, "get_sandbox", args, s_probe, &probe);
+    assert (json_is_true (json_object_get (probe.result, "isError")));
+    assert (strstr (s_probe_text (&probe), "create_sandbox first"));
+    json_object_set_new (args, "snapshotId", json_string ("snap_1"));
+    gw_tools_call (tools, &caller, state, "create_sandbox", args, s_probe, &probe);
+    assert (streq (s_probe_text (&probe), "snapshots are not available yet (unavailable)"));
+    json_object_clear (args);
+    json_object_set_new (args, "command", json_integer (3));
+    gw_tools_call (tools, &caller, state, "exec", args, s_probe, &probe);
+    assert (streq (s_probe_text (&probe), "command must be a string (invalid_argument)"));
+    json_object_set_new (args, "command", json_string ("true"));
+    json_object_set_new (args, "timeout", json_integer (601));
+    gw_tools_call (tools, &caller, state, "exec", args, s_probe, &probe);
+    assert (streq (s_probe_text (&probe), "timeout must be between 1 and 600 (invalid_argument)"));
+    json_t *bad = json_string ("x");
+    gw_tools_call (tools, &caller, state, "exec", bad, s_probe, &probe);
+    assert (probe.code == -32602);
+    json_decref (bad);
+    caller.preset = SBX_KEY_PRESET_READ_ONLY;
+    gw_tools_call (tools, &caller, state, "exec", args, s_probe, &probe);
+    assert (streq (s_probe_text (&probe),
+                   "this key is read-only: it cannot use exec (permission_denied)"));
+    json_decref (args);
+    json_decref (probe.result);
+
+    //  Helpers.
+    assert (s_signal_number (NULL) == SIGTERM);
+    json_t *v = json_string ("SIGKILL");
+    assert (s_signal_number (v) == SIGKILL);
+    json_decref (v);
+    v = json_string ("int");
+    assert (s_signal_number (v) == SIGINT);
+    json_decref (v);
+    v = json_integer (65);
+    assert (s_signal_number (v) == -1);
+    json_decref (v);
+    char *b64 = s_base64 ((const uint8_t *) "hello", 5);
+    assert (streq (b64, "aGVsbG8="));
+    free (b64);
+    json_t *lossy = s_lossy ((const uint8_t *) "a\xff"
+                                               "b",
+                             3);
+    assert (streq (json_string_value (lossy), "a\xef\xbf\xbd"
+                                              "b"));
+    json_decref (lossy);
+    json_t *t = s_time (1790000000123ULL);
+    assert (streq (json_string_value (t), "2026-09-21T14:13:20Z"));
+    json_decref (t);
+
+    gw_tools_state_unref (&state);
+    gw_tools_destroy (&tools);
+}

@@ -1,0 +1,60 @@
+/*  gw_tools - the 18 MCP tools: their definitions (schemas, annotations) and handlers
+    that map each call to broker messages.
+
+    Definitions follow the reference documents: names and order, inputSchema,
+    outputSchema (structuredContent conforms to it), and annotations: readOnlyHint true
+    on list_sandboxes, get_sandbox, command_status, read_file and list_snapshots,
+    destructiveHint true on exec, kill_command, write_file, delete_sandbox and
+    delete_snapshot, readOnlyHint false on every other.
+
+    A call never blocks: it sends its broker request(s) through the peer and finishes
+    from the loop when the answers come. Failures are tool results (isError true) whose
+    text is "<the API's message> (<code>)", so a model can read what went wrong. Tools
+    the broker has no messages for yet (host_port, extend, rename, label, snapshots)
+    answer `unavailable` plainly.
+
+    Each MCP session has a state (gw_tools_state_t): the sandbox it created or used
+    last, the default for every tool but delete_sandbox, and the env given at create
+    for each sandbox, applied to its execs. Calls hold a reference to it, so a session
+    deleted mid-call leaves nothing dangling.
+*/
+#ifndef GW_TOOLS_H_INCLUDED
+#define GW_TOOLS_H_INCLUDED
+
+#include <jansson.h>
+
+#include "sbx_common.h"
+
+typedef struct gw_tools_t gw_tools_t;
+typedef struct gw_tools_state_t gw_tools_state_t;
+
+//  The end of one tools/call, called once: result is a CallToolResult (the callee owns
+//  it), or NULL with a JSON-RPC error (rpc_code -32602 for an unknown tool or
+//  malformed params).
+typedef void (gw_tools_done_fn) (json_t *result, int rpc_code, const char *rpc_message, void *arg);
+
+//  config and peer are borrowed; peer may be NULL for gw_tools_list only (self-tests).
+gw_tools_t *gw_tools_new (sbx_config_t *config, sbx_peer_t *peer);
+
+//  Cancels calls in flight (their done is not called).
+void gw_tools_destroy (gw_tools_t **self_p);
+
+//  The tool definitions for tools/list, in the reference's order (borrowed).
+json_t *gw_tools_list (gw_tools_t *self);
+
+//  Runs tool `name` with `arguments` (borrowed; NULL means {}) for caller (copied), in
+//  the session's state (a reference is taken). done may be called before this returns
+//  (argument errors) or later from the loop.
+void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state_t *state,
+                    const char *name, json_t *arguments, gw_tools_done_fn *done, void *arg);
+
+//  Session state, reference counted.
+gw_tools_state_t *gw_tools_state_new (void);
+gw_tools_state_t *gw_tools_state_ref (gw_tools_state_t *state);
+void gw_tools_state_unref (gw_tools_state_t **state_p);
+//  The session's default sandbox, or NULL.
+const char *gw_tools_state_default (gw_tools_state_t *state);
+
+void gw_tools_test (bool verbose);
+
+#endif

@@ -1,0 +1,273 @@
+"""/mcp end to end (issue 4): the real gateway, broker, vmd and guests under `sbx up`, over
+HTTPS with the local CA. Raw JSON-RPC for the protocol's edges (401, sessions, versions,
+errors), the tools on a real sandbox, and the official MCP TypeScript SDK as a client."""
+import json
+import os
+import shutil
+import subprocess
+import unittest
+
+from sbxtest import BIN, Sbx, main
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}}
+NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "exec", "command_status",
+         "kill_command", "read_file", "write_file", "host_port", "stop_sandbox",
+         "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
+         "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot"]
+READ_ONLY = {"list_sandboxes", "get_sandbox", "command_status", "read_file", "list_snapshots"}
+DESTRUCTIVE = {"exec", "kill_command", "write_file", "delete_sandbox", "delete_snapshot"}
+UNAUTHORIZED = ('{"error":{"code":-32001,"message":"Unauthorized: send Authorization: Bearer '
+                '<sbx API key>, or sign in with OAuth."},"id":null,"jsonrpc":"2.0"}')
+
+
+class McpTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # The image the build made (vmd's default path is being reworked meanwhile).
+        cls.s = Sbx(cls, "mcp", settings={"image_dir": os.path.realpath(
+            os.path.join(BIN, "..", "image"))})
+        cls.s.up()
+        a = cls.s.cli_json("account", "create", "--email", "alice@example.com")
+        b = cls.s.cli_json("account", "create", "--email", "bob@example.com")
+        cls.key_a, cls.key_b = a["api_key"], b["api_key"]
+        cls.key_ro = cls.s.cli_json("key", "create", "--account", "alice@example.com",
+                                    "--preset", "read-only")["key"]
+
+    @classmethod
+    def addCleanup(cls, fn, *args):  # Sbx registers its cleanup on the class
+        cls.addClassCleanup(fn, *args)
+
+    # -- raw HTTP --------------------------------------------------------------
+    def post(self, body, key=None, session=None, headers=None, method="POST"):
+        h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if key:
+            h["Authorization"] = f"Bearer {key}"
+        if session:
+            h["Mcp-Session-Id"] = session
+        h.update(headers or {})
+        data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
+        status, hdrs, raw = self.s.https(method, "/mcp", body=data, headers=h)
+        hdrs = {k.lower(): v for k, v in hdrs.items()}
+        try:
+            parsed = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = raw
+        return status, hdrs, parsed, raw
+
+    def session(self, key=None):
+        status, hdrs, body, _ = self.post(INIT, key or self.key_a)
+        self.assertEqual(status, 200, body)
+        sid = hdrs["mcp-session-id"]
+        status, _, _, _ = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"},
+                                    key or self.key_a, sid)
+        self.assertEqual(status, 202)
+        return sid
+
+    def call(self, sid, tool, args=None, key=None, rid=7):
+        status, _, body, _ = self.post(
+            {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+             "params": {"name": tool, "arguments": args or {}}}, key or self.key_a, sid)
+        self.assertEqual(status, 200, body)
+        self.assertIn("result", body, body)
+        r = body["result"]
+        text = r["content"][0]["text"]
+        print(f"  {tool} {json.dumps(args or {})[:120]} → {text[:200]!r}")
+        return r, text
+
+    # -- the protocol ----------------------------------------------------------
+    def test_401(self):
+        base = self.s.status()["mcp_url"][:-len("/mcp")]
+        expected = (f'Bearer resource_metadata="{base}/.well-known/oauth-protected-resource/mcp",'
+                    ' scope="sbx"')
+        for key in (None, "sbx_" + "x" * 43, "not-even-a-key"):
+            status, hdrs, _, raw = self.post(INIT, key)
+            self.assertEqual(status, 401, key)
+            self.assertEqual(hdrs["www-authenticate"], expected)
+            self.assertEqual(raw.decode(), UNAUTHORIZED)
+        self.assertNotIn("x" * 43, self.s.log("sbx-gateway"))
+
+    def test_initialize_and_list(self):
+        status, hdrs, body, _ = self.post(INIT, self.key_a)
+        self.assertEqual(status, 200)
+        self.assertRegex(hdrs["mcp-session-id"], r"^mcps_[A-Za-z0-9]{32}$")
+        r = body["result"]
+        self.assertEqual(r["protocolVersion"], "2025-06-18")
+        self.assertEqual(r["serverInfo"]["name"], "sbx")
+        self.assertEqual(r["serverInfo"]["title"], "sbx")
+        self.assertEqual(r["capabilities"], {"tools": {"listChanged": False}})
+        self.assertIn("create_sandbox", r["instructions"])
+        for asked, answered in (("2025-03-26", "2025-03-26"), ("2025-11-25", "2025-11-25"),
+                                ("2024-01-01", "2025-06-18")):
+            init = json.loads(json.dumps(INIT))
+            init["params"]["protocolVersion"] = asked
+            self.assertEqual(self.post(init, self.key_a)[2]["result"]["protocolVersion"], answered)
+
+        sid = self.session()
+        status, _, body, _ = self.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                                       self.key_a, sid,
+                                       {"MCP-Protocol-Version": "2025-06-18"})
+        self.assertEqual(status, 200)
+        tools = body["result"]["tools"]
+        self.assertEqual([t["name"] for t in tools], NAMES)
+        for t in tools:
+            a = t["annotations"]
+            self.assertIs(a["readOnlyHint"], t["name"] in READ_ONLY, t["name"])
+            if t["name"] not in READ_ONLY:
+                self.assertIs(a["destructiveHint"], t["name"] in DESTRUCTIVE, t["name"])
+            self.assertEqual(t["inputSchema"]["type"], "object")
+            self.assertEqual(t["outputSchema"]["type"], "object")
+
+        # ping, unknown method, parse error, bad version header, unknown tool
+        self.assertEqual(self.post({"jsonrpc": "2.0", "id": 3, "method": "ping"},
+                                   self.key_a, sid)[2]["result"], {})
+        status, _, body, _ = self.post({"jsonrpc": "2.0", "id": 4, "method": "nope/nothing"},
+                                       self.key_a, sid)
+        self.assertEqual(body["error"]["code"], -32601)
+        status, _, body, _ = self.post(b"{not json", self.key_a, sid)
+        self.assertEqual((status, body["error"]["code"]), (400, -32700))
+        status, _, body, _ = self.post({"jsonrpc": "2.0", "id": 5, "method": "ping"}, self.key_a,
+                                       sid, {"MCP-Protocol-Version": "1999-01-01"})
+        self.assertEqual(status, 400)
+        status, _, body, _ = self.post({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                                        "params": {"name": "make_coffee"}}, self.key_a, sid)
+        self.assertEqual(body["error"]["code"], -32602)
+        # GET has no stream: 405. A foreign Origin: 403.
+        self.assertEqual(self.post(None, self.key_a, sid, method="GET")[0], 405)
+        self.assertEqual(self.post({"jsonrpc": "2.0", "id": 8, "method": "ping"}, self.key_a,
+                                   sid, {"Origin": "https://evil.example"})[0], 403)
+
+        # Another account can't use the session; DELETE ends it; then 404.
+        self.assertEqual(self.post({"jsonrpc": "2.0", "id": 9, "method": "ping"}, self.key_b,
+                                   sid)[0], 404)
+        self.assertEqual(self.post(None, self.key_a, sid, method="DELETE")[0], 200)
+        status, _, body, _ = self.post({"jsonrpc": "2.0", "id": 10, "method": "tools/list"},
+                                       self.key_a, sid)
+        self.assertEqual(status, 404)
+        self.assertEqual(self.post(None, self.key_a, sid, method="DELETE")[0], 404)
+
+    def test_refusals_without_a_sandbox(self):
+        sid = self.session()
+        r, text = self.call(sid, "delete_sandbox", {})
+        self.assertTrue(r["isError"])
+        self.assertEqual(text, "sandboxId is required: the exact id (sb_…) of one sandbox; "
+                               "delete_sandbox has no default")
+        r, text = self.call(sid, "exec", {"command": "true"})
+        self.assertTrue(r["isError"])
+        self.assertIn("create_sandbox", text)
+        r, text = self.call(sid, "host_port", {"port": 8000, "public": True})
+        self.assertEqual(text, "host_port is not available yet on this server (unavailable)")
+        r, text = self.call(sid, "get_sandbox", {"sandboxId": "sb_0000000000"})
+        self.assertEqual(text, "Sandbox not found (not_found)")
+        r, text = self.call(sid, "list_sandboxes", {"x": 1})
+        self.assertFalse(r.get("isError", False))
+        # A read-only key may read but not run anything.
+        ro = self.session(self.key_ro)
+        r, text = self.call(ro, "exec", {"command": "true", "sandboxId": "sb_0000000000"},
+                            key=self.key_ro)
+        self.assertTrue(r["isError"])
+        self.assertTrue(text.endswith("(permission_denied)"), text)
+
+    # -- a real sandbox --------------------------------------------------------
+    def test_sandbox(self):
+        sid = self.session()
+        r, text = self.call(sid, "create_sandbox", {"name": "demo", "ttlSeconds": 900,
+                                                    "env": {"GREETING": "hello"}})
+        # Plainly: this part needs vmd to serve vm.create (a real guest).
+        self.assertFalse(r.get("isError"), f"create_sandbox failed: {text}")
+        sc = r["structuredContent"]
+        sb = sc["id"]
+        self.assertRegex(sb, r"^sb_[a-z0-9]{10}$")
+        self.assertEqual(sc["state"], "ready")
+        self.assertRegex(text, rf"^Sandbox {sb} is ready\. URL: https://[a-z]+-[a-z]+-[a-z]+"
+                               rf"\.box\.localhost(:\d+)?\. Stops automatically at "
+                               rf"\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ\.$")
+
+        r, text = self.call(sid, "exec", {"command": "python3 -c 'print(2**100)'"})
+        self.assertEqual(text, "Exit code 0.\nstdout:\n1267650600228229401496703205376")
+        self.assertEqual(r["structuredContent"]["exitCode"], 0)
+        r, text = self.call(sid, "exec", {"command": "echo $GREETING; echo oops >&2; exit 3"})
+        self.assertEqual(text, "Exit code 3.\nstdout:\nhello\nstderr:\noops")
+
+        r, text = self.call(sid, "exec", {"command": "sleep 2; echo done", "detached": True})
+        pid = r["structuredContent"]["processId"]
+        self.assertEqual(text, f"Started process {pid} in {sb}. Call command_status with "
+                               f"processId {pid} for its output and exit code.")
+        r, text = self.call(sid, "command_status", {"processId": pid})
+        self.assertEqual(text, f"Process {pid} is running.")
+        import time
+        time.sleep(3)
+        r, text = self.call(sid, "command_status", {"processId": pid})
+        self.assertEqual(text, f"Process {pid} exited with code 0.\nstdout:\ndone")
+        nxt = r["structuredContent"]["stdoutNextOffset"]
+        r, text = self.call(sid, "command_status", {"processId": pid, "stdoutOffset": nxt})
+        self.assertEqual(text, f"Process {pid} exited with code 0.")
+
+        blob = bytes(range(256)) * 5000  # > 1 MiB: several chunks both ways
+        import base64
+        r, text = self.call(sid, "write_file", {"path": "/root/blob.bin", "encoding": "base64",
+                                                "content": base64.b64encode(blob).decode()})
+        self.assertFalse(r.get("isError"), text)
+        r, text = self.call(sid, "read_file", {"path": "/root/blob.bin", "encoding": "base64"})
+        self.assertEqual(base64.b64decode(r["structuredContent"]["content"]), blob)
+        self.call(sid, "write_file", {"path": "/tmp/a.txt", "content": "héllo\n"})
+        r, text = self.call(sid, "read_file", {"path": "/tmp/a.txt"})
+        self.assertEqual(text, "héllo\n")
+
+        # Another account sees nothing; a read-only key of the owner can't exec.
+        other = self.session(self.key_b)
+        r, text = self.call(other, "get_sandbox", {"sandboxId": sb}, key=self.key_b)
+        self.assertEqual(text, "Sandbox not found (not_found)")
+        r, text = self.call(other, "exec", {"sandboxId": sb, "command": "true"}, key=self.key_b)
+        self.assertEqual(text, "Sandbox not found (not_found)")
+        ro = self.session(self.key_ro)
+        r, text = self.call(ro, "get_sandbox", {"sandboxId": sb}, key=self.key_ro)
+        self.assertFalse(r.get("isError"), text)
+        r, text = self.call(ro, "exec", {"sandboxId": sb, "command": "true"}, key=self.key_ro)
+        self.assertTrue(text.endswith("(permission_denied)"), text)
+
+        self.sdk_client(sb)
+
+        r, text = self.call(sid, "delete_sandbox", {})
+        self.assertTrue(r["isError"])
+        r, text = self.call(sid, "delete_sandbox", {"sandboxId": sb})
+        self.assertEqual(text, f"Deleting {sb}: its disk, memory and automatic snapshots are "
+                               "removed.")
+        r, text = self.call(sid, "get_sandbox", {"sandboxId": sb})
+        self.assertEqual(text, "Sandbox not found (not_found)")
+        self.assertTrue(r["isError"])
+
+    # -- the official TypeScript SDK -------------------------------------------
+    def sdk_client(self, sb):
+        node = shutil.which("node")
+        npm = shutil.which("npm")
+        self.assertTrue(node and npm, "node and npm are needed for the MCP SDK client")
+        work = os.path.join(os.environ.get("SBX_BIN", os.getcwd()), "..", "mcp-client")
+        os.makedirs(work, exist_ok=True)
+        shutil.copy(os.path.join(HERE, "mcp", "package.json"), work)
+        shutil.copy(os.path.join(HERE, "mcp_client.mjs"), work)
+        if not os.path.isdir(os.path.join(work, "node_modules", "@modelcontextprotocol")):
+            subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
+                           check=True, timeout=300)
+        st = self.s.status()
+        env = dict(os.environ, NODE_EXTRA_CA_CERTS=st["ca_cert"])
+        res = subprocess.run(
+            [node, os.path.join(work, "mcp_client.mjs"), st["mcp_url"], self.key_a,
+             "get_sandbox", json.dumps({"sandboxId": sb}),
+             "exec", json.dumps({"sandboxId": sb, "command": "uname -a"})],
+            capture_output=True, text=True, timeout=300, env=env)
+        print("\nMCP SDK client:\n" + res.stdout + res.stderr)
+        self.assertEqual(res.returncode, 0)
+        steps = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+        self.assertEqual(steps[0]["server"]["name"], "sbx")
+        self.assertEqual([t["name"] for t in steps[1]["tools"]], NAMES)
+        self.assertEqual(steps[2]["result"]["structuredContent"]["id"], sb)
+        self.assertTrue(steps[3]["result"]["content"][0]["text"].startswith("Exit code 0.\n"
+                                                                            "stdout:\nLinux "))
+        self.assertEqual(steps[-1]["step"], "done")
+
+
+if __name__ == "__main__":
+    main()
