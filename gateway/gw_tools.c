@@ -169,14 +169,14 @@ static const char *s_definitions =
     "'inputSchema':{'type':'object','properties':{"
     "'ttlSeconds':{'type':'integer','minimum':60,'description':'Seconds from now.'}," S_SBID
     "},'required':['ttlSeconds']},"
-    "'outputSchema':" S_UNAVAILABLE_OUT ","
+    "'outputSchema':" S_SANDBOX_OUT ","
     "'annotations':{'title':'Extend sandbox','readOnlyHint':false,'destructiveHint':false}},"
     //  rename_sandbox
     "{'name':'rename_sandbox','title':'Rename sandbox',"
     "'description':'Change the name of the sandbox.',"
     "'inputSchema':{'type':'object','properties':{"
-    "'name':{'type':'string','maxLength':128}," S_SBID "},'required':['name']},"
-    "'outputSchema':" S_UNAVAILABLE_OUT ","
+    "'name':{'type':'string','minLength':1,'maxLength':128}," S_SBID "},'required':['name']},"
+    "'outputSchema':" S_SANDBOX_OUT ","
     "'annotations':{'title':'Rename sandbox','readOnlyHint':false,'destructiveHint':false}},"
     //  label_sandbox
     "{'name':'label_sandbox','title':'Label sandbox',"
@@ -184,7 +184,7 @@ static const char *s_definitions =
     "'inputSchema':{'type':'object','properties':{"
     "'labels':{'type':'object','additionalProperties':{'type':['string','null']}}," S_SBID
     "},'required':['labels']},"
-    "'outputSchema':" S_UNAVAILABLE_OUT ","
+    "'outputSchema':" S_SANDBOX_OUT ","
     "'annotations':{'title':'Label sandbox','readOnlyHint':false,'destructiveHint':false}},"
     //  delete_sandbox
     "{'name':'delete_sandbox','title':'Delete sandbox',"
@@ -667,6 +667,10 @@ static void s_on_sandbox (s_call_t *call, sbx_msg_t *reply)
         info = sbx_msg_sandbox_resume_ok (reply)->sandbox;
     else if (reply->type == SBX_MSG_SANDBOX_DELETE_OK)
         info = sbx_msg_sandbox_delete_ok (reply)->sandbox;
+    else if (reply->type == SBX_MSG_SANDBOX_EXTEND_OK)
+        info = sbx_msg_sandbox_extend_ok (reply)->sandbox;
+    else if (reply->type == SBX_MSG_SANDBOX_UPDATE_OK)
+        info = sbx_msg_sandbox_update_ok (reply)->sandbox;
     if (!info) {
         s_fail (call, SBX_E_INTERNAL, "unexpected answer %s", sbx_msg_type_name (reply->type));
         return;
@@ -701,6 +705,10 @@ static void s_on_sandbox (s_call_t *call, sbx_msg_t *reply)
         if (reply->type == SBX_MSG_SANDBOX_STOP_OK && info->state == SBX_SANDBOX_STATE_STOPPED)
             words = "is stopped with its memory kept; it bills no running time until "
                     "resume_sandbox";
+        if (reply->type == SBX_MSG_SANDBOX_EXTEND_OK)
+            words = "has a new deadline";
+        if (reply->type == SBX_MSG_SANDBOX_UPDATE_OK)
+            words = "is updated";
         text = s_sandbox_text (sandbox, words);
     }
     if (reply->type == SBX_MSG_SANDBOX_CREATE_OK) {
@@ -805,6 +813,59 @@ static void s_simple (s_call_t *call, sbx_msg_type_t type, uint32_t timeout_ms)
     else
         sbx_str_set (&sbx_msg_sandbox_delete (request)->sandbox_id, call->sandbox_id);
     s_send (call, &request, timeout_ms, s_on_sandbox);
+}
+
+//  extend_sandbox: a new deadline ttlSeconds from now (also its TTL at later resumes).
+static void s_extend (s_call_t *call)
+{
+    json_int_t ttl;
+    if (s_arg_int (call, "ttlSeconds", &ttl, 0, 60, 30LL * 86400, true) ||
+        s_arg_sandbox (call))
+        return;
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_EXTEND);
+    sbx_str_set (&sbx_msg_sandbox_extend (request)->sandbox_id, call->sandbox_id);
+    sbx_msg_sandbox_extend (request)->ttl_s = (uint64_t) ttl;
+    s_send (call, &request, S_SIMPLE_MS, s_on_sandbox);
+}
+
+//  rename_sandbox (name) and label_sandbox (labels: a null value removes one).
+static void s_update (s_call_t *call, bool labels)
+{
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_UPDATE);
+    sbx_sandbox_update_t *args = sbx_msg_sandbox_update (request);
+    const char *name = NULL;
+    int rc = 0;
+    if (!labels)
+        rc = s_arg_string (call, "name", &name, true);
+    else {
+        json_t *map = json_object_get (call->args, "labels");
+        const char *key;
+        json_t *value;
+        if (!json_is_object (map)) {
+            s_fail (call, SBX_E_INVALID_ARGUMENT, "labels must be an object");
+            rc = -1;
+        } else
+            json_object_foreach (map, key, value)
+            {
+                if (json_is_null (value))
+                    sbx_strlist_append (&args->remove_labels, key);
+                else if (json_is_string (value) && *key)
+                    sbx_strmap_set (&args->labels, key, json_string_value (value));
+                else {
+                    s_fail (call, SBX_E_INVALID_ARGUMENT,
+                            "labels maps keys to strings (or null to remove one)");
+                    rc = -1;
+                    break;
+                }
+            }
+    }
+    if (rc || s_arg_sandbox (call)) {
+        sbx_msg_destroy (&request);
+        return;
+    }
+    sbx_str_set (&args->sandbox_id, call->sandbox_id);
+    sbx_str_set (&args->name, name);
+    s_send (call, &request, S_SIMPLE_MS, s_on_sandbox);
 }
 
 //  --------------------------------------------------------------------------
@@ -1198,6 +1259,9 @@ typedef enum {
     S_STOP,
     S_RESUME,
     S_DELETE,
+    S_EXTEND,
+    S_RENAME,
+    S_LABEL,
     S_UNAVAILABLE,
 } s_kind_t;
 
@@ -1215,9 +1279,9 @@ static const struct {
                {"host_port", S_UNAVAILABLE},
                {"stop_sandbox", S_STOP},
                {"resume_sandbox", S_RESUME},
-               {"extend_sandbox", S_UNAVAILABLE},
-               {"rename_sandbox", S_UNAVAILABLE},
-               {"label_sandbox", S_UNAVAILABLE},
+               {"extend_sandbox", S_EXTEND},
+               {"rename_sandbox", S_RENAME},
+               {"label_sandbox", S_LABEL},
                {"delete_sandbox", S_DELETE},
                {"save_snapshot", S_UNAVAILABLE},
                {"list_snapshots", S_UNAVAILABLE},
@@ -1393,6 +1457,13 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
         break;
     case S_WRITE:
         s_write (call);
+        break;
+    case S_EXTEND:
+        s_extend (call);
+        break;
+    case S_RENAME:
+    case S_LABEL:
+        s_update (call, s_table[index].kind == S_LABEL);
         break;
     case S_UNAVAILABLE:
         s_fail (call, SBX_E_UNAVAILABLE, "%s is not available yet on this server", name);

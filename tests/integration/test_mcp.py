@@ -228,10 +228,44 @@ class McpTest(unittest.TestCase):
         r, text = self.call(ro, "exec", {"sandboxId": sb, "command": "true"}, key=self.key_ro)
         self.assertTrue(text.endswith("(permission_denied)"), text)
 
+        # Extend, rename, label: the broker's record changes, each says so.
+        r, text = self.call(sid, "extend_sandbox", {"ttlSeconds": 7200})
+        self.assertFalse(r.get("isError"), text)
+        self.assertIn(f"Sandbox {sb} has a new deadline", text)
+        r, text = self.call(sid, "rename_sandbox", {"name": "renamed"})
+        self.assertEqual(r["structuredContent"]["name"], "renamed")
+        r, text = self.call(sid, "label_sandbox", {"labels": {"team": "red", "gone": None}})
+        self.assertFalse(r.get("isError"), text)
+        r, text = self.call(sid, "get_sandbox", {})
+        self.assertEqual(r["structuredContent"]["name"], "renamed")
+        r, text = self.call(sid, "label_sandbox", {"labels": "nope"})
+        self.assertTrue(r["isError"])
+        self.assertIn("(invalid_argument)", text)
+
+        # Stop keeps memory and kill ends a process; resume brings it all back.
+        r, text = self.call(sid, "exec", {"command": "sleep 600", "detached": True})
+        sleeper = r["structuredContent"]["processId"]
+        r, text = self.call(sid, "stop_sandbox", {})
+        self.assertEqual(r["structuredContent"]["state"], "stopped", text)
+        r, text = self.call(sid, "exec", {"command": "true"})
+        self.assertTrue(r["isError"])
+        self.assertIn("(failed_precondition)", text)
+        r, text = self.call(sid, "resume_sandbox", {})
+        self.assertEqual(r["structuredContent"]["state"], "ready", text)
+        r, text = self.call(sid, "command_status", {"processId": sleeper})
+        self.assertEqual(text, f"Process {sleeper} is running.")
+        r, text = self.call(sid, "kill_command", {"processId": sleeper, "signal": "SIGKILL"})
+        self.assertFalse(r.get("isError"), text)
+        time.sleep(0.5)
+        r, text = self.call(sid, "command_status", {"processId": sleeper})
+        self.assertFalse(r["structuredContent"]["running"], text)
+
         self.sdk_client(sb)
 
         r, text = self.call(sid, "delete_sandbox", {})
         self.assertTrue(r["isError"])
+        self.assertEqual(text, "sandboxId is required: the exact id (sb_…) of one sandbox; "
+                               "delete_sandbox has no default")
         r, text = self.call(sid, "delete_sandbox", {"sandboxId": sb})
         self.assertEqual(text, f"Deleting {sb}: its disk, memory and automatic snapshots are "
                                "removed.")
