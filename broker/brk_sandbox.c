@@ -1,6 +1,7 @@
 /*  brk_sandbox - see brk_sandbox.h */
 #include "brk_sandbox.h"
 #include "brk_names.h"
+#include "brk_ports.h"
 
 #include <assert.h>
 
@@ -115,6 +116,7 @@ static void s_info (brk_ctx_t *ctx, const brk_sandbox_t *record, sbx_sandbox_inf
     info->changed_ms = record->changed_ms;
     sbx_str_set (&info->reason, record->reason);
     brk_store_sandbox_labels (ctx->store, record->id, s_add_label, &info->labels);
+    brk_ports_fill (ctx, record->id, &info->ports);
 }
 
 //  Where a sandbox.*.ok carries its sandbox, or NULL for other types.

@@ -1,6 +1,7 @@
 /*  brk_selftest - the broker modules' self-tests (see sbx_testrun.h). */
 #include "brk_names.h"
 #include "brk_pending.h"
+#include "brk_ports.h"
 #include "brk_registry.h"
 #include "brk_sandbox.h"
 #include "brk_server.h"
@@ -13,6 +14,7 @@ static const sbx_test_t s_tests[] = {{"brk_store", brk_store_test},
     {"brk_names", brk_names_test},
                                      {"brk_server", brk_server_test},
     {"brk_sandbox", brk_sandbox_test},
+    {"brk_ports", brk_ports_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)

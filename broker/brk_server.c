@@ -5,6 +5,7 @@
 #include "brk_events.h"
 #include "brk_pending.h"
 #include "brk_registry.h"
+#include "brk_ports.h"
 #include "brk_sandbox.h"
 #include "brk_store.h"
 #include "brk_testkit.h"
@@ -580,6 +581,12 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         break;
     case SBX_MSG_SANDBOX_AGENT:
         reply = brk_sandbox_agent (&self->ctx, address, msg);
+        break;
+    case SBX_MSG_SANDBOX_PORT:
+        reply = brk_ports_port (&self->ctx, address, msg);
+        break;
+    case SBX_MSG_SANDBOX_RESOLVE:
+        reply = brk_ports_resolve (&self->ctx, msg, peer && peer->role == SBX_ROLE_GATEWAY);
         break;
     case SBX_MSG_VM_FAILED:
         if (peer && peer->role == SBX_ROLE_VMD)

@@ -83,6 +83,15 @@ static const char *s_migrations[] = {
     "  key TEXT NOT NULL,"
     "  value TEXT NOT NULL,"
     "  PRIMARY KEY (sandbox_id, key));",
+    //  3: published guest ports (host_port) and where their forwards listen.
+    "CREATE TABLE sandbox_ports ("
+    "  sandbox_id TEXT NOT NULL REFERENCES sandboxes (id),"
+    "  port INTEGER NOT NULL,"
+    "  host TEXT NOT NULL,"
+    "  host_port INTEGER NOT NULL,"
+    "  public INTEGER NOT NULL DEFAULT 0,"
+    "  created_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (sandbox_id, port));",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
@@ -122,6 +131,11 @@ typedef enum {
     ST_LABEL_SET,
     ST_LABEL_DELETE,
     ST_LABEL_LIST,
+    ST_SANDBOX_BY_LABEL,
+    ST_PORT_SET,
+    ST_PORT_DELETE,
+    ST_PORT_FIND,
+    ST_PORT_LIST,
     ST_COUNT
 } stmt_id_t;
 
@@ -188,6 +202,18 @@ static const char *s_sql[ST_COUNT] = {
                      "ON CONFLICT (sandbox_id, key) DO UPDATE SET value = excluded.value",
     [ST_LABEL_DELETE] = "DELETE FROM sandbox_labels WHERE sandbox_id = ?1 AND key = ?2",
     [ST_LABEL_LIST] = "SELECT key, value FROM sandbox_labels WHERE sandbox_id = ?1 ORDER BY key",
+    //  The label's unique index covers sandboxes that are not deleted: at most one row.
+    [ST_SANDBOX_BY_LABEL] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes "
+                            "WHERE label = ?1 AND state != 'deleted'",
+    [ST_PORT_SET] = "INSERT INTO sandbox_ports (sandbox_id, port, host, host_port, public, "
+                    "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (sandbox_id, port) "
+                    "DO UPDATE SET host = excluded.host, host_port = excluded.host_port, "
+                    "public = excluded.public",
+    [ST_PORT_DELETE] = "DELETE FROM sandbox_ports WHERE sandbox_id = ?1 AND port = ?2",
+    [ST_PORT_FIND] = "SELECT sandbox_id, port, host, host_port, public, created_ms "
+                     "FROM sandbox_ports WHERE sandbox_id = ?1 AND port = ?2",
+    [ST_PORT_LIST] = "SELECT sandbox_id, port, host, host_port, public, created_ms "
+                     "FROM sandbox_ports WHERE sandbox_id = ?1 ORDER BY port",
 };
 
 struct _brk_store_t {
@@ -1101,6 +1127,130 @@ int brk_store_sandbox_labels (brk_store_t *self, const char *id, brk_store_label
     return rc == SQLITE_DONE ? count : -1;
 }
 
+int brk_store_sandbox_find_by_label (brk_store_t *self, const char *label, brk_sandbox_t *out)
+{
+    if (out)
+        memset (out, 0, sizeof *out);
+    if (!self || !out || !label)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_BY_LABEL];
+    s_bind_text (stmt, 1, label);
+    int result = -1;
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW)
+        result = s_sandbox_from_row (stmt, out);
+    else if (rc == SQLITE_DONE)
+        result = 1;
+    else
+        s_log_db_error (self, "sandbox by label");
+    s_reset (stmt);
+    return result;
+}
+
+static bool s_port_valid (uint64_t port)
+{
+    return port >= 1 && port <= 65535;
+}
+
+int brk_store_port_set (brk_store_t *self, const brk_port_t *port)
+{
+    if (!self || !port || !s_nonempty (port->sandbox_id) || !s_port_valid (port->port) ||
+        !s_nonempty (port->host) || !s_port_valid (port->host_port) || !s_fits (port->created_ms))
+        return -1;
+    if (!s_require_transaction (self, "port set"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_PORT_SET];
+    s_bind_text (stmt, 1, port->sandbox_id);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) port->port);
+    s_bind_text (stmt, 3, port->host);
+    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) port->host_port);
+    sqlite3_bind_int (stmt, 5, port->public ? 1 : 0);
+    sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) port->created_ms);
+    return s_run (self, ST_PORT_SET, "port set") == SQLITE_DONE ? 0 : -1;
+}
+
+int brk_store_port_delete (brk_store_t *self, const char *sandbox_id, uint64_t port)
+{
+    if (!self || !sandbox_id || !s_port_valid (port))
+        return -1;
+    if (!s_require_transaction (self, "port delete"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_PORT_DELETE];
+    s_bind_text (stmt, 1, sandbox_id);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) port);
+    if (s_run (self, ST_PORT_DELETE, "port delete") != SQLITE_DONE)
+        return -1;
+    return sqlite3_changes (self->db) == 1 ? 0 : 1;
+}
+
+static int s_port_from_row (sqlite3_stmt *stmt, brk_port_t *out)
+{
+    bool failed = false;
+    out->sandbox_id = s_column_dup (stmt, 0, &failed);
+    out->port = s_column_u64 (stmt, 1);
+    out->host = s_column_dup (stmt, 2, &failed);
+    out->host_port = s_column_u64 (stmt, 3);
+    out->public = sqlite3_column_int (stmt, 4) != 0;
+    out->created_ms = s_column_u64 (stmt, 5);
+    if (failed)
+        brk_port_clear (out);
+    return failed ? -1 : 0;
+}
+
+int brk_store_port_find (brk_store_t *self, const char *sandbox_id, uint64_t port, brk_port_t *out)
+{
+    if (out)
+        memset (out, 0, sizeof *out);
+    if (!self || !out || !sandbox_id || !s_port_valid (port))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_PORT_FIND];
+    s_bind_text (stmt, 1, sandbox_id);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) port);
+    int result = -1;
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW)
+        result = s_port_from_row (stmt, out);
+    else if (rc == SQLITE_DONE)
+        result = 1;
+    else
+        s_log_db_error (self, "port find");
+    s_reset (stmt);
+    return result;
+}
+
+int brk_store_ports (brk_store_t *self, const char *sandbox_id, brk_store_port_fn *fn, void *arg)
+{
+    if (!self || !sandbox_id || !fn)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_PORT_LIST];
+    s_bind_text (stmt, 1, sandbox_id);
+    int count = 0;
+    int rc;
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+        brk_port_t port = {0};
+        if (s_port_from_row (stmt, &port)) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        fn (&port, arg);
+        brk_port_clear (&port);
+        count++;
+    }
+    if (rc != SQLITE_DONE)
+        s_log_db_error (self, "ports");
+    s_reset (stmt);
+    return rc == SQLITE_DONE ? count : -1;
+}
+
+void brk_port_clear (brk_port_t *self)
+{
+    if (!self)
+        return;
+    free (self->sandbox_id);
+    free (self->host);
+    memset (self, 0, sizeof *self);
+}
+
 void brk_sandbox_clear (brk_sandbox_t *self)
 {
     if (!self)
@@ -1183,6 +1333,11 @@ static void s_test_sandbox (const brk_sandbox_t *sandbox, void *arg)
     test_list_t *list = arg;
     size_t len = strlen (list->ids);
     snprintf (list->ids + len, sizeof list->ids - len, "%s;", sandbox->id);
+}
+
+static void s_test_port (const brk_port_t *port, void *arg)
+{
+    ((brk_port_t *) arg)->port = port->port;
 }
 
 static void s_test_key (const brk_key_t *key, void *arg)
@@ -1433,6 +1588,42 @@ void brk_store_test (bool verbose)
     test_labels_t labels = {0};
     assert (brk_store_sandbox_labels (store, "sb_one", s_test_label, &labels) == 2);
     assert (strcmp (labels.text, "env=dev;team=blue;") == 0);
+    //  Ports: set (twice: an update keeps one row), find, list, delete; by label.
+    brk_port_t port = {.sandbox_id = "sb_one",
+                       .port = 8000,
+                       .host = "127.0.0.1",
+                       .host_port = 40001,
+                       .created_ms = 160};
+    assert (brk_store_port_set (store, &port) == -1); //  no transaction
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_port_set (store, &port) == 0);
+    port.public = true;
+    port.host_port = 40002;
+    assert (brk_store_port_set (store, &port) == 0);
+    port.port = 70000;
+    assert (brk_store_port_set (store, &port) == -1);
+    port.port = 22;
+    assert (brk_store_port_set (store, &port) == 0);
+    port.sandbox_id = "sb_none";
+    assert (brk_store_port_set (store, &port) == -1); //  foreign key
+    assert (brk_store_commit (store) == 0);
+    brk_port_t pf;
+    assert (brk_store_port_find (store, "sb_one", 8000, &pf) == 0);
+    assert (pf.host_port == 40002 && pf.public && pf.created_ms == 160);
+    assert (strcmp (pf.host, "127.0.0.1") == 0);
+    brk_port_clear (&pf);
+    assert (brk_store_port_find (store, "sb_one", 8001, &pf) == 1);
+    assert (brk_store_ports (store, "sb_one", s_test_port, &pf) == 2);
+    assert (pf.port == 8000); //  the last one handed out: by port number
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_port_delete (store, "sb_one", 22) == 0);
+    assert (brk_store_port_delete (store, "sb_one", 22) == 1);
+    assert (brk_store_commit (store) == 0);
+    assert (brk_store_ports (store, "sb_one", s_test_port, &pf) == 1);
+    assert (brk_store_sandbox_find_by_label (store, sb.label, &sbf) == 0);
+    assert (strcmp (sbf.id, "sb_one") == 0);
+    brk_sandbox_clear (&sbf);
+    assert (brk_store_sandbox_find_by_label (store, "no-such-label", &sbf) == 1);
     test_list_t listed = {0};
     assert (brk_store_sandbox_list (store, "acc_ada", s_test_sandbox, &listed) == 2);
     assert (strcmp (listed.ids, "sb_two;sb_one;") == 0); //  newest first

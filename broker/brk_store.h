@@ -1,5 +1,6 @@
 /*  brk_store - the broker's SQLite database (control.db): accounts, API keys, a
-    key/value meta table and the append-only event log.
+    key/value meta table, the append-only event log, sandboxes, their labels and
+    published ports.
 
     The only broker module that includes sqlite3.h. One brk_store_t per process,
     used from one thread (the broker actor). Payloads are opaque bytes: encoding
@@ -84,15 +85,15 @@ typedef void (brk_store_key_fn) (const brk_key_t *key, void *arg);
 //  A sandbox's record. Same ownership as brk_account_t; states and types as text
 //  (the wire enums' names: "creating"…"error", "small"…).
 typedef struct {
-    char *id;         //  "sb_…"
+    char *id; //  "sb_…"
     char *account_id;
     char *name;
-    char *label;      //  unique among sandboxes that are not deleted
+    char *label; //  unique among sandboxes that are not deleted
     char *state;
     char *type;
-    char *vmd;        //  the vmd instance hosting it
-    char *reason;     //  why it is in error, or NULL
-    char *key_id;     //  the API key that created it, or NULL
+    char *vmd;    //  the vmd instance hosting it
+    char *reason; //  why it is in error, or NULL
+    char *key_id; //  the API key that created it, or NULL
     bool no_network;
     uint64_t created_ms;
     uint64_t expires_ms; //  0: never
@@ -230,9 +231,34 @@ int brk_store_sandbox_set_name (brk_store_t *self, const char *id, const char *n
 //  Sets a label (value NULL removes it), in a transaction; lists them by key.
 int brk_store_sandbox_label_set (brk_store_t *self, const char *id, const char *key,
                                  const char *value);
-int brk_store_sandbox_labels (brk_store_t *self, const char *id, brk_store_label_fn *fn,
-                              void *arg);
+int brk_store_sandbox_labels (brk_store_t *self, const char *id, brk_store_label_fn *fn, void *arg);
 void brk_sandbox_clear (brk_sandbox_t *self);
+//  The live (not deleted) sandbox with this label: 0 found, 1 not found, -1 error.
+int brk_store_sandbox_find_by_label (brk_store_t *self, const char *label, brk_sandbox_t *out);
+
+//  A published guest port and where its forward listens. Same ownership as brk_account_t.
+typedef struct {
+    char *sandbox_id;
+    uint64_t port;      //  the guest's, 1-65535
+    char *host;         //  the forward's address on the vmd's host
+    uint64_t host_port; //  1-65535
+    bool public;        //  anyone with the URL; else the owner's credentials
+    uint64_t created_ms;
+} brk_port_t;
+
+typedef void (brk_store_port_fn) (const brk_port_t *port, void *arg);
+
+//  Publishes or updates a port (in a transaction; created_ms is kept on update).
+//  0 or -1 (bad argument, no transaction, no such sandbox, database error).
+int brk_store_port_set (brk_store_t *self, const brk_port_t *port);
+//  Unpublishes (in a transaction): 0 removed, 1 there was none, -1 error.
+int brk_store_port_delete (brk_store_t *self, const char *sandbox_id, uint64_t port);
+//  0 found (release with brk_port_clear), 1 not found, -1 error.
+int brk_store_port_find (brk_store_t *self, const char *sandbox_id, uint64_t port, brk_port_t *out);
+//  A sandbox's ports by port number: how many, or -1. fn may call other store functions
+//  but not brk_store_ports.
+int brk_store_ports (brk_store_t *self, const char *sandbox_id, brk_store_port_fn *fn, void *arg);
+void brk_port_clear (brk_port_t *self);
 
 void brk_store_test (bool verbose);
 

@@ -22,6 +22,7 @@ _Static_assert (offsetof (sbx_event_list_t, count) == sizeof (void *), "list lay
 _Static_assert (offsetof (sbx_peer_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_sandbox_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_vm_info_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_port_info_list_t, count) == sizeof (void *), "list layout");
 
 //  Error catalogue.
 static const char *const s_code_names[] = {
@@ -263,6 +264,7 @@ static const sbx_meta_struct_t s_meta_broker_peers;
 static const sbx_meta_struct_t s_meta_broker_peers_ok;
 static const sbx_meta_struct_t s_meta_sandbox_info;
 static const sbx_meta_struct_t s_meta_vm_info;
+static const sbx_meta_struct_t s_meta_port_info;
 static const sbx_meta_struct_t s_meta_sandbox_create;
 static const sbx_meta_struct_t s_meta_sandbox_create_ok;
 static const sbx_meta_struct_t s_meta_sandbox_get;
@@ -297,6 +299,13 @@ static const sbx_meta_struct_t s_meta_vm_agent_ok;
 static const sbx_meta_struct_t s_meta_vm_list;
 static const sbx_meta_struct_t s_meta_vm_list_ok;
 static const sbx_meta_struct_t s_meta_vm_failed;
+static const sbx_meta_struct_t s_meta_sandbox_port;
+static const sbx_meta_struct_t s_meta_sandbox_port_ok;
+static const sbx_meta_struct_t s_meta_sandbox_resolve;
+static const sbx_meta_struct_t s_meta_sandbox_resolve_ok;
+static const sbx_meta_struct_t s_meta_sandbox_port_changed;
+static const sbx_meta_struct_t s_meta_vm_port;
+static const sbx_meta_struct_t s_meta_vm_port_ok;
 
 static const sbx_meta_field_t s_fields_key_info[] = {
     {"key_id", SBX_META_STRING, offsetof (sbx_key_info_t, key_id), true, 64, NULL, NULL},
@@ -722,8 +731,9 @@ static const sbx_meta_field_t s_fields_sandbox_info[] = {
     {"expires_ms", SBX_META_UINT, offsetof (sbx_sandbox_info_t, expires_ms), false, 0, NULL, NULL},
     {"changed_ms", SBX_META_UINT, offsetof (sbx_sandbox_info_t, changed_ms), false, 0, NULL, NULL},
     {"reason", SBX_META_STRING, offsetof (sbx_sandbox_info_t, reason), false, 1024, NULL, NULL},
+    {"ports", SBX_META_LIST, offsetof (sbx_sandbox_info_t, ports), false, 64, NULL, &s_meta_port_info},
 };
-static const sbx_meta_struct_t s_meta_sandbox_info = {"sandbox_info", sizeof (sbx_sandbox_info_t), s_fields_sandbox_info, 13};
+static const sbx_meta_struct_t s_meta_sandbox_info = {"sandbox_info", sizeof (sbx_sandbox_info_t), s_fields_sandbox_info, 14};
 
 static const sbx_meta_field_t s_fields_vm_info[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_info_t, sandbox_id), true, 64, NULL, NULL},
@@ -732,6 +742,12 @@ static const sbx_meta_field_t s_fields_vm_info[] = {
     {"reason", SBX_META_STRING, offsetof (sbx_vm_info_t, reason), false, 1024, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_vm_info = {"vm_info", sizeof (sbx_vm_info_t), s_fields_vm_info, 4};
+
+static const sbx_meta_field_t s_fields_port_info[] = {
+    {"port", SBX_META_UINT, offsetof (sbx_port_info_t, port), true, 0, NULL, NULL},
+    {"public", SBX_META_BOOL, offsetof (sbx_port_info_t, public), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_port_info = {"port_info", sizeof (sbx_port_info_t), s_fields_port_info, 2};
 
 static const sbx_meta_field_t s_fields_sandbox_create[] = {
     {"name", SBX_META_STRING, offsetof (sbx_sandbox_create_t, name), false, 128, NULL, NULL},
@@ -923,6 +939,62 @@ static const sbx_meta_field_t s_fields_vm_failed[] = {
 };
 static const sbx_meta_struct_t s_meta_vm_failed = {"vm.failed", sizeof (sbx_vm_failed_t), s_fields_vm_failed, 2};
 
+static const sbx_meta_field_t s_fields_sandbox_port[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_port_t, sandbox_id), true, 64, NULL, NULL},
+    {"port", SBX_META_UINT, offsetof (sbx_sandbox_port_t, port), true, 0, NULL, NULL},
+    {"public", SBX_META_BOOL, offsetof (sbx_sandbox_port_t, public), false, 0, NULL, NULL},
+    {"remove", SBX_META_BOOL, offsetof (sbx_sandbox_port_t, remove), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_port = {"sandbox.port", sizeof (sbx_sandbox_port_t), s_fields_sandbox_port, 4};
+
+static const sbx_meta_field_t s_fields_sandbox_port_ok[] = {
+    {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_port_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
+    {"port", SBX_META_UINT, offsetof (sbx_sandbox_port_ok_t, port), true, 0, NULL, NULL},
+    {"public", SBX_META_BOOL, offsetof (sbx_sandbox_port_ok_t, public), false, 0, NULL, NULL},
+    {"removed", SBX_META_BOOL, offsetof (sbx_sandbox_port_ok_t, removed), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_port_ok = {"sandbox.port.ok", sizeof (sbx_sandbox_port_ok_t), s_fields_sandbox_port_ok, 4};
+
+static const sbx_meta_field_t s_fields_sandbox_resolve[] = {
+    {"label", SBX_META_STRING, offsetof (sbx_sandbox_resolve_t, label), true, 64, NULL, NULL},
+    {"port", SBX_META_UINT, offsetof (sbx_sandbox_resolve_t, port), true, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_resolve = {"sandbox.resolve", sizeof (sbx_sandbox_resolve_t), s_fields_sandbox_resolve, 2};
+
+static const sbx_meta_field_t s_fields_sandbox_resolve_ok[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_resolve_ok_t, sandbox_id), true, 64, NULL, NULL},
+    {"account", SBX_META_STRING, offsetof (sbx_sandbox_resolve_ok_t, account), true, 64, NULL, NULL},
+    {"state", SBX_META_ENUM, offsetof (sbx_sandbox_resolve_ok_t, state), true, 0, &s_enum_sandbox_state, NULL},
+    {"public", SBX_META_BOOL, offsetof (sbx_sandbox_resolve_ok_t, public), false, 0, NULL, NULL},
+    {"host", SBX_META_STRING, offsetof (sbx_sandbox_resolve_ok_t, host), false, 256, NULL, NULL},
+    {"host_port", SBX_META_UINT, offsetof (sbx_sandbox_resolve_ok_t, host_port), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_resolve_ok = {"sandbox.resolve.ok", sizeof (sbx_sandbox_resolve_ok_t), s_fields_sandbox_resolve_ok, 6};
+
+static const sbx_meta_field_t s_fields_sandbox_port_changed[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_port_changed_t, sandbox_id), true, 64, NULL, NULL},
+    {"port", SBX_META_UINT, offsetof (sbx_sandbox_port_changed_t, port), true, 0, NULL, NULL},
+    {"public", SBX_META_BOOL, offsetof (sbx_sandbox_port_changed_t, public), false, 0, NULL, NULL},
+    {"removed", SBX_META_BOOL, offsetof (sbx_sandbox_port_changed_t, removed), false, 0, NULL, NULL},
+    {"host", SBX_META_STRING, offsetof (sbx_sandbox_port_changed_t, host), false, 256, NULL, NULL},
+    {"host_port", SBX_META_UINT, offsetof (sbx_sandbox_port_changed_t, host_port), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_port_changed = {"sandbox.port_changed", sizeof (sbx_sandbox_port_changed_t), s_fields_sandbox_port_changed, 6};
+
+static const sbx_meta_field_t s_fields_vm_port[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_port_t, sandbox_id), true, 64, NULL, NULL},
+    {"port", SBX_META_UINT, offsetof (sbx_vm_port_t, port), true, 0, NULL, NULL},
+    {"remove", SBX_META_BOOL, offsetof (sbx_vm_port_t, remove), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_port = {"vm.port", sizeof (sbx_vm_port_t), s_fields_vm_port, 3};
+
+static const sbx_meta_field_t s_fields_vm_port_ok[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_port_ok_t, sandbox_id), true, 64, NULL, NULL},
+    {"host", SBX_META_STRING, offsetof (sbx_vm_port_ok_t, host), false, 256, NULL, NULL},
+    {"host_port", SBX_META_UINT, offsetof (sbx_vm_port_ok_t, host_port), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_port_ok = {"vm.port.ok", sizeof (sbx_vm_port_ok_t), s_fields_vm_port_ok, 3};
+
 const sbx_meta_struct_t *const sbx_meta_caller = &s_meta_caller;
 
 //  Message types.
@@ -1088,6 +1160,20 @@ static const char *const s_from_vm_list_ok[] = {"vmd"};
 static const char *const s_to_vm_list_ok[] = {"broker"};
 static const char *const s_from_vm_failed[] = {"vmd"};
 static const char *const s_to_vm_failed[] = {"broker"};
+static const char *const s_from_sandbox_port[] = {"gateway", "cli"};
+static const char *const s_to_sandbox_port[] = {"broker"};
+static const char *const s_from_sandbox_port_ok[] = {"broker"};
+static const char *const s_to_sandbox_port_ok[] = {"gateway", "cli"};
+static const char *const s_from_sandbox_resolve[] = {"gateway"};
+static const char *const s_to_sandbox_resolve[] = {"broker"};
+static const char *const s_from_sandbox_resolve_ok[] = {"broker"};
+static const char *const s_to_sandbox_resolve_ok[] = {"gateway"};
+static const char *const s_from_sandbox_port_changed[] = {"broker"};
+static const char *const s_to_sandbox_port_changed[] = {"tap"};
+static const char *const s_from_vm_port[] = {"broker"};
+static const char *const s_to_vm_port[] = {"vmd"};
+static const char *const s_from_vm_port_ok[] = {"vmd"};
+static const char *const s_to_vm_port_ok[] = {"broker"};
 
 const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {NULL, NULL, NULL, 0, NULL, 0, SBX_MSG__UNKNOWN, false},
@@ -1172,6 +1258,13 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"vm.list", &s_meta_vm_list, s_from_vm_list, 1, s_to_vm_list, 1, SBX_MSG_VM_LIST_OK, false},
     {"vm.list.ok", &s_meta_vm_list_ok, s_from_vm_list_ok, 1, s_to_vm_list_ok, 1, SBX_MSG__UNKNOWN, false},
     {"vm.failed", &s_meta_vm_failed, s_from_vm_failed, 1, s_to_vm_failed, 1, SBX_MSG__UNKNOWN, false},
+    {"sandbox.port", &s_meta_sandbox_port, s_from_sandbox_port, 2, s_to_sandbox_port, 1, SBX_MSG_SANDBOX_PORT_OK, false},
+    {"sandbox.port.ok", &s_meta_sandbox_port_ok, s_from_sandbox_port_ok, 1, s_to_sandbox_port_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"sandbox.resolve", &s_meta_sandbox_resolve, s_from_sandbox_resolve, 1, s_to_sandbox_resolve, 1, SBX_MSG_SANDBOX_RESOLVE_OK, false},
+    {"sandbox.resolve.ok", &s_meta_sandbox_resolve_ok, s_from_sandbox_resolve_ok, 1, s_to_sandbox_resolve_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"sandbox.port_changed", &s_meta_sandbox_port_changed, s_from_sandbox_port_changed, 1, s_to_sandbox_port_changed, 1, SBX_MSG__UNKNOWN, false},
+    {"vm.port", &s_meta_vm_port, s_from_vm_port, 1, s_to_vm_port, 1, SBX_MSG_VM_PORT_OK, false},
+    {"vm.port.ok", &s_meta_vm_port_ok, s_from_vm_port_ok, 1, s_to_vm_port_ok, 1, SBX_MSG__UNKNOWN, false},
 };
 
 //  Typed accessors.
@@ -1581,6 +1674,41 @@ sbx_vm_failed_t *sbx_msg_vm_failed (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_VM_FAILED ? (sbx_vm_failed_t *) msg->body : NULL;
 }
 
+sbx_sandbox_port_t *sbx_msg_sandbox_port (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_PORT ? (sbx_sandbox_port_t *) msg->body : NULL;
+}
+
+sbx_sandbox_port_ok_t *sbx_msg_sandbox_port_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_PORT_OK ? (sbx_sandbox_port_ok_t *) msg->body : NULL;
+}
+
+sbx_sandbox_resolve_t *sbx_msg_sandbox_resolve (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_RESOLVE ? (sbx_sandbox_resolve_t *) msg->body : NULL;
+}
+
+sbx_sandbox_resolve_ok_t *sbx_msg_sandbox_resolve_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_RESOLVE_OK ? (sbx_sandbox_resolve_ok_t *) msg->body : NULL;
+}
+
+sbx_sandbox_port_changed_t *sbx_msg_sandbox_port_changed (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_PORT_CHANGED ? (sbx_sandbox_port_changed_t *) msg->body : NULL;
+}
+
+sbx_vm_port_t *sbx_msg_vm_port (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_PORT ? (sbx_vm_port_t *) msg->body : NULL;
+}
+
+sbx_vm_port_ok_t *sbx_msg_vm_port_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_PORT_OK ? (sbx_vm_port_ok_t *) msg->body : NULL;
+}
+
 sbx_key_info_t *sbx_key_info_list_append (sbx_key_info_list_t *list)
 {
     return (sbx_key_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_key_info_t));
@@ -1619,4 +1747,9 @@ sbx_sandbox_info_t *sbx_sandbox_info_list_append (sbx_sandbox_info_list_t *list)
 sbx_vm_info_t *sbx_vm_info_list_append (sbx_vm_info_list_t *list)
 {
     return (sbx_vm_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_vm_info_t));
+}
+
+sbx_port_info_t *sbx_port_info_list_append (sbx_port_info_list_t *list)
+{
+    return (sbx_port_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_port_info_t));
 }

@@ -146,87 +146,94 @@ typedef struct {
 //  Message types, as named on the wire.
 typedef enum {
     SBX_MSG__UNKNOWN = 0,
-    SBX_MSG_ACCOUNT_CREATE,      //  account.create
-    SBX_MSG_ACCOUNT_CREATE_OK,   //  account.create.ok
-    SBX_MSG_KEY_CREATE,          //  key.create
-    SBX_MSG_KEY_CREATE_OK,       //  key.create.ok
-    SBX_MSG_KEY_LIST,            //  key.list
-    SBX_MSG_KEY_LIST_OK,         //  key.list.ok
-    SBX_MSG_KEY_REVOKE,          //  key.revoke
-    SBX_MSG_KEY_REVOKE_OK,       //  key.revoke.ok
-    SBX_MSG_ACCOUNT_CREATED,     //  account.created
-    SBX_MSG_KEY_CREATED,         //  key.created
-    SBX_MSG_KEY_REVOKED,         //  key.revoked
-    SBX_MSG_AUTH_KEY,            //  auth.key
-    SBX_MSG_AUTH_KEY_OK,         //  auth.key.ok
-    SBX_MSG_AGENT_HELLO,         //  agent.hello
-    SBX_MSG_AGENT_PING,          //  agent.ping
-    SBX_MSG_AGENT_PING_OK,       //  agent.ping.ok
-    SBX_MSG_AGENT_SETUP,         //  agent.setup
-    SBX_MSG_AGENT_SETUP_OK,      //  agent.setup.ok
-    SBX_MSG_AGENT_EXEC,          //  agent.exec
-    SBX_MSG_AGENT_EXEC_OK,       //  agent.exec.ok
-    SBX_MSG_AGENT_STATUS,        //  agent.status
-    SBX_MSG_AGENT_STATUS_OK,     //  agent.status.ok
-    SBX_MSG_AGENT_KILL,          //  agent.kill
-    SBX_MSG_AGENT_KILL_OK,       //  agent.kill.ok
-    SBX_MSG_AGENT_PS,            //  agent.ps
-    SBX_MSG_AGENT_PS_OK,         //  agent.ps.ok
-    SBX_MSG_AGENT_FILE_WRITE,    //  agent.file.write
-    SBX_MSG_AGENT_FILE_WRITE_OK, //  agent.file.write.ok
-    SBX_MSG_AGENT_FILE_READ,     //  agent.file.read
-    SBX_MSG_AGENT_FILE_READ_OK,  //  agent.file.read.ok
-    SBX_MSG_USAGE_GET,           //  usage.get
-    SBX_MSG_USAGE_GET_OK,        //  usage.get.ok
-    SBX_MSG_EVENT,               //  event
-    SBX_MSG_EVENTS_REPLAY,       //  events.replay
-    SBX_MSG_EVENTS_REPLAY_OK,    //  events.replay.ok
-    SBX_MSG_PEER_JOINED,         //  peer.joined
-    SBX_MSG_PEER_LEFT,           //  peer.left
-    SBX_MSG_ERROR,               //  error
-    SBX_MSG_PEER_HELLO,          //  peer.hello
-    SBX_MSG_PEER_WELCOME,        //  peer.welcome
-    SBX_MSG_PEER_HEARTBEAT,      //  peer.heartbeat
-    SBX_MSG_PEER_UNKNOWN,        //  peer.unknown
-    SBX_MSG_PEER_BYE,            //  peer.bye
-    SBX_MSG_SYS_STATUS,          //  sys.status
-    SBX_MSG_SYS_STATUS_OK,       //  sys.status.ok
-    SBX_MSG_BROKER_PEERS,        //  broker.peers
-    SBX_MSG_BROKER_PEERS_OK,     //  broker.peers.ok
-    SBX_MSG_SANDBOX_CREATE,      //  sandbox.create
-    SBX_MSG_SANDBOX_CREATE_OK,   //  sandbox.create.ok
-    SBX_MSG_SANDBOX_GET,         //  sandbox.get
-    SBX_MSG_SANDBOX_GET_OK,      //  sandbox.get.ok
-    SBX_MSG_SANDBOX_LIST,        //  sandbox.list
-    SBX_MSG_SANDBOX_LIST_OK,     //  sandbox.list.ok
-    SBX_MSG_SANDBOX_STOP,        //  sandbox.stop
-    SBX_MSG_SANDBOX_STOP_OK,     //  sandbox.stop.ok
-    SBX_MSG_SANDBOX_RESUME,      //  sandbox.resume
-    SBX_MSG_SANDBOX_RESUME_OK,   //  sandbox.resume.ok
-    SBX_MSG_SANDBOX_DELETE,      //  sandbox.delete
-    SBX_MSG_SANDBOX_DELETE_OK,   //  sandbox.delete.ok
-    SBX_MSG_SANDBOX_CHANGED,     //  sandbox.changed
-    SBX_MSG_SANDBOX_UPDATED,     //  sandbox.updated
-    SBX_MSG_TTL_EXPIRED,         //  ttl.expired
-    SBX_MSG_VM_CREATE,           //  vm.create
-    SBX_MSG_VM_CREATE_OK,        //  vm.create.ok
-    SBX_MSG_VM_STOP,             //  vm.stop
-    SBX_MSG_VM_STOP_OK,          //  vm.stop.ok
-    SBX_MSG_VM_RESUME,           //  vm.resume
-    SBX_MSG_VM_RESUME_OK,        //  vm.resume.ok
-    SBX_MSG_VM_DELETE,           //  vm.delete
-    SBX_MSG_VM_DELETE_OK,        //  vm.delete.ok
-    SBX_MSG_SANDBOX_EXTEND,      //  sandbox.extend
-    SBX_MSG_SANDBOX_EXTEND_OK,   //  sandbox.extend.ok
-    SBX_MSG_SANDBOX_UPDATE,      //  sandbox.update
-    SBX_MSG_SANDBOX_UPDATE_OK,   //  sandbox.update.ok
-    SBX_MSG_SANDBOX_AGENT,       //  sandbox.agent
-    SBX_MSG_SANDBOX_AGENT_OK,    //  sandbox.agent.ok
-    SBX_MSG_VM_AGENT,            //  vm.agent
-    SBX_MSG_VM_AGENT_OK,         //  vm.agent.ok
-    SBX_MSG_VM_LIST,             //  vm.list
-    SBX_MSG_VM_LIST_OK,          //  vm.list.ok
-    SBX_MSG_VM_FAILED,           //  vm.failed
+    SBX_MSG_ACCOUNT_CREATE,       //  account.create
+    SBX_MSG_ACCOUNT_CREATE_OK,    //  account.create.ok
+    SBX_MSG_KEY_CREATE,           //  key.create
+    SBX_MSG_KEY_CREATE_OK,        //  key.create.ok
+    SBX_MSG_KEY_LIST,             //  key.list
+    SBX_MSG_KEY_LIST_OK,          //  key.list.ok
+    SBX_MSG_KEY_REVOKE,           //  key.revoke
+    SBX_MSG_KEY_REVOKE_OK,        //  key.revoke.ok
+    SBX_MSG_ACCOUNT_CREATED,      //  account.created
+    SBX_MSG_KEY_CREATED,          //  key.created
+    SBX_MSG_KEY_REVOKED,          //  key.revoked
+    SBX_MSG_AUTH_KEY,             //  auth.key
+    SBX_MSG_AUTH_KEY_OK,          //  auth.key.ok
+    SBX_MSG_AGENT_HELLO,          //  agent.hello
+    SBX_MSG_AGENT_PING,           //  agent.ping
+    SBX_MSG_AGENT_PING_OK,        //  agent.ping.ok
+    SBX_MSG_AGENT_SETUP,          //  agent.setup
+    SBX_MSG_AGENT_SETUP_OK,       //  agent.setup.ok
+    SBX_MSG_AGENT_EXEC,           //  agent.exec
+    SBX_MSG_AGENT_EXEC_OK,        //  agent.exec.ok
+    SBX_MSG_AGENT_STATUS,         //  agent.status
+    SBX_MSG_AGENT_STATUS_OK,      //  agent.status.ok
+    SBX_MSG_AGENT_KILL,           //  agent.kill
+    SBX_MSG_AGENT_KILL_OK,        //  agent.kill.ok
+    SBX_MSG_AGENT_PS,             //  agent.ps
+    SBX_MSG_AGENT_PS_OK,          //  agent.ps.ok
+    SBX_MSG_AGENT_FILE_WRITE,     //  agent.file.write
+    SBX_MSG_AGENT_FILE_WRITE_OK,  //  agent.file.write.ok
+    SBX_MSG_AGENT_FILE_READ,      //  agent.file.read
+    SBX_MSG_AGENT_FILE_READ_OK,   //  agent.file.read.ok
+    SBX_MSG_USAGE_GET,            //  usage.get
+    SBX_MSG_USAGE_GET_OK,         //  usage.get.ok
+    SBX_MSG_EVENT,                //  event
+    SBX_MSG_EVENTS_REPLAY,        //  events.replay
+    SBX_MSG_EVENTS_REPLAY_OK,     //  events.replay.ok
+    SBX_MSG_PEER_JOINED,          //  peer.joined
+    SBX_MSG_PEER_LEFT,            //  peer.left
+    SBX_MSG_ERROR,                //  error
+    SBX_MSG_PEER_HELLO,           //  peer.hello
+    SBX_MSG_PEER_WELCOME,         //  peer.welcome
+    SBX_MSG_PEER_HEARTBEAT,       //  peer.heartbeat
+    SBX_MSG_PEER_UNKNOWN,         //  peer.unknown
+    SBX_MSG_PEER_BYE,             //  peer.bye
+    SBX_MSG_SYS_STATUS,           //  sys.status
+    SBX_MSG_SYS_STATUS_OK,        //  sys.status.ok
+    SBX_MSG_BROKER_PEERS,         //  broker.peers
+    SBX_MSG_BROKER_PEERS_OK,      //  broker.peers.ok
+    SBX_MSG_SANDBOX_CREATE,       //  sandbox.create
+    SBX_MSG_SANDBOX_CREATE_OK,    //  sandbox.create.ok
+    SBX_MSG_SANDBOX_GET,          //  sandbox.get
+    SBX_MSG_SANDBOX_GET_OK,       //  sandbox.get.ok
+    SBX_MSG_SANDBOX_LIST,         //  sandbox.list
+    SBX_MSG_SANDBOX_LIST_OK,      //  sandbox.list.ok
+    SBX_MSG_SANDBOX_STOP,         //  sandbox.stop
+    SBX_MSG_SANDBOX_STOP_OK,      //  sandbox.stop.ok
+    SBX_MSG_SANDBOX_RESUME,       //  sandbox.resume
+    SBX_MSG_SANDBOX_RESUME_OK,    //  sandbox.resume.ok
+    SBX_MSG_SANDBOX_DELETE,       //  sandbox.delete
+    SBX_MSG_SANDBOX_DELETE_OK,    //  sandbox.delete.ok
+    SBX_MSG_SANDBOX_CHANGED,      //  sandbox.changed
+    SBX_MSG_SANDBOX_UPDATED,      //  sandbox.updated
+    SBX_MSG_TTL_EXPIRED,          //  ttl.expired
+    SBX_MSG_VM_CREATE,            //  vm.create
+    SBX_MSG_VM_CREATE_OK,         //  vm.create.ok
+    SBX_MSG_VM_STOP,              //  vm.stop
+    SBX_MSG_VM_STOP_OK,           //  vm.stop.ok
+    SBX_MSG_VM_RESUME,            //  vm.resume
+    SBX_MSG_VM_RESUME_OK,         //  vm.resume.ok
+    SBX_MSG_VM_DELETE,            //  vm.delete
+    SBX_MSG_VM_DELETE_OK,         //  vm.delete.ok
+    SBX_MSG_SANDBOX_EXTEND,       //  sandbox.extend
+    SBX_MSG_SANDBOX_EXTEND_OK,    //  sandbox.extend.ok
+    SBX_MSG_SANDBOX_UPDATE,       //  sandbox.update
+    SBX_MSG_SANDBOX_UPDATE_OK,    //  sandbox.update.ok
+    SBX_MSG_SANDBOX_AGENT,        //  sandbox.agent
+    SBX_MSG_SANDBOX_AGENT_OK,     //  sandbox.agent.ok
+    SBX_MSG_VM_AGENT,             //  vm.agent
+    SBX_MSG_VM_AGENT_OK,          //  vm.agent.ok
+    SBX_MSG_VM_LIST,              //  vm.list
+    SBX_MSG_VM_LIST_OK,           //  vm.list.ok
+    SBX_MSG_VM_FAILED,            //  vm.failed
+    SBX_MSG_SANDBOX_PORT,         //  sandbox.port
+    SBX_MSG_SANDBOX_PORT_OK,      //  sandbox.port.ok
+    SBX_MSG_SANDBOX_RESOLVE,      //  sandbox.resolve
+    SBX_MSG_SANDBOX_RESOLVE_OK,   //  sandbox.resolve.ok
+    SBX_MSG_SANDBOX_PORT_CHANGED, //  sandbox.port_changed
+    SBX_MSG_VM_PORT,              //  vm.port
+    SBX_MSG_VM_PORT_OK,           //  vm.port.ok
     SBX_MSG__COUNT
 } sbx_msg_type_t;
 
@@ -286,6 +293,7 @@ typedef struct sbx_broker_peers_s sbx_broker_peers_t;
 typedef struct sbx_broker_peers_ok_s sbx_broker_peers_ok_t;
 typedef struct sbx_sandbox_info_s sbx_sandbox_info_t;
 typedef struct sbx_vm_info_s sbx_vm_info_t;
+typedef struct sbx_port_info_s sbx_port_info_t;
 typedef struct sbx_sandbox_create_s sbx_sandbox_create_t;
 typedef struct sbx_sandbox_create_ok_s sbx_sandbox_create_ok_t;
 typedef struct sbx_sandbox_get_s sbx_sandbox_get_t;
@@ -320,6 +328,13 @@ typedef struct sbx_vm_agent_ok_s sbx_vm_agent_ok_t;
 typedef struct sbx_vm_list_s sbx_vm_list_t;
 typedef struct sbx_vm_list_ok_s sbx_vm_list_ok_t;
 typedef struct sbx_vm_failed_s sbx_vm_failed_t;
+typedef struct sbx_sandbox_port_s sbx_sandbox_port_t;
+typedef struct sbx_sandbox_port_ok_s sbx_sandbox_port_ok_t;
+typedef struct sbx_sandbox_resolve_s sbx_sandbox_resolve_t;
+typedef struct sbx_sandbox_resolve_ok_s sbx_sandbox_resolve_ok_t;
+typedef struct sbx_sandbox_port_changed_s sbx_sandbox_port_changed_t;
+typedef struct sbx_vm_port_s sbx_vm_port_t;
+typedef struct sbx_vm_port_ok_s sbx_vm_port_ok_t;
 
 //  Lists of structs; _append returns a zeroed new last item, or NULL when out of memory.
 typedef struct {
@@ -362,6 +377,11 @@ typedef struct {
     size_t count;
 } sbx_vm_info_list_t;
 sbx_vm_info_t *sbx_vm_info_list_append (sbx_vm_info_list_t *list);
+typedef struct {
+    sbx_port_info_t *items;
+    size_t count;
+} sbx_port_info_list_t;
+sbx_port_info_t *sbx_port_info_list_append (sbx_port_info_list_t *list);
 
 //  struct key_info (accounts.json). An API key or OAuth connection, without its secret.
 struct sbx_key_info_s {
@@ -1084,6 +1104,8 @@ struct sbx_sandbox_info_s {
     uint64_t changed_ms;
     //  (max 1024) Why it is in error (or was stopped by the system).
     char *reason;
+    //  (max 64) Its published ports (host_port).
+    sbx_port_info_list_t ports;
 };
 
 //  struct vm_info (sandbox.json). A guest as its vmd sees it.
@@ -1097,6 +1119,14 @@ struct sbx_vm_info_s {
     uint64_t pid;
     //  (max 1024) Why it is in error.
     char *reason;
+};
+
+//  struct port_info (sandbox.json). A guest port published by host_port.
+struct sbx_port_info_s {
+    //  (required) The guest's TCP port (1-65535).
+    uint64_t port;
+    //  Anyone with the URL may use it; else only the owner's credentials.
+    bool public;
 };
 
 //  message sandbox.create (sandbox.json): gateway, cli -> broker, reply sandbox.create.ok.
@@ -1378,6 +1408,101 @@ struct sbx_vm_failed_s {
     char *reason;
 };
 
+//  message sandbox.port (sandbox.json): gateway, cli -> broker, reply sandbox.port.ok. Publish
+//  a guest port of a ready sandbox at https://<label>-<port>.box.<domain> (public or private),
+//  or remove it. Asking again changes public and re-creates the forward.
+struct sbx_sandbox_port_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  (required) The guest's TCP port, 1-65535.
+    uint64_t port;
+    //  Anyone with the URL may use it (default: only the owner's credentials).
+    bool public;
+    //  Unpublish the port instead.
+    bool remove;
+};
+
+//  message sandbox.port.ok (sandbox.json): broker -> gateway, cli. The port as it is now
+//  published (or removed).
+struct sbx_sandbox_port_ok_s {
+    //  (required) The sandbox, with its ports.
+    sbx_sandbox_info_t *sandbox;
+    //  (required) The guest port.
+    uint64_t port;
+    //  Whether anyone may use it.
+    bool public;
+    //  The port was unpublished.
+    bool removed;
+};
+
+//  message sandbox.resolve (sandbox.json): gateway -> broker, reply sandbox.resolve.ok. Where
+//  the port proxy sends a request for <label>-<port>.box.<domain>: not_found when no live
+//  sandbox has that label or that port is not published.
+struct sbx_sandbox_resolve_s {
+    //  (required, max 64) The sandbox's label.
+    char *label;
+    //  (required) The guest port.
+    uint64_t port;
+};
+
+//  message sandbox.resolve.ok (sandbox.json): broker -> gateway. The published port's endpoint
+//  and who may use it.
+struct sbx_sandbox_resolve_ok_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  (required, max 64) Its owner.
+    char *account;
+    //  (required) Only ready sandboxes serve.
+    sbx_sandbox_state_t state;
+    //  Anyone may use it; else only the owner.
+    bool public;
+    //  (max 256) The forward's host address (the vmd's host).
+    char *host;
+    //  The forward's host port.
+    uint64_t host_port;
+};
+
+//  message sandbox.port_changed (sandbox.json): broker -> tap. A port was published, changed or
+//  removed.
+struct sbx_sandbox_port_changed_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  (required) The guest port.
+    uint64_t port;
+    //  Whether anyone may use it.
+    bool public;
+    //  It was unpublished.
+    bool removed;
+    //  (max 256) The forward's host address.
+    char *host;
+    //  The forward's host port.
+    uint64_t host_port;
+};
+
+//  message vm.port (sandbox.json): broker -> vmd, reply vm.port.ok. Forward a free host port on
+//  127.0.0.1 to a guest TCP port of a ready guest (QMP hostfwd), or remove the forward.
+//  Forwards are kept in guest.json and come back after a resume; asking again for a forwarded
+//  port answers the existing forward.
+struct sbx_vm_port_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  (required) The guest port, 1-65535.
+    uint64_t port;
+    //  Remove the forward instead (ok when there is none).
+    bool remove;
+};
+
+//  message vm.port.ok (sandbox.json): vmd -> broker. The forward's host endpoint (empty after a
+//  remove).
+struct sbx_vm_port_ok_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  (max 256) Host address the forward listens on.
+    char *host;
+    //  Host port the forward listens on.
+    uint64_t host_port;
+};
+
 //  Typed access to a message's body: NULL unless msg is of that type.
 sbx_account_create_t *sbx_msg_account_create (struct sbx_msg_s *msg);
 sbx_account_create_ok_t *sbx_msg_account_create_ok (struct sbx_msg_s *msg);
@@ -1460,6 +1585,13 @@ sbx_vm_agent_ok_t *sbx_msg_vm_agent_ok (struct sbx_msg_s *msg);
 sbx_vm_list_t *sbx_msg_vm_list (struct sbx_msg_s *msg);
 sbx_vm_list_ok_t *sbx_msg_vm_list_ok (struct sbx_msg_s *msg);
 sbx_vm_failed_t *sbx_msg_vm_failed (struct sbx_msg_s *msg);
+sbx_sandbox_port_t *sbx_msg_sandbox_port (struct sbx_msg_s *msg);
+sbx_sandbox_port_ok_t *sbx_msg_sandbox_port_ok (struct sbx_msg_s *msg);
+sbx_sandbox_resolve_t *sbx_msg_sandbox_resolve (struct sbx_msg_s *msg);
+sbx_sandbox_resolve_ok_t *sbx_msg_sandbox_resolve_ok (struct sbx_msg_s *msg);
+sbx_sandbox_port_changed_t *sbx_msg_sandbox_port_changed (struct sbx_msg_s *msg);
+sbx_vm_port_t *sbx_msg_vm_port (struct sbx_msg_s *msg);
+sbx_vm_port_ok_t *sbx_msg_vm_port_ok (struct sbx_msg_s *msg);
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -125,6 +127,11 @@ struct _vmd_guest_t {
     bool setup_pending;
     char qmp_lost[300]; //  QMP closed on its own: why, and when (mono ms)
     uint64_t qmp_lost_at;
+    //  Port forwards: guest port → host port on VMD_GUEST_FWD_HOST.
+    struct {
+        int port, host_port;
+    } fwd[VMD_GUEST_MAX_FWD];
+    size_t fwd_count;
 };
 
 static void s_fire (vmd_guest_t *self, s_event_t event, sbx_code_t code, const char *format, ...)
@@ -149,6 +156,13 @@ static void s_save (vmd_guest_t *self)
                               sbx_sandbox_state_name (self->state), "image", self->image_dir);
     if (root && self->reason)
         json_object_set_new (root, "reason", json_string (self->reason));
+    json_t *forwards = json_array ();
+    for (size_t i = 0; forwards && i < self->fwd_count; i++)
+        json_array_append_new (forwards, json_pack ("{s:i, s:i}", "port", self->fwd[i].port,
+                                                    "host_port", self->fwd[i].host_port));
+    if (root && forwards && self->fwd_count)
+        json_object_set (root, "forwards", forwards);
+    json_decref (forwards);
     char *text = root ? json_dumps (root, JSON_INDENT (2)) : NULL;
     json_decref (root);
     char *tmp = s_path (self, "guest.json.tmp"), *path = s_path (self, "guest.json");
@@ -397,6 +411,175 @@ static void s_send_setup (vmd_guest_t *self)
     vmd_agentlink_request (self->link, &setup, S_SETUP_MS, s_on_setup, self);
 }
 
+//  --------------------------------------------------------------------------
+//  Port forwards
+
+//  A free TCP port on the forwards' address, or 0. QEMU binds it a moment later; the
+//  rare loser of that race gets an error from hostfwd_add and the caller retries.
+static int s_free_port (void)
+{
+    int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK)};
+    socklen_t size = sizeof addr;
+    int port = 0;
+    if (bind (fd, (struct sockaddr *) &addr, sizeof addr) == 0 &&
+        getsockname (fd, (struct sockaddr *) &addr, &size) == 0)
+        port = ntohs (addr.sin_port);
+    close (fd);
+    return port;
+}
+
+static int s_fwd_find (vmd_guest_t *self, int port)
+{
+    for (size_t i = 0; i < self->fwd_count; i++)
+        if (self->fwd[i].port == port)
+            return (int) i;
+    return -1;
+}
+
+static void s_fwd_drop (vmd_guest_t *self, int port)
+{
+    int i = s_fwd_find (self, port);
+    if (i < 0)
+        return;
+    self->fwd[i] = self->fwd[--self->fwd_count];
+}
+
+//  One hostfwd request in flight.
+typedef struct {
+    vmd_guest_t *guest;
+    int port, host_port;
+    int tries;
+    vmd_guest_port_fn *fn; //  NULL: a renewal nobody waits for
+    void *arg;
+} s_fwd_op_t;
+
+static void s_on_fwd_added (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    (void) result;
+    s_fwd_op_t *op = arg;
+    vmd_guest_t *self = op->guest;
+    int i = s_fwd_find (self, op->port);
+    if (!error) {
+        sbx_info ("sandbox=%s port %d forwarded from %s:%d", self->id, op->port, VMD_GUEST_FWD_HOST,
+                  op->host_port);
+        if (op->fn)
+            op->fn (self, SBX_OK, NULL, op->host_port, op->arg);
+        free (op);
+        return;
+    }
+    //  Lost the race for the host port (or it was taken while stopped): another one.
+    int next = op->tries < 3 && i >= 0 && !vmd_qmp_closed (qmp) ? s_free_port () : 0;
+    if (next && vmd_qmp_hostfwd_add (qmp, "n0", VMD_GUEST_FWD_HOST, next, op->port, s_on_fwd_added,
+                                     op) == 0) {
+        sbx_warn ("sandbox=%s port %d: host port %d refused (%s); trying %d", self->id, op->port,
+                  op->host_port, error, next);
+        op->tries++;
+        op->host_port = self->fwd[i].host_port = next;
+        s_save (self);
+        return;
+    }
+    sbx_error ("sandbox=%s cannot forward port %d: %s", self->id, op->port, error);
+    if (op->fn) {
+        //  A new forward that failed is forgotten; a renewed one is kept for next time.
+        s_fwd_drop (self, op->port);
+        s_save (self);
+        char message[600];
+        snprintf (message, sizeof message, "cannot forward port %d of sandbox %s: %s", op->port,
+                  self->id, error);
+        op->fn (self, SBX_E_INTERNAL, message, 0, op->arg);
+    }
+    free (op);
+}
+
+static void s_on_fwd_removed (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    (void) qmp;
+    (void) result;
+    s_fwd_op_t *op = arg;
+    if (error) //  QEMU had no such rule (e.g. it was never re-added): gone all the same
+        sbx_warn ("sandbox=%s hostfwd_remove of port %d: %s", op->guest->id, op->port, error);
+    if (op->fn)
+        op->fn (op->guest, SBX_OK, NULL, 0, op->arg);
+    free (op);
+}
+
+static int s_fwd_add (vmd_guest_t *self, int port, int host_port, vmd_guest_port_fn *fn, void *arg)
+{
+    s_fwd_op_t *op = calloc (1, sizeof *op);
+    if (!op)
+        return -1;
+    *op = (s_fwd_op_t){self, port, host_port, 0, fn, arg};
+    if (vmd_qmp_hostfwd_add (self->qmp, "n0", VMD_GUEST_FWD_HOST, host_port, port, s_on_fwd_added,
+                             op) == 0)
+        return 0;
+    free (op);
+    return -1;
+}
+
+//  Puts the recorded forwards into a (new or re-adopted) QEMU. A re-adopted one may
+//  have them already, or not (vmd died between guest.json and QMP): remove, then add.
+static void s_forwards_renew (vmd_guest_t *self, bool adopted)
+{
+    for (size_t i = 0; self->qmp && i < self->fwd_count; i++) {
+        if (adopted)
+            vmd_qmp_hostfwd_remove (self->qmp, "n0", VMD_GUEST_FWD_HOST, self->fwd[i].host_port,
+                                    NULL, NULL);
+        s_fwd_add (self, self->fwd[i].port, self->fwd[i].host_port, NULL, NULL);
+    }
+}
+
+int vmd_guest_port (vmd_guest_t *self, int guest_port, bool remove, int *host_port,
+                    vmd_guest_port_fn *fn, void *arg, sbx_err_t *err)
+{
+    *host_port = 0;
+    if (guest_port < 1 || guest_port > 65535)
+        return sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "port must be between 1 and 65535");
+    int i = s_fwd_find (self, guest_port);
+    bool running = self->state == S_READY && self->qmp && !vmd_qmp_closed (self->qmp);
+    if (remove) {
+        if (i < 0)
+            return 1;
+        int old = self->fwd[i].host_port;
+        s_fwd_drop (self, guest_port);
+        s_save (self);
+        s_fwd_op_t *op = running ? calloc (1, sizeof *op) : NULL;
+        if (!op)
+            return 1; //  no QEMU (stopped): the forward is gone with it
+        *op = (s_fwd_op_t){self, guest_port, old, 0, fn, arg};
+        if (vmd_qmp_hostfwd_remove (self->qmp, "n0", VMD_GUEST_FWD_HOST, old, s_on_fwd_removed,
+                                    op) == 0)
+            return 0;
+        free (op);
+        return 1;
+    }
+    if (i >= 0) {
+        *host_port = self->fwd[i].host_port;
+        return 1;
+    }
+    if (!running)
+        return sbx_err_set (err, SBX_E_FAILED_PRECONDITION, "sandbox %s is %s%s", self->id,
+                            sbx_sandbox_state_name (self->state),
+                            self->state == S_STOPPED ? "; resume it first" : "");
+    if (self->fwd_count == VMD_GUEST_MAX_FWD)
+        return sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "sandbox %s forwards %d ports already",
+                            self->id, VMD_GUEST_MAX_FWD);
+    int chosen = s_free_port ();
+    if (!chosen)
+        return sbx_err_set (err, SBX_E_UNAVAILABLE, "no free host port: %s", strerror (errno));
+    self->fwd[self->fwd_count].port = guest_port;
+    self->fwd[self->fwd_count++].host_port = chosen;
+    s_save (self); //  first: a vmd that dies now re-adds it at re-adoption
+    if (s_fwd_add (self, guest_port, chosen, fn, arg)) {
+        s_fwd_drop (self, guest_port);
+        s_save (self);
+        return sbx_err_set (err, SBX_E_UNAVAILABLE, "sandbox %s: QEMU's monitor is gone", self->id);
+    }
+    return 0;
+}
+
 //  The agent is there (boot, resume, or reattach after a vmd restart): set it up.
 static void s_on_hello (vmd_agentlink_t *link, sbx_agent_hello_t *hello, void *arg)
 {
@@ -584,6 +767,8 @@ static void s_on_query_status (vmd_qmp_t *qmp, json_t *result, const char *error
     if (streq (status, "inmigrate"))
         return;
     self->incoming = false;
+    //  Before cont (QMP answers in order): the ports answer once the guest runs.
+    s_forwards_renew (self, false);
     if (streq (status, "paused") || streq (status, "prelaunch"))
         vmd_qmp_cont (qmp, s_on_cont, self);
     else if (!streq (status, "running"))
@@ -831,6 +1016,18 @@ vmd_guest_t *vmd_guest_load (const vmd_guest_env_t *env, const char *id)
     self->image_dir = strdup (image);
     self->no_network = no_network;
     self->reason = reason ? strdup (reason) : NULL;
+    json_t *forwards = json_object_get (root, "forwards");
+    for (size_t i = 0; i < json_array_size (forwards) && self->fwd_count < VMD_GUEST_MAX_FWD; i++) {
+        json_t *f = json_array_get (forwards, i);
+        json_int_t port = json_integer_value (json_object_get (f, "port"));
+        json_int_t host_port = json_integer_value (json_object_get (f, "host_port"));
+        if (port < 1 || port > 65535 || host_port < 1 || host_port > 65535) {
+            sbx_warn ("sandbox=%s guest.json: forward %zu is unusable; dropped", id, i);
+            continue;
+        }
+        self->fwd[self->fwd_count].port = (int) port;
+        self->fwd[self->fwd_count++].host_port = (int) host_port;
+    }
     json_decref (root);
 
     pid_t pid = vmd_qemu_adopt (self->dir);
@@ -845,6 +1042,8 @@ vmd_guest_t *vmd_guest_load (const vmd_guest_env_t *env, const char *id)
         if (was == S_READY || was == S_ERROR) {
             if (s_open_channels (self))
                 why = "cannot reconnect to its QEMU";
+            else
+                s_forwards_renew (self, true);
         } else {
             //  Caught mid-way: nobody waits for that answer any more.
             kill (pid, SIGKILL);

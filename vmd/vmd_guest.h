@@ -3,7 +3,8 @@
 
     A guest lives in <data-dir>/vms/<sandbox_id>/ (0700): overlay.qcow2, memory.state
     while stopped, qmp.sock, agent.sock, console.sock/console.log, qemu.log, qemu.pid and
-    guest.json (id, hostname, type, no_network, state, reason, base image directory),
+    guest.json (id, hostname, type, no_network, state, reason, base image directory,
+    port forwards),
     rewritten atomically at every state change so that a restarted vmd finds it again.
 
     The lifecycle is one state x event table (vmd_guest.c). Requests (create, stop,
@@ -71,6 +72,23 @@ int vmd_guest_delete (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_
 //  the request's rid. -1 with err when the guest is not ready (the request is freed).
 int vmd_guest_agent (vmd_guest_t *self, sbx_msg_t **request_p, uint32_t timeout_ms,
                      vmd_agentlink_reply_fn *fn, void *arg, sbx_err_t *err);
+
+//  Port forwards: 127.0.0.1:<host port> on this host → the guest's TCP port, through
+//  QEMU's user network (QMP hostfwd). vmd picks a free host port; forwards are kept in
+//  guest.json, re-added when the guest resumes and when a restarted vmd re-adopts it,
+//  and go with QEMU at a stop (to come back at the resume) and with the guest at delete.
+#define VMD_GUEST_FWD_HOST "127.0.0.1"
+#define VMD_GUEST_MAX_FWD  64
+
+//  A forward's outcome: code SBX_OK and the host port (0 after a removal), or an error.
+typedef void (vmd_guest_port_fn) (vmd_guest_t *guest, sbx_code_t code, const char *message,
+                                  int host_port, void *arg);
+
+//  Adds (guest ready) or removes (any state) the forward of guest_port. Returns 1 when
+//  answered at once (the port was forwarded already: *host_port says where; or removing
+//  one that is not there: *host_port is 0), 0 when started (fn follows), -1 with err.
+int vmd_guest_port (vmd_guest_t *self, int guest_port, bool remove, int *host_port,
+                    vmd_guest_port_fn *fn, void *arg, sbx_err_t *err);
 
 const char *vmd_guest_id (vmd_guest_t *self);
 sbx_sandbox_state_t vmd_guest_state (vmd_guest_t *self);

@@ -426,6 +426,61 @@ static sbx_msg_t *s_on_agent (vmd_server_t *self, sbx_msg_t *request)
     return NULL;
 }
 
+typedef struct {
+    vmd_server_t *server;
+    uint64_t rid;
+} s_port_call_t;
+
+static sbx_msg_t *s_port_ok (uint64_t rid, const char *id, int host_port)
+{
+    sbx_msg_t *reply = sbx_msg_new (SBX_MSG_VM_PORT_OK);
+    reply->rid = rid;
+    sbx_vm_port_ok_t *ok = sbx_msg_vm_port_ok (reply);
+    sbx_str_set (&ok->sandbox_id, id);
+    if (host_port) {
+        sbx_str_set (&ok->host, VMD_GUEST_FWD_HOST);
+        ok->host_port = (uint64_t) host_port;
+    }
+    return reply;
+}
+
+static void s_on_port_done (vmd_guest_t *guest, sbx_code_t code, const char *message, int host_port,
+                            void *arg)
+{
+    s_port_call_t *call = arg;
+    sbx_msg_t *reply =
+        code == SBX_OK ? s_port_ok (call->rid, vmd_guest_id (guest), host_port)
+                       : sbx_msg_new_error (call->rid, code, "%s", message ? message : "failed");
+    if (call->server->peer)
+        sbx_peer_send (call->server->peer, &reply);
+    sbx_msg_destroy (&reply);
+    free (call);
+}
+
+static sbx_msg_t *s_on_port (vmd_server_t *self, sbx_msg_t *request)
+{
+    sbx_vm_port_t *args = sbx_msg_vm_port (request);
+    vmd_guest_t *guest = s_find (self, args->sandbox_id);
+    if (!guest)
+        return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "sandbox %s is not on this vmd",
+                                  args->sandbox_id);
+    if (args->port < 1 || args->port > 65535)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "port must be between 1 and 65535");
+    s_port_call_t *call = calloc (1, sizeof *call);
+    if (!call)
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    *call = (s_port_call_t){self, request->rid};
+    sbx_err_t err = {0};
+    int host_port = 0;
+    int rc = vmd_guest_port (guest, (int) args->port, args->remove, &host_port, s_on_port_done,
+                             call, &err);
+    if (rc == 0)
+        return NULL;
+    free (call);
+    return rc < 0 ? s_error (request, &err) : s_port_ok (request->rid, args->sandbox_id, host_port);
+}
+
 static sbx_msg_t *s_on_list (vmd_server_t *self, sbx_msg_t *request)
 {
     sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_VM_LIST_OK);
@@ -465,6 +520,9 @@ void vmd_server_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
         break;
     case SBX_MSG_VM_LIST:
         reply = s_on_list (self, request);
+        break;
+    case SBX_MSG_VM_PORT:
+        reply = s_on_port (self, request);
         break;
     default:
         reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "vmd does not serve %s",

@@ -3,7 +3,8 @@
     Owns <data-dir>/vms/ (one vmd_guest per sandbox) and <data-dir>/images/<input_hash>/
     (hard links to, or copies of, the base image the guests' overlays name, so that a
     rebuilt image never changes under a guest). At start it re-adopts the guests it
-    finds there. Answers vm.create, vm.stop, vm.resume, vm.delete, vm.agent and vm.list;
+    finds there. Answers vm.create, vm.stop, vm.resume, vm.delete, vm.agent, vm.port and
+    vm.list;
     tells the broker vm.failed when a guest dies on its own.
 
     Config keys: image_dir (default <exe dir>/../image), vmd.capacity (8),
