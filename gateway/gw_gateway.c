@@ -2,6 +2,8 @@
 #include "gw_gateway.h"
 #include "gw_http.h"
 #include "gw_mcp.h"
+#include "gw_proxy.h"
+#include "gw_rest.h"
 #include "gw_tls.h"
 
 #include <assert.h>
@@ -12,6 +14,8 @@ struct gw_gateway_t {
     sbx_peer_t *peer;
     gw_http_t *http;
     gw_mcp_t *mcp;
+    gw_proxy_t *proxy; //  <label>-<port>.box.<domain> hosts
+    gw_rest_t *rest;
     uint64_t started_ms;
 };
 
@@ -37,6 +41,9 @@ static void s_on_request (gw_request_t *req, void *arg)
     const char *path = gw_request_path (req);
     const char *method = gw_request_method (req);
     sbx_debug ("http rid=%llu %s %s", (unsigned long long) gw_request_id (req), method, path);
+    //  A guest port's host: every path belongs to the guest.
+    if (gw_proxy_handle (self->proxy, req))
+        return;
     if (streq (path, "/healthz")) {
         if (!streq (method, "GET") && !streq (method, "HEAD")) {
             gw_request_add_header (req, "Allow", "GET, HEAD");
@@ -53,6 +60,10 @@ static void s_on_request (gw_request_t *req, void *arg)
     }
     if (streq (path, "/mcp") && self->mcp) {
         gw_mcp_handle (self->mcp, req);
+        return;
+    }
+    if ((streq (path, "/v1") || strncmp (path, "/v1/", 4) == 0) && self->rest) {
+        gw_rest_handle (self->rest, req);
         return;
     }
     char message[300];
@@ -92,7 +103,9 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
         self->http = gw_http_new (loop, &options, s_on_request, self);
     if (self->http) {
         self->mcp = gw_mcp_new (config, self->http, peer);
-        if (!self->mcp)
+        self->proxy = gw_proxy_new (config, loop, peer);
+        self->rest = gw_rest_new (config, self->http, peer);
+        if (!self->mcp || !self->rest || !self->proxy)
             gw_http_destroy (&self->http);
     }
     if (self->http)
@@ -116,6 +129,8 @@ void gw_gateway_destroy (gw_gateway_t **self_p)
     //  The server first: its open requests are released before MCP forgets them.
     gw_http_destroy (&self->http);
     gw_mcp_destroy (&self->mcp);
+    gw_proxy_destroy (&self->proxy);
+    gw_rest_destroy (&self->rest);
     free (self);
     *self_p = NULL;
 }

@@ -886,6 +886,27 @@ const char *gw_request_header (gw_request_t *req, const char *name)
     return MHD_lookup_connection_value (req->conn, MHD_HEADER_KIND, name);
 }
 
+typedef struct {
+    gw_request_header_fn *fn;
+    void *arg;
+} s_headers_t;
+
+static enum MHD_Result s_each_header (void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    (void) kind;
+    s_headers_t *walk = cls;
+    walk->fn (key, value ? value : "", walk->arg);
+    return MHD_YES;
+}
+
+void gw_request_headers (gw_request_t *req, gw_request_header_fn *fn, void *arg)
+{
+    assert (req && fn);
+    s_headers_t walk = {fn, arg};
+    MHD_get_connection_values (req->conn, MHD_HEADER_KIND, s_each_header, &walk);
+}
+
 const char *gw_request_host (gw_request_t *req)
 {
     assert (req);

@@ -110,6 +110,10 @@ const char *gw_request_query (gw_request_t *req, const char *name);
 //  The value of a request header, name matched case-insensitively, or NULL.
 const char *gw_request_header (gw_request_t *req, const char *name);
 
+//  Calls fn for every request header, in the order received (for proxying).
+typedef void (gw_request_header_fn) (const char *name, const char *value, void *arg);
+void gw_request_headers (gw_request_t *req, gw_request_header_fn *fn, void *arg);
+
 //  The Host header in lower case, without the port and IPv6 brackets, or "" if none.
 const char *gw_request_host (gw_request_t *req);
 

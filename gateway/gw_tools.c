@@ -1,9 +1,9 @@
 /*  gw_tools - see gw_tools.h */
 #include "gw_tools.h"
 #include "gw_auth.h"
+#include "gw_broker.h"
 
 #include <assert.h>
-#include <signal.h>
 
 #define S_CHUNK        (1024 * 1024)      //  the agent's per-request file limit
 #define S_READ_MAX     (10 * 1024 * 1024) //  read_file's limit
@@ -25,7 +25,8 @@
     "'deleting','deleted','error']},'type':{'type':'string'},'url':{'type':'string'},"             \
     "'network':{'type':'boolean'},'labels':{'type':'object','additionalProperties':{'type':"       \
     "'string'}},'createdAt':{'type':['string','null']},'expiresAt':{'type':['string','null']},"    \
-    "'reason':{'type':'string'}"
+    "'reason':{'type':'string'},'ports':{'type':'array','items':{'type':'object','properties':{"   \
+    "'port':{'type':'integer'},'url':{'type':'string'},'public':{'type':'boolean'}}}}"
 #define S_SANDBOX_OUT                                                                              \
     "{'type':'object','properties':{" S_SANDBOX_PROPS "},'required':['id','state','type','url']}"
 #define S_OUTPUT_PROPS                                                                             \
@@ -145,9 +146,12 @@ static const char *s_definitions =
     "'inputSchema':{'type':'object','properties':{"
     "'port':{'type':'integer','minimum':1,'maximum':65535},"
     "'public':{'type':'boolean','description':'Anyone with the URL may use it (default "
-    "false).'}," S_SBID "},'required':['port']},"
+    "false).'},"
+    "'remove':{'type':'boolean','description':'Unpublish the port instead.'}," S_SBID "},"
+    "'required':['port']},"
     "'outputSchema':{'type':'object','properties':{'port':{'type':'integer'},'url':{'type':"
-    "'string'},'public':{'type':'boolean'}}},"
+    "'string'},'public':{'type':'boolean'},'removed':{'type':'boolean'}},"
+    "'required':['port','url','public']},"
     "'annotations':{'title':'Publish port','readOnlyHint':false,'destructiveHint':false}},"
     //  stop_sandbox
     "{'name':'stop_sandbox','title':'Stop sandbox',"
@@ -275,17 +279,15 @@ typedef void (s_reply_fn) (s_call_t *call, sbx_msg_t *reply);
 
 struct gw_tools_t {
     sbx_config_t *config;
-    sbx_peer_t *peer;
     json_t *list;
-    char *box_suffix; //  ".box.DOMAIN[:PORT]"
-    bool tls;
+    gw_broker_t *broker;
     zhashx_t *calls; //  serial → s_call_t waiting for the broker
     uint64_t next_serial;
 };
 
 struct s_call_t {
     gw_tools_t *tools;
-    uint64_t serial, rid;
+    uint64_t serial, handle;
     char *name;
     sbx_caller_t *caller;
     gw_tools_state_t *state;
@@ -294,7 +296,6 @@ struct s_call_t {
     gw_tools_done_fn *done;
     void *arg;
     s_reply_fn *on_reply;
-    bool agent; //  the reply is a sandbox.agent.ok whose inner message is the answer
     //  Per tool.
     uint64_t pid;
     int signal;
@@ -347,131 +348,53 @@ static void s_fail (s_call_t *call, sbx_code_t code, const char *format, ...)
     s_finish (call, s_text_result (text, NULL, true));
 }
 
-static void s_on_reply (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
+static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
-    (void) peer;
     s_call_t *call = arg;
     zhashx_delete (call->tools->calls, (void *) (uintptr_t) call->serial);
-    call->rid = 0;
-    sbx_msg_t *reply = *reply_p;
-    sbx_msg_t *inner = NULL;
-    if (reply->type == SBX_MSG_ERROR) {
-        s_fail (call, sbx_msg_error (reply)->code, "%s", sbx_msg_error (reply)->message);
-        return;
-    }
-    if (call->agent) {
-        sbx_err_t err;
-        sbx_bytes_t *bytes = &sbx_msg_sandbox_agent_ok (reply)->reply;
-        inner = sbx_msg_decode (bytes->data, bytes->size, &err);
-        if (!inner) {
-            s_fail (call, SBX_E_INTERNAL, "the guest agent's answer does not decode: %s",
-                    err.message);
-            return;
-        }
-        if (inner->type == SBX_MSG_ERROR) {
-            s_fail (call, sbx_msg_error (inner)->code, "%s", sbx_msg_error (inner)->message);
-            sbx_msg_destroy (&inner);
-            return;
-        }
-    }
-    call->on_reply (call, inner ? inner : reply);
-    sbx_msg_destroy (&inner);
+    call->handle = 0;
+    if (!reply)
+        s_fail (call, code, "%s", message ? message : sbx_code_name (code));
+    else
+        call->on_reply (call, reply);
 }
 
 //  Sends a request for the call (taking it); on_reply gets the answer unless it is an
-//  error, which ends the call as a tool error.
-static void s_send (s_call_t *call, sbx_msg_t **request_p, uint32_t timeout_ms,
-                    s_reply_fn *on_reply)
+//  error, which ends the call as a tool error. With sandbox_id, request is an agent
+//  request for that sandbox.
+static void s_send_to (s_call_t *call, const char *sandbox_id, sbx_msg_t **request_p,
+                       uint32_t timeout_ms, s_reply_fn *on_reply)
 {
     gw_tools_t *self = call->tools;
-    (*request_p)->caller = gw_auth_caller_dup (call->caller);
     call->on_reply = on_reply;
     call->serial = self->next_serial++;
     uint64_t serial = call->serial;
     zhashx_insert (self->calls, (void *) (uintptr_t) serial, call);
-    uint64_t rid = sbx_peer_request (self->peer, request_p, timeout_ms, s_on_reply, call);
+    uint64_t handle = sandbox_id ? gw_broker_send_agent (self->broker, call->caller, sandbox_id,
+                                                         request_p, timeout_ms, s_on_answer, call)
+                                 : gw_broker_send (self->broker, call->caller, request_p,
+                                                   timeout_ms, s_on_answer, call);
     //  A request that could not go out is answered (and the call ended) at once.
     s_call_t *still = zhashx_lookup (self->calls, (void *) (uintptr_t) serial);
     if (still)
-        still->rid = rid;
+        still->handle = handle;
 }
 
-//  Sends an agent request to the call's sandbox, wrapped in sandbox.agent.
+static void s_send (s_call_t *call, sbx_msg_t **request_p, uint32_t timeout_ms,
+                    s_reply_fn *on_reply)
+{
+    s_send_to (call, NULL, request_p, timeout_ms, on_reply);
+}
+
+//  Sends an agent request to the call's sandbox.
 static void s_send_agent (s_call_t *call, sbx_msg_t **inner_p, uint32_t timeout_ms,
                           s_reply_fn *on_reply)
 {
-    uint8_t *data = NULL;
-    size_t size = 0;
-    sbx_err_t err;
-    int rc = sbx_msg_encode (*inner_p, &data, &size, &err);
-    sbx_msg_destroy (inner_p);
-    if (rc) {
-        s_fail (call, err.code, "%s", err.message);
-        return;
-    }
-    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_AGENT);
-    sbx_str_set (&sbx_msg_sandbox_agent (request)->sandbox_id, call->sandbox_id);
-    sbx_msg_sandbox_agent (request)->request.data = data;
-    sbx_msg_sandbox_agent (request)->request.size = size;
-    call->agent = true;
-    s_send (call, &request, timeout_ms, on_reply);
+    s_send_to (call, call->sandbox_id, inner_p, timeout_ms, on_reply);
 }
 
 //  --------------------------------------------------------------------------
 //  JSON helpers
-
-static json_t *s_time (uint64_t ms)
-{
-    if (!ms)
-        return json_null ();
-    char buf[32];
-    sbx_clock_iso8601 (ms, buf, sizeof buf);
-    //  Seconds are enough for people: "2026-10-27T02:26:10Z".
-    char *dot = strchr (buf, '.');
-    if (dot)
-        strcpy (dot, "Z");
-    return json_string (buf);
-}
-
-//  Bytes as a JSON string: invalid UTF-8 sequences become U+FFFD, so output that is not
-//  text never breaks the answer.
-static json_t *s_lossy (const uint8_t *data, size_t size)
-{
-    if (!data || !size)
-        return json_string ("");
-    json_t *text = json_stringn ((const char *) data, size);
-    if (text)
-        return text;
-    char *out = malloc (size * 3 + 1);
-    if (!out)
-        return json_string ("");
-    size_t o = 0;
-    for (size_t i = 0; i < size;) {
-        uint8_t c = data[i];
-        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = n > 0 && i + n <= size && (n != 1 || c != 0);
-        for (size_t k = 1; ok && k < n; k++)
-            ok = (data[i + k] & 0xc0) == 0x80;
-        if (ok && n > 1) {
-            //  Overlong forms, surrogates: let jansson judge.
-            json_t *probe = json_stringn ((const char *) data + i, n);
-            ok = probe != NULL;
-            json_decref (probe);
-        }
-        if (ok) {
-            memcpy (out + o, data + i, n);
-            o += n;
-            i += n;
-        } else {
-            memcpy (out + o, "\xef\xbf\xbd", 3);
-            o += 3;
-            i++;
-        }
-    }
-    text = json_stringn (out, o);
-    free (out);
-    return text ? text : json_string ("");
-}
 
 static char *s_base64 (const uint8_t *data, size_t size)
 {
@@ -494,33 +417,6 @@ static char *s_base64 (const uint8_t *data, size_t size)
     }
     out[o] = 0;
     return out;
-}
-
-static char *s_url (gw_tools_t *self, const char *label)
-{
-    char *url;
-    if (asprintf (&url, "%s://%s%s", self->tls ? "https" : "http", label ? label : "-",
-                  self->box_suffix) < 0)
-        return NULL;
-    return url;
-}
-
-static json_t *s_sandbox_json (gw_tools_t *self, const sbx_sandbox_info_t *s)
-{
-    json_t *labels = json_object ();
-    for (size_t i = 0; i < s->labels.count; i++)
-        json_object_set_new (labels, s->labels.keys[i], json_string (s->labels.values[i]));
-    char *url = s_url (self, s->label);
-    json_t *json = json_pack ("{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o}", "id", s->id,
-                              "name", s->name ? s->name : (s->label ? s->label : s->id), "label",
-                              s->label ? s->label : "", "state", sbx_sandbox_state_name (s->state),
-                              "type", sbx_sandbox_type_name (s->type), "url", url ? url : "",
-                              "network", !s->no_network, "labels", labels, "createdAt",
-                              s_time (s->created_ms), "expiresAt", s_time (s->expires_ms));
-    if (json && s->reason)
-        json_object_set_new (json, "reason", json_string (s->reason));
-    free (url);
-    return json;
 }
 
 //  "Sandbox sb_… is ready. URL: …. Stops automatically at …."
@@ -656,26 +552,12 @@ static int s_arg_sandbox (s_call_t *call)
 
 static void s_on_sandbox (s_call_t *call, sbx_msg_t *reply)
 {
-    sbx_sandbox_info_t *info = NULL;
-    if (reply->type == SBX_MSG_SANDBOX_CREATE_OK)
-        info = sbx_msg_sandbox_create_ok (reply)->sandbox;
-    else if (reply->type == SBX_MSG_SANDBOX_GET_OK)
-        info = sbx_msg_sandbox_get_ok (reply)->sandbox;
-    else if (reply->type == SBX_MSG_SANDBOX_STOP_OK)
-        info = sbx_msg_sandbox_stop_ok (reply)->sandbox;
-    else if (reply->type == SBX_MSG_SANDBOX_RESUME_OK)
-        info = sbx_msg_sandbox_resume_ok (reply)->sandbox;
-    else if (reply->type == SBX_MSG_SANDBOX_DELETE_OK)
-        info = sbx_msg_sandbox_delete_ok (reply)->sandbox;
-    else if (reply->type == SBX_MSG_SANDBOX_EXTEND_OK)
-        info = sbx_msg_sandbox_extend_ok (reply)->sandbox;
-    else if (reply->type == SBX_MSG_SANDBOX_UPDATE_OK)
-        info = sbx_msg_sandbox_update_ok (reply)->sandbox;
+    sbx_sandbox_info_t *info = gw_broker_sandbox_info (reply);
     if (!info) {
         s_fail (call, SBX_E_INTERNAL, "unexpected answer %s", sbx_msg_type_name (reply->type));
         return;
     }
-    json_t *sandbox = s_sandbox_json (call->tools, info);
+    json_t *sandbox = gw_broker_sandbox_json (call->tools->broker, info);
     char *text = NULL;
     gw_tools_state_t *state = call->state;
     if (reply->type == SBX_MSG_SANDBOX_DELETE_OK) {
@@ -739,7 +621,7 @@ static void s_on_list (s_call_t *call, sbx_msg_t *reply)
         zchunk_extend (text, line, (size_t) n);
     }
     for (size_t i = 0; i < list->count; i++) {
-        json_t *sandbox = s_sandbox_json (call->tools, &list->items[i]);
+        json_t *sandbox = gw_broker_sandbox_json (call->tools->broker, &list->items[i]);
         char line[800];
         const char *expires = json_string_value (json_object_get (sandbox, "expiresAt"));
         int n = snprintf (line, sizeof line, "\n%s  %s  %s  %s  %s%s%s",
@@ -819,13 +701,55 @@ static void s_simple (s_call_t *call, sbx_msg_type_t type, uint32_t timeout_ms)
 static void s_extend (s_call_t *call)
 {
     json_int_t ttl;
-    if (s_arg_int (call, "ttlSeconds", &ttl, 0, 60, 30LL * 86400, true) ||
-        s_arg_sandbox (call))
+    if (s_arg_int (call, "ttlSeconds", &ttl, 0, 60, 30LL * 86400, true) || s_arg_sandbox (call))
         return;
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_EXTEND);
     sbx_str_set (&sbx_msg_sandbox_extend (request)->sandbox_id, call->sandbox_id);
     sbx_msg_sandbox_extend (request)->ttl_s = (uint64_t) ttl;
     s_send (call, &request, S_SIMPLE_MS, s_on_sandbox);
+}
+
+//  host_port: "Port 8000 of sb_… is at https://LABEL-8000.box.DOMAIN (public)."
+static void s_on_port (s_call_t *call, sbx_msg_t *reply)
+{
+    sbx_sandbox_port_ok_t *ok = sbx_msg_sandbox_port_ok (reply);
+    char host[96];
+    snprintf (host, sizeof host, "%s-%llu", ok->sandbox->label ? ok->sandbox->label : "-",
+              (unsigned long long) ok->port);
+    char *url = gw_broker_sandbox_url (call->tools->broker, host);
+    char *text = NULL;
+    if (ok->removed) {
+        if (asprintf (&text, "Port %llu of %s is no longer published.",
+                      (unsigned long long) ok->port, ok->sandbox->id) < 0)
+            text = NULL;
+    } else if (asprintf (&text, "Port %llu of %s is at %s (%s).", (unsigned long long) ok->port,
+                         ok->sandbox->id, url ? url : "", ok->public ? "public" : "private") < 0)
+        text = NULL;
+    json_t *structured = json_pack ("{s:I, s:s, s:b}", "port", (json_int_t) ok->port, "url",
+                                    url ? url : "", "public", ok->public);
+    if (ok->removed)
+        json_object_set_new (structured, "removed", json_true ());
+    s_state_use (call->state, ok->sandbox->id);
+    s_finish (call, s_text_result (text ? text : "", structured, false));
+    free (text);
+    free (url);
+}
+
+static void s_port (s_call_t *call)
+{
+    json_int_t port;
+    bool public, remove;
+    if (s_arg_int (call, "port", &port, 0, 1, 65535, true) ||
+        s_arg_bool (call, "public", &public, false) ||
+        s_arg_bool (call, "remove", &remove, false) || s_arg_sandbox (call))
+        return;
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_PORT);
+    sbx_sandbox_port_t *args = sbx_msg_sandbox_port (request);
+    sbx_str_set (&args->sandbox_id, call->sandbox_id);
+    args->port = (uint64_t) port;
+    args->public = public;
+    args->remove = remove;
+    s_send (call, &request, S_SIMPLE_MS, s_on_port);
 }
 
 //  rename_sandbox (name) and label_sandbox (labels: a null value removes one).
@@ -892,8 +816,9 @@ static json_t *s_output (s_call_t *call, zchunk_t *text, bool running, int64_t e
 {
     json_t *structured = json_pack (
         "{s:o, s:o, s:o, s:I, s:I, s:b, s:b, s:b, s:I}", "exitCode",
-        running ? json_null () : json_integer (exit_code), "stdout", s_lossy (out->data, out->size),
-        "stderr", s_lossy (err->data, err->size), "stdoutNextOffset", (json_int_t) out_next,
+        running ? json_null () : json_integer (exit_code), "stdout",
+        gw_broker_lossy_json (out->data, out->size), "stderr",
+        gw_broker_lossy_json (err->data, err->size), "stdoutNextOffset", (json_int_t) out_next,
         "stderrNextOffset", (json_int_t) err_next, "stdoutTruncated", out_cut, "stderrTruncated",
         err_cut, "timedOut", timed_out, "processId", (json_int_t) call->pid);
     s_append_stream (text, "stdout", json_object_get (structured, "stdout"));
@@ -1013,46 +938,12 @@ static void s_status (s_call_t *call)
     s_send_agent (call, &inner, S_SIMPLE_MS, s_on_status);
 }
 
-static const struct {
-    const char *name;
-    int number;
-} s_signals[] = {{"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"KILL", SIGKILL},
-                 {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"STOP", SIGSTOP},
-                 {"CONT", SIGCONT}, {"ABRT", SIGABRT}, {"ALRM", SIGALRM}, {NULL, 0}};
-
-//  "SIGTERM", "TERM", "term", "15" or 15 → 15; -1 when unknown.
-static int s_signal_number (json_t *value)
-{
-    if (!value || json_is_null (value))
-        return SIGTERM;
-    if (json_is_integer (value)) {
-        json_int_t n = json_integer_value (value);
-        return n >= 1 && n <= 64 ? (int) n : -1;
-    }
-    if (!json_is_string (value))
-        return -1;
-    const char *text = json_string_value (value);
-    char *end;
-    long n = strtol (text, &end, 10);
-    if (*text && !*end)
-        return n >= 1 && n <= 64 ? (int) n : -1;
-    if (strncasecmp (text, "SIG", 3) == 0)
-        text += 3;
-    for (int i = 0; s_signals[i].name; i++)
-        if (strcasecmp (text, s_signals[i].name) == 0)
-            return s_signals[i].number;
-    return -1;
-}
-
 static void s_on_kill (s_call_t *call, sbx_msg_t *reply)
 {
     (void) reply;
     s_state_use (call->state, call->sandbox_id);
     char text[300];
-    const char *name = NULL;
-    for (int i = 0; s_signals[i].name; i++)
-        if (s_signals[i].number == call->signal)
-            name = s_signals[i].name;
+    const char *name = gw_broker_signal_name (call->signal);
     if (name)
         snprintf (text, sizeof text,
                   "Sent SIG%s to process %llu in %s. Call command_status for its exit code.", name,
@@ -1072,7 +963,7 @@ static void s_kill (s_call_t *call)
     json_int_t pid;
     if (s_arg_int (call, "processId", &pid, 0, 1, INT32_MAX, true))
         return;
-    call->signal = s_signal_number (json_object_get (call->args, "signal"));
+    call->signal = gw_broker_signal_number (json_object_get (call->args, "signal"));
     if (call->signal < 0) {
         s_fail (call, SBX_E_INVALID_ARGUMENT,
                 "signal is a name such as SIGTERM or SIGKILL, or a number from 1 to 64");
@@ -1262,6 +1153,7 @@ typedef enum {
     S_EXTEND,
     S_RENAME,
     S_LABEL,
+    S_PORT,
     S_UNAVAILABLE,
 } s_kind_t;
 
@@ -1276,7 +1168,7 @@ static const struct {
                {"kill_command", S_KILL},
                {"read_file", S_READ},
                {"write_file", S_WRITE},
-               {"host_port", S_UNAVAILABLE},
+               {"host_port", S_PORT},
                {"stop_sandbox", S_STOP},
                {"resume_sandbox", S_RESUME},
                {"extend_sandbox", S_EXTEND},
@@ -1304,7 +1196,6 @@ gw_tools_t *gw_tools_new (sbx_config_t *config, sbx_peer_t *peer)
     if (!self)
         return NULL;
     self->config = config;
-    self->peer = peer;
     self->next_serial = 1;
     char *text = strdup (s_definitions);
     for (char *c = text; c && *c; c++)
@@ -1315,18 +1206,9 @@ gw_tools_t *gw_tools_new (sbx_config_t *config, sbx_peer_t *peer)
     if (!self->list)
         sbx_error ("tool definitions: %s at %d", error.text, error.position);
     free (text);
-    //  Sandbox URLs: https://LABEL.box.DOMAIN, with the listen port when it is not 443.
-    const char *domain = config ? sbx_config_get (config, "domain", "localhost") : "localhost";
-    const char *listen = config ? sbx_config_get (config, "listen", "127.0.0.1:8443") : "";
-    self->tls = !config || !streq (sbx_config_get (config, "tls", "on"), "off");
-    const char *colon = strrchr (listen, ':');
-    const char *port = colon ? colon + 1 : "";
-    bool default_port = !*port || streq (port, self->tls ? "443" : "80");
-    if (asprintf (&self->box_suffix, ".box.%s%s%s", domain, default_port ? "" : ":",
-                  default_port ? "" : port) < 0)
-        self->box_suffix = NULL;
+    self->broker = gw_broker_new (config, peer);
     self->calls = zhashx_new ();
-    if (!self->list || !self->box_suffix || !self->calls) {
+    if (!self->list || !self->broker || !self->calls) {
         gw_tools_destroy (&self);
         return NULL;
     }
@@ -1345,14 +1227,13 @@ void gw_tools_destroy (gw_tools_t **self_p)
         return;
     if (self->calls) {
         for (s_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls)) {
-            if (self->peer && call->rid)
-                sbx_peer_cancel (self->peer, call->rid);
+            gw_broker_cancel (self->broker, call->handle);
             s_call_free (call);
         }
         zhashx_destroy (&self->calls);
     }
     json_decref (self->list);
-    free (self->box_suffix);
+    gw_broker_destroy (&self->broker);
     free (self);
     *self_p = NULL;
 }
@@ -1465,6 +1346,9 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
     case S_LABEL:
         s_update (call, s_table[index].kind == S_LABEL);
         break;
+    case S_PORT:
+        s_port (call);
+        break;
     case S_UNAVAILABLE:
         s_fail (call, SBX_E_UNAVAILABLE, "%s is not available yet on this server", name);
         break;
@@ -1562,8 +1446,7 @@ void gw_tools_test (bool verbose)
     assert (streq (s_probe_text (&probe), "sandboxId is required: the exact id (sb_…) of one "
                                           "sandbox; delete_sandbox has no default"));
     gw_tools_call (tools, &caller, state, "host_port", args, s_probe, &probe);
-    assert (streq (s_probe_text (&probe),
-                   "host_port is not available yet on this server (unavailable)"));
+    assert (streq (s_probe_text (&probe), "port is required (invalid_argument)"));
     gw_tools_call (tools, &caller, state, "get_sandbox", args, s_probe, &probe);
     assert (json_is_true (json_object_get (probe.result, "isError")));
     assert (strstr (s_probe_text (&probe), "create_sandbox first"));
@@ -1589,29 +1472,10 @@ void gw_tools_test (bool verbose)
     json_decref (args);
     json_decref (probe.result);
 
-    //  Helpers.
-    assert (s_signal_number (NULL) == SIGTERM);
-    json_t *v = json_string ("SIGKILL");
-    assert (s_signal_number (v) == SIGKILL);
-    json_decref (v);
-    v = json_string ("int");
-    assert (s_signal_number (v) == SIGINT);
-    json_decref (v);
-    v = json_integer (65);
-    assert (s_signal_number (v) == -1);
-    json_decref (v);
+    //  Helpers (the shared ones are tested in gw_broker).
     char *b64 = s_base64 ((const uint8_t *) "hello", 5);
     assert (streq (b64, "aGVsbG8="));
     free (b64);
-    json_t *lossy = s_lossy ((const uint8_t *) "a\xff"
-                                               "b",
-                             3);
-    assert (streq (json_string_value (lossy), "a\xef\xbf\xbd"
-                                              "b"));
-    json_decref (lossy);
-    json_t *t = s_time (1790000000123ULL);
-    assert (streq (json_string_value (t), "2026-09-21T14:13:20Z"));
-    json_decref (t);
 
     gw_tools_state_unref (&state);
     gw_tools_destroy (&tools);

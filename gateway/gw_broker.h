@@ -1,0 +1,75 @@
+/*  gw_broker - the gateway's requests to the broker, shared by the MCP tools and REST.
+
+    gw_broker_send puts the caller on a request, sends it through the peer and calls
+    back once from the loop with the answer, never blocking. Agent requests (exec,
+    status, kill, file read and write) travel wrapped in sandbox.agent; the callback
+    gets the agent's own answer, already decoded. Errors, the broker's or the agent's,
+    reach the callback as a catalogued code and a message, so each front end words
+    them its own way (a tool result, an HTTP status).
+
+    Also here: what both front ends show of a sandbox (its JSON, its URL), times and
+    output as JSON, signal names.
+*/
+#ifndef GW_BROKER_H_INCLUDED
+#define GW_BROKER_H_INCLUDED
+
+#include <jansson.h>
+
+#include "sbx_common.h"
+
+typedef struct gw_broker_t gw_broker_t;
+
+//  The answer to one request, called once: reply (borrowed for the call) when it
+//  succeeded, for agent requests the agent's answer; else NULL with code and message.
+typedef void (gw_broker_fn) (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg);
+
+//  config and peer are borrowed (config may be NULL: localhost defaults; peer may be
+//  NULL for self-tests, and requests then fail unavailable).
+gw_broker_t *gw_broker_new (sbx_config_t *config, sbx_peer_t *peer);
+
+//  Cancels requests in flight: their callbacks are not called.
+void gw_broker_destroy (gw_broker_t **self_p);
+
+//  Sends request (taken) for caller (copied onto it) with a deadline. Returns a handle
+//  for gw_broker_cancel, or 0 when fn was already called (the request could not go out).
+uint64_t gw_broker_send (gw_broker_t *self, const sbx_caller_t *caller, sbx_msg_t **request_p,
+                         uint32_t timeout_ms, gw_broker_fn *fn, void *arg);
+
+//  Sends an agent request (inner, taken) to a sandbox, wrapped in sandbox.agent. Same
+//  return as gw_broker_send.
+uint64_t gw_broker_send_agent (gw_broker_t *self, const sbx_caller_t *caller,
+                               const char *sandbox_id, sbx_msg_t **inner_p, uint32_t timeout_ms,
+                               gw_broker_fn *fn, void *arg);
+
+//  Forgets a request in flight: its callback is not called. 0 or a finished handle is
+//  ignored.
+void gw_broker_cancel (gw_broker_t *self, uint64_t handle);
+
+//  --- JSON of what the broker answers.
+
+//  The sandbox in any sandbox.*.ok answer that carries one (create, get, stop, resume,
+//  delete, extend, update), or NULL.
+sbx_sandbox_info_t *gw_broker_sandbox_info (sbx_msg_t *reply);
+
+//  A sandbox as both front ends show it: id, name, label, state, type, url, network,
+//  labels, createdAt, expiresAt, and reason when there is one.
+json_t *gw_broker_sandbox_json (gw_broker_t *self, const sbx_sandbox_info_t *info);
+
+//  "https://LABEL.box.DOMAIN[:PORT]" (fresh string).
+char *gw_broker_sandbox_url (gw_broker_t *self, const char *label);
+
+//  Milliseconds since the epoch as "2026-10-27T02:26:10Z", or null for 0.
+json_t *gw_broker_time_json (uint64_t ms);
+
+//  Bytes as a JSON string: invalid UTF-8 sequences become U+FFFD.
+json_t *gw_broker_lossy_json (const uint8_t *data, size_t size);
+
+//  "SIGTERM", "TERM", "term", "15" or 15 → 15; absent or null → SIGTERM; -1 when unknown.
+int gw_broker_signal_number (json_t *value);
+
+//  "TERM" for 15, or NULL for a signal without a name here.
+const char *gw_broker_signal_name (int number);
+
+void gw_broker_test (bool verbose);
+
+#endif

@@ -1,0 +1,39 @@
+/*  gw_proxy - the port proxy: https://<label>-<port>.box.<domain> → that guest port.
+
+    A request whose Host is <label>-<port>.box.<domain> is resolved with the broker
+    (sandbox.resolve, cached for two seconds), checked (unknown host 404; a sandbox that
+    is not ready 503 with what to do; a private port needs `Authorization: Bearer <API
+    key>` of the sandbox's owner, else 401/403), then sent to the forward vmd made for
+    that port (a TCP endpoint on the vmd's host) from the gateway's loop, never
+    blocking. The response streams back as it comes (chunked or SSE responses arrive a
+    piece at a time; a slow client slows the upstream reads down). `Upgrade: websocket`
+    requests are piped byte for byte both ways once the guest said 101. Hop-by-hop
+    headers are dropped; X-Forwarded-For, -Proto and -Host are added. The gateway's own
+    Authorization header is not passed on for private ports.
+*/
+#ifndef GW_PROXY_H_INCLUDED
+#define GW_PROXY_H_INCLUDED
+
+#include "gw_http.h"
+#include "sbx_common.h"
+
+typedef struct gw_proxy_t gw_proxy_t;
+
+//  config, loop and peer are borrowed. The domain comes from the `domain` setting.
+gw_proxy_t *gw_proxy_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer);
+
+//  Drops every proxied connection. Destroy the HTTP server first (its requests end).
+void gw_proxy_destroy (gw_proxy_t **self_p);
+
+//  Takes the request when its Host is a port host and returns true; false otherwise
+//  (the caller serves it as usual).
+bool gw_proxy_handle (gw_proxy_t *self, gw_request_t *req);
+
+//  Splits a lower-case host "<label>-<port>.box.<domain>" (no :port). Returns 0 with
+//  the label (at most label_size - 1 characters) and port, or -1 when it is not one.
+int gw_proxy_parse_host (const char *host, const char *domain, char *label, size_t label_size,
+                         int *port);
+
+void gw_proxy_test (bool verbose);
+
+#endif

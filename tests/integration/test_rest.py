@@ -1,0 +1,279 @@
+"""The /v1 REST API end to end (issue 4, item 6): the real gateway, broker, vmd and a real
+guest under `sbx up`, over HTTPS with the local CA. Plain http.client, no SDK: what a
+program in any language would send."""
+import http.client
+import json
+import os
+import ssl
+import time
+import unittest
+
+from sbxtest import BIN, Sbx, main
+
+ROUTES = {
+    "/v1/openapi.json": {"get"},
+    "/v1/sandboxes": {"get", "post"},
+    "/v1/sandboxes/{id}": {"get", "patch", "delete"},
+    "/v1/sandboxes/{id}/stop": {"post"},
+    "/v1/sandboxes/{id}/resume": {"post"},
+    "/v1/sandboxes/{id}/extend": {"post"},
+    "/v1/sandboxes/{id}/exec": {"post"},
+    "/v1/sandboxes/{id}/processes/{pid}": {"get"},
+    "/v1/sandboxes/{id}/processes/{pid}/kill": {"post"},
+    "/v1/sandboxes/{id}/files": {"get", "put"},
+}
+
+
+class RestTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Sbx(cls, "rest", settings={"image_dir": os.path.realpath(
+            os.path.join(BIN, "..", "image"))})
+        cls.s.up()
+        a = cls.s.cli_json("account", "create", "--email", "alice@example.com")
+        b = cls.s.cli_json("account", "create", "--email", "bob@example.com")
+        cls.key_a, cls.key_b = a["api_key"], b["api_key"]
+        cls.key_ro = cls.s.cli_json("key", "create", "--account", "alice@example.com",
+                                    "--preset", "read-only")["key"]
+        cls.ctx = ssl.create_default_context(cafile=cls.s.status()["ca_cert"])
+
+    @classmethod
+    def addCleanup(cls, fn, *args):  # Sbx registers its cleanup on the class
+        cls.addClassCleanup(fn, *args)
+
+    def req(self, method, path, body=None, key="a", headers=None, raw=False):
+        """One request; body is JSON unless bytes. Returns status, headers, parsed body."""
+        h = dict(headers or {})
+        key = {"a": self.key_a, "b": self.key_b, "ro": self.key_ro}.get(key, key)
+        if key:
+            h["Authorization"] = f"Bearer {key}"
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = json.dumps(body)
+            h.setdefault("Content-Type", "application/json")
+        conn = http.client.HTTPSConnection("localhost", self.s.listen_port(), context=self.ctx,
+                                           timeout=300)
+        try:
+            conn.request(method, path, body=body, headers=h)
+            res = conn.getresponse()
+            data = res.read()
+            hdrs = {k.lower(): v for k, v in res.getheaders()}
+        finally:
+            conn.close()
+        if raw:
+            return res.status, hdrs, data
+        return res.status, hdrs, json.loads(data) if data else None
+
+    def assertError(self, answer, status, code, message=None):
+        self.assertEqual(answer[0], status, answer)
+        self.assertEqual(answer[1]["content-type"], "application/json")
+        self.assertEqual(answer[2]["error"]["code"], code, answer)
+        if message is not None:
+            self.assertEqual(answer[2]["error"]["message"], message)
+
+    # -- no sandbox needed -----------------------------------------------------
+    def test_openapi(self):
+        status, hdrs, doc = self.req("GET", "/v1/openapi.json", key=None)
+        self.assertEqual(status, 200)
+        self.assertEqual(hdrs["content-type"], "application/json")
+        self.assertTrue(doc["openapi"].startswith("3.1"))
+        served = {p: {m for m in item if m != "parameters"} for p, item in doc["paths"].items()}
+        self.assertEqual(served, ROUTES)
+        # Served verbatim: the document in the repository, byte for byte.
+        with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "openapi.json"),
+                  "rb") as f:
+            self.assertEqual(self.req("GET", "/v1/openapi.json", key=None, raw=True)[2], f.read())
+
+    def test_auth_and_routing(self):
+        for key in (None, "sbx_" + "x" * 43, "not-a-key"):
+            answer = self.req("GET", "/v1/sandboxes", key=key)
+            self.assertError(answer, 401, "unauthenticated")
+            self.assertTrue(answer[1]["www-authenticate"].startswith("Bearer"))
+        self.assertError(self.req("GET", "/v1/nothing"), 404, "not_found")
+        self.assertError(self.req("GET", "/v1/sandboxes/sb_0000000000/nothing"), 404, "not_found")
+        answer = self.req("DELETE", "/v1/sandboxes")
+        self.assertEqual(answer[0], 405)
+        self.assertEqual(answer[1]["allow"], "GET, POST")
+        self.assertEqual(answer[2]["error"]["code"], "method_not_allowed")
+        self.assertEqual(self.req("GET", "/v1/sandboxes/sb_x/exec")[1]["allow"], "POST")
+        # Bad bodies name what is wrong.
+        answer = self.req("POST", "/v1/sandboxes", b"{not json",
+                          headers={"Content-Type": "application/json"})
+        self.assertError(answer, 400, "invalid_argument")
+        self.assertIn("not valid JSON", answer[2]["error"]["message"])
+        self.assertError(self.req("POST", "/v1/sandboxes", {"ttl": 60}), 400, "invalid_argument",
+                         'unknown field "ttl" (this operation takes: name, type, ttlSeconds, '
+                         'labels, network, snapshotId)')
+        self.assertError(self.req("POST", "/v1/sandboxes", {"ttlSeconds": "x"}), 400,
+                         "invalid_argument", "ttlSeconds must be an integer")
+        self.assertError(self.req("POST", "/v1/sandboxes", [1]), 400, "invalid_argument",
+                         "the body must be a JSON object")
+        # Unknown sandboxes are 404 with the broker's message; a read-only key may not POST.
+        self.assertError(self.req("GET", "/v1/sandboxes/sb_0000000000"), 404, "not_found",
+                         "Sandbox not found")
+        self.assertError(self.req("POST", "/v1/sandboxes", {}, key="ro"), 403,
+                         "permission_denied",
+                         "this key is read-only: it cannot use POST /v1/sandboxes")
+        status, _, body = self.req("GET", "/v1/sandboxes", key="ro")
+        self.assertEqual(status, 200)
+        self.assertIsInstance(body["sandboxes"], list)
+
+    # -- one real sandbox, start to end ----------------------------------------
+    def test_sandbox(self):
+        status, hdrs, sb = self.req("POST", "/v1/sandboxes",
+                                    {"name": "rest-demo", "labels": {"team": "a"}})
+        self.assertEqual(status, 201, sb)
+        sid = sb["id"]
+        self.assertRegex(sid, r"^sb_[0-9a-z]{10}$")
+        self.assertEqual(hdrs["location"], f"/v1/sandboxes/{sid}")
+        self.assertEqual(sb["state"], "ready")
+        self.assertEqual(sb["name"], "rest-demo")
+        self.assertEqual(sb["labels"], {"team": "a"})
+        self.assertTrue(sb["network"])
+        self.assertTrue(sb["url"].startswith(f"https://{sb['label']}.box."))
+        for field in ("type", "createdAt", "expiresAt"):
+            self.assertIn(field, sb)
+        base = f"/v1/sandboxes/{sid}"
+
+        # Listed and got, by its owner only: another account is told it does not exist.
+        ids = [x["id"] for x in self.req("GET", "/v1/sandboxes")[2]["sandboxes"]]
+        self.assertIn(sid, ids)
+        self.assertEqual(self.req("GET", base)[2]["id"], sid)
+        self.assertError(self.req("GET", base, key="b"), 404, "not_found")
+        self.assertError(self.req("POST", base + "/exec", {"command": "true"}, key="b"), 404,
+                         "not_found")
+        self.assertNotIn(sid, [x["id"] for x in self.req("GET", "/v1/sandboxes",
+                                                         key="b")[2]["sandboxes"]])
+        # A read-only key of the owner reads but can't run anything.
+        self.assertEqual(self.req("GET", base, key="ro")[0], 200)
+        self.assertError(self.req("POST", base + "/exec", {"command": "true"}, key="ro"), 403,
+                         "permission_denied")
+        self.assertError(self.req("DELETE", base, key="ro"), 403, "permission_denied")
+
+        # exec in the foreground.
+        status, _, out = self.req("POST", base + "/exec",
+                                  {"command": "python3 -c 'print(2**100)'"})
+        self.assertEqual(status, 200, out)
+        self.assertEqual(out["exitCode"], 0)
+        self.assertEqual(out["stdout"], "1267650600228229401496703205376\n")
+        self.assertEqual(out["stderr"], "")
+        self.assertFalse(out["timedOut"])
+        self.assertEqual(out["stdoutNextOffset"], 32)
+        self.assertIn("stderrNextOffset", out)
+        status, _, out = self.req("POST", base + "/exec",
+                                  {"command": "echo $GREETING; pwd; exit 3", "cwd": "/tmp",
+                                   "env": {"GREETING": "hi"}})
+        self.assertEqual((out["exitCode"], out["stdout"]), (3, "hi\n/tmp\n"))
+        self.assertError(self.req("POST", base + "/exec", {}), 400, "invalid_argument",
+                         "command is required")
+
+        # Detached, then its status with offsets: only new output each time.
+        status, _, started = self.req("POST", base + "/exec",
+                                      {"command": "echo one; sleep 2; echo two", "detached": True})
+        self.assertEqual(status, 202, started)
+        pid = started["processId"]
+        self.assertIsInstance(pid, int)
+        status, _, st = self.req("GET", f"{base}/processes/{pid}")
+        self.assertEqual(status, 200, st)
+        seen, offset, err_offset = "", 0, 0
+        for _ in range(100):
+            st = self.req("GET", f"{base}/processes/{pid}?stdoutOffset={offset}"
+                                 f"&stderrOffset={err_offset}")[2]
+            seen += st["stdout"]
+            offset, err_offset = st["stdoutNextOffset"], st["stderrNextOffset"]
+            if not st["running"]:
+                break
+            self.assertIsNone(st["exitCode"])
+            time.sleep(0.1)
+        self.assertFalse(st["running"])
+        self.assertEqual(st["exitCode"], 0)
+        self.assertEqual(seen, "one\ntwo\n")
+        last = self.req("GET", f"{base}/processes/{pid}?stdoutOffset={offset}")[2]
+        self.assertEqual(last["stdout"], "")
+        self.assertError(self.req("GET", f"{base}/processes/{pid}?stdoutOffset=-1"), 400,
+                         "invalid_argument")
+        # kill.
+        pid = self.req("POST", base + "/exec", {"command": "sleep 300", "detached": True})[2][
+            "processId"]
+        status, _, killed = self.req("POST", f"{base}/processes/{pid}/kill", {"signal": "KILL"})
+        self.assertEqual((status, killed), (200, {"processId": pid, "signal": 9}))
+        for _ in range(50):
+            st = self.req("GET", f"{base}/processes/{pid}")[2]
+            if not st["running"]:
+                break
+            time.sleep(0.1)
+        self.assertEqual(st["exitCode"], 137)
+
+        # Files: 1 MiB + a bit of random bytes up and back, byte for byte.
+        blob = os.urandom(1024 * 1024 + 12345)
+        status, _, put = self.req("PUT", base + "/files?path=/root/dir/blob.bin&mode=0600", blob,
+                                  headers={"Content-Type": "application/octet-stream"})
+        self.assertEqual((status, put), (200, {"path": "/root/dir/blob.bin", "size": len(blob)}))
+        status, hdrs, back = self.req("GET", base + "/files?path=/root/dir/blob.bin", raw=True)
+        self.assertEqual(status, 200)
+        self.assertEqual(hdrs["content-type"], "application/octet-stream")
+        self.assertEqual(len(back), len(blob))
+        self.assertTrue(back == blob)
+        out = self.req("POST", base + "/exec",
+                       {"command": "stat -c %a /root/dir/blob.bin; sha256sum /root/dir/blob.bin"})
+        import hashlib
+        self.assertEqual(out[2]["stdout"].split()[0:2],
+                         ["600", hashlib.sha256(blob).hexdigest()])
+        self.assertEqual(self.req("PUT", base + "/files?path=/root/empty", b"")[2]["size"], 0)
+        self.assertEqual(self.req("GET", base + "/files?path=/root/empty", raw=True)[2], b"")
+        self.assertError(self.req("GET", base + "/files?path=/no/such/file"), 404, "not_found")
+        self.assertError(self.req("GET", base + "/files"), 400, "invalid_argument")
+        self.assertError(self.req("PUT", base + "/files?path=/root/x", b"x", key="ro"), 403,
+                         "permission_denied")
+        # Over the body limit: refused from the headers, before the body is sent.
+        import socket
+        with socket.create_connection(("localhost", self.s.listen_port()), timeout=30) as raw:
+            with self.ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(f"PUT {base}/files?path=/root/big HTTP/1.1\r\nHost: localhost\r\n"
+                            f"Authorization: Bearer {self.key_a}\r\n"
+                            f"Content-Length: {16 * 1024 * 1024 + 1}\r\n\r\n".encode())
+                head = b""
+                while b"}}" not in head:
+                    chunk = tls.recv(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+                head = head.decode(errors="replace")
+        self.assertTrue(head.startswith("HTTP/1.1 413"), head)
+        self.assertIn('"too_large"', head)
+
+        # PATCH: rename, set and remove labels.
+        status, _, sb = self.req("PATCH", base, {"name": "renamed", "labels": {"env": "ci"}})
+        self.assertEqual(status, 200, sb)
+        self.assertEqual((sb["name"], sb["labels"]), ("renamed", {"team": "a", "env": "ci"}))
+        sb = self.req("PATCH", base, {"labels": {"team": None}})[2]
+        self.assertEqual(sb["labels"], {"env": "ci"})
+        self.assertError(self.req("PATCH", base, {}), 400, "invalid_argument")
+
+        # extend.
+        status, _, sb = self.req("POST", base + "/extend", {"ttlSeconds": 7200})
+        self.assertEqual(status, 200, sb)
+        self.assertGreater(sb["expiresAt"], self.req("GET", base)[2]["createdAt"])
+        self.assertError(self.req("POST", base + "/extend", {"ttlSeconds": 1}), 400,
+                         "invalid_argument")
+
+        # stop: exec is then refused with 409; resume brings it back.
+        status, _, sb = self.req("POST", base + "/stop")
+        self.assertEqual((status, sb["state"]), (200, "stopped"), sb)
+        self.assertError(self.req("POST", base + "/exec", {"command": "true"}), 409,
+                         "failed_precondition")
+        status, _, sb = self.req("POST", base + "/resume")
+        self.assertEqual((status, sb["state"]), (200, "ready"), sb)
+        self.assertEqual(self.req("POST", base + "/exec", {"command": "echo back"})[2]["stdout"],
+                         "back\n")
+
+        # Another account can't delete it; the owner can, then it is gone.
+        self.assertError(self.req("DELETE", base, key="b"), 404, "not_found")
+        status, _, sb = self.req("DELETE", base)
+        self.assertEqual(status, 200, sb)
+        self.assertEqual(sb["id"], sid)
+        self.assertIn(sb["state"], ("deleted", "deleting"))
+        self.assertError(self.req("GET", base), 404, "not_found", "Sandbox not found")
+
+
+if __name__ == "__main__":
+    main()
