@@ -25,7 +25,9 @@
     "'deleting','deleted','error']},'type':{'type':'string'},'url':{'type':'string'},"             \
     "'network':{'type':'boolean'},'labels':{'type':'object','additionalProperties':{'type':"       \
     "'string'}},'createdAt':{'type':['string','null']},'expiresAt':{'type':['string','null']},"    \
-    "'reason':{'type':'string'},'ports':{'type':'array','items':{'type':'object','properties':{"   \
+    "'reason':{'type':'string'},'runningSeconds':{'type':'integer','description':'Seconds it "     \
+    "ran (billed) so far.'},'costMicroUsd':{'type':'integer'},'costUsd':{'type':'string',"         \
+    "'description':'Cost so far in US dollars, e.g. 0.000360.'},'ports':{'type':'array','items':{'type':'object','properties':{"   \
     "'port':{'type':'integer'},'url':{'type':'string'},'public':{'type':'boolean'}}}}"
 #define S_SANDBOX_OUT                                                                              \
     "{'type':'object','properties':{" S_SANDBOX_PROPS "},'required':['id','state','type','url']}"
@@ -296,6 +298,8 @@ struct s_call_t {
     gw_tools_done_fn *done;
     void *arg;
     s_reply_fn *on_reply;
+    bool errors_to_reply; //  on_reply gets errors too (as a NULL reply)
+    json_t *pending;      //  a result waiting for billing's figures
     //  Per tool.
     uint64_t pid;
     int signal;
@@ -312,6 +316,7 @@ static void s_call_free (s_call_t *call)
     gw_auth_caller_destroy (&call->caller);
     gw_tools_state_unref (&call->state);
     json_decref (call->args);
+    json_decref (call->pending);
     free (call->sandbox_id);
     free (call->data);
     free (call);
@@ -353,7 +358,7 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
     s_call_t *call = arg;
     zhashx_delete (call->tools->calls, (void *) (uintptr_t) call->serial);
     call->handle = 0;
-    if (!reply)
+    if (!reply && !call->errors_to_reply)
         s_fail (call, code, "%s", message ? message : sbx_code_name (code));
     else
         call->on_reply (call, reply);
@@ -550,6 +555,67 @@ static int s_arg_sandbox (s_call_t *call)
 //  --------------------------------------------------------------------------
 //  Sandboxes
 
+//  Billing's figures for the sandboxes in a get or list result: runningSeconds,
+//  costMicroUsd and costUsd ("0.000120") on each, and a line in get's text. Without
+//  billing (down, or not yet caught up) the result goes out without them.
+static void s_on_usage (s_call_t *call, sbx_msg_t *reply)
+{
+    json_t *result = call->pending;
+    call->pending = NULL;
+    json_t *structured = json_object_get (result, "structuredContent");
+    json_t *sandboxes = json_object_get (structured, "sandboxes");
+    bool single = !sandboxes;
+    for (size_t i = 0; reply && i < sbx_msg_usage_get_ok (reply)->sandboxes.count; i++) {
+        sbx_usage_sandbox_t *u = &sbx_msg_usage_get_ok (reply)->sandboxes.items[i];
+        json_t *target = NULL;
+        if (single) {
+            if (streq (json_string_value (json_object_get (structured, "id")), u->sandbox_id))
+                target = structured;
+        } else {
+            size_t j;
+            json_t *item;
+            json_array_foreach (sandboxes, j, item)
+                if (streq (json_string_value (json_object_get (item, "id")), u->sandbox_id))
+                    target = item;
+        }
+        if (!target)
+            continue;
+        char usd[32];
+        snprintf (usd, sizeof usd, "%llu.%06llu", (unsigned long long) (u->micro_usd / 1000000),
+                  (unsigned long long) (u->micro_usd % 1000000));
+        json_object_set_new (target, "runningSeconds", json_integer ((json_int_t) u->seconds));
+        json_object_set_new (target, "costMicroUsd", json_integer ((json_int_t) u->micro_usd));
+        json_object_set_new (target, "costUsd", json_string (usd));
+        if (single) {
+            json_t *content = json_array_get (json_object_get (result, "content"), 0);
+            char *text = NULL;
+            if (asprintf (&text, "%s Running time so far: %llu s, $%s.",
+                          json_string_value (json_object_get (content, "text")),
+                          (unsigned long long) u->seconds, usd) > 0) {
+                json_object_set_new (content, "text", json_string (text));
+                free (text);
+            }
+        }
+    }
+    s_finish (call, result);
+}
+
+//  Sends the result on after asking billing for the figures of `sandbox_id` (NULL: all
+//  of the caller's).
+static void s_with_usage (s_call_t *call, json_t *result, const char *sandbox_id)
+{
+    if (!call->caller || !call->caller->account_id) {
+        s_finish (call, result);
+        return;
+    }
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_USAGE_GET);
+    sbx_str_set (&sbx_msg_usage_get (request)->account, call->caller->account_id);
+    sbx_str_set (&sbx_msg_usage_get (request)->sandbox_id, sandbox_id);
+    call->pending = result;
+    call->errors_to_reply = true;
+    s_send (call, &request, S_SIMPLE_MS, s_on_usage);
+}
+
 static void s_on_sandbox (s_call_t *call, sbx_msg_t *reply)
 {
     sbx_sandbox_info_t *info = gw_broker_sandbox_info (reply);
@@ -603,8 +669,12 @@ static void s_on_sandbox (s_call_t *call, sbx_msg_t *reply)
         json_decref (sandbox);
         sandbox = brief;
     }
-    s_finish (call, s_text_result (text ? text : "", sandbox, false));
+    json_t *result = s_text_result (text ? text : "", sandbox, false);
     free (text);
+    if (reply->type == SBX_MSG_SANDBOX_GET_OK)
+        s_with_usage (call, result, info->id);
+    else
+        s_finish (call, result);
 }
 
 static void s_on_list (s_call_t *call, sbx_msg_t *reply)
@@ -638,7 +708,10 @@ static void s_on_list (s_call_t *call, sbx_msg_t *reply)
     json_t *result =
         s_text_result ((char *) zchunk_data (text), json_pack ("{s:o}", "sandboxes", all), false);
     zchunk_destroy (&text);
-    s_finish (call, result);
+    if (list->count)
+        s_with_usage (call, result, NULL);
+    else
+        s_finish (call, result);
 }
 
 static void s_create (s_call_t *call)

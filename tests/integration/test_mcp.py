@@ -229,6 +229,16 @@ class McpTest(unittest.TestCase):
         r, text = self.call(ro, "exec", {"sandboxId": sb, "command": "true"}, key=self.key_ro)
         self.assertTrue(text.endswith("(permission_denied)"), text)
 
+        # get_sandbox carries billing's figures: running time and cost so far.
+        r, text = self.call(sid, "get_sandbox", {})
+        sc = r["structuredContent"]
+        self.assertGreaterEqual(sc["runningSeconds"], 1, sc)
+        self.assertEqual(sc["costMicroUsd"], sc["runningSeconds"] * 10 + (sc["costMicroUsd"] % 10))
+        self.assertRegex(sc["costUsd"], r"^\d+\.\d{6}$")
+        self.assertRegex(text, r"Running time so far: \d+ s, \$\d+\.\d{6}\.$")
+        r, text = self.call(sid, "list_sandboxes", {})
+        self.assertIn("runningSeconds", r["structuredContent"]["sandboxes"][0])
+
         # Extend, rename, label: the broker's record changes, each says so.
         r, text = self.call(sid, "extend_sandbox", {"ttlSeconds": 7200})
         self.assertFalse(r.get("isError"), text)
