@@ -102,7 +102,7 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
     if (options.plain || (options.cert_file && options.key_file))
         self->http = gw_http_new (loop, &options, s_on_request, self);
     if (self->http) {
-        self->mcp = gw_mcp_new (config, self->http, peer);
+        self->mcp = gw_mcp_new (config, loop, self->http, peer);
         self->proxy = gw_proxy_new (config, loop, peer);
         self->rest = gw_rest_new (config, self->http, peer);
         if (!self->mcp || !self->rest || !self->proxy)

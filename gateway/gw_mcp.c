@@ -9,6 +9,14 @@
 #define S_LATEST       "2025-06-18"
 #define S_SESSION_IDLE (24 * 3600 * 1000ULL) //  an idle session is forgotten after this
 #define S_SESSIONS_MAX 100000
+//  Progress on a streamed tools/call: the first soon, so a client sees the call is
+//  alive, then at twice the time so far (1, 2, 4, 8 s), at most every S_PROGRESS_EVERY_MS.
+#ifndef S_PROGRESS_FIRST_MS
+#define S_PROGRESS_FIRST_MS 1000
+#endif
+#ifndef S_PROGRESS_EVERY_MS
+#define S_PROGRESS_EVERY_MS 5000
+#endif
 
 static const char *s_versions[] = {"2025-06-18", "2025-03-26", "2025-11-25", NULL};
 
@@ -35,10 +43,24 @@ typedef struct {
     uint64_t req_id;
     json_t *rpc_id;
     char *tool;
+    //  A tools/call answered as SSE (see s_stream_start): the request, held until the
+    //  stream ends or the client leaves (then NULL), and what still has to go out.
+    bool sse;
+    gw_request_t *stream;
+    json_t *progress_token;
+    int timer_id;    //  0: none armed
+    unsigned due_ms; //  when the armed progress is due, from the start
+    uint64_t started_mono;
+    json_int_t progress;
+    bool finished; //  the response is queued: end the stream once it is written
+    char *out;
+    size_t out_size;
+    size_t out_sent;
 } s_job_t;
 
 struct gw_mcp_t {
     sbx_config_t *config;
+    zloop_t *loop;
     gw_http_t *http;
     gw_auth_t *auth;
     gw_tools_t *tools;
@@ -81,8 +103,12 @@ static void s_job_free (s_job_t **job_p)
 {
     s_job_t *job = *job_p;
     if (job) {
+        if (job->timer_id)
+            zloop_timer_end (job->mcp->loop, job->timer_id);
         json_decref (job->rpc_id);
+        json_decref (job->progress_token);
         free (job->tool);
+        free (job->out);
         free (job);
     }
     *job_p = NULL;
@@ -98,12 +124,13 @@ static int s_serial_cmp (const void *a, const void *b)
     return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
 }
 
-gw_mcp_t *gw_mcp_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer)
+gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer)
 {
     gw_mcp_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     self->config = config;
+    self->loop = loop;
     self->http = http;
     self->next_serial = 1;
     self->auth = gw_auth_new (config, peer);
@@ -142,8 +169,12 @@ void gw_mcp_destroy (gw_mcp_t **self_p)
     gw_auth_destroy (&self->auth);
     gw_tools_destroy (&self->tools);
     if (self->jobs) {
-        for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs))
+        for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs)) {
+            //  A stream still held (http outlives us) is ended, so no callback finds us.
+            if (job->stream)
+                gw_request_stream_end (job->stream);
             s_job_free (&job);
+        }
         zhashx_destroy (&self->jobs);
     }
     zhashx_destroy (&self->sessions);
@@ -182,10 +213,173 @@ static void s_send_error (gw_request_t *req, int status, json_t *id, int code, c
 //  --------------------------------------------------------------------------
 //  Methods
 
+//  --------------------------------------------------------------------------
+//  A tools/call answered as an SSE stream: the client sent a progressToken and accepts
+//  text/event-stream. Each JSON-RPC message is one `message` event: progress
+//  notifications while the call runs, then the response, then the stream ends.
+
+static bool s_accepts_sse (const char *accept)
+{
+    return accept && strcasestr (accept, "text/event-stream");
+}
+
+//  The delay before the next progress after one due `due_ms` after the start.
+static unsigned s_progress_next (unsigned due_ms)
+{
+    return due_ms < S_PROGRESS_EVERY_MS ? due_ms : S_PROGRESS_EVERY_MS;
+}
+
+//  "event: message\ndata: <json>\n\n" (compact JSON has no raw newline), or NULL.
+static char *s_sse_event (json_t *msg)
+{
+    char *json = json_dumps (msg, JSON_COMPACT);
+    char *event = json ? zsys_sprintf ("event: message\ndata: %s\n\n", json) : NULL;
+    free (json);
+    return event;
+}
+
+static void s_stream_done (s_job_t *job)
+{
+    zhashx_delete (job->mcp->jobs, (void *) (uintptr_t) job->serial);
+    s_job_free (&job);
+}
+
+//  Writes what fits; the drain callback brings the rest (a large result can exceed the
+//  stream buffer). Ends the stream once the response is out.
+static void s_stream_flush (s_job_t *job)
+{
+    while (job->stream && job->out_sent < job->out_size) {
+        size_t left = job->out_size - job->out_sent;
+        size_t n = gw_request_stream_space (job->stream);
+        if (n == 0 || n > left)
+            n = left; //  when refused, the write asks for the drain callback
+        if (gw_request_stream_write (job->stream, job->out + job->out_sent, n) != 0)
+            return; //  drain or closed callback follows
+        job->out_sent += n;
+    }
+    if (job->stream && job->finished) {
+        gw_request_stream_end (job->stream);
+        job->stream = NULL;
+        s_stream_done (job);
+    }
+}
+
+static void s_stream_emit (s_job_t *job, json_t *msg)
+{
+    char *event = s_sse_event (msg);
+    json_decref (msg);
+    if (!event)
+        return;
+    size_t size = strlen (event);
+    if (job->out_sent == job->out_size)
+        job->out_sent = job->out_size = 0;
+    char *out = realloc (job->out, job->out_size + size);
+    if (out) {
+        memcpy (out + job->out_size, event, size);
+        job->out = out;
+        job->out_size += size;
+    }
+    zstr_free (&event);
+    s_stream_flush (job);
+}
+
+static int s_on_progress_timer (zloop_t *loop, int timer_id, void *arg);
+
+static void s_progress_arm (s_job_t *job, unsigned delay_ms)
+{
+    job->due_ms += delay_ms;
+    job->timer_id = zloop_timer (job->mcp->loop, delay_ms, 1, s_on_progress_timer, job);
+    if (job->timer_id < 0)
+        job->timer_id = 0;
+}
+
+static int s_on_progress_timer (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_job_t *job = arg;
+    job->timer_id = 0; //  a one-shot timer: zloop has dropped it
+    if (!job->stream || job->finished)
+        return 0;
+    json_int_t elapsed = (json_int_t) ((sbx_clock_mono_ms () - job->started_mono + 500) / 1000);
+    job->progress = elapsed > job->progress ? elapsed : job->progress + 1;
+    char message[120];
+    snprintf (message, sizeof message, "%.60s still running after %lld s", job->tool,
+              (long long) job->progress);
+    s_stream_emit (job,
+                   json_pack ("{s:s, s:s, s:{s:O, s:I, s:s}}", "jsonrpc", "2.0", "method",
+                              "notifications/progress", "params", "progressToken",
+                              job->progress_token, "progress", job->progress, "message", message));
+    s_progress_arm (job, s_progress_next (job->due_ms));
+    return 0;
+}
+
+static void s_on_stream_drain (gw_request_t *req, void *arg)
+{
+    (void) req;
+    s_stream_flush (arg);
+}
+
+//  The client left: no more progress; the call runs on and its result is dropped.
+static void s_on_stream_closed (gw_request_t *req, void *arg)
+{
+    (void) req;
+    s_job_t *job = arg;
+    job->stream = NULL;
+    if (job->timer_id)
+        zloop_timer_end (job->mcp->loop, job->timer_id);
+    job->timer_id = 0;
+    sbx_info ("mcp rid=%llu %s: the client left the stream", (unsigned long long) job->req_id,
+              job->tool);
+    if (job->finished)
+        s_stream_done (job);
+}
+
+//  Answers req as an SSE stream if the call asked for progress and the client takes
+//  it; false leaves req to be answered as application/json.
+static bool s_stream_start (gw_mcp_t *self, s_job_t *job, gw_request_t *req, json_t *params)
+{
+    json_t *token = json_object_get (json_object_get (params, "_meta"), "progressToken");
+    if (!self->loop || !(json_is_string (token) || json_is_integer (token)) ||
+        !s_accepts_sse (gw_request_header (req, "Accept")))
+        return false;
+    gw_request_add_header (req, "Cache-Control", "no-cache");
+    if (gw_request_stream_start (req, 200, "text/event-stream") != 0)
+        return false; //  the JSON path finds the client gone, or answers
+    job->sse = true;
+    job->stream = req;
+    job->progress_token = json_incref (token);
+    job->started_mono = sbx_clock_mono_ms ();
+    gw_request_set_closed_fn (req, s_on_stream_closed, job);
+    gw_request_set_drain_fn (req, s_on_stream_drain, job);
+    s_progress_arm (job, S_PROGRESS_FIRST_MS);
+    return true;
+}
+
 static void s_on_tool_done (json_t *result, int rpc_code, const char *rpc_message, void *arg)
 {
     s_job_t *job = arg;
     gw_mcp_t *self = job->mcp;
+    if (job->sse) {
+        if (job->timer_id)
+            zloop_timer_end (self->loop, job->timer_id);
+        job->timer_id = 0;
+        job->finished = true;
+        json_t *id = job->rpc_id;
+        if (!job->stream) {
+            sbx_info ("mcp rid=%llu %s answered after the client left; dropped",
+                      (unsigned long long) job->req_id, job->tool);
+            s_stream_done (job);
+        } else if (result)
+            s_stream_emit (
+                job, json_pack ("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "result", result));
+        else
+            s_stream_emit (job, json_pack ("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id,
+                                           "error", "code", rpc_code, "message",
+                                           rpc_message ? rpc_message : "error"));
+        json_decref (result);
+        return;
+    }
     zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
     gw_request_t *req = gw_http_request (self->http, job->req_id);
     if (!req)
@@ -330,8 +524,10 @@ static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *call
                 job->rpc_id = json_incref (id);
                 job->tool = strdup (json_string_value (tool));
                 zhashx_insert (self->jobs, (void *) (uintptr_t) job->serial, job);
-                sbx_info ("mcp rid=%llu %s tools/call %s", (unsigned long long) job->req_id,
-                          caller->account_id ? caller->account_id : "?", job->tool);
+                bool sse = s_stream_start (self, job, req, params);
+                sbx_info ("mcp rid=%llu %s tools/call %s%s", (unsigned long long) job->req_id,
+                          caller->account_id ? caller->account_id : "?", job->tool,
+                          sse ? " (SSE, progress)" : "");
                 //  Without a session the call gets a state of its own, forgotten after.
                 gw_tools_state_t *state =
                     session ? gw_tools_state_ref (session->state) : gw_tools_state_new ();
@@ -395,7 +591,8 @@ void gw_mcp_handle (gw_mcp_t *self, gw_request_t *req)
         return;
     }
     if (streq (method, "GET") || (!streq (method, "POST") && !streq (method, "DELETE"))) {
-        //  No server-initiated stream: clients then use POST answers only.
+        //  No server-initiated messages, so no standalone stream: clients then use POST
+        //  answers only (the protocol allows 405 here).
         gw_request_add_header (req, "Allow", "POST, DELETE");
         s_send_error (req, 405, NULL, -32000, "Method Not Allowed: use POST (or DELETE)");
         return;
@@ -432,7 +629,22 @@ void gw_mcp_test (bool verbose)
     assert (streq (gw_mcp_negotiate (NULL), "2025-06-18"));
     assert (s_version_known ("2025-03-26") && !s_version_known ("2099-01-01"));
 
-    gw_mcp_t *mcp = gw_mcp_new (NULL, NULL, NULL);
+    assert (s_accepts_sse ("application/json, text/event-stream"));
+    assert (s_accepts_sse ("Text/Event-Stream"));
+    assert (!s_accepts_sse ("application/json") && !s_accepts_sse (NULL));
+    unsigned due = S_PROGRESS_FIRST_MS;
+    for (int i = 0; i < 10; i++)
+        due += s_progress_next (due);
+    assert (s_progress_next (1000) == 1000 && s_progress_next (2000) == 2000);
+    assert (s_progress_next (due) == S_PROGRESS_EVERY_MS);
+    json_t *note = json_pack ("{s:s, s:{s:s}}", "method", "m", "params", "t", "a\nb");
+    char *event = s_sse_event (note);
+    assert (
+        streq (event, "event: message\ndata: {\"method\":\"m\",\"params\":{\"t\":\"a\\nb\"}}\n\n"));
+    zstr_free (&event);
+    json_decref (note);
+
+    gw_mcp_t *mcp = gw_mcp_new (NULL, NULL, NULL, NULL);
     assert (mcp);
     assert (s_origin_allowed (mcp, NULL));
     assert (s_origin_allowed (mcp, "https://localhost:8443"));

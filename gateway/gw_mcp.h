@@ -5,8 +5,20 @@
     a new Mcp-Session-Id bound to the caller's account), ping, tools/list, tools/call
     (gw_tools; the HTTP request stays suspended while the broker works, and the answer
     is dropped if the client left). Notifications and responses are accepted with 202.
-    DELETE /mcp ends the session; later use of it is 404. GET /mcp is 405 (no
-    server-initiated stream yet).
+    DELETE /mcp ends the session; later use of it is 404.
+
+    A tools/call with params._meta.progressToken from a client whose Accept includes
+    text/event-stream is answered as an SSE stream instead (200, text/event-stream):
+    one `message` event per JSON-RPC message, notifications/progress {progressToken,
+    progress: seconds elapsed, message: "<tool> still running after N s"} after 1 s,
+    2 s, 4 s, 8 s, then every 5 s, so a long foreground exec keeps the client's request
+    alive (SDKs reset their timeout on progress); the response is the last event. A
+    client that leaves mid-stream stops the progress; the call finishes and its result
+    is dropped.
+
+    GET /mcp is 405: the server sends no requests or notifications outside a POST's
+    answer, so there is nothing for a standalone stream to carry, and the protocol
+    lets a server without one answer 405.
 
     Every request needs `Authorization: Bearer <API key>` (gw_auth; else 401). An
     Origin header, when present, must be the server's own origin or one listed in the
@@ -26,8 +38,9 @@
 
 typedef struct gw_mcp_t gw_mcp_t;
 
-//  config, http and peer are borrowed and outlive it.
-gw_mcp_t *gw_mcp_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer);
+//  config, loop, http and peer are borrowed and outlive it. Without a loop (self-tests)
+//  no call is streamed.
+gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer);
 void gw_mcp_destroy (gw_mcp_t **self_p);
 
 //  Serves one request to /mcp (answers now, or suspends it and answers later).

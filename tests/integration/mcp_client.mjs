@@ -1,6 +1,7 @@
 // A real MCP client (the official TypeScript SDK) against sbx's /mcp, run by test_mcp.py.
 // usage: node mcp_client.mjs URL KEY [TOOL ARGS_JSON]...   (NODE_EXTRA_CA_CERTS for TLS)
-// Prints one JSON line per step: {"step":"connect",...}, {"step":"list",...}, {"step":"call",...}.
+// Prints one JSON line per step: {"step":"connect",...}, {"step":"list",...}, {"step":"call",...}
+// (each call asks for progress; "progress" lists the notifications received).
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
@@ -17,9 +18,12 @@ try {
   const { tools } = await client.listTools();
   say({ step: "list", tools: tools.map((t) => ({ name: t.name, annotations: t.annotations })) });
   for (let i = 0; i + 1 < calls.length; i += 2) {
+    // onprogress makes the SDK send a progressToken: the gateway answers over SSE.
+    const progress = [];
     const result = await client.callTool({ name: calls[i], arguments: JSON.parse(calls[i + 1]) },
-                                         undefined, { timeout: 600000 });
-    say({ step: "call", tool: calls[i], result });
+                                         undefined, { timeout: 600000, resetTimeoutOnProgress: true,
+                                                      onprogress: (p) => progress.push(p) });
+    say({ step: "call", tool: calls[i], result, progress });
   }
   await transport.terminateSession();
   await client.close();

@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import unittest
 
 from sbxtest import BIN, Sbx, main
@@ -56,6 +57,42 @@ class McpTest(unittest.TestCase):
         except ValueError:
             parsed = raw
         return status, hdrs, parsed, raw
+
+    def stream(self, body, key, session, accept="application/json, text/event-stream"):
+        """POSTs and reads the answer as it arrives: (status, headers, events), events as
+        (seconds since the request, parsed JSON) for SSE, or one event for JSON."""
+        import http.client
+        import ssl
+        ctx = ssl.create_default_context(cafile=self.s.status()["ca_cert"])
+        conn = http.client.HTTPSConnection("localhost", self.s.listen_port(), context=ctx,
+                                           timeout=60)
+        try:
+            t0 = time.monotonic()
+            conn.request("POST", "/mcp", body=json.dumps(body), headers={
+                "Content-Type": "application/json", "Accept": accept,
+                "Authorization": f"Bearer {key}", "Mcp-Session-Id": session})
+            res = conn.getresponse()
+            hdrs = {k.lower(): v for k, v in res.getheaders()}
+            if not hdrs.get("content-type", "").startswith("text/event-stream"):
+                return res.status, hdrs, [(time.monotonic() - t0, json.loads(res.read()))]
+            events, kind, data = [], None, []
+            while True:
+                line = res.readline()
+                if not line:
+                    break
+                line = line.decode().rstrip("\r\n")
+                if line == "":
+                    if data:
+                        self.assertEqual(kind, "message")
+                        events.append((time.monotonic() - t0, json.loads("\n".join(data))))
+                    kind, data = None, []
+                elif line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].lstrip(" "))
+            return res.status, hdrs, events
+        finally:
+            conn.close()
 
     def session(self, key=None):
         status, hdrs, body, _ = self.post(INIT, key or self.key_a)
@@ -271,6 +308,7 @@ class McpTest(unittest.TestCase):
         r, text = self.call(sid, "command_status", {"processId": sleeper})
         self.assertFalse(r["structuredContent"]["running"], text)
 
+        self.progress(sid, sb)
         self.sdk_client(sb)
 
         r, text = self.call(sid, "delete_sandbox", {})
@@ -283,6 +321,97 @@ class McpTest(unittest.TestCase):
         r, text = self.call(sid, "get_sandbox", {"sandboxId": sb})
         self.assertEqual(text, "Sandbox not found (not_found)")
         self.assertTrue(r["isError"])
+
+    # -- progress over SSE -----------------------------------------------------
+    def progress(self, sid, sb):
+        def exec_call(rid, token=None):
+            params = {"name": "exec", "arguments": {"sandboxId": sb,
+                                                    "command": "sleep 3; echo done"}}
+            if token is not None:
+                params["_meta"] = {"progressToken": token}
+            return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+
+        # A progressToken and an Accept with text/event-stream: an SSE stream, progress
+        # while the exec waits, the response last.
+        for rid, token in ((31, "tok-1"), (32, 77)):
+            status, hdrs, events = self.stream(exec_call(rid, token), self.key_a, sid)
+            self.assertEqual(status, 200)
+            self.assertTrue(hdrs["content-type"].startswith("text/event-stream"), hdrs)
+            self.assertEqual(hdrs["cache-control"], "no-cache")
+            print(f"  SSE ({token!r}): " + "; ".join(f"{t:.1f}s {json.dumps(m)[:100]}"
+                                                    for t, m in events))
+            *notes, (t_last, last) = events
+            self.assertGreaterEqual(len(notes), 2, events)
+            prev = 0
+            for t, n in notes:
+                self.assertEqual(n["method"], "notifications/progress")
+                self.assertNotIn("id", n)
+                p = n["params"]
+                self.assertEqual(p["progressToken"], token)
+                self.assertGreater(p["progress"], prev)
+                self.assertEqual(p["message"], f"exec still running after {p['progress']} s")
+                self.assertLess(t, t_last - 0.5, "progress must arrive while the call runs")
+                prev = p["progress"]
+            self.assertEqual(last["id"], rid)
+            self.assertEqual(last["result"]["content"][0]["text"], "Exit code 0.\nstdout:\ndone")
+            self.assertGreaterEqual(t_last, 3)
+
+        # No token, or a client that takes JSON only: application/json as before.
+        for body, accept in ((exec_call(33), "application/json, text/event-stream"),
+                             (exec_call(34, "tok-2"), "application/json")):
+            status, hdrs, events = self.stream(body, self.key_a, sid, accept)
+            self.assertEqual(status, 200)
+            self.assertTrue(hdrs["content-type"].startswith("application/json"), hdrs)
+            self.assertEqual(len(events), 1)
+            self.assertEqual(events[0][1]["id"], body["id"])
+            self.assertEqual(events[0][1]["result"]["content"][0]["text"],
+                             "Exit code 0.\nstdout:\ndone")
+
+        # A quick call with a token streams too: just the response. An error as well.
+        status, hdrs, events = self.stream(
+            {"jsonrpc": "2.0", "id": 35, "method": "tools/call",
+             "params": {"name": "get_sandbox", "arguments": {"sandboxId": sb},
+                        "_meta": {"progressToken": "q"}}}, self.key_a, sid)
+        self.assertEqual([m["id"] for _, m in events], [35])
+        self.assertEqual(events[0][1]["result"]["structuredContent"]["id"], sb)
+        status, hdrs, events = self.stream(
+            {"jsonrpc": "2.0", "id": 36, "method": "tools/call",
+             "params": {"name": "make_coffee", "_meta": {"progressToken": "q"}}},
+            self.key_a, sid)
+        self.assertEqual(events[0][1]["error"]["code"], -32602)
+
+        # A result larger than the stream buffer (1 MiB) goes out as the client reads it.
+        import base64
+        status, hdrs, events = self.stream(
+            {"jsonrpc": "2.0", "id": 38, "method": "tools/call",
+             "params": {"name": "read_file", "_meta": {"progressToken": "big"},
+                        "arguments": {"sandboxId": sb, "path": "/root/blob.bin",
+                                      "encoding": "base64"}}}, self.key_a, sid)
+        self.assertTrue(hdrs["content-type"].startswith("text/event-stream"), hdrs)
+        self.assertEqual(base64.b64decode(events[-1][1]["result"]["structuredContent"]
+                                          ["content"]), bytes(range(256)) * 5000)
+
+        # A client that leaves mid-stream: the exec finishes, its answer is dropped, and
+        # the gateway serves on.
+        import http.client
+        import ssl
+        ctx = ssl.create_default_context(cafile=self.s.status()["ca_cert"])
+        conn = http.client.HTTPSConnection("localhost", self.s.listen_port(), context=ctx,
+                                           timeout=30)
+        conn.request("POST", "/mcp", body=json.dumps(exec_call(37, "gone")), headers={
+            "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {self.key_a}", "Mcp-Session-Id": sid})
+        res = conn.getresponse()
+        self.assertEqual(res.status, 200)
+        while b"notifications/progress" not in res.readline():
+            pass
+        conn.sock.shutdown(2)
+        conn.close()
+        time.sleep(3.5)
+        self.assertIn("exec answered after the client left; dropped",
+                      self.s.log("sbx-gateway"))
+        r, text = self.call(sid, "exec", {"sandboxId": sb, "command": "echo alive"})
+        self.assertEqual(text, "Exit code 0.\nstdout:\nalive")
 
     # -- the official TypeScript SDK -------------------------------------------
     def sdk_client(self, sb):
@@ -301,7 +430,8 @@ class McpTest(unittest.TestCase):
         res = subprocess.run(
             [node, os.path.join(work, "mcp_client.mjs"), st["mcp_url"], self.key_a,
              "get_sandbox", json.dumps({"sandboxId": sb}),
-             "exec", json.dumps({"sandboxId": sb, "command": "uname -a"})],
+             "exec", json.dumps({"sandboxId": sb, "command": "uname -a"}),
+             "exec", json.dumps({"sandboxId": sb, "command": "sleep 3; echo done"})],
             capture_output=True, text=True, timeout=300, env=env)
         print("\nMCP SDK client:\n" + res.stdout + res.stderr)
         self.assertEqual(res.returncode, 0)
@@ -311,6 +441,12 @@ class McpTest(unittest.TestCase):
         self.assertEqual(steps[2]["result"]["structuredContent"]["id"], sb)
         self.assertTrue(steps[3]["result"]["content"][0]["text"].startswith("Exit code 0.\n"
                                                                             "stdout:\nLinux "))
+        # Its onprogress saw the long exec's progress, then the result.
+        self.assertEqual(steps[4]["result"]["content"][0]["text"], "Exit code 0.\nstdout:\ndone")
+        progress = [p["progress"] for p in steps[4]["progress"]]
+        self.assertGreaterEqual(len(progress), 2, steps[4])
+        self.assertEqual(progress, sorted(set(progress)))
+        self.assertEqual(steps[4]["progress"][0]["message"], "exec still running after 1 s")
         self.assertEqual(steps[-1]["step"], "done")
 
 
