@@ -1,6 +1,7 @@
 /*  cli_status - `sbx status`: what runs and where clients connect. */
 #include "cli_call.h"
 #include "cli_commands.h"
+#include "sbx_urls.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -9,17 +10,7 @@
 
 char *cli_base_url (sbx_config_t *config)
 {
-    bool tls = !streq (sbx_config_get (config, "tls", "on"), "off");
-    const char *listen = sbx_config_get (config, "listen", "127.0.0.1:8443");
-    const char *domain = sbx_config_get (config, "domain", "localhost");
-    const char *colon = strrchr (listen, ':');
-    const char *port = colon ? colon + 1 : (tls ? "443" : "80");
-    bool default_port = streq (port, tls ? "443" : "80");
-    char *url;
-    if (asprintf (&url, "%s://%s%s%s", tls ? "https" : "http", domain, default_port ? "" : ":",
-                  default_port ? "" : port) < 0)
-        return NULL;
-    return url;
+    return sbx_urls_base (config);
 }
 
 char *cli_ca_cert (sbx_config_t *config)

@@ -1,5 +1,6 @@
 /*  gw_auth - see gw_auth.h */
 #include "gw_auth.h"
+#include "sbx_urls.h"
 
 #include <assert.h>
 #include <jansson.h>
@@ -75,29 +76,13 @@ static int s_serial_cmp (const void *a, const void *b)
     return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
 }
 
-static char *s_base_url (sbx_config_t *config)
-{
-    //  The same rule as `sbx status` (cli_base_url): what clients outside use.
-    bool tls = !streq (sbx_config_get (config, "tls", "on"), "off");
-    const char *listen = sbx_config_get (config, "listen", "127.0.0.1:8443");
-    const char *domain = sbx_config_get (config, "domain", "localhost");
-    const char *colon = strrchr (listen, ':');
-    const char *port = colon ? colon + 1 : (tls ? "443" : "80");
-    bool default_port = streq (port, tls ? "443" : "80");
-    char *url;
-    if (asprintf (&url, "%s://%s%s%s", tls ? "https" : "http", domain, default_port ? "" : ":",
-                  default_port ? "" : port) < 0)
-        return NULL;
-    return url;
-}
-
 gw_auth_t *gw_auth_new (sbx_config_t *config, sbx_peer_t *peer)
 {
     gw_auth_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     self->peer = peer;
-    self->base_url = config ? s_base_url (config) : strdup ("https://localhost:8443");
+    self->base_url = config ? sbx_urls_base (config) : strdup ("https://localhost:8443");
     self->cache = zhashx_new ();
     self->pending = zhashx_new ();
     if (!self->base_url || !self->cache || !self->pending) {

@@ -1,5 +1,6 @@
 /*  gw_broker - see gw_broker.h */
 #include "gw_broker.h"
+#include "sbx_urls.h"
 #include "gw_auth.h"
 
 #include <assert.h>
@@ -39,15 +40,8 @@ gw_broker_t *gw_broker_new (sbx_config_t *config, sbx_peer_t *peer)
     self->peer = peer;
     self->next_handle = 1;
     //  Sandbox URLs: https://LABEL.box.DOMAIN, with the listen port when it is not 443.
-    const char *domain = config ? sbx_config_get (config, "domain", "localhost") : "localhost";
-    const char *listen = config ? sbx_config_get (config, "listen", "127.0.0.1:8443") : "";
-    self->tls = !config || !streq (sbx_config_get (config, "tls", "on"), "off");
-    const char *colon = strrchr (listen, ':');
-    const char *port = colon ? colon + 1 : "";
-    bool default_port = !*port || streq (port, self->tls ? "443" : "80");
-    if (asprintf (&self->box_suffix, ".box.%s%s%s", domain, default_port ? "" : ":",
-                  default_port ? "" : port) < 0)
-        self->box_suffix = NULL;
+    self->tls = !config || sbx_urls_tls (config);
+    self->box_suffix = config ? sbx_urls_box_suffix (config) : strdup (".box.localhost");
     self->pending = zhashx_new ();
     if (!self->box_suffix || !self->pending) {
         gw_broker_destroy (&self);

@@ -1,0 +1,23 @@
+/*  sbx_urls - where clients reach this installation, from the listen, domain and tls
+    settings: one rule for the CLI, the 401's resource metadata, and sandbox URLs.
+    The port is left out when it is the scheme's default (443, or 80 without TLS). */
+#ifndef SBX_URLS_H_INCLUDED
+#define SBX_URLS_H_INCLUDED
+
+#include <stdbool.h>
+
+#include "sbx_config.h"
+
+//  True unless tls = off.
+bool sbx_urls_tls (sbx_config_t *config);
+
+//  "https://DOMAIN[:PORT]". Caller frees.
+char *sbx_urls_base (sbx_config_t *config);
+
+//  ".box.DOMAIN[:PORT]": what follows a sandbox's label (or label-port) in its URLs.
+//  Caller frees.
+char *sbx_urls_box_suffix (sbx_config_t *config);
+
+void sbx_urls_test (bool verbose);
+
+#endif
