@@ -337,7 +337,8 @@ sbx_msg_t *bill_meter_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t no
             ok->running_ms += s->running_ms;
             ok->micro_usd += s->micro_usd;
         }
-        qsort (u.days, u.day_count, sizeof *u.days, s_day_cmp);
+        if (u.day_count) //  qsort wants a non-NULL array even for none
+            qsort (u.days, u.day_count, sizeof *u.days, s_day_cmp);
         for (size_t i = 0; i < u.day_count && !failed; i++) {
             sbx_usage_day_t *day = sbx_usage_day_list_append (&ok->days);
             char text[16];
@@ -362,6 +363,37 @@ sbx_msg_t *bill_meter_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t no
                                   "billing could not read its ledger");
     }
     return reply;
+}
+
+int bill_meter_funds (bill_meter_t *self, const char *account, uint64_t now_ms, bool *prepaid,
+                      int64_t *balance)
+{
+    assert (self && account && prepaid && balance);
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_USAGE_GET);
+    sbx_caller_t *caller = request ? calloc (1, sizeof *caller) : NULL;
+    if (!caller) {
+        sbx_msg_destroy (&request);
+        return -1;
+    }
+    caller->kind = SBX_CALLER_KIND_SYSTEM;
+    request->caller = caller;
+    sbx_str_set (&sbx_msg_usage_get (request)->account, account);
+    sbx_msg_t *reply = bill_meter_usage (self, request, now_ms);
+    uint64_t charged = 0;
+    int rc = -1;
+    if (reply->type == SBX_MSG_USAGE_GET_OK &&
+        bill_store_ledger_totals (self->store, account, NULL, &charged) == 0) {
+        sbx_usage_get_ok_t *ok = sbx_msg_usage_get_ok (reply);
+        //  What was ever put in: the balance plus what the ledger took from it. The
+        //  usage total includes running sandboxes' time so far, not charged yet.
+        int64_t credits = ok->balance_micro_usd + (int64_t) charged;
+        *prepaid = credits > 0;
+        *balance = credits - (int64_t) ok->micro_usd;
+        rc = 0;
+    }
+    sbx_msg_destroy (&reply);
+    sbx_msg_destroy (&request);
+    return rc;
 }
 
 //  --------------------------------------------------------------------------
@@ -510,6 +542,14 @@ void bill_meter_test (bool verbose)
     assert (streq (ok->wallet, "wal_acc_a_main") && ok->balance_micro_usd == 1000000 - 73);
     assert (ok->last_seq == s_test_seq && ok->as_of_ms == S_DAY_MS + 8000);
     sbx_msg_destroy (&reply);
+
+    //  The wallet as the broker hears of it: the balance less the running sandbox's time
+    //  so far (30 µ$, not charged yet); funded, so it is not post-paid.
+    bool prepaid = false;
+    int64_t funds = 0;
+    assert (bill_meter_funds (meter, "acc_a", S_DAY_MS + 8000, &prepaid, &funds) == 0);
+    assert (prepaid && funds == 1000000 - 73 - 30);
+    assert (bill_meter_funds (meter, "acc_nobody", S_DAY_MS, &prepaid, &funds) == -1);
 
     //  A window and one sandbox; the account's own key; a stranger's key sees nothing.
     reply = s_test_usage (meter, "acc_a", "sb_2", S_DAY_MS, 0,

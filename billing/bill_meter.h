@@ -53,6 +53,13 @@ uint64_t bill_meter_rate (bill_meter_t *self, sbx_sandbox_type_t type);
 //  µ$ for `ms` more milliseconds after `before` ms at `rate` µ$/s (see above).
 uint64_t bill_meter_cost (uint64_t before, uint64_t ms, uint64_t rate);
 
+//  An account's wallet as of now_ms: *balance is its balance less what its running
+//  sandboxes have used and not been charged yet; *prepaid says whether funds were ever
+//  put in (wallet.initial or a top-up). A wallet that was never funded is post-paid:
+//  it goes negative and nothing stops. Returns 0, or -1 (unknown account, store error).
+int bill_meter_funds (bill_meter_t *self, const char *account, uint64_t now_ms, bool *prepaid,
+                      int64_t *balance);
+
 void bill_meter_test (bool verbose);
 
 #endif

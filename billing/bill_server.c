@@ -8,8 +8,15 @@ struct _bill_server_t {
     bill_store_t *store;
     bill_meter_t *meter;
     sbx_tapreader_t *reader;
+    sbx_peer_t *peer;     //  borrowed, from start
+    zhashx_t *exhausted;  //  account id → "1"/"0": what the broker was last told
+    unsigned funds_ticks; //  every tenth tick repeats the state (a message may be lost)
     bool failed;
 };
+
+//  How often wallets are checked against running time, and repeated to the broker.
+#define S_FUNDS_TICK_MS 1000
+#define S_FUNDS_REPEAT  10
 
 bill_server_t *bill_server_new (sbx_config_t *config)
 {
@@ -18,6 +25,9 @@ bill_server_t *bill_server_new (sbx_config_t *config)
     if (!self)
         return NULL;
     self->config = config;
+    self->exhausted = zhashx_new ();
+    zhashx_set_destructor (self->exhausted, (zhashx_destructor_fn *) zstr_free);
+    zhashx_set_duplicator (self->exhausted, (zhashx_duplicator_fn *) strdup);
     char *dir = sbx_config_path (config, "billing");
     char *path = sbx_config_path (config, "billing/billing.db");
     if (dir && mkdir (dir, 0700) && errno != EEXIST)
@@ -46,6 +56,7 @@ void bill_server_destroy (bill_server_t **self_p)
     if (!self)
         return;
     sbx_tapreader_destroy (&self->reader);
+    zhashx_destroy (&self->exhausted);
     bill_meter_destroy (&self->meter);
     bill_store_destroy (&self->store);
     free (self);
@@ -82,9 +93,54 @@ static int s_on_event (const sbx_event_t *event, void *arg)
     return -1;
 }
 
+//  One account's wallet against its running time: tells the broker when it runs out
+//  (the broker stops its sandboxes and refuses starts) or has funds again.
+static void s_check_funds (const char *account, void *arg)
+{
+    bill_server_t *self = arg;
+    bool prepaid = false;
+    int64_t balance = 0;
+    if (bill_meter_funds (self->meter, account, sbx_clock_now_ms (), &prepaid, &balance))
+        return;
+    if (!prepaid)
+        return; //  post-paid: never funded, never stopped
+    bool exhausted = balance <= 0;
+    const char *told = zhashx_lookup (self->exhausted, account);
+    bool changed = !told || streq (told, "1") != exhausted;
+    if (!changed && self->funds_ticks % S_FUNDS_REPEAT)
+        return;
+    sbx_msg_t *funds = sbx_msg_new (SBX_MSG_ACCOUNT_FUNDS);
+    sbx_str_set (&sbx_msg_account_funds (funds)->account_id, account);
+    sbx_msg_account_funds (funds)->exhausted = exhausted;
+    sbx_msg_account_funds (funds)->balance_micro_usd = balance;
+    if (sbx_peer_send (self->peer, &funds) == 0) {
+        zhashx_update (self->exhausted, account, exhausted ? "1" : "0");
+        if (changed)
+            sbx_info ("account=%s wallet %s (%lld µ$ with running time)", account,
+                      exhausted ? "empty" : "has funds", (long long) balance);
+    }
+    sbx_msg_destroy (&funds);
+}
+
+static int s_on_funds_tick (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    bill_server_t *self = arg;
+    //  Only once the log is replayed: figures from behind would send false alarms.
+    if (self->failed || !sbx_peer_welcomed (self->peer) || !sbx_tapreader_caught_up (self->reader))
+        return 0;
+    bill_store_accounts (self->store, s_check_funds, self);
+    self->funds_ticks++;
+    return 0;
+}
+
 int bill_server_start (bill_server_t *self, sbx_peer_t *peer, zloop_t *loop)
 {
     assert (self && peer && loop && !self->reader);
+    self->peer = peer;
+    if (zloop_timer (loop, S_FUNDS_TICK_MS, 0, s_on_funds_tick, self) < 0)
+        return -1;
     self->reader =
         sbx_tapreader_new (self->config, peer, bill_store_last_seq (self->store), s_on_event, self);
     return self->reader ? sbx_tapreader_start (self->reader, loop) : -1;

@@ -96,10 +96,12 @@ typedef enum {
     ST_CHARGE_ADD,
     ST_LEDGER_TOTALS,
     ST_INTERVALS,
+    ST_ACCOUNTS,
     ST_COUNT
 } stmt_id_t;
 
 static const char *s_sql[ST_COUNT] = {
+    [ST_ACCOUNTS] = "SELECT id FROM accounts ORDER BY id",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
@@ -688,6 +690,27 @@ int bill_store_ledger_totals (bill_store_t *self, const char *account, uint64_t 
         s_log_db_error (self, "ledger totals");
     s_reset (stmt);
     return rc == SQLITE_ROW ? 0 : -1;
+}
+
+int bill_store_accounts (bill_store_t *self, bill_store_account_fn *fn, void *arg)
+{
+    if (!self || !fn)
+        return -1;
+    //  Collected first, so fn may use the store.
+    zlist_t *ids = zlist_new ();
+    zlist_autofree (ids);
+    sqlite3_stmt *stmt = self->stmt[ST_ACCOUNTS];
+    int rc;
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW)
+        zlist_append (ids, (void *) sqlite3_column_text (stmt, 0));
+    if (rc != SQLITE_DONE)
+        s_log_db_error (self, "accounts");
+    s_reset (stmt);
+    int count = 0;
+    for (char *id = zlist_first (ids); id; id = zlist_next (ids), count++)
+        fn (id, arg);
+    zlist_destroy (&ids);
+    return rc == SQLITE_DONE ? count : -1;
 }
 
 int bill_store_intervals (bill_store_t *self, const char *account, const char *sandbox_id,

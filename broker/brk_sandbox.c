@@ -1,5 +1,6 @@
 /*  brk_sandbox - see brk_sandbox.h */
 #include "brk_sandbox.h"
+#include "brk_limits.h"
 #include "brk_names.h"
 #include "brk_ports.h"
 
@@ -182,6 +183,9 @@ static int s_move_ex (brk_ctx_t *ctx, brk_sandbox_t *record, sbx_sandbox_state_t
         (extra_p && *extra_p &&
          brk_events_add (ctx->events, extra_p, record->account_id, record->id)) ||
         brk_store_sandbox_set_state (ctx->store, record->id, state, vmd, reason, now) != 0 ||
+        //  A resume is a start: the plan's starts per day count it.
+        (to == SBX_SANDBOX_STATE_RESUMING &&
+         brk_store_start_add (ctx->store, record->account_id, record->id, now)) ||
         (expires_ms &&
          brk_store_sandbox_set_expiry (ctx->store, record->id, expires_ms, record->ttl_s)) ||
         brk_events_add (ctx->events, &event, record->account_id, record->id) ||
@@ -397,6 +401,15 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
         return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "no account '%s'",
                                   caller->account_id);
     }
+    //  The account's plan, whoever asks: an operator creating for it included.
+    uint64_t ttl_s = args->ttl_s;
+    refused = brk_limits_check_start (ctx, &owner, request->rid);
+    if (!refused)
+        refused = brk_limits_ttl (ctx, &owner, request->rid, &ttl_s, false);
+    if (refused) {
+        brk_account_clear (&owner);
+        return refused;
+    }
     bool any = false;
     brk_peer_t *vmd = s_pick_vmd (ctx, &any);
     if (!vmd)
@@ -417,8 +430,8 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
                             .key_id = caller->key_id,
                             .no_network = args->no_network,
                             .created_ms = now,
-                            .expires_ms = args->ttl_s ? now + args->ttl_s * 1000 : 0,
-                            .ttl_s = args->ttl_s,
+                            .expires_ms = ttl_s ? now + ttl_s * 1000 : 0,
+                            .ttl_s = ttl_s,
                             .changed_ms = now};
     //  A readable label, unique among live sandboxes: retry the rare collision.
     int rc = 1;
@@ -437,6 +450,8 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
         for (size_t i = 0; rc == 0 && i < args->labels.count; i++)
             rc = brk_store_sandbox_label_set (ctx->store, id, args->labels.keys[i],
                                               args->labels.values[i]);
+        if (rc == 0)
+            rc = brk_store_start_add (ctx->store, owner.id, id, now);
         if (rc == 0)
             rc = brk_events_add (ctx->events, &event, owner.id, id);
         if (rc == 0)
@@ -530,6 +545,20 @@ sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request)
     return reply;
 }
 
+//  A resume is a start: the owner's plan and wallet must allow it.
+static sbx_msg_t *s_refuse_start (brk_ctx_t *ctx, const sbx_msg_t *request,
+                                  const brk_sandbox_t *record)
+{
+    brk_account_t owner;
+    int found = brk_store_account_find (ctx->store, record->account_id, &owner);
+    if (found != 0)
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "sandbox %s has no account",
+                                  record->id);
+    sbx_msg_t *refused = brk_limits_check_start (ctx, &owner, request->rid);
+    brk_account_clear (&owner);
+    return refused;
+}
+
 sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
 {
     s_event_t event;
@@ -570,6 +599,8 @@ sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
                                state == SBX_SANDBOX_STATE_STOPPED ? " (resume it first)"
                                : state == SBX_SANDBOX_STATE_ERROR ? " (only delete works now)"
                                                                   : " (try again in a moment)");
+    else if (event == S_EV_RESUME && (reply = s_refuse_start (ctx, request, &record)))
+        ;
     else {
         //  Ask first: vmd's answer comes in a later turn of the loop, after the move.
         reply = s_ask_vmd (ctx, client, request, &record, t->ask, reply_type, verb);
@@ -625,6 +656,15 @@ sbx_msg_t *brk_sandbox_extend (brk_ctx_t *ctx, sbx_msg_t *request)
         reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
                                    "ttl_s is 1 second to ten years from now");
     else {
+        //  The plan bounds an extension as it bounds a create.
+        brk_account_t owner;
+        uint64_t ttl_s = args->ttl_s;
+        if (brk_store_account_find (ctx->store, record.account_id, &owner) == 0) {
+            reply = brk_limits_ttl (ctx, &owner, request->rid, &ttl_s, true);
+            brk_account_clear (&owner);
+        }
+    }
+    if (!reply) {
         record.ttl_s = args->ttl_s;
         record.expires_ms = sbx_clock_now_ms () + args->ttl_s * 1000;
         int rc = brk_events_begin (ctx->events) ||
@@ -714,9 +754,30 @@ static void s_expire (const brk_sandbox_t *found, void *arg)
     brk_sandbox_clear (&record);
 }
 
+//  A ready sandbox of an account whose wallet is empty: stop it (memory kept).
+static void s_unfunded (const brk_sandbox_t *found, void *arg)
+{
+    brk_ctx_t *ctx = arg;
+    brk_sandbox_t record;
+    if (brk_store_sandbox_find (ctx->store, found->id, &record) != 0)
+        return;
+    sbx_msg_t none = {.type = SBX_MSG_SANDBOX_STOP, .timeout_ms = 0};
+    sbx_msg_t *refused =
+        s_ask_vmd (ctx, NULL, &none, &record, SBX_MSG_VM_STOP, SBX_MSG_SANDBOX_STOP_OK, "stop");
+    if (refused) //  its vmd is away: try again at the next tick, quietly
+        sbx_debug ("sandbox=%s wallet empty but its vmd is not connected", record.id);
+    else {
+        sbx_info ("sandbox=%s account=%s wallet empty: stopping", record.id, record.account_id);
+        s_move (ctx, &record, SBX_SANDBOX_STATE_STOPPING, NULL, "wallet empty");
+    }
+    sbx_msg_destroy (&refused);
+    brk_sandbox_clear (&record);
+}
+
 void brk_sandbox_tick (brk_ctx_t *ctx)
 {
     brk_store_sandbox_expired (ctx->store, sbx_clock_now_ms (), 100, s_expire, ctx);
+    brk_store_sandbox_unfunded (ctx->store, 100, s_unfunded, ctx);
 }
 
 //  The agent requests users may send, and whether a read-only key may.

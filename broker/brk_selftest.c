@@ -1,4 +1,5 @@
 /*  brk_selftest - the broker modules' self-tests (see sbx_testrun.h). */
+#include "brk_limits.h"
 #include "brk_names.h"
 #include "brk_pending.h"
 #include "brk_ports.h"
@@ -15,6 +16,7 @@ static const sbx_test_t s_tests[] = {{"brk_store", brk_store_test},
                                      {"brk_server", brk_server_test},
     {"brk_sandbox", brk_sandbox_test},
     {"brk_ports", brk_ports_test},
+    {"brk_limits", brk_limits_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)

@@ -3,6 +3,7 @@
 #include "brk_accounts.h"
 #include "brk_ctx.h"
 #include "brk_events.h"
+#include "brk_limits.h"
 #include "brk_pending.h"
 #include "brk_registry.h"
 #include "brk_ports.h"
@@ -591,6 +592,10 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     case SBX_MSG_VM_FAILED:
         if (peer && peer->role == SBX_ROLE_VMD)
             brk_sandbox_vm_failed (&self->ctx, peer->instance, msg);
+        return;
+    case SBX_MSG_ACCOUNT_FUNDS:
+        if (peer && peer->role == SBX_ROLE_BILLING)
+            brk_limits_funds (&self->ctx, msg);
         return;
     default:
         if (sbx_msg_type_is_reply (msg->type)) {

@@ -92,6 +92,15 @@ static const char *s_migrations[] = {
     "  public INTEGER NOT NULL DEFAULT 0,"
     "  created_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (sandbox_id, port));",
+    //  4: plan limits. Every start (create or resume) is a row, so starts per day are
+    //  counted from the store after a restart; funds_exhausted is billing's last word
+    //  on the account's wallet.
+    "CREATE TABLE sandbox_starts ("
+    "  account_id TEXT NOT NULL,"
+    "  sandbox_id TEXT NOT NULL,"
+    "  ts_ms INTEGER NOT NULL);"
+    "CREATE INDEX sandbox_starts_by_account ON sandbox_starts (account_id, ts_ms);"
+    "ALTER TABLE accounts ADD COLUMN funds_exhausted INTEGER NOT NULL DEFAULT 0;",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
@@ -136,6 +145,12 @@ typedef enum {
     ST_PORT_DELETE,
     ST_PORT_FIND,
     ST_PORT_LIST,
+    ST_START_ADD,
+    ST_STARTS_SINCE,
+    ST_ACCOUNT_RUNNING,
+    ST_FUNDS_SET,
+    ST_FUNDS_GET,
+    ST_SANDBOX_UNFUNDED,
     ST_COUNT
 } stmt_id_t;
 
@@ -214,6 +229,17 @@ static const char *s_sql[ST_COUNT] = {
                      "FROM sandbox_ports WHERE sandbox_id = ?1 AND port = ?2",
     [ST_PORT_LIST] = "SELECT sandbox_id, port, host, host_port, public, created_ms "
                      "FROM sandbox_ports WHERE sandbox_id = ?1 ORDER BY port",
+    [ST_START_ADD] =
+        "INSERT INTO sandbox_starts (account_id, sandbox_id, ts_ms) VALUES (?1, ?2, ?3)",
+    [ST_STARTS_SINCE] = "SELECT count(*) FROM sandbox_starts WHERE account_id = ?1 AND ts_ms >= ?2",
+    //  What a plan's running limit counts: guests that run or are on their way up.
+    [ST_ACCOUNT_RUNNING] = "SELECT count(*) FROM sandboxes WHERE account_id = ?1 AND state IN "
+                           "('creating', 'ready', 'resuming')",
+    [ST_FUNDS_SET] = "UPDATE accounts SET funds_exhausted = ?2 WHERE id = ?1",
+    [ST_FUNDS_GET] = "SELECT funds_exhausted FROM accounts WHERE id = ?1",
+    [ST_SANDBOX_UNFUNDED] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE state = 'ready' "
+                            "AND account_id IN (SELECT id FROM accounts WHERE funds_exhausted) "
+                            "ORDER BY changed_ms LIMIT ?1",
 };
 
 struct _brk_store_t {
@@ -1041,6 +1067,9 @@ int brk_store_sandbox_active (brk_store_t *self, const char *vmd, uint64_t *coun
     return result;
 }
 
+//  Hands the rows of a bound sandbox query to fn, at most 100.
+static int s_sandbox_collect (sqlite3_stmt *stmt, brk_store_sandbox_fn *fn, void *arg);
+
 int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,
                                brk_store_sandbox_fn *fn, void *arg)
 {
@@ -1049,6 +1078,93 @@ int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,
     sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_EXPIRED];
     sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) now_ms);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) (limit ? limit : 100));
+    return s_sandbox_collect (stmt, fn, arg);
+}
+
+int brk_store_sandbox_unfunded (brk_store_t *self, size_t limit, brk_store_sandbox_fn *fn,
+                                void *arg)
+{
+    if (!self || !fn)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_UNFUNDED];
+    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) (limit && limit < 100 ? limit : 100));
+    return s_sandbox_collect (stmt, fn, arg);
+}
+
+int brk_store_start_add (brk_store_t *self, const char *account_id, const char *sandbox_id,
+                         uint64_t ts_ms)
+{
+    if (!self || !s_nonempty (account_id) || !s_nonempty (sandbox_id) || !s_fits (ts_ms) ||
+        !s_require_transaction (self, "start add"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_START_ADD];
+    s_bind_text (stmt, 1, account_id);
+    s_bind_text (stmt, 2, sandbox_id);
+    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) ts_ms);
+    return s_run (self, ST_START_ADD, "start add") == SQLITE_DONE ? 0 : -1;
+}
+
+//  Runs a one-row count query bound by the caller; its first column into *count.
+static int s_count (brk_store_t *self, stmt_id_t id, uint64_t *count, const char *what)
+{
+    sqlite3_stmt *stmt = self->stmt[id];
+    int result = -1;
+    if (sqlite3_step (stmt) == SQLITE_ROW) {
+        *count = s_column_u64 (stmt, 0);
+        result = 0;
+    } else
+        s_log_db_error (self, what);
+    s_reset (stmt);
+    return result;
+}
+
+int brk_store_starts_since (brk_store_t *self, const char *account_id, uint64_t since_ms,
+                            uint64_t *count)
+{
+    if (!self || !account_id || !count || !s_fits (since_ms))
+        return -1;
+    s_bind_text (self->stmt[ST_STARTS_SINCE], 1, account_id);
+    sqlite3_bind_int64 (self->stmt[ST_STARTS_SINCE], 2, (sqlite3_int64) since_ms);
+    return s_count (self, ST_STARTS_SINCE, count, "starts since");
+}
+
+int brk_store_account_running (brk_store_t *self, const char *account_id, uint64_t *count)
+{
+    if (!self || !account_id || !count)
+        return -1;
+    s_bind_text (self->stmt[ST_ACCOUNT_RUNNING], 1, account_id);
+    return s_count (self, ST_ACCOUNT_RUNNING, count, "account running");
+}
+
+int brk_store_account_funds_set (brk_store_t *self, const char *account_id, bool exhausted)
+{
+    if (!self || !s_nonempty (account_id) || !s_require_transaction (self, "funds set"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_FUNDS_SET];
+    s_bind_text (stmt, 1, account_id);
+    sqlite3_bind_int (stmt, 2, exhausted ? 1 : 0);
+    if (s_run (self, ST_FUNDS_SET, "funds set") != SQLITE_DONE)
+        return -1;
+    return sqlite3_changes (self->db) ? 0 : 1;
+}
+
+int brk_store_account_funds_exhausted (brk_store_t *self, const char *account_id, bool *exhausted)
+{
+    if (!self || !account_id || !exhausted)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_FUNDS_GET];
+    s_bind_text (stmt, 1, account_id);
+    int rc = sqlite3_step (stmt);
+    int result = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
+    *exhausted = rc == SQLITE_ROW && sqlite3_column_int (stmt, 0) != 0;
+    if (result < 0)
+        s_log_db_error (self, "funds get");
+    s_reset (stmt);
+    return result;
+}
+
+static int s_sandbox_collect (sqlite3_stmt *stmt, brk_store_sandbox_fn *fn, void *arg)
+{
     //  Collect first: the callback changes these rows, and SQLite must not be stepping
     //  over them meanwhile.
     brk_sandbox_t found[100];

@@ -224,6 +224,22 @@ int brk_store_sandbox_active (brk_store_t *self, const char *vmd, uint64_t *coun
 //  `limit`, and 100). Returns how many, or -1.
 int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,
                                brk_store_sandbox_fn *fn, void *arg);
+//  Ready sandboxes of accounts whose wallet is empty, longest ready first (at most
+//  `limit`, and 100). Returns how many, or -1.
+int brk_store_sandbox_unfunded (brk_store_t *self, size_t limit, brk_store_sandbox_fn *fn,
+                                void *arg);
+//  Plan limits. start_add records a start (create or resume) in a transaction;
+//  starts_since counts the account's starts at or after since_ms; account_running counts
+//  its sandboxes in creating, ready or resuming. 0 or -1.
+int brk_store_start_add (brk_store_t *self, const char *account_id, const char *sandbox_id,
+                         uint64_t ts_ms);
+int brk_store_starts_since (brk_store_t *self, const char *account_id, uint64_t since_ms,
+                            uint64_t *count);
+int brk_store_account_running (brk_store_t *self, const char *account_id, uint64_t *count);
+//  Whether the account's wallet is empty (billing says): set in a transaction; 0, 1 no
+//  such account, -1 error.
+int brk_store_account_funds_set (brk_store_t *self, const char *account_id, bool exhausted);
+int brk_store_account_funds_exhausted (brk_store_t *self, const char *account_id, bool *exhausted);
 //  Sets the deadline and TTL; renames (in a transaction).
 int brk_store_sandbox_set_expiry (brk_store_t *self, const char *id, uint64_t expires_ms,
                                   uint64_t ttl_s);

@@ -40,6 +40,12 @@ static const s_known_t s_known[] = {{"broker.endpoint", "ipc://%D/run/broker.soc
     {"rate.large", "40"},
     {"wallet.initial", "0"},
     {"mcp.origins", NULL},
+    //  Plan limits (docs/limits.md): plan.P.* for any plan P; unset fields of another plan
+    //  take the free plan's values; 0 means no limit.
+    {"plan.free.starts_per_day", "100"},
+    {"plan.free.running", "5"},
+    {"plan.free.ttl_max_s", "86400"},
+    {"plan.free.ttl_default_s", "3600"},
                                     {NULL, NULL}};
 
 typedef struct {
@@ -56,11 +62,21 @@ struct sbx_config_t {
     char hostname[256];
 };
 
+//  plan.<name>.<field> is known for every plan name (plans are the operator's to name).
+static const s_known_t s_plan_key = {"plan.*", NULL};
+static const char *s_plan_fields[] = {"starts_per_day", "running", "ttl_max_s", "ttl_default_s",
+                                      NULL};
+
 static const s_known_t *s_lookup_known (const char *key)
 {
     for (const s_known_t *k = s_known; k->key; k++)
         if (strcmp (k->key, key) == 0)
             return k;
+    const char *field = strrchr (key, '.');
+    if (strncmp (key, "plan.", 5) == 0 && field && field > key + 5)
+        for (const char **f = s_plan_fields; *f; f++)
+            if (strcmp (field + 1, *f) == 0)
+                return &s_plan_key;
     return NULL;
 }
 

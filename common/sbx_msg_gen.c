@@ -243,6 +243,9 @@ static const sbx_meta_struct_t s_meta_agent_file_read;
 static const sbx_meta_struct_t s_meta_agent_file_read_ok;
 static const sbx_meta_struct_t s_meta_usage_sandbox;
 static const sbx_meta_struct_t s_meta_usage_day;
+static const sbx_meta_struct_t s_meta_account_funds;
+static const sbx_meta_struct_t s_meta_account_funds_exhausted;
+static const sbx_meta_struct_t s_meta_account_funds_restored;
 static const sbx_meta_struct_t s_meta_usage_get;
 static const sbx_meta_struct_t s_meta_usage_get_ok;
 static const sbx_meta_struct_t s_meta_caller;
@@ -580,6 +583,25 @@ static const sbx_meta_field_t s_fields_usage_day[] = {
     {"micro_usd", SBX_META_UINT, offsetof (sbx_usage_day_t, micro_usd), false, 0, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_usage_day = {"usage_day", sizeof (sbx_usage_day_t), s_fields_usage_day, 4};
+
+static const sbx_meta_field_t s_fields_account_funds[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_account_funds_t, account_id), true, 64, NULL, NULL},
+    {"exhausted", SBX_META_BOOL, offsetof (sbx_account_funds_t, exhausted), false, 0, NULL, NULL},
+    {"balance_micro_usd", SBX_META_INT, offsetof (sbx_account_funds_t, balance_micro_usd), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_account_funds = {"account.funds", sizeof (sbx_account_funds_t), s_fields_account_funds, 3};
+
+static const sbx_meta_field_t s_fields_account_funds_exhausted[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_account_funds_exhausted_t, account_id), true, 64, NULL, NULL},
+    {"balance_micro_usd", SBX_META_INT, offsetof (sbx_account_funds_exhausted_t, balance_micro_usd), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_account_funds_exhausted = {"account.funds_exhausted", sizeof (sbx_account_funds_exhausted_t), s_fields_account_funds_exhausted, 2};
+
+static const sbx_meta_field_t s_fields_account_funds_restored[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_account_funds_restored_t, account_id), true, 64, NULL, NULL},
+    {"balance_micro_usd", SBX_META_INT, offsetof (sbx_account_funds_restored_t, balance_micro_usd), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_account_funds_restored = {"account.funds_restored", sizeof (sbx_account_funds_restored_t), s_fields_account_funds_restored, 2};
 
 static const sbx_meta_field_t s_fields_usage_get[] = {
     {"account", SBX_META_STRING, offsetof (sbx_usage_get_t, account), true, 256, NULL, NULL},
@@ -1058,6 +1080,12 @@ static const char *const s_from_agent_file_read[] = {"vmd"};
 static const char *const s_to_agent_file_read[] = {"agent"};
 static const char *const s_from_agent_file_read_ok[] = {"agent"};
 static const char *const s_to_agent_file_read_ok[] = {"vmd"};
+static const char *const s_from_account_funds[] = {"billing"};
+static const char *const s_to_account_funds[] = {"broker"};
+static const char *const s_from_account_funds_exhausted[] = {"broker"};
+static const char *const s_to_account_funds_exhausted[] = {"tap"};
+static const char *const s_from_account_funds_restored[] = {"broker"};
+static const char *const s_to_account_funds_restored[] = {"tap"};
 static const char *const s_from_usage_get[] = {"cli", "gateway"};
 static const char *const s_to_usage_get[] = {"billing"};
 static const char *const s_from_usage_get_ok[] = {"billing"};
@@ -1207,6 +1235,9 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"agent.file.write.ok", &s_meta_agent_file_write_ok, s_from_agent_file_write_ok, 1, s_to_agent_file_write_ok, 1, SBX_MSG__UNKNOWN, false},
     {"agent.file.read", &s_meta_agent_file_read, s_from_agent_file_read, 1, s_to_agent_file_read, 1, SBX_MSG_AGENT_FILE_READ_OK, false},
     {"agent.file.read.ok", &s_meta_agent_file_read_ok, s_from_agent_file_read_ok, 1, s_to_agent_file_read_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"account.funds", &s_meta_account_funds, s_from_account_funds, 1, s_to_account_funds, 1, SBX_MSG__UNKNOWN, false},
+    {"account.funds_exhausted", &s_meta_account_funds_exhausted, s_from_account_funds_exhausted, 1, s_to_account_funds_exhausted, 1, SBX_MSG__UNKNOWN, true},
+    {"account.funds_restored", &s_meta_account_funds_restored, s_from_account_funds_restored, 1, s_to_account_funds_restored, 1, SBX_MSG__UNKNOWN, true},
     {"usage.get", &s_meta_usage_get, s_from_usage_get, 2, s_to_usage_get, 1, SBX_MSG_USAGE_GET_OK, false},
     {"usage.get.ok", &s_meta_usage_get_ok, s_from_usage_get_ok, 1, s_to_usage_get_ok, 2, SBX_MSG__UNKNOWN, false},
     {"event", &s_meta_event, s_from_event, 1, s_to_event, 1, SBX_MSG__UNKNOWN, false},
@@ -1417,6 +1448,21 @@ sbx_agent_file_read_t *sbx_msg_agent_file_read (struct sbx_msg_s *msg)
 sbx_agent_file_read_ok_t *sbx_msg_agent_file_read_ok (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_AGENT_FILE_READ_OK ? (sbx_agent_file_read_ok_t *) msg->body : NULL;
+}
+
+sbx_account_funds_t *sbx_msg_account_funds (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_FUNDS ? (sbx_account_funds_t *) msg->body : NULL;
+}
+
+sbx_account_funds_exhausted_t *sbx_msg_account_funds_exhausted (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_FUNDS_EXHAUSTED ? (sbx_account_funds_exhausted_t *) msg->body : NULL;
+}
+
+sbx_account_funds_restored_t *sbx_msg_account_funds_restored (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_FUNDS_RESTORED ? (sbx_account_funds_restored_t *) msg->body : NULL;
 }
 
 sbx_usage_get_t *sbx_msg_usage_get (struct sbx_msg_s *msg)

@@ -146,94 +146,97 @@ typedef struct {
 //  Message types, as named on the wire.
 typedef enum {
     SBX_MSG__UNKNOWN = 0,
-    SBX_MSG_ACCOUNT_CREATE,       //  account.create
-    SBX_MSG_ACCOUNT_CREATE_OK,    //  account.create.ok
-    SBX_MSG_KEY_CREATE,           //  key.create
-    SBX_MSG_KEY_CREATE_OK,        //  key.create.ok
-    SBX_MSG_KEY_LIST,             //  key.list
-    SBX_MSG_KEY_LIST_OK,          //  key.list.ok
-    SBX_MSG_KEY_REVOKE,           //  key.revoke
-    SBX_MSG_KEY_REVOKE_OK,        //  key.revoke.ok
-    SBX_MSG_ACCOUNT_CREATED,      //  account.created
-    SBX_MSG_KEY_CREATED,          //  key.created
-    SBX_MSG_KEY_REVOKED,          //  key.revoked
-    SBX_MSG_AUTH_KEY,             //  auth.key
-    SBX_MSG_AUTH_KEY_OK,          //  auth.key.ok
-    SBX_MSG_AGENT_HELLO,          //  agent.hello
-    SBX_MSG_AGENT_PING,           //  agent.ping
-    SBX_MSG_AGENT_PING_OK,        //  agent.ping.ok
-    SBX_MSG_AGENT_SETUP,          //  agent.setup
-    SBX_MSG_AGENT_SETUP_OK,       //  agent.setup.ok
-    SBX_MSG_AGENT_EXEC,           //  agent.exec
-    SBX_MSG_AGENT_EXEC_OK,        //  agent.exec.ok
-    SBX_MSG_AGENT_STATUS,         //  agent.status
-    SBX_MSG_AGENT_STATUS_OK,      //  agent.status.ok
-    SBX_MSG_AGENT_KILL,           //  agent.kill
-    SBX_MSG_AGENT_KILL_OK,        //  agent.kill.ok
-    SBX_MSG_AGENT_PS,             //  agent.ps
-    SBX_MSG_AGENT_PS_OK,          //  agent.ps.ok
-    SBX_MSG_AGENT_FILE_WRITE,     //  agent.file.write
-    SBX_MSG_AGENT_FILE_WRITE_OK,  //  agent.file.write.ok
-    SBX_MSG_AGENT_FILE_READ,      //  agent.file.read
-    SBX_MSG_AGENT_FILE_READ_OK,   //  agent.file.read.ok
-    SBX_MSG_USAGE_GET,            //  usage.get
-    SBX_MSG_USAGE_GET_OK,         //  usage.get.ok
-    SBX_MSG_EVENT,                //  event
-    SBX_MSG_EVENTS_REPLAY,        //  events.replay
-    SBX_MSG_EVENTS_REPLAY_OK,     //  events.replay.ok
-    SBX_MSG_PEER_JOINED,          //  peer.joined
-    SBX_MSG_PEER_LEFT,            //  peer.left
-    SBX_MSG_ERROR,                //  error
-    SBX_MSG_PEER_HELLO,           //  peer.hello
-    SBX_MSG_PEER_WELCOME,         //  peer.welcome
-    SBX_MSG_PEER_HEARTBEAT,       //  peer.heartbeat
-    SBX_MSG_PEER_UNKNOWN,         //  peer.unknown
-    SBX_MSG_PEER_BYE,             //  peer.bye
-    SBX_MSG_SYS_STATUS,           //  sys.status
-    SBX_MSG_SYS_STATUS_OK,        //  sys.status.ok
-    SBX_MSG_BROKER_PEERS,         //  broker.peers
-    SBX_MSG_BROKER_PEERS_OK,      //  broker.peers.ok
-    SBX_MSG_SANDBOX_CREATE,       //  sandbox.create
-    SBX_MSG_SANDBOX_CREATE_OK,    //  sandbox.create.ok
-    SBX_MSG_SANDBOX_GET,          //  sandbox.get
-    SBX_MSG_SANDBOX_GET_OK,       //  sandbox.get.ok
-    SBX_MSG_SANDBOX_LIST,         //  sandbox.list
-    SBX_MSG_SANDBOX_LIST_OK,      //  sandbox.list.ok
-    SBX_MSG_SANDBOX_STOP,         //  sandbox.stop
-    SBX_MSG_SANDBOX_STOP_OK,      //  sandbox.stop.ok
-    SBX_MSG_SANDBOX_RESUME,       //  sandbox.resume
-    SBX_MSG_SANDBOX_RESUME_OK,    //  sandbox.resume.ok
-    SBX_MSG_SANDBOX_DELETE,       //  sandbox.delete
-    SBX_MSG_SANDBOX_DELETE_OK,    //  sandbox.delete.ok
-    SBX_MSG_SANDBOX_CHANGED,      //  sandbox.changed
-    SBX_MSG_SANDBOX_UPDATED,      //  sandbox.updated
-    SBX_MSG_TTL_EXPIRED,          //  ttl.expired
-    SBX_MSG_VM_CREATE,            //  vm.create
-    SBX_MSG_VM_CREATE_OK,         //  vm.create.ok
-    SBX_MSG_VM_STOP,              //  vm.stop
-    SBX_MSG_VM_STOP_OK,           //  vm.stop.ok
-    SBX_MSG_VM_RESUME,            //  vm.resume
-    SBX_MSG_VM_RESUME_OK,         //  vm.resume.ok
-    SBX_MSG_VM_DELETE,            //  vm.delete
-    SBX_MSG_VM_DELETE_OK,         //  vm.delete.ok
-    SBX_MSG_SANDBOX_EXTEND,       //  sandbox.extend
-    SBX_MSG_SANDBOX_EXTEND_OK,    //  sandbox.extend.ok
-    SBX_MSG_SANDBOX_UPDATE,       //  sandbox.update
-    SBX_MSG_SANDBOX_UPDATE_OK,    //  sandbox.update.ok
-    SBX_MSG_SANDBOX_AGENT,        //  sandbox.agent
-    SBX_MSG_SANDBOX_AGENT_OK,     //  sandbox.agent.ok
-    SBX_MSG_VM_AGENT,             //  vm.agent
-    SBX_MSG_VM_AGENT_OK,          //  vm.agent.ok
-    SBX_MSG_VM_LIST,              //  vm.list
-    SBX_MSG_VM_LIST_OK,           //  vm.list.ok
-    SBX_MSG_VM_FAILED,            //  vm.failed
-    SBX_MSG_SANDBOX_PORT,         //  sandbox.port
-    SBX_MSG_SANDBOX_PORT_OK,      //  sandbox.port.ok
-    SBX_MSG_SANDBOX_RESOLVE,      //  sandbox.resolve
-    SBX_MSG_SANDBOX_RESOLVE_OK,   //  sandbox.resolve.ok
-    SBX_MSG_SANDBOX_PORT_CHANGED, //  sandbox.port_changed
-    SBX_MSG_VM_PORT,              //  vm.port
-    SBX_MSG_VM_PORT_OK,           //  vm.port.ok
+    SBX_MSG_ACCOUNT_CREATE,          //  account.create
+    SBX_MSG_ACCOUNT_CREATE_OK,       //  account.create.ok
+    SBX_MSG_KEY_CREATE,              //  key.create
+    SBX_MSG_KEY_CREATE_OK,           //  key.create.ok
+    SBX_MSG_KEY_LIST,                //  key.list
+    SBX_MSG_KEY_LIST_OK,             //  key.list.ok
+    SBX_MSG_KEY_REVOKE,              //  key.revoke
+    SBX_MSG_KEY_REVOKE_OK,           //  key.revoke.ok
+    SBX_MSG_ACCOUNT_CREATED,         //  account.created
+    SBX_MSG_KEY_CREATED,             //  key.created
+    SBX_MSG_KEY_REVOKED,             //  key.revoked
+    SBX_MSG_AUTH_KEY,                //  auth.key
+    SBX_MSG_AUTH_KEY_OK,             //  auth.key.ok
+    SBX_MSG_AGENT_HELLO,             //  agent.hello
+    SBX_MSG_AGENT_PING,              //  agent.ping
+    SBX_MSG_AGENT_PING_OK,           //  agent.ping.ok
+    SBX_MSG_AGENT_SETUP,             //  agent.setup
+    SBX_MSG_AGENT_SETUP_OK,          //  agent.setup.ok
+    SBX_MSG_AGENT_EXEC,              //  agent.exec
+    SBX_MSG_AGENT_EXEC_OK,           //  agent.exec.ok
+    SBX_MSG_AGENT_STATUS,            //  agent.status
+    SBX_MSG_AGENT_STATUS_OK,         //  agent.status.ok
+    SBX_MSG_AGENT_KILL,              //  agent.kill
+    SBX_MSG_AGENT_KILL_OK,           //  agent.kill.ok
+    SBX_MSG_AGENT_PS,                //  agent.ps
+    SBX_MSG_AGENT_PS_OK,             //  agent.ps.ok
+    SBX_MSG_AGENT_FILE_WRITE,        //  agent.file.write
+    SBX_MSG_AGENT_FILE_WRITE_OK,     //  agent.file.write.ok
+    SBX_MSG_AGENT_FILE_READ,         //  agent.file.read
+    SBX_MSG_AGENT_FILE_READ_OK,      //  agent.file.read.ok
+    SBX_MSG_ACCOUNT_FUNDS,           //  account.funds
+    SBX_MSG_ACCOUNT_FUNDS_EXHAUSTED, //  account.funds_exhausted
+    SBX_MSG_ACCOUNT_FUNDS_RESTORED,  //  account.funds_restored
+    SBX_MSG_USAGE_GET,               //  usage.get
+    SBX_MSG_USAGE_GET_OK,            //  usage.get.ok
+    SBX_MSG_EVENT,                   //  event
+    SBX_MSG_EVENTS_REPLAY,           //  events.replay
+    SBX_MSG_EVENTS_REPLAY_OK,        //  events.replay.ok
+    SBX_MSG_PEER_JOINED,             //  peer.joined
+    SBX_MSG_PEER_LEFT,               //  peer.left
+    SBX_MSG_ERROR,                   //  error
+    SBX_MSG_PEER_HELLO,              //  peer.hello
+    SBX_MSG_PEER_WELCOME,            //  peer.welcome
+    SBX_MSG_PEER_HEARTBEAT,          //  peer.heartbeat
+    SBX_MSG_PEER_UNKNOWN,            //  peer.unknown
+    SBX_MSG_PEER_BYE,                //  peer.bye
+    SBX_MSG_SYS_STATUS,              //  sys.status
+    SBX_MSG_SYS_STATUS_OK,           //  sys.status.ok
+    SBX_MSG_BROKER_PEERS,            //  broker.peers
+    SBX_MSG_BROKER_PEERS_OK,         //  broker.peers.ok
+    SBX_MSG_SANDBOX_CREATE,          //  sandbox.create
+    SBX_MSG_SANDBOX_CREATE_OK,       //  sandbox.create.ok
+    SBX_MSG_SANDBOX_GET,             //  sandbox.get
+    SBX_MSG_SANDBOX_GET_OK,          //  sandbox.get.ok
+    SBX_MSG_SANDBOX_LIST,            //  sandbox.list
+    SBX_MSG_SANDBOX_LIST_OK,         //  sandbox.list.ok
+    SBX_MSG_SANDBOX_STOP,            //  sandbox.stop
+    SBX_MSG_SANDBOX_STOP_OK,         //  sandbox.stop.ok
+    SBX_MSG_SANDBOX_RESUME,          //  sandbox.resume
+    SBX_MSG_SANDBOX_RESUME_OK,       //  sandbox.resume.ok
+    SBX_MSG_SANDBOX_DELETE,          //  sandbox.delete
+    SBX_MSG_SANDBOX_DELETE_OK,       //  sandbox.delete.ok
+    SBX_MSG_SANDBOX_CHANGED,         //  sandbox.changed
+    SBX_MSG_SANDBOX_UPDATED,         //  sandbox.updated
+    SBX_MSG_TTL_EXPIRED,             //  ttl.expired
+    SBX_MSG_VM_CREATE,               //  vm.create
+    SBX_MSG_VM_CREATE_OK,            //  vm.create.ok
+    SBX_MSG_VM_STOP,                 //  vm.stop
+    SBX_MSG_VM_STOP_OK,              //  vm.stop.ok
+    SBX_MSG_VM_RESUME,               //  vm.resume
+    SBX_MSG_VM_RESUME_OK,            //  vm.resume.ok
+    SBX_MSG_VM_DELETE,               //  vm.delete
+    SBX_MSG_VM_DELETE_OK,            //  vm.delete.ok
+    SBX_MSG_SANDBOX_EXTEND,          //  sandbox.extend
+    SBX_MSG_SANDBOX_EXTEND_OK,       //  sandbox.extend.ok
+    SBX_MSG_SANDBOX_UPDATE,          //  sandbox.update
+    SBX_MSG_SANDBOX_UPDATE_OK,       //  sandbox.update.ok
+    SBX_MSG_SANDBOX_AGENT,           //  sandbox.agent
+    SBX_MSG_SANDBOX_AGENT_OK,        //  sandbox.agent.ok
+    SBX_MSG_VM_AGENT,                //  vm.agent
+    SBX_MSG_VM_AGENT_OK,             //  vm.agent.ok
+    SBX_MSG_VM_LIST,                 //  vm.list
+    SBX_MSG_VM_LIST_OK,              //  vm.list.ok
+    SBX_MSG_VM_FAILED,               //  vm.failed
+    SBX_MSG_SANDBOX_PORT,            //  sandbox.port
+    SBX_MSG_SANDBOX_PORT_OK,         //  sandbox.port.ok
+    SBX_MSG_SANDBOX_RESOLVE,         //  sandbox.resolve
+    SBX_MSG_SANDBOX_RESOLVE_OK,      //  sandbox.resolve.ok
+    SBX_MSG_SANDBOX_PORT_CHANGED,    //  sandbox.port_changed
+    SBX_MSG_VM_PORT,                 //  vm.port
+    SBX_MSG_VM_PORT_OK,              //  vm.port.ok
     SBX_MSG__COUNT
 } sbx_msg_type_t;
 
@@ -272,6 +275,9 @@ typedef struct sbx_agent_file_read_s sbx_agent_file_read_t;
 typedef struct sbx_agent_file_read_ok_s sbx_agent_file_read_ok_t;
 typedef struct sbx_usage_sandbox_s sbx_usage_sandbox_t;
 typedef struct sbx_usage_day_s sbx_usage_day_t;
+typedef struct sbx_account_funds_s sbx_account_funds_t;
+typedef struct sbx_account_funds_exhausted_s sbx_account_funds_exhausted_t;
+typedef struct sbx_account_funds_restored_s sbx_account_funds_restored_t;
 typedef struct sbx_usage_get_s sbx_usage_get_t;
 typedef struct sbx_usage_get_ok_s sbx_usage_get_ok_t;
 typedef struct sbx_caller_s sbx_caller_t;
@@ -839,6 +845,39 @@ struct sbx_usage_day_s {
     uint64_t seconds;
     //  Cost of that time in micro-dollars.
     uint64_t micro_usd;
+};
+
+//  message account.funds (billing.json): billing -> broker. Billing tells the broker whether an
+//  account's active wallet has run out: its balance less what its running sandboxes have used
+//  so far is at or below zero, for a wallet that was ever funded (a wallet that started at 0
+//  and never got funds is post-paid and never reported). Sent when the state changes and again
+//  every 10 s; the broker records a change only.
+struct sbx_account_funds_s {
+    //  (required, max 64) The account (acc_…).
+    char *account_id;
+    //  True: the wallet is empty; false: it has funds.
+    bool exhausted;
+    //  The balance billing computed, running time included, in micro-dollars.
+    int64_t balance_micro_usd;
+};
+
+//  message account.funds_exhausted (billing.json): broker -> tap, event. The account's wallet
+//  ran out: the broker refuses its creates and resumes (insufficient_funds) and stops its
+//  running sandboxes (memory kept, reason wallet empty).
+struct sbx_account_funds_exhausted_s {
+    //  (required, max 64) The account.
+    char *account_id;
+    //  The balance billing reported.
+    int64_t balance_micro_usd;
+};
+
+//  message account.funds_restored (billing.json): broker -> tap, event. The account's wallet
+//  has funds again: creates and resumes are allowed.
+struct sbx_account_funds_restored_s {
+    //  (required, max 64) The account.
+    char *account_id;
+    //  The balance billing reported.
+    int64_t balance_micro_usd;
 };
 
 //  message usage.get (billing.json): cli, gateway -> billing, reply usage.get.ok. An account's
@@ -1534,6 +1573,9 @@ sbx_agent_file_write_t *sbx_msg_agent_file_write (struct sbx_msg_s *msg);
 sbx_agent_file_write_ok_t *sbx_msg_agent_file_write_ok (struct sbx_msg_s *msg);
 sbx_agent_file_read_t *sbx_msg_agent_file_read (struct sbx_msg_s *msg);
 sbx_agent_file_read_ok_t *sbx_msg_agent_file_read_ok (struct sbx_msg_s *msg);
+sbx_account_funds_t *sbx_msg_account_funds (struct sbx_msg_s *msg);
+sbx_account_funds_exhausted_t *sbx_msg_account_funds_exhausted (struct sbx_msg_s *msg);
+sbx_account_funds_restored_t *sbx_msg_account_funds_restored (struct sbx_msg_s *msg);
 sbx_usage_get_t *sbx_msg_usage_get (struct sbx_msg_s *msg);
 sbx_usage_get_ok_t *sbx_msg_usage_get_ok (struct sbx_msg_s *msg);
 sbx_event_t *sbx_msg_event (struct sbx_msg_s *msg);

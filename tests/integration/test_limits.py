@@ -1,0 +1,77 @@
+"""Plan limits and wallets with real guests (issue 6, item 5): a tiny free plan in
+sbx.conf hit through `sbx sandbox create/resume` (the CLI creates as an operator for an
+account: the account's plan applies all the same), and a small wallet.initial running
+out while a sandbox runs."""
+import datetime
+import unittest
+
+from sbxtest import Sbx, main, wait_for
+
+
+def refused(test, res, code, text):
+    test.assertNotEqual(res.returncode, 0, res.stdout)
+    test.assertIn(f"({code})", res.stderr)
+    test.assertIn(text, res.stderr)
+
+
+def when(text):
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class LimitsTest(unittest.TestCase):
+    def test_plan_limits(self):
+        s = Sbx(self, "limits", settings={"plan.free.running": 1,
+                                          "plan.free.starts_per_day": 2,
+                                          "plan.free.ttl_max_s": 600})
+        s.up()
+        s.cli_json("account", "create", "--email", "ann@example.com", "--no-key")
+        acct = ["--account", "ann@example.com"]
+        # TTL over the plan's maximum, named; none asked gets the default (1 h, bounded).
+        res = s.cli("sandbox", "create", *acct, "--ttl", "20m", check=False)
+        refused(self, res, "invalid_argument", "over the free plan's maximum of 600 seconds")
+        sb = s.cli_json("sandbox", "create", *acct, timeout=300)
+        self.assertEqual(sb["state"], "ready")
+        # The free default (1 h) is bounded by this plan's maximum: 600 s from creation.
+        self.assertEqual(when(sb["expires_at"]) - when(sb["created_at"]), 600)
+        # One running at once.
+        res = s.cli("sandbox", "create", *acct, check=False, timeout=300)
+        refused(self, res, "limit_exceeded", "the free plan allows 1 running sandboxes at once")
+        # The resume is the second start of the day; after it, no more.
+        s.cli_json("sandbox", "stop", sb["id"], timeout=300)
+        self.assertEqual(s.cli_json("sandbox", "resume", sb["id"], timeout=300)["state"],
+                         "ready")
+        s.cli_json("sandbox", "stop", sb["id"], timeout=300)
+        res = s.cli("sandbox", "create", *acct, check=False, timeout=300)
+        refused(self, res, "daily_limit_reached",
+                "the free plan allows 2 starts per day; the count resets at 00:00 UTC")
+        res = s.cli("sandbox", "resume", sb["id"], check=False, timeout=300)
+        refused(self, res, "daily_limit_reached", "2 starts per day")
+        s.cli_json("sandbox", "delete", sb["id"], timeout=300)
+
+    def test_wallet_runs_out(self):
+        # 20 µ$ at small's 10 µ$/s: two seconds of running time.
+        s = Sbx(self, "wallet", settings={"wallet.initial": 20})
+        s.up()
+        s.cli_json("account", "create", "--email", "bea@example.com", "--no-key")
+        acct = ["--account", "bea@example.com"]
+        sb = s.cli_json("sandbox", "create", *acct, timeout=300)
+        self.assertEqual(sb["state"], "ready")
+
+        def stopped():
+            got = s.cli_json("sandbox", "get", sb["id"])
+            return got if got["state"] == "stopped" else None
+        got = wait_for(stopped, 60, "the sandbox stopped for want of funds")
+        self.assertEqual(got["reason"], "wallet empty")
+        res = s.cli("sandbox", "create", *acct, check=False, timeout=300)
+        refused(self, res, "insufficient_funds", "the account's wallet is empty; add funds")
+        res = s.cli("sandbox", "resume", sb["id"], check=False, timeout=300)
+        refused(self, res, "insufficient_funds", "add funds")
+        # The broker's log says so once.
+        events = s.cli("tap", "--since", "0", "--once", "--json", timeout=30)
+        self.assertEqual(events.stdout.count('"account.funds_exhausted"'), 1)
+        usage = s.cli_json("usage", "--account", "bea@example.com")
+        self.assertLessEqual(usage["balance_micro_usd"], 0)
+
+
+if __name__ == "__main__":
+    main()
