@@ -1,5 +1,6 @@
 /*  brk_accounts - see brk_accounts.h */
 #include "brk_accounts.h"
+#include "brk_limits.h"
 #include "sbx_clock.h"
 #include "sbx_log.h"
 #include "sbx_secret.h"
@@ -351,6 +352,14 @@ sbx_msg_t *brk_accounts_auth_key (brk_ctx_t *ctx, sbx_msg_t *request)
             sbx_key_preset_from_name (key.preset, &ok->caller->preset);
     }
     ok->expires_ms = key.expires_ms;
+    //  The gateway enforces the plan's request rate per key; it learns it here.
+    brk_account_t account;
+    if (brk_store_account_find (ctx->store, key.account_id, &account) == 0) {
+        brk_plan_t plan;
+        brk_limits_plan (ctx->config, &account, &plan);
+        ok->requests_per_second = plan.unlimited ? 0 : plan.requests_per_second;
+        brk_account_clear (&account);
+    }
     brk_key_clear (&key);
     return reply;
 }

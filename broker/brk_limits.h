@@ -6,6 +6,7 @@
         plan.P.running          sandboxes creating/ready/resuming  limit_exceeded
         plan.P.ttl_max_s        the longest TTL create/extend may ask   invalid_argument
         plan.P.ttl_default_s    the TTL of a create that asks none
+        plan.P.requests_per_second  per API key (the gateway's)     rate_limited
     A field a plan leaves unset takes the free plan's value; 0 means no limit (no TTL
     for ttl_default_s). Plan `unlimited` and admin accounts have no plan limits. Limits
     follow the account, whoever asks (an operator creating for it included).
@@ -27,6 +28,7 @@ typedef struct {
     uint64_t running;        //  0: no limit
     uint64_t ttl_max_s;      //  0: no limit
     uint64_t ttl_default_s;  //  0: no TTL
+    uint64_t requests_per_second; //  per API key, enforced by the gateway; 0: no limit
 } brk_plan_t;
 
 //  The limits of the account's plan, from config.

@@ -20,22 +20,23 @@ typedef struct {
     const char *dflt;
 } s_known_t;
 
-static const s_known_t s_known[] = {{"broker.endpoint", "ipc://%D/run/broker.sock"},
-                                    {"broker.bind", NULL}, //  = broker.endpoint
-                                    {"tap.endpoint", "ipc://%D/run/tap.sock"},
-                                    {"tap.bind", NULL}, //  = tap.endpoint
-                                    {"broker.public_key", NULL},
-                                    {"instance", NULL}, //  = host name
-                                    {"heartbeat_ms", "1000"},
-                                    {"request_timeout_ms", "30000"},
-                                    {"listen", "127.0.0.1:8443"},
-                                    {"domain", "localhost"},
-                                    {"tls", "on"},
-                                    {"tls.cert", NULL},
-                                    {"tls.key", NULL},
-                                    {"image_dir", NULL},
-                                    {"vmd.capacity", "8"},
-    {"rate.small", "10"},  //  µ$ per second of running time: $0.036 an hour
+static const s_known_t s_known[] = {
+    {"broker.endpoint", "ipc://%D/run/broker.sock"},
+    {"broker.bind", NULL}, //  = broker.endpoint
+    {"tap.endpoint", "ipc://%D/run/tap.sock"},
+    {"tap.bind", NULL}, //  = tap.endpoint
+    {"broker.public_key", NULL},
+    {"instance", NULL}, //  = host name
+    {"heartbeat_ms", "1000"},
+    {"request_timeout_ms", "30000"},
+    {"listen", "127.0.0.1:8443"},
+    {"domain", "localhost"},
+    {"tls", "on"},
+    {"tls.cert", NULL},
+    {"tls.key", NULL},
+    {"image_dir", NULL},
+    {"vmd.capacity", "8"},
+    {"rate.small", "10"}, //  µ$ per second of running time: $0.036 an hour
     {"rate.medium", "20"},
     {"rate.large", "40"},
     {"wallet.initial", "0"},
@@ -46,7 +47,8 @@ static const s_known_t s_known[] = {{"broker.endpoint", "ipc://%D/run/broker.soc
     {"plan.free.running", "5"},
     {"plan.free.ttl_max_s", "86400"},
     {"plan.free.ttl_default_s", "3600"},
-                                    {NULL, NULL}};
+    {"plan.free.requests_per_second", "20"},
+    {NULL, NULL}};
 
 typedef struct {
     char *key;

@@ -410,8 +410,9 @@ static const sbx_meta_struct_t s_meta_auth_key = {"auth.key", sizeof (sbx_auth_k
 static const sbx_meta_field_t s_fields_auth_key_ok[] = {
     {"caller", SBX_META_STRUCT, offsetof (sbx_auth_key_ok_t, caller), true, 0, NULL, &s_meta_caller},
     {"expires_ms", SBX_META_UINT, offsetof (sbx_auth_key_ok_t, expires_ms), false, 0, NULL, NULL},
+    {"requests_per_second", SBX_META_UINT, offsetof (sbx_auth_key_ok_t, requests_per_second), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_auth_key_ok = {"auth.key.ok", sizeof (sbx_auth_key_ok_t), s_fields_auth_key_ok, 2};
+static const sbx_meta_struct_t s_meta_auth_key_ok = {"auth.key.ok", sizeof (sbx_auth_key_ok_t), s_fields_auth_key_ok, 3};
 
 static const sbx_meta_field_t s_fields_agent_proc[] = {
     {"pid", SBX_META_UINT, offsetof (sbx_agent_proc_t, pid), true, 0, NULL, NULL},

@@ -548,6 +548,9 @@ struct sbx_auth_key_ok_s {
     sbx_caller_t *caller;
     //  When the key expires; 0 for never (the gateway caches no longer).
     uint64_t expires_ms;
+    //  Requests per second this key may make (its account's plan); 0 for no limit. The gateway
+    //  enforces it.
+    uint64_t requests_per_second;
 };
 
 //  struct agent_proc (agent.json). A process the agent started, running or finished.

@@ -23,7 +23,15 @@ typedef struct {
     void *arg;
 } s_check_t;
 
+//  A key's token bucket, in thousandths of a request so integer arithmetic is enough.
+typedef struct {
+    uint64_t rate;      //  requests per second; 0: none
+    uint64_t milli;     //  budget left, in 1/1000 requests
+    uint64_t last_mono; //  when it was last refilled
+} s_bucket_t;
+
 struct gw_auth_t {
+    zhashx_t *buckets; //  key id → s_bucket_t; they outlive cache entries
     sbx_peer_t *peer;
     char *base_url;
     zhashx_t *cache;   //  key hash → s_entry_t
@@ -76,6 +84,12 @@ static int s_serial_cmp (const void *a, const void *b)
     return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
 }
 
+static void s_bucket_free (void **item)
+{
+    free (*item);
+    *item = NULL;
+}
+
 gw_auth_t *gw_auth_new (sbx_config_t *config, sbx_peer_t *peer)
 {
     gw_auth_t *self = calloc (1, sizeof *self);
@@ -85,11 +99,13 @@ gw_auth_t *gw_auth_new (sbx_config_t *config, sbx_peer_t *peer)
     self->base_url = config ? sbx_urls_base (config) : strdup ("https://localhost:8443");
     self->cache = zhashx_new ();
     self->pending = zhashx_new ();
-    if (!self->base_url || !self->cache || !self->pending) {
+    self->buckets = zhashx_new ();
+    if (!self->base_url || !self->cache || !self->pending || !self->buckets) {
         gw_auth_destroy (&self);
         return NULL;
     }
     zhashx_set_destructor (self->cache, s_entry_free);
+    zhashx_set_destructor (self->buckets, s_bucket_free);
     zhashx_set_key_hasher (self->pending, s_serial_hash);
     zhashx_set_key_comparator (self->pending, s_serial_cmp);
     zhashx_set_key_duplicator (self->pending, NULL);
@@ -114,6 +130,7 @@ void gw_auth_destroy (gw_auth_t **self_p)
         zhashx_destroy (&self->pending);
     }
     zhashx_destroy (&self->cache);
+    zhashx_destroy (&self->buckets);
     free (self->base_url);
     free (self);
     *self_p = NULL;
@@ -160,6 +177,16 @@ static void s_on_reply (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
             zhashx_update (self->cache, check->hash, entry);
         } else
             free (entry);
+        if (ok->caller->key_id) {
+            s_bucket_t *bucket = zhashx_lookup (self->buckets, ok->caller->key_id);
+            if (!bucket && (bucket = calloc (1, sizeof *bucket))) {
+                bucket->milli = ok->requests_per_second * 1000;
+                bucket->last_mono = sbx_clock_mono_ms ();
+                zhashx_insert (self->buckets, ok->caller->key_id, bucket);
+            }
+            if (bucket)
+                bucket->rate = ok->requests_per_second;
+        }
         check->fn (ok->caller, SBX_OK, NULL, check->arg);
     } else if (reply->type == SBX_MSG_ERROR)
         check->fn (NULL, sbx_msg_error (reply)->code, sbx_msg_error (reply)->message, check->arg);
@@ -205,6 +232,47 @@ void gw_auth_check (gw_auth_t *self, const char *token, gw_auth_fn *fn, void *ar
     s_check_t *still = zhashx_lookup (self->pending, (void *) (uintptr_t) serial);
     if (still)
         still->rid = rid;
+}
+
+int gw_auth_take (gw_auth_t *self, const sbx_caller_t *caller, gw_auth_limit_t *limit)
+{
+    memset (limit, 0, sizeof *limit);
+    s_bucket_t *bucket =
+        caller && caller->key_id ? zhashx_lookup (self->buckets, caller->key_id) : NULL;
+    if (!bucket || bucket->rate == 0)
+        return 0;
+    uint64_t now = sbx_clock_mono_ms ();
+    uint64_t full = bucket->rate * 1000;
+    //  rate requests per 1000 ms: rate milli-requests per ms.
+    bucket->milli += (now - bucket->last_mono) * bucket->rate;
+    if (bucket->milli > full)
+        bucket->milli = full;
+    bucket->last_mono = now;
+    limit->limit = bucket->rate;
+    int rc = -1;
+    if (bucket->milli >= 1000) {
+        bucket->milli -= 1000;
+        rc = 0;
+    }
+    limit->remaining = bucket->milli / 1000;
+    //  Seconds until a whole request is back (at least 1: the header counts seconds).
+    uint64_t short_by = bucket->milli >= 1000 ? 0 : 1000 - bucket->milli;
+    limit->reset_s = (short_by / bucket->rate + 999) / 1000;
+    if (limit->reset_s == 0)
+        limit->reset_s = 1;
+    return rc;
+}
+
+void gw_auth_rate_headers (gw_request_t *req, const gw_auth_limit_t *limit)
+{
+    char value[32];
+    snprintf (value, sizeof value, "%llu", (unsigned long long) limit->limit);
+    gw_request_add_header (req, "RateLimit-Limit", value);
+    snprintf (value, sizeof value, "%llu", (unsigned long long) limit->remaining);
+    gw_request_add_header (req, "RateLimit-Remaining", value);
+    snprintf (value, sizeof value, "%llu", (unsigned long long) limit->reset_s);
+    gw_request_add_header (req, "RateLimit-Reset", value);
+    gw_request_add_header (req, "Retry-After", value);
 }
 
 void gw_auth_respond_401 (gw_auth_t *self, gw_request_t *req)

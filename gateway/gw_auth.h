@@ -44,6 +44,23 @@ void gw_auth_check (gw_auth_t *self, const char *token, gw_auth_fn *fn, void *ar
 //  resource metadata, and a JSON-RPC error body (code -32001) saying how to sign in.
 void gw_auth_respond_401 (gw_auth_t *self, gw_request_t *req);
 
+//  A key's request budget (IETF RateLimit fields): requests per second, what is left
+//  of this second's budget, and seconds until it refills.
+typedef struct {
+    uint64_t limit;
+    uint64_t remaining;
+    uint64_t reset_s;
+} gw_auth_limit_t;
+
+//  Spends one request of the caller's key budget (its plan's requests_per_second, as
+//  auth.key said; a token bucket refilling continuously, one second's worth deep).
+//  Returns 0 when the request may go, -1 when the key is over its rate. limit is
+//  filled either way (limit 0: no rate for this key).
+int gw_auth_take (gw_auth_t *self, const sbx_caller_t *caller, gw_auth_limit_t *limit);
+
+//  Adds RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset and Retry-After.
+void gw_auth_rate_headers (gw_request_t *req, const gw_auth_limit_t *limit);
+
 //  Deep copy of a caller, or NULL.
 sbx_caller_t *gw_auth_caller_dup (const sbx_caller_t *caller);
 void gw_auth_caller_destroy (sbx_caller_t **caller_p);

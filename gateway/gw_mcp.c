@@ -514,8 +514,20 @@ static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *call
             s_send_result (req, id, json_pack ("{s:O}", "tools", gw_tools_list (self->tools)));
         else if (streq (name, "tools/call")) {
             json_t *tool = json_object_get (params, "name");
+            gw_auth_limit_t limit;
             if (!json_is_string (tool)) {
                 s_send_error (req, 200, id, -32602, "Invalid params: name is required");
+            } else if (gw_auth_take (self->auth, caller, &limit)) {
+                //  Over the key's rate: a tool error the model can read, same code as REST.
+                char text[200];
+                snprintf (text, sizeof text,
+                          "this key may make %llu requests per second; retry in %llu s "
+                          "(rate_limited)",
+                          (unsigned long long) limit.limit, (unsigned long long) limit.reset_s);
+                gw_auth_rate_headers (req, &limit);
+                s_send_result (req, id,
+                               json_pack ("{s:[{s:s, s:s}], s:b}", "content", "type", "text",
+                                          "text", text, "isError", 1));
             } else {
                 s_job_t *job = calloc (1, sizeof *job);
                 job->mcp = self;

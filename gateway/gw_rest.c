@@ -837,6 +837,17 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
         s_job_end (job); //  the client left meanwhile
         return;
     }
+    gw_auth_limit_t limit;
+    if (caller && gw_auth_take (job->rest->auth, caller, &limit)) {
+        //  Over the key's rate: 429 with the IETF RateLimit fields and Retry-After.
+        char text[200];
+        snprintf (text, sizeof text, "this key may make %llu requests per second; retry in %llu s",
+                  (unsigned long long) limit.limit, (unsigned long long) limit.reset_s);
+        gw_auth_rate_headers (req, &limit);
+        s_send_error (req, SBX_E_RATE_LIMITED, text);
+        s_job_end (job);
+        return;
+    }
     if (caller) {
         job->caller = gw_auth_caller_dup (caller);
         s_serve (job, req);

@@ -798,7 +798,11 @@ static void s_fake_send (s_fake_t *fake, const char *text)
     //  QEMU never interleaves inside a line: hold other replies while one is split.
     if (fake->splitting) {
         size_t len = strlen (fake->held);
-        snprintf (fake->held + len, sizeof fake->held - len, "%s", text);
+        size_t add = strlen (text);
+        if (add > sizeof fake->held - len - 1)
+            add = sizeof fake->held - len - 1;
+        memmove (fake->held + len, text, add); //  text may be part of held
+        fake->held[len + add] = 0;
         return;
     }
     ssize_t n = send (fake->conn, text, strlen (text), MSG_NOSIGNAL);

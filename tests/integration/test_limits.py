@@ -48,6 +48,48 @@ class LimitsTest(unittest.TestCase):
         refused(self, res, "daily_limit_reached", "2 starts per day")
         s.cli_json("sandbox", "delete", sb["id"], timeout=300)
 
+    def test_request_rate_per_key(self):
+        import json
+        s = Sbx(self, "rate", settings={"plan.free.requests_per_second": 2})
+        s.up()
+        key = s.cli_json("account", "create", "--email", "rita@example.com")["api_key"]
+        auth = {"Authorization": f"Bearer {key}"}
+        # REST: a burst past 2 per second gets 429 with the IETF RateLimit fields.
+        codes, limited = [], None
+        for _ in range(8):
+            status, headers, body = s.https("GET", "/v1/sandboxes", headers=auth)
+            codes.append(status)
+            if status == 429 and limited is None:
+                limited = (headers, json.loads(body))
+        self.assertIn(200, codes)
+        self.assertIn(429, codes)
+        headers, body = limited
+        headers = {k.lower(): v for k, v in headers.items()}
+        self.assertEqual(body["error"]["code"], "rate_limited")
+        self.assertEqual(headers["ratelimit-limit"], "2")
+        self.assertEqual(headers["ratelimit-remaining"], "0")
+        self.assertGreaterEqual(int(headers["retry-after"]), 1)
+        self.assertEqual(headers["retry-after"], headers["ratelimit-reset"])
+        # MCP: the same budget, answered as a tool error with the same code.
+        import time
+        time.sleep(1.5)
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "t", "version": "0"}}}
+        mcp_headers = dict(auth, **{"Content-Type": "application/json",
+                                    "Accept": "application/json, text/event-stream"})
+        status, headers, _ = s.https("POST", "/mcp", json.dumps(init), mcp_headers)
+        self.assertEqual(status, 200)
+        texts = []
+        for i in range(8):
+            call = {"jsonrpc": "2.0", "id": 2 + i, "method": "tools/call",
+                    "params": {"name": "list_sandboxes", "arguments": {}}}
+            status, _, body = s.https("POST", "/mcp", json.dumps(call), mcp_headers)
+            self.assertEqual(status, 200)
+            texts.append(json.loads(body)["result"]["content"][0]["text"])
+        self.assertTrue(any(t.endswith("(rate_limited)") for t in texts), texts)
+        self.assertTrue(any(t == "No sandboxes." for t in texts), texts)
+
     def test_wallet_runs_out(self):
         # 20 µ$ at small's 10 µ$/s: two seconds of running time.
         s = Sbx(self, "wallet", settings={"wallet.initial": 20})
