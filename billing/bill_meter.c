@@ -173,6 +173,25 @@ static int s_on_changed (bill_meter_t *self, const sbx_event_t *event, sbx_msg_t
     return rc;
 }
 
+//  A top-up: into the account's active wallet (an unknown account's credit is logged
+//  and dropped: there is no wallet to put it in).
+static int s_on_credited (bill_meter_t *self, sbx_msg_t *msg)
+{
+    sbx_wallet_credited_t *credit = sbx_msg_wallet_credited (msg);
+    char *wallet = NULL;
+    int64_t balance = 0;
+    int rc = bill_store_wallet_active (self->store, credit->account_id, &wallet, &balance);
+    if (rc == 1) {
+        sbx_warn ("account=%s credit of %llu µ$ for an account billing doesn't know",
+                  credit->account_id, (unsigned long long) credit->micro_usd);
+        return 0;
+    }
+    if (rc == 0)
+        rc = bill_store_wallet_credit (self->store, wallet, credit->micro_usd);
+    free (wallet);
+    return rc;
+}
+
 int bill_meter_apply (bill_meter_t *self, const sbx_event_t *event)
 {
     assert (self && event);
@@ -180,7 +199,8 @@ int bill_meter_apply (bill_meter_t *self, const sbx_event_t *event)
         return 0; //  applied before (the reader shouldn't send it, the store decides)
     sbx_msg_t *msg = NULL;
     if (event->type &&
-        (streq (event->type, "sandbox.changed") || streq (event->type, "account.created"))) {
+        (streq (event->type, "sandbox.changed") || streq (event->type, "account.created") ||
+         streq (event->type, "wallet.credited"))) {
         sbx_err_t err;
         msg = sbx_msg_decode (event->payload.data, event->payload.size, &err);
         if (!msg)
@@ -198,6 +218,8 @@ int bill_meter_apply (bill_meter_t *self, const sbx_event_t *event)
         rc = bill_store_account_add (self->store, sbx_msg_account_created (msg)->account_id,
                                      sbx_msg_account_created (msg)->email,
                                      self->rates.wallet_initial, event->ts_ms);
+    else if (msg && msg->type == SBX_MSG_WALLET_CREDITED)
+        rc = s_on_credited (self, msg);
     sbx_msg_destroy (&msg);
     if (rc == 0 && bill_store_set_last_seq (self->store, event->seq) == 0 &&
         bill_store_commit (self->store) == 0)

@@ -88,6 +88,7 @@ typedef enum {
     ST_WALLET_INSERT,
     ST_WALLET_ACTIVE,
     ST_WALLET_DEBIT,
+    ST_WALLET_CREDIT,
     ST_SANDBOX_FIND,
     ST_SANDBOX_PUT,
     ST_INTERVAL_OPEN_FIND,
@@ -118,6 +119,7 @@ static const char *s_sql[ST_COUNT] = {
         "(SELECT 1 FROM wallets WHERE account = ?2 AND active)",
     [ST_WALLET_ACTIVE] = "SELECT id, balance_micro FROM wallets WHERE account = ?1 AND active",
     [ST_WALLET_DEBIT] = "UPDATE wallets SET balance_micro = balance_micro - ?2 WHERE id = ?1",
+    [ST_WALLET_CREDIT] = "UPDATE wallets SET balance_micro = balance_micro + ?2 WHERE id = ?1",
     [ST_SANDBOX_FIND] = "SELECT id, account, type, state, rate, rate_ms, total_ms, total_micro "
                         "FROM sandboxes WHERE id = ?1",
     [ST_SANDBOX_PUT] =
@@ -531,6 +533,19 @@ int bill_store_wallet_debit (bill_store_t *self, const char *wallet, uint64_t mi
     s_bind_text (stmt, 1, wallet);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) micro);
     if (s_run (self, ST_WALLET_DEBIT, "wallet debit") != SQLITE_DONE)
+        return -1;
+    return sqlite3_changes (self->db) == 1 ? 0 : -1;
+}
+
+int bill_store_wallet_credit (bill_store_t *self, const char *wallet, uint64_t micro)
+{
+    if (!self || !s_nonempty (wallet) || !s_fits (micro) ||
+        !s_require_transaction (self, "wallet credit"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_WALLET_CREDIT];
+    s_bind_text (stmt, 1, wallet);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) micro);
+    if (s_run (self, ST_WALLET_CREDIT, "wallet credit") != SQLITE_DONE)
         return -1;
     return sqlite3_changes (self->db) == 1 ? 0 : -1;
 }

@@ -92,6 +92,8 @@ int bill_store_wallet_active (bill_store_t *self, const char *account, char **wa
 
 //  Takes micro µ$ from a wallet.
 int bill_store_wallet_debit (bill_store_t *self, const char *wallet, uint64_t micro);
+//  Adds micro µ$ to a wallet (a top-up).
+int bill_store_wallet_credit (bill_store_t *self, const char *wallet, uint64_t micro);
 
 //  0 and *out filled in when known, 1 when not, -1 on error.
 int bill_store_sandbox_find (bill_store_t *self, const char *id, bill_sandbox_t *out);

@@ -363,3 +363,44 @@ sbx_msg_t *brk_accounts_auth_key (brk_ctx_t *ctx, sbx_msg_t *request)
     brk_key_clear (&key);
     return reply;
 }
+
+sbx_msg_t *brk_accounts_wallet_credit (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    sbx_wallet_credit_t *args = sbx_msg_wallet_credit (request);
+    if (!request->caller)
+        return s_no_caller (request);
+    if (request->caller->kind != SBX_CALLER_KIND_ADMIN &&
+        request->caller->kind != SBX_CALLER_KIND_SYSTEM)
+        return sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
+                                  "only an operator can add funds to a wallet");
+    if (args->micro_usd == 0 || args->micro_usd > 1000000ULL * 1000000ULL)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "the amount is more than 0 and at most 1,000,000 USD");
+    brk_account_t account;
+    sbx_msg_t *reply = NULL;
+    if (s_find_account (ctx, request, args->account, &account, &reply))
+        return reply;
+    sbx_msg_t *event = sbx_msg_new (SBX_MSG_WALLET_CREDITED);
+    sbx_wallet_credited_t *body = sbx_msg_wallet_credited (event);
+    sbx_str_set (&body->account_id, account.id);
+    body->micro_usd = args->micro_usd;
+    sbx_str_set (&body->note, args->note);
+    //  A log entry, not a row here: billing applies it from the log like every charge,
+    //  so a replay of the log rebuilds balances with the credits in them.
+    if (brk_events_begin (ctx->events) ||
+        brk_events_add (ctx->events, &event, account.id, account.id) ||
+        brk_events_commit (ctx->events)) {
+        brk_events_rollback (ctx->events);
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record the credit");
+    } else {
+        reply = sbx_msg_new_reply (request, SBX_MSG_WALLET_CREDIT_OK);
+        sbx_str_set (&sbx_msg_wallet_credit_ok (reply)->account_id, account.id);
+        sbx_msg_wallet_credit_ok (reply)->micro_usd = args->micro_usd;
+        sbx_msg_wallet_credit_ok (reply)->seq = brk_store_last_seq (ctx->store);
+        sbx_info ("rid=%llu account=%s wallet credited %llu µ$", (unsigned long long) request->rid,
+                  account.id, (unsigned long long) args->micro_usd);
+    }
+    sbx_msg_destroy (&event);
+    brk_account_clear (&account);
+    return reply;
+}

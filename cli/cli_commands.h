@@ -10,6 +10,7 @@ int cli_key_main (int argc, char **argv);
 int cli_tap_main (int argc, char **argv);
 int cli_sandbox_main (int argc, char **argv);
 int cli_audit_main (int argc, char **argv);
+int cli_wallet_main (int argc, char **argv);
 int cli_usage_main (int argc, char **argv);
 
 #include "sbx_config.h"

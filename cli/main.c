@@ -15,6 +15,7 @@ static const s_command_t s_commands[] = {
     {"account", cli_account_main, "create accounts (sbx account create --email E)"},
     {"key", cli_key_main, "create, list and revoke API keys"},
     {"tap", cli_tap_main, "print the event log as JSON lines, live"},
+    {"wallet", cli_wallet_main, "add funds to an account's wallet (sbx wallet add)"},
     {"audit", cli_audit_main, "check the event log: sbx audit ttl lists every TTL expiry"},
     {"sandbox", cli_sandbox_main, "create, run commands in, stop, resume and delete sandboxes"},
     {"usage", cli_usage_main, "running time, cost and wallet balance of an account"},

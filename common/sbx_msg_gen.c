@@ -248,6 +248,9 @@ static const sbx_meta_struct_t s_meta_account_funds_exhausted;
 static const sbx_meta_struct_t s_meta_account_funds_restored;
 static const sbx_meta_struct_t s_meta_usage_get;
 static const sbx_meta_struct_t s_meta_usage_get_ok;
+static const sbx_meta_struct_t s_meta_wallet_credit;
+static const sbx_meta_struct_t s_meta_wallet_credit_ok;
+static const sbx_meta_struct_t s_meta_wallet_credited;
 static const sbx_meta_struct_t s_meta_caller;
 static const sbx_meta_struct_t s_meta_event;
 static const sbx_meta_struct_t s_meta_events_replay;
@@ -625,6 +628,27 @@ static const sbx_meta_field_t s_fields_usage_get_ok[] = {
     {"last_seq", SBX_META_UINT, offsetof (sbx_usage_get_ok_t, last_seq), false, 0, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_usage_get_ok = {"usage.get.ok", sizeof (sbx_usage_get_ok_t), s_fields_usage_get_ok, 10};
+
+static const sbx_meta_field_t s_fields_wallet_credit[] = {
+    {"account", SBX_META_STRING, offsetof (sbx_wallet_credit_t, account), true, 254, NULL, NULL},
+    {"micro_usd", SBX_META_UINT, offsetof (sbx_wallet_credit_t, micro_usd), true, 0, NULL, NULL},
+    {"note", SBX_META_STRING, offsetof (sbx_wallet_credit_t, note), false, 256, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_wallet_credit = {"wallet.credit", sizeof (sbx_wallet_credit_t), s_fields_wallet_credit, 3};
+
+static const sbx_meta_field_t s_fields_wallet_credit_ok[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_wallet_credit_ok_t, account_id), true, 64, NULL, NULL},
+    {"micro_usd", SBX_META_UINT, offsetof (sbx_wallet_credit_ok_t, micro_usd), true, 0, NULL, NULL},
+    {"seq", SBX_META_UINT, offsetof (sbx_wallet_credit_ok_t, seq), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_wallet_credit_ok = {"wallet.credit.ok", sizeof (sbx_wallet_credit_ok_t), s_fields_wallet_credit_ok, 3};
+
+static const sbx_meta_field_t s_fields_wallet_credited[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_wallet_credited_t, account_id), true, 64, NULL, NULL},
+    {"micro_usd", SBX_META_UINT, offsetof (sbx_wallet_credited_t, micro_usd), true, 0, NULL, NULL},
+    {"note", SBX_META_STRING, offsetof (sbx_wallet_credited_t, note), false, 256, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_wallet_credited = {"wallet.credited", sizeof (sbx_wallet_credited_t), s_fields_wallet_credited, 3};
 
 static const sbx_meta_field_t s_fields_caller[] = {
     {"kind", SBX_META_ENUM, offsetof (sbx_caller_t, kind), true, 0, &s_enum_caller_kind, NULL},
@@ -1091,6 +1115,12 @@ static const char *const s_from_usage_get[] = {"cli", "gateway"};
 static const char *const s_to_usage_get[] = {"billing"};
 static const char *const s_from_usage_get_ok[] = {"billing"};
 static const char *const s_to_usage_get_ok[] = {"cli", "gateway"};
+static const char *const s_from_wallet_credit[] = {"cli"};
+static const char *const s_to_wallet_credit[] = {"broker"};
+static const char *const s_from_wallet_credit_ok[] = {"broker"};
+static const char *const s_to_wallet_credit_ok[] = {"cli"};
+static const char *const s_from_wallet_credited[] = {"broker"};
+static const char *const s_to_wallet_credited[] = {"tap"};
 static const char *const s_from_event[] = {"broker"};
 static const char *const s_to_event[] = {"tap"};
 static const char *const s_from_events_replay[] = {"cli", "billing", "gateway"};
@@ -1241,6 +1271,9 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"account.funds_restored", &s_meta_account_funds_restored, s_from_account_funds_restored, 1, s_to_account_funds_restored, 1, SBX_MSG__UNKNOWN, true},
     {"usage.get", &s_meta_usage_get, s_from_usage_get, 2, s_to_usage_get, 1, SBX_MSG_USAGE_GET_OK, false},
     {"usage.get.ok", &s_meta_usage_get_ok, s_from_usage_get_ok, 1, s_to_usage_get_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"wallet.credit", &s_meta_wallet_credit, s_from_wallet_credit, 1, s_to_wallet_credit, 1, SBX_MSG_WALLET_CREDIT_OK, false},
+    {"wallet.credit.ok", &s_meta_wallet_credit_ok, s_from_wallet_credit_ok, 1, s_to_wallet_credit_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"wallet.credited", &s_meta_wallet_credited, s_from_wallet_credited, 1, s_to_wallet_credited, 1, SBX_MSG__UNKNOWN, true},
     {"event", &s_meta_event, s_from_event, 1, s_to_event, 1, SBX_MSG__UNKNOWN, false},
     {"events.replay", &s_meta_events_replay, s_from_events_replay, 3, s_to_events_replay, 1, SBX_MSG_EVENTS_REPLAY_OK, false},
     {"events.replay.ok", &s_meta_events_replay_ok, s_from_events_replay_ok, 1, s_to_events_replay_ok, 3, SBX_MSG__UNKNOWN, false},
@@ -1474,6 +1507,21 @@ sbx_usage_get_t *sbx_msg_usage_get (struct sbx_msg_s *msg)
 sbx_usage_get_ok_t *sbx_msg_usage_get_ok (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_USAGE_GET_OK ? (sbx_usage_get_ok_t *) msg->body : NULL;
+}
+
+sbx_wallet_credit_t *sbx_msg_wallet_credit (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WALLET_CREDIT ? (sbx_wallet_credit_t *) msg->body : NULL;
+}
+
+sbx_wallet_credit_ok_t *sbx_msg_wallet_credit_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WALLET_CREDIT_OK ? (sbx_wallet_credit_ok_t *) msg->body : NULL;
+}
+
+sbx_wallet_credited_t *sbx_msg_wallet_credited (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WALLET_CREDITED ? (sbx_wallet_credited_t *) msg->body : NULL;
 }
 
 sbx_event_t *sbx_msg_event (struct sbx_msg_s *msg)

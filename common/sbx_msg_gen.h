@@ -181,6 +181,9 @@ typedef enum {
     SBX_MSG_ACCOUNT_FUNDS_RESTORED,  //  account.funds_restored
     SBX_MSG_USAGE_GET,               //  usage.get
     SBX_MSG_USAGE_GET_OK,            //  usage.get.ok
+    SBX_MSG_WALLET_CREDIT,           //  wallet.credit
+    SBX_MSG_WALLET_CREDIT_OK,        //  wallet.credit.ok
+    SBX_MSG_WALLET_CREDITED,         //  wallet.credited
     SBX_MSG_EVENT,                   //  event
     SBX_MSG_EVENTS_REPLAY,           //  events.replay
     SBX_MSG_EVENTS_REPLAY_OK,        //  events.replay.ok
@@ -280,6 +283,9 @@ typedef struct sbx_account_funds_exhausted_s sbx_account_funds_exhausted_t;
 typedef struct sbx_account_funds_restored_s sbx_account_funds_restored_t;
 typedef struct sbx_usage_get_s sbx_usage_get_t;
 typedef struct sbx_usage_get_ok_s sbx_usage_get_ok_t;
+typedef struct sbx_wallet_credit_s sbx_wallet_credit_t;
+typedef struct sbx_wallet_credit_ok_s sbx_wallet_credit_ok_t;
+typedef struct sbx_wallet_credited_s sbx_wallet_credited_t;
 typedef struct sbx_caller_s sbx_caller_t;
 typedef struct sbx_event_s sbx_event_t;
 typedef struct sbx_events_replay_s sbx_events_replay_t;
@@ -923,6 +929,40 @@ struct sbx_usage_get_ok_s {
     //  Sequence number of the last event billing applied: the figures include everything up to
     //  it.
     uint64_t last_seq;
+};
+
+//  message wallet.credit (billing.json): cli -> broker, reply wallet.credit.ok. An operator
+//  adds funds to an account's active wallet. The broker logs it as wallet.credited, so billing
+//  (and any replay of the log) applies it.
+struct sbx_wallet_credit_s {
+    //  (required, max 254) Account id or email.
+    char *account;
+    //  (required) Amount in micro-dollars (1 USD = 1,000,000), at most 1,000,000 USD.
+    uint64_t micro_usd;
+    //  (max 256) Why, for the audit trail.
+    char *note;
+};
+
+//  message wallet.credit.ok (billing.json): broker -> cli. The credit is in the log; billing
+//  applies it within a moment.
+struct sbx_wallet_credit_ok_s {
+    //  (required, max 64) Whose wallet.
+    char *account_id;
+    //  (required) The amount.
+    uint64_t micro_usd;
+    //  The wallet.credited event's sequence number.
+    uint64_t seq;
+};
+
+//  message wallet.credited (billing.json): broker -> tap, event. Funds were added to an
+//  account's active wallet.
+struct sbx_wallet_credited_s {
+    //  (required, max 64) Whose wallet.
+    char *account_id;
+    //  (required) The amount, micro-dollars.
+    uint64_t micro_usd;
+    //  (max 256) Why.
+    char *note;
 };
 
 //  struct caller (common.json). Who asks: set by the process that authenticated the request,
@@ -1581,6 +1621,9 @@ sbx_account_funds_exhausted_t *sbx_msg_account_funds_exhausted (struct sbx_msg_s
 sbx_account_funds_restored_t *sbx_msg_account_funds_restored (struct sbx_msg_s *msg);
 sbx_usage_get_t *sbx_msg_usage_get (struct sbx_msg_s *msg);
 sbx_usage_get_ok_t *sbx_msg_usage_get_ok (struct sbx_msg_s *msg);
+sbx_wallet_credit_t *sbx_msg_wallet_credit (struct sbx_msg_s *msg);
+sbx_wallet_credit_ok_t *sbx_msg_wallet_credit_ok (struct sbx_msg_s *msg);
+sbx_wallet_credited_t *sbx_msg_wallet_credited (struct sbx_msg_s *msg);
 sbx_event_t *sbx_msg_event (struct sbx_msg_s *msg);
 sbx_events_replay_t *sbx_msg_events_replay (struct sbx_msg_s *msg);
 sbx_events_replay_ok_t *sbx_msg_events_replay_ok (struct sbx_msg_s *msg);

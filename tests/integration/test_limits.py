@@ -113,6 +113,22 @@ class LimitsTest(unittest.TestCase):
         self.assertEqual(events.stdout.count('"account.funds_exhausted"'), 1)
         usage = s.cli_json("usage", "--account", "bea@example.com")
         self.assertLessEqual(usage["balance_micro_usd"], 0)
+        before = usage["balance_micro_usd"]
+        # An operator tops the wallet up: the credit is in the log, billing applies it,
+        # the broker hears the funds are back, and the sandbox resumes.
+        res = s.cli("wallet", "add", *acct, "--usd", "abc", check=False)
+        self.assertEqual(res.returncode, 2)
+        credit = s.cli_json("wallet", "add", *acct, "--usd", "0.5", "--note", "test top-up")
+        self.assertEqual(credit["micro_usd"], 500000)
+        wait_for(lambda: s.cli_json("usage", "--account", "bea@example.com")
+                 ["balance_micro_usd"] >= before + 500000 - 1000, 30, "billing applying the credit")
+        resumed = wait_for(lambda: (lambda r: r.returncode == 0 and r)(
+            s.cli("sandbox", "resume", sb["id"], check=False, timeout=300)), 30,
+            "a resume accepted once the funds are back")
+        self.assertIn('"state":"ready"', s.cli("sandbox", "get", sb["id"], "--json").stdout)
+        events = s.cli("tap", "--since", "0", "--once", timeout=30).stdout
+        self.assertEqual(events.count('"wallet.credited"'), 1)
+        self.assertEqual(events.count('"account.funds_restored"'), 1)
 
 
 if __name__ == "__main__":
