@@ -140,30 +140,9 @@ static void s_test_vmd (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
     (void) arg;
     sbx_msg_t *request = *request_p;
     sbx_msg_t *reply = NULL;
-    switch (request->type) {
-    case SBX_MSG_VM_CREATE:
-        reply = sbx_msg_new_reply (request, SBX_MSG_VM_CREATE_OK);
-        sbx_str_set (&sbx_msg_vm_create_ok (reply)->sandbox_id,
-                     sbx_msg_vm_create (request)->sandbox_id);
-        break;
-    case SBX_MSG_VM_STOP:
-        reply = sbx_msg_new_reply (request, SBX_MSG_VM_STOP_OK);
-        sbx_str_set (&sbx_msg_vm_stop_ok (reply)->sandbox_id,
-                     sbx_msg_vm_stop (request)->sandbox_id);
-        break;
-    case SBX_MSG_VM_RESUME:
-        reply = sbx_msg_new_reply (request, SBX_MSG_VM_RESUME_OK);
-        sbx_str_set (&sbx_msg_vm_resume_ok (reply)->sandbox_id,
-                     sbx_msg_vm_resume (request)->sandbox_id);
-        break;
-    case SBX_MSG_VM_DELETE:
-        reply = sbx_msg_new_reply (request, SBX_MSG_VM_DELETE_OK);
-        sbx_str_set (&sbx_msg_vm_delete_ok (reply)->sandbox_id,
-                     sbx_msg_vm_delete (request)->sandbox_id);
-        break;
-    default:
+    reply = brk_testkit_vm_ok (request);
+    if (!reply)
         reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "not a vm request");
-    }
     sbx_peer_send (peer, &reply);
 }
 

@@ -926,35 +926,13 @@ static void s_test_vmd (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
         sbx_peer_send (peer, &reply);
         return;
     }
-    sbx_msg_type_t ok = request->type == SBX_MSG_VM_CREATE   ? SBX_MSG_VM_CREATE_OK
-                        : request->type == SBX_MSG_VM_STOP   ? SBX_MSG_VM_STOP_OK
-                        : request->type == SBX_MSG_VM_RESUME ? SBX_MSG_VM_RESUME_OK
-                        : request->type == SBX_MSG_VM_DELETE ? SBX_MSG_VM_DELETE_OK
-                                                             : SBX_MSG__UNKNOWN;
-    assert (ok != SBX_MSG__UNKNOWN);
     assert (request->caller && request->caller->kind == SBX_CALLER_KIND_SYSTEM);
     if (mode == 2)
         return;
-    sbx_msg_t *reply;
-    if (mode == 1)
-        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "migration failed");
-    else {
-        reply = sbx_msg_new_reply (request, ok);
-        //  Every vm.*.ok is just { sandbox_id }, like its request.
-        const char *id =
-            request->type == SBX_MSG_VM_CREATE   ? sbx_msg_vm_create (request)->sandbox_id
-            : request->type == SBX_MSG_VM_STOP   ? sbx_msg_vm_stop (request)->sandbox_id
-            : request->type == SBX_MSG_VM_RESUME ? sbx_msg_vm_resume (request)->sandbox_id
-                                                 : sbx_msg_vm_delete (request)->sandbox_id;
-        if (ok == SBX_MSG_VM_CREATE_OK)
-            sbx_str_set (&sbx_msg_vm_create_ok (reply)->sandbox_id, id);
-        else if (ok == SBX_MSG_VM_STOP_OK)
-            sbx_str_set (&sbx_msg_vm_stop_ok (reply)->sandbox_id, id);
-        else if (ok == SBX_MSG_VM_RESUME_OK)
-            sbx_str_set (&sbx_msg_vm_resume_ok (reply)->sandbox_id, id);
-        else
-            sbx_str_set (&sbx_msg_vm_delete_ok (reply)->sandbox_id, id);
-    }
+    sbx_msg_t *reply = mode == 1
+                           ? sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "migration failed")
+                           : brk_testkit_vm_ok (request);
+    assert (reply);
     sbx_peer_send (peer, &reply);
 }
 

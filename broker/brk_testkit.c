@@ -152,3 +152,30 @@ sbx_caller_t *brk_testkit_caller (const char *account, const char *key_id, sbx_k
     caller->preset = preset;
     return caller;
 }
+
+sbx_msg_t *brk_testkit_vm_ok (const sbx_msg_t *request)
+{
+    sbx_msg_t *reply = NULL;
+    sbx_msg_t *in = (sbx_msg_t *) request; //  the typed accessors take non-const
+    switch (request->type) {
+    case SBX_MSG_VM_CREATE:
+        reply = sbx_msg_new_reply (request, SBX_MSG_VM_CREATE_OK);
+        sbx_str_set (&sbx_msg_vm_create_ok (reply)->sandbox_id, sbx_msg_vm_create (in)->sandbox_id);
+        break;
+    case SBX_MSG_VM_STOP:
+        reply = sbx_msg_new_reply (request, SBX_MSG_VM_STOP_OK);
+        sbx_str_set (&sbx_msg_vm_stop_ok (reply)->sandbox_id, sbx_msg_vm_stop (in)->sandbox_id);
+        break;
+    case SBX_MSG_VM_RESUME:
+        reply = sbx_msg_new_reply (request, SBX_MSG_VM_RESUME_OK);
+        sbx_str_set (&sbx_msg_vm_resume_ok (reply)->sandbox_id, sbx_msg_vm_resume (in)->sandbox_id);
+        break;
+    case SBX_MSG_VM_DELETE:
+        reply = sbx_msg_new_reply (request, SBX_MSG_VM_DELETE_OK);
+        sbx_str_set (&sbx_msg_vm_delete_ok (reply)->sandbox_id, sbx_msg_vm_delete (in)->sandbox_id);
+        break;
+    default:
+        break;
+    }
+    return reply;
+}

@@ -28,6 +28,10 @@ zactor_t *brk_testkit_worker (sbx_config_t *config, sbx_role_t role, const char 
 //  Has the worker send `msg` to the broker from its own connection. Takes the message.
 void brk_testkit_worker_send (zactor_t *worker, sbx_msg_t **msg_p);
 
+//  The success reply a vmd gives to vm.create, vm.stop, vm.resume or vm.delete (same rid,
+//  same sandbox_id), or NULL for any other request: the protocol-level vmd of tests.
+sbx_msg_t *brk_testkit_vm_ok (const sbx_msg_t *request);
+
 //  How many workers of `role` the broker lists now.
 size_t brk_testkit_peer_count (zsock_t *client, sbx_role_t role, uint64_t rid);
 
