@@ -39,6 +39,7 @@ typedef enum {
     R_KILL,
     R_READ,
     R_WRITE,
+    R_USAGE,
 } s_op_t;
 
 typedef struct {
@@ -61,6 +62,7 @@ static const s_route_t s_routes[] = {{"GET", "/v1/openapi.json", R_OPENAPI},
                                      {"POST", "/v1/sandboxes/{id}/processes/{pid}/kill", R_KILL},
                                      {"GET", "/v1/sandboxes/{id}/files", R_READ},
                                      {"PUT", "/v1/sandboxes/{id}/files", R_WRITE},
+                                     {"GET", "/v1/usage", R_USAGE},
                                      {NULL, NULL, 0}};
 
 //  What a request brings, apart from the connection: filled from gw_request_t, or by
@@ -70,7 +72,7 @@ typedef struct {
     char params[2][S_PARAM_MAX]; //  {id}, {pid}
     const char *body;
     size_t body_size;
-    const char *q_path, *q_mode, *q_stdout, *q_stderr;
+    const char *q_path, *q_mode, *q_stdout, *q_stderr, *q_sandbox;
 } s_input_t;
 
 //  One request from route to answer.
@@ -411,7 +413,7 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
     s_input_t *in = &job->in;
     json_t *body = NULL;
     sbx_code_t code = SBX_E_INVALID_ARGUMENT;
-    if (in->op != R_LIST && in->op != R_CREATE && in->op != R_OPENAPI)
+    if (in->op != R_LIST && in->op != R_CREATE && in->op != R_OPENAPI && in->op != R_USAGE)
         job->sandbox_id = strdup (in->params[0]);
     job->timeout_ms = S_SIMPLE_MS;
     switch (in->op) {
@@ -420,6 +422,14 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
     case R_LIST:
         job->request = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
         break;
+    case R_USAGE: {
+        //  The caller's own account, from billing (the broker routes usage.get there).
+        job->request = sbx_msg_new (SBX_MSG_USAGE_GET);
+        sbx_usage_get_t *args = sbx_msg_usage_get (job->request);
+        sbx_str_set (&args->account, job->caller ? job->caller->account_id : NULL);
+        sbx_str_set (&args->sandbox_id, in->q_sandbox);
+        break;
+    }
     case R_CREATE: {
         const char *name, *type, *snapshot;
         json_int_t ttl;
@@ -681,6 +691,31 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
     int status = 200;
     json_t *body = NULL;
     switch (job->in.op) {
+    case R_USAGE: {
+        sbx_usage_get_ok_t *ok = sbx_msg_usage_get_ok (reply);
+        json_t *sandboxes = json_array ();
+        for (size_t i = 0; i < ok->sandboxes.count; i++) {
+            sbx_usage_sandbox_t *u = &ok->sandboxes.items[i];
+            json_array_append_new (
+                sandboxes, json_pack ("{s:s, s:s, s:I, s:I, s:b}", "id", u->sandbox_id, "type",
+                                      u->type ? sbx_sandbox_type_name (u->type) : "small",
+                                      "runningSeconds", (json_int_t) u->seconds, "costMicroUsd",
+                                      (json_int_t) u->micro_usd, "running", u->running));
+        }
+        json_t *days = json_array ();
+        for (size_t i = 0; i < ok->days.count; i++)
+            json_array_append_new (days, json_pack ("{s:s, s:I, s:I}", "day", ok->days.items[i].day,
+                                                    "runningSeconds",
+                                                    (json_int_t) ok->days.items[i].seconds,
+                                                    "costMicroUsd",
+                                                    (json_int_t) ok->days.items[i].micro_usd));
+        body = json_pack ("{s:s, s:I, s:I, s:I, s:o, s:o}", "accountId", ok->account_id,
+                          "runningSeconds", (json_int_t) (ok->running_ms / 1000), "costMicroUsd",
+                          (json_int_t) ok->micro_usd, "balanceMicroUsd",
+                          (json_int_t) ok->balance_micro_usd, "sandboxes", sandboxes, "days",
+                          days);
+        break;
+    }
     case R_LIST: {
         sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
         json_t *all = json_array ();
@@ -909,6 +944,7 @@ void gw_rest_handle (gw_rest_t *self, gw_request_t *req)
     in.body = (const char *) gw_request_body (req);
     in.body_size = gw_request_body_size (req);
     in.q_path = gw_request_query (req, "path");
+    in.q_sandbox = gw_request_query (req, "sandboxId");
     in.q_mode = gw_request_query (req, "mode");
     in.q_stdout = gw_request_query (req, "stdoutOffset");
     in.q_stderr = gw_request_query (req, "stderrOffset");

@@ -21,6 +21,7 @@ ROUTES = {
     "/v1/sandboxes/{id}/processes/{pid}": {"get"},
     "/v1/sandboxes/{id}/processes/{pid}/kill": {"post"},
     "/v1/sandboxes/{id}/files": {"get", "put"},
+    "/v1/usage": {"get"},
 }
 
 
@@ -133,6 +134,17 @@ class RestTest(unittest.TestCase):
         for field in ("type", "createdAt", "expiresAt"):
             self.assertIn(field, sb)
         base = f"/v1/sandboxes/{sid}"
+
+        # Usage from billing: the new sandbox runs and costs, per the key's account.
+        import time
+        time.sleep(1.2)
+        status, _, usage = self.req("GET", f"/v1/usage?sandboxId={sid}")
+        self.assertEqual(status, 200, usage)
+        self.assertRegex(usage["accountId"], r"^acc_")
+        self.assertEqual([u["id"] for u in usage["sandboxes"]], [sid])
+        self.assertTrue(usage["sandboxes"][0]["running"])
+        self.assertGreaterEqual(usage["sandboxes"][0]["runningSeconds"], 1)
+        self.assertEqual(usage["costMicroUsd"], usage["sandboxes"][0]["costMicroUsd"])
 
         # Listed and got, by its owner only: another account is told it does not exist.
         ids = [x["id"] for x in self.req("GET", "/v1/sandboxes")[2]["sandboxes"]]
