@@ -69,6 +69,7 @@ struct gw_mcp_t {
     uint64_t next_serial;
     char *own_origin;
     zlistx_t *origins; //  allowed Origin values besides our own
+    char *tools_json;  //  {"tools":[...]} serialised once: the list never changes
 };
 
 const char *gw_mcp_negotiate (const char *requested)
@@ -180,6 +181,7 @@ void gw_mcp_destroy (gw_mcp_t **self_p)
     zhashx_destroy (&self->sessions);
     zlistx_destroy (&self->origins);
     free (self->own_origin);
+    free (self->tools_json);
     free (self);
     *self_p = NULL;
 }
@@ -201,6 +203,30 @@ static void s_send_result (gw_request_t *req, json_t *id, json_t *result)
     s_send_json (req, 200,
                  json_pack ("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id ? id : json_null (),
                             "result", result));
+}
+
+//  tools/list: 18 definitions that never change, serialised once rather than per call
+//  (it was most of the gateway's time under load, see docs/benchmarks.md).
+static void s_send_tools (gw_mcp_t *self, gw_request_t *req, json_t *id)
+{
+    if (!self->tools_json) {
+        json_t *result = json_pack ("{s:O}", "tools", gw_tools_list (self->tools));
+        self->tools_json = json_dumps (result, JSON_COMPACT);
+        json_decref (result);
+    }
+    char *id_text = json_dumps (id ? id : json_null (), JSON_COMPACT | JSON_ENCODE_ANY);
+    char *text = NULL;
+    if (!self->tools_json || !id_text ||
+        asprintf (&text, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}", id_text,
+                  self->tools_json) < 0)
+        text = NULL;
+    free (id_text);
+    gw_request_add_header (req, "Cache-Control", "no-store");
+    if (text)
+        gw_request_respond (req, 200, "application/json", text, strlen (text));
+    else
+        gw_request_respond (req, 500, "application/json", "{}", 2);
+    free (text);
 }
 
 static void s_send_error (gw_request_t *req, int status, json_t *id, int code, const char *message)
@@ -511,7 +537,7 @@ static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *call
         else if (streq (name, "ping"))
             s_send_result (req, id, json_object ());
         else if (streq (name, "tools/list"))
-            s_send_result (req, id, json_pack ("{s:O}", "tools", gw_tools_list (self->tools)));
+            s_send_tools (self, req, id);
         else if (streq (name, "tools/call")) {
             json_t *tool = json_object_get (params, "name");
             gw_auth_limit_t limit;
