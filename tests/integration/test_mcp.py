@@ -413,6 +413,39 @@ class McpTest(unittest.TestCase):
         r, text = self.call(sid, "exec", {"sandboxId": sb, "command": "echo alive"})
         self.assertEqual(text, "Exit code 0.\nstdout:\nalive")
 
+    def test_presets_ci_and_no_delete(self):
+        ci = self.s.cli_json("key", "create", "--account", "alice@example.com",
+                             "--preset", "ci")["key"]
+        nd = self.s.cli_json("key", "create", "--account", "alice@example.com",
+                             "--preset", "no-delete")["key"]
+        # A sandbox the full key made: the ci key can't see it, the no-delete key can't
+        # delete it.
+        full = self.session()
+        r, text = self.call(full, "create_sandbox", {"name": "owned-by-full"})
+        self.assertFalse(r.get("isError"), text)
+        theirs = r["structuredContent"]["id"]
+        cis = self.session(ci)
+        r, text = self.call(cis, "get_sandbox", {"sandboxId": theirs}, key=ci)
+        self.assertEqual(text, "Sandbox not found (not_found)")
+        nds = self.session(nd)
+        r, text = self.call(nds, "delete_sandbox", {"sandboxId": theirs}, key=nd)
+        self.assertTrue(r["isError"])
+        self.assertTrue(text.endswith("(permission_denied)"), text)
+        r, text = self.call(nds, "exec", {"sandboxId": theirs, "command": "true"}, key=nd)
+        self.assertEqual(text, "Exit code 0.")
+        # What the ci key creates, it uses and deletes.
+        r, text = self.call(cis, "create_sandbox", {"name": "ci-made"}, key=ci)
+        self.assertFalse(r.get("isError"), text)
+        mine = r["structuredContent"]["id"]
+        r, text = self.call(cis, "exec", {"command": "echo ok"}, key=ci)
+        self.assertEqual(text, "Exit code 0.\nstdout:\nok")
+        r, text = self.call(cis, "list_sandboxes", {}, key=ci)
+        self.assertEqual([x["id"] for x in r["structuredContent"]["sandboxes"]], [mine])
+        r, text = self.call(cis, "delete_sandbox", {"sandboxId": mine}, key=ci)
+        self.assertFalse(r.get("isError"), text)
+        r, text = self.call(full, "delete_sandbox", {"sandboxId": theirs})
+        self.assertFalse(r.get("isError"), text)
+
     # -- the official TypeScript SDK -------------------------------------------
     def sdk_client(self, sb):
         node = shutil.which("node")
