@@ -727,51 +727,47 @@ sbx_msg_t *brk_sandbox_update (brk_ctx_t *ctx, sbx_msg_t *request)
     return reply;
 }
 
-//  A ready sandbox past its deadline: stop it (memory kept), logging ttl.expired with
-//  the deadline and the time the stop began, in the transaction that moves it.
-static void s_expire (const brk_sandbox_t *found, void *arg)
+//  Stops a ready sandbox on the broker's own account (memory kept), with `reason`; for a
+//  TTL, the ttl.expired event (deadline, and the time the stop began) goes into the
+//  transaction that moves it. A sandbox whose vmd is away is tried again next tick.
+static void s_system_stop (brk_ctx_t *ctx, const char *id, const char *reason, bool ttl)
 {
-    brk_ctx_t *ctx = arg;
     brk_sandbox_t record;
-    if (brk_store_sandbox_find (ctx->store, found->id, &record) != 0)
+    if (brk_store_sandbox_find (ctx->store, id, &record) != 0)
         return;
     sbx_msg_t none = {.type = SBX_MSG_SANDBOX_STOP, .timeout_ms = 0};
     sbx_msg_t *refused =
         s_ask_vmd (ctx, NULL, &none, &record, SBX_MSG_VM_STOP, SBX_MSG_SANDBOX_STOP_OK, "stop");
-    if (refused) //  its vmd is away: try again at the next tick, quietly
-        sbx_debug ("sandbox=%s TTL passed but its vmd is not connected", record.id);
+    if (refused)
+        sbx_debug ("sandbox=%s %s but its vmd is not connected", record.id, reason);
     else {
         uint64_t now = sbx_clock_now_ms ();
-        sbx_msg_t *expired = sbx_msg_new (SBX_MSG_TTL_EXPIRED);
-        sbx_str_set (&sbx_msg_ttl_expired (expired)->sandbox_id, record.id);
-        sbx_msg_ttl_expired (expired)->deadline_ms = record.expires_ms;
-        sbx_msg_ttl_expired (expired)->actual_ms = now;
-        sbx_info ("sandbox=%s TTL expired (%llu ms after its deadline): stopping", record.id,
-                  (unsigned long long) (now - record.expires_ms));
-        s_move_ex (ctx, &record, SBX_SANDBOX_STATE_STOPPING, NULL, "TTL expired", 0, &expired);
+        sbx_msg_t *expired = NULL;
+        if (ttl) {
+            expired = sbx_msg_new (SBX_MSG_TTL_EXPIRED);
+            sbx_str_set (&sbx_msg_ttl_expired (expired)->sandbox_id, record.id);
+            sbx_msg_ttl_expired (expired)->deadline_ms = record.expires_ms;
+            sbx_msg_ttl_expired (expired)->actual_ms = now;
+        }
+        sbx_info (
+            "sandbox=%s account=%s %s (%llu ms after its deadline): stopping", record.id,
+            record.account_id, reason,
+            (unsigned long long) (ttl && now > record.expires_ms ? now - record.expires_ms : 0));
+        s_move_ex (ctx, &record, SBX_SANDBOX_STATE_STOPPING, NULL, reason, 0,
+                   expired ? &expired : NULL);
     }
     sbx_msg_destroy (&refused);
     brk_sandbox_clear (&record);
 }
 
-//  A ready sandbox of an account whose wallet is empty: stop it (memory kept).
+static void s_expire (const brk_sandbox_t *found, void *arg)
+{
+    s_system_stop (arg, found->id, "TTL expired", true);
+}
+
 static void s_unfunded (const brk_sandbox_t *found, void *arg)
 {
-    brk_ctx_t *ctx = arg;
-    brk_sandbox_t record;
-    if (brk_store_sandbox_find (ctx->store, found->id, &record) != 0)
-        return;
-    sbx_msg_t none = {.type = SBX_MSG_SANDBOX_STOP, .timeout_ms = 0};
-    sbx_msg_t *refused =
-        s_ask_vmd (ctx, NULL, &none, &record, SBX_MSG_VM_STOP, SBX_MSG_SANDBOX_STOP_OK, "stop");
-    if (refused) //  its vmd is away: try again at the next tick, quietly
-        sbx_debug ("sandbox=%s wallet empty but its vmd is not connected", record.id);
-    else {
-        sbx_info ("sandbox=%s account=%s wallet empty: stopping", record.id, record.account_id);
-        s_move (ctx, &record, SBX_SANDBOX_STATE_STOPPING, NULL, "wallet empty");
-    }
-    sbx_msg_destroy (&refused);
-    brk_sandbox_clear (&record);
+    s_system_stop (arg, found->id, "wallet empty", false);
 }
 
 void brk_sandbox_tick (brk_ctx_t *ctx)
