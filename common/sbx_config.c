@@ -36,6 +36,8 @@ static const s_known_t s_known[] = {
     {"tls.key", NULL},
     {"image_dir", NULL},
     {"vmd.capacity", "8"},
+    {"vmd.network", "isolated"},
+    {"vmd.qemu_user", NULL},
     {"rate.small", "10"}, //  µ$ per second of running time: $0.036 an hour
     {"rate.medium", "20"},
     {"rate.large", "40"},

@@ -17,6 +17,8 @@ PACKAGES=(
   qemu-system-x86 qemu-utils busybox-static mmdebstrap e2fsprogs cpio kmod zstd lz4
   # tests and tools
   python3 sqlite3 curl ca-certificates procps iproute2
+  # the guests' network policy (vmd_firewall: nftables rules on QEMU's user)
+  nftables
 )
 # Node.js and npm (for the MCP SDK client tests) come from Debian's nodejs and npm only
 # when no node is installed: machines that ship their own Node.js keep it.
@@ -24,12 +26,22 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   PACKAGES+=(nodejs npm)
 fi
 
+# QEMU runs as a user of its own: vmd's guest network policy matches that user's
+# sockets, and a guest's QEMU can then touch nothing of the host's (docs/vmd.md).
+ensure_qemu_user() {
+  if [ "$(id -u)" -eq 0 ] && ! getent passwd sbx-qemu >/dev/null; then
+    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin sbx-qemu
+    echo "[deps] created the system user sbx-qemu (QEMU runs as it)"
+  fi
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "[deps] all ${#PACKAGES[@]} packages present"
+  ensure_qemu_user
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -40,4 +52,5 @@ echo "[deps] installing: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}"
+ensure_qemu_user
 echo "[deps] done"

@@ -440,6 +440,18 @@ pid_t vmd_qemu_zstd_spawn (bool compress, int in_fd, int out_fd)
     return s_fork (compress ? compress_argv : decompress_argv, fds, false, &user);
 }
 
+int vmd_qemu_user (const char *user, uid_t *uid)
+{
+    vmd_qemu_config_t config;
+    vmd_qemu_config_init (&config);
+    config.user = user;
+    s_user_t found;
+    if (s_user_find (&config, &found) == -1)
+        return -1;
+    *uid = found.drop ? found.uid : geteuid ();
+    return found.drop ? 1 : 0;
+}
+
 pid_t vmd_qemu_spawn (const vmd_qemu_config_t *config)
 {
     char **argv = vmd_qemu_argv (config);

@@ -37,7 +37,7 @@ typedef struct {
     const char *dir;       //  the sandbox directory, absolute
     const char *hostname;  //  [a-z0-9-], 1-63 characters
     const vmd_qemu_type_t *type;
-    bool no_network; //  user networking with restrict=on: host forwards only
+    bool no_network;  //  user networking with restrict=on: host forwards only
     bool debug_shell; //  sbx.shell: a shell on ttyS0 even when the image has the agent
     //  Resume: QEMU starts paused (-S) and loads the memory state from incoming_fd,
     //  which vmd_qemu_spawn hands to it as fd 3; or, when incoming_defer, waits for
@@ -67,6 +67,11 @@ void vmd_qemu_argv_destroy (char ***argv_p);
 //  privileges dropped to config's user (see vmd_qemu.c for why not -runas). Returns
 //  the pid, or -1. Blocks only for fork.
 pid_t vmd_qemu_spawn (const vmd_qemu_config_t *config);
+
+//  Whom QEMU runs as for the user setting (as vmd_qemu_config_t.user; NULL: the
+//  default choice): 1 and *uid when vmd drops to that user, 0 when QEMU runs as vmd's
+//  own user (vmd is not root, or user is ""), -1 when the user does not exist.
+int vmd_qemu_user (const char *user, uid_t *uid);
 
 //  The pid of the QEMU running for DIR (after a vmd restart: it is no longer vmd's
 //  child, so its exit shows only as its QMP connection closing), or -1. Checks that

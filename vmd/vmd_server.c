@@ -1,12 +1,15 @@
 /*  vmd_server - see vmd_server.h */
 #include "vmd_server.h"
+#include "vmd_firewall.h"
 #include "sbx_clock.h"
 #include "sbx_log.h"
 #include "vmd_guest.h"
+#include "vmd_qemu.h"
 
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
@@ -553,6 +556,34 @@ static void *s_strdup (const void *item)
     return strdup ((const char *) item);
 }
 
+//  Guests reach the public internet only (vmd_firewall), or, when the operator sets
+//  vmd.network = open, whatever the host reaches. The policy keys on the QEMU user's
+//  uid, so it needs a user of QEMU's own: vmd refuses to start rather than run guests
+//  unconfined.
+static int s_network_setup (sbx_config_t *config)
+{
+    const char *network = sbx_config_get (config, "vmd.network", "isolated");
+    if (streq (network, "open")) {
+        sbx_warn ("vmd.network = open: guests reach the host's services and private networks");
+        return 0;
+    }
+    if (!streq (network, "isolated")) {
+        sbx_error ("vmd.network is \"%s\": use isolated (the default) or open", network);
+        return -1;
+    }
+    uid_t uid = 0;
+    int drops = vmd_qemu_user (sbx_config_get (config, "vmd.qemu_user", NULL), &uid);
+    struct passwd *pw = drops == 1 ? getpwuid (uid) : NULL;
+    if (drops != 1 || uid == 0 || !pw || streq (pw->pw_name, "nobody")) {
+        sbx_error ("vmd.network = isolated needs vmd to run as root and QEMU to run as a user "
+                   "of its own: create it (useradd --system --no-create-home sbx-qemu, as "
+                   "scripts/install-deps.sh does) or name one with vmd.qemu_user; or set "
+                   "vmd.network = open to run guests without network isolation");
+        return -1;
+    }
+    return vmd_firewall_apply (uid, NULL, NULL);
+}
+
 vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
 {
     vmd_server_t *self = calloc (1, sizeof *self);
@@ -589,6 +620,10 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
         if (stat (data, &st) == 0 && !(st.st_mode & S_IXOTH))
             chmod (data, (st.st_mode & 07777) | 0011);
         chmod (self->vms_dir, 0711);
+    }
+    if (s_network_setup (config) == -1) {
+        vmd_server_destroy (&self);
+        return NULL;
     }
     self->env = (vmd_guest_env_t){.loop = loop,
                                   .vms_dir = self->vms_dir,

@@ -120,13 +120,13 @@ class Sbx:
             pass
         return None
 
-    def https(self, method, path, body=None, headers=None):
+    def https(self, method, path, body=None, headers=None, timeout=30):
         """One request to the gateway over HTTPS, trusting the local CA."""
         import http.client
         import ssl
         ctx = ssl.create_default_context(cafile=self.status()["ca_cert"])
         conn = http.client.HTTPSConnection("localhost", self.listen_port(), context=ctx,
-                                           timeout=30)
+                                           timeout=timeout)
         try:
             conn.request(method, path, body=body, headers=headers or {})
             res = conn.getresponse()
