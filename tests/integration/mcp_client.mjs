@@ -2,6 +2,12 @@
 // usage: node mcp_client.mjs URL KEY [TOOL ARGS_JSON]...   (NODE_EXTRA_CA_CERTS for TLS)
 // Prints one JSON line per step: {"step":"connect",...}, {"step":"list",...}, {"step":"call",...}
 // (each call asks for progress; "progress" lists the notifications received).
+// Steps may chain, so a whole reference scenario runs through the SDK alone:
+//   "$SB" and "$PID" in ARGS_JSON become the last sandbox id and process id a result gave;
+//   tool "@poll" {"max":N} calls command_status for $PID once a second until it has exited;
+//   tool "@fetch" {} GETs the last URL a result gave, through the gateway (by SNI), and
+//   prints {"step":"fetch","status",...,"body"}.
+import https from "node:https";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
@@ -11,6 +17,37 @@ const transport = new StreamableHTTPClientTransport(new URL(url), {
 });
 const client = new Client({ name: "sbx-test", version: "0" });
 const say = (obj) => console.log(JSON.stringify(obj));
+const last = { sb: "", pid: 0, url: "" };
+
+const call = async (name, args) => {
+  // onprogress makes the SDK send a progressToken: the gateway answers over SSE.
+  const progress = [];
+  const result = await client.callTool({ name, arguments: args }, undefined,
+                                       { timeout: 600000, resetTimeoutOnProgress: true,
+                                         onprogress: (p) => progress.push(p) });
+  const sc = result.structuredContent || {};
+  if (name === "create_sandbox" && sc.id) last.sb = sc.id;
+  if (sc.processId !== undefined) last.pid = sc.processId;
+  if (sc.url) last.url = sc.url;
+  return { result, progress };
+};
+
+// GET through the gateway's port proxy: connect to the gateway's address, name the
+// sandbox's host by SNI and Host (its *.box name need not resolve here).
+const fetchVia = (target) => new Promise((resolve, reject) => {
+  const u = new URL(target), gw = new URL(url);
+  const req = https.request({ host: gw.hostname === "localhost" ? "127.0.0.1" : gw.hostname,
+                              port: u.port || 443, path: u.pathname, servername: u.hostname,
+                              headers: { Host: u.host } }, (res) => {
+    let body = "";
+    res.setEncoding("utf8");
+    res.on("data", (c) => { body += c; });
+    res.on("end", () => resolve({ status: res.statusCode, body }));
+  });
+  req.on("error", reject);
+  req.end();
+});
+
 try {
   await client.connect(transport);
   say({ step: "connect", server: client.getServerVersion(), sessionId: transport.sessionId,
@@ -18,12 +55,22 @@ try {
   const { tools } = await client.listTools();
   say({ step: "list", tools: tools.map((t) => ({ name: t.name, annotations: t.annotations })) });
   for (let i = 0; i + 1 < calls.length; i += 2) {
-    // onprogress makes the SDK send a progressToken: the gateway answers over SSE.
-    const progress = [];
-    const result = await client.callTool({ name: calls[i], arguments: JSON.parse(calls[i + 1]) },
-                                         undefined, { timeout: 600000, resetTimeoutOnProgress: true,
-                                                      onprogress: (p) => progress.push(p) });
-    say({ step: "call", tool: calls[i], result, progress });
+    const args = JSON.parse(calls[i + 1].replaceAll("$SB", last.sb)
+                                        .replaceAll('"$PID"', String(last.pid)));
+    if (calls[i] === "@fetch") {
+      const { status, body } = await fetchVia(last.url);
+      say({ step: "fetch", url: last.url, status, body: body.slice(0, 2000) });
+    } else if (calls[i] === "@poll") {
+      let out;
+      for (let n = 0; n < (args.max || 120); n++) {
+        out = await call("command_status", { processId: last.pid });
+        if (!out.result.structuredContent || !out.result.structuredContent.running) break;
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+      say({ step: "call", tool: "command_status", ...out });
+    } else {
+      say({ step: "call", tool: calls[i], ...(await call(calls[i], args)) });
+    }
   }
   await transport.terminateSession();
   await client.close();

@@ -1,8 +1,9 @@
 """Per-second billing from the event log (issue 6, points 1-3): real daemons under `sbx up`,
 real guests. Sandboxes run, stop, resume and are deleted while sbx-billing is killed
-with SIGKILL (twice) and the broker once; afterwards `sbx usage --json` must equal, to
-the millisecond and the micro-dollar, the ready intervals in `sbx tap --since 0 --once
-sandbox.`, and billing must have applied the log up to its last event."""
+with SIGKILL (twice), the broker once and vmd once (its guests re-adopted, running on);
+afterwards `sbx usage --json` must equal, to the millisecond and the micro-dollar, the
+ready intervals in `sbx tap --since 0 --once sandbox.`, and billing must have applied
+the log up to its last event."""
 import datetime
 import json
 import os
@@ -71,6 +72,19 @@ class BillingTest(unittest.TestCase):
         self.wait_back(s, "sbx-broker", old)
         wait_for(lambda: len(s.status()["peers"]) == 4, 30, "all four workers back")
         time.sleep(1)
+
+        # vmd dies while both run: the guests keep running and the new vmd re-adopts them.
+        # Nothing changes state, so the log (and billing) loses and doubles no second.
+        before = len(s.cli("tap", "--since", "0", "--once").stdout.splitlines())
+        old = self.kill(s, "sbx-vmd")
+        self.wait_back(s, "sbx-vmd", old)
+        wait_for(lambda: len(s.status()["peers"]) == 4, 30, "all four workers back")
+        for sid in (a, b):
+            self.assertEqual(s.cli_json("sandbox", "get", sid)["state"], "ready", sid)
+        s.cli("sandbox", "exec", a, "--", "true", timeout=120)  # re-adopted, answering
+        during = [json.loads(l) for l in
+                  s.cli("tap", "--since", "0", "--once").stdout.splitlines()][before:]
+        self.assertEqual([e for e in during if e["type"] == "sandbox.changed"], [])
 
         # Billing dies again, between the two stops.
         s.cli_json("sandbox", "stop", b, timeout=300)
