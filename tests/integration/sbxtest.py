@@ -202,6 +202,43 @@ class Sbx:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+MCP_INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "test", "version": "0"}}}
+
+
+def mcp_post(s, key, body, sid=None, timeout=30):
+    """One JSON-RPC message to /mcp with an API key: (status, lower-cased headers, body)."""
+    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+         "Authorization": f"Bearer {key}"}
+    if sid:
+        h["Mcp-Session-Id"] = sid
+    status, hdrs, raw = s.https("POST", "/mcp", body=json.dumps(body), headers=h, timeout=timeout)
+    return status, {k.lower(): v for k, v in hdrs.items()}, json.loads(raw) if raw else None
+
+
+def mcp_session(s, key):
+    """initialize + notifications/initialized: the new session's id."""
+    _, hdrs, _ = mcp_post(s, key, MCP_INIT)
+    sid = hdrs["mcp-session-id"]
+    mcp_post(s, key, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+    return sid
+
+
+def mcp_call(test, s, key, sid, tool, args=None, ok=True, timeout=200):
+    """tools/call, printed; (result, its text). ok: the result must not be an error."""
+    status, _, body = mcp_post(s, key, {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                                        "params": {"name": tool, "arguments": args or {}}},
+                               sid, timeout=timeout)
+    test.assertEqual(status, 200, body)
+    r = body["result"]
+    text = r["content"][0]["text"]
+    print(f"  {tool} {json.dumps(args or {})[:100]} → {text[:200]!r}")
+    if ok:
+        test.assertFalse(r.get("isError"), text)
+    return r, text
+
+
 def main():
     # ctest runs each file; unittest prints "Ran N tests" and OK/FAILED.
     unittest.main(verbosity=2)

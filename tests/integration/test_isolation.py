@@ -18,11 +18,8 @@ import threading
 import time
 import unittest
 
-from sbxtest import BIN, Sbx, free_port, main, pid_alive, wait_for
+from sbxtest import BIN, Sbx, free_port, main, mcp_call, mcp_session, pid_alive, wait_for
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "test", "version": "0"}}}
 TABLE = "sbx_guests"
 
 # Runs in the guest: tries each target, prints {name: "connected" | the error}.
@@ -93,30 +90,11 @@ class IsolationTest(unittest.TestCase):
     def addCleanup(cls, fn, *args):  # Sbx registers its cleanup on the class
         cls.addClassCleanup(fn, *args)
 
-    def post(self, body, sid=None):
-        h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-             "Authorization": f"Bearer {self.key}"}
-        if sid:
-            h["Mcp-Session-Id"] = sid
-        status, hdrs, raw = self.s.https("POST", "/mcp", body=json.dumps(body), headers=h,
-                                         timeout=200)
-        return status, {k.lower(): v for k, v in hdrs.items()}, json.loads(raw) if raw else None
-
     def call(self, sid, tool, args=None):
-        status, _, body = self.post({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                                     "params": {"name": tool, "arguments": args or {}}}, sid)
-        self.assertEqual(status, 200, body)
-        r = body["result"]
-        text = r["content"][0]["text"]
-        print(f"  {tool} {json.dumps(args or {})[:90]} → {text[:160]!r}")
-        self.assertFalse(r.get("isError"), text)
-        return r["structuredContent"]
+        return mcp_call(self, self.s, self.key, sid, tool, args)[0]["structuredContent"]
 
     def session(self):
-        _, hdrs, _ = self.post(INIT)
-        sid = hdrs["mcp-session-id"]
-        self.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
-        return sid
+        return mcp_session(self.s, self.key)
 
     def probe(self, sid, sandbox, targets):
         r = self.call(sid, "exec", {"sandboxId": sandbox, "timeout": 120,

@@ -14,11 +14,7 @@ import time
 import unittest
 import http.client
 
-from sbxtest import BIN, Sbx, main, wait_for
-
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "test", "version": "0"}}}
+from sbxtest import BIN, MCP_INIT as INIT, Sbx, main, mcp_call, mcp_post, wait_for
 
 # A chunked stream: one line a second, five lines.
 STREAM_PY = r'''
@@ -99,23 +95,10 @@ class PortsTest(unittest.TestCase):
 
     # -- MCP -------------------------------------------------------------------
     def post(self, body, sid=None):
-        h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-             "Authorization": f"Bearer {self.key_a}"}
-        if sid:
-            h["Mcp-Session-Id"] = sid
-        status, hdrs, raw = self.s.https("POST", "/mcp", body=json.dumps(body), headers=h)
-        return status, {k.lower(): v for k, v in hdrs.items()}, json.loads(raw) if raw else None
+        return mcp_post(self.s, self.key_a, body, sid)
 
     def call(self, sid, tool, args=None, ok=True):
-        status, _, body = self.post({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                                     "params": {"name": tool, "arguments": args or {}}}, sid)
-        self.assertEqual(status, 200, body)
-        r = body["result"]
-        text = r["content"][0]["text"]
-        print(f"  {tool} {json.dumps(args or {})[:100]} → {text[:200]!r}")
-        if ok:
-            self.assertFalse(r.get("isError"), text)
-        return r, text
+        return mcp_call(self, self.s, self.key_a, sid, tool, args, ok)
 
     # -- the port proxy, as a browser would reach it ---------------------------
     def connect(self, host):
