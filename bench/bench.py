@@ -170,6 +170,10 @@ class Sbx:
         self.port = free_port()
         with open(os.path.join(self.dir, "sbx.conf"), "w") as f:
             f.write(f"image_dir = {os.path.join(bdir, 'image')}\nvmd.capacity = {capacity}\n")
+            # The bench measures sbx, not its plan limits: no request rate (a refusal
+            # answers faster than any real call), no cap on running sandboxes or starts.
+            f.write("plan.free.requests_per_second = 0\nplan.free.running = 0\n"
+                    "plan.free.starts_per_day = 0\n")
         out = open(os.path.join(self.dir, "up.out"), "ab")
         self.proc = subprocess.Popen([os.path.join(self.bin, "sbx"), "up", "--data-dir", self.dir,
                                       "--listen", f"127.0.0.1:{self.port}"],
@@ -534,6 +538,9 @@ def part_gateway(sbx, mcp, sb, conns_list, seconds, repeats, res):
                         ("ts get_sandbox", ts_port, ts_body, token, ts_mcp.sid),
                         ("ts tools/list", ts_port, list_body, token, ts_mcp.sid)):
                     r = wrk(port, body, k, sid, conns, seconds)
+                    if r.get("error_answers"):
+                        raise RuntimeError(f"{label} c={conns}: {r['error_answers']} of "
+                                           f"{r['requests']} answers were errors")
                     runs.setdefault(f"{label} c{conns}", []).append(r)
                     log(f"wrk {rep + 1}/{repeats} {label} c={conns}: {r['rps']:.0f} req/s p50 "
                         f"{r['p50_us']} us p99 {r['p99_us']} us errors {r['errors']} "
