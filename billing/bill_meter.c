@@ -173,14 +173,21 @@ static int s_on_changed (bill_meter_t *self, const sbx_event_t *event, sbx_msg_t
     return rc;
 }
 
-//  A top-up: into the account's active wallet (an unknown account's credit is logged
-//  and dropped: there is no wallet to put it in).
-static int s_on_credited (bill_meter_t *self, sbx_msg_t *msg)
+//  A top-up: into the named wallet (made when new) or the account's active one. An
+//  unknown account's credit is logged and dropped: there is no wallet to put it in.
+static int s_on_credited (bill_meter_t *self, const sbx_event_t *event, sbx_msg_t *msg)
 {
     sbx_wallet_credited_t *credit = sbx_msg_wallet_credited (msg);
     char *wallet = NULL;
-    int64_t balance = 0;
-    int rc = bill_store_wallet_active (self->store, credit->account_id, &wallet, &balance);
+    int rc;
+    if (credit->wallet && *credit->wallet) {
+        char *known = bill_store_account_resolve (self->store, credit->account_id, NULL);
+        rc = !known ? 1
+                    : bill_store_wallet_ensure (self->store, credit->account_id, credit->wallet,
+                                                event->ts_ms, &wallet);
+        free (known);
+    } else
+        rc = bill_store_wallet_active (self->store, credit->account_id, &wallet, NULL);
     if (rc == 1) {
         sbx_warn ("account=%s credit of %llu µ$ for an account billing doesn't know",
                   credit->account_id, (unsigned long long) credit->micro_usd);
@@ -188,6 +195,27 @@ static int s_on_credited (bill_meter_t *self, sbx_msg_t *msg)
     }
     if (rc == 0)
         rc = bill_store_wallet_credit (self->store, wallet, credit->micro_usd);
+    free (wallet);
+    return rc;
+}
+
+//  Charges go to another wallet from now on (made, empty, when new).
+static int s_on_activated (bill_meter_t *self, const sbx_event_t *event, sbx_msg_t *msg)
+{
+    sbx_wallet_activated_t *activated = sbx_msg_wallet_activated (msg);
+    char *known = bill_store_account_resolve (self->store, activated->account_id, NULL);
+    if (!known) {
+        sbx_warn ("account=%s wallet %s activated for an account billing doesn't know",
+                  activated->account_id, activated->wallet);
+        return 0;
+    }
+    free (known);
+    char *wallet = NULL;
+    int rc = bill_store_wallet_ensure (self->store, activated->account_id, activated->wallet,
+                                       event->ts_ms, &wallet) ||
+                     bill_store_wallet_activate (self->store, activated->account_id, wallet)
+                 ? -1
+                 : 0;
     free (wallet);
     return rc;
 }
@@ -200,7 +228,7 @@ int bill_meter_apply (bill_meter_t *self, const sbx_event_t *event)
     sbx_msg_t *msg = NULL;
     if (event->type &&
         (streq (event->type, "sandbox.changed") || streq (event->type, "account.created") ||
-         streq (event->type, "wallet.credited"))) {
+         streq (event->type, "wallet.credited") || streq (event->type, "wallet.activated"))) {
         sbx_err_t err;
         msg = sbx_msg_decode (event->payload.data, event->payload.size, &err);
         if (!msg)
@@ -219,7 +247,9 @@ int bill_meter_apply (bill_meter_t *self, const sbx_event_t *event)
                                      sbx_msg_account_created (msg)->email,
                                      self->rates.wallet_initial, event->ts_ms);
     else if (msg && msg->type == SBX_MSG_WALLET_CREDITED)
-        rc = s_on_credited (self, msg);
+        rc = s_on_credited (self, event, msg);
+    else if (msg && msg->type == SBX_MSG_WALLET_ACTIVATED)
+        rc = s_on_activated (self, event, msg);
     sbx_msg_destroy (&msg);
     if (rc == 0 && bill_store_set_last_seq (self->store, event->seq) == 0 &&
         bill_store_commit (self->store) == 0)
@@ -323,6 +353,15 @@ static bool s_allowed (const sbx_caller_t *caller, const char *account_id)
     return caller->account_id && streq (caller->account_id, account_id);
 }
 
+static void s_on_wallet (const char *name, int64_t balance, bool active, void *arg)
+{
+    sbx_wallet_info_t *info = sbx_wallet_info_list_append (&((sbx_usage_get_ok_t *) arg)->wallets);
+    if (info && sbx_str_set (&info->name, name) == 0) {
+        info->balance_micro_usd = balance;
+        info->active = active;
+    }
+}
+
 sbx_msg_t *bill_meter_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t now_ms)
 {
     assert (self && request && request->type == SBX_MSG_USAGE_GET);
@@ -347,6 +386,7 @@ sbx_msg_t *bill_meter_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t no
     bool failed =
         !ok || sbx_str_set (&ok->account_id, account) || sbx_str_set (&ok->email, email) ||
         bill_store_wallet_active (self->store, account, &ok->wallet, &balance) < 0 ||
+        bill_store_wallets (self->store, account, s_on_wallet, ok) < 0 ||
         bill_store_intervals (self->store, account, args->sandbox_id, s_on_interval, &u) < 0 ||
         u.failed;
     if (!failed) {
@@ -401,16 +441,18 @@ int bill_meter_funds (bill_meter_t *self, const char *account, uint64_t now_ms, 
     request->caller = caller;
     sbx_str_set (&sbx_msg_usage_get (request)->account, account);
     sbx_msg_t *reply = bill_meter_usage (self, request, now_ms);
-    uint64_t charged = 0;
+    uint64_t charged = 0, charged_active = 0;
     int rc = -1;
-    if (reply->type == SBX_MSG_USAGE_GET_OK &&
-        bill_store_ledger_totals (self->store, account, NULL, &charged) == 0) {
-        sbx_usage_get_ok_t *ok = sbx_msg_usage_get_ok (reply);
-        //  What was ever put in: the balance plus what the ledger took from it. The
-        //  usage total includes running sandboxes' time so far, not charged yet.
-        int64_t credits = ok->balance_micro_usd + (int64_t) charged;
+    sbx_usage_get_ok_t *ok =
+        reply->type == SBX_MSG_USAGE_GET_OK ? sbx_msg_usage_get_ok (reply) : NULL;
+    if (ok && ok->wallet && bill_store_ledger_totals (self->store, account, NULL, &charged) == 0 &&
+        bill_store_wallet_charged (self->store, account, ok->wallet, &charged_active) == 0) {
+        //  What was ever put in the active wallet: its balance plus what the ledger took
+        //  from it. What running sandboxes used so far (the usage total less everything
+        //  charged, to any wallet) is not charged yet: it will be, to the active wallet.
+        int64_t credits = ok->balance_micro_usd + (int64_t) charged_active;
         *prepaid = credits > 0;
-        *balance = credits - (int64_t) ok->micro_usd;
+        *balance = ok->balance_micro_usd - ((int64_t) ok->micro_usd - (int64_t) charged);
         rc = 0;
     }
     sbx_msg_destroy (&reply);
@@ -595,6 +637,48 @@ void bill_meter_test (bool verbose)
     s_test_change (meter, 1100, "acc_z", "sb_z", SBX_SANDBOX_TYPE_LARGE, SBX_SANDBOX_STATE_STOPPED);
     assert (bill_store_wallet_active (store, "acc_z", NULL, &balance) == 0);
     assert (balance == 1000000 - 40);
+
+    //  Several wallets: a credit to a new name makes it (inactive); charges follow the
+    //  active wallet; usage lists them all; funds are the active wallet's.
+    sbx_msg_t *credit = sbx_msg_new (SBX_MSG_WALLET_CREDITED);
+    sbx_str_set (&sbx_msg_wallet_credited (credit)->account_id, "acc_a");
+    sbx_str_set (&sbx_msg_wallet_credited (credit)->wallet, "promo");
+    sbx_msg_wallet_credited (credit)->micro_usd = 500;
+    assert (s_test_apply (meter, S_DAY_MS + 8000, "acc_a", &credit) == 0);
+    sbx_msg_t *activate = sbx_msg_new (SBX_MSG_WALLET_ACTIVATED);
+    sbx_str_set (&sbx_msg_wallet_activated (activate)->account_id, "acc_a");
+    sbx_str_set (&sbx_msg_wallet_activated (activate)->wallet, "promo");
+    assert (s_test_apply (meter, S_DAY_MS + 8500, "acc_a", &activate) == 0);
+    //  sb_3 stops: 4000 ms, 40 µ$, all to promo (active when the interval closed).
+    s_test_change (meter, S_DAY_MS + 9000, "acc_a", "sb_3", SMALL, SBX_SANDBOX_STATE_STOPPED);
+    reply = s_test_usage (meter, "acc_a", NULL, 0, 0, s_test_caller (SBX_CALLER_KIND_ADMIN, NULL),
+                          S_DAY_MS + 9000);
+    ok = sbx_msg_usage_get_ok (reply);
+    assert (streq (ok->wallet, "wal_acc_a_promo") && ok->balance_micro_usd == 460);
+    assert (ok->wallets.count == 2);
+    assert (streq (ok->wallets.items[0].name, "main") && !ok->wallets.items[0].active &&
+            ok->wallets.items[0].balance_micro_usd == 1000000 - 73);
+    assert (streq (ok->wallets.items[1].name, "promo") && ok->wallets.items[1].active &&
+            ok->wallets.items[1].balance_micro_usd == 460);
+    sbx_msg_destroy (&reply);
+    assert (bill_meter_funds (meter, "acc_a", S_DAY_MS + 9000, &prepaid, &funds) == 0);
+    assert (prepaid && funds == 460);
+    //  Unnamed credits go to the active wallet; wallets of unknown accounts are dropped.
+    credit = sbx_msg_new (SBX_MSG_WALLET_CREDITED);
+    sbx_str_set (&sbx_msg_wallet_credited (credit)->account_id, "acc_a");
+    sbx_msg_wallet_credited (credit)->micro_usd = 40;
+    assert (s_test_apply (meter, S_DAY_MS + 9100, "acc_a", &credit) == 0);
+    assert (bill_store_wallet_active (store, "acc_a", NULL, &balance) == 0 && balance == 500);
+    credit = sbx_msg_new (SBX_MSG_WALLET_CREDITED);
+    sbx_str_set (&sbx_msg_wallet_credited (credit)->account_id, "acc_nobody");
+    sbx_str_set (&sbx_msg_wallet_credited (credit)->wallet, "x");
+    sbx_msg_wallet_credited (credit)->micro_usd = 40;
+    assert (s_test_apply (meter, S_DAY_MS + 9200, NULL, &credit) == 0);
+    activate = sbx_msg_new (SBX_MSG_WALLET_ACTIVATED);
+    sbx_str_set (&sbx_msg_wallet_activated (activate)->account_id, "acc_nobody");
+    sbx_str_set (&sbx_msg_wallet_activated (activate)->wallet, "x");
+    assert (s_test_apply (meter, S_DAY_MS + 9300, NULL, &activate) == 0);
+    assert (bill_store_wallet_active (store, "acc_nobody", NULL, &balance) == 1);
 
     //  Garbage payloads are skipped (logged), and their seq recorded.
     sbx_event_t junk = {.seq = ++s_test_seq, .ts_ms = 5, .type = "sandbox.changed"};

@@ -89,6 +89,11 @@ typedef enum {
     ST_WALLET_ACTIVE,
     ST_WALLET_DEBIT,
     ST_WALLET_CREDIT,
+    ST_WALLET_ENSURE,
+    ST_WALLET_DEACTIVATE,
+    ST_WALLET_SET_ACTIVE,
+    ST_WALLETS,
+    ST_WALLET_CHARGED,
     ST_SANDBOX_FIND,
     ST_SANDBOX_PUT,
     ST_INTERVAL_OPEN_FIND,
@@ -120,6 +125,15 @@ static const char *s_sql[ST_COUNT] = {
     [ST_WALLET_ACTIVE] = "SELECT id, balance_micro FROM wallets WHERE account = ?1 AND active",
     [ST_WALLET_DEBIT] = "UPDATE wallets SET balance_micro = balance_micro - ?2 WHERE id = ?1",
     [ST_WALLET_CREDIT] = "UPDATE wallets SET balance_micro = balance_micro + ?2 WHERE id = ?1",
+    [ST_WALLET_ENSURE] =
+        "INSERT INTO wallets (id, account, name, balance_micro, active, created_ms) "
+        "VALUES (?1, ?2, ?3, 0, 0, ?4) ON CONFLICT (id) DO NOTHING",
+    [ST_WALLET_DEACTIVATE] = "UPDATE wallets SET active = 0 WHERE account = ?1 AND active",
+    [ST_WALLET_SET_ACTIVE] = "UPDATE wallets SET active = 1 WHERE id = ?1",
+    [ST_WALLETS] = "SELECT name, balance_micro, active FROM wallets WHERE account = ?1 "
+                   "ORDER BY created_ms, name",
+    [ST_WALLET_CHARGED] = "SELECT coalesce (sum (micro), 0) FROM ledger "
+                          "WHERE account = ?1 AND wallet = ?2",
     [ST_SANDBOX_FIND] = "SELECT id, account, type, state, rate, rate_ms, total_ms, total_micro "
                         "FROM sandboxes WHERE id = ?1",
     [ST_SANDBOX_PUT] =
@@ -548,6 +562,81 @@ int bill_store_wallet_credit (bill_store_t *self, const char *wallet, uint64_t m
     if (s_run (self, ST_WALLET_CREDIT, "wallet credit") != SQLITE_DONE)
         return -1;
     return sqlite3_changes (self->db) == 1 ? 0 : -1;
+}
+
+int bill_store_wallet_ensure (bill_store_t *self, const char *account, const char *name,
+                              uint64_t ts_ms, char **wallet_p)
+{
+    *wallet_p = NULL;
+    if (!self || !s_nonempty (account) || !s_nonempty (name) || !s_fits (ts_ms) ||
+        !s_require_transaction (self, "wallet ensure"))
+        return -1;
+    //  The id derives from account and name (as "main"'s does): a replay makes the same.
+    char *wallet = zsys_sprintf ("wal_%s_%s", account, name);
+    sqlite3_stmt *stmt = self->stmt[ST_WALLET_ENSURE];
+    s_bind_text (stmt, 1, wallet);
+    s_bind_text (stmt, 2, account);
+    s_bind_text (stmt, 3, name);
+    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) ts_ms);
+    if (!wallet || s_run (self, ST_WALLET_ENSURE, "wallet ensure") != SQLITE_DONE) {
+        zstr_free (&wallet);
+        return -1;
+    }
+    *wallet_p = strdup (wallet);
+    zstr_free (&wallet);
+    return *wallet_p ? 0 : -1;
+}
+
+int bill_store_wallet_activate (bill_store_t *self, const char *account, const char *wallet)
+{
+    if (!self || !s_nonempty (account) || !s_nonempty (wallet) ||
+        !s_require_transaction (self, "wallet activate"))
+        return -1;
+    //  Off first: the unique index allows one active wallet per account at any moment.
+    s_bind_text (self->stmt[ST_WALLET_DEACTIVATE], 1, account);
+    if (s_run (self, ST_WALLET_DEACTIVATE, "wallet deactivate") != SQLITE_DONE)
+        return -1;
+    s_bind_text (self->stmt[ST_WALLET_SET_ACTIVE], 1, wallet);
+    if (s_run (self, ST_WALLET_SET_ACTIVE, "wallet activate") != SQLITE_DONE)
+        return -1;
+    return sqlite3_changes (self->db) == 1 ? 0 : -1;
+}
+
+int bill_store_wallets (bill_store_t *self, const char *account, bill_store_wallet_fn *fn,
+                        void *arg)
+{
+    if (!self || !s_nonempty (account) || !fn)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_WALLETS];
+    s_bind_text (stmt, 1, account);
+    int rc, count = 0;
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+        const char *name = (const char *) sqlite3_column_text (stmt, 0);
+        fn (name ? name : "", sqlite3_column_int64 (stmt, 1), sqlite3_column_int (stmt, 2) != 0,
+            arg);
+        count++;
+    }
+    if (rc != SQLITE_DONE)
+        s_log_db_error (self, "wallets");
+    s_reset (stmt);
+    return rc == SQLITE_DONE ? count : -1;
+}
+
+int bill_store_wallet_charged (bill_store_t *self, const char *account, const char *wallet,
+                               uint64_t *micro_p)
+{
+    if (!self || !s_nonempty (account) || !s_nonempty (wallet))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_WALLET_CHARGED];
+    s_bind_text (stmt, 1, account);
+    s_bind_text (stmt, 2, wallet);
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW)
+        *micro_p = s_column_u64 (stmt, 0);
+    else
+        s_log_db_error (self, "wallet charged");
+    s_reset (stmt);
+    return rc == SQLITE_ROW ? 0 : -1;
 }
 
 //  --------------------------------------------------------------------------

@@ -95,6 +95,22 @@ int bill_store_wallet_debit (bill_store_t *self, const char *wallet, uint64_t mi
 //  Adds micro µ$ to a wallet (a top-up).
 int bill_store_wallet_credit (bill_store_t *self, const char *wallet, uint64_t micro);
 
+//  The account's wallet called name, made (empty, inactive) when it has none: its id in
+//  *wallet_p (caller frees). In a transaction.
+int bill_store_wallet_ensure (bill_store_t *self, const char *account, const char *name,
+                              uint64_t ts_ms, char **wallet_p);
+//  Charges of account go to wallet (an id of the account's) from now on. In a transaction.
+int bill_store_wallet_activate (bill_store_t *self, const char *account, const char *wallet);
+
+//  Calls fn for each of the account's wallets, oldest first; returns how many, or -1.
+typedef void (bill_store_wallet_fn) (const char *name, int64_t balance, bool active, void *arg);
+int bill_store_wallets (bill_store_t *self, const char *account, bill_store_wallet_fn *fn,
+                        void *arg);
+
+//  What the ledger ever took from one of the account's wallets, µ$.
+int bill_store_wallet_charged (bill_store_t *self, const char *account, const char *wallet,
+                               uint64_t *micro_p);
+
 //  0 and *out filled in when known, 1 when not, -1 on error.
 int bill_store_sandbox_find (bill_store_t *self, const char *id, bill_sandbox_t *out);
 //  Inserts or updates the record.

@@ -364,43 +364,107 @@ sbx_msg_t *brk_accounts_auth_key (brk_ctx_t *ctx, sbx_msg_t *request)
     return reply;
 }
 
-sbx_msg_t *brk_accounts_wallet_credit (brk_ctx_t *ctx, sbx_msg_t *request)
+//  A wallet's name: what billing's ids and an operator's shell take without quoting.
+static bool s_wallet_name_ok (const char *name)
 {
-    sbx_wallet_credit_t *args = sbx_msg_wallet_credit (request);
+    size_t length = name ? strlen (name) : 0;
+    if (length < 1 || length > 32)
+        return false;
+    for (const char *c = name; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
+            return false;
+    return true;
+}
+
+//  Logs a wallet event for account_or_email (credit or activation). A log entry, not a
+//  row here: billing applies it from the log like every charge, so a replay of the log
+//  rebuilds balances and the active wallet. *account_id_p gets the account's id.
+static sbx_msg_t *s_wallet_event (brk_ctx_t *ctx, sbx_msg_t *request, const char *account_or_email,
+                                  const char *wallet, sbx_msg_t **event_p, char **account_id_p)
+{
     if (!request->caller)
         return s_no_caller (request);
     if (request->caller->kind != SBX_CALLER_KIND_ADMIN &&
         request->caller->kind != SBX_CALLER_KIND_SYSTEM)
         return sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
-                                  "only an operator can add funds to a wallet");
+                                  "only an operator can change an account's wallets");
+    if (wallet && !s_wallet_name_ok (wallet))
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "a wallet's name is 1 to 32 of a-z, 0-9, - and _");
+    brk_account_t account;
+    sbx_msg_t *reply = NULL;
+    if (s_find_account (ctx, request, account_or_email, &account, &reply))
+        return reply;
+    sbx_msg_t *event = *event_p;
+    if (event->type == SBX_MSG_WALLET_CREDITED)
+        sbx_str_set (&sbx_msg_wallet_credited (event)->account_id, account.id);
+    else
+        sbx_str_set (&sbx_msg_wallet_activated (event)->account_id, account.id);
+    if (brk_events_begin (ctx->events) ||
+        brk_events_add (ctx->events, event_p, account.id, account.id) ||
+        brk_events_commit (ctx->events)) {
+        brk_events_rollback (ctx->events);
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record the change");
+    } else
+        *account_id_p = strdup (account.id);
+    brk_account_clear (&account);
+    return reply;
+}
+
+sbx_msg_t *brk_accounts_wallet_credit (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    sbx_wallet_credit_t *args = sbx_msg_wallet_credit (request);
     if (args->micro_usd == 0 || args->micro_usd > 1000000ULL * 1000000ULL)
         return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
                                   "the amount is more than 0 and at most 1,000,000 USD");
-    brk_account_t account;
-    sbx_msg_t *reply = NULL;
-    if (s_find_account (ctx, request, args->account, &account, &reply))
-        return reply;
     sbx_msg_t *event = sbx_msg_new (SBX_MSG_WALLET_CREDITED);
-    sbx_wallet_credited_t *body = sbx_msg_wallet_credited (event);
-    sbx_str_set (&body->account_id, account.id);
+    sbx_wallet_credited_t *body = event ? sbx_msg_wallet_credited (event) : NULL;
+    if (!body || sbx_str_set (&body->note, args->note) ||
+        sbx_str_set (&body->wallet, args->wallet)) {
+        sbx_msg_destroy (&event);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    }
     body->micro_usd = args->micro_usd;
-    sbx_str_set (&body->note, args->note);
-    //  A log entry, not a row here: billing applies it from the log like every charge,
-    //  so a replay of the log rebuilds balances with the credits in them.
-    if (brk_events_begin (ctx->events) ||
-        brk_events_add (ctx->events, &event, account.id, account.id) ||
-        brk_events_commit (ctx->events)) {
-        brk_events_rollback (ctx->events);
-        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record the credit");
-    } else {
+    char *account_id = NULL;
+    sbx_msg_t *reply =
+        s_wallet_event (ctx, request, args->account, args->wallet, &event, &account_id);
+    if (!reply) {
         reply = sbx_msg_new_reply (request, SBX_MSG_WALLET_CREDIT_OK);
-        sbx_str_set (&sbx_msg_wallet_credit_ok (reply)->account_id, account.id);
-        sbx_msg_wallet_credit_ok (reply)->micro_usd = args->micro_usd;
-        sbx_msg_wallet_credit_ok (reply)->seq = brk_store_last_seq (ctx->store);
-        sbx_info ("rid=%llu account=%s wallet credited %llu µ$", (unsigned long long) request->rid,
-                  account.id, (unsigned long long) args->micro_usd);
+        sbx_wallet_credit_ok_t *ok = sbx_msg_wallet_credit_ok (reply);
+        sbx_str_set (&ok->account_id, account_id);
+        sbx_str_set (&ok->wallet, args->wallet);
+        ok->micro_usd = args->micro_usd;
+        ok->seq = brk_store_last_seq (ctx->store);
+        sbx_info ("rid=%llu account=%s wallet %s credited %llu µ$",
+                  (unsigned long long) request->rid, account_id,
+                  args->wallet ? args->wallet : "(active)", (unsigned long long) args->micro_usd);
     }
     sbx_msg_destroy (&event);
-    brk_account_clear (&account);
+    free (account_id);
+    return reply;
+}
+
+sbx_msg_t *brk_accounts_wallet_activate (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    sbx_wallet_activate_t *args = sbx_msg_wallet_activate (request);
+    sbx_msg_t *event = sbx_msg_new (SBX_MSG_WALLET_ACTIVATED);
+    if (!event || sbx_str_set (&sbx_msg_wallet_activated (event)->wallet, args->wallet)) {
+        sbx_msg_destroy (&event);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    }
+    char *account_id = NULL;
+    sbx_msg_t *reply =
+        s_wallet_event (ctx, request, args->account, args->wallet, &event, &account_id);
+    if (!reply) {
+        reply = sbx_msg_new_reply (request, SBX_MSG_WALLET_ACTIVATE_OK);
+        sbx_wallet_activate_ok_t *ok = sbx_msg_wallet_activate_ok (reply);
+        sbx_str_set (&ok->account_id, account_id);
+        sbx_str_set (&ok->wallet, args->wallet);
+        ok->seq = brk_store_last_seq (ctx->store);
+        sbx_info ("rid=%llu account=%s charges now go to wallet %s",
+                  (unsigned long long) request->rid, account_id, args->wallet);
+    }
+    sbx_msg_destroy (&event);
+    free (account_id);
     return reply;
 }

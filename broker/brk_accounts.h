@@ -17,6 +17,8 @@ sbx_msg_t *brk_accounts_key_revoke (brk_ctx_t *ctx, sbx_msg_t *request);
 
 //  wallet.credit: an operator's top-up, logged as wallet.credited for billing.
 sbx_msg_t *brk_accounts_wallet_credit (brk_ctx_t *ctx, sbx_msg_t *request);
+//  wallet.activate: charges of the account go to the named wallet from now on (an event).
+sbx_msg_t *brk_accounts_wallet_activate (brk_ctx_t *ctx, sbx_msg_t *request);
 
 //  auth.key: the caller an API key acts for, or unauthenticated.
 sbx_msg_t *brk_accounts_auth_key (brk_ctx_t *ctx, sbx_msg_t *request);

@@ -556,6 +556,9 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     case SBX_MSG_WALLET_CREDIT:
         reply = brk_accounts_wallet_credit (&self->ctx, msg);
         break;
+    case SBX_MSG_WALLET_ACTIVATE:
+        reply = brk_accounts_wallet_activate (&self->ctx, msg);
+        break;
     case SBX_MSG_AUTH_KEY:
         reply = brk_accounts_auth_key (&self->ctx, msg);
         break;

@@ -18,6 +18,7 @@ _Static_assert (offsetof (sbx_key_info_list_t, count) == sizeof (void *), "list 
 _Static_assert (offsetof (sbx_agent_proc_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_usage_sandbox_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_usage_day_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_wallet_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_event_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_peer_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_sandbox_info_list_t, count) == sizeof (void *), "list layout");
@@ -243,6 +244,7 @@ static const sbx_meta_struct_t s_meta_agent_file_read;
 static const sbx_meta_struct_t s_meta_agent_file_read_ok;
 static const sbx_meta_struct_t s_meta_usage_sandbox;
 static const sbx_meta_struct_t s_meta_usage_day;
+static const sbx_meta_struct_t s_meta_wallet_info;
 static const sbx_meta_struct_t s_meta_account_funds;
 static const sbx_meta_struct_t s_meta_account_funds_exhausted;
 static const sbx_meta_struct_t s_meta_account_funds_restored;
@@ -251,6 +253,9 @@ static const sbx_meta_struct_t s_meta_usage_get_ok;
 static const sbx_meta_struct_t s_meta_wallet_credit;
 static const sbx_meta_struct_t s_meta_wallet_credit_ok;
 static const sbx_meta_struct_t s_meta_wallet_credited;
+static const sbx_meta_struct_t s_meta_wallet_activate;
+static const sbx_meta_struct_t s_meta_wallet_activate_ok;
+static const sbx_meta_struct_t s_meta_wallet_activated;
 static const sbx_meta_struct_t s_meta_caller;
 static const sbx_meta_struct_t s_meta_event;
 static const sbx_meta_struct_t s_meta_events_replay;
@@ -588,6 +593,13 @@ static const sbx_meta_field_t s_fields_usage_day[] = {
 };
 static const sbx_meta_struct_t s_meta_usage_day = {"usage_day", sizeof (sbx_usage_day_t), s_fields_usage_day, 4};
 
+static const sbx_meta_field_t s_fields_wallet_info[] = {
+    {"name", SBX_META_STRING, offsetof (sbx_wallet_info_t, name), true, 32, NULL, NULL},
+    {"balance_micro_usd", SBX_META_INT, offsetof (sbx_wallet_info_t, balance_micro_usd), false, 0, NULL, NULL},
+    {"active", SBX_META_BOOL, offsetof (sbx_wallet_info_t, active), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_wallet_info = {"wallet_info", sizeof (sbx_wallet_info_t), s_fields_wallet_info, 3};
+
 static const sbx_meta_field_t s_fields_account_funds[] = {
     {"account_id", SBX_META_STRING, offsetof (sbx_account_funds_t, account_id), true, 64, NULL, NULL},
     {"exhausted", SBX_META_BOOL, offsetof (sbx_account_funds_t, exhausted), false, 0, NULL, NULL},
@@ -624,31 +636,54 @@ static const sbx_meta_field_t s_fields_usage_get_ok[] = {
     {"micro_usd", SBX_META_UINT, offsetof (sbx_usage_get_ok_t, micro_usd), false, 0, NULL, NULL},
     {"wallet", SBX_META_STRING, offsetof (sbx_usage_get_ok_t, wallet), false, 64, NULL, NULL},
     {"balance_micro_usd", SBX_META_INT, offsetof (sbx_usage_get_ok_t, balance_micro_usd), false, 0, NULL, NULL},
+    {"wallets", SBX_META_LIST, offsetof (sbx_usage_get_ok_t, wallets), false, 0, NULL, &s_meta_wallet_info},
     {"as_of_ms", SBX_META_UINT, offsetof (sbx_usage_get_ok_t, as_of_ms), false, 0, NULL, NULL},
     {"last_seq", SBX_META_UINT, offsetof (sbx_usage_get_ok_t, last_seq), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_usage_get_ok = {"usage.get.ok", sizeof (sbx_usage_get_ok_t), s_fields_usage_get_ok, 10};
+static const sbx_meta_struct_t s_meta_usage_get_ok = {"usage.get.ok", sizeof (sbx_usage_get_ok_t), s_fields_usage_get_ok, 11};
 
 static const sbx_meta_field_t s_fields_wallet_credit[] = {
     {"account", SBX_META_STRING, offsetof (sbx_wallet_credit_t, account), true, 254, NULL, NULL},
     {"micro_usd", SBX_META_UINT, offsetof (sbx_wallet_credit_t, micro_usd), true, 0, NULL, NULL},
     {"note", SBX_META_STRING, offsetof (sbx_wallet_credit_t, note), false, 256, NULL, NULL},
+    {"wallet", SBX_META_STRING, offsetof (sbx_wallet_credit_t, wallet), false, 32, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_wallet_credit = {"wallet.credit", sizeof (sbx_wallet_credit_t), s_fields_wallet_credit, 3};
+static const sbx_meta_struct_t s_meta_wallet_credit = {"wallet.credit", sizeof (sbx_wallet_credit_t), s_fields_wallet_credit, 4};
 
 static const sbx_meta_field_t s_fields_wallet_credit_ok[] = {
     {"account_id", SBX_META_STRING, offsetof (sbx_wallet_credit_ok_t, account_id), true, 64, NULL, NULL},
     {"micro_usd", SBX_META_UINT, offsetof (sbx_wallet_credit_ok_t, micro_usd), true, 0, NULL, NULL},
     {"seq", SBX_META_UINT, offsetof (sbx_wallet_credit_ok_t, seq), false, 0, NULL, NULL},
+    {"wallet", SBX_META_STRING, offsetof (sbx_wallet_credit_ok_t, wallet), false, 32, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_wallet_credit_ok = {"wallet.credit.ok", sizeof (sbx_wallet_credit_ok_t), s_fields_wallet_credit_ok, 3};
+static const sbx_meta_struct_t s_meta_wallet_credit_ok = {"wallet.credit.ok", sizeof (sbx_wallet_credit_ok_t), s_fields_wallet_credit_ok, 4};
 
 static const sbx_meta_field_t s_fields_wallet_credited[] = {
     {"account_id", SBX_META_STRING, offsetof (sbx_wallet_credited_t, account_id), true, 64, NULL, NULL},
     {"micro_usd", SBX_META_UINT, offsetof (sbx_wallet_credited_t, micro_usd), true, 0, NULL, NULL},
     {"note", SBX_META_STRING, offsetof (sbx_wallet_credited_t, note), false, 256, NULL, NULL},
+    {"wallet", SBX_META_STRING, offsetof (sbx_wallet_credited_t, wallet), false, 32, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_wallet_credited = {"wallet.credited", sizeof (sbx_wallet_credited_t), s_fields_wallet_credited, 3};
+static const sbx_meta_struct_t s_meta_wallet_credited = {"wallet.credited", sizeof (sbx_wallet_credited_t), s_fields_wallet_credited, 4};
+
+static const sbx_meta_field_t s_fields_wallet_activate[] = {
+    {"account", SBX_META_STRING, offsetof (sbx_wallet_activate_t, account), true, 254, NULL, NULL},
+    {"wallet", SBX_META_STRING, offsetof (sbx_wallet_activate_t, wallet), true, 32, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_wallet_activate = {"wallet.activate", sizeof (sbx_wallet_activate_t), s_fields_wallet_activate, 2};
+
+static const sbx_meta_field_t s_fields_wallet_activate_ok[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_wallet_activate_ok_t, account_id), true, 64, NULL, NULL},
+    {"wallet", SBX_META_STRING, offsetof (sbx_wallet_activate_ok_t, wallet), true, 32, NULL, NULL},
+    {"seq", SBX_META_UINT, offsetof (sbx_wallet_activate_ok_t, seq), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_wallet_activate_ok = {"wallet.activate.ok", sizeof (sbx_wallet_activate_ok_t), s_fields_wallet_activate_ok, 3};
+
+static const sbx_meta_field_t s_fields_wallet_activated[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_wallet_activated_t, account_id), true, 64, NULL, NULL},
+    {"wallet", SBX_META_STRING, offsetof (sbx_wallet_activated_t, wallet), true, 32, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_wallet_activated = {"wallet.activated", sizeof (sbx_wallet_activated_t), s_fields_wallet_activated, 2};
 
 static const sbx_meta_field_t s_fields_caller[] = {
     {"kind", SBX_META_ENUM, offsetof (sbx_caller_t, kind), true, 0, &s_enum_caller_kind, NULL},
@@ -1121,6 +1156,12 @@ static const char *const s_from_wallet_credit_ok[] = {"broker"};
 static const char *const s_to_wallet_credit_ok[] = {"cli"};
 static const char *const s_from_wallet_credited[] = {"broker"};
 static const char *const s_to_wallet_credited[] = {"tap"};
+static const char *const s_from_wallet_activate[] = {"cli"};
+static const char *const s_to_wallet_activate[] = {"broker"};
+static const char *const s_from_wallet_activate_ok[] = {"broker"};
+static const char *const s_to_wallet_activate_ok[] = {"cli"};
+static const char *const s_from_wallet_activated[] = {"broker"};
+static const char *const s_to_wallet_activated[] = {"tap"};
 static const char *const s_from_event[] = {"broker"};
 static const char *const s_to_event[] = {"tap"};
 static const char *const s_from_events_replay[] = {"cli", "billing", "gateway"};
@@ -1274,6 +1315,9 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"wallet.credit", &s_meta_wallet_credit, s_from_wallet_credit, 1, s_to_wallet_credit, 1, SBX_MSG_WALLET_CREDIT_OK, false},
     {"wallet.credit.ok", &s_meta_wallet_credit_ok, s_from_wallet_credit_ok, 1, s_to_wallet_credit_ok, 1, SBX_MSG__UNKNOWN, false},
     {"wallet.credited", &s_meta_wallet_credited, s_from_wallet_credited, 1, s_to_wallet_credited, 1, SBX_MSG__UNKNOWN, true},
+    {"wallet.activate", &s_meta_wallet_activate, s_from_wallet_activate, 1, s_to_wallet_activate, 1, SBX_MSG_WALLET_ACTIVATE_OK, false},
+    {"wallet.activate.ok", &s_meta_wallet_activate_ok, s_from_wallet_activate_ok, 1, s_to_wallet_activate_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"wallet.activated", &s_meta_wallet_activated, s_from_wallet_activated, 1, s_to_wallet_activated, 1, SBX_MSG__UNKNOWN, true},
     {"event", &s_meta_event, s_from_event, 1, s_to_event, 1, SBX_MSG__UNKNOWN, false},
     {"events.replay", &s_meta_events_replay, s_from_events_replay, 3, s_to_events_replay, 1, SBX_MSG_EVENTS_REPLAY_OK, false},
     {"events.replay.ok", &s_meta_events_replay_ok, s_from_events_replay_ok, 1, s_to_events_replay_ok, 3, SBX_MSG__UNKNOWN, false},
@@ -1522,6 +1566,21 @@ sbx_wallet_credit_ok_t *sbx_msg_wallet_credit_ok (struct sbx_msg_s *msg)
 sbx_wallet_credited_t *sbx_msg_wallet_credited (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_WALLET_CREDITED ? (sbx_wallet_credited_t *) msg->body : NULL;
+}
+
+sbx_wallet_activate_t *sbx_msg_wallet_activate (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WALLET_ACTIVATE ? (sbx_wallet_activate_t *) msg->body : NULL;
+}
+
+sbx_wallet_activate_ok_t *sbx_msg_wallet_activate_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WALLET_ACTIVATE_OK ? (sbx_wallet_activate_ok_t *) msg->body : NULL;
+}
+
+sbx_wallet_activated_t *sbx_msg_wallet_activated (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WALLET_ACTIVATED ? (sbx_wallet_activated_t *) msg->body : NULL;
 }
 
 sbx_event_t *sbx_msg_event (struct sbx_msg_s *msg)
@@ -1822,6 +1881,11 @@ sbx_usage_sandbox_t *sbx_usage_sandbox_list_append (sbx_usage_sandbox_list_t *li
 sbx_usage_day_t *sbx_usage_day_list_append (sbx_usage_day_list_t *list)
 {
     return (sbx_usage_day_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_usage_day_t));
+}
+
+sbx_wallet_info_t *sbx_wallet_info_list_append (sbx_wallet_info_list_t *list)
+{
+    return (sbx_wallet_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_wallet_info_t));
 }
 
 sbx_event_t *sbx_event_list_append (sbx_event_list_t *list)

@@ -184,6 +184,9 @@ typedef enum {
     SBX_MSG_WALLET_CREDIT,           //  wallet.credit
     SBX_MSG_WALLET_CREDIT_OK,        //  wallet.credit.ok
     SBX_MSG_WALLET_CREDITED,         //  wallet.credited
+    SBX_MSG_WALLET_ACTIVATE,         //  wallet.activate
+    SBX_MSG_WALLET_ACTIVATE_OK,      //  wallet.activate.ok
+    SBX_MSG_WALLET_ACTIVATED,        //  wallet.activated
     SBX_MSG_EVENT,                   //  event
     SBX_MSG_EVENTS_REPLAY,           //  events.replay
     SBX_MSG_EVENTS_REPLAY_OK,        //  events.replay.ok
@@ -278,6 +281,7 @@ typedef struct sbx_agent_file_read_s sbx_agent_file_read_t;
 typedef struct sbx_agent_file_read_ok_s sbx_agent_file_read_ok_t;
 typedef struct sbx_usage_sandbox_s sbx_usage_sandbox_t;
 typedef struct sbx_usage_day_s sbx_usage_day_t;
+typedef struct sbx_wallet_info_s sbx_wallet_info_t;
 typedef struct sbx_account_funds_s sbx_account_funds_t;
 typedef struct sbx_account_funds_exhausted_s sbx_account_funds_exhausted_t;
 typedef struct sbx_account_funds_restored_s sbx_account_funds_restored_t;
@@ -286,6 +290,9 @@ typedef struct sbx_usage_get_ok_s sbx_usage_get_ok_t;
 typedef struct sbx_wallet_credit_s sbx_wallet_credit_t;
 typedef struct sbx_wallet_credit_ok_s sbx_wallet_credit_ok_t;
 typedef struct sbx_wallet_credited_s sbx_wallet_credited_t;
+typedef struct sbx_wallet_activate_s sbx_wallet_activate_t;
+typedef struct sbx_wallet_activate_ok_s sbx_wallet_activate_ok_t;
+typedef struct sbx_wallet_activated_s sbx_wallet_activated_t;
 typedef struct sbx_caller_s sbx_caller_t;
 typedef struct sbx_event_s sbx_event_t;
 typedef struct sbx_events_replay_s sbx_events_replay_t;
@@ -369,6 +376,11 @@ typedef struct {
     size_t count;
 } sbx_usage_day_list_t;
 sbx_usage_day_t *sbx_usage_day_list_append (sbx_usage_day_list_t *list);
+typedef struct {
+    sbx_wallet_info_t *items;
+    size_t count;
+} sbx_wallet_info_list_t;
+sbx_wallet_info_t *sbx_wallet_info_list_append (sbx_wallet_info_list_t *list);
 typedef struct {
     sbx_event_t *items;
     size_t count;
@@ -856,6 +868,16 @@ struct sbx_usage_day_s {
     uint64_t micro_usd;
 };
 
+//  struct wallet_info (billing.json). One of an account's wallets.
+struct sbx_wallet_info_s {
+    //  (required, max 32) Its name (main is the one every account starts with).
+    char *name;
+    //  What is left in it, µ$ (charges taken so far; a post-paid wallet may be negative).
+    int64_t balance_micro_usd;
+    //  Charges go to this one (exactly one per account).
+    bool active;
+};
+
 //  message account.funds (billing.json): billing -> broker. Billing tells the broker whether an
 //  account's active wallet has run out: its balance less what its running sandboxes have used
 //  so far is at or below zero, for a wallet that was ever funded (a wallet that started at 0
@@ -924,6 +946,8 @@ struct sbx_usage_get_ok_s {
     //  Its balance in micro-dollars (charges are taken when an interval in ready closes;
     //  negative when spent beyond what was put in).
     int64_t balance_micro_usd;
+    //  All of the account's wallets, the active one among them.
+    sbx_wallet_info_list_t wallets;
     //  When open intervals were measured up to (the request's time), ms since the epoch.
     uint64_t as_of_ms;
     //  Sequence number of the last event billing applied: the figures include everything up to
@@ -932,8 +956,9 @@ struct sbx_usage_get_ok_s {
 };
 
 //  message wallet.credit (billing.json): cli -> broker, reply wallet.credit.ok. An operator
-//  adds funds to an account's active wallet. The broker logs it as wallet.credited, so billing
-//  (and any replay of the log) applies it.
+//  adds funds to one of an account's wallets (the active one unless named; a new name makes a
+//  new, inactive wallet). The broker logs it as wallet.credited, so billing (and any replay of
+//  the log) applies it.
 struct sbx_wallet_credit_s {
     //  (required, max 254) Account id or email.
     char *account;
@@ -941,6 +966,9 @@ struct sbx_wallet_credit_s {
     uint64_t micro_usd;
     //  (max 256) Why, for the audit trail.
     char *note;
+    //  (max 32) Which wallet: 1 to 32 of a-z, 0-9, - and _; made when new (inactive). Unset:
+    //  the active wallet.
+    char *wallet;
 };
 
 //  message wallet.credit.ok (billing.json): broker -> cli. The credit is in the log; billing
@@ -952,10 +980,12 @@ struct sbx_wallet_credit_ok_s {
     uint64_t micro_usd;
     //  The wallet.credited event's sequence number.
     uint64_t seq;
+    //  (max 32) The wallet named in the request, if one was.
+    char *wallet;
 };
 
-//  message wallet.credited (billing.json): broker -> tap, event. Funds were added to an
-//  account's active wallet.
+//  message wallet.credited (billing.json): broker -> tap, event. Funds were added to one of an
+//  account's wallets (the active one when no wallet is named).
 struct sbx_wallet_credited_s {
     //  (required, max 64) Whose wallet.
     char *account_id;
@@ -963,6 +993,38 @@ struct sbx_wallet_credited_s {
     uint64_t micro_usd;
     //  (max 256) Why.
     char *note;
+    //  (max 32) The wallet credited (made when new, inactive); unset: the active wallet.
+    char *wallet;
+};
+
+//  message wallet.activate (billing.json): cli -> broker, reply wallet.activate.ok. An operator
+//  makes another of an account's wallets the active one: charges from then on go to it. Logged
+//  as wallet.activated; billing applies it (a wallet not yet known is made, empty).
+struct sbx_wallet_activate_s {
+    //  (required, max 254) Account id or email.
+    char *account;
+    //  (required, max 32) Which wallet: 1 to 32 of a-z, 0-9, - and _.
+    char *wallet;
+};
+
+//  message wallet.activate.ok (billing.json): broker -> cli. The change is in the log; billing
+//  applies it within a moment.
+struct sbx_wallet_activate_ok_s {
+    //  (required, max 64) Whose wallet.
+    char *account_id;
+    //  (required, max 32) The wallet now active.
+    char *wallet;
+    //  The wallet.activated event's sequence number.
+    uint64_t seq;
+};
+
+//  message wallet.activated (billing.json): broker -> tap, event. Charges of the account go to
+//  this wallet from now on.
+struct sbx_wallet_activated_s {
+    //  (required, max 64) Whose wallet.
+    char *account_id;
+    //  (required, max 32) The wallet now active.
+    char *wallet;
 };
 
 //  struct caller (common.json). Who asks: set by the process that authenticated the request,
@@ -1624,6 +1686,9 @@ sbx_usage_get_ok_t *sbx_msg_usage_get_ok (struct sbx_msg_s *msg);
 sbx_wallet_credit_t *sbx_msg_wallet_credit (struct sbx_msg_s *msg);
 sbx_wallet_credit_ok_t *sbx_msg_wallet_credit_ok (struct sbx_msg_s *msg);
 sbx_wallet_credited_t *sbx_msg_wallet_credited (struct sbx_msg_s *msg);
+sbx_wallet_activate_t *sbx_msg_wallet_activate (struct sbx_msg_s *msg);
+sbx_wallet_activate_ok_t *sbx_msg_wallet_activate_ok (struct sbx_msg_s *msg);
+sbx_wallet_activated_t *sbx_msg_wallet_activated (struct sbx_msg_s *msg);
 sbx_event_t *sbx_msg_event (struct sbx_msg_s *msg);
 sbx_events_replay_t *sbx_msg_events_replay (struct sbx_msg_s *msg);
 sbx_events_replay_ok_t *sbx_msg_events_replay_ok (struct sbx_msg_s *msg);

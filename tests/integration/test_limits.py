@@ -114,22 +114,39 @@ class LimitsTest(unittest.TestCase):
         usage = s.cli_json("usage", "--account", "bea@example.com")
         self.assertLessEqual(usage["balance_micro_usd"], 0)
         before = usage["balance_micro_usd"]
-        # An operator tops the wallet up: the credit is in the log, billing applies it,
-        # the broker hears the funds are back, and the sandbox resumes.
+        # An operator funds a second wallet: nothing changes while "main" is the active
+        # one. Made active, its funds count: the broker hears they are back, and the
+        # sandbox resumes. Each step is an event in the log that billing applies.
         res = s.cli("wallet", "add", *acct, "--usd", "abc", check=False)
         self.assertEqual(res.returncode, 2)
-        credit = s.cli_json("wallet", "add", *acct, "--usd", "0.5", "--note", "test top-up")
-        self.assertEqual(credit["micro_usd"], 500000)
-        wait_for(lambda: s.cli_json("usage", "--account", "bea@example.com")
-                 ["balance_micro_usd"] >= before + 500000 - 1000, 30, "billing applying the credit")
-        resumed = wait_for(lambda: (lambda r: r.returncode == 0 and r)(
+        credit = s.cli_json("wallet", "add", *acct, "--usd", "0.5", "--wallet", "team",
+                            "--note", "test top-up")
+        self.assertEqual((credit["micro_usd"], credit["wallet"]), (500000, "team"))
+
+        def wallets():
+            return {w["name"]: w for w in s.cli_json("wallet", "list", *acct)["wallets"]}
+        wait_for(lambda: wallets().get("team", {}).get("balance_micro_usd") == 500000, 30,
+                 "billing applying the credit")
+        self.assertTrue(wallets()["main"]["active"])
+        res = s.cli("sandbox", "resume", sb["id"], check=False, timeout=300)
+        refused(self, res, "insufficient_funds", "add funds")
+        res = s.cli("wallet", "use", *acct, "--wallet", "Team!", check=False)
+        refused(self, res, "invalid_argument", "a wallet's name is 1 to 32 of a-z, 0-9, - and _")
+        used = s.cli_json("wallet", "use", *acct, "--wallet", "team")
+        self.assertEqual(used["wallet"], "team")
+        wait_for(lambda: (lambda r: r.returncode == 0 and r)(
             s.cli("sandbox", "resume", sb["id"], check=False, timeout=300)), 30,
             "a resume accepted once the funds are back")
         self.assertIn('"state":"ready"', s.cli("sandbox", "get", sb["id"], "--json").stdout)
+        now = wallets()
+        self.assertTrue(now["team"]["active"])
+        self.assertFalse(now["main"]["active"])
+        self.assertLessEqual(now["main"]["balance_micro_usd"], 0)
+        self.assertIn("team", s.cli("wallet", "list", *acct).stdout)
         events = s.cli("tap", "--since", "0", "--once", timeout=30).stdout
         self.assertEqual(events.count('"wallet.credited"'), 1)
+        self.assertEqual(events.count('"wallet.activated"'), 1)
         self.assertEqual(events.count('"account.funds_restored"'), 1)
-
 
 if __name__ == "__main__":
     main()
