@@ -704,16 +704,22 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
         }
         json_t *days = json_array ();
         for (size_t i = 0; i < ok->days.count; i++)
-            json_array_append_new (days, json_pack ("{s:s, s:I, s:I}", "day", ok->days.items[i].day,
-                                                    "runningSeconds",
-                                                    (json_int_t) ok->days.items[i].seconds,
-                                                    "costMicroUsd",
-                                                    (json_int_t) ok->days.items[i].micro_usd));
-        body = json_pack ("{s:s, s:I, s:I, s:I, s:o, s:o}", "accountId", ok->account_id,
+            json_array_append_new (
+                days, json_pack ("{s:s, s:I, s:I}", "day", ok->days.items[i].day, "runningSeconds",
+                                 (json_int_t) ok->days.items[i].seconds, "costMicroUsd",
+                                 (json_int_t) ok->days.items[i].micro_usd));
+        json_t *wallets = json_array ();
+        for (size_t i = 0; i < ok->wallets.count; i++)
+            json_array_append_new (wallets,
+                                   json_pack ("{s:s, s:I, s:b}", "name", ok->wallets.items[i].name,
+                                              "balanceMicroUsd",
+                                              (json_int_t) ok->wallets.items[i].balance_micro_usd,
+                                              "active", ok->wallets.items[i].active));
+        body = json_pack ("{s:s, s:I, s:I, s:I, s:o, s:o, s:o}", "accountId", ok->account_id,
                           "runningSeconds", (json_int_t) (ok->running_ms / 1000), "costMicroUsd",
                           (json_int_t) ok->micro_usd, "balanceMicroUsd",
-                          (json_int_t) ok->balance_micro_usd, "sandboxes", sandboxes, "days",
-                          days);
+                          (json_int_t) ok->balance_micro_usd, "wallets", wallets, "sandboxes",
+                          sandboxes, "days", days);
         break;
     }
     case R_LIST: {

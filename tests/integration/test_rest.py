@@ -145,6 +145,8 @@ class RestTest(unittest.TestCase):
         self.assertTrue(usage["sandboxes"][0]["running"])
         self.assertGreaterEqual(usage["sandboxes"][0]["runningSeconds"], 1)
         self.assertEqual(usage["costMicroUsd"], usage["sandboxes"][0]["costMicroUsd"])
+        self.assertEqual([(w["name"], w["active"]) for w in usage["wallets"]], [("main", True)])
+        self.assertEqual(usage["wallets"][0]["balanceMicroUsd"], usage["balanceMicroUsd"])
 
         # Listed and got, by its owner only: another account is told it does not exist.
         ids = [x["id"] for x in self.req("GET", "/v1/sandboxes")[2]["sandboxes"]]
