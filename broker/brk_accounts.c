@@ -1,6 +1,7 @@
 /*  brk_accounts - see brk_accounts.h */
 #include "brk_accounts.h"
 #include "brk_limits.h"
+#include "brk_oauth.h"
 #include "sbx_clock.h"
 #include "sbx_log.h"
 #include "sbx_secret.h"
@@ -299,6 +300,9 @@ sbx_msg_t *brk_accounts_key_revoke (brk_ctx_t *ctx, sbx_msg_t *request)
     if (brk_events_begin (ctx->events) ||
         brk_store_key_revoke (ctx->store, key_id, sbx_clock_now_ms ()) != 0)
         rc = -1;
+    else if (streq (key.kind, "connection") &&
+             brk_oauth_grant_revoke (ctx, key_id, sbx_clock_now_ms ()))
+        rc = -1; //  Disconnect: the connection's tokens stop with it
     else if (was_active) {
         sbx_msg_t *event = sbx_msg_new (SBX_MSG_KEY_REVOKED);
         sbx_str_set (&sbx_msg_key_revoked (event)->key_id, key_id);
@@ -321,6 +325,8 @@ sbx_msg_t *brk_accounts_key_revoke (brk_ctx_t *ctx, sbx_msg_t *request)
 sbx_msg_t *brk_accounts_auth_key (brk_ctx_t *ctx, sbx_msg_t *request)
 {
     const char *secret = sbx_msg_auth_key (request)->key;
+    if (strncmp (secret, "sbx_at_", 7) == 0)
+        return brk_oauth_auth_token (ctx, request);
     //  One message for every kind of bad key: no hint which part was wrong.
     const char *refusal = "this API key is not valid (unknown, expired or revoked)";
     if (strncmp (secret, "sbx_", 4) != 0)

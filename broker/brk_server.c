@@ -1,6 +1,7 @@
 /*  brk_server - see brk_server.h */
 #include "brk_server.h"
 #include "brk_accounts.h"
+#include "brk_oauth.h"
 #include "brk_ctx.h"
 #include "brk_events.h"
 #include "brk_limits.h"
@@ -501,6 +502,11 @@ static void s_ctx_send (brk_ctx_t *ctx, zframe_t *address, sbx_msg_t **msg_p)
     s_send (ctx->server, address, msg_p);
 }
 
+static bool s_is_gateway (brk_peer_t *peer)
+{
+    return peer && peer->role == SBX_ROLE_GATEWAY;
+}
+
 //  One switch from message type to handler: grep a name from schemas/ to land here.
 static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
 {
@@ -561,6 +567,25 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         break;
     case SBX_MSG_AUTH_KEY:
         reply = brk_accounts_auth_key (&self->ctx, msg);
+        break;
+    //  OAuth: credentials for any account are minted here, so gateways only.
+    case SBX_MSG_OAUTH_CLIENT_REGISTER:
+        reply = brk_oauth_client_register (&self->ctx, msg, s_is_gateway (peer));
+        break;
+    case SBX_MSG_OAUTH_CLIENT_GET:
+        reply = brk_oauth_client_get (&self->ctx, msg, s_is_gateway (peer));
+        break;
+    case SBX_MSG_OAUTH_PASSWORD:
+        reply = brk_oauth_password (&self->ctx, msg, s_is_gateway (peer));
+        break;
+    case SBX_MSG_OAUTH_AUTHORIZE:
+        reply = brk_oauth_authorize (&self->ctx, msg, s_is_gateway (peer));
+        break;
+    case SBX_MSG_OAUTH_TOKEN:
+        reply = brk_oauth_token (&self->ctx, msg, s_is_gateway (peer));
+        break;
+    case SBX_MSG_OAUTH_REVOKE:
+        reply = brk_oauth_revoke (&self->ctx, msg, s_is_gateway (peer));
         break;
     case SBX_MSG_SANDBOX_CREATE:
         reply = brk_sandbox_create (&self->ctx, address, msg);

@@ -101,6 +101,28 @@ static const char *s_migrations[] = {
     "  ts_ms INTEGER NOT NULL);"
     "CREATE INDEX sandbox_starts_by_account ON sandbox_starts (account_id, ts_ms);"
     "ALTER TABLE accounts ADD COLUMN funds_exhausted INTEGER NOT NULL DEFAULT 0;",
+    //  5: OAuth. Registered (DCR) clients; authorization codes, access and refresh
+    //  tokens in one table, found by the SHA-256 of their secret. A grant is a
+    //  connection row of api_keys: revoking it there stops its tokens.
+    "CREATE TABLE oauth_clients ("
+    "  client_id TEXT NOT NULL PRIMARY KEY,"
+    "  name TEXT NOT NULL,"
+    "  redirect_uris TEXT NOT NULL," //  one per line
+    "  created_ms INTEGER NOT NULL);"
+    "CREATE TABLE oauth_tokens ("
+    "  hash TEXT NOT NULL PRIMARY KEY,"
+    "  kind TEXT NOT NULL," //  code, access, refresh
+    "  grant_id TEXT NOT NULL REFERENCES api_keys (id),"
+    "  client_id TEXT NOT NULL,"
+    "  redirect_uri TEXT,"
+    "  challenge TEXT,"
+    "  resource TEXT NOT NULL,"
+    "  scope TEXT,"
+    "  created_ms INTEGER NOT NULL,"
+    "  expires_ms INTEGER NOT NULL,"
+    "  used_ms INTEGER NOT NULL DEFAULT 0," //  a code exchanged, a refresh token rotated
+    "  revoked_ms INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX oauth_tokens_by_grant ON oauth_tokens (grant_id);",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
@@ -151,6 +173,15 @@ typedef enum {
     ST_FUNDS_SET,
     ST_FUNDS_GET,
     ST_SANDBOX_UNFUNDED,
+    ST_CLIENT_INSERT,
+    ST_CLIENT_FIND,
+    ST_TOKEN_INSERT,
+    ST_TOKEN_FIND,
+    ST_TOKEN_USE,
+    ST_TOKEN_REVOKE,
+    ST_TOKEN_REVOKE_GRANT,
+    ST_GRANT_FIND,
+    ST_TOKEN_PURGE,
     ST_COUNT
 } stmt_id_t;
 
@@ -161,6 +192,10 @@ typedef enum {
 #define SANDBOX_COLUMNS                                                                            \
     "id, account_id, name, label, state, type, vmd, no_network, created_ms, expires_ms, "          \
     "changed_ms, reason, key_id, ttl_s"
+
+#define TOKEN_COLUMNS                                                                              \
+    "hash, kind, grant_id, client_id, redirect_uri, challenge, resource, scope, created_ms, "      \
+    "expires_ms, used_ms, revoked_ms"
 
 static const char *s_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -240,6 +275,24 @@ static const char *s_sql[ST_COUNT] = {
     [ST_SANDBOX_UNFUNDED] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE state = 'ready' "
                             "AND account_id IN (SELECT id FROM accounts WHERE funds_exhausted) "
                             "ORDER BY changed_ms LIMIT ?1",
+    [ST_CLIENT_INSERT] = "INSERT INTO oauth_clients (client_id, name, redirect_uris, created_ms) "
+                         "VALUES (?1, ?2, ?3, ?4)",
+    [ST_CLIENT_FIND] = "SELECT client_id, name, redirect_uris, created_ms FROM oauth_clients "
+                       "WHERE client_id = ?1",
+    [ST_TOKEN_INSERT] = "INSERT INTO oauth_tokens (" TOKEN_COLUMNS ") "
+                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    [ST_TOKEN_FIND] = "SELECT " TOKEN_COLUMNS " FROM oauth_tokens WHERE hash = ?1",
+    [ST_TOKEN_USE] = "UPDATE oauth_tokens SET used_ms = ?2 WHERE hash = ?1 AND used_ms = 0",
+    [ST_TOKEN_REVOKE] =
+        "UPDATE oauth_tokens SET revoked_ms = ?2 WHERE hash = ?1 AND revoked_ms = 0",
+    [ST_TOKEN_REVOKE_GRANT] =
+        "UPDATE oauth_tokens SET revoked_ms = ?2 WHERE grant_id = ?1 AND revoked_ms = 0",
+    //  The account's live connection for a client: the one its codes were issued under.
+    [ST_GRANT_FIND] = "SELECT k.id FROM api_keys k WHERE k.account_id = ?1 AND "
+                      "k.kind = 'connection' AND k.revoked_ms = 0 AND EXISTS (SELECT 1 FROM "
+                      "oauth_tokens t WHERE t.grant_id = k.id AND t.client_id = ?2) "
+                      "ORDER BY k.created_ms DESC, k.rowid DESC LIMIT 1",
+    [ST_TOKEN_PURGE] = "DELETE FROM oauth_tokens WHERE expires_ms < ?1",
 };
 
 struct _brk_store_t {
@@ -1380,6 +1433,202 @@ void brk_sandbox_clear (brk_sandbox_t *self)
     free (self->vmd);
     free (self->reason);
     free (self->key_id);
+    memset (self, 0, sizeof *self);
+}
+
+//  --------------------------------------------------------------------------
+//  OAuth clients and tokens
+
+int brk_store_oauth_client_insert (brk_store_t *self, const brk_oauth_client_t *client)
+{
+    if (!self || !client || !s_nonempty (client->client_id) || !s_nonempty (client->name) ||
+        !client->redirect_uris || !s_fits (client->created_ms))
+        return -1;
+    if (!s_require_transaction (self, "oauth client insert"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_CLIENT_INSERT];
+    s_bind_text (stmt, 1, client->client_id);
+    s_bind_text (stmt, 2, client->name);
+    s_bind_text (stmt, 3, client->redirect_uris);
+    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) client->created_ms);
+    return s_run (self, ST_CLIENT_INSERT, "oauth client insert") == SQLITE_DONE ? 0 : -1;
+}
+
+int brk_store_oauth_client_find (brk_store_t *self, const char *client_id, brk_oauth_client_t *out)
+{
+    if (out)
+        memset (out, 0, sizeof *out);
+    if (!self || !out || !client_id)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_CLIENT_FIND];
+    s_bind_text (stmt, 1, client_id);
+    int result = -1;
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW) {
+        bool failed = false;
+        out->client_id = s_column_dup (stmt, 0, &failed);
+        out->name = s_column_dup (stmt, 1, &failed);
+        out->redirect_uris = s_column_dup (stmt, 2, &failed);
+        out->created_ms = s_column_u64 (stmt, 3);
+        result = failed ? -1 : 0;
+        if (failed)
+            brk_oauth_client_clear (out);
+    } else if (rc == SQLITE_DONE)
+        result = 1;
+    else
+        s_log_db_error (self, "oauth client find");
+    s_reset (stmt);
+    return result;
+}
+
+void brk_oauth_client_clear (brk_oauth_client_t *self)
+{
+    if (!self)
+        return;
+    free (self->client_id);
+    free (self->name);
+    free (self->redirect_uris);
+    memset (self, 0, sizeof *self);
+}
+
+static const char *s_token_kinds[] = {"code", "access", "refresh", NULL};
+
+int brk_store_oauth_token_insert (brk_store_t *self, const brk_oauth_token_t *token)
+{
+    if (!self || !token || !s_nonempty (token->hash) || !s_one_of (token->kind, s_token_kinds) ||
+        !s_nonempty (token->grant_id) || !s_nonempty (token->client_id) ||
+        !s_nonempty (token->resource) || !s_fits (token->created_ms) || !s_fits (token->expires_ms))
+        return -1;
+    if (!s_require_transaction (self, "oauth token insert"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_TOKEN_INSERT];
+    s_bind_text (stmt, 1, token->hash);
+    s_bind_text (stmt, 2, token->kind);
+    s_bind_text (stmt, 3, token->grant_id);
+    s_bind_text (stmt, 4, token->client_id);
+    s_bind_text (stmt, 5, token->redirect_uri);
+    s_bind_text (stmt, 6, token->challenge);
+    s_bind_text (stmt, 7, token->resource);
+    s_bind_text (stmt, 8, token->scope);
+    sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) token->created_ms);
+    sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) token->expires_ms);
+    sqlite3_bind_int64 (stmt, 11, 0);
+    sqlite3_bind_int64 (stmt, 12, 0);
+    return s_run (self, ST_TOKEN_INSERT, "oauth token insert") == SQLITE_DONE ? 0 : -1;
+}
+
+int brk_store_oauth_token_find (brk_store_t *self, const char *hash, brk_oauth_token_t *out)
+{
+    if (out)
+        memset (out, 0, sizeof *out);
+    if (!self || !out || !hash)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_TOKEN_FIND];
+    s_bind_text (stmt, 1, hash);
+    int result = -1;
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW) {
+        bool failed = false;
+        out->hash = s_column_dup (stmt, 0, &failed);
+        out->kind = s_column_dup (stmt, 1, &failed);
+        out->grant_id = s_column_dup (stmt, 2, &failed);
+        out->client_id = s_column_dup (stmt, 3, &failed);
+        out->redirect_uri = s_column_dup (stmt, 4, &failed);
+        out->challenge = s_column_dup (stmt, 5, &failed);
+        out->resource = s_column_dup (stmt, 6, &failed);
+        out->scope = s_column_dup (stmt, 7, &failed);
+        out->created_ms = s_column_u64 (stmt, 8);
+        out->expires_ms = s_column_u64 (stmt, 9);
+        out->used_ms = s_column_u64 (stmt, 10);
+        out->revoked_ms = s_column_u64 (stmt, 11);
+        result = failed ? -1 : 0;
+        if (failed)
+            brk_oauth_token_clear (out);
+    } else if (rc == SQLITE_DONE)
+        result = 1;
+    else
+        s_log_db_error (self, "oauth token find");
+    s_reset (stmt);
+    return result;
+}
+
+//  One UPDATE keyed by text with a time: 0 when a row changed, 1 when none did.
+static int s_update_at (brk_store_t *self, stmt_id_t id, const char *key, uint64_t now_ms,
+                        const char *what)
+{
+    if (!self || !key || now_ms == 0 || !s_fits (now_ms))
+        return -1;
+    if (!s_require_transaction (self, what))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[id];
+    s_bind_text (stmt, 1, key);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
+    if (s_run (self, id, what) != SQLITE_DONE)
+        return -1;
+    return sqlite3_changes (self->db) > 0 ? 0 : 1;
+}
+
+int brk_store_oauth_token_use (brk_store_t *self, const char *hash, uint64_t now_ms)
+{
+    return s_update_at (self, ST_TOKEN_USE, hash, now_ms, "oauth token use");
+}
+
+int brk_store_oauth_token_revoke (brk_store_t *self, const char *hash, uint64_t now_ms)
+{
+    return s_update_at (self, ST_TOKEN_REVOKE, hash, now_ms, "oauth token revoke");
+}
+
+int brk_store_oauth_grant_revoke (brk_store_t *self, const char *grant_id, uint64_t now_ms)
+{
+    int rc = s_update_at (self, ST_TOKEN_REVOKE_GRANT, grant_id, now_ms, "oauth grant revoke");
+    return rc < 0 ? -1 : 0;
+}
+
+int brk_store_oauth_purge (brk_store_t *self, uint64_t before_ms)
+{
+    if (!self || !s_fits (before_ms) || !s_require_transaction (self, "oauth purge"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_TOKEN_PURGE];
+    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) before_ms);
+    return s_run (self, ST_TOKEN_PURGE, "oauth purge") == SQLITE_DONE ? 0 : -1;
+}
+
+int brk_store_oauth_grant_find (brk_store_t *self, const char *account_id, const char *client_id,
+                                char **grant_id)
+{
+    if (grant_id)
+        *grant_id = NULL;
+    if (!self || !account_id || !client_id || !grant_id)
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_GRANT_FIND];
+    s_bind_text (stmt, 1, account_id);
+    s_bind_text (stmt, 2, client_id);
+    int result = -1;
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW) {
+        bool failed = false;
+        *grant_id = s_column_dup (stmt, 0, &failed);
+        result = failed || !*grant_id ? -1 : 0;
+    } else if (rc == SQLITE_DONE)
+        result = 1;
+    else
+        s_log_db_error (self, "oauth grant find");
+    s_reset (stmt);
+    return result;
+}
+
+void brk_oauth_token_clear (brk_oauth_token_t *self)
+{
+    if (!self)
+        return;
+    free (self->hash);
+    free (self->kind);
+    free (self->grant_id);
+    free (self->client_id);
+    free (self->redirect_uri);
+    free (self->challenge);
+    free (self->resource);
+    free (self->scope);
     memset (self, 0, sizeof *self);
 }
 

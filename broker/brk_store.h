@@ -1,6 +1,6 @@
 /*  brk_store - the broker's SQLite database (control.db): accounts, API keys, a
     key/value meta table, the append-only event log, sandboxes, their labels and
-    published ports.
+    published ports, OAuth clients, codes and tokens.
 
     The only broker module that includes sqlite3.h. One brk_store_t per process,
     used from one thread (the broker actor). Payloads are opaque bytes: encoding
@@ -275,6 +275,55 @@ int brk_store_port_find (brk_store_t *self, const char *sandbox_id, uint64_t por
 //  but not brk_store_ports.
 int brk_store_ports (brk_store_t *self, const char *sandbox_id, brk_store_port_fn *fn, void *arg);
 void brk_port_clear (brk_port_t *self);
+
+//  OAuth. A client registered with RFC 7591 (clients identified by a metadata document
+//  URL are the gateway's to fetch and are not stored). Same ownership as brk_account_t.
+typedef struct {
+    char *client_id;     //  "cli_…"
+    char *name;          //  client_name
+    char *redirect_uris; //  one per line, matched exactly
+    uint64_t created_ms;
+} brk_oauth_client_t;
+
+//  Inserts a client (in a transaction): 0 or -1. Finds one: 0, 1 not found, -1.
+int brk_store_oauth_client_insert (brk_store_t *self, const brk_oauth_client_t *client);
+int brk_store_oauth_client_find (brk_store_t *self, const char *client_id, brk_oauth_client_t *out);
+void brk_oauth_client_clear (brk_oauth_client_t *self);
+
+//  An authorization code, access token or refresh token, found by the sbx_secret_hash of
+//  its secret. grant_id is the connection (api_keys row, kind connection) it belongs to.
+typedef struct {
+    char *hash;
+    char *kind; //  "code", "access" or "refresh"
+    char *grant_id;
+    char *client_id;
+    char *redirect_uri; //  codes: the authorization request's
+    char *challenge;    //  codes: the PKCE S256 challenge
+    char *resource;     //  the audience
+    char *scope;
+    uint64_t created_ms;
+    uint64_t expires_ms;
+    uint64_t used_ms;    //  a code exchanged, a refresh token rotated; 0 = not yet
+    uint64_t revoked_ms; //  0 = live
+} brk_oauth_token_t;
+
+//  Inserts (in a transaction): 0 or -1 (bad argument, unknown grant, duplicate).
+int brk_store_oauth_token_insert (brk_store_t *self, const brk_oauth_token_t *token);
+//  0 found (release with brk_oauth_token_clear), 1 not found, -1 error.
+int brk_store_oauth_token_find (brk_store_t *self, const char *hash, brk_oauth_token_t *out);
+//  Marks a code or refresh token used, revokes one token, or every token of a grant
+//  (in a transaction). use and revoke: 0 done, 1 it was already (or does not exist), -1
+//  error; grant_revoke: 0 or -1.
+int brk_store_oauth_token_use (brk_store_t *self, const char *hash, uint64_t now_ms);
+int brk_store_oauth_token_revoke (brk_store_t *self, const char *hash, uint64_t now_ms);
+int brk_store_oauth_grant_revoke (brk_store_t *self, const char *grant_id, uint64_t now_ms);
+//  Deletes codes and tokens that expired before before_ms (in a transaction): 0 or -1.
+int brk_store_oauth_purge (brk_store_t *self, uint64_t before_ms);
+//  The account's live connection (grant) for a client, found through the codes issued
+//  under it: 0 with *grant_id (fresh), 1 none, -1 error.
+int brk_store_oauth_grant_find (brk_store_t *self, const char *account_id, const char *client_id,
+                                char **grant_id);
+void brk_oauth_token_clear (brk_oauth_token_t *self);
 
 void brk_store_test (bool verbose);
 

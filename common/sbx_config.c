@@ -43,6 +43,12 @@ static const s_known_t s_known[] = {
     {"rate.large", "40"},
     {"wallet.initial", "0"},
     {"mcp.origins", NULL},
+    //  OAuth (docs/oauth.md): token lifetimes, and what the gateway may fetch client ID
+    //  metadata documents from (private addresses: tests only) and which extra CA it trusts.
+    {"oauth.access_ttl_s", "3600"},
+    {"oauth.refresh_ttl_s", "2592000"},
+    {"gateway.oauth_allow_private_fetch", "false"},
+    {"gateway.oauth_fetch_ca", NULL},
     //  Plan limits (docs/limits.md): plan.P.* for any plan P; unset fields of another plan
     //  take the free plan's values; 0 means no limit.
     {"plan.free.starts_per_day", "100"},

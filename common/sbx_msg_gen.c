@@ -94,8 +94,9 @@ static const char *const s_enum_caller_kind_values[] = {
     "admin",
     "api_key",
     "oauth",
+    "session",
 };
-static const sbx_meta_enum_t s_enum_caller_kind = {"caller_kind", s_enum_caller_kind_values, 5};
+static const sbx_meta_enum_t s_enum_caller_kind = {"caller_kind", s_enum_caller_kind_values, 6};
 
 const char *sbx_caller_kind_name (sbx_caller_kind_t value)
 {
@@ -262,6 +263,18 @@ static const sbx_meta_struct_t s_meta_events_replay;
 static const sbx_meta_struct_t s_meta_events_replay_ok;
 static const sbx_meta_struct_t s_meta_peer_joined;
 static const sbx_meta_struct_t s_meta_peer_left;
+static const sbx_meta_struct_t s_meta_oauth_client_register;
+static const sbx_meta_struct_t s_meta_oauth_client_register_ok;
+static const sbx_meta_struct_t s_meta_oauth_client_get;
+static const sbx_meta_struct_t s_meta_oauth_client_get_ok;
+static const sbx_meta_struct_t s_meta_oauth_password;
+static const sbx_meta_struct_t s_meta_oauth_password_ok;
+static const sbx_meta_struct_t s_meta_oauth_authorize;
+static const sbx_meta_struct_t s_meta_oauth_authorize_ok;
+static const sbx_meta_struct_t s_meta_oauth_token;
+static const sbx_meta_struct_t s_meta_oauth_token_ok;
+static const sbx_meta_struct_t s_meta_oauth_revoke;
+static const sbx_meta_struct_t s_meta_oauth_revoke_ok;
 static const sbx_meta_struct_t s_meta_peer_info;
 static const sbx_meta_struct_t s_meta_error;
 static const sbx_meta_struct_t s_meta_peer_hello;
@@ -419,8 +432,9 @@ static const sbx_meta_field_t s_fields_auth_key_ok[] = {
     {"caller", SBX_META_STRUCT, offsetof (sbx_auth_key_ok_t, caller), true, 0, NULL, &s_meta_caller},
     {"expires_ms", SBX_META_UINT, offsetof (sbx_auth_key_ok_t, expires_ms), false, 0, NULL, NULL},
     {"requests_per_second", SBX_META_UINT, offsetof (sbx_auth_key_ok_t, requests_per_second), false, 0, NULL, NULL},
+    {"resource", SBX_META_STRING, offsetof (sbx_auth_key_ok_t, resource), false, 512, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_auth_key_ok = {"auth.key.ok", sizeof (sbx_auth_key_ok_t), s_fields_auth_key_ok, 3};
+static const sbx_meta_struct_t s_meta_auth_key_ok = {"auth.key.ok", sizeof (sbx_auth_key_ok_t), s_fields_auth_key_ok, 4};
 
 static const sbx_meta_field_t s_fields_agent_proc[] = {
     {"pid", SBX_META_UINT, offsetof (sbx_agent_proc_t, pid), true, 0, NULL, NULL},
@@ -731,6 +745,92 @@ static const sbx_meta_field_t s_fields_peer_left[] = {
     {"reason", SBX_META_STRING, offsetof (sbx_peer_left_t, reason), true, 256, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_peer_left = {"peer.left", sizeof (sbx_peer_left_t), s_fields_peer_left, 3};
+
+static const sbx_meta_field_t s_fields_oauth_client_register[] = {
+    {"name", SBX_META_STRING, offsetof (sbx_oauth_client_register_t, name), true, 128, NULL, NULL},
+    {"redirect_uris", SBX_META_STRLIST, offsetof (sbx_oauth_client_register_t, redirect_uris), true, 10, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_client_register = {"oauth.client.register", sizeof (sbx_oauth_client_register_t), s_fields_oauth_client_register, 2};
+
+static const sbx_meta_field_t s_fields_oauth_client_register_ok[] = {
+    {"client_id", SBX_META_STRING, offsetof (sbx_oauth_client_register_ok_t, client_id), true, 64, NULL, NULL},
+    {"name", SBX_META_STRING, offsetof (sbx_oauth_client_register_ok_t, name), true, 128, NULL, NULL},
+    {"redirect_uris", SBX_META_STRLIST, offsetof (sbx_oauth_client_register_ok_t, redirect_uris), false, 10, NULL, NULL},
+    {"created_ms", SBX_META_UINT, offsetof (sbx_oauth_client_register_ok_t, created_ms), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_client_register_ok = {"oauth.client.register.ok", sizeof (sbx_oauth_client_register_ok_t), s_fields_oauth_client_register_ok, 4};
+
+static const sbx_meta_field_t s_fields_oauth_client_get[] = {
+    {"client_id", SBX_META_STRING, offsetof (sbx_oauth_client_get_t, client_id), true, 2048, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_client_get = {"oauth.client.get", sizeof (sbx_oauth_client_get_t), s_fields_oauth_client_get, 1};
+
+static const sbx_meta_field_t s_fields_oauth_client_get_ok[] = {
+    {"client_id", SBX_META_STRING, offsetof (sbx_oauth_client_get_ok_t, client_id), true, 64, NULL, NULL},
+    {"name", SBX_META_STRING, offsetof (sbx_oauth_client_get_ok_t, name), true, 128, NULL, NULL},
+    {"redirect_uris", SBX_META_STRLIST, offsetof (sbx_oauth_client_get_ok_t, redirect_uris), false, 10, NULL, NULL},
+    {"created_ms", SBX_META_UINT, offsetof (sbx_oauth_client_get_ok_t, created_ms), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_client_get_ok = {"oauth.client.get.ok", sizeof (sbx_oauth_client_get_ok_t), s_fields_oauth_client_get_ok, 4};
+
+static const sbx_meta_field_t s_fields_oauth_password[] = {
+    {"email", SBX_META_STRING, offsetof (sbx_oauth_password_t, email), true, 254, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_password = {"oauth.password", sizeof (sbx_oauth_password_t), s_fields_oauth_password, 1};
+
+static const sbx_meta_field_t s_fields_oauth_password_ok[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_oauth_password_ok_t, account_id), true, 64, NULL, NULL},
+    {"email", SBX_META_STRING, offsetof (sbx_oauth_password_ok_t, email), true, 254, NULL, NULL},
+    {"password_hash", SBX_META_STRING, offsetof (sbx_oauth_password_ok_t, password_hash), true, 512, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_password_ok = {"oauth.password.ok", sizeof (sbx_oauth_password_ok_t), s_fields_oauth_password_ok, 3};
+
+static const sbx_meta_field_t s_fields_oauth_authorize[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_oauth_authorize_t, account_id), true, 64, NULL, NULL},
+    {"client_id", SBX_META_STRING, offsetof (sbx_oauth_authorize_t, client_id), true, 2048, NULL, NULL},
+    {"client_name", SBX_META_STRING, offsetof (sbx_oauth_authorize_t, client_name), true, 128, NULL, NULL},
+    {"redirect_uri", SBX_META_STRING, offsetof (sbx_oauth_authorize_t, redirect_uri), true, 2048, NULL, NULL},
+    {"code_challenge", SBX_META_STRING, offsetof (sbx_oauth_authorize_t, code_challenge), true, 128, NULL, NULL},
+    {"resource", SBX_META_STRING, offsetof (sbx_oauth_authorize_t, resource), true, 512, NULL, NULL},
+    {"scope", SBX_META_STRING, offsetof (sbx_oauth_authorize_t, scope), false, 256, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_authorize = {"oauth.authorize", sizeof (sbx_oauth_authorize_t), s_fields_oauth_authorize, 7};
+
+static const sbx_meta_field_t s_fields_oauth_authorize_ok[] = {
+    {"code", SBX_META_STRING, offsetof (sbx_oauth_authorize_ok_t, code), true, 128, NULL, NULL},
+    {"grant_id", SBX_META_STRING, offsetof (sbx_oauth_authorize_ok_t, grant_id), true, 64, NULL, NULL},
+    {"expires_ms", SBX_META_UINT, offsetof (sbx_oauth_authorize_ok_t, expires_ms), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_authorize_ok = {"oauth.authorize.ok", sizeof (sbx_oauth_authorize_ok_t), s_fields_oauth_authorize_ok, 3};
+
+static const sbx_meta_field_t s_fields_oauth_token[] = {
+    {"grant_type", SBX_META_STRING, offsetof (sbx_oauth_token_t, grant_type), true, 64, NULL, NULL},
+    {"client_id", SBX_META_STRING, offsetof (sbx_oauth_token_t, client_id), true, 2048, NULL, NULL},
+    {"code", SBX_META_STRING, offsetof (sbx_oauth_token_t, code), false, 128, NULL, NULL},
+    {"code_verifier", SBX_META_STRING, offsetof (sbx_oauth_token_t, code_verifier), false, 128, NULL, NULL},
+    {"redirect_uri", SBX_META_STRING, offsetof (sbx_oauth_token_t, redirect_uri), false, 2048, NULL, NULL},
+    {"refresh_token", SBX_META_STRING, offsetof (sbx_oauth_token_t, refresh_token), false, 128, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_token = {"oauth.token", sizeof (sbx_oauth_token_t), s_fields_oauth_token, 6};
+
+static const sbx_meta_field_t s_fields_oauth_token_ok[] = {
+    {"access_token", SBX_META_STRING, offsetof (sbx_oauth_token_ok_t, access_token), true, 128, NULL, NULL},
+    {"refresh_token", SBX_META_STRING, offsetof (sbx_oauth_token_ok_t, refresh_token), true, 128, NULL, NULL},
+    {"expires_in_s", SBX_META_UINT, offsetof (sbx_oauth_token_ok_t, expires_in_s), false, 0, NULL, NULL},
+    {"scope", SBX_META_STRING, offsetof (sbx_oauth_token_ok_t, scope), false, 256, NULL, NULL},
+    {"grant_id", SBX_META_STRING, offsetof (sbx_oauth_token_ok_t, grant_id), false, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_token_ok = {"oauth.token.ok", sizeof (sbx_oauth_token_ok_t), s_fields_oauth_token_ok, 5};
+
+static const sbx_meta_field_t s_fields_oauth_revoke[] = {
+    {"token", SBX_META_STRING, offsetof (sbx_oauth_revoke_t, token), true, 128, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_revoke = {"oauth.revoke", sizeof (sbx_oauth_revoke_t), s_fields_oauth_revoke, 1};
+
+static const sbx_meta_field_t s_fields_oauth_revoke_ok[] = {
+    {"revoked", SBX_META_BOOL, offsetof (sbx_oauth_revoke_ok_t, revoked), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_revoke_ok = {"oauth.revoke.ok", sizeof (sbx_oauth_revoke_ok_t), s_fields_oauth_revoke_ok, 1};
 
 static const sbx_meta_field_t s_fields_peer_info[] = {
     {"role", SBX_META_ENUM, offsetof (sbx_peer_info_t, role), true, 0, &s_enum_role, NULL},
@@ -1172,6 +1272,30 @@ static const char *const s_from_peer_joined[] = {"broker"};
 static const char *const s_to_peer_joined[] = {"tap"};
 static const char *const s_from_peer_left[] = {"broker"};
 static const char *const s_to_peer_left[] = {"tap"};
+static const char *const s_from_oauth_client_register[] = {"gateway"};
+static const char *const s_to_oauth_client_register[] = {"broker"};
+static const char *const s_from_oauth_client_register_ok[] = {"broker"};
+static const char *const s_to_oauth_client_register_ok[] = {"gateway"};
+static const char *const s_from_oauth_client_get[] = {"gateway"};
+static const char *const s_to_oauth_client_get[] = {"broker"};
+static const char *const s_from_oauth_client_get_ok[] = {"broker"};
+static const char *const s_to_oauth_client_get_ok[] = {"gateway"};
+static const char *const s_from_oauth_password[] = {"gateway"};
+static const char *const s_to_oauth_password[] = {"broker"};
+static const char *const s_from_oauth_password_ok[] = {"broker"};
+static const char *const s_to_oauth_password_ok[] = {"gateway"};
+static const char *const s_from_oauth_authorize[] = {"gateway"};
+static const char *const s_to_oauth_authorize[] = {"broker"};
+static const char *const s_from_oauth_authorize_ok[] = {"broker"};
+static const char *const s_to_oauth_authorize_ok[] = {"gateway"};
+static const char *const s_from_oauth_token[] = {"gateway"};
+static const char *const s_to_oauth_token[] = {"broker"};
+static const char *const s_from_oauth_token_ok[] = {"broker"};
+static const char *const s_to_oauth_token_ok[] = {"gateway"};
+static const char *const s_from_oauth_revoke[] = {"gateway"};
+static const char *const s_to_oauth_revoke[] = {"broker"};
+static const char *const s_from_oauth_revoke_ok[] = {"broker"};
+static const char *const s_to_oauth_revoke_ok[] = {"gateway"};
 static const char *const s_from_error[] = {"any"};
 static const char *const s_to_error[] = {"any"};
 static const char *const s_from_peer_hello[] = {"gateway", "vmd", "snapshotd", "billing"};
@@ -1323,6 +1447,18 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"events.replay.ok", &s_meta_events_replay_ok, s_from_events_replay_ok, 1, s_to_events_replay_ok, 3, SBX_MSG__UNKNOWN, false},
     {"peer.joined", &s_meta_peer_joined, s_from_peer_joined, 1, s_to_peer_joined, 1, SBX_MSG__UNKNOWN, true},
     {"peer.left", &s_meta_peer_left, s_from_peer_left, 1, s_to_peer_left, 1, SBX_MSG__UNKNOWN, true},
+    {"oauth.client.register", &s_meta_oauth_client_register, s_from_oauth_client_register, 1, s_to_oauth_client_register, 1, SBX_MSG_OAUTH_CLIENT_REGISTER_OK, false},
+    {"oauth.client.register.ok", &s_meta_oauth_client_register_ok, s_from_oauth_client_register_ok, 1, s_to_oauth_client_register_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"oauth.client.get", &s_meta_oauth_client_get, s_from_oauth_client_get, 1, s_to_oauth_client_get, 1, SBX_MSG_OAUTH_CLIENT_GET_OK, false},
+    {"oauth.client.get.ok", &s_meta_oauth_client_get_ok, s_from_oauth_client_get_ok, 1, s_to_oauth_client_get_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"oauth.password", &s_meta_oauth_password, s_from_oauth_password, 1, s_to_oauth_password, 1, SBX_MSG_OAUTH_PASSWORD_OK, false},
+    {"oauth.password.ok", &s_meta_oauth_password_ok, s_from_oauth_password_ok, 1, s_to_oauth_password_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"oauth.authorize", &s_meta_oauth_authorize, s_from_oauth_authorize, 1, s_to_oauth_authorize, 1, SBX_MSG_OAUTH_AUTHORIZE_OK, false},
+    {"oauth.authorize.ok", &s_meta_oauth_authorize_ok, s_from_oauth_authorize_ok, 1, s_to_oauth_authorize_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"oauth.token", &s_meta_oauth_token, s_from_oauth_token, 1, s_to_oauth_token, 1, SBX_MSG_OAUTH_TOKEN_OK, false},
+    {"oauth.token.ok", &s_meta_oauth_token_ok, s_from_oauth_token_ok, 1, s_to_oauth_token_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"oauth.revoke", &s_meta_oauth_revoke, s_from_oauth_revoke, 1, s_to_oauth_revoke, 1, SBX_MSG_OAUTH_REVOKE_OK, false},
+    {"oauth.revoke.ok", &s_meta_oauth_revoke_ok, s_from_oauth_revoke_ok, 1, s_to_oauth_revoke_ok, 1, SBX_MSG__UNKNOWN, false},
     {"error", &s_meta_error, s_from_error, 1, s_to_error, 1, SBX_MSG__UNKNOWN, false},
     {"peer.hello", &s_meta_peer_hello, s_from_peer_hello, 4, s_to_peer_hello, 1, SBX_MSG_PEER_WELCOME, false},
     {"peer.welcome", &s_meta_peer_welcome, s_from_peer_welcome, 1, s_to_peer_welcome, 4, SBX_MSG__UNKNOWN, false},
@@ -1606,6 +1742,66 @@ sbx_peer_joined_t *sbx_msg_peer_joined (struct sbx_msg_s *msg)
 sbx_peer_left_t *sbx_msg_peer_left (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_PEER_LEFT ? (sbx_peer_left_t *) msg->body : NULL;
+}
+
+sbx_oauth_client_register_t *sbx_msg_oauth_client_register (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_CLIENT_REGISTER ? (sbx_oauth_client_register_t *) msg->body : NULL;
+}
+
+sbx_oauth_client_register_ok_t *sbx_msg_oauth_client_register_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_CLIENT_REGISTER_OK ? (sbx_oauth_client_register_ok_t *) msg->body : NULL;
+}
+
+sbx_oauth_client_get_t *sbx_msg_oauth_client_get (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_CLIENT_GET ? (sbx_oauth_client_get_t *) msg->body : NULL;
+}
+
+sbx_oauth_client_get_ok_t *sbx_msg_oauth_client_get_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_CLIENT_GET_OK ? (sbx_oauth_client_get_ok_t *) msg->body : NULL;
+}
+
+sbx_oauth_password_t *sbx_msg_oauth_password (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_PASSWORD ? (sbx_oauth_password_t *) msg->body : NULL;
+}
+
+sbx_oauth_password_ok_t *sbx_msg_oauth_password_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_PASSWORD_OK ? (sbx_oauth_password_ok_t *) msg->body : NULL;
+}
+
+sbx_oauth_authorize_t *sbx_msg_oauth_authorize (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_AUTHORIZE ? (sbx_oauth_authorize_t *) msg->body : NULL;
+}
+
+sbx_oauth_authorize_ok_t *sbx_msg_oauth_authorize_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_AUTHORIZE_OK ? (sbx_oauth_authorize_ok_t *) msg->body : NULL;
+}
+
+sbx_oauth_token_t *sbx_msg_oauth_token (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_TOKEN ? (sbx_oauth_token_t *) msg->body : NULL;
+}
+
+sbx_oauth_token_ok_t *sbx_msg_oauth_token_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_TOKEN_OK ? (sbx_oauth_token_ok_t *) msg->body : NULL;
+}
+
+sbx_oauth_revoke_t *sbx_msg_oauth_revoke (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_REVOKE ? (sbx_oauth_revoke_t *) msg->body : NULL;
+}
+
+sbx_oauth_revoke_ok_t *sbx_msg_oauth_revoke_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_REVOKE_OK ? (sbx_oauth_revoke_ok_t *) msg->body : NULL;
 }
 
 sbx_error_t *sbx_msg_error (struct sbx_msg_s *msg)

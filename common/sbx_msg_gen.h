@@ -69,13 +69,15 @@ typedef enum {
 const char *sbx_role_name (sbx_role_t value);
 int sbx_role_from_name (const char *name, sbx_role_t *value_p);
 
-//  caller_kind (common.json): How the caller of a request was authenticated.
+//  caller_kind (common.json): How the caller of a request was authenticated (session: a person
+//  signed in on the gateway's account page).
 typedef enum {
     SBX_CALLER_KIND__UNSET = 0,
     SBX_CALLER_KIND_SYSTEM,  //  "system"
     SBX_CALLER_KIND_ADMIN,   //  "admin"
     SBX_CALLER_KIND_API_KEY, //  "api_key"
     SBX_CALLER_KIND_OAUTH,   //  "oauth"
+    SBX_CALLER_KIND_SESSION, //  "session"
 } sbx_caller_kind_t;
 const char *sbx_caller_kind_name (sbx_caller_kind_t value);
 int sbx_caller_kind_from_name (const char *name, sbx_caller_kind_t *value_p);
@@ -146,103 +148,115 @@ typedef struct {
 //  Message types, as named on the wire.
 typedef enum {
     SBX_MSG__UNKNOWN = 0,
-    SBX_MSG_ACCOUNT_CREATE,          //  account.create
-    SBX_MSG_ACCOUNT_CREATE_OK,       //  account.create.ok
-    SBX_MSG_KEY_CREATE,              //  key.create
-    SBX_MSG_KEY_CREATE_OK,           //  key.create.ok
-    SBX_MSG_KEY_LIST,                //  key.list
-    SBX_MSG_KEY_LIST_OK,             //  key.list.ok
-    SBX_MSG_KEY_REVOKE,              //  key.revoke
-    SBX_MSG_KEY_REVOKE_OK,           //  key.revoke.ok
-    SBX_MSG_ACCOUNT_CREATED,         //  account.created
-    SBX_MSG_KEY_CREATED,             //  key.created
-    SBX_MSG_KEY_REVOKED,             //  key.revoked
-    SBX_MSG_AUTH_KEY,                //  auth.key
-    SBX_MSG_AUTH_KEY_OK,             //  auth.key.ok
-    SBX_MSG_AGENT_HELLO,             //  agent.hello
-    SBX_MSG_AGENT_PING,              //  agent.ping
-    SBX_MSG_AGENT_PING_OK,           //  agent.ping.ok
-    SBX_MSG_AGENT_SETUP,             //  agent.setup
-    SBX_MSG_AGENT_SETUP_OK,          //  agent.setup.ok
-    SBX_MSG_AGENT_EXEC,              //  agent.exec
-    SBX_MSG_AGENT_EXEC_OK,           //  agent.exec.ok
-    SBX_MSG_AGENT_STATUS,            //  agent.status
-    SBX_MSG_AGENT_STATUS_OK,         //  agent.status.ok
-    SBX_MSG_AGENT_KILL,              //  agent.kill
-    SBX_MSG_AGENT_KILL_OK,           //  agent.kill.ok
-    SBX_MSG_AGENT_PS,                //  agent.ps
-    SBX_MSG_AGENT_PS_OK,             //  agent.ps.ok
-    SBX_MSG_AGENT_FILE_WRITE,        //  agent.file.write
-    SBX_MSG_AGENT_FILE_WRITE_OK,     //  agent.file.write.ok
-    SBX_MSG_AGENT_FILE_READ,         //  agent.file.read
-    SBX_MSG_AGENT_FILE_READ_OK,      //  agent.file.read.ok
-    SBX_MSG_ACCOUNT_FUNDS,           //  account.funds
-    SBX_MSG_ACCOUNT_FUNDS_EXHAUSTED, //  account.funds_exhausted
-    SBX_MSG_ACCOUNT_FUNDS_RESTORED,  //  account.funds_restored
-    SBX_MSG_USAGE_GET,               //  usage.get
-    SBX_MSG_USAGE_GET_OK,            //  usage.get.ok
-    SBX_MSG_WALLET_CREDIT,           //  wallet.credit
-    SBX_MSG_WALLET_CREDIT_OK,        //  wallet.credit.ok
-    SBX_MSG_WALLET_CREDITED,         //  wallet.credited
-    SBX_MSG_WALLET_ACTIVATE,         //  wallet.activate
-    SBX_MSG_WALLET_ACTIVATE_OK,      //  wallet.activate.ok
-    SBX_MSG_WALLET_ACTIVATED,        //  wallet.activated
-    SBX_MSG_EVENT,                   //  event
-    SBX_MSG_EVENTS_REPLAY,           //  events.replay
-    SBX_MSG_EVENTS_REPLAY_OK,        //  events.replay.ok
-    SBX_MSG_PEER_JOINED,             //  peer.joined
-    SBX_MSG_PEER_LEFT,               //  peer.left
-    SBX_MSG_ERROR,                   //  error
-    SBX_MSG_PEER_HELLO,              //  peer.hello
-    SBX_MSG_PEER_WELCOME,            //  peer.welcome
-    SBX_MSG_PEER_HEARTBEAT,          //  peer.heartbeat
-    SBX_MSG_PEER_UNKNOWN,            //  peer.unknown
-    SBX_MSG_PEER_BYE,                //  peer.bye
-    SBX_MSG_SYS_STATUS,              //  sys.status
-    SBX_MSG_SYS_STATUS_OK,           //  sys.status.ok
-    SBX_MSG_BROKER_PEERS,            //  broker.peers
-    SBX_MSG_BROKER_PEERS_OK,         //  broker.peers.ok
-    SBX_MSG_SANDBOX_CREATE,          //  sandbox.create
-    SBX_MSG_SANDBOX_CREATE_OK,       //  sandbox.create.ok
-    SBX_MSG_SANDBOX_GET,             //  sandbox.get
-    SBX_MSG_SANDBOX_GET_OK,          //  sandbox.get.ok
-    SBX_MSG_SANDBOX_LIST,            //  sandbox.list
-    SBX_MSG_SANDBOX_LIST_OK,         //  sandbox.list.ok
-    SBX_MSG_SANDBOX_STOP,            //  sandbox.stop
-    SBX_MSG_SANDBOX_STOP_OK,         //  sandbox.stop.ok
-    SBX_MSG_SANDBOX_RESUME,          //  sandbox.resume
-    SBX_MSG_SANDBOX_RESUME_OK,       //  sandbox.resume.ok
-    SBX_MSG_SANDBOX_DELETE,          //  sandbox.delete
-    SBX_MSG_SANDBOX_DELETE_OK,       //  sandbox.delete.ok
-    SBX_MSG_SANDBOX_CHANGED,         //  sandbox.changed
-    SBX_MSG_SANDBOX_UPDATED,         //  sandbox.updated
-    SBX_MSG_TTL_EXPIRED,             //  ttl.expired
-    SBX_MSG_VM_CREATE,               //  vm.create
-    SBX_MSG_VM_CREATE_OK,            //  vm.create.ok
-    SBX_MSG_VM_STOP,                 //  vm.stop
-    SBX_MSG_VM_STOP_OK,              //  vm.stop.ok
-    SBX_MSG_VM_RESUME,               //  vm.resume
-    SBX_MSG_VM_RESUME_OK,            //  vm.resume.ok
-    SBX_MSG_VM_DELETE,               //  vm.delete
-    SBX_MSG_VM_DELETE_OK,            //  vm.delete.ok
-    SBX_MSG_SANDBOX_EXTEND,          //  sandbox.extend
-    SBX_MSG_SANDBOX_EXTEND_OK,       //  sandbox.extend.ok
-    SBX_MSG_SANDBOX_UPDATE,          //  sandbox.update
-    SBX_MSG_SANDBOX_UPDATE_OK,       //  sandbox.update.ok
-    SBX_MSG_SANDBOX_AGENT,           //  sandbox.agent
-    SBX_MSG_SANDBOX_AGENT_OK,        //  sandbox.agent.ok
-    SBX_MSG_VM_AGENT,                //  vm.agent
-    SBX_MSG_VM_AGENT_OK,             //  vm.agent.ok
-    SBX_MSG_VM_LIST,                 //  vm.list
-    SBX_MSG_VM_LIST_OK,              //  vm.list.ok
-    SBX_MSG_VM_FAILED,               //  vm.failed
-    SBX_MSG_SANDBOX_PORT,            //  sandbox.port
-    SBX_MSG_SANDBOX_PORT_OK,         //  sandbox.port.ok
-    SBX_MSG_SANDBOX_RESOLVE,         //  sandbox.resolve
-    SBX_MSG_SANDBOX_RESOLVE_OK,      //  sandbox.resolve.ok
-    SBX_MSG_SANDBOX_PORT_CHANGED,    //  sandbox.port_changed
-    SBX_MSG_VM_PORT,                 //  vm.port
-    SBX_MSG_VM_PORT_OK,              //  vm.port.ok
+    SBX_MSG_ACCOUNT_CREATE,           //  account.create
+    SBX_MSG_ACCOUNT_CREATE_OK,        //  account.create.ok
+    SBX_MSG_KEY_CREATE,               //  key.create
+    SBX_MSG_KEY_CREATE_OK,            //  key.create.ok
+    SBX_MSG_KEY_LIST,                 //  key.list
+    SBX_MSG_KEY_LIST_OK,              //  key.list.ok
+    SBX_MSG_KEY_REVOKE,               //  key.revoke
+    SBX_MSG_KEY_REVOKE_OK,            //  key.revoke.ok
+    SBX_MSG_ACCOUNT_CREATED,          //  account.created
+    SBX_MSG_KEY_CREATED,              //  key.created
+    SBX_MSG_KEY_REVOKED,              //  key.revoked
+    SBX_MSG_AUTH_KEY,                 //  auth.key
+    SBX_MSG_AUTH_KEY_OK,              //  auth.key.ok
+    SBX_MSG_AGENT_HELLO,              //  agent.hello
+    SBX_MSG_AGENT_PING,               //  agent.ping
+    SBX_MSG_AGENT_PING_OK,            //  agent.ping.ok
+    SBX_MSG_AGENT_SETUP,              //  agent.setup
+    SBX_MSG_AGENT_SETUP_OK,           //  agent.setup.ok
+    SBX_MSG_AGENT_EXEC,               //  agent.exec
+    SBX_MSG_AGENT_EXEC_OK,            //  agent.exec.ok
+    SBX_MSG_AGENT_STATUS,             //  agent.status
+    SBX_MSG_AGENT_STATUS_OK,          //  agent.status.ok
+    SBX_MSG_AGENT_KILL,               //  agent.kill
+    SBX_MSG_AGENT_KILL_OK,            //  agent.kill.ok
+    SBX_MSG_AGENT_PS,                 //  agent.ps
+    SBX_MSG_AGENT_PS_OK,              //  agent.ps.ok
+    SBX_MSG_AGENT_FILE_WRITE,         //  agent.file.write
+    SBX_MSG_AGENT_FILE_WRITE_OK,      //  agent.file.write.ok
+    SBX_MSG_AGENT_FILE_READ,          //  agent.file.read
+    SBX_MSG_AGENT_FILE_READ_OK,       //  agent.file.read.ok
+    SBX_MSG_ACCOUNT_FUNDS,            //  account.funds
+    SBX_MSG_ACCOUNT_FUNDS_EXHAUSTED,  //  account.funds_exhausted
+    SBX_MSG_ACCOUNT_FUNDS_RESTORED,   //  account.funds_restored
+    SBX_MSG_USAGE_GET,                //  usage.get
+    SBX_MSG_USAGE_GET_OK,             //  usage.get.ok
+    SBX_MSG_WALLET_CREDIT,            //  wallet.credit
+    SBX_MSG_WALLET_CREDIT_OK,         //  wallet.credit.ok
+    SBX_MSG_WALLET_CREDITED,          //  wallet.credited
+    SBX_MSG_WALLET_ACTIVATE,          //  wallet.activate
+    SBX_MSG_WALLET_ACTIVATE_OK,       //  wallet.activate.ok
+    SBX_MSG_WALLET_ACTIVATED,         //  wallet.activated
+    SBX_MSG_EVENT,                    //  event
+    SBX_MSG_EVENTS_REPLAY,            //  events.replay
+    SBX_MSG_EVENTS_REPLAY_OK,         //  events.replay.ok
+    SBX_MSG_PEER_JOINED,              //  peer.joined
+    SBX_MSG_PEER_LEFT,                //  peer.left
+    SBX_MSG_OAUTH_CLIENT_REGISTER,    //  oauth.client.register
+    SBX_MSG_OAUTH_CLIENT_REGISTER_OK, //  oauth.client.register.ok
+    SBX_MSG_OAUTH_CLIENT_GET,         //  oauth.client.get
+    SBX_MSG_OAUTH_CLIENT_GET_OK,      //  oauth.client.get.ok
+    SBX_MSG_OAUTH_PASSWORD,           //  oauth.password
+    SBX_MSG_OAUTH_PASSWORD_OK,        //  oauth.password.ok
+    SBX_MSG_OAUTH_AUTHORIZE,          //  oauth.authorize
+    SBX_MSG_OAUTH_AUTHORIZE_OK,       //  oauth.authorize.ok
+    SBX_MSG_OAUTH_TOKEN,              //  oauth.token
+    SBX_MSG_OAUTH_TOKEN_OK,           //  oauth.token.ok
+    SBX_MSG_OAUTH_REVOKE,             //  oauth.revoke
+    SBX_MSG_OAUTH_REVOKE_OK,          //  oauth.revoke.ok
+    SBX_MSG_ERROR,                    //  error
+    SBX_MSG_PEER_HELLO,               //  peer.hello
+    SBX_MSG_PEER_WELCOME,             //  peer.welcome
+    SBX_MSG_PEER_HEARTBEAT,           //  peer.heartbeat
+    SBX_MSG_PEER_UNKNOWN,             //  peer.unknown
+    SBX_MSG_PEER_BYE,                 //  peer.bye
+    SBX_MSG_SYS_STATUS,               //  sys.status
+    SBX_MSG_SYS_STATUS_OK,            //  sys.status.ok
+    SBX_MSG_BROKER_PEERS,             //  broker.peers
+    SBX_MSG_BROKER_PEERS_OK,          //  broker.peers.ok
+    SBX_MSG_SANDBOX_CREATE,           //  sandbox.create
+    SBX_MSG_SANDBOX_CREATE_OK,        //  sandbox.create.ok
+    SBX_MSG_SANDBOX_GET,              //  sandbox.get
+    SBX_MSG_SANDBOX_GET_OK,           //  sandbox.get.ok
+    SBX_MSG_SANDBOX_LIST,             //  sandbox.list
+    SBX_MSG_SANDBOX_LIST_OK,          //  sandbox.list.ok
+    SBX_MSG_SANDBOX_STOP,             //  sandbox.stop
+    SBX_MSG_SANDBOX_STOP_OK,          //  sandbox.stop.ok
+    SBX_MSG_SANDBOX_RESUME,           //  sandbox.resume
+    SBX_MSG_SANDBOX_RESUME_OK,        //  sandbox.resume.ok
+    SBX_MSG_SANDBOX_DELETE,           //  sandbox.delete
+    SBX_MSG_SANDBOX_DELETE_OK,        //  sandbox.delete.ok
+    SBX_MSG_SANDBOX_CHANGED,          //  sandbox.changed
+    SBX_MSG_SANDBOX_UPDATED,          //  sandbox.updated
+    SBX_MSG_TTL_EXPIRED,              //  ttl.expired
+    SBX_MSG_VM_CREATE,                //  vm.create
+    SBX_MSG_VM_CREATE_OK,             //  vm.create.ok
+    SBX_MSG_VM_STOP,                  //  vm.stop
+    SBX_MSG_VM_STOP_OK,               //  vm.stop.ok
+    SBX_MSG_VM_RESUME,                //  vm.resume
+    SBX_MSG_VM_RESUME_OK,             //  vm.resume.ok
+    SBX_MSG_VM_DELETE,                //  vm.delete
+    SBX_MSG_VM_DELETE_OK,             //  vm.delete.ok
+    SBX_MSG_SANDBOX_EXTEND,           //  sandbox.extend
+    SBX_MSG_SANDBOX_EXTEND_OK,        //  sandbox.extend.ok
+    SBX_MSG_SANDBOX_UPDATE,           //  sandbox.update
+    SBX_MSG_SANDBOX_UPDATE_OK,        //  sandbox.update.ok
+    SBX_MSG_SANDBOX_AGENT,            //  sandbox.agent
+    SBX_MSG_SANDBOX_AGENT_OK,         //  sandbox.agent.ok
+    SBX_MSG_VM_AGENT,                 //  vm.agent
+    SBX_MSG_VM_AGENT_OK,              //  vm.agent.ok
+    SBX_MSG_VM_LIST,                  //  vm.list
+    SBX_MSG_VM_LIST_OK,               //  vm.list.ok
+    SBX_MSG_VM_FAILED,                //  vm.failed
+    SBX_MSG_SANDBOX_PORT,             //  sandbox.port
+    SBX_MSG_SANDBOX_PORT_OK,          //  sandbox.port.ok
+    SBX_MSG_SANDBOX_RESOLVE,          //  sandbox.resolve
+    SBX_MSG_SANDBOX_RESOLVE_OK,       //  sandbox.resolve.ok
+    SBX_MSG_SANDBOX_PORT_CHANGED,     //  sandbox.port_changed
+    SBX_MSG_VM_PORT,                  //  vm.port
+    SBX_MSG_VM_PORT_OK,               //  vm.port.ok
     SBX_MSG__COUNT
 } sbx_msg_type_t;
 
@@ -299,6 +313,18 @@ typedef struct sbx_events_replay_s sbx_events_replay_t;
 typedef struct sbx_events_replay_ok_s sbx_events_replay_ok_t;
 typedef struct sbx_peer_joined_s sbx_peer_joined_t;
 typedef struct sbx_peer_left_s sbx_peer_left_t;
+typedef struct sbx_oauth_client_register_s sbx_oauth_client_register_t;
+typedef struct sbx_oauth_client_register_ok_s sbx_oauth_client_register_ok_t;
+typedef struct sbx_oauth_client_get_s sbx_oauth_client_get_t;
+typedef struct sbx_oauth_client_get_ok_s sbx_oauth_client_get_ok_t;
+typedef struct sbx_oauth_password_s sbx_oauth_password_t;
+typedef struct sbx_oauth_password_ok_s sbx_oauth_password_ok_t;
+typedef struct sbx_oauth_authorize_s sbx_oauth_authorize_t;
+typedef struct sbx_oauth_authorize_ok_s sbx_oauth_authorize_ok_t;
+typedef struct sbx_oauth_token_s sbx_oauth_token_t;
+typedef struct sbx_oauth_token_ok_s sbx_oauth_token_ok_t;
+typedef struct sbx_oauth_revoke_s sbx_oauth_revoke_t;
+typedef struct sbx_oauth_revoke_ok_s sbx_oauth_revoke_ok_t;
 typedef struct sbx_peer_info_s sbx_peer_info_t;
 typedef struct sbx_error_s sbx_error_t;
 typedef struct sbx_peer_hello_s sbx_peer_hello_t;
@@ -555,20 +581,25 @@ struct sbx_key_revoked_s {
 //  key act for? The gateway asks for every credential it has not seen in the last seconds;
 //  unknown, expired and revoked keys are unauthenticated.
 struct sbx_auth_key_s {
-    //  (required, max 128) The secret the client sent (sbx_…).
+    //  (required, max 128) The secret the client sent (sbx_… API key or sbx_at_… OAuth access
+    //  token).
     char *key;
 };
 
 //  message auth.key.ok (accounts.json): broker -> gateway. The key is good: the caller to put
 //  on the requests it makes.
 struct sbx_auth_key_ok_s {
-    //  (required) kind api_key, account, key id and preset.
+    //  (required) kind api_key (or oauth for an OAuth access token), account, key id (the
+    //  connection for OAuth) and preset.
     sbx_caller_t *caller;
     //  When the key expires; 0 for never (the gateway caches no longer).
     uint64_t expires_ms;
     //  Requests per second this key may make (its account's plan); 0 for no limit. The gateway
     //  enforces it.
     uint64_t requests_per_second;
+    //  (max 512) For OAuth access tokens (sbx_at_…): the resource (audience) the token is bound
+    //  to; the gateway accepts the token only there.
+    char *resource;
 };
 
 //  struct agent_proc (agent.json). A process the agent started, running or finished.
@@ -1101,6 +1132,151 @@ struct sbx_peer_left_s {
     char *instance;
     //  (required, max 256) bye, silent, or replaced.
     char *reason;
+};
+
+//  message oauth.client.register (oauth.json): gateway -> broker, reply
+//  oauth.client.register.ok. Dynamic client registration (RFC 7591): store a public client. The
+//  gateway has validated the redirect URIs and the name; the broker checks them again and makes
+//  the client_id. Gateways only.
+struct sbx_oauth_client_register_s {
+    //  (required, max 128) client_name, shown on the consent page and in the key list.
+    char *name;
+    //  (required, max 10) Where codes may be sent: https, or http on a loopback host; matched
+    //  exactly.
+    sbx_strlist_t redirect_uris;
+};
+
+//  message oauth.client.register.ok (oauth.json): broker -> gateway. The registered client.
+struct sbx_oauth_client_register_ok_s {
+    //  (required, max 64) cli_ followed by 10 base36 characters.
+    char *client_id;
+    //  (required, max 128) Its name.
+    char *name;
+    //  (max 10) Its redirect URIs.
+    sbx_strlist_t redirect_uris;
+    //  When it was registered.
+    uint64_t created_ms;
+};
+
+//  message oauth.client.get (oauth.json): gateway -> broker, reply oauth.client.get.ok. A
+//  registered client, for the authorization page. Clients identified by a metadata document URL
+//  are not stored: the gateway fetches and caches those. Gateways only.
+struct sbx_oauth_client_get_s {
+    //  (required, max 2048) The client_id the client sent.
+    char *client_id;
+};
+
+//  message oauth.client.get.ok (oauth.json): broker -> gateway. The client.
+struct sbx_oauth_client_get_ok_s {
+    //  (required, max 64) Its id.
+    char *client_id;
+    //  (required, max 128) Its name.
+    char *name;
+    //  (max 10) Its redirect URIs.
+    sbx_strlist_t redirect_uris;
+    //  When it was registered.
+    uint64_t created_ms;
+};
+
+//  message oauth.password (oauth.json): gateway -> broker, reply oauth.password.ok. The
+//  password hash of an account, for the gateway to verify a sign-in off its loop. Answered to
+//  gateways only; an account without a password is not_found like an unknown email.
+struct sbx_oauth_password_s {
+    //  (required, max 254) The email typed on the sign-in form.
+    char *email;
+};
+
+//  message oauth.password.ok (oauth.json): broker -> gateway. The account and its argon2id
+//  hash.
+struct sbx_oauth_password_ok_s {
+    //  (required, max 64) Its id.
+    char *account_id;
+    //  (required, max 254) As stored.
+    char *email;
+    //  (required, max 512) argon2id hash string.
+    char *password_hash;
+};
+
+//  message oauth.authorize (oauth.json): gateway -> broker, reply oauth.authorize.ok. The
+//  signed-in account allowed a client: record the grant (a connection in the account's key
+//  list, named '<client name> (MCP)') and make a single-use authorization code bound to the
+//  client, redirect URI, PKCE challenge and resource. Gateways only.
+struct sbx_oauth_authorize_s {
+    //  (required, max 64) Who signed in and allowed.
+    char *account_id;
+    //  (required, max 2048) The client.
+    char *client_id;
+    //  (required, max 128) Its name, for the connection's name.
+    char *client_name;
+    //  (required, max 2048) The redirect URI of the request.
+    char *redirect_uri;
+    //  (required, max 128) PKCE S256 challenge (base64url, 43 characters).
+    char *code_challenge;
+    //  (required, max 512) The resource the tokens are for (RFC 8707): the MCP endpoint URL.
+    char *resource;
+    //  (max 256) Granted scope.
+    char *scope;
+};
+
+//  message oauth.authorize.ok (oauth.json): broker -> gateway. The code, shown only here; it is
+//  stored hashed.
+struct sbx_oauth_authorize_ok_s {
+    //  (required, max 128) sbx_ac_ followed by 43 base62 characters.
+    char *code;
+    //  (required, max 64) The connection (key_…) the code belongs to.
+    char *grant_id;
+    //  When the code expires (a minute).
+    uint64_t expires_ms;
+};
+
+//  message oauth.token (oauth.json): gateway -> broker, reply oauth.token.ok. The token
+//  endpoint's grants: authorization_code (code, code_verifier, redirect_uri, client_id) or
+//  refresh_token (refresh_token, client_id). A replayed code revokes the tokens of its grant; a
+//  refresh token is rotated, and presenting a rotated one revokes the grant. Every refusal is
+//  unauthenticated (the gateway answers invalid_grant). Gateways only.
+struct sbx_oauth_token_s {
+    //  (required, max 64) authorization_code or refresh_token.
+    char *grant_type;
+    //  (required, max 2048) The client.
+    char *client_id;
+    //  (max 128) The authorization code.
+    char *code;
+    //  (max 128) PKCE verifier (43 to 128 characters).
+    char *code_verifier;
+    //  (max 2048) Must equal the authorization request's.
+    char *redirect_uri;
+    //  (max 128) The refresh token.
+    char *refresh_token;
+};
+
+//  message oauth.token.ok (oauth.json): broker -> gateway. New tokens, shown only here; they
+//  are stored hashed.
+struct sbx_oauth_token_ok_s {
+    //  (required, max 128) sbx_at_ followed by 43 base62 characters.
+    char *access_token;
+    //  (required, max 128) sbx_rt_ followed by 43 base62 characters.
+    char *refresh_token;
+    //  Lifetime of the access token, in seconds.
+    uint64_t expires_in_s;
+    //  (max 256) Granted scope.
+    char *scope;
+    //  (max 64) The connection the tokens belong to.
+    char *grant_id;
+};
+
+//  message oauth.revoke (oauth.json): gateway -> broker, reply oauth.revoke.ok. Token
+//  revocation (RFC 7009): an access token is revoked; a refresh token is revoked with every
+//  token of its grant. Unknown tokens are not an error. Gateways only.
+struct sbx_oauth_revoke_s {
+    //  (required, max 128) The token to revoke.
+    char *token;
+};
+
+//  message oauth.revoke.ok (oauth.json): broker -> gateway. Done (also when the token was
+//  unknown).
+struct sbx_oauth_revoke_ok_s {
+    //  Whether a live token was found and revoked.
+    bool revoked;
 };
 
 //  struct peer_info (peer.json). A worker as the broker sees it.
@@ -1694,6 +1870,18 @@ sbx_events_replay_t *sbx_msg_events_replay (struct sbx_msg_s *msg);
 sbx_events_replay_ok_t *sbx_msg_events_replay_ok (struct sbx_msg_s *msg);
 sbx_peer_joined_t *sbx_msg_peer_joined (struct sbx_msg_s *msg);
 sbx_peer_left_t *sbx_msg_peer_left (struct sbx_msg_s *msg);
+sbx_oauth_client_register_t *sbx_msg_oauth_client_register (struct sbx_msg_s *msg);
+sbx_oauth_client_register_ok_t *sbx_msg_oauth_client_register_ok (struct sbx_msg_s *msg);
+sbx_oauth_client_get_t *sbx_msg_oauth_client_get (struct sbx_msg_s *msg);
+sbx_oauth_client_get_ok_t *sbx_msg_oauth_client_get_ok (struct sbx_msg_s *msg);
+sbx_oauth_password_t *sbx_msg_oauth_password (struct sbx_msg_s *msg);
+sbx_oauth_password_ok_t *sbx_msg_oauth_password_ok (struct sbx_msg_s *msg);
+sbx_oauth_authorize_t *sbx_msg_oauth_authorize (struct sbx_msg_s *msg);
+sbx_oauth_authorize_ok_t *sbx_msg_oauth_authorize_ok (struct sbx_msg_s *msg);
+sbx_oauth_token_t *sbx_msg_oauth_token (struct sbx_msg_s *msg);
+sbx_oauth_token_ok_t *sbx_msg_oauth_token_ok (struct sbx_msg_s *msg);
+sbx_oauth_revoke_t *sbx_msg_oauth_revoke (struct sbx_msg_s *msg);
+sbx_oauth_revoke_ok_t *sbx_msg_oauth_revoke_ok (struct sbx_msg_s *msg);
 sbx_error_t *sbx_msg_error (struct sbx_msg_s *msg);
 sbx_peer_hello_t *sbx_msg_peer_hello (struct sbx_msg_s *msg);
 sbx_peer_welcome_t *sbx_msg_peer_welcome (struct sbx_msg_s *msg);

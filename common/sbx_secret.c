@@ -91,6 +91,40 @@ bool sbx_secret_password_verify (const char *hash, const char *password)
     return crypto_pwhash_str_verify (hash, password, strlen (password)) == 0;
 }
 
+void sbx_secret_s256 (const char *verifier, char out[44])
+{
+    assert (out);
+    out[0] = 0;
+    if (!verifier || sbx_secret_init ())
+        return;
+    uint8_t digest[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256 (digest, (const uint8_t *) verifier, strlen (verifier));
+    sodium_bin2base64 (out, 44, digest, sizeof digest, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+}
+
+void sbx_secret_mac (const char *key, const char *message, char out[44])
+{
+    assert (out);
+    out[0] = 0;
+    if (!key || !message || sbx_secret_init ())
+        return;
+    uint8_t k[crypto_auth_KEYBYTES];
+    crypto_hash_sha256 (k, (const uint8_t *) key, strlen (key));
+    uint8_t mac[crypto_auth_BYTES];
+    crypto_auth (mac, (const uint8_t *) message, strlen (message), k);
+    sodium_memzero (k, sizeof k);
+    sodium_bin2base64 (out, 44, mac, sizeof mac, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+}
+
+bool sbx_secret_mac_verify (const char *key, const char *message, const char *mac)
+{
+    if (!mac)
+        return false;
+    char expected[44];
+    sbx_secret_mac (key, message, expected);
+    return expected[0] && sbx_secret_equal (expected, mac);
+}
+
 bool sbx_secret_equal (const char *a, const char *b)
 {
     if (!a || !b)
@@ -211,6 +245,20 @@ void sbx_secret_test (bool verbose)
 {
     assert (sbx_secret_init () == 0);
     assert (sbx_secret_init () == 0);
+
+    //  PKCE S256: RFC 7636 appendix B's example.
+    char s256[44];
+    sbx_secret_s256 ("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk", s256);
+    assert (strcmp (s256, "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM") == 0);
+    //  MACs: stable, key- and message-bound, verified in constant time.
+    char mac[44], mac2[44];
+    sbx_secret_mac ("key", "message", mac);
+    sbx_secret_mac ("key", "message", mac2);
+    assert (strlen (mac) == 43 && strcmp (mac, mac2) == 0);
+    assert (sbx_secret_mac_verify ("key", "message", mac));
+    assert (!sbx_secret_mac_verify ("key2", "message", mac));
+    assert (!sbx_secret_mac_verify ("key", "messagf", mac));
+    assert (!sbx_secret_mac_verify ("key", "message", NULL));
 
     //  Ids: prefix + 10 base36, no repeats over 10,000 draws.
     const size_t draws = 10000;

@@ -60,6 +60,16 @@ char *sbx_secret_base64url (const uint8_t *data, size_t size);
 //  counted in *size_p), or NULL if text is not exactly such base64.
 uint8_t *sbx_secret_base64_decode (const char *text, size_t *size_p);
 
+//  PKCE S256 (RFC 7636): base64url (no padding) of the SHA-256 of verifier, into out
+//  (43 characters + NUL). A NULL verifier yields "".
+void sbx_secret_s256 (const char *verifier, char out[44]);
+
+//  A message authentication code (HMAC-SHA-512-256, libsodium crypto_auth) of message
+//  under key (any text; its SHA-256 is the MAC key), as base64url into out (43 + NUL):
+//  for signed cookies and CSRF tokens. sbx_secret_mac_verify compares in constant time.
+void sbx_secret_mac (const char *key, const char *message, char out[44]);
+bool sbx_secret_mac_verify (const char *key, const char *message, const char *mac);
+
 //  Overwrites a secret string with zeros in place (a write the compiler cannot drop),
 //  before freeing it. NULL is fine.
 void sbx_secret_wipe (char *secret);

@@ -43,8 +43,83 @@ char *sbx_urls_box_suffix (sbx_config_t *config)
     return suffix;
 }
 
+int sbx_urls_redirect_check (const char *uri, char *why, size_t why_size)
+{
+    if (!uri || !*uri) {
+        snprintf (why, why_size, "a redirect URI is empty");
+        return -1;
+    }
+    size_t len = strlen (uri);
+    if (len > 2000) {
+        snprintf (why, why_size, "a redirect URI is longer than 2000 characters");
+        return -1;
+    }
+    for (const char *p = uri; *p; p++)
+        if ((unsigned char) *p <= ' ' || (unsigned char) *p >= 0x7f) {
+            snprintf (why, why_size, "redirect URI %.200s has a space or a non-ASCII character",
+                      uri);
+            return -1;
+        }
+    if (strchr (uri, '#')) {
+        snprintf (why, why_size, "redirect URI %.200s has a fragment (#...)", uri);
+        return -1;
+    }
+    bool https = strncmp (uri, "https://", 8) == 0;
+    bool http = strncmp (uri, "http://", 7) == 0;
+    const char *host = uri + (https ? 8 : http ? 7 : 0);
+    if (!https && !http) {
+        snprintf (why, why_size, "redirect URI %.200s must use https (or http on localhost)", uri);
+        return -1;
+    }
+    //  The authority ends at the path, query or end; userinfo is refused outright.
+    size_t host_len = strcspn (host, "/?");
+    if (memchr (host, '@', host_len)) {
+        snprintf (why, why_size, "redirect URI %.200s has user information (user@)", uri);
+        return -1;
+    }
+    char authority[300];
+    if (host_len == 0 || host_len >= sizeof authority) {
+        snprintf (why, why_size, "redirect URI %.200s has no host", uri);
+        return -1;
+    }
+    memcpy (authority, host, host_len);
+    authority[host_len] = 0;
+    //  Drop the port: "[::1]:8080" → "[::1]", "127.0.0.1:80" → "127.0.0.1".
+    char *port = authority[0] == '[' ? strchr (authority, ']') : authority;
+    port = port ? strchr (port, ':') : NULL;
+    if (port)
+        *port = 0;
+    if (!authority[0]) {
+        snprintf (why, why_size, "redirect URI %.200s has no host", uri);
+        return -1;
+    }
+    if (http && strcmp (authority, "localhost") != 0 && strcmp (authority, "127.0.0.1") != 0 &&
+        strcmp (authority, "[::1]") != 0) {
+        snprintf (why, why_size,
+                  "redirect URI %.200s uses http on a host that is not loopback: use https", uri);
+        return -1;
+    }
+    return 0;
+}
+
 void sbx_urls_test (bool verbose)
 {
+    char why[300];
+    assert (sbx_urls_redirect_check ("https://claude.ai/api/mcp/auth_callback", why, sizeof why) ==
+            0);
+    assert (sbx_urls_redirect_check ("http://127.0.0.1:33418/callback", why, sizeof why) == 0);
+    assert (sbx_urls_redirect_check ("http://localhost/cb?x=1", why, sizeof why) == 0);
+    assert (sbx_urls_redirect_check ("http://[::1]:9/cb", why, sizeof why) == 0);
+    assert (sbx_urls_redirect_check ("http://example.com/cb", why, sizeof why) == -1);
+    assert (strstr (why, "not loopback"));
+    assert (sbx_urls_redirect_check ("http://localhost.evil.com/cb", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https://a.example/cb#frag", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("javascript:alert(1)", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https:///nohost", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https://u@a.example/", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https://a.example/a b", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("", why, sizeof why) == -1);
+
     (void) verbose;
     char dir[] = "/tmp/sbx_urls_test.XXXXXX";
     assert (mkdtemp (dir));

@@ -5,6 +5,7 @@
 #define SBX_URLS_H_INCLUDED
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "sbx_config.h"
 
@@ -17,6 +18,12 @@ char *sbx_urls_base (sbx_config_t *config);
 //  ".box.DOMAIN[:PORT]": what follows a sandbox's label (or label-port) in its URLs.
 //  Caller frees.
 char *sbx_urls_box_suffix (sbx_config_t *config);
+
+//  Whether uri may be an OAuth redirect URI: an absolute https URL, or http on a
+//  loopback host (localhost, 127.0.0.1, [::1]) for native clients; at most 2000
+//  characters, printable ASCII, with a host and without a fragment. Returns 0, or -1
+//  with a reason a person can act on in why.
+int sbx_urls_redirect_check (const char *uri, char *why, size_t why_size);
 
 void sbx_urls_test (bool verbose);
 

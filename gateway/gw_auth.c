@@ -5,8 +5,11 @@
 #include <assert.h>
 #include <jansson.h>
 
-#define S_CACHE_MS  5000 //  how long a good key is trusted without asking the broker again
-#define S_CACHE_MAX 10000
+#define S_CACHE_MS 5000 //  how long a good key is trusted without asking the broker again
+//  OAuth access tokens: shorter, so a Disconnect (key.revoke on the connection, from any
+//  gateway or the CLI) stops them within a second without a cache invalidation protocol.
+#define S_OAUTH_CACHE_MS 1000
+#define S_CACHE_MAX      10000
 
 typedef struct {
     sbx_caller_t *caller;
@@ -34,6 +37,7 @@ struct gw_auth_t {
     zhashx_t *buckets; //  key id → s_bucket_t; they outlive cache entries
     sbx_peer_t *peer;
     char *base_url;
+    char *mcp_url;     //  the audience OAuth access tokens must be bound to
     zhashx_t *cache;   //  key hash → s_entry_t
     zhashx_t *pending; //  serial → s_check_t, so destroy can cancel them
     uint64_t next_serial;
@@ -97,10 +101,12 @@ gw_auth_t *gw_auth_new (sbx_config_t *config, sbx_peer_t *peer)
         return NULL;
     self->peer = peer;
     self->base_url = config ? sbx_urls_base (config) : strdup ("https://localhost:8443");
+    if (self->base_url && asprintf (&self->mcp_url, "%s/mcp", self->base_url) < 0)
+        self->mcp_url = NULL;
     self->cache = zhashx_new ();
     self->pending = zhashx_new ();
     self->buckets = zhashx_new ();
-    if (!self->base_url || !self->cache || !self->pending || !self->buckets) {
+    if (!self->base_url || !self->mcp_url || !self->cache || !self->pending || !self->buckets) {
         gw_auth_destroy (&self);
         return NULL;
     }
@@ -132,6 +138,7 @@ void gw_auth_destroy (gw_auth_t **self_p)
     zhashx_destroy (&self->cache);
     zhashx_destroy (&self->buckets);
     free (self->base_url);
+    free (self->mcp_url);
     free (self);
     *self_p = NULL;
 }
@@ -162,11 +169,16 @@ static void s_on_reply (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
     gw_auth_t *self = check->auth;
     zhashx_delete (self->pending, (void *) (uintptr_t) check->serial);
     sbx_msg_t *reply = *reply_p;
-    if (reply->type == SBX_MSG_AUTH_KEY_OK && sbx_msg_auth_key_ok (reply)->caller) {
-        sbx_auth_key_ok_t *ok = sbx_msg_auth_key_ok (reply);
+    sbx_auth_key_ok_t *ok = reply->type == SBX_MSG_AUTH_KEY_OK ? sbx_msg_auth_key_ok (reply) : NULL;
+    bool oauth = ok && ok->caller && ok->caller->kind == SBX_CALLER_KIND_OAUTH;
+    if (oauth && (!ok->resource || !streq (ok->resource, self->mcp_url))) {
+        //  A token for another resource (RFC 8707 audience) is not good here.
+        check->fn (NULL, SBX_E_UNAUTHENTICATED, "this access token was issued for another resource",
+                   check->arg);
+    } else if (ok && ok->caller) {
         s_entry_t *entry = calloc (1, sizeof *entry);
         uint64_t now = sbx_clock_now_ms ();
-        uint64_t ttl = S_CACHE_MS;
+        uint64_t ttl = oauth ? S_OAUTH_CACHE_MS : S_CACHE_MS;
         if (ok->expires_ms && ok->expires_ms < now + ttl)
             ttl = ok->expires_ms > now ? ok->expires_ms - now : 0;
         if (entry && ttl) {

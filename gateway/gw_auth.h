@@ -5,7 +5,10 @@
     past the key's expiry), so a busy MCP session costs the broker one lookup per few
     seconds, and a revoked key stops working within that time. Refusals are not cached.
     Keys never reach the logs: only their hash is kept, and only in memory.
-    OAuth access tokens come with issue 5.
+    OAuth access tokens (sbx_at_…) are checked the same way (the broker answers auth.key
+    for them too) with the caller's kind oauth; they are accepted only when bound to this
+    gateway's MCP resource (<base>/mcp), and cached for one second only, so Disconnect
+    stops them at once. Callers decide where OAuth callers may go (/mcp only).
 */
 #ifndef GW_AUTH_H_INCLUDED
 #define GW_AUTH_H_INCLUDED

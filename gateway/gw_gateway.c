@@ -1,7 +1,9 @@
 /*  gw_gateway - see gw_gateway.h */
 #include "gw_gateway.h"
+#include "gw_account.h"
 #include "gw_http.h"
 #include "gw_mcp.h"
+#include "gw_oauth.h"
 #include "gw_proxy.h"
 #include "gw_rest.h"
 #include "gw_tls.h"
@@ -14,7 +16,9 @@ struct gw_gateway_t {
     sbx_peer_t *peer;
     gw_http_t *http;
     gw_mcp_t *mcp;
-    gw_proxy_t *proxy; //  <label>-<port>.box.<domain> hosts
+    gw_oauth_t *oauth;     //  the OAuth endpoints, metadata and sign-in pages
+    gw_account_t *account; //  /account, the account web page
+    gw_proxy_t *proxy;     //  <label>-<port>.box.<domain> hosts
     gw_rest_t *rest;
     uint64_t started_ms;
 };
@@ -62,6 +66,10 @@ static void s_on_request (gw_request_t *req, void *arg)
         gw_mcp_handle (self->mcp, req);
         return;
     }
+    if (self->oauth && gw_oauth_handle (self->oauth, req))
+        return;
+    if (self->account && gw_account_handle (self->account, req))
+        return;
     if ((streq (path, "/v1") || strncmp (path, "/v1/", 4) == 0) && self->rest) {
         gw_rest_handle (self->rest, req);
         return;
@@ -105,7 +113,9 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
         self->mcp = gw_mcp_new (config, loop, self->http, peer);
         self->proxy = gw_proxy_new (config, loop, peer);
         self->rest = gw_rest_new (config, self->http, peer);
-        if (!self->mcp || !self->rest || !self->proxy)
+        self->oauth = gw_oauth_new (config, loop, self->http, peer);
+        self->account = gw_account_new (config, loop, self->http, peer);
+        if (!self->mcp || !self->rest || !self->proxy || !self->oauth || !self->account)
             gw_http_destroy (&self->http);
     }
     if (self->http)
@@ -131,6 +141,8 @@ void gw_gateway_destroy (gw_gateway_t **self_p)
     gw_mcp_destroy (&self->mcp);
     gw_proxy_destroy (&self->proxy);
     gw_rest_destroy (&self->rest);
+    gw_oauth_destroy (&self->oauth);
+    gw_account_destroy (&self->account);
     free (self);
     *self_p = NULL;
 }

@@ -7,9 +7,12 @@
     handler. What it serves today:
       GET /healthz   200 {"status":"ok","broker":true|false,...}: liveness, and whether
                      this gateway is connected to the broker (503 when it is not)
-      /mcp           MCP Streamable HTTP with API keys (gw_mcp)
+      /mcp           MCP Streamable HTTP with API keys or OAuth access tokens (gw_mcp)
+      /v1/...        the REST API with API keys (gw_rest)
+      /.well-known/oauth-..., /oauth/...   the OAuth authorization server (gw_oauth)
+      /account       the account web page: keys and connections (gw_account)
+      <label>-<port>.box.<domain>      the port proxy (gw_proxy), any path
     Anything else: 404 with {"error":{"code":"not_found","message":...}}.
-    /v1 and the OAuth endpoints come with issues 4 and 5.
 */
 #ifndef GW_GATEWAY_H_INCLUDED
 #define GW_GATEWAY_H_INCLUDED

@@ -889,6 +889,14 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
         s_job_end (job);
         return;
     }
+    if (caller && caller->kind == SBX_CALLER_KIND_OAUTH) {
+        //  OAuth tokens are the connectors' (bound to the /mcp resource); code uses keys.
+        s_send_error (req, SBX_E_UNAUTHENTICATED,
+                      "OAuth access tokens work on /mcp only; create an API key with `sbx key "
+                      "create` (or on your account page) for the REST API");
+        s_job_end (job);
+        return;
+    }
     if (caller) {
         job->caller = gw_auth_caller_dup (caller);
         s_serve (job, req);

@@ -1,0 +1,461 @@
+/*  gw_account - see gw_account.h */
+#include "gw_account.h"
+#include "gw_broker.h"
+#include "gw_pages.h"
+#include "gw_session.h"
+#include "gw_verify.h"
+#include "sbx_secret.h"
+
+#include <assert.h>
+#include <time.h>
+
+#define S_BROKER_MS 10000
+
+//  Keeps a request's handle unless it is 0: then the callback ran already, at once, and
+//  may have ended the flow, which must not be touched again.
+#define S_KEEP(field, call)                                                                        \
+    do {                                                                                           \
+        uint64_t handle_ = (call);                                                                 \
+        if (handle_)                                                                               \
+            field = handle_;                                                                       \
+    } while (0)
+
+struct gw_account_t {
+    gw_http_t *http;
+    gw_broker_t *broker;
+    gw_session_t *session;
+    gw_verify_t *verify;
+    zhashx_t *jobs; //  serial → s_job_t
+    uint64_t next_serial;
+};
+
+//  One request waiting for the broker or the verifier.
+typedef struct {
+    gw_account_t *account;
+    uint64_t serial;
+    uint64_t req_id;
+    zhashx_t *form;
+    sbx_caller_t caller; //  the signed-in account (kind session)
+    char *account_id;
+    char *email;
+    char *new_key; //  a key just created, shown once
+    uint64_t broker_handle;
+    uint64_t verify_handle;
+} s_job_t;
+
+static void s_job_free (s_job_t **job_p)
+{
+    s_job_t *job = *job_p;
+    if (!job)
+        return;
+    gw_broker_cancel (job->account->broker, job->broker_handle);
+    gw_verify_cancel (job->account->verify, job->verify_handle);
+    zhashx_destroy (&job->form);
+    free (job->account_id);
+    free (job->email);
+    if (job->new_key)
+        sbx_secret_wipe (job->new_key);
+    free (job->new_key);
+    free (job);
+    *job_p = NULL;
+}
+
+static void s_job_end (s_job_t *job)
+{
+    zhashx_delete (job->account->jobs, (void *) (uintptr_t) job->serial);
+    s_job_free (&job);
+}
+
+static gw_request_t *s_job_req (s_job_t *job)
+{
+    gw_request_t *req = gw_http_request (job->account->http, job->req_id);
+    if (!req)
+        s_job_end (job);
+    return req;
+}
+
+static const char *s_field (s_job_t *job, const char *name)
+{
+    const char *value = job->form ? zhashx_lookup (job->form, name) : NULL;
+    return value && *value ? value : NULL;
+}
+
+static void s_html (gw_request_t *req, int status, char *page)
+{
+    gw_request_add_header (req, "Cache-Control", "no-store");
+    gw_request_add_header (req, "X-Frame-Options", "DENY");
+    gw_request_add_header (req, "Referrer-Policy", "no-referrer");
+    gw_request_add_header (req, "Content-Security-Policy",
+                           "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'");
+    if (page)
+        gw_request_respond (req, status, "text/html; charset=utf-8", page, strlen (page));
+    else
+        gw_request_respond (req, 500, "text/plain", "out of memory", 13);
+    free (page);
+}
+
+//  Back to the page with a GET (POST, redirect, GET: a reload never repeats a change).
+static void s_back (gw_request_t *req)
+{
+    gw_request_add_header (req, "Location", "/account");
+    gw_request_add_header (req, "Cache-Control", "no-store");
+    gw_request_respond (req, 303, "text/plain", "see /account\n", 13);
+}
+
+static void s_signin_page (gw_account_t *self, gw_request_t *req, int status, const char *error)
+{
+    char *csrf = gw_session_csrf (self->session, req);
+    gw_pages_field_t fields[] = {{"csrf", csrf}};
+    s_html (req, status, gw_pages_signin ("/account", fields, 1, NULL, error));
+    free (csrf);
+}
+
+static void s_time (uint64_t ms, char *out, size_t size)
+{
+    if (!ms) {
+        snprintf (out, size, "never");
+        return;
+    }
+    time_t t = (time_t) (ms / 1000);
+    struct tm tm;
+    gmtime_r (&t, &tm);
+    strftime (out, size, "%Y-%m-%d %H:%M UTC", &tm);
+}
+
+static void s_on_list (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+{
+    s_job_t *job = arg;
+    job->broker_handle = 0;
+    gw_request_t *req = s_job_req (job);
+    if (!req)
+        return;
+    if (!reply) {
+        char text[600];
+        snprintf (text, sizeof text, "Your keys cannot be listed now: %s (%s).",
+                  message ? message : "", sbx_code_name (code));
+        s_html (req, code == SBX_E_NOT_FOUND ? 404 : 503, gw_pages_error ("Try again later", text));
+        s_job_end (job);
+        return;
+    }
+    sbx_key_info_list_t *list = &sbx_msg_key_list_ok (reply)->keys;
+    gw_pages_key_t *keys = calloc (list->count + 1, sizeof *keys);
+    char (*times)[2][40] = calloc (list->count + 1, sizeof *times);
+    if (!keys || !times) {
+        free (keys);
+        free (times);
+        s_html (req, 500, NULL);
+        s_job_end (job);
+        return;
+    }
+    for (size_t i = 0; i < list->count; i++) {
+        sbx_key_info_t *k = &list->items[i];
+        s_time (k->created_ms, times[i][0], sizeof times[i][0]);
+        s_time (k->last_used_ms, times[i][1], sizeof times[i][1]);
+        keys[i] = (gw_pages_key_t){.key_id = k->key_id,
+                                   .kind = sbx_key_kind_name (k->kind),
+                                   .name = k->name,
+                                   .preset = sbx_key_preset_name (k->preset),
+                                   .prefix = k->prefix,
+                                   .created = times[i][0],
+                                   .last_used = times[i][1],
+                                   .revoked = k->revoked};
+    }
+    char *csrf = gw_session_csrf (job->account->session, req);
+    s_html (req, 200,
+            gw_pages_account (csrf, job->email, keys, list->count, job->new_key,
+                              job->new_key ? "Key created." : NULL));
+    free (csrf);
+    free (keys);
+    free (times);
+    s_job_end (job);
+}
+
+//  Lists the account's keys, then renders the page.
+static void s_list (s_job_t *job)
+{
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_KEY_LIST);
+    sbx_str_set (&sbx_msg_key_list (request)->account, job->account_id);
+    S_KEEP (job->broker_handle, gw_broker_send (job->account->broker, &job->caller, &request,
+                                                S_BROKER_MS, s_on_list, job));
+}
+
+static void s_on_created (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+{
+    s_job_t *job = arg;
+    job->broker_handle = 0;
+    gw_request_t *req = s_job_req (job);
+    if (!req)
+        return;
+    if (!reply) {
+        char text[600];
+        snprintf (text, sizeof text, "The key was not created: %s (%s).", message ? message : "",
+                  sbx_code_name (code));
+        s_html (req, sbx_code_http_status (code), gw_pages_error ("Key not created", text));
+        s_job_end (job);
+        return;
+    }
+    job->new_key = strdup (sbx_msg_key_create_ok (reply)->key);
+    s_list (job);
+}
+
+static void s_on_revoked (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+{
+    s_job_t *job = arg;
+    job->broker_handle = 0;
+    gw_request_t *req = s_job_req (job);
+    if (!req)
+        return;
+    if (!reply) {
+        char text[600];
+        snprintf (text, sizeof text, "Nothing was revoked: %s (%s).", message ? message : "",
+                  sbx_code_name (code));
+        s_html (req, sbx_code_http_status (code), gw_pages_error ("Not revoked", text));
+    } else {
+        sbx_info ("account=%s revoked %s on the account page", job->account_id,
+                  sbx_msg_key_revoke_ok (reply)->key_id);
+        s_back (req);
+    }
+    s_job_end (job);
+}
+
+static void s_on_verified (gw_verify_result_t result, void *arg)
+{
+    s_job_t *job = arg;
+    job->verify_handle = 0;
+    gw_request_t *req = s_job_req (job);
+    if (!req)
+        return;
+    if (result == GW_VERIFY_MATCH) {
+        gw_session_sign_in (job->account->session, req, job->account_id, job->email);
+        s_back (req);
+    } else if (result == GW_VERIFY_THROTTLED)
+        s_signin_page (job->account, req, 429,
+                       "Too many wrong passwords for this email: try again in 15 minutes.");
+    else
+        s_signin_page (job->account, req, 200, "Wrong email or password.");
+    s_job_end (job);
+}
+
+static void s_on_password (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+{
+    s_job_t *job = arg;
+    job->broker_handle = 0;
+    gw_request_t *req = s_job_req (job);
+    if (!req)
+        return;
+    if (!reply) {
+        char text[600];
+        snprintf (text, sizeof text, "Signing in is not possible right now: %s (%s).",
+                  message ? message : "", sbx_code_name (code));
+        s_signin_page (job->account, req, code == SBX_E_NOT_FOUND ? 200 : 503,
+                       code == SBX_E_NOT_FOUND ? "Wrong email or password." : text);
+        s_job_end (job);
+        return;
+    }
+    sbx_oauth_password_ok_t *ok = sbx_msg_oauth_password_ok (reply);
+    job->account_id = strdup (ok->account_id);
+    job->email = strdup (ok->email);
+    S_KEEP (job->verify_handle, gw_verify_start (job->account->verify, ok->email, ok->password_hash,
+                                                 s_field (job, "password"), s_on_verified, job));
+}
+
+static s_job_t *s_job_new (gw_account_t *self, gw_request_t *req, zhashx_t **form_p)
+{
+    s_job_t *job = calloc (1, sizeof *job);
+    if (!job) {
+        zhashx_destroy (form_p);
+        return NULL;
+    }
+    job->account = self;
+    job->serial = self->next_serial++;
+    job->req_id = gw_request_id (req);
+    job->form = form_p ? *form_p : NULL;
+    if (form_p)
+        *form_p = NULL;
+    job->caller.kind = SBX_CALLER_KIND_SESSION;
+    zhashx_insert (self->jobs, (void *) (uintptr_t) job->serial, job);
+    return job;
+}
+
+static void s_post (gw_account_t *self, gw_request_t *req, char *account_id, char *email)
+{
+    zhashx_t *form = gw_session_form ((const char *) gw_request_body (req));
+    const char *csrf = form ? zhashx_lookup (form, "csrf") : NULL;
+    if (!form || !gw_session_csrf_ok (self->session, req, csrf)) {
+        zhashx_destroy (&form);
+        free (account_id);
+        free (email);
+        s_html (req, 403,
+                gw_pages_error ("This form has expired",
+                                "The form was not sent from this site's page, or it is too "
+                                "old. Open /account again."));
+        return;
+    }
+    s_job_t *job = s_job_new (self, req, &form);
+    if (!job) {
+        free (account_id);
+        free (email);
+        s_html (req, 500, NULL);
+        return;
+    }
+    job->account_id = account_id;
+    job->email = email;
+    job->caller.account_id = account_id;
+    const char *action = s_field (job, "action");
+    action = action ? action : "";
+    if (streq (action, "signin")) {
+        const char *who = s_field (job, "email");
+        if (!who || !s_field (job, "password") || strlen (who) > 254) {
+            s_signin_page (self, req, 200, "Type your email and password.");
+            s_job_end (job);
+            return;
+        }
+        sbx_msg_t *request = sbx_msg_new (SBX_MSG_OAUTH_PASSWORD);
+        sbx_str_set (&sbx_msg_oauth_password (request)->email, who);
+        free (job->account_id);
+        free (job->email);
+        job->account_id = job->email = job->caller.account_id = NULL;
+        S_KEEP (job->broker_handle,
+                gw_broker_send (self->broker, NULL, &request, S_BROKER_MS, s_on_password, job));
+        return;
+    }
+    if (streq (action, "signout")) {
+        gw_session_sign_in (self->session, req, NULL, NULL);
+        s_back (req);
+        s_job_end (job);
+        return;
+    }
+    if (!job->account_id) {
+        s_signin_page (self, req, 200, "Your session has ended; sign in again.");
+        s_job_end (job);
+        return;
+    }
+    if (streq (action, "revoke") && s_field (job, "key_id")) {
+        sbx_msg_t *request = sbx_msg_new (SBX_MSG_KEY_REVOKE);
+        sbx_str_set (&sbx_msg_key_revoke (request)->key_id, s_field (job, "key_id"));
+        S_KEEP (job->broker_handle, gw_broker_send (self->broker, &job->caller, &request,
+                                                    S_BROKER_MS, s_on_revoked, job));
+    } else if (streq (action, "create")) {
+        sbx_key_preset_t preset = SBX_KEY_PRESET_FULL;
+        const char *name = s_field (job, "name");
+        if ((s_field (job, "preset") &&
+             sbx_key_preset_from_name (s_field (job, "preset"), &preset)) ||
+            (name && strlen (name) > 100)) {
+            s_html (req, 400,
+                    gw_pages_error ("Key not created",
+                                    "Pick a preset from the list and a name of at most 100 "
+                                    "characters."));
+            s_job_end (job);
+            return;
+        }
+        sbx_msg_t *request = sbx_msg_new (SBX_MSG_KEY_CREATE);
+        sbx_key_create_t *args = sbx_msg_key_create (request);
+        sbx_str_set (&args->account, job->account_id);
+        args->preset = preset;
+        sbx_str_set (&args->name, name ? name : "created on the account page");
+        S_KEEP (job->broker_handle, gw_broker_send (self->broker, &job->caller, &request,
+                                                    S_BROKER_MS, s_on_created, job));
+    } else {
+        s_html (req, 400, gw_pages_error ("Unknown action", "Use the buttons of the page."));
+        s_job_end (job);
+    }
+}
+
+bool gw_account_handle (gw_account_t *self, gw_request_t *req)
+{
+    if (!streq (gw_request_path (req), "/account"))
+        return false;
+    const char *method = gw_request_method (req);
+    char *account_id = NULL, *email = NULL;
+    gw_session_account (self->session, req, &account_id, &email);
+    if (streq (method, "POST")) {
+        s_post (self, req, account_id, email);
+        return true;
+    }
+    if (!streq (method, "GET") && !streq (method, "HEAD")) {
+        gw_request_add_header (req, "Allow", "GET, POST");
+        s_html (req, 405, gw_pages_error ("Method not allowed", "Use GET or POST on /account."));
+    } else if (!account_id)
+        s_signin_page (self, req, 200, NULL);
+    else {
+        s_job_t *job = s_job_new (self, req, NULL);
+        if (job) {
+            job->account_id = account_id;
+            job->email = email;
+            job->caller.account_id = account_id;
+            account_id = email = NULL;
+            s_list (job);
+        } else
+            s_html (req, 500, NULL);
+    }
+    free (account_id);
+    free (email);
+    return true;
+}
+
+static size_t s_serial_hash (const void *key)
+{
+    return (size_t) (uintptr_t) key;
+}
+
+static int s_serial_cmp (const void *a, const void *b)
+{
+    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
+}
+
+gw_account_t *gw_account_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http,
+                              sbx_peer_t *peer)
+{
+    gw_account_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->http = http;
+    self->broker = gw_broker_new (config, peer);
+    self->session = gw_session_new (config);
+    self->verify = gw_verify_new (loop);
+    self->jobs = zhashx_new ();
+    if (!self->broker || !self->session || !self->verify || !self->jobs) {
+        gw_account_destroy (&self);
+        return NULL;
+    }
+    zhashx_set_key_hasher (self->jobs, s_serial_hash);
+    zhashx_set_key_comparator (self->jobs, s_serial_cmp);
+    zhashx_set_key_duplicator (self->jobs, NULL);
+    zhashx_set_key_destructor (self->jobs, NULL);
+    self->next_serial = 1;
+    return self;
+}
+
+void gw_account_destroy (gw_account_t **self_p)
+{
+    assert (self_p);
+    gw_account_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->jobs) {
+        for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs))
+            s_job_free (&job);
+        zhashx_destroy (&self->jobs);
+    }
+    gw_verify_destroy (&self->verify);
+    gw_session_destroy (&self->session);
+    gw_broker_destroy (&self->broker);
+    free (self);
+    *self_p = NULL;
+}
+
+void gw_account_test (bool verbose)
+{
+    (void) verbose;
+    char text[40];
+    s_time (0, text, sizeof text);
+    assert (streq (text, "never"));
+    s_time (1796011555000ULL, text, sizeof text);
+    assert (streq (text, "2026-11-30 04:05 UTC"));
+    zloop_t *loop = zloop_new ();
+    gw_account_t *account = gw_account_new (NULL, loop, NULL, NULL);
+    assert (account);
+    gw_account_destroy (&account);
+    gw_account_destroy (&account);
+    zloop_destroy (&loop);
+}

@@ -1,0 +1,27 @@
+/*  gw_account - the account web page, /account: sign in with email and password, list,
+    create and revoke API keys, list and disconnect OAuth connections, sign out.
+
+    Plain HTML forms (gw_pages) behind a signed session cookie and CSRF tokens
+    (gw_session), as on the OAuth sign-in page; passwords are verified off the loop
+    (gw_verify). Requests go to the broker as the signed-in account (caller kind session),
+    so the broker applies the same rules as for the CLI: an account acts on its own keys.
+    Changes answer with a redirect back to the page (POST, redirect, GET), except key
+    creation, whose page shows the new key once. */
+#ifndef GW_ACCOUNT_H_INCLUDED
+#define GW_ACCOUNT_H_INCLUDED
+
+#include "gw_http.h"
+#include "sbx_common.h"
+
+typedef struct gw_account_t gw_account_t;
+
+gw_account_t *gw_account_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http,
+                              sbx_peer_t *peer);
+void gw_account_destroy (gw_account_t **self_p);
+
+//  Serves /account (GET, POST) and returns true; false for any other path.
+bool gw_account_handle (gw_account_t *self, gw_request_t *req);
+
+void gw_account_test (bool verbose);
+
+#endif

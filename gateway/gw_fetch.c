@@ -1,0 +1,408 @@
+/*  gw_fetch - see gw_fetch.h */
+#include "gw_fetch.h"
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <curl/curl.h>
+#include <sys/socket.h>
+
+#define S_TIMEOUT_MS    5000
+#define S_MAX_REDIRECTS 3
+
+typedef struct {
+    gw_fetch_fn *fn;
+    void *arg;
+} s_pending_t;
+
+struct gw_fetch_t {
+    zloop_t *loop;
+    zactor_t *worker;
+    zhashx_t *pending; //  handle → s_pending_t
+    uint64_t next_handle;
+};
+
+typedef struct {
+    bool allow_private;
+    char *ca_file;
+} s_worker_args_t;
+
+bool gw_fetch_public_ip (const char *ip)
+{
+    if (!ip)
+        return false;
+    uint8_t a[16];
+    if (inet_pton (AF_INET, ip, a) == 1) {
+    v4:
+        if (a[0] == 0 || a[0] == 10 || a[0] == 127 || a[0] >= 224)
+            return false; //  this network, private, loopback, multicast and reserved
+        if (a[0] == 169 && a[1] == 254)
+            return false; //  link-local (cloud metadata lives here)
+        if (a[0] == 172 && (a[1] & 0xf0) == 16)
+            return false;
+        if (a[0] == 192 && a[1] == 168)
+            return false;
+        if (a[0] == 100 && (a[1] & 0xc0) == 64)
+            return false; //  shared address space (carrier NAT)
+        if (a[0] == 192 && a[1] == 0 && (a[2] == 0 || a[2] == 2))
+            return false;
+        if (a[0] == 198 && (a[1] & 0xfe) == 18)
+            return false; //  benchmarking
+        return true;
+    }
+    if (inet_pton (AF_INET6, ip, a) != 1)
+        return false;
+    static const uint8_t s_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp (a, s_mapped, 12) == 0) {
+        memmove (a, a + 12, 4);
+        goto v4;
+    }
+    static const uint8_t s_zero[15] = {0};
+    if (memcmp (a, s_zero, 15) == 0)
+        return false; //  :: and ::1
+    if ((a[0] & 0xfe) == 0xfc)
+        return false; //  unique local
+    if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
+        return false; //  link-local
+    if (a[0] == 0xff)
+        return false; //  multicast
+    if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0d && a[3] == 0xb8)
+        return false; //  documentation
+    return true;
+}
+
+typedef struct {
+    zchunk_t *body;
+    bool too_large;
+    bool refused;
+    char refused_ip[64];
+    bool allow_private;
+} s_transfer_t;
+
+static size_t s_on_data (char *data, size_t size, size_t count, void *arg)
+{
+    s_transfer_t *t = arg;
+    size_t n = size * count;
+    if (zchunk_size (t->body) + n > GW_FETCH_MAX_SIZE) {
+        t->too_large = true;
+        return 0; //  aborts the transfer
+    }
+    zchunk_extend (t->body, data, n);
+    return n;
+}
+
+//  Called for every socket curl opens, with the resolved address, before connecting (at
+//  every hop): the place to refuse addresses nothing should be asked from.
+static curl_socket_t s_open_socket (void *arg, curlsocktype purpose, struct curl_sockaddr *address)
+{
+    (void) purpose;
+    s_transfer_t *t = arg;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (address->family == AF_INET)
+        inet_ntop (AF_INET, &((struct sockaddr_in *) &address->addr)->sin_addr, ip, sizeof ip);
+    else if (address->family == AF_INET6)
+        inet_ntop (AF_INET6, &((struct sockaddr_in6 *) &address->addr)->sin6_addr, ip, sizeof ip);
+    if (!t->allow_private && !gw_fetch_public_ip (ip)) {
+        t->refused = true;
+        snprintf (t->refused_ip, sizeof t->refused_ip, "%s", ip);
+        return CURL_SOCKET_BAD;
+    }
+    return socket (address->family, address->socktype, address->protocol);
+}
+
+static void s_transfer (const s_worker_args_t *args, const char *url, zsock_t *pipe,
+                        const char *handle)
+{
+    s_transfer_t t = {.body = zchunk_new (NULL, 0), .allow_private = args->allow_private};
+    char error[CURL_ERROR_SIZE] = "";
+    char message[400] = "";
+    long status = 0;
+    CURL *curl = curl_easy_init ();
+    if (!curl || !t.body)
+        snprintf (message, sizeof message, "out of memory");
+    else {
+        curl_easy_setopt (curl, CURLOPT_URL, url);
+        curl_easy_setopt (curl, CURLOPT_PROTOCOLS_STR, "https");
+        curl_easy_setopt (curl, CURLOPT_REDIR_PROTOCOLS_STR, "https");
+        curl_easy_setopt (curl, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt (curl, CURLOPT_MAXREDIRS, (long) S_MAX_REDIRECTS);
+        curl_easy_setopt (curl, CURLOPT_TIMEOUT_MS, (long) S_TIMEOUT_MS);
+        curl_easy_setopt (curl, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt (curl, CURLOPT_MAXFILESIZE, (long) GW_FETCH_MAX_SIZE);
+        curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, s_on_data);
+        curl_easy_setopt (curl, CURLOPT_WRITEDATA, &t);
+        curl_easy_setopt (curl, CURLOPT_OPENSOCKETFUNCTION, s_open_socket);
+        curl_easy_setopt (curl, CURLOPT_OPENSOCKETDATA, &t);
+        curl_easy_setopt (curl, CURLOPT_ERRORBUFFER, error);
+        curl_easy_setopt (curl, CURLOPT_USERAGENT, "sbx-gateway/" SBX_VERSION);
+        if (args->ca_file)
+            curl_easy_setopt (curl, CURLOPT_CAINFO, args->ca_file);
+        struct curl_slist *headers = curl_slist_append (NULL, "Accept: application/json");
+        curl_easy_setopt (curl, CURLOPT_HTTPHEADER, headers);
+        CURLcode rc = curl_easy_perform (curl);
+        curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, &status);
+        if (t.refused)
+            snprintf (message, sizeof message,
+                      "it resolves to %s, a private or loopback address, which this server "
+                      "does not fetch from",
+                      t.refused_ip);
+        else if (t.too_large || rc == CURLE_FILESIZE_EXCEEDED)
+            snprintf (message, sizeof message, "it is larger than %d bytes", GW_FETCH_MAX_SIZE);
+        else if (rc == CURLE_TOO_MANY_REDIRECTS)
+            snprintf (message, sizeof message, "it redirects more than %d times", S_MAX_REDIRECTS);
+        else if (rc == CURLE_OPERATION_TIMEDOUT)
+            snprintf (message, sizeof message, "it did not answer within %d s",
+                      S_TIMEOUT_MS / 1000);
+        else if (rc == CURLE_UNSUPPORTED_PROTOCOL)
+            snprintf (message, sizeof message, "it is not https (redirects too must be https)");
+        else if (rc != CURLE_OK)
+            snprintf (message, sizeof message, "%s", *error ? error : curl_easy_strerror (rc));
+        curl_slist_free_all (headers);
+        curl_easy_cleanup (curl);
+    }
+    char status_text[16];
+    snprintf (status_text, sizeof status_text, "%ld", status);
+    zmsg_t *out = zmsg_new ();
+    zmsg_addstr (out, handle);
+    zmsg_addstr (out, status_text);
+    zmsg_addstr (out, message);
+    zmsg_addmem (out, t.body ? zchunk_data (t.body) : NULL, t.body ? zchunk_size (t.body) : 0);
+    zmsg_send (&out, pipe);
+    zchunk_destroy (&t.body);
+}
+
+//  The worker: [handle, url] in, [handle, status, error, body] out, until $TERM.
+static void s_worker (zsock_t *pipe, void *arg)
+{
+    s_worker_args_t *args = arg;
+    zsock_signal (pipe, 0);
+    while (true) {
+        zmsg_t *msg = zmsg_recv (pipe);
+        if (!msg)
+            break;
+        char *handle = zmsg_popstr (msg);
+        char *url = zmsg_popstr (msg);
+        zmsg_destroy (&msg);
+        if (!handle || streq (handle, "$TERM")) {
+            zstr_free (&handle);
+            zstr_free (&url);
+            break;
+        }
+        if (url)
+            s_transfer (args, url, pipe, handle);
+        zstr_free (&handle);
+        zstr_free (&url);
+    }
+    free (args->ca_file);
+    free (args);
+}
+
+static int s_on_answer (zloop_t *loop, zsock_t *sock, void *arg)
+{
+    (void) loop;
+    gw_fetch_t *self = arg;
+    zmsg_t *msg = zmsg_recv (sock);
+    if (!msg)
+        return 0;
+    char *handle = zmsg_popstr (msg);
+    char *status = zmsg_popstr (msg);
+    char *error = zmsg_popstr (msg);
+    zframe_t *body = zmsg_pop (msg);
+    uint64_t h = handle ? strtoull (handle, NULL, 10) : 0;
+    s_pending_t *p = h ? zhashx_lookup (self->pending, (void *) (uintptr_t) h) : NULL;
+    if (p && status && error && body) {
+        s_pending_t copy = *p;
+        zhashx_delete (self->pending, (void *) (uintptr_t) h);
+        //  NUL-terminated for JSON parsers; the size does not count it.
+        size_t size = zframe_size (body);
+        char *text = malloc (size + 1);
+        if (text) {
+            memcpy (text, zframe_data (body), size);
+            text[size] = 0;
+        }
+        copy.fn (atoi (status), text ? text : "", text ? size : 0,
+                 *error ? error : (text ? NULL : "out of memory"), copy.arg);
+        free (text);
+    }
+    zstr_free (&handle);
+    zstr_free (&status);
+    zstr_free (&error);
+    zframe_destroy (&body);
+    zmsg_destroy (&msg);
+    return 0;
+}
+
+static size_t s_handle_hash (const void *key)
+{
+    return (size_t) (uintptr_t) key;
+}
+
+static int s_handle_cmp (const void *a, const void *b)
+{
+    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
+}
+
+static void s_pending_free (void **item)
+{
+    free (*item);
+    *item = NULL;
+}
+
+gw_fetch_t *gw_fetch_new (zloop_t *loop, const gw_fetch_options_t *options)
+{
+    static bool s_curl_ready;
+    if (!s_curl_ready) {
+        //  Once, from the main thread, before any worker exists.
+        if (curl_global_init (CURL_GLOBAL_DEFAULT) != 0)
+            return NULL;
+        s_curl_ready = true;
+    }
+    gw_fetch_t *self = calloc (1, sizeof *self);
+    s_worker_args_t *args = calloc (1, sizeof *args);
+    if (!self || !args) {
+        free (self);
+        free (args);
+        return NULL;
+    }
+    args->allow_private = options && options->allow_private;
+    args->ca_file = options && options->ca_file ? strdup (options->ca_file) : NULL;
+    self->loop = loop;
+    self->next_handle = 1;
+    self->pending = zhashx_new ();
+    self->worker = zactor_new (s_worker, args); //  the worker owns args from here
+    if (!self->pending || !self->worker ||
+        zloop_reader (loop, (zsock_t *) zactor_sock (self->worker), s_on_answer, self)) {
+        gw_fetch_destroy (&self);
+        return NULL;
+    }
+    zhashx_set_key_hasher (self->pending, s_handle_hash);
+    zhashx_set_key_comparator (self->pending, s_handle_cmp);
+    zhashx_set_key_duplicator (self->pending, NULL);
+    zhashx_set_key_destructor (self->pending, NULL);
+    zhashx_set_destructor (self->pending, s_pending_free);
+    return self;
+}
+
+void gw_fetch_destroy (gw_fetch_t **self_p)
+{
+    assert (self_p);
+    gw_fetch_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->worker) {
+        zloop_reader_end (self->loop, (zsock_t *) zactor_sock (self->worker));
+        zactor_destroy (&self->worker);
+    }
+    zhashx_destroy (&self->pending);
+    free (self);
+    *self_p = NULL;
+}
+
+uint64_t gw_fetch_get (gw_fetch_t *self, const char *url, gw_fetch_fn *fn, void *arg)
+{
+    s_pending_t *p = calloc (1, sizeof *p);
+    if (!p || !url) {
+        free (p);
+        fn (0, "", 0, "out of memory", arg);
+        return 0;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    uint64_t handle = self->next_handle++;
+    char text[24];
+    snprintf (text, sizeof text, "%llu", (unsigned long long) handle);
+    zhashx_insert (self->pending, (void *) (uintptr_t) handle, p);
+    if (zsock_send (self->worker, "ss", text, url)) {
+        zhashx_delete (self->pending, (void *) (uintptr_t) handle);
+        fn (0, "", 0, "cannot start the fetch", arg);
+        return 0;
+    }
+    return handle;
+}
+
+void gw_fetch_cancel (gw_fetch_t *self, uint64_t handle)
+{
+    if (self && handle)
+        zhashx_delete (self->pending, (void *) (uintptr_t) handle);
+}
+
+//  --------------------------------------------------------------------------
+//  Self test: address classes, and refusals that need no network (the integration
+//  test fetches a real document over HTTPS).
+
+typedef struct {
+    int answers;
+    char error[400];
+} s_probe_t;
+
+static void s_probe (int status, const char *body, size_t size, const char *error, void *arg)
+{
+    (void) status;
+    (void) body;
+    (void) size;
+    s_probe_t *probe = arg;
+    probe->answers++;
+    snprintf (probe->error, sizeof probe->error, "%s", error ? error : "");
+}
+
+static int s_stop_when_done (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    return ((s_probe_t *) arg)->answers ? -1 : 0;
+}
+
+static int s_give_up (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    (void) arg;
+    return -1;
+}
+
+static void s_test_one (gw_fetch_t *fetch, zloop_t *loop, const char *url, const char *expect)
+{
+    s_probe_t probe = {0};
+    gw_fetch_get (fetch, url, s_probe, &probe);
+    int t1 = zloop_timer (loop, 10, 0, s_stop_when_done, &probe);
+    int t2 = zloop_timer (loop, 10000, 1, s_give_up, NULL);
+    zloop_start (loop);
+    zloop_timer_end (loop, t1);
+    zloop_timer_end (loop, t2);
+    assert (probe.answers == 1);
+    if (!strstr (probe.error, expect)) {
+        fprintf (stderr, "fetch %s: '%s' lacks '%s'\n", url, probe.error, expect);
+        assert (false);
+    }
+}
+
+void gw_fetch_test (bool verbose)
+{
+    (void) verbose;
+    assert (gw_fetch_public_ip ("93.184.216.34"));
+    assert (gw_fetch_public_ip ("2606:4700::1111"));
+    assert (!gw_fetch_public_ip ("127.0.0.1"));
+    assert (!gw_fetch_public_ip ("10.1.2.3"));
+    assert (!gw_fetch_public_ip ("172.20.0.1"));
+    assert (gw_fetch_public_ip ("172.32.0.1"));
+    assert (!gw_fetch_public_ip ("192.168.1.1"));
+    assert (!gw_fetch_public_ip ("169.254.169.254"));
+    assert (!gw_fetch_public_ip ("100.64.0.1"));
+    assert (!gw_fetch_public_ip ("0.0.0.0"));
+    assert (!gw_fetch_public_ip ("::1"));
+    assert (!gw_fetch_public_ip ("::"));
+    assert (!gw_fetch_public_ip ("fd00::1"));
+    assert (!gw_fetch_public_ip ("fe80::1"));
+    assert (!gw_fetch_public_ip ("::ffff:127.0.0.1"));
+    assert (!gw_fetch_public_ip ("not an ip"));
+
+    zloop_t *loop = zloop_new ();
+    gw_fetch_options_t options = {0};
+    gw_fetch_t *fetch = gw_fetch_new (loop, &options);
+    assert (fetch);
+    //  Loopback is refused before connecting; plain http outright.
+    s_test_one (fetch, loop, "https://127.0.0.1:1/client.json", "private or loopback");
+    s_test_one (fetch, loop, "https://localhost:1/client.json", "private or loopback");
+    s_test_one (fetch, loop, "http://127.0.0.1:1/client.json", "not https");
+    gw_fetch_destroy (&fetch);
+    zloop_destroy (&loop);
+}

@@ -1,0 +1,38 @@
+/*  gw_oauth - the OAuth 2.1 authorization server's HTTP endpoints (docs/oauth.md).
+
+    What Claude's and ChatGPT's connectors walk after the 401 from /mcp:
+      GET  /.well-known/oauth-protected-resource[/mcp]  RFC 9728: the resource (<base>/mcp)
+                                                        and its authorization server
+      GET  /.well-known/oauth-authorization-server      RFC 8414: endpoints and methods
+      POST /oauth/register   RFC 7591 dynamic registration of public clients
+      GET  /oauth/authorize  the sign-in page, or the consent page when signed in
+      POST /oauth/authorize  the forms: action=signin (email, password), allow, deny
+      POST /oauth/token      authorization_code with PKCE, refresh_token (rotated)
+      POST /oauth/revoke     RFC 7009
+    A client_id that is an https URL is a client ID metadata document: fetched (gw_fetch,
+    off the loop), checked (its client_id must be its URL), cached 10 minutes; only its
+    redirect_uris are accepted. Passwords are verified off the loop (gw_verify). The
+    state lives in the broker (oauth.* messages, broker/brk_oauth.c); the issuer, the
+    resource and the 401's resource_metadata all derive from gw_auth_base_url's rule
+    (sbx_urls_base), so they agree byte for byte.
+*/
+#ifndef GW_OAUTH_H_INCLUDED
+#define GW_OAUTH_H_INCLUDED
+
+#include "gw_http.h"
+#include "sbx_common.h"
+
+typedef struct gw_oauth_t gw_oauth_t;
+
+//  config, loop, http and peer are borrowed. NULL when the session secret can't be made.
+gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer);
+
+//  Cancels what is in flight (their requests are the HTTP server's to close).
+void gw_oauth_destroy (gw_oauth_t **self_p);
+
+//  Serves req when its path is one of the above, and returns true; else false.
+bool gw_oauth_handle (gw_oauth_t *self, gw_request_t *req);
+
+void gw_oauth_test (bool verbose);
+
+#endif

@@ -1,0 +1,282 @@
+/*  gw_session - see gw_session.h */
+#include "gw_session.h"
+#include "sbx_clock.h"
+#include "sbx_secret.h"
+
+#include <assert.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#define S_SESSION_MS (12ULL * 3600 * 1000)
+
+struct gw_session_t {
+    char *secret;
+};
+
+//  Reads DIR/gateway/secret, or makes it (O_EXCL: two gateways starting together agree
+//  on the first one's).
+static char *s_load_secret (sbx_config_t *config)
+{
+    char *dir = config ? sbx_config_path (config, "gateway") : NULL;
+    if (!dir)
+        return sbx_secret_token ("", 43); //  self-tests: a secret for this process only
+    mkdir (dir, 0700);
+    char path[PATH_MAX];
+    snprintf (path, sizeof path, "%s/secret", dir);
+    free (dir);
+    char *secret = sbx_secret_token ("", 43);
+    int fd = secret ? open (path, O_WRONLY | O_CREAT | O_EXCL, 0600) : -1;
+    if (fd >= 0) {
+        bool ok = write (fd, secret, 43) == 43;
+        close (fd);
+        if (ok)
+            return secret;
+        unlink (path);
+    }
+    free (secret);
+    secret = NULL;
+    FILE *file = fopen (path, "r");
+    char text[128] = "";
+    if (file) {
+        if (fgets (text, sizeof text, file))
+            text[strcspn (text, "\r\n")] = 0;
+        fclose (file);
+    }
+    if (strlen (text) >= 32)
+        secret = strdup (text);
+    else
+        sbx_error ("cannot read or make the session secret %s", path);
+    return secret;
+}
+
+gw_session_t *gw_session_new (sbx_config_t *config)
+{
+    gw_session_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->secret = s_load_secret (config);
+    if (!self->secret)
+        gw_session_destroy (&self);
+    return self;
+}
+
+void gw_session_destroy (gw_session_t **self_p)
+{
+    assert (self_p);
+    gw_session_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->secret)
+        sbx_secret_wipe (self->secret);
+    free (self->secret);
+    free (self);
+    *self_p = NULL;
+}
+
+static int s_hex (char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+//  Decodes size bytes of form-encoded text (+ is a space) into a fresh string, or NULL.
+static char *s_decode (const char *text, size_t size)
+{
+    char *out = malloc (size + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < size; i++) {
+        if (text[i] == '+')
+            *o++ = ' ';
+        else if (text[i] == '%') {
+            if (i + 2 >= size) {
+                free (out);
+                return NULL;
+            }
+            int h = s_hex (text[i + 1]), l = s_hex (text[i + 2]);
+            if (h < 0 || l < 0 || (h == 0 && l == 0)) {
+                free (out);
+                return NULL;
+            }
+            *o++ = (char) (h * 16 + l);
+            i += 2;
+        } else
+            *o++ = text[i];
+    }
+    *o = 0;
+    return out;
+}
+
+zhashx_t *gw_session_form (const char *text)
+{
+    zhashx_t *form = zhashx_new ();
+    if (!form || !text)
+        return form;
+    zhashx_set_destructor (form, (zhashx_destructor_fn *) zstr_free);
+    const char *p = text;
+    while (*p) {
+        size_t len = strcspn (p, "&");
+        const char *eq = memchr (p, '=', len);
+        size_t name_len = eq ? (size_t) (eq - p) : len;
+        char *name = s_decode (p, name_len);
+        char *value = eq ? s_decode (eq + 1, len - name_len - 1) : strdup ("");
+        if (!name || !value) {
+            free (name);
+            free (value);
+            zhashx_destroy (&form);
+            return NULL;
+        }
+        if (*name && !zhashx_lookup (form, name))
+            zhashx_insert (form, name, value); //  the hash owns value now
+        else
+            free (value);
+        free (name);
+        p += len;
+        if (*p == '&')
+            p++;
+    }
+    return form;
+}
+
+char *gw_session_cookie (gw_request_t *req, const char *name)
+{
+    const char *header = gw_request_header (req, "Cookie");
+    size_t name_len = strlen (name);
+    for (const char *p = header; p && *p;) {
+        while (*p == ' ' || *p == ';')
+            p++;
+        size_t len = strcspn (p, ";");
+        if (len > name_len && strncmp (p, name, name_len) == 0 && p[name_len] == '=')
+            return strndup (p + name_len + 1, len - name_len - 1);
+        p += len;
+    }
+    return NULL;
+}
+
+static void s_set_cookie (gw_request_t *req, const char *name, const char *value,
+                          uint64_t max_age_s)
+{
+    char header[1024];
+    snprintf (header, sizeof header, "%s=%s; Path=/; Max-Age=%llu; HttpOnly; SameSite=Lax%s", name,
+              value, (unsigned long long) max_age_s, gw_request_tls (req) ? "; Secure" : "");
+    gw_request_add_header (req, "Set-Cookie", header);
+}
+
+int gw_session_account (gw_session_t *self, gw_request_t *req, char **account_id, char **email)
+{
+    *account_id = *email = NULL;
+    char *cookie = gw_session_cookie (req, "sbx_session");
+    if (!cookie)
+        return -1;
+    //  ACCOUNT.EXPIRY.EMAIL64.MAC, the MAC over "session:" and the first three parts.
+    int rc = -1;
+    char *mac = strrchr (cookie, '.');
+    if (mac) {
+        *mac++ = 0;
+        char signed_part[1100];
+        snprintf (signed_part, sizeof signed_part, "session:%s", cookie);
+        char *expiry = strchr (cookie, '.');
+        char *email64 = expiry ? strchr (expiry + 1, '.') : NULL;
+        if (email64 && sbx_secret_mac_verify (self->secret, signed_part, mac)) {
+            *expiry++ = 0;
+            *email64++ = 0;
+            //  base64url back to standard base64 with padding, for the decoder.
+            char b64[400];
+            size_t n = strlen (email64);
+            if (n + 4 < sizeof b64 && strtoull (expiry, NULL, 10) > sbx_clock_now_ms ()) {
+                for (size_t i = 0; i < n; i++)
+                    b64[i] = email64[i] == '-' ? '+' : email64[i] == '_' ? '/' : email64[i];
+                while (n % 4)
+                    b64[n++] = '=';
+                b64[n] = 0;
+                size_t size;
+                uint8_t *decoded = sbx_secret_base64_decode (b64, &size);
+                if (decoded) {
+                    *account_id = strdup (cookie);
+                    *email = (char *) decoded;
+                    rc = *account_id ? 0 : -1;
+                }
+            }
+        }
+    }
+    free (cookie);
+    if (rc) {
+        free (*account_id);
+        free (*email);
+        *account_id = *email = NULL;
+    }
+    return rc;
+}
+
+void gw_session_sign_in (gw_session_t *self, gw_request_t *req, const char *account_id,
+                         const char *email)
+{
+    if (!account_id) {
+        s_set_cookie (req, "sbx_session", "x", 0);
+        return;
+    }
+    char *email64 = sbx_secret_base64url ((const uint8_t *) email, strlen (email));
+    char value[700], signed_part[720], mac[44];
+    snprintf (value, sizeof value, "%s.%llu.%s", account_id,
+              (unsigned long long) (sbx_clock_now_ms () + S_SESSION_MS), email64 ? email64 : "");
+    snprintf (signed_part, sizeof signed_part, "session:%s", value);
+    sbx_secret_mac (self->secret, signed_part, mac);
+    char cookie[800];
+    snprintf (cookie, sizeof cookie, "%s.%s", value, mac);
+    s_set_cookie (req, "sbx_session", cookie, S_SESSION_MS / 1000);
+    free (email64);
+}
+
+char *gw_session_csrf (gw_session_t *self, gw_request_t *req)
+{
+    char *cookie = gw_session_cookie (req, "sbx_csrf");
+    if (!cookie || strlen (cookie) != 32) {
+        free (cookie);
+        cookie = sbx_secret_token ("", 32);
+        if (!cookie)
+            return NULL;
+        s_set_cookie (req, "sbx_csrf", cookie, 7 * 86400);
+    }
+    char message[64], mac[44];
+    snprintf (message, sizeof message, "csrf:%s", cookie);
+    sbx_secret_mac (self->secret, message, mac);
+    free (cookie);
+    return strdup (mac);
+}
+
+bool gw_session_csrf_ok (gw_session_t *self, gw_request_t *req, const char *token)
+{
+    char *cookie = gw_session_cookie (req, "sbx_csrf");
+    bool ok = false;
+    if (cookie && token && strlen (cookie) == 32) {
+        char message[64];
+        snprintf (message, sizeof message, "csrf:%s", cookie);
+        ok = sbx_secret_mac_verify (self->secret, message, token);
+    }
+    free (cookie);
+    return ok;
+}
+
+void gw_session_test (bool verbose)
+{
+    (void) verbose;
+    zhashx_t *form = gw_session_form ("a=1&b=x+y%21&a=2&flag&c=%E2%82%AC&=skip");
+    assert (form);
+    assert (streq (zhashx_lookup (form, "a"), "1"));
+    assert (streq (zhashx_lookup (form, "b"), "x y!"));
+    assert (streq (zhashx_lookup (form, "flag"), ""));
+    assert (streq (zhashx_lookup (form, "c"), "\xe2\x82\xac"));
+    zhashx_destroy (&form);
+    assert (gw_session_form ("a=%zz") == NULL);
+    assert (gw_session_form ("a=%4") == NULL);
+    assert (gw_session_form ("a=%00") == NULL);
+    form = gw_session_form ("");
+    assert (form && zhashx_size (form) == 0);
+    zhashx_destroy (&form);
+    gw_session_t *session = gw_session_new (NULL);
+    assert (session);
+    gw_session_destroy (&session);
+    gw_session_destroy (&session);
+}
