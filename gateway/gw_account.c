@@ -38,7 +38,8 @@ typedef struct {
     sbx_caller_t caller; //  the signed-in account (kind session)
     char *account_id;
     char *email;
-    char *new_key; //  a key just created, shown once
+    char *new_key;    //  a key just created, shown once
+    char *usage_html; //  billing's part of the page, made before the key list is asked for
     uint64_t broker_handle;
     uint64_t verify_handle;
 } s_job_t;
@@ -56,6 +57,7 @@ static void s_job_free (s_job_t **job_p)
     if (job->new_key)
         sbx_secret_wipe (job->new_key);
     free (job->new_key);
+    free (job->usage_html);
     free (job);
     *job_p = NULL;
 }
@@ -162,7 +164,7 @@ static void s_on_list (sbx_msg_t *reply, sbx_code_t code, const char *message, v
     }
     char *csrf = gw_session_csrf (job->account->session, req);
     s_html (req, 200,
-            gw_pages_account (csrf, job->email, keys, list->count, job->new_key,
+            gw_pages_account (csrf, job->email, job->usage_html, keys, list->count, job->new_key,
                               job->new_key ? "Key created." : NULL));
     free (csrf);
     free (keys);
@@ -170,13 +172,78 @@ static void s_on_list (sbx_msg_t *reply, sbx_code_t code, const char *message, v
     s_job_end (job);
 }
 
-//  Lists the account's keys, then renders the page.
-static void s_list (s_job_t *job)
+static void s_money (char *out, size_t size, int64_t micro)
 {
+    uint64_t magnitude = micro < 0 ? (uint64_t) 0 - (uint64_t) micro : (uint64_t) micro;
+    snprintf (out, size, "%s$%llu.%06llu", micro < 0 ? "-" : "",
+              (unsigned long long) (magnitude / 1000000),
+              (unsigned long long) (magnitude % 1000000));
+}
+
+//  Billing's figures (or why there are none: the page still shows the keys), then the
+//  key list.
+static void s_on_usage (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+{
+    s_job_t *job = arg;
+    job->broker_handle = 0;
+    if (!s_job_req (job))
+        return;
+    gw_pages_usage_t usage = {0};
+    char note[600], cost[48], balance[48];
+    gw_pages_wallet_t *wallets = NULL;
+    gw_pages_day_t *days = NULL;
+    char (*money)[48] = NULL;
+    sbx_usage_get_ok_t *ok = reply ? sbx_msg_usage_get_ok (reply) : NULL;
+    if (ok) {
+        wallets = calloc (ok->wallets.count + 1, sizeof *wallets);
+        days = calloc (ok->days.count + 1, sizeof *days);
+        money = calloc (ok->wallets.count + ok->days.count + 1, sizeof *money);
+    }
+    if (!ok || !wallets || !days || !money) {
+        snprintf (note, sizeof note, "Usage is not available right now: %s (%s).",
+                  ok        ? "out of memory"
+                  : message ? message
+                            : "",
+                  sbx_code_name (code));
+        usage.unavailable = note;
+    } else {
+        s_money (cost, sizeof cost, (int64_t) ok->micro_usd);
+        s_money (balance, sizeof balance, ok->balance_micro_usd);
+        usage.seconds = ok->running_ms / 1000;
+        usage.cost = cost;
+        usage.balance = balance;
+        for (size_t i = 0; i < ok->wallets.count; i++) {
+            s_money (money[i], sizeof money[i], ok->wallets.items[i].balance_micro_usd);
+            wallets[i] = (gw_pages_wallet_t){ok->wallets.items[i].name, money[i],
+                                             ok->wallets.items[i].active};
+        }
+        for (size_t i = 0; i < ok->days.count; i++) {
+            char *m = money[ok->wallets.count + i];
+            s_money (m, 48, (int64_t) ok->days.items[i].micro_usd);
+            days[i] = (gw_pages_day_t){ok->days.items[i].day, ok->days.items[i].seconds, m};
+        }
+        usage.wallets = wallets;
+        usage.wallet_count = ok->wallets.count;
+        usage.days = days;
+        usage.day_count = ok->days.count;
+    }
+    job->usage_html = gw_pages_usage (&usage);
+    free (wallets);
+    free (days);
+    free (money);
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_KEY_LIST);
     sbx_str_set (&sbx_msg_key_list (request)->account, job->account_id);
     S_KEEP (job->broker_handle, gw_broker_send (job->account->broker, &job->caller, &request,
                                                 S_BROKER_MS, s_on_list, job));
+}
+
+//  Asks billing for the account's usage, then lists its keys, then renders the page.
+static void s_list (s_job_t *job)
+{
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_USAGE_GET);
+    sbx_str_set (&sbx_msg_usage_get (request)->account, job->account_id);
+    S_KEEP (job->broker_handle, gw_broker_send (job->account->broker, &job->caller, &request,
+                                                S_BROKER_MS, s_on_usage, job));
 }
 
 static void s_on_created (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)

@@ -169,8 +169,58 @@ char *gw_pages_error (const char *title, const char *message)
     return s_close (out, &page);
 }
 
-char *gw_pages_account (const char *csrf, const char *email, const gw_pages_key_t *keys,
-                        size_t count, const char *new_key, const char *notice)
+char *gw_pages_usage (const gw_pages_usage_t *usage)
+{
+    char *html = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream (&html, &size);
+    if (!out)
+        return NULL;
+    fputs ("<h2>Usage and wallets</h2>\n", out);
+    if (usage->unavailable) {
+        fputs ("<p class=\"muted\">", out);
+        s_put (out, usage->unavailable);
+        fputs ("</p>\n", out);
+    } else {
+        fprintf (out, "<p id=\"usage-total\">Running time: %llu s, costing ",
+                 (unsigned long long) usage->seconds);
+        s_put (out, usage->cost);
+        fputs (". Balance of the active wallet: <strong id=\"balance\">", out);
+        s_put (out, usage->balance);
+        fputs ("</strong>.</p>\n<table><tr><th>Wallet</th><th>Balance</th><th></th></tr>\n", out);
+        for (size_t i = 0; i < usage->wallet_count; i++) {
+            fputs ("<tr><td>", out);
+            s_put (out, usage->wallets[i].name);
+            fputs ("</td><td>", out);
+            s_put (out, usage->wallets[i].balance);
+            fprintf (out, "</td><td>%s</td></tr>\n",
+                     usage->wallets[i].active ? "active: charges go here" : "");
+        }
+        fputs ("</table>\n", out);
+        if (usage->day_count) {
+            fputs ("<table><tr><th>Day (UTC)</th><th>Running time</th><th>Cost</th></tr>\n", out);
+            //  The newest first, two weeks at most.
+            for (size_t n = 0; n < usage->day_count && n < 14; n++) {
+                const gw_pages_day_t *d = &usage->days[usage->day_count - 1 - n];
+                fputs ("<tr><td>", out);
+                s_put (out, d->day);
+                fprintf (out, "</td><td>%llu s</td><td>", (unsigned long long) d->seconds);
+                s_put (out, d->cost);
+                fputs ("</td></tr>\n", out);
+            }
+            fputs ("</table>\n", out);
+        }
+    }
+    if (fclose (out) != 0) {
+        free (html);
+        return NULL;
+    }
+    return html;
+}
+
+char *gw_pages_account (const char *csrf, const char *email, const char *usage_html,
+                        const gw_pages_key_t *keys, size_t count, const char *new_key,
+                        const char *notice)
 {
     char *page = NULL;
     size_t size = 0;
@@ -190,6 +240,8 @@ char *gw_pages_account (const char *csrf, const char *email, const gw_pages_key_
         s_put (out, new_key);
         fputs ("</code></p>\n", out);
     }
+    if (usage_html)
+        fputs (usage_html, out);
     fputs ("<h2>API keys and connections</h2>\n<table><tr><th>Name</th><th>Kind</th>"
            "<th>Created</th><th>Last used</th><th></th></tr>\n",
            out);
@@ -269,7 +321,25 @@ void gw_pages_test (bool verbose)
     free (page);
     gw_pages_key_t keys[] = {{"key_1", "connection", "Claude (MCP)", "full", NULL, "c", "u", false},
                              {"key_2", "api_key", "ci", "ci", "sbx_abcd", "c", "", true}};
-    page = gw_pages_account ("tok", "a@example.com", keys, 2, "sbx_new", NULL);
+    gw_pages_wallet_t wallets[] = {{"main", "$0.000000", false}, {"<team>", "$4.990000", true}};
+    gw_pages_day_t days[] = {{"2026-11-29", 10, "$0.000100"}, {"2026-11-30", 20, "$0.000200"}};
+    gw_pages_usage_t usage = {.seconds = 30,
+                              .cost = "$0.000300",
+                              .balance = "$4.990000",
+                              .wallets = wallets,
+                              .wallet_count = 2,
+                              .days = days,
+                              .day_count = 2};
+    char *fragment = gw_pages_usage (&usage);
+    assert (strstr (fragment, "Running time: 30 s, costing $0.000300"));
+    assert (strstr (fragment, "&lt;team&gt;") && strstr (fragment, "active: charges go here"));
+    assert (strstr (fragment, "2026-11-30") < strstr (fragment, "2026-11-29")); //  newest first
+    page = gw_pages_account ("tok", "a@example.com", fragment, keys, 2, "sbx_new", NULL);
     assert (strstr (page, "Disconnect") && strstr (page, "revoked") && strstr (page, "sbx_new"));
+    assert (strstr (page, "<strong id=\"balance\">$4.990000</strong>"));
     free (page);
+    free (fragment);
+    fragment = gw_pages_usage (&(gw_pages_usage_t){.unavailable = "Billing is down <now>."});
+    assert (strstr (fragment, "Billing is down &lt;now&gt;.") && !strstr (fragment, "balance"));
+    free (fragment);
 }

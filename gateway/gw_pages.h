@@ -39,10 +39,39 @@ typedef struct {
     bool revoked;
 } gw_pages_key_t;
 
-//  The account page: API keys and connections with Revoke/Disconnect buttons, a form to
-//  create a key, and new_key (shown once) when one was just made.
-char *gw_pages_account (const char *csrf, const char *email, const gw_pages_key_t *keys,
-                        size_t count, const char *new_key, const char *notice);
+//  Billing's figures for the account page (money already formatted, "$0.000120").
+typedef struct {
+    const char *name;
+    const char *balance;
+    bool active;
+} gw_pages_wallet_t;
+
+typedef struct {
+    const char *day; //  "2026-11-30"
+    uint64_t seconds;
+    const char *cost;
+} gw_pages_day_t;
+
+typedef struct {
+    const char *unavailable; //  non-NULL: why there are no figures (the rest is ignored)
+    uint64_t seconds;
+    const char *cost;
+    const char *balance; //  the active wallet's
+    const gw_pages_wallet_t *wallets;
+    size_t wallet_count;
+    const gw_pages_day_t *days; //  oldest first
+    size_t day_count;
+} gw_pages_usage_t;
+
+//  The "Usage and wallets" part of the account page, as an HTML fragment.
+char *gw_pages_usage (const gw_pages_usage_t *usage);
+
+//  The account page: usage (a gw_pages_usage fragment, or NULL), API keys and
+//  connections with Revoke/Disconnect buttons, a form to create a key, and new_key
+//  (shown once) when one was just made.
+char *gw_pages_account (const char *csrf, const char *email, const char *usage_html,
+                        const gw_pages_key_t *keys, size_t count, const char *new_key,
+                        const char *notice);
 
 //  Escapes & < > " ' for HTML text and attribute values. Caller frees.
 char *gw_pages_escape (const char *text);

@@ -617,6 +617,18 @@ class OAuthTest(unittest.TestCase):
         self.assertEqual(status, 200, page)
         self.assertIn("alice@example.com", page)
         self.assertIn("Page Client (MCP)", page)
+        # Usage and wallets, as billing has them, live: a funded wallet made active shows.
+        self.assertIn("<h2>Usage and wallets</h2>", page)
+        self.assertRegex(page, r"Running time: \d+ s, costing \$\d+\.\d{6}")
+        acct = ["--account", "alice@example.com"]
+        self.s.cli_json("wallet", "add", *acct, "--usd", "1.5", "--wallet", "team")
+        self.s.cli_json("wallet", "use", *acct, "--wallet", "team")
+        shown = '<strong id="balance">$1.500000</strong>'
+        wait_for(lambda: shown in b.request("GET", "/account")[2], 15,
+                 "the account page showing the new wallet's balance")
+        status, _, page = b.request("GET", "/account")
+        self.assertIn("<tr><td>team</td><td>$1.500000</td><td>active: charges go here</td></tr>",
+                      page)
         forms = Forms(page).forms
         # Disconnect the client: its token stops.
         disconnect = [f for f in forms if ("action", "revoke") in f["buttons"] and
