@@ -3,7 +3,7 @@
 #include "gw_broker.h"
 #include "gw_pages.h"
 #include "gw_session.h"
-#include "gw_verify.h"
+#include "gw_signin.h"
 #include "sbx_secret.h"
 
 #include <assert.h>
@@ -11,25 +11,16 @@
 
 #define S_BROKER_MS 10000
 
-//  Keeps a request's handle unless it is 0: then the callback ran already, at once, and
-//  may have ended the flow, which must not be touched again.
-#define S_KEEP(field, call)                                                                        \
-    do {                                                                                           \
-        uint64_t handle_ = (call);                                                                 \
-        if (handle_)                                                                               \
-            field = handle_;                                                                       \
-    } while (0)
-
 struct gw_account_t {
     gw_http_t *http;
     gw_broker_t *broker;
     gw_session_t *session;
-    gw_verify_t *verify;
+    gw_signin_t *signin;
     zhashx_t *jobs; //  serial → s_job_t
     uint64_t next_serial;
 };
 
-//  One request waiting for the broker or the verifier.
+//  One request waiting for the broker or the sign-in.
 typedef struct {
     gw_account_t *account;
     uint64_t serial;
@@ -41,7 +32,7 @@ typedef struct {
     char *new_key;    //  a key just created, shown once
     char *usage_html; //  billing's part of the page, made before the key list is asked for
     uint64_t broker_handle;
-    uint64_t verify_handle;
+    uint64_t signin_handle;
 } s_job_t;
 
 static void s_job_free (s_job_t **job_p)
@@ -50,7 +41,7 @@ static void s_job_free (s_job_t **job_p)
     if (!job)
         return;
     gw_broker_cancel (job->account->broker, job->broker_handle);
-    gw_verify_cancel (job->account->verify, job->verify_handle);
+    gw_signin_cancel (job->account->signin, job->signin_handle);
     zhashx_destroy (&job->form);
     free (job->account_id);
     free (job->email);
@@ -76,24 +67,34 @@ static gw_request_t *s_job_req (s_job_t *job)
     return req;
 }
 
+//  A broker answer came: its handle is spent. The job's request, or NULL (job ended).
+static gw_request_t *s_job_answered (s_job_t *job)
+{
+    job->broker_handle = 0;
+    return s_job_req (job);
+}
+
+//  Sends request (taken) for the signed-in account; fn gets the job.
+static void s_job_send (s_job_t *job, sbx_msg_t **request_p, gw_broker_fn *fn)
+{
+    GW_KEEP (job->broker_handle,
+             gw_broker_send (job->account->broker, &job->caller, request_p, S_BROKER_MS, fn, job));
+}
+
 static const char *s_field (s_job_t *job, const char *name)
 {
     const char *value = job->form ? zhashx_lookup (job->form, name) : NULL;
     return value && *value ? value : NULL;
 }
 
-static void s_html (gw_request_t *req, int status, char *page)
+//  A broker error on an error page: "<lead>: <message> (<code>)."
+static void s_broker_error (gw_request_t *req, int status, const char *title, const char *lead,
+                            sbx_code_t code, const char *message)
 {
-    gw_request_add_header (req, "Cache-Control", "no-store");
-    gw_request_add_header (req, "X-Frame-Options", "DENY");
-    gw_request_add_header (req, "Referrer-Policy", "no-referrer");
-    gw_request_add_header (req, "Content-Security-Policy",
-                           "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'");
-    if (page)
-        gw_request_respond (req, status, "text/html; charset=utf-8", page, strlen (page));
-    else
-        gw_request_respond (req, 500, "text/plain", "out of memory", 13);
-    free (page);
+    char text[600];
+    snprintf (text, sizeof text, "%s: %s (%s).", lead, message ? message : "",
+              sbx_code_name (code));
+    gw_pages_respond_error (req, status, title, text);
 }
 
 //  Back to the page with a GET (POST, redirect, GET: a reload never repeats a change).
@@ -108,7 +109,7 @@ static void s_signin_page (gw_account_t *self, gw_request_t *req, int status, co
 {
     char *csrf = gw_session_csrf (self->session, req);
     gw_pages_field_t fields[] = {{"csrf", csrf}};
-    s_html (req, status, gw_pages_signin ("/account", fields, 1, NULL, error));
+    gw_pages_respond (req, status, gw_pages_signin ("/account", fields, 1, NULL, error));
     free (csrf);
 }
 
@@ -127,15 +128,12 @@ static void s_time (uint64_t ms, char *out, size_t size)
 static void s_on_list (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
     s_job_t *job = arg;
-    job->broker_handle = 0;
-    gw_request_t *req = s_job_req (job);
+    gw_request_t *req = s_job_answered (job);
     if (!req)
         return;
     if (!reply) {
-        char text[600];
-        snprintf (text, sizeof text, "Your keys cannot be listed now: %s (%s).",
-                  message ? message : "", sbx_code_name (code));
-        s_html (req, code == SBX_E_NOT_FOUND ? 404 : 503, gw_pages_error ("Try again later", text));
+        s_broker_error (req, code == SBX_E_NOT_FOUND ? 404 : 503, "Try again later",
+                        "Your keys cannot be listed now", code, message);
         s_job_end (job);
         return;
     }
@@ -145,7 +143,7 @@ static void s_on_list (sbx_msg_t *reply, sbx_code_t code, const char *message, v
     if (!keys || !times) {
         free (keys);
         free (times);
-        s_html (req, 500, NULL);
+        gw_pages_respond (req, 500, NULL);
         s_job_end (job);
         return;
     }
@@ -163,9 +161,9 @@ static void s_on_list (sbx_msg_t *reply, sbx_code_t code, const char *message, v
                                    .revoked = k->revoked};
     }
     char *csrf = gw_session_csrf (job->account->session, req);
-    s_html (req, 200,
-            gw_pages_account (csrf, job->email, job->usage_html, keys, list->count, job->new_key,
-                              job->new_key ? "Key created." : NULL));
+    gw_pages_respond (req, 200,
+                      gw_pages_account (csrf, job->email, job->usage_html, keys, list->count,
+                                        job->new_key, job->new_key ? "Key created." : NULL));
     free (csrf);
     free (keys);
     free (times);
@@ -185,8 +183,7 @@ static void s_money (char *out, size_t size, int64_t micro)
 static void s_on_usage (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
     s_job_t *job = arg;
-    job->broker_handle = 0;
-    if (!s_job_req (job))
+    if (!s_job_answered (job))
         return;
     gw_pages_usage_t usage = {0};
     char note[600], cost[48], balance[48];
@@ -233,8 +230,7 @@ static void s_on_usage (sbx_msg_t *reply, sbx_code_t code, const char *message, 
     free (money);
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_KEY_LIST);
     sbx_str_set (&sbx_msg_key_list (request)->account, job->account_id);
-    S_KEEP (job->broker_handle, gw_broker_send (job->account->broker, &job->caller, &request,
-                                                S_BROKER_MS, s_on_list, job));
+    s_job_send (job, &request, s_on_list);
 }
 
 //  Asks billing for the account's usage, then lists its keys, then renders the page.
@@ -242,22 +238,18 @@ static void s_list (s_job_t *job)
 {
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_USAGE_GET);
     sbx_str_set (&sbx_msg_usage_get (request)->account, job->account_id);
-    S_KEEP (job->broker_handle, gw_broker_send (job->account->broker, &job->caller, &request,
-                                                S_BROKER_MS, s_on_usage, job));
+    s_job_send (job, &request, s_on_usage);
 }
 
 static void s_on_created (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
     s_job_t *job = arg;
-    job->broker_handle = 0;
-    gw_request_t *req = s_job_req (job);
+    gw_request_t *req = s_job_answered (job);
     if (!req)
         return;
     if (!reply) {
-        char text[600];
-        snprintf (text, sizeof text, "The key was not created: %s (%s).", message ? message : "",
-                  sbx_code_name (code));
-        s_html (req, sbx_code_http_status (code), gw_pages_error ("Key not created", text));
+        s_broker_error (req, sbx_code_http_status (code), "Key not created",
+                        "The key was not created", code, message);
         s_job_end (job);
         return;
     }
@@ -268,16 +260,13 @@ static void s_on_created (sbx_msg_t *reply, sbx_code_t code, const char *message
 static void s_on_revoked (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
     s_job_t *job = arg;
-    job->broker_handle = 0;
-    gw_request_t *req = s_job_req (job);
+    gw_request_t *req = s_job_answered (job);
     if (!req)
         return;
-    if (!reply) {
-        char text[600];
-        snprintf (text, sizeof text, "Nothing was revoked: %s (%s).", message ? message : "",
-                  sbx_code_name (code));
-        s_html (req, sbx_code_http_status (code), gw_pages_error ("Not revoked", text));
-    } else {
+    if (!reply)
+        s_broker_error (req, sbx_code_http_status (code), "Not revoked", "Nothing was revoked",
+                        code, message);
+    else {
         sbx_info ("account=%s revoked %s on the account page", job->account_id,
                   sbx_msg_key_revoke_ok (reply)->key_id);
         s_back (req);
@@ -285,45 +274,20 @@ static void s_on_revoked (sbx_msg_t *reply, sbx_code_t code, const char *message
     s_job_end (job);
 }
 
-static void s_on_verified (gw_verify_result_t result, void *arg)
+static void s_on_signin (const char *account_id, const char *email, int status, const char *error,
+                         void *arg)
 {
     s_job_t *job = arg;
-    job->verify_handle = 0;
+    job->signin_handle = 0;
     gw_request_t *req = s_job_req (job);
     if (!req)
         return;
-    if (result == GW_VERIFY_MATCH) {
-        gw_session_sign_in (job->account->session, req, job->account_id, job->email);
+    if (account_id) {
+        gw_session_sign_in (job->account->session, req, account_id, email);
         s_back (req);
-    } else if (result == GW_VERIFY_THROTTLED)
-        s_signin_page (job->account, req, 429,
-                       "Too many wrong passwords for this email: try again in 15 minutes.");
-    else
-        s_signin_page (job->account, req, 200, "Wrong email or password.");
+    } else
+        s_signin_page (job->account, req, status, error);
     s_job_end (job);
-}
-
-static void s_on_password (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
-{
-    s_job_t *job = arg;
-    job->broker_handle = 0;
-    gw_request_t *req = s_job_req (job);
-    if (!req)
-        return;
-    if (!reply) {
-        char text[600];
-        snprintf (text, sizeof text, "Signing in is not possible right now: %s (%s).",
-                  message ? message : "", sbx_code_name (code));
-        s_signin_page (job->account, req, code == SBX_E_NOT_FOUND ? 200 : 503,
-                       code == SBX_E_NOT_FOUND ? "Wrong email or password." : text);
-        s_job_end (job);
-        return;
-    }
-    sbx_oauth_password_ok_t *ok = sbx_msg_oauth_password_ok (reply);
-    job->account_id = strdup (ok->account_id);
-    job->email = strdup (ok->email);
-    S_KEEP (job->verify_handle, gw_verify_start (job->account->verify, ok->email, ok->password_hash,
-                                                 s_field (job, "password"), s_on_verified, job));
 }
 
 static s_job_t *s_job_new (gw_account_t *self, gw_request_t *req, zhashx_t **form_p)
@@ -352,17 +316,16 @@ static void s_post (gw_account_t *self, gw_request_t *req, char *account_id, cha
         zhashx_destroy (&form);
         free (account_id);
         free (email);
-        s_html (req, 403,
-                gw_pages_error ("This form has expired",
+        gw_pages_respond_error (req, 403, "This form has expired",
                                 "The form was not sent from this site's page, or it is too "
-                                "old. Open /account again."));
+                                "old. Open /account again.");
         return;
     }
     s_job_t *job = s_job_new (self, req, &form);
     if (!job) {
         free (account_id);
         free (email);
-        s_html (req, 500, NULL);
+        gw_pages_respond (req, 500, NULL);
         return;
     }
     job->account_id = account_id;
@@ -371,19 +334,8 @@ static void s_post (gw_account_t *self, gw_request_t *req, char *account_id, cha
     const char *action = s_field (job, "action");
     action = action ? action : "";
     if (streq (action, "signin")) {
-        const char *who = s_field (job, "email");
-        if (!who || !s_field (job, "password") || strlen (who) > 254) {
-            s_signin_page (self, req, 200, "Type your email and password.");
-            s_job_end (job);
-            return;
-        }
-        sbx_msg_t *request = sbx_msg_new (SBX_MSG_OAUTH_PASSWORD);
-        sbx_str_set (&sbx_msg_oauth_password (request)->email, who);
-        free (job->account_id);
-        free (job->email);
-        job->account_id = job->email = job->caller.account_id = NULL;
-        S_KEEP (job->broker_handle,
-                gw_broker_send (self->broker, NULL, &request, S_BROKER_MS, s_on_password, job));
+        GW_KEEP (job->signin_handle, gw_signin_start (self->signin, s_field (job, "email"),
+                                                      s_field (job, "password"), s_on_signin, job));
         return;
     }
     if (streq (action, "signout")) {
@@ -400,18 +352,16 @@ static void s_post (gw_account_t *self, gw_request_t *req, char *account_id, cha
     if (streq (action, "revoke") && s_field (job, "key_id")) {
         sbx_msg_t *request = sbx_msg_new (SBX_MSG_KEY_REVOKE);
         sbx_str_set (&sbx_msg_key_revoke (request)->key_id, s_field (job, "key_id"));
-        S_KEEP (job->broker_handle, gw_broker_send (self->broker, &job->caller, &request,
-                                                    S_BROKER_MS, s_on_revoked, job));
+        s_job_send (job, &request, s_on_revoked);
     } else if (streq (action, "create")) {
         sbx_key_preset_t preset = SBX_KEY_PRESET_FULL;
         const char *name = s_field (job, "name");
         if ((s_field (job, "preset") &&
              sbx_key_preset_from_name (s_field (job, "preset"), &preset)) ||
             (name && strlen (name) > 100)) {
-            s_html (req, 400,
-                    gw_pages_error ("Key not created",
+            gw_pages_respond_error (req, 400, "Key not created",
                                     "Pick a preset from the list and a name of at most 100 "
-                                    "characters."));
+                                    "characters.");
             s_job_end (job);
             return;
         }
@@ -420,10 +370,9 @@ static void s_post (gw_account_t *self, gw_request_t *req, char *account_id, cha
         sbx_str_set (&args->account, job->account_id);
         args->preset = preset;
         sbx_str_set (&args->name, name ? name : "created on the account page");
-        S_KEEP (job->broker_handle, gw_broker_send (self->broker, &job->caller, &request,
-                                                    S_BROKER_MS, s_on_created, job));
+        s_job_send (job, &request, s_on_created);
     } else {
-        s_html (req, 400, gw_pages_error ("Unknown action", "Use the buttons of the page."));
+        gw_pages_respond_error (req, 400, "Unknown action", "Use the buttons of the page.");
         s_job_end (job);
     }
 }
@@ -441,7 +390,7 @@ bool gw_account_handle (gw_account_t *self, gw_request_t *req)
     }
     if (!streq (method, "GET") && !streq (method, "HEAD")) {
         gw_request_add_header (req, "Allow", "GET, POST");
-        s_html (req, 405, gw_pages_error ("Method not allowed", "Use GET or POST on /account."));
+        gw_pages_respond_error (req, 405, "Method not allowed", "Use GET or POST on /account.");
     } else if (!account_id)
         s_signin_page (self, req, 200, NULL);
     else {
@@ -453,7 +402,7 @@ bool gw_account_handle (gw_account_t *self, gw_request_t *req)
             account_id = email = NULL;
             s_list (job);
         } else
-            s_html (req, 500, NULL);
+            gw_pages_respond (req, 500, NULL);
     }
     free (account_id);
     free (email);
@@ -479,9 +428,9 @@ gw_account_t *gw_account_new (sbx_config_t *config, zloop_t *loop, gw_http_t *ht
     self->http = http;
     self->broker = gw_broker_new (config, peer);
     self->session = gw_session_new (config);
-    self->verify = gw_verify_new (loop);
+    self->signin = gw_signin_new (loop, self->broker, "account");
     self->jobs = zhashx_new ();
-    if (!self->broker || !self->session || !self->verify || !self->jobs) {
+    if (!self->broker || !self->session || !self->signin || !self->jobs) {
         gw_account_destroy (&self);
         return NULL;
     }
@@ -504,7 +453,7 @@ void gw_account_destroy (gw_account_t **self_p)
             s_job_free (&job);
         zhashx_destroy (&self->jobs);
     }
-    gw_verify_destroy (&self->verify);
+    gw_signin_destroy (&self->signin);
     gw_session_destroy (&self->session);
     gw_broker_destroy (&self->broker);
     free (self);

@@ -2,9 +2,9 @@
     create and revoke API keys, list and disconnect OAuth connections, sign out.
 
     Plain HTML forms (gw_pages) behind a signed session cookie and CSRF tokens
-    (gw_session), as on the OAuth sign-in page; passwords are verified off the loop
-    (gw_verify). Requests go to the broker as the signed-in account (caller kind session),
-    so the broker applies the same rules as for the CLI: an account acts on its own keys.
+    (gw_session), as on the OAuth sign-in page; signing in is gw_signin's (passwords
+    verified off the loop). Requests go to the broker as the signed-in account (caller kind
+   session), so the broker applies the same rules as for the CLI: an account acts on its own keys.
     Changes answer with a redirect back to the page (POST, redirect, GET), except key
     creation, whose page shows the new key once. */
 #ifndef GW_ACCOUNT_H_INCLUDED

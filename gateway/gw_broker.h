@@ -30,6 +30,16 @@ gw_broker_t *gw_broker_new (sbx_config_t *config, sbx_peer_t *peer);
 //  Cancels requests in flight: their callbacks are not called.
 void gw_broker_destroy (gw_broker_t **self_p);
 
+//  Keeps the handle a start function returns (gw_broker_send and the others that return
+//  0 when fn was already called) unless it is 0: then the callback ran already, at once,
+//  and may have freed what holds field, which must not be touched again.
+#define GW_KEEP(field, call)                                                                       \
+    do {                                                                                           \
+        uint64_t handle_ = (call);                                                                 \
+        if (handle_)                                                                               \
+            field = handle_;                                                                       \
+    } while (0)
+
 //  Sends request (taken) for caller (copied onto it) with a deadline. Returns a handle
 //  for gw_broker_cancel, or 0 when fn was already called (the request could not go out).
 uint64_t gw_broker_send (gw_broker_t *self, const sbx_caller_t *caller, sbx_msg_t **request_p,

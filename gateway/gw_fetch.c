@@ -1,5 +1,6 @@
 /*  gw_fetch - see gw_fetch.h */
 #include "gw_fetch.h"
+#include "gw_worker.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -9,16 +10,14 @@
 #define S_TIMEOUT_MS    5000
 #define S_MAX_REDIRECTS 3
 
+//  A fetch's context, carried through the worker (gw_worker copies it).
 typedef struct {
     gw_fetch_fn *fn;
     void *arg;
 } s_pending_t;
 
 struct gw_fetch_t {
-    zloop_t *loop;
-    zactor_t *worker;
-    zhashx_t *pending; //  handle → s_pending_t
-    uint64_t next_handle;
+    gw_worker_t *worker;
 };
 
 typedef struct {
@@ -109,15 +108,17 @@ static curl_socket_t s_open_socket (void *arg, curlsocktype purpose, struct curl
     return socket (address->family, address->socktype, address->protocol);
 }
 
-static void s_transfer (const s_worker_args_t *args, const char *url, zsock_t *pipe,
-                        const char *handle)
+//  In the worker: [url] in, [status, error, body] out.
+static zmsg_t *s_transfer (zmsg_t *request, void *state)
 {
+    const s_worker_args_t *args = state;
+    char *url = zmsg_popstr (request);
     s_transfer_t t = {.body = zchunk_new (NULL, 0), .allow_private = args->allow_private};
     char error[CURL_ERROR_SIZE] = "";
     char message[400] = "";
     long status = 0;
     CURL *curl = curl_easy_init ();
-    if (!curl || !t.body)
+    if (!curl || !t.body || !url)
         snprintf (message, sizeof message, "out of memory");
     else {
         curl_easy_setopt (curl, CURLOPT_URL, url);
@@ -162,89 +163,40 @@ static void s_transfer (const s_worker_args_t *args, const char *url, zsock_t *p
     char status_text[16];
     snprintf (status_text, sizeof status_text, "%ld", status);
     zmsg_t *out = zmsg_new ();
-    zmsg_addstr (out, handle);
     zmsg_addstr (out, status_text);
     zmsg_addstr (out, message);
     zmsg_addmem (out, t.body ? zchunk_data (t.body) : NULL, t.body ? zchunk_size (t.body) : 0);
-    zmsg_send (&out, pipe);
     zchunk_destroy (&t.body);
+    zstr_free (&url);
+    return out;
 }
 
-//  The worker: [handle, url] in, [handle, status, error, body] out, until $TERM.
-static void s_worker (zsock_t *pipe, void *arg)
+static void s_worker_args_free (void *state)
 {
-    s_worker_args_t *args = arg;
-    zsock_signal (pipe, 0);
-    while (true) {
-        zmsg_t *msg = zmsg_recv (pipe);
-        if (!msg)
-            break;
-        char *handle = zmsg_popstr (msg);
-        char *url = zmsg_popstr (msg);
-        zmsg_destroy (&msg);
-        if (!handle || streq (handle, "$TERM")) {
-            zstr_free (&handle);
-            zstr_free (&url);
-            break;
-        }
-        if (url)
-            s_transfer (args, url, pipe, handle);
-        zstr_free (&handle);
-        zstr_free (&url);
-    }
+    s_worker_args_t *args = state;
     free (args->ca_file);
     free (args);
 }
 
-static int s_on_answer (zloop_t *loop, zsock_t *sock, void *arg)
+static void s_on_answer (zmsg_t *answer, void *context)
 {
-    (void) loop;
-    gw_fetch_t *self = arg;
-    zmsg_t *msg = zmsg_recv (sock);
-    if (!msg)
-        return 0;
-    char *handle = zmsg_popstr (msg);
-    char *status = zmsg_popstr (msg);
-    char *error = zmsg_popstr (msg);
-    zframe_t *body = zmsg_pop (msg);
-    uint64_t h = handle ? strtoull (handle, NULL, 10) : 0;
-    s_pending_t *p = h ? zhashx_lookup (self->pending, (void *) (uintptr_t) h) : NULL;
-    if (p && status && error && body) {
-        s_pending_t copy = *p;
-        zhashx_delete (self->pending, (void *) (uintptr_t) h);
-        //  NUL-terminated for JSON parsers; the size does not count it.
-        size_t size = zframe_size (body);
-        char *text = malloc (size + 1);
-        if (text) {
-            memcpy (text, zframe_data (body), size);
-            text[size] = 0;
-        }
-        copy.fn (atoi (status), text ? text : "", text ? size : 0,
-                 *error ? error : (text ? NULL : "out of memory"), copy.arg);
-        free (text);
+    s_pending_t *p = context;
+    char *status = zmsg_popstr (answer);
+    char *error = zmsg_popstr (answer);
+    zframe_t *body = zmsg_pop (answer);
+    //  NUL-terminated for JSON parsers; the size does not count it.
+    size_t size = body ? zframe_size (body) : 0;
+    char *text = status && error && body ? malloc (size + 1) : NULL;
+    if (text) {
+        memcpy (text, zframe_data (body), size);
+        text[size] = 0;
     }
-    zstr_free (&handle);
+    p->fn (status ? atoi (status) : 0, text ? text : "", text ? size : 0,
+           error && *error ? error : (text ? NULL : "out of memory"), p->arg);
+    free (text);
     zstr_free (&status);
     zstr_free (&error);
     zframe_destroy (&body);
-    zmsg_destroy (&msg);
-    return 0;
-}
-
-static size_t s_handle_hash (const void *key)
-{
-    return (size_t) (uintptr_t) key;
-}
-
-static int s_handle_cmp (const void *a, const void *b)
-{
-    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
-}
-
-static void s_pending_free (void **item)
-{
-    free (*item);
-    *item = NULL;
 }
 
 gw_fetch_t *gw_fetch_new (zloop_t *loop, const gw_fetch_options_t *options)
@@ -265,20 +217,12 @@ gw_fetch_t *gw_fetch_new (zloop_t *loop, const gw_fetch_options_t *options)
     }
     args->allow_private = options && options->allow_private;
     args->ca_file = options && options->ca_file ? strdup (options->ca_file) : NULL;
-    self->loop = loop;
-    self->next_handle = 1;
-    self->pending = zhashx_new ();
-    self->worker = zactor_new (s_worker, args); //  the worker owns args from here
-    if (!self->pending || !self->worker ||
-        zloop_reader (loop, (zsock_t *) zactor_sock (self->worker), s_on_answer, self)) {
+    //  The worker owns args from here.
+    self->worker = gw_worker_new (loop, s_transfer, args, s_worker_args_free);
+    if (!self->worker) {
         gw_fetch_destroy (&self);
         return NULL;
     }
-    zhashx_set_key_hasher (self->pending, s_handle_hash);
-    zhashx_set_key_comparator (self->pending, s_handle_cmp);
-    zhashx_set_key_duplicator (self->pending, NULL);
-    zhashx_set_key_destructor (self->pending, NULL);
-    zhashx_set_destructor (self->pending, s_pending_free);
     return self;
 }
 
@@ -288,41 +232,31 @@ void gw_fetch_destroy (gw_fetch_t **self_p)
     gw_fetch_t *self = *self_p;
     if (!self)
         return;
-    if (self->worker) {
-        zloop_reader_end (self->loop, (zsock_t *) zactor_sock (self->worker));
-        zactor_destroy (&self->worker);
-    }
-    zhashx_destroy (&self->pending);
+    gw_worker_destroy (&self->worker);
     free (self);
     *self_p = NULL;
 }
 
 uint64_t gw_fetch_get (gw_fetch_t *self, const char *url, gw_fetch_fn *fn, void *arg)
 {
-    s_pending_t *p = calloc (1, sizeof *p);
-    if (!p || !url) {
-        free (p);
+    zmsg_t *request = url ? zmsg_new () : NULL;
+    if (!request) {
         fn (0, "", 0, "out of memory", arg);
         return 0;
     }
-    p->fn = fn;
-    p->arg = arg;
-    uint64_t handle = self->next_handle++;
-    char text[24];
-    snprintf (text, sizeof text, "%llu", (unsigned long long) handle);
-    zhashx_insert (self->pending, (void *) (uintptr_t) handle, p);
-    if (zsock_send (self->worker, "ss", text, url)) {
-        zhashx_delete (self->pending, (void *) (uintptr_t) handle);
+    zmsg_addstr (request, url);
+    s_pending_t pending = {fn, arg};
+    uint64_t handle =
+        gw_worker_start (self->worker, &request, s_on_answer, &pending, sizeof pending);
+    if (!handle)
         fn (0, "", 0, "cannot start the fetch", arg);
-        return 0;
-    }
     return handle;
 }
 
 void gw_fetch_cancel (gw_fetch_t *self, uint64_t handle)
 {
-    if (self && handle)
-        zhashx_delete (self->pending, (void *) (uintptr_t) handle);
+    if (self)
+        gw_worker_cancel (self->worker, handle);
 }
 
 //  --------------------------------------------------------------------------

@@ -2,7 +2,7 @@
     documents (a client_id that is an https URL).
 
     The only module that includes curl/curl.h outside the HTTP module's self-test. A
-    worker thread (a zactor) runs one transfer at a time with hard limits: https only
+    worker thread (gw_worker) runs one transfer at a time with hard limits: https only
     (redirects too), at most 3 redirects, 64 KiB, 5 s. Addresses that are private,
     loopback, link-local or otherwise not public are refused after name resolution,
     before connecting, at every hop, unless the operator allows them

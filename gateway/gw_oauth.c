@@ -5,7 +5,7 @@
 #include "gw_fetch.h"
 #include "gw_pages.h"
 #include "gw_session.h"
-#include "gw_verify.h"
+#include "gw_signin.h"
 #include "sbx_secret.h"
 #include "sbx_urls.h"
 
@@ -15,14 +15,6 @@
 
 #define S_BROKER_MS 10000
 
-//  Keeps a request's handle unless it is 0: then the callback ran already, at once, and
-//  may have ended the flow, which must not be touched again.
-#define S_KEEP(field, call)                                                                        \
-    do {                                                                                           \
-        uint64_t handle_ = (call);                                                                 \
-        if (handle_)                                                                               \
-            field = handle_;                                                                       \
-    } while (0)
 #define S_CIMD_CACHE_MS (10 * 60 * 1000)
 #define S_CIMD_MAX      1000
 #define S_SCOPE         "sbx"
@@ -40,7 +32,7 @@ typedef struct {
 
 typedef enum { OP_AUTHORIZE, OP_REGISTER, OP_TOKEN, OP_REVOKE } s_op_t;
 
-//  One request in progress, waiting for the broker, the fetcher or the verifier.
+//  One request in progress, waiting for the broker, the fetcher or the sign-in.
 typedef struct {
     gw_oauth_t *oauth;
     uint64_t serial;
@@ -53,7 +45,7 @@ typedef struct {
     char *account_id;         //  signed in (session or this sign-in)
     char *email;
     uint64_t broker_handle;
-    uint64_t verify_handle;
+    uint64_t signin_handle;
     uint64_t fetch_handle;
 } s_flow_t;
 
@@ -62,7 +54,7 @@ struct gw_oauth_t {
     gw_http_t *http;
     gw_broker_t *broker;
     gw_session_t *session;
-    gw_verify_t *verify;
+    gw_signin_t *signin;
     gw_fetch_t *fetch;
     char *issuer;    //  <base>
     char *resource;  //  <base>/mcp
@@ -162,27 +154,6 @@ static void s_oauth_error (gw_request_t *req, int status, const char *error,
             json_pack ("{s:s, s:s}", "error", error, "error_description", description));
 }
 
-static void s_html (gw_request_t *req, int status, char *page)
-{
-    gw_request_add_header (req, "Cache-Control", "no-store");
-    gw_request_add_header (req, "X-Frame-Options", "DENY");
-    gw_request_add_header (req, "Referrer-Policy", "no-referrer");
-    //  No form-action: browsers apply it to the redirect after the consent form, which
-    //  goes to the client's own redirect URI.
-    gw_request_add_header (req, "Content-Security-Policy",
-                           "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'");
-    if (page)
-        gw_request_respond (req, status, "text/html; charset=utf-8", page, strlen (page));
-    else
-        gw_request_respond (req, 500, "text/plain", "out of memory", 13);
-    free (page);
-}
-
-static void s_error_page (gw_request_t *req, int status, const char *title, const char *message)
-{
-    s_html (req, status, gw_pages_error (title, message));
-}
-
 //  --------------------------------------------------------------------------
 //  Flows
 
@@ -193,7 +164,7 @@ static void s_flow_free (s_flow_t **flow_p)
         return;
     gw_oauth_t *self = flow->oauth;
     gw_broker_cancel (self->broker, flow->broker_handle);
-    gw_verify_cancel (self->verify, flow->verify_handle);
+    gw_signin_cancel (self->signin, flow->signin_handle);
     gw_fetch_cancel (self->fetch, flow->fetch_handle);
     zhashx_destroy (&flow->params);
     s_client_free (&flow->client);
@@ -238,6 +209,20 @@ static gw_request_t *s_flow_req (s_flow_t *flow)
     return req;
 }
 
+//  A broker answer came: its handle is spent. The flow's request, or NULL (flow ended).
+static gw_request_t *s_flow_answered (s_flow_t *flow)
+{
+    flow->broker_handle = 0;
+    return s_flow_req (flow);
+}
+
+//  Sends request (taken) to the broker; fn gets the flow.
+static void s_flow_send (s_flow_t *flow, sbx_msg_t **request_p, gw_broker_fn *fn)
+{
+    GW_KEEP (flow->broker_handle,
+             gw_broker_send (flow->oauth->broker, NULL, request_p, S_BROKER_MS, fn, flow));
+}
+
 //  --------------------------------------------------------------------------
 //  Metadata (RFC 9728, RFC 8414)
 
@@ -276,8 +261,7 @@ static void s_server_metadata (gw_oauth_t *self, gw_request_t *req)
 static void s_on_registered (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
     s_flow_t *flow = arg;
-    flow->broker_handle = 0;
-    gw_request_t *req = s_flow_req (flow);
+    gw_request_t *req = s_flow_answered (flow);
     if (!req)
         return;
     if (!reply)
@@ -402,8 +386,7 @@ static void s_register (gw_oauth_t *self, gw_request_t *req)
         s_oauth_error (req, 500, "server_error", "out of memory");
         return;
     }
-    S_KEEP (flow->broker_handle,
-            gw_broker_send (self->broker, NULL, &request, S_BROKER_MS, s_on_registered, flow));
+    s_flow_send (flow, &request, s_on_registered);
 }
 
 //  --------------------------------------------------------------------------
@@ -419,7 +402,7 @@ static void s_redirect (s_flow_t *flow, gw_request_t *req, const char *const *pa
     size_t size = 0;
     FILE *out = open_memstream (&location, &size);
     if (!out) {
-        s_error_page (req, 500, "Something went wrong", "out of memory");
+        gw_pages_respond_error (req, 500, "Something went wrong", "out of memory");
         return;
     }
     fputs (flow->redirect_uri, out);
@@ -433,7 +416,7 @@ static void s_redirect (s_flow_t *flow, gw_request_t *req, const char *const *pa
         gw_request_add_header (req, "Cache-Control", "no-store");
         gw_request_respond (req, 302, "text/plain", "redirecting\n", 12);
     } else
-        s_error_page (req, 500, "Something went wrong", "out of memory");
+        gw_pages_respond_error (req, 500, "Something went wrong", "out of memory");
     free (location);
 }
 
@@ -466,8 +449,9 @@ static void s_signin_page (s_flow_t *flow, gw_request_t *req, int status, const 
     char *csrf = gw_session_csrf (flow->oauth->session, req);
     gw_pages_field_t fields[S_CARRIED + 1];
     s_hidden (flow, csrf, fields);
-    s_html (req, status,
-            gw_pages_signin ("/oauth/authorize", fields, S_CARRIED + 1, flow->client->name, error));
+    gw_pages_respond (
+        req, status,
+        gw_pages_signin ("/oauth/authorize", fields, S_CARRIED + 1, flow->client->name, error));
     free (csrf);
 }
 
@@ -481,17 +465,17 @@ static void s_consent_page (s_flow_t *flow, gw_request_t *req)
     const char *start = strstr (flow->redirect_uri, "://");
     start = start ? start + 3 : flow->redirect_uri;
     snprintf (host, sizeof host, "%.*s", (int) strcspn (start, "/?#"), start);
-    s_html (req, 200,
-            gw_pages_consent ("/oauth/authorize", fields, S_CARRIED + 1, flow->client->name,
-                              flow->client->client_id, host, flow->email));
+    gw_pages_respond (req, 200,
+                      gw_pages_consent ("/oauth/authorize", fields, S_CARRIED + 1,
+                                        flow->client->name, flow->client->client_id, host,
+                                        flow->email));
     free (csrf);
 }
 
 static void s_on_code (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
     s_flow_t *flow = arg;
-    flow->broker_handle = 0;
-    gw_request_t *req = s_flow_req (flow);
+    gw_request_t *req = s_flow_answered (flow);
     if (!req)
         return;
     if (!reply) {
@@ -525,56 +509,56 @@ static void s_allow (s_flow_t *flow)
     sbx_str_set (&args->code_challenge, s_param (flow, "code_challenge"));
     sbx_str_set (&args->resource, self->resource);
     sbx_str_set (&args->scope, S_SCOPE);
-    S_KEEP (flow->broker_handle,
-            gw_broker_send (self->broker, NULL, &request, S_BROKER_MS, s_on_code, flow));
+    s_flow_send (flow, &request, s_on_code);
 }
 
-static void s_on_verified (gw_verify_result_t result, void *arg)
+static void s_on_signin (const char *account_id, const char *email, int status, const char *error,
+                         void *arg)
 {
     s_flow_t *flow = arg;
-    flow->verify_handle = 0;
+    flow->signin_handle = 0;
     gw_request_t *req = s_flow_req (flow);
     if (!req)
         return;
-    if (result == GW_VERIFY_THROTTLED) {
-        sbx_warn ("oauth sign-in for %.100s throttled (too many wrong passwords)", flow->email);
-        s_signin_page (flow, req, 429,
-                       "Too many wrong passwords for this email: try again in 15 minutes.");
-    } else if (result == GW_VERIFY_WRONG) {
-        sbx_info ("oauth sign-in refused for %.100s (wrong password)", flow->email);
-        s_signin_page (flow, req, 200, "Wrong email or password.");
-    } else {
-        gw_session_sign_in (flow->oauth->session, req, flow->account_id, flow->email);
+    if (account_id) {
+        gw_session_sign_in (flow->oauth->session, req, account_id, email);
+        free (flow->account_id);
+        free (flow->email);
+        flow->account_id = strdup (account_id);
+        flow->email = strdup (email);
         s_consent_page (flow, req);
-    }
+    } else
+        s_signin_page (flow, req, status, error);
     s_flow_end (flow);
 }
 
-static void s_on_password (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+//  Checks an authorization request's parameters, once its redirect URI is trusted: NULL
+//  when it may go on, else the OAuth error code, with the description in text.
+static const char *s_authorize_check (s_flow_t *flow, char *text, size_t size)
 {
-    s_flow_t *flow = arg;
-    flow->broker_handle = 0;
-    gw_request_t *req = s_flow_req (flow);
-    if (!req)
-        return;
-    if (!reply && code == SBX_E_NOT_FOUND) {
-        s_signin_page (flow, req, 200, "Wrong email or password.");
-        s_flow_end (flow);
-        return;
-    }
-    if (!reply) {
-        char text[600];
-        snprintf (text, sizeof text, "Signing in is not possible right now: %s (%s).",
-                  message ? message : "", sbx_code_name (code));
-        s_signin_page (flow, req, 503, text);
-        s_flow_end (flow);
-        return;
-    }
-    sbx_oauth_password_ok_t *ok = sbx_msg_oauth_password_ok (reply);
-    flow->account_id = strdup (ok->account_id);
-    flow->email = strdup (ok->email);
-    S_KEEP (flow->verify_handle, gw_verify_start (flow->oauth->verify, ok->email, ok->password_hash,
-                                                  s_param (flow, "password"), s_on_verified, flow));
+    const char *response_type = s_param (flow, "response_type");
+    const char *challenge = s_param (flow, "code_challenge");
+    const char *method = s_param (flow, "code_challenge_method");
+    const char *resource = s_param (flow, "resource");
+    const char *error = "invalid_request";
+    if (!response_type || !streq (response_type, "code")) {
+        snprintf (text, size, "response_type must be code");
+        error = response_type ? "unsupported_response_type" : error;
+    } else if (!challenge)
+        snprintf (text, size, "code_challenge is required (PKCE with S256)");
+    else if (!method || !streq (method, "S256"))
+        snprintf (text, size, "code_challenge_method must be S256 (plain is not accepted)");
+    else if (strlen (challenge) != 43 ||
+             strspn (challenge,
+                     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != 43)
+        snprintf (text, size,
+                  "code_challenge must be the base64url SHA-256 of the verifier (43 characters)");
+    else if (resource && !streq (resource, flow->oauth->resource)) {
+        snprintf (text, size, "this server issues tokens for %s only", flow->oauth->resource);
+        error = "invalid_target";
+    } else
+        error = NULL;
+    return error;
 }
 
 //  The client is known: check the request, then serve the page or the form's action.
@@ -591,50 +575,19 @@ static void s_client_ready (s_flow_t *flow, gw_request_t *req)
     if (!asked && client->uri_count == 1)
         flow->redirect_uri = client->uris[0];
     if (!flow->redirect_uri) {
-        s_error_page (req, 400, "This sign-in link is not valid",
-                      asked ? "The redirect_uri of this request is not one the client registered "
-                              "(it must match exactly). Ask the app's developer to fix it."
-                            : "This request has no redirect_uri, and the client registered more "
-                              "than one.");
+        gw_pages_respond_error (
+            req, 400, "This sign-in link is not valid",
+            asked ? "The redirect_uri of this request is not one the client registered "
+                    "(it must match exactly). Ask the app's developer to fix it."
+                  : "This request has no redirect_uri, and the client registered more "
+                    "than one.");
         s_flow_end (flow);
         return;
     }
-    const char *response_type = s_param (flow, "response_type");
-    const char *challenge = s_param (flow, "code_challenge");
-    const char *method = s_param (flow, "code_challenge_method");
-    const char *resource = s_param (flow, "resource");
     char text[300];
-    if (!response_type || !streq (response_type, "code")) {
-        s_redirect_error (flow, req,
-                          response_type ? "unsupported_response_type" : "invalid_request",
-                          "response_type must be code");
-        s_flow_end (flow);
-        return;
-    }
-    if (!challenge) {
-        s_redirect_error (flow, req, "invalid_request",
-                          "code_challenge is required (PKCE with S256)");
-        s_flow_end (flow);
-        return;
-    }
-    if (!method || !streq (method, "S256")) {
-        s_redirect_error (flow, req, "invalid_request",
-                          "code_challenge_method must be S256 (plain is not accepted)");
-        s_flow_end (flow);
-        return;
-    }
-    if (strlen (challenge) != 43 ||
-        strspn (challenge, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") !=
-            43) {
-        s_redirect_error (flow, req, "invalid_request",
-                          "code_challenge must be the base64url SHA-256 of the verifier "
-                          "(43 characters)");
-        s_flow_end (flow);
-        return;
-    }
-    if (resource && !streq (resource, self->resource)) {
-        snprintf (text, sizeof text, "this server issues tokens for %s only", self->resource);
-        s_redirect_error (flow, req, "invalid_target", text);
+    const char *error = s_authorize_check (flow, text, sizeof text);
+    if (error) {
+        s_redirect_error (flow, req, error, text);
         s_flow_end (flow);
         return;
     }
@@ -655,28 +608,19 @@ static void s_client_ready (s_flow_t *flow, gw_request_t *req)
         return;
     }
     if (!gw_session_csrf_ok (self->session, req, s_param (flow, "csrf"))) {
-        s_error_page (req, 403, "This form has expired",
-                      "The form was not sent from this site's page, or it is too old. Go back "
-                      "to the app and connect again.");
+        gw_pages_respond_error (
+            req, 403, "This form has expired",
+            "The form was not sent from this site's page, or it is too old. Go back "
+            "to the app and connect again.");
         s_flow_end (flow);
         return;
     }
     const char *action = s_param (flow, "action");
-    if (action && streq (action, "signin")) {
-        const char *email_in = s_param (flow, "email");
-        if (!email_in || !s_param (flow, "password") || strlen (email_in) > 254) {
-            s_signin_page (flow, req, 200, "Type your email and password.");
-            s_flow_end (flow);
-            return;
-        }
-        free (flow->account_id);
-        free (flow->email);
-        flow->account_id = flow->email = NULL;
-        sbx_msg_t *request = sbx_msg_new (SBX_MSG_OAUTH_PASSWORD);
-        sbx_str_set (&sbx_msg_oauth_password (request)->email, email_in);
-        S_KEEP (flow->broker_handle,
-                gw_broker_send (self->broker, NULL, &request, S_BROKER_MS, s_on_password, flow));
-    } else if (action && streq (action, "deny")) {
+    if (action && streq (action, "signin"))
+        GW_KEEP (flow->signin_handle,
+                 gw_signin_start (self->signin, s_param (flow, "email"), s_param (flow, "password"),
+                                  s_on_signin, flow));
+    else if (action && streq (action, "deny")) {
         sbx_info ("oauth: access denied to client %.200s", client->client_id);
         s_redirect_error (flow, req, "access_denied", "the user did not allow access");
         s_flow_end (flow);
@@ -695,21 +639,21 @@ static void s_client_ready (s_flow_t *flow, gw_request_t *req)
 static void s_on_client (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
     s_flow_t *flow = arg;
-    flow->broker_handle = 0;
-    gw_request_t *req = s_flow_req (flow);
+    gw_request_t *req = s_flow_answered (flow);
     if (!req)
         return;
     if (!reply) {
         if (code == SBX_E_NOT_FOUND)
-            s_error_page (req, 400, "Unknown app",
-                          "The app that sent you here is not registered with this server "
-                          "(unknown client_id). Remove the connection in the app and add it "
-                          "again.");
+            gw_pages_respond_error (
+                req, 400, "Unknown app",
+                "The app that sent you here is not registered with this server "
+                "(unknown client_id). Remove the connection in the app and add it "
+                "again.");
         else {
             char text[600];
             snprintf (text, sizeof text, "Signing in is not possible right now: %s (%s).",
                       message ? message : "", sbx_code_name (code));
-            s_error_page (req, 503, "Try again later", text);
+            gw_pages_respond_error (req, 503, "Try again later", text);
         }
         s_flow_end (flow);
         return;
@@ -724,7 +668,7 @@ static void s_on_client (sbx_msg_t *reply, sbx_code_t code, const char *message,
     }
     flow->client = client;
     if (!client) {
-        s_error_page (req, 500, "Something went wrong", "out of memory");
+        gw_pages_respond_error (req, 500, "Something went wrong", "out of memory");
         s_flow_end (flow);
         return;
     }
@@ -818,7 +762,7 @@ static void s_on_fetched (int status, const char *body, size_t size, const char 
         char text[800];
         snprintf (text, sizeof text,
                   "The app's client ID metadata document at %.300s cannot be used: %s.", url, why);
-        s_error_page (req, 400, "Unknown app", text);
+        gw_pages_respond_error (req, 400, "Unknown app", text);
         s_flow_end (flow);
         return;
     }
@@ -848,28 +792,29 @@ static void s_authorize (gw_oauth_t *self, gw_request_t *req)
     zhashx_t *params = gw_session_form (post ? (const char *) gw_request_body (req)
                                              : gw_request_query_string (req));
     if (!params) {
-        s_error_page (req, 400, "This sign-in link is not valid",
-                      "Its parameters are not well-formed (bad % escapes).");
+        gw_pages_respond_error (req, 400, "This sign-in link is not valid",
+                                "Its parameters are not well-formed (bad % escapes).");
         return;
     }
     const char *client_id = zhashx_lookup (params, "client_id");
     if (!client_id || !*client_id) {
         zhashx_destroy (&params);
-        s_error_page (req, 400, "This sign-in link is not valid",
-                      "It names no app (client_id is missing).");
+        gw_pages_respond_error (req, 400, "This sign-in link is not valid",
+                                "It names no app (client_id is missing).");
         return;
     }
     s_flow_t *flow = s_flow_new (self, req, OP_AUTHORIZE, &params);
     if (!flow) {
-        s_error_page (req, 500, "Something went wrong", "out of memory");
+        gw_pages_respond_error (req, 500, "Something went wrong", "out of memory");
         return;
     }
     client_id = s_param (flow, "client_id");
     if (strncmp (client_id, "https://", 8) == 0) {
         if (!s_cimd_url_ok (client_id)) {
-            s_error_page (req, 400, "Unknown app",
-                          "The app's client_id is a URL this server cannot use: it must be "
-                          "https, with a path, without a fragment or credentials.");
+            gw_pages_respond_error (
+                req, 400, "Unknown app",
+                "The app's client_id is a URL this server cannot use: it must be "
+                "https, with a path, without a fragment or credentials.");
             s_flow_end (flow);
             return;
         }
@@ -878,13 +823,12 @@ static void s_authorize (gw_oauth_t *self, gw_request_t *req)
             flow->client = s_client_dup (cached);
             s_client_ready (flow, req);
         } else
-            S_KEEP (flow->fetch_handle, gw_fetch_get (self->fetch, client_id, s_on_fetched, flow));
+            GW_KEEP (flow->fetch_handle, gw_fetch_get (self->fetch, client_id, s_on_fetched, flow));
         return;
     }
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_OAUTH_CLIENT_GET);
     sbx_str_set (&sbx_msg_oauth_client_get (request)->client_id, client_id);
-    S_KEEP (flow->broker_handle,
-            gw_broker_send (self->broker, NULL, &request, S_BROKER_MS, s_on_client, flow));
+    s_flow_send (flow, &request, s_on_client);
 }
 
 //  --------------------------------------------------------------------------
@@ -893,8 +837,7 @@ static void s_authorize (gw_oauth_t *self, gw_request_t *req)
 static void s_on_token (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
     s_flow_t *flow = arg;
-    flow->broker_handle = 0;
-    gw_request_t *req = s_flow_req (flow);
+    gw_request_t *req = s_flow_answered (flow);
     if (!req)
         return;
     if (!reply) {
@@ -1017,15 +960,13 @@ static void s_token (gw_oauth_t *self, gw_request_t *req)
     sbx_str_set (&args->redirect_uri, s_param (flow, "redirect_uri"));
     sbx_str_set (&args->refresh_token, s_param (flow, "refresh_token"));
     free (client_id);
-    S_KEEP (flow->broker_handle,
-            gw_broker_send (self->broker, NULL, &request, S_BROKER_MS, s_on_token, flow));
+    s_flow_send (flow, &request, s_on_token);
 }
 
 static void s_on_revoked (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
     s_flow_t *flow = arg;
-    flow->broker_handle = 0;
-    gw_request_t *req = s_flow_req (flow);
+    gw_request_t *req = s_flow_answered (flow);
     if (!req)
         return;
     if (!reply && code != SBX_E_INVALID_ARGUMENT) {
@@ -1059,8 +1000,7 @@ static void s_revoke (gw_oauth_t *self, gw_request_t *req)
     }
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_OAUTH_REVOKE);
     sbx_str_set (&sbx_msg_oauth_revoke (request)->token, s_param (flow, "token"));
-    S_KEEP (flow->broker_handle,
-            gw_broker_send (self->broker, NULL, &request, S_BROKER_MS, s_on_revoked, flow));
+    s_flow_send (flow, &request, s_on_revoked);
 }
 
 //  --------------------------------------------------------------------------
@@ -1137,7 +1077,7 @@ gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, 
     self->http = http;
     self->broker = gw_broker_new (config, peer);
     self->session = gw_session_new (config);
-    self->verify = gw_verify_new (loop);
+    self->signin = gw_signin_new (loop, self->broker, "oauth");
     const char *allow =
         config ? sbx_config_get (config, "gateway.oauth_allow_private_fetch", "false") : "false";
     gw_fetch_options_t options = {
@@ -1149,7 +1089,7 @@ gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, 
         self->resource = NULL;
     self->flows = zhashx_new ();
     self->cimd = zhashx_new ();
-    if (!self->broker || !self->session || !self->verify || !self->fetch || !self->issuer ||
+    if (!self->broker || !self->session || !self->signin || !self->fetch || !self->issuer ||
         !self->resource || !self->flows || !self->cimd) {
         gw_oauth_destroy (&self);
         return NULL;
@@ -1179,7 +1119,7 @@ void gw_oauth_destroy (gw_oauth_t **self_p)
     }
     zhashx_destroy (&self->cimd);
     gw_fetch_destroy (&self->fetch);
-    gw_verify_destroy (&self->verify);
+    gw_signin_destroy (&self->signin);
     gw_session_destroy (&self->session);
     gw_broker_destroy (&self->broker);
     free (self->issuer);

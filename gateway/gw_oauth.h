@@ -11,7 +11,7 @@
       POST /oauth/revoke     RFC 7009
     A client_id that is an https URL is a client ID metadata document: fetched (gw_fetch,
     off the loop), checked (its client_id must be its URL), cached 10 minutes; only its
-    redirect_uris are accepted. Passwords are verified off the loop (gw_verify). The
+    redirect_uris are accepted. Sign-in is gw_signin's (passwords verified off the loop). The
     state lives in the broker (oauth.* messages, broker/brk_oauth.c); the issuer, the
     resource and the 401's resource_metadata all derive from gw_auth_base_url's rule
     (sbx_urls_base), so they agree byte for byte.

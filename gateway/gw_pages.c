@@ -301,6 +301,27 @@ char *gw_pages_account (const char *csrf, const char *email, const char *usage_h
     return s_close (out, &page);
 }
 
+void gw_pages_respond (gw_request_t *req, int status, char *page)
+{
+    gw_request_add_header (req, "Cache-Control", "no-store");
+    gw_request_add_header (req, "X-Frame-Options", "DENY");
+    gw_request_add_header (req, "Referrer-Policy", "no-referrer");
+    //  No form-action: browsers apply it to the redirect after the consent form, which
+    //  goes to the client's own redirect URI.
+    gw_request_add_header (req, "Content-Security-Policy",
+                           "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'");
+    if (page)
+        gw_request_respond (req, status, "text/html; charset=utf-8", page, strlen (page));
+    else
+        gw_request_respond (req, 500, "text/plain", "out of memory", 13);
+    free (page);
+}
+
+void gw_pages_respond_error (gw_request_t *req, int status, const char *title, const char *message)
+{
+    gw_pages_respond (req, status, gw_pages_error (title, message));
+}
+
 void gw_pages_test (bool verbose)
 {
     (void) verbose;

@@ -7,6 +7,7 @@
 #ifndef GW_PAGES_H_INCLUDED
 #define GW_PAGES_H_INCLUDED
 
+#include "gw_http.h"
 #include "sbx_common.h"
 
 typedef struct {
@@ -72,6 +73,13 @@ char *gw_pages_usage (const gw_pages_usage_t *usage);
 char *gw_pages_account (const char *csrf, const char *email, const char *usage_html,
                         const gw_pages_key_t *keys, size_t count, const char *new_key,
                         const char *notice);
+
+//  Answers req with page (taken; NULL, out of memory, answers 500) and the headers every
+//  page wants: not cached, not framed, no referrer, a CSP allowing the inline style only.
+void gw_pages_respond (gw_request_t *req, int status, char *page);
+
+//  Answers req with an error page (gw_pages_error), as gw_pages_respond.
+void gw_pages_respond_error (gw_request_t *req, int status, const char *title, const char *message);
 
 //  Escapes & < > " ' for HTML text and attribute values. Caller frees.
 char *gw_pages_escape (const char *text);

@@ -1,5 +1,6 @@
 /*  gw_verify - see gw_verify.h */
 #include "gw_verify.h"
+#include "gw_worker.h"
 #include "sbx_clock.h"
 #include "sbx_secret.h"
 
@@ -10,12 +11,14 @@
 #define S_WINDOW_MS   (15 * 60 * 1000)
 #define S_MAX_TRACKED 10000
 
+//  A check's context, carried through the worker (gw_worker copies it).
 typedef struct {
+    gw_verify_t *verify;
     gw_verify_fn *fn;
     void *arg;
     char who[256];
     bool throttled;
-} s_pending_t;
+} s_check_t;
 
 //  Wrong passwords for one name since window_mono.
 typedef struct {
@@ -24,91 +27,50 @@ typedef struct {
 } s_guesses_t;
 
 struct gw_verify_t {
-    zloop_t *loop;
-    zactor_t *worker;
-    zhashx_t *pending; //  handle → s_pending_t
+    gw_worker_t *worker;
     zhashx_t *guesses; //  lower-case name → s_guesses_t
-    uint64_t next_handle;
 };
 
-//  The worker: [handle, hash, password] in, [handle, "1" | "0"] out, until $TERM.
-static void s_worker (zsock_t *pipe, void *args)
+//  In the worker: [hash, password] in, ["1" | "0"] out.
+static zmsg_t *s_work (zmsg_t *request, void *state)
 {
-    (void) args;
-    zsock_signal (pipe, 0);
-    while (true) {
-        zmsg_t *msg = zmsg_recv (pipe);
-        if (!msg)
-            break;
-        char *first = zmsg_popstr (msg);
-        if (!first || streq (first, "$TERM")) {
-            zstr_free (&first);
-            zmsg_destroy (&msg);
-            break;
-        }
-        char *hash = zmsg_popstr (msg);
-        char *password = zmsg_popstr (msg);
-        //  An empty hash: a throttled attempt, answered without the work.
-        bool match = hash && *hash && sbx_secret_password_verify (hash, password);
-        if (password)
-            sbx_secret_wipe (password);
-        zsock_send (pipe, "ss", first, match ? "1" : "0");
-        zstr_free (&first);
-        zstr_free (&hash);
-        zstr_free (&password);
-        zmsg_destroy (&msg);
-    }
+    (void) state;
+    char *hash = zmsg_popstr (request);
+    char *password = zmsg_popstr (request);
+    //  An empty hash: a throttled attempt, answered without the work.
+    bool match = hash && *hash && password && sbx_secret_password_verify (hash, password);
+    if (password)
+        sbx_secret_wipe (password);
+    zstr_free (&hash);
+    zstr_free (&password);
+    zmsg_t *answer = zmsg_new ();
+    zmsg_addstr (answer, match ? "1" : "0");
+    return answer;
 }
 
-static int s_on_answer (zloop_t *loop, zsock_t *sock, void *arg)
+static void s_on_answer (zmsg_t *answer, void *context)
 {
-    (void) loop;
-    gw_verify_t *self = arg;
-    char *handle = NULL, *match = NULL;
-    if (zsock_recv (sock, "ss", &handle, &match) == 0 && handle && match) {
-        uint64_t h = strtoull (handle, NULL, 10);
-        s_pending_t *p = zhashx_lookup (self->pending, (void *) (uintptr_t) h);
-        if (p) {
-            s_pending_t copy = *p;
-            zhashx_delete (self->pending, (void *) (uintptr_t) h);
-            gw_verify_result_t result = copy.throttled       ? GW_VERIFY_THROTTLED
-                                        : streq (match, "1") ? GW_VERIFY_MATCH
-                                                             : GW_VERIFY_WRONG;
-            s_guesses_t *guesses = zhashx_lookup (self->guesses, copy.who);
-            if (result == GW_VERIFY_MATCH)
-                zhashx_delete (self->guesses, copy.who);
-            else if (result == GW_VERIFY_WRONG) {
-                if (!guesses && (guesses = calloc (1, sizeof *guesses))) {
-                    if (zhashx_size (self->guesses) >= S_MAX_TRACKED)
-                        zhashx_purge (self->guesses);
-                    guesses->window_mono = sbx_clock_mono_ms ();
-                    zhashx_insert (self->guesses, copy.who, guesses);
-                }
-                if (guesses)
-                    guesses->wrong++;
-            }
-            copy.fn (result, copy.arg);
-        }
-    }
-    zstr_free (&handle);
+    s_check_t *check = context;
+    gw_verify_t *self = check->verify;
+    char *match = zmsg_popstr (answer);
+    gw_verify_result_t result = check->throttled              ? GW_VERIFY_THROTTLED
+                                : match && streq (match, "1") ? GW_VERIFY_MATCH
+                                                              : GW_VERIFY_WRONG;
     zstr_free (&match);
-    return 0;
-}
-
-static size_t s_handle_hash (const void *key)
-{
-    return (size_t) (uintptr_t) key;
-}
-
-static int s_handle_cmp (const void *a, const void *b)
-{
-    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
-}
-
-static void s_pending_free (void **item)
-{
-    free (*item);
-    *item = NULL;
+    s_guesses_t *guesses = zhashx_lookup (self->guesses, check->who);
+    if (result == GW_VERIFY_MATCH)
+        zhashx_delete (self->guesses, check->who);
+    else if (result == GW_VERIFY_WRONG) {
+        if (!guesses && (guesses = calloc (1, sizeof *guesses))) {
+            if (zhashx_size (self->guesses) >= S_MAX_TRACKED)
+                zhashx_purge (self->guesses);
+            guesses->window_mono = sbx_clock_mono_ms ();
+            zhashx_insert (self->guesses, check->who, guesses);
+        }
+        if (guesses)
+            guesses->wrong++;
+    }
+    check->fn (result, check->arg);
 }
 
 static void s_guesses_free (void **item)
@@ -122,21 +84,12 @@ gw_verify_t *gw_verify_new (zloop_t *loop)
     gw_verify_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
-    self->loop = loop;
-    self->next_handle = 1;
-    self->pending = zhashx_new ();
     self->guesses = zhashx_new ();
-    self->worker = zactor_new (s_worker, NULL);
-    if (!self->pending || !self->guesses || !self->worker ||
-        zloop_reader (loop, (zsock_t *) zactor_sock (self->worker), s_on_answer, self)) {
+    self->worker = gw_worker_new (loop, s_work, NULL, NULL);
+    if (!self->guesses || !self->worker) {
         gw_verify_destroy (&self);
         return NULL;
     }
-    zhashx_set_key_hasher (self->pending, s_handle_hash);
-    zhashx_set_key_comparator (self->pending, s_handle_cmp);
-    zhashx_set_key_duplicator (self->pending, NULL);
-    zhashx_set_key_destructor (self->pending, NULL);
-    zhashx_set_destructor (self->pending, s_pending_free);
     zhashx_set_destructor (self->guesses, s_guesses_free);
     return self;
 }
@@ -147,11 +100,7 @@ void gw_verify_destroy (gw_verify_t **self_p)
     gw_verify_t *self = *self_p;
     if (!self)
         return;
-    if (self->worker) {
-        zloop_reader_end (self->loop, (zsock_t *) zactor_sock (self->worker));
-        zactor_destroy (&self->worker);
-    }
-    zhashx_destroy (&self->pending);
+    gw_worker_destroy (&self->worker);
     zhashx_destroy (&self->guesses);
     free (self);
     *self_p = NULL;
@@ -160,41 +109,36 @@ void gw_verify_destroy (gw_verify_t **self_p)
 uint64_t gw_verify_start (gw_verify_t *self, const char *who, const char *hash,
                           const char *password, gw_verify_fn *fn, void *arg)
 {
-    s_pending_t *p = calloc (1, sizeof *p);
-    if (!p || !hash || !password) {
-        free (p);
+    if (!hash || !password) {
         fn (GW_VERIFY_WRONG, arg);
         return 0;
     }
-    p->fn = fn;
-    p->arg = arg;
+    s_check_t check = {.verify = self, .fn = fn, .arg = arg};
     size_t i = 0;
-    for (; who && who[i] && i < sizeof p->who - 1; i++)
-        p->who[i] = (char) tolower ((unsigned char) who[i]);
-    p->who[i] = 0;
-    s_guesses_t *guesses = zhashx_lookup (self->guesses, p->who);
+    for (; who && who[i] && i < sizeof check.who - 1; i++)
+        check.who[i] = (char) tolower ((unsigned char) who[i]);
+    check.who[i] = 0;
+    s_guesses_t *guesses = zhashx_lookup (self->guesses, check.who);
     if (guesses && sbx_clock_mono_ms () - guesses->window_mono >= S_WINDOW_MS) {
-        zhashx_delete (self->guesses, p->who); //  the window is over: start afresh
+        zhashx_delete (self->guesses, check.who); //  the window is over: start afresh
         guesses = NULL;
     }
-    p->throttled = guesses && guesses->wrong >= S_MAX_WRONG;
-    uint64_t handle = self->next_handle++;
-    char text[24];
-    snprintf (text, sizeof text, "%llu", (unsigned long long) handle);
-    zhashx_insert (self->pending, (void *) (uintptr_t) handle, p);
-    if (zsock_send (self->worker, "sss", text, p->throttled ? "" : hash,
-                    p->throttled ? "" : password)) {
-        zhashx_delete (self->pending, (void *) (uintptr_t) handle);
-        fn (GW_VERIFY_WRONG, arg);
-        return 0;
+    check.throttled = guesses && guesses->wrong >= S_MAX_WRONG;
+    zmsg_t *request = zmsg_new ();
+    if (request) {
+        zmsg_addstr (request, check.throttled ? "" : hash);
+        zmsg_addstr (request, check.throttled ? "" : password);
     }
+    uint64_t handle = gw_worker_start (self->worker, &request, s_on_answer, &check, sizeof check);
+    if (!handle)
+        fn (GW_VERIFY_WRONG, arg);
     return handle;
 }
 
 void gw_verify_cancel (gw_verify_t *self, uint64_t handle)
 {
-    if (self && handle)
-        zhashx_delete (self->pending, (void *) (uintptr_t) handle);
+    if (self)
+        gw_worker_cancel (self->worker, handle);
 }
 
 //  --------------------------------------------------------------------------

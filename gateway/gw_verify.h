@@ -1,7 +1,7 @@
 /*  gw_verify - password verification off the loop.
 
     argon2id is slow on purpose (tens of milliseconds, 64 MiB): done in the loop it would
-    stall every other request. A worker thread (a zactor) verifies one password at a time
+    stall every other request. A worker thread (gw_worker) verifies one password at a time
     and the answer comes back to the loop, where the callback is called.
 
     Guessing is throttled: after 10 wrong passwords for one sign-in name within 15
