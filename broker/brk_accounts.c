@@ -284,6 +284,13 @@ sbx_msg_t *brk_accounts_key_revoke (brk_ctx_t *ctx, sbx_msg_t *request)
 {
     if (!request->caller)
         return s_no_caller (request);
+    //  A narrowed key (ci, read-only, no-delete) or an OAuth connection must not revoke
+    //  the account's other credentials; a full key, the account page and operators may.
+    const sbx_caller_t *caller = request->caller;
+    if (caller->kind == SBX_CALLER_KIND_OAUTH ||
+        (caller->kind == SBX_CALLER_KIND_API_KEY && caller->preset != SBX_KEY_PRESET_FULL))
+        return sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
+                                  "only a full key can revoke keys; this credential is narrower");
     const char *key_id = sbx_msg_key_revoke (request)->key_id;
     brk_key_t key;
     int rc = brk_store_key_find (ctx->store, key_id, &key);

@@ -40,6 +40,8 @@ typedef enum {
     R_READ,
     R_WRITE,
     R_USAGE,
+    R_KEYS,
+    R_KEY_REVOKE,
 } s_op_t;
 
 typedef struct {
@@ -63,6 +65,8 @@ static const s_route_t s_routes[] = {{"GET", "/v1/openapi.json", R_OPENAPI},
                                      {"GET", "/v1/sandboxes/{id}/files", R_READ},
                                      {"PUT", "/v1/sandboxes/{id}/files", R_WRITE},
                                      {"GET", "/v1/usage", R_USAGE},
+                                     {"GET", "/v1/keys", R_KEYS},
+                                     {"DELETE", "/v1/keys/{id}", R_KEY_REVOKE},
                                      {NULL, NULL, 0}};
 
 //  What a request brings, apart from the connection: filled from gw_request_t, or by
@@ -413,7 +417,8 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
     s_input_t *in = &job->in;
     json_t *body = NULL;
     sbx_code_t code = SBX_E_INVALID_ARGUMENT;
-    if (in->op != R_LIST && in->op != R_CREATE && in->op != R_OPENAPI && in->op != R_USAGE)
+    if (in->op != R_LIST && in->op != R_CREATE && in->op != R_OPENAPI && in->op != R_USAGE &&
+        in->op != R_KEYS && in->op != R_KEY_REVOKE)
         job->sandbox_id = strdup (in->params[0]);
     job->timeout_ms = S_SIMPLE_MS;
     switch (in->op) {
@@ -430,6 +435,16 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
         sbx_str_set (&args->sandbox_id, in->q_sandbox);
         break;
     }
+    case R_KEYS:
+        //  The caller's own account: its API keys and OAuth connections.
+        job->request = sbx_msg_new (SBX_MSG_KEY_LIST);
+        sbx_str_set (&sbx_msg_key_list (job->request)->account,
+                     job->caller ? job->caller->account_id : NULL);
+        break;
+    case R_KEY_REVOKE:
+        job->request = sbx_msg_new (SBX_MSG_KEY_REVOKE);
+        sbx_str_set (&sbx_msg_key_revoke (job->request)->key_id, in->params[0]);
+        break;
     case R_CREATE: {
         const char *name, *type, *snapshot;
         json_int_t ttl;
@@ -722,6 +737,31 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
                           sandboxes, "days", days);
         break;
     }
+    case R_KEYS: {
+        sbx_key_info_list_t *list = &sbx_msg_key_list_ok (reply)->keys;
+        json_t *keys = json_array ();
+        for (size_t i = 0; i < list->count; i++) {
+            sbx_key_info_t *k = &list->items[i];
+            json_t *key = json_pack (
+                "{s:s, s:s, s:s?, s:s?, s:s?, s:b}", "id", k->key_id, "kind",
+                sbx_key_kind_name (k->kind), "name", k->name, "preset",
+                k->kind == SBX_KEY_KIND_CONNECTION ? NULL : sbx_key_preset_name (k->preset),
+                "prefix", k->prefix, "revoked", k->revoked);
+            const uint64_t times[] = {k->created_ms, k->last_used_ms, k->expires_ms};
+            const char *names[] = {"createdAt", "lastUsedAt", "expiresAt"};
+            for (size_t t = 0; t < 3; t++) {
+                char iso[40];
+                sbx_clock_iso8601 (times[t], iso, sizeof iso);
+                json_object_set_new (key, names[t], times[t] ? json_string (iso) : json_null ());
+            }
+            json_array_append_new (keys, key);
+        }
+        body = json_pack ("{s:o}", "keys", keys);
+        break;
+    }
+    case R_KEY_REVOKE:
+        body = json_pack ("{s:s, s:b}", "id", job->in.params[0], "revoked", true);
+        break;
     case R_LIST: {
         sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
         json_t *all = json_array ();
@@ -836,6 +876,14 @@ static void s_serve (s_job_t *job, gw_request_t *req)
     //  Keys only: OAuth tokens are for /mcp, and a leaked one must not reach the API.
     if (caller->kind != SBX_CALLER_KIND_API_KEY) {
         s_send_error (req, SBX_E_UNAUTHENTICATED, "the REST API takes API keys only");
+        s_job_end (job);
+        return;
+    }
+    //  Keys are the account's own business: only a full key may revoke one (the broker
+    //  holds to that too).
+    if (route->op == R_KEY_REVOKE && caller->preset != SBX_KEY_PRESET_FULL) {
+        s_send_error (req, SBX_E_PERMISSION_DENIED,
+                      "only a full key can revoke keys; this key's preset is narrower");
         s_job_end (job);
         return;
     }

@@ -8,7 +8,7 @@ import ssl
 import time
 import unittest
 
-from sbxtest import BIN, Sbx, main
+from sbxtest import BIN, Sbx, main, wait_for
 
 ROUTES = {
     "/v1/openapi.json": {"get"},
@@ -22,6 +22,8 @@ ROUTES = {
     "/v1/sandboxes/{id}/processes/{pid}/kill": {"post"},
     "/v1/sandboxes/{id}/files": {"get", "put"},
     "/v1/usage": {"get"},
+    "/v1/keys": {"get"},
+    "/v1/keys/{id}": {"delete"},
 }
 
 
@@ -117,6 +119,34 @@ class RestTest(unittest.TestCase):
         status, _, body = self.req("GET", "/v1/sandboxes", key="ro")
         self.assertEqual(status, 200)
         self.assertIsInstance(body["sandboxes"], list)
+
+    def test_keys(self):
+        """The account's own keys: listed by any of its keys, revoked by a full one only."""
+        made = self.s.cli_json("key", "create", "--account", "alice@example.com",
+                               "--preset", "full", "--name", "spare")
+        status, _, body = self.req("GET", "/v1/keys", key="ro")
+        self.assertEqual(status, 200, body)
+        mine = {k["id"]: k for k in body["keys"]}
+        self.assertEqual(mine[made["key_id"]]["name"], "spare")
+        self.assertEqual(mine[made["key_id"]]["kind"], "api_key")
+        self.assertEqual(mine[made["key_id"]]["preset"], "full")
+        self.assertFalse(mine[made["key_id"]]["revoked"])
+        self.assertRegex(mine[made["key_id"]]["createdAt"], r"^\d{4}-\d\d-\d\dT")
+        self.assertNotIn(made["key"], json.dumps(body))  # secrets never come back
+        # Another account's keys are not listed, and can't be revoked (not found).
+        status, _, theirs = self.req("GET", "/v1/keys", key="b")
+        self.assertFalse(set(mine) & {k["id"] for k in theirs["keys"]})
+        self.assertError(self.req("DELETE", f"/v1/keys/{made['key_id']}", key="b"), 404,
+                         "not_found")
+        self.assertError(self.req("DELETE", f"/v1/keys/{made['key_id']}", key="ro"), 403,
+                         "permission_denied",
+                         "only a full key can revoke keys; this key's preset is narrower")
+        status, _, body = self.req("DELETE", f"/v1/keys/{made['key_id']}")
+        self.assertEqual((status, body), (200, {"id": made["key_id"], "revoked": True}))
+        wait_for(lambda: self.req("GET", "/v1/sandboxes", key=made["key"])[0] == 401, 10,
+                 "the revoked key refused")
+        status, _, body = self.req("GET", "/v1/keys")
+        self.assertTrue({k["id"]: k for k in body["keys"]}[made["key_id"]]["revoked"])
 
     # -- one real sandbox, start to end ----------------------------------------
     def test_sandbox(self):
