@@ -70,6 +70,7 @@ typedef struct {
     unsigned backoff;    //  msecs before the next restart
     uint64_t spawn_mono; //  when it was spawned, for "ready after N ms"
     uint64_t started_ms; //  the same on the wall clock, for the status file
+    off_t log_start;     //  the size of its log when it was spawned
 } child_t;
 
 struct _cli_supervisor_t {
@@ -325,6 +326,8 @@ static int s_spawn (child_t *child)
     char **envp = s_child_env ();
     pid_t pid = -1;
     const char *what = "fork";
+    if (log_fd != -1)
+        child->log_start = lseek (log_fd, 0, SEEK_END);
     if (log_fd == -1)
         what = child->log_path;
     else if (null_fd == -1)
@@ -375,6 +378,35 @@ static int s_spawn (child_t *child)
     return 0;
 }
 
+//  The last ERROR line the child logged since it was spawned, without its time and
+//  name prefix, in out ("" when none): so that `sbx up` says why a daemon keeps
+//  exiting, not only that it does.
+static void s_last_error (child_t *child, char *out, size_t size)
+{
+    out[0] = 0;
+    int fd = open (child->log_path, O_RDONLY | O_CLOEXEC);
+    if (fd == -1)
+        return;
+    char tail[8192];
+    off_t end = lseek (fd, 0, SEEK_END);
+    off_t from = end - (off_t) sizeof tail + 1 > child->log_start ? end - (off_t) sizeof tail + 1
+                                                                  : child->log_start;
+    ssize_t got = end > from ? pread (fd, tail, (size_t) (end - from), from) : 0;
+    close (fd);
+    if (got <= 0)
+        return;
+    tail[got] = 0;
+    for (char *line = tail, *next; line && *line; line = next) {
+        next = strchr (line, '\n');
+        if (next)
+            *next++ = 0;
+        const char *level = strstr (line, " ERROR ");
+        const char *text = level ? strstr (level, "] ") : NULL;
+        if (text)
+            snprintf (out, size, "%s", text + 2);
+    }
+}
+
 static void s_schedule_restart (child_t *child, const char *why)
 {
     cli_supervisor_t *self = child->owner;
@@ -384,8 +416,10 @@ static void s_schedule_restart (child_t *child, const char *why)
     char pid[24] = "";
     if (child->last_pid)
         snprintf (pid, sizeof pid, " (pid %d)", (int) child->last_pid);
-    sbx_warn ("%s %s%s; restarting in %g s (restart #%u)", child->name, why, pid, delay / 1000.0,
-              child->restarts);
+    char error[600];
+    s_last_error (child, error, sizeof error);
+    sbx_warn ("%s %s%s%s%s; restarting in %g s (restart #%u)", child->name, why, pid,
+              *error ? ": " : "", error, delay / 1000.0, child->restarts);
     s_set_state (child, STATE_BACKOFF);
     s_timer_set (child, delay);
 }
@@ -1383,6 +1417,38 @@ static int s_test_remove (const char *path, const struct stat *st, int flag, str
     return remove (path);
 }
 
+//  The reason `sbx up` prints for a daemon that exits: the last ERROR line of this run
+//  of it, not of an earlier one.
+static void s_test_last_error (const char *root)
+{
+    char path[256];
+    snprintf (path, sizeof path, "%s/last_error.log", root);
+    FILE *file = fopen (path, "w");
+    assert (file);
+    fputs ("2026-11-30T04:00:00.000Z ERROR sbx-vmd[1] an old run's error\n", file);
+    long start = ftell (file);
+    fputs ("2026-11-30T04:00:01.000Z INFO  sbx-vmd[2] starting\n"
+           "2026-11-30T04:00:01.100Z ERROR sbx-vmd[2] first: cannot go on\n"
+           "2026-11-30T04:00:01.200Z ERROR sbx-vmd[2] vmd.network = isolated needs root\n"
+           "2026-11-30T04:00:01.300Z INFO  sbx-vmd[2] stopped\n",
+           file);
+    fclose (file);
+    child_t child = {.log_path = path, .log_start = (off_t) start};
+    char error[128];
+    s_last_error (&child, error, sizeof error);
+    assert (streq (error, "vmd.network = isolated needs root"));
+    child.log_start = 0;
+    truncate (path, start);
+    s_last_error (&child, error, sizeof error);
+    assert (streq (error, "an old run's error"));
+    child.log_start = (off_t) start;
+    s_last_error (&child, error, sizeof error); //  nothing new since the spawn
+    assert (streq (error, ""));
+    child.log_path = "/nonexistent/log";
+    s_last_error (&child, error, sizeof error);
+    assert (streq (error, ""));
+}
+
 void cli_supervisor_test (bool verbose)
 {
     sbx_log_init ("cli_supervisor_test", verbose ? SBX_LOG_DEBUG : SBX_LOG_ERROR);
@@ -1410,6 +1476,7 @@ void cli_supervisor_test (bool verbose)
     s_test_grace (root);
     s_test_twice (root);
     s_test_timeout (root);
+    s_test_last_error (root);
 
     nftw (root, s_test_remove, 16, FTW_DEPTH | FTW_PHYS);
     sbx_log_init ("sbx", SBX_LOG_INFO);
