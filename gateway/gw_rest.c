@@ -747,6 +747,11 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
                 sbx_key_kind_name (k->kind), "name", k->name, "preset",
                 k->kind == SBX_KEY_KIND_CONNECTION ? NULL : sbx_key_preset_name (k->preset),
                 "prefix", k->prefix, "revoked", k->revoked);
+            //  Absent rather than null: a connection has no preset, a key may have no name.
+            const char *optional[] = {"name", "preset", "prefix"};
+            for (size_t o = 0; o < 3; o++)
+                if (json_is_null (json_object_get (key, optional[o])))
+                    json_object_del (key, optional[o]);
             const uint64_t times[] = {k->created_ms, k->last_used_ms, k->expires_ms};
             const char *names[] = {"createdAt", "lastUsedAt", "expiresAt"};
             for (size_t t = 0; t < 3; t++) {

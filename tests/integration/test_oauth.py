@@ -393,6 +393,25 @@ class OAuthTest(unittest.TestCase):
                                        client_id=self.register(), refresh_token=tokens["refresh_token"])
         self.assertEqual((status, answer["error"]), (400, "invalid_grant"))
 
+    def test_connections_over_rest(self):
+        """The REST key list shows connections; DELETE /v1/keys/{id} disconnects one."""
+        _, tokens = self.tokens_for(self.register("Rest Listed"))
+        self.assertEqual(self.mcp(tokens["access_token"])[0], 200)
+        auth = {"Authorization": f"Bearer {self.api_key}"}
+        status, _, body = self.s.https("GET", "/v1/keys", headers=auth)
+        self.assertEqual(status, 200, body)
+        conn = [k for k in json.loads(body)["keys"] if k["name"] == "Rest Listed (MCP)"]
+        self.assertEqual(len(conn), 1, body)
+        self.assertEqual((conn[0]["kind"], conn[0]["revoked"]), ("connection", False))
+        self.assertNotIn("preset", conn[0])
+        # The token itself may not manage keys: /v1 is for API keys.
+        status, _, _ = self.s.https("DELETE", f"/v1/keys/{conn[0]['id']}",
+                                    headers={"Authorization": f"Bearer {tokens['access_token']}"})
+        self.assertEqual(status, 401)
+        status, _, body = self.s.https("DELETE", f"/v1/keys/{conn[0]['id']}", headers=auth)
+        self.assertEqual(status, 200, body)
+        wait_for(lambda: self.mcp_refused(tokens["access_token"]), 3, "disconnected over REST")
+
     def test_expired_access_token(self):
         _, tokens = self.tokens_for()
         self.assertEqual(self.mcp(tokens["access_token"])[0], 200)
