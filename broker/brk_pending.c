@@ -1,5 +1,6 @@
 /*  brk_pending - see brk_pending.h */
 #include "brk_pending.h"
+#include "sbx_idmap.h"
 
 #include <assert.h>
 
@@ -7,19 +8,6 @@ struct brk_pending_t {
     zhashx_t *requests; //  rid (as key pointer) → brk_request_t
     uint64_t next_rid;
 };
-
-static size_t s_key_hash (const void *key)
-{
-    uint64_t k = (uint64_t) (uintptr_t) key;
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    return (size_t) k;
-}
-static int s_key_cmp (const void *a, const void *b)
-{
-    return a == b ? 0 : (a < b ? -1 : 1);
-}
 
 void brk_request_destroy (brk_request_t **self_p)
 {
@@ -39,15 +27,11 @@ brk_pending_t *brk_pending_new (void)
     brk_pending_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
-    self->requests = zhashx_new ();
+    self->requests = sbx_idmap_new ();
     if (!self->requests) {
         free (self);
         return NULL;
     }
-    zhashx_set_key_hasher (self->requests, s_key_hash);
-    zhashx_set_key_comparator (self->requests, s_key_cmp);
-    zhashx_set_key_duplicator (self->requests, NULL);
-    zhashx_set_key_destructor (self->requests, NULL);
     self->next_rid = 1;
     return self;
 }

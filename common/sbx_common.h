@@ -8,6 +8,7 @@
 #include "sbx_config.h"
 #include "sbx_curve.h"
 #include "sbx_daemon.h"
+#include "sbx_idmap.h"
 #include "sbx_log.h"
 #include "sbx_msg.h"
 #include "sbx_peer.h"

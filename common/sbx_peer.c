@@ -1,5 +1,6 @@
 /*  sbx_peer - see sbx_peer.h */
 #include "sbx_peer.h"
+#include "sbx_idmap.h"
 #include "sbx_clock.h"
 #include "sbx_curve.h"
 #include "sbx_log.h"
@@ -37,20 +38,6 @@ struct sbx_peer_t {
     void *welcome_arg;
 };
 
-//  zhashx with uint64 keys stored in the pointer itself.
-static size_t s_key_hash (const void *key)
-{
-    uint64_t k = (uint64_t) (uintptr_t) key;
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    return (size_t) k;
-}
-static int s_key_cmp (const void *a, const void *b)
-{
-    return a == b ? 0 : (a < b ? -1 : 1);
-}
-
 static void s_pending_free (void **item)
 {
     free (*item);
@@ -76,16 +63,12 @@ sbx_peer_t *sbx_peer_new (sbx_config_t *config, sbx_role_t role, const char *ins
         self->heartbeat_ms = 50;
     self->default_timeout_ms = (uint32_t) sbx_config_get_uint (config, "request_timeout_ms", 30000);
     self->next_rid = 1;
-    self->pending = zhashx_new ();
+    self->pending = sbx_idmap_new ();
     self->sock = zsock_new (ZMQ_DEALER);
     if (!self->instance || !self->pending || !self->sock) {
         sbx_peer_destroy (&self);
         return NULL;
     }
-    zhashx_set_key_hasher (self->pending, s_key_hash);
-    zhashx_set_key_comparator (self->pending, s_key_cmp);
-    zhashx_set_key_duplicator (self->pending, NULL);
-    zhashx_set_key_destructor (self->pending, NULL);
     zhashx_set_destructor (self->pending, s_pending_free);
     zsock_set_linger (self->sock, 0);
     zsock_set_sndtimeo (self->sock, 0);

@@ -1,5 +1,6 @@
 /*  gw_account - see gw_account.h */
 #include "gw_account.h"
+#include "sbx_idmap.h"
 #include "gw_broker.h"
 #include "gw_pages.h"
 #include "gw_session.h"
@@ -409,16 +410,6 @@ bool gw_account_handle (gw_account_t *self, gw_request_t *req)
     return true;
 }
 
-static size_t s_serial_hash (const void *key)
-{
-    return (size_t) (uintptr_t) key;
-}
-
-static int s_serial_cmp (const void *a, const void *b)
-{
-    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
-}
-
 gw_account_t *gw_account_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http,
                               sbx_peer_t *peer)
 {
@@ -429,15 +420,11 @@ gw_account_t *gw_account_new (sbx_config_t *config, zloop_t *loop, gw_http_t *ht
     self->broker = gw_broker_new (config, peer);
     self->session = gw_session_new (config);
     self->signin = gw_signin_new (loop, self->broker, "account");
-    self->jobs = zhashx_new ();
+    self->jobs = sbx_idmap_new ();
     if (!self->broker || !self->session || !self->signin || !self->jobs) {
         gw_account_destroy (&self);
         return NULL;
     }
-    zhashx_set_key_hasher (self->jobs, s_serial_hash);
-    zhashx_set_key_comparator (self->jobs, s_serial_cmp);
-    zhashx_set_key_duplicator (self->jobs, NULL);
-    zhashx_set_key_destructor (self->jobs, NULL);
     self->next_serial = 1;
     return self;
 }

@@ -1,5 +1,6 @@
 /*  gw_auth - see gw_auth.h */
 #include "gw_auth.h"
+#include "sbx_idmap.h"
 #include "sbx_urls.h"
 
 #include <assert.h>
@@ -78,16 +79,6 @@ static void s_entry_free (void **item_p)
     *item_p = NULL;
 }
 
-static size_t s_serial_hash (const void *key)
-{
-    return (size_t) (uintptr_t) key;
-}
-
-static int s_serial_cmp (const void *a, const void *b)
-{
-    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
-}
-
 static void s_bucket_free (void **item)
 {
     free (*item);
@@ -104,7 +95,7 @@ gw_auth_t *gw_auth_new (sbx_config_t *config, sbx_peer_t *peer)
     if (self->base_url && asprintf (&self->mcp_url, "%s/mcp", self->base_url) < 0)
         self->mcp_url = NULL;
     self->cache = zhashx_new ();
-    self->pending = zhashx_new ();
+    self->pending = sbx_idmap_new ();
     self->buckets = zhashx_new ();
     if (!self->base_url || !self->mcp_url || !self->cache || !self->pending || !self->buckets) {
         gw_auth_destroy (&self);
@@ -112,10 +103,6 @@ gw_auth_t *gw_auth_new (sbx_config_t *config, sbx_peer_t *peer)
     }
     zhashx_set_destructor (self->cache, s_entry_free);
     zhashx_set_destructor (self->buckets, s_bucket_free);
-    zhashx_set_key_hasher (self->pending, s_serial_hash);
-    zhashx_set_key_comparator (self->pending, s_serial_cmp);
-    zhashx_set_key_duplicator (self->pending, NULL);
-    zhashx_set_key_destructor (self->pending, NULL);
     self->next_serial = 1;
     return self;
 }

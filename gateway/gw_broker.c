@@ -1,5 +1,6 @@
 /*  gw_broker - see gw_broker.h */
 #include "gw_broker.h"
+#include "sbx_idmap.h"
 #include "sbx_urls.h"
 #include "gw_auth.h"
 
@@ -22,16 +23,6 @@ typedef struct {
     void *arg;
 } s_pending_t;
 
-static size_t s_handle_hash (const void *key)
-{
-    return (size_t) (uintptr_t) key;
-}
-
-static int s_handle_cmp (const void *a, const void *b)
-{
-    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
-}
-
 gw_broker_t *gw_broker_new (sbx_config_t *config, sbx_peer_t *peer)
 {
     gw_broker_t *self = calloc (1, sizeof *self);
@@ -42,15 +33,11 @@ gw_broker_t *gw_broker_new (sbx_config_t *config, sbx_peer_t *peer)
     //  Sandbox URLs: https://LABEL.box.DOMAIN, with the listen port when it is not 443.
     self->tls = !config || sbx_urls_tls (config);
     self->box_suffix = config ? sbx_urls_box_suffix (config) : strdup (".box.localhost");
-    self->pending = zhashx_new ();
+    self->pending = sbx_idmap_new ();
     if (!self->box_suffix || !self->pending) {
         gw_broker_destroy (&self);
         return NULL;
     }
-    zhashx_set_key_hasher (self->pending, s_handle_hash);
-    zhashx_set_key_comparator (self->pending, s_handle_cmp);
-    zhashx_set_key_duplicator (self->pending, NULL);
-    zhashx_set_key_destructor (self->pending, NULL);
     return self;
 }
 

@@ -26,6 +26,7 @@
       for reading, so the owner reads EOF as it would on a plain connection.
 */
 #include "gw_http.h"
+#include "sbx_idmap.h"
 #include "sbx_log.h"
 
 #include <microhttpd.h>
@@ -135,20 +136,6 @@ static void s_run (gw_http_t *self);
 
 //  --------------------------------------------------------------------------
 //  Keys of the request table are the ids themselves, no allocation.
-
-static size_t s_id_hash (const void *key)
-{
-    uint64_t k = (uint64_t) (uintptr_t) key;
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    return (size_t) k;
-}
-
-static int s_id_cmp (const void *a, const void *b)
-{
-    return a == b ? 0 : (a < b ? -1 : 1);
-}
 
 //  --------------------------------------------------------------------------
 //  Running MHD from the loop
@@ -648,14 +635,10 @@ gw_http_t *gw_http_new (zloop_t *loop, const gw_http_options_t *options,
     self->tls = tls;
     self->max_body = options->max_body ? options->max_body : GW_HTTP_MAX_BODY;
     self->stream_buffer = options->stream_buffer ? options->stream_buffer : GW_HTTP_STREAM_BUFFER;
-    self->requests = zhashx_new ();
+    self->requests = sbx_idmap_new ();
     self->drained = zlistx_new ();
     if (!self->requests || !self->drained)
         goto fail;
-    zhashx_set_key_hasher (self->requests, s_id_hash);
-    zhashx_set_key_comparator (self->requests, s_id_cmp);
-    zhashx_set_key_duplicator (self->requests, NULL);
-    zhashx_set_key_destructor (self->requests, NULL);
 
     if (tls) {
         self->cert_pem = s_slurp (options->cert_file);

@@ -1,5 +1,6 @@
 /*  gw_mcp - see gw_mcp.h */
 #include "gw_mcp.h"
+#include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_tools.h"
 
@@ -115,16 +116,6 @@ static void s_job_free (s_job_t **job_p)
     *job_p = NULL;
 }
 
-static size_t s_serial_hash (const void *key)
-{
-    return (size_t) (uintptr_t) key;
-}
-
-static int s_serial_cmp (const void *a, const void *b)
-{
-    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
-}
-
 gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer)
 {
     gw_mcp_t *self = calloc (1, sizeof *self);
@@ -137,17 +128,13 @@ gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_
     self->auth = gw_auth_new (config, peer);
     self->tools = gw_tools_new (config, peer);
     self->sessions = zhashx_new ();
-    self->jobs = zhashx_new ();
+    self->jobs = sbx_idmap_new ();
     self->origins = zlistx_new ();
     if (!self->auth || !self->tools || !self->sessions || !self->jobs || !self->origins) {
         gw_mcp_destroy (&self);
         return NULL;
     }
     zhashx_set_destructor (self->sessions, s_session_free);
-    zhashx_set_key_hasher (self->jobs, s_serial_hash);
-    zhashx_set_key_comparator (self->jobs, s_serial_cmp);
-    zhashx_set_key_duplicator (self->jobs, NULL);
-    zhashx_set_key_destructor (self->jobs, NULL);
     zlistx_set_destructor (self->origins, (czmq_destructor *) zstr_free);
     zlistx_set_duplicator (self->origins, (czmq_duplicator *) strdup);
     self->own_origin = strdup (gw_auth_base_url (self->auth));

@@ -1,5 +1,6 @@
 /*  gw_oauth - see gw_oauth.h */
 #include "gw_oauth.h"
+#include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_broker.h"
 #include "gw_fetch.h"
@@ -1058,16 +1059,6 @@ bool gw_oauth_handle (gw_oauth_t *self, gw_request_t *req)
 //  --------------------------------------------------------------------------
 //  Construction
 
-static size_t s_serial_hash (const void *key)
-{
-    return (size_t) (uintptr_t) key;
-}
-
-static int s_serial_cmp (const void *a, const void *b)
-{
-    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
-}
-
 gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer)
 {
     gw_oauth_t *self = calloc (1, sizeof *self);
@@ -1087,17 +1078,13 @@ gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, 
     self->issuer = config ? sbx_urls_base (config) : strdup ("https://localhost:8443");
     if (self->issuer && asprintf (&self->resource, "%s/mcp", self->issuer) < 0)
         self->resource = NULL;
-    self->flows = zhashx_new ();
+    self->flows = sbx_idmap_new ();
     self->cimd = zhashx_new ();
     if (!self->broker || !self->session || !self->signin || !self->fetch || !self->issuer ||
         !self->resource || !self->flows || !self->cimd) {
         gw_oauth_destroy (&self);
         return NULL;
     }
-    zhashx_set_key_hasher (self->flows, s_serial_hash);
-    zhashx_set_key_comparator (self->flows, s_serial_cmp);
-    zhashx_set_key_duplicator (self->flows, NULL);
-    zhashx_set_key_destructor (self->flows, NULL);
     zhashx_set_destructor (self->cimd, s_client_destructor);
     self->next_serial = 1;
     if (options.allow_private)

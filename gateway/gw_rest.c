@@ -1,5 +1,6 @@
 /*  gw_rest - see gw_rest.h */
 #include "gw_rest.h"
+#include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_broker.h"
 
@@ -109,16 +110,6 @@ struct gw_rest_t {
     uint64_t next_serial;
 };
 
-static size_t s_serial_hash (const void *key)
-{
-    return (size_t) (uintptr_t) key;
-}
-
-static int s_serial_cmp (const void *a, const void *b)
-{
-    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
-}
-
 static void s_job_free (s_job_t **job_p)
 {
     s_job_t *job = *job_p;
@@ -143,15 +134,11 @@ gw_rest_t *gw_rest_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer)
     self->next_serial = 1;
     self->auth = gw_auth_new (config, peer);
     self->broker = gw_broker_new (config, peer);
-    self->jobs = zhashx_new ();
+    self->jobs = sbx_idmap_new ();
     if (!self->auth || !self->broker || !self->jobs) {
         gw_rest_destroy (&self);
         return NULL;
     }
-    zhashx_set_key_hasher (self->jobs, s_serial_hash);
-    zhashx_set_key_comparator (self->jobs, s_serial_cmp);
-    zhashx_set_key_duplicator (self->jobs, NULL);
-    zhashx_set_key_destructor (self->jobs, NULL);
     return self;
 }
 

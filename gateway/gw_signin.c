@@ -1,5 +1,6 @@
 /*  gw_signin - see gw_signin.h */
 #include "gw_signin.h"
+#include "sbx_idmap.h"
 #include "gw_verify.h"
 #include "sbx_secret.h"
 
@@ -138,16 +139,6 @@ void gw_signin_cancel (gw_signin_t *self, uint64_t handle)
     }
 }
 
-static size_t s_handle_hash (const void *key)
-{
-    return (size_t) (uintptr_t) key;
-}
-
-static int s_handle_cmp (const void *a, const void *b)
-{
-    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
-}
-
 gw_signin_t *gw_signin_new (zloop_t *loop, gw_broker_t *broker, const char *who)
 {
     gw_signin_t *self = calloc (1, sizeof *self);
@@ -156,15 +147,11 @@ gw_signin_t *gw_signin_new (zloop_t *loop, gw_broker_t *broker, const char *who)
     self->broker = broker;
     self->verify = gw_verify_new (loop);
     self->who = strdup (who ? who : "");
-    self->attempts = zhashx_new ();
+    self->attempts = sbx_idmap_new ();
     if (!self->verify || !self->who || !self->attempts) {
         gw_signin_destroy (&self);
         return NULL;
     }
-    zhashx_set_key_hasher (self->attempts, s_handle_hash);
-    zhashx_set_key_comparator (self->attempts, s_handle_cmp);
-    zhashx_set_key_duplicator (self->attempts, NULL);
-    zhashx_set_key_destructor (self->attempts, NULL);
     self->next_handle = 1;
     return self;
 }

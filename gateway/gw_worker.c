@@ -1,5 +1,6 @@
 /*  gw_worker - see gw_worker.h */
 #include "gw_worker.h"
+#include "sbx_idmap.h"
 
 #include <assert.h>
 
@@ -70,16 +71,6 @@ static int s_on_answer (zloop_t *loop, zsock_t *sock, void *arg)
     return 0;
 }
 
-static size_t s_handle_hash (const void *key)
-{
-    return (size_t) (uintptr_t) key;
-}
-
-static int s_handle_cmp (const void *a, const void *b)
-{
-    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
-}
-
 gw_worker_t *gw_worker_new (zloop_t *loop, gw_worker_work_fn *work, void *state,
                             gw_worker_free_fn *state_free)
 {
@@ -95,17 +86,13 @@ gw_worker_t *gw_worker_new (zloop_t *loop, gw_worker_work_fn *work, void *state,
     *args = (s_thread_args_t){work, state, state_free};
     self->loop = loop;
     self->next_handle = 1;
-    self->pending = zhashx_new ();
+    self->pending = sbx_idmap_new ();
     self->actor = zactor_new (s_thread, args); //  the thread owns args from here
     if (!self->pending || !self->actor ||
         zloop_reader (loop, (zsock_t *) zactor_sock (self->actor), s_on_answer, self)) {
         gw_worker_destroy (&self);
         return NULL;
     }
-    zhashx_set_key_hasher (self->pending, s_handle_hash);
-    zhashx_set_key_comparator (self->pending, s_handle_cmp);
-    zhashx_set_key_duplicator (self->pending, NULL);
-    zhashx_set_key_destructor (self->pending, NULL);
     return self;
 }
 
