@@ -3,6 +3,7 @@
 #include "brk_limits.h"
 #include "brk_names.h"
 #include "brk_ports.h"
+#include "brk_snapshot.h"
 
 #include <assert.h>
 
@@ -270,9 +271,19 @@ static void s_on_vm_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
         if (t && s_move_ex (ctx, &record, t->to, NULL, why, expires, NULL)) {
             reply = sbx_msg_new_error (op->rid, SBX_E_INTERNAL, "cannot record sandbox %s",
                                        op->sandbox_id);
-        } else if (ok && t)
+        } else if (ok && t) {
             reply = s_reply (ctx, op->rid, op->reply_type, &record);
-        else if (ok) //  something else moved it meanwhile (it failed): say where it is
+            //  A stop keeps an automatic snapshot; a delete takes them along.
+            if (t->to == SBX_SANDBOX_STATE_STOPPED)
+                brk_snapshot_automatic (ctx, &record);
+            else if (t->to == SBX_SANDBOX_STATE_DELETED)
+                brk_snapshot_release (ctx, record.id);
+            //  A create from a snapshot that could only use its disk says so.
+            if (reply && answer->type == SBX_MSG_VM_CREATE_OK &&
+                reply->type == SBX_MSG_SANDBOX_CREATE_OK)
+                sbx_str_set (&sbx_msg_sandbox_create_ok (reply)->note,
+                             sbx_msg_vm_create_ok (answer)->note);
+        } else if (ok) //  something else moved it meanwhile (it failed): say where it is
             reply = sbx_msg_new_error (op->rid, SBX_E_FAILED_PRECONDITION, "sandbox %s is %s%s%s",
                                        record.id, record.state, record.reason ? ": " : "",
                                        record.reason ? record.reason : "");
@@ -288,10 +299,21 @@ static void s_on_vm_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
     s_op_destroy (&op);
 }
 
+//  A sandbox made from a snapshot: what snapshotd said of it (snap.use.ok).
+typedef struct {
+    char *sandbox_id; //  chosen before asking snapshotd, which records it
+    char *dir;        //  the snapshot's files
+    char *qemu_version;
+    char *image;
+    sbx_sandbox_type_t type;
+} s_origin_t;
+
 //  Asks vmd for `type` about a sandbox; the user's answer follows from s_on_vm_answer.
-static sbx_msg_t *s_ask_vmd (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_t *request,
-                             brk_sandbox_t *record, sbx_msg_type_t ask, sbx_msg_type_t reply_type,
-                             const char *verb)
+//  A create from a snapshot (origin) names its files.
+static sbx_msg_t *s_ask_vmd_ex (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_t *request,
+                                brk_sandbox_t *record, sbx_msg_type_t ask,
+                                sbx_msg_type_t reply_type, const char *verb,
+                                const s_origin_t *origin)
 {
     s_op_t *op = calloc (1, sizeof *op);
     sbx_msg_t *vm = sbx_msg_new (ask);
@@ -312,6 +334,11 @@ static sbx_msg_t *s_ask_vmd (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_t *
         sbx_str_set (&create->hostname, record->label);
         sbx_sandbox_type_from_name (record->type, &create->type);
         create->no_network = record->no_network;
+        if (origin) {
+            sbx_str_set (&create->snapshot_dir, origin->dir);
+            sbx_str_set (&create->snapshot_qemu, origin->qemu_version);
+            sbx_str_set (&create->image, origin->image);
+        }
         break;
     }
     case SBX_MSG_VM_STOP:
@@ -335,6 +362,13 @@ static sbx_msg_t *s_ask_vmd (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_t *
                               "sandbox %s is on vmd %s, which is not connected; retry when it is "
                               "back",
                               record->id, record->vmd ? record->vmd : "(none)");
+}
+
+static sbx_msg_t *s_ask_vmd (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_t *request,
+                             brk_sandbox_t *record, sbx_msg_type_t ask, sbx_msg_type_t reply_type,
+                             const char *verb)
+{
+    return s_ask_vmd_ex (ctx, client, request, record, ask, reply_type, verb, NULL);
 }
 
 //  The connected vmd with the most room, or NULL (with *full telling whether any vmd
@@ -361,7 +395,8 @@ static brk_peer_t *s_pick_vmd (brk_ctx_t *ctx, bool *any)
     return best;
 }
 
-sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
+static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request,
+                            const s_origin_t *origin)
 {
     sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
     const sbx_caller_t *caller = request->caller;
@@ -419,8 +454,10 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
                                   any ? "every vmd is full; stop or delete a sandbox, or add a host"
                                       : "no vmd is connected to the broker; is sbx-vmd running?");
     sbx_sandbox_type_t type = args->type ? args->type : SBX_SANDBOX_TYPE_SMALL;
+    if (origin) //  its memory was saved from a guest of that size
+        type = origin->type;
     uint64_t now = sbx_clock_now_ms ();
-    char *id = sbx_secret_id ("sb_");
+    char *id = origin ? strdup (origin->sandbox_id) : sbx_secret_id ("sb_");
     brk_sandbox_t record = {.id = id,
                             .account_id = owner.id,
                             .name = args->name,
@@ -466,8 +503,8 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
     else {
         sbx_info ("rid=%llu sandbox=%s account=%s creating on vmd %s as %s",
                   (unsigned long long) request->rid, id, owner.id, vmd->instance, record.label);
-        reply = s_ask_vmd (ctx, client, request, &record, SBX_MSG_VM_CREATE,
-                           SBX_MSG_SANDBOX_CREATE_OK, "start");
+        reply = s_ask_vmd_ex (ctx, client, request, &record, SBX_MSG_VM_CREATE,
+                              SBX_MSG_SANDBOX_CREATE_OK, "start", origin);
         brk_sandbox_t stored;
         if (reply && brk_store_sandbox_find (ctx->store, id, &stored) == 0) {
             //  Could not even ask vmd: the sandbox failed before it began.
@@ -479,6 +516,111 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
     free (id);
     brk_account_clear (&owner);
     return reply;
+}
+
+static void s_origin_destroy (s_origin_t **origin_p)
+{
+    s_origin_t *origin = *origin_p;
+    if (!origin)
+        return;
+    free (origin->sandbox_id);
+    free (origin->dir);
+    free (origin->qemu_version);
+    free (origin->image);
+    free (origin);
+    *origin_p = NULL;
+}
+
+//  A create from a snapshot waiting for snapshotd.
+typedef struct {
+    zframe_t *client;
+    sbx_msg_t *request;
+    s_origin_t *origin;
+} s_from_snapshot_t;
+
+static void s_from_snapshot_destroy (s_from_snapshot_t **wait_p)
+{
+    s_from_snapshot_t *wait = *wait_p;
+    if (!wait)
+        return;
+    zframe_destroy (&wait->client);
+    sbx_msg_destroy (&wait->request);
+    s_origin_destroy (&wait->origin);
+    free (wait);
+    *wait_p = NULL;
+}
+
+static void s_on_snapshot_use (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
+{
+    s_from_snapshot_t *wait = arg;
+    sbx_msg_t *answer = *answer_p;
+    sbx_msg_t *request = wait->request;
+    sbx_msg_t *reply = NULL;
+    if (answer->type == SBX_MSG_ERROR)
+        reply = sbx_msg_new_error (request->rid, sbx_msg_error (answer)->code, "%s",
+                                   sbx_msg_error (answer)->message);
+    else {
+        sbx_snap_use_ok_t *use = sbx_msg_snap_use_ok (answer);
+        sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
+        s_origin_t *origin = wait->origin;
+        origin->dir = strdup (use->dir);
+        if (use->snapshot->qemu_version)
+            origin->qemu_version = strdup (use->snapshot->qemu_version);
+        if (use->snapshot->image)
+            origin->image = strdup (use->snapshot->image);
+        origin->type = use->snapshot->type ? use->snapshot->type : SBX_SANDBOX_TYPE_SMALL;
+        if (args->type && args->type != origin->type)
+            reply = sbx_msg_new_error (
+                request->rid, SBX_E_INVALID_ARGUMENT,
+                "snapshot %s was saved from a %s sandbox: create it as %s (or give no type)",
+                use->snapshot->id, sbx_sandbox_type_name (origin->type),
+                sbx_sandbox_type_name (origin->type));
+        else if (!origin->dir)
+            reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+        else
+            reply = s_create (ctx, wait->client, request, origin);
+    }
+    if (reply && wait->client)
+        ctx->send (ctx, wait->client, &reply);
+    sbx_msg_destroy (&reply);
+    s_from_snapshot_destroy (&wait);
+}
+
+sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
+{
+    sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
+    if (!args->snapshot_id)
+        return s_create (ctx, client, request, NULL);
+    //  From a snapshot: snapshotd checks that it is the account's and ready, and records
+    //  the new sandbox as standing on it, before anything else happens.
+    const sbx_caller_t *caller = request->caller;
+    if (!caller || !caller->account_id)
+        return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED,
+                                  "sandbox.create carries no caller account");
+    if (caller->preset == SBX_KEY_PRESET_READ_ONLY)
+        return s_refuse_preset (request, S_EV_STOP, true);
+    s_from_snapshot_t *wait = calloc (1, sizeof *wait);
+    sbx_msg_t *use = sbx_msg_new (SBX_MSG_SNAP_USE);
+    if (wait) {
+        wait->origin = calloc (1, sizeof (s_origin_t));
+        wait->client = client ? zframe_dup (client) : NULL;
+        wait->request = sbx_msg_dup (request);
+        if (wait->origin)
+            wait->origin->sandbox_id = sbx_secret_id ("sb_");
+    }
+    if (!wait || !wait->origin || !wait->request || !wait->origin->sandbox_id || !use) {
+        s_from_snapshot_destroy (&wait);
+        sbx_msg_destroy (&use);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    }
+    sbx_str_set (&sbx_msg_snap_use (use)->snapshot_id, args->snapshot_id);
+    sbx_str_set (&sbx_msg_snap_use (use)->account, caller->account_id);
+    sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, wait->origin->sandbox_id);
+    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &use, 10000, s_on_snapshot_use, wait) == 0)
+        return NULL;
+    s_from_snapshot_destroy (&wait);
+    return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                              "no snapshotd is connected to the broker; snapshots are unavailable");
 }
 
 //  Finds a sandbox the caller may see; sets *error otherwise.
@@ -499,6 +641,12 @@ static int s_find (brk_ctx_t *ctx, const sbx_msg_t *request, const char *id, brk
     *error = rc < 0 ? sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "sandbox lookup failed")
                     : sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "Sandbox not found");
     return -1;
+}
+
+int brk_sandbox_find (brk_ctx_t *ctx, const sbx_msg_t *request, const char *id,
+                      brk_sandbox_t *record, sbx_msg_t **error)
+{
+    return s_find (ctx, request, id, record, error);
 }
 
 sbx_msg_t *brk_sandbox_get (brk_ctx_t *ctx, sbx_msg_t *request)

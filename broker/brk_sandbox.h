@@ -38,6 +38,11 @@ void brk_sandbox_tick (brk_ctx_t *ctx);
 //  when the agent has answered (returns NULL), or refused at once.
 sbx_msg_t *brk_sandbox_agent (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
 
+//  The sandbox `id` as the caller of `request` may see it (not deleted, their account,
+//  their key for a ci key): 0 and the record, or -1 and *error (not_found, ...).
+int brk_sandbox_find (brk_ctx_t *ctx, const sbx_msg_t *request, const char *id,
+                      brk_sandbox_t *record, sbx_msg_t **error);
+
 //  vm.failed from the vmd instance `vmd`: its guest died; the sandbox goes to error.
 void brk_sandbox_vm_failed (brk_ctx_t *ctx, const char *vmd, sbx_msg_t *msg);
 

@@ -9,6 +9,7 @@
 #include "brk_registry.h"
 #include "brk_ports.h"
 #include "brk_sandbox.h"
+#include "brk_snapshot.h"
 #include "brk_store.h"
 #include "brk_testkit.h"
 #include "sbx_secret.h"
@@ -605,6 +606,17 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         //  Billing's figures: routed by type (a client's `route` steers nothing else).
         s_route (self, address, msg_p, SBX_ROLE_BILLING);
         return;
+    case SBX_MSG_SNAPSHOT_LIST:
+    case SBX_MSG_SNAPSHOT_GET:
+        //  snapshotd's catalog answers these; it checks the caller's account itself.
+        s_route (self, address, msg_p, SBX_ROLE_SNAPSHOTD);
+        return;
+    case SBX_MSG_SNAPSHOT_SAVE:
+        reply = brk_snapshot_save (&self->ctx, address, msg);
+        break;
+    case SBX_MSG_SNAPSHOT_DELETE:
+        reply = brk_snapshot_delete (&self->ctx, address, msg);
+        break;
     case SBX_MSG_SANDBOX_EXTEND:
         reply = brk_sandbox_extend (&self->ctx, msg);
         break;

@@ -38,6 +38,7 @@ static const s_known_t s_known[] = {
     {"vmd.capacity", "8"},
     {"vmd.network", "isolated"},
     {"vmd.qemu_user", NULL},
+    {"vmd.templates", ""}, //  types restored from a booted template (docs/snapshots.md)
     {"rate.small", "10"}, //  µ$ per second of running time: $0.036 an hour
     {"rate.medium", "20"},
     {"rate.large", "40"},

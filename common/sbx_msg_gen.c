@@ -14,6 +14,8 @@ _Static_assert (sizeof (sbx_key_preset_t) == sizeof (int), "enums are int-sized"
 _Static_assert (sizeof (sbx_key_kind_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_sandbox_state_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_sandbox_type_t) == sizeof (int), "enums are int-sized");
+_Static_assert (sizeof (sbx_snapshot_state_t) == sizeof (int), "enums are int-sized");
+_Static_assert (sizeof (sbx_snapshot_kind_t) == sizeof (int), "enums are int-sized");
 _Static_assert (offsetof (sbx_key_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_agent_proc_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_usage_sandbox_list_t, count) == sizeof (void *), "list layout");
@@ -24,6 +26,7 @@ _Static_assert (offsetof (sbx_peer_info_list_t, count) == sizeof (void *), "list
 _Static_assert (offsetof (sbx_sandbox_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_vm_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_port_info_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_snapshot_info_list_t, count) == sizeof (void *), "list layout");
 
 //  Error catalogue.
 static const char *const s_code_names[] = {
@@ -210,6 +213,51 @@ int sbx_sandbox_type_from_name (const char *name, sbx_sandbox_type_t *value_p)
     return 0;
 }
 
+static const char *const s_enum_snapshot_state_values[] = {
+    NULL,
+    "saving",
+    "ready",
+    "failed",
+};
+static const sbx_meta_enum_t s_enum_snapshot_state = {"snapshot_state", s_enum_snapshot_state_values, 4};
+
+const char *sbx_snapshot_state_name (sbx_snapshot_state_t value)
+{
+    return sbx_meta_enum_name (&s_enum_snapshot_state, (int) value);
+}
+
+int sbx_snapshot_state_from_name (const char *name, sbx_snapshot_state_t *value_p)
+{
+    int value;
+    if (sbx_meta_enum_from_name (&s_enum_snapshot_state, name, &value))
+        return -1;
+    if (value_p)
+        *value_p = (sbx_snapshot_state_t) value;
+    return 0;
+}
+
+static const char *const s_enum_snapshot_kind_values[] = {
+    NULL,
+    "user",
+    "automatic",
+};
+static const sbx_meta_enum_t s_enum_snapshot_kind = {"snapshot_kind", s_enum_snapshot_kind_values, 3};
+
+const char *sbx_snapshot_kind_name (sbx_snapshot_kind_t value)
+{
+    return sbx_meta_enum_name (&s_enum_snapshot_kind, (int) value);
+}
+
+int sbx_snapshot_kind_from_name (const char *name, sbx_snapshot_kind_t *value_p)
+{
+    int value;
+    if (sbx_meta_enum_from_name (&s_enum_snapshot_kind, name, &value))
+        return -1;
+    if (value_p)
+        *value_p = (sbx_snapshot_kind_t) value;
+    return 0;
+}
+
 //  Structs and message bodies.
 static const sbx_meta_struct_t s_meta_key_info;
 static const sbx_meta_struct_t s_meta_account_create;
@@ -330,6 +378,25 @@ static const sbx_meta_struct_t s_meta_sandbox_resolve_ok;
 static const sbx_meta_struct_t s_meta_sandbox_port_changed;
 static const sbx_meta_struct_t s_meta_vm_port;
 static const sbx_meta_struct_t s_meta_vm_port_ok;
+static const sbx_meta_struct_t s_meta_snapshot_info;
+static const sbx_meta_struct_t s_meta_snapshot_save;
+static const sbx_meta_struct_t s_meta_snapshot_save_ok;
+static const sbx_meta_struct_t s_meta_snapshot_list;
+static const sbx_meta_struct_t s_meta_snapshot_list_ok;
+static const sbx_meta_struct_t s_meta_snapshot_get;
+static const sbx_meta_struct_t s_meta_snapshot_get_ok;
+static const sbx_meta_struct_t s_meta_snapshot_delete;
+static const sbx_meta_struct_t s_meta_snapshot_delete_ok;
+static const sbx_meta_struct_t s_meta_snap_begin;
+static const sbx_meta_struct_t s_meta_snap_begin_ok;
+static const sbx_meta_struct_t s_meta_snap_finish;
+static const sbx_meta_struct_t s_meta_snap_finish_ok;
+static const sbx_meta_struct_t s_meta_snap_use;
+static const sbx_meta_struct_t s_meta_snap_use_ok;
+static const sbx_meta_struct_t s_meta_snap_release;
+static const sbx_meta_struct_t s_meta_snap_release_ok;
+static const sbx_meta_struct_t s_meta_vm_snapshot;
+static const sbx_meta_struct_t s_meta_vm_snapshot_ok;
 
 static const sbx_meta_field_t s_fields_key_info[] = {
     {"key_id", SBX_META_STRING, offsetof (sbx_key_info_t, key_id), true, 64, NULL, NULL},
@@ -474,8 +541,9 @@ static const sbx_meta_field_t s_fields_agent_setup[] = {
     {"time_ms", SBX_META_UINT, offsetof (sbx_agent_setup_t, time_ms), false, 0, NULL, NULL},
     {"env", SBX_META_STRMAP, offsetof (sbx_agent_setup_t, env), false, 1000, NULL, NULL},
     {"no_network", SBX_META_BOOL, offsetof (sbx_agent_setup_t, no_network), false, 0, NULL, NULL},
+    {"entropy", SBX_META_BYTES, offsetof (sbx_agent_setup_t, entropy), false, 4096, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_agent_setup = {"agent.setup", sizeof (sbx_agent_setup_t), s_fields_agent_setup, 4};
+static const sbx_meta_struct_t s_meta_agent_setup = {"agent.setup", sizeof (sbx_agent_setup_t), s_fields_agent_setup, 5};
 
 static const sbx_meta_field_t s_fields_agent_setup_ok[] = {
     {"hostname", SBX_META_STRING, offsetof (sbx_agent_setup_ok_t, hostname), false, 64, NULL, NULL},
@@ -937,13 +1005,15 @@ static const sbx_meta_field_t s_fields_sandbox_create[] = {
     {"ttl_s", SBX_META_UINT, offsetof (sbx_sandbox_create_t, ttl_s), false, 0, NULL, NULL},
     {"no_network", SBX_META_BOOL, offsetof (sbx_sandbox_create_t, no_network), false, 0, NULL, NULL},
     {"labels", SBX_META_STRMAP, offsetof (sbx_sandbox_create_t, labels), false, 64, NULL, NULL},
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_sandbox_create_t, snapshot_id), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_sandbox_create = {"sandbox.create", sizeof (sbx_sandbox_create_t), s_fields_sandbox_create, 5};
+static const sbx_meta_struct_t s_meta_sandbox_create = {"sandbox.create", sizeof (sbx_sandbox_create_t), s_fields_sandbox_create, 6};
 
 static const sbx_meta_field_t s_fields_sandbox_create_ok[] = {
     {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_create_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
+    {"note", SBX_META_STRING, offsetof (sbx_sandbox_create_ok_t, note), false, 1024, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_sandbox_create_ok = {"sandbox.create.ok", sizeof (sbx_sandbox_create_ok_t), s_fields_sandbox_create_ok, 1};
+static const sbx_meta_struct_t s_meta_sandbox_create_ok = {"sandbox.create.ok", sizeof (sbx_sandbox_create_ok_t), s_fields_sandbox_create_ok, 2};
 
 static const sbx_meta_field_t s_fields_sandbox_get[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_get_t, sandbox_id), true, 64, NULL, NULL},
@@ -1024,13 +1094,18 @@ static const sbx_meta_field_t s_fields_vm_create[] = {
     {"hostname", SBX_META_STRING, offsetof (sbx_vm_create_t, hostname), true, 64, NULL, NULL},
     {"type", SBX_META_ENUM, offsetof (sbx_vm_create_t, type), true, 0, &s_enum_sandbox_type, NULL},
     {"no_network", SBX_META_BOOL, offsetof (sbx_vm_create_t, no_network), false, 0, NULL, NULL},
+    {"snapshot_dir", SBX_META_STRING, offsetof (sbx_vm_create_t, snapshot_dir), false, 1024, NULL, NULL},
+    {"snapshot_qemu", SBX_META_STRING, offsetof (sbx_vm_create_t, snapshot_qemu), false, 128, NULL, NULL},
+    {"image", SBX_META_STRING, offsetof (sbx_vm_create_t, image), false, 1024, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_vm_create = {"vm.create", sizeof (sbx_vm_create_t), s_fields_vm_create, 4};
+static const sbx_meta_struct_t s_meta_vm_create = {"vm.create", sizeof (sbx_vm_create_t), s_fields_vm_create, 7};
 
 static const sbx_meta_field_t s_fields_vm_create_ok[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_create_ok_t, sandbox_id), true, 64, NULL, NULL},
+    {"cold_boot", SBX_META_BOOL, offsetof (sbx_vm_create_ok_t, cold_boot), false, 0, NULL, NULL},
+    {"note", SBX_META_STRING, offsetof (sbx_vm_create_ok_t, note), false, 1024, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_vm_create_ok = {"vm.create.ok", sizeof (sbx_vm_create_ok_t), s_fields_vm_create_ok, 1};
+static const sbx_meta_struct_t s_meta_vm_create_ok = {"vm.create.ok", sizeof (sbx_vm_create_ok_t), s_fields_vm_create_ok, 3};
 
 static const sbx_meta_field_t s_fields_vm_stop[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_stop_t, sandbox_id), true, 64, NULL, NULL},
@@ -1176,6 +1251,136 @@ static const sbx_meta_field_t s_fields_vm_port_ok[] = {
     {"host_port", SBX_META_UINT, offsetof (sbx_vm_port_ok_t, host_port), false, 0, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_vm_port_ok = {"vm.port.ok", sizeof (sbx_vm_port_ok_t), s_fields_vm_port_ok, 3};
+
+static const sbx_meta_field_t s_fields_snapshot_info[] = {
+    {"id", SBX_META_STRING, offsetof (sbx_snapshot_info_t, id), true, 64, NULL, NULL},
+    {"name", SBX_META_STRING, offsetof (sbx_snapshot_info_t, name), false, 128, NULL, NULL},
+    {"account", SBX_META_STRING, offsetof (sbx_snapshot_info_t, account), false, 64, NULL, NULL},
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_snapshot_info_t, sandbox_id), false, 64, NULL, NULL},
+    {"type", SBX_META_ENUM, offsetof (sbx_snapshot_info_t, type), false, 0, &s_enum_sandbox_type, NULL},
+    {"state", SBX_META_ENUM, offsetof (sbx_snapshot_info_t, state), true, 0, &s_enum_snapshot_state, NULL},
+    {"kind", SBX_META_ENUM, offsetof (sbx_snapshot_info_t, kind), false, 0, &s_enum_snapshot_kind, NULL},
+    {"labels", SBX_META_STRMAP, offsetof (sbx_snapshot_info_t, labels), false, 64, NULL, NULL},
+    {"disk_bytes", SBX_META_UINT, offsetof (sbx_snapshot_info_t, disk_bytes), false, 0, NULL, NULL},
+    {"memory_bytes", SBX_META_UINT, offsetof (sbx_snapshot_info_t, memory_bytes), false, 0, NULL, NULL},
+    {"image", SBX_META_STRING, offsetof (sbx_snapshot_info_t, image), false, 1024, NULL, NULL},
+    {"qemu_version", SBX_META_STRING, offsetof (sbx_snapshot_info_t, qemu_version), false, 128, NULL, NULL},
+    {"parent", SBX_META_STRING, offsetof (sbx_snapshot_info_t, parent), false, 64, NULL, NULL},
+    {"created_ms", SBX_META_UINT, offsetof (sbx_snapshot_info_t, created_ms), false, 0, NULL, NULL},
+    {"reason", SBX_META_STRING, offsetof (sbx_snapshot_info_t, reason), false, 1024, NULL, NULL},
+    {"users", SBX_META_STRLIST, offsetof (sbx_snapshot_info_t, users), false, 10000, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snapshot_info = {"snapshot_info", sizeof (sbx_snapshot_info_t), s_fields_snapshot_info, 16};
+
+static const sbx_meta_field_t s_fields_snapshot_save[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_snapshot_save_t, sandbox_id), true, 64, NULL, NULL},
+    {"name", SBX_META_STRING, offsetof (sbx_snapshot_save_t, name), false, 128, NULL, NULL},
+    {"labels", SBX_META_STRMAP, offsetof (sbx_snapshot_save_t, labels), false, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snapshot_save = {"snapshot.save", sizeof (sbx_snapshot_save_t), s_fields_snapshot_save, 3};
+
+static const sbx_meta_field_t s_fields_snapshot_save_ok[] = {
+    {"snapshot", SBX_META_STRUCT, offsetof (sbx_snapshot_save_ok_t, snapshot), true, 0, NULL, &s_meta_snapshot_info},
+};
+static const sbx_meta_struct_t s_meta_snapshot_save_ok = {"snapshot.save.ok", sizeof (sbx_snapshot_save_ok_t), s_fields_snapshot_save_ok, 1};
+
+static const sbx_meta_struct_t s_meta_snapshot_list = {"snapshot.list", sizeof (sbx_snapshot_list_t), NULL, 0};
+
+static const sbx_meta_field_t s_fields_snapshot_list_ok[] = {
+    {"snapshots", SBX_META_LIST, offsetof (sbx_snapshot_list_ok_t, snapshots), false, 0, NULL, &s_meta_snapshot_info},
+};
+static const sbx_meta_struct_t s_meta_snapshot_list_ok = {"snapshot.list.ok", sizeof (sbx_snapshot_list_ok_t), s_fields_snapshot_list_ok, 1};
+
+static const sbx_meta_field_t s_fields_snapshot_get[] = {
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snapshot_get_t, snapshot_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snapshot_get = {"snapshot.get", sizeof (sbx_snapshot_get_t), s_fields_snapshot_get, 1};
+
+static const sbx_meta_field_t s_fields_snapshot_get_ok[] = {
+    {"snapshot", SBX_META_STRUCT, offsetof (sbx_snapshot_get_ok_t, snapshot), true, 0, NULL, &s_meta_snapshot_info},
+};
+static const sbx_meta_struct_t s_meta_snapshot_get_ok = {"snapshot.get.ok", sizeof (sbx_snapshot_get_ok_t), s_fields_snapshot_get_ok, 1};
+
+static const sbx_meta_field_t s_fields_snapshot_delete[] = {
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snapshot_delete_t, snapshot_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snapshot_delete = {"snapshot.delete", sizeof (sbx_snapshot_delete_t), s_fields_snapshot_delete, 1};
+
+static const sbx_meta_field_t s_fields_snapshot_delete_ok[] = {
+    {"snapshot", SBX_META_STRUCT, offsetof (sbx_snapshot_delete_ok_t, snapshot), true, 0, NULL, &s_meta_snapshot_info},
+};
+static const sbx_meta_struct_t s_meta_snapshot_delete_ok = {"snapshot.delete.ok", sizeof (sbx_snapshot_delete_ok_t), s_fields_snapshot_delete_ok, 1};
+
+static const sbx_meta_field_t s_fields_snap_begin[] = {
+    {"account", SBX_META_STRING, offsetof (sbx_snap_begin_t, account), true, 64, NULL, NULL},
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_snap_begin_t, sandbox_id), true, 64, NULL, NULL},
+    {"type", SBX_META_ENUM, offsetof (sbx_snap_begin_t, type), true, 0, &s_enum_sandbox_type, NULL},
+    {"kind", SBX_META_ENUM, offsetof (sbx_snap_begin_t, kind), false, 0, &s_enum_snapshot_kind, NULL},
+    {"name", SBX_META_STRING, offsetof (sbx_snap_begin_t, name), false, 128, NULL, NULL},
+    {"labels", SBX_META_STRMAP, offsetof (sbx_snap_begin_t, labels), false, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snap_begin = {"snap.begin", sizeof (sbx_snap_begin_t), s_fields_snap_begin, 6};
+
+static const sbx_meta_field_t s_fields_snap_begin_ok[] = {
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snap_begin_ok_t, snapshot_id), true, 64, NULL, NULL},
+    {"dir", SBX_META_STRING, offsetof (sbx_snap_begin_ok_t, dir), true, 1024, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snap_begin_ok = {"snap.begin.ok", sizeof (sbx_snap_begin_ok_t), s_fields_snap_begin_ok, 2};
+
+static const sbx_meta_field_t s_fields_snap_finish[] = {
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snap_finish_t, snapshot_id), true, 64, NULL, NULL},
+    {"error", SBX_META_STRING, offsetof (sbx_snap_finish_t, error), false, 1024, NULL, NULL},
+    {"disk_bytes", SBX_META_UINT, offsetof (sbx_snap_finish_t, disk_bytes), false, 0, NULL, NULL},
+    {"memory_bytes", SBX_META_UINT, offsetof (sbx_snap_finish_t, memory_bytes), false, 0, NULL, NULL},
+    {"image", SBX_META_STRING, offsetof (sbx_snap_finish_t, image), false, 1024, NULL, NULL},
+    {"qemu_version", SBX_META_STRING, offsetof (sbx_snap_finish_t, qemu_version), false, 128, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snap_finish = {"snap.finish", sizeof (sbx_snap_finish_t), s_fields_snap_finish, 6};
+
+static const sbx_meta_field_t s_fields_snap_finish_ok[] = {
+    {"snapshot", SBX_META_STRUCT, offsetof (sbx_snap_finish_ok_t, snapshot), true, 0, NULL, &s_meta_snapshot_info},
+};
+static const sbx_meta_struct_t s_meta_snap_finish_ok = {"snap.finish.ok", sizeof (sbx_snap_finish_ok_t), s_fields_snap_finish_ok, 1};
+
+static const sbx_meta_field_t s_fields_snap_use[] = {
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snap_use_t, snapshot_id), true, 64, NULL, NULL},
+    {"account", SBX_META_STRING, offsetof (sbx_snap_use_t, account), true, 64, NULL, NULL},
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_snap_use_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snap_use = {"snap.use", sizeof (sbx_snap_use_t), s_fields_snap_use, 3};
+
+static const sbx_meta_field_t s_fields_snap_use_ok[] = {
+    {"snapshot", SBX_META_STRUCT, offsetof (sbx_snap_use_ok_t, snapshot), true, 0, NULL, &s_meta_snapshot_info},
+    {"dir", SBX_META_STRING, offsetof (sbx_snap_use_ok_t, dir), true, 1024, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snap_use_ok = {"snap.use.ok", sizeof (sbx_snap_use_ok_t), s_fields_snap_use_ok, 2};
+
+static const sbx_meta_field_t s_fields_snap_release[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_snap_release_t, sandbox_id), true, 64, NULL, NULL},
+    {"keep", SBX_META_STRING, offsetof (sbx_snap_release_t, keep), false, 64, NULL, NULL},
+    {"deleted", SBX_META_BOOL, offsetof (sbx_snap_release_t, deleted), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snap_release = {"snap.release", sizeof (sbx_snap_release_t), s_fields_snap_release, 3};
+
+static const sbx_meta_field_t s_fields_snap_release_ok[] = {
+    {"deleted", SBX_META_STRLIST, offsetof (sbx_snap_release_ok_t, deleted), false, 10000, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snap_release_ok = {"snap.release.ok", sizeof (sbx_snap_release_ok_t), s_fields_snap_release_ok, 1};
+
+static const sbx_meta_field_t s_fields_vm_snapshot[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_snapshot_t, sandbox_id), true, 64, NULL, NULL},
+    {"dir", SBX_META_STRING, offsetof (sbx_vm_snapshot_t, dir), true, 1024, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_snapshot = {"vm.snapshot", sizeof (sbx_vm_snapshot_t), s_fields_vm_snapshot, 2};
+
+static const sbx_meta_field_t s_fields_vm_snapshot_ok[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_snapshot_ok_t, sandbox_id), true, 64, NULL, NULL},
+    {"disk_bytes", SBX_META_UINT, offsetof (sbx_vm_snapshot_ok_t, disk_bytes), false, 0, NULL, NULL},
+    {"memory_bytes", SBX_META_UINT, offsetof (sbx_vm_snapshot_ok_t, memory_bytes), false, 0, NULL, NULL},
+    {"image", SBX_META_STRING, offsetof (sbx_vm_snapshot_ok_t, image), false, 1024, NULL, NULL},
+    {"qemu_version", SBX_META_STRING, offsetof (sbx_vm_snapshot_ok_t, qemu_version), false, 128, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_snapshot_ok = {"vm.snapshot.ok", sizeof (sbx_vm_snapshot_ok_t), s_fields_vm_snapshot_ok, 5};
 
 const sbx_meta_struct_t *const sbx_meta_caller = &s_meta_caller;
 
@@ -1398,6 +1603,42 @@ static const char *const s_from_vm_port[] = {"broker"};
 static const char *const s_to_vm_port[] = {"vmd"};
 static const char *const s_from_vm_port_ok[] = {"vmd"};
 static const char *const s_to_vm_port_ok[] = {"broker"};
+static const char *const s_from_snapshot_save[] = {"gateway", "cli"};
+static const char *const s_to_snapshot_save[] = {"broker"};
+static const char *const s_from_snapshot_save_ok[] = {"broker"};
+static const char *const s_to_snapshot_save_ok[] = {"gateway", "cli"};
+static const char *const s_from_snapshot_list[] = {"gateway", "cli", "broker"};
+static const char *const s_to_snapshot_list[] = {"broker", "snapshotd"};
+static const char *const s_from_snapshot_list_ok[] = {"snapshotd"};
+static const char *const s_to_snapshot_list_ok[] = {"gateway", "cli"};
+static const char *const s_from_snapshot_get[] = {"gateway", "cli", "broker"};
+static const char *const s_to_snapshot_get[] = {"broker", "snapshotd"};
+static const char *const s_from_snapshot_get_ok[] = {"snapshotd"};
+static const char *const s_to_snapshot_get_ok[] = {"gateway", "cli", "broker"};
+static const char *const s_from_snapshot_delete[] = {"gateway", "cli", "broker"};
+static const char *const s_to_snapshot_delete[] = {"broker", "snapshotd"};
+static const char *const s_from_snapshot_delete_ok[] = {"snapshotd"};
+static const char *const s_to_snapshot_delete_ok[] = {"gateway", "cli", "broker"};
+static const char *const s_from_snap_begin[] = {"broker"};
+static const char *const s_to_snap_begin[] = {"snapshotd"};
+static const char *const s_from_snap_begin_ok[] = {"snapshotd"};
+static const char *const s_to_snap_begin_ok[] = {"broker"};
+static const char *const s_from_snap_finish[] = {"broker"};
+static const char *const s_to_snap_finish[] = {"snapshotd"};
+static const char *const s_from_snap_finish_ok[] = {"snapshotd"};
+static const char *const s_to_snap_finish_ok[] = {"broker"};
+static const char *const s_from_snap_use[] = {"broker"};
+static const char *const s_to_snap_use[] = {"snapshotd"};
+static const char *const s_from_snap_use_ok[] = {"snapshotd"};
+static const char *const s_to_snap_use_ok[] = {"broker"};
+static const char *const s_from_snap_release[] = {"broker"};
+static const char *const s_to_snap_release[] = {"snapshotd"};
+static const char *const s_from_snap_release_ok[] = {"snapshotd"};
+static const char *const s_to_snap_release_ok[] = {"broker"};
+static const char *const s_from_vm_snapshot[] = {"broker"};
+static const char *const s_to_vm_snapshot[] = {"vmd"};
+static const char *const s_from_vm_snapshot_ok[] = {"vmd"};
+static const char *const s_to_vm_snapshot_ok[] = {"broker"};
 
 const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {NULL, NULL, NULL, 0, NULL, 0, SBX_MSG__UNKNOWN, false},
@@ -1510,6 +1751,24 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"sandbox.port_changed", &s_meta_sandbox_port_changed, s_from_sandbox_port_changed, 1, s_to_sandbox_port_changed, 1, SBX_MSG__UNKNOWN, false},
     {"vm.port", &s_meta_vm_port, s_from_vm_port, 1, s_to_vm_port, 1, SBX_MSG_VM_PORT_OK, false},
     {"vm.port.ok", &s_meta_vm_port_ok, s_from_vm_port_ok, 1, s_to_vm_port_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"snapshot.save", &s_meta_snapshot_save, s_from_snapshot_save, 2, s_to_snapshot_save, 1, SBX_MSG_SNAPSHOT_SAVE_OK, false},
+    {"snapshot.save.ok", &s_meta_snapshot_save_ok, s_from_snapshot_save_ok, 1, s_to_snapshot_save_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"snapshot.list", &s_meta_snapshot_list, s_from_snapshot_list, 3, s_to_snapshot_list, 2, SBX_MSG_SNAPSHOT_LIST_OK, false},
+    {"snapshot.list.ok", &s_meta_snapshot_list_ok, s_from_snapshot_list_ok, 1, s_to_snapshot_list_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"snapshot.get", &s_meta_snapshot_get, s_from_snapshot_get, 3, s_to_snapshot_get, 2, SBX_MSG_SNAPSHOT_GET_OK, false},
+    {"snapshot.get.ok", &s_meta_snapshot_get_ok, s_from_snapshot_get_ok, 1, s_to_snapshot_get_ok, 3, SBX_MSG__UNKNOWN, false},
+    {"snapshot.delete", &s_meta_snapshot_delete, s_from_snapshot_delete, 3, s_to_snapshot_delete, 2, SBX_MSG_SNAPSHOT_DELETE_OK, false},
+    {"snapshot.delete.ok", &s_meta_snapshot_delete_ok, s_from_snapshot_delete_ok, 1, s_to_snapshot_delete_ok, 3, SBX_MSG__UNKNOWN, false},
+    {"snap.begin", &s_meta_snap_begin, s_from_snap_begin, 1, s_to_snap_begin, 1, SBX_MSG_SNAP_BEGIN_OK, false},
+    {"snap.begin.ok", &s_meta_snap_begin_ok, s_from_snap_begin_ok, 1, s_to_snap_begin_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"snap.finish", &s_meta_snap_finish, s_from_snap_finish, 1, s_to_snap_finish, 1, SBX_MSG_SNAP_FINISH_OK, false},
+    {"snap.finish.ok", &s_meta_snap_finish_ok, s_from_snap_finish_ok, 1, s_to_snap_finish_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"snap.use", &s_meta_snap_use, s_from_snap_use, 1, s_to_snap_use, 1, SBX_MSG_SNAP_USE_OK, false},
+    {"snap.use.ok", &s_meta_snap_use_ok, s_from_snap_use_ok, 1, s_to_snap_use_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"snap.release", &s_meta_snap_release, s_from_snap_release, 1, s_to_snap_release, 1, SBX_MSG_SNAP_RELEASE_OK, false},
+    {"snap.release.ok", &s_meta_snap_release_ok, s_from_snap_release_ok, 1, s_to_snap_release_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"vm.snapshot", &s_meta_vm_snapshot, s_from_vm_snapshot, 1, s_to_vm_snapshot, 1, SBX_MSG_VM_SNAPSHOT_OK, false},
+    {"vm.snapshot.ok", &s_meta_vm_snapshot_ok, s_from_vm_snapshot_ok, 1, s_to_vm_snapshot_ok, 1, SBX_MSG__UNKNOWN, false},
 };
 
 //  Typed accessors.
@@ -2059,6 +2318,96 @@ sbx_vm_port_ok_t *sbx_msg_vm_port_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_VM_PORT_OK ? (sbx_vm_port_ok_t *) msg->body : NULL;
 }
 
+sbx_snapshot_save_t *sbx_msg_snapshot_save (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAPSHOT_SAVE ? (sbx_snapshot_save_t *) msg->body : NULL;
+}
+
+sbx_snapshot_save_ok_t *sbx_msg_snapshot_save_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAPSHOT_SAVE_OK ? (sbx_snapshot_save_ok_t *) msg->body : NULL;
+}
+
+sbx_snapshot_list_t *sbx_msg_snapshot_list (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAPSHOT_LIST ? (sbx_snapshot_list_t *) msg->body : NULL;
+}
+
+sbx_snapshot_list_ok_t *sbx_msg_snapshot_list_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAPSHOT_LIST_OK ? (sbx_snapshot_list_ok_t *) msg->body : NULL;
+}
+
+sbx_snapshot_get_t *sbx_msg_snapshot_get (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAPSHOT_GET ? (sbx_snapshot_get_t *) msg->body : NULL;
+}
+
+sbx_snapshot_get_ok_t *sbx_msg_snapshot_get_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAPSHOT_GET_OK ? (sbx_snapshot_get_ok_t *) msg->body : NULL;
+}
+
+sbx_snapshot_delete_t *sbx_msg_snapshot_delete (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAPSHOT_DELETE ? (sbx_snapshot_delete_t *) msg->body : NULL;
+}
+
+sbx_snapshot_delete_ok_t *sbx_msg_snapshot_delete_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAPSHOT_DELETE_OK ? (sbx_snapshot_delete_ok_t *) msg->body : NULL;
+}
+
+sbx_snap_begin_t *sbx_msg_snap_begin (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAP_BEGIN ? (sbx_snap_begin_t *) msg->body : NULL;
+}
+
+sbx_snap_begin_ok_t *sbx_msg_snap_begin_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAP_BEGIN_OK ? (sbx_snap_begin_ok_t *) msg->body : NULL;
+}
+
+sbx_snap_finish_t *sbx_msg_snap_finish (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAP_FINISH ? (sbx_snap_finish_t *) msg->body : NULL;
+}
+
+sbx_snap_finish_ok_t *sbx_msg_snap_finish_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAP_FINISH_OK ? (sbx_snap_finish_ok_t *) msg->body : NULL;
+}
+
+sbx_snap_use_t *sbx_msg_snap_use (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAP_USE ? (sbx_snap_use_t *) msg->body : NULL;
+}
+
+sbx_snap_use_ok_t *sbx_msg_snap_use_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAP_USE_OK ? (sbx_snap_use_ok_t *) msg->body : NULL;
+}
+
+sbx_snap_release_t *sbx_msg_snap_release (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAP_RELEASE ? (sbx_snap_release_t *) msg->body : NULL;
+}
+
+sbx_snap_release_ok_t *sbx_msg_snap_release_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAP_RELEASE_OK ? (sbx_snap_release_ok_t *) msg->body : NULL;
+}
+
+sbx_vm_snapshot_t *sbx_msg_vm_snapshot (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_SNAPSHOT ? (sbx_vm_snapshot_t *) msg->body : NULL;
+}
+
+sbx_vm_snapshot_ok_t *sbx_msg_vm_snapshot_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_SNAPSHOT_OK ? (sbx_vm_snapshot_ok_t *) msg->body : NULL;
+}
+
 sbx_key_info_t *sbx_key_info_list_append (sbx_key_info_list_t *list)
 {
     return (sbx_key_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_key_info_t));
@@ -2107,4 +2456,9 @@ sbx_vm_info_t *sbx_vm_info_list_append (sbx_vm_info_list_t *list)
 sbx_port_info_t *sbx_port_info_list_append (sbx_port_info_list_t *list)
 {
     return (sbx_port_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_port_info_t));
+}
+
+sbx_snapshot_info_t *sbx_snapshot_info_list_append (sbx_snapshot_info_list_t *list)
+{
+    return (sbx_snapshot_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_snapshot_info_t));
 }

@@ -129,6 +129,27 @@ typedef enum {
 const char *sbx_sandbox_type_name (sbx_sandbox_type_t value);
 int sbx_sandbox_type_from_name (const char *name, sbx_sandbox_type_t *value_p);
 
+//  snapshot_state (snapshot.json): A snapshot's life: saving (files being written), ready
+//  (usable), failed (the save did not finish; no files).
+typedef enum {
+    SBX_SNAPSHOT_STATE__UNSET = 0,
+    SBX_SNAPSHOT_STATE_SAVING, //  "saving"
+    SBX_SNAPSHOT_STATE_READY,  //  "ready"
+    SBX_SNAPSHOT_STATE_FAILED, //  "failed"
+} sbx_snapshot_state_t;
+const char *sbx_snapshot_state_name (sbx_snapshot_state_t value);
+int sbx_snapshot_state_from_name (const char *name, sbx_snapshot_state_t *value_p);
+
+//  snapshot_kind (snapshot.json): Who made it: user (save_snapshot) or automatic (a stop keeps
+//  one).
+typedef enum {
+    SBX_SNAPSHOT_KIND__UNSET = 0,
+    SBX_SNAPSHOT_KIND_USER,      //  "user"
+    SBX_SNAPSHOT_KIND_AUTOMATIC, //  "automatic"
+} sbx_snapshot_kind_t;
+const char *sbx_snapshot_kind_name (sbx_snapshot_kind_t value);
+int sbx_snapshot_kind_from_name (const char *name, sbx_snapshot_kind_t *value_p);
+
 //  Owned containers. A message owns everything it points to: set fields with
 //  sbx_str_set, sbx_bytes_set, sbx_strlist_append, sbx_strmap_set, <struct>_list_append.
 typedef struct {
@@ -257,6 +278,24 @@ typedef enum {
     SBX_MSG_SANDBOX_PORT_CHANGED,     //  sandbox.port_changed
     SBX_MSG_VM_PORT,                  //  vm.port
     SBX_MSG_VM_PORT_OK,               //  vm.port.ok
+    SBX_MSG_SNAPSHOT_SAVE,            //  snapshot.save
+    SBX_MSG_SNAPSHOT_SAVE_OK,         //  snapshot.save.ok
+    SBX_MSG_SNAPSHOT_LIST,            //  snapshot.list
+    SBX_MSG_SNAPSHOT_LIST_OK,         //  snapshot.list.ok
+    SBX_MSG_SNAPSHOT_GET,             //  snapshot.get
+    SBX_MSG_SNAPSHOT_GET_OK,          //  snapshot.get.ok
+    SBX_MSG_SNAPSHOT_DELETE,          //  snapshot.delete
+    SBX_MSG_SNAPSHOT_DELETE_OK,       //  snapshot.delete.ok
+    SBX_MSG_SNAP_BEGIN,               //  snap.begin
+    SBX_MSG_SNAP_BEGIN_OK,            //  snap.begin.ok
+    SBX_MSG_SNAP_FINISH,              //  snap.finish
+    SBX_MSG_SNAP_FINISH_OK,           //  snap.finish.ok
+    SBX_MSG_SNAP_USE,                 //  snap.use
+    SBX_MSG_SNAP_USE_OK,              //  snap.use.ok
+    SBX_MSG_SNAP_RELEASE,             //  snap.release
+    SBX_MSG_SNAP_RELEASE_OK,          //  snap.release.ok
+    SBX_MSG_VM_SNAPSHOT,              //  vm.snapshot
+    SBX_MSG_VM_SNAPSHOT_OK,           //  vm.snapshot.ok
     SBX_MSG__COUNT
 } sbx_msg_type_t;
 
@@ -380,6 +419,25 @@ typedef struct sbx_sandbox_resolve_ok_s sbx_sandbox_resolve_ok_t;
 typedef struct sbx_sandbox_port_changed_s sbx_sandbox_port_changed_t;
 typedef struct sbx_vm_port_s sbx_vm_port_t;
 typedef struct sbx_vm_port_ok_s sbx_vm_port_ok_t;
+typedef struct sbx_snapshot_info_s sbx_snapshot_info_t;
+typedef struct sbx_snapshot_save_s sbx_snapshot_save_t;
+typedef struct sbx_snapshot_save_ok_s sbx_snapshot_save_ok_t;
+typedef struct sbx_snapshot_list_s sbx_snapshot_list_t;
+typedef struct sbx_snapshot_list_ok_s sbx_snapshot_list_ok_t;
+typedef struct sbx_snapshot_get_s sbx_snapshot_get_t;
+typedef struct sbx_snapshot_get_ok_s sbx_snapshot_get_ok_t;
+typedef struct sbx_snapshot_delete_s sbx_snapshot_delete_t;
+typedef struct sbx_snapshot_delete_ok_s sbx_snapshot_delete_ok_t;
+typedef struct sbx_snap_begin_s sbx_snap_begin_t;
+typedef struct sbx_snap_begin_ok_s sbx_snap_begin_ok_t;
+typedef struct sbx_snap_finish_s sbx_snap_finish_t;
+typedef struct sbx_snap_finish_ok_s sbx_snap_finish_ok_t;
+typedef struct sbx_snap_use_s sbx_snap_use_t;
+typedef struct sbx_snap_use_ok_s sbx_snap_use_ok_t;
+typedef struct sbx_snap_release_s sbx_snap_release_t;
+typedef struct sbx_snap_release_ok_s sbx_snap_release_ok_t;
+typedef struct sbx_vm_snapshot_s sbx_vm_snapshot_t;
+typedef struct sbx_vm_snapshot_ok_s sbx_vm_snapshot_ok_t;
 
 //  Lists of structs; _append returns a zeroed new last item, or NULL when out of memory.
 typedef struct {
@@ -432,6 +490,11 @@ typedef struct {
     size_t count;
 } sbx_port_info_list_t;
 sbx_port_info_t *sbx_port_info_list_append (sbx_port_info_list_t *list);
+typedef struct {
+    sbx_snapshot_info_t *items;
+    size_t count;
+} sbx_snapshot_info_list_t;
+sbx_snapshot_info_t *sbx_snapshot_info_list_append (sbx_snapshot_info_list_t *list);
 
 //  struct key_info (accounts.json). An API key or OAuth connection, without its secret.
 struct sbx_key_info_s {
@@ -672,6 +735,10 @@ struct sbx_agent_setup_s {
     sbx_strmap_t env;
     //  The sandbox's no-network option: true brings eth0 down, false brings it up.
     bool no_network;
+    //  (max 4096) Fresh random bytes from the host, mixed into the kernel's pool
+    //  (RNDADDENTROPY), then a reseed (RNDRESEEDCRNG): a sandbox restored from a snapshot must
+    //  not share its siblings' random state.
+    sbx_bytes_t entropy;
 };
 
 //  message agent.setup.ok (agent.json): agent -> vmd. Applied.
@@ -1463,12 +1530,18 @@ struct sbx_sandbox_create_s {
     bool no_network;
     //  (max 64) Key/value labels.
     sbx_strmap_t labels;
+    //  (max 64) Start from this snapshot (snap_…) of the caller's account: its disk and memory,
+    //  with a new identity.
+    char *snapshot_id;
 };
 
 //  message sandbox.create.ok (sandbox.json): broker -> gateway, cli. The sandbox, ready.
 struct sbx_sandbox_create_ok_s {
     //  (required) The new sandbox.
     sbx_sandbox_info_t *sandbox;
+    //  (max 1024) How it started when that is worth telling (a snapshot restored from its disk
+    //  only, with a cold boot).
+    char *note;
 };
 
 //  message sandbox.get (sandbox.json): gateway, cli -> broker, reply sandbox.get.ok. One
@@ -1592,12 +1665,24 @@ struct sbx_vm_create_s {
     sbx_sandbox_type_t type;
     //  No network access at all.
     bool no_network;
+    //  (max 1024) Start from the snapshot in this directory (of snapshotd's store): the new
+    //  disk stands on its disk.qcow2 and the memory is restored from its memory.state.
+    char *snapshot_dir;
+    //  (max 128) The QEMU version that saved the snapshot: another one here means disk only,
+    //  cold boot.
+    char *snapshot_qemu;
+    //  (max 1024) The image directory the snapshot's disk stands on (its kernel goes with it).
+    char *image;
 };
 
 //  message vm.create.ok (sandbox.json): vmd -> broker. The guest runs and its agent answered.
 struct sbx_vm_create_ok_s {
     //  (required, max 64) Which sandbox.
     char *sandbox_id;
+    //  Started from a snapshot's disk with a cold boot (its memory could not be restored here).
+    bool cold_boot;
+    //  (max 1024) Why, for the user.
+    char *note;
 };
 
 //  message vm.stop (sandbox.json): broker -> vmd, reply vm.stop.ok. Save the guest's memory and
@@ -1823,6 +1908,218 @@ struct sbx_vm_port_ok_s {
     uint64_t host_port;
 };
 
+//  struct snapshot_info (snapshot.json). A snapshot as clients see it.
+struct sbx_snapshot_info_s {
+    //  (required, max 64) snap_ followed by 10 base36 characters.
+    char *id;
+    //  (max 128) The name the user gave (default: the sandbox's label and the date).
+    char *name;
+    //  (max 64) Whose it is.
+    char *account;
+    //  (max 64) The sandbox it was saved from.
+    char *sandbox_id;
+    //  The sandbox's size: sandboxes made from it have the same.
+    sbx_sandbox_type_t type;
+    //  (required) saving, ready or failed.
+    sbx_snapshot_state_t state;
+    //  user (save_snapshot) or automatic (kept by a stop).
+    sbx_snapshot_kind_t kind;
+    //  (max 64) The user's key/value labels.
+    sbx_strmap_t labels;
+    //  Size of its disk file (a qcow2 layer over its image or parent).
+    uint64_t disk_bytes;
+    //  Size of its memory state file.
+    uint64_t memory_bytes;
+    //  (max 1024) The image directory its disk stands on.
+    char *image;
+    //  (max 128) The QEMU that saved the memory: another version restores the disk only.
+    char *qemu_version;
+    //  (max 64) The snapshot its disk stands on (it was saved from a sandbox made from that
+    //  one).
+    char *parent;
+    //  When the save began, ms since the epoch.
+    uint64_t created_ms;
+    //  (max 1024) Why it failed.
+    char *reason;
+    //  (max 10000) Sandboxes made from it (the broker decides which still live).
+    sbx_strlist_t users;
+};
+
+//  message snapshot.save (snapshot.json): gateway, cli -> broker, reply snapshot.save.ok. Save
+//  a ready or stopped sandbox's disk and memory (a running guest is paused only during the
+//  capture); answered once the files are durable and the catalog says ready, or failed.
+struct sbx_snapshot_save_s {
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+    //  (max 128) A name for people.
+    char *name;
+    //  (max 64) Key/value labels.
+    sbx_strmap_t labels;
+};
+
+//  message snapshot.save.ok (snapshot.json): broker -> gateway, cli. The snapshot, ready.
+struct sbx_snapshot_save_ok_s {
+    //  (required) The snapshot.
+    sbx_snapshot_info_t *snapshot;
+};
+
+//  message snapshot.list (snapshot.json): gateway, cli, broker -> broker, snapshotd, reply
+//  snapshot.list.ok. The caller's account's snapshots (an operator's: all), newest first. The
+//  broker routes it to snapshotd.
+struct sbx_snapshot_list_s {
+    char unused_; //  C wants a member; this body has no fields
+};
+
+//  message snapshot.list.ok (snapshot.json): snapshotd -> gateway, cli. The snapshots.
+struct sbx_snapshot_list_ok_s {
+    //  Newest first.
+    sbx_snapshot_info_list_t snapshots;
+};
+
+//  message snapshot.get (snapshot.json): gateway, cli, broker -> broker, snapshotd, reply
+//  snapshot.get.ok. One snapshot of the caller's account (another account's is not_found), with
+//  the sandboxes made from it.
+struct sbx_snapshot_get_s {
+    //  (required, max 64) snap_… id.
+    char *snapshot_id;
+};
+
+//  message snapshot.get.ok (snapshot.json): snapshotd -> gateway, cli, broker. The snapshot.
+struct sbx_snapshot_get_ok_s {
+    //  (required) The snapshot.
+    sbx_snapshot_info_t *snapshot;
+};
+
+//  message snapshot.delete (snapshot.json): gateway, cli, broker -> broker, snapshotd, reply
+//  snapshot.delete.ok. Delete a snapshot and its files. The broker refuses with conflict while
+//  a sandbox's disk stands on it (or another snapshot's does); snapshotd refuses while it is
+//  being saved.
+struct sbx_snapshot_delete_s {
+    //  (required, max 64) snap_… id.
+    char *snapshot_id;
+};
+
+//  message snapshot.delete.ok (snapshot.json): snapshotd -> gateway, cli, broker. The snapshot
+//  as it was.
+struct sbx_snapshot_delete_ok_s {
+    //  (required) The snapshot.
+    sbx_snapshot_info_t *snapshot;
+};
+
+//  message snap.begin (snapshot.json): broker -> snapshotd, reply snap.begin.ok. Start a save:
+//  a saving record and an empty directory for vmd to write into.
+struct sbx_snap_begin_s {
+    //  (required, max 64) Whose it is.
+    char *account;
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+    //  (required) The sandbox's size.
+    sbx_sandbox_type_t type;
+    //  user or automatic.
+    sbx_snapshot_kind_t kind;
+    //  (max 128) A name for people.
+    char *name;
+    //  (max 64) Labels.
+    sbx_strmap_t labels;
+};
+
+//  message snap.begin.ok (snapshot.json): snapshotd -> broker. Where vmd writes.
+struct sbx_snap_begin_ok_s {
+    //  (required, max 64) snap_… id.
+    char *snapshot_id;
+    //  (required, max 1024) The snapshot's directory (absolute).
+    char *dir;
+};
+
+//  message snap.finish (snapshot.json): broker -> snapshotd, reply snap.finish.ok. The save
+//  ended: with error set it failed (the files are removed), else the files are complete and the
+//  record becomes ready.
+struct sbx_snap_finish_s {
+    //  (required, max 64) snap_… id.
+    char *snapshot_id;
+    //  (max 1024) Why it failed; empty when it did not.
+    char *error;
+    //  disk.qcow2's size.
+    uint64_t disk_bytes;
+    //  memory.state's size.
+    uint64_t memory_bytes;
+    //  (max 1024) The image directory the disk stands on.
+    char *image;
+    //  (max 128) The QEMU that saved it.
+    char *qemu_version;
+};
+
+//  message snap.finish.ok (snapshot.json): snapshotd -> broker. The record as it is now.
+struct sbx_snap_finish_ok_s {
+    //  (required) The snapshot.
+    sbx_snapshot_info_t *snapshot;
+};
+
+//  message snap.use (snapshot.json): broker -> snapshotd, reply snap.use.ok. A sandbox is being
+//  made from a snapshot of `account`: checks it is theirs and ready, and records the
+//  dependency.
+struct sbx_snap_use_s {
+    //  (required, max 64) snap_… id.
+    char *snapshot_id;
+    //  (required, max 64) Whose sandbox it will be.
+    char *account;
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+};
+
+//  message snap.use.ok (snapshot.json): snapshotd -> broker. The snapshot and where its files
+//  are.
+struct sbx_snap_use_ok_s {
+    //  (required) The snapshot.
+    sbx_snapshot_info_t *snapshot;
+    //  (required, max 1024) The snapshot's directory.
+    char *dir;
+};
+
+//  message snap.release (snapshot.json): broker -> snapshotd, reply snap.release.ok. Removes a
+//  sandbox's automatic snapshots but `keep` (after a newer one is ready; all once the sandbox
+//  is deleted). With deleted, the sandbox no longer stands on the snapshot it was made from
+//  either. One that a sandbox or snapshot stands on stays.
+struct sbx_snap_release_s {
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+    //  (max 64) The automatic snapshot to keep (the newest).
+    char *keep;
+    //  The sandbox is deleted: forget what it was made from.
+    bool deleted;
+};
+
+//  message snap.release.ok (snapshot.json): snapshotd -> broker. What was removed.
+struct sbx_snap_release_ok_s {
+    //  (max 10000) The snapshots removed.
+    sbx_strlist_t deleted;
+};
+
+//  message vm.snapshot (snapshot.json): broker -> vmd, reply vm.snapshot.ok. Capture a guest
+//  into dir: a ready guest is paused, its memory saved (QEMU stays) and its disk copied, then
+//  continued; a stopped guest's memory state and disk are copied. Files are written under
+//  temporary names, fsynced and renamed.
+struct sbx_vm_snapshot_s {
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+    //  (required, max 1024) Where to write disk.qcow2 and memory.state (snapshotd's, absolute).
+    char *dir;
+};
+
+//  message vm.snapshot.ok (snapshot.json): vmd -> broker. The files are complete and durable.
+struct sbx_vm_snapshot_ok_s {
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+    //  disk.qcow2's size.
+    uint64_t disk_bytes;
+    //  memory.state's size.
+    uint64_t memory_bytes;
+    //  (max 1024) The image directory the guest's disk stands on.
+    char *image;
+    //  (max 128) This host's QEMU.
+    char *qemu_version;
+};
+
 //  Typed access to a message's body: NULL unless msg is of that type.
 sbx_account_create_t *sbx_msg_account_create (struct sbx_msg_s *msg);
 sbx_account_create_ok_t *sbx_msg_account_create_ok (struct sbx_msg_s *msg);
@@ -1933,6 +2230,24 @@ sbx_sandbox_resolve_ok_t *sbx_msg_sandbox_resolve_ok (struct sbx_msg_s *msg);
 sbx_sandbox_port_changed_t *sbx_msg_sandbox_port_changed (struct sbx_msg_s *msg);
 sbx_vm_port_t *sbx_msg_vm_port (struct sbx_msg_s *msg);
 sbx_vm_port_ok_t *sbx_msg_vm_port_ok (struct sbx_msg_s *msg);
+sbx_snapshot_save_t *sbx_msg_snapshot_save (struct sbx_msg_s *msg);
+sbx_snapshot_save_ok_t *sbx_msg_snapshot_save_ok (struct sbx_msg_s *msg);
+sbx_snapshot_list_t *sbx_msg_snapshot_list (struct sbx_msg_s *msg);
+sbx_snapshot_list_ok_t *sbx_msg_snapshot_list_ok (struct sbx_msg_s *msg);
+sbx_snapshot_get_t *sbx_msg_snapshot_get (struct sbx_msg_s *msg);
+sbx_snapshot_get_ok_t *sbx_msg_snapshot_get_ok (struct sbx_msg_s *msg);
+sbx_snapshot_delete_t *sbx_msg_snapshot_delete (struct sbx_msg_s *msg);
+sbx_snapshot_delete_ok_t *sbx_msg_snapshot_delete_ok (struct sbx_msg_s *msg);
+sbx_snap_begin_t *sbx_msg_snap_begin (struct sbx_msg_s *msg);
+sbx_snap_begin_ok_t *sbx_msg_snap_begin_ok (struct sbx_msg_s *msg);
+sbx_snap_finish_t *sbx_msg_snap_finish (struct sbx_msg_s *msg);
+sbx_snap_finish_ok_t *sbx_msg_snap_finish_ok (struct sbx_msg_s *msg);
+sbx_snap_use_t *sbx_msg_snap_use (struct sbx_msg_s *msg);
+sbx_snap_use_ok_t *sbx_msg_snap_use_ok (struct sbx_msg_s *msg);
+sbx_snap_release_t *sbx_msg_snap_release (struct sbx_msg_s *msg);
+sbx_snap_release_ok_t *sbx_msg_snap_release_ok (struct sbx_msg_s *msg);
+sbx_vm_snapshot_t *sbx_msg_vm_snapshot (struct sbx_msg_s *msg);
+sbx_vm_snapshot_ok_t *sbx_msg_vm_snapshot_ok (struct sbx_msg_s *msg);
 
 #ifdef __cplusplus
 }

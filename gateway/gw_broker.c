@@ -186,6 +186,31 @@ sbx_sandbox_info_t *gw_broker_sandbox_info (sbx_msg_t *reply)
     }
 }
 
+static void s_snapshot_labels (json_t *labels, const sbx_strmap_t *map)
+{
+    for (size_t i = 0; i < map->count; i++)
+        json_object_set_new (labels, map->keys[i], json_string (map->values[i]));
+}
+
+json_t *gw_broker_snapshot_json (const sbx_snapshot_info_t *info)
+{
+    json_t *labels = json_object ();
+    s_snapshot_labels (labels, &info->labels);
+    json_t *snapshot = json_pack (
+        "{s:s, s:s?, s:s, s:s, s:s?, s:s, s:I, s:I, s:I, s:o, s:o}", "id", info->id, "name",
+        info->name, "state", sbx_snapshot_state_name (info->state), "kind",
+        info->kind ? sbx_snapshot_kind_name (info->kind) : "user", "sandboxId", info->sandbox_id,
+        "type", info->type ? sbx_sandbox_type_name (info->type) : "small", "sizeBytes",
+        (json_int_t) (info->disk_bytes + info->memory_bytes), "diskBytes",
+        (json_int_t) info->disk_bytes, "memoryBytes", (json_int_t) info->memory_bytes, "createdAt",
+        gw_broker_time_json (info->created_ms), "labels", labels);
+    if (snapshot && info->reason)
+        json_object_set_new (snapshot, "reason", json_string (info->reason));
+    if (snapshot && info->parent)
+        json_object_set_new (snapshot, "parentId", json_string (info->parent));
+    return snapshot;
+}
+
 json_t *gw_broker_time_json (uint64_t ms)
 {
     if (!ms)

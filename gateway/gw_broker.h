@@ -65,6 +65,10 @@ sbx_sandbox_info_t *gw_broker_sandbox_info (sbx_msg_t *reply);
 //  labels, createdAt, expiresAt, and reason when there is one.
 json_t *gw_broker_sandbox_json (gw_broker_t *self, const sbx_sandbox_info_t *info);
 
+//  A snapshot as both front ends show it: id, name, state, kind, sandboxId, type,
+//  sizeBytes, diskBytes, memoryBytes, createdAt, labels, and reason and parentId when set.
+json_t *gw_broker_snapshot_json (const sbx_snapshot_info_t *info);
+
 //  "https://LABEL.box.DOMAIN[:PORT]" (fresh string).
 char *gw_broker_sandbox_url (gw_broker_t *self, const char *label);
 

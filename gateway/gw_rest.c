@@ -43,6 +43,10 @@ typedef enum {
     R_USAGE,
     R_KEYS,
     R_KEY_REVOKE,
+    R_SNAP_LIST,
+    R_SNAP_SAVE,
+    R_SNAP_GET,
+    R_SNAP_DELETE,
 } s_op_t;
 
 typedef struct {
@@ -68,6 +72,10 @@ static const s_route_t s_routes[] = {{"GET", "/v1/openapi.json", R_OPENAPI},
                                      {"GET", "/v1/usage", R_USAGE},
                                      {"GET", "/v1/keys", R_KEYS},
                                      {"DELETE", "/v1/keys/{id}", R_KEY_REVOKE},
+                                     {"GET", "/v1/snapshots", R_SNAP_LIST},
+                                     {"POST", "/v1/sandboxes/{id}/snapshots", R_SNAP_SAVE},
+                                     {"GET", "/v1/snapshots/{id}", R_SNAP_GET},
+                                     {"DELETE", "/v1/snapshots/{id}", R_SNAP_DELETE},
                                      {NULL, NULL, 0}};
 
 //  What a request brings, apart from the connection: filled from gw_request_t, or by
@@ -396,6 +404,7 @@ static const char *s_update_fields[] = {"name", "labels", NULL};
 static const char *s_extend_fields[] = {"ttlSeconds", NULL};
 static const char *s_exec_fields[] = {"command", "detached", "timeout", "cwd", "env", NULL};
 static const char *s_kill_fields[] = {"signal", NULL};
+static const char *s_snapshot_fields[] = {"name", "labels", NULL};
 
 //  Builds job->request (and what the answer needs) from job->in. Returns 0, or the
 //  code of the refusal with its message in error.
@@ -405,7 +414,8 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
     json_t *body = NULL;
     sbx_code_t code = SBX_E_INVALID_ARGUMENT;
     if (in->op != R_LIST && in->op != R_CREATE && in->op != R_OPENAPI && in->op != R_USAGE &&
-        in->op != R_KEYS && in->op != R_KEY_REVOKE)
+        in->op != R_KEYS && in->op != R_KEY_REVOKE && in->op != R_SNAP_LIST &&
+        in->op != R_SNAP_GET && in->op != R_SNAP_DELETE)
         job->sandbox_id = strdup (in->params[0]);
     job->timeout_ms = S_SIMPLE_MS;
     switch (in->op) {
@@ -454,14 +464,38 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
             s_fail (error, "type is small, medium or large");
             goto fail;
         }
-        if (snapshot) {
-            code = SBX_E_UNAVAILABLE;
-            s_fail (error, "snapshots are not available yet");
-            goto fail;
-        }
+        sbx_str_set (&args->snapshot_id, snapshot && *snapshot ? snapshot : NULL);
         sbx_str_set (&args->name, name);
         args->ttl_s = (uint64_t) ttl;
         args->no_network = !network;
+        job->timeout_ms = S_CREATE_MS;
+        break;
+    }
+    case R_SNAP_LIST:
+        job->request = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);
+        break;
+    case R_SNAP_GET:
+        job->request = sbx_msg_new (SBX_MSG_SNAPSHOT_GET);
+        sbx_str_set (&sbx_msg_snapshot_get (job->request)->snapshot_id, in->params[0]);
+        break;
+    case R_SNAP_DELETE:
+        job->request = sbx_msg_new (SBX_MSG_SNAPSHOT_DELETE);
+        sbx_str_set (&sbx_msg_snapshot_delete (job->request)->snapshot_id, in->params[0]);
+        break;
+    case R_SNAP_SAVE: {
+        const char *name;
+        job->request = sbx_msg_new (SBX_MSG_SNAPSHOT_SAVE);
+        sbx_snapshot_save_t *args = sbx_msg_snapshot_save (job->request);
+        if (s_body (in, false, s_snapshot_fields, &body, error) ||
+            s_string (body, "name", &name, false, error) ||
+            s_map (body, "labels", &args->labels, NULL, error))
+            goto fail;
+        if (name && strlen (name) > 128) {
+            s_fail (error, "name is at most 128 characters");
+            goto fail;
+        }
+        sbx_str_set (&args->name, name);
+        sbx_str_set (&args->sandbox_id, job->sandbox_id);
         job->timeout_ms = S_CREATE_MS;
         break;
     }
@@ -724,6 +758,37 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
                           sandboxes, "days", days);
         break;
     }
+    case R_SNAP_LIST: {
+        sbx_snapshot_info_list_t *list = &sbx_msg_snapshot_list_ok (reply)->snapshots;
+        json_t *all = json_array ();
+        for (size_t i = 0; i < list->count; i++)
+            json_array_append_new (all, gw_broker_snapshot_json (&list->items[i]));
+        body = json_pack ("{s:o}", "snapshots", all);
+        break;
+    }
+    case R_SNAP_SAVE:
+    case R_SNAP_GET:
+    case R_SNAP_DELETE: {
+        sbx_snapshot_info_t *info =
+            reply->type == SBX_MSG_SNAPSHOT_SAVE_OK  ? sbx_msg_snapshot_save_ok (reply)->snapshot
+            : reply->type == SBX_MSG_SNAPSHOT_GET_OK ? sbx_msg_snapshot_get_ok (reply)->snapshot
+            : reply->type == SBX_MSG_SNAPSHOT_DELETE_OK
+                ? sbx_msg_snapshot_delete_ok (reply)->snapshot
+                : NULL;
+        if (!info) {
+            s_send_error (req, SBX_E_INTERNAL, "unexpected answer");
+            s_job_end (job);
+            return;
+        }
+        body = gw_broker_snapshot_json (info);
+        if (job->in.op == R_SNAP_SAVE) {
+            char location[200];
+            snprintf (location, sizeof location, "/v1/snapshots/%s", info->id);
+            gw_request_add_header (req, "Location", location);
+            status = 201;
+        }
+        break;
+    }
     case R_KEYS: {
         sbx_key_info_list_t *list = &sbx_msg_key_list_ok (reply)->keys;
         json_t *keys = json_array ();
@@ -778,6 +843,11 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
             return;
         }
         body = gw_broker_sandbox_json (self->broker, info);
+        const char *note = reply->type == SBX_MSG_SANDBOX_CREATE_OK
+                               ? sbx_msg_sandbox_create_ok (reply)->note
+                               : NULL;
+        if (note && *note) //  from a snapshot's disk only: say so
+            json_object_set_new (body, "note", json_string (note));
         if (job->in.op == R_CREATE) {
             char location[200];
             snprintf (location, sizeof location, "/v1/sandboxes/%s", info->id);
@@ -1122,8 +1192,16 @@ void gw_rest_test (bool verbose)
             SBX_E_INVALID_ARGUMENT);
     assert (s_try (R_CREATE, NULL, NULL, "{\"labels\":{\"a\":1}}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
-    assert (s_try (R_CREATE, NULL, NULL, "{\"snapshotId\":\"snap_1\"}", &error, NULL) ==
-            SBX_E_UNAVAILABLE);
+    assert (s_try (R_CREATE, NULL, NULL, "{\"snapshotId\":\"snap_1\"}", &error, &job) == SBX_OK);
+    assert (streq (sbx_msg_sandbox_create (job.request)->snapshot_id, "snap_1"));
+    s_job_clear (&job);
+    assert (s_try (R_SNAP_SAVE, "sb_x", NULL, "{\"name\":\"n\",\"labels\":{\"a\":\"1\"}}", &error,
+                   &job) == SBX_OK);
+    assert (streq (sbx_msg_snapshot_save (job.request)->sandbox_id, "sb_x"));
+    assert (streq (sbx_msg_snapshot_save (job.request)->name, "n"));
+    s_job_clear (&job);
+    assert (s_try (R_SNAP_SAVE, "sb_x", NULL, "{\"nope\":1}", &error, NULL) ==
+            SBX_E_INVALID_ARGUMENT);
     assert (s_try (R_EXTEND, "sb_x", NULL, NULL, &error, NULL) == SBX_E_INVALID_ARGUMENT);
     assert (streq (error.text, "a JSON object body is required"));
     assert (s_try (R_EXTEND, "sb_x", NULL, "{}", &error, NULL) == SBX_E_INVALID_ARGUMENT);

@@ -27,7 +27,8 @@
     "'string'}},'createdAt':{'type':['string','null']},'expiresAt':{'type':['string','null']},"    \
     "'reason':{'type':'string'},'runningSeconds':{'type':'integer','description':'Seconds it "     \
     "ran (billed) so far.'},'costMicroUsd':{'type':'integer'},'costUsd':{'type':'string',"         \
-    "'description':'Cost so far in US dollars, e.g. 0.000360.'},'ports':{'type':'array','items':{'type':'object','properties':{"   \
+    "'description':'Cost so far in US dollars, e.g. "                                              \
+    "0.000360.'},'ports':{'type':'array','items':{'type':'object','properties':{"                  \
     "'port':{'type':'integer'},'url':{'type':'string'},'public':{'type':'boolean'}}}}"
 #define S_SANDBOX_OUT                                                                              \
     "{'type':'object','properties':{" S_SANDBOX_PROPS "},'required':['id','state','type','url']}"
@@ -203,10 +204,14 @@ static const char *s_definitions =
     //  save_snapshot
     "{'name':'save_snapshot','title':'Save snapshot',"
     "'description':'Save the disk and memory of the sandbox as a snapshot that new sandboxes "
-    "can start from.',"
+    "can start from (create_sandbox with snapshotId): running processes and files are kept, "
+    "each new sandbox gets its own hostname and random state. A running sandbox is paused "
+    "only while it is captured.',"
     "'inputSchema':{'type':'object','properties':{"
-    "'name':{'type':'string','maxLength':128}," S_SBID "}},"
-    "'outputSchema':{'type':'object','properties':{'snapshotId':{'type':'string'}}},"
+    "'name':{'type':'string','maxLength':128},"
+    "'labels':{'type':'object','additionalProperties':{'type':'string'}}," S_SBID "}},"
+    "'outputSchema':{'type':'object','properties':{'snapshotId':{'type':'string'},"
+    "'sizeBytes':{'type':'integer'},'state':{'type':'string'}}},"
     "'annotations':{'title':'Save snapshot','readOnlyHint':false,'destructiveHint':false}},"
     //  list_snapshots
     "{'name':'list_snapshots','title':'List snapshots',"
@@ -217,7 +222,8 @@ static const char *s_definitions =
     "'annotations':{'title':'List snapshots','readOnlyHint':true}},"
     //  delete_snapshot
     "{'name':'delete_snapshot','title':'Delete snapshot',"
-    "'description':'Delete a snapshot.',"
+    "'description':'Delete a snapshot and its files. Refused while a sandbox made from it "
+    "still exists (delete that sandbox first).',"
     "'inputSchema':{'type':'object','properties':{"
     "'snapshotId':{'type':'string'}," S_SBID "},'required':['snapshotId']},"
     "'outputSchema':{'type':'object','properties':{'snapshotId':{'type':'string'}}},"
@@ -574,9 +580,9 @@ static void s_on_usage (s_call_t *call, sbx_msg_t *reply)
         } else {
             size_t j;
             json_t *item;
-            json_array_foreach (sandboxes, j, item)
-                if (streq (json_string_value (json_object_get (item, "id")), u->sandbox_id))
-                    target = item;
+            json_array_foreach (sandboxes, j,
+                                item) if (streq (json_string_value (json_object_get (item, "id")),
+                                                 u->sandbox_id)) target = item;
         }
         if (!target)
             continue;
@@ -659,6 +665,16 @@ static void s_on_sandbox (s_call_t *call, sbx_msg_t *reply)
             words = "is updated";
         text = s_sandbox_text (sandbox, words);
     }
+    const char *note =
+        reply->type == SBX_MSG_SANDBOX_CREATE_OK ? sbx_msg_sandbox_create_ok (reply)->note : NULL;
+    if (note && *note) {
+        //  Made from a snapshot that could not be restored as it was: say how it started.
+        char *more = NULL;
+        if (asprintf (&more, "%s Note: %s.", text ? text : "", note) >= 0) {
+            free (text);
+            text = more;
+        }
+    }
     if (reply->type == SBX_MSG_SANDBOX_CREATE_OK) {
         //  The reference's create answer carries these six.
         json_t *brief = json_pack (
@@ -668,6 +684,8 @@ static void s_on_sandbox (s_call_t *call, sbx_msg_t *reply)
             json_object_get (sandbox, "expiresAt"));
         json_decref (sandbox);
         sandbox = brief;
+        if (note && *note)
+            json_object_set_new (sandbox, "note", json_string (note));
     }
     json_t *result = s_text_result (text ? text : "", sandbox, false);
     free (text);
@@ -739,11 +757,7 @@ static void s_create (s_call_t *call)
         sbx_msg_destroy (&request);
         return;
     }
-    if (snapshot) {
-        sbx_msg_destroy (&request);
-        s_fail (call, SBX_E_UNAVAILABLE, "snapshots are not available yet");
-        return;
-    }
+    sbx_str_set (&args->snapshot_id, snapshot && *snapshot ? snapshot : NULL);
     if (type && sbx_sandbox_type_from_name (type, &args->type)) {
         sbx_msg_destroy (&request);
         s_fail (call, SBX_E_INVALID_ARGUMENT, "type is small, medium or large");
@@ -753,6 +767,103 @@ static void s_create (s_call_t *call)
     args->ttl_s = (uint64_t) ttl;
     args->no_network = !network;
     s_send (call, &request, S_CREATE_MS, s_on_sandbox);
+}
+
+//  --------------------------------------------------------------------------
+//  Snapshots: save_snapshot, list_snapshots, delete_snapshot
+
+static double s_mib (uint64_t bytes)
+{
+    return bytes / (1024.0 * 1024.0);
+}
+
+static void s_on_snapshot_saved (s_call_t *call, sbx_msg_t *reply)
+{
+    sbx_snapshot_info_t *info = sbx_msg_snapshot_save_ok (reply)->snapshot;
+    char *text = NULL;
+    if (asprintf (&text,
+                  "Saved snapshot %s of %s (%.1f MiB). Start new sandboxes from it with "
+                  "create_sandbox and snapshotId %s.",
+                  info->id, info->sandbox_id ? info->sandbox_id : "the sandbox",
+                  s_mib (info->disk_bytes + info->memory_bytes), info->id) < 0)
+        text = NULL;
+    if (info->sandbox_id)
+        s_state_use (call->state, info->sandbox_id);
+    json_t *structured = gw_broker_snapshot_json (info);
+    json_object_set_new (structured, "snapshotId", json_string (info->id));
+    s_finish (call, s_text_result (text ? text : "", structured, false));
+    free (text);
+}
+
+static void s_save_snapshot (s_call_t *call)
+{
+    const char *name;
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SNAPSHOT_SAVE);
+    sbx_snapshot_save_t *args = sbx_msg_snapshot_save (request);
+    if (s_arg_string (call, "name", &name, false) || s_arg_map (call, "labels", &args->labels) ||
+        s_arg_sandbox (call)) {
+        sbx_msg_destroy (&request);
+        return;
+    }
+    sbx_str_set (&args->name, name);
+    sbx_str_set (&args->sandbox_id, call->sandbox_id);
+    s_send (call, &request, S_CREATE_MS, s_on_snapshot_saved);
+}
+
+static void s_on_snapshot_list (s_call_t *call, sbx_msg_t *reply)
+{
+    sbx_snapshot_info_list_t *list = &sbx_msg_snapshot_list_ok (reply)->snapshots;
+    json_t *all = json_array ();
+    zchunk_t *text = zchunk_new (NULL, 0);
+    char line[800];
+    int n = list->count ? snprintf (line, sizeof line, "%zu snapshot%s:", list->count,
+                                    list->count == 1 ? "" : "s")
+                        : snprintf (line, sizeof line, "No snapshots.");
+    zchunk_extend (text, line, (size_t) n);
+    for (size_t i = 0; i < list->count; i++) {
+        sbx_snapshot_info_t *info = &list->items[i];
+        json_t *snapshot = gw_broker_snapshot_json (info);
+        n = snprintf (line, sizeof line, "\n%s  %s  %s  from %s  %.1f MiB  %s%s%s", info->id,
+                      sbx_snapshot_state_name (info->state), info->name ? info->name : "-",
+                      info->sandbox_id ? info->sandbox_id : "-",
+                      s_mib (info->disk_bytes + info->memory_bytes),
+                      json_string_value (json_object_get (snapshot, "createdAt")),
+                      info->reason ? "  " : "", info->reason ? info->reason : "");
+        zchunk_extend (text, line, (size_t) n < sizeof line ? (size_t) n : sizeof line - 1);
+        json_array_append_new (all, snapshot);
+    }
+    zchunk_extend (text, "", 1);
+    s_finish (call, s_text_result ((char *) zchunk_data (text),
+                                   json_pack ("{s:o}", "snapshots", all), false));
+    zchunk_destroy (&text);
+}
+
+static void s_on_snapshot_deleted (s_call_t *call, sbx_msg_t *reply)
+{
+    sbx_snapshot_info_t *info = sbx_msg_snapshot_delete_ok (reply)->snapshot;
+    char *text = NULL;
+    if (asprintf (&text, "Deleted snapshot %s.", info->id) < 0)
+        text = NULL;
+    s_finish (call, s_text_result (text ? text : "",
+                                   json_pack ("{s:s, s:b}", "snapshotId", info->id, "deleted", 1),
+                                   false));
+    free (text);
+}
+
+static void s_delete_snapshot (s_call_t *call)
+{
+    const char *id;
+    if (s_arg_string (call, "snapshotId", &id, false))
+        return;
+    if (!id || !*id) {
+        s_fail (call, SBX_E_INVALID_ARGUMENT,
+                "snapshotId is required: the exact id (snap_…) of one snapshot; list_snapshots "
+                "shows them");
+        return;
+    }
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SNAPSHOT_DELETE);
+    sbx_str_set (&sbx_msg_snapshot_delete (request)->snapshot_id, id);
+    s_send (call, &request, S_SIMPLE_MS, s_on_snapshot_deleted);
 }
 
 static void s_simple (s_call_t *call, sbx_msg_type_t type, uint32_t timeout_ms)
@@ -1227,6 +1338,9 @@ typedef enum {
     S_RENAME,
     S_LABEL,
     S_PORT,
+    S_SAVE_SNAPSHOT,
+    S_LIST_SNAPSHOTS,
+    S_DELETE_SNAPSHOT,
     S_UNAVAILABLE,
 } s_kind_t;
 
@@ -1248,9 +1362,9 @@ static const struct {
                {"rename_sandbox", S_RENAME},
                {"label_sandbox", S_LABEL},
                {"delete_sandbox", S_DELETE},
-               {"save_snapshot", S_UNAVAILABLE},
-               {"list_snapshots", S_UNAVAILABLE},
-               {"delete_snapshot", S_UNAVAILABLE},
+               {"save_snapshot", S_SAVE_SNAPSHOT},
+               {"list_snapshots", S_LIST_SNAPSHOTS},
+               {"delete_snapshot", S_DELETE_SNAPSHOT},
                {NULL, 0}};
 
 static size_t s_serial_hash (const void *key)
@@ -1415,6 +1529,17 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
     case S_EXTEND:
         s_extend (call);
         break;
+    case S_SAVE_SNAPSHOT:
+        s_save_snapshot (call);
+        break;
+    case S_LIST_SNAPSHOTS: {
+        sbx_msg_t *request = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);
+        s_send (call, &request, S_SIMPLE_MS, s_on_snapshot_list);
+        break;
+    }
+    case S_DELETE_SNAPSHOT:
+        s_delete_snapshot (call);
+        break;
     case S_RENAME:
     case S_LABEL:
         s_update (call, s_table[index].kind == S_LABEL);
@@ -1523,9 +1648,10 @@ void gw_tools_test (bool verbose)
     gw_tools_call (tools, &caller, state, "get_sandbox", args, s_probe, &probe);
     assert (json_is_true (json_object_get (probe.result, "isError")));
     assert (strstr (s_probe_text (&probe), "create_sandbox first"));
-    json_object_set_new (args, "snapshotId", json_string ("snap_1"));
-    gw_tools_call (tools, &caller, state, "create_sandbox", args, s_probe, &probe);
-    assert (streq (s_probe_text (&probe), "snapshots are not available yet (unavailable)"));
+    //  delete_snapshot names exactly what it deletes too.
+    gw_tools_call (tools, &caller, state, "delete_snapshot", args, s_probe, &probe);
+    assert (json_is_true (json_object_get (probe.result, "isError")));
+    assert (strstr (s_probe_text (&probe), "snapshotId is required"));
     json_object_clear (args);
     json_object_set_new (args, "command", json_integer (3));
     gw_tools_call (tools, &caller, state, "exec", args, s_probe, &probe);

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #define S_DEFAULT_OP_MS 120000 //  an operation without its own deadline
 #define S_SETUP_MS      10000  //  agent.setup's answer
 #define S_MAX_BANDWIDTH (8LL << 30)
+#define S_ENTROPY_BYTES 64 //  fresh host randomness with every agent.setup
 
 typedef enum {
     EV_CREATE,      //  vm.create: QEMU spawned
@@ -127,6 +129,34 @@ struct _vmd_guest_t {
     bool setup_pending;
     char qmp_lost[300]; //  QMP closed on its own: why, and when (mono ms)
     uint64_t qmp_lost_at;
+    //  Re-adopted ready: make sure it runs (a snapshot may have been cut mid-way).
+    bool unpause, unpause_pending;
+    //  Made from a snapshot: its directory, and whether its memory is restored.
+    char *origin_dir;
+    bool origin_restore;
+    //  A snapshot being taken (vm.snapshot).
+    struct {
+        bool active;
+        sbx_sandbox_state_t from; //  ready (QEMU paused meanwhile) or stopped
+        bool paused, migrating, query_pending;
+        char *dir;
+        int fd;       //  memory.state.tmp while QEMU writes it
+        pid_t helper; //  the child that copies and fsyncs
+        uint64_t deadline;
+        vmd_guest_snapshot_fn *fn;
+        void *arg;
+        uint64_t disk_bytes, memory_bytes;
+        //  A stop or resume that came meanwhile: it starts when the capture ended.
+        bool deferred;
+        s_event_t deferred_event;
+        uint64_t deferred_rid;
+        uint32_t deferred_timeout;
+        //  Another snapshot asked for meanwhile (a user's after a stop's automatic one).
+        char *next_dir;
+        uint32_t next_timeout;
+        vmd_guest_snapshot_fn *next_fn;
+        void *next_arg;
+    } snap;
     //  Port forwards: guest port → host port on VMD_GUEST_FWD_HOST.
     struct {
         int port, host_port;
@@ -136,6 +166,8 @@ struct _vmd_guest_t {
 
 static void s_fire (vmd_guest_t *self, s_event_t event, sbx_code_t code, const char *format, ...)
     __attribute__ ((format (printf, 4, 5)));
+static void s_snap_fail (vmd_guest_t *self, sbx_code_t code, const char *message);
+static void s_snap_deferred (vmd_guest_t *self, bool drop);
 
 //  --------------------------------------------------------------------------
 //  Files
@@ -407,6 +439,11 @@ static void s_send_setup (vmd_guest_t *self)
     sbx_str_set (&body->hostname, self->hostname);
     body->time_ms = sbx_clock_now_ms (); //  the clock stood still while stopped
     body->no_network = self->no_network;
+    //  Fresh randomness every time: a guest restored from a snapshot (or resumed) must
+    //  not go on from the random state its siblings share.
+    uint8_t entropy[S_ENTROPY_BYTES];
+    if (getrandom (entropy, sizeof entropy, 0) == (ssize_t) sizeof entropy)
+        sbx_bytes_set (&body->entropy, entropy, sizeof entropy);
     self->setup_pending = true;
     vmd_agentlink_request (self->link, &setup, S_SETUP_MS, s_on_setup, self);
 }
@@ -756,7 +793,7 @@ static void s_on_query_status (vmd_qmp_t *qmp, json_t *result, const char *error
 {
     vmd_guest_t *self = arg;
     self->status_pending = false;
-    if (self->state != S_RESUMING || !self->incoming)
+    if ((self->state != S_RESUMING && self->state != S_CREATING) || !self->incoming)
         return;
     const char *status = error ? NULL : json_string_value (json_object_get (result, "status"));
     if (!status) {
@@ -800,6 +837,16 @@ static void s_start_resume (vmd_guest_t *self)
 
 static void s_start_delete (vmd_guest_t *self)
 {
+    s_snap_deferred (self, true);
+    if (self->snap.next_fn) {
+        vmd_guest_snapshot_fn *next_fn = self->snap.next_fn;
+        self->snap.next_fn = NULL;
+        zstr_free (&self->snap.next_dir);
+        next_fn (self, SBX_E_FAILED_PRECONDITION, "the sandbox is being deleted", 0, 0,
+                 self->snap.next_arg);
+    }
+    self->snap.paused = false; //  QEMU goes: nothing to continue
+    s_snap_fail (self, SBX_E_FAILED_PRECONDITION, "the sandbox is being deleted");
     if (self->link) {
         vmd_agentlink_fail_all (self->link, "the sandbox is being deleted");
         self->close_link = true;
@@ -825,6 +872,392 @@ static void s_cleanup (vmd_guest_t *self)
     self->env->wake (self->env->arg); //  the server drops deleted guests
     if (self->op)
         s_op_end (self, self->op_code, self->op_code == SBX_OK ? NULL : self->op_message);
+}
+
+//  --------------------------------------------------------------------------
+//  Snapshots: capture into snapshotd's directory while the guest stays this guest
+
+static char *s_snap_path (vmd_guest_t *self, const char *name)
+{
+    return zsys_sprintf ("%s/%s", self->snap.dir, name);
+}
+
+static int s_request (vmd_guest_t *self, s_event_t event, uint64_t rid, uint32_t timeout_ms,
+                      sbx_err_t *err);
+
+//  Answers a stop or resume that waited for the capture: now started, or refused.
+static void s_snap_deferred (vmd_guest_t *self, bool drop)
+{
+    if (!self->snap.deferred)
+        return;
+    self->snap.deferred = false;
+    sbx_err_t err = {0};
+    if (drop)
+        sbx_err_set (&err, SBX_E_FAILED_PRECONDITION, "sandbox %s is being deleted", self->id);
+    if (drop || s_request (self, self->snap.deferred_event, self->snap.deferred_rid,
+                           self->snap.deferred_timeout, &err))
+        if (self->env->done)
+            self->env->done (self, self->snap.deferred_rid, err.code, err.message, self->env->arg);
+}
+
+static void s_snap_end (vmd_guest_t *self, sbx_code_t code, const char *message)
+{
+    if (!self->snap.active)
+        return;
+    self->snap.active = false;
+    sbx_info ("sandbox=%s snapshot into %s %s%s%s", self->id, self->snap.dir,
+              code == SBX_OK ? "done" : "failed", message ? ": " : "", message ? message : "");
+    vmd_guest_snapshot_fn *fn = self->snap.fn;
+    void *arg = self->snap.arg;
+    uint64_t disk = self->snap.disk_bytes, memory = self->snap.memory_bytes;
+    zstr_free (&self->snap.dir);
+    if (fn)
+        fn (self, code, message, disk, memory, arg);
+    if (self->snap.next_fn) {
+        //  The snapshot that waited goes first; a waiting stop or resume after it.
+        char *dir = self->snap.next_dir;
+        vmd_guest_snapshot_fn *next_fn = self->snap.next_fn;
+        void *next_arg = self->snap.next_arg;
+        self->snap.next_dir = NULL;
+        self->snap.next_fn = NULL;
+        sbx_err_t err = {0};
+        if (vmd_guest_snapshot (self, dir, self->snap.next_timeout, next_fn, next_arg, &err))
+            next_fn (self, err.code, err.message, 0, 0, next_arg);
+        free (dir);
+        if (self->snap.active)
+            return;
+    }
+    if (self->state != S_DELETING && self->state != S_DELETED)
+        s_snap_deferred (self, false);
+}
+
+static void s_snap_resumed (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    (void) qmp;
+    (void) result;
+    vmd_guest_t *self = arg;
+    if (error)
+        sbx_error ("sandbox=%s cannot continue after the snapshot: %s", self->id, error);
+    else
+        s_send_setup (self); //  the guest's clock stood still while paused
+}
+
+//  Gives up: no partial file stays, a paused guest runs again.
+static void s_snap_fail (vmd_guest_t *self, sbx_code_t code, const char *message)
+{
+    if (!self->snap.active)
+        return;
+    if (self->snap.fd >= 0)
+        close (self->snap.fd);
+    self->snap.fd = -1;
+    if (self->snap.helper > 0) {
+        kill (self->snap.helper, SIGKILL);
+        waitpid (self->snap.helper, NULL, 0); //  killed: at once
+        self->snap.helper = 0;
+    }
+    const char *names[] = {"disk.qcow2.tmp", "memory.state.tmp", "disk.qcow2", "memory.state"};
+    for (int i = 0; i < 4; i++) {
+        char *path = s_snap_path (self, names[i]);
+        if (path)
+            unlink (path);
+        free (path);
+    }
+    if (self->snap.paused && self->state == S_READY && self->qmp && !vmd_qmp_closed (self->qmp))
+        vmd_qmp_cont (self->qmp, s_snap_resumed, self);
+    self->snap.paused = self->snap.migrating = false;
+    s_snap_end (self, code, message);
+}
+
+static void s_snap_continued (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    s_snap_resumed (qmp, result, error, arg);
+    vmd_guest_t *self = arg;
+    if (error) {
+        char message[600];
+        snprintf (message, sizeof message,
+                  "the snapshot is saved but the guest did not continue: "
+                  "%s",
+                  error);
+        s_snap_end (self, SBX_E_INTERNAL, message);
+    } else
+        s_snap_end (self, SBX_OK, NULL);
+}
+
+//  The child copied and fsynced: final names, then the guest goes on.
+static void s_snap_files_done (vmd_guest_t *self)
+{
+    const char *tmp[] = {"disk.qcow2.tmp", "memory.state.tmp"};
+    const char *final[] = {"disk.qcow2", "memory.state"};
+    uint64_t *sizes[] = {&self->snap.disk_bytes, &self->snap.memory_bytes};
+    gid_t gid;
+    bool share = vmd_qemu_group (self->env->qemu_user, &gid) == 0;
+    for (int i = 0; i < 2; i++) {
+        char *from = s_snap_path (self, tmp[i]), *to = s_snap_path (self, final[i]);
+        struct stat st;
+        //  Clones' QEMUs (their own user) read the disk as a backing file; nobody writes.
+        bool ok = from && to && chmod (from, 0640) == 0 && (!share || chown (from, 0, gid) == 0) &&
+                  stat (from, &st) == 0 && rename (from, to) == 0;
+        *sizes[i] = ok ? (uint64_t) st.st_size : 0;
+        free (from);
+        free (to);
+        if (!ok) {
+            char message[300];
+            snprintf (message, sizeof message, "cannot keep %s: %s", final[i], strerror (errno));
+            s_snap_fail (self, SBX_E_INTERNAL, message);
+            return;
+        }
+    }
+    int dir = open (self->snap.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir >= 0) {
+        fsync (dir);
+        close (dir);
+    }
+    if (self->snap.paused && self->qmp && !vmd_qmp_closed (self->qmp)) {
+        self->snap.paused = false;
+        if (vmd_qmp_cont (self->qmp, s_snap_continued, self) == 0)
+            return;
+    }
+    s_snap_end (self, SBX_OK, NULL);
+}
+
+//  A child copies the overlay (and a stopped guest's memory state) and fsyncs the
+//  copies: seconds for a large disk, which the loop must not spend.
+static void s_snap_copy (vmd_guest_t *self)
+{
+    char *overlay = s_path (self, "overlay.qcow2"), *memory = s_path (self, "memory.state");
+    char *disk_tmp = s_snap_path (self, "disk.qcow2.tmp");
+    char *memory_tmp = s_snap_path (self, "memory.state.tmp");
+    char *log = s_path (self, "qemu.log");
+    char *running[] = {
+        "sh",           "-c",    "cp --sparse=always -- \"$1\" \"$2\" && sync -- \"$2\" \"$3\"",
+        "sbx-snapshot", overlay, disk_tmp,
+        memory_tmp,     NULL};
+    char *stopped[] = {"sh", "-c",
+                       //  The memory state is never written in place (a stop renames a new
+                       //  one over it): a hard link shares it with the sandbox.
+                       "cp --sparse=always -- \"$1\" \"$2\" && { ln -f -- \"$3\" \"$4\" || "
+                       "cp --sparse=always -- \"$3\" \"$4\"; } && sync -- \"$2\" \"$4\"",
+                       "sbx-snapshot", overlay, disk_tmp, memory, memory_tmp, NULL};
+    bool ok = overlay && memory && disk_tmp && memory_tmp && log;
+    self->snap.helper =
+        ok ? vmd_qemu_helper_spawn (self->snap.from == S_READY ? running : stopped, log) : -1;
+    free (overlay);
+    free (memory);
+    free (disk_tmp);
+    free (memory_tmp);
+    free (log);
+    if (self->snap.helper <= 0) {
+        self->snap.helper = 0;
+        s_snap_fail (self, SBX_E_INTERNAL, "cannot start the copy of the disk");
+    }
+}
+
+static void s_on_snap_query (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    (void) qmp;
+    vmd_guest_t *self = arg;
+    self->snap.query_pending = false;
+    if (!self->snap.active || !self->snap.migrating)
+        return;
+    const char *status = error ? NULL : json_string_value (json_object_get (result, "status"));
+    if (error || !status || streq (status, "failed") || streq (status, "cancelled")) {
+        const char *why =
+            error ? error : json_string_value (json_object_get (result, "error-desc"));
+        char message[600];
+        snprintf (message, sizeof message, "saving the guest's memory failed: %s",
+                  why      ? why
+                  : status ? status
+                           : "no status");
+        s_snap_fail (self, SBX_E_INTERNAL, message);
+        return;
+    }
+    if (!streq (status, "completed"))
+        return;
+    //  QEMU stays, paused (its disk flushed by the stop and the migration's end).
+    self->snap.migrating = false;
+    close (self->snap.fd);
+    self->snap.fd = -1;
+    s_snap_copy (self);
+}
+
+static void s_on_snap_migrate (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    (void) qmp;
+    (void) result;
+    vmd_guest_t *self = arg;
+    if (!self->snap.active)
+        return;
+    if (error) {
+        char message[600];
+        snprintf (message, sizeof message, "could not save the guest's memory: %s", error);
+        s_snap_fail (self, SBX_E_INTERNAL, message);
+    } else
+        self->snap.migrating = true;
+}
+
+static void s_on_snap_paused (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    (void) qmp;
+    (void) result;
+    vmd_guest_t *self = arg;
+    if (error && self->snap.active) {
+        char message[600];
+        snprintf (message, sizeof message, "could not pause the guest: %s", error);
+        s_snap_fail (self, SBX_E_INTERNAL, message);
+    }
+}
+
+static void s_on_unpause_status (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    vmd_guest_t *self = arg;
+    self->unpause_pending = false;
+    if (error || self->state != S_READY) {
+        self->unpause = false;
+        return;
+    }
+    //  No status: no migration since QEMU started.
+    const char *status = json_string_value (json_object_get (result, "status"));
+    if (!status)
+        status = "none";
+    //  Still writing a snapshot nobody will take: stop that first, look again next tick.
+    if (streq (status, "active") || streq (status, "setup") || streq (status, "device") ||
+        streq (status, "pre-switchover")) {
+        vmd_qmp_migrate_cancel (qmp, NULL, NULL);
+        return;
+    }
+    if (streq (status, "cancelling"))
+        return;
+    self->unpause = false;
+    //  Paused or after a completed migration: cont runs it (a running guest ignores it).
+    sbx_info ("sandbox=%s re-adopted: continuing it (migration %s)", self->id, status);
+    vmd_qmp_cont (qmp, s_snap_resumed, self);
+}
+
+//  From the tick: the migration's progress, the child's exit, the deadline.
+static void s_snap_tick (vmd_guest_t *self, uint64_t now)
+{
+    if (self->unpause && !self->unpause_pending && self->qmp && vmd_qmp_ready (self->qmp)) {
+        self->unpause_pending = true;
+        vmd_qmp_query_migrate (self->qmp, s_on_unpause_status, self);
+    }
+    if (!self->snap.active)
+        return;
+    if (self->state != self->snap.from) {
+        char message[300];
+        snprintf (message, sizeof message, "the sandbox became %s during the snapshot%s%s",
+                  sbx_sandbox_state_name (self->state), self->reason ? ": " : "",
+                  self->reason ? self->reason : "");
+        s_snap_fail (self, SBX_E_FAILED_PRECONDITION, message);
+        return;
+    }
+    if (self->snap.migrating && !self->snap.query_pending && self->qmp) {
+        self->snap.query_pending = true;
+        vmd_qmp_query_migrate (self->qmp, s_on_snap_query, self);
+    }
+    if (self->snap.helper > 0) {
+        int status;
+        pid_t rc = waitpid (self->snap.helper, &status, WNOHANG);
+        if (rc == self->snap.helper) {
+            self->snap.helper = 0;
+            if (WIFEXITED (status) && WEXITSTATUS (status) == 0)
+                s_snap_files_done (self);
+            else {
+                char note[900];
+                s_death_note (self, "copying the disk failed", note, sizeof note);
+                s_snap_fail (self, SBX_E_INTERNAL, note);
+            }
+            return;
+        }
+    }
+    if (now >= self->snap.deadline)
+        s_snap_fail (self, SBX_E_TIMEOUT, "the snapshot did not end in time");
+}
+
+int vmd_guest_snapshot (vmd_guest_t *self, const char *dir, uint32_t timeout_ms,
+                        vmd_guest_snapshot_fn *fn, void *arg, sbx_err_t *err)
+{
+    if (self->snap.active && (self->snap.next_fn || !dir))
+        return sbx_err_set (err, SBX_E_FAILED_PRECONDITION,
+                            "sandbox %s: snapshots of it are being taken; retry when they ended",
+                            self->id);
+    if (self->snap.active) {
+        //  One waits (say, a user's right after the automatic one of a stop).
+        self->snap.next_dir = strdup (dir);
+        self->snap.next_timeout = timeout_ms;
+        self->snap.next_fn = fn;
+        self->snap.next_arg = arg;
+        sbx_info ("sandbox=%s snapshot into %s waits for the one in progress", self->id, dir);
+        return 0;
+    }
+    if (self->state != S_READY && self->state != S_STOPPED)
+        return sbx_err_set (err, SBX_E_FAILED_PRECONDITION,
+                            "cannot snapshot sandbox %s: it is %s (ready or stopped only)",
+                            self->id, sbx_sandbox_state_name (self->state));
+    if (self->state == S_READY && (!self->qmp || vmd_qmp_closed (self->qmp)))
+        return sbx_err_set (err, SBX_E_UNAVAILABLE, "sandbox %s: no QEMU monitor connection",
+                            self->id);
+    struct stat st;
+    if (!dir || dir[0] != '/' || strstr (dir, "..") || stat (dir, &st) || !S_ISDIR (st.st_mode))
+        return sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "snapshot directory %s is not usable",
+                            dir ? dir : "(none)");
+    //  A fresh capture; what waits for it (a stop, a resume) stays.
+    self->snap.paused = self->snap.migrating = self->snap.query_pending = false;
+    self->snap.helper = 0;
+    self->snap.disk_bytes = self->snap.memory_bytes = 0;
+    self->snap.fd = -1;
+    self->snap.dir = strdup (dir);
+    self->snap.from = self->state;
+    self->snap.fn = fn;
+    self->snap.arg = arg;
+    self->snap.deadline = sbx_clock_mono_ms () + (timeout_ms ? timeout_ms : S_DEFAULT_OP_MS);
+    self->snap.active = true;
+    sbx_info ("sandbox=%s snapshot into %s (%s)", self->id, dir,
+              sbx_sandbox_state_name (self->state));
+    if (self->state == S_STOPPED) {
+        s_snap_copy (self);
+        return 0;
+    }
+    //  Memory first, as a stop does it, but QEMU stays: paused, its state in the file.
+    char *tmp = s_snap_path (self, "memory.state.tmp");
+    self->snap.fd = tmp ? open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640) : -1;
+    free (tmp);
+    if (self->snap.fd < 0) {
+        sbx_err_set (err, SBX_E_INTERNAL, "cannot write into %s: %s", dir, strerror (errno));
+        self->snap.fn = NULL; //  answered by the caller, not through fn
+        s_snap_fail (self, SBX_E_INTERNAL, err->message);
+        return -1;
+    }
+    self->snap.paused = true;
+    vmd_qmp_set_max_bandwidth (self->qmp, S_MAX_BANDWIDTH, NULL, NULL);
+    vmd_qmp_stop (self->qmp, s_on_snap_paused, self);
+    vmd_qmp_migrate_to_fd (self->qmp, self->snap.fd, s_on_snap_migrate, self);
+    return 0;
+}
+
+int vmd_guest_set_origin (vmd_guest_t *self, const char *dir, const char *image_dir, bool restore)
+{
+    if (!dir || dir[0] != '/' || strstr (dir, "..") || strlen (dir) > 180)
+        return -1;
+    if (image_dir) {
+        if (image_dir[0] != '/' || strstr (image_dir, "..") || strlen (image_dir) > 180)
+            return -1;
+        char *kernel = zsys_sprintf ("%s/vmlinux", image_dir);
+        bool there = kernel && access (kernel, R_OK) == 0;
+        free (kernel);
+        if (!there)
+            return -1;
+        free (self->image_dir);
+        self->image_dir = strdup (image_dir);
+    }
+    free (self->origin_dir);
+    self->origin_dir = strdup (dir);
+    self->origin_restore = restore;
+    return self->origin_dir && self->image_dir ? 0 : -1;
+}
+
+const char *vmd_guest_image (vmd_guest_t *self)
+{
+    return self->image_dir;
 }
 
 //  --------------------------------------------------------------------------
@@ -898,6 +1331,7 @@ static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
         if (self->quit_sent && self->pid > 0 && now >= self->kill_at)
             kill (self->pid, SIGKILL); //  saved already; QEMU just won't leave
         break;
+    case S_CREATING: //  from a snapshot's memory, as a resume
     case S_RESUMING:
         if (self->incoming && !self->status_pending && self->qmp && vmd_qmp_ready (self->qmp)) {
             self->status_pending = true;
@@ -920,6 +1354,7 @@ static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
     default:
         break;
     }
+    s_snap_tick (self, now);
     if (self->op && now >= self->op_deadline && self->state != S_DELETING) {
         char note[900], what[200];
         snprintf (what, sizeof what, "no answer within %.0f s", self->op_timeout / 1000.0);
@@ -957,6 +1392,7 @@ static vmd_guest_t *s_new (const vmd_guest_env_t *env, const char *id)
     self->id = strdup (id);
     self->dir = zsys_sprintf ("%s/%s", env->vms_dir, id);
     self->state_fd = -1;
+    self->snap.fd = -1;
     self->exit_status = -1;
     self->tick = zloop_timer (env->loop, S_TICK_MS, 0, s_on_tick, self);
     if (!self->id || !self->dir || self->tick == -1)
@@ -1042,8 +1478,12 @@ vmd_guest_t *vmd_guest_load (const vmd_guest_env_t *env, const char *id)
         if (was == S_READY || was == S_ERROR) {
             if (s_open_channels (self))
                 why = "cannot reconnect to its QEMU";
-            else
+            else {
                 s_forwards_renew (self, true);
+                //  A vmd that died during a snapshot left its guest paused, perhaps
+                //  migrating still: the tick cancels that and continues it.
+                self->unpause = was == S_READY;
+            }
         } else {
             //  Caught mid-way: nobody waits for that answer any more.
             kill (pid, SIGKILL);
@@ -1093,6 +1533,11 @@ void vmd_guest_destroy (vmd_guest_t **self_p)
     vmd_qmp_destroy (&self->qmp);
     if (self->state_fd >= 0)
         close (self->state_fd);
+    if (self->snap.fd >= 0)
+        close (self->snap.fd);
+    free (self->snap.dir);
+    free (self->snap.next_dir);
+    free (self->origin_dir);
     free (self->id);
     free (self->hostname);
     free (self->dir);
@@ -1128,19 +1573,38 @@ int vmd_guest_create (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_
     vmd_qemu_config_init (&config);
     config.image_dir = self->image_dir;
     config.dir = self->dir;
+    char *backing = self->origin_dir ? zsys_sprintf ("%s/disk.qcow2", self->origin_dir) : NULL;
+    config.backing = backing;
+    int incoming = -1;
+    if (self->origin_dir && self->origin_restore) {
+        char *memory = zsys_sprintf ("%s/memory.state", self->origin_dir);
+        incoming = memory ? open (memory, O_RDONLY | O_CLOEXEC) : -1;
+        free (memory);
+    }
     //  ≈ 20 ms of qemu-img: short enough for the loop (there is no async variant).
-    if (vmd_qemu_overlay_create (&config) != 0) {
+    int overlay = vmd_qemu_overlay_create (&config);
+    free (backing);
+    if (self->origin_dir && self->origin_restore && incoming < 0) {
+        sbx_err_set (err, SBX_E_INTERNAL, "cannot open the snapshot's memory state: %s",
+                     strerror (errno));
+    } else if (overlay != 0) {
         char note[900];
         s_death_note (self, "cannot create the disk overlay", note, sizeof note);
         sbx_err_set (err, SBX_E_INTERNAL, "%s", note);
-    } else if (s_spawn (self, -1) != 0) {
+    } else if (s_spawn (self, incoming) != 0) {
         char note[900];
         s_death_note (self, "cannot start QEMU", note, sizeof note);
         sbx_err_set (err, SBX_E_INTERNAL, "%s", note);
     } else {
+        if (incoming >= 0)
+            close (incoming);
+        //  Restoring: the tick waits for the memory to load, continues, sets it up.
+        self->incoming = incoming >= 0;
         s_fire (self, EV_CREATE, SBX_OK, NULL);
         return 0;
     }
+    if (incoming >= 0)
+        close (incoming);
     self->op = false;
     if (self->pid > 0)
         kill (self->pid, SIGKILL), waitpid (self->pid, NULL, 0); //  just spawned: ms
@@ -1163,13 +1627,36 @@ static int s_request (vmd_guest_t *self, s_event_t event, uint64_t rid, uint32_t
     return 0;
 }
 
+//  During a capture a stop or resume waits for its end (one at a time): refusing it
+//  would put the broker's sandbox in error for a request that is merely early.
+static int s_defer (vmd_guest_t *self, s_event_t event, uint64_t rid, uint32_t timeout_ms,
+                    sbx_err_t *err)
+{
+    if (self->snap.deferred)
+        return sbx_err_set (err, SBX_E_FAILED_PRECONDITION,
+                            "sandbox %s: a snapshot is being taken and a request waits for it; "
+                            "retry in a moment",
+                            self->id);
+    self->snap.deferred = true;
+    self->snap.deferred_event = event;
+    self->snap.deferred_rid = rid;
+    self->snap.deferred_timeout = timeout_ms;
+    sbx_info ("sandbox=%s rid=%llu %s waits for the snapshot in progress", self->id,
+              (unsigned long long) rid, s_event_names[event]);
+    return 0;
+}
+
 int vmd_guest_stop (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_err_t *err)
 {
+    if (self->snap.active)
+        return s_defer (self, EV_STOP, rid, timeout_ms, err);
     return s_request (self, EV_STOP, rid, timeout_ms, err);
 }
 
 int vmd_guest_resume (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_err_t *err)
 {
+    if (self->snap.active)
+        return s_defer (self, EV_RESUME, rid, timeout_ms, err);
     return s_request (self, EV_RESUME, rid, timeout_ms, err);
 }
 

@@ -61,6 +61,12 @@ void vmd_guest_destroy (vmd_guest_t **self_p);
 //  their own are only destroyed from a poller handler, after the turn's timers ran.
 void vmd_guest_collect (vmd_guest_t *self);
 
+//  Before vmd_guest_create: the guest is made from the snapshot in dir (snapshotd's):
+//  its overlay stands on dir/disk.qcow2, and with restore its memory comes from
+//  dir/memory.state (else a cold boot from that disk). image_dir (NULL: vmd's) is the
+//  image the snapshot's disk stands on, whose kernel the guest keeps. 0, or -1.
+int vmd_guest_set_origin (vmd_guest_t *self, const char *dir, const char *image_dir, bool restore);
+
 //  Operations. Each returns 0 when started (done follows), or -1 with err set when the
 //  guest's state does not allow it or it could not start (nothing is left behind).
 int vmd_guest_create (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_err_t *err);
@@ -89,6 +95,24 @@ typedef void (vmd_guest_port_fn) (vmd_guest_t *guest, sbx_code_t code, const cha
 //  one that is not there: *host_port is 0), 0 when started (fn follows), -1 with err.
 int vmd_guest_port (vmd_guest_t *self, int guest_port, bool remove, int *host_port,
                     vmd_guest_port_fn *fn, void *arg, sbx_err_t *err);
+
+//  A snapshot's end: code SBX_OK and the sizes of disk.qcow2 and memory.state, or an
+//  error (the files are removed).
+typedef void (vmd_guest_snapshot_fn) (vmd_guest_t *guest, sbx_code_t code, const char *message,
+                                      uint64_t disk_bytes, uint64_t memory_bytes, void *arg);
+
+//  Captures the guest into dir (absolute, existing): disk.qcow2 (a copy of its overlay,
+//  standing on the same base) and memory.state. A ready guest is paused (QMP stop),
+//  its memory migrated into the file while QEMU stays, its overlay copied by a child
+//  process, then continued; a stopped guest's files are copied. Written under .tmp
+//  names, fsynced (by the child), renamed. 0 when started (fn follows from the loop),
+//  -1 with err when the state does not allow it. Stop and resume wait for its end;
+//  delete ends it with an error.
+int vmd_guest_snapshot (vmd_guest_t *self, const char *dir, uint32_t timeout_ms,
+                        vmd_guest_snapshot_fn *fn, void *arg, sbx_err_t *err);
+
+//  The image directory its disk stands on (recorded with a snapshot of it).
+const char *vmd_guest_image (vmd_guest_t *self);
 
 const char *vmd_guest_id (vmd_guest_t *self);
 sbx_sandbox_state_t vmd_guest_state (vmd_guest_t *self);

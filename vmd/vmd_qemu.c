@@ -521,14 +521,59 @@ pid_t vmd_qemu_overlay_spawn (const vmd_qemu_config_t *config)
 {
     if (!config || !s_path_valid (config->image_dir) || !s_path_valid (config->dir))
         return -1;
+    if (config->backing && !s_path_valid (config->backing))
+        return -1;
     char base[256], overlay[256], log[256];
     snprintf (base, sizeof base, "%s/rootfs.ext4", config->image_dir);
+    if (config->backing)
+        snprintf (base, sizeof base, "%s", config->backing);
     snprintf (overlay, sizeof overlay, "%s/overlay.qcow2", config->dir);
     snprintf (log, sizeof log, "%s/qemu.log", config->dir);
-    char *argv[] = {"qemu-img", "create", "-q",  "-f",    "qcow2", "-b",
-                    base,       "-F",     "raw", overlay, NULL};
+    char *argv[] = {"qemu-img", "create", "-q",
+                    "-f",       "qcow2",  "-b",
+                    base,       "-F",     config->backing ? "qcow2" : "raw",
+                    overlay,    NULL};
     s_user_t user = {.drop = false};
     return s_spawn (argv, log, -1, &user);
+}
+
+pid_t vmd_qemu_helper_spawn (char **argv, const char *log_path)
+{
+    s_user_t user = {.drop = false};
+    return argv && argv[0] && log_path ? s_spawn (argv, log_path, -1, &user) : -1;
+}
+
+const char *vmd_qemu_version (void)
+{
+    static char version[128];
+    static bool found = false;
+    if (found)
+        return version;
+    found = true;
+    const char *qemu = getenv ("SBX_QEMU");
+    char command[300];
+    snprintf (command, sizeof command, "'%s' --version 2>/dev/null",
+              qemu && *qemu && !strchr (qemu, '\'') ? qemu : "qemu-system-x86_64");
+    FILE *pipe = popen (command, "r");
+    if (pipe) {
+        if (!fgets (version, sizeof version, pipe))
+            version[0] = 0;
+        pclose (pipe);
+    }
+    version[strcspn (version, "\r\n")] = 0;
+    return version;
+}
+
+int vmd_qemu_group (const char *user, gid_t *gid)
+{
+    vmd_qemu_config_t config;
+    vmd_qemu_config_init (&config);
+    config.user = user;
+    s_user_t found;
+    if (s_user_find (&config, &found) == -1 || !found.drop)
+        return -1;
+    *gid = found.gids[0];
+    return 0;
 }
 
 int vmd_qemu_overlay_create (const vmd_qemu_config_t *config)

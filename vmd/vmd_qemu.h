@@ -45,6 +45,8 @@ typedef struct {
     int incoming_fd; //  -1 for none
     bool incoming_defer;
     const char *qemu; //  binary; NULL: $SBX_QEMU or qemu-system-x86_64
+    //  The overlay's base: a qcow2 (a snapshot's disk) instead of IMAGE_DIR/rootfs.ext4.
+    const char *backing;
     //  Whom QEMU runs as when vmd is root: uid (and gid, default uid) when non-zero,
     //  best one per sandbox so that guests' QEMUs can't touch each other; else user by
     //  name; NULL: sbx-qemu, else nobody. "" never drops.
@@ -83,6 +85,19 @@ pid_t vmd_qemu_adopt (const char *dir);
 pid_t vmd_qemu_overlay_spawn (const vmd_qemu_config_t *config);
 //  The same, waiting for it (≈ 20 ms: for tools and tests, not for vmd's loop).
 int vmd_qemu_overlay_create (const vmd_qemu_config_t *config);
+
+//  Runs a host tool (argv[0] looked up in PATH) as vmd's own user, output appended to
+//  log_path, in a new session. Returns the pid for the caller to reap, or -1.
+pid_t vmd_qemu_helper_spawn (char **argv, const char *log_path);
+
+//  The QEMU this host runs, as the first line of `qemu-system-x86_64 --version`, found
+//  once (≈ 20 ms, at vmd's start) and cached; "" when unknown. A memory state is only
+//  restored by the same version.
+const char *vmd_qemu_version (void);
+
+//  The group QEMU runs in when vmd drops privileges (see vmd_qemu_user), for files it
+//  must read but not own; 0 and -1 when it does not drop.
+int vmd_qemu_group (const char *user, gid_t *gid);
 
 //  zstd -1 (compress) or zstd -d between in_fd and out_fd, unprivileged when vmd is
 //  root, for memory state: QEMU writes into a pipe whose other end feeds zstd, or

@@ -627,6 +627,11 @@ int vmd_qmp_cont (vmd_qmp_t *self, vmd_qmp_reply_fn *fn, void *arg)
     return vmd_qmp_execute (self, "cont", NULL, fn, arg);
 }
 
+int vmd_qmp_migrate_cancel (vmd_qmp_t *self, vmd_qmp_reply_fn *fn, void *arg)
+{
+    return vmd_qmp_execute (self, "migrate_cancel", NULL, fn, arg);
+}
+
 int vmd_qmp_quit (vmd_qmp_t *self, vmd_qmp_reply_fn *fn, void *arg)
 {
     return vmd_qmp_execute (self, "quit", NULL, fn, arg);

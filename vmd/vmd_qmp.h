@@ -67,6 +67,7 @@ int vmd_qmp_execute_fd (vmd_qmp_t *self, const char *command, json_t *arguments,
 int vmd_qmp_query_status (vmd_qmp_t *self, vmd_qmp_reply_fn *fn, void *arg);
 int vmd_qmp_stop (vmd_qmp_t *self, vmd_qmp_reply_fn *fn, void *arg);
 int vmd_qmp_cont (vmd_qmp_t *self, vmd_qmp_reply_fn *fn, void *arg);
+int vmd_qmp_migrate_cancel (vmd_qmp_t *self, vmd_qmp_reply_fn *fn, void *arg);
 int vmd_qmp_quit (vmd_qmp_t *self, vmd_qmp_reply_fn *fn, void *arg);
 //  HMP command line; result is its output text (HMP commands differ in how they fail).
 int vmd_qmp_hmp (vmd_qmp_t *self, const char *command_line, vmd_qmp_reply_fn *fn, void *arg);

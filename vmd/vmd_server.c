@@ -5,6 +5,7 @@
 #include "sbx_log.h"
 #include "vmd_guest.h"
 #include "vmd_qemu.h"
+#include "vmd_template.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -30,8 +31,9 @@ struct _vmd_server_t {
     uint64_t capacity;
     zhashx_t *guests;        //  sandbox id -> vmd_guest_t
     zhashx_t *failed_unsent; //  sandbox id -> reason, vm.failed waiting for the broker
-    zhashx_t *ops;           //  rid -> the vm.*.ok type its request waits for
+    zhashx_t *ops;           //  rid -> s_op_t: the vm.*.ok its request waits for
     vmd_guest_env_t env;
+    vmd_template_t *templates; //  vmd.templates: restored instead of cold boots
     int sweep;
     int wake_fd; //  eventfd: guests have something to collect
 };
@@ -163,6 +165,13 @@ static void s_on_failed (vmd_guest_t *guest, const char *reason, void *arg)
     s_send_failed (self);
 }
 
+//  A request in progress: the vm.*.ok type it waits for, and a note for the user (a
+//  create from a snapshot that could not restore its memory here).
+typedef struct {
+    sbx_msg_type_t type;
+    char note[512];
+} s_op_t;
+
 //  An operation's end: the reply its request waits for.
 static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const char *message,
                        void *arg)
@@ -170,13 +179,13 @@ static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const 
     vmd_server_t *self = arg;
     char key[32];
     snprintf (key, sizeof key, "%llu", (unsigned long long) rid);
-    sbx_msg_type_t *ok_type = zhashx_lookup (self->ops, key);
+    s_op_t *op = zhashx_lookup (self->ops, key);
     sbx_msg_t *reply;
     if (code != SBX_OK)
         reply = sbx_msg_new_error (rid, code, "sandbox %s: %s", vmd_guest_id (guest),
                                    message && *message ? message : "failed");
     else {
-        reply = sbx_msg_new (ok_type ? *ok_type : SBX_MSG_VM_CREATE_OK);
+        reply = sbx_msg_new (op ? op->type : SBX_MSG_VM_CREATE_OK);
         reply->rid = rid;
         //  Every vm.*.ok is just { sandbox_id }, in the same place.
         switch (reply->type) {
@@ -191,6 +200,10 @@ static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const 
             break;
         default:
             sbx_str_set (&sbx_msg_vm_create_ok (reply)->sandbox_id, vmd_guest_id (guest));
+            if (op && *op->note) {
+                sbx_msg_vm_create_ok (reply)->cold_boot = true;
+                sbx_str_set (&sbx_msg_vm_create_ok (reply)->note, op->note);
+            }
             break;
         }
     }
@@ -229,6 +242,7 @@ static int s_on_wake (zloop_t *loop, zmq_pollitem_t *item, void *arg)
     for (const char *id = zlistx_first (gone); id; id = zlistx_next (gone))
         zhashx_delete (self->guests, id);
     zlistx_destroy (&gone);
+    vmd_template_collect (self->templates);
     s_update_use (self);
     return 0;
 }
@@ -256,15 +270,25 @@ static vmd_guest_t *s_find (vmd_server_t *self, const char *id)
     return id ? zhashx_lookup (self->guests, id) : NULL;
 }
 
-static void s_op_remember (vmd_server_t *self, uint64_t rid, sbx_msg_type_t ok_type)
+static s_op_t *s_op_remember (vmd_server_t *self, uint64_t rid, sbx_msg_type_t ok_type)
 {
     char key[32];
     snprintf (key, sizeof key, "%llu", (unsigned long long) rid);
-    sbx_msg_type_t *value = malloc (sizeof *value);
+    s_op_t *value = calloc (1, sizeof *value);
     if (!value)
-        return;
-    *value = ok_type;
+        return NULL;
+    value->type = ok_type;
     zhashx_update (self->ops, key, value);
+    return value;
+}
+
+//  A path given by the broker must lie under DIR/<below>/ (no way out of it).
+static bool s_under (vmd_server_t *self, const char *path, const char *below)
+{
+    char prefix[PATH_MAX];
+    snprintf (prefix, sizeof prefix, "%s/%s/", sbx_config_data_dir (self->config), below);
+    return path && strncmp (path, prefix, strlen (prefix)) == 0 && !strstr (path, "..") &&
+           strlen (path) > strlen (prefix) && strlen (path) < 200;
 }
 
 static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
@@ -283,7 +307,38 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
                                   "sandbox id '%s' or hostname '%s' is not usable (ids: "
                                   "[A-Za-z0-9_-]{1,64}, hostnames: [a-z0-9-]{1,63})",
                                   args->sandbox_id, args->hostname);
-    s_op_remember (self, request->rid, SBX_MSG_VM_CREATE_OK);
+    s_op_t *op = s_op_remember (self, request->rid, SBX_MSG_VM_CREATE_OK);
+    if (args->snapshot_dir) {
+        //  Memory is restored only by the QEMU that saved it; else its disk, cold.
+        const char *here = vmd_qemu_version ();
+        bool same = args->snapshot_qemu && *here && streq (args->snapshot_qemu, here);
+        char memory[PATH_MAX];
+        snprintf (memory, sizeof memory, "%s/memory.state", args->snapshot_dir);
+        bool restore = same && access (memory, R_OK) == 0;
+        if (!restore && op)
+            snprintf (op->note, sizeof op->note,
+                      "started from the snapshot's disk with a fresh boot: %s; running processes "
+                      "and memory were not kept",
+                      !same ? "it was saved by another QEMU version than this host runs"
+                            : "it has no memory state");
+        if (!s_under (self, args->snapshot_dir, "snapshots") ||
+            (args->image && !s_under (self, args->image, "images")) ||
+            vmd_guest_set_origin (guest, args->snapshot_dir, args->image, restore)) {
+            char key[32];
+            snprintf (key, sizeof key, "%llu", (unsigned long long) request->rid);
+            zhashx_delete (self->ops, key);
+            vmd_guest_destroy (&guest);
+            return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                      "snapshot directory %s or image %s is not usable here",
+                                      args->snapshot_dir, args->image ? args->image : "(none)");
+        }
+    } else {
+        //  A booted template of this type restores faster than a boot (else: cold).
+        const char *template = vmd_template_dir (self->templates, args->type, self->image_dir);
+        if (template && vmd_guest_set_origin (guest, template, NULL, true) == 0)
+            sbx_info ("sandbox=%s from the %s template", args->sandbox_id,
+                      sbx_sandbox_type_name (args->type));
+    }
     if (vmd_guest_create (guest, request->rid, request->timeout_ms, &err)) {
         char key[32];
         snprintf (key, sizeof key, "%llu", (unsigned long long) request->rid);
@@ -329,6 +384,60 @@ static sbx_msg_t *s_on_change (vmd_server_t *self, sbx_msg_t *request, const cha
     char key[32];
     snprintf (key, sizeof key, "%llu", (unsigned long long) request->rid);
     zhashx_delete (self->ops, key);
+    return s_error (request, &err);
+}
+
+//  vm.snapshot: answered when the guest's capture ended (vmd_guest_snapshot).
+typedef struct {
+    vmd_server_t *server;
+    uint64_t rid;
+} s_snapshot_call_t;
+
+static void s_on_snapshot_done (vmd_guest_t *guest, sbx_code_t code, const char *message,
+                                uint64_t disk_bytes, uint64_t memory_bytes, void *arg)
+{
+    s_snapshot_call_t *call = arg;
+    sbx_msg_t *reply;
+    if (code != SBX_OK)
+        reply = sbx_msg_new_error (call->rid, code, "sandbox %s: %s", vmd_guest_id (guest),
+                                   message && *message ? message : "snapshot failed");
+    else {
+        reply = sbx_msg_new (SBX_MSG_VM_SNAPSHOT_OK);
+        reply->rid = call->rid;
+        sbx_vm_snapshot_ok_t *ok = sbx_msg_vm_snapshot_ok (reply);
+        sbx_str_set (&ok->sandbox_id, vmd_guest_id (guest));
+        ok->disk_bytes = disk_bytes;
+        ok->memory_bytes = memory_bytes;
+        sbx_str_set (&ok->image, vmd_guest_image (guest));
+        sbx_str_set (&ok->qemu_version, vmd_qemu_version ());
+    }
+    if (!call->server->peer || sbx_peer_send (call->server->peer, &reply))
+        sbx_warn ("rid=%llu snapshot reply could not go out (broker gone)",
+                  (unsigned long long) call->rid);
+    sbx_msg_destroy (&reply);
+    free (call);
+}
+
+static sbx_msg_t *s_on_snapshot (vmd_server_t *self, sbx_msg_t *request)
+{
+    sbx_vm_snapshot_t *args = sbx_msg_vm_snapshot (request);
+    vmd_guest_t *guest = s_find (self, args->sandbox_id);
+    if (!guest)
+        return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "sandbox %s is not on this vmd",
+                                  args->sandbox_id);
+    if (!s_under (self, args->dir, "snapshots"))
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "snapshot directory %s is not in this host's snapshot store",
+                                  args->dir);
+    s_snapshot_call_t *call = calloc (1, sizeof *call);
+    if (!call)
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    *call = (s_snapshot_call_t){self, request->rid};
+    sbx_err_t err = {0};
+    if (vmd_guest_snapshot (guest, args->dir, request->timeout_ms, s_on_snapshot_done, call,
+                            &err) == 0)
+        return NULL;
+    free (call);
     return s_error (request, &err);
 }
 
@@ -527,6 +636,9 @@ void vmd_server_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
     case SBX_MSG_VM_PORT:
         reply = s_on_port (self, request);
         break;
+    case SBX_MSG_VM_SNAPSHOT:
+        reply = s_on_snapshot (self, request);
+        break;
     default:
         reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "vmd does not serve %s",
                                    sbx_msg_type_name (request->type));
@@ -621,6 +733,8 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
             chmod (data, (st.st_mode & 07777) | 0011);
         chmod (self->vms_dir, 0711);
     }
+    //  Found once now (a short popen), not in the loop later: snapshots record it.
+    sbx_info ("QEMU here: %s", *vmd_qemu_version () ? vmd_qemu_version () : "unknown");
     if (s_network_setup (config) == -1) {
         vmd_server_destroy (&self);
         return NULL;
@@ -655,6 +769,10 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
     self->sweep = zloop_timer (loop, S_SWEEP_MS, 0, s_on_sweep, self);
     zmq_pollitem_t item = {NULL, self->wake_fd, ZMQ_POLLIN, 0};
     zloop_poller (loop, &item, s_on_wake, self);
+    //  Templates are made in the background; creates boot cold until they are ready.
+    self->templates =
+        vmd_template_new (loop, sbx_config_data_dir (config), self->image_dir, self->env.qemu_user,
+                          sbx_config_get (config, "vmd.templates", ""), s_wake, self);
     return self;
 }
 
@@ -665,6 +783,7 @@ void vmd_server_destroy (vmd_server_t **self_p)
         return;
     if (self->sweep > 0)
         zloop_timer_end (self->loop, self->sweep);
+    vmd_template_destroy (&self->templates);
     zhashx_destroy (&self->guests);
     if (self->wake_fd >= 0) {
         zmq_pollitem_t item = {NULL, self->wake_fd, ZMQ_POLLIN, 0};

@@ -24,6 +24,9 @@ ROUTES = {
     "/v1/usage": {"get"},
     "/v1/keys": {"get"},
     "/v1/keys/{id}": {"delete"},
+    "/v1/sandboxes/{id}/snapshots": {"post"},
+    "/v1/snapshots": {"get"},
+    "/v1/snapshots/{id}": {"get", "delete"},
 }
 
 

@@ -15,8 +15,10 @@ ADMIN = "admin@localhost"
 
 
 def qemu_pids(s, sandbox_id):
-    """QEMU processes of one sandbox: their command line names its directory."""
-    res = subprocess.run(["pgrep", "-f", f"{os.path.realpath(s.dir)}/vms/{sandbox_id}/"],
+    """QEMU processes of one sandbox: their command line names its directory. (Only QEMU:
+    right after a stop, vmd's copy for the automatic snapshot names the directory too.)"""
+    res = subprocess.run(["pgrep", "-f", f"qemu-system.*{os.path.realpath(s.dir)}/vms/"
+                                         f"{sandbox_id}/"],
                          capture_output=True, text=True)
     return [int(p) for p in res.stdout.split()]
 

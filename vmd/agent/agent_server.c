@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/random.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -242,6 +243,61 @@ static int s_netdev_set (const char *name, bool up)
     return rc;
 }
 
+//  Mixes the host's random bytes into the kernel's pool, credited, and reseeds the
+//  CRNG at once: a guest restored from a snapshot would otherwise go on producing what
+//  its siblings produce until the next scheduled reseed. 0, or -1 with errno.
+static int s_entropy_add (const sbx_bytes_t *entropy)
+{
+    if (entropy->size == 0)
+        return 0;
+    struct {
+        struct rand_pool_info info;
+        uint8_t data[4096];
+    } pool;
+    size_t size = entropy->size < sizeof pool.data ? entropy->size : sizeof pool.data;
+    pool.info.entropy_count = (int) (size * 8);
+    pool.info.buf_size = (int) size;
+    memcpy (pool.data, entropy->data, size);
+    int fd = open ("/dev/urandom", O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = ioctl (fd, RNDADDENTROPY, &pool.info);
+    int saved = errno;
+    //  Older kernels lack RNDRESEEDCRNG; the credited entropy then reseeds soon enough.
+    if (rc == 0 && ioctl (fd, RNDRESEEDCRNG) != 0 && errno != EINVAL && errno != ENOTTY)
+        rc = -1, saved = errno;
+    close (fd);
+    errno = saved;
+    return rc;
+}
+
+//  /etc/hostname and /etc/hosts as sbx-init writes them at boot, for a new hostname.
+//  Best effort: the kernel's hostname is what counts; each file is replaced whole.
+static void s_etc_hostname (const char *etc, const char *hostname)
+{
+    char path[300], tmp[310], text[600];
+    const char *names[] = {"hostname", "hosts"};
+    for (int i = 0; i < 2; i++) {
+        if (i == 0)
+            snprintf (text, sizeof text, "%s\n", hostname);
+        else
+            snprintf (text, sizeof text,
+                      "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\t\tlocalhost ip6-localhost "
+                      "ip6-loopback\n",
+                      hostname);
+        snprintf (path, sizeof path, "%s/%s", etc, names[i]);
+        snprintf (tmp, sizeof tmp, "%s.sbx-tmp", path);
+        int fd = open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        bool ok = fd >= 0 && write (fd, text, strlen (text)) == (ssize_t) strlen (text);
+        if (fd >= 0)
+            ok = close (fd) == 0 && ok;
+        if (!ok || rename (tmp, path) != 0) {
+            fprintf (stderr, "sbx-agent: cannot rewrite %s: %s\n", path, strerror (errno));
+            unlink (tmp);
+        }
+    }
+}
+
 static void s_handle_setup (server_t *self, sbx_msg_t *req)
 {
     sbx_agent_setup_t *setup = sbx_msg_agent_setup (req);
@@ -262,8 +318,20 @@ static void s_handle_setup (server_t *self, sbx_msg_t *req)
         s_send_error (self, req->rid, SBX_E_INVALID_ARGUMENT, "time_ms is out of range");
         return;
     }
+    char before[256] = "";
+    if (gethostname (before, sizeof before) != 0)
+        before[0] = 0;
     if (setup->hostname && sethostname (setup->hostname, strlen (setup->hostname)) != 0) {
         snprintf (message, sizeof message, "sethostname %s: %s", setup->hostname, strerror (errno));
+        s_send_error (self, req->rid, errno == EPERM ? SBX_E_PERMISSION_DENIED : SBX_E_INTERNAL,
+                      message);
+        return;
+    }
+    if (setup->hostname && self->config->etc_dir && strcmp (before, setup->hostname) != 0)
+        s_etc_hostname (self->config->etc_dir, setup->hostname);
+    if (s_entropy_add (&setup->entropy) != 0) {
+        snprintf (message, sizeof message, "cannot add entropy to the kernel: %s",
+                  strerror (errno));
         s_send_error (self, req->rid, errno == EPERM ? SBX_E_PERMISSION_DENIED : SBX_E_INTERNAL,
                       message);
         return;

@@ -21,6 +21,9 @@ typedef struct {
     size_t budget;        //  output bytes kept across finished processes (default 64 MiB)
     size_t max_file_size; //  agent.file.write limit (default 1 GiB)
     bool verbose;         //  log requests on stderr
+    //  Where agent.setup rewrites hostname and hosts when the hostname changes (a guest
+    //  restored from a snapshot or template gets a new one); NULL: never (tests).
+    const char *etc_dir;
 } agent_config_t;
 
 //  Sets the defaults above.

@@ -78,6 +78,10 @@ int main (int argc, char *argv[])
             return 2;
         }
     }
+    //  In the guest (the virtio port, not a test's descriptor): keep /etc in step with
+    //  the hostname vmd gives.
+    if (config.port_fd < 0)
+        config.etc_dir = "/etc";
     int rc = agent_server_run (&config);
     if (getpid () == 1) {
         //  PID 1 must not exit (the kernel panics): start afresh instead. Children keep

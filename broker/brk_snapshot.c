@@ -1,0 +1,359 @@
+/*  brk_snapshot - see brk_snapshot.h */
+#include "brk_snapshot.h"
+#include "brk_sandbox.h"
+
+//  snapshotd answers from its catalog at once; vmd's capture takes a memory save and a
+//  disk copy (seconds under TCG, more for a large disk).
+#define S_SNAPSHOTD_MS 10000u
+#define S_CAPTURE_MS   300000u
+
+//  --------------------------------------------------------------------------
+//  Save: snap.begin → vm.snapshot → snap.finish
+
+typedef struct {
+    zframe_t *client; //  NULL: an automatic snapshot, nobody waits
+    bool automatic;
+    uint64_t rid;
+    uint32_t timeout_ms;
+    char *sandbox_id;
+    char *vmd;
+    char *snapshot_id;
+    sbx_code_t code; //  the failure the user hears about, SBX_OK while none
+    char message[1024];
+} s_save_t;
+
+static void s_save_destroy (s_save_t **op_p)
+{
+    s_save_t *op = *op_p;
+    if (!op)
+        return;
+    zframe_destroy (&op->client);
+    free (op->sandbox_id);
+    free (op->vmd);
+    free (op->snapshot_id);
+    free (op);
+    *op_p = NULL;
+}
+
+static void s_answer (brk_ctx_t *ctx, s_save_t *op, sbx_msg_t **reply_p)
+{
+    if (op->client && *reply_p)
+        ctx->send (ctx, op->client, reply_p);
+    sbx_msg_destroy (reply_p);
+}
+
+static void s_on_released (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
+{
+    (void) ctx;
+    (void) arg;
+    if ((*answer_p)->type == SBX_MSG_ERROR)
+        sbx_warn ("cannot remove automatic snapshots: %s", sbx_msg_error (*answer_p)->message);
+}
+
+static void s_on_finish (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
+{
+    s_save_t *op = arg;
+    sbx_msg_t *answer = *answer_p;
+    sbx_msg_t *reply = NULL;
+    if (op->code != SBX_OK)
+        reply = sbx_msg_new_error (op->rid, op->code, "cannot save sandbox %s: %s", op->sandbox_id,
+                                   op->message);
+    else if (answer->type == SBX_MSG_ERROR)
+        reply =
+            sbx_msg_new_error (op->rid, sbx_msg_error (answer)->code, "cannot save sandbox %s: %s",
+                               op->sandbox_id, sbx_msg_error (answer)->message);
+    else {
+        reply = sbx_msg_new (SBX_MSG_SNAPSHOT_SAVE_OK);
+        if (reply) {
+            reply->rid = op->rid;
+            //  The snapshot moves from snapshotd's answer into ours.
+            sbx_msg_snapshot_save_ok (reply)->snapshot = sbx_msg_snap_finish_ok (answer)->snapshot;
+            sbx_msg_snap_finish_ok (answer)->snapshot = NULL;
+        }
+        sbx_info ("rid=%llu snapshot=%s of sandbox %s saved%s", (unsigned long long) op->rid,
+                  op->snapshot_id, op->sandbox_id, op->automatic ? " (automatic)" : "");
+        //  One automatic snapshot per sandbox: the newest.
+        if (op->automatic) {
+            sbx_msg_t *release = sbx_msg_new (SBX_MSG_SNAP_RELEASE);
+            sbx_str_set (&sbx_msg_snap_release (release)->sandbox_id, op->sandbox_id);
+            sbx_str_set (&sbx_msg_snap_release (release)->keep, op->snapshot_id);
+            ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &release, S_SNAPSHOTD_MS, s_on_released,
+                       NULL);
+        }
+    }
+    if (op->automatic && reply && reply->type == SBX_MSG_ERROR)
+        sbx_warn ("automatic snapshot of sandbox %s failed: %s", op->sandbox_id,
+                  sbx_msg_error (reply)->message);
+    s_answer (ctx, op, &reply);
+    s_save_destroy (&op);
+}
+
+//  Ends a save with snapshotd: ready, or failed with op's reason.
+static void s_finish (brk_ctx_t *ctx, s_save_t *op, const sbx_vm_snapshot_ok_t *done)
+{
+    sbx_msg_t *finish = sbx_msg_new (SBX_MSG_SNAP_FINISH);
+    sbx_snap_finish_t *body = sbx_msg_snap_finish (finish);
+    sbx_str_set (&body->snapshot_id, op->snapshot_id);
+    if (op->code != SBX_OK)
+        sbx_str_set (&body->error, op->message);
+    else if (done) {
+        body->disk_bytes = done->disk_bytes;
+        body->memory_bytes = done->memory_bytes;
+        sbx_str_set (&body->image, done->image);
+        sbx_str_set (&body->qemu_version, done->qemu_version);
+    }
+    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &finish, S_SNAPSHOTD_MS, s_on_finish, op) == 0)
+        return;
+    //  snapshotd went away during the capture: when it comes back it fails the record.
+    sbx_msg_t *reply = sbx_msg_new_error (
+        op->rid, SBX_E_UNAVAILABLE,
+        "cannot save sandbox %s: snapshotd went away during the save%s%s", op->sandbox_id,
+        op->code != SBX_OK ? " and " : "", op->code != SBX_OK ? op->message : "");
+    sbx_warn ("snapshot=%s of sandbox %s: snapshotd gone before the save ended", op->snapshot_id,
+              op->sandbox_id);
+    s_answer (ctx, op, &reply);
+    s_save_destroy (&op);
+}
+
+static void s_fail (s_save_t *op, sbx_code_t code, const char *message)
+{
+    if (op->code == SBX_OK) {
+        op->code = code;
+        snprintf (op->message, sizeof op->message, "%s", message);
+    }
+}
+
+static void s_on_captured (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
+{
+    s_save_t *op = arg;
+    sbx_msg_t *answer = *answer_p;
+    if (answer->type == SBX_MSG_ERROR)
+        s_fail (op, sbx_msg_error (answer)->code, sbx_msg_error (answer)->message);
+    s_finish (ctx, op,
+              answer->type == SBX_MSG_VM_SNAPSHOT_OK ? sbx_msg_vm_snapshot_ok (answer) : NULL);
+}
+
+static void s_on_begun (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
+{
+    s_save_t *op = arg;
+    sbx_msg_t *answer = *answer_p;
+    if (answer->type == SBX_MSG_ERROR) {
+        sbx_msg_t *reply =
+            sbx_msg_new_error (op->rid, sbx_msg_error (answer)->code, "cannot save sandbox %s: %s",
+                               op->sandbox_id, sbx_msg_error (answer)->message);
+        s_answer (ctx, op, &reply);
+        s_save_destroy (&op);
+        return;
+    }
+    sbx_snap_begin_ok_t *begun = sbx_msg_snap_begin_ok (answer);
+    op->snapshot_id = strdup (begun->snapshot_id);
+    sbx_msg_t *capture = sbx_msg_new (SBX_MSG_VM_SNAPSHOT);
+    sbx_str_set (&sbx_msg_vm_snapshot (capture)->sandbox_id, op->sandbox_id);
+    sbx_str_set (&sbx_msg_vm_snapshot (capture)->dir, begun->dir);
+    if (!op->snapshot_id) {
+        sbx_msg_destroy (&capture);
+        s_fail (op, SBX_E_INTERNAL, "out of memory");
+    } else if (ctx->call (ctx, SBX_ROLE_VMD, op->vmd, &capture, op->timeout_ms, s_on_captured,
+                          op) == 0)
+        return;
+    else {
+        char message[300];
+        snprintf (message, sizeof message, "its vmd %s is not connected; retry when it is back",
+                  op->vmd);
+        s_fail (op, SBX_E_UNAVAILABLE, message);
+    }
+    s_finish (ctx, op, NULL);
+}
+
+//  Starts a save of `record` (snap.begin); takes op. 0, or -1 when no snapshotd is
+//  connected (op destroyed).
+static int s_begin (brk_ctx_t *ctx, s_save_t *op, const brk_sandbox_t *record, const char *name,
+                    const sbx_strmap_t *labels)
+{
+    sbx_msg_t *begin = sbx_msg_new (SBX_MSG_SNAP_BEGIN);
+    op->sandbox_id = strdup (record->id);
+    op->vmd = record->vmd ? strdup (record->vmd) : NULL;
+    sbx_snap_begin_t *body = sbx_msg_snap_begin (begin);
+    sbx_str_set (&body->account, record->account_id);
+    sbx_str_set (&body->sandbox_id, record->id);
+    sbx_sandbox_type_from_name (record->type, &body->type);
+    body->kind = op->automatic ? SBX_SNAPSHOT_KIND_AUTOMATIC : SBX_SNAPSHOT_KIND_USER;
+    sbx_str_set (&body->name, name);
+    for (size_t i = 0; labels && i < labels->count; i++)
+        sbx_strmap_set (&body->labels, labels->keys[i], labels->values[i]);
+    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &begin, S_SNAPSHOTD_MS, s_on_begun, op) == 0)
+        return 0;
+    s_save_destroy (&op);
+    return -1;
+}
+
+void brk_snapshot_automatic (brk_ctx_t *ctx, const brk_sandbox_t *sandbox)
+{
+    s_save_t *op = calloc (1, sizeof *op);
+    if (!op)
+        return;
+    op->automatic = true;
+    op->timeout_ms = S_CAPTURE_MS;
+    if (s_begin (ctx, op, sandbox, "automatic at stop", NULL))
+        sbx_debug ("sandbox=%s no automatic snapshot: no snapshotd", sandbox->id);
+}
+
+void brk_snapshot_release (brk_ctx_t *ctx, const char *sandbox_id)
+{
+    sbx_msg_t *release = sbx_msg_new (SBX_MSG_SNAP_RELEASE);
+    sbx_str_set (&sbx_msg_snap_release (release)->sandbox_id, sandbox_id);
+    sbx_msg_snap_release (release)->deleted = true;
+    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &release, S_SNAPSHOTD_MS, s_on_released, NULL))
+        sbx_warn ("sandbox=%s deleted; its automatic snapshots stay (no snapshotd)", sandbox_id);
+}
+
+sbx_msg_t *brk_snapshot_save (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
+{
+    sbx_snapshot_save_t *args = sbx_msg_snapshot_save (request);
+    brk_sandbox_t record;
+    sbx_msg_t *reply = NULL;
+    if (brk_sandbox_find (ctx, request, args->sandbox_id, &record, &reply))
+        return reply;
+    if (request->caller->preset == SBX_KEY_PRESET_READ_ONLY)
+        reply = sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
+                                   "this key is read-only: it cannot save snapshots");
+    else if (!streq (record.state, "ready") && !streq (record.state, "stopped"))
+        reply = sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION,
+                                   "cannot save sandbox %s: it is %s (a snapshot needs a ready or "
+                                   "stopped sandbox)",
+                                   record.id, record.state);
+    s_save_t *op = reply ? NULL : calloc (1, sizeof *op);
+    if (op) {
+        op->client = client ? zframe_dup (client) : NULL;
+        op->rid = request->rid;
+        op->timeout_ms = request->timeout_ms > 1000 ? request->timeout_ms - 500 : S_CAPTURE_MS;
+        if (s_begin (ctx, op, &record, args->name, &args->labels))
+            reply = sbx_msg_new_error (
+                request->rid, SBX_E_UNAVAILABLE,
+                "no snapshotd is connected to the broker; snapshots are unavailable");
+    } else if (!reply)
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    brk_sandbox_clear (&record);
+    return reply;
+}
+
+//  --------------------------------------------------------------------------
+//  Delete: snapshot.get (its users) → the broker's check → snapshot.delete
+
+typedef struct {
+    zframe_t *client;
+    uint64_t rid;
+    sbx_msg_t *request; //  the client's, sent on to snapshotd once allowed
+} s_delete_t;
+
+static void s_delete_destroy (s_delete_t **op_p)
+{
+    s_delete_t *op = *op_p;
+    if (!op)
+        return;
+    zframe_destroy (&op->client);
+    sbx_msg_destroy (&op->request);
+    free (op);
+    *op_p = NULL;
+}
+
+//  Hands snapshotd's answer to the client under the client's rid.
+static void s_relay (brk_ctx_t *ctx, s_delete_t *op, sbx_msg_t *answer)
+{
+    sbx_msg_t *reply = sbx_msg_dup (answer);
+    if (reply) {
+        reply->rid = op->rid;
+        if (op->client)
+            ctx->send (ctx, op->client, &reply);
+    }
+    sbx_msg_destroy (&reply);
+}
+
+static void s_on_deleted (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
+{
+    s_delete_t *op = arg;
+    s_relay (ctx, op, *answer_p);
+    s_delete_destroy (&op);
+}
+
+static void s_on_users (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
+{
+    s_delete_t *op = arg;
+    sbx_msg_t *answer = *answer_p;
+    if (answer->type == SBX_MSG_ERROR) {
+        s_relay (ctx, op, answer);
+        s_delete_destroy (&op);
+        return;
+    }
+    sbx_snapshot_info_t *snapshot = sbx_msg_snapshot_get_ok (answer)->snapshot;
+    sbx_msg_t *reply = NULL;
+    //  A sandbox made from it that is not deleted still has its disk on it.
+    for (size_t i = 0; !reply && i < snapshot->users.count; i++) {
+        brk_sandbox_t user;
+        if (brk_store_sandbox_find (ctx->store, snapshot->users.items[i], &user) != 0)
+            continue;
+        if (!streq (user.state, "deleted"))
+            reply = sbx_msg_new_error (
+                op->rid, SBX_E_CONFLICT,
+                "snapshot %s is in use: sandbox %s (%s, %s) was made from it and its disk stands "
+                "on the snapshot's; delete the sandbox first",
+                snapshot->id, user.id, user.label ? user.label : "", user.state);
+        brk_sandbox_clear (&user);
+    }
+    if (reply) {
+        if (op->client)
+            ctx->send (ctx, op->client, &reply);
+        sbx_msg_destroy (&reply);
+        s_delete_destroy (&op);
+        return;
+    }
+    sbx_msg_t *request = op->request;
+    op->request = NULL;
+    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &request, S_SNAPSHOTD_MS, s_on_deleted, op) == 0)
+        return;
+    reply = sbx_msg_new_error (op->rid, SBX_E_UNAVAILABLE,
+                               "no snapshotd is connected to the broker; retry in a moment");
+    if (op->client)
+        ctx->send (ctx, op->client, &reply);
+    sbx_msg_destroy (&reply);
+    s_delete_destroy (&op);
+}
+
+sbx_msg_t *brk_snapshot_delete (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
+{
+    const sbx_caller_t *caller = request->caller;
+    if (!caller)
+        return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED,
+                                  "snapshot.delete carries no caller identity");
+    if (caller->preset == SBX_KEY_PRESET_READ_ONLY || caller->preset == SBX_KEY_PRESET_NO_DELETE)
+        return sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
+                                  "this key's preset is %s: it cannot delete snapshots",
+                                  sbx_key_preset_name (caller->preset));
+    s_delete_t *op = calloc (1, sizeof *op);
+    sbx_msg_t *get = sbx_msg_new (SBX_MSG_SNAPSHOT_GET);
+    if (op) {
+        op->client = client ? zframe_dup (client) : NULL;
+        op->rid = request->rid;
+        op->request = sbx_msg_dup (request);
+    }
+    if (!op || !get || !op->request) {
+        s_delete_destroy (&op);
+        sbx_msg_destroy (&get);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    }
+    //  Asked as the client: another account's snapshot is not_found here too.
+    get->caller = calloc (1, sizeof (sbx_caller_t));
+    if (get->caller) {
+        get->caller->kind = caller->kind;
+        get->caller->preset = caller->preset;
+        sbx_str_set (&get->caller->account_id, caller->account_id);
+        sbx_str_set (&get->caller->key_id, caller->key_id);
+    }
+    sbx_str_set (&sbx_msg_snapshot_get (get)->snapshot_id,
+                 sbx_msg_snapshot_delete (request)->snapshot_id);
+    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &get, S_SNAPSHOTD_MS, s_on_users, op) == 0)
+        return NULL;
+    s_delete_destroy (&op);
+    return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                              "no snapshotd is connected to the broker; snapshots are unavailable");
+}

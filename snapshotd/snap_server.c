@@ -1,0 +1,726 @@
+/*  snap_server - see snap_server.h */
+#include "snap_server.h"
+#include "snap_store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S_MAX_LABELS 64
+
+struct _snap_server_t {
+    snap_store_t *store;
+    char *root; //  DIR/snapshots
+};
+
+//  --------------------------------------------------------------------------
+//  Files
+
+static char *s_dir (snap_server_t *self, const char *id)
+{
+    return zsys_sprintf ("%s/%s", self->root, id);
+}
+
+//  Removes a snapshot's directory and what is in it (files only: vmd writes no
+//  subdirectories). Missing is fine.
+static void s_remove_files (snap_server_t *self, const char *id)
+{
+    char *dir = s_dir (self, id);
+    DIR *handle = dir ? opendir (dir) : NULL;
+    if (handle) {
+        struct dirent *entry;
+        while ((entry = readdir (handle)))
+            if (!streq (entry->d_name, ".") && !streq (entry->d_name, "..")) {
+                char *path = zsys_sprintf ("%s/%s", dir, entry->d_name);
+                if (path && unlink (path) == -1)
+                    sbx_warn ("snapshot=%s cannot remove %s: %s", id, path, strerror (errno));
+                free (path);
+            }
+        closedir (handle);
+    }
+    if (dir && rmdir (dir) == -1 && errno != ENOENT)
+        sbx_warn ("snapshot=%s cannot remove %s: %s", id, dir, strerror (errno));
+    free (dir);
+}
+
+static void s_on_failed_at_start (const char *id, void *arg)
+{
+    sbx_warn ("snapshot=%s was being saved when snapshotd stopped: failed", id);
+    s_remove_files ((snap_server_t *) arg, id);
+}
+
+//  Directories the catalog does not know, or knows as failed: leftovers of a crash.
+static void s_sweep (snap_server_t *self)
+{
+    DIR *handle = opendir (self->root);
+    if (!handle)
+        return;
+    zlist_t *gone = zlist_new ();
+    zlist_autofree (gone);
+    struct dirent *entry;
+    while ((entry = readdir (handle))) {
+        if (strncmp (entry->d_name, "snap_", 5) != 0)
+            continue;
+        snap_record_t record;
+        int rc = snap_store_find (self->store, entry->d_name, &record);
+        if (rc == 1 || (rc == 0 && streq (record.state, "failed")))
+            zlist_append (gone, entry->d_name); //  autofree: copied
+        if (rc == 0)
+            snap_record_clear (&record);
+    }
+    closedir (handle);
+    for (char *id = zlist_first (gone); id; id = zlist_next (gone)) {
+        sbx_info ("snapshot=%s leftover files removed", id);
+        s_remove_files (self, id);
+    }
+    zlist_destroy (&gone);
+}
+
+snap_server_t *snap_server_new (sbx_config_t *config)
+{
+    snap_server_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    const char *data = sbx_config_data_dir (config);
+    char *own = zsys_sprintf ("%s/snapshotd", data);
+    char *db = zsys_sprintf ("%s/snapshotd/snapshots.db", data);
+    self->root = zsys_sprintf ("%s/snapshots", data);
+    //  snapshots/ and each snapshot's directory are 0711: QEMU (its own user) opens a
+    //  snapshot's disk as the backing file of a new sandbox, but lists nothing.
+    if (own && mkdir (own, 0700) == -1 && errno != EEXIST)
+        sbx_error ("cannot make %s: %s", own, strerror (errno));
+    else if (self->root && mkdir (self->root, 0711) == -1 && errno != EEXIST)
+        sbx_error ("cannot make %s: %s", self->root, strerror (errno));
+    else if (db)
+        self->store = snap_store_new (db);
+    free (own);
+    free (db);
+    if (!self->store || !self->root) {
+        snap_server_destroy (&self);
+        return NULL;
+    }
+    chmod (self->root, 0711);
+    int failed =
+        snap_store_fail_saving (self->store, "snapshotd stopped during the save; save it again",
+                                s_on_failed_at_start, self);
+    if (failed > 0)
+        sbx_warn ("%d snapshot save(s) interrupted by the last stop are marked failed", failed);
+    s_sweep (self);
+    return self;
+}
+
+void snap_server_destroy (snap_server_t **self_p)
+{
+    snap_server_t *self = *self_p;
+    if (!self)
+        return;
+    snap_store_destroy (&self->store);
+    free (self->root);
+    free (self);
+    *self_p = NULL;
+}
+
+//  --------------------------------------------------------------------------
+//  Requests
+
+static bool s_operator (const sbx_caller_t *caller)
+{
+    return caller->kind == SBX_CALLER_KIND_ADMIN || caller->kind == SBX_CALLER_KIND_SYSTEM;
+}
+
+static void s_add_label (const char *key, const char *value, void *arg)
+{
+    sbx_strmap_set ((sbx_strmap_t *) arg, key, value);
+}
+
+static void s_add_user (const char *id, void *arg)
+{
+    sbx_strlist_append ((sbx_strlist_t *) arg, id);
+}
+
+static void s_info (snap_server_t *self, const snap_record_t *record, sbx_snapshot_info_t *info,
+                    bool users)
+{
+    sbx_str_set (&info->id, record->id);
+    sbx_str_set (&info->name, record->name);
+    sbx_str_set (&info->account, record->account);
+    sbx_str_set (&info->sandbox_id, record->sandbox_id);
+    sbx_sandbox_type_from_name (record->type, &info->type);
+    sbx_snapshot_state_from_name (record->state, &info->state);
+    sbx_snapshot_kind_from_name (record->kind, &info->kind);
+    info->disk_bytes = record->disk_bytes;
+    info->memory_bytes = record->memory_bytes;
+    sbx_str_set (&info->image, record->image);
+    sbx_str_set (&info->qemu_version, record->qemu_version);
+    sbx_str_set (&info->parent, record->parent);
+    info->created_ms = record->created_ms;
+    sbx_str_set (&info->reason, record->reason);
+    snap_store_labels (self->store, record->id, s_add_label, &info->labels);
+    if (users)
+        snap_store_users (self->store, record->id, s_add_user, &info->users);
+}
+
+static sbx_snapshot_info_t *s_info_new (snap_server_t *self, const snap_record_t *record,
+                                        bool users)
+{
+    sbx_snapshot_info_t *info = calloc (1, sizeof *info);
+    if (info)
+        s_info (self, record, info, users);
+    return info;
+}
+
+//  Finds a snapshot `account` may see (any, for an operator caller); else *error.
+static int s_find (snap_server_t *self, const sbx_msg_t *request, const char *id,
+                   const char *account, bool operator, snap_record_t * record, sbx_msg_t **error)
+{
+    int rc = id ? snap_store_find (self->store, id, record) : 1;
+    if (rc == 0 && (operator|| (account &&streq (account, record->account))))
+        return 0;
+    if (rc == 0)
+        snap_record_clear (record);
+    *error = rc < 0 ? sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "snapshot lookup failed")
+                    : sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND,
+                                         "Snapshot %s not found; list_snapshots shows yours",
+                                         id ? id : "");
+    return -1;
+}
+
+typedef struct {
+    snap_server_t *self;
+    sbx_snapshot_info_list_t *list;
+} s_list_t;
+
+static void s_list_one (const snap_record_t *record, void *arg)
+{
+    s_list_t *list = arg;
+    sbx_snapshot_info_t *info = sbx_snapshot_info_list_append (list->list);
+    if (info)
+        s_info (list->self, record, info, false);
+}
+
+static sbx_msg_t *s_on_list (snap_server_t *self, sbx_msg_t *request)
+{
+    const sbx_caller_t *caller = request->caller;
+    sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_SNAPSHOT_LIST_OK);
+    if (!s_operator (caller) && !caller->account_id)
+        return reply; //  no account, no snapshots
+    s_list_t list = {self, &sbx_msg_snapshot_list_ok (reply)->snapshots};
+    if (snap_store_list (self->store, s_operator (caller) ? NULL : caller->account_id, s_list_one,
+                         &list)) {
+        sbx_msg_destroy (&reply);
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot list snapshots");
+    }
+    return reply;
+}
+
+static sbx_msg_t *s_on_get (snap_server_t *self, sbx_msg_t *request)
+{
+    snap_record_t record;
+    sbx_msg_t *reply = NULL;
+    if (s_find (self, request, sbx_msg_snapshot_get (request)->snapshot_id,
+                request->caller->account_id, s_operator (request->caller), &record, &reply))
+        return reply;
+    reply = sbx_msg_new_reply (request, SBX_MSG_SNAPSHOT_GET_OK);
+    sbx_msg_snapshot_get_ok (reply)->snapshot = s_info_new (self, &record, true);
+    snap_record_clear (&record);
+    return reply;
+}
+
+//  The broker checked the sandboxes made from it; what is left to refuse is a save in
+//  progress and snapshots standing on this one.
+static sbx_msg_t *s_on_delete (snap_server_t *self, sbx_msg_t *request)
+{
+    snap_record_t record;
+    sbx_msg_t *reply = NULL;
+    const char *id = sbx_msg_snapshot_delete (request)->snapshot_id;
+    if (s_find (self, request, id, request->caller->account_id, s_operator (request->caller),
+                &record, &reply))
+        return reply;
+    char *child = snap_store_child (self->store, id);
+    if (streq (record.state, "saving"))
+        reply = sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION,
+                                   "snapshot %s is being saved; delete it once the save ended", id);
+    else if (child)
+        reply = sbx_msg_new_error (request->rid, SBX_E_CONFLICT,
+                                   "snapshot %s is in use: the disk of snapshot %s stands on it; "
+                                   "delete %s first",
+                                   id, child, child);
+    //  The record goes first: a crash in between leaves files the next start sweeps,
+    //  never a record without its files.
+    else if (snap_store_delete (self->store, id))
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot delete snapshot %s", id);
+    else {
+        s_remove_files (self, id);
+        sbx_info ("rid=%llu snapshot=%s deleted", (unsigned long long) request->rid, id);
+        reply = sbx_msg_new_reply (request, SBX_MSG_SNAPSHOT_DELETE_OK);
+        sbx_msg_snapshot_delete_ok (reply)->snapshot = s_info_new (self, &record, false);
+    }
+    free (child);
+    snap_record_clear (&record);
+    return reply;
+}
+
+static sbx_msg_t *s_on_begin (snap_server_t *self, sbx_msg_t *request)
+{
+    sbx_snap_begin_t *args = sbx_msg_snap_begin (request);
+    if (args->labels.count > S_MAX_LABELS)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "at most %d labels",
+                                  S_MAX_LABELS);
+    for (size_t i = 0; i < args->labels.count; i++)
+        if (!*args->labels.keys[i] || strlen (args->labels.keys[i]) > 64 ||
+            strlen (args->labels.values[i]) > 256)
+            return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                      "label keys are 1-64 characters, values at most 256");
+    for (const char *p = args->name; p && *p; p++)
+        if ((unsigned char) *p < 0x20 || *p == 0x7f)
+            return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                      "name must not contain control characters");
+    char *id = sbx_secret_id ("snap_");
+    char *parent = snap_store_origin (self->store, args->sandbox_id);
+    snap_record_t record = {.id = id,
+                            .account = args->account,
+                            .name = args->name,
+                            .sandbox_id = args->sandbox_id,
+                            .type = (char *) sbx_sandbox_type_name (args->type),
+                            .kind =
+                                args->kind == SBX_SNAPSHOT_KIND_AUTOMATIC ? "automatic" : "user",
+                            .parent = parent,
+                            .created_ms = sbx_clock_now_ms ()};
+    char *dir = id ? s_dir (self, id) : NULL;
+    sbx_msg_t *reply;
+    //  Record first (saving), then the directory: a crash between leaves a saving record
+    //  that the next start fails, never files the catalog does not know for long.
+    if (!dir || snap_store_insert (self->store, &record, args->labels.keys, args->labels.values,
+                                   args->labels.count))
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record the snapshot");
+    else if (mkdir (dir, 0711) == -1 || chmod (dir, 0711) == -1) {
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot make %s: %s", dir,
+                                   strerror (errno));
+        snap_store_finish (self->store, id, "cannot make its directory", 0, 0, NULL, NULL);
+    } else {
+        sbx_info ("rid=%llu snapshot=%s of sandbox %s saving into %s",
+                  (unsigned long long) request->rid, id, args->sandbox_id, dir);
+        reply = sbx_msg_new_reply (request, SBX_MSG_SNAP_BEGIN_OK);
+        sbx_str_set (&sbx_msg_snap_begin_ok (reply)->snapshot_id, id);
+        sbx_str_set (&sbx_msg_snap_begin_ok (reply)->dir, dir);
+    }
+    free (dir);
+    free (parent);
+    free (id);
+    return reply;
+}
+
+//  A file vmd wrote must be there, complete: its size as vmd reported it.
+static int s_check_file (snap_server_t *self, const char *id, const char *name, uint64_t size,
+                         char *why, size_t why_size)
+{
+    char *path = zsys_sprintf ("%s/%s/%s", self->root, id, name);
+    struct stat st;
+    int rc = path ? stat (path, &st) : -1;
+    if (rc == -1)
+        snprintf (why, why_size, "%s is missing: %s", name, strerror (errno));
+    else if ((uint64_t) st.st_size != size || !S_ISREG (st.st_mode)) {
+        snprintf (why, why_size, "%s has %llu bytes, vmd wrote %llu", name,
+                  (unsigned long long) st.st_size, (unsigned long long) size);
+        rc = -1;
+    }
+    free (path);
+    return rc;
+}
+
+static sbx_msg_t *s_on_finish (snap_server_t *self, sbx_msg_t *request)
+{
+    sbx_snap_finish_t *args = sbx_msg_snap_finish (request);
+    snap_record_t record;
+    sbx_msg_t *reply = NULL;
+    if (s_find (self, request, args->snapshot_id, NULL, true, &record, &reply))
+        return reply;
+    char why[1100] = "";
+    if (args->error && *args->error)
+        snprintf (why, sizeof why, "%s", args->error);
+    else if (s_check_file (self, record.id, "disk.qcow2", args->disk_bytes, why, sizeof why) == 0)
+        s_check_file (self, record.id, "memory.state", args->memory_bytes, why, sizeof why);
+    int rc = snap_store_finish (self->store, record.id, *why ? why : NULL, args->disk_bytes,
+                                args->memory_bytes, args->image, args->qemu_version);
+    snap_record_clear (&record);
+    if (rc < 0)
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record snapshot %s",
+                                  args->snapshot_id);
+    if (snap_store_find (self->store, args->snapshot_id, &record) != 0)
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "snapshot %s vanished",
+                                  args->snapshot_id);
+    if (streq (record.state, "failed")) {
+        //  Failed now, or earlier (a restart failed it while vmd was still writing).
+        s_remove_files (self, record.id);
+        sbx_warn ("snapshot=%s failed: %s", record.id, record.reason ? record.reason : why);
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "the snapshot failed: %s",
+                                   record.reason ? record.reason : why);
+    } else {
+        sbx_info ("snapshot=%s ready (disk %llu, memory %llu bytes)", record.id,
+                  (unsigned long long) record.disk_bytes, (unsigned long long) record.memory_bytes);
+        reply = sbx_msg_new_reply (request, SBX_MSG_SNAP_FINISH_OK);
+        sbx_msg_snap_finish_ok (reply)->snapshot = s_info_new (self, &record, false);
+    }
+    snap_record_clear (&record);
+    return reply;
+}
+
+static sbx_msg_t *s_on_use (snap_server_t *self, sbx_msg_t *request)
+{
+    sbx_snap_use_t *args = sbx_msg_snap_use (request);
+    snap_record_t record;
+    sbx_msg_t *reply = NULL;
+    if (s_find (self, request, args->snapshot_id, args->account, false, &record, &reply))
+        return reply;
+    if (!streq (record.state, "ready"))
+        reply = sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION, "snapshot %s is %s%s%s",
+                                   record.id, record.state, record.reason ? ": " : "",
+                                   record.reason ? record.reason : "");
+    else if (snap_store_use_add (self->store, record.id, args->sandbox_id))
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record the use");
+    else {
+        reply = sbx_msg_new_reply (request, SBX_MSG_SNAP_USE_OK);
+        sbx_msg_snap_use_ok (reply)->snapshot = s_info_new (self, &record, false);
+        char *dir = s_dir (self, record.id);
+        sbx_str_set (&sbx_msg_snap_use_ok (reply)->dir, dir);
+        free (dir);
+    }
+    snap_record_clear (&record);
+    return reply;
+}
+
+static void s_collect_id (const char *id, void *arg)
+{
+    zlist_append ((zlist_t *) arg, (void *) id); //  autofree: copied
+}
+
+static void s_count_user (const char *id, void *arg)
+{
+    (void) id;
+    (*(int *) arg)++;
+}
+
+//  A sandbox's older automatic snapshots go (a stop keeps one; a delete none), except
+//  what something stands on: a sandbox made from it (snapshotd can't tell whether that
+//  one still lives: it stays) or another snapshot.
+static sbx_msg_t *s_on_release (snap_server_t *self, sbx_msg_t *request)
+{
+    sbx_snap_release_t *args = sbx_msg_snap_release (request);
+    if (args->deleted && snap_store_use_drop (self->store, args->sandbox_id))
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot forget sandbox %s",
+                                  args->sandbox_id);
+    zlist_t *ids = zlist_new ();
+    zlist_autofree (ids);
+    sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_SNAP_RELEASE_OK);
+    if (snap_store_automatic (self->store, args->sandbox_id, s_collect_id, ids)) {
+        sbx_msg_destroy (&reply);
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot list snapshots");
+    }
+    for (char *id = zlist_first (ids); reply && id; id = zlist_next (ids)) {
+        if (args->keep && streq (id, args->keep))
+            continue;
+        int users = 0;
+        char *child = snap_store_child (self->store, id);
+        snap_store_users (self->store, id, s_count_user, &users);
+        if (users == 0 && !child && snap_store_delete (self->store, id) == 0) {
+            s_remove_files (self, id);
+            sbx_strlist_append (&sbx_msg_snap_release_ok (reply)->deleted, id);
+            sbx_info ("snapshot=%s (automatic, of sandbox %s) removed", id, args->sandbox_id);
+        }
+        free (child);
+    }
+    zlist_destroy (&ids);
+    return reply;
+}
+
+sbx_msg_t *snap_server_handle (snap_server_t *self, sbx_msg_t *request)
+{
+    bool from_client = request->type == SBX_MSG_SNAPSHOT_LIST ||
+                       request->type == SBX_MSG_SNAPSHOT_GET ||
+                       request->type == SBX_MSG_SNAPSHOT_DELETE;
+    if (from_client && !request->caller)
+        return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED,
+                                  "%s carries no caller identity",
+                                  sbx_msg_type_name (request->type));
+    switch (request->type) {
+    case SBX_MSG_SNAPSHOT_LIST:
+        return s_on_list (self, request);
+    case SBX_MSG_SNAPSHOT_GET:
+        return s_on_get (self, request);
+    case SBX_MSG_SNAPSHOT_DELETE:
+        return s_on_delete (self, request);
+    case SBX_MSG_SNAP_BEGIN:
+        return s_on_begin (self, request);
+    case SBX_MSG_SNAP_FINISH:
+        return s_on_finish (self, request);
+    case SBX_MSG_SNAP_USE:
+        return s_on_use (self, request);
+    case SBX_MSG_SNAP_RELEASE:
+        return s_on_release (self, request);
+    default:
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "snapshotd does not serve %s", sbx_msg_type_name (request->type));
+    }
+}
+
+void snap_server_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
+{
+    sbx_msg_t *reply = snap_server_handle ((snap_server_t *) arg, *request_p);
+    if (reply)
+        sbx_peer_send (peer, &reply);
+    sbx_msg_destroy (&reply);
+}
+
+//  --------------------------------------------------------------------------
+//  Self-test: the handlers against a real catalog and files, as the broker drives them.
+
+static sbx_msg_t *s_ask (snap_server_t *self, sbx_msg_t *request)
+{
+    sbx_msg_t *reply = snap_server_handle (self, request);
+    sbx_msg_destroy (&request);
+    assert (reply);
+    return reply;
+}
+
+static sbx_caller_t *s_caller (const char *account)
+{
+    sbx_caller_t *caller = calloc (1, sizeof *caller);
+    caller->kind = SBX_CALLER_KIND_API_KEY;
+    caller->account_id = strdup (account);
+    return caller;
+}
+
+static char *s_begin (snap_server_t *self, const char *account, const char *sandbox, char **dir)
+{
+    sbx_msg_t *begin = sbx_msg_new (SBX_MSG_SNAP_BEGIN);
+    sbx_str_set (&sbx_msg_snap_begin (begin)->account, account);
+    sbx_str_set (&sbx_msg_snap_begin (begin)->sandbox_id, sandbox);
+    sbx_msg_snap_begin (begin)->type = SBX_SANDBOX_TYPE_SMALL;
+    sbx_str_set (&sbx_msg_snap_begin (begin)->name, "configured");
+    sbx_strmap_set (&sbx_msg_snap_begin (begin)->labels, "env", "test");
+    sbx_msg_t *reply = s_ask (self, begin);
+    assert (reply->type == SBX_MSG_SNAP_BEGIN_OK);
+    char *id = strdup (sbx_msg_snap_begin_ok (reply)->snapshot_id);
+    *dir = strdup (sbx_msg_snap_begin_ok (reply)->dir);
+    sbx_msg_destroy (&reply);
+    return id;
+}
+
+static void s_write (const char *dir, const char *name, size_t size)
+{
+    char path[512];
+    snprintf (path, sizeof path, "%s/%s", dir, name);
+    FILE *file = fopen (path, "w");
+    assert (file);
+    for (size_t i = 0; i < size; i++)
+        fputc ('x', file);
+    fclose (file);
+}
+
+static sbx_msg_t *s_finish (snap_server_t *self, const char *id, const char *error, uint64_t disk,
+                            uint64_t memory)
+{
+    sbx_msg_t *finish = sbx_msg_new (SBX_MSG_SNAP_FINISH);
+    sbx_str_set (&sbx_msg_snap_finish (finish)->snapshot_id, id);
+    sbx_str_set (&sbx_msg_snap_finish (finish)->error, error);
+    sbx_msg_snap_finish (finish)->disk_bytes = disk;
+    sbx_msg_snap_finish (finish)->memory_bytes = memory;
+    sbx_str_set (&sbx_msg_snap_finish (finish)->qemu_version, "7.2.0");
+    return s_ask (self, finish);
+}
+
+static sbx_msg_t *s_client (sbx_msg_type_t type, const char *account, const char *id)
+{
+    sbx_msg_t *request = sbx_msg_new (type);
+    request->caller = s_caller (account);
+    if (type == SBX_MSG_SNAPSHOT_GET)
+        sbx_str_set (&sbx_msg_snapshot_get (request)->snapshot_id, id);
+    if (type == SBX_MSG_SNAPSHOT_DELETE)
+        sbx_str_set (&sbx_msg_snapshot_delete (request)->snapshot_id, id);
+    return request;
+}
+
+void snap_server_test (bool verbose)
+{
+    (void) verbose;
+    char dir[] = "/tmp/snap_server_test.XXXXXX";
+    assert (mkdtemp (dir));
+    sbx_config_t *config = sbx_config_new (dir);
+    snap_server_t *self = snap_server_new (config);
+    assert (self);
+
+    //  A save that completes: ready, with its files; another account can't see it.
+    char *path;
+    char *one = s_begin (self, "acc_a", "sb_1", &path);
+    struct stat st;
+    assert (stat (path, &st) == 0 && S_ISDIR (st.st_mode));
+    s_write (path, "disk.qcow2", 100);
+    s_write (path, "memory.state", 200);
+    sbx_msg_t *reply = s_finish (self, one, NULL, 100, 200);
+    assert (reply->type == SBX_MSG_SNAP_FINISH_OK);
+    assert (sbx_msg_snap_finish_ok (reply)->snapshot->state == SBX_SNAPSHOT_STATE_READY);
+    sbx_msg_destroy (&reply);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_LIST, "acc_a", NULL));
+    assert (sbx_msg_snapshot_list_ok (reply)->snapshots.count == 1);
+    sbx_snapshot_info_t *info = &sbx_msg_snapshot_list_ok (reply)->snapshots.items[0];
+    assert (streq (info->id, one) && info->disk_bytes == 100 && info->memory_bytes == 200);
+    assert (streq (sbx_strmap_get (&info->labels, "env"), "test"));
+    sbx_msg_destroy (&reply);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_LIST, "acc_b", NULL));
+    assert (sbx_msg_snapshot_list_ok (reply)->snapshots.count == 0);
+    sbx_msg_destroy (&reply);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_GET, "acc_b", one));
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+
+    //  A save whose files don't match what vmd reported is failed, its files gone.
+    char *bad_dir;
+    char *bad = s_begin (self, "acc_a", "sb_1", &bad_dir);
+    s_write (bad_dir, "disk.qcow2", 10);
+    reply = s_finish (self, bad, NULL, 100, 200);
+    assert (reply->type == SBX_MSG_ERROR && strstr (sbx_msg_error (reply)->message, "disk.qcow2"));
+    sbx_msg_destroy (&reply);
+    assert (stat (bad_dir, &st) == -1 && errno == ENOENT);
+    //  A failed capture: failed with vmd's reason.
+    char *failed_dir;
+    char *failed = s_begin (self, "acc_a", "sb_1", &failed_dir);
+    reply = s_finish (self, failed, "QEMU died", 0, 0);
+    assert (reply->type == SBX_MSG_ERROR && strstr (sbx_msg_error (reply)->message, "QEMU died"));
+    sbx_msg_destroy (&reply);
+
+    //  A sandbox made from one; a snapshot of that sandbox stands on one: one can't go
+    //  until it does.
+    sbx_msg_t *use = sbx_msg_new (SBX_MSG_SNAP_USE);
+    sbx_str_set (&sbx_msg_snap_use (use)->snapshot_id, one);
+    sbx_str_set (&sbx_msg_snap_use (use)->account, "acc_b");
+    sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, "sb_2");
+    reply = s_ask (self, use);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+    use = sbx_msg_new (SBX_MSG_SNAP_USE);
+    sbx_str_set (&sbx_msg_snap_use (use)->snapshot_id, failed);
+    sbx_str_set (&sbx_msg_snap_use (use)->account, "acc_a");
+    sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, "sb_2");
+    reply = s_ask (self, use);
+    assert (reply->type == SBX_MSG_ERROR &&
+            sbx_msg_error (reply)->code == SBX_E_FAILED_PRECONDITION);
+    sbx_msg_destroy (&reply);
+    use = sbx_msg_new (SBX_MSG_SNAP_USE);
+    sbx_str_set (&sbx_msg_snap_use (use)->snapshot_id, one);
+    sbx_str_set (&sbx_msg_snap_use (use)->account, "acc_a");
+    sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, "sb_2");
+    reply = s_ask (self, use);
+    assert (reply->type == SBX_MSG_SNAP_USE_OK && streq (sbx_msg_snap_use_ok (reply)->dir, path));
+    sbx_msg_destroy (&reply);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_GET, "acc_a", one));
+    assert (reply->type == SBX_MSG_SNAPSHOT_GET_OK);
+    assert (sbx_msg_snapshot_get_ok (reply)->snapshot->users.count == 1);
+    sbx_msg_destroy (&reply);
+    char *child_dir;
+    char *child = s_begin (self, "acc_a", "sb_2", &child_dir);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_DELETE, "acc_a", child));
+    assert (reply->type == SBX_MSG_ERROR &&
+            sbx_msg_error (reply)->code == SBX_E_FAILED_PRECONDITION);
+    sbx_msg_destroy (&reply);
+
+    //  snapshotd stops in the middle of that save: the next start fails it and removes
+    //  its partial files; vmd's late report is answered failed.
+    s_write (child_dir, "disk.qcow2.tmp", 50);
+    snap_server_destroy (&self);
+    self = snap_server_new (config);
+    assert (self);
+    assert (stat (child_dir, &st) == -1 && errno == ENOENT);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_GET, "acc_a", child));
+    assert (sbx_msg_snapshot_get_ok (reply)->snapshot->state == SBX_SNAPSHOT_STATE_FAILED);
+    assert (strstr (sbx_msg_snapshot_get_ok (reply)->snapshot->reason, "snapshotd stopped"));
+    sbx_msg_destroy (&reply);
+    reply = s_finish (self, child, NULL, 50, 0);
+    assert (reply->type == SBX_MSG_ERROR && strstr (sbx_msg_error (reply)->message, "stopped"));
+    sbx_msg_destroy (&reply);
+
+    //  Delete: another account's is not found; ours goes with its files.
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_DELETE, "acc_b", one));
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_DELETE, "acc_a", one));
+    assert (reply->type == SBX_MSG_SNAPSHOT_DELETE_OK);
+    sbx_msg_destroy (&reply);
+    assert (stat (path, &st) == -1 && errno == ENOENT);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_GET, "acc_a", one));
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+    //  Automatic snapshots: a release keeps the one named (and any that a sandbox was
+    //  made from); once the sandbox is deleted none stays.
+    char *autos[3], *auto_dirs[3];
+    for (int i = 0; i < 3; i++) {
+        sbx_msg_t *begin = sbx_msg_new (SBX_MSG_SNAP_BEGIN);
+        sbx_str_set (&sbx_msg_snap_begin (begin)->account, "acc_a");
+        sbx_str_set (&sbx_msg_snap_begin (begin)->sandbox_id, "sb_7");
+        sbx_msg_snap_begin (begin)->type = SBX_SANDBOX_TYPE_SMALL;
+        sbx_msg_snap_begin (begin)->kind = SBX_SNAPSHOT_KIND_AUTOMATIC;
+        reply = s_ask (self, begin);
+        autos[i] = strdup (sbx_msg_snap_begin_ok (reply)->snapshot_id);
+        auto_dirs[i] = strdup (sbx_msg_snap_begin_ok (reply)->dir);
+        sbx_msg_destroy (&reply);
+        s_write (auto_dirs[i], "disk.qcow2", 1);
+        s_write (auto_dirs[i], "memory.state", 1);
+        reply = s_finish (self, autos[i], NULL, 1, 1);
+        assert (reply->type == SBX_MSG_SNAP_FINISH_OK);
+        sbx_msg_destroy (&reply);
+    }
+    use = sbx_msg_new (SBX_MSG_SNAP_USE);
+    sbx_str_set (&sbx_msg_snap_use (use)->snapshot_id, autos[0]);
+    sbx_str_set (&sbx_msg_snap_use (use)->account, "acc_a");
+    sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, "sb_8");
+    sbx_msg_destroy (&(sbx_msg_t *){s_ask (self, use)});
+    sbx_msg_t *release = sbx_msg_new (SBX_MSG_SNAP_RELEASE);
+    sbx_str_set (&sbx_msg_snap_release (release)->sandbox_id, "sb_7");
+    sbx_str_set (&sbx_msg_snap_release (release)->keep, autos[2]);
+    reply = s_ask (self, release);
+    assert (reply->type == SBX_MSG_SNAP_RELEASE_OK);
+    assert (sbx_msg_snap_release_ok (reply)->deleted.count == 1);
+    assert (streq (sbx_msg_snap_release_ok (reply)->deleted.items[0], autos[1]));
+    sbx_msg_destroy (&reply);
+    assert (stat (auto_dirs[1], &st) == -1 && stat (auto_dirs[2], &st) == 0);
+    //  sb_8, made from autos[0], is deleted: it no longer holds autos[0].
+    sbx_msg_t *forget = sbx_msg_new (SBX_MSG_SNAP_RELEASE);
+    sbx_str_set (&sbx_msg_snap_release (forget)->sandbox_id, "sb_8");
+    sbx_msg_snap_release (forget)->deleted = true;
+    sbx_msg_destroy (&(sbx_msg_t *){s_ask (self, forget)});
+    release = sbx_msg_new (SBX_MSG_SNAP_RELEASE);
+    sbx_str_set (&sbx_msg_snap_release (release)->sandbox_id, "sb_7");
+    reply = s_ask (self, release);
+    assert (sbx_msg_snap_release_ok (reply)->deleted.count == 2);
+    sbx_msg_destroy (&reply);
+    assert (stat (auto_dirs[2], &st) == -1 && stat (auto_dirs[0], &st) == -1);
+    for (int i = 0; i < 3; i++) {
+        free (autos[i]);
+        free (auto_dirs[i]);
+    }
+
+    //  No caller on a client request, and requests snapshotd does not serve.
+    sbx_msg_t *anonymous = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);
+    reply = s_ask (self, anonymous);
+    assert (sbx_msg_error (reply)->code == SBX_E_UNAUTHENTICATED);
+    sbx_msg_destroy (&reply);
+    reply = s_ask (self, sbx_msg_new (SBX_MSG_VM_LIST));
+    assert (sbx_msg_error (reply)->code == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
+
+    free (one);
+    free (path);
+    free (bad);
+    free (bad_dir);
+    free (failed);
+    free (failed_dir);
+    free (child);
+    free (child_dir);
+    snap_server_destroy (&self);
+    snap_server_destroy (&self);
+    sbx_config_destroy (&config);
+    zdir_t *tree = zdir_new (dir, NULL);
+    zdir_remove (tree, true);
+    zdir_destroy (&tree);
+}

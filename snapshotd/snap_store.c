@@ -1,0 +1,621 @@
+/*  snap_store - see snap_store.h */
+#include "snap_store.h"
+#include "sbx_common.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+//  --------------------------------------------------------------------------
+//  Schema migrations. Entry i brings the schema from version i to i + 1, in one
+//  transaction with its schema_version row. APPEND to change the schema.
+
+static const char *s_migrations[] = {
+    //  1: snapshots, their labels, and the sandboxes made from them.
+    "CREATE TABLE snapshots ("
+    "  id TEXT NOT NULL PRIMARY KEY,"
+    "  account TEXT NOT NULL,"
+    "  name TEXT,"
+    "  sandbox_id TEXT NOT NULL,"
+    "  type TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN ('saving', 'ready', 'failed')),"
+    "  kind TEXT NOT NULL CHECK (kind IN ('user', 'automatic')),"
+    "  image TEXT,"
+    "  qemu_version TEXT,"
+    "  parent TEXT,"
+    "  reason TEXT,"
+    "  disk_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  memory_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  created_ms INTEGER NOT NULL);"
+    "CREATE INDEX snapshots_by_account ON snapshots (account, created_ms);"
+    "CREATE INDEX snapshots_by_parent ON snapshots (parent);"
+    "CREATE TABLE labels ("
+    "  snapshot_id TEXT NOT NULL REFERENCES snapshots (id) ON DELETE CASCADE,"
+    "  key TEXT NOT NULL,"
+    "  value TEXT NOT NULL,"
+    "  PRIMARY KEY (snapshot_id, key));"
+    "CREATE TABLE uses ("
+    "  snapshot_id TEXT NOT NULL REFERENCES snapshots (id) ON DELETE CASCADE,"
+    "  sandbox_id TEXT NOT NULL PRIMARY KEY);"
+    "CREATE INDEX uses_by_snapshot ON uses (snapshot_id);",
+};
+
+#define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
+#define S_COLUMNS                                                                                  \
+    "id, account, name, sandbox_id, type, state, kind, image, qemu_version, parent, reason, "      \
+    "disk_bytes, memory_bytes, created_ms"
+
+typedef enum {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_INSERT,
+    ST_LABEL_SET,
+    ST_FIND,
+    ST_FINISH,
+    ST_DELETE,
+    ST_LIST,
+    ST_LABELS,
+    ST_USE_ADD,
+    ST_USE_DROP,
+    ST_USERS,
+    ST_ORIGIN,
+    ST_CHILD,
+    ST_SAVING,
+    ST_AUTOMATIC,
+    ST_COUNT
+} stmt_id_t;
+
+static const char *s_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_INSERT] = "INSERT INTO snapshots (" S_COLUMNS ") VALUES "
+                  "(?1, ?2, ?3, ?4, ?5, 'saving', ?6, ?7, ?8, ?9, NULL, 0, 0, ?10)",
+    [ST_LABEL_SET] = "INSERT INTO labels (snapshot_id, key, value) VALUES (?1, ?2, ?3) "
+                     "ON CONFLICT (snapshot_id, key) DO UPDATE SET value = excluded.value",
+    [ST_FIND] = "SELECT " S_COLUMNS " FROM snapshots WHERE id = ?1",
+    [ST_FINISH] = "UPDATE snapshots SET state = CASE WHEN ?2 IS NULL THEN 'ready' ELSE 'failed' "
+                  "END, reason = ?2, disk_bytes = ?3, memory_bytes = ?4, "
+                  "image = coalesce (?5, image), qemu_version = coalesce (?6, qemu_version) "
+                  "WHERE id = ?1 AND state = 'saving'",
+    [ST_DELETE] = "DELETE FROM snapshots WHERE id = ?1",
+    [ST_LIST] = "SELECT " S_COLUMNS " FROM snapshots WHERE ?1 IS NULL OR account = ?1 "
+                "ORDER BY created_ms DESC, rowid DESC",
+    [ST_LABELS] = "SELECT key, value FROM labels WHERE snapshot_id = ?1 ORDER BY key",
+    [ST_USE_ADD] = "INSERT INTO uses (snapshot_id, sandbox_id) VALUES (?1, ?2) "
+                   "ON CONFLICT (sandbox_id) DO UPDATE SET snapshot_id = excluded.snapshot_id",
+    [ST_USE_DROP] = "DELETE FROM uses WHERE sandbox_id = ?1",
+    [ST_USERS] = "SELECT sandbox_id FROM uses WHERE snapshot_id = ?1 ORDER BY rowid",
+    [ST_ORIGIN] = "SELECT snapshot_id FROM uses WHERE sandbox_id = ?1",
+    [ST_CHILD] = "SELECT id FROM snapshots WHERE parent = ?1 AND state != 'failed' LIMIT 1",
+    [ST_SAVING] = "SELECT id FROM snapshots WHERE state = 'saving'",
+    [ST_AUTOMATIC] = "SELECT id FROM snapshots WHERE sandbox_id = ?1 AND kind = 'automatic' "
+                     "AND state != 'saving' ORDER BY created_ms DESC, rowid DESC",
+};
+
+struct _snap_store_t {
+    sqlite3 *db;
+    char *path;
+    sqlite3_stmt *stmt[ST_COUNT];
+};
+
+#define BUSY_TIMEOUT_MS 5000
+
+//  --------------------------------------------------------------------------
+//  Helpers (as in bill_store)
+
+static char *s_column_dup (sqlite3_stmt *stmt, int column)
+{
+    const unsigned char *text = sqlite3_column_text (stmt, column);
+    return text ? strdup ((const char *) text) : NULL;
+}
+
+static uint64_t s_column_u64 (sqlite3_stmt *stmt, int column)
+{
+    sqlite3_int64 value = sqlite3_column_int64 (stmt, column);
+    return value < 0 ? 0 : (uint64_t) value;
+}
+
+static int s_bind_text (sqlite3_stmt *stmt, int index, const char *text)
+{
+    return text ? sqlite3_bind_text (stmt, index, text, -1, SQLITE_STATIC)
+                : sqlite3_bind_null (stmt, index);
+}
+
+static void s_reset (sqlite3_stmt *stmt)
+{
+    sqlite3_reset (stmt);
+    sqlite3_clear_bindings (stmt);
+}
+
+static void s_log_db_error (snap_store_t *self, const char *what)
+{
+    sbx_error ("store %s: %s: %s (%d)", self->path, what, sqlite3_errmsg (self->db),
+               sqlite3_extended_errcode (self->db));
+}
+
+//  Runs a statement that returns no rows. 0, or -1 (logged).
+static int s_run (snap_store_t *self, stmt_id_t id, const char *what)
+{
+    int rc = sqlite3_step (self->stmt[id]);
+    if (rc != SQLITE_DONE)
+        s_log_db_error (self, what);
+    s_reset (self->stmt[id]);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static int s_exec (snap_store_t *self, const char *sql, const char *what)
+{
+    char *message = NULL;
+    if (sqlite3_exec (self->db, sql, NULL, NULL, &message) == SQLITE_OK)
+        return 0;
+    sbx_error ("store %s: %s: %s", self->path, what, message ? message : "failed");
+    sqlite3_free (message);
+    return -1;
+}
+
+static void s_record_read (sqlite3_stmt *stmt, snap_record_t *record)
+{
+    char **strings[] = {&record->id,         &record->account, &record->name,
+                        &record->sandbox_id, &record->type,    &record->state,
+                        &record->kind,       &record->image,   &record->qemu_version,
+                        &record->parent,     &record->reason};
+    for (int i = 0; i < 11; i++)
+        *strings[i] = s_column_dup (stmt, i);
+    record->disk_bytes = s_column_u64 (stmt, 11);
+    record->memory_bytes = s_column_u64 (stmt, 12);
+    record->created_ms = s_column_u64 (stmt, 13);
+}
+
+void snap_record_clear (snap_record_t *record)
+{
+    if (!record)
+        return;
+    free (record->id);
+    free (record->account);
+    free (record->name);
+    free (record->sandbox_id);
+    free (record->type);
+    free (record->state);
+    free (record->kind);
+    free (record->image);
+    free (record->qemu_version);
+    free (record->parent);
+    free (record->reason);
+    memset (record, 0, sizeof *record);
+}
+
+//  --------------------------------------------------------------------------
+//  Opening
+
+static int s_migrate (snap_store_t *self)
+{
+    while (true) {
+        if (s_exec (self, "BEGIN IMMEDIATE", "begin migration"))
+            return -1;
+        sqlite3_stmt *stmt = NULL;
+        int64_t version = -1;
+        if (s_exec (self,
+                    "CREATE TABLE IF NOT EXISTS schema_version ("
+                    "  version INTEGER NOT NULL PRIMARY KEY, applied_ms INTEGER NOT NULL)",
+                    "create schema_version") == 0 &&
+            sqlite3_prepare_v2 (self->db, "SELECT coalesce (max (version), 0) FROM schema_version",
+                                -1, &stmt, NULL) == SQLITE_OK &&
+            sqlite3_step (stmt) == SQLITE_ROW)
+            version = sqlite3_column_int64 (stmt, 0);
+        sqlite3_finalize (stmt);
+        if (version < 0 || version > MIGRATION_COUNT) {
+            if (version > MIGRATION_COUNT)
+                sbx_error ("store %s: schema version %lld is newer than this sbx-snapshotd knows "
+                           "(%d); run a newer sbx-snapshotd",
+                           self->path, (long long) version, MIGRATION_COUNT);
+            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+        if (version == MIGRATION_COUNT)
+            return s_exec (self, "COMMIT", "commit");
+        char record[128];
+        snprintf (record, sizeof record,
+                  "INSERT INTO schema_version (version, applied_ms) VALUES (%d, %llu)",
+                  (int) version + 1, (unsigned long long) sbx_clock_now_ms ());
+        if (s_exec (self, s_migrations[version], "migration") ||
+            s_exec (self, record, "record migration") ||
+            s_exec (self, "COMMIT", "commit migration")) {
+            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+        sbx_info ("store %s: schema migrated to version %d", self->path, (int) version + 1);
+    }
+}
+
+snap_store_t *snap_store_new (const char *path)
+{
+    if (!path || !*path)
+        return NULL;
+    snap_store_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->path = strdup (path);
+    //  Private before SQLite makes it: the catalog names every account's snapshots.
+    int fd = self->path ? open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600) : -1;
+    if (fd < 0) {
+        sbx_error ("store %s: cannot open: %s", path, strerror (errno));
+        snap_store_destroy (&self);
+        return NULL;
+    }
+    close (fd);
+    if (sqlite3_open_v2 (path, &self->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
+        sbx_error ("store %s: cannot open: %s", path,
+                   self->db ? sqlite3_errmsg (self->db) : "out of memory");
+        snap_store_destroy (&self);
+        return NULL;
+    }
+    sqlite3_extended_result_codes (self->db, 1);
+    sqlite3_busy_timeout (self->db, BUSY_TIMEOUT_MS);
+    sqlite3_stmt *stmt = NULL;
+    bool wal =
+        sqlite3_prepare_v2 (self->db, "PRAGMA journal_mode=WAL", -1, &stmt, NULL) == SQLITE_OK &&
+        sqlite3_step (stmt) == SQLITE_ROW && sqlite3_column_text (stmt, 0) &&
+        streq ((const char *) sqlite3_column_text (stmt, 0), "wal");
+    sqlite3_finalize (stmt);
+    //  FULL: a record that says ready survives a power cut, as its files do.
+    if (!wal || s_exec (self, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", "pragmas") ||
+        s_migrate (self)) {
+        sbx_error ("store %s: cannot set up the catalog", path);
+        snap_store_destroy (&self);
+        return NULL;
+    }
+    for (int i = 0; i < ST_COUNT; i++)
+        if (sqlite3_prepare_v3 (self->db, s_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &self->stmt[i],
+                                NULL) != SQLITE_OK) {
+            s_log_db_error (self, "prepare");
+            snap_store_destroy (&self);
+            return NULL;
+        }
+    return self;
+}
+
+void snap_store_destroy (snap_store_t **self_p)
+{
+    snap_store_t *self = *self_p;
+    if (!self)
+        return;
+    for (int i = 0; i < ST_COUNT; i++)
+        sqlite3_finalize (self->stmt[i]);
+    if (self->db)
+        sqlite3_close (self->db);
+    free (self->path);
+    free (self);
+    *self_p = NULL;
+}
+
+//  --------------------------------------------------------------------------
+//  Records
+
+int snap_store_insert (snap_store_t *self, const snap_record_t *record, char **keys, char **values,
+                       size_t labels)
+{
+    if (s_run (self, ST_BEGIN, "begin"))
+        return -1;
+    sqlite3_stmt *stmt = self->stmt[ST_INSERT];
+    s_bind_text (stmt, 1, record->id);
+    s_bind_text (stmt, 2, record->account);
+    s_bind_text (stmt, 3, record->name);
+    s_bind_text (stmt, 4, record->sandbox_id);
+    s_bind_text (stmt, 5, record->type);
+    s_bind_text (stmt, 6, record->kind ? record->kind : "user");
+    s_bind_text (stmt, 7, record->image);
+    s_bind_text (stmt, 8, record->qemu_version);
+    s_bind_text (stmt, 9, record->parent);
+    sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) record->created_ms);
+    int rc = s_run (self, ST_INSERT, "insert snapshot");
+    for (size_t i = 0; rc == 0 && i < labels; i++) {
+        stmt = self->stmt[ST_LABEL_SET];
+        s_bind_text (stmt, 1, record->id);
+        s_bind_text (stmt, 2, keys[i]);
+        s_bind_text (stmt, 3, values[i]);
+        rc = s_run (self, ST_LABEL_SET, "set label");
+    }
+    if (rc == 0 && s_run (self, ST_COMMIT, "commit") == 0)
+        return 0;
+    s_run (self, ST_ROLLBACK, "rollback");
+    return -1;
+}
+
+int snap_store_find (snap_store_t *self, const char *id, snap_record_t *record)
+{
+    memset (record, 0, sizeof *record);
+    sqlite3_stmt *stmt = self->stmt[ST_FIND];
+    s_bind_text (stmt, 1, id);
+    int rc = sqlite3_step (stmt);
+    if (rc == SQLITE_ROW)
+        s_record_read (stmt, record);
+    else if (rc != SQLITE_DONE)
+        s_log_db_error (self, "find snapshot");
+    s_reset (stmt);
+    return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
+}
+
+int snap_store_finish (snap_store_t *self, const char *id, const char *reason, uint64_t disk_bytes,
+                       uint64_t memory_bytes, const char *image, const char *qemu_version)
+{
+    sqlite3_stmt *stmt = self->stmt[ST_FINISH];
+    s_bind_text (stmt, 1, id);
+    s_bind_text (stmt, 2, reason);
+    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) (disk_bytes & INT64_MAX));
+    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) (memory_bytes & INT64_MAX));
+    s_bind_text (stmt, 5, image);
+    s_bind_text (stmt, 6, qemu_version);
+    if (s_run (self, ST_FINISH, "finish snapshot"))
+        return -1;
+    return sqlite3_changes (self->db) == 1 ? 0 : 1;
+}
+
+int snap_store_delete (snap_store_t *self, const char *id)
+{
+    sqlite3_bind_text (self->stmt[ST_DELETE], 1, id, -1, SQLITE_STATIC);
+    return s_run (self, ST_DELETE, "delete snapshot");
+}
+
+int snap_store_list (snap_store_t *self, const char *account, snap_store_record_fn *fn, void *arg)
+{
+    sqlite3_stmt *stmt = self->stmt[ST_LIST];
+    s_bind_text (stmt, 1, account);
+    int rc;
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+        snap_record_t record = {0};
+        s_record_read (stmt, &record);
+        fn (&record, arg);
+        snap_record_clear (&record);
+    }
+    if (rc != SQLITE_DONE)
+        s_log_db_error (self, "list snapshots");
+    s_reset (stmt);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int snap_store_labels (snap_store_t *self, const char *id, snap_store_pair_fn *fn, void *arg)
+{
+    sqlite3_stmt *stmt = self->stmt[ST_LABELS];
+    s_bind_text (stmt, 1, id);
+    int rc;
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW)
+        fn ((const char *) sqlite3_column_text (stmt, 0),
+            (const char *) sqlite3_column_text (stmt, 1), arg);
+    if (rc != SQLITE_DONE)
+        s_log_db_error (self, "labels");
+    s_reset (stmt);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int snap_store_use_add (snap_store_t *self, const char *snapshot_id, const char *sandbox_id)
+{
+    sqlite3_stmt *stmt = self->stmt[ST_USE_ADD];
+    s_bind_text (stmt, 1, snapshot_id);
+    s_bind_text (stmt, 2, sandbox_id);
+    return s_run (self, ST_USE_ADD, "add use");
+}
+
+int snap_store_use_drop (snap_store_t *self, const char *sandbox_id)
+{
+    s_bind_text (self->stmt[ST_USE_DROP], 1, sandbox_id);
+    return s_run (self, ST_USE_DROP, "drop use");
+}
+
+//  Runs a one-column query with one text parameter; fn gets each row.
+static int s_ids (snap_store_t *self, stmt_id_t id, const char *param, snap_store_id_fn *fn,
+                  void *arg)
+{
+    sqlite3_stmt *stmt = self->stmt[id];
+    s_bind_text (stmt, 1, param);
+    int rc;
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW)
+        fn ((const char *) sqlite3_column_text (stmt, 0), arg);
+    if (rc != SQLITE_DONE)
+        s_log_db_error (self, "query");
+    s_reset (stmt);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static void s_keep_first (const char *id, void *arg)
+{
+    char **first = arg;
+    if (!*first && id)
+        *first = strdup (id);
+}
+
+int snap_store_users (snap_store_t *self, const char *snapshot_id, snap_store_id_fn *fn, void *arg)
+{
+    return s_ids (self, ST_USERS, snapshot_id, fn, arg);
+}
+
+int snap_store_automatic (snap_store_t *self, const char *sandbox_id, snap_store_id_fn *fn,
+                          void *arg)
+{
+    return s_ids (self, ST_AUTOMATIC, sandbox_id, fn, arg);
+}
+
+char *snap_store_origin (snap_store_t *self, const char *sandbox_id)
+{
+    char *found = NULL;
+    s_ids (self, ST_ORIGIN, sandbox_id, s_keep_first, &found);
+    return found;
+}
+
+char *snap_store_child (snap_store_t *self, const char *snapshot_id)
+{
+    char *found = NULL;
+    s_ids (self, ST_CHILD, snapshot_id, s_keep_first, &found);
+    return found;
+}
+
+static void s_collect (const char *id, void *arg)
+{
+    zlist_append ((zlist_t *) arg, (void *) id); //  autofree: copied
+}
+
+int snap_store_fail_saving (snap_store_t *self, const char *reason, snap_store_id_fn *fn, void *arg)
+{
+    zlist_t *ids = zlist_new ();
+    zlist_autofree (ids);
+    if (s_ids (self, ST_SAVING, NULL, s_collect, ids)) {
+        zlist_destroy (&ids);
+        return -1;
+    }
+    int count = 0;
+    for (char *id = zlist_first (ids); id; id = zlist_next (ids))
+        if (snap_store_finish (self, id, reason, 0, 0, NULL, NULL) == 0) {
+            count++;
+            if (fn)
+                fn (id, arg);
+        }
+    zlist_destroy (&ids);
+    return count;
+}
+
+//  --------------------------------------------------------------------------
+//  Self-test
+
+static void s_count (const snap_record_t *record, void *arg)
+{
+    (void) record;
+    (*(int *) arg)++;
+}
+
+static void s_count_id (const char *id, void *arg)
+{
+    (void) id;
+    (*(int *) arg)++;
+}
+
+static void s_label_check (const char *key, const char *value, void *arg)
+{
+    (*(int *) arg)++;
+    assert ((streq (key, "env") && streq (value, "prod")) ||
+            (streq (key, "team") && streq (value, "web")));
+}
+
+void snap_store_test (bool verbose)
+{
+    (void) verbose;
+    char dir[] = "/tmp/snap_store_test.XXXXXX";
+    assert (mkdtemp (dir));
+    char path[128];
+    snprintf (path, sizeof path, "%s/snapshots.db", dir);
+    snap_store_t *store = snap_store_new (path);
+    assert (store);
+    struct stat st;
+    assert (stat (path, &st) == 0 && (st.st_mode & 0777) == 0600);
+
+    //  A save: saving, then ready with its sizes; labels kept.
+    char *keys[] = {"env", "team"}, *values[] = {"prod", "web"};
+    snap_record_t one = {.id = "snap_one",
+                         .account = "acc_a",
+                         .name = "configured",
+                         .sandbox_id = "sb_1",
+                         .type = "small",
+                         .kind = "user",
+                         .created_ms = 1000};
+    assert (snap_store_insert (store, &one, keys, values, 2) == 0);
+    assert (snap_store_insert (store, &one, NULL, NULL, 0) == -1); //  same id: refused
+    snap_record_t found;
+    assert (snap_store_find (store, "snap_one", &found) == 0);
+    assert (streq (found.state, "saving") && streq (found.account, "acc_a") && !found.parent);
+    snap_record_clear (&found);
+    assert (snap_store_finish (store, "snap_one", NULL, 4096, 8192, "/img/h", "7.2.0") == 0);
+    assert (snap_store_finish (store, "snap_one", "late", 0, 0, NULL, NULL) == 1); //  not saving
+    assert (snap_store_find (store, "snap_one", &found) == 0);
+    assert (streq (found.state, "ready") && found.disk_bytes == 4096 && found.memory_bytes == 8192);
+    assert (streq (found.image, "/img/h") && streq (found.qemu_version, "7.2.0") && !found.reason);
+    snap_record_clear (&found);
+    int labels = 0;
+    assert (snap_store_labels (store, "snap_one", s_label_check, &labels) == 0 && labels == 2);
+    assert (snap_store_find (store, "snap_none", &found) == 1);
+
+    //  A sandbox made from it, and a snapshot of that sandbox: its parent is one.
+    assert (snap_store_use_add (store, "snap_one", "sb_2") == 0);
+    char *origin = snap_store_origin (store, "sb_2");
+    assert (origin && streq (origin, "snap_one"));
+    free (origin);
+    assert (!snap_store_origin (store, "sb_1"));
+    int users = 0;
+    assert (snap_store_users (store, "snap_one", s_count_id, &users) == 0 && users == 1);
+    assert (snap_store_use_add (store, "snap_one", "sb_3") == 0 &&
+            snap_store_use_drop (store, "sb_3") == 0);
+    users = 0;
+    assert (snap_store_users (store, "snap_one", s_count_id, &users) == 0 && users == 1);
+    snap_record_t two = {.id = "snap_two",
+                         .account = "acc_a",
+                         .sandbox_id = "sb_2",
+                         .type = "small",
+                         .parent = "snap_one",
+                         .created_ms = 2000};
+    assert (snap_store_insert (store, &two, NULL, NULL, 0) == 0);
+    char *child = snap_store_child (store, "snap_one");
+    assert (child && streq (child, "snap_two"));
+    free (child);
+    snap_record_t other = {.id = "snap_b",
+                           .account = "acc_b",
+                           .sandbox_id = "sb_9",
+                           .type = "large",
+                           .kind = "automatic",
+                           .created_ms = 3000};
+    assert (snap_store_insert (store, &other, NULL, NULL, 0) == 0);
+    int count = 0;
+    assert (snap_store_automatic (store, "sb_9", s_count_id, &count) == 0 && count == 0); //  saving
+    assert (snap_store_finish (store, "snap_b", NULL, 1, 1, NULL, NULL) == 0);
+    assert (snap_store_automatic (store, "sb_9", s_count_id, &count) == 0 && count == 1);
+    count = 0;
+    assert (snap_store_list (store, "acc_a", s_count, &count) == 0 && count == 2);
+    count = 0;
+    assert (snap_store_list (store, NULL, s_count, &count) == 0 && count == 3);
+
+    //  A restart finds a save that died with the process: it fails, with the reason.
+    snap_store_destroy (&store);
+    assert (store == NULL);
+    store = snap_store_new (path);
+    assert (store);
+    int failed = 0;
+    assert (snap_store_fail_saving (store, "snapshotd restarted", s_count_id, &failed) == 1);
+    assert (failed == 1);
+    assert (snap_store_find (store, "snap_two", &found) == 0);
+    assert (streq (found.state, "failed") && streq (found.reason, "snapshotd restarted"));
+    snap_record_clear (&found);
+    assert (snap_store_fail_saving (store, "again", NULL, NULL) == 0);
+    //  A failed child does not hold its parent; delete drops labels and uses too.
+    assert (!snap_store_child (store, "snap_one"));
+    assert (snap_store_delete (store, "snap_one") == 0);
+    assert (snap_store_find (store, "snap_one", &found) == 1);
+    users = 0;
+    assert (snap_store_users (store, "snap_one", s_count_id, &users) == 0 && users == 0);
+    labels = 0;
+    assert (snap_store_labels (store, "snap_one", s_label_check, &labels) == 0 && labels == 0);
+    snap_store_destroy (&store);
+    snap_store_destroy (&store); //  twice is harmless
+
+    //  Not a database: refused, not crashed.
+    snprintf (path, sizeof path, "%s/junk.db", dir);
+    FILE *junk = fopen (path, "w");
+    fputs ("this is not a database, and it is long enough to be mistaken for one unless "
+           "SQLite checks its header, which it does when the first statement runs. "
+           "padding padding padding padding padding padding padding padding padding padding "
+           "padding padding padding padding padding padding padding padding padding padding "
+           "padding padding padding padding padding padding padding padding padding padding "
+           "padding padding padding padding padding padding padding padding padding padding "
+           "padding padding padding padding padding padding padding padding padding padding ",
+           junk);
+    fclose (junk);
+    assert (snap_store_new (path) == NULL);
+
+    char cmd[160];
+    snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert (system (cmd) == 0);
+}

@@ -1,0 +1,86 @@
+/*  snap_store - snapshotd's catalog (DIR/snapshotd/snapshots.db): one row per snapshot,
+    its labels, and which sandboxes were made from which snapshot.
+
+    The only snapshotd module that includes sqlite3.h. WAL, synchronous=FULL, numbered
+    migrations, statements prepared once. A row is inserted as `saving` before any file
+    is written, and becomes `ready` only once the files are complete and durable
+    (snap_server checks them); a `saving` row found at start belongs to a save that
+    died with the previous process and is marked failed (snap_store_fail_saving).
+*/
+#ifndef SNAP_STORE_H_INCLUDED
+#define SNAP_STORE_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct _snap_store_t snap_store_t;
+
+//  A snapshot. Strings are copies freed by snap_record_clear when filled by the store;
+//  the caller's own for insert.
+typedef struct {
+    char *id;
+    char *account;
+    char *name;
+    char *sandbox_id;
+    char *type;  //  small, medium, large
+    char *state; //  saving, ready, failed
+    char *kind;  //  user, automatic
+    char *image; //  the image directory its disk stands on
+    char *qemu_version;
+    char *parent; //  the snapshot its disk stands on, or NULL
+    char *reason; //  why it failed
+    uint64_t disk_bytes, memory_bytes, created_ms;
+} snap_record_t;
+
+void snap_record_clear (snap_record_t *record);
+
+//  Opens (creating it 0600) and migrates the catalog. NULL on failure (logged).
+snap_store_t *snap_store_new (const char *path);
+void snap_store_destroy (snap_store_t **self_p);
+
+//  A new `saving` record with its labels (keys[i] → values[i]), in one transaction.
+int snap_store_insert (snap_store_t *self, const snap_record_t *record, char **keys, char **values,
+                       size_t labels);
+//  0 and the record, 1 when there is none, -1 on error.
+int snap_store_find (snap_store_t *self, const char *id, snap_record_t *record);
+//  A saving record becomes ready (reason NULL: with its sizes, image and QEMU version)
+//  or failed (with the reason). 0, 1 when it is not saving (any more), -1 on error.
+int snap_store_finish (snap_store_t *self, const char *id, const char *reason, uint64_t disk_bytes,
+                       uint64_t memory_bytes, const char *image, const char *qemu_version);
+//  Removes the record, its labels and uses. 0, or -1.
+int snap_store_delete (snap_store_t *self, const char *id);
+
+typedef void (snap_store_record_fn) (const snap_record_t *record, void *arg);
+typedef void (snap_store_pair_fn) (const char *a, const char *b, void *arg);
+typedef void (snap_store_id_fn) (const char *id, void *arg);
+
+//  The account's snapshots (every account's when NULL), newest first. 0, or -1.
+int snap_store_list (snap_store_t *self, const char *account, snap_store_record_fn *fn, void *arg);
+//  A snapshot's labels as (key, value). 0, or -1.
+int snap_store_labels (snap_store_t *self, const char *id, snap_store_pair_fn *fn, void *arg);
+
+//  A sandbox made from a snapshot: remembered for the dependency check, and as the
+//  parent of snapshots saved from that sandbox. 0, or -1.
+int snap_store_use_add (snap_store_t *self, const char *snapshot_id, const char *sandbox_id);
+//  A deleted sandbox stands on nothing any more. 0, or -1.
+int snap_store_use_drop (snap_store_t *self, const char *sandbox_id);
+//  The sandboxes made from a snapshot. 0, or -1.
+int snap_store_users (snap_store_t *self, const char *snapshot_id, snap_store_id_fn *fn, void *arg);
+//  The snapshot a sandbox was made from, or NULL (caller frees).
+char *snap_store_origin (snap_store_t *self, const char *sandbox_id);
+//  A snapshot (not failed) whose disk stands on this one, or NULL (caller frees).
+char *snap_store_child (snap_store_t *self, const char *snapshot_id);
+
+//  A sandbox's automatic snapshots that are not being saved, newest first. 0, or -1.
+int snap_store_automatic (snap_store_t *self, const char *sandbox_id, snap_store_id_fn *fn,
+                          void *arg);
+
+//  Marks every saving record failed with reason; fn gets each id (to remove its
+//  files). Returns how many, or -1.
+int snap_store_fail_saving (snap_store_t *self, const char *reason, snap_store_id_fn *fn,
+                            void *arg);
+
+void snap_store_test (bool verbose);
+
+#endif

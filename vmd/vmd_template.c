@@ -1,0 +1,310 @@
+/*  vmd_template - see vmd_template.h */
+#include "vmd_template.h"
+#include "sbx_log.h"
+#include "vmd_qemu.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S_TYPES      4 //  sbx_sandbox_type_t values, 0 unset
+#define S_BOOT_MS    180000
+#define S_CAPTURE_MS 120000
+
+typedef enum { S_IDLE, S_BOOTING, S_CAPTURING, S_DELETING } s_phase_t;
+
+struct _vmd_template_t {
+    char *root;  //  <data-dir>/templates
+    char *work;  //  <data-dir>/templates/work: the hidden guest's vms directory
+    char *image; //  the image directory templates are made of
+    char *hash;  //  its name (the image's input hash)
+    vmd_guest_env_t env;
+    bool want[S_TYPES];
+    bool gave_up[S_TYPES];
+    char *ready[S_TYPES]; //  the directory, once complete
+    vmd_guest_t *guest;   //  the hidden guest being made into a template
+    sbx_sandbox_type_t building;
+    s_phase_t phase;
+    void (*wake) (void *arg);
+    void *wake_arg;
+};
+
+static char *s_dir (vmd_template_t *self, sbx_sandbox_type_t type)
+{
+    return zsys_sprintf ("%s/%s-%s", self->root, self->hash, sbx_sandbox_type_name (type));
+}
+
+//  Removes the files of a directory (templates and their work dirs have no subdirectories
+//  but the work dir's guests, which vmd_guest removes itself) and the directory.
+static void s_remove (const char *path)
+{
+    DIR *dir = opendir (path);
+    if (!dir)
+        return;
+    struct dirent *entry;
+    while ((entry = readdir (dir))) {
+        if (streq (entry->d_name, ".") || streq (entry->d_name, ".."))
+            continue;
+        char *child = zsys_sprintf ("%s/%s", path, entry->d_name);
+        struct stat st;
+        if (child && lstat (child, &st) == 0 && S_ISDIR (st.st_mode)) {
+            //  A hidden guest a previous vmd left: its QEMU goes first.
+            pid_t pid = vmd_qemu_adopt (child);
+            if (pid > 0)
+                kill (pid, SIGKILL);
+            s_remove (child);
+        } else if (child)
+            unlink (child);
+        free (child);
+    }
+    closedir (dir);
+    rmdir (path);
+}
+
+//  A template is complete once qemu.version is there, naming this host's QEMU.
+static bool s_complete (const char *dir)
+{
+    char *path = zsys_sprintf ("%s/qemu.version", dir);
+    char text[200] = "";
+    FILE *file = path ? fopen (path, "r") : NULL;
+    free (path);
+    if (file) {
+        if (!fgets (text, sizeof text, file))
+            text[0] = 0;
+        fclose (file);
+    }
+    text[strcspn (text, "\n")] = 0;
+    return *text && streq (text, vmd_qemu_version ());
+}
+
+static int s_write_version (const char *dir)
+{
+    char *tmp = zsys_sprintf ("%s/qemu.version.tmp", dir),
+         *path = zsys_sprintf ("%s/qemu.version", dir);
+    int fd = tmp ? open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+    const char *version = vmd_qemu_version ();
+    bool ok = fd >= 0 && write (fd, version, strlen (version)) == (ssize_t) strlen (version) &&
+              write (fd, "\n", 1) == 1 && fsync (fd) == 0;
+    if (fd >= 0)
+        ok = close (fd) == 0 && ok;
+    ok = ok && path && rename (tmp, path) == 0;
+    int handle = open (dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (handle >= 0) {
+        fsync (handle);
+        close (handle);
+    }
+    free (tmp);
+    free (path);
+    return ok ? 0 : -1;
+}
+
+static void s_give_up (vmd_template_t *self, const char *why)
+{
+    sbx_warn ("template %s: %s; %s sandboxes boot cold", sbx_sandbox_type_name (self->building),
+              why, sbx_sandbox_type_name (self->building));
+    self->gave_up[self->building] = true;
+    char *dir = s_dir (self, self->building);
+    if (dir)
+        s_remove (dir);
+    free (dir);
+}
+
+static void s_delete_guest (vmd_template_t *self)
+{
+    sbx_err_t err = {0};
+    self->phase = S_DELETING;
+    if (vmd_guest_delete (self->guest, 2, 10000, &err))
+        sbx_warn ("template guest: %s", err.message);
+}
+
+static void s_on_captured (vmd_guest_t *guest, sbx_code_t code, const char *message,
+                           uint64_t disk_bytes, uint64_t memory_bytes, void *arg)
+{
+    (void) guest;
+    vmd_template_t *self = arg;
+    char *dir = s_dir (self, self->building);
+    if (code == SBX_OK && dir && s_write_version (dir) == 0) {
+        sbx_info ("template %s ready in %s (disk %llu, memory %llu bytes)",
+                  sbx_sandbox_type_name (self->building), dir, (unsigned long long) disk_bytes,
+                  (unsigned long long) memory_bytes);
+        self->ready[self->building] = dir;
+        dir = NULL;
+    } else
+        s_give_up (self, message ? message : "cannot keep its files");
+    free (dir);
+    s_delete_guest (self);
+}
+
+//  The hidden guest's create (or delete) ended.
+static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const char *message,
+                       void *arg)
+{
+    (void) rid;
+    vmd_template_t *self = arg;
+    if (self->phase != S_BOOTING)
+        return; //  the delete: collect drops the guest
+    if (code != SBX_OK) {
+        s_give_up (self, message ? message : "its guest did not boot");
+        self->phase = S_DELETING; //  a failed create deletes itself
+        return;
+    }
+    //  Booted and its agent answered: capture it now, idle.
+    char *dir = s_dir (self, self->building);
+    sbx_err_t err = {0};
+    self->phase = S_CAPTURING;
+    if (!dir || (mkdir (dir, 0711) == -1 && errno != EEXIST) ||
+        vmd_guest_snapshot (guest, dir, S_CAPTURE_MS, s_on_captured, self, &err)) {
+        s_give_up (self, *err.message ? err.message : "cannot make its directory");
+        s_delete_guest (self);
+    }
+    free (dir);
+}
+
+static void s_on_failed (vmd_guest_t *guest, const char *reason, void *arg)
+{
+    (void) guest;
+    vmd_template_t *self = arg;
+    if (self->phase == S_DELETING)
+        return;
+    s_give_up (self, reason);
+    s_delete_guest (self);
+}
+
+static void s_wake (void *arg)
+{
+    vmd_template_t *self = arg;
+    if (self->wake)
+        self->wake (self->wake_arg);
+}
+
+//  Starts the next template nobody made yet.
+static void s_next (vmd_template_t *self)
+{
+    if (self->guest)
+        return;
+    for (int type = 1; type < S_TYPES; type++) {
+        if (!self->want[type] || self->ready[type] || self->gave_up[type])
+            continue;
+        char id[32];
+        snprintf (id, sizeof id, "tpl-%s", sbx_sandbox_type_name ((sbx_sandbox_type_t) type));
+        self->building = (sbx_sandbox_type_t) type;
+        self->guest = vmd_guest_new (&self->env, id, "sbx-template", self->building, false);
+        sbx_err_t err = {0};
+        self->phase = S_BOOTING;
+        if (!self->guest || vmd_guest_create (self->guest, 1, S_BOOT_MS, &err)) {
+            vmd_guest_destroy (&self->guest);
+            self->phase = S_IDLE;
+            s_give_up (self, *err.message ? err.message : "cannot start its guest");
+            continue;
+        }
+        sbx_info ("template %s: booting a guest to capture",
+                  sbx_sandbox_type_name (self->building));
+        return;
+    }
+}
+
+vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const char *image_dir,
+                                  const char *qemu_user, const char *types,
+                                  void (*wake) (void *arg), void *arg)
+{
+    if (!types || !*types)
+        return NULL;
+    vmd_template_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    char *list = strdup (types);
+    int wanted = 0;
+    for (char *save = NULL, *name = strtok_r (list, " ,", &save); name;
+         name = strtok_r (NULL, " ,", &save)) {
+        sbx_sandbox_type_t type;
+        if (sbx_sandbox_type_from_name (name, &type) == 0 && type > 0 && type < S_TYPES)
+            self->want[type] = true, wanted++;
+        else
+            sbx_warn ("vmd.templates: no sandbox type '%s'", name);
+    }
+    free (list);
+    char *copy = strdup (image_dir);
+    self->root = zsys_sprintf ("%s/templates", data_dir);
+    self->work = zsys_sprintf ("%s/templates/work", data_dir);
+    self->image = strdup (image_dir);
+    self->hash = copy ? strdup (basename (copy)) : NULL;
+    free (copy);
+    if (!wanted || !self->root || !self->work || !self->image || !self->hash ||
+        !*vmd_qemu_version ()) {
+        vmd_template_destroy (&self);
+        return NULL;
+    }
+    //  QEMU's user opens a template's disk as a backing file: search rights only.
+    mkdir (self->root, 0711);
+    chmod (self->root, 0711);
+    s_remove (self->work); //  a hidden guest of a previous vmd
+    mkdir (self->work, 0711);
+    chmod (self->work, 0711);
+    self->env = (vmd_guest_env_t){.loop = loop,
+                                  .vms_dir = self->work,
+                                  .image_dir = self->image,
+                                  .qemu_user = qemu_user,
+                                  .done = s_on_done,
+                                  .failed = s_on_failed,
+                                  .wake = s_wake,
+                                  .arg = self};
+    self->wake = wake;
+    self->wake_arg = arg;
+    for (int type = 1; type < S_TYPES; type++) {
+        if (!self->want[type])
+            continue;
+        char *dir = s_dir (self, (sbx_sandbox_type_t) type);
+        if (dir && s_complete (dir)) {
+            self->ready[type] = dir;
+            sbx_info ("template %s ready in %s", sbx_sandbox_type_name ((sbx_sandbox_type_t) type),
+                      dir);
+        } else {
+            //  Incomplete, or another QEMU's: nobody can stand on it yet, make it anew.
+            if (dir)
+                s_remove (dir);
+            free (dir);
+        }
+    }
+    s_next (self);
+    return self;
+}
+
+void vmd_template_destroy (vmd_template_t **self_p)
+{
+    vmd_template_t *self = *self_p;
+    if (!self)
+        return;
+    //  A hidden guest's QEMU outlives vmd like any guest's; the next start removes it.
+    vmd_guest_destroy (&self->guest);
+    for (int type = 0; type < S_TYPES; type++)
+        free (self->ready[type]);
+    free (self->root);
+    free (self->work);
+    free (self->image);
+    free (self->hash);
+    free (self);
+    *self_p = NULL;
+}
+
+const char *vmd_template_dir (vmd_template_t *self, sbx_sandbox_type_t type, const char *image_dir)
+{
+    if (!self || type <= 0 || type >= S_TYPES || !image_dir || !streq (image_dir, self->image))
+        return NULL;
+    return self->ready[type];
+}
+
+void vmd_template_collect (vmd_template_t *self)
+{
+    if (!self || !self->guest)
+        return;
+    vmd_guest_collect (self->guest);
+    if (vmd_guest_state (self->guest) == SBX_SANDBOX_STATE_DELETED) {
+        vmd_guest_destroy (&self->guest);
+        self->phase = S_IDLE;
+        s_next (self);
+    }
+}
