@@ -1,5 +1,6 @@
 /*  gw_tools - see gw_tools.h */
 #include "gw_tools.h"
+#include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_broker.h"
 
@@ -1367,16 +1368,6 @@ static const struct {
                {"delete_snapshot", S_DELETE_SNAPSHOT},
                {NULL, 0}};
 
-static size_t s_serial_hash (const void *key)
-{
-    return (size_t) (uintptr_t) key;
-}
-
-static int s_serial_cmp (const void *a, const void *b)
-{
-    return (uintptr_t) a < (uintptr_t) b ? -1 : (uintptr_t) a > (uintptr_t) b;
-}
-
 gw_tools_t *gw_tools_new (sbx_config_t *config, sbx_peer_t *peer)
 {
     gw_tools_t *self = calloc (1, sizeof *self);
@@ -1394,15 +1385,11 @@ gw_tools_t *gw_tools_new (sbx_config_t *config, sbx_peer_t *peer)
         sbx_error ("tool definitions: %s at %d", error.text, error.position);
     free (text);
     self->broker = gw_broker_new (config, peer);
-    self->calls = zhashx_new ();
+    self->calls = sbx_idmap_new ();
     if (!self->list || !self->broker || !self->calls) {
         gw_tools_destroy (&self);
         return NULL;
     }
-    zhashx_set_key_hasher (self->calls, s_serial_hash);
-    zhashx_set_key_comparator (self->calls, s_serial_cmp);
-    zhashx_set_key_duplicator (self->calls, NULL);
-    zhashx_set_key_destructor (self->calls, NULL);
     return self;
 }
 
