@@ -193,6 +193,10 @@ class Sbx:
             except subprocess.TimeoutExpired:
                 os.killpg(self.up_proc.pid, signal.SIGKILL)
                 self.up_proc.wait()
+        # Guests outlive vmd by design (the next vmd adopts them): a test's guests must be
+        # ended with it, or they keep running (and using CPU) through the later tests.
+        subprocess.run(["pkill", "-KILL", "-f", "--", f"qemu-system.* {self.dir}/"], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Daemons of a killed supervisor must not outlive the test.
         subprocess.run(["pkill", "-KILL", "-f", "--", f"--data-dir {self.dir}"], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
