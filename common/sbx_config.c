@@ -50,6 +50,9 @@ static const s_known_t s_known[] = {
     {"oauth.refresh_ttl_s", "2592000"},
     {"gateway.oauth_allow_private_fetch", "false"},
     {"gateway.oauth_fetch_ca", NULL},
+    //  The gateway's tap-fed copy of sandboxes (gateway/gw_cache.h).
+    {"gateway.read_cache", "on"},
+    {"gateway.usage_cache_ms", "1000"},
     //  Plan limits (docs/limits.md): plan.P.* for any plan P; unset fields of another plan
     //  take the free plan's values; 0 means no limit.
     {"plan.free.starts_per_day", "100"},

@@ -3,6 +3,7 @@
 #include "sbx_idmap.h"
 #include "sbx_urls.h"
 #include "gw_auth.h"
+#include "gw_cache.h"
 
 #include <assert.h>
 #include <signal.h>
@@ -13,6 +14,7 @@ struct gw_broker_t {
     bool tls;
     zhashx_t *pending; //  handle → s_pending_t
     uint64_t next_handle;
+    gw_cache_t *cache; //  the gateway's read copy, or NULL
 };
 
 typedef struct {
@@ -21,6 +23,7 @@ typedef struct {
     bool agent; //  the reply is a sandbox.agent.ok whose inner message is the answer
     gw_broker_fn *fn;
     void *arg;
+    gw_cache_ticket_t ticket;
 } s_pending_t;
 
 gw_broker_t *gw_broker_new (sbx_config_t *config, sbx_peer_t *peer)
@@ -51,6 +54,8 @@ void gw_broker_destroy (gw_broker_t **self_p)
         for (s_pending_t *p = zhashx_first (self->pending); p; p = zhashx_next (self->pending)) {
             if (self->peer && p->rid)
                 sbx_peer_cancel (self->peer, p->rid);
+            if (self->cache)
+                gw_cache_answer (self->cache, &p->ticket, NULL);
             free (p);
         }
         zhashx_destroy (&self->pending);
@@ -68,8 +73,10 @@ static void s_on_reply (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
     gw_broker_fn *fn = p->fn;
     void *fn_arg = p->arg;
     bool agent = p->agent;
-    free (p);
     sbx_msg_t *reply = *reply_p;
+    if (p->broker->cache)
+        gw_cache_answer (p->broker->cache, &p->ticket, reply);
+    free (p);
     if (reply->type == SBX_MSG_ERROR) {
         fn (NULL, sbx_msg_error (reply)->code, sbx_msg_error (reply)->message, fn_arg);
         return;
@@ -101,12 +108,25 @@ static uint64_t s_send (gw_broker_t *self, const sbx_caller_t *caller, sbx_msg_t
         fn (NULL, SBX_E_UNAVAILABLE, "no broker connection", arg);
         return 0;
     }
+    gw_cache_ticket_t ticket = {0};
+    sbx_msg_t *copy =
+        self->cache && !agent ? gw_cache_lookup (self->cache, caller, *request_p, &ticket) : NULL;
+    if (copy) {
+        //  Answered from the gateway's copy: no round trip.
+        sbx_msg_destroy (request_p);
+        fn (copy, SBX_OK, NULL, arg);
+        sbx_msg_destroy (&copy);
+        return 0;
+    }
     s_pending_t *p = calloc (1, sizeof *p);
     if (!p) {
         sbx_msg_destroy (request_p);
+        if (self->cache)
+            gw_cache_answer (self->cache, &ticket, NULL);
         fn (NULL, SBX_E_INTERNAL, "out of memory", arg);
         return 0;
     }
+    p->ticket = ticket;
     p->broker = self;
     p->handle = self->next_handle++;
     p->agent = agent;
@@ -158,7 +178,15 @@ void gw_broker_cancel (gw_broker_t *self, uint64_t handle)
     zhashx_delete (self->pending, (void *) (uintptr_t) handle);
     if (self->peer && p->rid)
         sbx_peer_cancel (self->peer, p->rid);
+    if (self->cache)
+        gw_cache_answer (self->cache, &p->ticket, NULL);
     free (p);
+}
+
+void gw_broker_set_cache (gw_broker_t *self, gw_cache_t *cache)
+{
+    assert (self);
+    self->cache = cache;
 }
 
 //  --------------------------------------------------------------------------

@@ -30,6 +30,11 @@ gw_broker_t *gw_broker_new (sbx_config_t *config, sbx_peer_t *peer);
 //  Cancels requests in flight: their callbacks are not called.
 void gw_broker_destroy (gw_broker_t **self_p);
 
+//  Reads sandbox.get and usage.get answers from cache (borrowed; NULL: none) when it
+//  has them, and tells it what is sent and answered (gw_cache.h).
+typedef struct gw_cache_t gw_cache_t;
+void gw_broker_set_cache (gw_broker_t *self, gw_cache_t *cache);
+
 //  Keeps the handle a start function returns (gw_broker_send and the others that return
 //  0 when fn was already called) unless it is 0: then the callback ran already, at once,
 //  and may have freed what holds field, which must not be touched again.

@@ -1,6 +1,7 @@
 /*  gw_gateway - see gw_gateway.h */
 #include "gw_gateway.h"
 #include "gw_account.h"
+#include "gw_cache.h"
 #include "gw_http.h"
 #include "gw_mcp.h"
 #include "gw_oauth.h"
@@ -20,6 +21,7 @@ struct gw_gateway_t {
     gw_account_t *account; //  /account, the account web page
     gw_proxy_t *proxy;     //  <label>-<port>.box.<domain> hosts
     gw_rest_t *rest;
+    gw_cache_t *cache; //  the read copy of sandboxes the tools and REST share
     uint64_t started_ms;
 };
 
@@ -55,11 +57,16 @@ static void s_on_request (gw_request_t *req, void *arg)
             return;
         }
         bool broker = sbx_peer_welcomed (self->peer);
+        uint64_t hits = 0, misses = 0;
+        if (self->cache)
+            gw_cache_counts (self->cache, &hits, &misses);
         s_json (req, broker ? 200 : 503,
-                json_pack ("{s:s, s:b, s:s, s:s, s:I}", "status", broker ? "ok" : "degraded",
-                           "broker", broker, "instance", sbx_peer_instance (self->peer), "version",
-                           SBX_VERSION, "uptime_s",
-                           (json_int_t) ((sbx_clock_now_ms () - self->started_ms) / 1000)));
+                json_pack ("{s:s, s:b, s:s, s:s, s:I, s:{s:b, s:I, s:I}}", "status",
+                           broker ? "ok" : "degraded", "broker", broker, "instance",
+                           sbx_peer_instance (self->peer), "version", SBX_VERSION, "uptime_s",
+                           (json_int_t) ((sbx_clock_now_ms () - self->started_ms) / 1000),
+                           "read_cache", "enabled", self->cache != NULL, "hits", (json_int_t) hits,
+                           "misses", (json_int_t) misses));
         return;
     }
     if (streq (path, "/mcp") && self->mcp) {
@@ -109,6 +116,11 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
     }
     if (options.plain || (options.cert_file && options.key_file))
         self->http = gw_http_new (loop, &options, s_on_request, self);
+    if (self->http && !streq (sbx_config_get (config, "gateway.read_cache", "on"), "off")) {
+        self->cache = gw_cache_new (config, peer);
+        if (!self->cache || gw_cache_start (self->cache, loop))
+            gw_http_destroy (&self->http);
+    }
     if (self->http) {
         self->mcp = gw_mcp_new (config, loop, self->http, peer);
         self->proxy = gw_proxy_new (config, loop, peer);
@@ -117,6 +129,10 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
         self->account = gw_account_new (config, loop, self->http, peer);
         if (!self->mcp || !self->rest || !self->proxy || !self->oauth || !self->account)
             gw_http_destroy (&self->http);
+        else if (self->cache) {
+            gw_mcp_set_cache (self->mcp, self->cache);
+            gw_rest_set_cache (self->rest, self->cache);
+        }
     }
     if (self->http)
         sbx_info ("serving %s on %s (port %d)%s%s", options.plain ? "HTTP" : "HTTPS",
@@ -143,6 +159,8 @@ void gw_gateway_destroy (gw_gateway_t **self_p)
     gw_rest_destroy (&self->rest);
     gw_oauth_destroy (&self->oauth);
     gw_account_destroy (&self->account);
+    //  After MCP and REST: their requests in flight tell it they are gone.
+    gw_cache_destroy (&self->cache);
     free (self);
     *self_p = NULL;
 }

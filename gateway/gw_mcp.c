@@ -147,6 +147,12 @@ gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_
     return self;
 }
 
+void gw_mcp_set_cache (gw_mcp_t *self, gw_cache_t *cache)
+{
+    assert (self);
+    gw_tools_set_cache (self->tools, cache);
+}
+
 void gw_mcp_destroy (gw_mcp_t **self_p)
 {
     assert (self_p);

@@ -40,6 +40,10 @@ typedef struct gw_mcp_t gw_mcp_t;
 
 //  config, loop, http and peer are borrowed and outlive it. Without a loop (self-tests)
 //  no call is streamed.
+//  Reads sandboxes and usage from the gateway's copy (gw_cache.h; borrowed).
+typedef struct gw_cache_t gw_cache_t;
+void gw_mcp_set_cache (gw_mcp_t *self, gw_cache_t *cache);
+
 gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer);
 void gw_mcp_destroy (gw_mcp_t **self_p);
 

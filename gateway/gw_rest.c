@@ -150,6 +150,12 @@ gw_rest_t *gw_rest_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer)
     return self;
 }
 
+void gw_rest_set_cache (gw_rest_t *self, gw_cache_t *cache)
+{
+    assert (self);
+    gw_broker_set_cache (self->broker, cache);
+}
+
 void gw_rest_destroy (gw_rest_t **self_p)
 {
     assert (self_p);

@@ -26,6 +26,10 @@
 typedef struct gw_rest_t gw_rest_t;
 
 //  config, http and peer are borrowed and outlive it (all may be NULL in self-tests).
+//  Reads sandboxes and usage from the gateway's copy (gw_cache.h; borrowed).
+typedef struct gw_cache_t gw_cache_t;
+void gw_rest_set_cache (gw_rest_t *self, gw_cache_t *cache);
+
 gw_rest_t *gw_rest_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer);
 
 //  Forgets requests in flight (their clients get no answer: the server goes too).

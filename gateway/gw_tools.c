@@ -1,5 +1,6 @@
 /*  gw_tools - see gw_tools.h */
 #include "gw_tools.h"
+#include "gw_cache.h"
 #include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_broker.h"
@@ -292,6 +293,7 @@ struct gw_tools_t {
     gw_broker_t *broker;
     zhashx_t *calls; //  serial → s_call_t waiting for the broker
     uint64_t next_serial;
+    gw_cache_t *cache; //  the gateway's copy of sandboxes, or NULL
 };
 
 struct s_call_t {
@@ -307,6 +309,7 @@ struct s_call_t {
     s_reply_fn *on_reply;
     bool errors_to_reply; //  on_reply gets errors too (as a NULL reply)
     json_t *pending;      //  a result waiting for billing's figures
+    uint64_t tick;        //  get_sandbox: the cache's drops when it began
     //  Per tool.
     uint64_t pid;
     int signal;
@@ -602,6 +605,9 @@ static void s_on_usage (s_call_t *call, sbx_msg_t *reply)
                 json_object_set_new (content, "text", json_string (text));
                 free (text);
             }
+            if (call->tools->cache)
+                gw_cache_keep_result (call->tools->cache, call->caller, u->sandbox_id, call->tick,
+                                      result);
         }
     }
     s_finish (call, result);
@@ -1393,6 +1399,13 @@ gw_tools_t *gw_tools_new (sbx_config_t *config, sbx_peer_t *peer)
     return self;
 }
 
+void gw_tools_set_cache (gw_tools_t *self, gw_cache_t *cache)
+{
+    assert (self);
+    self->cache = cache;
+    gw_broker_set_cache (self->broker, cache);
+}
+
 void gw_tools_destroy (gw_tools_t **self_p)
 {
     assert (self_p);
@@ -1471,10 +1484,21 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
         s_send (call, &request, S_SIMPLE_MS, s_on_list);
         break;
     }
-    case S_GET:
-        if (s_arg_sandbox (call) == 0)
-            s_simple (call, SBX_MSG_SANDBOX_GET, S_SIMPLE_MS);
+    case S_GET: {
+        if (s_arg_sandbox (call))
+            break;
+        //  The same sandbox and figures as last time: the same result, made once.
+        json_t *kept =
+            self->cache ? gw_cache_result (self->cache, call->caller, call->sandbox_id) : NULL;
+        if (kept) {
+            s_state_use (call->state, call->sandbox_id);
+            s_finish (call, kept);
+            break;
+        }
+        call->tick = self->cache ? gw_cache_tick (self->cache) : 0;
+        s_simple (call, SBX_MSG_SANDBOX_GET, S_SIMPLE_MS);
         break;
+    }
     case S_STOP:
         if (s_arg_sandbox (call) == 0)
             s_simple (call, SBX_MSG_SANDBOX_STOP, S_CREATE_MS);

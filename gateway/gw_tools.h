@@ -39,6 +39,10 @@ gw_tools_t *gw_tools_new (sbx_config_t *config, sbx_peer_t *peer);
 //  Cancels calls in flight (their done is not called).
 void gw_tools_destroy (gw_tools_t **self_p);
 
+//  Reads sandboxes and usage from the gateway's copy (gw_cache.h; borrowed).
+typedef struct gw_cache_t gw_cache_t;
+void gw_tools_set_cache (gw_tools_t *self, gw_cache_t *cache);
+
 //  The tool definitions for tools/list, in the reference's order (borrowed).
 json_t *gw_tools_list (gw_tools_t *self);
 

@@ -4,7 +4,9 @@ program in any language would send."""
 import http.client
 import json
 import os
+import signal
 import ssl
+import subprocess
 import time
 import unittest
 
@@ -152,6 +154,52 @@ class RestTest(unittest.TestCase):
         self.assertTrue({k["id"]: k for k in body["keys"]}[made["key_id"]]["revoked"])
 
     # -- one real sandbox, start to end ----------------------------------------
+    def test_reads_from_the_gateways_copy(self):
+        """GET of a sandbox is answered from the gateway's copy (gw_cache), which every
+        change drops: the gateway's own writes read back at once, changes made elsewhere
+        (the CLI talks to the broker directly; vmd reports a dead guest) show up."""
+        status, _, sb = self.req("POST", "/v1/sandboxes", {"name": "copy"})
+        self.assertEqual(status, 201, sb)
+        sid, path = sb["id"], f"/v1/sandboxes/{sb['id']}"
+
+        def cache():
+            return self.req("GET", "/healthz", key=None)[2]["read_cache"]
+
+        def state():
+            status, _, got = self.req("GET", path)
+            self.assertEqual(status, 200, got)
+            return got["state"]
+
+        self.assertTrue(cache()["enabled"])
+        before = cache()["hits"]
+        self.assertEqual([state() for _ in range(4)], ["ready"] * 4)
+        self.assertGreaterEqual(cache()["hits"] - before, 3)
+        # Another account's key never reads it from the copy.
+        self.assertError(self.req("GET", path, key="b"), 404, "not_found")
+
+        # Its own writes: the next read shows them, no waiting.
+        status, _, stopped = self.req("POST", f"{path}/stop")
+        self.assertEqual(status, 200, stopped)
+        self.assertEqual(state(), stopped["state"])
+        self.assertEqual(state(), "stopped")
+
+        # A change that does not pass through this gateway reaches the copy by the tap.
+        self.s.cli_json("sandbox", "resume", sid, timeout=300)
+        wait_for(lambda: state() == "ready", 10, "the resume seen through the gateway")
+        self.assertEqual(self.req("PATCH", path, {"name": "renamed"})[0], 200)
+        self.assertEqual(self.req("GET", path)[2]["name"], "renamed")
+
+        # vmd reports a dead guest: the copy's "ready" goes.
+        self.assertEqual(state(), "ready")
+        pids = subprocess.run(["pgrep", "-f", f"qemu-system.*{os.path.realpath(self.s.dir)}"
+                                              f"/vms/{sid}/"],
+                              capture_output=True, text=True).stdout.split()
+        self.assertEqual(len(pids), 1)
+        os.kill(int(pids[0]), signal.SIGKILL)
+        wait_for(lambda: state() == "error", 30, "the dead guest seen through the gateway")
+        self.assertEqual(self.req("DELETE", path)[0], 200)
+        self.assertError(self.req("GET", path), 404, "not_found")
+
     def test_sandbox(self):
         status, hdrs, sb = self.req("POST", "/v1/sandboxes",
                                     {"name": "rest-demo", "labels": {"team": "a"}})
