@@ -45,6 +45,8 @@ static void s_remove_files (snap_server_t *self, const char *id)
     free (dir);
 }
 
+static void s_sweep_orphans (snap_server_t *self, const char *id, sbx_strlist_t *removed);
+
 static void s_on_failed_at_start (const char *id, void *arg)
 {
     sbx_warn ("snapshot=%s was being saved when snapshotd stopped: failed", id);
@@ -256,6 +258,8 @@ static sbx_msg_t *s_on_delete (snap_server_t *self, sbx_msg_t *request)
         sbx_info ("rid=%llu snapshot=%s deleted", (unsigned long long) request->rid, id);
         reply = sbx_msg_new_reply (request, SBX_MSG_SNAPSHOT_DELETE_OK);
         sbx_msg_snapshot_delete_ok (reply)->snapshot = s_info_new (self, &record, false);
+        //  It may have been the last thing standing on a deleted sandbox's automatic one.
+        s_sweep_orphans (self, record.parent, NULL);
     }
     free (child);
     snap_record_clear (&record);
@@ -402,15 +406,55 @@ static void s_count_user (const char *id, void *arg)
     (*(int *) arg)++;
 }
 
+//  An automatic snapshot whose sandbox is deleted goes once nothing stands on it: no
+//  sandbox made from it, no snapshot saved on it. Then so may its parent: the chain is
+//  walked up. Removed ids are added to `removed` when given.
+static void s_sweep_orphans (snap_server_t *self, const char *id, sbx_strlist_t *removed)
+{
+    char *next = id ? strdup (id) : NULL;
+    while (next) {
+        snap_record_t record;
+        int found = snap_store_find (self->store, next, &record);
+        free (next);
+        next = NULL;
+        if (found != 0)
+            break;
+        int users = 0;
+        char *child = NULL;
+        bool orphan = streq (record.kind, "automatic") && record.sandbox_deleted &&
+                      !streq (record.state, "saving");
+        if (orphan) {
+            snap_store_users (self->store, record.id, s_count_user, &users);
+            child = snap_store_child (self->store, record.id);
+        }
+        if (orphan && users == 0 && !child && snap_store_delete (self->store, record.id) == 0) {
+            s_remove_files (self, record.id);
+            if (removed)
+                sbx_strlist_append (removed, record.id);
+            sbx_info ("snapshot=%s (automatic, of deleted sandbox %s) removed: nothing stands "
+                      "on it any more",
+                      record.id, record.sandbox_id);
+            next = record.parent ? strdup (record.parent) : NULL;
+        }
+        free (child);
+        snap_record_clear (&record);
+    }
+}
+
 //  A sandbox's older automatic snapshots go (a stop keeps one; a delete none), except
 //  what something stands on: a sandbox made from it (snapshotd can't tell whether that
-//  one still lives: it stays) or another snapshot.
+//  one still lives: it stays) or another snapshot. Those go later, when the last
+//  thing standing on them does (s_sweep_orphans).
 static sbx_msg_t *s_on_release (snap_server_t *self, sbx_msg_t *request)
 {
     sbx_snap_release_t *args = sbx_msg_snap_release (request);
-    if (args->deleted && snap_store_use_drop (self->store, args->sandbox_id))
+    char *origin = args->deleted ? snap_store_origin (self->store, args->sandbox_id) : NULL;
+    if (args->deleted && (snap_store_use_drop (self->store, args->sandbox_id) ||
+                          snap_store_sandbox_deleted (self->store, args->sandbox_id))) {
+        free (origin);
         return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot forget sandbox %s",
                                   args->sandbox_id);
+    }
     zlist_t *ids = zlist_new ();
     zlist_autofree (ids);
     sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_SNAP_RELEASE_OK);
@@ -418,19 +462,33 @@ static sbx_msg_t *s_on_release (snap_server_t *self, sbx_msg_t *request)
         sbx_msg_destroy (&reply);
         reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot list snapshots");
     }
+    sbx_strlist_t *removed = reply ? &sbx_msg_snap_release_ok (reply)->deleted : NULL;
     for (char *id = zlist_first (ids); reply && id; id = zlist_next (ids)) {
         if (args->keep && streq (id, args->keep))
             continue;
         int users = 0;
         char *child = snap_store_child (self->store, id);
         snap_store_users (self->store, id, s_count_user, &users);
+        char *parent = NULL;
+        snap_record_t record;
+        if (snap_store_find (self->store, id, &record) == 0) {
+            parent = record.parent ? strdup (record.parent) : NULL;
+            snap_record_clear (&record);
+        }
         if (users == 0 && !child && snap_store_delete (self->store, id) == 0) {
             s_remove_files (self, id);
-            sbx_strlist_append (&sbx_msg_snap_release_ok (reply)->deleted, id);
+            sbx_strlist_append (removed, id);
             sbx_info ("snapshot=%s (automatic, of sandbox %s) removed", id, args->sandbox_id);
+            //  It stood on an automatic snapshot of a deleted sandbox: maybe the last.
+            s_sweep_orphans (self, parent, removed);
         }
+        free (parent);
         free (child);
     }
+    //  A deleted clone no longer holds the snapshot it was made from.
+    if (reply)
+        s_sweep_orphans (self, origin, removed);
+    free (origin);
     zlist_destroy (&ids);
     return reply;
 }
@@ -529,6 +587,52 @@ static sbx_msg_t *s_finish (snap_server_t *self, const char *id, const char *err
     sbx_msg_snap_finish (finish)->memory_bytes = memory;
     sbx_str_set (&sbx_msg_snap_finish (finish)->qemu_version, "7.2.0");
     return s_ask (self, finish);
+}
+
+//  A ready snapshot of `sandbox` (automatic or user), its files written. Caller frees.
+static char *s_saved (snap_server_t *self, const char *sandbox, bool automatic, char **dir)
+{
+    sbx_msg_t *begin = sbx_msg_new (SBX_MSG_SNAP_BEGIN);
+    sbx_str_set (&sbx_msg_snap_begin (begin)->account, "acc_a");
+    sbx_str_set (&sbx_msg_snap_begin (begin)->sandbox_id, sandbox);
+    sbx_msg_snap_begin (begin)->type = SBX_SANDBOX_TYPE_SMALL;
+    sbx_msg_snap_begin (begin)->kind =
+        automatic ? SBX_SNAPSHOT_KIND_AUTOMATIC : SBX_SNAPSHOT_KIND_USER;
+    sbx_msg_t *reply = s_ask (self, begin);
+    assert (reply->type == SBX_MSG_SNAP_BEGIN_OK);
+    char *id = strdup (sbx_msg_snap_begin_ok (reply)->snapshot_id);
+    *dir = strdup (sbx_msg_snap_begin_ok (reply)->dir);
+    sbx_msg_destroy (&reply);
+    s_write (*dir, "disk.qcow2", 1);
+    s_write (*dir, "memory.state", 1);
+    reply = s_finish (self, id, NULL, 1, 1);
+    assert (reply->type == SBX_MSG_SNAP_FINISH_OK);
+    sbx_msg_destroy (&reply);
+    return id;
+}
+
+static void s_use (snap_server_t *self, const char *snapshot, const char *sandbox)
+{
+    sbx_msg_t *use = sbx_msg_new (SBX_MSG_SNAP_USE);
+    sbx_str_set (&sbx_msg_snap_use (use)->snapshot_id, snapshot);
+    sbx_str_set (&sbx_msg_snap_use (use)->account, "acc_a");
+    sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, sandbox);
+    sbx_msg_t *reply = s_ask (self, use);
+    assert (reply->type == SBX_MSG_SNAP_USE_OK);
+    sbx_msg_destroy (&reply);
+}
+
+//  snap.release of a deleted sandbox; returns how many snapshots it removed.
+static size_t s_deleted (snap_server_t *self, const char *sandbox)
+{
+    sbx_msg_t *release = sbx_msg_new (SBX_MSG_SNAP_RELEASE);
+    sbx_str_set (&sbx_msg_snap_release (release)->sandbox_id, sandbox);
+    sbx_msg_snap_release (release)->deleted = true;
+    sbx_msg_t *reply = s_ask (self, release);
+    assert (reply->type == SBX_MSG_SNAP_RELEASE_OK);
+    size_t count = sbx_msg_snap_release_ok (reply)->deleted.count;
+    sbx_msg_destroy (&reply);
+    return count;
 }
 
 static sbx_msg_t *s_client (sbx_msg_type_t type, const char *account, const char *id)
@@ -699,6 +803,44 @@ void snap_server_test (bool verbose)
         free (autos[i]);
         free (auto_dirs[i]);
     }
+
+    //  An automatic snapshot a deleted sandbox's clone still held goes with the clone:
+    //  sb_21, made from sb_20's, stops (its own automatic stands on sb_20's); sb_20 is
+    //  deleted (its snapshot stays), then sb_21: both go.
+    char *held_dir, *clone_dir;
+    char *held = s_saved (self, "sb_20", true, &held_dir);
+    s_use (self, held, "sb_21");
+    char *clone_auto = s_saved (self, "sb_21", true, &clone_dir);
+    assert (s_deleted (self, "sb_20") == 0 && stat (held_dir, &st) == 0);
+    assert (s_deleted (self, "sb_21") == 2);
+    assert (stat (held_dir, &st) == -1 && stat (clone_dir, &st) == -1);
+    free (held);
+    free (held_dir);
+    free (clone_auto);
+    free (clone_dir);
+    //  A user's snapshot of the clone holds it too, until the user deletes that one;
+    //  user snapshots are never swept.
+    char *mine_dir;
+    held = s_saved (self, "sb_30", true, &held_dir);
+    s_use (self, held, "sb_31");
+    char *mine = s_saved (self, "sb_31", false, &mine_dir);
+    assert (s_deleted (self, "sb_30") == 0 && s_deleted (self, "sb_31") == 0);
+    assert (stat (held_dir, &st) == 0 && stat (mine_dir, &st) == 0);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_DELETE, "acc_a", mine));
+    assert (reply->type == SBX_MSG_SNAPSHOT_DELETE_OK);
+    sbx_msg_destroy (&reply);
+    assert (stat (held_dir, &st) == -1);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_GET, "acc_a", held));
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+    char *kept = s_saved (self, "sb_32", false, &clone_dir);
+    assert (s_deleted (self, "sb_32") == 0 && stat (clone_dir, &st) == 0);
+    free (kept);
+    free (clone_dir);
+    free (held);
+    free (held_dir);
+    free (mine);
+    free (mine_dir);
 
     //  No caller on a client request, and requests snapshotd does not serve.
     sbx_msg_t *anonymous = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);

@@ -44,12 +44,15 @@ static const char *s_migrations[] = {
     "  snapshot_id TEXT NOT NULL REFERENCES snapshots (id) ON DELETE CASCADE,"
     "  sandbox_id TEXT NOT NULL PRIMARY KEY);"
     "CREATE INDEX uses_by_snapshot ON uses (snapshot_id);",
+    //  2: the sandbox a snapshot was saved from is deleted: its automatic snapshots go
+    //  once nothing stands on them.
+    "ALTER TABLE snapshots ADD COLUMN sandbox_deleted INTEGER NOT NULL DEFAULT 0;",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
 #define S_COLUMNS                                                                                  \
     "id, account, name, sandbox_id, type, state, kind, image, qemu_version, parent, reason, "      \
-    "disk_bytes, memory_bytes, created_ms"
+    "disk_bytes, memory_bytes, created_ms, sandbox_deleted"
 
 typedef enum {
     ST_BEGIN,
@@ -69,6 +72,7 @@ typedef enum {
     ST_CHILD,
     ST_SAVING,
     ST_AUTOMATIC,
+    ST_SANDBOX_DELETED,
     ST_COUNT
 } stmt_id_t;
 
@@ -77,7 +81,7 @@ static const char *s_sql[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_INSERT] = "INSERT INTO snapshots (" S_COLUMNS ") VALUES "
-                  "(?1, ?2, ?3, ?4, ?5, 'saving', ?6, ?7, ?8, ?9, NULL, 0, 0, ?10)",
+                  "(?1, ?2, ?3, ?4, ?5, 'saving', ?6, ?7, ?8, ?9, NULL, 0, 0, ?10, 0)",
     [ST_LABEL_SET] = "INSERT INTO labels (snapshot_id, key, value) VALUES (?1, ?2, ?3) "
                      "ON CONFLICT (snapshot_id, key) DO UPDATE SET value = excluded.value",
     [ST_FIND] = "SELECT " S_COLUMNS " FROM snapshots WHERE id = ?1",
@@ -98,6 +102,7 @@ static const char *s_sql[ST_COUNT] = {
     [ST_SAVING] = "SELECT id FROM snapshots WHERE state = 'saving'",
     [ST_AUTOMATIC] = "SELECT id FROM snapshots WHERE sandbox_id = ?1 AND kind = 'automatic' "
                      "AND state != 'saving' ORDER BY created_ms DESC, rowid DESC",
+    [ST_SANDBOX_DELETED] = "UPDATE snapshots SET sandbox_deleted = 1 WHERE sandbox_id = ?1",
 };
 
 struct _snap_store_t {
@@ -172,6 +177,7 @@ static void s_record_read (sqlite3_stmt *stmt, snap_record_t *record)
     record->disk_bytes = s_column_u64 (stmt, 11);
     record->memory_bytes = s_column_u64 (stmt, 12);
     record->created_ms = s_column_u64 (stmt, 13);
+    record->sandbox_deleted = sqlite3_column_int (stmt, 14) != 0;
 }
 
 void snap_record_clear (snap_record_t *record)
@@ -410,6 +416,12 @@ int snap_store_use_drop (snap_store_t *self, const char *sandbox_id)
     return s_run (self, ST_USE_DROP, "drop use");
 }
 
+int snap_store_sandbox_deleted (snap_store_t *self, const char *sandbox_id)
+{
+    s_bind_text (self->stmt[ST_SANDBOX_DELETED], 1, sandbox_id);
+    return s_run (self, ST_SANDBOX_DELETED, "mark sandbox deleted");
+}
+
 //  Runs a one-column query with one text parameter; fn gets each row.
 static int s_ids (snap_store_t *self, stmt_id_t id, const char *param, snap_store_id_fn *fn,
                   void *arg)
@@ -573,6 +585,12 @@ void snap_store_test (bool verbose)
     assert (snap_store_automatic (store, "sb_9", s_count_id, &count) == 0 && count == 0); //  saving
     assert (snap_store_finish (store, "snap_b", NULL, 1, 1, NULL, NULL) == 0);
     assert (snap_store_automatic (store, "sb_9", s_count_id, &count) == 0 && count == 1);
+    //  Its sandbox deleted: remembered on its snapshots.
+    assert (snap_store_find (store, "snap_b", &found) == 0 && !found.sandbox_deleted);
+    snap_record_clear (&found);
+    assert (snap_store_sandbox_deleted (store, "sb_9") == 0);
+    assert (snap_store_find (store, "snap_b", &found) == 0 && found.sandbox_deleted);
+    snap_record_clear (&found);
     count = 0;
     assert (snap_store_list (store, "acc_a", s_count, &count) == 0 && count == 2);
     count = 0;

@@ -31,6 +31,7 @@ typedef struct {
     char *parent; //  the snapshot its disk stands on, or NULL
     char *reason; //  why it failed
     uint64_t disk_bytes, memory_bytes, created_ms;
+    bool sandbox_deleted; //  the sandbox it was saved from is deleted
 } snap_record_t;
 
 void snap_record_clear (snap_record_t *record);
@@ -65,6 +66,9 @@ int snap_store_labels (snap_store_t *self, const char *id, snap_store_pair_fn *f
 int snap_store_use_add (snap_store_t *self, const char *snapshot_id, const char *sandbox_id);
 //  A deleted sandbox stands on nothing any more. 0, or -1.
 int snap_store_use_drop (snap_store_t *self, const char *sandbox_id);
+//  The sandbox is deleted: its snapshots say so (an automatic one then goes once
+//  nothing stands on it). 0, or -1.
+int snap_store_sandbox_deleted (snap_store_t *self, const char *sandbox_id);
 //  The sandboxes made from a snapshot. 0, or -1.
 int snap_store_users (snap_store_t *self, const char *snapshot_id, snap_store_id_fn *fn, void *arg);
 //  The snapshot a sandbox was made from, or NULL (caller frees).
