@@ -305,6 +305,8 @@ typedef struct {
     char *dir;        //  the snapshot's files
     char *qemu_version;
     char *image;
+    char *snapshot_id;
+    char *vmd; //  the vmd that saved it: its host has the files (NULL: unknown)
     sbx_sandbox_type_t type;
 } s_origin_t;
 
@@ -371,16 +373,16 @@ static sbx_msg_t *s_ask_vmd (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_t *
     return s_ask_vmd_ex (ctx, client, request, record, ask, reply_type, verb, NULL);
 }
 
-//  The connected vmd with the most room, or NULL (with *full telling whether any vmd
-//  was connected at all).
-static brk_peer_t *s_pick_vmd (brk_ctx_t *ctx, bool *any)
+//  The connected vmd with the most room (only `instance` when given), or NULL (with
+//  *any telling whether such a vmd was connected at all).
+static brk_peer_t *s_pick_vmd (brk_ctx_t *ctx, const char *instance, bool *any)
 {
     brk_peer_t *best = NULL;
     uint64_t best_free = 0;
     *any = false;
     for (brk_peer_t *p = brk_registry_first (ctx->registry); p;
          p = brk_registry_next (ctx->registry)) {
-        if (p->role != SBX_ROLE_VMD)
+        if (p->role != SBX_ROLE_VMD || (instance && !streq (p->instance, instance)))
             continue;
         *any = true;
         uint64_t active = 0;
@@ -393,6 +395,47 @@ static brk_peer_t *s_pick_vmd (brk_ctx_t *ctx, bool *any)
         }
     }
     return best;
+}
+
+//  The account a create is for: operators name it by id or email; users' callers carry
+//  their own id. NULL and *owner, or the error reply.
+static sbx_msg_t *s_owner (brk_ctx_t *ctx, const sbx_msg_t *request, brk_account_t *owner)
+{
+    const sbx_caller_t *caller = request->caller;
+    int found = brk_store_account_find (ctx->store, caller->account_id, owner);
+    if (found == 0 && (s_operator (caller) || streq (owner->id, caller->account_id)))
+        return NULL;
+    if (found == 0)
+        brk_account_clear (owner);
+    return sbx_msg_new_error (request->rid, found < 0 ? SBX_E_INTERNAL : SBX_E_NOT_FOUND,
+                              "no account '%s'", caller->account_id);
+}
+
+//  Where a new sandbox goes: the vmd with the most room; one made from a snapshot, on
+//  the vmd that saved the snapshot (the store is on that host: its disk is the new
+//  sandbox's backing file). NULL and *error when there is none.
+static brk_peer_t *s_place (brk_ctx_t *ctx, const sbx_msg_t *request, const s_origin_t *origin,
+                            sbx_msg_t **error)
+{
+    bool any = false;
+    const char *home = origin ? origin->vmd : NULL;
+    brk_peer_t *vmd = s_pick_vmd (ctx, home, &any);
+    if (vmd)
+        return vmd;
+    if (home)
+        *error = sbx_msg_new_error (
+            request->rid, SBX_E_UNAVAILABLE,
+            any ? "snapshot %s is on vmd %s's host, and that vmd is full; stop or delete a "
+                  "sandbox there"
+                : "snapshot %s is on vmd %s's host, and that vmd is not connected; retry when "
+                  "it is back",
+            origin->snapshot_id, home);
+    else
+        *error = sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                                    any ? "every vmd is full; stop or delete a sandbox, or add a "
+                                          "host"
+                                        : "no vmd is connected to the broker; is sbx-vmd running?");
+    return NULL;
 }
 
 static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request,
@@ -425,17 +468,10 @@ static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
     if (args->ttl_s > 10ULL * 365 * 86400)
         return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
                                   "ttl_s is at most ten years");
-    //  Operators name the account by id or email; users' callers carry their own id.
     brk_account_t owner;
-    int found = brk_store_account_find (ctx->store, caller->account_id, &owner);
-    if (found != 0)
-        return sbx_msg_new_error (request->rid, found < 0 ? SBX_E_INTERNAL : SBX_E_NOT_FOUND,
-                                  "no account '%s'", caller->account_id);
-    if (!s_operator (caller) && strcmp (owner.id, caller->account_id) != 0) {
-        brk_account_clear (&owner);
-        return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "no account '%s'",
-                                  caller->account_id);
-    }
+    refused = s_owner (ctx, request, &owner);
+    if (refused)
+        return refused;
     //  The account's plan, whoever asks: an operator creating for it included.
     uint64_t ttl_s = args->ttl_s;
     refused = brk_limits_check_start (ctx, &owner, request->rid);
@@ -445,14 +481,11 @@ static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
         brk_account_clear (&owner);
         return refused;
     }
-    bool any = false;
-    brk_peer_t *vmd = s_pick_vmd (ctx, &any);
-    if (!vmd)
+    brk_peer_t *vmd = s_place (ctx, request, origin, &refused);
+    if (!vmd) {
         brk_account_clear (&owner);
-    if (!vmd)
-        return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
-                                  any ? "every vmd is full; stop or delete a sandbox, or add a host"
-                                      : "no vmd is connected to the broker; is sbx-vmd running?");
+        return refused;
+    }
     sbx_sandbox_type_t type = args->type ? args->type : SBX_SANDBOX_TYPE_SMALL;
     if (origin) //  its memory was saved from a guest of that size
         type = origin->type;
@@ -527,6 +560,8 @@ static void s_origin_destroy (s_origin_t **origin_p)
     free (origin->dir);
     free (origin->qemu_version);
     free (origin->image);
+    free (origin->snapshot_id);
+    free (origin->vmd);
     free (origin);
     *origin_p = NULL;
 }
@@ -568,17 +603,29 @@ static void s_on_snapshot_use (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
             origin->qemu_version = strdup (use->snapshot->qemu_version);
         if (use->snapshot->image)
             origin->image = strdup (use->snapshot->image);
+        origin->snapshot_id = strdup (use->snapshot->id);
         origin->type = use->snapshot->type ? use->snapshot->type : SBX_SANDBOX_TYPE_SMALL;
+        //  The sandbox it was saved from says which vmd wrote its files.
+        brk_sandbox_t saved_from;
+        if (use->snapshot->sandbox_id &&
+            brk_store_sandbox_find (ctx->store, use->snapshot->sandbox_id, &saved_from) == 0) {
+            if (saved_from.vmd)
+                origin->vmd = strdup (saved_from.vmd);
+            brk_sandbox_clear (&saved_from);
+        }
         if (args->type && args->type != origin->type)
             reply = sbx_msg_new_error (
                 request->rid, SBX_E_INVALID_ARGUMENT,
                 "snapshot %s was saved from a %s sandbox: create it as %s (or give no type)",
                 use->snapshot->id, sbx_sandbox_type_name (origin->type),
                 sbx_sandbox_type_name (origin->type));
-        else if (!origin->dir)
+        else if (!origin->dir || !origin->snapshot_id)
             reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
         else
             reply = s_create (ctx, wait->client, request, origin);
+        //  Refused before vmd was asked: the new sandbox does not stand on the snapshot.
+        if (reply && reply->type == SBX_MSG_ERROR)
+            brk_snapshot_release (ctx, origin->sandbox_id);
     }
     if (reply && wait->client)
         ctx->send (ctx, wait->client, &reply);
@@ -599,6 +646,11 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
                                   "sandbox.create carries no caller account");
     if (caller->preset == SBX_KEY_PRESET_READ_ONLY)
         return s_refuse_preset (request, S_EV_STOP, true);
+    //  snapshotd knows accounts by id; an operator may have named it by email.
+    brk_account_t owner;
+    sbx_msg_t *refused = s_owner (ctx, request, &owner);
+    if (refused)
+        return refused;
     s_from_snapshot_t *wait = calloc (1, sizeof *wait);
     sbx_msg_t *use = sbx_msg_new (SBX_MSG_SNAP_USE);
     if (wait) {
@@ -611,10 +663,12 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
     if (!wait || !wait->origin || !wait->request || !wait->origin->sandbox_id || !use) {
         s_from_snapshot_destroy (&wait);
         sbx_msg_destroy (&use);
+        brk_account_clear (&owner);
         return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
     }
     sbx_str_set (&sbx_msg_snap_use (use)->snapshot_id, args->snapshot_id);
-    sbx_str_set (&sbx_msg_snap_use (use)->account, caller->account_id);
+    sbx_str_set (&sbx_msg_snap_use (use)->account, owner.id);
+    brk_account_clear (&owner);
     sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, wait->origin->sandbox_id);
     if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &use, 10000, s_on_snapshot_use, wait) == 0)
         return NULL;

@@ -73,6 +73,9 @@ static sbx_msg_t *s_ask (zsock_t *client, sbx_msg_type_t type, const char *id, c
     case SBX_MSG_SNAPSHOT_DELETE:
         sbx_str_set (&sbx_msg_snapshot_delete (request)->snapshot_id, id);
         break;
+    case SBX_MSG_SNAPSHOT_GET:
+        sbx_str_set (&sbx_msg_snapshot_get (request)->snapshot_id, id);
+        break;
     case SBX_MSG_SANDBOX_CREATE:
         sbx_str_set (&sbx_msg_sandbox_create (request)->snapshot_id, id);
         break;
@@ -105,6 +108,27 @@ static size_t s_count (zsock_t *client, const char *account, sbx_snapshot_state_
         if (list->items[i].state == state &&
             (!automatic || list->items[i].kind == SBX_SNAPSHOT_KIND_AUTOMATIC))
             count++;
+    sbx_msg_destroy (&reply);
+    return count;
+}
+
+//  A create from `snapshot` as an operator (the CLI's way) naming the account by email.
+static sbx_msg_t *s_create_as_operator (zsock_t *client, const char *snapshot, const char *email)
+{
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_CREATE);
+    request->caller = calloc (1, sizeof (sbx_caller_t));
+    request->caller->kind = SBX_CALLER_KIND_ADMIN;
+    sbx_str_set (&request->caller->account_id, email);
+    sbx_str_set (&sbx_msg_sandbox_create (request)->snapshot_id, snapshot);
+    return brk_testkit_call (client, request, ++s_rid);
+}
+
+//  How many sandboxes snapshotd records as made from `snapshot`.
+static size_t s_users (zsock_t *client, const char *snapshot, const char *account)
+{
+    sbx_msg_t *reply = s_ask (client, SBX_MSG_SNAPSHOT_GET, snapshot, account);
+    assert (reply->type == SBX_MSG_SNAPSHOT_GET_OK);
+    size_t count = sbx_msg_snapshot_get_ok (reply)->snapshot->users.count;
     sbx_msg_destroy (&reply);
     return count;
 }
@@ -182,6 +206,52 @@ void snap_broker_test (bool verbose)
     __atomic_store_n (&s_vmd_mode, 0, __ATOMIC_SEQ_CST);
     assert (s_count (client, alice, SBX_SNAPSHOT_STATE_FAILED, false) == 1);
 
+    //  host-b joins with far more room: new sandboxes go there, but not those made from
+    //  the snapshot, whose files are on host-a's host.
+    zactor_t *vmd_b = brk_testkit_worker (config, SBX_ROLE_VMD, "host-b", 100, s_fake_vmd, NULL);
+    while (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid) < 2)
+        zclock_sleep (20);
+    reply = s_ask (client, SBX_MSG_SANDBOX_CREATE, NULL, alice);
+    assert (reply->type == SBX_MSG_SANDBOX_CREATE_OK);
+    assert (streq (sbx_msg_sandbox_create_ok (reply)->sandbox->vmd, "host-b"));
+    char *plain = strdup (sbx_msg_sandbox_create_ok (reply)->sandbox->id);
+    sbx_msg_destroy (&reply);
+    //  An operator names the account by email (the CLI's way): it is alice's snapshot.
+    reply = s_create_as_operator (client, saved, "alice@example.com");
+    assert (reply->type == SBX_MSG_SANDBOX_CREATE_OK);
+    assert (streq (sbx_msg_sandbox_create_ok (reply)->sandbox->vmd, "host-a"));
+    assert (streq (sbx_msg_sandbox_create_ok (reply)->sandbox->account, alice));
+    char *by_operator = strdup (sbx_msg_sandbox_create_ok (reply)->sandbox->id);
+    sbx_msg_destroy (&reply);
+    reply = s_create_as_operator (client, saved, "bob@example.com");
+    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+    assert (s_users (client, saved, alice) == 1);
+    //  host-a goes away: a create from the snapshot is refused, naming it, and leaves no
+    //  use behind; host-b is not a stand-in.
+    zactor_destroy (&vmd);
+    while (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid) > 1)
+        zclock_sleep (20);
+    reply = s_ask (client, SBX_MSG_SANDBOX_CREATE, saved, alice);
+    assert (s_code (reply) == SBX_E_UNAVAILABLE);
+    assert (strstr (sbx_msg_error (reply)->message, "host-a") &&
+            strstr (sbx_msg_error (reply)->message, saved));
+    sbx_msg_destroy (&reply);
+    for (int tries = 0; tries < 250 && s_users (client, saved, alice) != 1; tries++)
+        zclock_sleep (20);
+    assert (s_users (client, saved, alice) == 1);
+    vmd = brk_testkit_worker (config, SBX_ROLE_VMD, "host-a", 8, s_fake_vmd, NULL);
+    while (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid) < 2)
+        zclock_sleep (20);
+    const char *done[] = {plain, by_operator};
+    for (int i = 0; i < 2; i++) {
+        reply = s_ask (client, SBX_MSG_SANDBOX_DELETE, done[i], alice);
+        assert (reply->type == SBX_MSG_SANDBOX_DELETE_OK);
+        sbx_msg_destroy (&reply);
+    }
+    free (plain);
+    free (by_operator);
+
     //  A sandbox from it: vmd is told where the files are; bob can't use it.
     reply = s_ask (client, SBX_MSG_SANDBOX_CREATE, saved, bob);
     assert (s_code (reply) == SBX_E_NOT_FOUND);
@@ -230,6 +300,7 @@ void snap_broker_test (bool verbose)
     zactor_destroy (&snapshotd);
     snap_server_destroy (&store);
     zactor_destroy (&vmd);
+    zactor_destroy (&vmd_b);
     zsock_destroy (&client);
     zactor_destroy (&broker);
     free (one);
