@@ -607,6 +607,11 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         s_route (self, address, msg_p, SBX_ROLE_BILLING);
         return;
     case SBX_MSG_SNAPSHOT_LIST:
+        reply = brk_snapshot_list_account (&self->ctx, msg);
+        if (reply)
+            break;
+        s_route (self, address, msg_p, SBX_ROLE_SNAPSHOTD);
+        return;
     case SBX_MSG_SNAPSHOT_GET:
         //  snapshotd's catalog answers these; it checks the caller's account itself.
         s_route (self, address, msg_p, SBX_ROLE_SNAPSHOTD);

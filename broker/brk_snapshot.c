@@ -237,6 +237,23 @@ sbx_msg_t *brk_snapshot_save (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *reque
     return reply;
 }
 
+sbx_msg_t *brk_snapshot_list_account (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    sbx_caller_t *caller = request->caller;
+    bool operator=
+        caller && (caller->kind == SBX_CALLER_KIND_ADMIN || caller->kind == SBX_CALLER_KIND_SYSTEM);
+    if (!operator|| !caller->account_id)
+        return NULL; //  snapshotd answers for the caller's own account (or all)
+    brk_account_t account;
+    int found = brk_store_account_find (ctx->store, caller->account_id, &account);
+    if (found != 0)
+        return sbx_msg_new_error (request->rid, found < 0 ? SBX_E_INTERNAL : SBX_E_NOT_FOUND,
+                                  "no account '%s'", caller->account_id);
+    sbx_str_set (&caller->account_id, account.id);
+    brk_account_clear (&account);
+    return NULL;
+}
+
 //  --------------------------------------------------------------------------
 //  Delete: snapshot.get (its users) → the broker's check → snapshot.delete
 

@@ -16,7 +16,8 @@
 
     snapshot.delete asks snapshotd which sandboxes were made from the snapshot and
     refuses with conflict while one of them is not deleted (its disk stands on the
-    snapshot's), naming it. snapshot.list and snapshot.get are routed to snapshotd.
+    snapshot's), naming it. snapshot.list and snapshot.get are routed to snapshotd (an operator's
+   account named by email resolved first).
 */
 #ifndef BRK_SNAPSHOT_H_INCLUDED
 #define BRK_SNAPSHOT_H_INCLUDED
@@ -27,6 +28,11 @@
 //  through ctx->send).
 sbx_msg_t *brk_snapshot_save (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
 sbx_msg_t *brk_snapshot_delete (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
+
+//  snapshot.list from an operator naming an account (by id or email, as `sbx snapshot
+//  list --account` does): the caller's account becomes its id, which snapshotd
+//  filters on. NULL when the request may go on to snapshotd, else the error reply.
+sbx_msg_t *brk_snapshot_list_account (brk_ctx_t *ctx, sbx_msg_t *request);
 
 //  A sandbox just stopped: keep an automatic snapshot of it (its memory state and disk,
 //  saved as a user's would be, nobody waiting), then remove its older automatic ones.

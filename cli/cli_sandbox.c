@@ -20,6 +20,7 @@ static void s_usage (FILE *out)
         out,
         "usage: sbx sandbox create --account ACCOUNT [--name N] [--type small|medium|large]\n"
         "                          [--ttl DURATION] [--no-network] [--label K=V]...\n"
+        "                          [--snapshot SNAPSHOT_ID]\n"
         "       sbx sandbox list\n"
         "       sbx sandbox get|stop|resume|delete ID\n"
         "       sbx sandbox exec ID [--detach] [--timeout DURATION] [--cwd DIR] [--env K=V]...\n"
@@ -32,13 +33,14 @@ static void s_usage (FILE *out)
         "Acts as an operator: sees every account's sandboxes. exec runs COMMAND with\n"
         "/bin/sh -c in the guest and exits with its exit code (without --json, its\n"
         "stdout and stderr are passed through); --detach returns the pid at once, and\n"
-        "`status` polls it (pass the offsets it printed to get only new output).\n");
+        "`status` polls it (pass the offsets it printed to get only new output).\n"
+        "create --snapshot starts from one of the account's snapshots (sbx snapshot list).\n");
 }
 
 typedef struct {
     const char *data_dir;
     bool json;
-    const char *account, *name, *type, *ttl, *cwd, *timeout, *mode;
+    const char *account, *name, *type, *ttl, *cwd, *timeout, *mode, *snapshot;
     bool no_network, detach;
     zlist_t *labels; //  "K=V"
     zlist_t *env;    //  "K=V"
@@ -160,6 +162,7 @@ static int s_create (sbx_config_t *config, s_opts_t *o)
     }
     args->ttl_s = (uint64_t) ttl;
     sbx_str_set (&args->name, o->name);
+    sbx_str_set (&args->snapshot_id, o->snapshot);
     args->no_network = o->no_network;
     request->caller = calloc (1, sizeof (sbx_caller_t));
     request->caller->kind = SBX_CALLER_KIND_ADMIN;
@@ -369,6 +372,7 @@ int cli_sandbox_main (int argc, char **argv)
                                       {"stderr-offset", required_argument, 0, 'E'},
                                       {"signal", required_argument, 0, 's'},
                                       {"mode", required_argument, 0, 'm'},
+                                      {"snapshot", required_argument, 0, 'S'},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
     s_opts_t o = {.labels = zlist_new (), .env = zlist_new ()};
@@ -417,6 +421,9 @@ int cli_sandbox_main (int argc, char **argv)
             break;
         case 'm':
             o.mode = optarg;
+            break;
+        case 'S':
+            o.snapshot = optarg;
             break;
         case 'O':
         case 'E':

@@ -18,6 +18,7 @@ static const s_command_t s_commands[] = {
     {"wallet", cli_wallet_main, "add funds to an account's wallet (sbx wallet add)"},
     {"audit", cli_audit_main, "check the event log: sbx audit ttl lists every TTL expiry"},
     {"sandbox", cli_sandbox_main, "create, run commands in, stop, resume and delete sandboxes"},
+    {"snapshot", cli_snapshot_main, "list, save, inspect and delete snapshots"},
     {"usage", cli_usage_main, "running time, cost and wallet balance of an account"},
     {NULL, NULL, NULL}};
 

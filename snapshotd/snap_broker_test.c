@@ -197,6 +197,23 @@ void snap_broker_test (bool verbose)
     assert (s_count (client, bob, SBX_SNAPSHOT_STATE_READY, false) == 0);
     assert (s_count (client, alice, SBX_SNAPSHOT_STATE_READY, false) == 1);
 
+    //  An operator lists one account's, named by email (sbx snapshot list --account).
+    const char *named[] = {"alice@example.com", "nobody@example.com"};
+    for (int i = 0; i < 2; i++) {
+        sbx_msg_t *request = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);
+        request->caller = calloc (1, sizeof (sbx_caller_t));
+        request->caller->kind = SBX_CALLER_KIND_ADMIN;
+        sbx_str_set (&request->caller->account_id, named[i]);
+        reply = brk_testkit_call (client, request, ++s_rid);
+        if (i == 0)
+            assert (reply->type == SBX_MSG_SNAPSHOT_LIST_OK &&
+                    sbx_msg_snapshot_list_ok (reply)->snapshots.count == 1 &&
+                    streq (sbx_msg_snapshot_list_ok (reply)->snapshots.items[0].account, alice));
+        else
+            assert (s_code (reply) == SBX_E_NOT_FOUND);
+        sbx_msg_destroy (&reply);
+    }
+
     //  vmd fails the capture: the user hears why; the record is failed, no files.
     __atomic_store_n (&s_vmd_mode, 1, __ATOMIC_SEQ_CST);
     reply = s_ask (client, SBX_MSG_SNAPSHOT_SAVE, one, alice);

@@ -209,8 +209,8 @@ static sbx_msg_t *s_on_list (snap_server_t *self, sbx_msg_t *request)
     if (!s_operator (caller) && !caller->account_id)
         return reply; //  no account, no snapshots
     s_list_t list = {self, &sbx_msg_snapshot_list_ok (reply)->snapshots};
-    if (snap_store_list (self->store, s_operator (caller) ? NULL : caller->account_id, s_list_one,
-                         &list)) {
+    //  An operator sees every account's, or the one it names (the broker made it an id).
+    if (snap_store_list (self->store, caller->account_id, s_list_one, &list)) {
         sbx_msg_destroy (&reply);
         reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot list snapshots");
     }

@@ -4,7 +4,8 @@ sandboxes from it (the process still runs and the file is there in both, each ha
 own hostname and random state), delete_snapshot refused while they exist and done once
 they are deleted; a stopped sandbox's snapshot; a snapshot saved by another QEMU
 version restores its disk only, with a cold boot, and says so; a stop during a save
-waits for it; automatic snapshots at stop, removed with the sandbox; the REST routes;
+waits for it; automatic snapshots at stop, removed with the sandbox (or, when a clone
+still stands on one, with the last clone); the REST routes; the `sbx snapshot` CLI;
 and snapshotd or vmd killed with -9 in the middle of a save: the save is reported
 failed, no ready entry points at partial files, and the paused guest runs again."""
 import json
@@ -234,6 +235,75 @@ class SnapshotsTest(unittest.TestCase):
         r, _ = self.call(sid, "list_snapshots")
         self.assertIn(mine, [x["id"] for x in r["structuredContent"]["snapshots"]])
         self.call(sid, "delete_snapshot", {"snapshotId": mine})
+
+    def test_automatic_held_by_clone(self):
+        """A stop's automatic snapshot that a clone still stands on outlives its deleted
+        sandbox, and goes once the clone (and the clone's own snapshot on it) is gone."""
+        sid = mcp_session(self.s, self.key)
+        info, _ = self.create(sid, name="held")
+        sb = info["id"]
+        self.call(sid, "stop_sandbox", {"sandboxId": sb})
+        held = wait_for(lambda: [x for x in self.automatic_of(sid, sb) if x["state"] == "ready"],
+                        120, "an automatic snapshot")[0]["id"]
+        clone, _ = self.create(sid, snapshotId=held)
+        # The clone stops too: its automatic snapshot's disk stands on `held`.
+        self.call(sid, "stop_sandbox", {"sandboxId": clone["id"]})
+        on_held = wait_for(lambda: [x for x in self.automatic_of(sid, clone["id"])
+                                    if x["state"] == "ready"], 120,
+                           "the clone's automatic snapshot")[0]["id"]
+        self.call(sid, "delete_sandbox", {"sandboxId": sb})
+        time.sleep(1)  # the release after the delete is asynchronous
+        self.assertEqual([x["id"] for x in self.automatic_of(sid, sb)], [held])
+        self.assertTrue(os.path.isdir(os.path.join(self.s.dir, "snapshots", held)))
+        # The last thing standing on it goes: so does it, files and all.
+        self.call(sid, "delete_sandbox", {"sandboxId": clone["id"]})
+        wait_for(lambda: not self.automatic_of(sid, sb) and
+                 not self.automatic_of(sid, clone["id"]), 60,
+                 "the held automatic snapshot to be swept with its last clone")
+        for gone in (held, on_held):
+            self.assertFalse(os.path.exists(os.path.join(self.s.dir, "snapshots", gone)))
+
+    def test_cli(self):
+        """`sbx snapshot` as an operator naming the account by email: save, list,
+        get, a sandbox from it (`sbx sandbox create --snapshot`), delete."""
+        s = self.s
+        alice = s.cli_json("sandbox", "create", "--account", "alice@example.com")
+        snap = s.cli_json("snapshot", "save", alice["id"], "--name", "from-cli",
+                          "--label", "via=cli", timeout=400)
+        self.assertEqual((snap["state"], snap["name"], snap["kind"], snap["labels"],
+                          snap["sandbox_id"], snap["account"]),
+                         ("ready", "from-cli", "user", {"via": "cli"}, alice["id"],
+                          alice["account"]))
+        listed = s.cli_json("snapshot", "list", "--account", "alice@example.com")["snapshots"]
+        self.assertIn(snap["id"], [x["id"] for x in listed])
+        self.assertEqual({x["account"] for x in listed}, {alice["account"]})
+        others = s.cli_json("snapshot", "list", "--account", "bob@example.com")["snapshots"]
+        self.assertNotIn(snap["id"], [x["id"] for x in others])
+        self.assertIn(snap["id"], [x["id"] for x in s.cli_json("snapshot", "list")["snapshots"]])
+        self.assertIn(snap["id"], s.cli("snapshot", "list").stdout)
+        res = s.cli("snapshot", "list", "--account", "nobody@example.com", check=False)
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("not_found", res.stderr)
+        # A sandbox from it, for the account named by email.
+        clone = s.cli_json("sandbox", "create", "--account", "alice@example.com",
+                           "--snapshot", snap["id"], timeout=200)
+        self.assertEqual((clone["state"], clone["account"], clone["vmd"]),
+                         ("ready", alice["account"], alice["vmd"]))
+        got = s.cli_json("snapshot", "get", snap["id"])
+        self.assertEqual((got["id"], got["users"]), (snap["id"], [clone["id"]]))
+        res = s.cli("snapshot", "delete", snap["id"], check=False)
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("conflict", res.stderr)
+        self.assertIn(clone["id"], res.stderr)
+        for sb in (clone, alice):
+            s.cli("sandbox", "delete", sb["id"], timeout=200)
+        self.assertIn(f"deleted snapshot {snap['id']}", s.cli("snapshot", "delete",
+                                                             snap["id"]).stdout)
+        res = s.cli("snapshot", "get", snap["id"], check=False)
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("not_found", res.stderr)
+        for verb in ("list", "save", "get", "delete"):
+            self.assertIn("usage: sbx snapshot", s.cli("snapshot", verb, "--help").stdout)
 
     def rest(self, method, path, body=None):
         status, _, raw = self.s.https(method, path, body=json.dumps(body) if body is not None
