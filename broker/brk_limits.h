@@ -7,6 +7,8 @@
         plan.P.ttl_max_s        the longest TTL create/extend may ask   invalid_argument
         plan.P.ttl_default_s    the TTL of a create that asks none
         plan.P.requests_per_second  per API key (the gateway's)     rate_limited
+        plan.P.snapshots        user snapshots kept (saving, ready)  limit_exceeded
+                                (checked by brk_snapshot when a save begins)
     A field a plan leaves unset takes the free plan's value; 0 means no limit (no TTL
     for ttl_default_s). Plan `unlimited` and admin accounts have no plan limits. Limits
     follow the account, whoever asks (an operator creating for it included).
@@ -23,12 +25,13 @@
 #include "brk_ctx.h"
 
 typedef struct {
-    bool unlimited;          //  plan unlimited or an admin account: no plan limits
-    uint64_t starts_per_day; //  0: no limit
-    uint64_t running;        //  0: no limit
-    uint64_t ttl_max_s;      //  0: no limit
-    uint64_t ttl_default_s;  //  0: no TTL
+    bool unlimited;               //  plan unlimited or an admin account: no plan limits
+    uint64_t starts_per_day;      //  0: no limit
+    uint64_t running;             //  0: no limit
+    uint64_t ttl_max_s;           //  0: no limit
+    uint64_t ttl_default_s;       //  0: no TTL
     uint64_t requests_per_second; //  per API key, enforced by the gateway; 0: no limit
+    uint64_t snapshots;           //  user snapshots per account; 0: no limit
 } brk_plan_t;
 
 //  The limits of the account's plan, from config.

@@ -1,5 +1,6 @@
 /*  brk_snapshot - see brk_snapshot.h */
 #include "brk_snapshot.h"
+#include "brk_limits.h"
 #include "brk_sandbox.h"
 
 //  snapshotd answers from its catalog at once; vmd's capture takes a memory save and a
@@ -207,6 +208,125 @@ void brk_snapshot_release (brk_ctx_t *ctx, const char *sandbox_id)
         sbx_warn ("sandbox=%s deleted; its automatic snapshots stay (no snapshotd)", sandbox_id);
 }
 
+//  A user's save waiting for snapshotd's count of the account's snapshots (the plan's
+//  `snapshots` limit) before it begins.
+typedef struct {
+    s_save_t *op;
+    sbx_msg_t *request; //  the client's snapshot.save
+    uint64_t limit;
+    char plan[64];
+} s_quota_t;
+
+static void s_quota_destroy (s_quota_t **quota_p)
+{
+    s_quota_t *quota = *quota_p;
+    if (!quota)
+        return;
+    s_save_destroy (&quota->op);
+    sbx_msg_destroy (&quota->request);
+    free (quota);
+    *quota_p = NULL;
+}
+
+//  Starts a user's save of `record` (snap.begin); takes op. The error reply, or NULL.
+static sbx_msg_t *s_begin_user (brk_ctx_t *ctx, s_save_t *op, const brk_sandbox_t *record,
+                                sbx_msg_t *request)
+{
+    sbx_snapshot_save_t *args = sbx_msg_snapshot_save (request);
+    if (s_begin (ctx, op, record, args->name, &args->labels) == 0)
+        return NULL;
+    return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                              "no snapshotd is connected to the broker; snapshots are unavailable");
+}
+
+static void s_on_counted (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
+{
+    s_quota_t *quota = arg;
+    sbx_msg_t *answer = *answer_p;
+    sbx_msg_t *request = quota->request;
+    sbx_msg_t *reply = NULL;
+    uint64_t kept = 0;
+    if (answer->type == SBX_MSG_ERROR)
+        reply = sbx_msg_new_error (request->rid, sbx_msg_error (answer)->code,
+                                   "cannot count the account's snapshots: %s",
+                                   sbx_msg_error (answer)->message);
+    else {
+        sbx_snapshot_info_list_t *list = &sbx_msg_snapshot_list_ok (answer)->snapshots;
+        for (size_t i = 0; i < list->count; i++)
+            if (list->items[i].kind != SBX_SNAPSHOT_KIND_AUTOMATIC &&
+                list->items[i].state != SBX_SNAPSHOT_STATE_FAILED)
+                kept++;
+    }
+    brk_sandbox_t record;
+    if (reply)
+        ;
+    else if (kept >= quota->limit)
+        reply = sbx_msg_new_error (request->rid, SBX_E_LIMIT_EXCEEDED,
+                                   "the %s plan keeps %llu snapshots per account; delete one "
+                                   "first (list_snapshots shows them)",
+                                   quota->plan, (unsigned long long) quota->limit);
+    //  The sandbox may have moved meanwhile: it must still be there to save.
+    else if (brk_store_sandbox_find (ctx->store, sbx_msg_snapshot_save (request)->sandbox_id,
+                                     &record) != 0)
+        reply = sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "sandbox %s is gone",
+                                   sbx_msg_snapshot_save (request)->sandbox_id);
+    else {
+        s_save_t *op = quota->op;
+        quota->op = NULL;
+        zframe_t *client = op->client ? zframe_dup (op->client) : NULL;
+        reply = s_begin_user (ctx, op, &record, request); //  takes op
+        brk_sandbox_clear (&record);
+        if (reply && client)
+            ctx->send (ctx, client, &reply);
+        sbx_msg_destroy (&reply);
+        zframe_destroy (&client);
+    }
+    if (reply)
+        s_answer (ctx, quota->op, &reply);
+    s_quota_destroy (&quota);
+}
+
+//  With a plan limit on snapshots, asks snapshotd for the account's first (as the
+//  system naming it) and begins once under it; else begins at once. Takes op.
+static sbx_msg_t *s_save_checked (brk_ctx_t *ctx, s_save_t *op, const brk_sandbox_t *record,
+                                  sbx_msg_t *request)
+{
+    brk_account_t account;
+    brk_plan_t plan = {.unlimited = true};
+    char plan_name[64] = "free";
+    if (brk_store_account_find (ctx->store, record->account_id, &account) == 0) {
+        brk_limits_plan (ctx->config, &account, &plan);
+        if (account.plan && *account.plan)
+            snprintf (plan_name, sizeof plan_name, "%s", account.plan);
+        brk_account_clear (&account);
+    }
+    if (plan.unlimited || !plan.snapshots)
+        return s_begin_user (ctx, op, record, request);
+    s_quota_t *quota = calloc (1, sizeof *quota);
+    sbx_msg_t *list = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);
+    if (list)
+        list->caller = calloc (1, sizeof (sbx_caller_t));
+    if (quota) {
+        quota->op = op;
+        quota->request = sbx_msg_dup (request);
+        quota->limit = plan.snapshots;
+        snprintf (quota->plan, sizeof quota->plan, "%s", plan_name);
+    } else
+        s_save_destroy (&op);
+    if (!quota || !quota->request || !list || !list->caller) {
+        s_quota_destroy (&quota);
+        sbx_msg_destroy (&list);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    }
+    list->caller->kind = SBX_CALLER_KIND_SYSTEM;
+    sbx_str_set (&list->caller->account_id, record->account_id);
+    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &list, S_SNAPSHOTD_MS, s_on_counted, quota) == 0)
+        return NULL;
+    s_quota_destroy (&quota);
+    return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                              "no snapshotd is connected to the broker; snapshots are unavailable");
+}
+
 sbx_msg_t *brk_snapshot_save (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
 {
     sbx_snapshot_save_t *args = sbx_msg_snapshot_save (request);
@@ -227,10 +347,7 @@ sbx_msg_t *brk_snapshot_save (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *reque
         op->client = client ? zframe_dup (client) : NULL;
         op->rid = request->rid;
         op->timeout_ms = request->timeout_ms > 1000 ? request->timeout_ms - 500 : S_CAPTURE_MS;
-        if (s_begin (ctx, op, &record, args->name, &args->labels))
-            reply = sbx_msg_new_error (
-                request->rid, SBX_E_UNAVAILABLE,
-                "no snapshotd is connected to the broker; snapshots are unavailable");
+        reply = s_save_checked (ctx, op, &record, request);
     } else if (!reply)
         reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
     brk_sandbox_clear (&record);

@@ -39,7 +39,7 @@ static const s_known_t s_known[] = {
     {"vmd.network", "isolated"},
     {"vmd.qemu_user", NULL},
     {"vmd.templates", ""}, //  types restored from a booted template (docs/snapshots.md)
-    {"rate.small", "10"}, //  µ$ per second of running time: $0.036 an hour
+    {"rate.small", "10"},  //  µ$ per second of running time: $0.036 an hour
     {"rate.medium", "20"},
     {"rate.large", "40"},
     {"wallet.initial", "0"},
@@ -60,6 +60,7 @@ static const s_known_t s_known[] = {
     {"plan.free.ttl_max_s", "86400"},
     {"plan.free.ttl_default_s", "3600"},
     {"plan.free.requests_per_second", "20"},
+    {"plan.free.snapshots", "0"}, //  user snapshots kept per account
     {NULL, NULL}};
 
 typedef struct {
@@ -78,8 +79,8 @@ struct sbx_config_t {
 
 //  plan.<name>.<field> is known for every plan name (plans are the operator's to name).
 static const s_known_t s_plan_key = {"plan.*", NULL};
-static const char *s_plan_fields[] = {"starts_per_day", "running", "ttl_max_s", "ttl_default_s",
-                                      NULL};
+static const char *s_plan_fields[] = {"starts_per_day", "running",   "ttl_max_s",
+                                      "ttl_default_s",  "snapshots", NULL};
 
 static const s_known_t *s_lookup_known (const char *key)
 {

@@ -151,6 +151,7 @@ void snap_broker_test (bool verbose)
     assert (mkdtemp (dir));
     sbx_config_t *config = sbx_config_new (dir);
     sbx_config_set (config, "heartbeat_ms", "100");
+    sbx_config_set (config, "plan.free.snapshots", "2");
     zactor_t *broker = zactor_new (brk_server_actor, config);
     char *status = zstr_recv (broker);
     assert (status && streq (status, "READY"));
@@ -282,6 +283,21 @@ void snap_broker_test (bool verbose)
     sbx_msg_destroy (&reply);
     snprintf (path, sizeof path, "%s/snapshots/%s", dir, saved);
     assert (streq (s_last_origin, path));
+
+    //  The free plan keeps 2 user snapshots here: failed and automatic ones don't count.
+    reply = s_ask (client, SBX_MSG_SNAPSHOT_SAVE, one, alice);
+    assert (reply->type == SBX_MSG_SNAPSHOT_SAVE_OK);
+    char *second = strdup (sbx_msg_snapshot_save_ok (reply)->snapshot->id);
+    sbx_msg_destroy (&reply);
+    reply = s_ask (client, SBX_MSG_SNAPSHOT_SAVE, one, alice);
+    assert (s_code (reply) == SBX_E_LIMIT_EXCEEDED &&
+            strstr (sbx_msg_error (reply)->message, "the free plan keeps 2 snapshots"));
+    sbx_msg_destroy (&reply);
+    assert (s_count (client, alice, SBX_SNAPSHOT_STATE_SAVING, false) == 0);
+    reply = s_ask (client, SBX_MSG_SNAPSHOT_DELETE, second, alice);
+    assert (reply->type == SBX_MSG_SNAPSHOT_DELETE_OK);
+    sbx_msg_destroy (&reply);
+    free (second);
 
     //  Delete: refused while the clone stands on it, naming it; then done.
     reply = s_ask (client, SBX_MSG_SNAPSHOT_DELETE, saved, alice);
