@@ -406,7 +406,29 @@ static void s_count_user (const char *id, void *arg)
     (*(int *) arg)++;
 }
 
-//  An automatic snapshot whose sandbox is deleted goes once nothing stands on it: no
+static void s_keep_newest (const char *id, void *arg)
+{
+    char **newest = arg;
+    if (!*newest)
+        *newest = strdup (id);
+}
+
+//  Is this automatic snapshot one its sandbox no longer keeps: the sandbox is deleted,
+//  or a newer automatic snapshot of it is ready (a stop keeps one)?
+static bool s_superseded (snap_server_t *self, const snap_record_t *record)
+{
+    if (!streq (record->kind, "automatic") || streq (record->state, "saving"))
+        return false;
+    if (record->sandbox_deleted)
+        return true;
+    char *newest = NULL;
+    snap_store_automatic (self->store, record->sandbox_id, s_keep_newest, &newest);
+    bool superseded = newest && !streq (newest, record->id);
+    free (newest);
+    return superseded;
+}
+
+//  An automatic snapshot its sandbox no longer keeps goes once nothing stands on it: no
 //  sandbox made from it, no snapshot saved on it. Then so may its parent: the chain is
 //  walked up. Removed ids are added to `removed` when given.
 static void s_sweep_orphans (snap_server_t *self, const char *id, sbx_strlist_t *removed)
@@ -421,8 +443,7 @@ static void s_sweep_orphans (snap_server_t *self, const char *id, sbx_strlist_t 
             break;
         int users = 0;
         char *child = NULL;
-        bool orphan = streq (record.kind, "automatic") && record.sandbox_deleted &&
-                      !streq (record.state, "saving");
+        bool orphan = s_superseded (self, &record);
         if (orphan) {
             snap_store_users (self->store, record.id, s_count_user, &users);
             child = snap_store_child (self->store, record.id);
@@ -431,8 +452,8 @@ static void s_sweep_orphans (snap_server_t *self, const char *id, sbx_strlist_t 
             s_remove_files (self, record.id);
             if (removed)
                 sbx_strlist_append (removed, record.id);
-            sbx_info ("snapshot=%s (automatic, of deleted sandbox %s) removed: nothing stands "
-                      "on it any more",
+            sbx_info ("snapshot=%s (automatic, of sandbox %s) removed: nothing stands on it "
+                      "any more",
                       record.id, record.sandbox_id);
             next = record.parent ? strdup (record.parent) : NULL;
         }
@@ -788,15 +809,13 @@ void snap_server_test (bool verbose)
     assert (streq (sbx_msg_snap_release_ok (reply)->deleted.items[0], autos[1]));
     sbx_msg_destroy (&reply);
     assert (stat (auto_dirs[1], &st) == -1 && stat (auto_dirs[2], &st) == 0);
-    //  sb_8, made from autos[0], is deleted: it no longer holds autos[0].
-    sbx_msg_t *forget = sbx_msg_new (SBX_MSG_SNAP_RELEASE);
-    sbx_str_set (&sbx_msg_snap_release (forget)->sandbox_id, "sb_8");
-    sbx_msg_snap_release (forget)->deleted = true;
-    sbx_msg_destroy (&(sbx_msg_t *){s_ask (self, forget)});
+    //  sb_8, made from autos[0], is deleted: it no longer holds autos[0], which sb_7
+    //  no longer keeps (autos[2] is newer): it goes.
+    assert (s_deleted (self, "sb_8") == 1 && stat (auto_dirs[0], &st) == -1);
     release = sbx_msg_new (SBX_MSG_SNAP_RELEASE);
     sbx_str_set (&sbx_msg_snap_release (release)->sandbox_id, "sb_7");
     reply = s_ask (self, release);
-    assert (sbx_msg_snap_release_ok (reply)->deleted.count == 2);
+    assert (sbx_msg_snap_release_ok (reply)->deleted.count == 1);
     sbx_msg_destroy (&reply);
     assert (stat (auto_dirs[2], &st) == -1 && stat (auto_dirs[0], &st) == -1);
     for (int i = 0; i < 3; i++) {
@@ -817,6 +836,23 @@ void snap_server_test (bool verbose)
     free (held);
     free (held_dir);
     free (clone_auto);
+    free (clone_dir);
+    //  Its sandbox lives on but stopped again (a newer automatic one): the older one
+    //  goes with the clone that held it.
+    held = s_saved (self, "sb_40", true, &held_dir);
+    s_use (self, held, "sb_41");
+    char *newer = s_saved (self, "sb_40", true, &clone_dir);
+    sbx_msg_t *keep = sbx_msg_new (SBX_MSG_SNAP_RELEASE);
+    sbx_str_set (&sbx_msg_snap_release (keep)->sandbox_id, "sb_40");
+    sbx_str_set (&sbx_msg_snap_release (keep)->keep, newer);
+    reply = s_ask (self, keep);
+    assert (sbx_msg_snap_release_ok (reply)->deleted.count == 0);
+    sbx_msg_destroy (&reply);
+    assert (s_deleted (self, "sb_41") == 1);
+    assert (stat (held_dir, &st) == -1 && stat (clone_dir, &st) == 0);
+    free (held);
+    free (held_dir);
+    free (newer);
     free (clone_dir);
     //  A user's snapshot of the clone holds it too, until the user deletes that one;
     //  user snapshots are never swept.
