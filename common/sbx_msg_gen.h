@@ -1964,8 +1964,8 @@ struct sbx_snapshot_save_ok_s {
 };
 
 //  message snapshot.list (snapshot.json): gateway, cli, broker -> broker, snapshotd, reply
-//  snapshot.list.ok. The caller's account's snapshots (an operator's: all), newest first. The
-//  broker routes it to snapshotd.
+//  snapshot.list.ok. The caller's account's snapshots (an operator's: all, or those of the
+//  account it names, by id or email), newest first. The broker routes it to snapshotd.
 struct sbx_snapshot_list_s {
     char unused_; //  C wants a member; this body has no fields
 };
@@ -2079,7 +2079,8 @@ struct sbx_snap_use_ok_s {
 //  message snap.release (snapshot.json): broker -> snapshotd, reply snap.release.ok. Removes a
 //  sandbox's automatic snapshots but `keep` (after a newer one is ready; all once the sandbox
 //  is deleted). With deleted, the sandbox no longer stands on the snapshot it was made from
-//  either. One that a sandbox or snapshot stands on stays.
+//  either. One that a sandbox or snapshot stands on stays until nothing does (then it goes
+//  too).
 struct sbx_snap_release_s {
     //  (required, max 64) sb_… id.
     char *sandbox_id;
