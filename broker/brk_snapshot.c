@@ -262,9 +262,10 @@ static void s_on_counted (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
         ;
     else if (kept >= quota->limit)
         reply = sbx_msg_new_error (request->rid, SBX_E_LIMIT_EXCEEDED,
-                                   "the %s plan keeps %llu snapshots per account; delete one "
+                                   "the %s plan keeps %llu snapshot%s per account; delete one "
                                    "first (list_snapshots shows them)",
-                                   quota->plan, (unsigned long long) quota->limit);
+                                   quota->plan, (unsigned long long) quota->limit,
+                                   quota->limit == 1 ? "" : "s");
     //  The sandbox may have moved meanwhile: it must still be there to save.
     else if (brk_store_sandbox_find (ctx->store, sbx_msg_snapshot_save (request)->sandbox_id,
                                      &record) != 0)

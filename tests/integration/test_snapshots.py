@@ -5,7 +5,8 @@ own hostname and random state), delete_snapshot refused while they exist and don
 they are deleted; a stopped sandbox's snapshot; a snapshot saved by another QEMU
 version restores its disk only, with a cold boot, and says so; a stop during a save
 waits for it; automatic snapshots at stop, removed with the sandbox (or, when a clone
-still stands on one, with the last clone); the REST routes; the `sbx snapshot` CLI;
+still stands on one, with the last clone); the REST routes; the `sbx snapshot` CLI
+and a plan's snapshot quota;
 and snapshotd or vmd killed with -9 in the middle of a save: the save is reported
 failed, no ready entry points at partial files, and the paused guest runs again."""
 import json
@@ -26,7 +27,7 @@ class SnapshotsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.s = Sbx(cls, "snapshots", settings={"image_dir": os.path.realpath(
-            os.path.join(BIN, "..", "image"))})
+            os.path.join(BIN, "..", "image")), "plan.tight.snapshots": "1"})
         cls.s.up()
         a = cls.s.cli_json("account", "create", "--email", "alice@example.com")
         b = cls.s.cli_json("account", "create", "--email", "bob@example.com")
@@ -304,6 +305,29 @@ class SnapshotsTest(unittest.TestCase):
         self.assertIn("not_found", res.stderr)
         for verb in ("list", "save", "get", "delete"):
             self.assertIn("usage: sbx snapshot", s.cli("snapshot", verb, "--help").stdout)
+
+    def test_quota(self):
+        """plan.P.snapshots: at the limit a save is refused limit_exceeded; a delete makes
+        room; automatic snapshots don't count."""
+        s = self.s
+        s.cli("account", "create", "--email", "carol@example.com", "--plan", "tight")
+        sb = s.cli_json("sandbox", "create", "--account", "carol@example.com")
+        first = s.cli_json("snapshot", "save", sb["id"], timeout=400)
+        res = s.cli("snapshot", "save", sb["id"], check=False, timeout=400)
+        self.assertEqual(res.returncode, 1, res.stderr)
+        self.assertIn("the tight plan keeps 1 snapshot per account", res.stderr)
+        self.assertIn("limit_exceeded", res.stderr)
+        # A stop's automatic snapshot is kept all the same.
+        s.cli("sandbox", "stop", sb["id"], timeout=200)
+        wait_for(lambda: [x for x in s.cli_json("snapshot", "list", "--account",
+                                                "carol@example.com")["snapshots"]
+                          if x["kind"] == "automatic" and x["state"] == "ready"], 120,
+                 "carol's automatic snapshot")
+        s.cli("snapshot", "delete", first["id"])
+        second = s.cli_json("snapshot", "save", sb["id"], timeout=400)
+        self.assertEqual(second["state"], "ready")
+        s.cli("sandbox", "delete", sb["id"], timeout=200)
+        s.cli("snapshot", "delete", second["id"])
 
     def rest(self, method, path, body=None):
         status, _, raw = self.s.https(method, path, body=json.dumps(body) if body is not None
