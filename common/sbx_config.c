@@ -79,8 +79,9 @@ struct sbx_config_t {
 
 //  plan.<name>.<field> is known for every plan name (plans are the operator's to name).
 static const s_known_t s_plan_key = {"plan.*", NULL};
-static const char *s_plan_fields[] = {"starts_per_day", "running",   "ttl_max_s",
-                                      "ttl_default_s",  "snapshots", NULL};
+static const char *s_plan_fields[] = {
+    "starts_per_day",      "running", "ttl_max_s", "ttl_default_s", "snapshots",
+    "requests_per_second", NULL};
 
 static const s_known_t *s_lookup_known (const char *key)
 {
@@ -353,6 +354,10 @@ void sbx_config_test (bool verbose)
     assert (sbx_config_get_uint (config, "heartbeat_ms", 0) == 1000);
     assert (sbx_config_get (config, "nonsense", "x")[0] == 'x');
     assert (sbx_config_set (config, "nonsense", "1") == -1);
+    //  Every plan field is known for any plan the operator names.
+    assert (sbx_config_set (config, "plan.pro.requests_per_second", "50") == 0);
+    assert (sbx_config_set (config, "plan.pro.snapshots", "10") == 0);
+    assert (sbx_config_set (config, "plan.pro.colour", "red") == -1);
     assert (sbx_config_set (config, "broker.endpoint", "tcp://127.0.0.1:7100") == 0);
     assert (strcmp (sbx_config_get (config, "broker.bind", NULL), "tcp://127.0.0.1:7100") == 0);
     assert (sbx_config_set (config, "heartbeat_ms", "abc") == 0);
