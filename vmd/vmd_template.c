@@ -3,6 +3,7 @@
 #include "sbx_log.h"
 #include "vmd_qemu.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -18,10 +19,11 @@
 typedef enum { S_IDLE, S_BOOTING, S_CAPTURING, S_DELETING } s_phase_t;
 
 struct _vmd_template_t {
-    char *root;  //  <data-dir>/templates
-    char *work;  //  <data-dir>/templates/work: the hidden guest's vms directory
+    char *root;  //  <data-dir>/templates/<instance>: this vmd's alone
+    char *work;  //  <root>/work: the hidden guest's vms directory
     char *image; //  the image directory templates are made of
     char *hash;  //  its name (the image's input hash)
+    char tag[9]; //  this host's QEMU version, hashed: a template is tied to it
     vmd_guest_env_t env;
     bool want[S_TYPES];
     bool gave_up[S_TYPES];
@@ -35,7 +37,8 @@ struct _vmd_template_t {
 
 static char *s_dir (vmd_template_t *self, sbx_sandbox_type_t type)
 {
-    return zsys_sprintf ("%s/%s-%s", self->root, self->hash, sbx_sandbox_type_name (type));
+    return zsys_sprintf ("%s/%s-%s-%s", self->root, self->hash, sbx_sandbox_type_name (type),
+                         self->tag);
 }
 
 //  Removes the files of a directory (templates and their work dirs have no subdirectories
@@ -207,12 +210,30 @@ static void s_next (vmd_template_t *self)
     }
 }
 
-vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const char *image_dir,
-                                  const char *qemu_user, const char *types,
+//  An instance name is a directory name here: letters, digits, '.', '_', '-', not
+//  starting with '.' (so never "." or "..").
+static bool s_instance_valid (const char *name)
+{
+    size_t size = name ? strlen (name) : 0;
+    if (size == 0 || size > 64 || name[0] == '.')
+        return false;
+    for (const char *c = name; *c; c++)
+        if (!isalnum ((unsigned char) *c) && *c != '.' && *c != '_' && *c != '-')
+            return false;
+    return true;
+}
+
+vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const char *instance,
+                                  const char *image_dir, const char *qemu_user, const char *types,
                                   void (*wake) (void *arg), void *arg)
 {
     if (!types || !*types)
         return NULL;
+    if (!s_instance_valid (instance)) {
+        sbx_warn ("vmd.templates: instance name '%s' cannot name a directory; sandboxes boot cold",
+                  instance ? instance : "");
+        return NULL;
+    }
     vmd_template_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
@@ -228,20 +249,31 @@ vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const cha
     }
     free (list);
     char *copy = strdup (image_dir);
-    self->root = zsys_sprintf ("%s/templates", data_dir);
-    self->work = zsys_sprintf ("%s/templates/work", data_dir);
+    //  Per instance: two vmds on one data directory never touch each other's templates
+    //  or hidden guests (each cleans up only its own work/ at start).
+    char *top = zsys_sprintf ("%s/templates", data_dir);
+    self->root = zsys_sprintf ("%s/templates/%s", data_dir, instance);
+    self->work = zsys_sprintf ("%s/templates/%s/work", data_dir, instance);
     self->image = strdup (image_dir);
     self->hash = copy ? strdup (basename (copy)) : NULL;
     free (copy);
-    if (!wanted || !self->root || !self->work || !self->image || !self->hash ||
+    uint32_t fnv = 2166136261u; //  FNV-1a
+    for (const char *c = vmd_qemu_version (); *c; c++)
+        fnv = (fnv ^ (uint8_t) *c) * 16777619u;
+    snprintf (self->tag, sizeof self->tag, "%08x", fnv);
+    if (!wanted || !top || !self->root || !self->work || !self->image || !self->hash ||
         !*vmd_qemu_version ()) {
+        free (top);
         vmd_template_destroy (&self);
         return NULL;
     }
     //  QEMU's user opens a template's disk as a backing file: search rights only.
+    mkdir (top, 0711);
+    chmod (top, 0711);
+    free (top);
     mkdir (self->root, 0711);
     chmod (self->root, 0711);
-    s_remove (self->work); //  a hidden guest of a previous vmd
+    s_remove (self->work); //  a hidden guest of this instance's previous vmd
     mkdir (self->work, 0711);
     chmod (self->work, 0711);
     self->env = (vmd_guest_env_t){.loop = loop,
@@ -263,7 +295,8 @@ vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const cha
             sbx_info ("template %s ready in %s", sbx_sandbox_type_name ((sbx_sandbox_type_t) type),
                       dir);
         } else {
-            //  Incomplete, or another QEMU's: nobody can stand on it yet, make it anew.
+            //  Incomplete: nobody can stand on it yet, make it anew. (Another QEMU's
+            //  templates have other names and stay: sandboxes may stand on their disks.)
             if (dir)
                 s_remove (dir);
             free (dir);

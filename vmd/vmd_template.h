@@ -2,13 +2,15 @@
     freshly booted, idle guest of the current image, which a new sandbox restores
     (as from a user's snapshot, with its own identity) instead of booting.
 
-    Kept under <data-dir>/templates/<image hash>-<type>/ (disk.qcow2, memory.state, and
-    qemu.version written last: a template without it is incomplete and made again).
-    Each is made once per image, type and QEMU version, in the background: a hidden
-    guest boots under templates/work/, is captured as soon as its agent answers, and is
-    deleted. Sandboxes restored from a template stand on its disk, so templates are never
-    removed (like images/). Until one is ready, or when it does not fit (another QEMU),
-    creates boot cold.
+    Kept per vmd instance (several vmds may share a data directory) under
+    <data-dir>/templates/<instance>/<image hash>-<type>-<QEMU version hash>/: disk.qcow2,
+    memory.state, and qemu.version written last (a template without it is incomplete and
+    made again). Each is made once per image, type and QEMU version, in the background:
+    a hidden guest boots under templates/<instance>/work/ (never vms/, so re-adoption
+    does not see it), is captured as soon as its agent answers, and is deleted.
+    Sandboxes restored from a template stand on its disk, so complete templates are
+    never removed (like images/; another QEMU's stay too). Until one is ready, creates
+    boot cold; a restore that fails or passes its deadline boots cold (vmd_server).
 */
 #ifndef VMD_TEMPLATE_H_INCLUDED
 #define VMD_TEMPLATE_H_INCLUDED
@@ -18,11 +20,12 @@
 typedef struct _vmd_template_t vmd_template_t;
 
 //  Makes (in the background, from `loop`) the templates of `types` (a space or comma
-//  separated list of type names, e.g. "small") for the image in image_dir. NULL when
-//  types is empty or names no type. wake is called when the hidden guest has something
-//  for vmd_template_collect (see vmd_guest_collect).
-vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const char *image_dir,
-                                  const char *qemu_user, const char *types,
+//  separated list of type names, e.g. "small") for the image in image_dir, in the
+//  directory of vmd's instance name. NULL when types is empty or names no type, or the
+//  instance name cannot be a directory name. wake is called when the hidden guest has
+//  something for vmd_template_collect (see vmd_guest_collect).
+vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const char *instance,
+                                  const char *image_dir, const char *qemu_user, const char *types,
                                   void (*wake) (void *arg), void *arg);
 void vmd_template_destroy (vmd_template_t **self_p);
 

@@ -444,6 +444,18 @@ class SnapshotsTest(unittest.TestCase):
         self.call(sid, "delete_sandbox", {"sandboxId": sb})
 
 
+def ready_templates(s):
+    """Complete small templates: DIR/templates/<vmd instance>/<image>-small-<qemu>/."""
+    root = os.path.join(s.dir, "templates")
+    found = []
+    for instance in os.listdir(root) if os.path.isdir(root) else []:
+        for d in os.listdir(os.path.join(root, instance)):
+            path = os.path.join(root, instance, d)
+            if "-small-" in d and os.path.exists(os.path.join(path, "qemu.version")):
+                found.append(path)
+    return found
+
+
 class TemplatesTest(unittest.TestCase):
     """vmd.templates = small: vmd boots a guest once, captures it, and restores that
     template for each new small sandbox instead of booting, each with its own identity."""
@@ -467,11 +479,9 @@ class TemplatesTest(unittest.TestCase):
         return r["structuredContent"]["stdout"].strip()
 
     def test_create_from_template(self):
-        root = os.path.join(self.s.dir, "templates")
-        ready = wait_for(lambda: [d for d in os.listdir(root) if d.endswith("-small") and
-                                  os.path.exists(os.path.join(root, d, "qemu.version"))],
-                         300, "the small template")
-        self.assertEqual(sorted(os.listdir(os.path.join(root, ready[0]))),
+        ready = wait_for(lambda: ready_templates(self.s), 300, "the small template")
+        self.assertEqual(len(ready), 1)
+        self.assertEqual(sorted(os.listdir(ready[0])),
                          ["disk.qcow2", "memory.state", "qemu.version"])
         sid = mcp_session(self.s, self.key)
         made = []
