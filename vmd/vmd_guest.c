@@ -125,7 +125,8 @@ struct _vmd_guest_t {
     bool migrating, query_pending, quit_sent;
     //  Resume: waiting for QEMU to leave inmigrate.
     bool incoming, status_pending;
-    uint64_t kill_at; //  delete: SIGKILL QEMU after this (mono ms)
+    uint64_t restore_deadline; //  a restore must be answered by then (mono ms), 0: none
+    uint64_t kill_at;          //  delete: SIGKILL QEMU after this (mono ms)
     bool setup_pending;
     char qmp_lost[300]; //  QMP closed on its own: why, and when (mono ms)
     uint64_t qmp_lost_at;
@@ -325,6 +326,8 @@ static void s_fire (vmd_guest_t *self, s_event_t event, sbx_code_t code, const c
               sbx_sandbox_state_name (self->state), sbx_sandbox_state_name (t->to),
               s_event_names[event], *message ? ": " : "", message);
     self->state = t->to;
+    if (self->state != S_CREATING && self->state != S_RESUMING)
+        self->restore_deadline = 0; //  the restore ended (ready, or failed)
     if (self->state != S_ERROR) {
         free (self->reason);
         self->reason = NULL;
@@ -812,6 +815,16 @@ static void s_on_query_status (vmd_qmp_t *qmp, json_t *result, const char *error
         s_fire (self, EV_FAIL, SBX_E_INTERNAL, "restoring the guest's memory ended in %s", status);
 }
 
+static uint32_t s_restore_ms (vmd_guest_t *self)
+{
+    return self->env->restore_ms ? self->env->restore_ms : VMD_GUEST_RESTORE_MS;
+}
+
+static void s_restore_begin (vmd_guest_t *self)
+{
+    self->restore_deadline = sbx_clock_mono_ms () + s_restore_ms (self);
+}
+
 //  QEMU started paused, loading memory.state on fd 3; the tick waits for it to
 //  leave inmigrate, then continues it; the agent's hello gets its clock set.
 static void s_start_resume (vmd_guest_t *self)
@@ -833,6 +846,7 @@ static void s_start_resume (vmd_guest_t *self)
         return;
     }
     self->incoming = true;
+    s_restore_begin (self);
 }
 
 static void s_start_delete (vmd_guest_t *self)
@@ -1355,6 +1369,21 @@ static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
         break;
     }
     s_snap_tick (self, now);
+    if (self->restore_deadline && now >= self->restore_deadline) {
+        //  Failing kills QEMU (a create is deleted, a resume ends in error); vmd_server
+        //  boots a template's sandbox cold instead.
+        self->restore_deadline = 0;
+        char note[900], what[300];
+        snprintf (what, sizeof what,
+                  "the restore did not end within %g s (%s); QEMU (pid %d) is killed",
+                  s_restore_ms (self) / 1000.0,
+                  self->incoming ? "QEMU was still loading the memory state"
+                                 : "the agent did not answer after it",
+                  (int) self->pid);
+        s_death_note (self, what, note, sizeof note);
+        sbx_warn ("sandbox=%s %s", self->id, what);
+        s_fire (self, EV_FAIL, SBX_E_TIMEOUT, "%s", note);
+    }
     if (self->op && now >= self->op_deadline && self->state != S_DELETING) {
         char note[900], what[200];
         snprintf (what, sizeof what, "no answer within %.0f s", self->op_timeout / 1000.0);
@@ -1601,6 +1630,8 @@ int vmd_guest_create (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_
         //  Restoring: the tick waits for the memory to load, continues, sets it up.
         self->incoming = incoming >= 0;
         s_fire (self, EV_CREATE, SBX_OK, NULL);
+        if (self->incoming)
+            s_restore_begin (self);
         return 0;
     }
     if (incoming >= 0)

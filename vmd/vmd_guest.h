@@ -26,6 +26,10 @@
 
 typedef struct _vmd_guest_t vmd_guest_t;
 
+//  The default restore deadline: a restore takes ≈ 0.5 s under TCG; one that has not
+//  ended by then never will (a QEMU left paused in -incoming spins on a core).
+#define VMD_GUEST_RESTORE_MS 30000
+
 //  An operation ended: code SBX_OK, or an error with a message for a person.
 typedef void (vmd_guest_done_fn) (vmd_guest_t *guest, uint64_t rid, sbx_code_t code,
                                   const char *message, void *arg);
@@ -38,6 +42,10 @@ typedef struct {
     const char *vms_dir;   //  <data-dir>/vms
     const char *image_dir; //  base image for new guests (vmlinux, initrd.img, rootfs.ext4)
     const char *qemu_user; //  whom QEMU runs as when vmd is root (NULL: vmd_qemu's default)
+    //  A restore (QEMU started with -incoming: from a snapshot, a template, or a resume)
+    //  must end with the agent's answer within this, else QEMU is killed and the
+    //  operation fails (0: VMD_GUEST_RESTORE_MS).
+    uint32_t restore_ms;
     vmd_guest_done_fn *done;
     vmd_guest_failed_fn *failed;
     //  Asks the owner to call vmd_guest_collect soon, from a poller (not a timer).

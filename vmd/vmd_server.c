@@ -34,6 +34,7 @@ struct _vmd_server_t {
     zhashx_t *ops;           //  rid -> s_op_t: the vm.*.ok its request waits for
     vmd_guest_env_t env;
     vmd_template_t *templates; //  vmd.templates: restored instead of cold boots
+    zlistx_t *cold;            //  rids of template creates that failed: boot them cold
     int sweep;
     int wake_fd; //  eventfd: guests have something to collect
 };
@@ -170,19 +171,27 @@ static void s_on_failed (vmd_guest_t *guest, const char *reason, void *arg)
 typedef struct {
     sbx_msg_type_t type;
     char note[512];
+    //  A create restoring a template: what booting it cold instead takes.
+    bool template;
+    char id[72], hostname[72];
+    sbx_sandbox_type_t sandbox_type;
+    bool no_network;
+    uint32_t timeout_ms;
+    uint64_t started; //  mono ms
 } s_op_t;
 
-//  An operation's end: the reply its request waits for.
-static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const char *message,
-                       void *arg)
+static void s_wake (void *arg);
+
+//  The reply an operation's request waits for.
+static void s_reply (vmd_server_t *self, uint64_t rid, const char *id, sbx_code_t code,
+                     const char *message)
 {
-    vmd_server_t *self = arg;
     char key[32];
     snprintf (key, sizeof key, "%llu", (unsigned long long) rid);
     s_op_t *op = zhashx_lookup (self->ops, key);
     sbx_msg_t *reply;
     if (code != SBX_OK)
-        reply = sbx_msg_new_error (rid, code, "sandbox %s: %s", vmd_guest_id (guest),
+        reply = sbx_msg_new_error (rid, code, "sandbox %s: %s", id,
                                    message && *message ? message : "failed");
     else {
         reply = sbx_msg_new (op ? op->type : SBX_MSG_VM_CREATE_OK);
@@ -190,16 +199,16 @@ static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const 
         //  Every vm.*.ok is just { sandbox_id }, in the same place.
         switch (reply->type) {
         case SBX_MSG_VM_STOP_OK:
-            sbx_str_set (&sbx_msg_vm_stop_ok (reply)->sandbox_id, vmd_guest_id (guest));
+            sbx_str_set (&sbx_msg_vm_stop_ok (reply)->sandbox_id, id);
             break;
         case SBX_MSG_VM_RESUME_OK:
-            sbx_str_set (&sbx_msg_vm_resume_ok (reply)->sandbox_id, vmd_guest_id (guest));
+            sbx_str_set (&sbx_msg_vm_resume_ok (reply)->sandbox_id, id);
             break;
         case SBX_MSG_VM_DELETE_OK:
-            sbx_str_set (&sbx_msg_vm_delete_ok (reply)->sandbox_id, vmd_guest_id (guest));
+            sbx_str_set (&sbx_msg_vm_delete_ok (reply)->sandbox_id, id);
             break;
         default:
-            sbx_str_set (&sbx_msg_vm_create_ok (reply)->sandbox_id, vmd_guest_id (guest));
+            sbx_str_set (&sbx_msg_vm_create_ok (reply)->sandbox_id, id);
             if (op && *op->note) {
                 sbx_msg_vm_create_ok (reply)->cold_boot = true;
                 sbx_str_set (&sbx_msg_vm_create_ok (reply)->note, op->note);
@@ -210,9 +219,63 @@ static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const 
     zhashx_delete (self->ops, key);
     if (self->peer && sbx_peer_send (self->peer, &reply))
         sbx_warn ("rid=%llu sandbox=%s reply could not go out (broker gone)",
-                  (unsigned long long) rid, vmd_guest_id (guest));
+                  (unsigned long long) rid, id);
     sbx_msg_destroy (&reply);
     s_update_use (self);
+}
+
+//  An operation's end. A create from a template that failed (its restore passed its
+//  deadline, QEMU died) is not the user's failure: the guest is gone (deleted), so the
+//  collector boots the same sandbox cold, once.
+static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const char *message,
+                       void *arg)
+{
+    vmd_server_t *self = arg;
+    char key[32];
+    snprintf (key, sizeof key, "%llu", (unsigned long long) rid);
+    s_op_t *op = zhashx_lookup (self->ops, key);
+    //  (Not when the request's own deadline is what ended it: nobody waits any more.)
+    bool time_left =
+        op && (!op->timeout_ms || sbx_clock_mono_ms () - op->started + 2000 < op->timeout_ms);
+    if (code != SBX_OK && op && op->template && time_left &&
+        vmd_guest_state (guest) == SBX_SANDBOX_STATE_DELETED) {
+        op->template = false;
+        sbx_warn ("sandbox=%s restoring the %s template failed (%s): booting it cold instead",
+                  vmd_guest_id (guest), sbx_sandbox_type_name (op->sandbox_type),
+                  message && *message ? message : "failed");
+        zlistx_add_end (self->cold, key);
+        s_wake (self);
+        return;
+    }
+    s_reply (self, rid, vmd_guest_id (guest), code, message);
+}
+
+//  From the collector, once the failed template create's guest is dropped.
+static void s_boot_cold (vmd_server_t *self, const char *key)
+{
+    s_op_t *op = zhashx_lookup (self->ops, key);
+    uint64_t rid = strtoull (key, NULL, 10);
+    if (!op)
+        return;
+    sbx_err_t err = {0};
+    uint64_t spent = sbx_clock_mono_ms () - op->started;
+    uint32_t left = !op->timeout_ms                 ? 0 //  the default
+                    : spent + 1000 < op->timeout_ms ? (uint32_t) (op->timeout_ms - spent)
+                                                    : 1000;
+    vmd_guest_t *guest =
+        zhashx_lookup (self->guests, op->id)
+            ? NULL
+            : vmd_guest_new (&self->env, op->id, op->hostname, op->sandbox_type, op->no_network);
+    if (!guest)
+        sbx_err_set (&err, SBX_E_CONFLICT, "sandbox %s exists on this vmd", op->id);
+    else if (vmd_guest_create (guest, rid, left, &err) == 0) {
+        zhashx_insert (self->guests, op->id, guest);
+        return;
+    }
+    vmd_guest_destroy (&guest);
+    char id[72];
+    snprintf (id, sizeof id, "%s", op->id);
+    s_reply (self, rid, id, err.code, err.message);
 }
 
 static void s_wake (void *arg)
@@ -242,6 +305,11 @@ static int s_on_wake (zloop_t *loop, zmq_pollitem_t *item, void *arg)
     for (const char *id = zlistx_first (gone); id; id = zlistx_next (gone))
         zhashx_delete (self->guests, id);
     zlistx_destroy (&gone);
+    char *key;
+    while ((key = zlistx_detach (self->cold, NULL))) {
+        s_boot_cold (self, key);
+        free (key);
+    }
     vmd_template_collect (self->templates);
     s_update_use (self);
     return 0;
@@ -335,11 +403,32 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
     } else {
         //  A booted template of this type restores faster than a boot (else: cold).
         const char *template = vmd_template_dir (self->templates, args->type, self->image_dir);
-        if (template && vmd_guest_set_origin (guest, template, NULL, true) == 0)
+        if (template && op && vmd_guest_set_origin (guest, template, NULL, true) == 0) {
             sbx_info ("sandbox=%s from the %s template", args->sandbox_id,
                       sbx_sandbox_type_name (args->type));
+            op->template = true;
+            snprintf (op->id, sizeof op->id, "%s", args->sandbox_id);
+            snprintf (op->hostname, sizeof op->hostname, "%s", args->hostname);
+            op->sandbox_type = args->type;
+            op->no_network = args->no_network;
+            op->timeout_ms = request->timeout_ms;
+            op->started = sbx_clock_mono_ms ();
+        }
     }
-    if (vmd_guest_create (guest, request->rid, request->timeout_ms, &err)) {
+    int rc = vmd_guest_create (guest, request->rid, request->timeout_ms, &err);
+    if (rc && op && op->template) {
+        //  The template can't be used now (its files gone?): boot cold, as without one.
+        sbx_warn ("sandbox=%s cannot restore the %s template (%s): booting it cold instead",
+                  args->sandbox_id, sbx_sandbox_type_name (args->type), err.message);
+        op->template = false;
+        vmd_guest_destroy (&guest);
+        err = (sbx_err_t){0};
+        guest = vmd_guest_new (&self->env, args->sandbox_id, args->hostname, args->type,
+                               args->no_network);
+        rc = guest ? vmd_guest_create (guest, request->rid, request->timeout_ms, &err)
+                   : sbx_err_set (&err, SBX_E_INTERNAL, "out of memory");
+    }
+    if (rc) {
         char key[32];
         snprintf (key, sizeof key, "%llu", (unsigned long long) request->rid);
         zhashx_delete (self->ops, key);
@@ -708,9 +797,10 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
     self->guests = zhashx_new ();
     self->failed_unsent = zhashx_new ();
     self->ops = zhashx_new ();
+    self->cold = zlistx_new ();
     self->vms_dir = sbx_config_path (config, "vms");
     self->image_dir = s_image_setup (config);
-    if (self->wake_fd < 0 || !self->guests || !self->failed_unsent || !self->ops ||
+    if (self->wake_fd < 0 || !self->guests || !self->failed_unsent || !self->ops || !self->cold ||
         !self->vms_dir || !self->image_dir) {
         vmd_server_destroy (&self);
         return NULL;
@@ -719,6 +809,8 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
     zhashx_set_destructor (self->failed_unsent, s_free_destructor);
     zhashx_set_duplicator (self->failed_unsent, s_strdup);
     zhashx_set_destructor (self->ops, s_free_destructor);
+    zlistx_set_duplicator (self->cold, s_strdup);
+    zlistx_set_destructor (self->cold, s_free_destructor);
     //  QEMU may run as another user (vmd_qemu): it must reach its sandbox directory
     //  and the base image through ours (search only: nobody lists them).
     if (mkdir (self->vms_dir, 0711) == -1 && errno != EEXIST) {
@@ -743,6 +835,8 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
                                   .vms_dir = self->vms_dir,
                                   .image_dir = self->image_dir,
                                   .qemu_user = sbx_config_get (config, "vmd.qemu_user", NULL),
+                                  .restore_ms = (uint32_t) sbx_config_get_uint (
+                                      config, "vmd.restore_timeout_ms", VMD_GUEST_RESTORE_MS),
                                   .done = s_on_done,
                                   .failed = s_on_failed,
                                   .wake = s_wake,
@@ -770,10 +864,10 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
     zmq_pollitem_t item = {NULL, self->wake_fd, ZMQ_POLLIN, 0};
     zloop_poller (loop, &item, s_on_wake, self);
     //  Templates are made in the background; creates boot cold until they are ready.
-    self->templates = vmd_template_new (
-        loop, sbx_config_data_dir (config), sbx_config_get (config, "instance", NULL),
-        self->image_dir, self->env.qemu_user, sbx_config_get (config, "vmd.templates", ""),
-        s_wake, self);
+    self->templates = vmd_template_new (loop, sbx_config_data_dir (config),
+                                        sbx_config_get (config, "instance", NULL), self->image_dir,
+                                        self->env.qemu_user,
+                                        sbx_config_get (config, "vmd.templates", ""), s_wake, self);
     return self;
 }
 
@@ -793,6 +887,7 @@ void vmd_server_destroy (vmd_server_t **self_p)
     }
     zhashx_destroy (&self->failed_unsent);
     zhashx_destroy (&self->ops);
+    zlistx_destroy (&self->cold);
     free (self->vms_dir);
     free (self->image_dir);
     free (self);

@@ -11,8 +11,10 @@ and snapshotd or vmd killed with -9 in the middle of a save: the save is reporte
 failed, no ready entry points at partial files, and the paused guest runs again."""
 import json
 import os
+import re
 import signal
 import sqlite3
+import subprocess
 import threading
 import time
 import unittest
@@ -456,6 +458,13 @@ def ready_templates(s):
     return found
 
 
+def qemus(s, pattern=""):
+    """The command lines of this installation's QEMUs (matching pattern, a regex)."""
+    res = subprocess.run(["pgrep", "-af", f"qemu-system.* {os.path.realpath(s.dir)}/"],
+                         capture_output=True, text=True)
+    return [l for l in res.stdout.splitlines() if re.search(pattern, l)]
+
+
 class TemplatesTest(unittest.TestCase):
     """vmd.templates = small: vmd boots a guest once, captures it, and restores that
     template for each new small sandbox instead of booting, each with its own identity."""
@@ -503,6 +512,65 @@ class TemplatesTest(unittest.TestCase):
                          "absent")
         for m in made:
             mcp_call(self, self.s, self.key, sid, "delete_sandbox", {"sandboxId": m["id"]})
+
+
+
+class RestoreDeadlineTest(unittest.TestCase):
+    """vmd.restore_timeout_ms: a restore that does not end in time has its QEMU killed
+    (none stays paused in -incoming); a create from the template then boots cold, a
+    create from a snapshot and a resume fail and say why. (1 ms: every restore is late.)"""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Sbx(cls, "restore-deadline", settings={
+            "image_dir": os.path.realpath(os.path.join(BIN, "..", "image")),
+            "vmd.templates": "small", "vmd.restore_timeout_ms": "1"})
+        cls.s.up()
+        cls.key = cls.s.cli_json("account", "create", "--email", "r@example.com")["api_key"]
+
+    @classmethod
+    def addCleanup(cls, fn, *args):  # Sbx registers its cleanup on the class
+        cls.addClassCleanup(fn, *args)
+
+    def call(self, sid, tool, args=None, ok=True):
+        return mcp_call(self, self.s, self.key, sid, tool, args, ok, timeout=400)
+
+    def sh(self, sid, sandbox, command):
+        r, text = self.call(sid, "exec", {"sandboxId": sandbox, "command": command})
+        self.assertEqual(r["structuredContent"]["exitCode"], 0, text)
+        return r["structuredContent"]["stdout"].strip()
+
+    def test_late_restores(self):
+        wait_for(lambda: ready_templates(self.s), 300, "the small template")
+        sid = mcp_session(self.s, self.key)
+        r, _ = self.call(sid, "create_sandbox")
+        sb = r["structuredContent"]["id"]
+        log = self.s.log("sbx-vmd")
+        self.assertIn(f"sandbox={sb} from the small template", log)
+        self.assertRegex(log, rf"sandbox={sb} the restore did not end within 0.001 s")
+        self.assertIn(f"sandbox={sb} restoring the small template failed", log)
+        self.assertIn("booting it cold instead", log)
+        # Booted cold: it works, with its own hostname, and one QEMU (not in -incoming).
+        label = r["structuredContent"]["url"].split("//", 1)[1].split(".", 1)[0]
+        self.assertEqual(self.sh(sid, sb, "hostname"), label)
+        self.assertEqual(len(qemus(self.s, f"/vms/{sb}/")), 1)
+        self.assertEqual(qemus(self.s, "-incoming"), [])
+
+        # A create from a snapshot: fails, saying so; its QEMU is gone.
+        r, _ = self.call(sid, "save_snapshot", {"sandboxId": sb, "name": "late"})
+        snap = r["structuredContent"]["snapshotId"]
+        r, text = self.call(sid, "create_sandbox", {"snapshotId": snap}, ok=False)
+        self.assertTrue(r.get("isError"), text)
+        self.assertIn("the restore did not end within", text)
+        wait_for(lambda: qemus(self.s, "-incoming") == [], 10, "no QEMU left in -incoming")
+
+        # A resume: fails (the sandbox is in error), its QEMU killed.
+        self.call(sid, "stop_sandbox", {"sandboxId": sb})
+        r, text = self.call(sid, "resume_sandbox", {"sandboxId": sb}, ok=False)
+        self.assertTrue(r.get("isError"), text)
+        self.assertIn("the restore did not end within", text)
+        wait_for(lambda: qemus(self.s, "-incoming") == [], 10, "no QEMU left in -incoming")
+        self.call(sid, "delete_sandbox", {"sandboxId": sb})
 
 
 if __name__ == "__main__":
