@@ -11,6 +11,7 @@ docs/benchmarks.md. It prints; it never fails on a figure (exit 0 unless it coul
 import argparse
 import base64
 import datetime
+import glob
 import http.client
 import json
 import os
@@ -377,11 +378,9 @@ def part_template(bdir, n, res):
     Each create must say so in vmd's log, or the figure is not taken."""
     sbx = Sbx(bdir, settings={"vmd.templates": "small"})
     try:
-        root = os.path.join(sbx.dir, "templates")
+        # DIR/templates/<vmd instance>/<image>-small-<qemu>/qemu.version, written last.
         deadline = time.monotonic() + 300
-        while not (os.path.isdir(root) and any(
-                d.endswith("-small") and os.path.exists(os.path.join(root, d, "qemu.version"))
-                for d in os.listdir(root))):
+        while not glob.glob(os.path.join(sbx.dir, "templates", "*", "*-small-*", "qemu.version")):
             if time.monotonic() > deadline:
                 raise RuntimeError("vmd made no small template in 300 s")
             time.sleep(0.5)
@@ -824,7 +823,9 @@ def main():
     raw = sbx = None
     try:
         if parts & {"lifecycle", "exec", "gateway", "density", "billing"}:
-            sbx = Sbx(bdir)
+            # Cold creates (the baseline against raw boots): templates off, explicitly,
+            # since vmd.templates = small is the default.
+            sbx = Sbx(bdir, settings={"vmd.templates": ""})
             mcp, sb = part_lifecycle(sbx, bdir, N_COLD if "lifecycle" in parts else 1, res)
             sample()
             if "exec" in parts:

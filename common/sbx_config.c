@@ -38,7 +38,7 @@ static const s_known_t s_known[] = {
     {"vmd.capacity", "8"},
     {"vmd.network", "isolated"},
     {"vmd.qemu_user", NULL},
-    {"vmd.templates", ""}, //  types restored from a booted template (docs/snapshots.md)
+    {"vmd.templates", "small"}, //  types restored from a booted template (docs/snapshots.md)
     {"vmd.restore_timeout_ms", "30000"}, //  a restore's deadline (docs/vmd.md)
     {"rate.small", "10"},                //  µ$ per second of running time: $0.036 an hour
     {"rate.medium", "20"},

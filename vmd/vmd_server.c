@@ -864,10 +864,10 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
     zmq_pollitem_t item = {NULL, self->wake_fd, ZMQ_POLLIN, 0};
     zloop_poller (loop, &item, s_on_wake, self);
     //  Templates are made in the background; creates boot cold until they are ready.
-    self->templates = vmd_template_new (loop, sbx_config_data_dir (config),
-                                        sbx_config_get (config, "instance", NULL), self->image_dir,
-                                        self->env.qemu_user,
-                                        sbx_config_get (config, "vmd.templates", ""), s_wake, self);
+    self->templates = vmd_template_new (
+        loop, sbx_config_data_dir (config), sbx_config_get (config, "instance", NULL),
+        self->image_dir, self->env.qemu_user, sbx_config_get (config, "vmd.templates", "small"),
+        s_wake, self);
     return self;
 }
 
