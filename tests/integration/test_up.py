@@ -1,4 +1,5 @@
 """sbx up, sbx status, accounts and keys, supervision: the operator contract (issue 2)."""
+import glob
 import os
 import signal
 import subprocess
@@ -141,6 +142,20 @@ class UpTest(unittest.TestCase):
         wait_for(lambda: sorted(p["role"] for p in s.status()["peers"]).count("vmd") == 2 and
                  sorted(p["role"] for p in s.status()["peers"]).count("gateway") == 2,
                  20, "two vmds and two gateways connected")
+        # vmd.templates = small (the default): on one data directory each vmd makes its
+        # template in a directory of its own instance, and neither's start-up clean-up
+        # touches the other's hidden guest (both complete, neither gave up).
+        def vmd_logs():
+            return s.log("sbx-vmd") + "".join(s.log(f[:-4]) for f in os.listdir(
+                os.path.join(s.dir, "logs")) if f.startswith("sbx-vmd-extra"))
+
+        def instances():
+            done = glob.glob(os.path.join(s.dir, "templates", "*", "*-small-*", "qemu.version"))
+            return sorted({p.split(os.sep)[-3] for p in done})
+        wait_for(lambda: len(instances()) == 2 or "sandboxes boot cold" in vmd_logs(), 240,
+                 "both vmds' small templates")
+        self.assertNotIn("sandboxes boot cold", vmd_logs())
+        self.assertIn("vmd-two", instances())
 
         # A crashed daemon is restarted with backoff; the others keep their pids.
         before = {d["name"]: d["pid"] for d in s.status()["daemons"]}
