@@ -237,9 +237,12 @@ static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const 
     //  (Not when the request's own deadline is what ended it: nobody waits any more.)
     bool time_left =
         op && (!op->timeout_ms || sbx_clock_mono_ms () - op->started + 2000 < op->timeout_ms);
+    if (code == SBX_OK && op && op->template)
+        vmd_template_restored (self->templates, op->sandbox_type, true);
     if (code != SBX_OK && op && op->template && time_left &&
         vmd_guest_state (guest) == SBX_SANDBOX_STATE_DELETED) {
         op->template = false;
+        vmd_template_restored (self->templates, op->sandbox_type, false);
         sbx_warn ("sandbox=%s restoring the %s template failed (%s): booting it cold instead",
                   vmd_guest_id (guest), sbx_sandbox_type_name (op->sandbox_type),
                   message && *message ? message : "failed");
@@ -421,6 +424,7 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
         sbx_warn ("sandbox=%s cannot restore the %s template (%s): booting it cold instead",
                   args->sandbox_id, sbx_sandbox_type_name (args->type), err.message);
         op->template = false;
+        vmd_template_restored (self->templates, args->type, false);
         vmd_guest_destroy (&guest);
         err = (sbx_err_t){0};
         guest = vmd_guest_new (&self->env, args->sandbox_id, args->hostname, args->type,

@@ -27,8 +27,9 @@ struct _vmd_template_t {
     vmd_guest_env_t env;
     bool want[S_TYPES];
     bool gave_up[S_TYPES];
-    char *ready[S_TYPES]; //  the directory, once complete
-    vmd_guest_t *guest;   //  the hidden guest being made into a template
+    char *ready[S_TYPES];  //  the directory, once complete
+    int failures[S_TYPES]; //  restores of it that failed in a row
+    vmd_guest_t *guest;    //  the hidden guest being made into a template
     sbx_sandbox_type_t building;
     s_phase_t phase;
     void (*wake) (void *arg);
@@ -328,6 +329,22 @@ const char *vmd_template_dir (vmd_template_t *self, sbx_sandbox_type_t type, con
     if (!self || type <= 0 || type >= S_TYPES || !image_dir || !streq (image_dir, self->image))
         return NULL;
     return self->ready[type];
+}
+
+void vmd_template_restored (vmd_template_t *self, sbx_sandbox_type_t type, bool ok)
+{
+    if (!self || type <= 0 || type >= S_TYPES || !self->ready[type])
+        return;
+    self->failures[type] = ok ? 0 : self->failures[type] + 1;
+    if (self->failures[type] < VMD_TEMPLATE_FAILURES)
+        return;
+    //  Each failed restore costs its create up to vmd.restore_timeout_ms: stop trying.
+    sbx_warn ("template %s: %d restores of %s failed in a row; %s sandboxes boot cold until "
+              "vmd restarts",
+              sbx_sandbox_type_name (type), self->failures[type], self->ready[type],
+              sbx_sandbox_type_name (type));
+    zstr_free (&self->ready[type]);
+    self->gave_up[type] = true;
 }
 
 void vmd_template_collect (vmd_template_t *self)

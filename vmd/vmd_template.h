@@ -32,6 +32,12 @@ void vmd_template_destroy (vmd_template_t **self_p);
 //  The directory of the ready template of `type` for image_dir, or NULL.
 const char *vmd_template_dir (vmd_template_t *self, sbx_sandbox_type_t type, const char *image_dir);
 
+//  A create restored the template of `type` (ok), or could not (it booted cold). After
+//  VMD_TEMPLATE_FAILURES failures in a row the template is set aside: creates of that
+//  type boot cold at once until vmd restarts (its files stay: sandboxes stand on them).
+#define VMD_TEMPLATE_FAILURES 3
+void vmd_template_restored (vmd_template_t *self, sbx_sandbox_type_t type, bool ok);
+
 //  From a poller: drops the hidden guest once it is deleted, starts the next template.
 void vmd_template_collect (vmd_template_t *self);
 

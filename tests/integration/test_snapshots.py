@@ -517,8 +517,9 @@ class TemplatesTest(unittest.TestCase):
 
 class RestoreDeadlineTest(unittest.TestCase):
     """vmd.restore_timeout_ms: a restore that does not end in time has its QEMU killed
-    (none stays paused in -incoming); a create from the template then boots cold, a
-    create from a snapshot and a resume fail and say why. (1 ms: every restore is late.)"""
+    (none stays paused in -incoming); a create from the template then boots cold (after
+    three in a row the template is set aside), a create from a snapshot and a resume
+    fail and say why. (1 ms: every restore is late.)"""
 
     @classmethod
     def setUpClass(cls):
@@ -555,6 +556,16 @@ class RestoreDeadlineTest(unittest.TestCase):
         self.assertEqual(self.sh(sid, sb, "hostname"), label)
         self.assertEqual(len(qemus(self.s, f"/vms/{sb}/")), 1)
         self.assertEqual(qemus(self.s, "-incoming"), [])
+        # Two more late restores (three in a row): the template is set aside, and the
+        # next create boots cold at once.
+        for _ in range(3):
+            r, _ = self.call(sid, "create_sandbox")
+            other = r["structuredContent"]["id"]
+            self.call(sid, "delete_sandbox", {"sandboxId": other})
+        log = self.s.log("sbx-vmd")
+        self.assertIn("template small: 3 restores of", log)
+        self.assertNotIn(f"sandbox={other} from the small template", log)
+        self.assertIn(f"sandbox={other} rid=", log)
 
         # A create from a snapshot: fails, saying so; its QEMU is gone.
         r, _ = self.call(sid, "save_snapshot", {"sandboxId": sb, "name": "late"})
