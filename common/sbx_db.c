@@ -1,0 +1,569 @@
+/*  sbx_db - see sbx_db.h */
+#include "sbx_db.h"
+#include "sbx_clock.h"
+#include "sbx_log.h"
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+//  Long enough to ride out a checkpoint or a CLI reading the file; short enough that a
+//  wedged peer shows up as an error rather than a hung daemon.
+#define BUSY_TIMEOUT_MS 5000
+
+//  The transaction statements, prepared after the store's own.
+enum { TX_BEGIN, TX_COMMIT, TX_ROLLBACK, TX_COUNT };
+static const char *s_tx_sql[TX_COUNT] = {"BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"};
+
+struct _sbx_db_t {
+    sqlite3 *db;
+    char *path;
+    int version;
+    int statements;      //  the store's; the transaction ones follow
+    sqlite3_stmt **stmt; //  statements + TX_COUNT
+};
+
+//  --------------------------------------------------------------------------
+//  Helpers
+
+bool sbx_db_nonempty (const char *text)
+{
+    return text && *text;
+}
+
+bool sbx_db_fits (uint64_t value)
+{
+    return value <= (uint64_t) INT64_MAX;
+}
+
+uint64_t sbx_db_column_u64 (sqlite3_stmt *stmt, int column)
+{
+    sqlite3_int64 value = sqlite3_column_int64 (stmt, column);
+    return value < 0 ? 0 : (uint64_t) value;
+}
+
+char *sbx_db_column_dup (sqlite3_stmt *stmt, int column, bool *failed)
+{
+    const unsigned char *text = sqlite3_column_text (stmt, column);
+    //  SQLite answers NULL both for SQL NULL and when it could not convert the value.
+    if (!text) {
+        if (failed && sqlite3_errcode (sqlite3_db_handle (stmt)) == SQLITE_NOMEM)
+            *failed = true;
+        return NULL;
+    }
+    char *copy = strdup ((const char *) text);
+    if (!copy && failed)
+        *failed = true;
+    return copy;
+}
+
+int sbx_db_bind_text (sqlite3_stmt *stmt, int index, const char *text)
+{
+    if (!text)
+        return sqlite3_bind_null (stmt, index);
+    return sqlite3_bind_text (stmt, index, text, -1, SQLITE_STATIC);
+}
+
+void sbx_db_reset (sqlite3_stmt *stmt)
+{
+    sqlite3_reset (stmt);
+    sqlite3_clear_bindings (stmt);
+}
+
+void sbx_db_log_error (sbx_db_t *self, const char *what)
+{
+    sbx_error ("store %s: %s: %s (%d)", self->path, what, sqlite3_errmsg (self->db),
+               sqlite3_extended_errcode (self->db));
+}
+
+const char *sbx_db_path (sbx_db_t *self)
+{
+    return self->path;
+}
+
+int sbx_db_schema_version (sbx_db_t *self)
+{
+    return self ? self->version : -1;
+}
+
+sqlite3_stmt *sbx_db_stmt (sbx_db_t *self, int index)
+{
+    assert (index >= 0 && index < self->statements);
+    return self->stmt[index];
+}
+
+int sbx_db_changes (sbx_db_t *self)
+{
+    return sqlite3_changes (self->db);
+}
+
+int64_t sbx_db_last_insert_rowid (sbx_db_t *self)
+{
+    return sqlite3_last_insert_rowid (self->db);
+}
+
+static int s_step (sbx_db_t *self, sqlite3_stmt *stmt, bool quiet_constraints, const char *what)
+{
+    int rc = sqlite3_step (stmt);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        rc = sqlite3_extended_errcode (self->db);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW &&
+        !(quiet_constraints && (rc & 0xff) == SQLITE_CONSTRAINT))
+        sbx_db_log_error (self, what);
+    sbx_db_reset (stmt);
+    return rc == SQLITE_ROW ? SQLITE_DONE : rc;
+}
+
+int sbx_db_run (sbx_db_t *self, int index, const char *what)
+{
+    return s_step (self, sbx_db_stmt (self, index), false, what) == SQLITE_DONE ? 0 : -1;
+}
+
+int sbx_db_try (sbx_db_t *self, int index, const char *what)
+{
+    return s_step (self, sbx_db_stmt (self, index), true, what);
+}
+
+int sbx_db_row (sbx_db_t *self, int index, sbx_db_row_fn *fill, void *out, const char *what)
+{
+    sqlite3_stmt *stmt = sbx_db_stmt (self, index);
+    int rc = sqlite3_step (stmt);
+    int result = -1;
+    if (rc == SQLITE_ROW)
+        result = fill (stmt, out);
+    else if (rc == SQLITE_DONE)
+        result = 1;
+    else
+        sbx_db_log_error (self, what);
+    sbx_db_reset (stmt);
+    return result;
+}
+
+int sbx_db_exec (sbx_db_t *self, const char *sql, const char *what)
+{
+    char *message = NULL;
+    if (sqlite3_exec (self->db, sql, NULL, NULL, &message) == SQLITE_OK)
+        return 0;
+    sbx_error ("store %s: %s: %s", self->path, what, message ? message : "failed");
+    sqlite3_free (message);
+    return -1;
+}
+
+int64_t sbx_db_query_int (sbx_db_t *self, const char *sql, const char *what)
+{
+    sqlite3_stmt *stmt = NULL;
+    int64_t value = -1;
+    if (sqlite3_prepare_v2 (self->db, sql, -1, &stmt, NULL) == SQLITE_OK &&
+        sqlite3_step (stmt) == SQLITE_ROW)
+        value = sqlite3_column_int64 (stmt, 0);
+    else
+        sbx_db_log_error (self, what);
+    sqlite3_finalize (stmt);
+    return value;
+}
+
+//  --------------------------------------------------------------------------
+//  Transactions
+
+bool sbx_db_in_transaction (sbx_db_t *self)
+{
+    return self && sqlite3_get_autocommit (self->db) == 0;
+}
+
+bool sbx_db_require_transaction (sbx_db_t *self, const char *what)
+{
+    if (sqlite3_get_autocommit (self->db) == 0)
+        return true;
+    sbx_warn ("store %s: %s outside a transaction refused", self->path, what);
+    return false;
+}
+
+//  Steps one of the transaction statements: 0, or -1 (logged).
+static int s_tx (sbx_db_t *self, int which, const char *what)
+{
+    sqlite3_stmt *stmt = self->stmt[self->statements + which];
+    return s_step (self, stmt, false, what) == SQLITE_DONE ? 0 : -1;
+}
+
+int sbx_db_begin (sbx_db_t *self)
+{
+    if (!self)
+        return -1;
+    if (sqlite3_get_autocommit (self->db) == 0) {
+        sbx_warn ("store %s: begin inside a transaction refused", self->path);
+        return -1;
+    }
+    return s_tx (self, TX_BEGIN, "begin");
+}
+
+int sbx_db_commit (sbx_db_t *self)
+{
+    return sbx_db_in_transaction (self) ? s_tx (self, TX_COMMIT, "commit") : -1;
+}
+
+int sbx_db_rollback (sbx_db_t *self)
+{
+    return sbx_db_in_transaction (self) ? s_tx (self, TX_ROLLBACK, "rollback") : -1;
+}
+
+//  --------------------------------------------------------------------------
+//  Opening
+
+//  Creates the file with mode 0600 before SQLite does (SQLite would use 0644 less the
+//  umask); sets *loose when an existing file is readable by others. SQLite gives -wal
+//  and -shm the main file's mode.
+static int s_create_private (const char *path, bool *loose)
+{
+    int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+    if (fd < 0) {
+        sbx_error ("store %s: cannot open: %s", path, strerror (errno));
+        return -1;
+    }
+    struct stat st;
+    int rc = fstat (fd, &st);
+    if (rc == 0 && !S_ISREG (st.st_mode)) {
+        sbx_error ("store %s: not a regular file", path);
+        rc = -1;
+    } else if (rc == 0 && st.st_size > 0 && st.st_size < 512) {
+        //  Databases are whole pages of 512 bytes or more. SQLite would take some such
+        //  stubs for an empty database and overwrite them.
+        sbx_error ("store %s: not a database (%lld bytes)", path, (long long) st.st_size);
+        rc = -1;
+    } else if (rc == 0)
+        *loose = (st.st_mode & 077) != 0;
+    close (fd);
+    return rc;
+}
+
+static int s_configure (sbx_db_t *self)
+{
+    sqlite3_extended_result_codes (self->db, 1);
+    sqlite3_busy_timeout (self->db, BUSY_TIMEOUT_MS);
+    //  The first statement reads the header: a file that is not a database fails here.
+    sqlite3_stmt *stmt = NULL;
+    bool wal = false;
+    if (sqlite3_prepare_v2 (self->db, "PRAGMA journal_mode=WAL", -1, &stmt, NULL) == SQLITE_OK &&
+        sqlite3_step (stmt) == SQLITE_ROW) {
+        const char *mode = (const char *) sqlite3_column_text (stmt, 0);
+        wal = mode && strcmp (mode, "wal") == 0;
+        if (!wal)
+            sbx_error ("store %s: cannot use WAL (journal mode stays %s)", self->path,
+                       mode ? mode : "?");
+    } else
+        sbx_db_log_error (self, "cannot read the database");
+    sqlite3_finalize (stmt);
+    if (!wal)
+        return -1;
+    //  FULL: a commit survives a power cut (an event, a charge, a snapshot that says
+    //  ready). NORMAL in WAL mode may lose the last commits.
+    return sbx_db_exec (self, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", "pragmas");
+}
+
+//  Applies the migrations the database lacks, each in its own transaction. Reads the
+//  version under the write lock, so two openers cannot both apply one.
+static int s_migrate (sbx_db_t *self, const char *daemon, const char *const *migrations, int count)
+{
+    while (true) {
+        if (sbx_db_exec (self, "BEGIN IMMEDIATE", "begin migration"))
+            return -1;
+        int64_t version = -1;
+        //  This text is stored in the file's schema: never change it.
+        if (sbx_db_exec (self,
+                         "CREATE TABLE IF NOT EXISTS schema_version ("
+                         "  version INTEGER NOT NULL PRIMARY KEY, applied_ms INTEGER NOT NULL)",
+                         "create schema_version") == 0)
+            version =
+                sbx_db_query_int (self, "SELECT coalesce (max (version), 0) FROM schema_version",
+                                  "read schema_version");
+        if (version < 0) {
+            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+        if (version > count) {
+            sbx_error ("store %s: schema version %lld is newer than this %s knows (%d); "
+                       "refusing to open (run a newer %s)",
+                       self->path, (long long) version, daemon, count, daemon);
+            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+        if (version == count) {
+            self->version = (int) version;
+            return sbx_db_exec (self, "COMMIT", "commit");
+        }
+        char record[128];
+        snprintf (record, sizeof record,
+                  "INSERT INTO schema_version (version, applied_ms) VALUES (%d, %llu)",
+                  (int) version + 1, (unsigned long long) sbx_clock_now_ms ());
+        if (sbx_db_exec (self, migrations[version], "migration") ||
+            sbx_db_exec (self, record, "record migration") ||
+            sbx_db_exec (self, "COMMIT", "commit migration")) {
+            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+            sbx_error ("store %s: migration to version %d failed", self->path, (int) version + 1);
+            return -1;
+        }
+        sbx_info ("store %s: schema migrated to version %d", self->path, (int) version + 1);
+    }
+}
+
+static int s_prepare (sbx_db_t *self, const char *sql, sqlite3_stmt **stmt_p)
+{
+    assert (sql);
+    if (sqlite3_prepare_v3 (self->db, sql, -1, SQLITE_PREPARE_PERSISTENT, stmt_p, NULL) ==
+        SQLITE_OK)
+        return 0;
+    sbx_db_log_error (self, "prepare");
+    return -1;
+}
+
+sbx_db_t *sbx_db_new (const char *path, const char *daemon, const char *const *migrations,
+                      int migration_count, const char *const *sql, int statements)
+{
+    assert (daemon && migration_count >= 0 && statements >= 0);
+    if (!sbx_db_nonempty (path))
+        return NULL;
+    sbx_db_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->path = strdup (path);
+    self->statements = statements;
+    self->stmt = calloc ((size_t) statements + TX_COUNT, sizeof *self->stmt);
+    bool loose = false;
+    if (!self->path || !self->stmt || s_create_private (path, &loose))
+        goto failed;
+    int rc = sqlite3_open_v2 (path, &self->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        sbx_error ("store %s: cannot open: %s", path,
+                   self->db ? sqlite3_errmsg (self->db) : sqlite3_errstr (rc));
+        goto failed;
+    }
+    if (s_configure (self) || s_migrate (self, daemon, migrations, migration_count))
+        goto failed;
+    //  Only now that it is known to be our database: stores hold what only their daemon
+    //  may read (password hashes, balances, every account's snapshots).
+    if (loose) {
+        sbx_warn ("store %s: was readable by others, now mode 0600", path);
+        if (chmod (path, 0600))
+            sbx_warn ("store %s: chmod: %s", path, strerror (errno));
+    }
+    for (int i = 0; i < statements; i++)
+        if (s_prepare (self, sql[i], &self->stmt[i]))
+            goto failed;
+    for (int i = 0; i < TX_COUNT; i++)
+        if (s_prepare (self, s_tx_sql[i], &self->stmt[statements + i]))
+            goto failed;
+    sbx_debug ("store %s: open at schema version %d", path, self->version);
+    return self;
+
+failed:
+    sbx_db_destroy (&self);
+    return NULL;
+}
+
+void sbx_db_destroy (sbx_db_t **self_p)
+{
+    assert (self_p);
+    sbx_db_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->db && sqlite3_get_autocommit (self->db) == 0) {
+        sbx_warn ("store %s: closed inside a transaction; rolled back", self->path);
+        sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+    }
+    if (self->stmt)
+        for (int i = 0; i < self->statements + TX_COUNT; i++)
+            sqlite3_finalize (self->stmt[i]); //  NULL (never prepared) is harmless
+    if (self->db && sqlite3_close (self->db) != SQLITE_OK)
+        sbx_db_log_error (self, "close");
+    free (self->stmt);
+    free (self->path);
+    free (self);
+    *self_p = NULL;
+}
+
+//  --------------------------------------------------------------------------
+//  Self-test
+
+#define streq(a, b) (strcmp ((a), (b)) == 0)
+
+static const char *s_test_migrations[] = {
+    "CREATE TABLE items (id TEXT NOT NULL PRIMARY KEY, size INTEGER NOT NULL);",
+    "ALTER TABLE items ADD COLUMN note TEXT;",
+};
+
+enum { TEST_INSERT, TEST_FIND, TEST_COUNT };
+static const char *s_test_sql[TEST_COUNT] = {
+    [TEST_INSERT] = "INSERT INTO items (id, size, note) VALUES (?1, ?2, ?3)",
+    [TEST_FIND] = "SELECT id, size, note FROM items WHERE id = ?1",
+};
+
+typedef struct {
+    char *id;
+    uint64_t size;
+    char *note;
+} test_item_t;
+
+static int s_test_item (sqlite3_stmt *stmt, void *arg)
+{
+    test_item_t *item = arg;
+    bool failed = false;
+    item->id = sbx_db_column_dup (stmt, 0, &failed);
+    item->size = sbx_db_column_u64 (stmt, 1);
+    item->note = sbx_db_column_dup (stmt, 2, &failed);
+    return failed ? -1 : 0;
+}
+
+//  The statements need the second migration's column: an older daemon has none.
+static sbx_db_t *s_test_open (const char *path, int migrations)
+{
+    return sbx_db_new (path, "sbx-test", s_test_migrations, migrations, s_test_sql,
+                       migrations == 2 ? TEST_COUNT : 0);
+}
+
+static int s_test_insert (sbx_db_t *db, const char *id, int64_t size)
+{
+    sqlite3_stmt *stmt = sbx_db_stmt (db, TEST_INSERT);
+    sbx_db_bind_text (stmt, 1, id);
+    sqlite3_bind_int64 (stmt, 2, size);
+    sbx_db_bind_text (stmt, 3, NULL);
+    return sbx_db_try (db, TEST_INSERT, "insert");
+}
+
+static int s_test_find (sbx_db_t *db, const char *id, test_item_t *item)
+{
+    memset (item, 0, sizeof *item);
+    sbx_db_bind_text (sbx_db_stmt (db, TEST_FIND), 1, id);
+    return sbx_db_row (db, TEST_FIND, s_test_item, item, "find");
+}
+
+static void s_test_write (const char *path, const char *text)
+{
+    FILE *file = fopen (path, "w");
+    assert (file);
+    fputs (text, file);
+    fclose (file);
+}
+
+void sbx_db_test (bool verbose)
+{
+    (void) verbose;
+    char dir[] = "/tmp/sbx_db_test.XXXXXX";
+    assert (mkdtemp (dir));
+    char path[PATH_MAX];
+    snprintf (path, sizeof path, "%s/test.db", dir);
+
+    //  A new file: private, WAL, FULL, foreign keys; the first migration applied.
+    sbx_db_t *db = s_test_open (path, 1);
+    assert (db);
+    assert (sbx_db_schema_version (db) == 1);
+    assert (streq (sbx_db_path (db), path));
+    struct stat st;
+    assert (stat (path, &st) == 0 && S_ISREG (st.st_mode) && (st.st_mode & 0777) == 0600);
+    sqlite3_stmt *stmt = NULL;
+    assert (sqlite3_prepare_v2 (db->db, "PRAGMA journal_mode", -1, &stmt, NULL) == SQLITE_OK);
+    assert (sqlite3_step (stmt) == SQLITE_ROW);
+    assert (streq ((const char *) sqlite3_column_text (stmt, 0), "wal"));
+    sqlite3_finalize (stmt);
+    assert (sbx_db_query_int (db, "PRAGMA synchronous", "synchronous") == 2);
+    assert (sbx_db_query_int (db, "PRAGMA foreign_keys", "foreign keys") == 1);
+    assert (sbx_db_query_int (db, "SELECT count(*) FROM schema_version", "") == 1);
+    sbx_db_destroy (&db);
+    assert (db == NULL);
+    sbx_db_destroy (&db);
+
+    //  A newer daemon's second migration: applied once, recorded, never again.
+    db = s_test_open (path, 2);
+    assert (db && sbx_db_schema_version (db) == 2);
+    assert (sbx_db_query_int (db, "SELECT count(*) FROM schema_version", "") == 2);
+    assert (sbx_db_query_int (db, "SELECT max (version) FROM schema_version", "") == 2);
+    sbx_db_destroy (&db);
+    db = s_test_open (path, 2);
+    assert (db && sbx_db_query_int (db, "SELECT count(*) FROM schema_version", "") == 2);
+
+    //  Transactions: writes outside one refused where the store asks; no nesting.
+    assert (!sbx_db_in_transaction (db));
+    assert (!sbx_db_require_transaction (db, "test write"));
+    assert (sbx_db_commit (db) == -1 && sbx_db_rollback (db) == -1);
+    assert (sbx_db_begin (db) == 0 && sbx_db_in_transaction (db));
+    assert (sbx_db_require_transaction (db, "test write"));
+    assert (sbx_db_begin (db) == -1);
+    assert (s_test_insert (db, "a", 10) == SQLITE_DONE);
+    assert (sbx_db_changes (db) == 1 && sbx_db_last_insert_rowid (db) == 1);
+    assert (s_test_insert (db, "a", 11) == SQLITE_CONSTRAINT_PRIMARYKEY); //  the caller's
+    sqlite3_stmt *insert = sbx_db_stmt (db, TEST_INSERT);
+    sbx_db_bind_text (insert, 1, "a");
+    sqlite3_bind_int64 (insert, 2, 12);
+    assert (sbx_db_run (db, TEST_INSERT, "insert") == -1); //  logged
+    sbx_db_bind_text (insert, 1, "d");
+    sqlite3_bind_int64 (insert, 2, 12);
+    assert (sbx_db_run (db, TEST_INSERT, "insert") == 0 && sbx_db_changes (db) == 1);
+    assert (sbx_db_commit (db) == 0 && !sbx_db_in_transaction (db));
+    assert (sbx_db_begin (db) == 0);
+    assert (s_test_insert (db, "b", 20) == SQLITE_DONE);
+    assert (sbx_db_rollback (db) == 0);
+    test_item_t item;
+    assert (s_test_find (db, "a", &item) == 0);
+    assert (streq (item.id, "a") && item.size == 10 && !item.note);
+    free (item.id);
+    assert (s_test_find (db, "b", &item) == 1 && !item.id);
+
+    //  Closed inside a transaction: rolled back.
+    assert (sbx_db_begin (db) == 0);
+    assert (s_test_insert (db, "c", 30) == SQLITE_DONE);
+    sbx_db_destroy (&db);
+    db = s_test_open (path, 2);
+    assert (db && s_test_find (db, "c", &item) == 1);
+    assert (sbx_db_query_int (db, "SELECT count(*) FROM items", "") == 2);
+
+    //  A schema newer than this daemon knows: refused, and the file left as it is.
+    sbx_db_destroy (&db);
+    assert (s_test_open (path, 1) == NULL);
+    db = s_test_open (path, 2);
+    assert (db);
+    assert (sbx_db_exec (db, "INSERT INTO schema_version VALUES (99, 0)", "") == 0);
+    sbx_db_destroy (&db);
+    assert (s_test_open (path, 2) == NULL);
+
+    //  Not databases: a stub SQLite would overwrite, text, a directory; never crashed.
+    snprintf (path, sizeof path, "%s/tiny.db", dir);
+    s_test_write (path, "junk");
+    assert (s_test_open (path, 2) == NULL);
+    assert (stat (path, &st) == 0 && st.st_size == 4); //  untouched
+    snprintf (path, sizeof path, "%s/text.db", dir);
+    char text[1024];
+    memset (text, 'x', sizeof text - 1);
+    text[sizeof text - 1] = 0;
+    s_test_write (path, text);
+    assert (s_test_open (path, 2) == NULL);
+    assert (s_test_open (dir, 2) == NULL);
+    snprintf (path, sizeof path, "%s/missing/test.db", dir);
+    assert (s_test_open (path, 2) == NULL);
+    assert (s_test_open ("", 2) == NULL && s_test_open (NULL, 2) == NULL);
+
+    //  A loose file of ours is made private once it is known to be a database.
+    snprintf (path, sizeof path, "%s/loose.db", dir);
+    db = s_test_open (path, 2);
+    assert (db);
+    sbx_db_destroy (&db);
+    assert (chmod (path, 0644) == 0);
+    db = s_test_open (path, 2);
+    assert (db && stat (path, &st) == 0 && (st.st_mode & 0777) == 0600);
+    sbx_db_destroy (&db);
+
+    DIR *handle = opendir (dir);
+    assert (handle);
+    struct dirent *entry;
+    while ((entry = readdir (handle)))
+        if (!streq (entry->d_name, ".") && !streq (entry->d_name, "..")) {
+            snprintf (path, sizeof path, "%s/%s", dir, entry->d_name);
+            assert (unlink (path) == 0);
+        }
+    closedir (handle);
+    assert (rmdir (dir) == 0);
+}

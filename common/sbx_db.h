@@ -1,0 +1,113 @@
+/*  sbx_db - one SQLite database as every store module opens it: the file made 0600
+    before SQLite touches it, WAL (required), synchronous=FULL, foreign keys, a busy
+    timeout, numbered migrations recorded in schema_version, and the store's statements
+    prepared once. Also the column and bind helpers the stores share.
+
+    Only store modules (brk_store, bill_store, snap_store) include this header: it
+    brings sqlite3.h, and SQLite stays behind them. A store keeps its own migrations,
+    statement enum and row functions, and binds and steps its statements itself:
+
+        static const char *s_migrations[] = {"CREATE TABLE t (...)", ...};
+        enum { ST_FIND, ST_COUNT };
+        static const char *s_sql[ST_COUNT] = {[ST_FIND] = "SELECT ... WHERE id = ?1"};
+
+        sbx_db_t *db = sbx_db_new (path, "sbx-billing", s_migrations, 1, s_sql, ST_COUNT);
+        sqlite3_stmt *stmt = sbx_db_stmt (db, ST_FIND);
+        sbx_db_bind_text (stmt, 1, id);
+        ... sqlite3_step, sbx_db_reset (stmt) ...
+        sbx_db_destroy (&db);
+
+    One sbx_db_t per process and database, used from one thread (NOMUTEX).
+*/
+#ifndef SBX_DB_H_INCLUDED
+#define SBX_DB_H_INCLUDED
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct _sbx_db_t sbx_db_t;
+
+//  Opens or creates the database at path and brings its schema up to date:
+//  migrations[i] takes it from version i to i + 1, each in its own transaction with its
+//  schema_version row; then prepares sql[0..statements-1] (sbx_db_stmt gets them by
+//  index). daemon ("sbx-broker") names the program in messages, as the one to upgrade
+//  when the file's schema is newer than it knows. NULL (logged) when the file cannot be
+//  opened, is not a regular file or not a database, cannot use WAL, a migration or a
+//  statement fails, or the schema is newer.
+sbx_db_t *sbx_db_new (const char *path, const char *daemon, const char *const *migrations,
+                      int migration_count, const char *const *sql, int statements);
+
+//  Rolls back an open transaction (with a warning), finalizes the statements, closes
+//  the database and sets *self_p to NULL. Safe on NULL.
+void sbx_db_destroy (sbx_db_t **self_p);
+
+//  The path given to new, for messages.
+const char *sbx_db_path (sbx_db_t *self);
+
+//  The schema version the database is at: the number of migrations applied.
+int sbx_db_schema_version (sbx_db_t *self);
+
+//  The store's prepared statement number index.
+sqlite3_stmt *sbx_db_stmt (sbx_db_t *self, int index);
+
+//  BEGIN IMMEDIATE: takes the write lock now, so the transaction cannot fail later for
+//  want of it. Transactions do not nest. 0, or -1 (one is open: warned; busy: logged).
+int sbx_db_begin (sbx_db_t *self);
+//  0, or -1 when none is open or the commit failed (then roll back).
+int sbx_db_commit (sbx_db_t *self);
+//  0, or -1 when none is open.
+int sbx_db_rollback (sbx_db_t *self);
+//  True between begin and commit/rollback.
+bool sbx_db_in_transaction (sbx_db_t *self);
+//  True inside a transaction; else warns "<what> outside a transaction refused".
+bool sbx_db_require_transaction (sbx_db_t *self, const char *what);
+
+//  Steps statement index once (a statement that returns no rows; a row counts as done)
+//  and resets it. sbx_db_run returns 0, or -1 with the error logged with what.
+//  sbx_db_try returns SQLITE_DONE or the extended error code, and leaves constraint
+//  violations to the caller (they are often an answer: "that email is taken"); it logs
+//  the other errors.
+int sbx_db_run (sbx_db_t *self, int index, const char *what);
+int sbx_db_try (sbx_db_t *self, int index, const char *what);
+
+//  Fills a row from a stepped statement into out. 0, or -1 (out of memory: out cleared).
+typedef int (sbx_db_row_fn) (sqlite3_stmt *stmt, void *out);
+
+//  Steps statement index (bound by the caller) for one row and resets it. Returns 0
+//  when fill took the row, 1 when there is none, -1 when fill failed or on a database
+//  error (logged with what).
+int sbx_db_row (sbx_db_t *self, int index, sbx_db_row_fn *fill, void *out, const char *what);
+
+//  Runs SQL text (no parameters, any number of statements). 0, or -1 (logged).
+int sbx_db_exec (sbx_db_t *self, const char *sql, const char *what);
+//  Runs a one-row query with no parameters: its first column, or -1 (logged).
+int64_t sbx_db_query_int (sbx_db_t *self, const char *sql, const char *what);
+
+//  Rows changed by the last statement; the rowid of the last insert.
+int sbx_db_changes (sbx_db_t *self);
+int64_t sbx_db_last_insert_rowid (sbx_db_t *self);
+
+//  Logs "store PATH: WHAT: SQLite's message (extended code)".
+void sbx_db_log_error (sbx_db_t *self, const char *what);
+
+//  A required text argument: not NULL and not empty.
+bool sbx_db_nonempty (const char *text);
+//  Every uint64 stored must fit SQLite's signed 64-bit integers.
+bool sbx_db_fits (uint64_t value);
+
+//  A text column's copy (caller frees), NULL for SQL NULL. Sets *failed (when not NULL)
+//  when out of memory.
+char *sbx_db_column_dup (sqlite3_stmt *stmt, int column, bool *failed);
+//  An integer column, negatives read as 0.
+uint64_t sbx_db_column_u64 (sqlite3_stmt *stmt, int column);
+//  Binds text, NULL as SQL NULL. Not copied: the text must outlive the step.
+int sbx_db_bind_text (sqlite3_stmt *stmt, int index, const char *text);
+//  Resets a statement after use, so it holds no read snapshot (which would keep WAL
+//  checkpoints from finishing) and no pointers to the caller's strings.
+void sbx_db_reset (sqlite3_stmt *stmt);
+
+void sbx_db_test (bool verbose);
+
+#endif
