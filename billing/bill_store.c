@@ -1,16 +1,13 @@
 /*  bill_store - see bill_store.h */
 #include "bill_store.h"
 #include "sbx_common.h"
+#include "sbx_db.h"
 
 #include <assert.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 //  --------------------------------------------------------------------------
 //  Schema migrations. Entry i brings the schema from version i to i + 1, in one
@@ -78,9 +75,6 @@ static const char *s_migrations[] = {
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
 
 typedef enum {
-    ST_BEGIN,
-    ST_COMMIT,
-    ST_ROLLBACK,
     ST_META_GET,
     ST_META_SET,
     ST_ACCOUNT_INSERT,
@@ -108,9 +102,6 @@ typedef enum {
 
 static const char *s_sql[ST_COUNT] = {
     [ST_ACCOUNTS] = "SELECT id FROM accounts ORDER BY id",
-    [ST_BEGIN] = "BEGIN IMMEDIATE",
-    [ST_COMMIT] = "COMMIT",
-    [ST_ROLLBACK] = "ROLLBACK",
     [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
     [ST_META_SET] = "INSERT INTO meta (key, value) VALUES (?1, ?2) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -161,230 +152,22 @@ static const char *s_sql[ST_COUNT] = {
 };
 
 struct _bill_store_t {
-    sqlite3 *db;
-    char *path;
-    int version;
-    sqlite3_stmt *stmt[ST_COUNT];
+    sbx_db_t *db;
 };
 
-#define BUSY_TIMEOUT_MS 5000
-
 //  --------------------------------------------------------------------------
-//  Helpers (as in brk_store)
-
-static bool s_nonempty (const char *text)
-{
-    return text && *text;
-}
-
-//  Every uint64 stored must fit SQLite's signed 64-bit integers.
-static bool s_fits (uint64_t value)
-{
-    return value <= (uint64_t) INT64_MAX;
-}
-
-static uint64_t s_column_u64 (sqlite3_stmt *stmt, int column)
-{
-    sqlite3_int64 value = sqlite3_column_int64 (stmt, column);
-    return value < 0 ? 0 : (uint64_t) value;
-}
-
-static char *s_column_dup (sqlite3_stmt *stmt, int column, bool *failed)
-{
-    const unsigned char *text = sqlite3_column_text (stmt, column);
-    if (!text) {
-        if (sqlite3_errcode (sqlite3_db_handle (stmt)) == SQLITE_NOMEM)
-            *failed = true;
-        return NULL;
-    }
-    char *copy = strdup ((const char *) text);
-    if (!copy)
-        *failed = true;
-    return copy;
-}
-
-static int s_bind_text (sqlite3_stmt *stmt, int index, const char *text)
-{
-    if (!text)
-        return sqlite3_bind_null (stmt, index);
-    return sqlite3_bind_text (stmt, index, text, -1, SQLITE_STATIC);
-}
-
-static void s_reset (sqlite3_stmt *stmt)
-{
-    sqlite3_reset (stmt);
-    sqlite3_clear_bindings (stmt);
-}
-
-static void s_log_db_error (bill_store_t *self, const char *what)
-{
-    sbx_error ("store %s: %s: %s (%d)", self->path, what, sqlite3_errmsg (self->db),
-               sqlite3_extended_errcode (self->db));
-}
-
-//  Runs a statement that returns no rows. Returns the final SQLite code.
-static int s_run (bill_store_t *self, stmt_id_t id, const char *what)
-{
-    sqlite3_stmt *stmt = self->stmt[id];
-    int rc = sqlite3_step (stmt);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        rc = sqlite3_extended_errcode (self->db);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        s_log_db_error (self, what);
-    s_reset (stmt);
-    return rc == SQLITE_ROW ? SQLITE_DONE : rc;
-}
-
-static bool s_require_transaction (bill_store_t *self, const char *what)
-{
-    if (sqlite3_get_autocommit (self->db) == 0)
-        return true;
-    sbx_warn ("store %s: %s outside a transaction refused", self->path, what);
-    return false;
-}
-
-static int s_exec (bill_store_t *self, const char *sql, const char *what)
-{
-    char *message = NULL;
-    if (sqlite3_exec (self->db, sql, NULL, NULL, &message) == SQLITE_OK)
-        return 0;
-    sbx_error ("store %s: %s: %s", self->path, what, message ? message : "failed");
-    sqlite3_free (message);
-    return -1;
-}
-
-static int64_t s_query_int (bill_store_t *self, const char *sql, const char *what)
-{
-    sqlite3_stmt *stmt = NULL;
-    int64_t value = -1;
-    if (sqlite3_prepare_v2 (self->db, sql, -1, &stmt, NULL) == SQLITE_OK &&
-        sqlite3_step (stmt) == SQLITE_ROW)
-        value = sqlite3_column_int64 (stmt, 0);
-    else
-        s_log_db_error (self, what);
-    sqlite3_finalize (stmt);
-    return value;
-}
-
-//  --------------------------------------------------------------------------
-//  Opening
-
-//  Creates the file 0600 before SQLite does; refuses what can't be a database.
-static int s_create_private (const char *path)
-{
-    int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
-    if (fd < 0) {
-        sbx_error ("store %s: cannot open: %s", path, strerror (errno));
-        return -1;
-    }
-    struct stat st;
-    int rc = fstat (fd, &st);
-    if (rc == 0 && !S_ISREG (st.st_mode)) {
-        sbx_error ("store %s: not a regular file", path);
-        rc = -1;
-    } else if (rc == 0 && st.st_size > 0 && st.st_size < 512) {
-        sbx_error ("store %s: not a database (%lld bytes)", path, (long long) st.st_size);
-        rc = -1;
-    }
-    close (fd);
-    return rc;
-}
-
-static int s_configure (bill_store_t *self)
-{
-    sqlite3_extended_result_codes (self->db, 1);
-    sqlite3_busy_timeout (self->db, BUSY_TIMEOUT_MS);
-    sqlite3_stmt *stmt = NULL;
-    bool wal = false;
-    if (sqlite3_prepare_v2 (self->db, "PRAGMA journal_mode=WAL", -1, &stmt, NULL) == SQLITE_OK &&
-        sqlite3_step (stmt) == SQLITE_ROW) {
-        const char *mode = (const char *) sqlite3_column_text (stmt, 0);
-        wal = mode && strcmp (mode, "wal") == 0;
-        if (!wal)
-            sbx_error ("store %s: cannot use WAL (journal mode stays %s)", self->path,
-                       mode ? mode : "?");
-    } else
-        s_log_db_error (self, "cannot read the database");
-    sqlite3_finalize (stmt);
-    if (!wal)
-        return -1;
-    //  FULL: a committed charge and its last_seq survive a power cut together.
-    return s_exec (self, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", "pragmas");
-}
-
-static int s_migrate (bill_store_t *self)
-{
-    while (true) {
-        if (s_exec (self, "BEGIN IMMEDIATE", "begin migration"))
-            return -1;
-        int64_t version = -1;
-        if (s_exec (self,
-                    "CREATE TABLE IF NOT EXISTS schema_version ("
-                    "  version INTEGER NOT NULL PRIMARY KEY, applied_ms INTEGER NOT NULL)",
-                    "create schema_version") == 0)
-            version = s_query_int (self, "SELECT coalesce (max (version), 0) FROM schema_version",
-                                   "read schema_version");
-        if (version < 0) {
-            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
-            return -1;
-        }
-        if (version > MIGRATION_COUNT) {
-            sbx_error ("store %s: schema version %lld is newer than this sbx-billing knows (%d); "
-                       "refusing to open (run a newer sbx-billing)",
-                       self->path, (long long) version, MIGRATION_COUNT);
-            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
-            return -1;
-        }
-        if (version == MIGRATION_COUNT) {
-            self->version = (int) version;
-            return s_exec (self, "COMMIT", "commit");
-        }
-        char record[128];
-        snprintf (record, sizeof record,
-                  "INSERT INTO schema_version (version, applied_ms) VALUES (%d, %llu)",
-                  (int) version + 1, (unsigned long long) sbx_clock_now_ms ());
-        if (s_exec (self, s_migrations[version], "migration") ||
-            s_exec (self, record, "record migration") ||
-            s_exec (self, "COMMIT", "commit migration")) {
-            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
-            sbx_error ("store %s: migration to version %d failed", self->path, (int) version + 1);
-            return -1;
-        }
-        sbx_info ("store %s: schema migrated to version %d", self->path, (int) version + 1);
-    }
-}
+//  Opening and transactions: sbx_db's
 
 bill_store_t *bill_store_new (const char *path)
 {
-    if (!s_nonempty (path))
-        return NULL;
     bill_store_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
-    self->path = strdup (path);
-    if (!self->path || s_create_private (path))
-        goto failed;
-    int rc = sqlite3_open_v2 (path, &self->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        sbx_error ("store %s: cannot open: %s", path,
-                   self->db ? sqlite3_errmsg (self->db) : sqlite3_errstr (rc));
-        goto failed;
-    }
-    if (s_configure (self) || s_migrate (self))
-        goto failed;
-    for (int i = 0; i < ST_COUNT; i++) {
-        assert (s_sql[i]);
-        if (sqlite3_prepare_v3 (self->db, s_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &self->stmt[i],
-                                NULL) != SQLITE_OK) {
-            s_log_db_error (self, "prepare");
-            goto failed;
-        }
-    }
+    //  FULL (sbx_db's): a committed charge and its last_seq survive a power cut together.
+    self->db = sbx_db_new (path, "sbx-billing", s_migrations, MIGRATION_COUNT, s_sql, ST_COUNT);
+    if (!self->db)
+        bill_store_destroy (&self);
     return self;
-
-failed:
-    bill_store_destroy (&self);
-    return NULL;
 }
 
 void bill_store_destroy (bill_store_t **self_p)
@@ -393,46 +176,29 @@ void bill_store_destroy (bill_store_t **self_p)
     bill_store_t *self = *self_p;
     if (!self)
         return;
-    if (self->db && sqlite3_get_autocommit (self->db) == 0) {
-        sbx_warn ("store %s: closed inside a transaction; rolled back", self->path);
-        sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
-    }
-    for (int i = 0; i < ST_COUNT; i++)
-        sqlite3_finalize (self->stmt[i]);
-    if (self->db && sqlite3_close (self->db) != SQLITE_OK)
-        s_log_db_error (self, "close");
-    free (self->path);
+    sbx_db_destroy (&self->db);
     free (self);
     *self_p = NULL;
 }
 
 int bill_store_schema_version (bill_store_t *self)
 {
-    return self ? self->version : -1;
+    return self ? sbx_db_schema_version (self->db) : -1;
 }
-
-//  --------------------------------------------------------------------------
-//  Transactions
 
 int bill_store_begin (bill_store_t *self)
 {
-    if (!self || sqlite3_get_autocommit (self->db) == 0)
-        return -1;
-    return s_run (self, ST_BEGIN, "begin") == SQLITE_DONE ? 0 : -1;
+    return self ? sbx_db_begin (self->db) : -1;
 }
 
 int bill_store_commit (bill_store_t *self)
 {
-    if (!self || sqlite3_get_autocommit (self->db))
-        return -1;
-    return s_run (self, ST_COMMIT, "commit") == SQLITE_DONE ? 0 : -1;
+    return self ? sbx_db_commit (self->db) : -1;
 }
 
 int bill_store_rollback (bill_store_t *self)
 {
-    if (!self || sqlite3_get_autocommit (self->db))
-        return -1;
-    return s_run (self, ST_ROLLBACK, "rollback") == SQLITE_DONE ? 0 : -1;
+    return self ? sbx_db_rollback (self->db) : -1;
 }
 
 //  --------------------------------------------------------------------------
@@ -442,29 +208,29 @@ uint64_t bill_store_last_seq (bill_store_t *self)
 {
     if (!self)
         return 0;
-    sqlite3_stmt *stmt = self->stmt[ST_META_GET];
-    s_bind_text (stmt, 1, "last_seq");
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_META_GET);
+    sbx_db_bind_text (stmt, 1, "last_seq");
     uint64_t seq = 0;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
         const char *text = (const char *) sqlite3_column_text (stmt, 0);
         seq = text ? strtoull (text, NULL, 10) : 0;
     } else if (rc != SQLITE_DONE)
-        s_log_db_error (self, "last seq");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "last seq");
+    sbx_db_reset (stmt);
     return seq;
 }
 
 int bill_store_set_last_seq (bill_store_t *self, uint64_t seq)
 {
-    if (!self || !s_require_transaction (self, "set last seq"))
+    if (!self || !sbx_db_require_transaction (self->db, "set last seq"))
         return -1;
     char text[32];
     snprintf (text, sizeof text, "%llu", (unsigned long long) seq);
-    sqlite3_stmt *stmt = self->stmt[ST_META_SET];
-    s_bind_text (stmt, 1, "last_seq");
-    s_bind_text (stmt, 2, text);
-    return s_run (self, ST_META_SET, "set last seq") == SQLITE_DONE ? 0 : -1;
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_META_SET);
+    sbx_db_bind_text (stmt, 1, "last_seq");
+    sbx_db_bind_text (stmt, 2, text);
+    return sbx_db_run (self->db, ST_META_SET, "set last seq");
 }
 
 //  --------------------------------------------------------------------------
@@ -473,112 +239,112 @@ int bill_store_set_last_seq (bill_store_t *self, uint64_t seq)
 int bill_store_account_add (bill_store_t *self, const char *id, const char *email, int64_t initial,
                             uint64_t ts_ms)
 {
-    if (!self || !s_nonempty (id) || !s_fits (ts_ms) ||
-        !s_require_transaction (self, "account add"))
+    if (!self || !sbx_db_nonempty (id) || !sbx_db_fits (ts_ms) ||
+        !sbx_db_require_transaction (self->db, "account add"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_ACCOUNT_INSERT];
-    s_bind_text (stmt, 1, id);
-    s_bind_text (stmt, 2, email);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_INSERT);
+    sbx_db_bind_text (stmt, 1, id);
+    sbx_db_bind_text (stmt, 2, email);
     sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) ts_ms);
-    if (s_run (self, ST_ACCOUNT_INSERT, "account add") != SQLITE_DONE)
+    if (sbx_db_run (self->db, ST_ACCOUNT_INSERT, "account add"))
         return -1;
     //  The wallet id derives from the account: a replay makes the same one.
     char wallet[96];
     snprintf (wallet, sizeof wallet, "wal_%s_main", id);
-    stmt = self->stmt[ST_WALLET_INSERT];
-    s_bind_text (stmt, 1, wallet);
-    s_bind_text (stmt, 2, id);
+    stmt = sbx_db_stmt (self->db, ST_WALLET_INSERT);
+    sbx_db_bind_text (stmt, 1, wallet);
+    sbx_db_bind_text (stmt, 2, id);
     sqlite3_bind_int64 (stmt, 3, initial);
     sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) ts_ms);
-    return s_run (self, ST_WALLET_INSERT, "wallet add") == SQLITE_DONE ? 0 : -1;
+    return sbx_db_run (self->db, ST_WALLET_INSERT, "wallet add");
 }
 
 char *bill_store_account_resolve (bill_store_t *self, const char *id_or_email, char **email_p)
 {
     if (email_p)
         *email_p = NULL;
-    if (!self || !s_nonempty (id_or_email))
+    if (!self || !sbx_db_nonempty (id_or_email))
         return NULL;
-    sqlite3_stmt *stmt = self->stmt[ST_ACCOUNT_RESOLVE];
-    s_bind_text (stmt, 1, id_or_email);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_RESOLVE);
+    sbx_db_bind_text (stmt, 1, id_or_email);
     char *id = NULL;
     bool failed = false;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
-        id = s_column_dup (stmt, 0, &failed);
+        id = sbx_db_column_dup (stmt, 0, &failed);
         if (email_p)
-            *email_p = s_column_dup (stmt, 1, &failed);
+            *email_p = sbx_db_column_dup (stmt, 1, &failed);
     } else if (rc != SQLITE_DONE)
-        s_log_db_error (self, "account resolve");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "account resolve");
+    sbx_db_reset (stmt);
     return id;
 }
 
 int bill_store_wallet_active (bill_store_t *self, const char *account, char **wallet_p,
                               int64_t *balance_p)
 {
-    if (!self || !s_nonempty (account))
+    if (!self || !sbx_db_nonempty (account))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_WALLET_ACTIVE];
-    s_bind_text (stmt, 1, account);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_WALLET_ACTIVE);
+    sbx_db_bind_text (stmt, 1, account);
     int result = 1;
     bool failed = false;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
         if (wallet_p)
-            *wallet_p = s_column_dup (stmt, 0, &failed);
+            *wallet_p = sbx_db_column_dup (stmt, 0, &failed);
         if (balance_p)
             *balance_p = sqlite3_column_int64 (stmt, 1);
         result = failed ? -1 : 0;
     } else if (rc != SQLITE_DONE) {
-        s_log_db_error (self, "wallet active");
+        sbx_db_log_error (self->db, "wallet active");
         result = -1;
     }
-    s_reset (stmt);
+    sbx_db_reset (stmt);
     return result;
 }
 
 int bill_store_wallet_debit (bill_store_t *self, const char *wallet, uint64_t micro)
 {
-    if (!self || !s_nonempty (wallet) || !s_fits (micro) ||
-        !s_require_transaction (self, "wallet debit"))
+    if (!self || !sbx_db_nonempty (wallet) || !sbx_db_fits (micro) ||
+        !sbx_db_require_transaction (self->db, "wallet debit"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_WALLET_DEBIT];
-    s_bind_text (stmt, 1, wallet);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_WALLET_DEBIT);
+    sbx_db_bind_text (stmt, 1, wallet);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) micro);
-    if (s_run (self, ST_WALLET_DEBIT, "wallet debit") != SQLITE_DONE)
+    if (sbx_db_run (self->db, ST_WALLET_DEBIT, "wallet debit"))
         return -1;
-    return sqlite3_changes (self->db) == 1 ? 0 : -1;
+    return sbx_db_changes (self->db) == 1 ? 0 : -1;
 }
 
 int bill_store_wallet_credit (bill_store_t *self, const char *wallet, uint64_t micro)
 {
-    if (!self || !s_nonempty (wallet) || !s_fits (micro) ||
-        !s_require_transaction (self, "wallet credit"))
+    if (!self || !sbx_db_nonempty (wallet) || !sbx_db_fits (micro) ||
+        !sbx_db_require_transaction (self->db, "wallet credit"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_WALLET_CREDIT];
-    s_bind_text (stmt, 1, wallet);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_WALLET_CREDIT);
+    sbx_db_bind_text (stmt, 1, wallet);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) micro);
-    if (s_run (self, ST_WALLET_CREDIT, "wallet credit") != SQLITE_DONE)
+    if (sbx_db_run (self->db, ST_WALLET_CREDIT, "wallet credit"))
         return -1;
-    return sqlite3_changes (self->db) == 1 ? 0 : -1;
+    return sbx_db_changes (self->db) == 1 ? 0 : -1;
 }
 
 int bill_store_wallet_ensure (bill_store_t *self, const char *account, const char *name,
                               uint64_t ts_ms, char **wallet_p)
 {
     *wallet_p = NULL;
-    if (!self || !s_nonempty (account) || !s_nonempty (name) || !s_fits (ts_ms) ||
-        !s_require_transaction (self, "wallet ensure"))
+    if (!self || !sbx_db_nonempty (account) || !sbx_db_nonempty (name) || !sbx_db_fits (ts_ms) ||
+        !sbx_db_require_transaction (self->db, "wallet ensure"))
         return -1;
     //  The id derives from account and name (as "main"'s does): a replay makes the same.
     char *wallet = zsys_sprintf ("wal_%s_%s", account, name);
-    sqlite3_stmt *stmt = self->stmt[ST_WALLET_ENSURE];
-    s_bind_text (stmt, 1, wallet);
-    s_bind_text (stmt, 2, account);
-    s_bind_text (stmt, 3, name);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_WALLET_ENSURE);
+    sbx_db_bind_text (stmt, 1, wallet);
+    sbx_db_bind_text (stmt, 2, account);
+    sbx_db_bind_text (stmt, 3, name);
     sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) ts_ms);
-    if (!wallet || s_run (self, ST_WALLET_ENSURE, "wallet ensure") != SQLITE_DONE) {
+    if (!wallet || sbx_db_run (self->db, ST_WALLET_ENSURE, "wallet ensure")) {
         zstr_free (&wallet);
         return -1;
     }
@@ -589,26 +355,26 @@ int bill_store_wallet_ensure (bill_store_t *self, const char *account, const cha
 
 int bill_store_wallet_activate (bill_store_t *self, const char *account, const char *wallet)
 {
-    if (!self || !s_nonempty (account) || !s_nonempty (wallet) ||
-        !s_require_transaction (self, "wallet activate"))
+    if (!self || !sbx_db_nonempty (account) || !sbx_db_nonempty (wallet) ||
+        !sbx_db_require_transaction (self->db, "wallet activate"))
         return -1;
     //  Off first: the unique index allows one active wallet per account at any moment.
-    s_bind_text (self->stmt[ST_WALLET_DEACTIVATE], 1, account);
-    if (s_run (self, ST_WALLET_DEACTIVATE, "wallet deactivate") != SQLITE_DONE)
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_WALLET_DEACTIVATE), 1, account);
+    if (sbx_db_run (self->db, ST_WALLET_DEACTIVATE, "wallet deactivate"))
         return -1;
-    s_bind_text (self->stmt[ST_WALLET_SET_ACTIVE], 1, wallet);
-    if (s_run (self, ST_WALLET_SET_ACTIVE, "wallet activate") != SQLITE_DONE)
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_WALLET_SET_ACTIVE), 1, wallet);
+    if (sbx_db_run (self->db, ST_WALLET_SET_ACTIVE, "wallet activate"))
         return -1;
-    return sqlite3_changes (self->db) == 1 ? 0 : -1;
+    return sbx_db_changes (self->db) == 1 ? 0 : -1;
 }
 
 int bill_store_wallets (bill_store_t *self, const char *account, bill_store_wallet_fn *fn,
                         void *arg)
 {
-    if (!self || !s_nonempty (account) || !fn)
+    if (!self || !sbx_db_nonempty (account) || !fn)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_WALLETS];
-    s_bind_text (stmt, 1, account);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_WALLETS);
+    sbx_db_bind_text (stmt, 1, account);
     int rc, count = 0;
     while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
         const char *name = (const char *) sqlite3_column_text (stmt, 0);
@@ -617,25 +383,25 @@ int bill_store_wallets (bill_store_t *self, const char *account, bill_store_wall
         count++;
     }
     if (rc != SQLITE_DONE)
-        s_log_db_error (self, "wallets");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "wallets");
+    sbx_db_reset (stmt);
     return rc == SQLITE_DONE ? count : -1;
 }
 
 int bill_store_wallet_charged (bill_store_t *self, const char *account, const char *wallet,
                                uint64_t *micro_p)
 {
-    if (!self || !s_nonempty (account) || !s_nonempty (wallet))
+    if (!self || !sbx_db_nonempty (account) || !sbx_db_nonempty (wallet))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_WALLET_CHARGED];
-    s_bind_text (stmt, 1, account);
-    s_bind_text (stmt, 2, wallet);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_WALLET_CHARGED);
+    sbx_db_bind_text (stmt, 1, account);
+    sbx_db_bind_text (stmt, 2, wallet);
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW)
-        *micro_p = s_column_u64 (stmt, 0);
+        *micro_p = sbx_db_column_u64 (stmt, 0);
     else
-        s_log_db_error (self, "wallet charged");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "wallet charged");
+    sbx_db_reset (stmt);
     return rc == SQLITE_ROW ? 0 : -1;
 }
 
@@ -655,29 +421,29 @@ void bill_sandbox_clear (bill_sandbox_t *sandbox)
 
 int bill_store_sandbox_find (bill_store_t *self, const char *id, bill_sandbox_t *out)
 {
-    if (!self || !s_nonempty (id) || !out)
+    if (!self || !sbx_db_nonempty (id) || !out)
         return -1;
     memset (out, 0, sizeof *out);
-    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_FIND];
-    s_bind_text (stmt, 1, id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_FIND);
+    sbx_db_bind_text (stmt, 1, id);
     int result = 1;
     bool failed = false;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
-        out->id = s_column_dup (stmt, 0, &failed);
-        out->account = s_column_dup (stmt, 1, &failed);
-        out->type = s_column_dup (stmt, 2, &failed);
-        out->state = s_column_dup (stmt, 3, &failed);
-        out->rate = s_column_u64 (stmt, 4);
-        out->rate_ms = s_column_u64 (stmt, 5);
-        out->total_ms = s_column_u64 (stmt, 6);
-        out->total_micro = s_column_u64 (stmt, 7);
+        out->id = sbx_db_column_dup (stmt, 0, &failed);
+        out->account = sbx_db_column_dup (stmt, 1, &failed);
+        out->type = sbx_db_column_dup (stmt, 2, &failed);
+        out->state = sbx_db_column_dup (stmt, 3, &failed);
+        out->rate = sbx_db_column_u64 (stmt, 4);
+        out->rate_ms = sbx_db_column_u64 (stmt, 5);
+        out->total_ms = sbx_db_column_u64 (stmt, 6);
+        out->total_micro = sbx_db_column_u64 (stmt, 7);
         result = failed ? -1 : 0;
     } else if (rc != SQLITE_DONE) {
-        s_log_db_error (self, "sandbox find");
+        sbx_db_log_error (self->db, "sandbox find");
         result = -1;
     }
-    s_reset (stmt);
+    sbx_db_reset (stmt);
     if (result == -1)
         bill_sandbox_clear (out);
     return result;
@@ -685,67 +451,67 @@ int bill_store_sandbox_find (bill_store_t *self, const char *id, bill_sandbox_t 
 
 int bill_store_sandbox_put (bill_store_t *self, const bill_sandbox_t *s)
 {
-    if (!self || !s || !s_nonempty (s->id) || !s_nonempty (s->account) || !s_nonempty (s->type) ||
-        !s_nonempty (s->state) || !s_fits (s->rate) || !s_fits (s->rate_ms) ||
-        !s_fits (s->total_ms) || !s_fits (s->total_micro) ||
-        !s_require_transaction (self, "sandbox put"))
+    if (!self || !s || !sbx_db_nonempty (s->id) || !sbx_db_nonempty (s->account) ||
+        !sbx_db_nonempty (s->type) || !sbx_db_nonempty (s->state) || !sbx_db_fits (s->rate) ||
+        !sbx_db_fits (s->rate_ms) || !sbx_db_fits (s->total_ms) || !sbx_db_fits (s->total_micro) ||
+        !sbx_db_require_transaction (self->db, "sandbox put"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_PUT];
-    s_bind_text (stmt, 1, s->id);
-    s_bind_text (stmt, 2, s->account);
-    s_bind_text (stmt, 3, s->type);
-    s_bind_text (stmt, 4, s->state);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_PUT);
+    sbx_db_bind_text (stmt, 1, s->id);
+    sbx_db_bind_text (stmt, 2, s->account);
+    sbx_db_bind_text (stmt, 3, s->type);
+    sbx_db_bind_text (stmt, 4, s->state);
     sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) s->rate);
     sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) s->rate_ms);
     sqlite3_bind_int64 (stmt, 7, (sqlite3_int64) s->total_ms);
     sqlite3_bind_int64 (stmt, 8, (sqlite3_int64) s->total_micro);
-    return s_run (self, ST_SANDBOX_PUT, "sandbox put") == SQLITE_DONE ? 0 : -1;
+    return sbx_db_run (self->db, ST_SANDBOX_PUT, "sandbox put");
 }
 
 int bill_store_interval_open_find (bill_store_t *self, const char *sandbox_id, int64_t *id_p,
                                    uint64_t *start_ms_p)
 {
-    if (!self || !s_nonempty (sandbox_id))
+    if (!self || !sbx_db_nonempty (sandbox_id))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_INTERVAL_OPEN_FIND];
-    s_bind_text (stmt, 1, sandbox_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_INTERVAL_OPEN_FIND);
+    sbx_db_bind_text (stmt, 1, sandbox_id);
     int result = 1;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
         if (id_p)
             *id_p = sqlite3_column_int64 (stmt, 0);
         if (start_ms_p)
-            *start_ms_p = s_column_u64 (stmt, 1);
+            *start_ms_p = sbx_db_column_u64 (stmt, 1);
         result = 0;
     } else if (rc != SQLITE_DONE) {
-        s_log_db_error (self, "open interval");
+        sbx_db_log_error (self->db, "open interval");
         result = -1;
     }
-    s_reset (stmt);
+    sbx_db_reset (stmt);
     return result;
 }
 
 int bill_store_interval_open (bill_store_t *self, const char *sandbox_id, uint64_t start_seq,
                               uint64_t start_ms)
 {
-    if (!self || !s_nonempty (sandbox_id) || !s_fits (start_seq) || !s_fits (start_ms) ||
-        !s_require_transaction (self, "interval open"))
+    if (!self || !sbx_db_nonempty (sandbox_id) || !sbx_db_fits (start_seq) ||
+        !sbx_db_fits (start_ms) || !sbx_db_require_transaction (self->db, "interval open"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_INTERVAL_OPEN];
-    s_bind_text (stmt, 1, sandbox_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_INTERVAL_OPEN);
+    sbx_db_bind_text (stmt, 1, sandbox_id);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) start_seq);
     sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) start_ms);
-    return s_run (self, ST_INTERVAL_OPEN, "interval open") == SQLITE_DONE ? 0 : -1;
+    return sbx_db_run (self->db, ST_INTERVAL_OPEN, "interval open");
 }
 
 int bill_store_interval_close (bill_store_t *self, int64_t id, uint64_t end_seq, uint64_t end_ms,
                                uint64_t ms, uint64_t rate, uint64_t rate_ms_before, uint64_t micro)
 {
-    if (!self || !s_fits (end_seq) || !s_fits (end_ms) || !s_fits (ms) || !s_fits (rate) ||
-        !s_fits (rate_ms_before) || !s_fits (micro) ||
-        !s_require_transaction (self, "interval close"))
+    if (!self || !sbx_db_fits (end_seq) || !sbx_db_fits (end_ms) || !sbx_db_fits (ms) ||
+        !sbx_db_fits (rate) || !sbx_db_fits (rate_ms_before) || !sbx_db_fits (micro) ||
+        !sbx_db_require_transaction (self->db, "interval close"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_INTERVAL_CLOSE];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_INTERVAL_CLOSE);
     sqlite3_bind_int64 (stmt, 1, id);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) end_seq);
     sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) end_ms);
@@ -753,28 +519,29 @@ int bill_store_interval_close (bill_store_t *self, int64_t id, uint64_t end_seq,
     sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) rate);
     sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) rate_ms_before);
     sqlite3_bind_int64 (stmt, 7, (sqlite3_int64) micro);
-    if (s_run (self, ST_INTERVAL_CLOSE, "interval close") != SQLITE_DONE)
+    if (sbx_db_run (self->db, ST_INTERVAL_CLOSE, "interval close"))
         return -1;
-    return sqlite3_changes (self->db) == 1 ? 0 : -1;
+    return sbx_db_changes (self->db) == 1 ? 0 : -1;
 }
 
 int bill_store_charge_add (bill_store_t *self, const bill_charge_t *c)
 {
-    if (!self || !c || !s_nonempty (c->account) || !s_nonempty (c->wallet) ||
-        !s_nonempty (c->sandbox_id) || !s_fits (c->seq) || !s_fits (c->ts_ms) || !s_fits (c->ms) ||
-        !s_fits (c->micro) || !s_require_transaction (self, "charge add"))
+    if (!self || !c || !sbx_db_nonempty (c->account) || !sbx_db_nonempty (c->wallet) ||
+        !sbx_db_nonempty (c->sandbox_id) || !sbx_db_fits (c->seq) || !sbx_db_fits (c->ts_ms) ||
+        !sbx_db_fits (c->ms) || !sbx_db_fits (c->micro) ||
+        !sbx_db_require_transaction (self->db, "charge add"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_CHARGE_ADD];
-    s_bind_text (stmt, 1, c->account);
-    s_bind_text (stmt, 2, c->wallet);
-    s_bind_text (stmt, 3, c->sandbox_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_CHARGE_ADD);
+    sbx_db_bind_text (stmt, 1, c->account);
+    sbx_db_bind_text (stmt, 2, c->wallet);
+    sbx_db_bind_text (stmt, 3, c->sandbox_id);
     sqlite3_bind_int64 (stmt, 4, c->interval);
     sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) c->seq);
     sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) c->ts_ms);
     sqlite3_bind_int64 (stmt, 7, (sqlite3_int64) (c->ms / 1000));
     sqlite3_bind_int64 (stmt, 8, (sqlite3_int64) c->ms);
     sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) c->micro);
-    return s_run (self, ST_CHARGE_ADD, "charge add") == SQLITE_DONE ? 0 : -1;
+    return sbx_db_run (self->db, ST_CHARGE_ADD, "charge add");
 }
 
 int bill_store_ledger_totals (bill_store_t *self, const char *account, uint64_t *ms_p,
@@ -782,17 +549,17 @@ int bill_store_ledger_totals (bill_store_t *self, const char *account, uint64_t 
 {
     if (!self)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_LEDGER_TOTALS];
-    s_bind_text (stmt, 1, account);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_LEDGER_TOTALS);
+    sbx_db_bind_text (stmt, 1, account);
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
         if (ms_p)
-            *ms_p = s_column_u64 (stmt, 0);
+            *ms_p = sbx_db_column_u64 (stmt, 0);
         if (micro_p)
-            *micro_p = s_column_u64 (stmt, 1);
+            *micro_p = sbx_db_column_u64 (stmt, 1);
     } else
-        s_log_db_error (self, "ledger totals");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "ledger totals");
+    sbx_db_reset (stmt);
     return rc == SQLITE_ROW ? 0 : -1;
 }
 
@@ -803,13 +570,13 @@ int bill_store_accounts (bill_store_t *self, bill_store_account_fn *fn, void *ar
     //  Collected first, so fn may use the store.
     zlist_t *ids = zlist_new ();
     zlist_autofree (ids);
-    sqlite3_stmt *stmt = self->stmt[ST_ACCOUNTS];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNTS);
     int rc;
     while ((rc = sqlite3_step (stmt)) == SQLITE_ROW)
         zlist_append (ids, (void *) sqlite3_column_text (stmt, 0));
     if (rc != SQLITE_DONE)
-        s_log_db_error (self, "accounts");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "accounts");
+    sbx_db_reset (stmt);
     int count = 0;
     for (char *id = zlist_first (ids); id; id = zlist_next (ids), count++)
         fn (id, arg);
@@ -820,15 +587,15 @@ int bill_store_accounts (bill_store_t *self, bill_store_account_fn *fn, void *ar
 int bill_store_intervals (bill_store_t *self, const char *account, const char *sandbox_id,
                           bill_store_interval_fn *fn, void *arg)
 {
-    if (!self || !s_nonempty (account) || !fn)
+    if (!self || !sbx_db_nonempty (account) || !fn)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_INTERVALS];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_INTERVALS);
     if (sqlite3_stmt_busy (stmt)) {
-        sbx_warn ("store %s: intervals called from its own callback", self->path);
+        sbx_warn ("store %s: intervals called from its own callback", sbx_db_path (self->db));
         return -1;
     }
-    s_bind_text (stmt, 1, account);
-    s_bind_text (stmt, 2, sandbox_id && *sandbox_id ? sandbox_id : NULL);
+    sbx_db_bind_text (stmt, 1, account);
+    sbx_db_bind_text (stmt, 2, sandbox_id && *sandbox_id ? sandbox_id : NULL);
     int count = 0;
     int rc;
     while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
@@ -837,15 +604,15 @@ int bill_store_intervals (bill_store_t *self, const char *account, const char *s
             .sandbox_id = (const char *) sqlite3_column_text (stmt, 1),
             .type = (const char *) sqlite3_column_text (stmt, 2),
             .state = (const char *) sqlite3_column_text (stmt, 3),
-            .start_seq = s_column_u64 (stmt, 4),
-            .start_ms = s_column_u64 (stmt, 5),
-            .end_seq = s_column_u64 (stmt, 6),
-            .end_ms = s_column_u64 (stmt, 7),
-            .rate = s_column_u64 (stmt, 8),
-            .rate_ms_before = s_column_u64 (stmt, 9),
-            .micro = s_column_u64 (stmt, 10),
-            .sandbox_rate = s_column_u64 (stmt, 11),
-            .sandbox_rate_ms = s_column_u64 (stmt, 12),
+            .start_seq = sbx_db_column_u64 (stmt, 4),
+            .start_ms = sbx_db_column_u64 (stmt, 5),
+            .end_seq = sbx_db_column_u64 (stmt, 6),
+            .end_ms = sbx_db_column_u64 (stmt, 7),
+            .rate = sbx_db_column_u64 (stmt, 8),
+            .rate_ms_before = sbx_db_column_u64 (stmt, 9),
+            .micro = sbx_db_column_u64 (stmt, 10),
+            .sandbox_rate = sbx_db_column_u64 (stmt, 11),
+            .sandbox_rate_ms = sbx_db_column_u64 (stmt, 12),
         };
         if (!row.sandbox_id || !row.type || !row.state) {
             rc = SQLITE_NOMEM;
@@ -855,8 +622,8 @@ int bill_store_intervals (bill_store_t *self, const char *account, const char *s
         fn (&row, arg);
     }
     if (rc != SQLITE_DONE)
-        s_log_db_error (self, "intervals");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "intervals");
+    sbx_db_reset (stmt);
     return rc == SQLITE_DONE ? count : -1;
 }
 
