@@ -1,16 +1,13 @@
 /*  snap_store - see snap_store.h */
 #include "snap_store.h"
 #include "sbx_common.h"
+#include "sbx_db.h"
 
 #include <assert.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 //  --------------------------------------------------------------------------
 //  Schema migrations. Entry i brings the schema from version i to i + 1, in one
@@ -55,9 +52,6 @@ static const char *s_migrations[] = {
     "disk_bytes, memory_bytes, created_ms, sandbox_deleted"
 
 typedef enum {
-    ST_BEGIN,
-    ST_COMMIT,
-    ST_ROLLBACK,
     ST_INSERT,
     ST_LABEL_SET,
     ST_FIND,
@@ -77,9 +71,6 @@ typedef enum {
 } stmt_id_t;
 
 static const char *s_sql[ST_COUNT] = {
-    [ST_BEGIN] = "BEGIN IMMEDIATE",
-    [ST_COMMIT] = "COMMIT",
-    [ST_ROLLBACK] = "ROLLBACK",
     [ST_INSERT] = "INSERT INTO snapshots (" S_COLUMNS ") VALUES "
                   "(?1, ?2, ?3, ?4, ?5, 'saving', ?6, ?7, ?8, ?9, NULL, 0, 0, ?10, 0)",
     [ST_LABEL_SET] = "INSERT INTO labels (snapshot_id, key, value) VALUES (?1, ?2, ?3) "
@@ -106,65 +97,8 @@ static const char *s_sql[ST_COUNT] = {
 };
 
 struct _snap_store_t {
-    sqlite3 *db;
-    char *path;
-    sqlite3_stmt *stmt[ST_COUNT];
+    sbx_db_t *db;
 };
-
-#define BUSY_TIMEOUT_MS 5000
-
-//  --------------------------------------------------------------------------
-//  Helpers (as in bill_store)
-
-static char *s_column_dup (sqlite3_stmt *stmt, int column)
-{
-    const unsigned char *text = sqlite3_column_text (stmt, column);
-    return text ? strdup ((const char *) text) : NULL;
-}
-
-static uint64_t s_column_u64 (sqlite3_stmt *stmt, int column)
-{
-    sqlite3_int64 value = sqlite3_column_int64 (stmt, column);
-    return value < 0 ? 0 : (uint64_t) value;
-}
-
-static int s_bind_text (sqlite3_stmt *stmt, int index, const char *text)
-{
-    return text ? sqlite3_bind_text (stmt, index, text, -1, SQLITE_STATIC)
-                : sqlite3_bind_null (stmt, index);
-}
-
-static void s_reset (sqlite3_stmt *stmt)
-{
-    sqlite3_reset (stmt);
-    sqlite3_clear_bindings (stmt);
-}
-
-static void s_log_db_error (snap_store_t *self, const char *what)
-{
-    sbx_error ("store %s: %s: %s (%d)", self->path, what, sqlite3_errmsg (self->db),
-               sqlite3_extended_errcode (self->db));
-}
-
-//  Runs a statement that returns no rows. 0, or -1 (logged).
-static int s_run (snap_store_t *self, stmt_id_t id, const char *what)
-{
-    int rc = sqlite3_step (self->stmt[id]);
-    if (rc != SQLITE_DONE)
-        s_log_db_error (self, what);
-    s_reset (self->stmt[id]);
-    return rc == SQLITE_DONE ? 0 : -1;
-}
-
-static int s_exec (snap_store_t *self, const char *sql, const char *what)
-{
-    char *message = NULL;
-    if (sqlite3_exec (self->db, sql, NULL, NULL, &message) == SQLITE_OK)
-        return 0;
-    sbx_error ("store %s: %s: %s", self->path, what, message ? message : "failed");
-    sqlite3_free (message);
-    return -1;
-}
 
 static void s_record_read (sqlite3_stmt *stmt, snap_record_t *record)
 {
@@ -173,10 +107,10 @@ static void s_record_read (sqlite3_stmt *stmt, snap_record_t *record)
                         &record->kind,       &record->image,   &record->qemu_version,
                         &record->parent,     &record->reason};
     for (int i = 0; i < 11; i++)
-        *strings[i] = s_column_dup (stmt, i);
-    record->disk_bytes = s_column_u64 (stmt, 11);
-    record->memory_bytes = s_column_u64 (stmt, 12);
-    record->created_ms = s_column_u64 (stmt, 13);
+        *strings[i] = sbx_db_column_dup (stmt, i, NULL);
+    record->disk_bytes = sbx_db_column_u64 (stmt, 11);
+    record->memory_bytes = sbx_db_column_u64 (stmt, 12);
+    record->created_ms = sbx_db_column_u64 (stmt, 13);
     record->sandbox_deleted = sqlite3_column_int (stmt, 14) != 0;
 }
 
@@ -201,91 +135,16 @@ void snap_record_clear (snap_record_t *record)
 //  --------------------------------------------------------------------------
 //  Opening
 
-static int s_migrate (snap_store_t *self)
-{
-    while (true) {
-        if (s_exec (self, "BEGIN IMMEDIATE", "begin migration"))
-            return -1;
-        sqlite3_stmt *stmt = NULL;
-        int64_t version = -1;
-        if (s_exec (self,
-                    "CREATE TABLE IF NOT EXISTS schema_version ("
-                    "  version INTEGER NOT NULL PRIMARY KEY, applied_ms INTEGER NOT NULL)",
-                    "create schema_version") == 0 &&
-            sqlite3_prepare_v2 (self->db, "SELECT coalesce (max (version), 0) FROM schema_version",
-                                -1, &stmt, NULL) == SQLITE_OK &&
-            sqlite3_step (stmt) == SQLITE_ROW)
-            version = sqlite3_column_int64 (stmt, 0);
-        sqlite3_finalize (stmt);
-        if (version < 0 || version > MIGRATION_COUNT) {
-            if (version > MIGRATION_COUNT)
-                sbx_error ("store %s: schema version %lld is newer than this sbx-snapshotd knows "
-                           "(%d); run a newer sbx-snapshotd",
-                           self->path, (long long) version, MIGRATION_COUNT);
-            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
-            return -1;
-        }
-        if (version == MIGRATION_COUNT)
-            return s_exec (self, "COMMIT", "commit");
-        char record[128];
-        snprintf (record, sizeof record,
-                  "INSERT INTO schema_version (version, applied_ms) VALUES (%d, %llu)",
-                  (int) version + 1, (unsigned long long) sbx_clock_now_ms ());
-        if (s_exec (self, s_migrations[version], "migration") ||
-            s_exec (self, record, "record migration") ||
-            s_exec (self, "COMMIT", "commit migration")) {
-            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
-            return -1;
-        }
-        sbx_info ("store %s: schema migrated to version %d", self->path, (int) version + 1);
-    }
-}
-
 snap_store_t *snap_store_new (const char *path)
 {
-    if (!path || !*path)
-        return NULL;
     snap_store_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
-    self->path = strdup (path);
-    //  Private before SQLite makes it: the catalog names every account's snapshots.
-    int fd = self->path ? open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600) : -1;
-    if (fd < 0) {
-        sbx_error ("store %s: cannot open: %s", path, strerror (errno));
+    //  Private (0600): the catalog names every account's snapshots. FULL: a record that
+    //  says ready survives a power cut, as its files do.
+    self->db = sbx_db_new (path, "sbx-snapshotd", s_migrations, MIGRATION_COUNT, s_sql, ST_COUNT);
+    if (!self->db)
         snap_store_destroy (&self);
-        return NULL;
-    }
-    close (fd);
-    if (sqlite3_open_v2 (path, &self->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
-        SQLITE_OK) {
-        sbx_error ("store %s: cannot open: %s", path,
-                   self->db ? sqlite3_errmsg (self->db) : "out of memory");
-        snap_store_destroy (&self);
-        return NULL;
-    }
-    sqlite3_extended_result_codes (self->db, 1);
-    sqlite3_busy_timeout (self->db, BUSY_TIMEOUT_MS);
-    sqlite3_stmt *stmt = NULL;
-    bool wal =
-        sqlite3_prepare_v2 (self->db, "PRAGMA journal_mode=WAL", -1, &stmt, NULL) == SQLITE_OK &&
-        sqlite3_step (stmt) == SQLITE_ROW && sqlite3_column_text (stmt, 0) &&
-        streq ((const char *) sqlite3_column_text (stmt, 0), "wal");
-    sqlite3_finalize (stmt);
-    //  FULL: a record that says ready survives a power cut, as its files do.
-    if (!wal || s_exec (self, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", "pragmas") ||
-        s_migrate (self)) {
-        sbx_error ("store %s: cannot set up the catalog", path);
-        snap_store_destroy (&self);
-        return NULL;
-    }
-    for (int i = 0; i < ST_COUNT; i++)
-        if (sqlite3_prepare_v3 (self->db, s_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &self->stmt[i],
-                                NULL) != SQLITE_OK) {
-            s_log_db_error (self, "prepare");
-            snap_store_destroy (&self);
-            return NULL;
-        }
     return self;
 }
 
@@ -294,11 +153,7 @@ void snap_store_destroy (snap_store_t **self_p)
     snap_store_t *self = *self_p;
     if (!self)
         return;
-    for (int i = 0; i < ST_COUNT; i++)
-        sqlite3_finalize (self->stmt[i]);
-    if (self->db)
-        sqlite3_close (self->db);
-    free (self->path);
+    sbx_db_destroy (&self->db);
     free (self);
     *self_p = NULL;
 }
@@ -309,72 +164,72 @@ void snap_store_destroy (snap_store_t **self_p)
 int snap_store_insert (snap_store_t *self, const snap_record_t *record, char **keys, char **values,
                        size_t labels)
 {
-    if (s_run (self, ST_BEGIN, "begin"))
+    if (sbx_db_begin (self->db))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_INSERT];
-    s_bind_text (stmt, 1, record->id);
-    s_bind_text (stmt, 2, record->account);
-    s_bind_text (stmt, 3, record->name);
-    s_bind_text (stmt, 4, record->sandbox_id);
-    s_bind_text (stmt, 5, record->type);
-    s_bind_text (stmt, 6, record->kind ? record->kind : "user");
-    s_bind_text (stmt, 7, record->image);
-    s_bind_text (stmt, 8, record->qemu_version);
-    s_bind_text (stmt, 9, record->parent);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_INSERT);
+    sbx_db_bind_text (stmt, 1, record->id);
+    sbx_db_bind_text (stmt, 2, record->account);
+    sbx_db_bind_text (stmt, 3, record->name);
+    sbx_db_bind_text (stmt, 4, record->sandbox_id);
+    sbx_db_bind_text (stmt, 5, record->type);
+    sbx_db_bind_text (stmt, 6, record->kind ? record->kind : "user");
+    sbx_db_bind_text (stmt, 7, record->image);
+    sbx_db_bind_text (stmt, 8, record->qemu_version);
+    sbx_db_bind_text (stmt, 9, record->parent);
     sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) record->created_ms);
-    int rc = s_run (self, ST_INSERT, "insert snapshot");
+    int rc = sbx_db_run (self->db, ST_INSERT, "insert snapshot");
     for (size_t i = 0; rc == 0 && i < labels; i++) {
-        stmt = self->stmt[ST_LABEL_SET];
-        s_bind_text (stmt, 1, record->id);
-        s_bind_text (stmt, 2, keys[i]);
-        s_bind_text (stmt, 3, values[i]);
-        rc = s_run (self, ST_LABEL_SET, "set label");
+        stmt = sbx_db_stmt (self->db, ST_LABEL_SET);
+        sbx_db_bind_text (stmt, 1, record->id);
+        sbx_db_bind_text (stmt, 2, keys[i]);
+        sbx_db_bind_text (stmt, 3, values[i]);
+        rc = sbx_db_run (self->db, ST_LABEL_SET, "set label");
     }
-    if (rc == 0 && s_run (self, ST_COMMIT, "commit") == 0)
+    if (rc == 0 && sbx_db_commit (self->db) == 0)
         return 0;
-    s_run (self, ST_ROLLBACK, "rollback");
+    sbx_db_rollback (self->db);
     return -1;
 }
 
 int snap_store_find (snap_store_t *self, const char *id, snap_record_t *record)
 {
     memset (record, 0, sizeof *record);
-    sqlite3_stmt *stmt = self->stmt[ST_FIND];
-    s_bind_text (stmt, 1, id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_FIND);
+    sbx_db_bind_text (stmt, 1, id);
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW)
         s_record_read (stmt, record);
     else if (rc != SQLITE_DONE)
-        s_log_db_error (self, "find snapshot");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "find snapshot");
+    sbx_db_reset (stmt);
     return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }
 
 int snap_store_finish (snap_store_t *self, const char *id, const char *reason, uint64_t disk_bytes,
                        uint64_t memory_bytes, const char *image, const char *qemu_version)
 {
-    sqlite3_stmt *stmt = self->stmt[ST_FINISH];
-    s_bind_text (stmt, 1, id);
-    s_bind_text (stmt, 2, reason);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_FINISH);
+    sbx_db_bind_text (stmt, 1, id);
+    sbx_db_bind_text (stmt, 2, reason);
     sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) (disk_bytes & INT64_MAX));
     sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) (memory_bytes & INT64_MAX));
-    s_bind_text (stmt, 5, image);
-    s_bind_text (stmt, 6, qemu_version);
-    if (s_run (self, ST_FINISH, "finish snapshot"))
+    sbx_db_bind_text (stmt, 5, image);
+    sbx_db_bind_text (stmt, 6, qemu_version);
+    if (sbx_db_run (self->db, ST_FINISH, "finish snapshot"))
         return -1;
-    return sqlite3_changes (self->db) == 1 ? 0 : 1;
+    return sbx_db_changes (self->db) == 1 ? 0 : 1;
 }
 
 int snap_store_delete (snap_store_t *self, const char *id)
 {
-    sqlite3_bind_text (self->stmt[ST_DELETE], 1, id, -1, SQLITE_STATIC);
-    return s_run (self, ST_DELETE, "delete snapshot");
+    sqlite3_bind_text (sbx_db_stmt (self->db, ST_DELETE), 1, id, -1, SQLITE_STATIC);
+    return sbx_db_run (self->db, ST_DELETE, "delete snapshot");
 }
 
 int snap_store_list (snap_store_t *self, const char *account, snap_store_record_fn *fn, void *arg)
 {
-    sqlite3_stmt *stmt = self->stmt[ST_LIST];
-    s_bind_text (stmt, 1, account);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_LIST);
+    sbx_db_bind_text (stmt, 1, account);
     int rc;
     while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
         snap_record_t record = {0};
@@ -383,57 +238,57 @@ int snap_store_list (snap_store_t *self, const char *account, snap_store_record_
         snap_record_clear (&record);
     }
     if (rc != SQLITE_DONE)
-        s_log_db_error (self, "list snapshots");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "list snapshots");
+    sbx_db_reset (stmt);
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
 int snap_store_labels (snap_store_t *self, const char *id, snap_store_pair_fn *fn, void *arg)
 {
-    sqlite3_stmt *stmt = self->stmt[ST_LABELS];
-    s_bind_text (stmt, 1, id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_LABELS);
+    sbx_db_bind_text (stmt, 1, id);
     int rc;
     while ((rc = sqlite3_step (stmt)) == SQLITE_ROW)
         fn ((const char *) sqlite3_column_text (stmt, 0),
             (const char *) sqlite3_column_text (stmt, 1), arg);
     if (rc != SQLITE_DONE)
-        s_log_db_error (self, "labels");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "labels");
+    sbx_db_reset (stmt);
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
 int snap_store_use_add (snap_store_t *self, const char *snapshot_id, const char *sandbox_id)
 {
-    sqlite3_stmt *stmt = self->stmt[ST_USE_ADD];
-    s_bind_text (stmt, 1, snapshot_id);
-    s_bind_text (stmt, 2, sandbox_id);
-    return s_run (self, ST_USE_ADD, "add use");
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_USE_ADD);
+    sbx_db_bind_text (stmt, 1, snapshot_id);
+    sbx_db_bind_text (stmt, 2, sandbox_id);
+    return sbx_db_run (self->db, ST_USE_ADD, "add use");
 }
 
 int snap_store_use_drop (snap_store_t *self, const char *sandbox_id)
 {
-    s_bind_text (self->stmt[ST_USE_DROP], 1, sandbox_id);
-    return s_run (self, ST_USE_DROP, "drop use");
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_USE_DROP), 1, sandbox_id);
+    return sbx_db_run (self->db, ST_USE_DROP, "drop use");
 }
 
 int snap_store_sandbox_deleted (snap_store_t *self, const char *sandbox_id)
 {
-    s_bind_text (self->stmt[ST_SANDBOX_DELETED], 1, sandbox_id);
-    return s_run (self, ST_SANDBOX_DELETED, "mark sandbox deleted");
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_SANDBOX_DELETED), 1, sandbox_id);
+    return sbx_db_run (self->db, ST_SANDBOX_DELETED, "mark sandbox deleted");
 }
 
 //  Runs a one-column query with one text parameter; fn gets each row.
 static int s_ids (snap_store_t *self, stmt_id_t id, const char *param, snap_store_id_fn *fn,
                   void *arg)
 {
-    sqlite3_stmt *stmt = self->stmt[id];
-    s_bind_text (stmt, 1, param);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
+    sbx_db_bind_text (stmt, 1, param);
     int rc;
     while ((rc = sqlite3_step (stmt)) == SQLITE_ROW)
         fn ((const char *) sqlite3_column_text (stmt, 0), arg);
     if (rc != SQLITE_DONE)
-        s_log_db_error (self, "query");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "query");
+    sbx_db_reset (stmt);
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
