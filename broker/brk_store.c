@@ -1,6 +1,6 @@
 /*  brk_store - see brk_store.h */
 #include "brk_store.h"
-#include "sbx_clock.h"
+#include "sbx_db.h"
 #include "sbx_log.h"
 
 #include <assert.h>
@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,9 +130,6 @@ static const char *s_migrations[] = {
 //  Statements, prepared once at open (after the migrations) and reused.
 
 typedef enum {
-    ST_BEGIN,
-    ST_COMMIT,
-    ST_ROLLBACK,
     ST_EVENT_APPEND,
     ST_LAST_SEQ,
     ST_EVENTS_AFTER,
@@ -198,9 +194,6 @@ typedef enum {
     "expires_ms, used_ms, revoked_ms"
 
 static const char *s_sql[ST_COUNT] = {
-    [ST_BEGIN] = "BEGIN IMMEDIATE",
-    [ST_COMMIT] = "COMMIT",
-    [ST_ROLLBACK] = "ROLLBACK",
     [ST_EVENT_APPEND] = "INSERT INTO events (ts_ms, type, account, subject, payload) "
                         "VALUES (?1, ?2, ?3, ?4, ?5)",
     //  sqlite_sequence, not max(seq): the last number handed out, even if deleted since.
@@ -296,15 +289,8 @@ static const char *s_sql[ST_COUNT] = {
 };
 
 struct _brk_store_t {
-    sqlite3 *db;
-    char *path;
-    int version;
-    sqlite3_stmt *stmt[ST_COUNT];
+    sbx_db_t *db;
 };
-
-//  Long enough to ride out a checkpoint or a CLI reading the file; short enough
-//  that a wedged peer shows up as an error rather than a hung broker.
-#define BUSY_TIMEOUT_MS 5000
 
 static const char *s_key_kinds[] = {"api_key", "connection", NULL};
 static const char *s_key_presets[] = {"full", "ci", "read-only", "no-delete", NULL};
@@ -320,244 +306,18 @@ static bool s_one_of (const char *text, const char **names)
     return false;
 }
 
-static bool s_nonempty (const char *text)
-{
-    return text && *text;
-}
-
-//  Every uint64 stored must fit SQLite's signed 64-bit integers.
-static bool s_fits (uint64_t value)
-{
-    return value <= (uint64_t) INT64_MAX;
-}
-
-static uint64_t s_column_u64 (sqlite3_stmt *stmt, int column)
-{
-    sqlite3_int64 value = sqlite3_column_int64 (stmt, column);
-    return value < 0 ? 0 : (uint64_t) value;
-}
-
-//  A copy of a text column, NULL for SQL NULL. Sets *failed when out of memory.
-static char *s_column_dup (sqlite3_stmt *stmt, int column, bool *failed)
-{
-    const unsigned char *text = sqlite3_column_text (stmt, column);
-    if (!text) {
-        if (sqlite3_errcode (sqlite3_db_handle (stmt)) == SQLITE_NOMEM)
-            *failed = true;
-        return NULL;
-    }
-    char *copy = strdup ((const char *) text);
-    if (!copy)
-        *failed = true;
-    return copy;
-}
-
-//  Binds text (NULL binds SQL NULL). The text must outlive the step: it is not copied.
-static int s_bind_text (sqlite3_stmt *stmt, int index, const char *text)
-{
-    if (!text)
-        return sqlite3_bind_null (stmt, index);
-    return sqlite3_bind_text (stmt, index, text, -1, SQLITE_STATIC);
-}
-
-//  Resets a statement after use, so it holds no read snapshot (which would keep WAL
-//  checkpoints from finishing) and no pointers to the caller's strings.
-static void s_reset (sqlite3_stmt *stmt)
-{
-    sqlite3_reset (stmt);
-    sqlite3_clear_bindings (stmt);
-}
-
-static void s_log_db_error (brk_store_t *self, const char *what)
-{
-    sbx_error ("store %s: %s: %s (%d)", self->path, what, sqlite3_errmsg (self->db),
-               sqlite3_extended_errcode (self->db));
-}
-
-//  Runs a statement that returns no rows. Returns the final SQLite code.
-static int s_run (brk_store_t *self, stmt_id_t id, const char *what)
-{
-    sqlite3_stmt *stmt = self->stmt[id];
-    int rc = sqlite3_step (stmt);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        rc = sqlite3_extended_errcode (self->db);
-    if (rc != SQLITE_DONE && (rc & 0xff) != SQLITE_CONSTRAINT)
-        s_log_db_error (self, what);
-    s_reset (stmt);
-    return rc == SQLITE_ROW ? SQLITE_DONE : rc;
-}
-
-static bool s_require_transaction (brk_store_t *self, const char *what)
-{
-    if (sqlite3_get_autocommit (self->db) == 0)
-        return true;
-    sbx_warn ("store %s: %s outside a transaction refused", self->path, what);
-    return false;
-}
-
-static int s_exec (brk_store_t *self, const char *sql, const char *what)
-{
-    char *message = NULL;
-    if (sqlite3_exec (self->db, sql, NULL, NULL, &message) == SQLITE_OK)
-        return 0;
-    sbx_error ("store %s: %s: %s", self->path, what, message ? message : "failed");
-    sqlite3_free (message);
-    return -1;
-}
-
-//  Runs a one-row query with no parameters and returns its first column as an
-//  integer, or -1 (logged) on error.
-static int64_t s_query_int (brk_store_t *self, const char *sql, const char *what)
-{
-    sqlite3_stmt *stmt = NULL;
-    int64_t value = -1;
-    if (sqlite3_prepare_v2 (self->db, sql, -1, &stmt, NULL) == SQLITE_OK &&
-        sqlite3_step (stmt) == SQLITE_ROW)
-        value = sqlite3_column_int64 (stmt, 0);
-    else
-        s_log_db_error (self, what);
-    sqlite3_finalize (stmt);
-    return value;
-}
-
 //  --------------------------------------------------------------------------
-//  Opening
-
-//  Creates the file with mode 0600 before SQLite does (SQLite would use 0644 less the
-//  umask); sets *loose when an existing file is readable by others. SQLite gives
-//  -wal and -shm the main file's mode.
-static int s_create_private (const char *path, bool *loose)
-{
-    int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
-    if (fd < 0) {
-        sbx_error ("store %s: cannot open: %s", path, strerror (errno));
-        return -1;
-    }
-    struct stat st;
-    int rc = fstat (fd, &st);
-    if (rc == 0 && !S_ISREG (st.st_mode)) {
-        sbx_error ("store %s: not a regular file", path);
-        rc = -1;
-    } else if (rc == 0 && st.st_size > 0 && st.st_size < 512) {
-        //  Databases are whole pages of 512 bytes or more. SQLite would take some
-        //  such stubs for an empty database and overwrite them.
-        sbx_error ("store %s: not a database (%lld bytes)", path, (long long) st.st_size);
-        rc = -1;
-    } else if (rc == 0)
-        *loose = (st.st_mode & 077) != 0;
-    close (fd);
-    return rc;
-}
-
-static int s_configure (brk_store_t *self)
-{
-    sqlite3_extended_result_codes (self->db, 1);
-    sqlite3_busy_timeout (self->db, BUSY_TIMEOUT_MS);
-    //  The first statement reads the header: a file that is not a database fails here.
-    sqlite3_stmt *stmt = NULL;
-    bool wal = false;
-    if (sqlite3_prepare_v2 (self->db, "PRAGMA journal_mode=WAL", -1, &stmt, NULL) == SQLITE_OK &&
-        sqlite3_step (stmt) == SQLITE_ROW) {
-        const char *mode = (const char *) sqlite3_column_text (stmt, 0);
-        wal = mode && strcmp (mode, "wal") == 0;
-        if (!wal)
-            sbx_error ("store %s: cannot use WAL (journal mode stays %s)", self->path,
-                       mode ? mode : "?");
-    } else
-        s_log_db_error (self, "cannot read the database");
-    sqlite3_finalize (stmt);
-    if (!wal)
-        return -1;
-    //  FULL: a committed event survives a power cut, as billing and audit rely on.
-    //  NORMAL in WAL mode may lose the last commits.
-    if (s_exec (self, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", "pragmas"))
-        return -1;
-    return 0;
-}
-
-//  Applies the migrations the database lacks, each in its own transaction. Reads the
-//  version under the write lock, so two openers cannot both apply one.
-static int s_migrate (brk_store_t *self)
-{
-    while (true) {
-        if (s_exec (self, "BEGIN IMMEDIATE", "begin migration"))
-            return -1;
-        int64_t version = -1;
-        if (s_exec (self,
-                    "CREATE TABLE IF NOT EXISTS schema_version ("
-                    "  version INTEGER NOT NULL PRIMARY KEY, applied_ms INTEGER NOT NULL)",
-                    "create schema_version") == 0)
-            version = s_query_int (self, "SELECT coalesce (max (version), 0) FROM schema_version",
-                                   "read schema_version");
-        if (version < 0) {
-            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
-            return -1;
-        }
-        if (version > MIGRATION_COUNT) {
-            sbx_error ("store %s: schema version %lld is newer than this broker knows (%d); "
-                       "refusing to open (run a newer sbx-broker)",
-                       self->path, (long long) version, MIGRATION_COUNT);
-            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
-            return -1;
-        }
-        if (version == MIGRATION_COUNT) {
-            self->version = (int) version;
-            return s_exec (self, "COMMIT", "commit");
-        }
-        char record[128];
-        snprintf (record, sizeof record,
-                  "INSERT INTO schema_version (version, applied_ms) VALUES (%d, %llu)",
-                  (int) version + 1, (unsigned long long) sbx_clock_now_ms ());
-        if (s_exec (self, s_migrations[version], "migration") ||
-            s_exec (self, record, "record migration") ||
-            s_exec (self, "COMMIT", "commit migration")) {
-            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
-            sbx_error ("store %s: migration to version %d failed", self->path, (int) version + 1);
-            return -1;
-        }
-        sbx_info ("store %s: schema migrated to version %d", self->path, (int) version + 1);
-    }
-}
+//  Opening and transactions: sbx_db's (0600, WAL, FULL, foreign keys, migrations)
 
 brk_store_t *brk_store_new (const char *path)
 {
-    if (!s_nonempty (path))
-        return NULL;
     brk_store_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
-    self->path = strdup (path);
-    bool loose = false;
-    if (!self->path || s_create_private (path, &loose))
-        goto failed;
-    int rc = sqlite3_open_v2 (path, &self->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        sbx_error ("store %s: cannot open: %s", path,
-                   self->db ? sqlite3_errmsg (self->db) : sqlite3_errstr (rc));
-        goto failed;
-    }
-    if (s_configure (self) || s_migrate (self))
-        goto failed;
-    //  Only now that it is known to be our database: it holds password hashes.
-    if (loose) {
-        sbx_warn ("store %s: was readable by others, now mode 0600", path);
-        if (chmod (path, 0600))
-            sbx_warn ("store %s: chmod: %s", path, strerror (errno));
-    }
-    for (int i = 0; i < ST_COUNT; i++) {
-        assert (s_sql[i]);
-        if (sqlite3_prepare_v3 (self->db, s_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &self->stmt[i],
-                                NULL) != SQLITE_OK) {
-            s_log_db_error (self, "prepare");
-            goto failed;
-        }
-    }
-    sbx_debug ("store %s: open at schema version %d", path, self->version);
+    self->db = sbx_db_new (path, "sbx-broker", s_migrations, MIGRATION_COUNT, s_sql, ST_COUNT);
+    if (!self->db)
+        brk_store_destroy (&self);
     return self;
-
-failed:
-    brk_store_destroy (&self);
-    return NULL;
 }
 
 void brk_store_destroy (brk_store_t **self_p)
@@ -566,55 +326,34 @@ void brk_store_destroy (brk_store_t **self_p)
     brk_store_t *self = *self_p;
     if (!self)
         return;
-    if (self->db && sqlite3_get_autocommit (self->db) == 0) {
-        sbx_warn ("store %s: closed inside a transaction; rolled back", self->path);
-        sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
-    }
-    for (int i = 0; i < ST_COUNT; i++)
-        sqlite3_finalize (self->stmt[i]);
-    if (self->db && sqlite3_close (self->db) != SQLITE_OK)
-        s_log_db_error (self, "close");
-    free (self->path);
+    sbx_db_destroy (&self->db);
     free (self);
     *self_p = NULL;
 }
 
 int brk_store_schema_version (brk_store_t *self)
 {
-    return self ? self->version : -1;
+    return self ? sbx_db_schema_version (self->db) : -1;
 }
-
-//  --------------------------------------------------------------------------
-//  Transactions
 
 int brk_store_begin (brk_store_t *self)
 {
-    if (!self)
-        return -1;
-    if (sqlite3_get_autocommit (self->db) == 0) {
-        sbx_warn ("store %s: begin inside a transaction refused", self->path);
-        return -1;
-    }
-    return s_run (self, ST_BEGIN, "begin") == SQLITE_DONE ? 0 : -1;
+    return self ? sbx_db_begin (self->db) : -1;
 }
 
 int brk_store_commit (brk_store_t *self)
 {
-    if (!self || sqlite3_get_autocommit (self->db))
-        return -1;
-    return s_run (self, ST_COMMIT, "commit") == SQLITE_DONE ? 0 : -1;
+    return self ? sbx_db_commit (self->db) : -1;
 }
 
 int brk_store_rollback (brk_store_t *self)
 {
-    if (!self || sqlite3_get_autocommit (self->db))
-        return -1;
-    return s_run (self, ST_ROLLBACK, "rollback") == SQLITE_DONE ? 0 : -1;
+    return self ? sbx_db_rollback (self->db) : -1;
 }
 
 bool brk_store_in_transaction (brk_store_t *self)
 {
-    return self && sqlite3_get_autocommit (self->db) == 0;
+    return self && sbx_db_in_transaction (self->db);
 }
 
 //  --------------------------------------------------------------------------
@@ -624,26 +363,26 @@ int brk_store_event_append (brk_store_t *self, const char *type, const char *acc
                             const char *subject, const uint8_t *payload, size_t size,
                             uint64_t ts_ms, uint64_t *seq_p)
 {
-    if (!self || !s_nonempty (type) || strlen (type) > BRK_EVENT_TYPE_MAX ||
+    if (!self || !sbx_db_nonempty (type) || strlen (type) > BRK_EVENT_TYPE_MAX ||
         (account && strlen (account) > BRK_EVENT_ACCOUNT_MAX) ||
         (subject && strlen (subject) > BRK_EVENT_SUBJECT_MAX) || (!payload && size > 0) ||
-        size > BRK_EVENT_PAYLOAD_MAX || !s_fits (ts_ms))
+        size > BRK_EVENT_PAYLOAD_MAX || !sbx_db_fits (ts_ms))
         return -1;
-    if (!s_require_transaction (self, "event append"))
+    if (!sbx_db_require_transaction (self->db, "event append"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_EVENT_APPEND];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_EVENT_APPEND);
     sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) ts_ms);
-    s_bind_text (stmt, 2, type);
-    s_bind_text (stmt, 3, account);
-    s_bind_text (stmt, 4, subject);
+    sbx_db_bind_text (stmt, 2, type);
+    sbx_db_bind_text (stmt, 3, account);
+    sbx_db_bind_text (stmt, 4, subject);
     if (size > 0)
         sqlite3_bind_blob (stmt, 5, payload, (int) size, SQLITE_STATIC);
     else
         sqlite3_bind_null (stmt, 5);
-    if (s_run (self, ST_EVENT_APPEND, "event append") != SQLITE_DONE)
+    if (sbx_db_try (self->db, ST_EVENT_APPEND, "event append") != SQLITE_DONE)
         return -1;
     if (seq_p)
-        *seq_p = (uint64_t) sqlite3_last_insert_rowid (self->db);
+        *seq_p = (uint64_t) sbx_db_last_insert_rowid (self->db);
     return 0;
 }
 
@@ -651,14 +390,14 @@ uint64_t brk_store_last_seq (brk_store_t *self)
 {
     if (!self)
         return 0;
-    sqlite3_stmt *stmt = self->stmt[ST_LAST_SEQ];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_LAST_SEQ);
     uint64_t seq = 0;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW)
-        seq = s_column_u64 (stmt, 0);
+        seq = sbx_db_column_u64 (stmt, 0);
     else if (rc != SQLITE_DONE)
-        s_log_db_error (self, "last seq");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "last seq");
+    sbx_db_reset (stmt);
     return seq;
 }
 
@@ -667,25 +406,25 @@ int brk_store_events_after (brk_store_t *self, uint64_t after_seq, size_t limit,
 {
     if (!self || !fn)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_EVENTS_AFTER];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_EVENTS_AFTER);
     if (sqlite3_stmt_busy (stmt)) {
-        sbx_warn ("store %s: events_after called from its own callback", self->path);
+        sbx_warn ("store %s: events_after called from its own callback", sbx_db_path (self->db));
         return -1;
     }
-    if (!s_fits (after_seq))
+    if (!sbx_db_fits (after_seq))
         return 0;
     //  The count is returned as an int.
     if (limit == 0 || limit > INT_MAX)
         limit = INT_MAX;
     sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) after_seq);
-    s_bind_text (stmt, 2, type_prefix && *type_prefix ? type_prefix : NULL);
+    sbx_db_bind_text (stmt, 2, type_prefix && *type_prefix ? type_prefix : NULL);
     sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) limit);
     int count = 0;
     int rc;
     while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
         brk_event_row_t row = {
-            .seq = s_column_u64 (stmt, 0),
-            .ts_ms = s_column_u64 (stmt, 1),
+            .seq = sbx_db_column_u64 (stmt, 0),
+            .ts_ms = sbx_db_column_u64 (stmt, 1),
             .type = (const char *) sqlite3_column_text (stmt, 2),
             .account = (const char *) sqlite3_column_text (stmt, 3),
             .subject = (const char *) sqlite3_column_text (stmt, 4),
@@ -700,8 +439,8 @@ int brk_store_events_after (brk_store_t *self, uint64_t after_seq, size_t limit,
         fn (&row, arg);
     }
     if (rc != SQLITE_DONE)
-        s_log_db_error (self, "events after");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "events after");
+    sbx_db_reset (stmt);
     return rc == SQLITE_DONE ? count : -1;
 }
 
@@ -710,24 +449,24 @@ int brk_store_events_after (brk_store_t *self, uint64_t after_seq, size_t limit,
 
 int brk_store_account_insert (brk_store_t *self, const brk_account_t *account)
 {
-    if (!self || !account || !s_nonempty (account->id) || !s_nonempty (account->email) ||
-        !s_nonempty (account->plan) || !s_fits (account->created_ms))
+    if (!self || !account || !sbx_db_nonempty (account->id) || !sbx_db_nonempty (account->email) ||
+        !sbx_db_nonempty (account->plan) || !sbx_db_fits (account->created_ms))
         return -1;
-    if (!s_require_transaction (self, "account insert"))
+    if (!sbx_db_require_transaction (self->db, "account insert"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_ACCOUNT_INSERT];
-    s_bind_text (stmt, 1, account->id);
-    s_bind_text (stmt, 2, account->email);
-    s_bind_text (stmt, 3, account->password_hash);
-    s_bind_text (stmt, 4, account->plan);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_INSERT);
+    sbx_db_bind_text (stmt, 1, account->id);
+    sbx_db_bind_text (stmt, 2, account->email);
+    sbx_db_bind_text (stmt, 3, account->password_hash);
+    sbx_db_bind_text (stmt, 4, account->plan);
     sqlite3_bind_int (stmt, 5, account->admin ? 1 : 0);
     sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) account->created_ms);
-    int rc = s_run (self, ST_ACCOUNT_INSERT, "account insert");
+    int rc = sbx_db_try (self->db, ST_ACCOUNT_INSERT, "account insert");
     //  email is the table's only UNIQUE constraint; a duplicate id is PRIMARYKEY.
     if (rc == SQLITE_CONSTRAINT_UNIQUE)
         return 1;
     if (rc != SQLITE_DONE && (rc & 0xff) == SQLITE_CONSTRAINT)
-        s_log_db_error (self, "account insert");
+        sbx_db_log_error (self->db, "account insert");
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
@@ -737,26 +476,26 @@ int brk_store_account_find (brk_store_t *self, const char *id_or_email, brk_acco
         memset (out, 0, sizeof *out);
     if (!self || !out || !id_or_email)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_ACCOUNT_FIND];
-    s_bind_text (stmt, 1, id_or_email);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_FIND);
+    sbx_db_bind_text (stmt, 1, id_or_email);
     int result = -1;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
         bool failed = false;
-        out->id = s_column_dup (stmt, 0, &failed);
-        out->email = s_column_dup (stmt, 1, &failed);
-        out->password_hash = s_column_dup (stmt, 2, &failed);
-        out->plan = s_column_dup (stmt, 3, &failed);
+        out->id = sbx_db_column_dup (stmt, 0, &failed);
+        out->email = sbx_db_column_dup (stmt, 1, &failed);
+        out->password_hash = sbx_db_column_dup (stmt, 2, &failed);
+        out->plan = sbx_db_column_dup (stmt, 3, &failed);
         out->admin = sqlite3_column_int (stmt, 4) != 0;
-        out->created_ms = s_column_u64 (stmt, 5);
+        out->created_ms = sbx_db_column_u64 (stmt, 5);
         result = failed ? -1 : 0;
         if (failed)
             brk_account_clear (out);
     } else if (rc == SQLITE_DONE)
         result = 1;
     else
-        s_log_db_error (self, "account find");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "account find");
+    sbx_db_reset (stmt);
     return result;
 }
 
@@ -764,14 +503,14 @@ int brk_store_account_count (brk_store_t *self, uint64_t *count)
 {
     if (!self || !count)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_ACCOUNT_COUNT];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_COUNT);
     int result = -1;
     if (sqlite3_step (stmt) == SQLITE_ROW) {
-        *count = s_column_u64 (stmt, 0);
+        *count = sbx_db_column_u64 (stmt, 0);
         result = 0;
     } else
-        s_log_db_error (self, "account count");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "account count");
+    sbx_db_reset (stmt);
     return result;
 }
 
@@ -791,31 +530,33 @@ void brk_account_clear (brk_account_t *self)
 
 int brk_store_key_insert (brk_store_t *self, const brk_key_t *key)
 {
-    if (!self || !key || !s_nonempty (key->id) || !s_nonempty (key->account_id) ||
-        !s_nonempty (key->kind) || !s_nonempty (key->hash) || !s_one_of (key->kind, s_key_kinds) ||
-        (key->preset && !s_one_of (key->preset, s_key_presets)) || !s_fits (key->created_ms) ||
-        !s_fits (key->expires_ms) || !s_fits (key->last_used_ms) || !s_fits (key->revoked_ms))
+    if (!self || !key || !sbx_db_nonempty (key->id) || !sbx_db_nonempty (key->account_id) ||
+        !sbx_db_nonempty (key->kind) || !sbx_db_nonempty (key->hash) ||
+        !s_one_of (key->kind, s_key_kinds) ||
+        (key->preset && !s_one_of (key->preset, s_key_presets)) || !sbx_db_fits (key->created_ms) ||
+        !sbx_db_fits (key->expires_ms) || !sbx_db_fits (key->last_used_ms) ||
+        !sbx_db_fits (key->revoked_ms))
         return -1;
-    if (!s_require_transaction (self, "key insert"))
+    if (!sbx_db_require_transaction (self->db, "key insert"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_KEY_INSERT];
-    s_bind_text (stmt, 1, key->id);
-    s_bind_text (stmt, 2, key->account_id);
-    s_bind_text (stmt, 3, key->kind);
-    s_bind_text (stmt, 4, key->name);
-    s_bind_text (stmt, 5, key->preset);
-    s_bind_text (stmt, 6, key->prefix);
-    s_bind_text (stmt, 7, key->hash);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_KEY_INSERT);
+    sbx_db_bind_text (stmt, 1, key->id);
+    sbx_db_bind_text (stmt, 2, key->account_id);
+    sbx_db_bind_text (stmt, 3, key->kind);
+    sbx_db_bind_text (stmt, 4, key->name);
+    sbx_db_bind_text (stmt, 5, key->preset);
+    sbx_db_bind_text (stmt, 6, key->prefix);
+    sbx_db_bind_text (stmt, 7, key->hash);
     sqlite3_bind_int64 (stmt, 8, (sqlite3_int64) key->created_ms);
     sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) key->expires_ms);
     sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) key->last_used_ms);
     sqlite3_bind_int64 (stmt, 11, (sqlite3_int64) key->revoked_ms);
-    int rc = s_run (self, ST_KEY_INSERT, "key insert");
+    int rc = sbx_db_try (self->db, ST_KEY_INSERT, "key insert");
     //  hash is the only UNIQUE constraint; an unknown account is FOREIGNKEY.
     if (rc == SQLITE_CONSTRAINT_UNIQUE)
         return 1;
     if (rc != SQLITE_DONE && (rc & 0xff) == SQLITE_CONSTRAINT)
-        s_log_db_error (self, "key insert");
+        sbx_db_log_error (self->db, "key insert");
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
@@ -823,17 +564,17 @@ int brk_store_key_insert (brk_store_t *self, const brk_key_t *key)
 static int s_key_from_row (sqlite3_stmt *stmt, brk_key_t *out)
 {
     bool failed = false;
-    out->id = s_column_dup (stmt, 0, &failed);
-    out->account_id = s_column_dup (stmt, 1, &failed);
-    out->kind = s_column_dup (stmt, 2, &failed);
-    out->name = s_column_dup (stmt, 3, &failed);
-    out->preset = s_column_dup (stmt, 4, &failed);
-    out->prefix = s_column_dup (stmt, 5, &failed);
-    out->hash = s_column_dup (stmt, 6, &failed);
-    out->created_ms = s_column_u64 (stmt, 7);
-    out->expires_ms = s_column_u64 (stmt, 8);
-    out->last_used_ms = s_column_u64 (stmt, 9);
-    out->revoked_ms = s_column_u64 (stmt, 10);
+    out->id = sbx_db_column_dup (stmt, 0, &failed);
+    out->account_id = sbx_db_column_dup (stmt, 1, &failed);
+    out->kind = sbx_db_column_dup (stmt, 2, &failed);
+    out->name = sbx_db_column_dup (stmt, 3, &failed);
+    out->preset = sbx_db_column_dup (stmt, 4, &failed);
+    out->prefix = sbx_db_column_dup (stmt, 5, &failed);
+    out->hash = sbx_db_column_dup (stmt, 6, &failed);
+    out->created_ms = sbx_db_column_u64 (stmt, 7);
+    out->expires_ms = sbx_db_column_u64 (stmt, 8);
+    out->last_used_ms = sbx_db_column_u64 (stmt, 9);
+    out->revoked_ms = sbx_db_column_u64 (stmt, 10);
     if (failed)
         brk_key_clear (out);
     return failed ? -1 : 0;
@@ -845,8 +586,8 @@ static int s_key_find (brk_store_t *self, stmt_id_t id, const char *value, brk_k
         memset (out, 0, sizeof *out);
     if (!self || !out || !value)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[id];
-    s_bind_text (stmt, 1, value);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
+    sbx_db_bind_text (stmt, 1, value);
     int result = -1;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW)
@@ -854,8 +595,8 @@ static int s_key_find (brk_store_t *self, stmt_id_t id, const char *value, brk_k
     else if (rc == SQLITE_DONE)
         result = 1;
     else
-        s_log_db_error (self, "key find");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "key find");
+    sbx_db_reset (stmt);
     return result;
 }
 
@@ -873,12 +614,12 @@ int brk_store_key_list (brk_store_t *self, const char *account_id, brk_store_key
 {
     if (!self || !account_id || !fn)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_KEY_LIST];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_KEY_LIST);
     if (sqlite3_stmt_busy (stmt)) {
-        sbx_warn ("store %s: key_list called from its own callback", self->path);
+        sbx_warn ("store %s: key_list called from its own callback", sbx_db_path (self->db));
         return -1;
     }
-    s_bind_text (stmt, 1, account_id);
+    sbx_db_bind_text (stmt, 1, account_id);
     int count = 0;
     int rc;
     while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
@@ -896,43 +637,43 @@ int brk_store_key_list (brk_store_t *self, const char *account_id, brk_store_key
         }
     }
     if (rc != SQLITE_DONE)
-        s_log_db_error (self, "key list");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "key list");
+    sbx_db_reset (stmt);
     return rc == SQLITE_DONE ? count : -1;
 }
 
 int brk_store_key_revoke (brk_store_t *self, const char *key_id, uint64_t now_ms)
 {
     //  0 would read as "active".
-    if (!self || !key_id || now_ms == 0 || !s_fits (now_ms))
+    if (!self || !key_id || now_ms == 0 || !sbx_db_fits (now_ms))
         return -1;
-    if (!s_require_transaction (self, "key revoke"))
+    if (!sbx_db_require_transaction (self->db, "key revoke"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_KEY_REVOKE];
-    s_bind_text (stmt, 1, key_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_KEY_REVOKE);
+    sbx_db_bind_text (stmt, 1, key_id);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
-    if (s_run (self, ST_KEY_REVOKE, "key revoke") != SQLITE_DONE)
+    if (sbx_db_try (self->db, ST_KEY_REVOKE, "key revoke") != SQLITE_DONE)
         return -1;
-    if (sqlite3_changes (self->db) > 0)
+    if (sbx_db_changes (self->db) > 0)
         return 0;
     //  Nothing changed: already revoked, or no such key.
-    stmt = self->stmt[ST_KEY_EXISTS];
-    s_bind_text (stmt, 1, key_id);
+    stmt = sbx_db_stmt (self->db, ST_KEY_EXISTS);
+    sbx_db_bind_text (stmt, 1, key_id);
     int rc = sqlite3_step (stmt);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        s_log_db_error (self, "key exists");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "key exists");
+    sbx_db_reset (stmt);
     return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }
 
 int brk_store_key_touch (brk_store_t *self, const char *key_id, uint64_t now_ms)
 {
-    if (!self || !key_id || !s_fits (now_ms))
+    if (!self || !key_id || !sbx_db_fits (now_ms))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_KEY_TOUCH];
-    s_bind_text (stmt, 1, key_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_KEY_TOUCH);
+    sbx_db_bind_text (stmt, 1, key_id);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
-    return s_run (self, ST_KEY_TOUCH, "key touch") == SQLITE_DONE ? 0 : -1;
+    return sbx_db_try (self->db, ST_KEY_TOUCH, "key touch") == SQLITE_DONE ? 0 : -1;
 }
 
 void brk_key_clear (brk_key_t *self)
@@ -956,16 +697,16 @@ char *brk_store_meta_get (brk_store_t *self, const char *key)
 {
     if (!self || !key)
         return NULL;
-    sqlite3_stmt *stmt = self->stmt[ST_META_GET];
-    s_bind_text (stmt, 1, key);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_META_GET);
+    sbx_db_bind_text (stmt, 1, key);
     char *value = NULL;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
         bool failed = false;
-        value = s_column_dup (stmt, 0, &failed);
+        value = sbx_db_column_dup (stmt, 0, &failed);
     } else if (rc != SQLITE_DONE)
-        s_log_db_error (self, "meta get");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "meta get");
+    sbx_db_reset (stmt);
     return value;
 }
 
@@ -974,10 +715,10 @@ int brk_store_meta_set (brk_store_t *self, const char *key, const char *value)
     if (!self || !key)
         return -1;
     stmt_id_t id = value ? ST_META_SET : ST_META_DELETE;
-    s_bind_text (self->stmt[id], 1, key);
+    sbx_db_bind_text (sbx_db_stmt (self->db, id), 1, key);
     if (value)
-        s_bind_text (self->stmt[id], 2, value);
-    return s_run (self, id, "meta set") == SQLITE_DONE ? 0 : -1;
+        sbx_db_bind_text (sbx_db_stmt (self->db, id), 2, value);
+    return sbx_db_try (self->db, id, "meta set") == SQLITE_DONE ? 0 : -1;
 }
 
 //  --------------------------------------------------------------------------
@@ -988,29 +729,30 @@ static const char *s_sandbox_states[] = {"creating", "ready",   "stopping", "sto
 
 int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox)
 {
-    if (!self || !sandbox || !s_nonempty (sandbox->id) || !s_nonempty (sandbox->account_id) ||
-        !s_nonempty (sandbox->label) || !s_one_of (sandbox->state, s_sandbox_states) ||
-        !s_nonempty (sandbox->type) || !s_fits (sandbox->created_ms) ||
-        !s_fits (sandbox->expires_ms) || !s_fits (sandbox->changed_ms))
+    if (!self || !sandbox || !sbx_db_nonempty (sandbox->id) ||
+        !sbx_db_nonempty (sandbox->account_id) || !sbx_db_nonempty (sandbox->label) ||
+        !s_one_of (sandbox->state, s_sandbox_states) || !sbx_db_nonempty (sandbox->type) ||
+        !sbx_db_fits (sandbox->created_ms) || !sbx_db_fits (sandbox->expires_ms) ||
+        !sbx_db_fits (sandbox->changed_ms))
         return -1;
-    if (!s_require_transaction (self, "sandbox insert"))
+    if (!sbx_db_require_transaction (self->db, "sandbox insert"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_INSERT];
-    s_bind_text (stmt, 1, sandbox->id);
-    s_bind_text (stmt, 2, sandbox->account_id);
-    s_bind_text (stmt, 3, sandbox->name);
-    s_bind_text (stmt, 4, sandbox->label);
-    s_bind_text (stmt, 5, sandbox->state);
-    s_bind_text (stmt, 6, sandbox->type);
-    s_bind_text (stmt, 7, sandbox->vmd);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_INSERT);
+    sbx_db_bind_text (stmt, 1, sandbox->id);
+    sbx_db_bind_text (stmt, 2, sandbox->account_id);
+    sbx_db_bind_text (stmt, 3, sandbox->name);
+    sbx_db_bind_text (stmt, 4, sandbox->label);
+    sbx_db_bind_text (stmt, 5, sandbox->state);
+    sbx_db_bind_text (stmt, 6, sandbox->type);
+    sbx_db_bind_text (stmt, 7, sandbox->vmd);
     sqlite3_bind_int (stmt, 8, sandbox->no_network ? 1 : 0);
     sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) sandbox->created_ms);
     sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) sandbox->expires_ms);
     sqlite3_bind_int64 (stmt, 11, (sqlite3_int64) sandbox->changed_ms);
-    s_bind_text (stmt, 12, sandbox->reason);
-    s_bind_text (stmt, 13, sandbox->key_id);
+    sbx_db_bind_text (stmt, 12, sandbox->reason);
+    sbx_db_bind_text (stmt, 13, sandbox->key_id);
     sqlite3_bind_int64 (stmt, 14, (sqlite3_int64) sandbox->ttl_s);
-    int rc = s_run (self, ST_SANDBOX_INSERT, "sandbox insert");
+    int rc = sbx_db_try (self->db, ST_SANDBOX_INSERT, "sandbox insert");
     //  The label's unique index is the only UNIQUE constraint (the id is the key).
     if (rc == SQLITE_CONSTRAINT_UNIQUE)
         return 1;
@@ -1020,20 +762,20 @@ int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox)
 static int s_sandbox_from_row (sqlite3_stmt *stmt, brk_sandbox_t *out)
 {
     bool failed = false;
-    out->id = s_column_dup (stmt, 0, &failed);
-    out->account_id = s_column_dup (stmt, 1, &failed);
-    out->name = s_column_dup (stmt, 2, &failed);
-    out->label = s_column_dup (stmt, 3, &failed);
-    out->state = s_column_dup (stmt, 4, &failed);
-    out->type = s_column_dup (stmt, 5, &failed);
-    out->vmd = s_column_dup (stmt, 6, &failed);
+    out->id = sbx_db_column_dup (stmt, 0, &failed);
+    out->account_id = sbx_db_column_dup (stmt, 1, &failed);
+    out->name = sbx_db_column_dup (stmt, 2, &failed);
+    out->label = sbx_db_column_dup (stmt, 3, &failed);
+    out->state = sbx_db_column_dup (stmt, 4, &failed);
+    out->type = sbx_db_column_dup (stmt, 5, &failed);
+    out->vmd = sbx_db_column_dup (stmt, 6, &failed);
     out->no_network = sqlite3_column_int (stmt, 7) != 0;
-    out->created_ms = s_column_u64 (stmt, 8);
-    out->expires_ms = s_column_u64 (stmt, 9);
-    out->changed_ms = s_column_u64 (stmt, 10);
-    out->reason = s_column_dup (stmt, 11, &failed);
-    out->key_id = s_column_dup (stmt, 12, &failed);
-    out->ttl_s = s_column_u64 (stmt, 13);
+    out->created_ms = sbx_db_column_u64 (stmt, 8);
+    out->expires_ms = sbx_db_column_u64 (stmt, 9);
+    out->changed_ms = sbx_db_column_u64 (stmt, 10);
+    out->reason = sbx_db_column_dup (stmt, 11, &failed);
+    out->key_id = sbx_db_column_dup (stmt, 12, &failed);
+    out->ttl_s = sbx_db_column_u64 (stmt, 13);
     if (failed)
         brk_sandbox_clear (out);
     return failed ? -1 : 0;
@@ -1045,8 +787,8 @@ int brk_store_sandbox_find (brk_store_t *self, const char *id, brk_sandbox_t *ou
         memset (out, 0, sizeof *out);
     if (!self || !out || !id)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_FIND];
-    s_bind_text (stmt, 1, id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_FIND);
+    sbx_db_bind_text (stmt, 1, id);
     int result = -1;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW)
@@ -1054,8 +796,8 @@ int brk_store_sandbox_find (brk_store_t *self, const char *id, brk_sandbox_t *ou
     else if (rc == SQLITE_DONE)
         result = 1;
     else
-        s_log_db_error (self, "sandbox find");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "sandbox find");
+    sbx_db_reset (stmt);
     return result;
 }
 
@@ -1065,9 +807,9 @@ int brk_store_sandbox_list (brk_store_t *self, const char *account_id, brk_store
     if (!self || !fn)
         return -1;
     stmt_id_t id = account_id ? ST_SANDBOX_LIST : ST_SANDBOX_LIST_ALL;
-    sqlite3_stmt *stmt = self->stmt[id];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
     if (account_id)
-        s_bind_text (stmt, 1, account_id);
+        sbx_db_bind_text (stmt, 1, account_id);
     int count = 0;
     int rc;
     while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
@@ -1081,42 +823,42 @@ int brk_store_sandbox_list (brk_store_t *self, const char *account_id, brk_store
         count++;
     }
     if (rc != SQLITE_DONE)
-        s_log_db_error (self, "sandbox list");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "sandbox list");
+    sbx_db_reset (stmt);
     return rc == SQLITE_DONE ? count : -1;
 }
 
 int brk_store_sandbox_set_state (brk_store_t *self, const char *id, const char *state,
                                  const char *vmd, const char *reason, uint64_t changed_ms)
 {
-    if (!self || !id || !s_one_of (state, s_sandbox_states) || !s_fits (changed_ms))
+    if (!self || !id || !s_one_of (state, s_sandbox_states) || !sbx_db_fits (changed_ms))
         return -1;
-    if (!s_require_transaction (self, "sandbox state"))
+    if (!sbx_db_require_transaction (self->db, "sandbox state"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_STATE];
-    s_bind_text (stmt, 1, id);
-    s_bind_text (stmt, 2, state);
-    s_bind_text (stmt, 3, vmd);
-    s_bind_text (stmt, 4, reason);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_STATE);
+    sbx_db_bind_text (stmt, 1, id);
+    sbx_db_bind_text (stmt, 2, state);
+    sbx_db_bind_text (stmt, 3, vmd);
+    sbx_db_bind_text (stmt, 4, reason);
     sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) changed_ms);
-    if (s_run (self, ST_SANDBOX_STATE, "sandbox state") != SQLITE_DONE)
+    if (sbx_db_try (self->db, ST_SANDBOX_STATE, "sandbox state") != SQLITE_DONE)
         return -1;
-    return sqlite3_changes (self->db) == 1 ? 0 : 1;
+    return sbx_db_changes (self->db) == 1 ? 0 : 1;
 }
 
 int brk_store_sandbox_active (brk_store_t *self, const char *vmd, uint64_t *count)
 {
     if (!self || !vmd || !count)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_ACTIVE];
-    s_bind_text (stmt, 1, vmd);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_ACTIVE);
+    sbx_db_bind_text (stmt, 1, vmd);
     int result = -1;
     if (sqlite3_step (stmt) == SQLITE_ROW) {
-        *count = s_column_u64 (stmt, 0);
+        *count = sbx_db_column_u64 (stmt, 0);
         result = 0;
     } else
-        s_log_db_error (self, "sandbox active");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "sandbox active");
+    sbx_db_reset (stmt);
     return result;
 }
 
@@ -1126,9 +868,9 @@ static int s_sandbox_collect (sqlite3_stmt *stmt, brk_store_sandbox_fn *fn, void
 int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,
                                brk_store_sandbox_fn *fn, void *arg)
 {
-    if (!self || !fn || !s_fits (now_ms))
+    if (!self || !fn || !sbx_db_fits (now_ms))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_EXPIRED];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_EXPIRED);
     sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) now_ms);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) (limit ? limit : 100));
     return s_sandbox_collect (stmt, fn, arg);
@@ -1139,7 +881,7 @@ int brk_store_sandbox_unfunded (brk_store_t *self, size_t limit, brk_store_sandb
 {
     if (!self || !fn)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_UNFUNDED];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_UNFUNDED);
     sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) (limit && limit < 100 ? limit : 100));
     return s_sandbox_collect (stmt, fn, arg);
 }
@@ -1147,37 +889,37 @@ int brk_store_sandbox_unfunded (brk_store_t *self, size_t limit, brk_store_sandb
 int brk_store_start_add (brk_store_t *self, const char *account_id, const char *sandbox_id,
                          uint64_t ts_ms)
 {
-    if (!self || !s_nonempty (account_id) || !s_nonempty (sandbox_id) || !s_fits (ts_ms) ||
-        !s_require_transaction (self, "start add"))
+    if (!self || !sbx_db_nonempty (account_id) || !sbx_db_nonempty (sandbox_id) ||
+        !sbx_db_fits (ts_ms) || !sbx_db_require_transaction (self->db, "start add"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_START_ADD];
-    s_bind_text (stmt, 1, account_id);
-    s_bind_text (stmt, 2, sandbox_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_START_ADD);
+    sbx_db_bind_text (stmt, 1, account_id);
+    sbx_db_bind_text (stmt, 2, sandbox_id);
     sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) ts_ms);
-    return s_run (self, ST_START_ADD, "start add") == SQLITE_DONE ? 0 : -1;
+    return sbx_db_try (self->db, ST_START_ADD, "start add") == SQLITE_DONE ? 0 : -1;
 }
 
 //  Runs a one-row count query bound by the caller; its first column into *count.
 static int s_count (brk_store_t *self, stmt_id_t id, uint64_t *count, const char *what)
 {
-    sqlite3_stmt *stmt = self->stmt[id];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
     int result = -1;
     if (sqlite3_step (stmt) == SQLITE_ROW) {
-        *count = s_column_u64 (stmt, 0);
+        *count = sbx_db_column_u64 (stmt, 0);
         result = 0;
     } else
-        s_log_db_error (self, what);
-    s_reset (stmt);
+        sbx_db_log_error (self->db, what);
+    sbx_db_reset (stmt);
     return result;
 }
 
 int brk_store_starts_since (brk_store_t *self, const char *account_id, uint64_t since_ms,
                             uint64_t *count)
 {
-    if (!self || !account_id || !count || !s_fits (since_ms))
+    if (!self || !account_id || !count || !sbx_db_fits (since_ms))
         return -1;
-    s_bind_text (self->stmt[ST_STARTS_SINCE], 1, account_id);
-    sqlite3_bind_int64 (self->stmt[ST_STARTS_SINCE], 2, (sqlite3_int64) since_ms);
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_STARTS_SINCE), 1, account_id);
+    sqlite3_bind_int64 (sbx_db_stmt (self->db, ST_STARTS_SINCE), 2, (sqlite3_int64) since_ms);
     return s_count (self, ST_STARTS_SINCE, count, "starts since");
 }
 
@@ -1185,34 +927,35 @@ int brk_store_account_running (brk_store_t *self, const char *account_id, uint64
 {
     if (!self || !account_id || !count)
         return -1;
-    s_bind_text (self->stmt[ST_ACCOUNT_RUNNING], 1, account_id);
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_ACCOUNT_RUNNING), 1, account_id);
     return s_count (self, ST_ACCOUNT_RUNNING, count, "account running");
 }
 
 int brk_store_account_funds_set (brk_store_t *self, const char *account_id, bool exhausted)
 {
-    if (!self || !s_nonempty (account_id) || !s_require_transaction (self, "funds set"))
+    if (!self || !sbx_db_nonempty (account_id) ||
+        !sbx_db_require_transaction (self->db, "funds set"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_FUNDS_SET];
-    s_bind_text (stmt, 1, account_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_FUNDS_SET);
+    sbx_db_bind_text (stmt, 1, account_id);
     sqlite3_bind_int (stmt, 2, exhausted ? 1 : 0);
-    if (s_run (self, ST_FUNDS_SET, "funds set") != SQLITE_DONE)
+    if (sbx_db_try (self->db, ST_FUNDS_SET, "funds set") != SQLITE_DONE)
         return -1;
-    return sqlite3_changes (self->db) ? 0 : 1;
+    return sbx_db_changes (self->db) ? 0 : 1;
 }
 
 int brk_store_account_funds_exhausted (brk_store_t *self, const char *account_id, bool *exhausted)
 {
     if (!self || !account_id || !exhausted)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_FUNDS_GET];
-    s_bind_text (stmt, 1, account_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_FUNDS_GET);
+    sbx_db_bind_text (stmt, 1, account_id);
     int rc = sqlite3_step (stmt);
     int result = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
     *exhausted = rc == SQLITE_ROW && sqlite3_column_int (stmt, 0) != 0;
     if (result < 0)
-        s_log_db_error (self, "funds get");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "funds get");
+    sbx_db_reset (stmt);
     return result;
 }
 
@@ -1228,7 +971,7 @@ static int s_sandbox_collect (sqlite3_stmt *stmt, brk_store_sandbox_fn *fn, void
         if (s_sandbox_from_row (stmt, &found[count]) == 0)
             count++;
     }
-    s_reset (stmt);
+    sbx_db_reset (stmt);
     for (int i = 0; i < count; i++) {
         fn (&found[i], arg);
         brk_sandbox_clear (&found[i]);
@@ -1239,50 +982,50 @@ static int s_sandbox_collect (sqlite3_stmt *stmt, brk_store_sandbox_fn *fn, void
 int brk_store_sandbox_set_expiry (brk_store_t *self, const char *id, uint64_t expires_ms,
                                   uint64_t ttl_s)
 {
-    if (!self || !id || !s_fits (expires_ms) || !s_fits (ttl_s))
+    if (!self || !id || !sbx_db_fits (expires_ms) || !sbx_db_fits (ttl_s))
         return -1;
-    if (!s_require_transaction (self, "sandbox expiry"))
+    if (!sbx_db_require_transaction (self->db, "sandbox expiry"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_EXPIRY];
-    s_bind_text (stmt, 1, id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_EXPIRY);
+    sbx_db_bind_text (stmt, 1, id);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) expires_ms);
     sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) ttl_s);
-    return s_run (self, ST_SANDBOX_EXPIRY, "sandbox expiry") == SQLITE_DONE ? 0 : -1;
+    return sbx_db_try (self->db, ST_SANDBOX_EXPIRY, "sandbox expiry") == SQLITE_DONE ? 0 : -1;
 }
 
 int brk_store_sandbox_set_name (brk_store_t *self, const char *id, const char *name)
 {
     if (!self || !id)
         return -1;
-    if (!s_require_transaction (self, "sandbox name"))
+    if (!sbx_db_require_transaction (self->db, "sandbox name"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_NAME];
-    s_bind_text (stmt, 1, id);
-    s_bind_text (stmt, 2, name);
-    return s_run (self, ST_SANDBOX_NAME, "sandbox name") == SQLITE_DONE ? 0 : -1;
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_NAME);
+    sbx_db_bind_text (stmt, 1, id);
+    sbx_db_bind_text (stmt, 2, name);
+    return sbx_db_try (self->db, ST_SANDBOX_NAME, "sandbox name") == SQLITE_DONE ? 0 : -1;
 }
 
 int brk_store_sandbox_label_set (brk_store_t *self, const char *id, const char *key,
                                  const char *value)
 {
-    if (!self || !id || !s_nonempty (key))
+    if (!self || !id || !sbx_db_nonempty (key))
         return -1;
-    if (!s_require_transaction (self, "sandbox label"))
+    if (!sbx_db_require_transaction (self->db, "sandbox label"))
         return -1;
     stmt_id_t st = value ? ST_LABEL_SET : ST_LABEL_DELETE;
-    s_bind_text (self->stmt[st], 1, id);
-    s_bind_text (self->stmt[st], 2, key);
+    sbx_db_bind_text (sbx_db_stmt (self->db, st), 1, id);
+    sbx_db_bind_text (sbx_db_stmt (self->db, st), 2, key);
     if (value)
-        s_bind_text (self->stmt[st], 3, value);
-    return s_run (self, st, "sandbox label") == SQLITE_DONE ? 0 : -1;
+        sbx_db_bind_text (sbx_db_stmt (self->db, st), 3, value);
+    return sbx_db_try (self->db, st, "sandbox label") == SQLITE_DONE ? 0 : -1;
 }
 
 int brk_store_sandbox_labels (brk_store_t *self, const char *id, brk_store_label_fn *fn, void *arg)
 {
     if (!self || !id || !fn)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_LABEL_LIST];
-    s_bind_text (stmt, 1, id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_LABEL_LIST);
+    sbx_db_bind_text (stmt, 1, id);
     int count = 0;
     int rc;
     while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
@@ -1291,8 +1034,8 @@ int brk_store_sandbox_labels (brk_store_t *self, const char *id, brk_store_label
         count++;
     }
     if (rc != SQLITE_DONE)
-        s_log_db_error (self, "sandbox labels");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "sandbox labels");
+    sbx_db_reset (stmt);
     return rc == SQLITE_DONE ? count : -1;
 }
 
@@ -1302,8 +1045,8 @@ int brk_store_sandbox_find_by_label (brk_store_t *self, const char *label, brk_s
         memset (out, 0, sizeof *out);
     if (!self || !out || !label)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_SANDBOX_BY_LABEL];
-    s_bind_text (stmt, 1, label);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_BY_LABEL);
+    sbx_db_bind_text (stmt, 1, label);
     int result = -1;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW)
@@ -1311,8 +1054,8 @@ int brk_store_sandbox_find_by_label (brk_store_t *self, const char *label, brk_s
     else if (rc == SQLITE_DONE)
         result = 1;
     else
-        s_log_db_error (self, "sandbox by label");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "sandbox by label");
+    sbx_db_reset (stmt);
     return result;
 }
 
@@ -1323,44 +1066,45 @@ static bool s_port_valid (uint64_t port)
 
 int brk_store_port_set (brk_store_t *self, const brk_port_t *port)
 {
-    if (!self || !port || !s_nonempty (port->sandbox_id) || !s_port_valid (port->port) ||
-        !s_nonempty (port->host) || !s_port_valid (port->host_port) || !s_fits (port->created_ms))
+    if (!self || !port || !sbx_db_nonempty (port->sandbox_id) || !s_port_valid (port->port) ||
+        !sbx_db_nonempty (port->host) || !s_port_valid (port->host_port) ||
+        !sbx_db_fits (port->created_ms))
         return -1;
-    if (!s_require_transaction (self, "port set"))
+    if (!sbx_db_require_transaction (self->db, "port set"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_PORT_SET];
-    s_bind_text (stmt, 1, port->sandbox_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_PORT_SET);
+    sbx_db_bind_text (stmt, 1, port->sandbox_id);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) port->port);
-    s_bind_text (stmt, 3, port->host);
+    sbx_db_bind_text (stmt, 3, port->host);
     sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) port->host_port);
     sqlite3_bind_int (stmt, 5, port->public ? 1 : 0);
     sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) port->created_ms);
-    return s_run (self, ST_PORT_SET, "port set") == SQLITE_DONE ? 0 : -1;
+    return sbx_db_try (self->db, ST_PORT_SET, "port set") == SQLITE_DONE ? 0 : -1;
 }
 
 int brk_store_port_delete (brk_store_t *self, const char *sandbox_id, uint64_t port)
 {
     if (!self || !sandbox_id || !s_port_valid (port))
         return -1;
-    if (!s_require_transaction (self, "port delete"))
+    if (!sbx_db_require_transaction (self->db, "port delete"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_PORT_DELETE];
-    s_bind_text (stmt, 1, sandbox_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_PORT_DELETE);
+    sbx_db_bind_text (stmt, 1, sandbox_id);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) port);
-    if (s_run (self, ST_PORT_DELETE, "port delete") != SQLITE_DONE)
+    if (sbx_db_try (self->db, ST_PORT_DELETE, "port delete") != SQLITE_DONE)
         return -1;
-    return sqlite3_changes (self->db) == 1 ? 0 : 1;
+    return sbx_db_changes (self->db) == 1 ? 0 : 1;
 }
 
 static int s_port_from_row (sqlite3_stmt *stmt, brk_port_t *out)
 {
     bool failed = false;
-    out->sandbox_id = s_column_dup (stmt, 0, &failed);
-    out->port = s_column_u64 (stmt, 1);
-    out->host = s_column_dup (stmt, 2, &failed);
-    out->host_port = s_column_u64 (stmt, 3);
+    out->sandbox_id = sbx_db_column_dup (stmt, 0, &failed);
+    out->port = sbx_db_column_u64 (stmt, 1);
+    out->host = sbx_db_column_dup (stmt, 2, &failed);
+    out->host_port = sbx_db_column_u64 (stmt, 3);
     out->public = sqlite3_column_int (stmt, 4) != 0;
-    out->created_ms = s_column_u64 (stmt, 5);
+    out->created_ms = sbx_db_column_u64 (stmt, 5);
     if (failed)
         brk_port_clear (out);
     return failed ? -1 : 0;
@@ -1372,8 +1116,8 @@ int brk_store_port_find (brk_store_t *self, const char *sandbox_id, uint64_t por
         memset (out, 0, sizeof *out);
     if (!self || !out || !sandbox_id || !s_port_valid (port))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_PORT_FIND];
-    s_bind_text (stmt, 1, sandbox_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_PORT_FIND);
+    sbx_db_bind_text (stmt, 1, sandbox_id);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) port);
     int result = -1;
     int rc = sqlite3_step (stmt);
@@ -1382,8 +1126,8 @@ int brk_store_port_find (brk_store_t *self, const char *sandbox_id, uint64_t por
     else if (rc == SQLITE_DONE)
         result = 1;
     else
-        s_log_db_error (self, "port find");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "port find");
+    sbx_db_reset (stmt);
     return result;
 }
 
@@ -1391,8 +1135,8 @@ int brk_store_ports (brk_store_t *self, const char *sandbox_id, brk_store_port_f
 {
     if (!self || !sandbox_id || !fn)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_PORT_LIST];
-    s_bind_text (stmt, 1, sandbox_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_PORT_LIST);
+    sbx_db_bind_text (stmt, 1, sandbox_id);
     int count = 0;
     int rc;
     while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
@@ -1406,8 +1150,8 @@ int brk_store_ports (brk_store_t *self, const char *sandbox_id, brk_store_port_f
         count++;
     }
     if (rc != SQLITE_DONE)
-        s_log_db_error (self, "ports");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "ports");
+    sbx_db_reset (stmt);
     return rc == SQLITE_DONE ? count : -1;
 }
 
@@ -1441,17 +1185,18 @@ void brk_sandbox_clear (brk_sandbox_t *self)
 
 int brk_store_oauth_client_insert (brk_store_t *self, const brk_oauth_client_t *client)
 {
-    if (!self || !client || !s_nonempty (client->client_id) || !s_nonempty (client->name) ||
-        !client->redirect_uris || !s_fits (client->created_ms))
+    if (!self || !client || !sbx_db_nonempty (client->client_id) ||
+        !sbx_db_nonempty (client->name) || !client->redirect_uris ||
+        !sbx_db_fits (client->created_ms))
         return -1;
-    if (!s_require_transaction (self, "oauth client insert"))
+    if (!sbx_db_require_transaction (self->db, "oauth client insert"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_CLIENT_INSERT];
-    s_bind_text (stmt, 1, client->client_id);
-    s_bind_text (stmt, 2, client->name);
-    s_bind_text (stmt, 3, client->redirect_uris);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_CLIENT_INSERT);
+    sbx_db_bind_text (stmt, 1, client->client_id);
+    sbx_db_bind_text (stmt, 2, client->name);
+    sbx_db_bind_text (stmt, 3, client->redirect_uris);
     sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) client->created_ms);
-    return s_run (self, ST_CLIENT_INSERT, "oauth client insert") == SQLITE_DONE ? 0 : -1;
+    return sbx_db_try (self->db, ST_CLIENT_INSERT, "oauth client insert") == SQLITE_DONE ? 0 : -1;
 }
 
 int brk_store_oauth_client_find (brk_store_t *self, const char *client_id, brk_oauth_client_t *out)
@@ -1460,24 +1205,24 @@ int brk_store_oauth_client_find (brk_store_t *self, const char *client_id, brk_o
         memset (out, 0, sizeof *out);
     if (!self || !out || !client_id)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_CLIENT_FIND];
-    s_bind_text (stmt, 1, client_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_CLIENT_FIND);
+    sbx_db_bind_text (stmt, 1, client_id);
     int result = -1;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
         bool failed = false;
-        out->client_id = s_column_dup (stmt, 0, &failed);
-        out->name = s_column_dup (stmt, 1, &failed);
-        out->redirect_uris = s_column_dup (stmt, 2, &failed);
-        out->created_ms = s_column_u64 (stmt, 3);
+        out->client_id = sbx_db_column_dup (stmt, 0, &failed);
+        out->name = sbx_db_column_dup (stmt, 1, &failed);
+        out->redirect_uris = sbx_db_column_dup (stmt, 2, &failed);
+        out->created_ms = sbx_db_column_u64 (stmt, 3);
         result = failed ? -1 : 0;
         if (failed)
             brk_oauth_client_clear (out);
     } else if (rc == SQLITE_DONE)
         result = 1;
     else
-        s_log_db_error (self, "oauth client find");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "oauth client find");
+    sbx_db_reset (stmt);
     return result;
 }
 
@@ -1495,26 +1240,27 @@ static const char *s_token_kinds[] = {"code", "access", "refresh", NULL};
 
 int brk_store_oauth_token_insert (brk_store_t *self, const brk_oauth_token_t *token)
 {
-    if (!self || !token || !s_nonempty (token->hash) || !s_one_of (token->kind, s_token_kinds) ||
-        !s_nonempty (token->grant_id) || !s_nonempty (token->client_id) ||
-        !s_nonempty (token->resource) || !s_fits (token->created_ms) || !s_fits (token->expires_ms))
+    if (!self || !token || !sbx_db_nonempty (token->hash) ||
+        !s_one_of (token->kind, s_token_kinds) || !sbx_db_nonempty (token->grant_id) ||
+        !sbx_db_nonempty (token->client_id) || !sbx_db_nonempty (token->resource) ||
+        !sbx_db_fits (token->created_ms) || !sbx_db_fits (token->expires_ms))
         return -1;
-    if (!s_require_transaction (self, "oauth token insert"))
+    if (!sbx_db_require_transaction (self->db, "oauth token insert"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_TOKEN_INSERT];
-    s_bind_text (stmt, 1, token->hash);
-    s_bind_text (stmt, 2, token->kind);
-    s_bind_text (stmt, 3, token->grant_id);
-    s_bind_text (stmt, 4, token->client_id);
-    s_bind_text (stmt, 5, token->redirect_uri);
-    s_bind_text (stmt, 6, token->challenge);
-    s_bind_text (stmt, 7, token->resource);
-    s_bind_text (stmt, 8, token->scope);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_TOKEN_INSERT);
+    sbx_db_bind_text (stmt, 1, token->hash);
+    sbx_db_bind_text (stmt, 2, token->kind);
+    sbx_db_bind_text (stmt, 3, token->grant_id);
+    sbx_db_bind_text (stmt, 4, token->client_id);
+    sbx_db_bind_text (stmt, 5, token->redirect_uri);
+    sbx_db_bind_text (stmt, 6, token->challenge);
+    sbx_db_bind_text (stmt, 7, token->resource);
+    sbx_db_bind_text (stmt, 8, token->scope);
     sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) token->created_ms);
     sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) token->expires_ms);
     sqlite3_bind_int64 (stmt, 11, 0);
     sqlite3_bind_int64 (stmt, 12, 0);
-    return s_run (self, ST_TOKEN_INSERT, "oauth token insert") == SQLITE_DONE ? 0 : -1;
+    return sbx_db_try (self->db, ST_TOKEN_INSERT, "oauth token insert") == SQLITE_DONE ? 0 : -1;
 }
 
 int brk_store_oauth_token_find (brk_store_t *self, const char *hash, brk_oauth_token_t *out)
@@ -1523,32 +1269,32 @@ int brk_store_oauth_token_find (brk_store_t *self, const char *hash, brk_oauth_t
         memset (out, 0, sizeof *out);
     if (!self || !out || !hash)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_TOKEN_FIND];
-    s_bind_text (stmt, 1, hash);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_TOKEN_FIND);
+    sbx_db_bind_text (stmt, 1, hash);
     int result = -1;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
         bool failed = false;
-        out->hash = s_column_dup (stmt, 0, &failed);
-        out->kind = s_column_dup (stmt, 1, &failed);
-        out->grant_id = s_column_dup (stmt, 2, &failed);
-        out->client_id = s_column_dup (stmt, 3, &failed);
-        out->redirect_uri = s_column_dup (stmt, 4, &failed);
-        out->challenge = s_column_dup (stmt, 5, &failed);
-        out->resource = s_column_dup (stmt, 6, &failed);
-        out->scope = s_column_dup (stmt, 7, &failed);
-        out->created_ms = s_column_u64 (stmt, 8);
-        out->expires_ms = s_column_u64 (stmt, 9);
-        out->used_ms = s_column_u64 (stmt, 10);
-        out->revoked_ms = s_column_u64 (stmt, 11);
+        out->hash = sbx_db_column_dup (stmt, 0, &failed);
+        out->kind = sbx_db_column_dup (stmt, 1, &failed);
+        out->grant_id = sbx_db_column_dup (stmt, 2, &failed);
+        out->client_id = sbx_db_column_dup (stmt, 3, &failed);
+        out->redirect_uri = sbx_db_column_dup (stmt, 4, &failed);
+        out->challenge = sbx_db_column_dup (stmt, 5, &failed);
+        out->resource = sbx_db_column_dup (stmt, 6, &failed);
+        out->scope = sbx_db_column_dup (stmt, 7, &failed);
+        out->created_ms = sbx_db_column_u64 (stmt, 8);
+        out->expires_ms = sbx_db_column_u64 (stmt, 9);
+        out->used_ms = sbx_db_column_u64 (stmt, 10);
+        out->revoked_ms = sbx_db_column_u64 (stmt, 11);
         result = failed ? -1 : 0;
         if (failed)
             brk_oauth_token_clear (out);
     } else if (rc == SQLITE_DONE)
         result = 1;
     else
-        s_log_db_error (self, "oauth token find");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "oauth token find");
+    sbx_db_reset (stmt);
     return result;
 }
 
@@ -1556,16 +1302,16 @@ int brk_store_oauth_token_find (brk_store_t *self, const char *hash, brk_oauth_t
 static int s_update_at (brk_store_t *self, stmt_id_t id, const char *key, uint64_t now_ms,
                         const char *what)
 {
-    if (!self || !key || now_ms == 0 || !s_fits (now_ms))
+    if (!self || !key || now_ms == 0 || !sbx_db_fits (now_ms))
         return -1;
-    if (!s_require_transaction (self, what))
+    if (!sbx_db_require_transaction (self->db, what))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[id];
-    s_bind_text (stmt, 1, key);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
+    sbx_db_bind_text (stmt, 1, key);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
-    if (s_run (self, id, what) != SQLITE_DONE)
+    if (sbx_db_try (self->db, id, what) != SQLITE_DONE)
         return -1;
-    return sqlite3_changes (self->db) > 0 ? 0 : 1;
+    return sbx_db_changes (self->db) > 0 ? 0 : 1;
 }
 
 int brk_store_oauth_token_use (brk_store_t *self, const char *hash, uint64_t now_ms)
@@ -1586,11 +1332,11 @@ int brk_store_oauth_grant_revoke (brk_store_t *self, const char *grant_id, uint6
 
 int brk_store_oauth_purge (brk_store_t *self, uint64_t before_ms)
 {
-    if (!self || !s_fits (before_ms) || !s_require_transaction (self, "oauth purge"))
+    if (!self || !sbx_db_fits (before_ms) || !sbx_db_require_transaction (self->db, "oauth purge"))
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_TOKEN_PURGE];
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_TOKEN_PURGE);
     sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) before_ms);
-    return s_run (self, ST_TOKEN_PURGE, "oauth purge") == SQLITE_DONE ? 0 : -1;
+    return sbx_db_try (self->db, ST_TOKEN_PURGE, "oauth purge") == SQLITE_DONE ? 0 : -1;
 }
 
 int brk_store_oauth_grant_find (brk_store_t *self, const char *account_id, const char *client_id,
@@ -1600,20 +1346,20 @@ int brk_store_oauth_grant_find (brk_store_t *self, const char *account_id, const
         *grant_id = NULL;
     if (!self || !account_id || !client_id || !grant_id)
         return -1;
-    sqlite3_stmt *stmt = self->stmt[ST_GRANT_FIND];
-    s_bind_text (stmt, 1, account_id);
-    s_bind_text (stmt, 2, client_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_GRANT_FIND);
+    sbx_db_bind_text (stmt, 1, account_id);
+    sbx_db_bind_text (stmt, 2, client_id);
     int result = -1;
     int rc = sqlite3_step (stmt);
     if (rc == SQLITE_ROW) {
         bool failed = false;
-        *grant_id = s_column_dup (stmt, 0, &failed);
+        *grant_id = sbx_db_column_dup (stmt, 0, &failed);
         result = failed || !*grant_id ? -1 : 0;
     } else if (rc == SQLITE_DONE)
         result = 1;
     else
-        s_log_db_error (self, "oauth grant find");
-    s_reset (stmt);
+        sbx_db_log_error (self->db, "oauth grant find");
+    sbx_db_reset (stmt);
     return result;
 }
 
@@ -1762,14 +1508,12 @@ void brk_store_test (bool verbose)
     assert (brk_store_schema_version (store) == MIGRATION_COUNT);
     struct stat st;
     assert (stat (path, &st) == 0 && (st.st_mode & 0777) == 0600);
-    sqlite3_stmt *stmt = NULL;
-    assert (sqlite3_prepare_v2 (store->db, "PRAGMA journal_mode", -1, &stmt, NULL) == SQLITE_OK);
-    assert (sqlite3_step (stmt) == SQLITE_ROW);
-    assert (strcmp ((const char *) sqlite3_column_text (stmt, 0), "wal") == 0);
-    sqlite3_finalize (stmt);
-    assert (s_query_int (store, "PRAGMA synchronous", "") == 2);
-    assert (s_query_int (store, "PRAGMA foreign_keys", "") == 1);
-    assert (s_query_int (store, "SELECT count(*) FROM schema_version", "") == MIGRATION_COUNT);
+    assert (sbx_db_query_int (store->db, "SELECT journal_mode = 'wal' FROM pragma_journal_mode",
+                              "") == 1);
+    assert (sbx_db_query_int (store->db, "PRAGMA synchronous", "") == 2);
+    assert (sbx_db_query_int (store->db, "PRAGMA foreign_keys", "") == 1);
+    assert (sbx_db_query_int (store->db, "SELECT count(*) FROM schema_version", "") ==
+            MIGRATION_COUNT);
     brk_store_destroy (&store);
     assert (store == NULL);
     brk_store_destroy (&store);
@@ -1778,7 +1522,8 @@ void brk_store_test (bool verbose)
     store = brk_store_new (path);
     assert (store);
     assert (brk_store_schema_version (store) == MIGRATION_COUNT);
-    assert (s_query_int (store, "SELECT count(*) FROM schema_version", "") == MIGRATION_COUNT);
+    assert (sbx_db_query_int (store->db, "SELECT count(*) FROM schema_version", "") ==
+            MIGRATION_COUNT);
 
     //  Transactions do not nest; commit and rollback need one.
     assert (!brk_store_in_transaction (store));
@@ -2150,8 +1895,7 @@ void brk_store_test (bool verbose)
     assert (store);
 
     //  A database from a newer broker is refused.
-    assert (sqlite3_exec (store->db, "INSERT INTO schema_version VALUES (999, 0)", NULL, NULL,
-                          NULL) == SQLITE_OK);
+    assert (sbx_db_exec (store->db, "INSERT INTO schema_version VALUES (999, 0)", "") == 0);
     brk_store_destroy (&store);
     assert (brk_store_new (path) == NULL);
 
