@@ -306,6 +306,55 @@ static bool s_one_of (const char *text, const char **names)
     return false;
 }
 
+//  Finds the one row statement id has for a text key (its only parameter). *out (size
+//  bytes) is zeroed, then filled by fill, which clears it when it fails. 0 found, 1 not
+//  found, -1 error (logged with what) or a NULL argument.
+static int s_find (brk_store_t *self, stmt_id_t id, const char *key, sbx_db_row_fn *fill, void *out,
+                   size_t size, const char *what)
+{
+    if (out)
+        memset (out, 0, size);
+    if (!self || !out || !key)
+        return -1;
+    sbx_db_bind_text (sbx_db_stmt (self->db, id), 1, key);
+    return sbx_db_row (self->db, id, fill, out, what);
+}
+
+//  Row functions for one-column rows. A text that is NULL counts as a failure.
+static int s_text_from_row (sqlite3_stmt *stmt, void *out)
+{
+    bool failed = false;
+    char **text = out;
+    *text = sbx_db_column_dup (stmt, 0, &failed);
+    return failed || !*text ? -1 : 0;
+}
+
+static int s_u64_from_row (sqlite3_stmt *stmt, void *out)
+{
+    *(uint64_t *) out = sbx_db_column_u64 (stmt, 0);
+    return 0;
+}
+
+static int s_flag_from_row (sqlite3_stmt *stmt, void *out)
+{
+    *(bool *) out = sqlite3_column_int (stmt, 0) != 0;
+    return 0;
+}
+
+//  For "is there a row?" queries.
+static int s_any_row (sqlite3_stmt *stmt, void *out)
+{
+    (void) stmt;
+    (void) out;
+    return 0;
+}
+
+//  Runs a one-row count query bound by the caller; its first column into *count.
+static int s_count (brk_store_t *self, stmt_id_t id, uint64_t *count, const char *what)
+{
+    return sbx_db_row (self->db, id, s_u64_from_row, count, what) == 0 ? 0 : -1;
+}
+
 //  --------------------------------------------------------------------------
 //  Opening and transactions: sbx_db's (0600, WAL, FULL, foreign keys, migrations)
 
@@ -388,16 +437,9 @@ int brk_store_event_append (brk_store_t *self, const char *type, const char *acc
 
 uint64_t brk_store_last_seq (brk_store_t *self)
 {
-    if (!self)
-        return 0;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_LAST_SEQ);
     uint64_t seq = 0;
-    int rc = sqlite3_step (stmt);
-    if (rc == SQLITE_ROW)
-        seq = sbx_db_column_u64 (stmt, 0);
-    else if (rc != SQLITE_DONE)
-        sbx_db_log_error (self->db, "last seq");
-    sbx_db_reset (stmt);
+    if (self)
+        sbx_db_row (self->db, ST_LAST_SEQ, s_u64_from_row, &seq, "last seq");
     return seq;
 }
 
@@ -470,48 +512,32 @@ int brk_store_account_insert (brk_store_t *self, const brk_account_t *account)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
+static int s_account_from_row (sqlite3_stmt *stmt, void *row)
+{
+    brk_account_t *out = row;
+    bool failed = false;
+    out->id = sbx_db_column_dup (stmt, 0, &failed);
+    out->email = sbx_db_column_dup (stmt, 1, &failed);
+    out->password_hash = sbx_db_column_dup (stmt, 2, &failed);
+    out->plan = sbx_db_column_dup (stmt, 3, &failed);
+    out->admin = sqlite3_column_int (stmt, 4) != 0;
+    out->created_ms = sbx_db_column_u64 (stmt, 5);
+    if (failed)
+        brk_account_clear (out);
+    return failed ? -1 : 0;
+}
+
 int brk_store_account_find (brk_store_t *self, const char *id_or_email, brk_account_t *out)
 {
-    if (out)
-        memset (out, 0, sizeof *out);
-    if (!self || !out || !id_or_email)
-        return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_FIND);
-    sbx_db_bind_text (stmt, 1, id_or_email);
-    int result = -1;
-    int rc = sqlite3_step (stmt);
-    if (rc == SQLITE_ROW) {
-        bool failed = false;
-        out->id = sbx_db_column_dup (stmt, 0, &failed);
-        out->email = sbx_db_column_dup (stmt, 1, &failed);
-        out->password_hash = sbx_db_column_dup (stmt, 2, &failed);
-        out->plan = sbx_db_column_dup (stmt, 3, &failed);
-        out->admin = sqlite3_column_int (stmt, 4) != 0;
-        out->created_ms = sbx_db_column_u64 (stmt, 5);
-        result = failed ? -1 : 0;
-        if (failed)
-            brk_account_clear (out);
-    } else if (rc == SQLITE_DONE)
-        result = 1;
-    else
-        sbx_db_log_error (self->db, "account find");
-    sbx_db_reset (stmt);
-    return result;
+    return s_find (self, ST_ACCOUNT_FIND, id_or_email, s_account_from_row, out, sizeof *out,
+                   "account find");
 }
 
 int brk_store_account_count (brk_store_t *self, uint64_t *count)
 {
     if (!self || !count)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_COUNT);
-    int result = -1;
-    if (sqlite3_step (stmt) == SQLITE_ROW) {
-        *count = sbx_db_column_u64 (stmt, 0);
-        result = 0;
-    } else
-        sbx_db_log_error (self->db, "account count");
-    sbx_db_reset (stmt);
-    return result;
+    return s_count (self, ST_ACCOUNT_COUNT, count, "account count");
 }
 
 void brk_account_clear (brk_account_t *self)
@@ -561,8 +587,9 @@ int brk_store_key_insert (brk_store_t *self, const brk_key_t *key)
 }
 
 //  Fills *out from the current row (columns in KEY_COLUMNS order). Returns 0 or -1.
-static int s_key_from_row (sqlite3_stmt *stmt, brk_key_t *out)
+static int s_key_from_row (sqlite3_stmt *stmt, void *row)
 {
+    brk_key_t *out = row;
     bool failed = false;
     out->id = sbx_db_column_dup (stmt, 0, &failed);
     out->account_id = sbx_db_column_dup (stmt, 1, &failed);
@@ -580,34 +607,14 @@ static int s_key_from_row (sqlite3_stmt *stmt, brk_key_t *out)
     return failed ? -1 : 0;
 }
 
-static int s_key_find (brk_store_t *self, stmt_id_t id, const char *value, brk_key_t *out)
-{
-    if (out)
-        memset (out, 0, sizeof *out);
-    if (!self || !out || !value)
-        return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
-    sbx_db_bind_text (stmt, 1, value);
-    int result = -1;
-    int rc = sqlite3_step (stmt);
-    if (rc == SQLITE_ROW)
-        result = s_key_from_row (stmt, out);
-    else if (rc == SQLITE_DONE)
-        result = 1;
-    else
-        sbx_db_log_error (self->db, "key find");
-    sbx_db_reset (stmt);
-    return result;
-}
-
 int brk_store_key_find_by_hash (brk_store_t *self, const char *hash, brk_key_t *out)
 {
-    return s_key_find (self, ST_KEY_FIND_BY_HASH, hash, out);
+    return s_find (self, ST_KEY_FIND_BY_HASH, hash, s_key_from_row, out, sizeof *out, "key find");
 }
 
 int brk_store_key_find (brk_store_t *self, const char *key_id, brk_key_t *out)
 {
-    return s_key_find (self, ST_KEY_FIND, key_id, out);
+    return s_find (self, ST_KEY_FIND, key_id, s_key_from_row, out, sizeof *out, "key find");
 }
 
 int brk_store_key_list (brk_store_t *self, const char *account_id, brk_store_key_fn *fn, void *arg)
@@ -657,13 +664,8 @@ int brk_store_key_revoke (brk_store_t *self, const char *key_id, uint64_t now_ms
     if (sbx_db_changes (self->db) > 0)
         return 0;
     //  Nothing changed: already revoked, or no such key.
-    stmt = sbx_db_stmt (self->db, ST_KEY_EXISTS);
-    sbx_db_bind_text (stmt, 1, key_id);
-    int rc = sqlite3_step (stmt);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        sbx_db_log_error (self->db, "key exists");
-    sbx_db_reset (stmt);
-    return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
+    char none;
+    return s_find (self, ST_KEY_EXISTS, key_id, s_any_row, &none, 0, "key exists");
 }
 
 int brk_store_key_touch (brk_store_t *self, const char *key_id, uint64_t now_ms)
@@ -695,18 +697,8 @@ void brk_key_clear (brk_key_t *self)
 
 char *brk_store_meta_get (brk_store_t *self, const char *key)
 {
-    if (!self || !key)
-        return NULL;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_META_GET);
-    sbx_db_bind_text (stmt, 1, key);
     char *value = NULL;
-    int rc = sqlite3_step (stmt);
-    if (rc == SQLITE_ROW) {
-        bool failed = false;
-        value = sbx_db_column_dup (stmt, 0, &failed);
-    } else if (rc != SQLITE_DONE)
-        sbx_db_log_error (self->db, "meta get");
-    sbx_db_reset (stmt);
+    s_find (self, ST_META_GET, key, s_text_from_row, &value, sizeof value, "meta get");
     return value;
 }
 
@@ -759,8 +751,9 @@ int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
-static int s_sandbox_from_row (sqlite3_stmt *stmt, brk_sandbox_t *out)
+static int s_sandbox_from_row (sqlite3_stmt *stmt, void *row)
 {
+    brk_sandbox_t *out = row;
     bool failed = false;
     out->id = sbx_db_column_dup (stmt, 0, &failed);
     out->account_id = sbx_db_column_dup (stmt, 1, &failed);
@@ -783,22 +776,7 @@ static int s_sandbox_from_row (sqlite3_stmt *stmt, brk_sandbox_t *out)
 
 int brk_store_sandbox_find (brk_store_t *self, const char *id, brk_sandbox_t *out)
 {
-    if (out)
-        memset (out, 0, sizeof *out);
-    if (!self || !out || !id)
-        return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_FIND);
-    sbx_db_bind_text (stmt, 1, id);
-    int result = -1;
-    int rc = sqlite3_step (stmt);
-    if (rc == SQLITE_ROW)
-        result = s_sandbox_from_row (stmt, out);
-    else if (rc == SQLITE_DONE)
-        result = 1;
-    else
-        sbx_db_log_error (self->db, "sandbox find");
-    sbx_db_reset (stmt);
-    return result;
+    return s_find (self, ST_SANDBOX_FIND, id, s_sandbox_from_row, out, sizeof *out, "sandbox find");
 }
 
 int brk_store_sandbox_list (brk_store_t *self, const char *account_id, brk_store_sandbox_fn *fn,
@@ -850,16 +828,8 @@ int brk_store_sandbox_active (brk_store_t *self, const char *vmd, uint64_t *coun
 {
     if (!self || !vmd || !count)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_ACTIVE);
-    sbx_db_bind_text (stmt, 1, vmd);
-    int result = -1;
-    if (sqlite3_step (stmt) == SQLITE_ROW) {
-        *count = sbx_db_column_u64 (stmt, 0);
-        result = 0;
-    } else
-        sbx_db_log_error (self->db, "sandbox active");
-    sbx_db_reset (stmt);
-    return result;
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_SANDBOX_ACTIVE), 1, vmd);
+    return s_count (self, ST_SANDBOX_ACTIVE, count, "sandbox active");
 }
 
 //  Hands the rows of a bound sandbox query to fn, at most 100.
@@ -899,20 +869,6 @@ int brk_store_start_add (brk_store_t *self, const char *account_id, const char *
     return sbx_db_try (self->db, ST_START_ADD, "start add") == SQLITE_DONE ? 0 : -1;
 }
 
-//  Runs a one-row count query bound by the caller; its first column into *count.
-static int s_count (brk_store_t *self, stmt_id_t id, uint64_t *count, const char *what)
-{
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
-    int result = -1;
-    if (sqlite3_step (stmt) == SQLITE_ROW) {
-        *count = sbx_db_column_u64 (stmt, 0);
-        result = 0;
-    } else
-        sbx_db_log_error (self->db, what);
-    sbx_db_reset (stmt);
-    return result;
-}
-
 int brk_store_starts_since (brk_store_t *self, const char *account_id, uint64_t since_ms,
                             uint64_t *count)
 {
@@ -946,17 +902,9 @@ int brk_store_account_funds_set (brk_store_t *self, const char *account_id, bool
 
 int brk_store_account_funds_exhausted (brk_store_t *self, const char *account_id, bool *exhausted)
 {
-    if (!self || !account_id || !exhausted)
-        return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_FUNDS_GET);
-    sbx_db_bind_text (stmt, 1, account_id);
-    int rc = sqlite3_step (stmt);
-    int result = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
-    *exhausted = rc == SQLITE_ROW && sqlite3_column_int (stmt, 0) != 0;
-    if (result < 0)
-        sbx_db_log_error (self->db, "funds get");
-    sbx_db_reset (stmt);
-    return result;
+    return exhausted ? s_find (self, ST_FUNDS_GET, account_id, s_flag_from_row, exhausted,
+                               sizeof *exhausted, "funds get")
+                     : -1;
 }
 
 static int s_sandbox_collect (sqlite3_stmt *stmt, brk_store_sandbox_fn *fn, void *arg)
@@ -1041,22 +989,8 @@ int brk_store_sandbox_labels (brk_store_t *self, const char *id, brk_store_label
 
 int brk_store_sandbox_find_by_label (brk_store_t *self, const char *label, brk_sandbox_t *out)
 {
-    if (out)
-        memset (out, 0, sizeof *out);
-    if (!self || !out || !label)
-        return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_BY_LABEL);
-    sbx_db_bind_text (stmt, 1, label);
-    int result = -1;
-    int rc = sqlite3_step (stmt);
-    if (rc == SQLITE_ROW)
-        result = s_sandbox_from_row (stmt, out);
-    else if (rc == SQLITE_DONE)
-        result = 1;
-    else
-        sbx_db_log_error (self->db, "sandbox by label");
-    sbx_db_reset (stmt);
-    return result;
+    return s_find (self, ST_SANDBOX_BY_LABEL, label, s_sandbox_from_row, out, sizeof *out,
+                   "sandbox by label");
 }
 
 static bool s_port_valid (uint64_t port)
@@ -1096,8 +1030,9 @@ int brk_store_port_delete (brk_store_t *self, const char *sandbox_id, uint64_t p
     return sbx_db_changes (self->db) == 1 ? 0 : 1;
 }
 
-static int s_port_from_row (sqlite3_stmt *stmt, brk_port_t *out)
+static int s_port_from_row (sqlite3_stmt *stmt, void *row)
 {
+    brk_port_t *out = row;
     bool failed = false;
     out->sandbox_id = sbx_db_column_dup (stmt, 0, &failed);
     out->port = sbx_db_column_u64 (stmt, 1);
@@ -1119,16 +1054,7 @@ int brk_store_port_find (brk_store_t *self, const char *sandbox_id, uint64_t por
     sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_PORT_FIND);
     sbx_db_bind_text (stmt, 1, sandbox_id);
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) port);
-    int result = -1;
-    int rc = sqlite3_step (stmt);
-    if (rc == SQLITE_ROW)
-        result = s_port_from_row (stmt, out);
-    else if (rc == SQLITE_DONE)
-        result = 1;
-    else
-        sbx_db_log_error (self->db, "port find");
-    sbx_db_reset (stmt);
-    return result;
+    return sbx_db_row (self->db, ST_PORT_FIND, s_port_from_row, out, "port find");
 }
 
 int brk_store_ports (brk_store_t *self, const char *sandbox_id, brk_store_port_fn *fn, void *arg)
@@ -1199,31 +1125,23 @@ int brk_store_oauth_client_insert (brk_store_t *self, const brk_oauth_client_t *
     return sbx_db_try (self->db, ST_CLIENT_INSERT, "oauth client insert") == SQLITE_DONE ? 0 : -1;
 }
 
+static int s_client_from_row (sqlite3_stmt *stmt, void *row)
+{
+    brk_oauth_client_t *out = row;
+    bool failed = false;
+    out->client_id = sbx_db_column_dup (stmt, 0, &failed);
+    out->name = sbx_db_column_dup (stmt, 1, &failed);
+    out->redirect_uris = sbx_db_column_dup (stmt, 2, &failed);
+    out->created_ms = sbx_db_column_u64 (stmt, 3);
+    if (failed)
+        brk_oauth_client_clear (out);
+    return failed ? -1 : 0;
+}
+
 int brk_store_oauth_client_find (brk_store_t *self, const char *client_id, brk_oauth_client_t *out)
 {
-    if (out)
-        memset (out, 0, sizeof *out);
-    if (!self || !out || !client_id)
-        return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_CLIENT_FIND);
-    sbx_db_bind_text (stmt, 1, client_id);
-    int result = -1;
-    int rc = sqlite3_step (stmt);
-    if (rc == SQLITE_ROW) {
-        bool failed = false;
-        out->client_id = sbx_db_column_dup (stmt, 0, &failed);
-        out->name = sbx_db_column_dup (stmt, 1, &failed);
-        out->redirect_uris = sbx_db_column_dup (stmt, 2, &failed);
-        out->created_ms = sbx_db_column_u64 (stmt, 3);
-        result = failed ? -1 : 0;
-        if (failed)
-            brk_oauth_client_clear (out);
-    } else if (rc == SQLITE_DONE)
-        result = 1;
-    else
-        sbx_db_log_error (self->db, "oauth client find");
-    sbx_db_reset (stmt);
-    return result;
+    return s_find (self, ST_CLIENT_FIND, client_id, s_client_from_row, out, sizeof *out,
+                   "oauth client find");
 }
 
 void brk_oauth_client_clear (brk_oauth_client_t *self)
@@ -1263,39 +1181,31 @@ int brk_store_oauth_token_insert (brk_store_t *self, const brk_oauth_token_t *to
     return sbx_db_try (self->db, ST_TOKEN_INSERT, "oauth token insert") == SQLITE_DONE ? 0 : -1;
 }
 
+static int s_token_from_row (sqlite3_stmt *stmt, void *row)
+{
+    brk_oauth_token_t *out = row;
+    bool failed = false;
+    out->hash = sbx_db_column_dup (stmt, 0, &failed);
+    out->kind = sbx_db_column_dup (stmt, 1, &failed);
+    out->grant_id = sbx_db_column_dup (stmt, 2, &failed);
+    out->client_id = sbx_db_column_dup (stmt, 3, &failed);
+    out->redirect_uri = sbx_db_column_dup (stmt, 4, &failed);
+    out->challenge = sbx_db_column_dup (stmt, 5, &failed);
+    out->resource = sbx_db_column_dup (stmt, 6, &failed);
+    out->scope = sbx_db_column_dup (stmt, 7, &failed);
+    out->created_ms = sbx_db_column_u64 (stmt, 8);
+    out->expires_ms = sbx_db_column_u64 (stmt, 9);
+    out->used_ms = sbx_db_column_u64 (stmt, 10);
+    out->revoked_ms = sbx_db_column_u64 (stmt, 11);
+    if (failed)
+        brk_oauth_token_clear (out);
+    return failed ? -1 : 0;
+}
+
 int brk_store_oauth_token_find (brk_store_t *self, const char *hash, brk_oauth_token_t *out)
 {
-    if (out)
-        memset (out, 0, sizeof *out);
-    if (!self || !out || !hash)
-        return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_TOKEN_FIND);
-    sbx_db_bind_text (stmt, 1, hash);
-    int result = -1;
-    int rc = sqlite3_step (stmt);
-    if (rc == SQLITE_ROW) {
-        bool failed = false;
-        out->hash = sbx_db_column_dup (stmt, 0, &failed);
-        out->kind = sbx_db_column_dup (stmt, 1, &failed);
-        out->grant_id = sbx_db_column_dup (stmt, 2, &failed);
-        out->client_id = sbx_db_column_dup (stmt, 3, &failed);
-        out->redirect_uri = sbx_db_column_dup (stmt, 4, &failed);
-        out->challenge = sbx_db_column_dup (stmt, 5, &failed);
-        out->resource = sbx_db_column_dup (stmt, 6, &failed);
-        out->scope = sbx_db_column_dup (stmt, 7, &failed);
-        out->created_ms = sbx_db_column_u64 (stmt, 8);
-        out->expires_ms = sbx_db_column_u64 (stmt, 9);
-        out->used_ms = sbx_db_column_u64 (stmt, 10);
-        out->revoked_ms = sbx_db_column_u64 (stmt, 11);
-        result = failed ? -1 : 0;
-        if (failed)
-            brk_oauth_token_clear (out);
-    } else if (rc == SQLITE_DONE)
-        result = 1;
-    else
-        sbx_db_log_error (self->db, "oauth token find");
-    sbx_db_reset (stmt);
-    return result;
+    return s_find (self, ST_TOKEN_FIND, hash, s_token_from_row, out, sizeof *out,
+                   "oauth token find");
 }
 
 //  One UPDATE keyed by text with a time: 0 when a row changed, 1 when none did.
@@ -1349,18 +1259,7 @@ int brk_store_oauth_grant_find (brk_store_t *self, const char *account_id, const
     sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_GRANT_FIND);
     sbx_db_bind_text (stmt, 1, account_id);
     sbx_db_bind_text (stmt, 2, client_id);
-    int result = -1;
-    int rc = sqlite3_step (stmt);
-    if (rc == SQLITE_ROW) {
-        bool failed = false;
-        *grant_id = sbx_db_column_dup (stmt, 0, &failed);
-        result = failed || !*grant_id ? -1 : 0;
-    } else if (rc == SQLITE_DONE)
-        result = 1;
-    else
-        sbx_db_log_error (self->db, "oauth grant find");
-    sbx_db_reset (stmt);
-    return result;
+    return sbx_db_row (self->db, ST_GRANT_FIND, s_text_from_row, grant_id, "oauth grant find");
 }
 
 void brk_oauth_token_clear (brk_oauth_token_t *self)
