@@ -10,12 +10,17 @@
 #include "brk_store.h"
 #include "sbx_testrun.h"
 
-static const sbx_test_t s_tests[] = {
-    {"brk_store", brk_store_test},     {"brk_registry", brk_registry_test},
-    {"brk_pending", brk_pending_test}, {"brk_names", brk_names_test},
-    {"brk_server", brk_server_test},   {"brk_sandbox", brk_sandbox_test},
-    {"brk_ports", brk_ports_test},     {"brk_limits", brk_limits_test},
-    {"brk_oauth", brk_oauth_test},     {NULL, NULL}};
+static const sbx_test_t s_tests[] = {{"brk_store", brk_store_test},
+                                     {"brk_registry", brk_registry_test},
+                                     {"brk_pending", brk_pending_test},
+                                     {"brk_names", brk_names_test},
+                                     {"brk_server", brk_server_test},
+                                     {"brk_sandbox", brk_sandbox_test},
+                                     {"brk_ports", brk_ports_test},
+                                     {"brk_limits", brk_limits_test},
+                                     {"brk_oauth", brk_oauth_test},
+                                     {"brk_store_oauth", brk_store_oauth_test},
+                                     {NULL, NULL}};
 
 int main (int argc, char **argv)
 {

@@ -1,6 +1,5 @@
 /*  brk_store - see brk_store.h */
-#include "brk_store.h"
-#include "sbx_db.h"
+#include "brk_store_priv.h"
 #include "sbx_log.h"
 
 #include <assert.h>
@@ -127,59 +126,8 @@ static const char *s_migrations[] = {
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
 
 //  --------------------------------------------------------------------------
-//  Statements, prepared once at open (after the migrations) and reused.
-
-typedef enum {
-    ST_EVENT_APPEND,
-    ST_LAST_SEQ,
-    ST_EVENTS_AFTER,
-    ST_ACCOUNT_INSERT,
-    ST_ACCOUNT_FIND,
-    ST_ACCOUNT_COUNT,
-    ST_KEY_INSERT,
-    ST_KEY_FIND_BY_HASH,
-    ST_KEY_FIND,
-    ST_KEY_LIST,
-    ST_KEY_REVOKE,
-    ST_KEY_EXISTS,
-    ST_KEY_TOUCH,
-    ST_META_GET,
-    ST_META_SET,
-    ST_META_DELETE,
-    ST_SANDBOX_INSERT,
-    ST_SANDBOX_FIND,
-    ST_SANDBOX_LIST,
-    ST_SANDBOX_LIST_ALL,
-    ST_SANDBOX_STATE,
-    ST_SANDBOX_ACTIVE,
-    ST_SANDBOX_EXPIRED,
-    ST_SANDBOX_EXPIRY,
-    ST_SANDBOX_NAME,
-    ST_LABEL_SET,
-    ST_LABEL_DELETE,
-    ST_LABEL_LIST,
-    ST_SANDBOX_BY_LABEL,
-    ST_PORT_SET,
-    ST_PORT_DELETE,
-    ST_PORT_FIND,
-    ST_PORT_LIST,
-    ST_START_ADD,
-    ST_STARTS_SINCE,
-    ST_ACCOUNT_RUNNING,
-    ST_FUNDS_SET,
-    ST_FUNDS_GET,
-    ST_SANDBOX_UNFUNDED,
-    ST_CLIENT_INSERT,
-    ST_CLIENT_FIND,
-    ST_TOKEN_INSERT,
-    ST_TOKEN_FIND,
-    ST_TOKEN_USE,
-    ST_TOKEN_REVOKE,
-    ST_TOKEN_REVOKE_GRANT,
-    ST_GRANT_FIND,
-    ST_TOKEN_PURGE,
-    ST_COUNT
-} stmt_id_t;
+//  Statements, prepared once at open (after the migrations) and reused; numbered by
+//  stmt_id_t in brk_store_priv.h (brk_store_oauth.c uses the OAuth ones).
 
 #define KEY_COLUMNS                                                                                \
     "id, account_id, kind, name, preset, prefix, hash, created_ms, expires_ms, last_used_ms, "     \
@@ -288,17 +236,13 @@ static const char *s_sql[ST_COUNT] = {
     [ST_TOKEN_PURGE] = "DELETE FROM oauth_tokens WHERE expires_ms < ?1",
 };
 
-struct _brk_store_t {
-    sbx_db_t *db;
-};
-
 static const char *s_key_kinds[] = {"api_key", "connection", NULL};
 static const char *s_key_presets[] = {"full", "ci", "read-only", "no-delete", NULL};
 
 //  --------------------------------------------------------------------------
 //  Helpers
 
-static bool s_one_of (const char *text, const char **names)
+bool brk_store_one_of (const char *text, const char **names)
 {
     for (; *names; names++)
         if (strcmp (text, *names) == 0)
@@ -306,11 +250,8 @@ static bool s_one_of (const char *text, const char **names)
     return false;
 }
 
-//  Finds the one row statement id has for a text key (its only parameter). *out (size
-//  bytes) is zeroed, then filled by fill, which clears it when it fails. 0 found, 1 not
-//  found, -1 error (logged with what) or a NULL argument.
-static int s_find (brk_store_t *self, stmt_id_t id, const char *key, sbx_db_row_fn *fill, void *out,
-                   size_t size, const char *what)
+int brk_store_find (brk_store_t *self, stmt_id_t id, const char *key, sbx_db_row_fn *fill,
+                    void *out, size_t size, const char *what)
 {
     if (out)
         memset (out, 0, size);
@@ -321,7 +262,7 @@ static int s_find (brk_store_t *self, stmt_id_t id, const char *key, sbx_db_row_
 }
 
 //  Row functions for one-column rows. A text that is NULL counts as a failure.
-static int s_text_from_row (sqlite3_stmt *stmt, void *out)
+int brk_store_text_from_row (sqlite3_stmt *stmt, void *out)
 {
     bool failed = false;
     char **text = out;
@@ -529,8 +470,8 @@ static int s_account_from_row (sqlite3_stmt *stmt, void *row)
 
 int brk_store_account_find (brk_store_t *self, const char *id_or_email, brk_account_t *out)
 {
-    return s_find (self, ST_ACCOUNT_FIND, id_or_email, s_account_from_row, out, sizeof *out,
-                   "account find");
+    return brk_store_find (self, ST_ACCOUNT_FIND, id_or_email, s_account_from_row, out, sizeof *out,
+                           "account find");
 }
 
 int brk_store_account_count (brk_store_t *self, uint64_t *count)
@@ -558,10 +499,10 @@ int brk_store_key_insert (brk_store_t *self, const brk_key_t *key)
 {
     if (!self || !key || !sbx_db_nonempty (key->id) || !sbx_db_nonempty (key->account_id) ||
         !sbx_db_nonempty (key->kind) || !sbx_db_nonempty (key->hash) ||
-        !s_one_of (key->kind, s_key_kinds) ||
-        (key->preset && !s_one_of (key->preset, s_key_presets)) || !sbx_db_fits (key->created_ms) ||
-        !sbx_db_fits (key->expires_ms) || !sbx_db_fits (key->last_used_ms) ||
-        !sbx_db_fits (key->revoked_ms))
+        !brk_store_one_of (key->kind, s_key_kinds) ||
+        (key->preset && !brk_store_one_of (key->preset, s_key_presets)) ||
+        !sbx_db_fits (key->created_ms) || !sbx_db_fits (key->expires_ms) ||
+        !sbx_db_fits (key->last_used_ms) || !sbx_db_fits (key->revoked_ms))
         return -1;
     if (!sbx_db_require_transaction (self->db, "key insert"))
         return -1;
@@ -609,12 +550,13 @@ static int s_key_from_row (sqlite3_stmt *stmt, void *row)
 
 int brk_store_key_find_by_hash (brk_store_t *self, const char *hash, brk_key_t *out)
 {
-    return s_find (self, ST_KEY_FIND_BY_HASH, hash, s_key_from_row, out, sizeof *out, "key find");
+    return brk_store_find (self, ST_KEY_FIND_BY_HASH, hash, s_key_from_row, out, sizeof *out,
+                           "key find");
 }
 
 int brk_store_key_find (brk_store_t *self, const char *key_id, brk_key_t *out)
 {
-    return s_find (self, ST_KEY_FIND, key_id, s_key_from_row, out, sizeof *out, "key find");
+    return brk_store_find (self, ST_KEY_FIND, key_id, s_key_from_row, out, sizeof *out, "key find");
 }
 
 int brk_store_key_list (brk_store_t *self, const char *account_id, brk_store_key_fn *fn, void *arg)
@@ -665,7 +607,7 @@ int brk_store_key_revoke (brk_store_t *self, const char *key_id, uint64_t now_ms
         return 0;
     //  Nothing changed: already revoked, or no such key.
     char none;
-    return s_find (self, ST_KEY_EXISTS, key_id, s_any_row, &none, 0, "key exists");
+    return brk_store_find (self, ST_KEY_EXISTS, key_id, s_any_row, &none, 0, "key exists");
 }
 
 int brk_store_key_touch (brk_store_t *self, const char *key_id, uint64_t now_ms)
@@ -698,7 +640,8 @@ void brk_key_clear (brk_key_t *self)
 char *brk_store_meta_get (brk_store_t *self, const char *key)
 {
     char *value = NULL;
-    s_find (self, ST_META_GET, key, s_text_from_row, &value, sizeof value, "meta get");
+    brk_store_find (self, ST_META_GET, key, brk_store_text_from_row, &value, sizeof value,
+                    "meta get");
     return value;
 }
 
@@ -723,7 +666,7 @@ int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox)
 {
     if (!self || !sandbox || !sbx_db_nonempty (sandbox->id) ||
         !sbx_db_nonempty (sandbox->account_id) || !sbx_db_nonempty (sandbox->label) ||
-        !s_one_of (sandbox->state, s_sandbox_states) || !sbx_db_nonempty (sandbox->type) ||
+        !brk_store_one_of (sandbox->state, s_sandbox_states) || !sbx_db_nonempty (sandbox->type) ||
         !sbx_db_fits (sandbox->created_ms) || !sbx_db_fits (sandbox->expires_ms) ||
         !sbx_db_fits (sandbox->changed_ms))
         return -1;
@@ -776,7 +719,8 @@ static int s_sandbox_from_row (sqlite3_stmt *stmt, void *row)
 
 int brk_store_sandbox_find (brk_store_t *self, const char *id, brk_sandbox_t *out)
 {
-    return s_find (self, ST_SANDBOX_FIND, id, s_sandbox_from_row, out, sizeof *out, "sandbox find");
+    return brk_store_find (self, ST_SANDBOX_FIND, id, s_sandbox_from_row, out, sizeof *out,
+                           "sandbox find");
 }
 
 int brk_store_sandbox_list (brk_store_t *self, const char *account_id, brk_store_sandbox_fn *fn,
@@ -809,7 +753,7 @@ int brk_store_sandbox_list (brk_store_t *self, const char *account_id, brk_store
 int brk_store_sandbox_set_state (brk_store_t *self, const char *id, const char *state,
                                  const char *vmd, const char *reason, uint64_t changed_ms)
 {
-    if (!self || !id || !s_one_of (state, s_sandbox_states) || !sbx_db_fits (changed_ms))
+    if (!self || !id || !brk_store_one_of (state, s_sandbox_states) || !sbx_db_fits (changed_ms))
         return -1;
     if (!sbx_db_require_transaction (self->db, "sandbox state"))
         return -1;
@@ -902,8 +846,8 @@ int brk_store_account_funds_set (brk_store_t *self, const char *account_id, bool
 
 int brk_store_account_funds_exhausted (brk_store_t *self, const char *account_id, bool *exhausted)
 {
-    return exhausted ? s_find (self, ST_FUNDS_GET, account_id, s_flag_from_row, exhausted,
-                               sizeof *exhausted, "funds get")
+    return exhausted ? brk_store_find (self, ST_FUNDS_GET, account_id, s_flag_from_row, exhausted,
+                                       sizeof *exhausted, "funds get")
                      : -1;
 }
 
@@ -989,8 +933,8 @@ int brk_store_sandbox_labels (brk_store_t *self, const char *id, brk_store_label
 
 int brk_store_sandbox_find_by_label (brk_store_t *self, const char *label, brk_sandbox_t *out)
 {
-    return s_find (self, ST_SANDBOX_BY_LABEL, label, s_sandbox_from_row, out, sizeof *out,
-                   "sandbox by label");
+    return brk_store_find (self, ST_SANDBOX_BY_LABEL, label, s_sandbox_from_row, out, sizeof *out,
+                           "sandbox by label");
 }
 
 static bool s_port_valid (uint64_t port)
@@ -1103,177 +1047,6 @@ void brk_sandbox_clear (brk_sandbox_t *self)
     free (self->vmd);
     free (self->reason);
     free (self->key_id);
-    memset (self, 0, sizeof *self);
-}
-
-//  --------------------------------------------------------------------------
-//  OAuth clients and tokens
-
-int brk_store_oauth_client_insert (brk_store_t *self, const brk_oauth_client_t *client)
-{
-    if (!self || !client || !sbx_db_nonempty (client->client_id) ||
-        !sbx_db_nonempty (client->name) || !client->redirect_uris ||
-        !sbx_db_fits (client->created_ms))
-        return -1;
-    if (!sbx_db_require_transaction (self->db, "oauth client insert"))
-        return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_CLIENT_INSERT);
-    sbx_db_bind_text (stmt, 1, client->client_id);
-    sbx_db_bind_text (stmt, 2, client->name);
-    sbx_db_bind_text (stmt, 3, client->redirect_uris);
-    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) client->created_ms);
-    return sbx_db_try (self->db, ST_CLIENT_INSERT, "oauth client insert") == SQLITE_DONE ? 0 : -1;
-}
-
-static int s_client_from_row (sqlite3_stmt *stmt, void *row)
-{
-    brk_oauth_client_t *out = row;
-    bool failed = false;
-    out->client_id = sbx_db_column_dup (stmt, 0, &failed);
-    out->name = sbx_db_column_dup (stmt, 1, &failed);
-    out->redirect_uris = sbx_db_column_dup (stmt, 2, &failed);
-    out->created_ms = sbx_db_column_u64 (stmt, 3);
-    if (failed)
-        brk_oauth_client_clear (out);
-    return failed ? -1 : 0;
-}
-
-int brk_store_oauth_client_find (brk_store_t *self, const char *client_id, brk_oauth_client_t *out)
-{
-    return s_find (self, ST_CLIENT_FIND, client_id, s_client_from_row, out, sizeof *out,
-                   "oauth client find");
-}
-
-void brk_oauth_client_clear (brk_oauth_client_t *self)
-{
-    if (!self)
-        return;
-    free (self->client_id);
-    free (self->name);
-    free (self->redirect_uris);
-    memset (self, 0, sizeof *self);
-}
-
-static const char *s_token_kinds[] = {"code", "access", "refresh", NULL};
-
-int brk_store_oauth_token_insert (brk_store_t *self, const brk_oauth_token_t *token)
-{
-    if (!self || !token || !sbx_db_nonempty (token->hash) ||
-        !s_one_of (token->kind, s_token_kinds) || !sbx_db_nonempty (token->grant_id) ||
-        !sbx_db_nonempty (token->client_id) || !sbx_db_nonempty (token->resource) ||
-        !sbx_db_fits (token->created_ms) || !sbx_db_fits (token->expires_ms))
-        return -1;
-    if (!sbx_db_require_transaction (self->db, "oauth token insert"))
-        return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_TOKEN_INSERT);
-    sbx_db_bind_text (stmt, 1, token->hash);
-    sbx_db_bind_text (stmt, 2, token->kind);
-    sbx_db_bind_text (stmt, 3, token->grant_id);
-    sbx_db_bind_text (stmt, 4, token->client_id);
-    sbx_db_bind_text (stmt, 5, token->redirect_uri);
-    sbx_db_bind_text (stmt, 6, token->challenge);
-    sbx_db_bind_text (stmt, 7, token->resource);
-    sbx_db_bind_text (stmt, 8, token->scope);
-    sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) token->created_ms);
-    sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) token->expires_ms);
-    sqlite3_bind_int64 (stmt, 11, 0);
-    sqlite3_bind_int64 (stmt, 12, 0);
-    return sbx_db_try (self->db, ST_TOKEN_INSERT, "oauth token insert") == SQLITE_DONE ? 0 : -1;
-}
-
-static int s_token_from_row (sqlite3_stmt *stmt, void *row)
-{
-    brk_oauth_token_t *out = row;
-    bool failed = false;
-    out->hash = sbx_db_column_dup (stmt, 0, &failed);
-    out->kind = sbx_db_column_dup (stmt, 1, &failed);
-    out->grant_id = sbx_db_column_dup (stmt, 2, &failed);
-    out->client_id = sbx_db_column_dup (stmt, 3, &failed);
-    out->redirect_uri = sbx_db_column_dup (stmt, 4, &failed);
-    out->challenge = sbx_db_column_dup (stmt, 5, &failed);
-    out->resource = sbx_db_column_dup (stmt, 6, &failed);
-    out->scope = sbx_db_column_dup (stmt, 7, &failed);
-    out->created_ms = sbx_db_column_u64 (stmt, 8);
-    out->expires_ms = sbx_db_column_u64 (stmt, 9);
-    out->used_ms = sbx_db_column_u64 (stmt, 10);
-    out->revoked_ms = sbx_db_column_u64 (stmt, 11);
-    if (failed)
-        brk_oauth_token_clear (out);
-    return failed ? -1 : 0;
-}
-
-int brk_store_oauth_token_find (brk_store_t *self, const char *hash, brk_oauth_token_t *out)
-{
-    return s_find (self, ST_TOKEN_FIND, hash, s_token_from_row, out, sizeof *out,
-                   "oauth token find");
-}
-
-//  One UPDATE keyed by text with a time: 0 when a row changed, 1 when none did.
-static int s_update_at (brk_store_t *self, stmt_id_t id, const char *key, uint64_t now_ms,
-                        const char *what)
-{
-    if (!self || !key || now_ms == 0 || !sbx_db_fits (now_ms))
-        return -1;
-    if (!sbx_db_require_transaction (self->db, what))
-        return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
-    sbx_db_bind_text (stmt, 1, key);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
-    if (sbx_db_try (self->db, id, what) != SQLITE_DONE)
-        return -1;
-    return sbx_db_changes (self->db) > 0 ? 0 : 1;
-}
-
-int brk_store_oauth_token_use (brk_store_t *self, const char *hash, uint64_t now_ms)
-{
-    return s_update_at (self, ST_TOKEN_USE, hash, now_ms, "oauth token use");
-}
-
-int brk_store_oauth_token_revoke (brk_store_t *self, const char *hash, uint64_t now_ms)
-{
-    return s_update_at (self, ST_TOKEN_REVOKE, hash, now_ms, "oauth token revoke");
-}
-
-int brk_store_oauth_grant_revoke (brk_store_t *self, const char *grant_id, uint64_t now_ms)
-{
-    int rc = s_update_at (self, ST_TOKEN_REVOKE_GRANT, grant_id, now_ms, "oauth grant revoke");
-    return rc < 0 ? -1 : 0;
-}
-
-int brk_store_oauth_purge (brk_store_t *self, uint64_t before_ms)
-{
-    if (!self || !sbx_db_fits (before_ms) || !sbx_db_require_transaction (self->db, "oauth purge"))
-        return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_TOKEN_PURGE);
-    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) before_ms);
-    return sbx_db_try (self->db, ST_TOKEN_PURGE, "oauth purge") == SQLITE_DONE ? 0 : -1;
-}
-
-int brk_store_oauth_grant_find (brk_store_t *self, const char *account_id, const char *client_id,
-                                char **grant_id)
-{
-    if (grant_id)
-        *grant_id = NULL;
-    if (!self || !account_id || !client_id || !grant_id)
-        return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_GRANT_FIND);
-    sbx_db_bind_text (stmt, 1, account_id);
-    sbx_db_bind_text (stmt, 2, client_id);
-    return sbx_db_row (self->db, ST_GRANT_FIND, s_text_from_row, grant_id, "oauth grant find");
-}
-
-void brk_oauth_token_clear (brk_oauth_token_t *self)
-{
-    if (!self)
-        return;
-    free (self->hash);
-    free (self->kind);
-    free (self->grant_id);
-    free (self->client_id);
-    free (self->redirect_uri);
-    free (self->challenge);
-    free (self->resource);
-    free (self->scope);
     memset (self, 0, sizeof *self);
 }
 

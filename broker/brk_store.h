@@ -2,9 +2,10 @@
     key/value meta table, the append-only event log, sandboxes, their labels and
     published ports, OAuth clients, codes and tokens.
 
-    The only broker module that includes sqlite3.h. One brk_store_t per process,
-    used from one thread (the broker actor). Payloads are opaque bytes: encoding
-    them is the caller's business.
+    The only broker module that uses SQLite (through sbx_db). The OAuth functions are
+    in brk_store_oauth.c; what both files share is in brk_store_priv.h. One brk_store_t
+    per process, used from one thread (the broker actor). Payloads are opaque bytes:
+    encoding them is the caller's business.
 
     Every state change happens inside brk_store_begin / brk_store_commit, together
     with the event(s) describing it, so the log and the state can never disagree:
@@ -326,5 +327,7 @@ int brk_store_oauth_grant_find (brk_store_t *self, const char *account_id, const
 void brk_oauth_token_clear (brk_oauth_token_t *self);
 
 void brk_store_test (bool verbose);
+//  The OAuth functions' self-test (brk_store_oauth.c).
+void brk_store_oauth_test (bool verbose);
 
 #endif

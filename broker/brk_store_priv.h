@@ -1,0 +1,83 @@
+/*  brk_store_priv - what the two halves of brk_store share: brk_store.c (accounts, keys,
+    events, meta, sandboxes, ports, the self-test) and brk_store_oauth.c (OAuth clients,
+    codes and tokens). Private to them: everyone else includes brk_store.h.
+
+    The migrations and the statements' SQL stay in brk_store.c, in one array indexed by
+    stmt_id_t, so the schema is read in one place and prepared once at open.
+*/
+#ifndef BRK_STORE_PRIV_H_INCLUDED
+#define BRK_STORE_PRIV_H_INCLUDED
+
+#include "brk_store.h"
+#include "sbx_db.h"
+
+//  The prepared statements, by number (their SQL: s_sql in brk_store.c).
+typedef enum {
+    ST_EVENT_APPEND,
+    ST_LAST_SEQ,
+    ST_EVENTS_AFTER,
+    ST_ACCOUNT_INSERT,
+    ST_ACCOUNT_FIND,
+    ST_ACCOUNT_COUNT,
+    ST_KEY_INSERT,
+    ST_KEY_FIND_BY_HASH,
+    ST_KEY_FIND,
+    ST_KEY_LIST,
+    ST_KEY_REVOKE,
+    ST_KEY_EXISTS,
+    ST_KEY_TOUCH,
+    ST_META_GET,
+    ST_META_SET,
+    ST_META_DELETE,
+    ST_SANDBOX_INSERT,
+    ST_SANDBOX_FIND,
+    ST_SANDBOX_LIST,
+    ST_SANDBOX_LIST_ALL,
+    ST_SANDBOX_STATE,
+    ST_SANDBOX_ACTIVE,
+    ST_SANDBOX_EXPIRED,
+    ST_SANDBOX_EXPIRY,
+    ST_SANDBOX_NAME,
+    ST_LABEL_SET,
+    ST_LABEL_DELETE,
+    ST_LABEL_LIST,
+    ST_SANDBOX_BY_LABEL,
+    ST_PORT_SET,
+    ST_PORT_DELETE,
+    ST_PORT_FIND,
+    ST_PORT_LIST,
+    ST_START_ADD,
+    ST_STARTS_SINCE,
+    ST_ACCOUNT_RUNNING,
+    ST_FUNDS_SET,
+    ST_FUNDS_GET,
+    ST_SANDBOX_UNFUNDED,
+    ST_CLIENT_INSERT,
+    ST_CLIENT_FIND,
+    ST_TOKEN_INSERT,
+    ST_TOKEN_FIND,
+    ST_TOKEN_USE,
+    ST_TOKEN_REVOKE,
+    ST_TOKEN_REVOKE_GRANT,
+    ST_GRANT_FIND,
+    ST_TOKEN_PURGE,
+    ST_COUNT
+} stmt_id_t;
+
+struct _brk_store_t {
+    sbx_db_t *db;
+};
+
+//  True when text is one of the NULL-terminated names.
+bool brk_store_one_of (const char *text, const char **names);
+
+//  Finds the one row statement id has for a text key (its only parameter). *out (size
+//  bytes) is zeroed, then filled by fill, which clears it when it fails. 0 found, 1 not
+//  found, -1 error (logged with what) or a NULL argument.
+int brk_store_find (brk_store_t *self, stmt_id_t id, const char *key, sbx_db_row_fn *fill,
+                    void *out, size_t size, const char *what);
+
+//  Row function: a one-column text row into *(char **) out (fresh; NULL text fails).
+int brk_store_text_from_row (sqlite3_stmt *stmt, void *out);
+
+#endif
