@@ -36,6 +36,7 @@ static const s_known_t s_known[] = {
     {"tls.key", NULL},
     {"image_dir", NULL},
     {"vmd.capacity", "8"},
+    {"vmd.tcg_tb_mib", "64"}, //  TCG's translation cache per guest, MiB (vmd_qemu.h)
     {"vmd.network", "isolated"},
     {"vmd.qemu_user", NULL},
     {"vmd.templates", "small"}, //  types restored from a booted template (docs/snapshots.md)

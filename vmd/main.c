@@ -1,5 +1,7 @@
 /*  sbx-vmd - the QEMU microvm guests of one host (vmd_server does the work). */
 #include "sbx_daemon.h"
+#include "sbx_log.h"
+#include "vmd_qemu.h"
 #include "vmd_server.h"
 
 int main (int argc, char **argv)
@@ -13,7 +15,15 @@ int main (int argc, char **argv)
         &code);
     if (!daemon)
         return code;
-    vmd_server_t *server = vmd_server_new (sbx_daemon_config (daemon), sbx_daemon_loop (daemon));
+    //  Host-wide, so set before the server spawns its first guest.
+    sbx_config_t *config = sbx_daemon_config (daemon);
+    uint64_t tb_mib = sbx_config_get_uint (config, "vmd.tcg_tb_mib", VMD_QEMU_TCG_TB_MIB);
+    if (vmd_qemu_set_tcg_tb_mib (tb_mib)) {
+        sbx_error ("vmd.tcg_tb_mib = %llu: must be 8 to 1024 (MiB)", (unsigned long long) tb_mib);
+        sbx_daemon_destroy (&daemon);
+        return 1;
+    }
+    vmd_server_t *server = vmd_server_new (config, sbx_daemon_loop (daemon));
     sbx_peer_t *peer = server
                            ? sbx_daemon_connect (daemon, SBX_ROLE_VMD, vmd_server_capacity (server),
                                                  vmd_server_on_request, server)

@@ -17,6 +17,7 @@
 #define VMD_QEMU_H_INCLUDED
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 //  Sandbox types:
@@ -89,6 +90,15 @@ int vmd_qemu_overlay_create (const vmd_qemu_config_t *config);
 //  Runs a host tool (argv[0] looked up in PATH) as vmd's own user, output appended to
 //  log_path, in a new session. Returns the pid for the caller to reap, or -1.
 pid_t vmd_qemu_helper_spawn (char **argv, const char *log_path);
+
+//  TCG's translation cache per guest in MiB, the default of vmd.tcg_tb_mib. KVM guests
+//  have none.
+#define VMD_QEMU_TCG_TB_MIB 64
+
+//  Sets the cache size of TCG guests spawned from now on (host-wide: vmd sets it once,
+//  before any guest). -1 when mib is outside 8-1024 (nothing changes).
+int vmd_qemu_set_tcg_tb_mib (uint64_t mib);
+int vmd_qemu_tcg_tb_mib (void);
 
 //  The QEMU this host runs, as the first line of `qemu-system-x86_64 --version`, found
 //  once (≈ 20 ms, at vmd's start) and cached; "" when unknown. A memory state is only
