@@ -3,7 +3,10 @@
 #include "sbx_log.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 bool sbx_curve_needed (const char *endpoint)
 {
@@ -35,16 +38,32 @@ static zcert_t *s_cert_load_or_create (sbx_config_t *config, const char *name)
 }
 
 //  Copies the public half into DIR/keys/allowed/<name>.cert so the local broker admits it.
+//  Every local worker does this at each start: the file is left alone when it already
+//  holds the key, and is otherwise written under a hidden name and renamed. Rewriting
+//  it in place let the broker's zauth reread the directory while the file was empty,
+//  then miss the finished file (same count, size and second), and refuse every local
+//  worker that connected afterwards.
 static int s_allow (sbx_config_t *config, zcert_t *cert, const char *name)
 {
     char *dir = sbx_config_path (config, "keys/allowed");
     if (!dir)
         return -1;
     mkdir (dir, 0700);
-    char path[600];
+    char path[600], temp[640];
     snprintf (path, sizeof path, "%s/%s.cert", dir, name);
+    snprintf (temp, sizeof temp, "%s/.%s.cert.%d", dir, name, (int) getpid ());
     free (dir);
-    return zcert_save_public (cert, path);
+    zcert_t *present = zcert_load (path);
+    bool same = present && streq (zcert_public_txt (present), zcert_public_txt (cert));
+    zcert_destroy (&present);
+    if (same)
+        return 0;
+    if (zcert_save_public (cert, temp) || rename (temp, path)) {
+        sbx_error ("cannot allow the local key in %s: %s", path, strerror (errno));
+        unlink (temp);
+        return -1;
+    }
+    return 0;
 }
 
 zactor_t *sbx_curve_auth_new (sbx_config_t *config)
@@ -133,6 +152,18 @@ void sbx_curve_test (bool verbose)
     zmsg_t *msg = zmsg_recv (server);
     assert (msg && zmsg_size (msg) == 2);
     zmsg_destroy (&msg);
+
+    //  Another local client leaves the allowed key as it is (no rewrite zauth could
+    //  read half of).
+    char *allowed_key = sbx_config_path (config, "keys/allowed/local-client.cert");
+    struct stat before, after;
+    assert (allowed_key && stat (allowed_key, &before) == 0);
+    zsock_t *again = zsock_new (ZMQ_DEALER);
+    assert (sbx_curve_client (config, again) == 0);
+    assert (stat (allowed_key, &after) == 0 && after.st_ino == before.st_ino &&
+            after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
+    zsock_destroy (&again);
+    free (allowed_key);
 
     //  A client whose key is not in allowed/ is never heard.
     zcert_t *stranger = zcert_new ();

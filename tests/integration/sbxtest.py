@@ -140,7 +140,24 @@ class Sbx:
                 raise AssertionError(f"sbx up exited ({self.up_proc.returncode}):\n{self.output()}")
             st = self.status()
             return st if st["running"] and st["daemons"] and all(d["ready"] for d in st["daemons"]) else None
-        return wait_for(ready, timeout, "every daemon ready")
+        try:
+            return wait_for(ready, timeout, "every daemon ready")
+        except AssertionError as exc:
+            # What CI shows must say which daemon and why.
+            try:
+                status = self.status()
+            except Exception as err:  # sbx status itself may be what fails
+                status = err
+            raise AssertionError(f"{exc}\nstatus: {status}\n{self.logs_tail()}") from None
+
+    def logs_tail(self, lines=15):
+        """sbx up's output and the end of each daemon's log, for a failure message."""
+        parts = ["--- sbx up:\n" + "".join(self.output().splitlines(True)[-lines:])]
+        logs = os.path.join(self.dir, "logs")
+        for name in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+            with open(os.path.join(logs, name), errors="replace") as f:
+                parts.append(f"--- {name}:\n" + "".join(f.readlines()[-lines:]))
+        return "\n".join(parts)
 
     def output(self):
         try:
