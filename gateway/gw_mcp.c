@@ -556,9 +556,12 @@ static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *call
                 job->tool = strdup (json_string_value (tool));
                 zhashx_insert (self->jobs, (void *) (uintptr_t) job->serial, job);
                 bool sse = s_stream_start (self, job, req, params);
-                sbx_info ("mcp rid=%llu %s tools/call %s%s", (unsigned long long) job->req_id,
-                          caller->account_id ? caller->account_id : "?", job->tool,
-                          sse ? " (SSE, progress)" : "");
+                //  Read-only calls at debug level: an agent polling get_sandbox or
+                //  command_status would drown the log.
+                sbx_log (gw_tools_read_only (self->tools, job->tool) ? SBX_LOG_DEBUG : SBX_LOG_INFO,
+                         "mcp rid=%llu %s tools/call %s%s", (unsigned long long) job->req_id,
+                         caller->account_id ? caller->account_id : "?", job->tool,
+                         sse ? " (SSE, progress)" : "");
                 //  Without a session the call gets a state of its own, forgotten after.
                 gw_tools_state_t *state =
                     session ? gw_tools_state_ref (session->state) : gw_tools_state_new ();

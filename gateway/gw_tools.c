@@ -1430,7 +1430,7 @@ json_t *gw_tools_list (gw_tools_t *self)
     return self->list;
 }
 
-static bool s_read_only (gw_tools_t *self, const char *name)
+bool gw_tools_read_only (gw_tools_t *self, const char *name)
 {
     size_t i;
     json_t *tool;
@@ -1471,7 +1471,7 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
     call->done = done;
     call->arg = arg;
     //  The broker decides too; refusing here spares it the request and says why plainly.
-    if (caller && caller->preset == SBX_KEY_PRESET_READ_ONLY && !s_read_only (self, name)) {
+    if (caller && caller->preset == SBX_KEY_PRESET_READ_ONLY && !gw_tools_read_only (self, name)) {
         s_fail (call, SBX_E_PERMISSION_DENIED, "this key is read-only: it cannot use %s", name);
         return;
     }

@@ -46,6 +46,9 @@ void gw_tools_set_cache (gw_tools_t *self, gw_cache_t *cache);
 //  The tool definitions for tools/list, in the reference's order (borrowed).
 json_t *gw_tools_list (gw_tools_t *self);
 
+//  True for a tool annotated readOnlyHint (list_sandboxes, get_sandbox, …).
+bool gw_tools_read_only (gw_tools_t *self, const char *name);
+
 //  Runs tool `name` with `arguments` (borrowed; NULL means {}) for caller (copied), in
 //  the session's state (a reference is taken). done may be called before this returns
 //  (argument errors) or later from the loop.
