@@ -59,6 +59,9 @@ typedef struct {
     size_t out_sent;
 } s_job_t;
 
+#define S_SENT     32   //  tool results remembered with their text
+#define S_SENT_MAX 8192 //  longer ones are not
+
 struct gw_mcp_t {
     sbx_config_t *config;
     zloop_t *loop;
@@ -71,6 +74,14 @@ struct gw_mcp_t {
     char *own_origin;
     zlistx_t *origins; //  allowed Origin values besides our own
     char *tools_json;  //  {"tools":[...]} serialised once: the list never changes
+    //  Tool results lately sent and their text: the read copy (gw_cache) hands out one
+    //  get_sandbox result object per sandbox again and again, serialised once here. A
+    //  reference is held, so an address is never another object's while it is listed.
+    struct {
+        json_t *result;
+        char *text;
+    } sent[S_SENT];
+    size_t sent_next;
 };
 
 const char *gw_mcp_negotiate (const char *requested)
@@ -174,6 +185,10 @@ void gw_mcp_destroy (gw_mcp_t **self_p)
     zhashx_destroy (&self->sessions);
     zlistx_destroy (&self->origins);
     free (self->own_origin);
+    for (size_t i = 0; i < S_SENT; i++) {
+        json_decref (self->sent[i].result);
+        free (self->sent[i].text);
+    }
     free (self->tools_json);
     free (self);
     *self_p = NULL;
@@ -200,18 +215,13 @@ static void s_send_result (gw_request_t *req, json_t *id, json_t *result)
 
 //  tools/list: 18 definitions that never change, serialised once rather than per call
 //  (it was most of the gateway's time under load, see docs/benchmarks.md).
-static void s_send_tools (gw_mcp_t *self, gw_request_t *req, json_t *id)
+//  A result already serialised, around the request's id.
+static void s_send_result_text (gw_request_t *req, json_t *id, const char *result)
 {
-    if (!self->tools_json) {
-        json_t *result = json_pack ("{s:O}", "tools", gw_tools_list (self->tools));
-        self->tools_json = json_dumps (result, JSON_COMPACT);
-        json_decref (result);
-    }
     char *id_text = json_dumps (id ? id : json_null (), JSON_COMPACT | JSON_ENCODE_ANY);
     char *text = NULL;
-    if (!self->tools_json || !id_text ||
-        asprintf (&text, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}", id_text,
-                  self->tools_json) < 0)
+    if (!result || !id_text ||
+        asprintf (&text, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}", id_text, result) < 0)
         text = NULL;
     free (id_text);
     gw_request_add_header (req, "Cache-Control", "no-store");
@@ -220,6 +230,40 @@ static void s_send_tools (gw_mcp_t *self, gw_request_t *req, json_t *id)
     else
         gw_request_respond (req, 500, "application/json", "{}", 2);
     free (text);
+}
+
+static void s_send_tools (gw_mcp_t *self, gw_request_t *req, json_t *id)
+{
+    if (!self->tools_json) {
+        json_t *result = json_pack ("{s:O}", "tools", gw_tools_list (self->tools));
+        self->tools_json = json_dumps (result, JSON_COMPACT);
+        json_decref (result);
+    }
+    s_send_result_text (req, id, self->tools_json);
+}
+
+//  A tool's result (taken): its text from the sent list when the same object went out
+//  lately, else serialised (and listed when short).
+static void s_send_tool_result (gw_mcp_t *self, gw_request_t *req, json_t *id, json_t *result)
+{
+    for (size_t i = 0; i < S_SENT; i++)
+        if (self->sent[i].result == result) {
+            s_send_result_text (req, id, self->sent[i].text);
+            json_decref (result);
+            return;
+        }
+    char *text = json_dumps (result, JSON_COMPACT);
+    s_send_result_text (req, id, text);
+    if (text && strlen (text) <= S_SENT_MAX) {
+        size_t slot = self->sent_next++ % S_SENT;
+        json_decref (self->sent[slot].result);
+        free (self->sent[slot].text);
+        self->sent[slot].result = result; //  our reference
+        self->sent[slot].text = text;
+    } else {
+        json_decref (result);
+        free (text);
+    }
 }
 
 static void s_send_error (gw_request_t *req, int status, json_t *id, int code, const char *message)
@@ -405,7 +449,7 @@ static void s_on_tool_done (json_t *result, int rpc_code, const char *rpc_messag
         sbx_info ("mcp rid=%llu %s answered after the client left; dropped",
                   (unsigned long long) job->req_id, job->tool);
     else if (result)
-        s_send_result (req, job->rpc_id, json_incref (result));
+        s_send_tool_result (self, req, job->rpc_id, json_incref (result));
     else
         s_send_error (req, 200, job->rpc_id, rpc_code, rpc_message);
     json_decref (result);
