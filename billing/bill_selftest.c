@@ -31,17 +31,6 @@ static zactor_t *s_start (zactor_fn *fn, sbx_config_t *config)
     return actor;
 }
 
-static char *s_account (zsock_t *client, const char *email)
-{
-    sbx_msg_t *request = sbx_msg_new (SBX_MSG_ACCOUNT_CREATE);
-    sbx_str_set (&sbx_msg_account_create (request)->email, email);
-    sbx_msg_t *reply = brk_testkit_call (client, request, ++s_rid);
-    assert (reply->type == SBX_MSG_ACCOUNT_CREATE_OK);
-    char *id = strdup (sbx_msg_account_create_ok (reply)->account_id);
-    sbx_msg_destroy (&reply);
-    return id;
-}
-
 //  Asks the broker for a sandbox change (create when id is NULL); returns its id.
 static char *s_sandbox (zsock_t *client, const char *account, sbx_msg_type_t type, const char *id)
 {
@@ -165,7 +154,7 @@ static void s_server_test (bool verbose)
     zactor_t *vmd = brk_testkit_worker (config, SBX_ROLE_VMD, "host-a", 8, s_test_vmd, NULL);
     s_wait_vmd (client);
     zactor_t *billing = s_start (bill_server_actor, config);
-    char *alice = s_account (client, "alice@example.com");
+    char *alice = brk_testkit_account (client, "alice@example.com", ++s_rid);
 
     //  One: runs ~2 s, stops; billing dies while it is stopped and while two runs.
     char *one = s_sandbox (client, alice, SBX_MSG_SANDBOX_CREATE, NULL);

@@ -293,11 +293,6 @@ static sbx_msg_t *s_test_resolve (zsock_t *client, const char *label, uint64_t p
     return brk_testkit_call (client, request, ++s_rid);
 }
 
-static sbx_code_t s_code (sbx_msg_t *reply)
-{
-    return reply->type == SBX_MSG_ERROR ? sbx_msg_error (reply)->code : SBX_OK;
-}
-
 void brk_ports_test (bool verbose)
 {
     (void) verbose;
@@ -329,21 +324,21 @@ void brk_ports_test (bool verbose)
 
     //  Bad port, another account, a read-only key: refused, nothing asked of vmd.
     reply = s_test_port (client, ALICE, id, 0, true, false);
-    assert (s_code (reply) == SBX_E_INVALID_ARGUMENT);
+    assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
     sbx_msg_destroy (&reply);
     reply = s_test_port (client, ALICE, id, 65536, true, false);
-    assert (s_code (reply) == SBX_E_INVALID_ARGUMENT);
+    assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
     sbx_msg_destroy (&reply);
     reply = s_test_port (client, brk_testkit_caller ("acc_other", "key_o", SBX_KEY_PRESET_FULL), id,
                          8000, true, false);
-    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
     reply = s_test_port (client, brk_testkit_caller (alice, "key_ro", SBX_KEY_PRESET_READ_ONLY), id,
                          8000, true, false);
-    assert (s_code (reply) == SBX_E_PERMISSION_DENIED);
+    assert (brk_testkit_code (reply) == SBX_E_PERMISSION_DENIED);
     sbx_msg_destroy (&reply);
     reply = s_test_resolve (client, label, 8000, NULL);
-    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
 
     //  Publish: vmd's endpoint is recorded, the sandbox lists the port, resolve finds it.
@@ -358,7 +353,7 @@ void brk_ports_test (bool verbose)
     assert (sbx_msg_sandbox_port_ok (reply)->sandbox->ports.count == 2);
     sbx_msg_destroy (&reply);
     reply = s_test_port (client, ALICE, id, 666, false, false);
-    assert (s_code (reply) == SBX_E_INTERNAL &&
+    assert (brk_testkit_code (reply) == SBX_E_INTERNAL &&
             streq (sbx_msg_error (reply)->message, "hostfwd refused"));
     sbx_msg_destroy (&reply);
     reply = s_test_resolve (client, label, 8000, NULL);
@@ -373,11 +368,11 @@ void brk_ports_test (bool verbose)
             !sbx_msg_sandbox_resolve_ok (reply)->public);
     sbx_msg_destroy (&reply);
     reply = s_test_resolve (client, "no-such-label", 8000, NULL);
-    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
     //  Users don't learn where forwards listen.
     reply = s_test_resolve (client, label, 8000, ALICE);
-    assert (s_code (reply) == SBX_E_PERMISSION_DENIED);
+    assert (brk_testkit_code (reply) == SBX_E_PERMISSION_DENIED);
     sbx_msg_destroy (&reply);
 
     //  Stopped: resolve says so (the proxy answers 503); publishing waits for a resume.
@@ -391,7 +386,7 @@ void brk_ports_test (bool verbose)
     assert (sbx_msg_sandbox_resolve_ok (reply)->state == SBX_SANDBOX_STATE_STOPPED);
     sbx_msg_destroy (&reply);
     reply = s_test_port (client, ALICE, id, 9000, true, false);
-    assert (s_code (reply) == SBX_E_FAILED_PRECONDITION &&
+    assert (brk_testkit_code (reply) == SBX_E_FAILED_PRECONDITION &&
             strstr (sbx_msg_error (reply)->message, "resume it first"));
     sbx_msg_destroy (&reply);
 
@@ -401,7 +396,7 @@ void brk_ports_test (bool verbose)
     assert (sbx_msg_sandbox_port_ok (reply)->sandbox->ports.count == 1);
     sbx_msg_destroy (&reply);
     reply = s_test_resolve (client, label, 8000, NULL);
-    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
 
     //  Each change is a sandbox.port_changed event.

@@ -1160,11 +1160,6 @@ static sbx_msg_t *s_test_ask (zsock_t *client, sbx_msg_type_t type, const char *
     return brk_testkit_call (client, request, ++s_rid);
 }
 
-static sbx_code_t s_code (sbx_msg_t *reply)
-{
-    return reply->type == SBX_MSG_ERROR ? sbx_msg_error (reply)->code : SBX_OK;
-}
-
 //  The sandbox a sandbox.*.ok carries.
 static sbx_sandbox_info_t *s_sandbox (sbx_msg_t *reply)
 {
@@ -1183,17 +1178,6 @@ static sbx_msg_t *s_test_create (zsock_t *client, sbx_caller_t *caller, const ch
     return brk_testkit_call (client, request, ++s_rid);
 }
 
-static char *s_account (zsock_t *client, const char *email)
-{
-    sbx_msg_t *request = sbx_msg_new (SBX_MSG_ACCOUNT_CREATE);
-    sbx_str_set (&sbx_msg_account_create (request)->email, email);
-    sbx_msg_t *reply = brk_testkit_call (client, request, ++s_rid);
-    assert (reply->type == SBX_MSG_ACCOUNT_CREATE_OK);
-    char *id = strdup (sbx_msg_account_create_ok (reply)->account_id);
-    sbx_msg_destroy (&reply);
-    return id;
-}
-
 void brk_sandbox_test (bool verbose)
 {
     char dir[] = "/tmp/brk_sandbox_test.XXXXXX";
@@ -1205,13 +1189,13 @@ void brk_sandbox_test (bool verbose)
     assert (status && streq (status, "READY"));
     zstr_free (&status);
     zsock_t *client = brk_testkit_dealer (config);
-    char *alice = s_account (client, "alice@example.com");
-    char *bob = s_account (client, "bob@example.com");
+    char *alice = brk_testkit_account (client, "alice@example.com", ++s_rid);
+    char *bob = brk_testkit_account (client, "bob@example.com", ++s_rid);
 #define ALICE brk_testkit_caller (alice, "key_alice", SBX_KEY_PRESET_FULL)
 
     //  No vmd: unavailable, said plainly.
     sbx_msg_t *reply = s_test_create (client, ALICE, NULL, 0);
-    assert (s_code (reply) == SBX_E_UNAVAILABLE);
+    assert (brk_testkit_code (reply) == SBX_E_UNAVAILABLE);
     assert (strstr (sbx_msg_error (reply)->message, "no vmd is connected"));
     sbx_msg_destroy (&reply);
 
@@ -1239,12 +1223,12 @@ void brk_sandbox_test (bool verbose)
     sbx_msg_destroy (&reply);
     reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, one,
                         brk_testkit_caller (bob, "key_bob", SBX_KEY_PRESET_FULL));
-    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     assert (streq (sbx_msg_error (reply)->message, "Sandbox not found"));
     sbx_msg_destroy (&reply);
     reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, one,
                         brk_testkit_caller (alice, "key_other", SBX_KEY_PRESET_CI));
-    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
     reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, one,
                         brk_testkit_caller (alice, "key_alice", SBX_KEY_PRESET_CI));
@@ -1261,11 +1245,11 @@ void brk_sandbox_test (bool verbose)
     //  Presets: read-only can't stop, no-delete can't delete.
     reply = s_test_ask (client, SBX_MSG_SANDBOX_STOP, one,
                         brk_testkit_caller (alice, "key_ro", SBX_KEY_PRESET_READ_ONLY));
-    assert (s_code (reply) == SBX_E_PERMISSION_DENIED);
+    assert (brk_testkit_code (reply) == SBX_E_PERMISSION_DENIED);
     sbx_msg_destroy (&reply);
     reply = s_test_ask (client, SBX_MSG_SANDBOX_DELETE, one,
                         brk_testkit_caller (alice, "key_nd", SBX_KEY_PRESET_NO_DELETE));
-    assert (s_code (reply) == SBX_E_PERMISSION_DENIED);
+    assert (brk_testkit_code (reply) == SBX_E_PERMISSION_DENIED);
     sbx_msg_destroy (&reply);
 
     //  Agent requests are relayed through vmd, and come back as the agent said them.
@@ -1292,7 +1276,7 @@ void brk_sandbox_test (bool verbose)
     //  A read-only key may not exec; garbage and non-user agent requests are refused.
     ro->caller->preset = SBX_KEY_PRESET_READ_ONLY;
     reply = brk_testkit_call (client, ro, ++s_rid);
-    assert (s_code (reply) == SBX_E_PERMISSION_DENIED);
+    assert (brk_testkit_code (reply) == SBX_E_PERMISSION_DENIED);
     sbx_msg_destroy (&reply);
     sbx_msg_t *setup = sbx_msg_new (SBX_MSG_AGENT_SETUP);
     uint8_t *setup_data;
@@ -1303,14 +1287,14 @@ void brk_sandbox_test (bool verbose)
     sbx_str_set (&sbx_msg_sandbox_agent (relay)->sandbox_id, one);
     sbx_bytes_set (&sbx_msg_sandbox_agent (relay)->request, setup_data, setup_size);
     reply = brk_testkit_call (client, relay, ++s_rid);
-    assert (s_code (reply) == SBX_E_INVALID_ARGUMENT);
+    assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
     sbx_msg_destroy (&reply);
     relay = sbx_msg_new (SBX_MSG_SANDBOX_AGENT);
     relay->caller = ALICE;
     sbx_str_set (&sbx_msg_sandbox_agent (relay)->sandbox_id, one);
     sbx_bytes_set (&sbx_msg_sandbox_agent (relay)->request, "\xc1garbage", 8);
     reply = brk_testkit_call (client, relay, ++s_rid);
-    assert (s_code (reply) == SBX_E_INVALID_ARGUMENT);
+    assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
     sbx_msg_destroy (&reply);
     free (setup_data);
     sbx_msg_destroy (&setup);
@@ -1334,7 +1318,7 @@ void brk_sandbox_test (bool verbose)
     sbx_str_set (&sbx_msg_sandbox_agent (relay)->sandbox_id, one);
     sbx_bytes_set (&sbx_msg_sandbox_agent (relay)->request, data, size);
     reply = brk_testkit_call (client, relay, ++s_rid);
-    assert (s_code (reply) == SBX_E_FAILED_PRECONDITION);
+    assert (brk_testkit_code (reply) == SBX_E_FAILED_PRECONDITION);
     assert (strstr (sbx_msg_error (reply)->message, "resume it first"));
     sbx_msg_destroy (&reply);
     reply = s_test_ask (client, SBX_MSG_SANDBOX_RESUME, one, ALICE);
@@ -1349,13 +1333,14 @@ void brk_sandbox_test (bool verbose)
     assert (streq (s_sandbox (reply)->name, s_sandbox (reply)->label));
     sbx_msg_destroy (&reply);
     reply = s_test_create (client, ALICE, NULL, 0);
-    assert (s_code (reply) == SBX_E_UNAVAILABLE && strstr (sbx_msg_error (reply)->message, "full"));
+    assert (brk_testkit_code (reply) == SBX_E_UNAVAILABLE &&
+            strstr (sbx_msg_error (reply)->message, "full"));
     sbx_msg_destroy (&reply);
 
     //  vmd fails a stop: the user hears why, the sandbox is in error, only delete works.
     __atomic_store_n (&s_vmd_mode, 1, __ATOMIC_SEQ_CST);
     reply = s_test_ask (client, SBX_MSG_SANDBOX_STOP, two, ALICE);
-    assert (s_code (reply) == SBX_E_INTERNAL);
+    assert (brk_testkit_code (reply) == SBX_E_INTERNAL);
     assert (strstr (sbx_msg_error (reply)->message, "could not stop: migration failed"));
     sbx_msg_destroy (&reply);
     __atomic_store_n (&s_vmd_mode, 0, __ATOMIC_SEQ_CST);
@@ -1364,14 +1349,14 @@ void brk_sandbox_test (bool verbose)
     assert (strstr (s_sandbox (reply)->reason, "migration failed"));
     sbx_msg_destroy (&reply);
     reply = s_test_ask (client, SBX_MSG_SANDBOX_RESUME, two, ALICE);
-    assert (s_code (reply) == SBX_E_FAILED_PRECONDITION);
+    assert (brk_testkit_code (reply) == SBX_E_FAILED_PRECONDITION);
     assert (strstr (sbx_msg_error (reply)->message, "only delete works now"));
     sbx_msg_destroy (&reply);
     reply = s_test_ask (client, SBX_MSG_SANDBOX_DELETE, two, ALICE);
     assert (s_sandbox (reply)->state == SBX_SANDBOX_STATE_DELETED);
     sbx_msg_destroy (&reply);
     reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, two, ALICE);
-    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
 
     //  Extend and update: a new deadline, a new name, labels set and removed, each an event.
@@ -1402,7 +1387,7 @@ void brk_sandbox_test (bool verbose)
     sbx_str_set (&sbx_msg_sandbox_update (update)->sandbox_id, one);
     sbx_str_set (&sbx_msg_sandbox_update (update)->name, "nope");
     reply = brk_testkit_call (client, update, ++s_rid);
-    assert (s_code (reply) == SBX_E_PERMISSION_DENIED);
+    assert (brk_testkit_code (reply) == SBX_E_PERMISSION_DENIED);
     sbx_msg_destroy (&reply);
 
     //  A TTL of one second: the broker stops it within a second of the deadline, logs
@@ -1494,7 +1479,7 @@ void brk_sandbox_test (bool verbose)
     while (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid) > 0)
         zclock_sleep (20);
     reply = s_test_ask (client, SBX_MSG_SANDBOX_DELETE, one, ALICE);
-    assert (s_code (reply) == SBX_E_UNAVAILABLE &&
+    assert (brk_testkit_code (reply) == SBX_E_UNAVAILABLE &&
             strstr (sbx_msg_error (reply)->message, "host-a"));
     sbx_msg_destroy (&reply);
     reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, one, ALICE);
@@ -1507,7 +1492,7 @@ void brk_sandbox_test (bool verbose)
     while (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid) < 1)
         zclock_sleep (20);
     reply = s_test_create (client, ALICE, "slow", 1500);
-    assert (s_code (reply) == SBX_E_TIMEOUT);
+    assert (brk_testkit_code (reply) == SBX_E_TIMEOUT);
     sbx_msg_destroy (&reply);
     reply = s_test_ask (client, SBX_MSG_SANDBOX_LIST, NULL, ALICE);
     sbx_sandbox_info_list_t *all = &sbx_msg_sandbox_list_ok (reply)->sandboxes;

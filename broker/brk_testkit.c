@@ -130,6 +130,22 @@ zactor_t *brk_testkit_worker (sbx_config_t *config, sbx_role_t role, const char 
     return zactor_new (s_worker, w);
 }
 
+char *brk_testkit_account (zsock_t *client, const char *email, uint64_t rid)
+{
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_ACCOUNT_CREATE);
+    sbx_str_set (&sbx_msg_account_create (request)->email, email);
+    sbx_msg_t *reply = brk_testkit_call (client, request, rid);
+    assert (reply->type == SBX_MSG_ACCOUNT_CREATE_OK);
+    char *id = strdup (sbx_msg_account_create_ok (reply)->account_id);
+    sbx_msg_destroy (&reply);
+    return id;
+}
+
+sbx_code_t brk_testkit_code (const sbx_msg_t *reply)
+{
+    return reply->type == SBX_MSG_ERROR ? sbx_msg_error ((sbx_msg_t *) reply)->code : SBX_OK;
+}
+
 size_t brk_testkit_peer_count (zsock_t *client, sbx_role_t role, uint64_t rid)
 {
     sbx_msg_t *reply = brk_testkit_call (client, sbx_msg_new (SBX_MSG_BROKER_PEERS), rid);

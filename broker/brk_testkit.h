@@ -35,8 +35,13 @@ sbx_msg_t *brk_testkit_vm_ok (const sbx_msg_t *request);
 //  How many workers of `role` the broker lists now.
 size_t brk_testkit_peer_count (zsock_t *client, sbx_role_t role, uint64_t rid);
 
+//  Creates an account for email; returns its id (fresh string).
+char *brk_testkit_account (zsock_t *client, const char *email, uint64_t rid);
+
+//  The error code of a reply, or SBX_OK for any other answer.
+sbx_code_t brk_testkit_code (const sbx_msg_t *reply);
+
 //  A caller of kind api_key for `account` (key `key_id`, `preset`), for requests.
-sbx_caller_t *brk_testkit_caller (const char *account, const char *key_id,
-                                  sbx_key_preset_t preset);
+sbx_caller_t *brk_testkit_caller (const char *account, const char *key_id, sbx_key_preset_t preset);
 
 #endif

@@ -91,11 +91,6 @@ static sbx_msg_t *s_ask (zsock_t *client, sbx_msg_type_t type, const char *id, c
     return brk_testkit_call (client, request, ++s_rid);
 }
 
-static sbx_code_t s_code (sbx_msg_t *reply)
-{
-    return reply->type == SBX_MSG_ERROR ? sbx_msg_error (reply)->code : SBX_OK;
-}
-
 //  How many of the account's snapshots are in `state` (kind automatic only when asked).
 static size_t s_count (zsock_t *client, const char *account, sbx_snapshot_state_t state,
                        bool automatic)
@@ -133,17 +128,6 @@ static size_t s_users (zsock_t *client, const char *snapshot, const char *accoun
     return count;
 }
 
-static char *s_account (zsock_t *client, const char *email)
-{
-    sbx_msg_t *request = sbx_msg_new (SBX_MSG_ACCOUNT_CREATE);
-    sbx_str_set (&sbx_msg_account_create (request)->email, email);
-    sbx_msg_t *reply = brk_testkit_call (client, request, ++s_rid);
-    assert (reply->type == SBX_MSG_ACCOUNT_CREATE_OK);
-    char *id = strdup (sbx_msg_account_create_ok (reply)->account_id);
-    sbx_msg_destroy (&reply);
-    return id;
-}
-
 void snap_broker_test (bool verbose)
 {
     (void) verbose;
@@ -157,8 +141,8 @@ void snap_broker_test (bool verbose)
     assert (status && streq (status, "READY"));
     zstr_free (&status);
     zsock_t *client = brk_testkit_dealer (config);
-    char *alice = s_account (client, "alice@example.com");
-    char *bob = s_account (client, "bob@example.com");
+    char *alice = brk_testkit_account (client, "alice@example.com", ++s_rid);
+    char *bob = brk_testkit_account (client, "bob@example.com", ++s_rid);
 
     //  No snapshotd yet: saves are unavailable, and say why.
     zactor_t *vmd = brk_testkit_worker (config, SBX_ROLE_VMD, "host-a", 8, s_fake_vmd, NULL);
@@ -169,7 +153,7 @@ void snap_broker_test (bool verbose)
     char *one = strdup (sbx_msg_sandbox_create_ok (reply)->sandbox->id);
     sbx_msg_destroy (&reply);
     reply = s_ask (client, SBX_MSG_SNAPSHOT_SAVE, one, alice);
-    assert (s_code (reply) == SBX_E_UNAVAILABLE &&
+    assert (brk_testkit_code (reply) == SBX_E_UNAVAILABLE &&
             strstr (sbx_msg_error (reply)->message, "snapshotd"));
     sbx_msg_destroy (&reply);
 
@@ -193,7 +177,7 @@ void snap_broker_test (bool verbose)
     struct stat st;
     assert (stat (path, &st) == 0 && st.st_size == 300);
     reply = s_ask (client, SBX_MSG_SNAPSHOT_SAVE, one, bob);
-    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
     assert (s_count (client, bob, SBX_SNAPSHOT_STATE_READY, false) == 0);
     assert (s_count (client, alice, SBX_SNAPSHOT_STATE_READY, false) == 1);
@@ -211,14 +195,14 @@ void snap_broker_test (bool verbose)
                     sbx_msg_snapshot_list_ok (reply)->snapshots.count == 1 &&
                     streq (sbx_msg_snapshot_list_ok (reply)->snapshots.items[0].account, alice));
         else
-            assert (s_code (reply) == SBX_E_NOT_FOUND);
+            assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
         sbx_msg_destroy (&reply);
     }
 
     //  vmd fails the capture: the user hears why; the record is failed, no files.
     __atomic_store_n (&s_vmd_mode, 1, __ATOMIC_SEQ_CST);
     reply = s_ask (client, SBX_MSG_SNAPSHOT_SAVE, one, alice);
-    assert (s_code (reply) == SBX_E_INTERNAL &&
+    assert (brk_testkit_code (reply) == SBX_E_INTERNAL &&
             strstr (sbx_msg_error (reply)->message, "QEMU would not pause"));
     sbx_msg_destroy (&reply);
     __atomic_store_n (&s_vmd_mode, 0, __ATOMIC_SEQ_CST);
@@ -242,7 +226,7 @@ void snap_broker_test (bool verbose)
     char *by_operator = strdup (sbx_msg_sandbox_create_ok (reply)->sandbox->id);
     sbx_msg_destroy (&reply);
     reply = s_create_as_operator (client, saved, "bob@example.com");
-    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
     assert (s_users (client, saved, alice) == 1);
     //  host-a goes away: a create from the snapshot is refused, naming it, and leaves no
@@ -251,7 +235,7 @@ void snap_broker_test (bool verbose)
     while (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid) > 1)
         zclock_sleep (20);
     reply = s_ask (client, SBX_MSG_SANDBOX_CREATE, saved, alice);
-    assert (s_code (reply) == SBX_E_UNAVAILABLE);
+    assert (brk_testkit_code (reply) == SBX_E_UNAVAILABLE);
     assert (strstr (sbx_msg_error (reply)->message, "host-a") &&
             strstr (sbx_msg_error (reply)->message, saved));
     sbx_msg_destroy (&reply);
@@ -272,10 +256,10 @@ void snap_broker_test (bool verbose)
 
     //  A sandbox from it: vmd is told where the files are; bob can't use it.
     reply = s_ask (client, SBX_MSG_SANDBOX_CREATE, saved, bob);
-    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
     reply = s_ask (client, SBX_MSG_SANDBOX_CREATE, "snap_nothing", alice);
-    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
     reply = s_ask (client, SBX_MSG_SANDBOX_CREATE, saved, alice);
     assert (reply->type == SBX_MSG_SANDBOX_CREATE_OK);
@@ -290,7 +274,7 @@ void snap_broker_test (bool verbose)
     char *second = strdup (sbx_msg_snapshot_save_ok (reply)->snapshot->id);
     sbx_msg_destroy (&reply);
     reply = s_ask (client, SBX_MSG_SNAPSHOT_SAVE, one, alice);
-    assert (s_code (reply) == SBX_E_LIMIT_EXCEEDED &&
+    assert (brk_testkit_code (reply) == SBX_E_LIMIT_EXCEEDED &&
             strstr (sbx_msg_error (reply)->message, "the free plan keeps 2 snapshots"));
     sbx_msg_destroy (&reply);
     assert (s_count (client, alice, SBX_SNAPSHOT_STATE_SAVING, false) == 0);
@@ -301,10 +285,11 @@ void snap_broker_test (bool verbose)
 
     //  Delete: refused while the clone stands on it, naming it; then done.
     reply = s_ask (client, SBX_MSG_SNAPSHOT_DELETE, saved, alice);
-    assert (s_code (reply) == SBX_E_CONFLICT && strstr (sbx_msg_error (reply)->message, clone));
+    assert (brk_testkit_code (reply) == SBX_E_CONFLICT &&
+            strstr (sbx_msg_error (reply)->message, clone));
     sbx_msg_destroy (&reply);
     reply = s_ask (client, SBX_MSG_SNAPSHOT_DELETE, saved, bob);
-    assert (s_code (reply) == SBX_E_NOT_FOUND);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
     reply = s_ask (client, SBX_MSG_SANDBOX_DELETE, clone, alice);
     assert (reply->type == SBX_MSG_SANDBOX_DELETE_OK);
