@@ -262,6 +262,28 @@ int brk_oauth_grant_revoke (brk_ctx_t *ctx, const char *grant_id, uint64_t now_m
     return brk_store_oauth_grant_revoke (ctx->store, grant_id, now_ms);
 }
 
+//  Logs oauth.revoked for a connection whose tokens were revoked (inside the caller's
+//  transaction): the tap tells every gateway to forget what it cached of them.
+static int s_revoked_event (brk_ctx_t *ctx, const char *grant_id, const char *reason)
+{
+    brk_key_t key;
+    if (brk_store_key_find (ctx->store, grant_id, &key) != 0)
+        return 0; //  no connection: nothing a gateway could have cached
+    sbx_msg_t *event = sbx_msg_new (SBX_MSG_OAUTH_REVOKED);
+    int rc = event ? 0 : -1;
+    if (rc == 0) {
+        sbx_oauth_revoked_t *body = sbx_msg_oauth_revoked (event);
+        if (sbx_str_set (&body->key_id, grant_id) ||
+            sbx_str_set (&body->account_id, key.account_id) || sbx_str_set (&body->reason, reason))
+            rc = -1;
+    }
+    if (rc == 0)
+        rc = brk_events_add (ctx->events, &event, key.account_id, grant_id);
+    sbx_msg_destroy (&event);
+    brk_key_clear (&key);
+    return rc;
+}
+
 //  Revokes a grant whose secrets leaked (a code replayed, a rotated refresh token
 //  reused): its tokens, and with revoke_connection the connection itself (logged as
 //  key.revoked). Its own transaction.
@@ -275,6 +297,8 @@ static void s_revoke_grant (brk_ctx_t *ctx, const char *grant_id, bool revoke_co
     int rc = brk_events_begin (ctx->events);
     if (rc == 0)
         rc = brk_store_oauth_grant_revoke (ctx->store, grant_id, now);
+    if (rc == 0 && !revoke_connection)
+        rc = s_revoked_event (ctx, grant_id, why);
     if (rc == 0 && revoke_connection && key.revoked_ms == 0) {
         rc = brk_store_key_revoke (ctx->store, grant_id, now);
         sbx_msg_t *event = sbx_msg_new (SBX_MSG_KEY_REVOKED);
@@ -486,13 +510,15 @@ sbx_msg_t *brk_oauth_revoke (brk_ctx_t *ctx, sbx_msg_t *request, bool trusted)
     if (rc == 0 && strcmp (token.kind, "code") != 0 && !token.revoked_ms) {
         uint64_t now = sbx_clock_now_ms ();
         //  A refresh token stands for the grant: its access tokens go with it.
-        int done = brk_store_begin (ctx->store);
+        int done = brk_events_begin (ctx->events);
         if (done == 0 && streq (token.kind, "refresh"))
             done = brk_store_oauth_grant_revoke (ctx->store, token.grant_id, now);
         else if (done == 0)
             done = brk_store_oauth_token_revoke (ctx->store, hash, now) < 0 ? -1 : 0;
-        if (done || brk_store_commit (ctx->store)) {
-            brk_store_rollback (ctx->store);
+        if (done == 0)
+            done = s_revoked_event (ctx, token.grant_id, "revoked");
+        if (done || brk_events_commit (ctx->events)) {
+            brk_events_rollback (ctx->events);
             brk_oauth_token_clear (&token);
             return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot revoke the token");
         }
@@ -500,10 +526,12 @@ sbx_msg_t *brk_oauth_revoke (brk_ctx_t *ctx, sbx_msg_t *request, bool trusted)
         sbx_info ("rid=%llu connection %s: %s token revoked", (unsigned long long) request->rid,
                   token.grant_id, token.kind);
     }
-    if (rc == 0)
-        brk_oauth_token_clear (&token);
     sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_OAUTH_REVOKE_OK);
     sbx_msg_oauth_revoke_ok (reply)->revoked = revoked;
+    if (revoked)
+        sbx_str_set (&sbx_msg_oauth_revoke_ok (reply)->key_id, token.grant_id);
+    if (rc == 0)
+        brk_oauth_token_clear (&token);
     return reply;
 }
 

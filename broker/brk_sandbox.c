@@ -90,6 +90,37 @@ static sbx_msg_t *s_refuse_preset (const sbx_msg_t *request, s_event_t event, bo
     return NULL;
 }
 
+//  Names, label keys and label values: text a person reads in lists and logs, so no
+//  control characters. The schema's byte limits were checked by the codec already.
+static bool s_has_control (const char *text)
+{
+    for (const char *p = text; p && *p; p++)
+        if ((unsigned char) *p < 0x20 || *p == 0x7f)
+            return true;
+    return false;
+}
+
+//  The one check of a name and labels, for create and update: NULL or the error.
+static sbx_msg_t *s_check_text (const sbx_msg_t *request, const char *name,
+                                const sbx_strmap_t *labels)
+{
+    if (s_has_control (name))
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "name must not contain control characters");
+    if (labels->count > S_MAX_LABELS)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "at most %d labels",
+                                  S_MAX_LABELS);
+    for (size_t i = 0; i < labels->count; i++) {
+        if (!*labels->keys[i] || strlen (labels->keys[i]) > 64 || strlen (labels->values[i]) > 256)
+            return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                      "label keys are 1-64 characters, values at most 256");
+        if (s_has_control (labels->keys[i]) || s_has_control (labels->values[i]))
+            return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                      "labels must not contain control characters");
+    }
+    return NULL;
+}
+
 static void s_count_label (const char *key, const char *value, void *arg)
 {
     (void) key;
@@ -452,19 +483,9 @@ static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
     sbx_msg_t *refused = s_refuse_preset (request, S_EV_STOP, true);
     if (refused)
         return refused;
-    if (args->name)
-        for (const char *p = args->name; *p; p++)
-            if ((unsigned char) *p < 0x20 || *p == 0x7f)
-                return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
-                                          "name must not contain control characters");
-    if (args->labels.count > S_MAX_LABELS)
-        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "at most %d labels",
-                                  S_MAX_LABELS);
-    for (size_t i = 0; i < args->labels.count; i++)
-        if (!*args->labels.keys[i] || strlen (args->labels.keys[i]) > 64 ||
-            strlen (args->labels.values[i]) > 256)
-            return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
-                                      "label keys are 1-64 characters, values at most 256");
+    refused = s_check_text (request, args->name, &args->labels);
+    if (refused)
+        return refused;
     if (args->ttl_s > 10ULL * 365 * 86400)
         return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
                                   "ttl_s is at most ten years");
@@ -890,17 +911,10 @@ sbx_msg_t *brk_sandbox_update (brk_ctx_t *ctx, sbx_msg_t *request)
     if (request->caller->preset == SBX_KEY_PRESET_READ_ONLY)
         reply = sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
                                    "this key is read-only: it cannot change sandboxes");
-    for (const char *p = args->name; !reply && p && *p; p++)
-        if ((unsigned char) *p < 0x20 || *p == 0x7f)
-            reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
-                                       "name must not contain control characters");
+    if (!reply)
+        reply = s_check_text (request, args->name, &args->labels);
     if (!reply && args->name && !*args->name)
         reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "name is empty");
-    for (size_t i = 0; !reply && i < args->labels.count; i++)
-        if (!*args->labels.keys[i] || strlen (args->labels.keys[i]) > 64 ||
-            strlen (args->labels.values[i]) > 256)
-            reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
-                                       "label keys are 1-64 characters, values at most 256");
     if (!reply) {
         int rc = brk_events_begin (ctx->events) ? -1 : 0;
         if (rc == 0 && args->name) {
@@ -1202,6 +1216,24 @@ void brk_sandbox_test (bool verbose)
     zactor_t *vmd = brk_testkit_worker (config, SBX_ROLE_VMD, "host-a", 2, s_test_vmd, NULL);
     while (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid) < 1)
         zclock_sleep (20);
+
+    //  Names and labels with control characters are the caller's error, said plainly.
+    reply = s_test_create (client, ALICE, "tab\there", 0);
+    assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
+    sbx_msg_t *bad = sbx_msg_new (SBX_MSG_SANDBOX_CREATE);
+    bad->caller = ALICE;
+    sbx_strmap_set (&sbx_msg_sandbox_create (bad)->labels, "team\n", "red");
+    reply = brk_testkit_call (client, bad, ++s_rid);
+    assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
+    assert (strstr (sbx_msg_error (reply)->message, "control characters"));
+    sbx_msg_destroy (&reply);
+    bad = sbx_msg_new (SBX_MSG_SANDBOX_CREATE);
+    bad->caller = ALICE;
+    sbx_strmap_set (&sbx_msg_sandbox_create (bad)->labels, "team", "r\x1b[2Jed");
+    reply = brk_testkit_call (client, bad, ++s_rid);
+    assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
 
     //  Create: ready, on host-a, with a readable label and the labels asked for.
     reply = s_test_create (client, ALICE, "demo", 0);

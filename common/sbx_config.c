@@ -55,6 +55,7 @@ static const s_known_t s_known[] = {
     //  The gateway's tap-fed copy of sandboxes (gateway/gw_cache.h).
     {"gateway.read_cache", "on"},
     {"gateway.usage_cache_ms", "1000"},
+    {"gateway.auth_cache_ms", "5000"}, //  how long a good API key is trusted unasked (gw_auth)
     //  Plan limits (docs/limits.md): plan.P.* for any plan P; unset fields of another plan
     //  take the free plan's values; 0 means no limit.
     {"plan.free.starts_per_day", "100"},

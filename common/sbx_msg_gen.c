@@ -323,6 +323,7 @@ static const sbx_meta_struct_t s_meta_oauth_token;
 static const sbx_meta_struct_t s_meta_oauth_token_ok;
 static const sbx_meta_struct_t s_meta_oauth_revoke;
 static const sbx_meta_struct_t s_meta_oauth_revoke_ok;
+static const sbx_meta_struct_t s_meta_oauth_revoked;
 static const sbx_meta_struct_t s_meta_peer_info;
 static const sbx_meta_struct_t s_meta_error;
 static const sbx_meta_struct_t s_meta_peer_hello;
@@ -897,8 +898,16 @@ static const sbx_meta_struct_t s_meta_oauth_revoke = {"oauth.revoke", sizeof (sb
 
 static const sbx_meta_field_t s_fields_oauth_revoke_ok[] = {
     {"revoked", SBX_META_BOOL, offsetof (sbx_oauth_revoke_ok_t, revoked), false, 0, NULL, NULL},
+    {"key_id", SBX_META_STRING, offsetof (sbx_oauth_revoke_ok_t, key_id), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_oauth_revoke_ok = {"oauth.revoke.ok", sizeof (sbx_oauth_revoke_ok_t), s_fields_oauth_revoke_ok, 1};
+static const sbx_meta_struct_t s_meta_oauth_revoke_ok = {"oauth.revoke.ok", sizeof (sbx_oauth_revoke_ok_t), s_fields_oauth_revoke_ok, 2};
+
+static const sbx_meta_field_t s_fields_oauth_revoked[] = {
+    {"key_id", SBX_META_STRING, offsetof (sbx_oauth_revoked_t, key_id), true, 64, NULL, NULL},
+    {"account_id", SBX_META_STRING, offsetof (sbx_oauth_revoked_t, account_id), true, 64, NULL, NULL},
+    {"reason", SBX_META_STRING, offsetof (sbx_oauth_revoked_t, reason), false, 128, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_oauth_revoked = {"oauth.revoked", sizeof (sbx_oauth_revoked_t), s_fields_oauth_revoked, 3};
 
 static const sbx_meta_field_t s_fields_peer_info[] = {
     {"role", SBX_META_ENUM, offsetof (sbx_peer_info_t, role), true, 0, &s_enum_role, NULL},
@@ -1501,6 +1510,8 @@ static const char *const s_from_oauth_revoke[] = {"gateway"};
 static const char *const s_to_oauth_revoke[] = {"broker"};
 static const char *const s_from_oauth_revoke_ok[] = {"broker"};
 static const char *const s_to_oauth_revoke_ok[] = {"gateway"};
+static const char *const s_from_oauth_revoked[] = {"broker"};
+static const char *const s_to_oauth_revoked[] = {"tap"};
 static const char *const s_from_error[] = {"any"};
 static const char *const s_to_error[] = {"any"};
 static const char *const s_from_peer_hello[] = {"gateway", "vmd", "snapshotd", "billing"};
@@ -1700,6 +1711,7 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"oauth.token.ok", &s_meta_oauth_token_ok, s_from_oauth_token_ok, 1, s_to_oauth_token_ok, 1, SBX_MSG__UNKNOWN, false},
     {"oauth.revoke", &s_meta_oauth_revoke, s_from_oauth_revoke, 1, s_to_oauth_revoke, 1, SBX_MSG_OAUTH_REVOKE_OK, false},
     {"oauth.revoke.ok", &s_meta_oauth_revoke_ok, s_from_oauth_revoke_ok, 1, s_to_oauth_revoke_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"oauth.revoked", &s_meta_oauth_revoked, s_from_oauth_revoked, 1, s_to_oauth_revoked, 1, SBX_MSG__UNKNOWN, true},
     {"error", &s_meta_error, s_from_error, 1, s_to_error, 1, SBX_MSG__UNKNOWN, false},
     {"peer.hello", &s_meta_peer_hello, s_from_peer_hello, 4, s_to_peer_hello, 1, SBX_MSG_PEER_WELCOME, false},
     {"peer.welcome", &s_meta_peer_welcome, s_from_peer_welcome, 1, s_to_peer_welcome, 4, SBX_MSG__UNKNOWN, false},
@@ -2061,6 +2073,11 @@ sbx_oauth_revoke_t *sbx_msg_oauth_revoke (struct sbx_msg_s *msg)
 sbx_oauth_revoke_ok_t *sbx_msg_oauth_revoke_ok (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_OAUTH_REVOKE_OK ? (sbx_oauth_revoke_ok_t *) msg->body : NULL;
+}
+
+sbx_oauth_revoked_t *sbx_msg_oauth_revoked (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_OAUTH_REVOKED ? (sbx_oauth_revoked_t *) msg->body : NULL;
 }
 
 sbx_error_t *sbx_msg_error (struct sbx_msg_s *msg)

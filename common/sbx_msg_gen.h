@@ -227,6 +227,7 @@ typedef enum {
     SBX_MSG_OAUTH_TOKEN_OK,           //  oauth.token.ok
     SBX_MSG_OAUTH_REVOKE,             //  oauth.revoke
     SBX_MSG_OAUTH_REVOKE_OK,          //  oauth.revoke.ok
+    SBX_MSG_OAUTH_REVOKED,            //  oauth.revoked
     SBX_MSG_ERROR,                    //  error
     SBX_MSG_PEER_HELLO,               //  peer.hello
     SBX_MSG_PEER_WELCOME,             //  peer.welcome
@@ -364,6 +365,7 @@ typedef struct sbx_oauth_token_s sbx_oauth_token_t;
 typedef struct sbx_oauth_token_ok_s sbx_oauth_token_ok_t;
 typedef struct sbx_oauth_revoke_s sbx_oauth_revoke_t;
 typedef struct sbx_oauth_revoke_ok_s sbx_oauth_revoke_ok_t;
+typedef struct sbx_oauth_revoked_s sbx_oauth_revoked_t;
 typedef struct sbx_peer_info_s sbx_peer_info_t;
 typedef struct sbx_error_s sbx_error_t;
 typedef struct sbx_peer_hello_s sbx_peer_hello_t;
@@ -1344,6 +1346,21 @@ struct sbx_oauth_revoke_s {
 struct sbx_oauth_revoke_ok_s {
     //  Whether a live token was found and revoked.
     bool revoked;
+    //  (max 64) The connection whose token (or, for a refresh token, every token) was revoked,
+    //  so the gateway that asked forgets what it cached of it before it answers.
+    char *key_id;
+};
+
+//  message oauth.revoked (oauth.json): broker -> tap, event. OAuth tokens of a connection were
+//  revoked (RFC 7009 revocation, a replayed code) while the connection stays: every gateway
+//  forgets what it cached of the connection's tokens.
+struct sbx_oauth_revoked_s {
+    //  (required, max 64) The connection.
+    char *key_id;
+    //  (required, max 64) Whose.
+    char *account_id;
+    //  (max 128) revoked (RFC 7009), code replayed.
+    char *reason;
 };
 
 //  struct peer_info (peer.json). A worker as the broker sees it.
@@ -2180,6 +2197,7 @@ sbx_oauth_token_t *sbx_msg_oauth_token (struct sbx_msg_s *msg);
 sbx_oauth_token_ok_t *sbx_msg_oauth_token_ok (struct sbx_msg_s *msg);
 sbx_oauth_revoke_t *sbx_msg_oauth_revoke (struct sbx_msg_s *msg);
 sbx_oauth_revoke_ok_t *sbx_msg_oauth_revoke_ok (struct sbx_msg_s *msg);
+sbx_oauth_revoked_t *sbx_msg_oauth_revoked (struct sbx_msg_s *msg);
 sbx_error_t *sbx_msg_error (struct sbx_msg_s *msg);
 sbx_peer_hello_t *sbx_msg_peer_hello (struct sbx_msg_s *msg);
 sbx_peer_welcome_t *sbx_msg_peer_welcome (struct sbx_msg_s *msg);

@@ -141,31 +141,43 @@ const char *sbx_peer_instance (sbx_peer_t *self)
     return self->instance;
 }
 
-int sbx_peer_send (sbx_peer_t *self, sbx_msg_t **msg_p)
+//  Encodes and sends; takes the message. -1 with err's code invalid_argument when the
+//  message could not be encoded (a value out of its schema's bounds: the caller's input,
+//  so only a debug line), unavailable when there is no connection to send it on.
+static int s_send (sbx_peer_t *self, sbx_msg_t **msg_p, sbx_err_t *err)
 {
     assert (msg_p);
     sbx_msg_t *msg = *msg_p;
+    err->code = SBX_OK;
     if (!msg)
-        return -1;
+        return sbx_err_set (err, SBX_E_INTERNAL, "no message");
     *msg_p = NULL;
     uint8_t *data = NULL;
     size_t size = 0;
-    sbx_err_t err;
-    int rc = sbx_msg_encode (msg, &data, &size, &err);
-    if (rc)
-        sbx_error ("rid=%llu cannot encode %s: %s", (unsigned long long) msg->rid,
-                   sbx_msg_type_name (msg->type), err.message);
-    else {
+    int rc = sbx_msg_encode (msg, &data, &size, err);
+    if (rc) {
+        sbx_debug ("rid=%llu cannot encode %s: %s", (unsigned long long) msg->rid,
+                   sbx_msg_type_name (msg->type), err->message);
+        err->code = SBX_E_INVALID_ARGUMENT;
+    } else {
         zframe_t *frame = zframe_new (data, size);
         rc = frame ? zframe_send (&frame, self->sock, ZFRAME_DONTWAIT) : -1;
         zframe_destroy (&frame);
-        if (rc)
+        if (rc) {
             sbx_debug ("rid=%llu %s not sent: no broker connection", (unsigned long long) msg->rid,
                        sbx_msg_type_name (msg->type));
+            sbx_err_set (err, SBX_E_UNAVAILABLE, "no broker connection");
+        }
     }
     free (data);
     sbx_msg_destroy (&msg);
     return rc;
+}
+
+int sbx_peer_send (sbx_peer_t *self, sbx_msg_t **msg_p)
+{
+    sbx_err_t err;
+    return s_send (self, msg_p, &err);
 }
 
 //  Calls a pending request's callback with an error made here, and forgets it.
@@ -200,11 +212,19 @@ uint64_t sbx_peer_request (sbx_peer_t *self, sbx_msg_t **request_p, uint32_t tim
     pending->fn = fn;
     pending->arg = arg;
     zhashx_insert (self->pending, (void *) (uintptr_t) rid, pending);
-    char what[128];
+    char what[600];
     snprintf (what, sizeof what, "%s could not be sent: the broker is not reachable at %s",
               sbx_msg_type_name (request->type),
               sbx_config_get (self->config, "broker.endpoint", "?"));
-    if (sbx_peer_send (self, request_p))
+    sbx_err_t err;
+    if (s_send (self, request_p, &err) == 0)
+        return rid;
+    if (err.code == SBX_E_INVALID_ARGUMENT) {
+        //  The encoder names the message and the field ("sandbox.create: field 'name' is
+        //  longer than 128 bytes"); the caller knows the field, not our message names.
+        const char *colon = strstr (err.message, ": ");
+        s_fail (self, pending, SBX_E_INVALID_ARGUMENT, colon ? colon + 2 : err.message);
+    } else
         s_fail (self, pending, SBX_E_UNAVAILABLE, what);
     return rid;
 }

@@ -14,6 +14,7 @@
 
 struct gw_account_t {
     gw_http_t *http;
+    gw_auth_t *auth; //  the gateway's (borrowed): a revoke forgets its cached answers
     gw_broker_t *broker;
     gw_session_t *session;
     gw_signin_t *signin;
@@ -261,6 +262,9 @@ static void s_on_created (sbx_msg_t *reply, sbx_code_t code, const char *message
 static void s_on_revoked (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
     s_job_t *job = arg;
+    //  Disconnected: refused by this gateway from the next request on.
+    if (reply && job->account->auth)
+        gw_auth_forget_key (job->account->auth, sbx_msg_key_revoke_ok (reply)->key_id);
     gw_request_t *req = s_job_answered (job);
     if (!req)
         return;
@@ -411,12 +415,13 @@ bool gw_account_handle (gw_account_t *self, gw_request_t *req)
 }
 
 gw_account_t *gw_account_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http,
-                              sbx_peer_t *peer)
+                              sbx_peer_t *peer, gw_auth_t *auth)
 {
     gw_account_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     self->http = http;
+    self->auth = auth;
     self->broker = gw_broker_new (config, peer);
     self->session = gw_session_new (config);
     self->signin = gw_signin_new (loop, self->broker, "account");
@@ -456,7 +461,7 @@ void gw_account_test (bool verbose)
     s_time (1796011555000ULL, text, sizeof text);
     assert (streq (text, "2026-11-30 04:05 UTC"));
     zloop_t *loop = zloop_new ();
-    gw_account_t *account = gw_account_new (NULL, loop, NULL, NULL);
+    gw_account_t *account = gw_account_new (NULL, loop, NULL, NULL, NULL);
     assert (account);
     gw_account_destroy (&account);
     gw_account_destroy (&account);

@@ -10,13 +10,14 @@
 #ifndef GW_ACCOUNT_H_INCLUDED
 #define GW_ACCOUNT_H_INCLUDED
 
+#include "gw_auth.h"
 #include "gw_http.h"
 #include "sbx_common.h"
 
 typedef struct gw_account_t gw_account_t;
 
 gw_account_t *gw_account_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http,
-                              sbx_peer_t *peer);
+                              sbx_peer_t *peer, gw_auth_t *auth);
 void gw_account_destroy (gw_account_t **self_p);
 
 //  Serves /account (GET, POST) and returns true; false for any other path.

@@ -1,14 +1,17 @@
 /*  gw_auth - see gw_auth.h */
 #include "gw_auth.h"
 #include "sbx_idmap.h"
+#include "sbx_tapreader.h"
 #include "sbx_urls.h"
 
 #include <assert.h>
 #include <jansson.h>
 
-#define S_CACHE_MS 5000 //  how long a good key is trusted without asking the broker again
-//  OAuth access tokens: shorter, so a Disconnect (key.revoke on the connection, from any
-//  gateway or the CLI) stops them within a second without a cache invalidation protocol.
+//  How long a good key is trusted without asking the broker again (gateway.auth_cache_ms);
+//  revocations reach the cache through the tap, so this bounds only the broker's load.
+#define S_CACHE_MS 5000
+//  OAuth access tokens: at most a second, so a token the tap could not tell about (a
+//  tap that fell behind unnoticed) is still asked again soon.
 #define S_OAUTH_CACHE_MS 1000
 #define S_CACHE_MAX      10000
 
@@ -23,6 +26,7 @@ typedef struct {
     uint64_t serial;
     uint64_t rid;
     char hash[65];
+    uint64_t forgets; //  self->forgets when it was asked: a later forget makes it stale
     gw_auth_fn *fn;
     void *arg;
 } s_check_t;
@@ -42,6 +46,10 @@ struct gw_auth_t {
     zhashx_t *cache;   //  key hash → s_entry_t
     zhashx_t *pending; //  serial → s_check_t, so destroy can cancel them
     uint64_t next_serial;
+    sbx_tapreader_t *reader; //  key.revoked and oauth.revoked, from every gateway and the CLI
+    bool welcomed;           //  the broker's welcome, as last seen
+    uint64_t forgets;        //  counts forgets, so an answer in flight across one is not kept
+    uint64_t cache_ms;       //  gateway.auth_cache_ms
 };
 
 sbx_caller_t *gw_auth_caller_dup (const sbx_caller_t *caller)
@@ -85,19 +93,42 @@ static void s_bucket_free (void **item)
     *item = NULL;
 }
 
+static int s_on_event (const sbx_event_t *event, void *arg)
+{
+    //  Both name the key (or the OAuth connection) as the event's subject.
+    if (event->subject && event->type &&
+        (streq (event->type, "key.revoked") || streq (event->type, "oauth.revoked")))
+        gw_auth_forget_key ((gw_auth_t *) arg, event->subject);
+    return 0;
+}
+
 gw_auth_t *gw_auth_new (sbx_config_t *config, sbx_peer_t *peer)
 {
     gw_auth_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     self->peer = peer;
+    self->cache_ms = S_CACHE_MS;
+    const char *ttl = config ? sbx_config_get (config, "gateway.auth_cache_ms", NULL) : NULL;
+    if (ttl) {
+        char *end;
+        unsigned long long ms = strtoull (ttl, &end, 10);
+        if (*end || *ttl == '-' || ms > 3600000)
+            sbx_warn ("gateway.auth_cache_ms: '%s' is not 0-3600000 milliseconds: %d", ttl,
+                      S_CACHE_MS);
+        else
+            self->cache_ms = ms;
+    }
     self->base_url = config ? sbx_urls_base (config) : strdup ("https://localhost:8443");
     if (self->base_url && asprintf (&self->mcp_url, "%s/mcp", self->base_url) < 0)
         self->mcp_url = NULL;
     self->cache = zhashx_new ();
     self->pending = sbx_idmap_new ();
     self->buckets = zhashx_new ();
-    if (!self->base_url || !self->mcp_url || !self->cache || !self->pending || !self->buckets) {
+    if (peer)
+        self->reader = sbx_tapreader_new (config, peer, SBX_TAPREADER_NOW, s_on_event, self);
+    if (!self->base_url || !self->mcp_url || !self->cache || !self->pending || !self->buckets ||
+        (peer && !self->reader)) {
         gw_auth_destroy (&self);
         return NULL;
     }
@@ -122,12 +153,56 @@ void gw_auth_destroy (gw_auth_t **self_p)
         }
         zhashx_destroy (&self->pending);
     }
+    sbx_tapreader_destroy (&self->reader);
     zhashx_destroy (&self->cache);
     zhashx_destroy (&self->buckets);
     free (self->base_url);
     free (self->mcp_url);
     free (self);
     *self_p = NULL;
+}
+
+int gw_auth_start (gw_auth_t *self, zloop_t *loop)
+{
+    assert (self);
+    return self->reader ? sbx_tapreader_start (self->reader, loop) : 0;
+}
+
+void gw_auth_forget_key (gw_auth_t *self, const char *key_id)
+{
+    assert (self);
+    self->forgets++;
+    if (!key_id)
+        return;
+    //  Collected first: a zhashx must not change while it is walked.
+    zlistx_t *stale = zlistx_new ();
+    for (s_entry_t *entry = zhashx_first (self->cache); entry && stale;
+         entry = zhashx_next (self->cache))
+        if (entry->caller && entry->caller->key_id && streq (entry->caller->key_id, key_id))
+            zlistx_add_end (stale, (void *) zhashx_cursor (self->cache));
+    if (!stale) {
+        zhashx_purge (self->cache); //  out of memory: forget everything rather than too little
+        return;
+    }
+    for (const char *hash = zlistx_first (stale); hash; hash = zlistx_next (stale))
+        zhashx_delete (self->cache, hash);
+    zlistx_destroy (&stale);
+}
+
+//  The cache may answer only while nothing can have been revoked unseen: the tap reader
+//  follows the log and the broker it follows is the one answering. Otherwise every
+//  credential is asked again (a broker restart, a tap that fell behind).
+static bool s_cache_trusted (gw_auth_t *self)
+{
+    if (!self->reader)
+        return true; //  self-tests: no broker, no tap
+    bool welcomed = sbx_peer_welcomed (self->peer);
+    if (welcomed != self->welcomed) {
+        zhashx_purge (self->cache);
+        self->forgets++;
+        self->welcomed = welcomed;
+    }
+    return welcomed && sbx_tapreader_caught_up (self->reader);
 }
 
 const char *gw_auth_base_url (gw_auth_t *self)
@@ -165,10 +240,14 @@ static void s_on_reply (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
     } else if (ok && ok->caller) {
         s_entry_t *entry = calloc (1, sizeof *entry);
         uint64_t now = sbx_clock_now_ms ();
-        uint64_t ttl = oauth ? S_OAUTH_CACHE_MS : S_CACHE_MS;
+        uint64_t ttl = oauth ? S_OAUTH_CACHE_MS : self->cache_ms;
+        if (ttl > self->cache_ms)
+            ttl = self->cache_ms;
         if (ok->expires_ms && ok->expires_ms < now + ttl)
             ttl = ok->expires_ms > now ? ok->expires_ms - now : 0;
-        if (entry && ttl) {
+        //  A revocation seen while this answer was on its way may concern it: use it for
+        //  this request (it was asked before), keep it for none after.
+        if (entry && ttl && check->forgets == self->forgets && s_cache_trusted (self)) {
             entry->caller = gw_auth_caller_dup (ok->caller);
             entry->until_mono = sbx_clock_mono_ms () + ttl;
             if (zhashx_size (self->cache) >= S_CACHE_MAX)
@@ -198,13 +277,22 @@ void gw_auth_check (gw_auth_t *self, const char *token, gw_auth_fn *fn, void *ar
 {
     assert (self && fn);
     //  Keys are "sbx_" + 43 base62: anything else is refused without asking.
+    for (const char *p = token; p && *p; p++)
+        if ((unsigned char) *p <= 0x20 || (unsigned char) *p >= 0x7f) {
+            //  Not a wrong key but a malformed header (RFC 6750 invalid_request).
+            fn (NULL, SBX_E_INVALID_ARGUMENT,
+                "the Authorization header's token holds spaces, control characters or bytes "
+                "beyond ASCII; an sbx credential is sbx_ followed by letters, digits and _",
+                arg);
+            return;
+        }
     if (!token || strncmp (token, "sbx_", 4) != 0 || strlen (token) > 128) {
         fn (NULL, SBX_E_UNAUTHENTICATED, "this API key is not valid", arg);
         return;
     }
     char hash[65];
     sbx_secret_hash (token, hash);
-    s_entry_t *entry = zhashx_lookup (self->cache, hash);
+    s_entry_t *entry = s_cache_trusted (self) ? zhashx_lookup (self->cache, hash) : NULL;
     if (entry && entry->until_mono > sbx_clock_mono_ms () && entry->caller) {
         fn (entry->caller, SBX_OK, NULL, arg);
         return;
@@ -224,6 +312,7 @@ void gw_auth_check (gw_auth_t *self, const char *token, gw_auth_fn *fn, void *ar
     memcpy (check->hash, hash, sizeof hash);
     check->fn = fn;
     check->arg = arg;
+    check->forgets = self->forgets;
     zhashx_insert (self->pending, (void *) (uintptr_t) check->serial, check);
     uint64_t serial = check->serial;
     uint64_t rid = sbx_peer_request (self->peer, &request, 10000, s_on_reply, check);
@@ -345,6 +434,11 @@ void gw_auth_test (bool verbose)
     s_probe_t probe = {&calls, &code};
     gw_auth_check (auth, "not-a-key", s_probe, &probe);
     assert (calls == 1 && code == SBX_E_UNAUTHENTICATED);
+    //  Bytes no credential has are the request's fault, not a wrong key.
+    gw_auth_check (auth, "sbx_\xff\xfe", s_probe, &probe);
+    assert (calls == 2 && code == SBX_E_INVALID_ARGUMENT);
+    gw_auth_check (auth, "sbx_a\x01b", s_probe, &probe);
+    assert (calls == 3 && code == SBX_E_INVALID_ARGUMENT);
     gw_auth_destroy (&auth);
     sbx_config_destroy (&config);
     zsys_dir_delete ("%s/run", dir);

@@ -3,12 +3,17 @@
     `Authorization: Bearer sbx_…` is checked with the broker's auth.key, from the loop,
     never blocking. Answers are cached by the key's SHA-256 for a few seconds (and never
     past the key's expiry), so a busy MCP session costs the broker one lookup per few
-    seconds, and a revoked key stops working within that time. Refusals are not cached.
-    Keys never reach the logs: only their hash is kept, and only in memory.
+    seconds. Refusals are not cached. Keys never reach the logs: only their hash is
+    kept, and only in memory.
+    Revocation is at once: one gw_auth serves every front end of a gateway, a front end
+    that revoked a key (or an OAuth token) forgets it before it answers, and the broker's
+    tap (key.revoked, oauth.revoked) makes every other gateway forget it within the
+    tap's delivery time. The cache answers only while the tap reader is caught up and
+    the broker is the one it follows; otherwise every credential is asked again.
     OAuth access tokens (sbx_at_…) are checked the same way (the broker answers auth.key
     for them too) with the caller's kind oauth; they are accepted only when bound to this
-    gateway's MCP resource (<base>/mcp), and cached for one second only, so Disconnect
-    stops them at once. Callers decide where OAuth callers may go (/mcp only).
+    gateway's MCP resource (<base>/mcp), and cached for one second at most. Callers decide
+    where OAuth callers may go (/mcp only).
 */
 #ifndef GW_AUTH_H_INCLUDED
 #define GW_AUTH_H_INCLUDED
@@ -31,6 +36,12 @@ gw_auth_t *gw_auth_new (sbx_config_t *config, sbx_peer_t *peer);
 //  Forgets pending checks (their callbacks are not called) and the cache.
 void gw_auth_destroy (gw_auth_t **self_p);
 
+//  Starts following the broker's tap for revocations (with no peer: nothing to follow).
+int gw_auth_start (gw_auth_t *self, zloop_t *loop);
+//  Forgets every cached answer for this key (an OAuth connection's tokens included), and
+//  keeps none of the answers in flight now: the next request with it asks the broker.
+//  Called when this gateway revoked it, and for key.revoked / oauth.revoked from the tap.
+void gw_auth_forget_key (gw_auth_t *self, const char *key_id);
 //  The public base URL: "https://DOMAIN[:PORT]" (no trailing slash).
 const char *gw_auth_base_url (gw_auth_t *self);
 

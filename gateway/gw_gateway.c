@@ -21,6 +21,7 @@ struct gw_gateway_t {
     gw_account_t *account; //  /account, the account web page
     gw_proxy_t *proxy;     //  <label>-<port>.box.<domain> hosts
     gw_rest_t *rest;
+    gw_auth_t *auth;   //  credentials, shared by every front end
     gw_cache_t *cache; //  the read copy of sandboxes the tools and REST share
     uint64_t started_ms;
 };
@@ -122,12 +123,18 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
             gw_http_destroy (&self->http);
     }
     if (self->http) {
-        self->mcp = gw_mcp_new (config, loop, self->http, peer);
-        self->proxy = gw_proxy_new (config, loop, peer);
-        self->rest = gw_rest_new (config, self->http, peer);
-        self->oauth = gw_oauth_new (config, loop, self->http, peer);
-        self->account = gw_account_new (config, loop, self->http, peer);
-        if (!self->mcp || !self->rest || !self->proxy || !self->oauth || !self->account)
+        //  One auth for every front end: a revoke through any of them (or the tap) is
+        //  seen by all, and a key's rate is one budget across MCP, REST and ports.
+        self->auth = gw_auth_new (config, peer);
+        if (self->auth && gw_auth_start (self->auth, loop))
+            gw_auth_destroy (&self->auth);
+        self->mcp = gw_mcp_new (config, loop, self->http, peer, self->auth);
+        self->proxy = gw_proxy_new (config, loop, peer, self->auth);
+        self->rest = gw_rest_new (config, self->http, peer, self->auth);
+        self->oauth = gw_oauth_new (config, loop, self->http, peer, self->auth);
+        self->account = gw_account_new (config, loop, self->http, peer, self->auth);
+        if (!self->auth || !self->mcp || !self->rest || !self->proxy || !self->oauth ||
+            !self->account)
             gw_http_destroy (&self->http);
         else if (self->cache) {
             gw_mcp_set_cache (self->mcp, self->cache);
@@ -154,6 +161,8 @@ void gw_gateway_destroy (gw_gateway_t **self_p)
         return;
     //  The server first: its open requests are released before MCP forgets them.
     gw_http_destroy (&self->http);
+    //  Before the front ends: checks in flight never call back into them.
+    gw_auth_destroy (&self->auth);
     gw_mcp_destroy (&self->mcp);
     gw_proxy_destroy (&self->proxy);
     gw_rest_destroy (&self->rest);

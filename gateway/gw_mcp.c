@@ -66,7 +66,8 @@ struct gw_mcp_t {
     sbx_config_t *config;
     zloop_t *loop;
     gw_http_t *http;
-    gw_auth_t *auth;
+    gw_auth_t *auth;     //  borrowed from the gateway, or own_auth
+    gw_auth_t *own_auth; //  self-tests only
     gw_tools_t *tools;
     zhashx_t *sessions; //  id → s_session_t
     zhashx_t *jobs;     //  serial → s_job_t
@@ -127,7 +128,8 @@ static void s_job_free (s_job_t **job_p)
     *job_p = NULL;
 }
 
-gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer)
+gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer,
+                      gw_auth_t *auth)
 {
     gw_mcp_t *self = calloc (1, sizeof *self);
     if (!self)
@@ -136,7 +138,8 @@ gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_
     self->loop = loop;
     self->http = http;
     self->next_serial = 1;
-    self->auth = gw_auth_new (config, peer);
+    //  The gateway's one auth (shared with REST and the proxy); self-tests have their own.
+    self->auth = auth ? auth : (self->own_auth = gw_auth_new (config, peer));
     self->tools = gw_tools_new (config, peer);
     self->sessions = zhashx_new ();
     self->jobs = sbx_idmap_new ();
@@ -171,7 +174,7 @@ void gw_mcp_destroy (gw_mcp_t **self_p)
     if (!self)
         return;
     //  Pending callbacks are forgotten first, then what they would have used.
-    gw_auth_destroy (&self->auth);
+    gw_auth_destroy (&self->own_auth);
     gw_tools_destroy (&self->tools);
     if (self->jobs) {
         for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs)) {
@@ -636,6 +639,8 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
         s_serve (self, req, caller);
     else if (code == SBX_E_UNAUTHENTICATED)
         gw_auth_respond_401 (self->auth, req);
+    else if (code == SBX_E_INVALID_ARGUMENT)
+        s_send_error (req, 400, NULL, -32600, message ? message : "malformed credentials");
     else {
         //  The broker could not say: not the client's fault, and not a 401.
         sbx_warn ("mcp rid=%llu: cannot check the API key: %s", (unsigned long long) rid,
@@ -722,7 +727,7 @@ void gw_mcp_test (bool verbose)
     zstr_free (&event);
     json_decref (note);
 
-    gw_mcp_t *mcp = gw_mcp_new (NULL, NULL, NULL, NULL);
+    gw_mcp_t *mcp = gw_mcp_new (NULL, NULL, NULL, NULL, NULL);
     assert (mcp);
     assert (s_origin_allowed (mcp, NULL));
     assert (s_origin_allowed (mcp, "https://localhost:8443"));

@@ -33,6 +33,7 @@
 #ifndef GW_MCP_H_INCLUDED
 #define GW_MCP_H_INCLUDED
 
+#include "gw_auth.h"
 #include "gw_http.h"
 #include "sbx_common.h"
 
@@ -44,7 +45,8 @@ typedef struct gw_mcp_t gw_mcp_t;
 typedef struct gw_cache_t gw_cache_t;
 void gw_mcp_set_cache (gw_mcp_t *self, gw_cache_t *cache);
 
-gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer);
+gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer,
+                      gw_auth_t *auth);
 void gw_mcp_destroy (gw_mcp_t **self_p);
 
 //  Serves one request to /mcp (answers now, or suspends it and answers later).

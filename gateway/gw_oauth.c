@@ -52,6 +52,7 @@ typedef struct {
 
 struct gw_oauth_t {
     sbx_config_t *config;
+    gw_auth_t *auth; //  the gateway's (borrowed): a revoke forgets its cached answers
     gw_http_t *http;
     gw_broker_t *broker;
     gw_session_t *session;
@@ -967,6 +968,9 @@ static void s_token (gw_oauth_t *self, gw_request_t *req)
 static void s_on_revoked (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
     s_flow_t *flow = arg;
+    //  The connection's cached tokens go at once here; the tap tells the other gateways.
+    if (reply && flow->oauth->auth && sbx_msg_oauth_revoke_ok (reply)->key_id)
+        gw_auth_forget_key (flow->oauth->auth, sbx_msg_oauth_revoke_ok (reply)->key_id);
     gw_request_t *req = s_flow_answered (flow);
     if (!req)
         return;
@@ -1059,12 +1063,14 @@ bool gw_oauth_handle (gw_oauth_t *self, gw_request_t *req)
 //  --------------------------------------------------------------------------
 //  Construction
 
-gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer)
+gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer,
+                          gw_auth_t *auth)
 {
     gw_oauth_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     self->config = config;
+    self->auth = auth;
     self->http = http;
     self->broker = gw_broker_new (config, peer);
     self->session = gw_session_new (config);

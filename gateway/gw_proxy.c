@@ -44,7 +44,8 @@ struct gw_proxy_t {
     sbx_config_t *config;
     zloop_t *loop;
     sbx_peer_t *peer;
-    gw_auth_t *auth;
+    gw_auth_t *auth;     //  borrowed from the gateway, or own_auth
+    gw_auth_t *own_auth; //  self-tests only
     char *domain;
     zhashx_t *cache; //  "label:port" → s_target_t
     zlistx_t *conns;
@@ -978,7 +979,7 @@ int gw_proxy_parse_host (const char *host, const char *domain, char *label, size
 //  --------------------------------------------------------------------------
 //  Construction
 
-gw_proxy_t *gw_proxy_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer)
+gw_proxy_t *gw_proxy_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer, gw_auth_t *auth)
 {
     gw_proxy_t *self = calloc (1, sizeof *self);
     if (!self)
@@ -986,7 +987,7 @@ gw_proxy_t *gw_proxy_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer)
     self->config = config;
     self->loop = loop;
     self->peer = peer;
-    self->auth = gw_auth_new (config, peer);
+    self->auth = auth ? auth : (self->own_auth = gw_auth_new (config, peer));
     self->domain = strdup (config ? sbx_config_get (config, "domain", "localhost") : "localhost");
     self->cache = zhashx_new ();
     self->conns = zlistx_new ();
@@ -1006,7 +1007,7 @@ void gw_proxy_destroy (gw_proxy_t **self_p)
     if (!self)
         return;
     //  Checks in flight never call back once auth is gone.
-    gw_auth_destroy (&self->auth);
+    gw_auth_destroy (&self->own_auth);
     s_conn_t *c;
     while (self->conns && (c = zlistx_first (self->conns))) {
         c->auth_pending = false;

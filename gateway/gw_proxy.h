@@ -14,13 +14,14 @@
 #ifndef GW_PROXY_H_INCLUDED
 #define GW_PROXY_H_INCLUDED
 
+#include "gw_auth.h"
 #include "gw_http.h"
 #include "sbx_common.h"
 
 typedef struct gw_proxy_t gw_proxy_t;
 
 //  config, loop and peer are borrowed. The domain comes from the `domain` setting.
-gw_proxy_t *gw_proxy_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer);
+gw_proxy_t *gw_proxy_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer, gw_auth_t *auth);
 
 //  Drops every proxied connection. Destroy the HTTP server first (its requests end).
 void gw_proxy_destroy (gw_proxy_t **self_p);

@@ -112,7 +112,8 @@ typedef struct {
 
 struct gw_rest_t {
     gw_http_t *http;
-    gw_auth_t *auth;
+    gw_auth_t *auth;     //  borrowed from the gateway, or own_auth
+    gw_auth_t *own_auth; //  self-tests only
     gw_broker_t *broker;
     zhashx_t *jobs; //  serial → s_job_t
     uint64_t next_serial;
@@ -133,14 +134,14 @@ static void s_job_free (s_job_t **job_p)
     *job_p = NULL;
 }
 
-gw_rest_t *gw_rest_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer)
+gw_rest_t *gw_rest_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer, gw_auth_t *auth)
 {
     gw_rest_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     self->http = http;
     self->next_serial = 1;
-    self->auth = gw_auth_new (config, peer);
+    self->auth = auth ? auth : (self->own_auth = gw_auth_new (config, peer));
     self->broker = gw_broker_new (config, peer);
     self->jobs = sbx_idmap_new ();
     if (!self->auth || !self->broker || !self->jobs) {
@@ -163,7 +164,7 @@ void gw_rest_destroy (gw_rest_t **self_p)
     if (!self)
         return;
     //  Pending callbacks are forgotten first, then what they would have used.
-    gw_auth_destroy (&self->auth);
+    gw_auth_destroy (&self->own_auth);
     gw_broker_destroy (&self->broker);
     if (self->jobs) {
         for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs))
@@ -717,6 +718,9 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
 {
     s_job_t *job = arg;
     gw_rest_t *self = job->rest;
+    //  Revoked: refused here from the next request on, whether or not the client waits.
+    if (reply && reply->type == SBX_MSG_KEY_REVOKE_OK)
+        gw_auth_forget_key (self->auth, sbx_msg_key_revoke_ok (reply)->key_id);
     gw_request_t *req = gw_http_request (self->http, job->req_id);
     if (!req) {
         //  The client left: nothing more to do for it (a file stops mid-way).
@@ -1020,6 +1024,8 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
     }
     if (code == SBX_E_UNAUTHENTICATED)
         s_send_error (req, code, "the API key is unknown, expired or revoked");
+    else if (code == SBX_E_INVALID_ARGUMENT)
+        s_send_error (req, code, message ? message : "malformed credentials");
     else {
         //  The broker could not say: not the client's fault, and not a 401.
         char text[600];
@@ -1309,7 +1315,7 @@ void gw_rest_test (bool verbose)
     json_decref (doc);
 
     //  A request needs no broker to be refused.
-    gw_rest_t *rest = gw_rest_new (NULL, NULL, NULL);
+    gw_rest_t *rest = gw_rest_new (NULL, NULL, NULL, NULL);
     assert (rest);
     gw_rest_destroy (&rest);
     assert (!rest);

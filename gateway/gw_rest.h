@@ -20,6 +20,7 @@
 #ifndef GW_REST_H_INCLUDED
 #define GW_REST_H_INCLUDED
 
+#include "gw_auth.h"
 #include "gw_http.h"
 #include "sbx_common.h"
 
@@ -30,7 +31,7 @@ typedef struct gw_rest_t gw_rest_t;
 typedef struct gw_cache_t gw_cache_t;
 void gw_rest_set_cache (gw_rest_t *self, gw_cache_t *cache);
 
-gw_rest_t *gw_rest_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer);
+gw_rest_t *gw_rest_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer, gw_auth_t *auth);
 
 //  Forgets requests in flight (their clients get no answer: the server goes too).
 void gw_rest_destroy (gw_rest_t **self_p);

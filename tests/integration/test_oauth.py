@@ -370,7 +370,8 @@ class OAuthTest(unittest.TestCase):
                                          form={"token": tokens["access_token"],
                                                "token_type_hint": "access_token"})
         self.assertEqual(status, 200)
-        wait_for(lambda: self.mcp_refused(tokens["access_token"]), 5, "revoked token refused")
+        # Refused from the very next request: the gateway that revoked forgot it (issue 13).
+        self.assertTrue(self.mcp_refused(tokens["access_token"]), "revoked token still works")
         # Revoking the refresh token ends the grant's refreshes.
         status, _, _ = self.json_request("POST", "/oauth/revoke",
                                          form={"token": tokens["refresh_token"]})
@@ -410,7 +411,7 @@ class OAuthTest(unittest.TestCase):
         self.assertEqual(status, 401)
         status, _, body = self.s.https("DELETE", f"/v1/keys/{conn[0]['id']}", headers=auth)
         self.assertEqual(status, 200, body)
-        wait_for(lambda: self.mcp_refused(tokens["access_token"]), 3, "disconnected over REST")
+        self.assertTrue(self.mcp_refused(tokens["access_token"]), "disconnected token still works")
 
     def test_expired_access_token(self):
         _, tokens = self.tokens_for()
@@ -658,7 +659,7 @@ class OAuthTest(unittest.TestCase):
         status, hdrs, _ = b.request("POST", "/account",
                                     form=dict(disconnect[0]["fields"], action="revoke"))
         self.assertEqual(status, 303)
-        wait_for(lambda: self.mcp_refused(tokens["access_token"]), 3, "disconnected on the page")
+        self.assertTrue(self.mcp_refused(tokens["access_token"]), "disconnected token still works")
         # Create a key: shown once, and it works on the REST API; then revoke it.
         create = [f for f in forms if ("action", "create") in f["buttons"]][0]
         status, _, page = b.request("POST", "/account", form=dict(
