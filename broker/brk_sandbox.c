@@ -691,6 +691,9 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
     sbx_str_set (&sbx_msg_snap_use (use)->account, owner.id);
     brk_account_clear (&owner);
     sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, wait->origin->sandbox_id);
+    //  A ci key copies only snapshots of sandboxes it created, as it sees only those.
+    if (caller->preset == SBX_KEY_PRESET_CI && !s_operator (caller))
+        sbx_str_set (&sbx_msg_snap_use (use)->key_id, caller->key_id ? caller->key_id : "");
     if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &use, 10000, s_on_snapshot_use, wait) == 0)
         return NULL;
     s_from_snapshot_destroy (&wait);

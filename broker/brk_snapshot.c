@@ -177,6 +177,8 @@ static int s_begin (brk_ctx_t *ctx, s_save_t *op, const brk_sandbox_t *record, c
     sbx_snap_begin_t *body = sbx_msg_snap_begin (begin);
     sbx_str_set (&body->account, record->account_id);
     sbx_str_set (&body->sandbox_id, record->id);
+    //  A ci key later sees the snapshot when it created the sandbox (snapshotd checks).
+    sbx_str_set (&body->key_id, record->key_id);
     sbx_sandbox_type_from_name (record->type, &body->type);
     body->kind = op->automatic ? SBX_SNAPSHOT_KIND_AUTOMATIC : SBX_SNAPSHOT_KIND_USER;
     sbx_str_set (&body->name, name);

@@ -1327,8 +1327,9 @@ static const sbx_meta_field_t s_fields_snap_begin[] = {
     {"kind", SBX_META_ENUM, offsetof (sbx_snap_begin_t, kind), false, 0, &s_enum_snapshot_kind, NULL},
     {"name", SBX_META_STRING, offsetof (sbx_snap_begin_t, name), false, 128, NULL, NULL},
     {"labels", SBX_META_STRMAP, offsetof (sbx_snap_begin_t, labels), false, 64, NULL, NULL},
+    {"key_id", SBX_META_STRING, offsetof (sbx_snap_begin_t, key_id), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_snap_begin = {"snap.begin", sizeof (sbx_snap_begin_t), s_fields_snap_begin, 6};
+static const sbx_meta_struct_t s_meta_snap_begin = {"snap.begin", sizeof (sbx_snap_begin_t), s_fields_snap_begin, 7};
 
 static const sbx_meta_field_t s_fields_snap_begin_ok[] = {
     {"snapshot_id", SBX_META_STRING, offsetof (sbx_snap_begin_ok_t, snapshot_id), true, 64, NULL, NULL},
@@ -1355,8 +1356,9 @@ static const sbx_meta_field_t s_fields_snap_use[] = {
     {"snapshot_id", SBX_META_STRING, offsetof (sbx_snap_use_t, snapshot_id), true, 64, NULL, NULL},
     {"account", SBX_META_STRING, offsetof (sbx_snap_use_t, account), true, 64, NULL, NULL},
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_snap_use_t, sandbox_id), true, 64, NULL, NULL},
+    {"key_id", SBX_META_STRING, offsetof (sbx_snap_use_t, key_id), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_snap_use = {"snap.use", sizeof (sbx_snap_use_t), s_fields_snap_use, 3};
+static const sbx_meta_struct_t s_meta_snap_use = {"snap.use", sizeof (sbx_snap_use_t), s_fields_snap_use, 4};
 
 static const sbx_meta_field_t s_fields_snap_use_ok[] = {
     {"snapshot", SBX_META_STRUCT, offsetof (sbx_snap_use_ok_t, snapshot), true, 0, NULL, &s_meta_snapshot_info},

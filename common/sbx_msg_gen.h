@@ -2038,6 +2038,9 @@ struct sbx_snap_begin_s {
     char *name;
     //  (max 64) Labels.
     sbx_strmap_t labels;
+    //  (max 64) The API key that created the sandbox: a ci key sees only snapshots of the
+    //  sandboxes it created.
+    char *key_id;
 };
 
 //  message snap.begin.ok (snapshot.json): snapshotd -> broker. Where vmd writes.
@@ -2082,6 +2085,9 @@ struct sbx_snap_use_s {
     char *account;
     //  (required, max 64) sb_… id.
     char *sandbox_id;
+    //  (max 64) Set for a ci key's create: only a snapshot of a sandbox this key created will
+    //  do (else not_found).
+    char *key_id;
 };
 
 //  message snap.use.ok (snapshot.json): snapshotd -> broker. The snapshot and where its files

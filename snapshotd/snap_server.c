@@ -173,12 +173,37 @@ static sbx_snapshot_info_t *s_info_new (snap_server_t *self, const snap_record_t
     return info;
 }
 
-//  Finds a snapshot `account` may see (any, for an operator caller); else *error.
+//  Who may see a snapshot: an operator every one; anyone else the account's, and a ci
+//  key (only_key set) only those of sandboxes it created, as for sandboxes.
+typedef struct {
+    const char *account;
+    bool operator;
+    const char *only_key;
+} s_who_t;
+
+static s_who_t s_who (const sbx_caller_t *caller)
+{
+    s_who_t who = {.account = caller->account_id, .operator= s_operator (caller)};
+    if (!who.operator&& caller->preset == SBX_KEY_PRESET_CI)
+        who.only_key = caller->key_id ? caller->key_id : ""; //  no key id: nothing of its own
+    return who;
+}
+
+static bool s_may_see (const s_who_t *who, const snap_record_t *record)
+{
+    if (who->operator)
+        return true;
+    if (!who->account || !streq (who->account, record->account))
+        return false;
+    return !who->only_key || (record->key_id && streq (who->only_key, record->key_id));
+}
+
+//  Finds a snapshot `who` may see; else *error (not_found: another's is not there).
 static int s_find (snap_server_t *self, const sbx_msg_t *request, const char *id,
-                   const char *account, bool operator, snap_record_t * record, sbx_msg_t **error)
+                   const s_who_t *who, snap_record_t *record, sbx_msg_t **error)
 {
     int rc = id ? snap_store_find (self->store, id, record) : 1;
-    if (rc == 0 && (operator|| (account &&streq (account, record->account))))
+    if (rc == 0 && s_may_see (who, record))
         return 0;
     if (rc == 0)
         snap_record_clear (record);
@@ -192,11 +217,14 @@ static int s_find (snap_server_t *self, const sbx_msg_t *request, const char *id
 typedef struct {
     snap_server_t *self;
     sbx_snapshot_info_list_t *list;
+    s_who_t who;
 } s_list_t;
 
 static void s_list_one (const snap_record_t *record, void *arg)
 {
     s_list_t *list = arg;
+    if (!s_may_see (&list->who, record))
+        return; //  a ci key's list: its own sandboxes' snapshots only
     sbx_snapshot_info_t *info = sbx_snapshot_info_list_append (list->list);
     if (info)
         s_info (list->self, record, info, false);
@@ -208,7 +236,7 @@ static sbx_msg_t *s_on_list (snap_server_t *self, sbx_msg_t *request)
     sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_SNAPSHOT_LIST_OK);
     if (!s_operator (caller) && !caller->account_id)
         return reply; //  no account, no snapshots
-    s_list_t list = {self, &sbx_msg_snapshot_list_ok (reply)->snapshots};
+    s_list_t list = {self, &sbx_msg_snapshot_list_ok (reply)->snapshots, s_who (caller)};
     //  An operator sees every account's, or the one it names (the broker made it an id).
     if (snap_store_list (self->store, caller->account_id, s_list_one, &list)) {
         sbx_msg_destroy (&reply);
@@ -221,8 +249,8 @@ static sbx_msg_t *s_on_get (snap_server_t *self, sbx_msg_t *request)
 {
     snap_record_t record;
     sbx_msg_t *reply = NULL;
-    if (s_find (self, request, sbx_msg_snapshot_get (request)->snapshot_id,
-                request->caller->account_id, s_operator (request->caller), &record, &reply))
+    s_who_t who = s_who (request->caller);
+    if (s_find (self, request, sbx_msg_snapshot_get (request)->snapshot_id, &who, &record, &reply))
         return reply;
     reply = sbx_msg_new_reply (request, SBX_MSG_SNAPSHOT_GET_OK);
     sbx_msg_snapshot_get_ok (reply)->snapshot = s_info_new (self, &record, true);
@@ -237,8 +265,8 @@ static sbx_msg_t *s_on_delete (snap_server_t *self, sbx_msg_t *request)
     snap_record_t record;
     sbx_msg_t *reply = NULL;
     const char *id = sbx_msg_snapshot_delete (request)->snapshot_id;
-    if (s_find (self, request, id, request->caller->account_id, s_operator (request->caller),
-                &record, &reply))
+    s_who_t who = s_who (request->caller);
+    if (s_find (self, request, id, &who, &record, &reply))
         return reply;
     char *child = snap_store_child (self->store, id);
     if (streq (record.state, "saving"))
@@ -291,7 +319,8 @@ static sbx_msg_t *s_on_begin (snap_server_t *self, sbx_msg_t *request)
                             .kind =
                                 args->kind == SBX_SNAPSHOT_KIND_AUTOMATIC ? "automatic" : "user",
                             .parent = parent,
-                            .created_ms = sbx_clock_now_ms ()};
+                            .created_ms = sbx_clock_now_ms (),
+                            .key_id = args->key_id};
     char *dir = id ? s_dir (self, id) : NULL;
     sbx_msg_t *reply;
     //  Record first (saving), then the directory: a crash between leaves a saving record
@@ -339,7 +368,8 @@ static sbx_msg_t *s_on_finish (snap_server_t *self, sbx_msg_t *request)
     sbx_snap_finish_t *args = sbx_msg_snap_finish (request);
     snap_record_t record;
     sbx_msg_t *reply = NULL;
-    if (s_find (self, request, args->snapshot_id, NULL, true, &record, &reply))
+    s_who_t operator= {.operator= true };
+    if (s_find (self, request, args->snapshot_id, &operator, & record, &reply))
         return reply;
     char why[1100] = "";
     if (args->error && *args->error)
@@ -376,7 +406,8 @@ static sbx_msg_t *s_on_use (snap_server_t *self, sbx_msg_t *request)
     sbx_snap_use_t *args = sbx_msg_snap_use (request);
     snap_record_t record;
     sbx_msg_t *reply = NULL;
-    if (s_find (self, request, args->snapshot_id, args->account, false, &record, &reply))
+    s_who_t who = {.account = args->account, .only_key = args->key_id};
+    if (s_find (self, request, args->snapshot_id, &who, &record, &reply))
         return reply;
     if (!streq (record.state, "ready"))
         reply = sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION, "snapshot %s is %s%s%s",
@@ -699,6 +730,62 @@ void snap_server_test (bool verbose)
     reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_GET, "acc_b", one));
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
+
+    //  A ci key sees, deletes and copies only snapshots of sandboxes it created.
+    sbx_msg_t *begin = sbx_msg_new (SBX_MSG_SNAP_BEGIN);
+    sbx_str_set (&sbx_msg_snap_begin (begin)->account, "acc_a");
+    sbx_str_set (&sbx_msg_snap_begin (begin)->sandbox_id, "sb_ci");
+    sbx_str_set (&sbx_msg_snap_begin (begin)->key_id, "key_ci");
+    sbx_msg_snap_begin (begin)->type = SBX_SANDBOX_TYPE_SMALL;
+    reply = s_ask (self, begin);
+    assert (reply->type == SBX_MSG_SNAP_BEGIN_OK);
+    char *ci_snap = strdup (sbx_msg_snap_begin_ok (reply)->snapshot_id);
+    char *ci_dir = strdup (sbx_msg_snap_begin_ok (reply)->dir);
+    sbx_msg_destroy (&reply);
+    s_write (ci_dir, "disk.qcow2", 1);
+    s_write (ci_dir, "memory.state", 1);
+    reply = s_finish (self, ci_snap, NULL, 1, 1);
+    sbx_msg_destroy (&reply);
+    const char *ci_keys[] = {"key_ci", "key_other", NULL};
+    for (int k = 0; k < 3; k++) {
+        bool own = k == 0;
+        sbx_msg_t *request = s_client (SBX_MSG_SNAPSHOT_LIST, "acc_a", NULL);
+        request->caller->preset = SBX_KEY_PRESET_CI;
+        sbx_str_set (&request->caller->key_id, ci_keys[k]);
+        reply = s_ask (self, request);
+        sbx_snapshot_info_list_t *seen = &sbx_msg_snapshot_list_ok (reply)->snapshots;
+        assert (seen->count == (own ? 1u : 0u));
+        assert (!own || streq (seen->items[0].id, ci_snap));
+        sbx_msg_destroy (&reply);
+        const sbx_msg_type_t types[] = {SBX_MSG_SNAPSHOT_GET, SBX_MSG_SNAPSHOT_DELETE};
+        for (int t = 0; !own && t < 2; t++) {
+            request = s_client (types[t], "acc_a", t ? one : ci_snap);
+            request->caller->preset = SBX_KEY_PRESET_CI;
+            sbx_str_set (&request->caller->key_id, ci_keys[k]);
+            reply = s_ask (self, request);
+            assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+            sbx_msg_destroy (&reply);
+        }
+        sbx_msg_t *use = sbx_msg_new (SBX_MSG_SNAP_USE);
+        sbx_str_set (&sbx_msg_snap_use (use)->snapshot_id, own ? ci_snap : one);
+        sbx_str_set (&sbx_msg_snap_use (use)->account, "acc_a");
+        sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, "sb_copy");
+        sbx_str_set (&sbx_msg_snap_use (use)->key_id, ci_keys[k] ? ci_keys[k] : "");
+        reply = s_ask (self, use);
+        assert (own ? reply->type == SBX_MSG_SNAP_USE_OK
+                    : sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+        sbx_msg_destroy (&reply);
+    }
+    //  The full key (no preset restriction) still sees both.
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_LIST, "acc_a", NULL));
+    assert (sbx_msg_snapshot_list_ok (reply)->snapshots.count == 2);
+    sbx_msg_destroy (&reply);
+    s_deleted (self, "sb_copy");
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_DELETE, "acc_a", ci_snap));
+    assert (reply->type == SBX_MSG_SNAPSHOT_DELETE_OK);
+    sbx_msg_destroy (&reply);
+    free (ci_snap);
+    free (ci_dir);
 
     //  A save whose files don't match what vmd reported is failed, its files gone.
     char *bad_dir;

@@ -44,12 +44,15 @@ static const char *s_migrations[] = {
     //  2: the sandbox a snapshot was saved from is deleted: its automatic snapshots go
     //  once nothing stands on them.
     "ALTER TABLE snapshots ADD COLUMN sandbox_deleted INTEGER NOT NULL DEFAULT 0;",
+    //  3: the API key that created the sandbox it was saved from: a ci key sees only
+    //  snapshots of its own sandboxes (older rows: NULL, seen by no ci key).
+    "ALTER TABLE snapshots ADD COLUMN key_id TEXT;",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
 #define S_COLUMNS                                                                                  \
     "id, account, name, sandbox_id, type, state, kind, image, qemu_version, parent, reason, "      \
-    "disk_bytes, memory_bytes, created_ms, sandbox_deleted"
+    "disk_bytes, memory_bytes, created_ms, sandbox_deleted, key_id"
 
 typedef enum {
     ST_INSERT,
@@ -72,7 +75,7 @@ typedef enum {
 
 static const char *s_sql[ST_COUNT] = {
     [ST_INSERT] = "INSERT INTO snapshots (" S_COLUMNS ") VALUES "
-                  "(?1, ?2, ?3, ?4, ?5, 'saving', ?6, ?7, ?8, ?9, NULL, 0, 0, ?10, 0)",
+                  "(?1, ?2, ?3, ?4, ?5, 'saving', ?6, ?7, ?8, ?9, NULL, 0, 0, ?10, 0, ?11)",
     [ST_LABEL_SET] = "INSERT INTO labels (snapshot_id, key, value) VALUES (?1, ?2, ?3) "
                      "ON CONFLICT (snapshot_id, key) DO UPDATE SET value = excluded.value",
     [ST_FIND] = "SELECT " S_COLUMNS " FROM snapshots WHERE id = ?1",
@@ -112,6 +115,7 @@ static void s_record_read (sqlite3_stmt *stmt, snap_record_t *record)
     record->memory_bytes = sbx_db_column_u64 (stmt, 12);
     record->created_ms = sbx_db_column_u64 (stmt, 13);
     record->sandbox_deleted = sqlite3_column_int (stmt, 14) != 0;
+    record->key_id = sbx_db_column_dup (stmt, 15, NULL);
 }
 
 void snap_record_clear (snap_record_t *record)
@@ -129,6 +133,7 @@ void snap_record_clear (snap_record_t *record)
     free (record->qemu_version);
     free (record->parent);
     free (record->reason);
+    free (record->key_id);
     memset (record, 0, sizeof *record);
 }
 
@@ -177,6 +182,7 @@ int snap_store_insert (snap_store_t *self, const snap_record_t *record, char **k
     sbx_db_bind_text (stmt, 8, record->qemu_version);
     sbx_db_bind_text (stmt, 9, record->parent);
     sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) record->created_ms);
+    sbx_db_bind_text (stmt, 11, record->key_id);
     int rc = sbx_db_run (self->db, ST_INSERT, "insert snapshot");
     for (size_t i = 0; rc == 0 && i < labels; i++) {
         stmt = sbx_db_stmt (self->db, ST_LABEL_SET);

@@ -32,6 +32,7 @@ typedef struct {
     char *reason; //  why it failed
     uint64_t disk_bytes, memory_bytes, created_ms;
     bool sandbox_deleted; //  the sandbox it was saved from is deleted
+    char *key_id;         //  the API key that created that sandbox, or NULL
 } snap_record_t;
 
 void snap_record_clear (snap_record_t *record);
