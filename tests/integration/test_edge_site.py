@@ -205,6 +205,32 @@ class EdgeSiteTest(unittest.TestCase):
         self.assertEqual(len(set_cookies), 3, set_cookies)
         for c in set_cookies:
             self.assertNotIn("domain", c.lower(), set_cookies)
+        # Private, opened with the owner's key: that key is not passed on either.
+        mcp_call(self, s, key, sid, "host_port", {"port": 8000, "public": False})
+        wait_for(lambda: self.box_fetch(s, box_host, "/echo", {})[0] == 401, 30,
+                 "the port turning private")
+        status, body, _ = self.box_fetch(s, box_host, "/echo", {"Authorization": f"Bearer {key}"})
+        self.assertEqual(status, 200, body)
+        self.assertNotIn("authorization", json.loads(body))
+        mcp_call(self, s, key, sid, "host_port", {"port": 8000, "public": True})
+        wait_for(lambda: self.box_fetch(s, box_host, "/echo", {})[0] == 200, 30,
+                 "the port public again")
+
+        # The forms' Origin rule, header by header (what a browser would send).
+        for path in ("/oauth/authorize", "/account"):
+            for headers, refused in (({"Origin": "null"}, True),
+                                     ({"Origin": f"https://{box_host}:{port}"}, True),
+                                     ({"Origin": f"https://{DOMAIN}.evil.example:{port}"}, True),
+                                     ({"Sec-Fetch-Site": "same-site"}, True),
+                                     ({"Sec-Fetch-Site": "cross-site"}, True),
+                                     ({"Origin": base}, False),
+                                     ({"Sec-Fetch-Site": "same-origin"}, False),
+                                     ({}, False)):
+                status, _, page = Browser(s).request("POST", path, form={
+                    "client_id": evil, "action": "signin"}, headers=headers)
+                self.assertEqual("sent from another site" in page, refused, (path, headers, page))
+                if refused:
+                    self.assertEqual(status, 403, (path, headers))
 
         # The victim, in Chromium: signs in, allows a legitimate app, visits the page.
         node, script_path = self.browser_deps()
