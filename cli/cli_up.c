@@ -162,12 +162,15 @@ static char *s_daemon_path (const char *name)
 
 int cli_up_main (int argc, char **argv)
 {
-    static struct option options[] = {
-        {"data-dir", required_argument, 0, 'd'}, {"listen", required_argument, 0, 'l'},
-        {"domain", required_argument, 0, 'D'},   {"admin-email", required_argument, 0, 'a'},
-        {"plain-http", no_argument, 0, 'p'},     {"log-level", required_argument, 0, 'L'},
-        {"box-domain", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static struct option options[] = {{"data-dir", required_argument, 0, 'd'},
+                                      {"listen", required_argument, 0, 'l'},
+                                      {"domain", required_argument, 0, 'D'},
+                                      {"admin-email", required_argument, 0, 'a'},
+                                      {"plain-http", no_argument, 0, 'p'},
+                                      {"log-level", required_argument, 0, 'L'},
+                                      {"box-domain", required_argument, 0, 'B'},
+                                      {"help", no_argument, 0, 'h'},
+                                      {0, 0, 0, 0}};
     const char *data_dir = NULL, *listen = NULL, *domain = NULL, *admin = NULL, *level = NULL;
     const char *box_domain = NULL;
     bool plain = false;

@@ -981,9 +981,8 @@ bool gw_proxy_handle (gw_proxy_t *self, gw_request_t *req)
 {
     char label[64];
     int port;
-    if (!self ||
-        gw_proxy_parse_host (gw_request_host (req), self->box_domain, label, sizeof label,
-                             &port) != 0)
+    if (!self || gw_proxy_parse_host (gw_request_host (req), self->box_domain, label, sizeof label,
+                                      &port) != 0)
         return false;
     s_conn_t *c = calloc (1, sizeof *c);
     if (!c) {
@@ -1013,8 +1012,8 @@ bool gw_proxy_handle (gw_proxy_t *self, gw_request_t *req)
     return true;
 }
 
-int gw_proxy_parse_host (const char *host, const char *box_domain, char *label,
-                         size_t label_size, int *port)
+int gw_proxy_parse_host (const char *host, const char *box_domain, char *label, size_t label_size,
+                         int *port)
 {
     if (!host || !box_domain || !*box_domain)
         return -1;
@@ -1133,8 +1132,8 @@ void gw_proxy_test (bool verbose)
     assert (gw_proxy_parse_host ("abcd-80.box.example.com", "box.example.com", small, sizeof small,
                                  &port) == -1);
     //  A box_domain of its own: hosts under it, not under box.<domain>.
-    assert (gw_proxy_parse_host ("quiet-jay-8000.sbx-box.example.net", "sbx-box.example.net",
-                                 label, sizeof label, &port) == 0);
+    assert (gw_proxy_parse_host ("quiet-jay-8000.sbx-box.example.net", "sbx-box.example.net", label,
+                                 sizeof label, &port) == 0);
     assert (streq (label, "quiet-jay") && port == 8000);
     assert (gw_proxy_parse_host ("quiet-jay-8000.box.example.com", "sbx-box.example.net", label,
                                  sizeof label, &port) == -1);

@@ -37,8 +37,8 @@ bool gw_proxy_handle (gw_proxy_t *self, gw_request_t *req);
 
 //  Splits a lower-case host "<label>-<port>.<box_domain>" (no :port). Returns 0 with
 //  the label (at most label_size - 1 characters) and port, or -1 when it is not one.
-int gw_proxy_parse_host (const char *host, const char *box_domain, char *label,
-                         size_t label_size, int *port);
+int gw_proxy_parse_host (const char *host, const char *box_domain, char *label, size_t label_size,
+                         int *port);
 
 void gw_proxy_test (bool verbose);
 

@@ -249,8 +249,7 @@ void gw_session_sign_in (gw_session_t *self, gw_request_t *req, const char *acco
 
 //  The token: MAC("csrf:" + the browser's cookie + ":" + whom the form is for), so it
 //  is only good in this browser and only for this person (or for the sign-in form).
-static void s_csrf_message (const char *cookie, const char *account_id, char *message,
-                            size_t size)
+static void s_csrf_message (const char *cookie, const char *account_id, char *message, size_t size)
 {
     snprintf (message, size, "csrf:%s:%s", cookie, account_id ? account_id : "-signin-");
 }
@@ -369,8 +368,8 @@ void gw_session_test (bool verbose)
                              why, sizeof why));
     assert (!s_origin_check (session, "https://localhost:8444", NULL, why, sizeof why));
     assert (!s_origin_check (session, "http://localhost:8443", NULL, why, sizeof why));
-    assert (!s_origin_check (session, "https://localhost:8443.evil.example", NULL, why,
-                             sizeof why));
+    assert (
+        !s_origin_check (session, "https://localhost:8443.evil.example", NULL, why, sizeof why));
     assert (!s_origin_check (session, "", NULL, why, sizeof why));
     assert (s_origin_check (session, NULL, "same-origin", why, sizeof why));
     assert (s_origin_check (session, NULL, "none", why, sizeof why));
