@@ -8,7 +8,10 @@
 #include "cli_call.h"
 #include "cli_commands.h"
 #include "cli_supervisor.h"
+#include "sbx_site.h"
+#include "sbx_urls.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -94,20 +97,53 @@ static void s_usage (FILE *out)
 {
     fprintf (out,
              "usage: sbx up [--data-dir DIR] [--listen HOST:PORT] [--domain DOMAIN]\n"
-             "              [--admin-email EMAIL] [--plain-http] [--log-level L]\n\n"
+             "              [--box-domain DOMAIN] [--admin-email EMAIL] [--plain-http]\n"
+             "              [--log-level L]\n\n"
              "Runs the whole service on this machine: sbx-broker, sbx-vmd, sbx-snapshotd,\n"
              "sbx-billing and sbx-gateway, each started once the one before is ready,\n"
              "restarted with backoff when it crashes, all stopped cleanly on Ctrl-C/SIGTERM.\n"
              "The first run creates the admin account (admin@DOMAIN) and prints its API key.\n"
-             "--listen and --domain are saved in DIR/sbx.conf for the next runs.\n\n"
+             "--listen, --domain and --box-domain are saved in DIR/sbx.conf for the next runs.\n\n"
              "  --data-dir DIR     data directory (default %s)\n"
              "  --listen HOST:PORT where the gateway listens (default 127.0.0.1:8443)\n"
              "  --domain DOMAIN    public name: URLs are https://DOMAIN, sandboxes get\n"
              "                     https://<label>.box.DOMAIN (default localhost)\n"
+             "  --box-domain BOX   sandboxes at https://<label>.BOX instead: in public, a\n"
+             "                     registrable domain other than DOMAIN's (docs/operations.md)\n"
              "  --admin-email E    the first account's email (default admin@DOMAIN)\n"
              "  --plain-http       serve HTTP instead of HTTPS (tests, or behind a proxy)\n"
              "  --log-level L      debug, info, warn or error, for every daemon\n",
              sbx_config_default_data_dir ());
+}
+
+//  Whether name is a DNS name sbx can put sandbox hosts under: letters, digits, - and .
+static bool s_dns_name (const char *name)
+{
+    size_t len = strlen (name);
+    if (len == 0 || len > 200 || name[0] == '.' || name[0] == '-' || name[len - 1] == '.' ||
+        strstr (name, ".."))
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!isalnum ((unsigned char) *p) && *p != '-' && *p != '.')
+            return false;
+    return true;
+}
+
+//  Guest pages on the gateway's own site share its SameSite cookies and can plant cookies
+//  for its domain: every public deployment should give sandboxes a registrable domain of
+//  their own. localhost is not public (browsers also count box.localhost as a site of
+//  its own).
+static void s_check_box_domain (sbx_config_t *config)
+{
+    const char *domain = sbx_config_get (config, "domain", "localhost");
+    char *box = sbx_urls_box_domain (config);
+    if (box && !sbx_site_local (domain) && sbx_site_same (domain, box))
+        sbx_warn ("sandboxes' port URLs (*.%s) are the same site as the gateway (%s): any "
+                  "public port's page shares the site of the sign-in and consent pages. Set "
+                  "box_domain (sbx up --box-domain) to a registrable domain of its own, e.g. "
+                  "sbx-box.example.net (docs/operations.md, \"Sandboxes on their own site\")",
+                  box, domain);
+    free (box);
 }
 
 //  The daemons live beside this executable (build/bin, or the install's bin directory).
@@ -126,12 +162,17 @@ static char *s_daemon_path (const char *name)
 
 int cli_up_main (int argc, char **argv)
 {
-    static struct option options[] = {
-        {"data-dir", required_argument, 0, 'd'}, {"listen", required_argument, 0, 'l'},
-        {"domain", required_argument, 0, 'D'},   {"admin-email", required_argument, 0, 'a'},
-        {"plain-http", no_argument, 0, 'p'},     {"log-level", required_argument, 0, 'L'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    static struct option options[] = {{"data-dir", required_argument, 0, 'd'},
+                                      {"listen", required_argument, 0, 'l'},
+                                      {"domain", required_argument, 0, 'D'},
+                                      {"admin-email", required_argument, 0, 'a'},
+                                      {"plain-http", no_argument, 0, 'p'},
+                                      {"log-level", required_argument, 0, 'L'},
+                                      {"box-domain", required_argument, 0, 'B'},
+                                      {"help", no_argument, 0, 'h'},
+                                      {0, 0, 0, 0}};
     const char *data_dir = NULL, *listen = NULL, *domain = NULL, *admin = NULL, *level = NULL;
+    const char *box_domain = NULL;
     bool plain = false;
     int c;
     optind = 1;
@@ -145,6 +186,9 @@ int cli_up_main (int argc, char **argv)
             break;
         case 'D':
             domain = optarg;
+            break;
+        case 'B':
+            box_domain = optarg;
             break;
         case 'a':
             admin = optarg;
@@ -180,9 +224,21 @@ int cli_up_main (int argc, char **argv)
         sbx_config_set (up.config, "listen", listen);
     if (domain)
         sbx_config_set (up.config, "domain", domain);
+    if (box_domain)
+        sbx_config_set (up.config, "box_domain", box_domain);
     if (plain)
         sbx_config_set (up.config, "tls", "off");
-    if ((listen || domain || plain) && sbx_config_save (up.config))
+    const char *box = sbx_config_get (up.config, "box_domain", NULL);
+    if (box && *box && !s_dns_name (box)) {
+        fprintf (stderr,
+                 "sbx up: box_domain '%s' is not a DNS name (invalid_argument): use letters, "
+                 "digits, - and ., e.g. sbx-box.example.net\n",
+                 box);
+        sbx_config_destroy (&up.config);
+        return 2;
+    }
+    s_check_box_domain (up.config);
+    if ((listen || domain || box_domain || plain) && sbx_config_save (up.config))
         sbx_warn ("cannot save %s/sbx.conf: %s", sbx_config_data_dir (up.config), strerror (errno));
 
     //  One `sbx up` per data directory.

@@ -2,6 +2,7 @@
 #include "sbx_urls.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +35,26 @@ char *sbx_urls_base (sbx_config_t *config)
     return url;
 }
 
+char *sbx_urls_box_domain (sbx_config_t *config)
+{
+    const char *box = sbx_config_get (config, "box_domain", NULL);
+    char *domain;
+    if (box && *box)
+        domain = strdup (box);
+    else if (asprintf (&domain, "box.%s", sbx_config_get (config, "domain", "localhost")) < 0)
+        domain = NULL;
+    for (char *p = domain; p && *p; p++)
+        *p = (char) tolower ((unsigned char) *p);
+    return domain;
+}
+
 char *sbx_urls_box_suffix (sbx_config_t *config)
 {
     char port[16], *suffix;
-    if (asprintf (&suffix, ".box.%s%s", sbx_config_get (config, "domain", "localhost"),
-                  s_port (config, port, sizeof port)) < 0)
-        return NULL;
+    char *domain = sbx_urls_box_domain (config);
+    if (!domain || asprintf (&suffix, ".%s%s", domain, s_port (config, port, sizeof port)) < 0)
+        suffix = NULL;
+    free (domain);
     return suffix;
 }
 
@@ -142,6 +157,19 @@ void sbx_urls_test (bool verbose)
     sbx_config_set (config, "listen", "[::]:80");
     url = sbx_urls_box_suffix (config);
     assert (strcmp (url, ".box.sbx.example.com") == 0);
+    free (url);
+    //  A box_domain of its own replaces box.DOMAIN entirely.
+    sbx_config_set (config, "box_domain", "SBX-Box.example.net");
+    url = sbx_urls_box_domain (config);
+    assert (strcmp (url, "sbx-box.example.net") == 0);
+    free (url);
+    sbx_config_set (config, "tls", "on");
+    sbx_config_set (config, "listen", "0.0.0.0:8443");
+    url = sbx_urls_box_suffix (config);
+    assert (strcmp (url, ".sbx-box.example.net:8443") == 0);
+    free (url);
+    url = sbx_urls_base (config);
+    assert (strcmp (url, "https://sbx.example.com:8443") == 0);
     free (url);
     sbx_config_destroy (&config);
     char cmd[64];

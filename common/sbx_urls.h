@@ -15,7 +15,11 @@ bool sbx_urls_tls (sbx_config_t *config);
 //  "https://DOMAIN[:PORT]". Caller frees.
 char *sbx_urls_base (sbx_config_t *config);
 
-//  ".box.DOMAIN[:PORT]": what follows a sandbox's label (or label-port) in its URLs.
+//  Where sandboxes' URLs live, lower case, no port: the box_domain setting, or by
+//  default "box.DOMAIN". Caller frees.
+char *sbx_urls_box_domain (sbx_config_t *config);
+
+//  ".BOX_DOMAIN[:PORT]": what follows a sandbox's label (or label-port) in its URLs.
 //  Caller frees.
 char *sbx_urls_box_suffix (sbx_config_t *config);
 

@@ -109,7 +109,7 @@ static void s_back (gw_request_t *req)
 
 static void s_signin_page (gw_account_t *self, gw_request_t *req, int status, const char *error)
 {
-    char *csrf = gw_session_csrf (self->session, req);
+    char *csrf = gw_session_csrf (self->session, req, NULL);
     gw_pages_field_t fields[] = {{"csrf", csrf}};
     gw_pages_respond (req, status, gw_pages_signin ("/account", fields, 1, NULL, error));
     free (csrf);
@@ -162,7 +162,7 @@ static void s_on_list (sbx_msg_t *reply, sbx_code_t code, const char *message, v
                                    .last_used = times[i][1],
                                    .revoked = k->revoked};
     }
-    char *csrf = gw_session_csrf (job->account->session, req);
+    char *csrf = gw_session_csrf (job->account->session, req, job->account_id);
     gw_pages_respond (req, 200,
                       gw_pages_account (csrf, job->email, job->usage_html, keys, list->count,
                                         job->new_key, job->new_key ? "Key created." : NULL));
@@ -315,15 +315,33 @@ static s_job_t *s_job_new (gw_account_t *self, gw_request_t *req, zhashx_t **for
 
 static void s_post (gw_account_t *self, gw_request_t *req, char *account_id, char *email)
 {
+    char why[300];
+    if (!gw_session_origin_ok (self->session, req, why, sizeof why)) {
+        free (account_id);
+        free (email);
+        sbx_warn ("account: a form was refused: %s", why);
+        gw_pages_respond_foreign (req, why);
+        return;
+    }
     zhashx_t *form = gw_session_form ((const char *) gw_request_body (req));
     const char *csrf = form ? zhashx_lookup (form, "csrf") : NULL;
-    if (!form || !gw_session_csrf_ok (self->session, req, csrf)) {
+    const char *asked = form ? zhashx_lookup (form, "action") : NULL;
+    bool signin = asked && streq (asked, "signin");
+    if (form && !signin && !account_id) {
+        //  Signed out meanwhile: nothing is done, the sign-in page needs no token.
+        zhashx_destroy (&form);
+        free (email);
+        s_signin_page (self, req, 200, "Your session has ended; sign in again.");
+        return;
+    }
+    //  The sign-in form's token is the browser's; the others' the signed-in person's too.
+    if (!form || !gw_session_csrf_ok (self->session, req, signin ? NULL : account_id, csrf)) {
         zhashx_destroy (&form);
         free (account_id);
         free (email);
         gw_pages_respond_error (req, 403, "This form has expired",
-                                "The form was not sent from this site's page, or it is too "
-                                "old. Open /account again.");
+                                "The form was not sent from this site's page for you, or it "
+                                "is too old (permission_denied). Open /account again.");
         return;
     }
     s_job_t *job = s_job_new (self, req, &form);
@@ -346,11 +364,6 @@ static void s_post (gw_account_t *self, gw_request_t *req, char *account_id, cha
     if (streq (action, "signout")) {
         gw_session_sign_in (self->session, req, NULL, NULL);
         s_back (req);
-        s_job_end (job);
-        return;
-    }
-    if (!job->account_id) {
-        s_signin_page (self, req, 200, "Your session has ended; sign in again.");
         s_job_end (job);
         return;
     }

@@ -107,8 +107,9 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
             sbx_error ("tls.cert is set but tls.key is not");
     } else {
         char *dir = sbx_config_path (config, "tls");
-        if (dir && gw_tls_ensure_ca (dir, sbx_config_get (config, "domain", "localhost"), &cert,
-                                     &key, &ca) == 0) {
+        const char *box = sbx_config_get (config, "box_domain", NULL);
+        if (dir && gw_tls_ensure_ca_box (dir, sbx_config_get (config, "domain", "localhost"),
+                                         box && *box ? box : NULL, &cert, &key, &ca) == 0) {
             options.cert_file = cert;
             options.key_file = key;
         } else

@@ -448,7 +448,7 @@ static void s_hidden (s_flow_t *flow, const char *csrf, gw_pages_field_t *fields
 
 static void s_signin_page (s_flow_t *flow, gw_request_t *req, int status, const char *error)
 {
-    char *csrf = gw_session_csrf (flow->oauth->session, req);
+    char *csrf = gw_session_csrf (flow->oauth->session, req, NULL);
     gw_pages_field_t fields[S_CARRIED + 1];
     s_hidden (flow, csrf, fields);
     gw_pages_respond (
@@ -459,7 +459,9 @@ static void s_signin_page (s_flow_t *flow, gw_request_t *req, int status, const 
 
 static void s_consent_page (s_flow_t *flow, gw_request_t *req)
 {
-    char *csrf = gw_session_csrf (flow->oauth->session, req);
+    //  The token is this person's: a consent form made for someone else (an attacker's
+    //  own, planted in this browser) cannot be sent as this one.
+    char *csrf = gw_session_csrf (flow->oauth->session, req, flow->account_id);
     gw_pages_field_t fields[S_CARRIED + 1];
     s_hidden (flow, csrf, fields);
     //  Where the code will go: the redirect URI's host, which people can judge.
@@ -609,16 +611,26 @@ static void s_client_ready (s_flow_t *flow, gw_request_t *req)
         s_flow_end (flow);
         return;
     }
-    if (!gw_session_csrf_ok (self->session, req, s_param (flow, "csrf"))) {
-        gw_pages_respond_error (
-            req, 403, "This form has expired",
-            "The form was not sent from this site's page, or it is too old. Go back "
-            "to the app and connect again.");
+    const char *action = s_param (flow, "action");
+    bool signin = action && streq (action, "signin");
+    if (!signin && !signed_in && action && streq (action, "allow")) {
+        //  Nothing can be allowed without a session: the sign-in page changes nothing.
+        s_signin_page (flow, req, 200, "Your session has ended; sign in again.");
         s_flow_end (flow);
         return;
     }
-    const char *action = s_param (flow, "action");
-    if (action && streq (action, "signin"))
+    //  The sign-in form's token is the browser's; the consent form's is the signed-in
+    //  person's too.
+    if (!gw_session_csrf_ok (self->session, req, signin ? NULL : flow->account_id,
+                             s_param (flow, "csrf"))) {
+        gw_pages_respond_error (
+            req, 403, "This form has expired",
+            "The form was not sent from this site's page for you, or it is too old "
+            "(permission_denied). Go back to the app and connect again.");
+        s_flow_end (flow);
+        return;
+    }
+    if (signin)
         GW_KEEP (flow->signin_handle,
                  gw_signin_start (self->signin, s_param (flow, "email"), s_param (flow, "password"),
                                   s_on_signin, flow));
@@ -626,13 +638,9 @@ static void s_client_ready (s_flow_t *flow, gw_request_t *req)
         sbx_info ("oauth: access denied to client %.200s", client->client_id);
         s_redirect_error (flow, req, "access_denied", "the user did not allow access");
         s_flow_end (flow);
-    } else if (action && streq (action, "allow")) {
-        if (!signed_in) {
-            s_signin_page (flow, req, 200, "Your session has ended; sign in again.");
-            s_flow_end (flow);
-        } else
-            s_allow (flow);
-    } else {
+    } else if (action && streq (action, "allow"))
+        s_allow (flow);
+    else {
         s_signin_page (flow, req, 400, "Unknown action: use the buttons of this page.");
         s_flow_end (flow);
     }
@@ -791,6 +799,12 @@ static bool s_cimd_url_ok (const char *url)
 static void s_authorize (gw_oauth_t *self, gw_request_t *req)
 {
     bool post = streq (gw_request_method (req), "POST");
+    char why[300];
+    if (post && !gw_session_origin_ok (self->session, req, why, sizeof why)) {
+        sbx_warn ("oauth: an authorization form was refused: %s", why);
+        gw_pages_respond_foreign (req, why);
+        return;
+    }
     zhashx_t *params = gw_session_form (post ? (const char *) gw_request_body (req)
                                              : gw_request_query_string (req));
     if (!params) {

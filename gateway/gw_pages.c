@@ -305,7 +305,10 @@ void gw_pages_respond (gw_request_t *req, int status, char *page)
 {
     gw_request_add_header (req, "Cache-Control", "no-store");
     gw_request_add_header (req, "X-Frame-Options", "DENY");
-    gw_request_add_header (req, "Referrer-Policy", "no-referrer");
+    //  same-origin, not no-referrer: under no-referrer browsers send "Origin: null" with
+    //  our own forms, and the forms' Origin check (gw_session_origin_ok) needs the real
+    //  one. Other sites still get no referrer (the authorization request stays ours).
+    gw_request_add_header (req, "Referrer-Policy", "same-origin");
     //  No form-action: browsers apply it to the redirect after the consent form, which
     //  goes to the client's own redirect URI.
     gw_request_add_header (req, "Content-Security-Policy",
@@ -320,6 +323,17 @@ void gw_pages_respond (gw_request_t *req, int status, char *page)
 void gw_pages_respond_error (gw_request_t *req, int status, const char *title, const char *message)
 {
     gw_pages_respond (req, status, gw_pages_error (title, message));
+}
+
+void gw_pages_respond_foreign (gw_request_t *req, const char *why)
+{
+    char text[600];
+    snprintf (text, sizeof text,
+              "This form was refused (permission_denied): %s. Only this site's own pages may "
+              "sign in, allow an app or change your account. If you did not mean to do "
+              "this, another site tried to act for you: nothing was changed.",
+              why);
+    gw_pages_respond_error (req, 403, "Refused: sent from another site", text);
 }
 
 void gw_pages_test (bool verbose)

@@ -75,11 +75,15 @@ char *gw_pages_account (const char *csrf, const char *email, const char *usage_h
                         const char *notice);
 
 //  Answers req with page (taken; NULL, out of memory, answers 500) and the headers every
-//  page wants: not cached, not framed, no referrer, a CSP allowing the inline style only.
+//  page wants: not cached, not framed, no referrer to other sites, a CSP allowing the
+//  inline style only.
 void gw_pages_respond (gw_request_t *req, int status, char *page);
 
 //  Answers req with an error page (gw_pages_error), as gw_pages_respond.
 void gw_pages_respond_error (gw_request_t *req, int status, const char *title, const char *message);
+
+//  The 403 page for a form POSTed from another origin (why: gw_session_origin_ok's).
+void gw_pages_respond_foreign (gw_request_t *req, const char *why);
 
 //  Escapes & < > " ' for HTML text and attribute values. Caller frees.
 char *gw_pages_escape (const char *text);

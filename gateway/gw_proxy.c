@@ -12,6 +12,7 @@
 */
 #include "gw_proxy.h"
 #include "gw_auth.h"
+#include "sbx_urls.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -46,8 +47,8 @@ struct gw_proxy_t {
     sbx_peer_t *peer;
     gw_auth_t *auth;     //  borrowed from the gateway, or own_auth
     gw_auth_t *own_auth; //  self-tests only
-    char *domain;
-    zhashx_t *cache; //  "label:port" → s_target_t
+    char *box_domain;    //  lower case: "box.<domain>", or the box_domain setting
+    zhashx_t *cache;     //  "label:port" → s_target_t
     zlistx_t *conns;
 };
 
@@ -77,7 +78,7 @@ typedef struct {
     char label[64];
     int port;
     s_target_t target;
-    bool from_cache, retried, websocket, private_auth;
+    bool from_cache, retried, websocket;
     uint64_t rid;     //  the resolve request in flight
     bool in_request;  //  inside sbx_peer_request
     sbx_msg_t *early; //  its answer, given before it returned
@@ -211,6 +212,74 @@ static bool s_has_token (const char *value, const char *token)
         p = end;
     }
     return false;
+}
+
+//  Is name one of the gateway's own cookies (sign-in session, CSRF), today's or the
+//  older unprefixed ones? A guest never sees them.
+static bool s_gateway_cookie (const char *name, size_t size)
+{
+    static const char *names[] = {"__Host-sbx_session", "__Host-sbx_csrf", "sbx_session",
+                                  "sbx_csrf", NULL};
+    for (const char **n = names; *n; n++)
+        if (strlen (*n) == size && memcmp (name, *n, size) == 0)
+            return true;
+    return false;
+}
+
+//  A Cookie header's value without the gateway's cookies, fresh ("" when none is left),
+//  or NULL out of memory.
+static char *s_cookie_for_guest (const char *value)
+{
+    char *out = malloc (strlen (value) + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (const char *p = value; *p;) {
+        while (*p == ' ' || *p == ';')
+            p++;
+        size_t len = strcspn (p, ";");
+        size_t name = strcspn (p, "=;");
+        while (name && p[name - 1] == ' ')
+            name--;
+        if (len && !s_gateway_cookie (p, name)) {
+            if (o != out) {
+                memcpy (o, "; ", 2);
+                o += 2;
+            }
+            memcpy (o, p, len);
+            o += len;
+        }
+        p += len;
+    }
+    *o = 0;
+    return out;
+}
+
+//  A guest's Set-Cookie value without its Domain attribute, fresh, or NULL out of
+//  memory: the cookie stays on the guest's own host, so no sandbox can set a cookie for
+//  the gateway or for another sandbox, whatever their domains.
+static char *s_set_cookie_host_only (const char *value)
+{
+    char *out = malloc (strlen (value) + 1), *o = out;
+    if (!out)
+        return NULL;
+    size_t first = strcspn (value, ";"); //  name=value
+    memcpy (o, value, first);
+    o += first;
+    for (const char *p = value + first; *p == ';';) {
+        const char *attr = p + 1;
+        size_t len = strcspn (attr, ";");
+        const char *name = attr;
+        while (*name == ' ' || *name == '\t')
+            name++;
+        size_t name_len = strcspn (name, "=; \t");
+        if (!(name_len == 6 && strncasecmp (name, "domain", 6) == 0)) {
+            memcpy (o, p, len + 1);
+            o += len + 1;
+        }
+        p = attr + len;
+    }
+    *o = 0;
+    return out;
 }
 
 //  --------------------------------------------------------------------------
@@ -482,7 +551,12 @@ static int s_on_head (s_conn_t *c, size_t size)
             h.content_type = strdup (value);
         } else if (s_hop (line) || (connection && s_has_token (connection, line)))
             ;
-        else if (c->req)
+        else if (c->req && strcasecmp (line, "set-cookie") == 0) {
+            char *host_only = s_set_cookie_host_only (value);
+            if (host_only)
+                gw_request_add_header (c->req, "Set-Cookie", host_only);
+            free (host_only);
+        } else if (c->req)
             gw_request_add_header (c->req, line, value); //  refused values are dropped
     }
     free (connection);
@@ -705,17 +779,22 @@ static int s_on_client (zloop_t *loop, zmq_pollitem_t *item, void *arg)
 //  --------------------------------------------------------------------------
 //  The request to the guest
 
-typedef struct {
-    s_buf_t *out;
-    bool skip_auth;
-} s_copy_t;
-
+//  Every header but the hop-by-hop ones, the caller's credentials (Authorization: the
+//  API key that opened a private port, or anything a browser sends a public one) and
+//  the gateway's cookies: a guest is not trusted with what proves who its visitor is.
 static void s_copy_header (const char *name, const char *value, void *arg)
 {
-    s_copy_t *copy = arg;
-    if (s_hop (name) || (copy->skip_auth && strcasecmp (name, "authorization") == 0))
+    s_buf_t *out = arg;
+    if (s_hop (name) || strcasecmp (name, "authorization") == 0)
         return;
-    s_buf_printf (copy->out, "%s: %s\r\n", name, value);
+    if (strcasecmp (name, "cookie") == 0) {
+        char *cookie = s_cookie_for_guest (value);
+        if (cookie && *cookie)
+            s_buf_printf (out, "Cookie: %s\r\n", cookie);
+        free (cookie);
+        return;
+    }
+    s_buf_printf (out, "%s: %s\r\n", name, value);
 }
 
 static void s_start_connect (s_conn_t *c)
@@ -735,8 +814,7 @@ static void s_start_connect (s_conn_t *c)
     const char *forwarded = gw_request_header (req, "X-Forwarded-For");
     s_buf_printf (&c->to_up, "%s %s HTTP/1.1\r\nHost: %s\r\n", gw_request_method (req),
                   gw_request_target (req), host ? host : "localhost");
-    s_copy_t copy = {&c->to_up, c->private_auth};
-    gw_request_headers (req, s_copy_header, &copy);
+    gw_request_headers (req, s_copy_header, &c->to_up);
     s_buf_printf (&c->to_up, "X-Forwarded-For: %s%s%s\r\nX-Forwarded-Proto: %s\r\n",
                   forwarded ? forwarded : "", forwarded ? ", " : "", gw_request_peer (req),
                   gw_request_tls (req) ? "https" : "http");
@@ -798,7 +876,6 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
         s_end (c);
         return;
     }
-    c->private_auth = true;
     s_start_connect (c);
 }
 
@@ -905,8 +982,8 @@ bool gw_proxy_handle (gw_proxy_t *self, gw_request_t *req)
 {
     char label[64];
     int port;
-    if (!self ||
-        gw_proxy_parse_host (gw_request_host (req), self->domain, label, sizeof label, &port) != 0)
+    if (!self || gw_proxy_parse_host (gw_request_host (req), self->box_domain, label, sizeof label,
+                                      &port) != 0)
         return false;
     s_conn_t *c = calloc (1, sizeof *c);
     if (!c) {
@@ -936,13 +1013,13 @@ bool gw_proxy_handle (gw_proxy_t *self, gw_request_t *req)
     return true;
 }
 
-int gw_proxy_parse_host (const char *host, const char *domain, char *label, size_t label_size,
+int gw_proxy_parse_host (const char *host, const char *box_domain, char *label, size_t label_size,
                          int *port)
 {
-    if (!host || !domain || !*domain)
+    if (!host || !box_domain || !*box_domain)
         return -1;
     char suffix[300];
-    snprintf (suffix, sizeof suffix, ".box.%s", domain);
+    snprintf (suffix, sizeof suffix, ".%s", box_domain);
     for (char *s = suffix; *s; s++)
         *s = (char) tolower ((unsigned char) *s);
     size_t size = strlen (host), suffix_size = strlen (suffix);
@@ -988,15 +1065,13 @@ gw_proxy_t *gw_proxy_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer,
     self->loop = loop;
     self->peer = peer;
     self->auth = auth ? auth : (self->own_auth = gw_auth_new (config, peer));
-    self->domain = strdup (config ? sbx_config_get (config, "domain", "localhost") : "localhost");
+    self->box_domain = config ? sbx_urls_box_domain (config) : strdup ("box.localhost");
     self->cache = zhashx_new ();
     self->conns = zlistx_new ();
-    if (!self->auth || !self->domain || !self->cache || !self->conns) {
+    if (!self->auth || !self->box_domain || !self->cache || !self->conns) {
         gw_proxy_destroy (&self);
         return NULL;
     }
-    for (char *s = self->domain; *s; s++)
-        *s = (char) tolower ((unsigned char) *s);
     zhashx_set_destructor (self->cache, s_cache_destructor);
     return self;
 }
@@ -1015,7 +1090,7 @@ void gw_proxy_destroy (gw_proxy_t **self_p)
     }
     zlistx_destroy (&self->conns);
     zhashx_destroy (&self->cache);
-    free (self->domain);
+    free (self->box_domain);
     free (self);
     *self_p = NULL;
 }
@@ -1029,13 +1104,13 @@ void gw_proxy_test (bool verbose)
     (void) verbose;
     char label[64];
     int port = 0;
-    assert (gw_proxy_parse_host ("quiet-brisk-jay-8000.box.example.com", "example.com", label,
+    assert (gw_proxy_parse_host ("quiet-brisk-jay-8000.box.example.com", "box.example.com", label,
                                  sizeof label, &port) == 0);
     assert (streq (label, "quiet-brisk-jay") && port == 8000);
-    assert (gw_proxy_parse_host ("a-1.box.localhost", "LocalHost", label, sizeof label, &port) ==
-            0);
+    assert (gw_proxy_parse_host ("a-1.box.localhost", "box.localhost", label, sizeof label,
+                                 &port) == 0);
     assert (streq (label, "a") && port == 1);
-    assert (gw_proxy_parse_host ("a-65535.box.localhost", "localhost", label, sizeof label,
+    assert (gw_proxy_parse_host ("a-65535.box.localhost", "box.localhost", label, sizeof label,
                                  &port) == 0 &&
             port == 65535);
     const char *bad[] = {"quiet-brisk-jay.box.example.com", //  the sandbox's own URL
@@ -1053,10 +1128,55 @@ void gw_proxy_test (bool verbose)
                          "",
                          NULL};
     for (const char **h = bad; *h; h++)
-        assert (gw_proxy_parse_host (*h, "example.com", label, sizeof label, &port) == -1);
+        assert (gw_proxy_parse_host (*h, "box.example.com", label, sizeof label, &port) == -1);
     char small[4];
-    assert (gw_proxy_parse_host ("abcd-80.box.example.com", "example.com", small, sizeof small,
+    assert (gw_proxy_parse_host ("abcd-80.box.example.com", "box.example.com", small, sizeof small,
                                  &port) == -1);
+    //  A box_domain of its own: hosts under it, not under box.<domain>.
+    assert (gw_proxy_parse_host ("quiet-jay-8000.sbx-box.example.net", "sbx-box.example.net", label,
+                                 sizeof label, &port) == 0);
+    assert (streq (label, "quiet-jay") && port == 8000);
+    assert (gw_proxy_parse_host ("quiet-jay-8000.box.example.com", "sbx-box.example.net", label,
+                                 sizeof label, &port) == -1);
+    assert (gw_proxy_parse_host ("quiet-jay-8000.xsbx-box.example.net", "sbx-box.example.net",
+                                 label, sizeof label, &port) == -1);
+
+    //  Guest cookies stay on the guest's host; the gateway's cookies never reach a guest.
+    const char *set_cookies[][2] = {
+        {"sbx_csrf=x; Domain=example.com; Path=/oauth/authorize",
+         "sbx_csrf=x; Path=/oauth/authorize"},
+        {"a=1;domain=.example.com;Secure", "a=1;Secure"},
+        {"a=1; DOMAIN = example.com; HttpOnly; domain=x", "a=1; HttpOnly"},
+        {"a=1; Path=/domain; domainx=1", "a=1; Path=/domain; domainx=1"},
+        {"a=domain=1", "a=domain=1"},
+        {"", ""}};
+    for (size_t i = 0; i < sizeof set_cookies / sizeof set_cookies[0]; i++) {
+        char *host_only = s_set_cookie_host_only (set_cookies[i][0]);
+        assert (host_only && streq (host_only, set_cookies[i][1]));
+        free (host_only);
+    }
+    const char *cookies[][2] = {
+        {"__Host-sbx_session=s; app=1; __Host-sbx_csrf=c", "app=1"},
+        {"sbx_session=old;sbx_csrf=old; x=y", "x=y"},
+        {"__Host-sbx_session=s", ""},
+        {"app=1; b=2", "app=1; b=2"},
+        {"__host-sbx_session=s; sbx_sessionx=1", "__host-sbx_session=s; sbx_sessionx=1"},
+        {";;", ""}};
+    for (size_t i = 0; i < sizeof cookies / sizeof cookies[0]; i++) {
+        char *for_guest = s_cookie_for_guest (cookies[i][0]);
+        assert (for_guest && streq (for_guest, cookies[i][1]));
+        free (for_guest);
+    }
+    s_buf_t out = {0};
+    s_copy_header ("Authorization", "Bearer sbx_key", &out);
+    s_copy_header ("authorization", "Bearer sbx_key", &out);
+    s_copy_header ("Cookie", "__Host-sbx_session=s", &out);
+    assert (out.size == 0);
+    s_copy_header ("Cookie", "__Host-sbx_csrf=c; app=1", &out);
+    s_copy_header ("Accept", "*/*", &out);
+    assert (out.size == 28 && memcmp (out.data, "Cookie: app=1\r\nAccept: */*\r\n", 28) == 0);
+    free (out.data);
+
     assert (s_has_token ("keep-alive, Upgrade", "upgrade"));
     assert (!s_has_token ("keep-alive, upgrades", "upgrade"));
     assert (s_hop ("Transfer-Encoding") && s_hop ("connection") && !s_hop ("content-type"));

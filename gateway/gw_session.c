@@ -2,6 +2,7 @@
 #include "gw_session.h"
 #include "sbx_clock.h"
 #include "sbx_secret.h"
+#include "sbx_urls.h"
 
 #include <assert.h>
 #include <fcntl.h>
@@ -9,8 +10,16 @@
 
 #define S_SESSION_MS (12ULL * 3600 * 1000)
 
+//  __Host- cookies: the browser keeps them only when set Secure, Path=/ and without
+//  Domain, so no other host (a sandbox's port URL on our domain least of all) can set,
+//  replace or shadow them.
+#define S_SESSION_COOKIE "__Host-sbx_session"
+#define S_CSRF_COOKIE    "__Host-sbx_csrf"
+
 struct gw_session_t {
     char *secret;
+    char *origin;     //  ours, as browsers send it: "https://DOMAIN[:PORT]"
+    char *tls_origin; //  with tls = off: "https://DOMAIN" too (a TLS proxy in front)
 };
 
 //  Reads DIR/gateway/secret, or makes it (O_EXCL: two gateways starting together agree
@@ -55,7 +64,12 @@ gw_session_t *gw_session_new (sbx_config_t *config)
     if (!self)
         return NULL;
     self->secret = s_load_secret (config);
-    if (!self->secret)
+    self->origin = config ? sbx_urls_base (config) : strdup ("https://localhost:8443");
+    if (config && !sbx_urls_tls (config) &&
+        asprintf (&self->tls_origin, "https://%s", sbx_config_get (config, "domain", "localhost")) <
+            0)
+        self->tls_origin = NULL;
+    if (!self->secret || !self->origin)
         gw_session_destroy (&self);
     return self;
 }
@@ -69,6 +83,8 @@ void gw_session_destroy (gw_session_t **self_p)
     if (self->secret)
         sbx_secret_wipe (self->secret);
     free (self->secret);
+    free (self->origin);
+    free (self->tls_origin);
     free (self);
     *self_p = NULL;
 }
@@ -155,19 +171,21 @@ char *gw_session_cookie (gw_request_t *req, const char *name)
     return NULL;
 }
 
+//  Always Secure, as __Host- requires: with tls = off the browser is in front of a TLS
+//  proxy (docs/operations.md), and browsers take Secure cookies from http://localhost.
 static void s_set_cookie (gw_request_t *req, const char *name, const char *value,
                           uint64_t max_age_s)
 {
     char header[1024];
-    snprintf (header, sizeof header, "%s=%s; Path=/; Max-Age=%llu; HttpOnly; SameSite=Lax%s", name,
-              value, (unsigned long long) max_age_s, gw_request_tls (req) ? "; Secure" : "");
+    snprintf (header, sizeof header, "%s=%s; Path=/; Max-Age=%llu; HttpOnly; SameSite=Lax; Secure",
+              name, value, (unsigned long long) max_age_s);
     gw_request_add_header (req, "Set-Cookie", header);
 }
 
 int gw_session_account (gw_session_t *self, gw_request_t *req, char **account_id, char **email)
 {
     *account_id = *email = NULL;
-    char *cookie = gw_session_cookie (req, "sbx_session");
+    char *cookie = gw_session_cookie (req, S_SESSION_COOKIE);
     if (!cookie)
         return -1;
     //  ACCOUNT.EXPIRY.EMAIL64.MAC, the MAC over "session:" and the first three parts.
@@ -214,7 +232,7 @@ void gw_session_sign_in (gw_session_t *self, gw_request_t *req, const char *acco
                          const char *email)
 {
     if (!account_id) {
-        s_set_cookie (req, "sbx_session", "x", 0);
+        s_set_cookie (req, S_SESSION_COOKIE, "x", 0);
         return;
     }
     char *email64 = sbx_secret_base64url ((const uint8_t *) email, strlen (email));
@@ -225,38 +243,81 @@ void gw_session_sign_in (gw_session_t *self, gw_request_t *req, const char *acco
     sbx_secret_mac (self->secret, signed_part, mac);
     char cookie[800];
     snprintf (cookie, sizeof cookie, "%s.%s", value, mac);
-    s_set_cookie (req, "sbx_session", cookie, S_SESSION_MS / 1000);
+    s_set_cookie (req, S_SESSION_COOKIE, cookie, S_SESSION_MS / 1000);
     free (email64);
 }
 
-char *gw_session_csrf (gw_session_t *self, gw_request_t *req)
+//  The token: MAC("csrf:" + the browser's cookie + ":" + whom the form is for), so it
+//  is only good in this browser and only for this person (or for the sign-in form).
+static void s_csrf_message (const char *cookie, const char *account_id, char *message, size_t size)
 {
-    char *cookie = gw_session_cookie (req, "sbx_csrf");
+    snprintf (message, size, "csrf:%s:%s", cookie, account_id ? account_id : "-signin-");
+}
+
+char *gw_session_csrf (gw_session_t *self, gw_request_t *req, const char *account_id)
+{
+    char *cookie = gw_session_cookie (req, S_CSRF_COOKIE);
     if (!cookie || strlen (cookie) != 32) {
         free (cookie);
         cookie = sbx_secret_token ("", 32);
         if (!cookie)
             return NULL;
-        s_set_cookie (req, "sbx_csrf", cookie, 7 * 86400);
+        s_set_cookie (req, S_CSRF_COOKIE, cookie, 7 * 86400);
     }
-    char message[64], mac[44];
-    snprintf (message, sizeof message, "csrf:%s", cookie);
+    char message[400], mac[44];
+    s_csrf_message (cookie, account_id, message, sizeof message);
     sbx_secret_mac (self->secret, message, mac);
     free (cookie);
     return strdup (mac);
 }
 
-bool gw_session_csrf_ok (gw_session_t *self, gw_request_t *req, const char *token)
+static bool s_csrf_valid (gw_session_t *self, const char *cookie, const char *account_id,
+                          const char *token)
 {
-    char *cookie = gw_session_cookie (req, "sbx_csrf");
-    bool ok = false;
-    if (cookie && token && strlen (cookie) == 32) {
-        char message[64];
-        snprintf (message, sizeof message, "csrf:%s", cookie);
-        ok = sbx_secret_mac_verify (self->secret, message, token);
-    }
+    if (!cookie || !token || strlen (cookie) != 32)
+        return false;
+    char message[400];
+    s_csrf_message (cookie, account_id, message, sizeof message);
+    return sbx_secret_mac_verify (self->secret, message, token);
+}
+
+bool gw_session_csrf_ok (gw_session_t *self, gw_request_t *req, const char *account_id,
+                         const char *token)
+{
+    char *cookie = gw_session_cookie (req, S_CSRF_COOKIE);
+    bool ok = s_csrf_valid (self, cookie, account_id, token);
     free (cookie);
     return ok;
+}
+
+//  Origin as the browser serialises it ("scheme://host[:port]") against one of ours:
+//  scheme and host are case-insensitive.
+static bool s_origin_is (const char *origin, const char *ours)
+{
+    return ours && strcasecmp (origin, ours) == 0;
+}
+
+static bool s_origin_check (gw_session_t *self, const char *origin, const char *site, char *why,
+                            size_t why_size)
+{
+    if (origin) {
+        if (s_origin_is (origin, self->origin) || s_origin_is (origin, self->tls_origin))
+            return true;
+        snprintf (why, why_size, "it was sent from %.200s, not from %s", origin, self->origin);
+        return false;
+    }
+    //  No Origin: a browser that sends Fetch Metadata still says where it came from; a
+    //  client that sends neither is no browser, and has no cookies of a victim to ride on.
+    if (!site || streq (site, "same-origin") || streq (site, "none"))
+        return true;
+    snprintf (why, why_size, "it was sent from a %.40s page, not from %s", site, self->origin);
+    return false;
+}
+
+bool gw_session_origin_ok (gw_session_t *self, gw_request_t *req, char *why, size_t why_size)
+{
+    return s_origin_check (self, gw_request_header (req, "Origin"),
+                           gw_request_header (req, "Sec-Fetch-Site"), why, why_size);
 }
 
 void gw_session_test (bool verbose)
@@ -277,6 +338,45 @@ void gw_session_test (bool verbose)
     zhashx_destroy (&form);
     gw_session_t *session = gw_session_new (NULL);
     assert (session);
+
+    //  A token is good for its cookie and its person only: one minted for another
+    //  browser's cookie, for another account, or for the sign-in form fails.
+    const char *cookie = "0123456789abcdef0123456789abcdef";
+    char message[400], token[44], signin[44];
+    s_csrf_message (cookie, "acc_alice", message, sizeof message);
+    sbx_secret_mac (session->secret, message, token);
+    s_csrf_message (cookie, NULL, message, sizeof message);
+    sbx_secret_mac (session->secret, message, signin);
+    assert (s_csrf_valid (session, cookie, "acc_alice", token));
+    assert (!s_csrf_valid (session, cookie, "acc_mallory", token));
+    assert (!s_csrf_valid (session, cookie, NULL, token));
+    assert (s_csrf_valid (session, cookie, NULL, signin));
+    assert (!s_csrf_valid (session, cookie, "acc_alice", signin));
+    assert (!s_csrf_valid (session, "fedcba9876543210fedcba9876543210", "acc_alice", token));
+    assert (!s_csrf_valid (session, "short", "acc_alice", token));
+    assert (!s_csrf_valid (session, cookie, "acc_alice", NULL));
+    assert (!s_csrf_valid (session, cookie, "acc_alice", ""));
+
+    //  Origin: ours only; null and sandbox hosts are foreign; no Origin falls back to
+    //  Sec-Fetch-Site; neither is a client that is not a browser.
+    char why[300];
+    assert (s_origin_check (session, "https://localhost:8443", NULL, why, sizeof why));
+    assert (s_origin_check (session, "HTTPS://LocalHost:8443", "same-origin", why, sizeof why));
+    assert (!s_origin_check (session, "null", NULL, why, sizeof why));
+    assert (strstr (why, "sent from null"));
+    assert (!s_origin_check (session, "https://calm-otter-8000.box.localhost:8443", "same-site",
+                             why, sizeof why));
+    assert (!s_origin_check (session, "https://localhost:8444", NULL, why, sizeof why));
+    assert (!s_origin_check (session, "http://localhost:8443", NULL, why, sizeof why));
+    assert (
+        !s_origin_check (session, "https://localhost:8443.evil.example", NULL, why, sizeof why));
+    assert (!s_origin_check (session, "", NULL, why, sizeof why));
+    assert (s_origin_check (session, NULL, "same-origin", why, sizeof why));
+    assert (s_origin_check (session, NULL, "none", why, sizeof why));
+    assert (!s_origin_check (session, NULL, "same-site", why, sizeof why));
+    assert (strstr (why, "same-site page"));
+    assert (!s_origin_check (session, NULL, "cross-site", why, sizeof why));
+    assert (s_origin_check (session, NULL, NULL, why, sizeof why));
     gw_session_destroy (&session);
     gw_session_destroy (&session);
 }

@@ -89,17 +89,25 @@ static void s_sans_add_host (san_set_t *set, const char *host)
         for (size_t i = 0; i <= len; i++)
             lower[i] = (char) tolower ((unsigned char) host[i]);
         s_sans_add (set, GNUTLS_SAN_DNSNAME, lower, len);
-        //  The port proxy serves <name>-<port>.box.<hostname>: one label, one wildcard.
-        char wildcard[sizeof lower + 8];
-        int n = snprintf (wildcard, sizeof wildcard, "*.box.%s", lower);
-        s_sans_add (set, GNUTLS_SAN_DNSNAME, wildcard, (size_t) n);
     }
 }
 
-static void s_sans_wanted (san_set_t *set, const char *hostname)
+//  box_domain NULL: box.<hostname>, for a DNS name (an IP address has no sandbox hosts).
+static void s_sans_wanted (san_set_t *set, const char *hostname, const char *box_domain)
 {
     memset (set, 0, sizeof *set);
     s_sans_add_host (set, hostname);
+    unsigned char ip[16];
+    bool named = inet_pton (AF_INET, hostname, ip) != 1 && inet_pton (AF_INET6, hostname, ip) != 1;
+    if (box_domain || named) {
+        //  The port proxy serves <name>-<port>.<box domain>: one label, one wildcard.
+        char wildcard[600];
+        int n = snprintf (wildcard, sizeof wildcard, box_domain ? "*.%s" : "*.box.%s",
+                          box_domain ? box_domain : hostname);
+        for (int i = 0; i < n; i++)
+            wildcard[i] = (char) tolower ((unsigned char) wildcard[i]);
+        s_sans_add (set, GNUTLS_SAN_DNSNAME, wildcard, (size_t) n);
+    }
     s_sans_add (set, GNUTLS_SAN_DNSNAME, "localhost", 9);
     s_sans_add_host (set, "127.0.0.1");
     s_sans_add_host (set, "::1");
@@ -393,7 +401,7 @@ static int s_ca_load (const char *crt_path, const char *key_path, gnutls_x509_cr
 
 //  The work of gw_tls_ensure_ca with the lock held; `days` is the server validity, so
 //  the self-test can plant a certificate about to expire.
-static int s_ensure (const char *dir, const char *hostname, unsigned days)
+static int s_ensure (const char *dir, const char *hostname, const char *box_domain, unsigned days)
 {
     char *ca_crt_path = s_path (dir, "ca.crt");
     char *ca_key_path = s_path (dir, "ca.key");
@@ -417,7 +425,7 @@ static int s_ensure (const char *dir, const char *hostname, unsigned days)
         sbx_info ("tls: created %s (\"%s\"): clients trust this file", ca_crt_path, GW_TLS_CA_NAME);
     }
     san_set_t wanted;
-    s_sans_wanted (&wanted, hostname);
+    s_sans_wanted (&wanted, hostname, box_domain);
     if (days == GW_TLS_SERVER_DAYS && s_server_reusable (crt_path, key_path, ca, &wanted)) {
         rc = 0;
         goto done;
@@ -447,10 +455,15 @@ done:
 
 //  Several gateways may start together on one host: a lock file in the directory makes
 //  them take turns, so two never write two different CAs.
-static int s_ensure_locked (const char *dir, const char *hostname, unsigned days)
+static int s_ensure_locked (const char *dir, const char *hostname, const char *box_domain,
+                            unsigned days)
 {
     if (!dir || !hostname || !s_hostname_valid (hostname)) {
         sbx_error ("tls: invalid hostname '%s'", hostname ? hostname : "(null)");
+        return -1;
+    }
+    if (box_domain && (!s_hostname_valid (box_domain) || strlen (box_domain) > 250)) {
+        sbx_error ("tls: invalid box_domain '%s'", box_domain);
         return -1;
     }
     if (mkdir (dir, 0700) != 0 && errno != EEXIST) {
@@ -466,7 +479,7 @@ static int s_ensure_locked (const char *dir, const char *hostname, unsigned days
             close (lock);
         return -1;
     }
-    int rc = s_ensure (dir, hostname, days);
+    int rc = s_ensure (dir, hostname, box_domain, days);
     close (lock); //  releases the lock
     return rc;
 }
@@ -474,7 +487,13 @@ static int s_ensure_locked (const char *dir, const char *hostname, unsigned days
 int gw_tls_ensure_ca (const char *dir, const char *hostname, char **cert_path, char **key_path,
                       char **ca_path)
 {
-    if (s_ensure_locked (dir, hostname, GW_TLS_SERVER_DAYS) != 0)
+    return gw_tls_ensure_ca_box (dir, hostname, NULL, cert_path, key_path, ca_path);
+}
+
+int gw_tls_ensure_ca_box (const char *dir, const char *hostname, const char *box_domain,
+                          char **cert_path, char **key_path, char **ca_path)
+{
+    if (s_ensure_locked (dir, hostname, box_domain, GW_TLS_SERVER_DAYS) != 0)
         return -1;
     char *paths[3] = {s_path (dir, "server.crt"), s_path (dir, "server.key"),
                       s_path (dir, "ca.crt")};
@@ -587,7 +606,7 @@ void gw_tls_test (bool verbose)
             life <= GW_TLS_SERVER_DAYS * GW_TLS_DAY);
     san_set_t sans, wanted;
     assert (s_sans_of (crt, &sans) == 0);
-    s_sans_wanted (&wanted, "sbx.test");
+    s_sans_wanted (&wanted, "sbx.test", NULL);
     assert (sans.count == 5 && s_sans_equal (&sans, &wanted));
     gnutls_x509_crt_deinit (crt);
     gnutls_x509_crt_deinit (ca);
@@ -621,7 +640,7 @@ void gw_tls_test (bool verbose)
     srv1 = srv2;
 
     //  A certificate 10 days from expiry is replaced, the CA kept.
-    assert (s_ensure_locked (dir, "other.test", 10) == 0);
+    assert (s_ensure_locked (dir, "other.test", NULL, 10) == 0);
     srv2 = s_test_read (dir, "server.crt");
     assert (!s_test_same (srv1, srv2));
     gnutls_free (srv1.data);
@@ -649,6 +668,16 @@ void gw_tls_test (bool verbose)
     assert (s_sans_of (crt, &sans) == 0 && sans.count == 4);
     gnutls_x509_crt_deinit (crt);
     gnutls_x509_crt_deinit (ca);
+
+    //  A box_domain of its own: the wildcard is for it, not for box.<hostname>.
+    assert (gw_tls_ensure_ca_box (dir, "sbx.test", "SBX-Box.test", NULL, NULL, NULL) == 0);
+    crt = s_test_verified (dir, &ca);
+    assert (gnutls_x509_crt_check_hostname (crt, "sbx.test"));
+    assert (gnutls_x509_crt_check_hostname (crt, "web-8080.sbx-box.test"));
+    assert (!gnutls_x509_crt_check_hostname (crt, "web-8080.box.sbx.test"));
+    gnutls_x509_crt_deinit (crt);
+    gnutls_x509_crt_deinit (ca);
+    assert (gw_tls_ensure_ca_box (dir, "sbx.test", "bad box", NULL, NULL, NULL) == -1);
 
     //  Hostnames that could inject text are refused.
     assert (gw_tls_ensure_ca (dir, "bad host", NULL, NULL, NULL) == -1);

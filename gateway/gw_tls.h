@@ -2,7 +2,8 @@
 
     On first run it creates "sbx local CA" (ECDSA P-256, 10 years, CA:TRUE,
     keyCertSign) and a server certificate it signs for the gateway's hostname,
-    *.box.<hostname> (the port proxy's hosts), localhost, 127.0.0.1 and ::1. Users
+    *.<box domain> (the port proxy's hosts: box.<hostname>, or the box_domain setting),
+    localhost, 127.0.0.1 and ::1. Users
     trust ca.crt once (curl --cacert, the OS store); an operator with a public
     certificate points the gateway at that instead.
 
@@ -27,6 +28,11 @@
 //  by the caller (pass NULL for paths not wanted). Returns -1 and logs why on error.
 int gw_tls_ensure_ca (const char *dir, const char *hostname, char **cert_path, char **key_path,
                       char **ca_path);
+
+//  The same, with the sandboxes' hosts under box_domain (a DNS name) instead of
+//  box.<hostname>; NULL is gw_tls_ensure_ca.
+int gw_tls_ensure_ca_box (const char *dir, const char *hostname, const char *box_domain,
+                          char **cert_path, char **key_path, char **ca_path);
 
 void gw_tls_test (bool verbose);
 

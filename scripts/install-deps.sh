@@ -12,11 +12,13 @@ PACKAGES=(
   # build
   build-essential cmake pkg-config git
   libzmq3-dev libczmq-dev libmsgpack-dev libmicrohttpd-dev libgnutls28-dev
-  libsqlite3-dev libjansson-dev libsodium-dev libcurl4-openssl-dev
+  libsqlite3-dev libjansson-dev libsodium-dev libcurl4-openssl-dev libpsl-dev publicsuffix
   # guests and the guest image
   qemu-system-x86 qemu-utils busybox-static mmdebstrap e2fsprogs cpio kmod zstd lz4
   # tests and tools
   python3 sqlite3 curl ca-certificates procps iproute2
+  # a real browser for the sign-in and consent pages' tests (test_edge_site.py)
+  chromium
   # the guests' network policy (vmd_firewall: nftables rules on QEMU's user)
   nftables
 )

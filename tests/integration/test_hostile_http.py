@@ -175,8 +175,9 @@ class HostileHttpTest(unittest.TestCase):
                 path += "?" + body.decode()
                 body = None
             if rng.random() < 0.3:
-                headers["Cookie"] = rng.choice(["sbx_session=" + "A" * 600, "sbx_session=;;;",
-                                                "a=b; sbx_session=%00%ff"])
+                headers["Cookie"] = rng.choice(["__Host-sbx_session=" + "A" * 600,
+                                                "__Host-sbx_session=;;;",
+                                                "a=b; __Host-sbx_session=%00%ff"])
             return method, path, headers, body
         # The port proxy: odd host names.
         host = rng.choice(["x-8000.box.localhost", "-.box.localhost", "a-99999999.box.localhost",

@@ -488,12 +488,12 @@ class OAuthTest(unittest.TestCase):
             status, hdrs, page = other.request("POST", "/oauth/authorize", form=fields)
             self.assertEqual(status, 403, page)
             self.assertNotIn("location", hdrs)
-            self.assertNotIn("sbx_session", other.cookies)
+            self.assertNotIn("__Host-sbx_session", other.cookies)
         # A wrong password: the form again, with a message, no session.
         status, _, page = b.request("POST", "/oauth/authorize", form=dict(form, password="nope"))
         self.assertEqual(status, 200)
         self.assertIn("Wrong email or password", page)
-        self.assertNotIn("sbx_session", b.cookies)
+        self.assertNotIn("__Host-sbx_session", b.cookies)
         status, _, page = b.request("POST", "/oauth/authorize",
                                     form=dict(form, email="nobody@example.com"))
         self.assertIn("Wrong email or password", page)
@@ -523,7 +523,7 @@ class OAuthTest(unittest.TestCase):
         status, _, page = b.request("POST", "/account", form=dict(form, password=PASSWORD))
         self.assertEqual(status, 429, page)
         self.assertIn("Too many wrong passwords", page)
-        self.assertNotIn("sbx_session", b.cookies)
+        self.assertNotIn("__Host-sbx_session", b.cookies)
         # Another account is not affected.
         status, hdrs, _ = b.request("POST", "/account", form=dict(
             form, email="alice@example.com", password=PASSWORD))
@@ -679,7 +679,7 @@ class OAuthTest(unittest.TestCase):
         self.assertEqual(status, 303)
         # Another browser without the session cannot act, even with a good CSRF pair.
         other = Browser(self.s)
-        other.cookies = {"sbx_csrf": b.cookies["sbx_csrf"]}
+        other.cookies = {"__Host-sbx_csrf": b.cookies["__Host-sbx_csrf"]}
         status, _, page = other.request("POST", "/account", form=dict(revoke[0]["fields"],
                                                                       action="revoke"))
         self.assertIn("sign in again", page)
