@@ -835,16 +835,19 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
         vmd_server_destroy (&self);
         return NULL;
     }
-    self->env = (vmd_guest_env_t){.loop = loop,
-                                  .vms_dir = self->vms_dir,
-                                  .image_dir = self->image_dir,
-                                  .qemu_user = sbx_config_get (config, "vmd.qemu_user", NULL),
-                                  .restore_ms = (uint32_t) sbx_config_get_uint (
-                                      config, "vmd.restore_timeout_ms", VMD_GUEST_RESTORE_MS),
-                                  .done = s_on_done,
-                                  .failed = s_on_failed,
-                                  .wake = s_wake,
-                                  .arg = self};
+    self->env = (vmd_guest_env_t){
+        .loop = loop,
+        .vms_dir = self->vms_dir,
+        .image_dir = self->image_dir,
+        .qemu_user = sbx_config_get (config, "vmd.qemu_user", NULL),
+        .restore_ms =
+            (uint32_t) sbx_config_get_uint (config, "vmd.restore_timeout_ms", VMD_GUEST_RESTORE_MS),
+        .frame_timeout_ms = (uint32_t) sbx_config_get_uint (config, "vmd.agent_frame_timeout_ms",
+                                                            VMD_AGENTLINK_FRAME_TIMEOUT),
+        .done = s_on_done,
+        .failed = s_on_failed,
+        .wake = s_wake,
+        .arg = self};
     //  The guests a previous vmd left: re-adopt, or report.
     DIR *dir = opendir (self->vms_dir);
     struct dirent *entry;
