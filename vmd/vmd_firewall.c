@@ -564,6 +564,7 @@ vmd_firewall_t *vmd_firewall_new (zloop_t *loop, uid_t uid, const char *resolv_c
     if (self->netlink >= 0) {
         zmq_pollitem_t item = {NULL, self->netlink, ZMQ_POLLIN, 0};
         zloop_poller (loop, &item, s_on_netlink, self);
+        zloop_poller_set_tolerant (loop, &item); //  an overflow (ENOBUFS) is not the end
     } else
         sbx_warn ("vmd_firewall: no netlink route socket (%s): the host's networks are "
                   "re-read every %d ms only",

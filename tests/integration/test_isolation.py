@@ -233,9 +233,13 @@ class IsolationTest(unittest.TestCase):
         me = host_address()
         self.addCleanup(lambda: [(srv.shutdown(), srv.server_close()) for srv in servers])
 
-        # Special-purpose networks on this host: a dummy interface of this run's own.
+        # Special-purpose networks on this host: an interface of this run's own, a dummy
+        # or, on kernels without that module, one end of a veth pair (both ends here).
         dummy = "sbxt%d" % (os.getpid() % 100000)
-        ip("link", "add", dummy, "type", "dummy")
+        peer = "sbxp%d" % (os.getpid() % 100000)
+        if ip("link", "add", dummy, "type", "dummy", check=False).returncode != 0:
+            ip("link", "add", dummy, "type", "veth", "peer", "name", peer)
+            ip("link", "set", peer, "up")
         self.addCleanup(lambda: ip("link", "del", dummy, check=False))
         for addr, plen in DUMMY_V4:
             ip("addr", "add", f"{addr}/{plen}", "dev", dummy)
