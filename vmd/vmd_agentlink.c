@@ -12,6 +12,11 @@
 #define S_RETRY_MS        100   //  between connect attempts
 #define S_TICK_MS         50    //  deadline checks
 #define S_DEFAULT_TIMEOUT 60000 //  a request without its own
+//  What waits for a guest that does not read its channel: encoded output up to this
+//  (then requests stay queued, unencoded), and at most this many queued requests (then
+//  new ones are refused with unavailable at once).
+#define S_OUT_HIGH   (4u * 1024 * 1024)
+#define S_MAX_QUEUED 64
 
 typedef struct s_req_s {
     struct s_req_s *next;
@@ -105,6 +110,8 @@ static void s_send_queued (vmd_agentlink_t *self)
     for (s_req_t *req = self->reqs; req; req = req->next) {
         if (req->sent || !req->msg)
             continue;
+        if (agent_frame_pending (self->frame) >= S_OUT_HIGH)
+            break; //  the rest goes out as the guest reads (s_on_io)
         sbx_err_t err;
         if (agent_frame_send (self->frame, req->msg, &err) == 0) {
             req->sent = true;
@@ -184,6 +191,8 @@ static int s_on_io (zloop_t *loop, zmq_pollitem_t *item, void *arg)
             s_break (self, strerror (errno));
             return 0;
         }
+        if (agent_frame_pending (self->frame) < S_OUT_HIGH)
+            s_send_queued (self);
     }
     if (item->revents & (ZMQ_POLLIN | ZMQ_POLLERR)) {
         ssize_t got = agent_frame_read (self->frame);
@@ -409,10 +418,21 @@ uint64_t vmd_agentlink_request (vmd_agentlink_t *self, sbx_msg_t **request_p, ui
     req->fn = fn;
     req->arg = arg;
     //  Appended: requests go out in the order they were made.
+    size_t queued = 0;
     s_req_t **at = &self->reqs;
-    while (*at)
-        at = &(*at)->next;
+    for (; *at; at = &(*at)->next)
+        queued += (*at)->msg != NULL;
     *at = req;
+    if (queued >= S_MAX_QUEUED) {
+        sbx_msg_destroy (&req->msg);
+        req->answer = sbx_msg_new_error (0, SBX_E_UNAVAILABLE,
+                                         "the guest agent is not taking requests: %zu wait "
+                                         "already (it reads none, or is not connected)",
+                                         queued);
+        sbx_warn ("sandbox=%s agent request %s refused: %zu requests wait already", self->name,
+                  sbx_msg_type_name (req->type), queued);
+        return 0;
+    }
     if (self->fd >= 0) {
         s_send_queued (self);
         s_poll (self);
@@ -509,6 +529,16 @@ static void s_test_hello_send (agent_frame_t *frame)
     assert (agent_frame_send (frame, hello, NULL) == 0);
     assert (agent_frame_flush_wait (frame, 1000) == 0);
     sbx_msg_destroy (&hello);
+}
+
+//  Counts answers: [0] unavailable, [1] anything else.
+static void s_test_count (vmd_agentlink_t *link, sbx_msg_t **reply_p, void *arg)
+{
+    (void) link;
+    size_t *counts = arg;
+    bool unavailable =
+        (*reply_p)->type == SBX_MSG_ERROR && sbx_msg_error (*reply_p)->code == SBX_E_UNAVAILABLE;
+    counts[unavailable ? 0 : 1]++;
 }
 
 //  The link reconnected after a reset: take the new connection and say hello on it.
@@ -664,6 +694,35 @@ void vmd_agentlink_test (bool verbose)
     fd = s_test_reattach (listener, agent, fd);
     s_test_ping (loop, link, agent, &test);
     assert (test.hellos == 5 && vmd_agentlink_frames_dropped (link) == 1);
+
+    //  A guest that stops reading: output waits up to 4 MiB, then requests queue, and
+    //  past 64 queued the link refuses at once. When the guest reads again, what was
+    //  taken goes out, in order.
+    size_t counts[2] = {0, 0}; //  unavailable answers, other answers
+    uint8_t *mib = calloc (1, 1 << 20);
+    assert (mib);
+    for (int i = 0; i < 100; i++) {
+        sbx_msg_t *write = sbx_msg_new (SBX_MSG_AGENT_FILE_WRITE);
+        sbx_str_set (&sbx_msg_agent_file_write (write)->path, "/x");
+        sbx_msg_agent_file_write (write)->offset = (uint64_t) i;
+        sbx_bytes_set (&sbx_msg_agent_file_write (write)->data, mib, 1 << 20);
+        vmd_agentlink_request (link, &write, 60000, s_test_count, counts);
+    }
+    free (mib);
+    s_test_run (loop, 100);
+    size_t refused = counts[0];
+    assert (counts[1] == 0 && refused > 0 && refused <= 100 - 64);
+    uint64_t expect = 0;
+    for (int i = 0; i < 5000 && expect < 100 - refused; i++) {
+        s_test_run (loop, 2);
+        got = agent_frame_recv (agent, 0, &err);
+        if (got) {
+            assert (got->type == SBX_MSG_AGENT_FILE_WRITE);
+            assert (sbx_msg_agent_file_write (got)->offset == expect++);
+            sbx_msg_destroy (&got);
+        }
+    }
+    assert (expect == 100 - refused && counts[0] == refused);
 
     vmd_agentlink_destroy (&link);
     vmd_agentlink_destroy (&link);

@@ -15,11 +15,12 @@
     Callbacks run from the loop, never from inside a vmd_agentlink_* call, and must not
     destroy the link that called them (schedule it).
 
-    What the guest sends is bounded: a frame longer than SBX_MSG_MAX_FRAME is refused at
-    its header (the link reconnects), so the link holds at most one frame plus one read
-    (agent_frame); and a frame that has not arrived whole within the frame timeout
-    (a header announcing more than comes) is dropped: the link logs it with the
-    sandbox's name and reconnects, failing what was sent on the old stream.
+    What waits for a guest that does not read is bounded (4 MiB encoded, 64 requests
+    queued), and so is what the guest sends: a frame longer than SBX_MSG_MAX_FRAME is
+    refused at its header (the link reconnects), so the link holds at most one frame
+    plus one read (agent_frame); and a frame that has not arrived whole within the
+    frame timeout (a header announcing more than comes) is dropped: the link logs it
+    with the sandbox's name and reconnects, failing what was sent on the old stream.
 */
 #ifndef VMD_AGENTLINK_H_INCLUDED
 #define VMD_AGENTLINK_H_INCLUDED
@@ -61,9 +62,11 @@ void vmd_agentlink_set_frame_timeout (vmd_agentlink_t *self, uint32_t msecs);
 size_t vmd_agentlink_frames_dropped (vmd_agentlink_t *self);
 
 //  Sends an agent request (takes it) under a rid of the link's own; fn gets exactly one
-//  answer within timeout_ms (0: 60 s). Requests made while disconnected are queued
-//  until the next connection. Returns the link's rid (for cancel), or 0 when the
-//  request does not encode (fn is then called from the loop with invalid_argument).
+//  answer within timeout_ms (0: 60 s). Requests made while disconnected, or while 4 MiB
+//  of output wait for a guest that does not read, are queued (their deadlines run).
+//  Returns the link's rid (for cancel), or 0 when the request does not encode (fn is
+//  then called from the loop with invalid_argument) or 64 requests are queued already
+//  (fn gets unavailable from the loop).
 uint64_t vmd_agentlink_request (vmd_agentlink_t *self, sbx_msg_t **request_p, uint32_t timeout_ms,
                                 vmd_agentlink_reply_fn *fn, void *arg);
 //  Forgets a request: its callback will not be called.
