@@ -1,7 +1,8 @@
 """Guest network isolation (issue 3 item 4, issue 13 item 8), proven from inside real
 guests under `sbx up`, sending traffic only to addresses on this machine.
 
-A dummy interface puts special-purpose addresses on this host (benchmarking 198.18/15,
+A dummy interface (a veth pair where the kernel has no dummy module) puts special-purpose
+addresses on this host (benchmarking 198.18/15,
 shared 100.64/10, TEST-NET-3, AS112, documentation IPv6), each with a listener. vmd
 picks up the new interface's networks (its netlink socket; the loaded table shows them)
 and drops them again when the interface goes. A probe in guest A tries those, the host's
