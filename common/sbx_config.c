@@ -41,8 +41,9 @@ static const s_known_t s_known[] = {
     {"vmd.network", "isolated"},
     {"vmd.qemu_user", NULL},
     {"vmd.templates", "small"}, //  types restored from a booted template (docs/snapshots.md)
-    {"vmd.restore_timeout_ms", "30000"}, //  a restore's deadline (docs/vmd.md)
-    {"rate.small", "10"},                //  µ$ per second of running time: $0.036 an hour
+    {"vmd.restore_timeout_ms", "30000"},     //  a restore's deadline (docs/vmd.md)
+    {"vmd.agent_frame_timeout_ms", "10000"}, //  an agent frame's deadline (docs/vmd.md)
+    {"rate.small", "10"},                    //  µ$ per second of running time: $0.036 an hour
     {"rate.medium", "20"},
     {"rate.large", "40"},
     {"wallet.initial", "0"},

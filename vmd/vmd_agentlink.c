@@ -12,6 +12,11 @@
 #define S_RETRY_MS        100   //  between connect attempts
 #define S_TICK_MS         50    //  deadline checks
 #define S_DEFAULT_TIMEOUT 60000 //  a request without its own
+//  What waits for a guest that does not read its channel: encoded output up to this
+//  (then requests stay queued, unencoded), and at most this many queued requests (then
+//  new ones are refused with unavailable at once).
+#define S_OUT_HIGH   (4u * 1024 * 1024)
+#define S_MAX_QUEUED 64
 
 typedef struct s_req_s {
     struct s_req_s *next;
@@ -41,6 +46,8 @@ struct _vmd_agentlink_t {
     int retry_timer;
     int tick_timer;
     size_t hellos;
+    uint32_t frame_timeout; //  ms a frame may take to arrive whole
+    size_t dropped;         //  incomplete frames given up on
     bool lost;
     vmd_agentlink_hello_fn *hello_fn;
     vmd_agentlink_lost_fn *lost_fn;
@@ -103,6 +110,8 @@ static void s_send_queued (vmd_agentlink_t *self)
     for (s_req_t *req = self->reqs; req; req = req->next) {
         if (req->sent || !req->msg)
             continue;
+        if (agent_frame_pending (self->frame) >= S_OUT_HIGH)
+            break; //  the rest goes out as the guest reads (s_on_io)
         sbx_err_t err;
         if (agent_frame_send (self->frame, req->msg, &err) == 0) {
             req->sent = true;
@@ -182,6 +191,8 @@ static int s_on_io (zloop_t *loop, zmq_pollitem_t *item, void *arg)
             s_break (self, strerror (errno));
             return 0;
         }
+        if (agent_frame_pending (self->frame) < S_OUT_HIGH)
+            s_send_queued (self);
     }
     if (item->revents & (ZMQ_POLLIN | ZMQ_POLLERR)) {
         ssize_t got = agent_frame_read (self->frame);
@@ -261,11 +272,27 @@ static void s_connect (vmd_agentlink_t *self)
     self->retry_timer = zloop_timer (self->loop, S_RETRY_MS, 1, s_on_retry, self);
 }
 
+//  A frame the guest began and did not finish would hold the stream (and its buffer)
+//  until it did: past the deadline it is dropped with the connection, and the reconnect
+//  makes both ends start clean (the agent says hello again).
+static void s_check_partial (vmd_agentlink_t *self)
+{
+    int64_t waited = agent_frame_waiting_ms (self->frame);
+    if (self->fd < 0 || waited < (int64_t) self->frame_timeout)
+        return;
+    self->dropped++;
+    sbx_warn ("sandbox=%s agent frame incomplete after %lld ms (%zu bytes arrived): dropped, "
+              "resetting the channel (vmd.agent_frame_timeout_ms = %u)",
+              self->name, (long long) waited, agent_frame_held (self->frame), self->frame_timeout);
+    s_break (self, "an incomplete frame from the agent was dropped");
+}
+
 static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
     (void) timer_id;
     vmd_agentlink_t *self = arg;
+    s_check_partial (self);
     uint64_t now = sbx_clock_mono_ms ();
     //  One answer per pass through the list: a callback may add or cancel requests.
     bool again = true;
@@ -305,6 +332,7 @@ vmd_agentlink_t *vmd_agentlink_new (zloop_t *loop, const char *socket_path, cons
     self->frame = agent_frame_new (-1);
     self->next_rid = 1;
     self->connect_timeout = 30000;
+    self->frame_timeout = VMD_AGENTLINK_FRAME_TIMEOUT;
     self->retry_timer = -1;
     self->connect_deadline = sbx_clock_mono_ms () + (uint64_t) self->connect_timeout;
     self->tick_timer = zloop_timer (loop, S_TICK_MS, 0, s_on_tick, self);
@@ -359,6 +387,16 @@ void vmd_agentlink_set_connect_timeout (vmd_agentlink_t *self, int msecs)
         self->connect_deadline = sbx_clock_mono_ms () + (uint64_t) msecs;
 }
 
+void vmd_agentlink_set_frame_timeout (vmd_agentlink_t *self, uint32_t msecs)
+{
+    self->frame_timeout = msecs ? msecs : VMD_AGENTLINK_FRAME_TIMEOUT;
+}
+
+size_t vmd_agentlink_frames_dropped (vmd_agentlink_t *self)
+{
+    return self->dropped;
+}
+
 uint64_t vmd_agentlink_request (vmd_agentlink_t *self, sbx_msg_t **request_p, uint32_t timeout_ms,
                                 vmd_agentlink_reply_fn *fn, void *arg)
 {
@@ -380,10 +418,21 @@ uint64_t vmd_agentlink_request (vmd_agentlink_t *self, sbx_msg_t **request_p, ui
     req->fn = fn;
     req->arg = arg;
     //  Appended: requests go out in the order they were made.
+    size_t queued = 0;
     s_req_t **at = &self->reqs;
-    while (*at)
-        at = &(*at)->next;
+    for (; *at; at = &(*at)->next)
+        queued += (*at)->msg != NULL;
     *at = req;
+    if (queued >= S_MAX_QUEUED) {
+        sbx_msg_destroy (&req->msg);
+        req->answer = sbx_msg_new_error (0, SBX_E_UNAVAILABLE,
+                                         "the guest agent is not taking requests: %zu wait "
+                                         "already (it reads none, or is not connected)",
+                                         queued);
+        sbx_warn ("sandbox=%s agent request %s refused: %zu requests wait already", self->name,
+                  sbx_msg_type_name (req->type), queued);
+        return 0;
+    }
     if (self->fd >= 0) {
         s_send_queued (self);
         s_poll (self);
@@ -422,7 +471,8 @@ size_t vmd_agentlink_hellos (vmd_agentlink_t *self)
 
 //  --------------------------------------------------------------------------
 //  Self test: a fake agent on a unix socket (blocking, in this thread, between turns
-//  of the loop): hello, rid correlation, a timeout, a broken stream and the reconnect.
+//  of the loop): hello, rid correlation, a timeout, a broken stream and the reconnect,
+//  garbage, a partial frame dropped at its deadline, a header above the limit.
 
 #include <assert.h>
 #include <poll.h>
@@ -479,6 +529,50 @@ static void s_test_hello_send (agent_frame_t *frame)
     assert (agent_frame_send (frame, hello, NULL) == 0);
     assert (agent_frame_flush_wait (frame, 1000) == 0);
     sbx_msg_destroy (&hello);
+}
+
+//  Counts answers: [0] unavailable, [1] anything else.
+static void s_test_count (vmd_agentlink_t *link, sbx_msg_t **reply_p, void *arg)
+{
+    (void) link;
+    size_t *counts = arg;
+    bool unavailable =
+        (*reply_p)->type == SBX_MSG_ERROR && sbx_msg_error (*reply_p)->code == SBX_E_UNAVAILABLE;
+    counts[unavailable ? 0 : 1]++;
+}
+
+//  The link reconnected after a reset: take the new connection and say hello on it.
+static int s_test_reattach (int listener, agent_frame_t *agent, int old_fd)
+{
+    close (old_fd);
+    int fd = s_test_accept (listener);
+    agent_frame_reset (agent, fd);
+    s_test_hello_send (agent);
+    return fd;
+}
+
+//  A ping through the link, answered by the test's agent: the channel works.
+static void s_test_ping (zloop_t *loop, vmd_agentlink_t *link, agent_frame_t *agent, s_test_t *test)
+{
+    sbx_msg_t *ping = sbx_msg_new (SBX_MSG_AGENT_PING);
+    ping->rid = 9;
+    vmd_agentlink_request (link, &ping, 5000, s_test_reply, test);
+    sbx_err_t err;
+    sbx_msg_t *got = NULL;
+    for (int i = 0; i < 100 && !got; i++) {
+        s_test_run (loop, 20);
+        got = agent_frame_recv (agent, 0, &err);
+    }
+    assert (got && got->type == SBX_MSG_AGENT_PING);
+    sbx_msg_t *pong = sbx_msg_new_reply (got, SBX_MSG_AGENT_PING_OK);
+    sbx_str_set (&sbx_msg_agent_ping_ok (pong)->version, "test");
+    assert (agent_frame_send (agent, pong, NULL) == 0 && agent_frame_flush_wait (agent, 1000) == 0);
+    sbx_msg_destroy (&pong);
+    sbx_msg_destroy (&got);
+    for (int i = 0; i < 100 && !test->answer; i++)
+        s_test_run (loop, 20);
+    assert (test->answer && test->answer->type == SBX_MSG_AGENT_PING_OK && test->answer->rid == 9);
+    sbx_msg_destroy (&test->answer);
 }
 
 void vmd_agentlink_test (bool verbose)
@@ -558,6 +652,77 @@ void vmd_agentlink_test (bool verbose)
     assert (agent_frame_send_raw (agent, "\x00\x00\x00\x03\x01\x02\x03", 7) == 0);
     assert (agent_frame_flush_wait (agent, 1000) == 0);
     s_test_run (loop, 100);
+    fd = s_test_reattach (listener, agent, fd);
+    for (int i = 0; i < 50 && test.hellos < 3; i++)
+        s_test_run (loop, 20);
+    assert (test.hellos == 3);
+
+    //  A partial frame: a header announcing 100 bytes, then 10. It holds the stream only
+    //  until the frame timeout: the link drops it, fails what was sent, reconnects, and
+    //  the next request works.
+    vmd_agentlink_set_frame_timeout (link, 1000);
+    ping = sbx_msg_new (SBX_MSG_AGENT_PING);
+    vmd_agentlink_request (link, &ping, 30000, s_test_reply, &test);
+    s_test_run (loop, 50);
+    got = agent_frame_recv (agent, 2000, &err);
+    assert (got && got->type == SBX_MSG_AGENT_PING);
+    sbx_msg_destroy (&got);
+    uint64_t sent_at = sbx_clock_mono_ms ();
+    assert (agent_frame_send_raw (agent, "\x00\x00\x00\x64\x85\x01\x02\x03\x04\x05\x06\x07\x08\x09",
+                                  14) == 0);
+    assert (agent_frame_flush_wait (agent, 1000) == 0);
+    s_test_run (loop, 100);
+    //  Only asserted when the loop really ran for less than the timeout (a loaded host
+    //  may stall the test longer).
+    if (sbx_clock_mono_ms () - sent_at < 900)
+        assert (vmd_agentlink_frames_dropped (link) == 0 && !test.answer);
+    for (int i = 0; i < 200 && !test.answer; i++)
+        s_test_run (loop, 20);
+    assert (vmd_agentlink_frames_dropped (link) == 1);
+    assert (test.answer && sbx_msg_error (test.answer)->code == SBX_E_UNAVAILABLE);
+    sbx_msg_destroy (&test.answer);
+    fd = s_test_reattach (listener, agent, fd);
+    s_test_ping (loop, link, agent, &test);
+    assert (test.hellos == 4);
+
+    //  A header above the limit is refused as it comes (nothing is buffered for it): the
+    //  link resets the channel at once, long before the frame timeout.
+    vmd_agentlink_set_frame_timeout (link, 600000);
+    assert (agent_frame_send_raw (agent, "\x7f\xff\xff\xff\x85\x00", 6) == 0);
+    assert (agent_frame_flush_wait (agent, 1000) == 0);
+    s_test_run (loop, 100);
+    fd = s_test_reattach (listener, agent, fd);
+    s_test_ping (loop, link, agent, &test);
+    assert (test.hellos == 5 && vmd_agentlink_frames_dropped (link) == 1);
+
+    //  A guest that stops reading: output waits up to 4 MiB, then requests queue, and
+    //  past 64 queued the link refuses at once. When the guest reads again, what was
+    //  taken goes out, in order.
+    size_t counts[2] = {0, 0}; //  unavailable answers, other answers
+    uint8_t *mib = calloc (1, 1 << 20);
+    assert (mib);
+    for (int i = 0; i < 100; i++) {
+        sbx_msg_t *write = sbx_msg_new (SBX_MSG_AGENT_FILE_WRITE);
+        sbx_str_set (&sbx_msg_agent_file_write (write)->path, "/x");
+        sbx_msg_agent_file_write (write)->offset = (uint64_t) i;
+        sbx_bytes_set (&sbx_msg_agent_file_write (write)->data, mib, 1 << 20);
+        vmd_agentlink_request (link, &write, 60000, s_test_count, counts);
+    }
+    free (mib);
+    s_test_run (loop, 100);
+    size_t refused = counts[0];
+    assert (counts[1] == 0 && refused > 0 && refused <= 100 - 64);
+    uint64_t expect = 0;
+    for (int i = 0; i < 5000 && expect < 100 - refused; i++) {
+        s_test_run (loop, 2);
+        got = agent_frame_recv (agent, 0, &err);
+        if (got) {
+            assert (got->type == SBX_MSG_AGENT_FILE_WRITE);
+            assert (sbx_msg_agent_file_write (got)->offset == expect++);
+            sbx_msg_destroy (&got);
+        }
+    }
+    assert (expect == 100 - refused && counts[0] == refused);
 
     vmd_agentlink_destroy (&link);
     vmd_agentlink_destroy (&link);

@@ -14,6 +14,13 @@
 
     Callbacks run from the loop, never from inside a vmd_agentlink_* call, and must not
     destroy the link that called them (schedule it).
+
+    What waits for a guest that does not read is bounded (4 MiB encoded, 64 requests
+    queued), and so is what the guest sends: a frame longer than SBX_MSG_MAX_FRAME is
+    refused at its header (the link reconnects), so the link holds at most one frame
+    plus one read (agent_frame); and a frame that has not arrived whole within the
+    frame timeout (a header announcing more than comes) is dropped: the link logs it
+    with the sandbox's name and reconnects, failing what was sent on the old stream.
 */
 #ifndef VMD_AGENTLINK_H_INCLUDED
 #define VMD_AGENTLINK_H_INCLUDED
@@ -23,6 +30,11 @@
 #include <stdint.h>
 
 #include "sbx_msg.h"
+
+//  A frame from the agent must arrive whole within this (ms) of its first byte: the
+//  largest reply (an exec's 2 x 8 MiB of output) takes about 1.5 s at the channel's
+//  11 MiB/s under TCG.
+#define VMD_AGENTLINK_FRAME_TIMEOUT 10000
 
 typedef struct _vmd_agentlink_t vmd_agentlink_t;
 
@@ -44,11 +56,17 @@ void vmd_agentlink_set_handlers (vmd_agentlink_t *self, vmd_agentlink_hello_fn *
                                  vmd_agentlink_lost_fn *lost, void *arg);
 //  How long to keep trying to reach the socket before `lost` (default 30 s).
 void vmd_agentlink_set_connect_timeout (vmd_agentlink_t *self, int msecs);
+//  How long a frame may take to arrive whole (0: VMD_AGENTLINK_FRAME_TIMEOUT).
+void vmd_agentlink_set_frame_timeout (vmd_agentlink_t *self, uint32_t msecs);
+//  Times the link dropped an incomplete frame and reset the channel.
+size_t vmd_agentlink_frames_dropped (vmd_agentlink_t *self);
 
 //  Sends an agent request (takes it) under a rid of the link's own; fn gets exactly one
-//  answer within timeout_ms (0: 60 s). Requests made while disconnected are queued
-//  until the next connection. Returns the link's rid (for cancel), or 0 when the
-//  request does not encode (fn is then called from the loop with invalid_argument).
+//  answer within timeout_ms (0: 60 s). Requests made while disconnected, or while 4 MiB
+//  of output wait for a guest that does not read, are queued (their deadlines run).
+//  Returns the link's rid (for cancel), or 0 when the request does not encode (fn is
+//  then called from the loop with invalid_argument) or 64 requests are queued already
+//  (fn gets unavailable from the loop).
 uint64_t vmd_agentlink_request (vmd_agentlink_t *self, sbx_msg_t **request_p, uint32_t timeout_ms,
                                 vmd_agentlink_reply_fn *fn, void *arg);
 //  Forgets a request: its callback will not be called.

@@ -659,6 +659,7 @@ static int s_open_channels (vmd_guest_t *self)
     self->close_qmp = self->close_link = false;
     vmd_qmp_set_handlers (self->qmp, NULL, s_on_qmp_event, s_on_qmp_closed, self);
     vmd_agentlink_set_handlers (self->link, s_on_hello, s_on_link_lost, self);
+    vmd_agentlink_set_frame_timeout (self->link, self->env->frame_timeout_ms);
     return 0;
 }
 

@@ -46,6 +46,9 @@ typedef struct {
     //  must end with the agent's answer within this, else QEMU is killed and the
     //  operation fails (0: VMD_GUEST_RESTORE_MS).
     uint32_t restore_ms;
+    //  A frame from the guest's agent must arrive whole within this, else the channel is
+    //  reset (0: VMD_AGENTLINK_FRAME_TIMEOUT; vmd_agentlink).
+    uint32_t frame_timeout_ms;
     vmd_guest_done_fn *done;
     vmd_guest_failed_fn *failed;
     //  Asks the owner to call vmd_guest_collect soon, from a poller (not a timer).

@@ -36,7 +36,8 @@ struct _vmd_server_t {
     vmd_template_t *templates; //  vmd.templates: restored instead of cold boots
     zlistx_t *cold;            //  rids of template creates that failed: boot them cold
     int sweep;
-    int wake_fd; //  eventfd: guests have something to collect
+    int wake_fd;              //  eventfd: guests have something to collect
+    vmd_firewall_t *firewall; //  the guests' egress policy, kept current (NULL: open)
 };
 
 //  --------------------------------------------------------------------------
@@ -764,9 +765,10 @@ static void *s_strdup (const void *item)
 //  Guests reach the public internet only (vmd_firewall), or, when the operator sets
 //  vmd.network = open, whatever the host reaches. The policy keys on the QEMU user's
 //  uid, so it needs a user of QEMU's own: vmd refuses to start rather than run guests
-//  unconfined.
-static int s_network_setup (sbx_config_t *config)
+//  unconfined. The policy follows the host's networks and resolver from the loop.
+static int s_network_setup (vmd_server_t *self)
 {
+    sbx_config_t *config = self->config;
     const char *network = sbx_config_get (config, "vmd.network", "isolated");
     if (streq (network, "open")) {
         sbx_warn ("vmd.network = open: guests reach the host's services and private networks");
@@ -786,7 +788,8 @@ static int s_network_setup (sbx_config_t *config)
                    "vmd.network = open to run guests without network isolation");
         return -1;
     }
-    return vmd_firewall_apply (uid, NULL, NULL);
+    self->firewall = vmd_firewall_new (self->loop, uid, NULL, NULL);
+    return self->firewall ? 0 : -1;
 }
 
 vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
@@ -831,20 +834,23 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
     }
     //  Found once now (a short popen), not in the loop later: snapshots record it.
     sbx_info ("QEMU here: %s", *vmd_qemu_version () ? vmd_qemu_version () : "unknown");
-    if (s_network_setup (config) == -1) {
+    if (s_network_setup (self) == -1) {
         vmd_server_destroy (&self);
         return NULL;
     }
-    self->env = (vmd_guest_env_t){.loop = loop,
-                                  .vms_dir = self->vms_dir,
-                                  .image_dir = self->image_dir,
-                                  .qemu_user = sbx_config_get (config, "vmd.qemu_user", NULL),
-                                  .restore_ms = (uint32_t) sbx_config_get_uint (
-                                      config, "vmd.restore_timeout_ms", VMD_GUEST_RESTORE_MS),
-                                  .done = s_on_done,
-                                  .failed = s_on_failed,
-                                  .wake = s_wake,
-                                  .arg = self};
+    self->env = (vmd_guest_env_t){
+        .loop = loop,
+        .vms_dir = self->vms_dir,
+        .image_dir = self->image_dir,
+        .qemu_user = sbx_config_get (config, "vmd.qemu_user", NULL),
+        .restore_ms =
+            (uint32_t) sbx_config_get_uint (config, "vmd.restore_timeout_ms", VMD_GUEST_RESTORE_MS),
+        .frame_timeout_ms = (uint32_t) sbx_config_get_uint (config, "vmd.agent_frame_timeout_ms",
+                                                            VMD_AGENTLINK_FRAME_TIMEOUT),
+        .done = s_on_done,
+        .failed = s_on_failed,
+        .wake = s_wake,
+        .arg = self};
     //  The guests a previous vmd left: re-adopt, or report.
     DIR *dir = opendir (self->vms_dir);
     struct dirent *entry;
@@ -883,6 +889,7 @@ void vmd_server_destroy (vmd_server_t **self_p)
     if (self->sweep > 0)
         zloop_timer_end (self->loop, self->sweep);
     vmd_template_destroy (&self->templates);
+    vmd_firewall_destroy (&self->firewall);
     zhashx_destroy (&self->guests);
     if (self->wake_fd >= 0) {
         zmq_pollitem_t item = {NULL, self->wake_fd, ZMQ_POLLIN, 0};

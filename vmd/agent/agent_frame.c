@@ -18,14 +18,19 @@ typedef struct {
     size_t size; //  bytes held from data + pos
     size_t pos;  //  bytes already consumed at the front
     size_t alloc;
+    size_t max_alloc; //  never grow beyond this (0: no bound)
 } s_queue_t;
 
 struct agent_frame_s {
     int fd;
     s_queue_t in;
     s_queue_t out;
-    bool resync; //  lost our place: skipping to a plausible header
+    bool resync;      //  lost our place: skipping to a plausible header
+    uint32_t limit;   //  the largest frame taken in (agent_frame_set_limit)
+    int64_t front_ms; //  when the frame at the front of the input began to arrive
 };
+
+static int64_t s_now_ms (void);
 
 static int s_queue_reserve (s_queue_t *q, size_t more)
 {
@@ -38,6 +43,9 @@ static int s_queue_reserve (s_queue_t *q, size_t more)
     size_t alloc = q->alloc ? q->alloc : 64 * 1024;
     while (alloc < q->size + more)
         alloc *= 2;
+    //  Doubling would overshoot the bound: take exactly what it allows.
+    if (q->max_alloc && alloc > q->max_alloc && q->size + more <= q->max_alloc)
+        alloc = q->max_alloc;
     uint8_t *data = realloc (q->data, alloc);
     if (!data)
         return -1;
@@ -71,15 +79,26 @@ static void s_queue_take (s_queue_t *q, size_t size)
 
 static void s_queue_clear (s_queue_t *q)
 {
+    size_t max_alloc = q->max_alloc;
     free (q->data);
     memset (q, 0, sizeof *q);
+    q->max_alloc = max_alloc;
+}
+
+//  The input never holds more than one incomplete frame of the limit plus one read.
+static size_t s_in_bound (const agent_frame_t *self)
+{
+    return AGENT_FRAME_HEADER + (size_t) self->limit + READ_CHUNK;
 }
 
 agent_frame_t *agent_frame_new (int fd)
 {
     agent_frame_t *self = calloc (1, sizeof *self);
-    if (self)
+    if (self) {
         self->fd = fd;
+        self->limit = SBX_MSG_MAX_FRAME;
+        self->in.max_alloc = s_in_bound (self);
+    }
     return self;
 }
 
@@ -98,6 +117,7 @@ void agent_frame_reset (agent_frame_t *self, int fd)
     s_queue_clear (&self->in);
     s_queue_clear (&self->out);
     self->resync = false;
+    self->front_ms = 0;
     self->fd = fd;
 }
 
@@ -106,17 +126,44 @@ int agent_frame_fd (const agent_frame_t *self)
     return self->fd;
 }
 
+void agent_frame_set_limit (agent_frame_t *self, uint32_t max_frame)
+{
+    self->limit = max_frame && max_frame < SBX_MSG_MAX_FRAME ? max_frame : SBX_MSG_MAX_FRAME;
+    self->in.max_alloc = s_in_bound (self);
+}
+
+size_t agent_frame_held (const agent_frame_t *self)
+{
+    return self->in.size;
+}
+
+int64_t agent_frame_waiting_ms (const agent_frame_t *self)
+{
+    return self->in.size ? s_now_ms () - self->front_ms : 0;
+}
+
 ssize_t agent_frame_read (agent_frame_t *self)
 {
-    if (s_queue_reserve (&self->in, READ_CHUNK) != 0) {
+    //  Never beyond the bound: a caller that stops taking frames gets ENOBUFS, not an
+    //  ever larger buffer.
+    size_t bound = s_in_bound (self);
+    size_t room = self->in.size < bound ? bound - self->in.size : 0;
+    size_t want = room < READ_CHUNK ? room : READ_CHUNK;
+    if (want == 0) {
+        errno = ENOBUFS;
+        return -1;
+    }
+    if (s_queue_reserve (&self->in, want) != 0) {
         errno = ENOMEM;
         return -1;
     }
     ssize_t n;
     do
-        n = read (self->fd, self->in.data + self->in.pos + self->in.size, READ_CHUNK);
+        n = read (self->fd, self->in.data + self->in.pos + self->in.size, want);
     while (n < 0 && errno == EINTR);
     if (n > 0) {
+        if (self->in.size == 0)
+            self->front_ms = s_now_ms ();
         self->in.size += (size_t) n;
         return n;
     }
@@ -129,7 +176,18 @@ ssize_t agent_frame_read (agent_frame_t *self)
 
 int agent_frame_feed (agent_frame_t *self, const void *data, size_t size)
 {
+    if (self->in.size == 0 && size)
+        self->front_ms = s_now_ms ();
     return s_queue_put (&self->in, data, size);
+}
+
+//  Takes size bytes from the front of the input; what remains is the start of the next
+//  frame, whose wait starts now (it came with the last read: at most a read ago).
+static void s_in_take (agent_frame_t *self, size_t size)
+{
+    s_queue_take (&self->in, size);
+    if (self->in.size)
+        self->front_ms = s_now_ms ();
 }
 
 static uint32_t s_get_be32 (const uint8_t *p)
@@ -139,10 +197,10 @@ static uint32_t s_get_be32 (const uint8_t *p)
 
 //  A header that can start a frame: a length within the limit, then a msgpack map
 //  (fixmap, map16 or map32), which every sbx_msg frame begins with.
-static bool s_plausible (const uint8_t *p, size_t avail)
+static bool s_plausible (const uint8_t *p, size_t avail, uint32_t limit)
 {
     uint32_t len = s_get_be32 (p);
-    if (len == 0 || len > SBX_MSG_MAX_FRAME)
+    if (len == 0 || len > limit)
         return false;
     if (avail < AGENT_FRAME_HEADER + 1)
         return true; //  can't tell yet
@@ -156,8 +214,9 @@ int agent_frame_next (agent_frame_t *self, sbx_msg_t **msg_p, sbx_err_t *err)
     s_queue_t *in = &self->in;
     if (self->resync) {
         //  Skip a byte at a time; the header needs its first payload byte to be judged.
-        while (in->size >= AGENT_FRAME_HEADER + 1 && !s_plausible (in->data + in->pos, in->size))
-            s_queue_take (in, 1);
+        while (in->size >= AGENT_FRAME_HEADER + 1 &&
+               !s_plausible (in->data + in->pos, in->size, self->limit))
+            s_in_take (self, 1);
         if (in->size < AGENT_FRAME_HEADER + 1)
             return 0;
         self->resync = false;
@@ -165,15 +224,16 @@ int agent_frame_next (agent_frame_t *self, sbx_msg_t **msg_p, sbx_err_t *err)
     if (in->size < AGENT_FRAME_HEADER)
         return 0;
     uint32_t len = s_get_be32 (in->data + in->pos);
-    if (len == 0 || len > SBX_MSG_MAX_FRAME) {
-        s_queue_take (in, 1);
+    //  Refused at its header: a frame above the limit is never buffered.
+    if (len == 0 || len > self->limit) {
+        s_in_take (self, 1);
         self->resync = true;
         if (err)
             memset (err, 0, sizeof *err);
         return sbx_err_set (err, SBX_E_INVALID_ARGUMENT,
                             "frame length %u is %s (limit %u bytes): skipping to the next "
                             "frame; a host should reconnect",
-                            len, len ? "too large" : "zero", SBX_MSG_MAX_FRAME);
+                            len, len ? "too large" : "zero", self->limit);
     }
     if (in->size < AGENT_FRAME_HEADER + (size_t) len)
         return 0;
@@ -181,7 +241,7 @@ int agent_frame_next (agent_frame_t *self, sbx_msg_t **msg_p, sbx_err_t *err)
     sbx_err_t *e = err ? err : &local;
     memset (e, 0, sizeof *e);
     sbx_msg_t *msg = sbx_msg_decode (in->data + in->pos + AGENT_FRAME_HEADER, len, e);
-    s_queue_take (in, AGENT_FRAME_HEADER + (size_t) len);
+    s_in_take (self, AGENT_FRAME_HEADER + (size_t) len);
     if (!msg)
         return -1;
     *msg_p = msg;
@@ -374,6 +434,60 @@ void agent_frame_test (bool verbose)
     }
     assert (agent_frame_next (b, &got, &err) == 1 && got->rid == 7);
     sbx_msg_destroy (&got);
+
+    //  The bound: a header above the limit is refused before its body arrives, the
+    //  skipped bytes are not kept, and the next good frame still comes through.
+    agent_frame_set_limit (b, 1000);
+    uint8_t big[4] = {0, 0, 0x13, 0x88}; //  5000 bytes announced
+    assert (agent_frame_send_raw (a, big, 4) == 0);
+    uint8_t *filler = calloc (1, 3 * READ_CHUNK);
+    assert (filler && agent_frame_send_raw (a, filler, 3 * READ_CHUNK) == 0);
+    assert (agent_frame_send_raw (a, head, 4) == 0 && agent_frame_send_raw (a, enc, enc_size) == 0);
+    size_t most = 0;
+    int refused = 0;
+    got = NULL;
+    for (int turns = 0; !got && turns < 10000; turns++) {
+        agent_frame_flush (a);
+        struct pollfd pfd = {.fd = sv[1], .events = POLLIN};
+        if (poll (&pfd, 1, 100) == 1)
+            assert (agent_frame_read (b) >= 0);
+        if (agent_frame_held (b) > most)
+            most = agent_frame_held (b);
+        int rc;
+        while ((rc = agent_frame_next (b, &got, &err)) == -1)
+            refused++;
+        if (rc == 1)
+            assert (got->rid == 7);
+    }
+    assert (got && refused == 1);
+    sbx_msg_destroy (&got);
+    assert (most <= AGENT_FRAME_HEADER + 1000 + READ_CHUNK);
+    //  A caller that stops taking frames meets the bound instead of a growing buffer.
+    assert (agent_frame_feed (b, filler, AGENT_FRAME_HEADER + 1000 + READ_CHUNK) == 0);
+    assert (agent_frame_read (b) == -1 && errno == ENOBUFS);
+    agent_frame_reset (b, sv[1]);
+    free (filler);
+    agent_frame_set_limit (b, 0);
+
+    //  A partial frame waits; waiting_ms tells the caller for how long, reset drops it.
+    assert (agent_frame_held (b) == 0 && agent_frame_waiting_ms (b) == 0);
+    agent_frame_feed (b, head, 4);
+    agent_frame_feed (b, enc, enc_size - 1);
+    assert (agent_frame_next (b, &got, &err) == 0 && agent_frame_held (b) == 4 + enc_size - 1);
+    poll (NULL, 0, 30);
+    assert (agent_frame_waiting_ms (b) >= 30);
+    agent_frame_reset (b, sv[1]);
+    assert (agent_frame_held (b) == 0 && agent_frame_waiting_ms (b) == 0);
+    //  A whole frame followed by the start of another: the wait is the new frame's own.
+    agent_frame_feed (b, head, 4);
+    poll (NULL, 0, 30);
+    agent_frame_feed (b, enc, enc_size);
+    agent_frame_feed (b, head, 2);
+    assert (agent_frame_next (b, &got, &err) == 1);
+    sbx_msg_destroy (&got);
+    assert (agent_frame_next (b, &got, &err) == 0 && agent_frame_held (b) == 2);
+    assert (agent_frame_waiting_ms (b) < 30);
+    agent_frame_reset (b, sv[1]);
     free (enc);
     sbx_msg_destroy (&msg);
 

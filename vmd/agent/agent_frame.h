@@ -11,6 +11,13 @@
     -1 once, then skips bytes until a plausible header (a length within the limit followed
     by a msgpack map) starts the next frame. The host end resets the stream instead by
     reconnecting; then both sides call agent_frame_reset.
+
+    The input is bounded: a frame longer than the limit (agent_frame_set_limit, at most
+    SBX_MSG_MAX_FRAME) is refused at its header and never buffered, and read never holds
+    more than one incomplete frame plus one read (header + limit + 1 MiB). A peer that
+    announces a frame and sends less would hold the stream forever: waiting_ms says how
+    long the frame at the front has waited for its rest, so the caller can give up on it
+    (vmd resets the channel after vmd.agent_frame_timeout_ms).
 */
 #ifndef AGENT_FRAME_H_INCLUDED
 #define AGENT_FRAME_H_INCLUDED
@@ -38,8 +45,20 @@ void agent_frame_reset (agent_frame_t *self, int fd);
 
 int agent_frame_fd (const agent_frame_t *self);
 
+//  The largest frame taken in (0 or above SBX_MSG_MAX_FRAME: SBX_MSG_MAX_FRAME, the
+//  default). A longer header is a bad frame (next answers -1) and its bytes are skipped.
+void agent_frame_set_limit (agent_frame_t *self, uint32_t max_frame);
+
+//  Input bytes held: once next has answered 0, the start of a frame still arriving.
+size_t agent_frame_held (const agent_frame_t *self);
+
+//  How long (ms) the frame at the front of the input has been arriving: since its first
+//  byte came (0 when nothing is held). Take every whole frame with next first.
+int64_t agent_frame_waiting_ms (const agent_frame_t *self);
+
 //  Reads what the fd has now (up to 1 MiB). Returns the byte count (> 0), 0 when the fd
-//  would block, -1 at end of stream or on an error (errno says which; 0 for EOF).
+//  would block, -1 at end of stream or on an error (errno says which; 0 for EOF;
+//  ENOBUFS when the input is at its bound because the caller stopped taking frames).
 ssize_t agent_frame_read (agent_frame_t *self);
 
 //  Appends bytes received some other way. Returns 0, or -1 when out of memory.
