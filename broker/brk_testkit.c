@@ -37,7 +37,9 @@ sbx_msg_t *brk_testkit_call (zsock_t *sock, sbx_msg_t *request, uint64_t rid)
     }
     brk_testkit_send (sock, &request);
     while (true) {
-        sbx_msg_t *reply = brk_testkit_recv (sock, 10000);
+        //  Generous: a real guest's first create under TCG on a loaded 2-core host can
+        //  take well over 10 s (unit.vmd_server).
+        sbx_msg_t *reply = brk_testkit_recv (sock, 60000);
         assert (reply);
         if (reply->rid == rid)
             return reply;
