@@ -11,6 +11,7 @@
 #define GW_ACCOUNT_H_INCLUDED
 
 #include "gw_http.h"
+#include "gw_verify.h"
 #include "sbx_common.h"
 
 typedef struct gw_account_t gw_account_t;
@@ -18,6 +19,9 @@ typedef struct gw_account_t gw_account_t;
 gw_account_t *gw_account_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http,
                               sbx_peer_t *peer);
 void gw_account_destroy (gw_account_t **self_p);
+
+//  Signs in with the gateway's shared verifier (borrowed; see gw_signin_set_verify).
+void gw_account_set_verify (gw_account_t *self, gw_verify_t *verify);
 
 //  Serves /account (GET, POST) and returns true; false for any other path.
 bool gw_account_handle (gw_account_t *self, gw_request_t *req);

@@ -1093,6 +1093,11 @@ gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, 
     return self;
 }
 
+void gw_oauth_set_verify (gw_oauth_t *self, gw_verify_t *verify)
+{
+    gw_signin_set_verify (self->signin, verify);
+}
+
 void gw_oauth_destroy (gw_oauth_t **self_p)
 {
     assert (self_p);
