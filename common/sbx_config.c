@@ -55,6 +55,13 @@ static const s_known_t s_known[] = {
     //  The gateway's tap-fed copy of sandboxes (gateway/gw_cache.h).
     {"gateway.read_cache", "on"},
     {"gateway.usage_cache_ms", "1000"},
+    //  The edge against slow and guessing clients (docs/operations.md, gateway/gw_http.h):
+    //  deadlines for a request's headers and its body's progress, the sign-in pool, and
+    //  dynamic client registrations per client address per minute.
+    {"gateway.header_timeout_ms", "30000"},
+    {"gateway.body_timeout_ms", "30000"},
+    {"gateway.signin_threads", "2"},
+    {"gateway.register_per_minute", "10"},
     //  Plan limits (docs/limits.md): plan.P.* for any plan P; unset fields of another plan
     //  take the free plan's values; 0 means no limit.
     {"plan.free.starts_per_day", "100"},
