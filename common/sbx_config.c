@@ -363,6 +363,10 @@ void sbx_config_test (bool verbose)
     assert (sbx_config_get_uint (config, "heartbeat_ms", 0) == 1000);
     assert (sbx_config_get (config, "nonsense", "x")[0] == 'x');
     assert (sbx_config_set (config, "nonsense", "1") == -1);
+    //  A slow client is cut within a minute by default (docs/operations.md).
+    uint64_t header_ms = sbx_config_get_uint (config, "gateway.header_timeout_ms", 0);
+    uint64_t body_ms = sbx_config_get_uint (config, "gateway.body_timeout_ms", 0);
+    assert (header_ms > 0 && header_ms <= 60000 && body_ms > 0 && body_ms <= 60000);
     //  Every plan field is known for any plan the operator names.
     assert (sbx_config_set (config, "plan.pro.requests_per_second", "50") == 0);
     assert (sbx_config_set (config, "plan.pro.snapshots", "10") == 0);
