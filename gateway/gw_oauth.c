@@ -1092,7 +1092,13 @@ gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, 
     self->fetch = gw_fetch_new (loop, &options);
     const char *per_minute =
         config ? sbx_config_get (config, "gateway.register_per_minute", "10") : "10";
-    self->registrations = gw_ratelimit_new ((size_t) strtoul (per_minute, NULL, 10), 60000);
+    char *end = NULL;
+    unsigned long registrations = strtoul (per_minute, &end, 10);
+    if (end != per_minute && !*end && *per_minute != '-')
+        self->registrations = gw_ratelimit_new ((size_t) registrations, 60000);
+    else
+        sbx_error ("gateway.register_per_minute must be a number (0 = no limit), not '%s'",
+                   per_minute);
     self->issuer = config ? sbx_urls_base (config) : strdup ("https://localhost:8443");
     if (self->issuer && asprintf (&self->resource, "%s/mcp", self->issuer) < 0)
         self->resource = NULL;
