@@ -5,7 +5,9 @@
     and each answer comes back to the loop, where the callback is called. One sign-in
     name has at most one check on the pool at a time (the others wait in the loop), so a
     burst of guesses for one account holds one thread and other people's sign-ins pass it
-    on the others.
+    on the others. A name with wrong guesses in its window is checked on a thread of its
+    own instead, at a lower CPU priority (nice 10), so on busy CPUs guessing slows neither
+    other people's sign-ins nor the gateway's loop.
 
     Guessing is throttled: a name may have at most 10 wrong passwords within 15 minutes,
     counting checks still in flight as wrong, so 40 attempts at once start 10 checks and
@@ -32,8 +34,9 @@ typedef enum {
 //  Called once from the loop with the result.
 typedef void (gw_verify_fn) (gw_verify_result_t result, void *arg);
 
-//  Starts `threads` worker threads (1 to 64) and reads their answers from the loop
-//  (borrowed). Makes the dummy hash (one argon2id hash, tens of milliseconds).
+//  Starts `threads` worker threads (1 to 64), and the suspect one, and reads their
+//  answers from the loop (borrowed). Makes the dummy hash (one argon2id hash, tens of
+//  milliseconds).
 gw_verify_t *gw_verify_new (zloop_t *loop, size_t threads);
 
 //  Stops the workers; callbacks of pending checks are not called.
