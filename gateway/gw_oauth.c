@@ -358,8 +358,9 @@ static void s_register (gw_oauth_t *self, gw_request_t *req)
 {
     //  Every attempt counts, valid or not: each costs a parse and most a broker write.
     uint64_t retry_ms = 0;
-    if (gw_ratelimit_take (self->registrations, gw_request_peer (req), sbx_clock_mono_ms (),
-                           &retry_ms)) {
+    char address[80];
+    gw_ratelimit_address_key (gw_request_peer (req), address, sizeof address);
+    if (gw_ratelimit_take (self->registrations, address, sbx_clock_mono_ms (), &retry_ms)) {
         char seconds[24], text[200];
         snprintf (seconds, sizeof seconds, "%llu", (unsigned long long) (retry_ms + 999) / 1000);
         snprintf (text, sizeof text,

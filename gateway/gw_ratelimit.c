@@ -1,6 +1,7 @@
 /*  gw_ratelimit - see gw_ratelimit.h */
 #include "gw_ratelimit.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
 
 #define S_MAX_KEYS 10000
@@ -93,6 +94,21 @@ int gw_ratelimit_take (gw_ratelimit_t *self, const char *key, uint64_t now_mono,
     return 0;
 }
 
+void gw_ratelimit_address_key (const char *address, char *key, size_t size)
+{
+    assert (address && key && size);
+    struct in6_addr v6;
+    char text[INET6_ADDRSTRLEN];
+    if (strchr (address, ':') && inet_pton (AF_INET6, address, &v6) == 1) {
+        memset (v6.s6_addr + 8, 0, 8);
+        if (inet_ntop (AF_INET6, &v6, text, sizeof text)) {
+            snprintf (key, size, "%s/64", text);
+            return;
+        }
+    }
+    snprintf (key, size, "%s", address);
+}
+
 //  --------------------------------------------------------------------------
 //  Self test: a window per key, its end, the bound on keys.
 
@@ -121,6 +137,18 @@ void gw_ratelimit_test (bool verbose)
     assert (zhashx_size (limit->windows) <= S_MAX_KEYS);
     gw_ratelimit_destroy (&limit);
     gw_ratelimit_destroy (&limit);
+    //  Addresses: IPv6 by its /64.
+    char key6[64];
+    gw_ratelimit_address_key ("2001:db8:1:2:aaaa:bbbb:cccc:dddd", key6, sizeof key6);
+    assert (streq (key6, "2001:db8:1:2::/64"));
+    gw_ratelimit_address_key ("2001:db8:1:2::1", key6, sizeof key6);
+    assert (streq (key6, "2001:db8:1:2::/64"));
+    gw_ratelimit_address_key ("::1", key6, sizeof key6);
+    assert (streq (key6, "::/64"));
+    gw_ratelimit_address_key ("192.0.2.7", key6, sizeof key6);
+    assert (streq (key6, "192.0.2.7"));
+    gw_ratelimit_address_key ("", key6, sizeof key6);
+    assert (streq (key6, ""));
     //  0 allows everything.
     limit = gw_ratelimit_new (0, 60000);
     for (int i = 0; i < 100; i++)

@@ -24,6 +24,11 @@ void gw_ratelimit_destroy (gw_ratelimit_t **self_p);
 int gw_ratelimit_take (gw_ratelimit_t *self, const char *key, uint64_t now_mono,
                        uint64_t *retry_ms);
 
+//  The key for a client address: an IPv4 address as it is, an IPv6 one as its /64
+//  ("2001:db8:1:2::/64"), since one host commonly holds a whole /64 to rotate through.
+//  Anything else is copied as it is.
+void gw_ratelimit_address_key (const char *address, char *key, size_t size);
+
 void gw_ratelimit_test (bool verbose);
 
 #endif

@@ -16,7 +16,7 @@
 #define S_MAX_WRONG    10
 #define S_WINDOW_MS    (15 * 60 * 1000)
 #define S_MAX_TRACKED  10000
-#define S_SUSPECT_NICE 10 //  the suspect thread's niceness (CFS weight 110 against 1024)
+#define S_SUSPECT_NICE 10 //  added to the suspect thread's niceness (CFS weight / 9)
 
 //  One attempt, from start to its answer. Waiting in its name's list, or on the pool.
 typedef struct {
@@ -64,8 +64,15 @@ static zmsg_t *s_work (zmsg_t *request, void *state)
     //  gateway's loop whenever the CPUs are contended.
     static __thread bool niced;
     if (state && !niced) {
-        if (setpriority (PRIO_PROCESS, (id_t) syscall (SYS_gettid), S_SUSPECT_NICE) != 0)
-            sbx_debug ("verify: cannot lower the suspect thread's priority: %s", strerror (errno));
+        id_t tid = (id_t) syscall (SYS_gettid);
+        errno = 0;
+        int nice = getpriority (PRIO_PROCESS, tid);
+        if (errno == 0) {
+            nice = nice + S_SUSPECT_NICE > 19 ? 19 : nice + S_SUSPECT_NICE;
+            if (setpriority (PRIO_PROCESS, tid, nice) != 0)
+                sbx_debug ("verify: cannot lower the suspect thread's priority: %s",
+                           strerror (errno));
+        }
         niced = true;
     }
     char *hash = zmsg_popstr (request);
@@ -356,10 +363,13 @@ static void s_wait (zloop_t *loop, s_probe_t *probe, int expect)
     zloop_timer_end (loop, t2);
 }
 
-//  Threads of this process at the suspect thread's niceness.
+//  Threads of this process nicer than the one calling (the test's).
 static int s_niced_threads (void)
 {
     int count = 0;
+    errno = 0;
+    int mine = getpriority (PRIO_PROCESS, (id_t) syscall (SYS_gettid));
+    assert (errno == 0);
     DIR *tasks = opendir ("/proc/self/task");
     assert (tasks);
     for (struct dirent *task = readdir (tasks); task; task = readdir (tasks)) {
@@ -376,7 +386,7 @@ static int s_niced_threads (void)
         if (after &&
             sscanf (after + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d",
                     &nice) == 1 &&
-            nice == S_SUSPECT_NICE)
+            nice > mine)
             count++;
         fclose (file);
     }
@@ -410,8 +420,11 @@ void gw_verify_test (bool verbose)
         assert (gw_verify_start (verify, "A@X", hash, "guess", s_probe, &probe));
     s_wait (loop, &probe, 9);
     assert (probe.answers == 9 && probe.results[8] == GW_VERIFY_WRONG);
-    //  Those after the first wrong one ran on the suspect thread, at its lower priority.
-    assert (s_niced_threads () == 1);
+    //  Those after the first wrong one ran on the suspect thread, at its lower priority
+    //  (unless the test itself runs at the lowest already: nothing is lower).
+    errno = 0;
+    int mine = getpriority (PRIO_PROCESS, (id_t) syscall (SYS_gettid));
+    assert (errno == 0 && (mine >= 19 || s_niced_threads () == 1));
     probe.answers = 0;
     assert (gw_verify_start (verify, "a@x", hash, "correct horse", s_probe, &probe) == 0);
     assert (probe.answers == 1 && probe.results[0] == GW_VERIFY_THROTTLED); //  at once

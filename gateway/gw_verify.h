@@ -6,7 +6,7 @@
     name has at most one check on the pool at a time (the others wait in the loop), so a
     burst of guesses for one account holds one thread and other people's sign-ins pass it
     on the others. A name with wrong guesses in its window is checked on a thread of its
-    own instead, at a lower CPU priority (nice 10), so on busy CPUs guessing slows neither
+    own instead, at a lower CPU priority (niceness + 10), so on busy CPUs guessing slows neither
     other people's sign-ins nor the gateway's loop.
 
     Guessing is throttled: a name may have at most 10 wrong passwords within 15 minutes,
