@@ -30,9 +30,10 @@ PASSWORD = "correct horse battery"
 DEADLINE_MS = 3000  # gateway.header_timeout_ms and gateway.body_timeout_ms here
 REGISTER_PER_MINUTE = 5
 BURST = 40
-# The target is 0.2 s; asserted with room for a loaded CI machine (or one idle
-# check time, if longer), printed always.
-SLOWDOWN_BOUND_S = 0.6
+# The target is 0.2 s; asserted with room for a loaded CI machine (or 1.5 idle
+# sign-in times, if longer), printed always. Queued behind the burst (one worker) it
+# would be ten check times.
+SLOWDOWN_BOUND_S = 0.8
 
 
 class Fields(HTMLParser):
@@ -199,9 +200,9 @@ class EdgeHttpTest(unittest.TestCase):
             status, _, took = self.sign_in("other@example.com", PASSWORD)
             idle.append(took)
         added = statistics.median(busy) - statistics.median(idle)
-        # Queued behind the burst's ten checks it would wait ten check times; sharing the
-        # CPUs with them it waits at most about one more (more when the host is loaded).
-        bound = max(SLOWDOWN_BOUND_S, statistics.median(idle))
+        # Queued behind the burst's ten checks it would wait ten check times; beside them
+        # on the pool it shares only the CPUs (which cost more the more loaded the host).
+        bound = max(SLOWDOWN_BOUND_S, 1.5 * statistics.median(idle))
         print(f"\nsign-in of another account: idle median {statistics.median(idle):.3f} s, "
               f"during a burst median {statistics.median(busy):.3f} s, added {added:.3f} s "
               f"(target < 0.2 s; asserted < {bound:.3f} s); idle "
