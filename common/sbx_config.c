@@ -58,6 +58,13 @@ static const s_known_t s_known[] = {
     {"gateway.read_cache", "on"},
     {"gateway.usage_cache_ms", "1000"},
     {"gateway.auth_cache_ms", "5000"}, //  how long a good API key is trusted unasked (gw_auth)
+    //  The edge against slow and guessing clients (docs/operations.md, gateway/gw_http.h):
+    //  deadlines for a request's headers and its body's progress, the sign-in pool, and
+    //  dynamic client registrations per client address per minute.
+    {"gateway.header_timeout_ms", "30000"},
+    {"gateway.body_timeout_ms", "30000"},
+    {"gateway.signin_threads", "2"},
+    {"gateway.register_per_minute", "10"},
     //  Plan limits (docs/limits.md): plan.P.* for any plan P; unset fields of another plan
     //  take the free plan's values; 0 means no limit.
     {"plan.free.starts_per_day", "100"},
@@ -359,6 +366,10 @@ void sbx_config_test (bool verbose)
     assert (sbx_config_get_uint (config, "heartbeat_ms", 0) == 1000);
     assert (sbx_config_get (config, "nonsense", "x")[0] == 'x');
     assert (sbx_config_set (config, "nonsense", "1") == -1);
+    //  A slow client is cut within a minute by default (docs/operations.md).
+    uint64_t header_ms = sbx_config_get_uint (config, "gateway.header_timeout_ms", 0);
+    uint64_t body_ms = sbx_config_get_uint (config, "gateway.body_timeout_ms", 0);
+    assert (header_ms > 0 && header_ms <= 60000 && body_ms > 0 && body_ms <= 60000);
     //  Every plan field is known for any plan the operator names.
     assert (sbx_config_set (config, "plan.pro.requests_per_second", "50") == 0);
     assert (sbx_config_set (config, "plan.pro.snapshots", "10") == 0);

@@ -45,6 +45,7 @@ static const char *const s_code_names[] = {
     "internal",
     "unavailable",
     "timeout",
+    "not_implemented",
 };
 const sbx_meta_enum_t sbx_meta_code = {"error_code", s_code_names, SBX_CODE__COUNT};
 const int sbx_meta_code_http[SBX_CODE__COUNT] = {
@@ -63,6 +64,7 @@ const int sbx_meta_code_http[SBX_CODE__COUNT] = {
     500, //  internal
     503, //  unavailable
     504, //  timeout
+    501, //  not_implemented
 };
 
 static const char *const s_enum_role_values[] = {

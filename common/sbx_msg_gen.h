@@ -50,6 +50,9 @@ typedef enum {
     SBX_E_UNAVAILABLE,
     //  timeout (504): The request's deadline passed before an answer came.
     SBX_E_TIMEOUT,
+    //  not_implemented (501): The request uses an HTTP feature the gateway does not support (a
+    //  transfer coding other than chunked).
+    SBX_E_NOT_IMPLEMENTED,
     SBX_CODE__COUNT
 } sbx_code_t;
 

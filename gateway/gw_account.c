@@ -447,6 +447,11 @@ gw_account_t *gw_account_new (sbx_config_t *config, zloop_t *loop, gw_http_t *ht
     return self;
 }
 
+void gw_account_set_verify (gw_account_t *self, gw_verify_t *verify)
+{
+    gw_signin_set_verify (self->signin, verify);
+}
+
 void gw_account_destroy (gw_account_t **self_p)
 {
     assert (self_p);

@@ -12,6 +12,7 @@
 
 #include "gw_auth.h"
 #include "gw_http.h"
+#include "gw_verify.h"
 #include "sbx_common.h"
 
 typedef struct gw_account_t gw_account_t;
@@ -19,6 +20,9 @@ typedef struct gw_account_t gw_account_t;
 gw_account_t *gw_account_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http,
                               sbx_peer_t *peer, gw_auth_t *auth);
 void gw_account_destroy (gw_account_t **self_p);
+
+//  Signs in with the gateway's shared verifier (borrowed; see gw_signin_set_verify).
+void gw_account_set_verify (gw_account_t *self, gw_verify_t *verify);
 
 //  Serves /account (GET, POST) and returns true; false for any other path.
 bool gw_account_handle (gw_account_t *self, gw_request_t *req);

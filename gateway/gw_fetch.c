@@ -218,7 +218,7 @@ gw_fetch_t *gw_fetch_new (zloop_t *loop, const gw_fetch_options_t *options)
     args->allow_private = options && options->allow_private;
     args->ca_file = options && options->ca_file ? strdup (options->ca_file) : NULL;
     //  The worker owns args from here.
-    self->worker = gw_worker_new (loop, s_transfer, args, s_worker_args_free);
+    self->worker = gw_worker_new (loop, 1, s_transfer, args, s_worker_args_free);
     if (!self->worker) {
         gw_fetch_destroy (&self);
         return NULL;

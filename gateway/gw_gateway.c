@@ -8,6 +8,7 @@
 #include "gw_proxy.h"
 #include "gw_rest.h"
 #include "gw_tls.h"
+#include "gw_verify.h"
 
 #include <assert.h>
 #include <jansson.h>
@@ -21,8 +22,9 @@ struct gw_gateway_t {
     gw_account_t *account; //  /account, the account web page
     gw_proxy_t *proxy;     //  <label>-<port>.box.<domain> hosts
     gw_rest_t *rest;
-    gw_auth_t *auth;   //  credentials, shared by every front end
-    gw_cache_t *cache; //  the read copy of sandboxes the tools and REST share
+    gw_auth_t *auth;     //  credentials, shared by every front end
+    gw_cache_t *cache;   //  the read copy of sandboxes the tools and REST share
+    gw_verify_t *verify; //  password checks and their throttle, for both sign-in pages
     uint64_t started_ms;
 };
 
@@ -58,16 +60,19 @@ static void s_on_request (gw_request_t *req, void *arg)
             return;
         }
         bool broker = sbx_peer_welcomed (self->peer);
-        uint64_t hits = 0, misses = 0;
+        uint64_t hits = 0, misses = 0, checked = 0, throttled = 0;
         if (self->cache)
             gw_cache_counts (self->cache, &hits, &misses);
+        if (self->verify)
+            gw_verify_counts (self->verify, &checked, &throttled);
         s_json (req, broker ? 200 : 503,
-                json_pack ("{s:s, s:b, s:s, s:s, s:I, s:{s:b, s:I, s:I}}", "status",
+                json_pack ("{s:s, s:b, s:s, s:s, s:I, s:{s:b, s:I, s:I}, s:{s:I, s:I}}", "status",
                            broker ? "ok" : "degraded", "broker", broker, "instance",
                            sbx_peer_instance (self->peer), "version", SBX_VERSION, "uptime_s",
                            (json_int_t) ((sbx_clock_now_ms () - self->started_ms) / 1000),
                            "read_cache", "enabled", self->cache != NULL, "hits", (json_int_t) hits,
-                           "misses", (json_int_t) misses));
+                           "misses", (json_int_t) misses, "signin", "checked", (json_int_t) checked,
+                           "throttled", (json_int_t) throttled));
         return;
     }
     if (streq (path, "/mcp") && self->mcp) {
@@ -87,6 +92,19 @@ static void s_on_request (gw_request_t *req, void *arg)
     s_error (req, SBX_E_NOT_FOUND, message);
 }
 
+//  A deadline setting, 1 ms to 1 hour; 0 (and why, logged) when it is not one.
+static unsigned s_ms_setting (sbx_config_t *config, const char *key, const char *fallback)
+{
+    const char *text = sbx_config_get (config, key, fallback);
+    char *end = NULL;
+    unsigned long ms = strtoul (text, &end, 10);
+    if (end == text || *end || ms < 1 || ms > 3600000) {
+        sbx_error ("%s must be a number of milliseconds, 1 to 3600000 (not '%s')", key, text);
+        return 0;
+    }
+    return (unsigned) ms;
+}
+
 gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer)
 {
     gw_gateway_t *self = calloc (1, sizeof *self);
@@ -95,7 +113,14 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
     self->config = config;
     self->peer = peer;
     self->started_ms = sbx_clock_now_ms ();
-    gw_http_options_t options = {.listen = sbx_config_get (config, "listen", "127.0.0.1:8443")};
+    gw_http_options_t options = {
+        .listen = sbx_config_get (config, "listen", "127.0.0.1:8443"),
+        .header_timeout_ms = s_ms_setting (config, "gateway.header_timeout_ms", "30000"),
+        .body_timeout_ms = s_ms_setting (config, "gateway.body_timeout_ms", "30000")};
+    if (!options.header_timeout_ms || !options.body_timeout_ms) {
+        gw_gateway_destroy (&self);
+        return NULL;
+    }
     char *cert = NULL, *key = NULL, *ca = NULL;
     const char *tls = sbx_config_get (config, "tls", "on");
     if (streq (tls, "off"))
@@ -134,10 +159,21 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
         self->rest = gw_rest_new (config, self->http, peer, self->auth);
         self->oauth = gw_oauth_new (config, loop, self->http, peer, self->auth);
         self->account = gw_account_new (config, loop, self->http, peer, self->auth);
+        //  One pool and one throttle for both sign-in pages: guesses spread over the two
+        //  count together, and a burst holds at most one of the threads (gw_verify.h).
+        long threads = atol (sbx_config_get (config, "gateway.signin_threads", "2"));
+        self->verify =
+            threads >= 1 && threads <= 64 ? gw_verify_new (loop, (size_t) threads) : NULL;
+        if (!self->verify)
+            sbx_error ("gateway.signin_threads must be 1 to 64");
         if (!self->auth || !self->mcp || !self->rest || !self->proxy || !self->oauth ||
-            !self->account)
+            !self->account || !self->verify)
             gw_http_destroy (&self->http);
-        else if (self->cache) {
+        else {
+            gw_oauth_set_verify (self->oauth, self->verify);
+            gw_account_set_verify (self->account, self->verify);
+        }
+        if (self->http && self->cache) {
             gw_mcp_set_cache (self->mcp, self->cache);
             gw_rest_set_cache (self->rest, self->cache);
         }
@@ -169,6 +205,7 @@ void gw_gateway_destroy (gw_gateway_t **self_p)
     gw_rest_destroy (&self->rest);
     gw_oauth_destroy (&self->oauth);
     gw_account_destroy (&self->account);
+    gw_verify_destroy (&self->verify); //  after the sign-in pages that borrow it
     //  After MCP and REST: their requests in flight tell it they are gone.
     gw_cache_destroy (&self->cache);
     free (self);

@@ -20,6 +20,17 @@
       follows.
     - Streams are callback responses: the reader copies from our buffer, or suspends
       the connection when the buffer is empty; a write resumes it.
+    - MHD's connection timeout is an idle timeout, started again by every byte, so a
+      client that trickles a byte every few seconds (slowloris) would hold its
+      connection for ever. Each connection gets a record (MHD's connection notifier)
+      with our own deadlines: headers complete by a fixed time, a body that keeps
+      growing; a sweep, run from the same timerfd at the earliest deadline, shuts the
+      socket of a connection past one, and MHD, reading EOF, closes it as usual.
+    - MHD 0.9.75 accepts a response only before the body starts or after it ends, so
+      a chunked body found too large on the way is read to its end and dropped (for a
+      bounded time) before its 413 goes out. A Transfer-Encoding other than chunked
+      would make MHD read the body until the client closes: it is refused (501) as
+      soon as the headers are in.
     - Upgraded HTTPS connections reach the owner through a socketpair that MHD feeds.
       When the TLS client hangs up, MHD 0.9.75 stops reading but does not tell the
       owner's end; the client's socket is watched too, and the owner's end is shut
@@ -54,6 +65,24 @@
 #define GW_HTTP_STREAM_BLOCK  (32 * 1024)
 #define GW_HTTP_MAX_HEADERS   64
 #define GW_HTTP_WATCH_EVENTS  64
+#define GW_HTTP_HEADER_MS     30000
+#define GW_HTTP_BODY_MS       30000
+#define GW_HTTP_BODY_MIN      1024 //  bytes a body must grow by in each body window
+
+//  A connection and its deadlines (zclock_mono ms, 0 = none). Made and freed by MHD's
+//  connection notifier; MHD closes the socket only after telling us.
+typedef struct {
+    void *item; //  in gw_http_t.conns
+    int fd;
+    int64_t header_deadline;     //  the next request's headers must be in by then
+    int64_t body_window;         //  when the body's current window began
+    uint64_t body_bytes;         //  received so far (kept or dropped)
+    uint64_t body_at_window;     //  body_bytes when the window began
+    int64_t discard_deadline;    //  an oversized body must have ended by then
+    bool upgraded;               //  the socket is the owner's: no deadlines
+    bool cut;                    //  shut by the sweep, MHD is closing it
+    char peer[INET6_ADDRSTRLEN]; //  for the log
+} s_conn_t;
 
 struct gw_http_t {
     zloop_t *loop;
@@ -70,7 +99,11 @@ struct gw_http_t {
     bool starting; //  inside MHD_start_daemon: its messages are warnings
     size_t max_body;
     size_t stream_buffer;
-    char *cert_pem; //  MHD keeps pointers to these while it runs
+    int64_t header_ms;
+    int64_t body_ms;
+    zlistx_t *conns;   //  s_conn_t of every open connection
+    int64_t sweep_due; //  the earliest deadline of conns, or 0
+    char *cert_pem;    //  MHD keeps pointers to these while it runs
     char *key_pem;
     zhashx_t *requests; //  id (as the key pointer) → gw_request_t, every live request
     zlistx_t *drained;  //  ids of streams whose drain callback is due
@@ -88,6 +121,7 @@ struct gw_request_t {
     gw_http_t *server;
     struct MHD_Connection *conn;
     uint64_t id;
+    s_conn_t *cx;             //  its connection's deadlines, or NULL (out of memory)
     int fd;                   //  the connection's socket, for the hang-up watch
     int64_t started;          //  zclock_mono ms, for the access log
     char *target;             //  as sent: path and query
@@ -133,6 +167,7 @@ struct gw_request_t {
 };
 
 static void s_run (gw_http_t *self);
+static void s_sweep (gw_http_t *self);
 
 //  --------------------------------------------------------------------------
 //  Keys of the request table are the ids themselves, no allocation.
@@ -180,9 +215,109 @@ static void s_run (gw_http_t *self)
         if (req && req->owned && req->streaming && !req->gone && req->drain_fn)
             req->drain_fn (req, req->drain_arg);
     }
+    if (self->sweep_due && zclock_mono () >= self->sweep_due)
+        s_sweep (self);
     MHD_UNSIGNED_LONG_LONG ms;
     if (MHD_get_timeout (self->daemon, &ms) == MHD_YES)
         s_arm (self, (uint64_t) ms);
+    if (self->sweep_due) {
+        int64_t left = self->sweep_due - zclock_mono ();
+        s_arm (self, left > 0 ? (uint64_t) left : 0);
+    }
+}
+
+//  --------------------------------------------------------------------------
+//  Deadlines against slow clients
+
+static void s_due (gw_http_t *self, int64_t when)
+{
+    if (!self->sweep_due || when < self->sweep_due)
+        self->sweep_due = when;
+}
+
+//  The connection waits for a request: its headers must be in within header_ms.
+static void s_expect_headers (gw_http_t *self, s_conn_t *cx)
+{
+    cx->header_deadline = zclock_mono () + self->header_ms;
+    cx->body_window = 0;
+    cx->discard_deadline = 0;
+    s_due (self, cx->header_deadline);
+}
+
+//  The client's address, numeric ("203.0.113.7", "2001:db8::1"), or "".
+static void s_peer_name (struct MHD_Connection *conn, char *peer, size_t size)
+{
+    peer[0] = 0;
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info (conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (info && info->client_addr) {
+        socklen_t len = info->client_addr->sa_family == AF_INET6 ? sizeof (struct sockaddr_in6)
+                                                                 : sizeof (struct sockaddr_in);
+        if (getnameinfo (info->client_addr, len, peer, (socklen_t) size, NULL, 0, NI_NUMERICHOST) !=
+            0)
+            peer[0] = 0;
+    }
+}
+
+static void s_notify (void *cls, struct MHD_Connection *conn, void **socket_context,
+                      enum MHD_ConnectionNotificationCode code)
+{
+    gw_http_t *self = cls;
+    s_conn_t *cx = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        //  Without a record (out of memory) only MHD's idle timeout applies.
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info (conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        cx = info ? calloc (1, sizeof *cx) : NULL;
+        if (cx && (cx->item = zlistx_add_end (self->conns, cx))) {
+            cx->fd = info->connect_fd;
+            s_peer_name (conn, cx->peer, sizeof cx->peer);
+            *socket_context = cx;
+            s_expect_headers (self, cx);
+        } else
+            free (cx);
+    } else if (cx) {
+        zlistx_delete (self->conns, cx->item);
+        free (cx);
+        *socket_context = NULL;
+    }
+}
+
+//  Shuts the socket of every connection past a deadline (MHD then reads EOF and closes
+//  it, telling owners as for any client that leaves), and finds the next deadline.
+static void s_sweep (gw_http_t *self)
+{
+    int64_t now = zclock_mono ();
+    int64_t next = 0;
+    for (s_conn_t *cx = zlistx_first (self->conns); cx; cx = zlistx_next (self->conns)) {
+        if (cx->cut || cx->upgraded)
+            continue;
+        const char *why = NULL;
+        if (cx->header_deadline && now >= cx->header_deadline)
+            why = "request headers not complete in time";
+        else if (cx->discard_deadline && now >= cx->discard_deadline)
+            why = "an oversized body still arriving";
+        else if (cx->body_window && now - cx->body_window >= self->body_ms) {
+            if (cx->body_bytes - cx->body_at_window < GW_HTTP_BODY_MIN)
+                why = "the body stalled";
+            else {
+                cx->body_window = now;
+                cx->body_at_window = cx->body_bytes;
+            }
+        }
+        if (why) {
+            sbx_info ("http: closing a slow connection from %s: %s", cx->peer, why);
+            shutdown (cx->fd, SHUT_RDWR);
+            cx->cut = true;
+            continue;
+        }
+        int64_t whens[] = {cx->header_deadline, cx->discard_deadline,
+                           cx->body_window ? cx->body_window + self->body_ms : 0};
+        for (size_t i = 0; i < sizeof whens / sizeof whens[0]; i++)
+            if (whens[i] && (!next || whens[i] < next))
+                next = whens[i];
+    }
+    self->sweep_due = next;
 }
 
 //  Makes MHD run soon, from the loop: after a resume, MHD must call the access
@@ -311,6 +446,9 @@ static void *s_uri_log (void *cls, const char *uri, struct MHD_Connection *conn)
     req->id = (uint64_t) atomic_fetch_add (&s_next_id, 1);
     req->started = zclock_mono ();
     req->fd = -1;
+    const union MHD_ConnectionInfo *context =
+        MHD_get_connection_info (conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    req->cx = context ? context->socket_context : NULL;
     req->target = strdup (uri ? uri : "");
     if (!req->target) {
         free (req);
@@ -322,14 +460,7 @@ static void *s_uri_log (void *cls, const char *uri, struct MHD_Connection *conn)
         MHD_get_connection_info (conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (info)
         req->fd = info->connect_fd;
-    info = MHD_get_connection_info (conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (info && info->client_addr) {
-        socklen_t len = info->client_addr->sa_family == AF_INET6 ? sizeof (struct sockaddr_in6)
-                                                                 : sizeof (struct sockaddr_in);
-        if (getnameinfo (info->client_addr, len, req->peer, sizeof req->peer, NULL, 0,
-                         NI_NUMERICHOST) != 0)
-            req->peer[0] = 0;
-    }
+    s_peer_name (conn, req->peer, sizeof req->peer);
     zhashx_insert (self->requests, (void *) (uintptr_t) req->id, req);
     return req;
 }
@@ -348,6 +479,9 @@ static void s_completed (void *cls, struct MHD_Connection *conn, void **con_cls,
     s_unwatch (req);
     req->gone = true;
     zhashx_delete (self->requests, (void *) (uintptr_t) req->id);
+    //  Kept alive for the next request (a cut or upgraded one closes instead).
+    if (req->cx && !req->cx->upgraded && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        s_expect_headers (self, req->cx);
     sbx_debug ("rid=%llu http: %s %s %d %s %lldms peer=%s", (unsigned long long) req->id,
                req->method ? req->method : "-", req->target, req->queued ? req->status : 0,
                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "ok" : "cut",
@@ -448,6 +582,16 @@ static enum MHD_Result s_dispatch (gw_request_t *req)
     return MHD_YES;
 }
 
+static enum MHD_Result s_count_coding (void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value)
+{
+    (void) kind;
+    (void) value;
+    if (strcasecmp (key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
+        (*(int *) cls)++;
+    return MHD_YES;
+}
+
 //  MHD's access callback: called when the headers are in, for each piece of body, once
 //  more when the body is complete, and again after each resume.
 static enum MHD_Result s_access (void *cls, struct MHD_Connection *conn, const char *url,
@@ -464,9 +608,37 @@ static enum MHD_Result s_access (void *cls, struct MHD_Connection *conn, const c
         req->version = strdup (version);
         if (!req->method || !req->path || !req->version)
             return MHD_NO;
-        //  Refuse a declared oversized body before reading it; MHD then closes.
+        s_conn_t *cx = req->cx;
+        if (cx)
+            cx->header_deadline = 0; //  the headers are in
         const char *length =
             MHD_lookup_connection_value (conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        //  MHD decodes chunked only; any other coding it would read until the client
+        //  closes. Several Transfer-Encoding headers make one list: refused too. With a
+        //  Content-Length as well, two parsers could disagree on where the body ends.
+        const char *coding =
+            MHD_lookup_connection_value (conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        if (coding) {
+            int codings = 0;
+            MHD_get_connection_values (conn, MHD_HEADER_KIND, s_count_coding, &codings);
+            if (codings != 1 || strcasecmp (coding, "chunked") != 0) {
+                sbx_info ("rid=%llu http: %s %s from %s: Transfer-Encoding '%.60s' (%d header%s) "
+                          "refused",
+                          (unsigned long long) req->id, req->method, req->path, req->peer, coding,
+                          codings, codings == 1 ? "" : "s");
+                return s_queue_error (req, MHD_HTTP_NOT_IMPLEMENTED, "not_implemented",
+                                      "the only Transfer-Encoding accepted is chunked");
+            }
+            if (length)
+                return s_queue_error (req, MHD_HTTP_BAD_REQUEST, "invalid_argument",
+                                      "send Transfer-Encoding or Content-Length, not both");
+        }
+        if (cx && (coding || (length && strtoull (length, NULL, 10) > 0))) {
+            cx->body_window = zclock_mono (); //  a body follows: it must keep coming
+            cx->body_bytes = cx->body_at_window = 0;
+            s_due (self, cx->body_window + self->body_ms);
+        }
+        //  Refuse a declared oversized body before reading it; MHD then closes.
         if (length) {
             unsigned long long declared = strtoull (length, NULL, 10);
             if (declared > self->max_body)
@@ -484,19 +656,28 @@ static enum MHD_Result s_access (void *cls, struct MHD_Connection *conn, const c
         if (*upload_data_size > 0) {
             size_t size = *upload_data_size;
             *upload_data_size = 0;
+            if (req->cx)
+                req->cx->body_bytes += size;
             if (!req->too_large && req->body_size + size > self->max_body) {
                 req->too_large = true; //  chunked, no length said: found out on the way
                 free (req->body);
                 req->body = NULL;
                 req->body_size = req->body_cap = 0;
+                //  MHD cannot answer before the body ends: it is read and dropped, for a
+                //  bounded time, so the 413 can be sent.
+                if (req->cx) {
+                    req->cx->discard_deadline = zclock_mono () + self->body_ms;
+                    s_due (self, req->cx->discard_deadline);
+                }
             }
             if (req->too_large) {
-                //  Read and dropped so the 413 can be sent, up to a point.
                 req->discarded += size;
-                return req->discarded > self->max_body ? MHD_NO : MHD_YES;
+                return MHD_YES;
             }
             return s_body_append (req, upload_data, size) == 0 ? MHD_YES : MHD_NO;
         }
+        if (req->cx)
+            req->cx->body_window = req->cx->discard_deadline = 0; //  the body is in
         if (req->too_large)
             return s_too_large (req);
         if (!req->body && s_body_append (req, "", 0) != 0)
@@ -635,9 +816,12 @@ gw_http_t *gw_http_new (zloop_t *loop, const gw_http_options_t *options,
     self->tls = tls;
     self->max_body = options->max_body ? options->max_body : GW_HTTP_MAX_BODY;
     self->stream_buffer = options->stream_buffer ? options->stream_buffer : GW_HTTP_STREAM_BUFFER;
+    self->header_ms = options->header_timeout_ms ? options->header_timeout_ms : GW_HTTP_HEADER_MS;
+    self->body_ms = options->body_timeout_ms ? options->body_timeout_ms : GW_HTTP_BODY_MS;
     self->requests = sbx_idmap_new ();
     self->drained = zlistx_new ();
-    if (!self->requests || !self->drained)
+    self->conns = zlistx_new ();
+    if (!self->requests || !self->drained || !self->conns)
         goto fail;
 
     if (tls) {
@@ -680,7 +864,8 @@ gw_http_t *gw_http_new (zloop_t *loop, const gw_http_options_t *options,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t) (options->memory_limit ? options->memory_limit : GW_HTTP_MEMORY_LIMIT),
         MHD_OPTION_URI_LOG_CALLBACK, s_uri_log, self, MHD_OPTION_NOTIFY_COMPLETED, s_completed,
-        self, MHD_OPTION_ARRAY, tls_options, MHD_OPTION_END);
+        self, MHD_OPTION_NOTIFY_CONNECTION, s_notify, self, MHD_OPTION_ARRAY, tls_options,
+        MHD_OPTION_END);
     self->starting = false;
     if (!self->daemon) {
         sbx_error ("http: cannot start the server on %s", listen_at);
@@ -746,6 +931,11 @@ void gw_http_destroy (gw_http_t **self_p)
         close (self->timer_fd);
     zhashx_destroy (&self->requests);
     zlistx_destroy (&self->drained);
+    //  MHD told us of every close when it stopped; a record left means it did not start.
+    for (s_conn_t *cx = self->conns ? zlistx_first (self->conns) : NULL; cx;
+         cx = zlistx_next (self->conns))
+        free (cx);
+    zlistx_destroy (&self->conns);
     free (self->cert_pem);
     if (self->key_pem) {
         memset (self->key_pem, 0, strlen (self->key_pem));
@@ -1126,6 +1316,8 @@ static void s_upgraded (void *cls, struct MHD_Connection *conn, void *con_cls, c
     gw_request_t *req = cls;
     req->urh = urh;
     req->up_fd = sock;
+    if (req->cx)
+        req->cx->upgraded = true; //  the owner's now, with the owner's own deadlines
     if (!req->owned) {
         MHD_upgrade_action (urh, MHD_UPGRADE_ACTION_CLOSE);
         return;
@@ -1176,13 +1368,15 @@ int gw_request_upgrade_close (gw_request_t *req)
 
 #include <curl/curl.h>
 #include <gnutls/gnutls.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/stat.h>
 
 #define TEST_MAX_BODY   (1024 * 1024)
 #define TEST_STREAM_BUF (256 * 1024)
 #define TEST_BIG_SIZE   (2 * 1024 * 1024)
-#define TEST_DEADLINE   10000
+#define TEST_DEADLINE   30000 //  a bound, not a wait
+#define TEST_SLOW_MS    1000  //  the plain server's header and body deadlines
 
 typedef struct {
     zloop_t *loop;
@@ -1676,6 +1870,96 @@ static size_t s_chunked_read (char *buf, size_t size, size_t count, void *arg)
     return n;
 }
 
+//  Sends `piece` every `every_ms` until the server closes the connection; returns the
+//  ms that took, or -1 when it answered something or max_ms passed first.
+static int64_t s_trickle (conn_t *c, const char *piece, int every_ms, int max_ms)
+{
+    int64_t start = zclock_mono ();
+    while (zclock_mono () - start < max_ms) {
+        if (send (c->fd, piece, strlen (piece), MSG_NOSIGNAL) < 0)
+            return zclock_mono () - start; //  reset: closed
+        struct pollfd item = {.fd = c->fd, .events = POLLIN};
+        if (poll (&item, 1, every_ms) == 1) {
+            char buf[512];
+            ssize_t n = recv (c->fd, buf, sizeof buf, 0);
+            return n > 0 ? -1 : zclock_mono () - start;
+        }
+    }
+    return -1;
+}
+
+//  Slow and odd requests on the plain server (deadlines of TEST_SLOW_MS).
+static void s_test_slow_clients (test_t *t)
+{
+    conn_t conn;
+    char reply[4096];
+    //  Headers trickled a line every 100 ms (each resets MHD's idle timeout): cut at
+    //  the header deadline, counted from the accept.
+    s_conn_open (&conn, t->plain_port, NULL);
+    s_conn_send (&conn, "GET /hello HTTP/1.1\r\nHost: a\r\n");
+    int64_t took = s_trickle (&conn, "X-Slow: 1\r\n", 100, 10 * TEST_SLOW_MS);
+    assert (took >= TEST_SLOW_MS / 2 && took < 8 * TEST_SLOW_MS);
+    s_conn_close (&conn);
+    //  The same before the request line is even complete.
+    s_conn_open (&conn, t->plain_port, NULL);
+    took = s_trickle (&conn, "G", 100, 10 * TEST_SLOW_MS);
+    assert (took >= TEST_SLOW_MS / 2 && took < 8 * TEST_SLOW_MS);
+    s_conn_close (&conn);
+    //  A body trickled a byte every 100 ms: cut when a window passes with under 1 KiB.
+    s_conn_open (&conn, t->plain_port, NULL);
+    s_conn_send (&conn, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n");
+    took = s_trickle (&conn, "x", 100, 10 * TEST_SLOW_MS);
+    assert (took >= TEST_SLOW_MS / 2 && took < 8 * TEST_SLOW_MS);
+    s_conn_close (&conn);
+    //  A body that keeps coming, slower than the deadline in all but progress, is served;
+    //  and a kept-alive connection's next request starts a fresh header deadline.
+    s_conn_open (&conn, t->plain_port, NULL);
+    size_t steady = 12 * 2048;
+    char head[128];
+    snprintf (head, sizeof head, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: %zu\r\n\r\n",
+              steady);
+    s_conn_send (&conn, head);
+    char piece[2049];
+    memset (piece, 'y', 2048);
+    piece[2048] = 0;
+    for (size_t sent = 0; sent < steady; sent += 2048) {
+        s_conn_send (&conn, piece);
+        zclock_sleep (TEST_SLOW_MS / 5); //  the slow client itself
+    }
+    s_conn_read_until (&conn, reply, sizeof reply, "\r\n\r\n");
+    assert (strncmp (reply, "HTTP/1.1 200", 12) == 0);
+    s_conn_close (&conn);
+    //  Transfer codings MHD cannot decode: 501 at once, whether listed or repeated; with
+    //  a Content-Length as well: 400.
+    const char *codings[] = {"Transfer-Encoding: gzip, chunked\r\n",
+                             "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+                             "Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n",
+                             "Transfer-Encoding: identity\r\n"};
+    for (size_t i = 0; i < sizeof codings / sizeof codings[0]; i++) {
+        s_conn_open (&conn, t->plain_port, NULL);
+        char request[256];
+        snprintf (request, sizeof request, "POST /echo HTTP/1.1\r\nHost: a\r\n%s\r\n", codings[i]);
+        s_conn_send (&conn, request);
+        s_conn_read_until (&conn, reply, sizeof reply, NULL); //  and the server closes
+        assert (strncmp (reply, "HTTP/1.1 501", 12) == 0);
+        assert (strstr (reply, "{\"error\":{\"code\":\"not_implemented\""));
+        s_conn_close (&conn);
+    }
+    s_conn_open (&conn, t->plain_port, NULL);
+    s_conn_send (&conn, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+                        "Content-Length: 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+    s_conn_read_until (&conn, reply, sizeof reply, NULL);
+    assert (strncmp (reply, "HTTP/1.1 400", 12) == 0 && strstr (reply, "invalid_argument"));
+    s_conn_close (&conn);
+    //  Plain chunked, any case, is served.
+    s_conn_open (&conn, t->plain_port, NULL);
+    s_conn_send (&conn, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n"
+                        "Connection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+    s_conn_read_until (&conn, reply, sizeof reply, NULL);
+    assert (strncmp (reply, "HTTP/1.1 200", 12) == 0 && strstr (reply, "\r\n\r\nhello"));
+    s_conn_close (&conn);
+}
+
 static void *s_test_client (void *arg)
 {
     test_t *t = arg;
@@ -1803,6 +2087,10 @@ static void *s_test_client (void *arg)
     curl_easy_setopt (curl, CURLOPT_READFUNCTION, s_chunked_read);
     s_chunked_left = over;
     assert (s_curl_do (curl, url, body, headers, NULL) == 413);
+    //  Far over (three times the limit): still read to its end, and answered 413.
+    s_chunked_left = 3 * TEST_MAX_BODY;
+    assert (s_curl_do (curl, url, body, headers, NULL) == 413);
+    assert (s_has (body, "\"too_large\"") && s_chunked_left == 0);
     assert (s_has (body, "\"too_large\""));
     curl_easy_cleanup (curl);
     //  Exactly the limit is fine.
@@ -1902,6 +2190,7 @@ static void *s_test_client (void *arg)
     s_conn_send (&conn, "GARBAGE\r\n\r\n");
     s_conn_read_until (&conn, reply, sizeof reply, NULL);
     s_conn_close (&conn);
+    s_test_slow_clients (t);
     //  Both servers still serve; the client's pipelined keep-alive works on raw TCP.
     s_conn_open (&conn, t->plain_port, NULL);
     s_conn_send (&conn, "GET /hello HTTP/1.1\r\nHost: a\r\n\r\nGET /hello HTTP/1.1\r\nHost: a\r\n"
@@ -2018,7 +2307,10 @@ void gw_http_test (bool verbose)
     t->https = gw_http_new (t->loop, &options, s_test_handler, t);
     assert (t->https);
     t->https_port = gw_http_port (t->https);
-    options = (gw_http_options_t){.listen = "127.0.0.1:0", .plain = true};
+    options = (gw_http_options_t){.listen = "127.0.0.1:0",
+                                  .plain = true,
+                                  .header_timeout_ms = TEST_SLOW_MS,
+                                  .body_timeout_ms = TEST_SLOW_MS};
     t->plain = gw_http_new (t->loop, &options, s_test_handler, t);
     assert (t->plain);
     t->plain_port = gw_http_port (t->plain);

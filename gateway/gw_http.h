@@ -47,7 +47,22 @@ typedef struct {
     unsigned max_connections; //  1024
     size_t memory_limit;      //  64 KiB per connection (request line + headers must fit)
     size_t stream_buffer;     //  1 MiB per streaming response, see gw_request_stream_write
+    //  Deadlines against slow clients (slowloris), which the idle timeout above cannot
+    //  catch: it starts again with every byte. 0 takes the default.
+    //  The request line and headers must be complete within header_timeout_ms of the
+    //  connection's accept, or of the end of the previous response on it (so it also
+    //  bounds how long a kept-alive connection may idle): 30 s.
+    unsigned header_timeout_ms;
+    //  A body must grow by at least 1 KiB (or end) in every body_timeout_ms; a body over
+    //  max_body is read and dropped, so its 413 can be sent, for at most this long: 30 s.
+    unsigned body_timeout_ms;
 } gw_http_options_t;
+
+//  Before the handler, the server answers by itself: 413 too_large for a body over
+//  max_body (declared, or found out while a chunked one arrives: read to its end and
+//  dropped), 501 not_implemented for a Transfer-Encoding other than chunked, 400
+//  invalid_argument for Transfer-Encoding with Content-Length (a smuggling shape); a
+//  client too slow for the deadlines above is disconnected.
 
 //  Called once per request, from the loop, with the complete request.
 typedef void (gw_http_handler_fn) (gw_request_t *req, void *arg);

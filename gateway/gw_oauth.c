@@ -5,6 +5,7 @@
 #include "gw_broker.h"
 #include "gw_fetch.h"
 #include "gw_pages.h"
+#include "gw_ratelimit.h"
 #include "gw_session.h"
 #include "gw_signin.h"
 #include "sbx_secret.h"
@@ -63,6 +64,7 @@ struct gw_oauth_t {
     zhashx_t *flows; //  serial → s_flow_t
     zhashx_t *cimd;  //  URL → s_client_t
     uint64_t next_serial;
+    gw_ratelimit_t *registrations; //  /oauth/register, per client address per minute
 };
 
 //  --------------------------------------------------------------------------
@@ -355,6 +357,20 @@ static const char *s_register_check (json_t *body, char *why, size_t size)
 
 static void s_register (gw_oauth_t *self, gw_request_t *req)
 {
+    //  Every attempt counts, valid or not: each costs a parse and most a broker write.
+    uint64_t retry_ms = 0;
+    char address[80];
+    gw_ratelimit_address_key (gw_request_peer (req), address, sizeof address);
+    if (gw_ratelimit_take (self->registrations, address, sbx_clock_mono_ms (), &retry_ms)) {
+        char seconds[24], text[200];
+        snprintf (seconds, sizeof seconds, "%llu", (unsigned long long) (retry_ms + 999) / 1000);
+        snprintf (text, sizeof text,
+                  "too many client registrations from this address: try again in %s s", seconds);
+        sbx_info ("oauth: registration from %s refused (rate limited)", gw_request_peer (req));
+        gw_request_add_header (req, "Retry-After", seconds);
+        s_oauth_error (req, 429, "rate_limited", text);
+        return;
+    }
     json_error_t jerr;
     json_t *body =
         json_loadb ((const char *) gw_request_body (req), gw_request_body_size (req), 0, &jerr);
@@ -1095,13 +1111,22 @@ gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, 
         .allow_private = streq (allow, "true") || streq (allow, "on") || streq (allow, "1"),
         .ca_file = config ? sbx_config_get (config, "gateway.oauth_fetch_ca", NULL) : NULL};
     self->fetch = gw_fetch_new (loop, &options);
+    const char *per_minute =
+        config ? sbx_config_get (config, "gateway.register_per_minute", "10") : "10";
+    char *end = NULL;
+    unsigned long registrations = strtoul (per_minute, &end, 10);
+    if (end != per_minute && !*end && *per_minute != '-')
+        self->registrations = gw_ratelimit_new ((size_t) registrations, 60000);
+    else
+        sbx_error ("gateway.register_per_minute must be a number (0 = no limit), not '%s'",
+                   per_minute);
     self->issuer = config ? sbx_urls_base (config) : strdup ("https://localhost:8443");
     if (self->issuer && asprintf (&self->resource, "%s/mcp", self->issuer) < 0)
         self->resource = NULL;
     self->flows = sbx_idmap_new ();
     self->cimd = zhashx_new ();
-    if (!self->broker || !self->session || !self->signin || !self->fetch || !self->issuer ||
-        !self->resource || !self->flows || !self->cimd) {
+    if (!self->broker || !self->session || !self->signin || !self->fetch || !self->registrations ||
+        !self->issuer || !self->resource || !self->flows || !self->cimd) {
         gw_oauth_destroy (&self);
         return NULL;
     }
@@ -1111,6 +1136,11 @@ gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, 
         sbx_warn ("gateway.oauth_allow_private_fetch is on: client metadata documents may be "
                   "fetched from private and loopback addresses (tests only)");
     return self;
+}
+
+void gw_oauth_set_verify (gw_oauth_t *self, gw_verify_t *verify)
+{
+    gw_signin_set_verify (self->signin, verify);
 }
 
 void gw_oauth_destroy (gw_oauth_t **self_p)
@@ -1126,6 +1156,7 @@ void gw_oauth_destroy (gw_oauth_t **self_p)
     }
     zhashx_destroy (&self->cimd);
     gw_fetch_destroy (&self->fetch);
+    gw_ratelimit_destroy (&self->registrations);
     gw_signin_destroy (&self->signin);
     gw_session_destroy (&self->session);
     gw_broker_destroy (&self->broker);

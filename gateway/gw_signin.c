@@ -17,7 +17,7 @@ typedef struct {
     void *arg;
     char *password; //  wiped when freed
     char *account_id;
-    char *email; //  as the broker knows it
+    char *email; //  as the broker knows it, or as typed when it knows none
     uint64_t broker_handle;
     uint64_t verify_handle;
 } s_attempt_t;
@@ -25,6 +25,7 @@ typedef struct {
 struct gw_signin_t {
     gw_broker_t *broker;
     gw_verify_t *verify;
+    bool own_verify; //  made here (no shared one was set)
     char *who;
     zhashx_t *attempts; //  handle → s_attempt_t, freed by hand (see s_answer)
     uint64_t next_handle;
@@ -77,9 +78,13 @@ static void s_on_password (sbx_msg_t *reply, sbx_code_t code, const char *messag
 {
     s_attempt_t *attempt = arg;
     attempt->broker_handle = 0;
-    if (!reply && code == SBX_E_NOT_FOUND)
-        s_answer (attempt, 200, S_WRONG); //  unknown emails look like wrong passwords
-    else if (!reply) {
+    if (!reply && code == SBX_E_NOT_FOUND) {
+        //  Unknown emails look like wrong passwords, and take as long: a dummy check.
+        uint64_t handle = gw_verify_start (attempt->signin->verify, attempt->email, NULL,
+                                           attempt->password, s_on_verified, attempt);
+        if (handle)
+            attempt->verify_handle = handle;
+    } else if (!reply) {
         char text[600];
         snprintf (text, sizeof text, "Signing in is not possible right now: %s (%s).",
                   message ? message : "", sbx_code_name (code));
@@ -87,6 +92,7 @@ static void s_on_password (sbx_msg_t *reply, sbx_code_t code, const char *messag
     } else {
         sbx_oauth_password_ok_t *ok = sbx_msg_oauth_password_ok (reply);
         attempt->account_id = strdup (ok->account_id);
+        free (attempt->email);
         attempt->email = strdup (ok->email);
         if (!attempt->account_id || !attempt->email) {
             s_answer (attempt, 503, "Signing in is not possible right now: out of memory.");
@@ -109,14 +115,20 @@ uint64_t gw_signin_start (gw_signin_t *self, const char *email, const char *pass
     }
     s_attempt_t *attempt = calloc (1, sizeof *attempt);
     char *copy = strdup (password);
-    if (!attempt || !copy) {
+    char *typed = strdup (email);
+    if (!attempt || !copy || !typed) {
         free (attempt);
         free (copy);
+        free (typed);
         fn (NULL, NULL, 503, "Signing in is not possible right now: out of memory.", arg);
         return 0;
     }
-    *attempt = (s_attempt_t){
-        .signin = self, .handle = self->next_handle++, .fn = fn, .arg = arg, .password = copy};
+    *attempt = (s_attempt_t){.signin = self,
+                             .handle = self->next_handle++,
+                             .fn = fn,
+                             .arg = arg,
+                             .password = copy,
+                             .email = typed};
     uint64_t handle = attempt->handle;
     zhashx_insert (self->attempts, (void *) (uintptr_t) handle, attempt);
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_OAUTH_PASSWORD);
@@ -127,6 +139,16 @@ uint64_t gw_signin_start (gw_signin_t *self, const char *email, const char *pass
         return 0; //  answered at once
     attempt->broker_handle = sent;
     return handle;
+}
+
+void gw_signin_set_verify (gw_signin_t *self, gw_verify_t *verify)
+{
+    assert (self && verify);
+    assert (zhashx_size (self->attempts) == 0);
+    if (self->own_verify)
+        gw_verify_destroy (&self->verify);
+    self->verify = verify;
+    self->own_verify = false;
 }
 
 void gw_signin_cancel (gw_signin_t *self, uint64_t handle)
@@ -145,7 +167,8 @@ gw_signin_t *gw_signin_new (zloop_t *loop, gw_broker_t *broker, const char *who)
     if (!self)
         return NULL;
     self->broker = broker;
-    self->verify = gw_verify_new (loop);
+    self->verify = gw_verify_new (loop, 1);
+    self->own_verify = true;
     self->who = strdup (who ? who : "");
     self->attempts = sbx_idmap_new ();
     if (!self->verify || !self->who || !self->attempts) {
@@ -168,7 +191,8 @@ void gw_signin_destroy (gw_signin_t **self_p)
             s_attempt_free (&attempt);
         zhashx_destroy (&self->attempts);
     }
-    gw_verify_destroy (&self->verify);
+    if (self->own_verify)
+        gw_verify_destroy (&self->verify);
     free (self->who);
     free (self);
     *self_p = NULL;
@@ -206,7 +230,8 @@ static int s_tick (zloop_t *loop, int timer_id, void *arg)
     return probe->answers || ++probe->ticks > 2000 ? -1 : 0;
 }
 
-//  Feeds the broker's answer for email to a fresh attempt, and waits for the verifier.
+//  Feeds the broker's answer for email to a fresh attempt (its hash, or not_found when
+//  hash is NULL), and waits for the verifier.
 static void s_test_password (gw_signin_t *signin, zloop_t *loop, const char *hash,
                              const char *password, s_probe_t *probe)
 {
@@ -216,16 +241,21 @@ static void s_test_password (gw_signin_t *signin, zloop_t *loop, const char *has
                              .handle = signin->next_handle++,
                              .fn = s_probe,
                              .arg = probe,
-                             .password = strdup (password)};
+                             .password = strdup (password),
+                             .email = strdup ("a@example.com")};
     zhashx_insert (signin->attempts, (void *) (uintptr_t) attempt->handle, attempt);
     *probe = (s_probe_t){0};
-    sbx_msg_t *reply = sbx_msg_new (SBX_MSG_OAUTH_PASSWORD_OK);
-    sbx_oauth_password_ok_t *ok = sbx_msg_oauth_password_ok (reply);
-    sbx_str_set (&ok->account_id, "acct_1");
-    sbx_str_set (&ok->email, "a@example.com");
-    sbx_str_set (&ok->password_hash, hash);
-    s_on_password (reply, SBX_OK, NULL, attempt);
-    sbx_msg_destroy (&reply);
+    if (!hash)
+        s_on_password (NULL, SBX_E_NOT_FOUND, "no such account", attempt);
+    sbx_msg_t *reply = hash ? sbx_msg_new (SBX_MSG_OAUTH_PASSWORD_OK) : NULL;
+    if (reply) {
+        sbx_oauth_password_ok_t *ok = sbx_msg_oauth_password_ok (reply);
+        sbx_str_set (&ok->account_id, "acct_1");
+        sbx_str_set (&ok->email, "a@example.com");
+        sbx_str_set (&ok->password_hash, hash);
+        s_on_password (reply, SBX_OK, NULL, attempt);
+        sbx_msg_destroy (&reply);
+    }
     int timer = zloop_timer (loop, 5, 0, s_tick, probe);
     zloop_start (loop);
     zloop_timer_end (loop, timer);
@@ -260,10 +290,26 @@ void gw_signin_test (bool verbose)
     assert (probe.status == 200 && !*probe.error && streq (probe.account_id, "acct_1"));
     s_test_password (signin, loop, hash, "wrong horse", &probe);
     assert (probe.status == 200 && streq (probe.error, S_WRONG) && !*probe.account_id);
+    //  An email the broker does not know: the same answer, after a dummy check.
+    uint64_t checked_before, checked_after;
+    gw_verify_counts (signin->verify, &checked_before, NULL);
+    s_test_password (signin, loop, NULL, "correct horse", &probe);
+    assert (probe.status == 200 && streq (probe.error, S_WRONG) && !*probe.account_id);
+    gw_verify_counts (signin->verify, &checked_after, NULL);
+    assert (checked_after == checked_before + 1);
+    //  A shared verifier replaces the own one, and outlives the sign-in.
+    gw_verify_t *shared = gw_verify_new (loop, 2);
+    assert (shared);
+    gw_signin_set_verify (signin, shared);
+    s_test_password (signin, loop, hash, "correct horse", &probe);
+    assert (probe.status == 200 && streq (probe.account_id, "acct_1"));
+    gw_verify_counts (shared, &checked_after, NULL);
+    assert (checked_after == 1);
     free (hash);
     gw_signin_cancel (signin, 0);
     gw_signin_destroy (&signin);
     gw_signin_destroy (&signin);
+    gw_verify_destroy (&shared);
     gw_broker_destroy (&broker);
     zloop_destroy (&loop);
 }

@@ -103,7 +103,9 @@ class OAuthTest(unittest.TestCase):
         cls.s = Sbx(cls, "oauth", settings={
             "image_dir": os.path.realpath(os.path.join(BIN, "..", "image")),
             "oauth.access_ttl_s": str(ACCESS_TTL_S),
-            "gateway.oauth_allow_private_fetch": "true"})
+            "gateway.oauth_allow_private_fetch": "true",
+            # Every test registers clients; the rate limit has its own test (test_edge_http).
+            "gateway.register_per_minute": "0"})
         with open(os.path.join(cls.s.dir, "sbx.conf"), "a") as f:
             f.write(f"gateway.oauth_fetch_ca = {cls.s.dir}/tls/ca.crt\n")
         cls.s.up()
