@@ -502,8 +502,8 @@ static void s_initialize (gw_mcp_t *self, gw_request_t *req, json_t *id, json_t 
                               "instructions", s_instructions));
 }
 
-//  One JSON-RPC message from an authenticated caller.
-static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller)
+//  One JSON-RPC message from an authenticated caller (see gw_mcp.h).
+void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller)
 {
     const char *method = gw_request_method (req);
     const char *session_id = gw_request_header (req, "Mcp-Session-Id");
@@ -633,7 +633,7 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
     if (!req)
         return; //  the client left meanwhile
     if (caller)
-        s_serve (self, req, caller);
+        gw_mcp_serve (self, req, caller);
     else if (code == SBX_E_UNAUTHENTICATED)
         gw_auth_respond_401 (self->auth, req);
     else {

@@ -23,7 +23,7 @@
 
 //  A client as the authorization page needs it: from the broker (registered) or from
 //  its metadata document (cached here).
-typedef struct {
+typedef struct gw_oauth_client_t {
     char *client_id;
     char *name;
     char *uris[S_MAX_URIS];
@@ -96,6 +96,16 @@ static s_client_t *s_client_dup (const s_client_t *from)
         client->uris[client->uri_count++] = strdup (from->uris[i]);
     client->until_mono = from->until_mono;
     return client;
+}
+
+void gw_oauth_client_destroy (gw_oauth_client_t **client_p)
+{
+    s_client_free (client_p);
+}
+
+const char *gw_oauth_client_name (const gw_oauth_client_t *client)
+{
+    return client->name;
 }
 
 static const char *s_param (s_flow_t *flow, const char *name)
@@ -677,8 +687,8 @@ static void s_on_client (sbx_msg_t *reply, sbx_code_t code, const char *message,
 }
 
 //  A client ID metadata document: checks and makes the client, or NULL with why.
-static s_client_t *s_cimd_parse (const char *url, const char *body, size_t size, char *why,
-                                 size_t why_size)
+s_client_t *gw_oauth_client_parse (const char *url, const char *body, size_t size, char *why,
+                                   size_t why_size)
 {
     json_error_t jerr;
     json_t *doc = json_loadb (body, size, 0, &jerr);
@@ -743,7 +753,7 @@ static void s_on_fetched (int status, const char *body, size_t size, const char 
     else if (status != 200)
         snprintf (why, sizeof why, "it answered HTTP %d", status);
     else
-        client = s_cimd_parse (url, body, size, why, sizeof why);
+        client = gw_oauth_client_parse (url, body, size, why, sizeof why);
     if (client) {
         client->until_mono = sbx_clock_mono_ms () + S_CIMD_CACHE_MS;
         if (zhashx_size (self->cimd) >= S_CIMD_MAX)
@@ -772,7 +782,7 @@ static void s_on_fetched (int status, const char *body, size_t size, const char 
 }
 
 //  A client_id URL must be https with a path, without fragment or credentials.
-static bool s_cimd_url_ok (const char *url)
+bool gw_oauth_client_url_ok (const char *url)
 {
     if (strncmp (url, "https://", 8) != 0 || strlen (url) > 2000 || strchr (url, '#'))
         return false;
@@ -811,7 +821,7 @@ static void s_authorize (gw_oauth_t *self, gw_request_t *req)
     }
     client_id = s_param (flow, "client_id");
     if (strncmp (client_id, "https://", 8) == 0) {
-        if (!s_cimd_url_ok (client_id)) {
+        if (!gw_oauth_client_url_ok (client_id)) {
             gw_pages_respond_error (
                 req, 400, "Unknown app",
                 "The app's client_id is a URL this server cannot use: it must be "
@@ -1125,30 +1135,30 @@ void gw_oauth_test (bool verbose)
     char *encoded = s_urlencode ("a b&c=d/é~");
     assert (streq (encoded, "a%20b%26c%3Dd%2F%C3%A9~"));
     free (encoded);
-    assert (s_cimd_url_ok ("https://claude.ai/oauth/claude-code-client-metadata"));
-    assert (!s_cimd_url_ok ("https://claude.ai"));
-    assert (!s_cimd_url_ok ("https://claude.ai/"));
-    assert (!s_cimd_url_ok ("http://claude.ai/client.json"));
-    assert (!s_cimd_url_ok ("https://u:p@claude.ai/client.json"));
-    assert (!s_cimd_url_ok ("https://claude.ai/client.json#x"));
+    assert (gw_oauth_client_url_ok ("https://claude.ai/oauth/claude-code-client-metadata"));
+    assert (!gw_oauth_client_url_ok ("https://claude.ai"));
+    assert (!gw_oauth_client_url_ok ("https://claude.ai/"));
+    assert (!gw_oauth_client_url_ok ("http://claude.ai/client.json"));
+    assert (!gw_oauth_client_url_ok ("https://u:p@claude.ai/client.json"));
+    assert (!gw_oauth_client_url_ok ("https://claude.ai/client.json#x"));
     char why[400];
     const char *url = "https://app.example/client.json";
     const char *good = "{\"client_id\":\"https://app.example/client.json\",\"client_name\":\"App\","
                        "\"redirect_uris\":[\"https://app.example/cb\"]}";
-    s_client_t *client = s_cimd_parse (url, good, strlen (good), why, sizeof why);
+    s_client_t *client = gw_oauth_client_parse (url, good, strlen (good), why, sizeof why);
     assert (client && streq (client->name, "App") && client->uri_count == 1);
     s_client_free (&client);
     const char *other = "{\"client_id\":\"https://evil.example/client.json\","
                         "\"redirect_uris\":[\"https://app.example/cb\"]}";
-    assert (!s_cimd_parse (url, other, strlen (other), why, sizeof why));
+    assert (!gw_oauth_client_parse (url, other, strlen (other), why, sizeof why));
     assert (strstr (why, "not its own URL"));
     const char *bad_uri = "{\"client_id\":\"https://app.example/client.json\","
                           "\"redirect_uris\":[\"http://app.example/cb\"]}";
-    assert (!s_cimd_parse (url, bad_uri, strlen (bad_uri), why, sizeof why));
+    assert (!gw_oauth_client_parse (url, bad_uri, strlen (bad_uri), why, sizeof why));
     const char *no_name = "{\"client_id\":\"https://app.example/client.json\","
                           "\"redirect_uris\":[\"https://app.example/cb\"]}";
-    client = s_cimd_parse (url, no_name, strlen (no_name), why, sizeof why);
+    client = gw_oauth_client_parse (url, no_name, strlen (no_name), why, sizeof why);
     assert (client && streq (client->name, "app.example"));
     s_client_free (&client);
-    assert (!s_cimd_parse (url, "[1]", 3, why, sizeof why));
+    assert (!gw_oauth_client_parse (url, "[1]", 3, why, sizeof why));
 }

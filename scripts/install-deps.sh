@@ -19,6 +19,8 @@ PACKAGES=(
   python3 sqlite3 curl ca-certificates procps iproute2
   # the guests' network policy (vmd_firewall: nftables rules on QEMU's user)
   nftables
+  # the libFuzzer harnesses (fuzz/): clang and its fuzzer and sanitizer runtimes
+  clang-14 libclang-rt-14-dev
 )
 # Node.js and npm (for the MCP SDK client tests) come from Debian's nodejs and npm only
 # when no node is installed: machines that ship their own Node.js keep it.
