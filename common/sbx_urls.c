@@ -1,6 +1,7 @@
 /*  sbx_urls - see sbx_urls.h */
 #include "sbx_urls.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,10 +88,39 @@ int sbx_urls_redirect_check (const char *uri, char *why, size_t why_size)
     //  Drop the port: "[::1]:8080" → "[::1]", "127.0.0.1:80" → "127.0.0.1".
     char *port = authority[0] == '[' ? strchr (authority, ']') : authority;
     port = port ? strchr (port, ':') : NULL;
-    if (port)
-        *port = 0;
+    if (port) {
+        *port++ = 0;
+        //  Digits only, or the rest is no port: "http://127.0.0.1:1http://x" is no URL to
+        //  a URL parser (libcurl's, a browser's), whatever host we took it for.
+        size_t digits = strspn (port, "0123456789");
+        if (port[digits] || digits > 5 || strtoul (port, NULL, 10) > 65535) {
+            snprintf (why, why_size, "redirect URI %.200s has a port that is not a number", uri);
+            return -1;
+        }
+    }
     if (!authority[0]) {
         snprintf (why, why_size, "redirect URI %.200s has no host", uri);
+        return -1;
+    }
+    //  A host name of letters, digits, '-', '.', '_', '~', or an IPv6 address in brackets:
+    //  what URL parsers agree on, so the host we judge is the host the browser goes to.
+    size_t host_size = strlen (authority);
+    bool host_ok;
+    if (authority[0] == '[') {
+        char ip[64];
+        struct in6_addr addr;
+        host_ok = host_size > 2 && host_size - 2 < sizeof ip && authority[host_size - 1] == ']';
+        if (host_ok) {
+            memcpy (ip, authority + 1, host_size - 2);
+            ip[host_size - 2] = 0;
+            host_ok = inet_pton (AF_INET6, ip, &addr) == 1;
+        }
+    } else
+        host_ok = strspn (authority,
+                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~") ==
+                  host_size;
+    if (!host_ok) {
+        snprintf (why, why_size, "redirect URI %.200s has a host that is not a host name", uri);
         return -1;
     }
     if (http && strcmp (authority, "localhost") != 0 && strcmp (authority, "127.0.0.1") != 0 &&
@@ -119,6 +149,16 @@ void sbx_urls_test (bool verbose)
     assert (sbx_urls_redirect_check ("https://u@a.example/", why, sizeof why) == -1);
     assert (sbx_urls_redirect_check ("https://a.example/a b", why, sizeof why) == -1);
     assert (sbx_urls_redirect_check ("", why, sizeof why) == -1);
+    //  Found by fuzz/fuzz_url: hosts and ports a URL parser reads otherwise.
+    assert (sbx_urls_redirect_check ("http://127.0.0.1:334http://back", why, sizeof why) == -1);
+    assert (strstr (why, "port"));
+    assert (sbx_urls_redirect_check ("http://127.0.0.1:8080/cb", why, sizeof why) == 0);
+    assert (sbx_urls_redirect_check ("https://a.example:/cb", why, sizeof why) == 0);
+    assert (sbx_urls_redirect_check ("https://a.example:65536/cb", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https://a%2eexample/cb", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("http://[::1%25eth0]/cb", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https://[zz]/cb", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https://[2001:db8::1]:443/cb", why, sizeof why) == 0);
 
     (void) verbose;
     char dir[] = "/tmp/sbx_urls_test.XXXXXX";
