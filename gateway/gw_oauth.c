@@ -784,7 +784,11 @@ static void s_on_fetched (int status, const char *body, size_t size, const char 
 //  A client_id URL must be https with a path, without fragment or credentials.
 bool gw_oauth_client_url_ok (const char *url)
 {
-    if (strncmp (url, "https://", 8) != 0 || strlen (url) > 2000 || strchr (url, '#'))
+    //  Its host and port as sbx_urls reads them, so the host fetched and shown on the
+    //  consent page is the one libcurl connects to ("https://::1]:9/x" was let through).
+    char why[400];
+    if (strncmp (url, "https://", 8) != 0 || strlen (url) > 2000 || strchr (url, '#') ||
+        sbx_urls_redirect_check (url, why, sizeof why) != 0)
         return false;
     const char *host = url + 8;
     size_t host_len = strcspn (host, "/");
@@ -1141,6 +1145,9 @@ void gw_oauth_test (bool verbose)
     assert (!gw_oauth_client_url_ok ("http://claude.ai/client.json"));
     assert (!gw_oauth_client_url_ok ("https://u:p@claude.ai/client.json"));
     assert (!gw_oauth_client_url_ok ("https://claude.ai/client.json#x"));
+    assert (!gw_oauth_client_url_ok ("https://::1]:9/cb?x=1")); //  found by fuzz_url
+    assert (!gw_oauth_client_url_ok ("https://claude.ai:x/client.json"));
+    assert (gw_oauth_client_url_ok ("https://claude.ai:443/client.json"));
     char why[400];
     const char *url = "https://app.example/client.json";
     const char *good = "{\"client_id\":\"https://app.example/client.json\",\"client_name\":\"App\","

@@ -36,7 +36,8 @@ bool gw_oauth_handle (gw_oauth_t *self, gw_request_t *req);
 //  Client ID metadata documents, as s_authorize and the fetch callback check them
 //  (public for fuzz/fuzz_cimd.c, which runs the same code on hostile input).
 //  True when a client_id may be a metadata document's URL: https with a path, without
-//  fragment or credentials, printable ASCII, at most 2000 characters.
+//  fragment or credentials, printable ASCII, at most 2000 characters, with a host and
+//  port sbx_urls_redirect_check accepts.
 bool gw_oauth_client_url_ok (const char *url);
 
 //  The client a document fetched from url describes, or NULL with the reason in why:
