@@ -718,9 +718,11 @@ s_client_t *gw_oauth_client_parse (const char *url, const char *body, size_t siz
         if (name)
             client->name = strdup (json_string_value (name));
         else {
-            //  No name: the host people can recognise.
+            //  No name: the host people can recognise, an IPv6 one whole ("[2001:db8::1]",
+            //  not "[", as fuzz_url found).
             const char *host = url + 8;
-            client->name = strndup (host, strcspn (host, "/:?"));
+            client->name =
+                strndup (host, host[0] == '[' ? strcspn (host, "]") + 1 : strcspn (host, "/:?"));
         }
         size_t i;
         json_t *uri;
@@ -1168,4 +1170,10 @@ void gw_oauth_test (bool verbose)
     assert (client && streq (client->name, "app.example"));
     s_client_free (&client);
     assert (!gw_oauth_client_parse (url, "[1]", 3, why, sizeof why));
+    const char *v6_url = "https://[2001:db8::1]:8443/client.json";
+    const char *v6 = "{\"client_id\":\"https://[2001:db8::1]:8443/client.json\","
+                     "\"redirect_uris\":[\"https://app.example/cb\"]}";
+    client = gw_oauth_client_parse (v6_url, v6, strlen (v6), why, sizeof why);
+    assert (client && streq (client->name, "[2001:db8::1]"));
+    s_client_free (&client);
 }
