@@ -266,11 +266,21 @@ static void s_send_tool_result (gw_mcp_t *self, gw_request_t *req, json_t *id, j
     }
 }
 
+//  A JSON-RPC error response. Messages quote the client (a header, a method, a tool
+//  name, a parse error near its bytes), cut at a limit: they are made UTF-8 first, or
+//  json_pack refuses them and the answer goes out empty (fuzz_mcp found that).
+static json_t *s_error_response (json_t *id, int code, const char *message)
+{
+    char text[700];
+    snprintf (text, sizeof text, "%s", message ? message : "error");
+    sbx_utf8_sanitize (text);
+    return json_pack ("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null (),
+                      "error", "code", code, "message", text);
+}
+
 static void s_send_error (gw_request_t *req, int status, json_t *id, int code, const char *message)
 {
-    s_send_json (req, status,
-                 json_pack ("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
-                            id ? id : json_null (), "error", "code", code, "message", message));
+    s_send_json (req, status, s_error_response (id, code, message));
 }
 
 //  --------------------------------------------------------------------------
@@ -331,8 +341,10 @@ static void s_stream_emit (s_job_t *job, json_t *msg)
 {
     char *event = s_sse_event (msg);
     json_decref (msg);
-    if (!event)
+    if (!event) {
+        s_stream_flush (job); //  a finished stream still ends
         return;
+    }
     size_t size = strlen (event);
     if (job->out_sent == job->out_size)
         job->out_sent = job->out_size = 0;
@@ -437,9 +449,7 @@ static void s_on_tool_done (json_t *result, int rpc_code, const char *rpc_messag
             s_stream_emit (
                 job, json_pack ("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "result", result));
         else
-            s_stream_emit (job, json_pack ("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id,
-                                           "error", "code", rpc_code, "message",
-                                           rpc_message ? rpc_message : "error"));
+            s_stream_emit (job, s_error_response (id, rpc_code, rpc_message));
         json_decref (result);
         return;
     }
@@ -721,6 +731,13 @@ void gw_mcp_test (bool verbose)
         streq (event, "event: message\ndata: {\"method\":\"m\",\"params\":{\"t\":\"a\\nb\"}}\n\n"));
     zstr_free (&event);
     json_decref (note);
+
+    //  A message quoting bytes that are not UTF-8 still makes an answer (fuzz_mcp).
+    json_t *error = s_error_response (NULL, -32600, "unsupported version \xff\xfe.");
+    assert (error);
+    assert (streq (json_string_value (json_object_get (json_object_get (error, "error"), "message")),
+                   "unsupported version ??."));
+    json_decref (error);
 
     gw_mcp_t *mcp = gw_mcp_new (NULL, NULL, NULL, NULL);
     assert (mcp);
