@@ -16,8 +16,9 @@
         <empty line>
         {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"exec",...}}
     "$session" stands for the Mcp-Session-Id the previous initialize answered, so a
-    session's state (its default sandbox) is reachable. The harness adds Host,
-    Content-Length and Connection: close itself. Properties: every request is
+    session's state (its default sandbox) is reachable. The harness adds Host and
+    Content-Length itself, and keeps the connection open between requests as clients
+    do. Properties: every request is
     answered, within 5 s; what gw_mcp answers as JSON is one JSON-RPC 2.0 response
     (result or error, never both) and every SSE event carries one JSON-RPC message;
     a tool result has content; nothing leaks (ASan).
@@ -56,9 +57,10 @@ static struct {
     gw_mcp_t *mcp;
     size_t inputs;
     int port;
+    int fd; //  the connection to the server, kept alive between requests; -1: none
     //  This request's.
     zchunk_t *in;
-    bool hung;
+    bool head, hung, closed;
     char session[128];
 } s;
 
@@ -74,18 +76,41 @@ static void s_handler (gw_request_t *req, void *arg)
     gw_mcp_serve (s.mcp, req, &s_caller);
 }
 
+//  True once s.in holds a whole response: its header, then Content-Length bytes or the
+//  last chunk (none after HEAD, 1xx, 204 and 304).
+static bool s_complete (void)
+{
+    const char *data = (const char *) zchunk_data (s.in);
+    size_t size = zchunk_size (s.in);
+    const char *end = memmem (data, size, "\r\n\r\n", 4);
+    if (!end)
+        return false;
+    size_t head = (size_t) (end - data) + 4;
+    char header[8192];
+    snprintf (header, sizeof header, "%.*s", (int) (head < sizeof header ? head - 2 : 0), data);
+    int status = size > 12 ? atoi (data + 9) : 0;
+    if (s.head || status < 200 || status == 204 || status == 304)
+        return true;
+    if (strcasestr (header, "\r\nTransfer-Encoding: chunked\r\n"))
+        return size >= head + 5 && memcmp (data + size - 5, "0\r\n\r\n", 5) == 0;
+    const char *length = strcasestr (header, "\r\nContent-Length: ");
+    return length && size >= head + strtoul (length + 18, NULL, 10);
+}
+
 static int s_on_client (zloop_t *loop, zmq_pollitem_t *item, void *arg)
 {
     (void) loop, (void) arg;
     char buf[16384];
     while (true) {
-        ssize_t n = read (item->fd, buf, sizeof buf);
+        ssize_t n = recv (item->fd, buf, sizeof buf, MSG_DONTWAIT);
         if (n > 0)
             zchunk_extend (s.in, buf, (size_t) n);
         else if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return 0;
-        else
-            return -1; //  the server closed: the answer is complete
+            return s_complete () ? -1 : 0;
+        else {
+            s.closed = true; //  the server closed: the answer is complete
+            return -1;
+        }
     }
 }
 
@@ -108,6 +133,7 @@ int LLVMFuzzerInitialize (int *argc, char ***argv)
     CHECK (s.loop && s.http, "the HTTP server");
     s.port = gw_http_port (s.http);
     s.in = zchunk_new (NULL, 0);
+    s.fd = -1;
     return 0;
 }
 
@@ -148,6 +174,7 @@ static zchunk_t *s_request (const char *part, size_t size)
         memcpy (method, part, mlen);
         method[mlen] = 0;
     }
+    s.head = streq (method, "HEAD");
     zchunk_t *headers = zchunk_new (NULL, 0);
     const char *p = nl ? nl + 1 : end;
     const char *body = end;
@@ -175,9 +202,7 @@ static zchunk_t *s_request (const char *part, size_t size)
     }
     size_t body_size = (size_t) (end - body);
     char head[200];
-    snprintf (head, sizeof head,
-              "%s /mcp HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
-              "Content-Length: %zu\r\n",
+    snprintf (head, sizeof head, "%s /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Length: %zu\r\n",
               method, body_size);
     zchunk_t *request = zchunk_new (head, strlen (head));
     zchunk_extend (request, zchunk_data (headers), zchunk_size (headers));
@@ -238,6 +263,9 @@ static bool s_dechunk (char *body, size_t *size_p)
     return true;
 }
 
+//  The last response said Connection: close.
+static bool s_close_after;
+
 static void s_check_response (void)
 {
     size_t size = zchunk_size (s.in);
@@ -254,6 +282,7 @@ static void s_check_response (void)
     const char *type = strcasestr (text, "\r\nContent-Type: ");
     bool json = type && strncmp (type + 16, "application/json", 16) == 0;
     bool sse = type && strncmp (type + 16, "text/event-stream", 17) == 0;
+    s_close_after = strcasestr (text, "\r\nConnection: close") != NULL;
     const char *session = strcasestr (text, "\r\nMcp-Session-Id: ");
     if (session) {
         session += 18;
@@ -285,27 +314,47 @@ static void s_check_response (void)
     }
 }
 
-static void s_exchange (const char *part, size_t size)
+static void s_connect (void)
 {
-    zchunk_t *request = s_request (part, size);
-    int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    s.fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int buffer = 1 << 20;
-    setsockopt (fd, SOL_SOCKET, SO_SNDBUF, &buffer, sizeof buffer);
+    setsockopt (s.fd, SOL_SOCKET, SO_SNDBUF, &buffer, sizeof buffer);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons ((uint16_t) s.port)};
     addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
-    CHECK (fd >= 0 && connect (fd, (struct sockaddr *) &addr, sizeof addr) == 0, "connect");
+    CHECK (s.fd >= 0 && connect (s.fd, (struct sockaddr *) &addr, sizeof addr) == 0, "connect");
+}
+
+static void s_disconnect (void)
+{
+    close (s.fd);
+    s.fd = -1;
+}
+
+static void s_exchange (const char *part, size_t size)
+{
+    //  One connection for many requests, as clients keep it: a new one costs twice the
+    //  time of the request (TCP, and libmicrohttpd's memory pool for it).
+    char byte;
+    if (s.fd >= 0) {
+        ssize_t n = recv (s.fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+        CHECK (n <= 0, "bytes from the server that no request asked for");
+        if (n == 0)
+            s_disconnect (); //  closed by the server since
+    }
+    if (s.fd < 0)
+        s_connect ();
+    zchunk_t *request = s_request (part, size);
     //  The whole request fits the socket's buffers; the server reads it from the loop.
     for (size_t sent = 0; sent < zchunk_size (request);) {
         ssize_t n =
-            send (fd, zchunk_data (request) + sent, zchunk_size (request) - sent, MSG_NOSIGNAL);
+            send (s.fd, zchunk_data (request) + sent, zchunk_size (request) - sent, MSG_NOSIGNAL);
         CHECK (n > 0, "send");
         sent += (size_t) n;
     }
     zchunk_destroy (&request);
-    fcntl (fd, F_SETFL, O_NONBLOCK);
     zchunk_resize (s.in, 0);
-    s.hung = false;
-    zmq_pollitem_t poll = {NULL, fd, ZMQ_POLLIN, 0};
+    s.hung = s.closed = false;
+    zmq_pollitem_t poll = {NULL, s.fd, ZMQ_POLLIN, 0};
     CHECK (zloop_poller (s.loop, &poll, s_on_client, NULL) == 0, "poller");
     //  The hang-up (POLLHUP, an error to zloop) must reach the handler.
     zloop_poller_set_tolerant (s.loop, &poll);
@@ -314,8 +363,9 @@ static void s_exchange (const char *part, size_t size)
     CHECK (!s.hung, "a request was not answered within 5 s");
     zloop_timer_end (s.loop, stuck);
     zloop_poller_end (s.loop, &poll);
-    close (fd);
     s_check_response ();
+    if (s.closed || s_close_after)
+        s_disconnect ();
 }
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
