@@ -4,8 +4,9 @@
     behind gw_http), then gw_mcp (headers, the JSON-RPC message, sessions, SSE), then
     gw_tools (each tool's arguments into broker messages). The harness runs all three,
     real, on a real loopback socket and a real zloop, as sbx-gateway does, with the
-    caller already named (what gw_auth answers for a valid API key: gw_mcp_serve is
-    what gw_mcp_handle calls then) and no broker, so every broker request fails at once
+    caller already named (gw_mcp_handle is gw_mcp_admit, gw_auth, gw_mcp_serve: the
+    harness calls the first and the last, with what gw_auth answers for a valid API
+    key) and no broker, so every broker request fails at once
     with `unavailable` after its arguments were checked and its message built.
 
     The input is up to 4 requests, separated by a line "---". Each is a method line, a
@@ -69,11 +70,13 @@ static sbx_caller_t s_caller = {.kind = SBX_CALLER_KIND_API_KEY,
                                 .key_id = "key_fuzz",
                                 .preset = SBX_KEY_PRESET_FULL};
 
-//  What sbx-gateway's router does for /mcp once the API key is checked.
+//  What sbx-gateway's router does for /mcp: gw_mcp_handle, with gw_auth's answer for a
+//  valid key in place of the broker's.
 static void s_handler (gw_request_t *req, void *arg)
 {
     (void) arg;
-    gw_mcp_serve (s.mcp, req, &s_caller);
+    if (gw_mcp_admit (s.mcp, req))
+        gw_mcp_serve (s.mcp, req, &s_caller);
 }
 
 //  True once s.in holds a whole response: its header, then Content-Length bytes or the
@@ -291,6 +294,8 @@ static void s_check_response (void)
         memcpy (s.session, session, len);
         s.session[len] = 0;
     }
+    if (s.head)
+        return; //  the answer to HEAD has no body, whatever its headers say
     if (status == 202)
         CHECK (body_size == 0, "202 with a body");
     if (json && !(status == 500 && body_size == 2))

@@ -670,21 +670,28 @@ static bool s_origin_allowed (gw_mcp_t *self, const char *origin)
     return false;
 }
 
-void gw_mcp_handle (gw_mcp_t *self, gw_request_t *req)
+bool gw_mcp_admit (gw_mcp_t *self, gw_request_t *req)
 {
     const char *method = gw_request_method (req);
     if (!s_origin_allowed (self, gw_request_header (req, "Origin"))) {
         s_send_error (req, 403, NULL, -32000,
                       "Forbidden: this Origin may not use /mcp (see the mcp.origins setting)");
-        return;
+        return false;
     }
     if (streq (method, "GET") || (!streq (method, "POST") && !streq (method, "DELETE"))) {
         //  No server-initiated messages, so no standalone stream: clients then use POST
         //  answers only (the protocol allows 405 here).
         gw_request_add_header (req, "Allow", "POST, DELETE");
         s_send_error (req, 405, NULL, -32000, "Method Not Allowed: use POST (or DELETE)");
-        return;
+        return false;
     }
+    return true;
+}
+
+void gw_mcp_handle (gw_mcp_t *self, gw_request_t *req)
+{
+    if (!gw_mcp_admit (self, req))
+        return;
     const char *token = gw_auth_bearer (gw_request_header (req, "Authorization"));
     if (!token) {
         gw_auth_respond_401 (self->auth, req);
