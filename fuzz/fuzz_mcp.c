@@ -61,7 +61,7 @@ static struct {
     int fd; //  the connection to the server, kept alive between requests; -1: none
     //  This request's.
     zchunk_t *in;
-    bool head, hung, closed;
+    bool head, hung, closed, done;
     char session[128];
 } s;
 
@@ -108,10 +108,11 @@ static int s_on_client (zloop_t *loop, zmq_pollitem_t *item, void *arg)
         ssize_t n = recv (item->fd, buf, sizeof buf, MSG_DONTWAIT);
         if (n > 0)
             zchunk_extend (s.in, buf, (size_t) n);
-        else if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return s_complete () ? -1 : 0;
-        else {
-            s.closed = true; //  the server closed: the answer is complete
+        else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            s.done = s_complete ();
+            return s.done ? -1 : 0;
+        } else {
+            s.closed = s.done = true; //  the server closed: the answer is complete
             return -1;
         }
     }
@@ -358,13 +359,15 @@ static void s_exchange (const char *part, size_t size)
     }
     zchunk_destroy (&request);
     zchunk_resize (s.in, 0);
-    s.hung = s.closed = false;
+    s.hung = s.closed = s.done = false;
     zmq_pollitem_t poll = {NULL, s.fd, ZMQ_POLLIN, 0};
     CHECK (zloop_poller (s.loop, &poll, s_on_client, NULL) == 0, "poller");
     //  The hang-up (POLLHUP, an error to zloop) must reach the handler.
     zloop_poller_set_tolerant (s.loop, &poll);
     int stuck = zloop_timer (s.loop, 5000, 1, s_on_stuck, NULL);
-    zloop_start (s.loop);
+    //  zloop_start also returns when a signal interrupts its poll (libFuzzer's timer).
+    while (!s.done && !s.hung)
+        zloop_start (s.loop);
     CHECK (!s.hung, "a request was not answered within 5 s");
     zloop_timer_end (s.loop, stuck);
     zloop_poller_end (s.loop, &poll);

@@ -46,6 +46,7 @@ static struct {
     int conn;
     int issued, answered;
     bool closed;
+    bool done; //  QEMU's end saw vmd_qmp hang up
     bool hung;
 } s;
 
@@ -84,7 +85,10 @@ static int s_on_conn (zloop_t *loop, zmq_pollitem_t *item, void *arg)
     (void) loop, (void) arg;
     char buf[4096];
     ssize_t n = read (item->fd, buf, sizeof buf);
-    return n > 0 || (n < 0 && errno == EAGAIN) ? 0 : -1;
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
+        return 0;
+    s.done = true;
+    return -1;
 }
 
 //  vmd_qmp connected: QEMU says all it has to say, then stops sending.
@@ -152,7 +156,7 @@ int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     s.size = size;
     s.conn = -1;
     s.issued = s.answered = 0;
-    s.closed = s.hung = false;
+    s.closed = s.done = s.hung = false;
     vmd_qmp_t *qmp = vmd_qmp_new (s.loop, s.path);
     CHECK (qmp, "vmd_qmp_new");
     vmd_qmp_set_handlers (qmp, s_on_ready, s_on_event, s_on_closed, NULL);
@@ -166,7 +170,9 @@ int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     s.issued += vmd_qmp_set_max_bandwidth (qmp, 1 << 30, s_on_reply, NULL) == 0;
     CHECK (s.issued == 6, "commands refused before the connection");
     int stuck = zloop_timer (s.loop, 5000, 1, s_on_stuck, NULL);
-    zloop_start (s.loop);
+    //  zloop_start also returns when a signal interrupts its poll (libFuzzer's timer).
+    while (!s.done && !s.hung)
+        zloop_start (s.loop);
     CHECK (!s.hung, "vmd_qmp did not close the connection QEMU hung up");
     zloop_timer_end (s.loop, stuck);
     CHECK (s.closed, "the closed callback did not come");
