@@ -331,8 +331,7 @@ bool sbx_meta_utf8_valid (const char *text, size_t size)
     return true;
 }
 
-//  Replaces every byte that is not part of valid UTF-8 with '?', in place.
-static void s_utf8_sanitize (char *text)
+void sbx_utf8_sanitize (char *text)
 {
     size_t size = strlen (text);
     size_t i = 0;
@@ -1559,7 +1558,7 @@ sbx_msg_t *sbx_msg_new_error (uint64_t rid, sbx_code_t code, const char *format,
         va_end (args);
     }
     //  Make it encodable whatever went into it: valid UTF-8, within the schema's max.
-    s_utf8_sanitize (error->message);
+    sbx_utf8_sanitize (error->message);
     const sbx_meta_struct_t *meta = sbx_meta_msgs[SBX_MSG_ERROR].body;
     for (size_t i = 0; i < meta->field_count; i++)
         if (strcmp (meta->fields[i].name, "message") == 0) {

@@ -108,6 +108,11 @@ int sbx_strlist_append (sbx_strlist_t *list, const char *value);
 int sbx_strmap_set (sbx_strmap_t *map, const char *key, const char *value); //  NULL removes
 const char *sbx_strmap_get (const sbx_strmap_t *map, const char *key);
 
+//  Replaces every byte of text that is not part of valid UTF-8 with '?', in place: for
+//  messages that quote what a peer or a client sent (JSON and msgpack strings must be
+//  UTF-8; a quote cut at a length limit can end mid-character too).
+void sbx_utf8_sanitize (char *text);
+
 //  Converts the body to a JSON object text (keys as in schemas/, enums as their names,
 //  bytes as base64 strings, lists and structs nested). Returns a string the caller
 //  frees, or NULL. Used by `sbx tap` and logs; the gateway builds its own JSON.

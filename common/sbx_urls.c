@@ -1,6 +1,7 @@
 /*  sbx_urls - see sbx_urls.h */
 #include "sbx_urls.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
 #include <ctype.h>
 #include <stdio.h>
@@ -58,6 +59,25 @@ char *sbx_urls_box_suffix (sbx_config_t *config)
     return suffix;
 }
 
+//  True when the host's last label (before one trailing dot) is decimal digits or 0x and
+//  hex digits: the WHATWG URL standard then parses the host as an IPv4 address.
+static bool s_ends_in_number (const char *host)
+{
+    size_t len = strlen (host);
+    if (len > 0 && host[len - 1] == '.')
+        len--;
+    size_t start = len;
+    while (start > 0 && host[start - 1] != '.')
+        start--;
+    const char *label = host + start;
+    size_t size = len - start;
+    if (size == 0)
+        return false;
+    if (size >= 2 && label[0] == '0' && (label[1] == 'x' || label[1] == 'X'))
+        return strspn (label + 2, "0123456789abcdefABCDEF") >= size - 2;
+    return strspn (label, "0123456789") >= size;
+}
+
 int sbx_urls_redirect_check (const char *uri, char *why, size_t why_size)
 {
     if (!uri || !*uri) {
@@ -102,10 +122,46 @@ int sbx_urls_redirect_check (const char *uri, char *why, size_t why_size)
     //  Drop the port: "[::1]:8080" → "[::1]", "127.0.0.1:80" → "127.0.0.1".
     char *port = authority[0] == '[' ? strchr (authority, ']') : authority;
     port = port ? strchr (port, ':') : NULL;
-    if (port)
-        *port = 0;
+    if (port) {
+        *port++ = 0;
+        //  Digits only, or the rest is no port: "http://127.0.0.1:1http://x" is no URL to
+        //  a URL parser (libcurl's, a browser's), whatever host we took it for.
+        size_t digits = strspn (port, "0123456789");
+        if (port[digits] || digits > 5 || strtoul (port, NULL, 10) > 65535) {
+            snprintf (why, why_size, "redirect URI %.200s has a port that is not a number", uri);
+            return -1;
+        }
+    }
     if (!authority[0]) {
         snprintf (why, why_size, "redirect URI %.200s has no host", uri);
+        return -1;
+    }
+    //  A host name of letters, digits, '-', '.', '_', '~', or an IPv6 address in brackets:
+    //  what URL parsers agree on, so the host we judge is the host the browser goes to.
+    size_t host_size = strlen (authority);
+    bool host_ok;
+    if (authority[0] == '[') {
+        char ip[64];
+        struct in6_addr addr;
+        host_ok = host_size > 2 && host_size - 2 < sizeof ip && authority[host_size - 1] == ']';
+        if (host_ok) {
+            memcpy (ip, authority + 1, host_size - 2);
+            ip[host_size - 2] = 0;
+            host_ok = inet_pton (AF_INET6, ip, &addr) == 1;
+        }
+    } else
+        host_ok = strspn (authority,
+                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~") ==
+                  host_size;
+    if (host_ok && authority[0] != '[' && s_ends_in_number (authority)) {
+        //  A name whose last label is a number is an IPv4 address to URL parsers, in any
+        //  of inet_aton's forms ("8", "0x7f.1", "2130706433" for 127.0.0.1): only the
+        //  dotted-quad form is taken, so the host judged and shown is the one reached.
+        struct in_addr addr;
+        host_ok = inet_pton (AF_INET, authority, &addr) == 1;
+    }
+    if (!host_ok) {
+        snprintf (why, why_size, "redirect URI %.200s has a host that is not a host name", uri);
         return -1;
     }
     if (http && strcmp (authority, "localhost") != 0 && strcmp (authority, "127.0.0.1") != 0 &&
@@ -134,6 +190,22 @@ void sbx_urls_test (bool verbose)
     assert (sbx_urls_redirect_check ("https://u@a.example/", why, sizeof why) == -1);
     assert (sbx_urls_redirect_check ("https://a.example/a b", why, sizeof why) == -1);
     assert (sbx_urls_redirect_check ("", why, sizeof why) == -1);
+    //  Found by fuzz/fuzz_url: hosts and ports a URL parser reads otherwise.
+    assert (sbx_urls_redirect_check ("http://127.0.0.1:334http://back", why, sizeof why) == -1);
+    assert (strstr (why, "port"));
+    assert (sbx_urls_redirect_check ("http://127.0.0.1:8080/cb", why, sizeof why) == 0);
+    assert (sbx_urls_redirect_check ("https://a.example:/cb", why, sizeof why) == 0);
+    assert (sbx_urls_redirect_check ("https://a.example:65536/cb", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https://a%2eexample/cb", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("http://[::1%25eth0]/cb", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https://[zz]/cb", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https://[2001:db8::1]:443/cb", why, sizeof why) == 0);
+    assert (sbx_urls_redirect_check ("https://8//a", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("http://2130706433/cb", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https://0x7f.1/cb", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https://203.0.113.7/cb", why, sizeof why) == 0);
+    assert (sbx_urls_redirect_check ("https://a.example.0x/cb", why, sizeof why) == -1);
+    assert (sbx_urls_redirect_check ("https://v2.example/cb", why, sizeof why) == 0);
 
     (void) verbose;
     char dir[] = "/tmp/sbx_urls_test.XXXXXX";

@@ -25,7 +25,8 @@ char *sbx_urls_box_suffix (sbx_config_t *config);
 
 //  Whether uri may be an OAuth redirect URI: an absolute https URL, or http on a
 //  loopback host (localhost, 127.0.0.1, [::1]) for native clients; at most 2000
-//  characters, printable ASCII, with a host and without a fragment. Returns 0, or -1
+//  characters, printable ASCII, without a fragment, with a host name (letters, digits,
+//  "-._~") or a bracketed IPv6 address and a numeric port if any. Returns 0, or -1
 //  with a reason a person can act on in why.
 int sbx_urls_redirect_check (const char *uri, char *why, size_t why_size);
 

@@ -269,11 +269,21 @@ static void s_send_tool_result (gw_mcp_t *self, gw_request_t *req, json_t *id, j
     }
 }
 
+//  A JSON-RPC error response. Messages quote the client (a header, a method, a tool
+//  name, a parse error near its bytes), cut at a limit: they are made UTF-8 first, or
+//  json_pack refuses them and the answer goes out empty (fuzz_mcp found that).
+static json_t *s_error_response (json_t *id, int code, const char *message)
+{
+    char text[700];
+    snprintf (text, sizeof text, "%s", message ? message : "error");
+    sbx_utf8_sanitize (text);
+    return json_pack ("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null (),
+                      "error", "code", code, "message", text);
+}
+
 static void s_send_error (gw_request_t *req, int status, json_t *id, int code, const char *message)
 {
-    s_send_json (req, status,
-                 json_pack ("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
-                            id ? id : json_null (), "error", "code", code, "message", message));
+    s_send_json (req, status, s_error_response (id, code, message));
 }
 
 //  --------------------------------------------------------------------------
@@ -334,8 +344,10 @@ static void s_stream_emit (s_job_t *job, json_t *msg)
 {
     char *event = s_sse_event (msg);
     json_decref (msg);
-    if (!event)
+    if (!event) {
+        s_stream_flush (job); //  a finished stream still ends
         return;
+    }
     size_t size = strlen (event);
     if (job->out_sent == job->out_size)
         job->out_sent = job->out_size = 0;
@@ -440,9 +452,7 @@ static void s_on_tool_done (json_t *result, int rpc_code, const char *rpc_messag
             s_stream_emit (
                 job, json_pack ("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "result", result));
         else
-            s_stream_emit (job, json_pack ("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id,
-                                           "error", "code", rpc_code, "message",
-                                           rpc_message ? rpc_message : "error"));
+            s_stream_emit (job, s_error_response (id, rpc_code, rpc_message));
         json_decref (result);
         return;
     }
@@ -505,8 +515,8 @@ static void s_initialize (gw_mcp_t *self, gw_request_t *req, json_t *id, json_t 
                               "instructions", s_instructions));
 }
 
-//  One JSON-RPC message from an authenticated caller.
-static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller)
+//  One JSON-RPC message from an authenticated caller (see gw_mcp.h).
+void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller)
 {
     const char *method = gw_request_method (req);
     const char *session_id = gw_request_header (req, "Mcp-Session-Id");
@@ -636,7 +646,7 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
     if (!req)
         return; //  the client left meanwhile
     if (caller)
-        s_serve (self, req, caller);
+        gw_mcp_serve (self, req, caller);
     else if (code == SBX_E_UNAUTHENTICATED)
         gw_auth_respond_401 (self->auth, req);
     else if (code == SBX_E_INVALID_ARGUMENT)
@@ -665,21 +675,28 @@ static bool s_origin_allowed (gw_mcp_t *self, const char *origin)
     return false;
 }
 
-void gw_mcp_handle (gw_mcp_t *self, gw_request_t *req)
+bool gw_mcp_admit (gw_mcp_t *self, gw_request_t *req)
 {
     const char *method = gw_request_method (req);
     if (!s_origin_allowed (self, gw_request_header (req, "Origin"))) {
         s_send_error (req, 403, NULL, -32000,
                       "Forbidden: this Origin may not use /mcp (see the mcp.origins setting)");
-        return;
+        return false;
     }
     if (streq (method, "GET") || (!streq (method, "POST") && !streq (method, "DELETE"))) {
         //  No server-initiated messages, so no standalone stream: clients then use POST
         //  answers only (the protocol allows 405 here).
         gw_request_add_header (req, "Allow", "POST, DELETE");
         s_send_error (req, 405, NULL, -32000, "Method Not Allowed: use POST (or DELETE)");
-        return;
+        return false;
     }
+    return true;
+}
+
+void gw_mcp_handle (gw_mcp_t *self, gw_request_t *req)
+{
+    if (!gw_mcp_admit (self, req))
+        return;
     const char *token = gw_auth_bearer (gw_request_header (req, "Authorization"));
     if (!token) {
         gw_auth_respond_401 (self->auth, req);
@@ -726,6 +743,13 @@ void gw_mcp_test (bool verbose)
         streq (event, "event: message\ndata: {\"method\":\"m\",\"params\":{\"t\":\"a\\nb\"}}\n\n"));
     zstr_free (&event);
     json_decref (note);
+
+    //  A message quoting bytes that are not UTF-8 still makes an answer (fuzz_mcp).
+    json_t *error = s_error_response (NULL, -32600, "unsupported version \xff\xfe.");
+    assert (error);
+    assert (streq (json_string_value (json_object_get (json_object_get (error, "error"), "message")),
+                   "unsupported version ??."));
+    json_decref (error);
 
     gw_mcp_t *mcp = gw_mcp_new (NULL, NULL, NULL, NULL, NULL);
     assert (mcp);

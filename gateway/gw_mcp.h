@@ -52,6 +52,13 @@ void gw_mcp_destroy (gw_mcp_t **self_p);
 //  Serves one request to /mcp (answers now, or suspends it and answers later).
 void gw_mcp_handle (gw_mcp_t *self, gw_request_t *req);
 
+//  The two halves of gw_mcp_handle, public so that fuzz/fuzz_mcp.c runs the same path
+//  on hostile requests. admit: the checks before the key's, Origin (403) and method
+//  (405); it answers and returns false when the request may not go on. serve: one
+//  request from caller, whom gw_auth has named: the JSON-RPC message and what it asks.
+bool gw_mcp_admit (gw_mcp_t *self, gw_request_t *req);
+void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller);
+
 //  The protocol version answered to a client that asked for `requested` (NULL: none).
 const char *gw_mcp_negotiate (const char *requested);
 

@@ -24,7 +24,7 @@
 
 //  A client as the authorization page needs it: from the broker (registered) or from
 //  its metadata document (cached here).
-typedef struct {
+typedef struct gw_oauth_client_t {
     char *client_id;
     char *name;
     char *uris[S_MAX_URIS];
@@ -99,6 +99,16 @@ static s_client_t *s_client_dup (const s_client_t *from)
         client->uris[client->uri_count++] = strdup (from->uris[i]);
     client->until_mono = from->until_mono;
     return client;
+}
+
+void gw_oauth_client_destroy (gw_oauth_client_t **client_p)
+{
+    s_client_free (client_p);
+}
+
+const char *gw_oauth_client_name (const gw_oauth_client_t *client)
+{
+    return client->name;
 }
 
 static const char *s_param (s_flow_t *flow, const char *name)
@@ -702,8 +712,8 @@ static void s_on_client (sbx_msg_t *reply, sbx_code_t code, const char *message,
 }
 
 //  A client ID metadata document: checks and makes the client, or NULL with why.
-static s_client_t *s_cimd_parse (const char *url, const char *body, size_t size, char *why,
-                                 size_t why_size)
+s_client_t *gw_oauth_client_parse (const char *url, const char *body, size_t size, char *why,
+                                   size_t why_size)
 {
     json_error_t jerr;
     json_t *doc = json_loadb (body, size, 0, &jerr);
@@ -733,9 +743,11 @@ static s_client_t *s_cimd_parse (const char *url, const char *body, size_t size,
         if (name)
             client->name = strdup (json_string_value (name));
         else {
-            //  No name: the host people can recognise.
+            //  No name: the host people can recognise, an IPv6 one whole ("[2001:db8::1]",
+            //  not "[", as fuzz_url found).
             const char *host = url + 8;
-            client->name = strndup (host, strcspn (host, "/:?"));
+            client->name =
+                strndup (host, host[0] == '[' ? strcspn (host, "]") + 1 : strcspn (host, "/:?"));
         }
         size_t i;
         json_t *uri;
@@ -768,7 +780,7 @@ static void s_on_fetched (int status, const char *body, size_t size, const char 
     else if (status != 200)
         snprintf (why, sizeof why, "it answered HTTP %d", status);
     else
-        client = s_cimd_parse (url, body, size, why, sizeof why);
+        client = gw_oauth_client_parse (url, body, size, why, sizeof why);
     if (client) {
         client->until_mono = sbx_clock_mono_ms () + S_CIMD_CACHE_MS;
         if (zhashx_size (self->cimd) >= S_CIMD_MAX)
@@ -797,9 +809,13 @@ static void s_on_fetched (int status, const char *body, size_t size, const char 
 }
 
 //  A client_id URL must be https with a path, without fragment or credentials.
-static bool s_cimd_url_ok (const char *url)
+bool gw_oauth_client_url_ok (const char *url)
 {
-    if (strncmp (url, "https://", 8) != 0 || strlen (url) > 2000 || strchr (url, '#'))
+    //  Its host and port as sbx_urls reads them, so the host fetched and shown on the
+    //  consent page is the one libcurl connects to ("https://::1]:9/x" was let through).
+    char why[400];
+    if (strncmp (url, "https://", 8) != 0 || strlen (url) > 2000 || strchr (url, '#') ||
+        sbx_urls_redirect_check (url, why, sizeof why) != 0)
         return false;
     const char *host = url + 8;
     size_t host_len = strcspn (host, "/");
@@ -842,7 +858,7 @@ static void s_authorize (gw_oauth_t *self, gw_request_t *req)
     }
     client_id = s_param (flow, "client_id");
     if (strncmp (client_id, "https://", 8) == 0) {
-        if (!s_cimd_url_ok (client_id)) {
+        if (!gw_oauth_client_url_ok (client_id)) {
             gw_pages_respond_error (
                 req, 400, "Unknown app",
                 "The app's client_id is a URL this server cannot use: it must be "
@@ -1176,30 +1192,39 @@ void gw_oauth_test (bool verbose)
     char *encoded = s_urlencode ("a b&c=d/é~");
     assert (streq (encoded, "a%20b%26c%3Dd%2F%C3%A9~"));
     free (encoded);
-    assert (s_cimd_url_ok ("https://claude.ai/oauth/claude-code-client-metadata"));
-    assert (!s_cimd_url_ok ("https://claude.ai"));
-    assert (!s_cimd_url_ok ("https://claude.ai/"));
-    assert (!s_cimd_url_ok ("http://claude.ai/client.json"));
-    assert (!s_cimd_url_ok ("https://u:p@claude.ai/client.json"));
-    assert (!s_cimd_url_ok ("https://claude.ai/client.json#x"));
+    assert (gw_oauth_client_url_ok ("https://claude.ai/oauth/claude-code-client-metadata"));
+    assert (!gw_oauth_client_url_ok ("https://claude.ai"));
+    assert (!gw_oauth_client_url_ok ("https://claude.ai/"));
+    assert (!gw_oauth_client_url_ok ("http://claude.ai/client.json"));
+    assert (!gw_oauth_client_url_ok ("https://u:p@claude.ai/client.json"));
+    assert (!gw_oauth_client_url_ok ("https://claude.ai/client.json#x"));
+    assert (!gw_oauth_client_url_ok ("https://::1]:9/cb?x=1")); //  found by fuzz_url
+    assert (!gw_oauth_client_url_ok ("https://claude.ai:x/client.json"));
+    assert (gw_oauth_client_url_ok ("https://claude.ai:443/client.json"));
     char why[400];
     const char *url = "https://app.example/client.json";
     const char *good = "{\"client_id\":\"https://app.example/client.json\",\"client_name\":\"App\","
                        "\"redirect_uris\":[\"https://app.example/cb\"]}";
-    s_client_t *client = s_cimd_parse (url, good, strlen (good), why, sizeof why);
+    s_client_t *client = gw_oauth_client_parse (url, good, strlen (good), why, sizeof why);
     assert (client && streq (client->name, "App") && client->uri_count == 1);
     s_client_free (&client);
     const char *other = "{\"client_id\":\"https://evil.example/client.json\","
                         "\"redirect_uris\":[\"https://app.example/cb\"]}";
-    assert (!s_cimd_parse (url, other, strlen (other), why, sizeof why));
+    assert (!gw_oauth_client_parse (url, other, strlen (other), why, sizeof why));
     assert (strstr (why, "not its own URL"));
     const char *bad_uri = "{\"client_id\":\"https://app.example/client.json\","
                           "\"redirect_uris\":[\"http://app.example/cb\"]}";
-    assert (!s_cimd_parse (url, bad_uri, strlen (bad_uri), why, sizeof why));
+    assert (!gw_oauth_client_parse (url, bad_uri, strlen (bad_uri), why, sizeof why));
     const char *no_name = "{\"client_id\":\"https://app.example/client.json\","
                           "\"redirect_uris\":[\"https://app.example/cb\"]}";
-    client = s_cimd_parse (url, no_name, strlen (no_name), why, sizeof why);
+    client = gw_oauth_client_parse (url, no_name, strlen (no_name), why, sizeof why);
     assert (client && streq (client->name, "app.example"));
     s_client_free (&client);
-    assert (!s_cimd_parse (url, "[1]", 3, why, sizeof why));
+    assert (!gw_oauth_client_parse (url, "[1]", 3, why, sizeof why));
+    const char *v6_url = "https://[2001:db8::1]:8443/client.json";
+    const char *v6 = "{\"client_id\":\"https://[2001:db8::1]:8443/client.json\","
+                     "\"redirect_uris\":[\"https://app.example/cb\"]}";
+    client = gw_oauth_client_parse (v6_url, v6, strlen (v6), why, sizeof why);
+    assert (client && streq (client->name, "[2001:db8::1]"));
+    s_client_free (&client);
 }

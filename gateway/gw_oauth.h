@@ -39,6 +39,23 @@ void gw_oauth_destroy (gw_oauth_t **self_p);
 //  Serves req when its path is one of the above, and returns true; else false.
 bool gw_oauth_handle (gw_oauth_t *self, gw_request_t *req);
 
+//  Client ID metadata documents, as s_authorize and the fetch callback check them
+//  (public for fuzz/fuzz_cimd.c, which runs the same code on hostile input).
+//  True when a client_id may be a metadata document's URL: https with a path, without
+//  fragment or credentials, printable ASCII, at most 2000 characters, with a host and
+//  port sbx_urls_redirect_check accepts.
+bool gw_oauth_client_url_ok (const char *url);
+
+//  The client a document fetched from url describes, or NULL with the reason in why:
+//  a JSON object whose client_id is url, 1 to 10 redirect_uris that pass
+//  sbx_urls_redirect_check, an optional one-line client_name (else url's host).
+typedef struct gw_oauth_client_t gw_oauth_client_t;
+gw_oauth_client_t *gw_oauth_client_parse (const char *url, const char *body, size_t size, char *why,
+                                          size_t why_size);
+void gw_oauth_client_destroy (gw_oauth_client_t **client_p);
+//  The name the consent page shows.
+const char *gw_oauth_client_name (const gw_oauth_client_t *client);
+
 void gw_oauth_test (bool verbose);
 
 #endif

@@ -360,6 +360,8 @@ static void s_fail (s_call_t *call, sbx_code_t code, const char *format, ...)
     vsnprintf (message, sizeof message, format, args);
     va_end (args);
     snprintf (text, sizeof text, "%s (%s)", message, sbx_code_name (code));
+    //  The message may quote the caller's arguments, cut at a limit: JSON needs UTF-8.
+    sbx_utf8_sanitize (text);
     s_finish (call, s_text_result (text, NULL, true));
 }
 

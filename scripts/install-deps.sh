@@ -21,6 +21,8 @@ PACKAGES=(
   chromium
   # the guests' network policy (vmd_firewall: nftables rules on QEMU's user)
   nftables
+  # the libFuzzer harnesses (fuzz/): clang and its fuzzer and sanitizer runtimes
+  clang-14 libclang-rt-14-dev
 )
 # Node.js and npm (for the MCP SDK client tests) come from Debian's nodejs and npm only
 # when no node is installed: machines that ship their own Node.js keep it.

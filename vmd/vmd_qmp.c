@@ -218,8 +218,9 @@ vmd_qmp_t *vmd_qmp_new (zloop_t *loop, const char *socket_path)
     self->out = zlist_new ();
     self->held = zlist_new ();
     self->state = S_CONNECTING;
-    //  First attempt from the loop, so no callback ever runs inside this constructor.
-    self->connect_timer = zloop_timer (loop, 1, 1, s_on_retry, self);
+    //  First attempt from the loop, so no callback ever runs inside this constructor, at
+    //  once (fuzz/fuzz_qmp.c makes one connection per input).
+    self->connect_timer = zloop_timer (loop, 0, 1, s_on_retry, self);
     self->deadline_timer = zloop_timer (loop, (size_t) self->connect_msecs, 1, s_on_deadline, self);
     return self;
 }
