@@ -147,7 +147,7 @@ static const char *s_definitions =
     //  host_port
     "{'name':'host_port','title':'Publish port',"
     "'description':'Give a port of the sandbox an HTTPS URL "
-    "(https://LABEL-PORT.box.DOMAIN), public or private (private needs the owner credentials).',"
+    "(https://LABEL-PORT.BOX_DOMAIN, box.DOMAIN unless the operator set box_domain), public or private (private needs the owner credentials).',"
     "'inputSchema':{'type':'object','properties':{"
     "'port':{'type':'integer','minimum':1,'maximum':65535},"
     "'public':{'type':'boolean','description':'Anyone with the URL may use it (default "
@@ -902,7 +902,7 @@ static void s_extend (s_call_t *call)
     s_send (call, &request, S_SIMPLE_MS, s_on_sandbox);
 }
 
-//  host_port: "Port 8000 of sb_… is at https://LABEL-8000.box.DOMAIN (public)."
+//  host_port: "Port 8000 of sb_… is at https://LABEL-8000.BOX_DOMAIN (public)."
 static void s_on_port (s_call_t *call, sbx_msg_t *reply)
 {
     sbx_sandbox_port_ok_t *ok = sbx_msg_sandbox_port_ok (reply);
