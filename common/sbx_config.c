@@ -31,6 +31,7 @@ static const s_known_t s_known[] = {
     {"request_timeout_ms", "30000"},
     {"listen", "127.0.0.1:8443"},
     {"domain", "localhost"},
+    {"public_url", NULL}, //  the origin clients see, when a balancer stands in front (sbx_urls)
     {"box_domain", NULL}, //  = box.<domain>; its own registrable domain in public (sbx_site.h)
     {"tls", "on"},
     {"tls.cert", NULL},

@@ -13,9 +13,72 @@ bool sbx_urls_tls (sbx_config_t *config)
     return strcmp (sbx_config_get (config, "tls", "on"), "off") != 0;
 }
 
+//  The public_url setting taken apart: scheme, lower-case host and ":PORT" ("" for the
+//  scheme's default). 0, 1 when it is not set, -1 (with why) when it is not an origin.
+typedef struct {
+    bool https;
+    char host[256];
+    char port[8];
+} s_public_t;
+
+static int s_public (sbx_config_t *config, s_public_t *out, char *why, size_t why_size)
+{
+    const char *url = sbx_config_get (config, "public_url", NULL);
+    if (!url || !*url)
+        return 1;
+    memset (out, 0, sizeof *out);
+    out->https = strncmp (url, "https://", 8) == 0;
+    const char *host = url + (out->https ? 8 : strncmp (url, "http://", 7) == 0 ? 7 : 0);
+    size_t len = strcspn (host, ":/");
+    const char *rest = host + len;
+    bool ok = host != url && len > 0 && len < sizeof out->host;
+    for (size_t i = 0; ok && i < len; i++)
+        ok = isalnum ((unsigned char) host[i]) || host[i] == '-' || host[i] == '.';
+    unsigned long port = 0;
+    if (ok && *rest == ':') {
+        char *end;
+        port = strtoul (rest + 1, &end, 10);
+        ok = end > rest + 1 && end - rest <= 6 && port >= 1 && port <= 65535;
+        rest = end;
+    }
+    ok = ok && (!*rest || strcmp (rest, "/") == 0);
+    if (!ok) {
+        snprintf (why, why_size,
+                  "public_url '%.200s' is not an origin: give https://HOST or https://HOST:PORT "
+                  "(no path), as browsers and clients reach this installation",
+                  url);
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++)
+        out->host[i] = (char) tolower ((unsigned char) host[i]);
+    if (port && port != (out->https ? 443u : 80u))
+        snprintf (out->port, sizeof out->port, ":%lu", port);
+    return 0;
+}
+
+int sbx_urls_check (sbx_config_t *config, char *why, size_t why_size)
+{
+    s_public_t pub;
+    return s_public (config, &pub, why, why_size) < 0 ? -1 : 0;
+}
+
+bool sbx_urls_https (sbx_config_t *config)
+{
+    s_public_t pub;
+    char why[300];
+    int rc = s_public (config, &pub, why, sizeof why);
+    return rc == 0 ? pub.https : sbx_urls_tls (config);
+}
+
 //  ":PORT", or "" when the listen port is the scheme's default.
 static const char *s_port (sbx_config_t *config, char *buf, size_t size)
 {
+    s_public_t pub;
+    char why[300];
+    if (s_public (config, &pub, why, sizeof why) == 0) {
+        snprintf (buf, size, "%s", pub.port);
+        return buf;
+    }
     bool tls = sbx_urls_tls (config);
     const char *listen = sbx_config_get (config, "listen", "127.0.0.1:8443");
     const char *colon = strrchr (listen, ':');
@@ -29,8 +92,13 @@ static const char *s_port (sbx_config_t *config, char *buf, size_t size)
 char *sbx_urls_base (sbx_config_t *config)
 {
     char port[16], *url;
-    if (asprintf (&url, "%s://%s%s", sbx_urls_tls (config) ? "https" : "http",
-                  sbx_config_get (config, "domain", "localhost"),
+    s_public_t pub;
+    char why[300];
+    int rc = s_public (config, &pub, why, sizeof why);
+    if (rc < 0)
+        return NULL;
+    if (asprintf (&url, "%s://%s%s", sbx_urls_https (config) ? "https" : "http",
+                  rc == 0 ? pub.host : sbx_config_get (config, "domain", "localhost"),
                   s_port (config, port, sizeof port)) < 0)
         return NULL;
     return url;
@@ -40,9 +108,13 @@ char *sbx_urls_box_domain (sbx_config_t *config)
 {
     const char *box = sbx_config_get (config, "box_domain", NULL);
     char *domain;
+    s_public_t pub;
+    char why[300];
+    bool public = s_public (config, &pub, why, sizeof why) == 0;
     if (box && *box)
         domain = strdup (box);
-    else if (asprintf (&domain, "box.%s", sbx_config_get (config, "domain", "localhost")) < 0)
+    else if (asprintf (&domain, "box.%s",
+                       public ? pub.host : sbx_config_get (config, "domain", "localhost")) < 0)
         domain = NULL;
     for (char *p = domain; p && *p; p++)
         *p = (char) tolower ((unsigned char) *p);
@@ -243,6 +315,36 @@ void sbx_urls_test (bool verbose)
     url = sbx_urls_base (config);
     assert (strcmp (url, "https://sbx.example.com:8443") == 0);
     free (url);
+    //  public_url: every gateway behind a balancer names the origin clients see, whatever
+    //  its own listen port and TLS.
+    sbx_config_set (config, "box_domain", "");
+    sbx_config_set (config, "tls", "off");
+    sbx_config_set (config, "public_url", "https://SBX.example.com/");
+    assert (sbx_urls_check (config, why, sizeof why) == 0 && sbx_urls_https (config));
+    url = sbx_urls_base (config);
+    assert (strcmp (url, "https://sbx.example.com") == 0);
+    free (url);
+    url = sbx_urls_box_suffix (config);
+    assert (strcmp (url, ".box.sbx.example.com") == 0);
+    free (url);
+    sbx_config_set (config, "public_url", "https://edge.example.com:9443");
+    url = sbx_urls_base (config);
+    assert (strcmp (url, "https://edge.example.com:9443") == 0);
+    free (url);
+    url = sbx_urls_box_suffix (config);
+    assert (strcmp (url, ".box.edge.example.com:9443") == 0);
+    free (url);
+    const char *bad[] = {"edge.example.com",        "https://edge.example.com/mcp",
+                         "ftp://x.example",         "https://",
+                         "https://a b.example",     "https://x.example:0",
+                         "https://x.example:65536", "https://x.example:443x",
+                         "https://u@x.example"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sbx_config_set (config, "public_url", bad[i]);
+        assert (sbx_urls_check (config, why, sizeof why) == -1);
+        assert (strstr (why, "not an origin"));
+        assert (sbx_urls_base (config) == NULL);
+    }
     sbx_config_destroy (&config);
     char cmd[64];
     snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -34,7 +34,7 @@ gw_broker_t *gw_broker_new (sbx_config_t *config, sbx_peer_t *peer)
     self->peer = peer;
     self->next_handle = 1;
     //  Sandbox URLs: https://LABEL.box.DOMAIN, with the listen port when it is not 443.
-    self->tls = !config || sbx_urls_tls (config);
+    self->tls = !config || sbx_urls_https (config);
     self->box_suffix = config ? sbx_urls_box_suffix (config) : strdup (".box.localhost");
     self->pending = sbx_idmap_new ();
     if (!self->box_suffix || !self->pending) {

@@ -8,6 +8,7 @@
 #include "gw_proxy.h"
 #include "gw_rest.h"
 #include "gw_tls.h"
+#include "sbx_urls.h"
 #include "gw_verify.h"
 
 #include <assert.h>
@@ -113,6 +114,14 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
     self->config = config;
     self->peer = peer;
     self->started_ms = sbx_clock_now_ms ();
+    char why[400];
+    if (sbx_urls_check (config, why, sizeof why)) {
+        //  Every URL the gateway names (resource metadata, audiences, sandboxes) stems
+        //  from it: refuse to start rather than hand out wrong ones.
+        sbx_error ("%s", why);
+        free (self);
+        return NULL;
+    }
     gw_http_options_t options = {
         .listen = sbx_config_get (config, "listen", "127.0.0.1:8443"),
         .header_timeout_ms = s_ms_setting (config, "gateway.header_timeout_ms", "30000"),

@@ -65,7 +65,7 @@ gw_session_t *gw_session_new (sbx_config_t *config)
         return NULL;
     self->secret = s_load_secret (config);
     self->origin = config ? sbx_urls_base (config) : strdup ("https://localhost:8443");
-    if (config && !sbx_urls_tls (config) &&
+    if (config && !sbx_urls_tls (config) && !sbx_config_get (config, "public_url", NULL) &&
         asprintf (&self->tls_origin, "https://%s", sbx_config_get (config, "domain", "localhost")) <
             0)
         self->tls_origin = NULL;

@@ -10,6 +10,7 @@ The caller's fault is the caller's error: input that cannot be encoded or is out
 bounds answers 400 invalid_argument naming the field, never `unavailable`, and leaves no
 ERROR line in the gateway's log."""
 import json
+import os
 import socket
 import ssl
 import time
@@ -32,8 +33,10 @@ class EdgeTest(unittest.TestCase):
         cls.s.up()
         cls.port_one = cls.s.listen_port()
         cls.port_two = free_port()
+        # As behind a balancer: the second gateway names the first one's origin.
         cls.s.start("sbx-gateway", "--instance", "gw-two", "--set",
-                    f"listen=127.0.0.1:{cls.port_two}")
+                    f"listen=127.0.0.1:{cls.port_two}", "--set",
+                    f"public_url=https://localhost:{cls.port_one}")
         wait_for(lambda: [p["role"] for p in cls.s.status()["peers"]].count("gateway") == 2,
                  30, "the second gateway connected")
         cls.ctx = ssl.create_default_context(cafile=cls.s.status()["ca_cert"])
@@ -158,6 +161,31 @@ class EdgeTest(unittest.TestCase):
         for port in (self.port_one, self.port_two):
             self.assertEqual(self.rest(port, keep), 200)
             self.assertEqual(self.mcp(port, keep), 200)
+
+    # -- one origin ------------------------------------------------------------
+    def test_every_gateway_names_the_public_origin(self):
+        """public_url: the 401's resource metadata (and with it the OAuth audience) names
+        the origin clients see, whichever gateway answers."""
+        answers = [self.request(port, "POST", "/mcp", None, INIT,
+                                {"Accept": "application/json, text/event-stream"})
+                   for port in (self.port_one, self.port_two)]
+        for status, headers, _ in answers:
+            self.assertEqual(status, 401)
+            self.assertIn(f'resource_metadata="https://localhost:{self.port_one}/.well-known/',
+                          headers["www-authenticate"])
+        self.assertEqual(answers[0][1]["www-authenticate"], answers[1][1]["www-authenticate"])
+        status, _, body = self.request(self.port_two, "GET",
+                                       "/.well-known/oauth-protected-resource/mcp")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)["resource"], f"https://localhost:{self.port_one}/mcp")
+        # A public_url that is no origin: the gateway refuses to start, and says why.
+        proc = self.s.start("sbx-gateway", "--instance", "gw-bad", "--set",
+                            f"listen=127.0.0.1:{free_port()}", "--set",
+                            "public_url=https://sbx.example.com/mcp")
+        self.assertNotEqual(proc.wait(30), 0)
+        logs = "".join(self.s.log(f[:-4]) for f in os.listdir(os.path.join(self.s.dir, "logs"))
+                       if f.startswith("sbx-gateway-extra"))
+        self.assertIn("is not an origin", logs)
 
     # -- the caller's errors ---------------------------------------------------
     def assert_invalid(self, answer, field=None):
