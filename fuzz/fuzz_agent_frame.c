@@ -13,15 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(cond, what)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf (stderr, "fuzz_agent_frame: %s: %s\n", #cond, what);                           \
-            abort ();                                                                              \
-        }                                                                                          \
-    } while (0)
-
-int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
+#define FUZZ_NAME "fuzz_agent_frame"
+#include "fuzz_check.h"
 
 //  Takes every frame now buffered; returns how many calls answered.
 static size_t s_drain (agent_frame_t *frame, size_t budget)

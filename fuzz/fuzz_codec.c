@@ -11,15 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(cond, what)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf (stderr, "fuzz_codec: %s: %s\n", #cond, what);                                 \
-            abort ();                                                                              \
-        }                                                                                          \
-    } while (0)
-
-int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
+#define FUZZ_NAME "fuzz_codec"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 {

@@ -13,16 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond, what)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf (stderr, "fuzz_form: %s: %s\n", #cond, what);                                  \
-            abort ();                                                                              \
-        }                                                                                          \
-    } while (0)
-
-int LLVMFuzzerInitialize (int *argc, char ***argv);
-int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
+#define FUZZ_NAME "fuzz_form"
+#include "fuzz_check.h"
 
 int LLVMFuzzerInitialize (int *argc, char ***argv)
 {

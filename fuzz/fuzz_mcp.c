@@ -39,18 +39,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define CHECK(cond, what)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf (stderr, "fuzz_mcp: %s: %s\n", #cond, what);                                   \
-            abort ();                                                                              \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_mcp"
+#include "fuzz_check.h"
 
 #define S_MAX_REQUESTS 4
-
-int LLVMFuzzerInitialize (int *argc, char ***argv);
-int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 
 static struct {
     zloop_t *loop;

@@ -23,16 +23,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define CHECK(cond, what)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf (stderr, "fuzz_qmp: %s: %s\n", #cond, what);                                   \
-            abort ();                                                                              \
-        }                                                                                          \
-    } while (0)
-
-int LLVMFuzzerInitialize (int *argc, char ***argv);
-int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
+#define FUZZ_NAME "fuzz_qmp"
+#include "fuzz_check.h"
 
 static struct {
     zloop_t *loop;
