@@ -245,6 +245,13 @@ int sbx_urls_redirect_check (const char *uri, char *why, size_t why_size)
     return 0;
 }
 
+//  The self-test's check of one URL function's answer (which it frees).
+static void s_expect (char *url, const char *want)
+{
+    assert (url && strcmp (url, want) == 0);
+    free (url);
+}
+
 void sbx_urls_test (bool verbose)
 {
     char why[300];
@@ -283,57 +290,34 @@ void sbx_urls_test (bool verbose)
     char dir[] = "/tmp/sbx_urls_test.XXXXXX";
     assert (mkdtemp (dir));
     sbx_config_t *config = sbx_config_new (dir);
-    char *url = sbx_urls_base (config);
-    assert (strcmp (url, "https://localhost:8443") == 0);
-    free (url);
+    s_expect (sbx_urls_base (config), "https://localhost:8443");
     sbx_config_set (config, "listen", "0.0.0.0:443");
     sbx_config_set (config, "domain", "sbx.example.com");
-    url = sbx_urls_base (config);
-    assert (strcmp (url, "https://sbx.example.com") == 0);
-    free (url);
-    url = sbx_urls_box_suffix (config);
-    assert (strcmp (url, ".box.sbx.example.com") == 0);
-    free (url);
+    s_expect (sbx_urls_base (config), "https://sbx.example.com");
+    s_expect (sbx_urls_box_suffix (config), ".box.sbx.example.com");
     sbx_config_set (config, "tls", "off");
-    url = sbx_urls_base (config); //  443 is not plain HTTP's default
-    assert (strcmp (url, "http://sbx.example.com:443") == 0);
-    free (url);
+    //  443 is not plain HTTP's default.
+    s_expect (sbx_urls_base (config), "http://sbx.example.com:443");
     sbx_config_set (config, "listen", "[::]:80");
-    url = sbx_urls_box_suffix (config);
-    assert (strcmp (url, ".box.sbx.example.com") == 0);
-    free (url);
+    s_expect (sbx_urls_box_suffix (config), ".box.sbx.example.com");
     //  A box_domain of its own replaces box.DOMAIN entirely.
     sbx_config_set (config, "box_domain", "SBX-Box.example.net");
-    url = sbx_urls_box_domain (config);
-    assert (strcmp (url, "sbx-box.example.net") == 0);
-    free (url);
+    s_expect (sbx_urls_box_domain (config), "sbx-box.example.net");
     sbx_config_set (config, "tls", "on");
     sbx_config_set (config, "listen", "0.0.0.0:8443");
-    url = sbx_urls_box_suffix (config);
-    assert (strcmp (url, ".sbx-box.example.net:8443") == 0);
-    free (url);
-    url = sbx_urls_base (config);
-    assert (strcmp (url, "https://sbx.example.com:8443") == 0);
-    free (url);
+    s_expect (sbx_urls_box_suffix (config), ".sbx-box.example.net:8443");
+    s_expect (sbx_urls_base (config), "https://sbx.example.com:8443");
     //  public_url: every gateway behind a balancer names the origin clients see, whatever
     //  its own listen port and TLS.
     sbx_config_set (config, "box_domain", "");
     sbx_config_set (config, "tls", "off");
     sbx_config_set (config, "public_url", "https://SBX.example.com/");
     assert (sbx_urls_check (config, why, sizeof why) == 0 && sbx_urls_https (config));
-    url = sbx_urls_base (config);
-    assert (strcmp (url, "https://sbx.example.com") == 0);
-    free (url);
-    url = sbx_urls_box_suffix (config);
-    assert (strcmp (url, ".box.sbx.example.com") == 0);
-    free (url);
+    s_expect (sbx_urls_base (config), "https://sbx.example.com");
+    s_expect (sbx_urls_box_suffix (config), ".box.sbx.example.com");
     sbx_config_set (config, "public_url", "https://edge.example.com:9443");
-    url = sbx_urls_base (config);
-    assert (strcmp (url, "https://edge.example.com:9443") == 0);
-    free (url);
-    url = sbx_urls_box_suffix (config);
-    assert (strcmp (url, ".box.edge.example.com:9443") == 0);
-    free (url);
+    s_expect (sbx_urls_base (config), "https://edge.example.com:9443");
+    s_expect (sbx_urls_box_suffix (config), ".box.edge.example.com:9443");
     const char *bad[] = {"edge.example.com",        "https://edge.example.com/mcp",
                          "ftp://x.example",         "https://",
                          "https://a b.example",     "https://x.example:0",
