@@ -7,6 +7,7 @@
 #include "brk_registry.h"
 #include "brk_sandbox.h"
 #include "brk_server.h"
+#include "brk_sessions.h"
 #include "brk_store.h"
 #include "sbx_testrun.h"
 
@@ -20,6 +21,8 @@ static const sbx_test_t s_tests[] = {{"brk_store", brk_store_test},
                                      {"brk_limits", brk_limits_test},
                                      {"brk_oauth", brk_oauth_test},
                                      {"brk_store_oauth", brk_store_oauth_test},
+                                     {"brk_store_mcp", brk_store_mcp_test},
+                                     {"brk_sessions", brk_sessions_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)

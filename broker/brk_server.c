@@ -9,6 +9,7 @@
 #include "brk_registry.h"
 #include "brk_ports.h"
 #include "brk_sandbox.h"
+#include "brk_sessions.h"
 #include "brk_snapshot.h"
 #include "brk_store.h"
 #include "brk_testkit.h"
@@ -588,6 +589,18 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     case SBX_MSG_OAUTH_REVOKE:
         reply = brk_oauth_revoke (&self->ctx, msg, s_is_gateway (peer));
         break;
+    case SBX_MSG_MCP_SESSION_OPEN:
+        reply = brk_sessions_open (&self->ctx, msg, s_is_gateway (peer));
+        break;
+    case SBX_MSG_MCP_SESSION_GET:
+        reply = brk_sessions_get (&self->ctx, msg, s_is_gateway (peer));
+        break;
+    case SBX_MSG_MCP_SESSION_USE:
+        reply = brk_sessions_use (&self->ctx, msg, s_is_gateway (peer));
+        break;
+    case SBX_MSG_MCP_SESSION_END:
+        reply = brk_sessions_end (&self->ctx, msg, s_is_gateway (peer));
+        break;
     case SBX_MSG_SANDBOX_CREATE:
         reply = brk_sandbox_create (&self->ctx, address, msg);
         break;
@@ -729,6 +742,16 @@ static int s_on_deadlines (zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
+//  Housekeeping: MCP sessions idle for a day, a few a minute.
+static int s_on_sweep (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_server_t *self = arg;
+    brk_sessions_sweep (&self->ctx);
+    return 0;
+}
+
 //  TTL deadlines: four times a second, so a sandbox stops within a second of its time.
 static int s_on_ttl (zloop_t *loop, int timer_id, void *arg)
 {
@@ -766,6 +789,7 @@ void brk_server_actor (zsock_t *pipe, void *args)
     zloop_timer (self->loop, self->heartbeat_ms, 0, s_on_heartbeat, self);
     zloop_timer (self->loop, 100, 0, s_on_deadlines, self);
     zloop_timer (self->loop, 250, 0, s_on_ttl, self);
+    zloop_timer (self->loop, 10000, 0, s_on_sweep, self);
     sbx_info ("broker %s ready: %llu events in the log", self->instance,
               (unsigned long long) brk_store_last_seq (self->store));
     zstr_send (pipe, "READY");

@@ -121,6 +121,25 @@ static const char *s_migrations[] = {
     "  used_ms INTEGER NOT NULL DEFAULT 0," //  a code exchanged, a refresh token rotated
     "  revoked_ms INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX oauth_tokens_by_grant ON oauth_tokens (grant_id);",
+    //  6: MCP sessions, here so that every gateway serves every session: the default
+    //  sandbox of each, and the env its create_sandbox gave a sandbox (one row a name).
+    "CREATE TABLE mcp_sessions ("
+    "  id TEXT NOT NULL PRIMARY KEY,"
+    "  account_id TEXT NOT NULL REFERENCES accounts (id),"
+    "  key_id TEXT,"
+    "  protocol TEXT,"
+    "  client TEXT,"
+    "  sandbox_id TEXT," //  the default; NULL for none
+    "  created_ms INTEGER NOT NULL,"
+    "  used_ms INTEGER NOT NULL);"
+    "CREATE INDEX mcp_sessions_by_account ON mcp_sessions (account_id, used_ms);"
+    "CREATE INDEX mcp_sessions_by_use ON mcp_sessions (used_ms);"
+    "CREATE TABLE mcp_session_env ("
+    "  session_id TEXT NOT NULL REFERENCES mcp_sessions (id) ON DELETE CASCADE,"
+    "  sandbox_id TEXT NOT NULL,"
+    "  name TEXT NOT NULL,"
+    "  value TEXT NOT NULL,"
+    "  PRIMARY KEY (session_id, sandbox_id, name));",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
@@ -140,6 +159,8 @@ static const char *s_migrations[] = {
 #define TOKEN_COLUMNS                                                                              \
     "hash, kind, grant_id, client_id, redirect_uri, challenge, resource, scope, created_ms, "      \
     "expires_ms, used_ms, revoked_ms"
+
+#define MCP_COLUMNS "id, account_id, key_id, protocol, client, sandbox_id, created_ms, used_ms"
 
 static const char *s_sql[ST_COUNT] = {
     [ST_EVENT_APPEND] = "INSERT INTO events (ts_ms, type, account, subject, payload) "
@@ -234,6 +255,20 @@ static const char *s_sql[ST_COUNT] = {
                       "oauth_tokens t WHERE t.grant_id = k.id AND t.client_id = ?2) "
                       "ORDER BY k.created_ms DESC, k.rowid DESC LIMIT 1",
     [ST_TOKEN_PURGE] = "DELETE FROM oauth_tokens WHERE expires_ms < ?1",
+    [ST_MCP_INSERT] = "INSERT INTO mcp_sessions (" MCP_COLUMNS ") "
+                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [ST_MCP_FIND] = "SELECT " MCP_COLUMNS " FROM mcp_sessions WHERE id = ?1",
+    [ST_MCP_USE] = "UPDATE mcp_sessions SET sandbox_id = ?2, used_ms = ?3 WHERE id = ?1",
+    [ST_MCP_DELETE] = "DELETE FROM mcp_sessions WHERE id = ?1",
+    [ST_MCP_COUNT] = "SELECT count(*) FROM mcp_sessions WHERE account_id = ?1",
+    [ST_MCP_OLDEST] = "SELECT id FROM mcp_sessions WHERE account_id = ?1 "
+                      "ORDER BY used_ms, rowid LIMIT 1",
+    [ST_MCP_IDLE] = "SELECT id FROM mcp_sessions WHERE used_ms < ?1 ORDER BY used_ms LIMIT 1",
+    [ST_MCP_ENV_CLEAR] = "DELETE FROM mcp_session_env WHERE session_id = ?1 AND sandbox_id = ?2",
+    [ST_MCP_ENV_SET] = "INSERT OR REPLACE INTO mcp_session_env (session_id, sandbox_id, name, "
+                       "value) VALUES (?1, ?2, ?3, ?4)",
+    [ST_MCP_ENV_LIST] = "SELECT sandbox_id, name, value FROM mcp_session_env "
+                        "WHERE session_id = ?1 ORDER BY sandbox_id, name",
 };
 
 static const char *s_key_kinds[] = {"api_key", "connection", NULL};

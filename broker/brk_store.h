@@ -32,6 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sbx_msg_gen.h"
+
 //  Limits of an event's fields, as in schemas/events.json; longer is refused.
 #define BRK_EVENT_TYPE_MAX    64
 #define BRK_EVENT_ACCOUNT_MAX 64
@@ -326,7 +328,47 @@ int brk_store_oauth_grant_find (brk_store_t *self, const char *account_id, const
                                 char **grant_id);
 void brk_oauth_token_clear (brk_oauth_token_t *self);
 
+//  An MCP session (see schemas/mcp.json). Same ownership as brk_account_t.
+typedef struct {
+    char *id; //  "mcps_…"
+    char *account_id;
+    char *key_id;
+    char *protocol;
+    char *client;
+    char *sandbox_id; //  the default; NULL for none
+    uint64_t created_ms;
+    uint64_t used_ms;
+} brk_mcp_session_t;
+
+//  Inserts (in a transaction): 0 or -1 (bad argument, unknown account, duplicate).
+int brk_store_mcp_session_insert (brk_store_t *self, const brk_mcp_session_t *session);
+//  0 found (release with brk_mcp_session_clear), 1 not found, -1 error.
+int brk_store_mcp_session_find (brk_store_t *self, const char *id, brk_mcp_session_t *out);
+//  Sets the default sandbox (NULL: none) and the time of use (in a transaction): 0 or -1.
+int brk_store_mcp_session_use (brk_store_t *self, const char *id, const char *sandbox_id,
+                               uint64_t used_ms);
+//  Deletes a session and its env (in a transaction): 0, 1 there was none, -1 error.
+int brk_store_mcp_session_delete (brk_store_t *self, const char *id);
+//  How many sessions an account has: 0 or -1.
+int brk_store_mcp_session_count (brk_store_t *self, const char *account_id, uint64_t *count);
+//  The account's least recently used session, or one used before before_ms by anyone:
+//  0 with *id (fresh), 1 none, -1 error.
+int brk_store_mcp_session_oldest (brk_store_t *self, const char *account_id, char **id);
+int brk_store_mcp_session_idle (brk_store_t *self, uint64_t before_ms, char **id);
+//  Replaces the env a session keeps for a sandbox (NULL or empty env: drops it), in a
+//  transaction: 0 or -1.
+int brk_store_mcp_env_set (brk_store_t *self, const char *session_id, const char *sandbox_id,
+                           const sbx_strmap_t *env);
+//  Calls fn for each variable a session keeps, by sandbox then name: the count, or -1.
+typedef void (brk_store_env_fn) (const char *sandbox_id, const char *name, const char *value,
+                                 void *arg);
+int brk_store_mcp_env_list (brk_store_t *self, const char *session_id, brk_store_env_fn *fn,
+                            void *arg);
+void brk_mcp_session_clear (brk_mcp_session_t *self);
+
 void brk_store_test (bool verbose);
+//  The MCP sessions' self-test (brk_store_mcp.c).
+void brk_store_mcp_test (bool verbose);
 //  The OAuth functions' self-test (brk_store_oauth.c).
 void brk_store_oauth_test (bool verbose);
 

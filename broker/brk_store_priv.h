@@ -1,6 +1,6 @@
 /*  brk_store_priv - what the two halves of brk_store share: brk_store.c (accounts, keys,
-    events, meta, sandboxes, ports, the self-test) and brk_store_oauth.c (OAuth clients,
-    codes and tokens). Private to them: everyone else includes brk_store.h.
+    events, meta, sandboxes, ports, the self-test), brk_store_oauth.c (OAuth clients,
+    codes and tokens) and brk_store_mcp.c (MCP sessions). Private to them: everyone else includes brk_store.h.
 
     The migrations and the statements' SQL stay in brk_store.c, in one array indexed by
     stmt_id_t, so the schema is read in one place and prepared once at open.
@@ -61,6 +61,16 @@ typedef enum {
     ST_TOKEN_REVOKE_GRANT,
     ST_GRANT_FIND,
     ST_TOKEN_PURGE,
+    ST_MCP_INSERT,
+    ST_MCP_FIND,
+    ST_MCP_USE,
+    ST_MCP_DELETE,
+    ST_MCP_COUNT,
+    ST_MCP_OLDEST,
+    ST_MCP_IDLE,
+    ST_MCP_ENV_CLEAR,
+    ST_MCP_ENV_SET,
+    ST_MCP_ENV_LIST,
     ST_COUNT
 } stmt_id_t;
 

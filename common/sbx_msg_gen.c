@@ -22,6 +22,7 @@ _Static_assert (offsetof (sbx_usage_sandbox_list_t, count) == sizeof (void *), "
 _Static_assert (offsetof (sbx_usage_day_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_wallet_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_event_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_mcp_env_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_peer_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_sandbox_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_vm_info_list_t, count) == sizeof (void *), "list layout");
@@ -313,6 +314,17 @@ static const sbx_meta_struct_t s_meta_events_replay;
 static const sbx_meta_struct_t s_meta_events_replay_ok;
 static const sbx_meta_struct_t s_meta_peer_joined;
 static const sbx_meta_struct_t s_meta_peer_left;
+static const sbx_meta_struct_t s_meta_mcp_env;
+static const sbx_meta_struct_t s_meta_mcp_session;
+static const sbx_meta_struct_t s_meta_mcp_session_open;
+static const sbx_meta_struct_t s_meta_mcp_session_open_ok;
+static const sbx_meta_struct_t s_meta_mcp_session_get;
+static const sbx_meta_struct_t s_meta_mcp_session_get_ok;
+static const sbx_meta_struct_t s_meta_mcp_session_use;
+static const sbx_meta_struct_t s_meta_mcp_session_use_ok;
+static const sbx_meta_struct_t s_meta_mcp_session_end;
+static const sbx_meta_struct_t s_meta_mcp_session_end_ok;
+static const sbx_meta_struct_t s_meta_mcp_session_changed;
 static const sbx_meta_struct_t s_meta_oauth_client_register;
 static const sbx_meta_struct_t s_meta_oauth_client_register_ok;
 static const sbx_meta_struct_t s_meta_oauth_client_get;
@@ -816,6 +828,75 @@ static const sbx_meta_field_t s_fields_peer_left[] = {
     {"reason", SBX_META_STRING, offsetof (sbx_peer_left_t, reason), true, 256, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_peer_left = {"peer.left", sizeof (sbx_peer_left_t), s_fields_peer_left, 3};
+
+static const sbx_meta_field_t s_fields_mcp_env[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_mcp_env_t, sandbox_id), true, 64, NULL, NULL},
+    {"env", SBX_META_STRMAP, offsetof (sbx_mcp_env_t, env), false, 256, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_mcp_env = {"mcp_env", sizeof (sbx_mcp_env_t), s_fields_mcp_env, 2};
+
+static const sbx_meta_field_t s_fields_mcp_session[] = {
+    {"id", SBX_META_STRING, offsetof (sbx_mcp_session_t, id), true, 64, NULL, NULL},
+    {"account_id", SBX_META_STRING, offsetof (sbx_mcp_session_t, account_id), true, 64, NULL, NULL},
+    {"key_id", SBX_META_STRING, offsetof (sbx_mcp_session_t, key_id), false, 64, NULL, NULL},
+    {"protocol", SBX_META_STRING, offsetof (sbx_mcp_session_t, protocol), false, 32, NULL, NULL},
+    {"client", SBX_META_STRING, offsetof (sbx_mcp_session_t, client), false, 128, NULL, NULL},
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_mcp_session_t, sandbox_id), false, 64, NULL, NULL},
+    {"envs", SBX_META_LIST, offsetof (sbx_mcp_session_t, envs), false, 1000, NULL, &s_meta_mcp_env},
+    {"created_ms", SBX_META_UINT, offsetof (sbx_mcp_session_t, created_ms), false, 0, NULL, NULL},
+    {"used_ms", SBX_META_UINT, offsetof (sbx_mcp_session_t, used_ms), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_mcp_session = {"mcp_session", sizeof (sbx_mcp_session_t), s_fields_mcp_session, 9};
+
+static const sbx_meta_field_t s_fields_mcp_session_open[] = {
+    {"protocol", SBX_META_STRING, offsetof (sbx_mcp_session_open_t, protocol), false, 32, NULL, NULL},
+    {"client", SBX_META_STRING, offsetof (sbx_mcp_session_open_t, client), false, 128, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_mcp_session_open = {"mcp.session.open", sizeof (sbx_mcp_session_open_t), s_fields_mcp_session_open, 2};
+
+static const sbx_meta_field_t s_fields_mcp_session_open_ok[] = {
+    {"session", SBX_META_STRUCT, offsetof (sbx_mcp_session_open_ok_t, session), true, 0, NULL, &s_meta_mcp_session},
+};
+static const sbx_meta_struct_t s_meta_mcp_session_open_ok = {"mcp.session.open.ok", sizeof (sbx_mcp_session_open_ok_t), s_fields_mcp_session_open_ok, 1};
+
+static const sbx_meta_field_t s_fields_mcp_session_get[] = {
+    {"session_id", SBX_META_STRING, offsetof (sbx_mcp_session_get_t, session_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_mcp_session_get = {"mcp.session.get", sizeof (sbx_mcp_session_get_t), s_fields_mcp_session_get, 1};
+
+static const sbx_meta_field_t s_fields_mcp_session_get_ok[] = {
+    {"session", SBX_META_STRUCT, offsetof (sbx_mcp_session_get_ok_t, session), true, 0, NULL, &s_meta_mcp_session},
+};
+static const sbx_meta_struct_t s_meta_mcp_session_get_ok = {"mcp.session.get.ok", sizeof (sbx_mcp_session_get_ok_t), s_fields_mcp_session_get_ok, 1};
+
+static const sbx_meta_field_t s_fields_mcp_session_use[] = {
+    {"session_id", SBX_META_STRING, offsetof (sbx_mcp_session_use_t, session_id), true, 64, NULL, NULL},
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_mcp_session_use_t, sandbox_id), true, 64, NULL, NULL},
+    {"forget", SBX_META_BOOL, offsetof (sbx_mcp_session_use_t, forget), false, 0, NULL, NULL},
+    {"env", SBX_META_STRMAP, offsetof (sbx_mcp_session_use_t, env), false, 256, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_mcp_session_use = {"mcp.session.use", sizeof (sbx_mcp_session_use_t), s_fields_mcp_session_use, 4};
+
+static const sbx_meta_field_t s_fields_mcp_session_use_ok[] = {
+    {"session", SBX_META_STRUCT, offsetof (sbx_mcp_session_use_ok_t, session), true, 0, NULL, &s_meta_mcp_session},
+};
+static const sbx_meta_struct_t s_meta_mcp_session_use_ok = {"mcp.session.use.ok", sizeof (sbx_mcp_session_use_ok_t), s_fields_mcp_session_use_ok, 1};
+
+static const sbx_meta_field_t s_fields_mcp_session_end[] = {
+    {"session_id", SBX_META_STRING, offsetof (sbx_mcp_session_end_t, session_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_mcp_session_end = {"mcp.session.end", sizeof (sbx_mcp_session_end_t), s_fields_mcp_session_end, 1};
+
+static const sbx_meta_field_t s_fields_mcp_session_end_ok[] = {
+    {"session_id", SBX_META_STRING, offsetof (sbx_mcp_session_end_ok_t, session_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_mcp_session_end_ok = {"mcp.session.end.ok", sizeof (sbx_mcp_session_end_ok_t), s_fields_mcp_session_end_ok, 1};
+
+static const sbx_meta_field_t s_fields_mcp_session_changed[] = {
+    {"session_id", SBX_META_STRING, offsetof (sbx_mcp_session_changed_t, session_id), true, 64, NULL, NULL},
+    {"ended", SBX_META_BOOL, offsetof (sbx_mcp_session_changed_t, ended), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_mcp_session_changed = {"mcp.session.changed", sizeof (sbx_mcp_session_changed_t), s_fields_mcp_session_changed, 2};
 
 static const sbx_meta_field_t s_fields_oauth_client_register[] = {
     {"name", SBX_META_STRING, offsetof (sbx_oauth_client_register_t, name), true, 128, NULL, NULL},
@@ -1490,6 +1571,24 @@ static const char *const s_from_peer_joined[] = {"broker"};
 static const char *const s_to_peer_joined[] = {"tap"};
 static const char *const s_from_peer_left[] = {"broker"};
 static const char *const s_to_peer_left[] = {"tap"};
+static const char *const s_from_mcp_session_open[] = {"gateway"};
+static const char *const s_to_mcp_session_open[] = {"broker"};
+static const char *const s_from_mcp_session_open_ok[] = {"broker"};
+static const char *const s_to_mcp_session_open_ok[] = {"gateway"};
+static const char *const s_from_mcp_session_get[] = {"gateway"};
+static const char *const s_to_mcp_session_get[] = {"broker"};
+static const char *const s_from_mcp_session_get_ok[] = {"broker"};
+static const char *const s_to_mcp_session_get_ok[] = {"gateway"};
+static const char *const s_from_mcp_session_use[] = {"gateway"};
+static const char *const s_to_mcp_session_use[] = {"broker"};
+static const char *const s_from_mcp_session_use_ok[] = {"broker"};
+static const char *const s_to_mcp_session_use_ok[] = {"gateway"};
+static const char *const s_from_mcp_session_end[] = {"gateway"};
+static const char *const s_to_mcp_session_end[] = {"broker"};
+static const char *const s_from_mcp_session_end_ok[] = {"broker"};
+static const char *const s_to_mcp_session_end_ok[] = {"gateway"};
+static const char *const s_from_mcp_session_changed[] = {"broker"};
+static const char *const s_to_mcp_session_changed[] = {"tap"};
 static const char *const s_from_oauth_client_register[] = {"gateway"};
 static const char *const s_to_oauth_client_register[] = {"broker"};
 static const char *const s_from_oauth_client_register_ok[] = {"broker"};
@@ -1703,6 +1802,15 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"events.replay.ok", &s_meta_events_replay_ok, s_from_events_replay_ok, 1, s_to_events_replay_ok, 3, SBX_MSG__UNKNOWN, false},
     {"peer.joined", &s_meta_peer_joined, s_from_peer_joined, 1, s_to_peer_joined, 1, SBX_MSG__UNKNOWN, true},
     {"peer.left", &s_meta_peer_left, s_from_peer_left, 1, s_to_peer_left, 1, SBX_MSG__UNKNOWN, true},
+    {"mcp.session.open", &s_meta_mcp_session_open, s_from_mcp_session_open, 1, s_to_mcp_session_open, 1, SBX_MSG_MCP_SESSION_OPEN_OK, false},
+    {"mcp.session.open.ok", &s_meta_mcp_session_open_ok, s_from_mcp_session_open_ok, 1, s_to_mcp_session_open_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"mcp.session.get", &s_meta_mcp_session_get, s_from_mcp_session_get, 1, s_to_mcp_session_get, 1, SBX_MSG_MCP_SESSION_GET_OK, false},
+    {"mcp.session.get.ok", &s_meta_mcp_session_get_ok, s_from_mcp_session_get_ok, 1, s_to_mcp_session_get_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"mcp.session.use", &s_meta_mcp_session_use, s_from_mcp_session_use, 1, s_to_mcp_session_use, 1, SBX_MSG_MCP_SESSION_USE_OK, false},
+    {"mcp.session.use.ok", &s_meta_mcp_session_use_ok, s_from_mcp_session_use_ok, 1, s_to_mcp_session_use_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"mcp.session.end", &s_meta_mcp_session_end, s_from_mcp_session_end, 1, s_to_mcp_session_end, 1, SBX_MSG_MCP_SESSION_END_OK, false},
+    {"mcp.session.end.ok", &s_meta_mcp_session_end_ok, s_from_mcp_session_end_ok, 1, s_to_mcp_session_end_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"mcp.session.changed", &s_meta_mcp_session_changed, s_from_mcp_session_changed, 1, s_to_mcp_session_changed, 1, SBX_MSG__UNKNOWN, true},
     {"oauth.client.register", &s_meta_oauth_client_register, s_from_oauth_client_register, 1, s_to_oauth_client_register, 1, SBX_MSG_OAUTH_CLIENT_REGISTER_OK, false},
     {"oauth.client.register.ok", &s_meta_oauth_client_register_ok, s_from_oauth_client_register_ok, 1, s_to_oauth_client_register_ok, 1, SBX_MSG__UNKNOWN, false},
     {"oauth.client.get", &s_meta_oauth_client_get, s_from_oauth_client_get, 1, s_to_oauth_client_get, 1, SBX_MSG_OAUTH_CLIENT_GET_OK, false},
@@ -2017,6 +2125,51 @@ sbx_peer_joined_t *sbx_msg_peer_joined (struct sbx_msg_s *msg)
 sbx_peer_left_t *sbx_msg_peer_left (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_PEER_LEFT ? (sbx_peer_left_t *) msg->body : NULL;
+}
+
+sbx_mcp_session_open_t *sbx_msg_mcp_session_open (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_MCP_SESSION_OPEN ? (sbx_mcp_session_open_t *) msg->body : NULL;
+}
+
+sbx_mcp_session_open_ok_t *sbx_msg_mcp_session_open_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_MCP_SESSION_OPEN_OK ? (sbx_mcp_session_open_ok_t *) msg->body : NULL;
+}
+
+sbx_mcp_session_get_t *sbx_msg_mcp_session_get (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_MCP_SESSION_GET ? (sbx_mcp_session_get_t *) msg->body : NULL;
+}
+
+sbx_mcp_session_get_ok_t *sbx_msg_mcp_session_get_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_MCP_SESSION_GET_OK ? (sbx_mcp_session_get_ok_t *) msg->body : NULL;
+}
+
+sbx_mcp_session_use_t *sbx_msg_mcp_session_use (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_MCP_SESSION_USE ? (sbx_mcp_session_use_t *) msg->body : NULL;
+}
+
+sbx_mcp_session_use_ok_t *sbx_msg_mcp_session_use_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_MCP_SESSION_USE_OK ? (sbx_mcp_session_use_ok_t *) msg->body : NULL;
+}
+
+sbx_mcp_session_end_t *sbx_msg_mcp_session_end (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_MCP_SESSION_END ? (sbx_mcp_session_end_t *) msg->body : NULL;
+}
+
+sbx_mcp_session_end_ok_t *sbx_msg_mcp_session_end_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_MCP_SESSION_END_OK ? (sbx_mcp_session_end_ok_t *) msg->body : NULL;
+}
+
+sbx_mcp_session_changed_t *sbx_msg_mcp_session_changed (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_MCP_SESSION_CHANGED ? (sbx_mcp_session_changed_t *) msg->body : NULL;
 }
 
 sbx_oauth_client_register_t *sbx_msg_oauth_client_register (struct sbx_msg_s *msg)
@@ -2457,6 +2610,11 @@ sbx_wallet_info_t *sbx_wallet_info_list_append (sbx_wallet_info_list_t *list)
 sbx_event_t *sbx_event_list_append (sbx_event_list_t *list)
 {
     return (sbx_event_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_event_t));
+}
+
+sbx_mcp_env_t *sbx_mcp_env_list_append (sbx_mcp_env_list_t *list)
+{
+    return (sbx_mcp_env_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_mcp_env_t));
 }
 
 sbx_peer_info_t *sbx_peer_info_list_append (sbx_peer_info_list_t *list)

@@ -218,6 +218,15 @@ typedef enum {
     SBX_MSG_EVENTS_REPLAY_OK,         //  events.replay.ok
     SBX_MSG_PEER_JOINED,              //  peer.joined
     SBX_MSG_PEER_LEFT,                //  peer.left
+    SBX_MSG_MCP_SESSION_OPEN,         //  mcp.session.open
+    SBX_MSG_MCP_SESSION_OPEN_OK,      //  mcp.session.open.ok
+    SBX_MSG_MCP_SESSION_GET,          //  mcp.session.get
+    SBX_MSG_MCP_SESSION_GET_OK,       //  mcp.session.get.ok
+    SBX_MSG_MCP_SESSION_USE,          //  mcp.session.use
+    SBX_MSG_MCP_SESSION_USE_OK,       //  mcp.session.use.ok
+    SBX_MSG_MCP_SESSION_END,          //  mcp.session.end
+    SBX_MSG_MCP_SESSION_END_OK,       //  mcp.session.end.ok
+    SBX_MSG_MCP_SESSION_CHANGED,      //  mcp.session.changed
     SBX_MSG_OAUTH_CLIENT_REGISTER,    //  oauth.client.register
     SBX_MSG_OAUTH_CLIENT_REGISTER_OK, //  oauth.client.register.ok
     SBX_MSG_OAUTH_CLIENT_GET,         //  oauth.client.get
@@ -356,6 +365,17 @@ typedef struct sbx_events_replay_s sbx_events_replay_t;
 typedef struct sbx_events_replay_ok_s sbx_events_replay_ok_t;
 typedef struct sbx_peer_joined_s sbx_peer_joined_t;
 typedef struct sbx_peer_left_s sbx_peer_left_t;
+typedef struct sbx_mcp_env_s sbx_mcp_env_t;
+typedef struct sbx_mcp_session_s sbx_mcp_session_t;
+typedef struct sbx_mcp_session_open_s sbx_mcp_session_open_t;
+typedef struct sbx_mcp_session_open_ok_s sbx_mcp_session_open_ok_t;
+typedef struct sbx_mcp_session_get_s sbx_mcp_session_get_t;
+typedef struct sbx_mcp_session_get_ok_s sbx_mcp_session_get_ok_t;
+typedef struct sbx_mcp_session_use_s sbx_mcp_session_use_t;
+typedef struct sbx_mcp_session_use_ok_s sbx_mcp_session_use_ok_t;
+typedef struct sbx_mcp_session_end_s sbx_mcp_session_end_t;
+typedef struct sbx_mcp_session_end_ok_s sbx_mcp_session_end_ok_t;
+typedef struct sbx_mcp_session_changed_s sbx_mcp_session_changed_t;
 typedef struct sbx_oauth_client_register_s sbx_oauth_client_register_t;
 typedef struct sbx_oauth_client_register_ok_s sbx_oauth_client_register_ok_t;
 typedef struct sbx_oauth_client_get_s sbx_oauth_client_get_t;
@@ -475,6 +495,11 @@ typedef struct {
     size_t count;
 } sbx_event_list_t;
 sbx_event_t *sbx_event_list_append (sbx_event_list_t *list);
+typedef struct {
+    sbx_mcp_env_t *items;
+    size_t count;
+} sbx_mcp_env_list_t;
+sbx_mcp_env_t *sbx_mcp_env_list_append (sbx_mcp_env_list_t *list);
 typedef struct {
     sbx_peer_info_t *items;
     size_t count;
@@ -1204,6 +1229,110 @@ struct sbx_peer_left_s {
     char *instance;
     //  (required, max 256) bye, silent, or replaced.
     char *reason;
+};
+
+//  struct mcp_env (mcp.json). The env a session's create_sandbox gave one sandbox: added to
+//  every exec of the session in it.
+struct sbx_mcp_env_s {
+    //  (required, max 64) sb_… id.
+    char *sandbox_id;
+    //  (max 256) Variable names and values.
+    sbx_strmap_t env;
+};
+
+//  struct mcp_session (mcp.json). One MCP session as the broker keeps it.
+struct sbx_mcp_session_s {
+    //  (required, max 64) mcps_ followed by 32 random characters: the Mcp-Session-Id.
+    char *id;
+    //  (required, max 64) Whose: any other account is told it does not exist.
+    char *account_id;
+    //  (max 64) The credential that opened it.
+    char *key_id;
+    //  (max 32) The protocol version initialize agreed.
+    char *protocol;
+    //  (max 128) clientInfo.name, for operators.
+    char *client;
+    //  (max 64) The sandbox created or used last; empty for none.
+    char *sandbox_id;
+    //  (max 1000) The env of each sandbox the session created with one.
+    sbx_mcp_env_list_t envs;
+    //  When initialize opened it.
+    uint64_t created_ms;
+    //  When it was last used (to a minute); idle for a day, it is forgotten.
+    uint64_t used_ms;
+};
+
+//  message mcp.session.open (mcp.json): gateway -> broker, reply mcp.session.open.ok.
+//  initialize: open a session for the caller's account. An account keeps at most 1000; opening
+//  one more forgets its least recently used.
+struct sbx_mcp_session_open_s {
+    //  (max 32) The protocol version agreed.
+    char *protocol;
+    //  (max 128) clientInfo.name.
+    char *client;
+};
+
+//  message mcp.session.open.ok (mcp.json): broker -> gateway. The new session.
+struct sbx_mcp_session_open_ok_s {
+    //  (required) Its id goes to the client as Mcp-Session-Id.
+    sbx_mcp_session_t *session;
+};
+
+//  message mcp.session.get (mcp.json): gateway -> broker, reply mcp.session.get.ok. A session
+//  of the caller's account, as it is now (not_found for an unknown, ended or other account's
+//  id).
+struct sbx_mcp_session_get_s {
+    //  (required, max 64) The Mcp-Session-Id.
+    char *session_id;
+};
+
+//  message mcp.session.get.ok (mcp.json): broker -> gateway. The session.
+struct sbx_mcp_session_get_ok_s {
+    //  (required) As the broker keeps it.
+    sbx_mcp_session_t *session;
+};
+
+//  message mcp.session.use (mcp.json): gateway -> broker, reply mcp.session.use.ok. A tool call
+//  of the session used a sandbox: it becomes the default (with forget: the sandbox is gone; it
+//  stops being the default and its env is dropped). Answered once stored, so the next request
+//  on any gateway sees it.
+struct sbx_mcp_session_use_s {
+    //  (required, max 64) The Mcp-Session-Id.
+    char *session_id;
+    //  (required, max 64) The sandbox used.
+    char *sandbox_id;
+    //  The sandbox was deleted.
+    bool forget;
+    //  (max 256) create_sandbox's env for it (replaces what was kept; empty: unchanged).
+    sbx_strmap_t env;
+};
+
+//  message mcp.session.use.ok (mcp.json): broker -> gateway. The session as stored now.
+struct sbx_mcp_session_use_ok_s {
+    //  (required) As the broker keeps it.
+    sbx_mcp_session_t *session;
+};
+
+//  message mcp.session.end (mcp.json): gateway -> broker, reply mcp.session.end.ok. DELETE
+//  /mcp: the client ends its session (not_found when it is not the caller's).
+struct sbx_mcp_session_end_s {
+    //  (required, max 64) The Mcp-Session-Id.
+    char *session_id;
+};
+
+//  message mcp.session.end.ok (mcp.json): broker -> gateway. The session is forgotten.
+struct sbx_mcp_session_end_ok_s {
+    //  (required, max 64) Its id.
+    char *session_id;
+};
+
+//  message mcp.session.changed (mcp.json): broker -> tap, event. A session's default sandbox or
+//  env changed, or it ended: gateways drop their copy and ask again.
+struct sbx_mcp_session_changed_s {
+    //  (required, max 64) Its id.
+    char *session_id;
+    //  It is gone (ended by the client, idle for a day, or evicted).
+    bool ended;
 };
 
 //  message oauth.client.register (oauth.json): gateway -> broker, reply
@@ -2194,6 +2323,15 @@ sbx_events_replay_t *sbx_msg_events_replay (struct sbx_msg_s *msg);
 sbx_events_replay_ok_t *sbx_msg_events_replay_ok (struct sbx_msg_s *msg);
 sbx_peer_joined_t *sbx_msg_peer_joined (struct sbx_msg_s *msg);
 sbx_peer_left_t *sbx_msg_peer_left (struct sbx_msg_s *msg);
+sbx_mcp_session_open_t *sbx_msg_mcp_session_open (struct sbx_msg_s *msg);
+sbx_mcp_session_open_ok_t *sbx_msg_mcp_session_open_ok (struct sbx_msg_s *msg);
+sbx_mcp_session_get_t *sbx_msg_mcp_session_get (struct sbx_msg_s *msg);
+sbx_mcp_session_get_ok_t *sbx_msg_mcp_session_get_ok (struct sbx_msg_s *msg);
+sbx_mcp_session_use_t *sbx_msg_mcp_session_use (struct sbx_msg_s *msg);
+sbx_mcp_session_use_ok_t *sbx_msg_mcp_session_use_ok (struct sbx_msg_s *msg);
+sbx_mcp_session_end_t *sbx_msg_mcp_session_end (struct sbx_msg_s *msg);
+sbx_mcp_session_end_ok_t *sbx_msg_mcp_session_end_ok (struct sbx_msg_s *msg);
+sbx_mcp_session_changed_t *sbx_msg_mcp_session_changed (struct sbx_msg_s *msg);
 sbx_oauth_client_register_t *sbx_msg_oauth_client_register (struct sbx_msg_s *msg);
 sbx_oauth_client_register_ok_t *sbx_msg_oauth_client_register_ok (struct sbx_msg_s *msg);
 sbx_oauth_client_get_t *sbx_msg_oauth_client_get (struct sbx_msg_s *msg);

@@ -2,14 +2,13 @@
 #include "gw_mcp.h"
 #include "sbx_idmap.h"
 #include "gw_auth.h"
+#include "gw_mcp_sessions.h"
 #include "gw_tools.h"
 
 #include <assert.h>
 #include <jansson.h>
 
-#define S_LATEST       "2025-06-18"
-#define S_SESSION_IDLE (24 * 3600 * 1000ULL) //  an idle session is forgotten after this
-#define S_SESSIONS_MAX 100000
+#define S_LATEST "2025-06-18"
 //  Progress on a streamed tools/call: the first soon, so a client sees the call is
 //  alive, then at twice the time so far (1, 2, 4, 8 s), at most every S_PROGRESS_EVERY_MS.
 #ifndef S_PROGRESS_FIRST_MS
@@ -30,20 +29,21 @@ static const char *s_instructions =
     "themselves after ttlSeconds (default 1 hour); stop_sandbox keeps memory and "
     "resume_sandbox continues where it was.";
 
-typedef struct {
-    char *id;
-    char *account_id;
-    gw_tools_state_t *state;
-    uint64_t used_mono;
-} s_session_t;
-
-//  A request waiting for gw_auth, then for a tool call.
+//  A request waiting for gw_auth, for its session (fetched, opened or ended), for a
+//  tool call, then for the call's changes to reach the broker.
 typedef struct {
     gw_mcp_t *mcp;
     uint64_t serial;
     uint64_t req_id;
     json_t *rpc_id;
     char *tool;
+    sbx_caller_t *caller;    //  kept while the request waits for its session
+    char *session_id;        //  a tools/call of a session: its changes are synced
+    gw_tools_state_t *state; //  that session's state
+    //  The call's answer, held while its changes go to the broker.
+    json_t *result;
+    int rpc_code;
+    char *rpc_message;
     //  A tools/call answered as SSE (see s_stream_start): the request, held until the
     //  stream ends or the client leaves (then NULL), and what still has to go out.
     bool sse;
@@ -69,8 +69,8 @@ struct gw_mcp_t {
     gw_auth_t *auth;     //  borrowed from the gateway, or own_auth
     gw_auth_t *own_auth; //  self-tests only
     gw_tools_t *tools;
-    zhashx_t *sessions; //  id → s_session_t
-    zhashx_t *jobs;     //  serial → s_job_t
+    gw_mcp_sessions_t *sessions; //  copies of the broker's MCP sessions
+    zhashx_t *jobs;              //  serial → s_job_t
     uint64_t next_serial;
     char *own_origin;
     zlistx_t *origins; //  allowed Origin values besides our own
@@ -101,18 +101,6 @@ static bool s_version_known (const char *version)
     return false;
 }
 
-static void s_session_free (void **item_p)
-{
-    s_session_t *session = *item_p;
-    if (session) {
-        free (session->id);
-        free (session->account_id);
-        gw_tools_state_unref (&session->state);
-        free (session);
-    }
-    *item_p = NULL;
-}
-
 static void s_job_free (s_job_t **job_p)
 {
     s_job_t *job = *job_p;
@@ -121,6 +109,11 @@ static void s_job_free (s_job_t **job_p)
             zloop_timer_end (job->mcp->loop, job->timer_id);
         json_decref (job->rpc_id);
         json_decref (job->progress_token);
+        json_decref (job->result);
+        free (job->rpc_message);
+        gw_auth_caller_destroy (&job->caller);
+        free (job->session_id);
+        gw_tools_state_unref (&job->state);
         free (job->tool);
         free (job->out);
         free (job);
@@ -141,14 +134,15 @@ gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_
     //  The gateway's one auth (shared with REST and the proxy); self-tests have their own.
     self->auth = auth ? auth : (self->own_auth = gw_auth_new (config, peer));
     self->tools = gw_tools_new (config, peer);
-    self->sessions = zhashx_new ();
+    self->sessions = gw_mcp_sessions_new (config, peer);
+    if (self->sessions && loop && gw_mcp_sessions_start (self->sessions, loop))
+        gw_mcp_sessions_destroy (&self->sessions);
     self->jobs = sbx_idmap_new ();
     self->origins = zlistx_new ();
     if (!self->auth || !self->tools || !self->sessions || !self->jobs || !self->origins) {
         gw_mcp_destroy (&self);
         return NULL;
     }
-    zhashx_set_destructor (self->sessions, s_session_free);
     zlistx_set_destructor (self->origins, (czmq_destructor *) zstr_free);
     zlistx_set_duplicator (self->origins, (czmq_duplicator *) strdup);
     self->own_origin = strdup (gw_auth_base_url (self->auth));
@@ -176,6 +170,7 @@ void gw_mcp_destroy (gw_mcp_t **self_p)
     //  Pending callbacks are forgotten first, then what they would have used.
     gw_auth_destroy (&self->own_auth);
     gw_tools_destroy (&self->tools);
+    gw_mcp_sessions_destroy (&self->sessions);
     if (self->jobs) {
         for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs)) {
             //  A stream still held (http outlives us) is ended, so no callback finds us.
@@ -185,7 +180,6 @@ void gw_mcp_destroy (gw_mcp_t **self_p)
         }
         zhashx_destroy (&self->jobs);
     }
-    zhashx_destroy (&self->sessions);
     zlistx_destroy (&self->origins);
     free (self->own_origin);
     for (size_t i = 0; i < S_SENT; i++) {
@@ -434,10 +428,12 @@ static bool s_stream_start (gw_mcp_t *self, s_job_t *job, gw_request_t *req, jso
     return true;
 }
 
-static void s_on_tool_done (json_t *result, int rpc_code, const char *rpc_message, void *arg)
+//  The call's answer, now that its changes are stored: to the stream or the request.
+static void s_deliver (s_job_t *job)
 {
-    s_job_t *job = arg;
     gw_mcp_t *self = job->mcp;
+    json_t *result = job->result;
+    job->result = NULL;
     if (job->sse) {
         if (job->timer_id)
             zloop_timer_end (self->loop, job->timer_id);
@@ -452,7 +448,7 @@ static void s_on_tool_done (json_t *result, int rpc_code, const char *rpc_messag
             s_stream_emit (
                 job, json_pack ("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "result", result));
         else
-            s_stream_emit (job, s_error_response (id, rpc_code, rpc_message));
+            s_stream_emit (job, s_error_response (id, job->rpc_code, job->rpc_message));
         json_decref (result);
         return;
     }
@@ -464,77 +460,110 @@ static void s_on_tool_done (json_t *result, int rpc_code, const char *rpc_messag
     else if (result)
         s_send_tool_result (self, req, job->rpc_id, json_incref (result));
     else
-        s_send_error (req, 200, job->rpc_id, rpc_code, rpc_message);
+        s_send_error (req, 200, job->rpc_id, job->rpc_code, job->rpc_message);
     json_decref (result);
     s_job_free (&job);
 }
 
-static void s_reap_sessions (gw_mcp_t *self)
+static void s_on_synced (gw_tools_state_t *state, const char *id, sbx_code_t code,
+                         const char *message, void *arg)
 {
-    uint64_t now = sbx_clock_mono_ms ();
-    zlistx_t *old = zlistx_new ();
-    for (s_session_t *session = zhashx_first (self->sessions); session;
-         session = zhashx_next (self->sessions))
-        if (now - session->used_mono > S_SESSION_IDLE)
-            zlistx_add_end (old, session->id);
-    for (char *id = zlistx_first (old); id; id = zlistx_next (old))
-        zhashx_delete (self->sessions, id);
-    zlistx_destroy (&old);
+    (void) state;
+    (void) id;
+    (void) code;
+    (void) message;
+    s_deliver (arg);
+}
+
+static void s_on_tool_done (json_t *result, int rpc_code, const char *rpc_message, void *arg)
+{
+    s_job_t *job = arg;
+    job->result = json_incref (result);
+    job->rpc_code = rpc_code;
+    job->rpc_message = rpc_message ? strdup (rpc_message) : NULL;
+    //  A session's new default (or env) is stored before the answer goes: the client's
+    //  next request may reach another gateway.
+    if (job->session_id && job->state)
+        gw_mcp_sessions_sync (job->mcp->sessions, job->caller, job->session_id, job->state,
+                              s_on_synced, job);
+    else
+        s_deliver (job);
+}
+
+static void s_on_opened (gw_tools_state_t *state, const char *session_id, sbx_code_t code,
+                         const char *message, void *arg)
+{
+    s_job_t *job = arg;
+    gw_mcp_t *self = job->mcp;
+    zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
+    gw_request_t *req = gw_http_request (self->http, job->req_id);
+    if (!req) {
+        s_job_free (&job);
+        return;
+    }
+    if (!state) {
+        char text[600];
+        snprintf (text, sizeof text, "cannot open an MCP session now: %s (%s); retry later",
+                  message ? message : "", sbx_code_name (code));
+        s_send_error (req, 503, job->rpc_id, -32000, text);
+        s_job_free (&job);
+        return;
+    }
+    const char *version = job->tool; //  the version agreed, kept in tool
+    gw_request_add_header (req, "Mcp-Session-Id", session_id);
+    sbx_info ("mcp session %.12s… opened for %s (client %s, protocol %s)", session_id,
+              job->caller->account_id ? job->caller->account_id : "?",
+              job->rpc_message ? job->rpc_message : "?", version);
+    s_send_result (req, job->rpc_id,
+                   json_pack ("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion",
+                              version, "capabilities", "tools", "listChanged", 0, "serverInfo",
+                              "name", "sbx", "title", "sbx", "version", SBX_VERSION, "instructions",
+                              s_instructions));
+    s_job_free (&job);
+}
+
+//  A job for req that waits for the broker (with the caller kept), or NULL.
+static s_job_t *s_job_wait (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller)
+{
+    s_job_t *job = calloc (1, sizeof *job);
+    if (!job)
+        return NULL;
+    job->mcp = self;
+    job->serial = self->next_serial++;
+    job->req_id = gw_request_id (req);
+    job->caller = gw_auth_caller_dup (caller);
+    if (!job->caller) {
+        free (job);
+        return NULL;
+    }
+    zhashx_insert (self->jobs, (void *) (uintptr_t) job->serial, job);
+    return job;
 }
 
 static void s_initialize (gw_mcp_t *self, gw_request_t *req, json_t *id, json_t *params,
                           const sbx_caller_t *caller)
 {
     const char *asked = json_string_value (json_object_get (params, "protocolVersion"));
-    s_reap_sessions (self);
-    if (zhashx_size (self->sessions) >= S_SESSIONS_MAX) {
-        s_send_error (req, 503, id, -32000, "too many MCP sessions on this gateway; retry later");
-        return;
-    }
-    s_session_t *session = calloc (1, sizeof *session);
-    session->id = sbx_secret_token ("mcps_", 32);
-    session->account_id = strdup (caller->account_id ? caller->account_id : "");
-    session->state = gw_tools_state_new ();
-    session->used_mono = sbx_clock_mono_ms ();
-    if (!session->id || !session->account_id || !session->state) {
-        void *item = session;
-        s_session_free (&item);
+    const char *client =
+        json_string_value (json_object_get (json_object_get (params, "clientInfo"), "name"));
+    s_job_t *job = s_job_wait (self, req, caller);
+    if (!job) {
         s_send_error (req, 500, id, -32603, "out of memory");
         return;
     }
-    zhashx_insert (self->sessions, session->id, session);
-    gw_request_add_header (req, "Mcp-Session-Id", session->id);
-    const char *client =
-        json_string_value (json_object_get (json_object_get (params, "clientInfo"), "name"));
-    sbx_info ("mcp session %.12s… opened for %s (client %s, protocol %s)", session->id,
-              session->account_id, client ? client : "?", gw_mcp_negotiate (asked));
-    s_send_result (req, id,
-                   json_pack ("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion",
-                              gw_mcp_negotiate (asked), "capabilities", "tools", "listChanged", 0,
-                              "serverInfo", "name", "sbx", "title", "sbx", "version", SBX_VERSION,
-                              "instructions", s_instructions));
+    job->rpc_id = json_incref (id);
+    job->tool = strdup (gw_mcp_negotiate (asked));
+    job->rpc_message = client ? strndup (client, 128) : NULL;
+    //  The broker keeps it, so every gateway serves it.
+    gw_mcp_sessions_open (self->sessions, caller, job->tool, client, s_on_opened, job);
 }
 
-//  One JSON-RPC message from an authenticated caller (see gw_mcp.h).
-void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller)
+//  One JSON-RPC message of a caller whose session (if it named one) is state, or NULL
+//  with lookup: not_found for a session that is not the caller's, else why the broker
+//  could not say.
+static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller,
+                     gw_tools_state_t *session, const char *session_id, sbx_code_t lookup)
 {
-    const char *method = gw_request_method (req);
-    const char *session_id = gw_request_header (req, "Mcp-Session-Id");
-    s_session_t *session = session_id ? zhashx_lookup (self->sessions, session_id) : NULL;
-    //  A session is its account's: any other caller is told it does not exist.
-    if (session && !streq (session->account_id, caller->account_id ? caller->account_id : ""))
-        session = NULL;
-    if (streq (method, "DELETE")) {
-        if (!session) {
-            s_send_error (req, session_id ? 404 : 400, NULL, -32001,
-                          session_id ? "Session not found" : "Mcp-Session-Id is required");
-            return;
-        }
-        sbx_info ("mcp session %.12s… ended by the client", session->id);
-        zhashx_delete (self->sessions, session->id);
-        gw_request_respond (req, 200, NULL, "", 0);
-        return;
-    }
     const char *version = gw_request_header (req, "MCP-Protocol-Version");
     if (version && !s_version_known (version)) {
         char message[200];
@@ -561,7 +590,14 @@ void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller
     else if (!json_is_object (msg) || !json_is_string (json_object_get (msg, "jsonrpc")) ||
              !streq (json_string_value (json_object_get (msg, "jsonrpc")), "2.0"))
         s_send_error (req, 400, NULL, -32600, "Invalid Request: not a JSON-RPC 2.0 message");
-    else if (name && !streq (name, "initialize") && session_id && !session)
+    else if (name && !streq (name, "initialize") && session_id && !session &&
+             lookup != SBX_E_NOT_FOUND) {
+        //  The broker could not say: not the client's fault, and no reason to start over.
+        char message[300];
+        snprintf (message, sizeof message, "cannot check the MCP session now (%s); retry later",
+                  sbx_code_name (lookup));
+        s_send_error (req, 503, NULL, -32000, message);
+    } else if (name && !streq (name, "initialize") && session_id && !session)
         s_send_error (req, 404, NULL, -32001, "Session not found");
     else if (!rpc_method) {
         //  A response to us (we send no requests) or junk.
@@ -578,8 +614,6 @@ void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller
         s_send_error (req, 400, NULL, -32600, "Invalid Request: id must be a string or number");
     else {
         json_t *params = json_object_get (msg, "params");
-        if (session)
-            session->used_mono = sbx_clock_mono_ms ();
         if (params && !json_is_object (params))
             s_send_error (req, 200, id, -32602, "Invalid params: params must be an object");
         else if (streq (name, "initialize"))
@@ -611,6 +645,11 @@ void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller
                 job->req_id = gw_request_id (req);
                 job->rpc_id = json_incref (id);
                 job->tool = strdup (json_string_value (tool));
+                if (session) {
+                    job->session_id = strdup (session_id);
+                    job->caller = gw_auth_caller_dup (caller);
+                    job->state = gw_tools_state_ref (session);
+                }
                 zhashx_insert (self->jobs, (void *) (uintptr_t) job->serial, job);
                 bool sse = s_stream_start (self, job, req, params);
                 //  Read-only calls at debug level: an agent polling get_sandbox or
@@ -621,7 +660,7 @@ void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller
                          sse ? " (SSE, progress)" : "");
                 //  Without a session the call gets a state of its own, forgotten after.
                 gw_tools_state_t *state =
-                    session ? gw_tools_state_ref (session->state) : gw_tools_state_new ();
+                    session ? gw_tools_state_ref (session) : gw_tools_state_new ();
                 gw_tools_call (self->tools, caller, state, job->tool,
                                json_object_get (params, "arguments"), s_on_tool_done, job);
                 gw_tools_state_unref (&state);
@@ -633,6 +672,73 @@ void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller
         }
     }
     json_decref (msg);
+}
+
+//  The session a request named, from the broker: now the request is served.
+static void s_on_session (gw_tools_state_t *state, const char *session_id, sbx_code_t code,
+                          const char *message, void *arg)
+{
+    (void) message;
+    s_job_t *job = arg;
+    gw_mcp_t *self = job->mcp;
+    zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
+    gw_request_t *req = gw_http_request (self->http, job->req_id);
+    if (req)
+        s_serve (self, req, job->caller, state, session_id, state ? SBX_OK : code);
+    s_job_free (&job);
+}
+
+static void s_on_ended (gw_tools_state_t *state, const char *session_id, sbx_code_t code,
+                        const char *message, void *arg)
+{
+    (void) state;
+    s_job_t *job = arg;
+    gw_mcp_t *self = job->mcp;
+    zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
+    gw_request_t *req = gw_http_request (self->http, job->req_id);
+    if (!req)
+        ;
+    else if (code == SBX_OK) {
+        sbx_info ("mcp session %.12s… ended by the client", session_id);
+        gw_request_respond (req, 200, NULL, "", 0);
+    } else if (code == SBX_E_NOT_FOUND)
+        s_send_error (req, 404, NULL, -32001, "Session not found");
+    else {
+        char text[600];
+        snprintf (text, sizeof text, "cannot end the MCP session now: %s (%s); retry later",
+                  message ? message : "", sbx_code_name (code));
+        s_send_error (req, 503, NULL, -32000, text);
+    }
+    s_job_free (&job);
+}
+
+//  One JSON-RPC message from an authenticated caller (see gw_mcp.h).
+void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller)
+{
+    const char *session_id = gw_request_header (req, "Mcp-Session-Id");
+    //  Sessions are the broker's: ended, or looked up, on whichever gateway asks.
+    bool ending = streq (gw_request_method (req), "DELETE");
+    if (ending && !session_id) {
+        s_send_error (req, 400, NULL, -32001, "Mcp-Session-Id is required");
+        return;
+    }
+    gw_tools_state_t *session =
+        session_id && !ending
+            ? gw_mcp_sessions_find (self->sessions, session_id, caller->account_id)
+            : NULL;
+    if (!session_id || session) {
+        s_serve (self, req, caller, session, session_id, SBX_OK);
+        return;
+    }
+    s_job_t *job = s_job_wait (self, req, caller);
+    if (!job) {
+        s_send_error (req, 500, NULL, -32603, "out of memory");
+        return;
+    }
+    if (ending)
+        gw_mcp_sessions_end (self->sessions, caller, session_id, s_on_ended, job);
+    else
+        gw_mcp_sessions_fetch (self->sessions, caller, session_id, s_on_session, job);
 }
 
 static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *message, void *arg)
@@ -747,8 +853,9 @@ void gw_mcp_test (bool verbose)
     //  A message quoting bytes that are not UTF-8 still makes an answer (fuzz_mcp).
     json_t *error = s_error_response (NULL, -32600, "unsupported version \xff\xfe.");
     assert (error);
-    assert (streq (json_string_value (json_object_get (json_object_get (error, "error"), "message")),
-                   "unsupported version ??."));
+    assert (
+        streq (json_string_value (json_object_get (json_object_get (error, "error"), "message")),
+               "unsupported version ??."));
     json_decref (error);
 
     gw_mcp_t *mcp = gw_mcp_new (NULL, NULL, NULL, NULL, NULL);

@@ -6,6 +6,7 @@
 #include "gw_fetch.h"
 #include "gw_http.h"
 #include "gw_mcp.h"
+#include "gw_mcp_sessions.h"
 #include "gw_oauth.h"
 #include "gw_pages.h"
 #include "gw_proxy.h"
@@ -28,6 +29,7 @@ static const sbx_test_t s_tests[] = {
     {"gw_worker", gw_worker_test}, {"gw_verify", gw_verify_test},   {"gw_fetch", gw_fetch_test},
     {"gw_pages", gw_pages_test},   {"gw_session", gw_session_test}, {"gw_signin", gw_signin_test},
     {"gw_oauth", gw_oauth_test},   {"gw_account", gw_account_test}, {"gw_ratelimit", gw_ratelimit_test},
+    {"gw_mcp_sessions", gw_mcp_sessions_test},
     {NULL, NULL}};
 // clang-format on
 

@@ -147,7 +147,8 @@ static const char *s_definitions =
     //  host_port
     "{'name':'host_port','title':'Publish port',"
     "'description':'Give a port of the sandbox an HTTPS URL "
-    "(https://LABEL-PORT.BOX_DOMAIN, box.DOMAIN unless the operator set box_domain), public or private (private needs the owner credentials).',"
+    "(https://LABEL-PORT.BOX_DOMAIN, box.DOMAIN unless the operator set box_domain), public or "
+    "private (private needs the owner credentials).',"
     "'inputSchema':{'type':'object','properties':{"
     "'port':{'type':'integer','minimum':1,'maximum':65535},"
     "'public':{'type':'boolean','description':'Anyone with the URL may use it (default "
@@ -234,9 +235,27 @@ static const char *s_definitions =
 
 struct gw_tools_state_t {
     int refs;
-    char *last;    //  the sandbox created or used last
-    zhashx_t *env; //  sandbox id → json_t object: create_sandbox's env
+    char *last;        //  the sandbox created or used last
+    zhashx_t *env;     //  sandbox id → json_t object: create_sandbox's env
+    zlistx_t *changes; //  gw_tools_change_t not yet taken, oldest first
 };
+
+void gw_tools_change_destroy (gw_tools_change_t **change_p)
+{
+    assert (change_p);
+    gw_tools_change_t *change = *change_p;
+    if (change) {
+        free (change->sandbox_id);
+        json_decref (change->env);
+        free (change);
+    }
+    *change_p = NULL;
+}
+
+static void s_change_free (void **item)
+{
+    gw_tools_change_destroy ((gw_tools_change_t **) item);
+}
 
 gw_tools_state_t *gw_tools_state_new (void)
 {
@@ -245,11 +264,53 @@ gw_tools_state_t *gw_tools_state_new (void)
         return NULL;
     self->refs = 1;
     self->env = zhashx_new ();
-    if (!self->env) {
+    self->changes = zlistx_new ();
+    if (!self->env || !self->changes) {
+        zhashx_destroy (&self->env);
+        zlistx_destroy (&self->changes);
         free (self);
         return NULL;
     }
+    zlistx_set_destructor (self->changes, s_change_free);
     return self;
+}
+
+//  Notes a change for whoever keeps the state elsewhere (gw_mcp: the broker's copy).
+static void s_state_change (gw_tools_state_t *state, const char *sandbox_id, bool forget,
+                            json_t *env)
+{
+    gw_tools_change_t *change = calloc (1, sizeof *change);
+    if (!change || !(change->sandbox_id = strdup (sandbox_id))) {
+        free (change);
+        return;
+    }
+    change->forget = forget;
+    change->env = json_incref (env);
+    zlistx_add_end (state->changes, change);
+}
+
+gw_tools_change_t *gw_tools_state_take (gw_tools_state_t *state)
+{
+    if (!state || !zlistx_first (state->changes))
+        return NULL;
+    return zlistx_detach_cur (state->changes);
+}
+
+void gw_tools_state_set_default (gw_tools_state_t *state, const char *sandbox_id)
+{
+    if (state)
+        sbx_str_set (&state->last, sandbox_id && *sandbox_id ? sandbox_id : NULL);
+}
+
+void gw_tools_state_set_env (gw_tools_state_t *state, const char *sandbox_id, json_t *env)
+{
+    if (!state || !sandbox_id)
+        return;
+    json_t *keep = json_is_object (env) && json_object_size (env) ? json_incref (env) : NULL;
+    json_decref (zhashx_lookup (state->env, sandbox_id));
+    zhashx_delete (state->env, sandbox_id);
+    if (keep)
+        zhashx_insert (state->env, sandbox_id, keep);
 }
 
 gw_tools_state_t *gw_tools_state_ref (gw_tools_state_t *state)
@@ -269,6 +330,7 @@ void gw_tools_state_unref (gw_tools_state_t **state_p)
     for (json_t *env = zhashx_first (self->env); env; env = zhashx_next (self->env))
         json_decref (env);
     zhashx_destroy (&self->env);
+    zlistx_destroy (&self->changes);
     free (self->last);
     free (self);
 }
@@ -280,8 +342,10 @@ const char *gw_tools_state_default (gw_tools_state_t *state)
 
 static void s_state_use (gw_tools_state_t *state, const char *sandbox_id)
 {
-    if (state && sandbox_id && (!state->last || !streq (state->last, sandbox_id)))
+    if (state && sandbox_id && (!state->last || !streq (state->last, sandbox_id))) {
         sbx_str_set (&state->last, sandbox_id);
+        s_state_change (state, sandbox_id, false, NULL);
+    }
 }
 
 typedef struct s_call_t s_call_t;
@@ -647,19 +711,15 @@ static void s_on_sandbox (s_call_t *call, sbx_msg_t *reply)
             text = NULL;
         if (state->last && streq (state->last, info->id))
             zstr_free (&state->last);
-        json_t *env = zhashx_lookup (state->env, info->id);
-        if (env) {
-            json_decref (env);
-            zhashx_delete (state->env, info->id);
-        }
+        gw_tools_state_set_env (state, info->id, NULL);
+        s_state_change (state, info->id, true, NULL);
     } else {
         s_state_use (state, info->id);
         if (reply->type == SBX_MSG_SANDBOX_CREATE_OK) {
             json_t *env = json_object_get (call->args, "env");
             if (json_is_object (env) && json_object_size (env)) {
-                json_t *old = zhashx_lookup (state->env, info->id);
-                json_decref (old);
-                zhashx_update (state->env, info->id, json_incref (env));
+                gw_tools_state_set_env (state, info->id, env);
+                s_state_change (state, info->id, false, env);
             }
         }
         const char *words = s_state_words (sbx_sandbox_state_name (info->state));

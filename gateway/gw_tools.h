@@ -61,6 +61,21 @@ gw_tools_state_t *gw_tools_state_ref (gw_tools_state_t *state);
 void gw_tools_state_unref (gw_tools_state_t **state_p);
 //  The session's default sandbox, or NULL.
 const char *gw_tools_state_default (gw_tools_state_t *state);
+//  Loads what a session's copy says: the default (NULL or "": none), and a sandbox's
+//  env (borrowed; NULL or {} drops it). Neither is a change.
+void gw_tools_state_set_default (gw_tools_state_t *state, const char *sandbox_id);
+void gw_tools_state_set_env (gw_tools_state_t *state, const char *sandbox_id, json_t *env);
+
+//  What a call changed in the state, for whoever keeps it elsewhere: the sandbox that
+//  became the default (env: create_sandbox's, when it gave one), or one deleted
+//  (forget). Taken oldest first; NULL when there is none.
+typedef struct {
+    char *sandbox_id;
+    bool forget;
+    json_t *env; //  or NULL
+} gw_tools_change_t;
+gw_tools_change_t *gw_tools_state_take (gw_tools_state_t *state);
+void gw_tools_change_destroy (gw_tools_change_t **change_p);
 
 void gw_tools_test (bool verbose);
 
