@@ -46,6 +46,22 @@ def wait_for(predicate, timeout, what, interval=0.1):
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+def listening_ports():
+    """The TCP ports something listens on (IPv4 and IPv6), from /proc/net: no connection is
+    made, so a balancer being waited for forwards nothing to a gateway."""
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if fields[3] == "0A":  # TCP_LISTEN
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        except FileNotFoundError:
+            pass
+    return ports
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
@@ -70,6 +86,8 @@ class Sbx:
         self.up_proc = None
         self.up_out = os.path.join(self.dir, "up.out")
         self.extra = []  # other processes started by the test
+        self.haproxy_proc = None  # the balancer, when the test runs one (haproxy())
+        self.haproxy_port = None
         if settings:
             with open(os.path.join(self.dir, "sbx.conf"), "w") as f:
                 for k, v in settings.items():
@@ -188,6 +206,85 @@ class Sbx:
         self.extra.append(proc)
         return proc
 
+    # -- a balancer in front of the gateways -------------------------------------
+    def haproxy(self, backend_ports, port=None):
+        """Runs a real HAProxy on 127.0.0.1:port (a free one the first time, the same one
+        after) in front of the gateways listening on backend_ports, and returns its port.
+        Called again, it stops the running one and starts one with the new list.
+
+        TCP mode: TLS passes through to the gateways, which hold the certificate. Round
+        robin, no stickiness: each new connection goes to the next gateway. Timeouts long
+        enough for a 10-minute SSE answer. Every connection is logged, one line each, to
+        haproxy.log in the data directory (haproxy_connections() reads it back)."""
+        port = port or self.haproxy_port or free_port()
+        self.stop_haproxy()
+        servers = "".join(f"    server gw_{p} 127.0.0.1:{p}\n" for p in backend_ports)
+        cfg = os.path.join(self.dir, "haproxy.cfg")
+        with open(cfg, "w") as f:
+            f.write("global\n"
+                    "    log stdout format raw local0 info\n"
+                    "    maxconn 2000\n"
+                    "defaults\n"
+                    "    mode tcp\n"
+                    "    log global\n"
+                    '    log-format "conn client_port=%cp server=%s bytes_in=%U bytes_out=%B '
+                    'time_ms=%Tt term=%ts"\n'
+                    "    balance roundrobin\n"
+                    "    timeout connect 5s\n"
+                    "    timeout client 600s\n"
+                    "    timeout server 600s\n"
+                    "listen sbx\n"
+                    f"    bind 127.0.0.1:{port}\n" + servers)
+        haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        if not os.access(haproxy, os.X_OK):
+            raise AssertionError("haproxy is needed (scripts/install-deps.sh installs it)")
+        log = open(os.path.join(self.dir, "haproxy.log"), "ab")
+        self.haproxy_proc = subprocess.Popen([haproxy, "-f", cfg, "-db"], stdout=log,
+                                             stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.haproxy_port = port
+
+        def listening():
+            if self.haproxy_proc.poll() is not None:
+                raise AssertionError(f"haproxy exited ({self.haproxy_proc.returncode}):\n"
+                                     f"{self.haproxy_log()[-2000:]}")
+            return port in listening_ports()
+        wait_for(listening, 15, f"haproxy listening on {port}")
+        return port
+
+    def stop_haproxy(self):
+        if self.haproxy_proc and self.haproxy_proc.poll() is None:
+            self.haproxy_proc.terminate()
+            try:
+                self.haproxy_proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.haproxy_proc.kill()
+                self.haproxy_proc.wait()
+        self.haproxy_proc = None
+
+    def haproxy_log(self):
+        try:
+            with open(os.path.join(self.dir, "haproxy.log"), errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def haproxy_connections(self):
+        """Every connection the balancer logged (it logs one when it ends), in order:
+        dicts with client_port, server (the gateway's port, None when none was reached),
+        bytes_in, bytes_out, term (HAProxy's termination state, "--" for a normal end)."""
+        out = []
+        for line in self.haproxy_log().splitlines():
+            if not line.startswith("conn "):
+                continue
+            f = dict(kv.split("=", 1) for kv in line.split()[1:])
+            server = f["server"]
+            out.append({"client_port": int(f["client_port"]),
+                        "server": int(server[3:]) if server.startswith("gw_") else None,
+                        "bytes_in": int(f["bytes_in"]), "bytes_out": int(f["bytes_out"]),
+                        "term": f["term"]})
+        return out
+
     def stop(self, timeout=30):
         """SIGTERM to sbx up; returns its exit code once everything stopped."""
         if not self.up_proc:
@@ -199,6 +296,7 @@ class Sbx:
             self.up_proc = None
 
     def cleanup(self):
+        self.stop_haproxy()
         for proc in self.extra:
             if proc.poll() is None:
                 proc.kill()
