@@ -358,6 +358,101 @@ def mcp_call(test, s, key, sid, tool, args=None, ok=True, timeout=200):
     return r, text
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# -- the official MCP TypeScript SDK as a client ----------------------------------------
+def run_sdk(test, s, key, *calls, url=None, fresh_connections=False):
+    """Runs mcp_client.mjs (the official SDK) with TOOL ARGS pairs against url (by default
+    the installation's mcp_url) and returns its steps. fresh_connections: one TCP and TLS
+    connection per request (SBX_TEST_FRESH_CONNECTIONS=1), as a balancer in TCP mode must
+    see them to spread one client's requests over several gateways."""
+    node = shutil.which("node")
+    npm = shutil.which("npm")
+    test.assertTrue(node and npm, "node and npm are needed for the MCP SDK client")
+    work = os.path.join(os.environ.get("SBX_BIN", os.getcwd()), "..", "mcp-client")
+    os.makedirs(work, exist_ok=True)
+    shutil.copy(os.path.join(HERE, "mcp", "package.json"), work)
+    shutil.copy(os.path.join(HERE, "mcp_client.mjs"), work)
+    if not os.path.isdir(os.path.join(work, "node_modules", "@modelcontextprotocol")):
+        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
+                       check=True, timeout=300)
+    st = s.status()
+    env = dict(os.environ, NODE_EXTRA_CA_CERTS=st["ca_cert"])
+    env.pop("SBX_TEST_FRESH_CONNECTIONS", None)
+    if fresh_connections:
+        env["SBX_TEST_FRESH_CONNECTIONS"] = "1"
+    args = []
+    for tool, arguments in calls:
+        args += [tool, json.dumps(arguments)]
+    res = subprocess.run([node, os.path.join(work, "mcp_client.mjs"), url or st["mcp_url"],
+                          key, *args], capture_output=True, text=True, timeout=600, env=env)
+    print("\nMCP SDK client:\n" + res.stdout[:6000] + res.stderr)
+    test.assertEqual(res.returncode, 0, res.stdout[-2000:])
+    steps = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    test.assertEqual(steps[-1]["step"], "done")
+    return steps
+
+
+def reference_scenarios(test, run):
+    """Both scenarios of the reference documents, driven by the SDK client alone: run is
+    run_sdk with the installation, key and connection choice bound. Used as they are by
+    test_mcp.py (one gateway) and test_edge_balance.py (several, behind a balancer).
+    Returns both runs' steps."""
+    def text(step):
+        return step["result"]["content"][0]["text"]
+    # (a) create "demo", python, a detached sleep + echo polled until done, delete.
+    steps_a = run(("create_sandbox", {"name": "demo"}),
+                  ("exec", {"command": "python3 -c 'print(2**100)'"}),
+                  ("exec", {"command": "sleep 2; echo done", "detached": True}),
+                  ("@poll", {"max": 120}),
+                  ("delete_sandbox", {"sandboxId": "$SB"}),
+                  ("get_sandbox", {"sandboxId": "$SB"}))
+    calls = [x for x in steps_a if x["step"] == "call"]
+    sb = calls[0]["result"]["structuredContent"]["id"]
+    test.assertTrue(text(calls[0]).startswith(f"Sandbox {sb} is ready. URL: https://"))
+    test.assertEqual(text(calls[1]), "Exit code 0.\nstdout:\n1267650600228229401496703205376")
+    pid = calls[2]["result"]["structuredContent"]["processId"]
+    test.assertEqual(text(calls[2]), f"Started process {pid} in {sb}. Call command_status "
+                                     f"with processId {pid} for its output and exit code.")
+    done = calls[3]["result"]["structuredContent"]
+    test.assertEqual((done["running"], done["exitCode"], done["stdout"]), (False, 0, "done\n"))
+    test.assertEqual(text(calls[4]), f"Deleting {sb}: its disk, memory and automatic "
+                                     "snapshots are removed.")
+    test.assertTrue(calls[5]["result"]["isError"])
+    test.assertEqual(text(calls[5]), "Sandbox not found (not_found)")
+
+    # (b) uname, a web server published on 8000 and fetched through the gateway,
+    # delete without an id refused, delete with it, then not_found.
+    steps_b = run(("create_sandbox", {"name": "web"}),
+                  ("exec", {"command": "uname -a"}),
+                  ("exec", {"command": "cd /tmp && python3 -m http.server 8000",
+                            "detached": True}),
+                  ("exec", {"command": "for i in $(seq 120); do curl -s -o /dev/null "
+                                       "localhost:8000 && exit 0; sleep 0.5; done; "
+                                       "exit 1"}),
+                  ("host_port", {"port": 8000, "public": True}),
+                  ("@fetch", {}),
+                  ("delete_sandbox", {}),
+                  ("delete_sandbox", {"sandboxId": "$SB"}),
+                  ("get_sandbox", {"sandboxId": "$SB"}))
+    calls = [x for x in steps_b if x["step"] == "call"]
+    sb = calls[0]["result"]["structuredContent"]["id"]
+    test.assertTrue(text(calls[1]).startswith("Exit code 0.\nstdout:\nLinux "))
+    test.assertEqual(text(calls[3]), "Exit code 0.")
+    url = calls[4]["result"]["structuredContent"]["url"]
+    test.assertEqual(text(calls[4]), f"Port 8000 of {sb} is at {url} (public).")
+    fetched = [x for x in steps_b if x["step"] == "fetch"][0]
+    test.assertEqual((fetched["url"], fetched["status"]), (url, 200))
+    test.assertIn("Directory listing", fetched["body"])
+    test.assertTrue(calls[5]["result"]["isError"])
+    test.assertEqual(text(calls[5]), "sandboxId is required: the exact id (sb_…) of one "
+                                     "sandbox; delete_sandbox has no default")
+    test.assertFalse(calls[6]["result"].get("isError"), text(calls[6]))
+    test.assertEqual(text(calls[7]), "Sandbox not found (not_found)")
+    return steps_a, steps_b
+
+
 def main():
     # ctest runs each file; unittest prints "Ran N tests" and OK/FAILED.
     unittest.main(verbosity=2)
