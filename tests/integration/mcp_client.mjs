@@ -1,4 +1,5 @@
-// A real MCP client (the official TypeScript SDK) against sbx's /mcp, run by test_mcp.py.
+// A real MCP client (the official TypeScript SDK) against sbx's /mcp, run by test_mcp.py
+// and test_edge_balance.py (sbxtest.run_sdk).
 // usage: node mcp_client.mjs URL KEY [TOOL ARGS_JSON]...   (NODE_EXTRA_CA_CERTS for TLS)
 // Prints one JSON line per step: {"step":"connect",...}, {"step":"list",...}, {"step":"call",...}
 // (each call asks for progress; "progress" lists the notifications received).

@@ -33,6 +33,7 @@ PLAN_RATE = 20  # plan.free.requests_per_second's default (common/sbx_config.c)
 
 
 class EdgeBalanceTest(unittest.TestCase):
+    maxDiff = None  # a failure lists every answer that went wrong, and where
     @classmethod
     def setUpClass(cls):
         cls.lb_port = free_port()
@@ -236,13 +237,17 @@ class EdgeBalanceTest(unittest.TestCase):
         key = self.account("default@example.com")["api_key"]
         since = len(self.s.haproxy_connections())
         sid, init_port = self.new_session(key)
-        status, _, _, p1 = self.lb("POST", INITIALIZED, key, sid)
-        self.assertEqual(status, 202)
+        # notifications/initialized is checked after the execs, so that a failure says
+        # first what they got.
+        initialized, _, initialized_body, p1 = self.lb("POST", INITIALIZED, key, sid)
         status, _, body, p2 = self.lb("POST", {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
                                                "params": {"name": "create_sandbox",
                                                           "arguments": {"name": "default"}}},
                                       key, sid)
-        self.assertEqual(status, 200, body)
+        if status != 200:
+            where = self.served_by([init_port, p2], since)
+            self.fail(f"create_sandbox on {self.gateway_name(where[1])} with a session made on "
+                      f"{self.gateway_name(where[0])}: {status} {body}")
         self.assertFalse(body["result"].get("isError"), self.text(body))
         sb = body["result"]["structuredContent"]["id"]
         self.addCleanup(lambda: self.s.cli("sandbox", "delete", sb, check=False, timeout=300))
@@ -276,6 +281,8 @@ class EdgeBalanceTest(unittest.TestCase):
         self.assertEqual(got, [(200, f"Exit code 0.\nstdout:\n{label}", 0)] * len(answers),
                          f"exec without sandboxId runs in the session's sandbox {sb}, "
                          "whichever gateway answers")
+        self.assertEqual((initialized, initialized_body), (202, None),
+                         f"notifications/initialized on {self.gateway_name(servers[1])}")
         self.assertEqual((status, self.text(deleted)),
                          (200, f"Deleting {sb}: its disk, memory and automatic snapshots are "
                                "removed."))
