@@ -19,6 +19,11 @@ PACKAGES=(
   python3 sqlite3 curl ca-certificates procps iproute2
   # a real browser for the sign-in and consent pages' tests (test_edge_site.py)
   chromium
+  # a real balancer in front of several gateways (test_edge_balance.py runs its own, in
+  # the foreground, on a free port). On a systemd host the package also starts a
+  # haproxy service, but Debian's default /etc/haproxy/haproxy.cfg has no frontend or
+  # listen section: it binds no port.
+  haproxy
   # the guests' network policy (vmd_firewall: nftables rules on QEMU's user)
   nftables
   # the libFuzzer harnesses (fuzz/): clang and its fuzzer and sanitizer runtimes

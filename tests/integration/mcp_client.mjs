@@ -1,4 +1,5 @@
-// A real MCP client (the official TypeScript SDK) against sbx's /mcp, run by test_mcp.py.
+// A real MCP client (the official TypeScript SDK) against sbx's /mcp, run by test_mcp.py
+// and test_edge_balance.py (sbxtest.run_sdk).
 // usage: node mcp_client.mjs URL KEY [TOOL ARGS_JSON]...   (NODE_EXTRA_CA_CERTS for TLS)
 // Prints one JSON line per step: {"step":"connect",...}, {"step":"list",...}, {"step":"call",...}
 // (each call asks for progress; "progress" lists the notifications received).
@@ -6,14 +7,65 @@
 //   "$SB" and "$PID" in ARGS_JSON become the last sandbox id and process id a result gave;
 //   tool "@poll" {"max":N} calls command_status for $PID once a second until it has exited;
 //   tool "@fetch" {} GETs the last URL a result gave, through the gateway (by SNI), and
-//   prints {"step":"fetch","status",...,"body"}.
+//   prints {"step":"fetch","status",...,"body","via"} (via: the address it connected to).
+// SBX_TEST_FRESH_CONNECTIONS=1: one TCP and TLS connection per request instead of Node
+// fetch's kept-alive ones, which would pin the client to one gateway behind a balancer
+// in TCP mode (test_edge_balance.py). Off by default.
 import https from "node:https";
+import { Readable } from "node:stream";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 const [url, key, ...calls] = process.argv.slice(2);
+const fresh = process.env.SBX_TEST_FRESH_CONNECTIONS === "1";
+
+// A WHATWG fetch on node:https with agent: false: a connection of its own for each
+// request, closed after it. The body streams as it arrives (an SSE answer's progress
+// must reach the SDK before the result), and the AbortSignal ends the request.
+const abortError = (signal) =>
+  signal.reason ?? new DOMException("This operation was aborted", "AbortError");
+const freshFetch = (input, init = {}) => new Promise((resolve, reject) => {
+  const target = new URL(input instanceof Request ? input.url : String(input));
+  const { signal } = init;
+  if (signal?.aborted) {
+    reject(abortError(signal));
+    return;
+  }
+  const headers = {};
+  new Headers(init.headers).forEach((value, name) => { headers[name] = value; });
+  let body = init.body ?? null;
+  if (body !== null && typeof body !== "string" && !(body instanceof Uint8Array)) {
+    if (body instanceof ArrayBuffer) body = new Uint8Array(body);
+    else throw new TypeError("freshFetch: only string and byte bodies are supported");
+  }
+  if (body !== null) headers["content-length"] = String(Buffer.byteLength(body));
+  const method = (init.method || "GET").toUpperCase();
+  const req = https.request(target, { method, headers, agent: false }, (res) => {
+    const answer = new Headers();
+    for (let i = 0; i + 1 < res.rawHeaders.length; i += 2)
+      answer.append(res.rawHeaders[i], res.rawHeaders[i + 1]);
+    const noBody = method === "HEAD" || [204, 205, 304].includes(res.statusCode);
+    if (noBody) res.resume();
+    const response = new Response(noBody ? null : Readable.toWeb(res),
+                                  { status: res.statusCode, statusText: res.statusMessage,
+                                    headers: answer });
+    Object.defineProperty(response, "url", { value: target.href });
+    res.on("close", () => signal?.removeEventListener("abort", onAbort));
+    resolve(response);
+  });
+  // Before the answer, the promise rejects; after it, the body's stream errors.
+  const onAbort = () => req.destroy(abortError(signal));
+  signal?.addEventListener("abort", onAbort, { once: true });
+  req.on("error", (err) => {
+    signal?.removeEventListener("abort", onAbort);
+    reject(err);
+  });
+  req.end(body ?? undefined);
+});
+
 const transport = new StreamableHTTPClientTransport(new URL(url), {
   requestInit: { headers: { Authorization: `Bearer ${key}` } },
+  ...(fresh ? { fetch: freshFetch } : {}),
 });
 const client = new Client({ name: "sbx-test", version: "0" });
 const say = (obj) => console.log(JSON.stringify(obj));
@@ -35,14 +87,16 @@ const call = async (name, args) => {
 // GET through the gateway's port proxy: connect to the gateway's address, name the
 // sandbox's host by SNI and Host (its *.box name need not resolve here).
 const fetchVia = (target) => new Promise((resolve, reject) => {
+  // The URL's port is the public origin's (public_url: the balancer's, when there is one).
   const u = new URL(target), gw = new URL(url);
-  const req = https.request({ host: gw.hostname === "localhost" ? "127.0.0.1" : gw.hostname,
-                              port: u.port || 443, path: u.pathname, servername: u.hostname,
-                              headers: { Host: u.host } }, (res) => {
+  const host = gw.hostname === "localhost" ? "127.0.0.1" : gw.hostname, port = u.port || 443;
+  const req = https.request({ host, port, path: u.pathname, servername: u.hostname,
+                              headers: { Host: u.host }, ...(fresh ? { agent: false } : {}) },
+                            (res) => {
     let body = "";
     res.setEncoding("utf8");
     res.on("data", (c) => { body += c; });
-    res.on("end", () => resolve({ status: res.statusCode, body }));
+    res.on("end", () => resolve({ status: res.statusCode, body, via: `${host}:${port}` }));
   });
   req.on("error", reject);
   req.end();
@@ -58,8 +112,8 @@ try {
     const args = JSON.parse(calls[i + 1].replaceAll("$SB", last.sb)
                                         .replaceAll('"$PID"', String(last.pid)));
     if (calls[i] === "@fetch") {
-      const { status, body } = await fetchVia(last.url);
-      say({ step: "fetch", url: last.url, status, body: body.slice(0, 2000) });
+      const { status, body, via } = await fetchVia(last.url);
+      say({ step: "fetch", url: last.url, status, body: body.slice(0, 2000), via });
     } else if (calls[i] === "@poll") {
       let out;
       for (let n = 0; n < (args.max || 120); n++) {

@@ -46,6 +46,22 @@ def wait_for(predicate, timeout, what, interval=0.1):
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+def listening_ports():
+    """The TCP ports something listens on (IPv4 and IPv6), from /proc/net: no connection is
+    made, so a balancer being waited for forwards nothing to a gateway."""
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if fields[3] == "0A":  # TCP_LISTEN
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        except FileNotFoundError:
+            pass
+    return ports
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
@@ -70,6 +86,8 @@ class Sbx:
         self.up_proc = None
         self.up_out = os.path.join(self.dir, "up.out")
         self.extra = []  # other processes started by the test
+        self.haproxy_proc = None  # the balancer, when the test runs one (haproxy())
+        self.haproxy_port = None
         if settings:
             with open(os.path.join(self.dir, "sbx.conf"), "w") as f:
                 for k, v in settings.items():
@@ -188,6 +206,85 @@ class Sbx:
         self.extra.append(proc)
         return proc
 
+    # -- a balancer in front of the gateways -------------------------------------
+    def haproxy(self, backend_ports, port=None):
+        """Runs a real HAProxy on 127.0.0.1:port (a free one the first time, the same one
+        after) in front of the gateways listening on backend_ports, and returns its port.
+        Called again, it stops the running one and starts one with the new list.
+
+        TCP mode: TLS passes through to the gateways, which hold the certificate. Round
+        robin, no stickiness: each new connection goes to the next gateway. Timeouts long
+        enough for a 10-minute SSE answer. Every connection is logged, one line each, to
+        haproxy.log in the data directory (haproxy_connections() reads it back)."""
+        port = port or self.haproxy_port or free_port()
+        self.stop_haproxy()
+        servers = "".join(f"    server gw_{p} 127.0.0.1:{p}\n" for p in backend_ports)
+        cfg = os.path.join(self.dir, "haproxy.cfg")
+        with open(cfg, "w") as f:
+            f.write("global\n"
+                    "    log stdout format raw local0 info\n"
+                    "    maxconn 2000\n"
+                    "defaults\n"
+                    "    mode tcp\n"
+                    "    log global\n"
+                    '    log-format "conn client_port=%cp server=%s bytes_in=%U bytes_out=%B '
+                    'time_ms=%Tt term=%ts"\n'
+                    "    balance roundrobin\n"
+                    "    timeout connect 5s\n"
+                    "    timeout client 600s\n"
+                    "    timeout server 600s\n"
+                    "listen sbx\n"
+                    f"    bind 127.0.0.1:{port}\n" + servers)
+        haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        if not os.access(haproxy, os.X_OK):
+            raise AssertionError("haproxy is needed (scripts/install-deps.sh installs it)")
+        log = open(os.path.join(self.dir, "haproxy.log"), "ab")
+        self.haproxy_proc = subprocess.Popen([haproxy, "-f", cfg, "-db"], stdout=log,
+                                             stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.haproxy_port = port
+
+        def listening():
+            if self.haproxy_proc.poll() is not None:
+                raise AssertionError(f"haproxy exited ({self.haproxy_proc.returncode}):\n"
+                                     f"{self.haproxy_log()[-2000:]}")
+            return port in listening_ports()
+        wait_for(listening, 15, f"haproxy listening on {port}")
+        return port
+
+    def stop_haproxy(self):
+        if self.haproxy_proc and self.haproxy_proc.poll() is None:
+            self.haproxy_proc.terminate()
+            try:
+                self.haproxy_proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.haproxy_proc.kill()
+                self.haproxy_proc.wait()
+        self.haproxy_proc = None
+
+    def haproxy_log(self):
+        try:
+            with open(os.path.join(self.dir, "haproxy.log"), errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def haproxy_connections(self):
+        """Every connection the balancer logged (it logs one when it ends), in order:
+        dicts with client_port, server (the gateway's port, None when none was reached),
+        bytes_in, bytes_out, term (HAProxy's termination state, "--" for a normal end)."""
+        out = []
+        for line in self.haproxy_log().splitlines():
+            if not line.startswith("conn "):
+                continue
+            f = dict(kv.split("=", 1) for kv in line.split()[1:])
+            server = f["server"]
+            out.append({"client_port": int(f["client_port"]),
+                        "server": int(server[3:]) if server.startswith("gw_") else None,
+                        "bytes_in": int(f["bytes_in"]), "bytes_out": int(f["bytes_out"]),
+                        "term": f["term"]})
+        return out
+
     def stop(self, timeout=30):
         """SIGTERM to sbx up; returns its exit code once everything stopped."""
         if not self.up_proc:
@@ -199,6 +296,7 @@ class Sbx:
             self.up_proc = None
 
     def cleanup(self):
+        self.stop_haproxy()
         for proc in self.extra:
             if proc.poll() is None:
                 proc.kill()
@@ -258,6 +356,101 @@ def mcp_call(test, s, key, sid, tool, args=None, ok=True, timeout=200):
     if ok:
         test.assertFalse(r.get("isError"), text)
     return r, text
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# -- the official MCP TypeScript SDK as a client ----------------------------------------
+def run_sdk(test, s, key, *calls, url=None, fresh_connections=False):
+    """Runs mcp_client.mjs (the official SDK) with TOOL ARGS pairs against url (by default
+    the installation's mcp_url) and returns its steps. fresh_connections: one TCP and TLS
+    connection per request (SBX_TEST_FRESH_CONNECTIONS=1), as a balancer in TCP mode must
+    see them to spread one client's requests over several gateways."""
+    node = shutil.which("node")
+    npm = shutil.which("npm")
+    test.assertTrue(node and npm, "node and npm are needed for the MCP SDK client")
+    work = os.path.join(os.environ.get("SBX_BIN", os.getcwd()), "..", "mcp-client")
+    os.makedirs(work, exist_ok=True)
+    shutil.copy(os.path.join(HERE, "mcp", "package.json"), work)
+    shutil.copy(os.path.join(HERE, "mcp_client.mjs"), work)
+    if not os.path.isdir(os.path.join(work, "node_modules", "@modelcontextprotocol")):
+        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
+                       check=True, timeout=300)
+    st = s.status()
+    env = dict(os.environ, NODE_EXTRA_CA_CERTS=st["ca_cert"])
+    env.pop("SBX_TEST_FRESH_CONNECTIONS", None)
+    if fresh_connections:
+        env["SBX_TEST_FRESH_CONNECTIONS"] = "1"
+    args = []
+    for tool, arguments in calls:
+        args += [tool, json.dumps(arguments)]
+    res = subprocess.run([node, os.path.join(work, "mcp_client.mjs"), url or st["mcp_url"],
+                          key, *args], capture_output=True, text=True, timeout=600, env=env)
+    print("\nMCP SDK client:\n" + res.stdout[:6000] + res.stderr)
+    test.assertEqual(res.returncode, 0, res.stdout[-2000:])
+    steps = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    test.assertEqual(steps[-1]["step"], "done")
+    return steps
+
+
+def reference_scenarios(test, run):
+    """Both scenarios of the reference documents, driven by the SDK client alone: run is
+    run_sdk with the installation, key and connection choice bound. Used as they are by
+    test_mcp.py (one gateway) and test_edge_balance.py (several, behind a balancer).
+    Returns both runs' steps."""
+    def text(step):
+        return step["result"]["content"][0]["text"]
+    # (a) create "demo", python, a detached sleep + echo polled until done, delete.
+    steps_a = run(("create_sandbox", {"name": "demo"}),
+                  ("exec", {"command": "python3 -c 'print(2**100)'"}),
+                  ("exec", {"command": "sleep 2; echo done", "detached": True}),
+                  ("@poll", {"max": 120}),
+                  ("delete_sandbox", {"sandboxId": "$SB"}),
+                  ("get_sandbox", {"sandboxId": "$SB"}))
+    calls = [x for x in steps_a if x["step"] == "call"]
+    sb = calls[0]["result"]["structuredContent"]["id"]
+    test.assertTrue(text(calls[0]).startswith(f"Sandbox {sb} is ready. URL: https://"))
+    test.assertEqual(text(calls[1]), "Exit code 0.\nstdout:\n1267650600228229401496703205376")
+    pid = calls[2]["result"]["structuredContent"]["processId"]
+    test.assertEqual(text(calls[2]), f"Started process {pid} in {sb}. Call command_status "
+                                     f"with processId {pid} for its output and exit code.")
+    done = calls[3]["result"]["structuredContent"]
+    test.assertEqual((done["running"], done["exitCode"], done["stdout"]), (False, 0, "done\n"))
+    test.assertEqual(text(calls[4]), f"Deleting {sb}: its disk, memory and automatic "
+                                     "snapshots are removed.")
+    test.assertTrue(calls[5]["result"]["isError"])
+    test.assertEqual(text(calls[5]), "Sandbox not found (not_found)")
+
+    # (b) uname, a web server published on 8000 and fetched through the gateway,
+    # delete without an id refused, delete with it, then not_found.
+    steps_b = run(("create_sandbox", {"name": "web"}),
+                  ("exec", {"command": "uname -a"}),
+                  ("exec", {"command": "cd /tmp && python3 -m http.server 8000",
+                            "detached": True}),
+                  ("exec", {"command": "for i in $(seq 120); do curl -s -o /dev/null "
+                                       "localhost:8000 && exit 0; sleep 0.5; done; "
+                                       "exit 1"}),
+                  ("host_port", {"port": 8000, "public": True}),
+                  ("@fetch", {}),
+                  ("delete_sandbox", {}),
+                  ("delete_sandbox", {"sandboxId": "$SB"}),
+                  ("get_sandbox", {"sandboxId": "$SB"}))
+    calls = [x for x in steps_b if x["step"] == "call"]
+    sb = calls[0]["result"]["structuredContent"]["id"]
+    test.assertTrue(text(calls[1]).startswith("Exit code 0.\nstdout:\nLinux "))
+    test.assertEqual(text(calls[3]), "Exit code 0.")
+    url = calls[4]["result"]["structuredContent"]["url"]
+    test.assertEqual(text(calls[4]), f"Port 8000 of {sb} is at {url} (public).")
+    fetched = [x for x in steps_b if x["step"] == "fetch"][0]
+    test.assertEqual((fetched["url"], fetched["status"]), (url, 200))
+    test.assertIn("Directory listing", fetched["body"])
+    test.assertTrue(calls[5]["result"]["isError"])
+    test.assertEqual(text(calls[5]), "sandboxId is required: the exact id (sb_…) of one "
+                                     "sandbox; delete_sandbox has no default")
+    test.assertFalse(calls[6]["result"].get("isError"), text(calls[6]))
+    test.assertEqual(text(calls[7]), "Sandbox not found (not_found)")
+    return steps_a, steps_b
 
 
 def main():

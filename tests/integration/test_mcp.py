@@ -3,14 +3,11 @@ HTTPS with the local CA. Raw JSON-RPC for the protocol's edges (401, sessions, v
 errors), the tools on a real sandbox, and the official MCP TypeScript SDK as a client."""
 import json
 import os
-import shutil
-import subprocess
 import time
 import unittest
 
-from sbxtest import BIN, Sbx, main
+from sbxtest import BIN, Sbx, main, reference_scenarios, run_sdk
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                    "clientInfo": {"name": "test", "version": "0"}}}
@@ -449,83 +446,11 @@ class McpTest(unittest.TestCase):
     # -- the official TypeScript SDK -------------------------------------------
     def run_sdk(self, *calls):
         """Runs mcp_client.mjs (the official SDK) with TOOL ARGS pairs; returns its steps."""
-        node = shutil.which("node")
-        npm = shutil.which("npm")
-        self.assertTrue(node and npm, "node and npm are needed for the MCP SDK client")
-        work = os.path.join(os.environ.get("SBX_BIN", os.getcwd()), "..", "mcp-client")
-        os.makedirs(work, exist_ok=True)
-        shutil.copy(os.path.join(HERE, "mcp", "package.json"), work)
-        shutil.copy(os.path.join(HERE, "mcp_client.mjs"), work)
-        if not os.path.isdir(os.path.join(work, "node_modules", "@modelcontextprotocol")):
-            subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
-                           check=True, timeout=300)
-        st = self.s.status()
-        env = dict(os.environ, NODE_EXTRA_CA_CERTS=st["ca_cert"])
-        args = []
-        for tool, arguments in calls:
-            args += [tool, json.dumps(arguments)]
-        res = subprocess.run([node, os.path.join(work, "mcp_client.mjs"), st["mcp_url"],
-                              self.key_a, *args], capture_output=True, text=True, timeout=600,
-                             env=env)
-        print("\nMCP SDK client:\n" + res.stdout[:6000] + res.stderr)
-        self.assertEqual(res.returncode, 0, res.stdout[-2000:])
-        steps = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-        self.assertEqual(steps[-1]["step"], "done")
-        return steps
+        return run_sdk(self, self.s, self.key_a, *calls)
 
     def test_reference_scenarios_through_the_sdk(self):
         """Both scenarios of the reference documents, driven by the SDK client alone."""
-        def text(step):
-            return step["result"]["content"][0]["text"]
-        # (a) create "demo", python, a detached sleep + echo polled until done, delete.
-        steps = self.run_sdk(("create_sandbox", {"name": "demo"}),
-                             ("exec", {"command": "python3 -c 'print(2**100)'"}),
-                             ("exec", {"command": "sleep 2; echo done", "detached": True}),
-                             ("@poll", {"max": 120}),
-                             ("delete_sandbox", {"sandboxId": "$SB"}),
-                             ("get_sandbox", {"sandboxId": "$SB"}))
-        calls = [x for x in steps if x["step"] == "call"]
-        sb = calls[0]["result"]["structuredContent"]["id"]
-        self.assertTrue(text(calls[0]).startswith(f"Sandbox {sb} is ready. URL: https://"))
-        self.assertEqual(text(calls[1]), "Exit code 0.\nstdout:\n1267650600228229401496703205376")
-        pid = calls[2]["result"]["structuredContent"]["processId"]
-        self.assertEqual(text(calls[2]), f"Started process {pid} in {sb}. Call command_status "
-                                         f"with processId {pid} for its output and exit code.")
-        done = calls[3]["result"]["structuredContent"]
-        self.assertEqual((done["running"], done["exitCode"], done["stdout"]), (False, 0, "done\n"))
-        self.assertEqual(text(calls[4]), f"Deleting {sb}: its disk, memory and automatic "
-                                         "snapshots are removed.")
-        self.assertTrue(calls[5]["result"]["isError"])
-        self.assertEqual(text(calls[5]), "Sandbox not found (not_found)")
-
-        # (b) uname, a web server published on 8000 and fetched through the gateway,
-        # delete without an id refused, delete with it, then not_found.
-        steps = self.run_sdk(("create_sandbox", {"name": "web"}),
-                             ("exec", {"command": "uname -a"}),
-                             ("exec", {"command": "cd /tmp && python3 -m http.server 8000",
-                                       "detached": True}),
-                             ("exec", {"command": "for i in $(seq 120); do curl -s -o /dev/null "
-                                                  "localhost:8000 && exit 0; sleep 0.5; done; "
-                                                  "exit 1"}),
-                             ("host_port", {"port": 8000, "public": True}),
-                             ("@fetch", {}),
-                             ("delete_sandbox", {}),
-                             ("delete_sandbox", {"sandboxId": "$SB"}),
-                             ("get_sandbox", {"sandboxId": "$SB"}))
-        calls = [x for x in steps if x["step"] == "call"]
-        sb = calls[0]["result"]["structuredContent"]["id"]
-        self.assertTrue(text(calls[1]).startswith("Exit code 0.\nstdout:\nLinux "))
-        self.assertEqual(text(calls[3]), "Exit code 0.")
-        url = calls[4]["result"]["structuredContent"]["url"]
-        self.assertEqual(text(calls[4]), f"Port 8000 of {sb} is at {url} (public).")
-        fetched = [x for x in steps if x["step"] == "fetch"][0]
-        self.assertEqual((fetched["url"], fetched["status"]), (url, 200))
-        self.assertIn("Directory listing", fetched["body"])
-        self.assertTrue(calls[5]["result"]["isError"])
-        self.assertEqual(text(calls[5]), "sandboxId is required: the exact id (sb_…) of one "
-                                         "sandbox; delete_sandbox has no default")
-        self.assertFalse(calls[6]["result"].get("isError"), text(calls[6]))
-        self.assertEqual(text(calls[7]), "Sandbox not found (not_found)")
+        reference_scenarios(self, self.run_sdk)
 
     def sdk_client(self, sb):
         steps = self.run_sdk(("get_sandbox", {"sandboxId": sb}),
