@@ -47,6 +47,8 @@ typedef enum {
     R_SNAP_SAVE,
     R_SNAP_GET,
     R_SNAP_DELETE,
+    R_PORT_SET,
+    R_PORT_REMOVE,
 } s_op_t;
 
 typedef struct {
@@ -76,6 +78,8 @@ static const s_route_t s_routes[] = {{"GET", "/v1/openapi.json", R_OPENAPI},
                                      {"POST", "/v1/sandboxes/{id}/snapshots", R_SNAP_SAVE},
                                      {"GET", "/v1/snapshots/{id}", R_SNAP_GET},
                                      {"DELETE", "/v1/snapshots/{id}", R_SNAP_DELETE},
+                                     {"POST", "/v1/sandboxes/{id}/ports", R_PORT_SET},
+                                     {"DELETE", "/v1/sandboxes/{id}/ports/{port}", R_PORT_REMOVE},
                                      {NULL, NULL, 0}};
 
 //  What a request brings, apart from the connection: filled from gw_request_t, or by
@@ -412,6 +416,7 @@ static const char *s_extend_fields[] = {"ttlSeconds", NULL};
 static const char *s_exec_fields[] = {"command", "detached", "timeout", "cwd", "env", NULL};
 static const char *s_kill_fields[] = {"signal", NULL};
 static const char *s_snapshot_fields[] = {"name", "labels", NULL};
+static const char *s_port_fields[] = {"port", "public", NULL};
 
 //  Builds job->request (and what the answer needs) from job->in. Returns 0, or the
 //  code of the refusal with its message in error.
@@ -525,6 +530,34 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
         sbx_str_set (&sbx_msg_sandbox_resume (job->request)->sandbox_id, job->sandbox_id);
         job->timeout_ms = S_CREATE_MS;
         break;
+    case R_PORT_SET:
+    case R_PORT_REMOVE: {
+        //  MCP's host_port, as REST: publish (or unpublish) a guest port at its URL.
+        json_int_t port = 0;
+        bool public = false;
+        if (in->op == R_PORT_SET) {
+            if (s_body (in, true, s_port_fields, &body, error) ||
+                s_int (body, "port", &port, 0, 1, 65535, true, error) ||
+                s_bool (body, "public", &public, false, error))
+                goto fail;
+        } else {
+            char *end;
+            errno = 0;
+            unsigned long long n = strtoull (in->params[1], &end, 10);
+            if (*end || errno || n < 1 || n > 65535 || in->params[1][0] == '-') {
+                s_fail (error, "the port in the path must be 1 to 65535");
+                goto fail;
+            }
+            port = (json_int_t) n;
+        }
+        job->request = sbx_msg_new (SBX_MSG_SANDBOX_PORT);
+        sbx_sandbox_port_t *args = sbx_msg_sandbox_port (job->request);
+        sbx_str_set (&args->sandbox_id, job->sandbox_id);
+        args->port = (uint64_t) port;
+        args->public = public;
+        args->remove = in->op == R_PORT_REMOVE;
+        break;
+    }
     case R_EXTEND: {
         json_int_t ttl;
         if (s_body (in, true, s_extend_fields, &body, error) ||
@@ -829,6 +862,26 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
     case R_KEY_REVOKE:
         body = json_pack ("{s:s, s:b}", "id", job->in.params[0], "revoked", true);
         break;
+    case R_PORT_SET:
+    case R_PORT_REMOVE: {
+        sbx_sandbox_port_ok_t *ok = sbx_msg_sandbox_port_ok (reply);
+        if (!ok) {
+            s_send_error (req, SBX_E_INTERNAL, "unexpected answer to sandbox.port");
+            s_job_end (job);
+            return;
+        }
+        char host[96];
+        snprintf (host, sizeof host, "%s-%llu",
+                  ok->sandbox && ok->sandbox->label ? ok->sandbox->label : "-",
+                  (unsigned long long) ok->port);
+        char *url = gw_broker_sandbox_url (self->broker, host);
+        body = json_pack ("{s:I, s:s, s:b}", "port", (json_int_t) ok->port, "url", url ? url : "",
+                          "public", ok->public);
+        if (ok->removed)
+            json_object_set_new (body, "removed", json_true ());
+        free (url);
+        break;
+    }
     case R_LIST: {
         sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
         json_t *all = json_array ();
@@ -1222,6 +1275,23 @@ void gw_rest_test (bool verbose)
     assert (sbx_msg_sandbox_extend (job.request)->ttl_s == 120);
     assert (streq (sbx_msg_sandbox_extend (job.request)->sandbox_id, "sb_x"));
     s_job_clear (&job);
+    //  Ports as MCP's host_port: 1 to 65535, private unless asked, no other field.
+    assert (s_try (R_PORT_SET, "sb_x", NULL, "{\"port\":8000,\"public\":true}", &error, &job) ==
+            SBX_OK);
+    assert (sbx_msg_sandbox_port (job.request)->port == 8000);
+    assert (sbx_msg_sandbox_port (job.request)->public && !sbx_msg_sandbox_port (job.request)->remove);
+    s_job_clear (&job);
+    assert (s_try (R_PORT_SET, "sb_x", NULL, "{\"port\":0}", &error, NULL) == SBX_E_INVALID_ARGUMENT);
+    assert (s_try (R_PORT_SET, "sb_x", NULL, "{\"port\":80,\"open\":1}", &error, NULL) ==
+            SBX_E_INVALID_ARGUMENT);
+    assert (s_try (R_PORT_SET, "sb_x", NULL, "{}", &error, NULL) == SBX_E_INVALID_ARGUMENT);
+    assert (streq (error.text, "port is required"));
+    assert (s_try (R_PORT_REMOVE, "sb_x", "8000", NULL, &error, &job) == SBX_OK);
+    assert (sbx_msg_sandbox_port (job.request)->remove &&
+            sbx_msg_sandbox_port (job.request)->port == 8000);
+    s_job_clear (&job);
+    assert (s_try (R_PORT_REMOVE, "sb_x", "65536", NULL, &error, NULL) == SBX_E_INVALID_ARGUMENT);
+    assert (streq (error.text, "the port in the path must be 1 to 65535"));
     assert (s_try (R_UPDATE, "sb_x", NULL, "{}", &error, NULL) == SBX_E_INVALID_ARGUMENT);
     assert (streq (error.text, "give name, labels or both"));
     assert (s_try (R_UPDATE, "sb_x", NULL, "{\"labels\":{\"a\":\"1\",\"b\":null}}", &error, &job) ==

@@ -166,6 +166,26 @@ class PortsTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
         self.assertIn(b"Directory listing", body)
 
+        # The same over REST: unpublish, publish again, both answer the port's JSON.
+        auth = {"Authorization": f"Bearer {self.key_a}", "Content-Type": "application/json"}
+        status, _, body = s.https("DELETE", f"/v1/sandboxes/{sb}/ports/8000", headers=auth)
+        self.assertEqual((status, json.loads(body)),
+                         (200, {"port": 8000, "url": url, "public": True, "removed": True}), body)
+        self.fetch_until(host(8000), 404)
+        status, _, body = s.https("POST", f"/v1/sandboxes/{sb}/ports",
+                                  json.dumps({"port": 8000, "public": True}), auth)
+        self.assertEqual((status, json.loads(body)),
+                         (200, {"port": 8000, "url": url, "public": True}), body)
+        self.fetch_until(host(8000), 200)
+        status, _, body = s.https("POST", f"/v1/sandboxes/{sb}/ports",
+                                  json.dumps({"port": 70000}), auth)
+        self.assertEqual(status, 400, body)
+        self.assertEqual(json.loads(body)["error"]["code"], "invalid_argument")
+        status, _, body = s.https("POST", f"/v1/sandboxes/{sb}/ports",
+                                  json.dumps({"port": 8000}),
+                                  dict(auth, Authorization=f"Bearer {self.key_b}"))
+        self.assertEqual(status, 404, body)  # another account's sandbox does not exist for it
+
         # Private: nobody without a key, not another account's key; the owner's key works.
         r, text = self.call(sid, "host_port", {"port": 8000})
         self.assertEqual(text, f"Port 8000 of {sb} is at {url} (private).")
