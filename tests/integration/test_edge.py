@@ -214,10 +214,12 @@ class EdgeTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
         self.assertTrue(json.loads(body)["broker"], body)
         self.assertEqual(self.rest(self.port_two, self.admin_key), 200)
-        # The broker says so, naming both, and the refused one's stay is in the log.
+        # The broker says so, naming both (twice at worst: a hello the newcomer had queued
+        # before its refusal reached it takes the name once more, until the next heartbeat),
+        # and the refused one's stay is in the log.
         warned = [l for l in self.s.log("sbx-broker").splitlines()
                   if " WARN " in l and f"pid {proc.pid} took the name of pid {first_pid}" in l]
-        self.assertEqual(len(warned), 1, self.s.log("sbx-broker")[-2000:])
+        self.assertIn(len(warned), (1, 2), self.s.log("sbx-broker")[-2000:])
         left = self.s.cli("tap", "--since", "0", "--once", "peer.left").stdout
         self.assertIn('"conflict"', left)
 
