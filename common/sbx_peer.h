@@ -6,8 +6,9 @@
     another live worker of its role holds is refused (error `conflict`) and stops. Every
     process, the CLI included, sends requests through it: each gets a fresh request id,
     and the reply (or a timeout/unavailable error) comes back to the callback given with
-    the request, from the loop. Nothing here ever blocks: a send that can't go out now is dropped
-   and the request fails with `unavailable`, so a slow or absent broker never stalls a loop.
+    the request, from the loop. Nothing here ever blocks: a send that can't go out now is
+    dropped and the request fails with `unavailable`, so a slow or absent broker never
+    stalls a loop.
 */
 #ifndef SBX_PEER_H_INCLUDED
 #define SBX_PEER_H_INCLUDED
@@ -71,6 +72,7 @@ bool sbx_peer_welcomed (sbx_peer_t *self);
 //  the loop (zloop_start returns) and says no hello and no heartbeat any more; the
 //  process should exit non-zero rather than take the name back and forth.
 bool sbx_peer_refused (sbx_peer_t *self);
+
 sbx_role_t sbx_peer_role (sbx_peer_t *self);
 const char *sbx_peer_instance (sbx_peer_t *self);
 
