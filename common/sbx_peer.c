@@ -329,8 +329,8 @@ static int s_on_sweep (zloop_t *loop, int timer_id, void *arg)
 }
 
 //  The broker refused our hello for good: another live worker of our role has our name,
-//  and saying hello again would only take it from that one. Nothing of ours goes out
-//  any more; the process is to exit (sbx_peer_refused) and a person to rename one.
+//  and saying hello again would only take it from that one. No hello or heartbeat goes
+//  out any more; the process is to exit (sbx_peer_refused) and a person to rename one.
 static void s_refuse (sbx_peer_t *self, const char *why)
 {
     sbx_error ("the broker refused %s %s: %s", sbx_role_name (self->role), self->instance, why);
