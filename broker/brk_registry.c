@@ -4,7 +4,8 @@
 #include <assert.h>
 
 struct brk_registry_t {
-    zhashx_t *peers; //  routing id hex → brk_peer_t
+    zhashx_t *peers;     //  routing id hex → brk_peer_t
+    zlistx_t *displaced; //  copies of workers replaced from another connection, oldest first
 };
 
 void brk_peer_destroy (brk_peer_t **self_p)
@@ -20,17 +21,40 @@ void brk_peer_destroy (brk_peer_t **self_p)
     *self_p = NULL;
 }
 
+static void s_peer_free (void **item)
+{
+    brk_peer_destroy ((brk_peer_t **) item);
+}
+
+//  A copy of a worker's entry, to remember it once it is replaced. NULL when out of memory.
+static brk_peer_t *s_peer_dup (const brk_peer_t *peer)
+{
+    brk_peer_t *copy = malloc (sizeof *copy);
+    if (!copy)
+        return NULL;
+    *copy = *peer;
+    copy->address = zframe_dup (peer->address);
+    copy->routing_id = strdup (peer->routing_id);
+    copy->instance = strdup (peer->instance);
+    if (!copy->address || !copy->routing_id || !copy->instance)
+        brk_peer_destroy (&copy);
+    return copy;
+}
+
 brk_registry_t *brk_registry_new (void)
 {
     brk_registry_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     self->peers = zhashx_new ();
-    if (!self->peers) {
-        free (self);
+    self->displaced = zlistx_new ();
+    if (!self->peers || !self->displaced) {
+        brk_registry_destroy (&self);
         return NULL;
     }
     //  No destructor: entries leave the table by remove/expire and their caller owns them.
+    //  The displaced copies are the registry's own.
+    zlistx_set_destructor (self->displaced, s_peer_free);
     return self;
 }
 
@@ -41,11 +65,12 @@ void brk_registry_destroy (brk_registry_t **self_p)
     if (!self)
         return;
     brk_peer_t *peer;
-    while ((peer = zhashx_first (self->peers))) {
+    while (self->peers && (peer = zhashx_first (self->peers))) {
         zhashx_delete (self->peers, peer->routing_id);
         brk_peer_destroy (&peer);
     }
     zhashx_destroy (&self->peers);
+    zlistx_destroy (&self->displaced);
     free (self);
     *self_p = NULL;
 }
@@ -72,6 +97,38 @@ brk_peer_t *brk_registry_remove (brk_registry_t *self, zframe_t *address)
     return peer;
 }
 
+//  Forgets the displaced entries of connection `key`, of `like`'s role and instance, or
+//  silent since before `mono_cutoff` (a criterion given as NULL or 0 matches none).
+static void s_forget (brk_registry_t *self, const char *key, const brk_peer_t *like,
+                      uint64_t mono_cutoff)
+{
+    brk_peer_t *p = zlistx_first (self->displaced);
+    while (p) {
+        bool match = (key && streq (p->routing_id, key)) ||
+                     (like && p->role == like->role && streq (p->instance, like->instance)) ||
+                     p->last_seen_mono < mono_cutoff;
+        void *handle = zlistx_cursor (self->displaced);
+        p = zlistx_next (self->displaced);
+        if (match)
+            zlistx_delete (self->displaced, handle);
+    }
+}
+
+//  Remembers a copy of a worker a hello from another connection replaced, in case its
+//  connection speaks again. Best effort: out of memory, the restart is taken as before.
+static void s_displace (brk_registry_t *self, const brk_peer_t *peer)
+{
+    brk_peer_t *copy = s_peer_dup (peer);
+    if (!copy || !zlistx_add_end (self->displaced, copy)) {
+        brk_peer_destroy (&copy);
+        return;
+    }
+    while (zlistx_size (self->displaced) > BRK_REGISTRY_DISPLACED_MAX) {
+        brk_peer_t *oldest = zlistx_detach (self->displaced, NULL);
+        brk_peer_destroy (&oldest);
+    }
+}
+
 brk_peer_t *brk_registry_hello (brk_registry_t *self, zframe_t *address, sbx_role_t role,
                                 const char *instance, uint64_t pid, uint64_t capacity,
                                 uint64_t used, brk_peer_t **replaced)
@@ -84,11 +141,13 @@ brk_peer_t *brk_registry_hello (brk_registry_t *self, zframe_t *address, sbx_rol
         peer = NULL;
     }
     if (!peer) {
-        //  A restarted worker reconnects with a new routing id: its old entry goes.
+        //  A restarted worker reconnects with a new routing id: its old entry goes at
+        //  once, and is remembered in case it was no restart but a second live worker.
         for (brk_peer_t *p = zhashx_first (self->peers); p; p = zhashx_next (self->peers))
             if (p->role == role && strcmp (p->instance, instance) == 0) {
                 brk_peer_t *old = p;
                 zhashx_delete (self->peers, old->routing_id);
+                s_displace (self, old);
                 if (*replaced)
                     brk_peer_destroy (&old);
                 else
@@ -110,6 +169,7 @@ brk_peer_t *brk_registry_hello (brk_registry_t *self, zframe_t *address, sbx_rol
             return NULL;
         }
         zhashx_insert (self->peers, peer->routing_id, peer);
+        s_forget (self, peer->routing_id, NULL, 0);
     }
     peer->pid = pid;
     peer->capacity = capacity;
@@ -117,8 +177,37 @@ brk_peer_t *brk_registry_hello (brk_registry_t *self, zframe_t *address, sbx_rol
     return peer;
 }
 
+brk_peer_t *brk_registry_revive (brk_registry_t *self, zframe_t *address, brk_peer_t **refused)
+{
+    *refused = NULL;
+    char *key = zframe_strhex (address);
+    brk_peer_t *peer = NULL;
+    for (brk_peer_t *p = zlistx_first (self->displaced); key && p;
+         p = zlistx_next (self->displaced))
+        if (streq (p->routing_id, key)) {
+            peer = zlistx_detach_cur (self->displaced);
+            break;
+        }
+    free (key);
+    if (!peer)
+        return NULL;
+    for (brk_peer_t *p = zhashx_first (self->peers); p; p = zhashx_next (self->peers))
+        if (p->role == peer->role && streq (p->instance, peer->instance)) {
+            zhashx_delete (self->peers, p->routing_id);
+            *refused = p;
+            break;
+        }
+    //  Others displaced under this name came after it: only the first may come back.
+    s_forget (self, NULL, peer, 0);
+    peer->last_seen_ms = sbx_clock_now_ms ();
+    peer->last_seen_mono = sbx_clock_mono_ms ();
+    zhashx_insert (self->peers, peer->routing_id, peer);
+    return peer;
+}
+
 brk_peer_t *brk_registry_expire_one (brk_registry_t *self, uint64_t mono_cutoff)
 {
+    s_forget (self, NULL, NULL, mono_cutoff);
     for (brk_peer_t *p = zhashx_first (self->peers); p; p = zhashx_next (self->peers))
         if (p->last_seen_mono < mono_cutoff) {
             zhashx_delete (self->peers, p->routing_id);
@@ -180,20 +269,94 @@ void brk_registry_test (bool verbose)
     brk_peer_t *first = brk_registry_pick (registry, SBX_ROLE_VMD, NULL);
     brk_peer_t *second = brk_registry_pick (registry, SBX_ROLE_VMD, NULL);
     assert (first != second);
-    //  host-a restarts and comes back on connection c: its old entry is replaced.
+    //  host-a restarts and comes back on connection c: its old entry is replaced at once.
     brk_peer_t *pc = brk_registry_hello (registry, c, SBX_ROLE_VMD, "host-a", 9, 8, 0, &replaced);
     assert (pc && replaced && replaced->pid == 1);
     brk_peer_destroy (&replaced);
     assert (brk_registry_size (registry) == 2);
     assert (brk_registry_seen (registry, a) == NULL);
     assert (brk_registry_seen (registry, c) == pc);
-    //  Expiry takes the silent one only.
+    assert (brk_registry_pick (registry, SBX_ROLE_VMD, "host-a") == pc);
+    //  a stays remembered while it could still speak; a restart's old connection never
+    //  does, and after three silent periods it is forgotten (expiry below).
+    assert (zlistx_size (registry->displaced) == 1);
+    //  Expiry takes the silent one only, and forgets a, silent as long.
     pb->last_seen_mono = 0;
+    ((brk_peer_t *) zlistx_first (registry->displaced))->last_seen_mono = 0;
     brk_peer_t *gone = brk_registry_expire_one (registry, 1);
     assert (gone == pb);
     brk_peer_destroy (&gone);
     assert (brk_registry_expire_one (registry, 1) == NULL);
-    brk_peer_t *removed = brk_registry_remove (registry, c);
+    assert (zlistx_size (registry->displaced) == 0);
+    assert (brk_registry_revive (registry, a, &replaced) == NULL && !replaced);
+    assert (brk_registry_seen (registry, c) == pc);
+
+    //  Two live gateways named gw: d was there, e says hello and takes the name, then d
+    //  speaks again. d is registered again as it was; e is handed over to be refused.
+    zframe_t *d = zframe_new ("\x00\x04", 2);
+    zframe_t *e = zframe_new ("\x00\x05", 2);
+    brk_peer_t *pd = brk_registry_hello (registry, d, SBX_ROLE_GATEWAY, "gw", 10, 0, 0, &replaced);
+    assert (pd && !replaced);
+    uint64_t d_joined = pd->joined_ms;
+    brk_peer_t *pe = brk_registry_hello (registry, e, SBX_ROLE_GATEWAY, "gw", 11, 0, 0, &replaced);
+    assert (pe && replaced && replaced->pid == 10);
+    brk_peer_destroy (&replaced);
+    assert (brk_registry_seen (registry, d) == NULL);
+    brk_peer_t *refused;
+    pd = brk_registry_revive (registry, d, &refused);
+    assert (pd && pd->pid == 10 && pd->joined_ms == d_joined);
+    assert (refused && refused->pid == 11 && zframe_eq (refused->address, e));
+    brk_peer_destroy (&refused);
+    assert (brk_registry_seen (registry, d) == pd);
+    assert (brk_registry_seen (registry, e) == NULL);
+    assert (brk_registry_pick (registry, SBX_ROLE_GATEWAY, "gw") == pd);
+    //  Once back, d is no longer displaced; e, refused, never was.
+    assert (brk_registry_revive (registry, d, &refused) == NULL && !refused);
+    assert (brk_registry_revive (registry, e, &refused) == NULL && !refused);
+
+    //  Two newcomers in a row: only the first of the three comes back.
+    zframe_t *f = zframe_new ("\x00\x06", 2);
+    assert (brk_registry_hello (registry, e, SBX_ROLE_GATEWAY, "gw", 11, 0, 0, &replaced));
+    brk_peer_destroy (&replaced);
+    assert (brk_registry_hello (registry, f, SBX_ROLE_GATEWAY, "gw", 12, 0, 0, &replaced));
+    assert (replaced && replaced->pid == 11);
+    brk_peer_destroy (&replaced);
+    pd = brk_registry_revive (registry, d, &refused);
+    assert (pd && pd->pid == 10 && refused && refused->pid == 12);
+    brk_peer_destroy (&refused);
+    assert (brk_registry_revive (registry, e, &refused) == NULL && !refused);
+    assert (zlistx_size (registry->displaced) == 0);
+    brk_peer_t *removed = brk_registry_remove (registry, d);
+    assert (removed == pd);
+    brk_peer_destroy (&removed);
+
+    //  Bounded: a name taken by connection after connection remembers the latest ones.
+    zframe_t *churn = NULL;
+    for (uint8_t i = 0; i <= BRK_REGISTRY_DISPLACED_MAX + 1; i++) {
+        zframe_destroy (&churn);
+        churn = zframe_new ((uint8_t[]){0x01, i}, 2);
+        assert (
+            brk_registry_hello (registry, churn, SBX_ROLE_GATEWAY, "gw", 100 + i, 0, 0, &replaced));
+        assert (i == 0 ? !replaced : replaced && replaced->pid == 100u + i - 1);
+        brk_peer_destroy (&replaced);
+    }
+    assert (zlistx_size (registry->displaced) == BRK_REGISTRY_DISPLACED_MAX);
+    zframe_t *oldest = zframe_new ((uint8_t[]){0x01, 0}, 2);
+    zframe_t *kept = zframe_new ((uint8_t[]){0x01, 1}, 2);
+    assert (brk_registry_revive (registry, oldest, &refused) == NULL && !refused);
+    brk_peer_t *back = brk_registry_revive (registry, kept, &refused);
+    assert (back && back->pid == 101 && refused && zframe_eq (refused->address, churn));
+    brk_peer_destroy (&refused);
+    removed = brk_registry_remove (registry, kept);
+    assert (removed == back);
+    brk_peer_destroy (&removed);
+    zframe_destroy (&oldest);
+    zframe_destroy (&kept);
+    zframe_destroy (&churn);
+    zframe_destroy (&d);
+    zframe_destroy (&e);
+    zframe_destroy (&f);
+    removed = brk_registry_remove (registry, c);
     assert (removed == pc);
     brk_peer_destroy (&removed);
     assert (brk_registry_size (registry) == 0);

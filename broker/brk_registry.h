@@ -2,7 +2,14 @@
 
     A worker is known by its ZeroMQ routing id from its hello until it says bye or stays
     silent for three heartbeat periods. One (role, instance) pair has one entry: a hello
-    from a new connection with the same pair replaces the old one (a restarted worker).
+    from a new connection with the same pair replaces the old one at once (a worker
+    restarted after kill -9, whose old connection is dead but not yet expired).
+
+    The replaced entry is kept aside, "displaced", for as long as it would have stayed
+    registered (until three heartbeat periods of silence; at most
+    BRK_REGISTRY_DISPLACED_MAX of them). If its connection speaks again, its worker is
+    alive: two workers share one name. brk_registry_revive then puts the first one back
+    and hands over the newcomer, to be refused.
 */
 #ifndef BRK_REGISTRY_H_INCLUDED
 #define BRK_REGISTRY_H_INCLUDED
@@ -25,12 +32,16 @@ typedef struct {
 
 typedef struct brk_registry_t brk_registry_t;
 
+//  How many displaced workers are remembered; beyond, the oldest are forgotten.
+#define BRK_REGISTRY_DISPLACED_MAX 64
+
 brk_registry_t *brk_registry_new (void);
 void brk_registry_destroy (brk_registry_t **self_p);
 
 //  Registers (or refreshes) the worker behind `address`. Sets *replaced to the entry
 //  it replaced (same role and instance, other connection; caller destroys with
-//  brk_peer_destroy) or NULL. Returns the entry, owned by the registry.
+//  brk_peer_destroy) or NULL; the registry remembers that one as displaced. Returns the
+//  entry, owned by the registry.
 brk_peer_t *brk_registry_hello (brk_registry_t *self, zframe_t *address, sbx_role_t role,
                                 const char *instance, uint64_t pid, uint64_t capacity,
                                 uint64_t used, brk_peer_t **replaced);
@@ -38,10 +49,18 @@ brk_peer_t *brk_registry_hello (brk_registry_t *self, zframe_t *address, sbx_rol
 //  The worker behind a routing id, or NULL. Marks it seen when found.
 brk_peer_t *brk_registry_seen (brk_registry_t *self, zframe_t *address);
 
+//  For a message from an `address` that is not registered: when a hello displaced it,
+//  its worker is alive and was there first. Registers it again (seen now) and returns
+//  it, owned by the registry; sets *refused to the worker that holds its role and
+//  instance now (caller refuses it and destroys it with brk_peer_destroy), or NULL when
+//  none does. Returns NULL and sets *refused NULL when `address` was not displaced.
+brk_peer_t *brk_registry_revive (brk_registry_t *self, zframe_t *address, brk_peer_t **refused);
+
 //  Removes the worker and returns it (caller destroys), or NULL.
 brk_peer_t *brk_registry_remove (brk_registry_t *self, zframe_t *address);
 
-//  Removes and returns one worker silent since before `mono_cutoff`, or NULL.
+//  Removes and returns one worker silent since before `mono_cutoff`, or NULL. Forgets
+//  the displaced workers silent since before then too (their restart is taken).
 brk_peer_t *brk_registry_expire_one (brk_registry_t *self, uint64_t mono_cutoff);
 
 //  Picks a worker of `role` (a given instance when not NULL): the least loaded one,

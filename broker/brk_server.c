@@ -297,6 +297,36 @@ static void s_on_hello (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
     s_send (self, address, &reply);
 }
 
+//  A message from a connection that a hello from another one displaced: its worker is
+//  alive, so this was no restart but two live workers with one name. The first one
+//  keeps the name (it never stopped serving); the newcomer is refused, with what to do,
+//  and what was routed to it fails as if it had left. Returns the worker, or NULL when
+//  `address` was not displaced.
+static brk_peer_t *s_revive (s_server_t *self, zframe_t *address)
+{
+    brk_peer_t *refused = NULL;
+    brk_peer_t *peer = brk_registry_revive (self->registry, address, &refused);
+    if (!refused)
+        return peer;
+    const char *role = sbx_role_name (peer->role);
+    char since[32];
+    sbx_clock_iso8601 (peer->joined_ms, since, sizeof since);
+    sbx_warn ("%s %s: pid %llu took the name of pid %llu (since %s), which still runs: two "
+              "live workers, one name; pid %llu is refused",
+              role, peer->instance, (unsigned long long) refused->pid,
+              (unsigned long long) peer->pid, since, (unsigned long long) refused->pid);
+    char message[600];
+    snprintf (message, sizeof message,
+              "instance name '%s' of role %s is in use by pid %llu (since %s): start this one "
+              "with --instance OTHER (or set instance = OTHER in its sbx.conf)",
+              peer->instance, role, (unsigned long long) peer->pid, since);
+    s_reply_error (self, refused->address, 0, SBX_E_CONFLICT, message);
+    s_fail_worker_requests (self, refused);
+    s_peer_event (self, refused, "conflict");
+    brk_peer_destroy (&refused);
+    return peer;
+}
+
 static void s_on_bye (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
 {
     brk_peer_t *peer = brk_registry_remove (self->registry, address);
@@ -514,6 +544,8 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
 {
     sbx_msg_t *msg = *msg_p;
     brk_peer_t *peer = brk_registry_seen (self->registry, address);
+    if (!peer && msg->type != SBX_MSG_PEER_BYE)
+        peer = s_revive (self, address); //  (a displaced worker that leaves just goes)
     sbx_msg_t *reply = NULL;
     switch (msg->type) {
     case SBX_MSG_PEER_HELLO:

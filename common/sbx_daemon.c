@@ -197,8 +197,14 @@ int sbx_daemon_run (sbx_daemon_t *self)
 {
     sbx_info ("%s %s starting (data dir %s)", self->name, SBX_VERSION,
               sbx_config_data_dir (self->config));
-    //  zloop returns on SIGINT/SIGTERM: czmq's handler sets zsys_interrupted.
+    //  zloop returns on SIGINT/SIGTERM: czmq's handler sets zsys_interrupted. It also
+    //  returns when the broker refused our name (another live worker has it): a fault
+    //  of the set-up that a restart would not mend, hence the exit code.
     zloop_start (self->loop);
+    if (self->peer && sbx_peer_refused (self->peer)) {
+        sbx_info ("%s stopped: refused by the broker", self->name);
+        return 1;
+    }
     if (self->peer)
         sbx_peer_bye (self->peer, "shutdown");
     sbx_info ("%s stopped", self->name);

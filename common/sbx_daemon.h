@@ -36,7 +36,8 @@ zloop_t *sbx_daemon_loop (sbx_daemon_t *self);
 sbx_peer_t *sbx_daemon_connect (sbx_daemon_t *self, sbx_role_t role, uint64_t capacity,
                                 sbx_peer_request_fn *fn, void *arg);
 
-//  Runs the loop until SIGINT or SIGTERM; a worker then says bye. Returns the exit code.
+//  Runs the loop until SIGINT or SIGTERM; a worker then says bye. Returns the exit code:
+//  0, or 1 when the broker refused the worker (its instance name is in use).
 int sbx_daemon_run (sbx_daemon_t *self);
 
 #endif

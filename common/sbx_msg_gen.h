@@ -1227,7 +1227,8 @@ struct sbx_peer_left_s {
     sbx_role_t role;
     //  (required, max 128) Its name.
     char *instance;
-    //  (required, max 256) bye, silent, or replaced.
+    //  (required, max 256) bye, silent, or replaced; conflict when refused because a live
+    //  worker of its role had its instance name first.
     char *reason;
 };
 
@@ -1524,7 +1525,11 @@ struct sbx_error_s {
 
 //  message peer.hello (peer.json): gateway, vmd, snapshotd, billing -> broker, reply
 //  peer.welcome. A worker announces itself; sent on connect, and again whenever the broker
-//  answers peer.unknown.
+//  answers peer.unknown. A hello under a role and instance registered from another connection
+//  replaces that one at once (a restart); if the replaced connection then speaks again within
+//  three heartbeat periods, two live workers share the name: the broker registers the first one
+//  again and sends this one error conflict with rid 0 (this hello's), possibly after its
+//  welcome. A worker so refused says hello no more and exits.
 struct sbx_peer_hello_s {
     //  (required) What this worker does.
     sbx_role_t role;

@@ -30,6 +30,7 @@ struct sbx_peer_t {
     zhashx_t *pending; //  rid → s_pending_t, keyed by the rid as uint64
     bool welcomed;
     bool ever_welcomed;
+    bool refused; //  the broker refused our hello for good (name in use)
     uint64_t last_heard;
     uint64_t capacity, used;
     sbx_peer_request_fn *request_fn;
@@ -129,6 +130,11 @@ void sbx_peer_set_capacity (sbx_peer_t *self, uint64_t capacity, uint64_t used)
 bool sbx_peer_welcomed (sbx_peer_t *self)
 {
     return self->welcomed;
+}
+
+bool sbx_peer_refused (sbx_peer_t *self)
+{
+    return self->refused;
 }
 
 sbx_role_t sbx_peer_role (sbx_peer_t *self)
@@ -273,7 +279,7 @@ static int s_on_beat (zloop_t *loop, int timer_id, void *arg)
     (void) loop;
     (void) timer_id;
     sbx_peer_t *self = arg;
-    if (!s_is_worker (self->role))
+    if (!s_is_worker (self->role) || self->refused)
         return 0;
     uint64_t now = sbx_clock_mono_ms ();
     if (self->welcomed && now - self->last_heard > 3 * self->heartbeat_ms) {
@@ -297,7 +303,7 @@ static int s_on_hello (zloop_t *loop, int timer_id, void *arg)
     (void) loop;
     (void) timer_id;
     sbx_peer_t *self = arg;
-    if (s_is_worker (self->role) && !self->welcomed)
+    if (s_is_worker (self->role) && !self->welcomed && !self->refused)
         s_send_hello (self);
     return 0;
 }
@@ -322,9 +328,22 @@ static int s_on_sweep (zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
-static void s_handle (sbx_peer_t *self, sbx_msg_t **msg_p)
+//  The broker refused our hello for good: another live worker of our role has our name,
+//  and saying hello again would only take it from that one. No hello or heartbeat goes
+//  out any more; the process is to exit (sbx_peer_refused) and a person to rename one.
+static void s_refuse (sbx_peer_t *self, const char *why)
+{
+    sbx_error ("the broker refused %s %s: %s", sbx_role_name (self->role), self->instance, why);
+    self->refused = true;
+    s_lost_broker (self, "this worker was refused by the broker (its instance name is in use)");
+}
+
+//  Returns -1 when the message ends the loop (we were refused), else 0.
+static int s_handle (sbx_peer_t *self, sbx_msg_t **msg_p)
 {
     sbx_msg_t *msg = *msg_p;
+    if (self->refused)
+        return 0;
     switch (msg->type) {
     case SBX_MSG_PEER_WELCOME: {
         bool first = !self->ever_welcomed;
@@ -340,17 +359,26 @@ static void s_handle (sbx_peer_t *self, sbx_msg_t **msg_p)
                   sbx_role_name (self->role), self->instance);
         if (self->welcome_fn)
             self->welcome_fn (self, first, self->welcome_arg);
-        return;
+        return 0;
     }
     case SBX_MSG_PEER_HEARTBEAT:
-        return;
+        return 0;
     case SBX_MSG_PEER_UNKNOWN:
         if (s_is_worker (self->role)) {
             if (self->welcomed)
                 s_lost_broker (self, "the broker restarted; retry");
             s_send_hello (self);
         }
-        return;
+        return 0;
+    case SBX_MSG_ERROR:
+        //  rid 0 is our hello's (it has none): a conflict there means our name is taken,
+        //  possibly after a welcome, when the worker that had it first spoke again.
+        if (msg->rid == 0 && s_is_worker (self->role) &&
+            sbx_msg_error (msg)->code == SBX_E_CONFLICT) {
+            s_refuse (self, sbx_msg_error (msg)->message);
+            return -1;
+        }
+        break;
     default:
         break;
     }
@@ -373,6 +401,7 @@ static void s_handle (sbx_peer_t *self, sbx_msg_t **msg_p)
             sbx_role_name (self->role), self->instance, sbx_msg_type_name (msg->type));
         sbx_peer_send (self, &error);
     }
+    return 0;
 }
 
 static int s_on_socket (zloop_t *loop, zsock_t *sock, void *arg)
@@ -393,8 +422,10 @@ static int s_on_socket (zloop_t *loop, zsock_t *sock, void *arg)
                       err.message);
             continue;
         }
-        s_handle (self, &msg);
+        int rc = s_handle (self, &msg);
         sbx_msg_destroy (&msg);
+        if (rc)
+            return rc; //  ends zloop_start: the daemon exits (sbx_daemon_run)
     }
     return 0;
 }
@@ -412,4 +443,136 @@ int sbx_peer_start (sbx_peer_t *self, zloop_t *loop)
     if (s_is_worker (self->role))
         s_send_hello (self);
     return 0;
+}
+
+//  Self test: a fake broker, a ROUTER in the worker's own loop, welcomes a worker,
+//  answers one of its requests with a conflict (an answer like any other), then refuses
+//  its hello with one: the loop ends, and the worker says hello no more.
+
+typedef struct {
+    zsock_t *router;
+    zframe_t *worker; //  its routing id, from its last message
+    int hellos, beats, requests;
+} s_fake_t;
+
+static void s_fake_send (s_fake_t *fake, sbx_msg_t **msg_p)
+{
+    uint8_t *data = NULL;
+    size_t size = 0;
+    sbx_err_t err;
+    assert (sbx_msg_encode (*msg_p, &data, &size, &err) == 0);
+    zmsg_t *out = zmsg_new ();
+    zmsg_append (out, &(zframe_t *){zframe_dup (fake->worker)});
+    zmsg_addmem (out, data, size);
+    assert (zmsg_send (&out, fake->router) == 0);
+    free (data);
+    sbx_msg_destroy (msg_p);
+}
+
+static int s_fake_on_router (zloop_t *loop, zsock_t *router, void *arg)
+{
+    (void) loop;
+    s_fake_t *fake = arg;
+    zmsg_t *in = zmsg_recv (router);
+    assert (in && zmsg_size (in) == 2);
+    zframe_destroy (&fake->worker);
+    fake->worker = zmsg_pop (in);
+    zframe_t *body = zmsg_pop (in);
+    sbx_err_t err;
+    sbx_msg_t *msg = sbx_msg_decode (zframe_data (body), zframe_size (body), &err);
+    assert (msg);
+    if (msg->type == SBX_MSG_PEER_HELLO) {
+        fake->hellos++;
+        assert (msg->rid == 0 && streq (sbx_msg_peer_hello (msg)->instance, "w1"));
+        sbx_msg_t *welcome = sbx_msg_new_reply (msg, SBX_MSG_PEER_WELCOME);
+        sbx_str_set (&sbx_msg_peer_welcome (welcome)->broker_instance, "fake");
+        sbx_msg_peer_welcome (welcome)->heartbeat_ms = 100;
+        s_fake_send (fake, &welcome);
+    } else if (msg->type == SBX_MSG_PEER_HEARTBEAT)
+        fake->beats++;
+    else {
+        fake->requests++;
+        sbx_msg_t *error = sbx_msg_new_error (msg->rid, SBX_E_CONFLICT, "exists already");
+        s_fake_send (fake, &error);
+    }
+    sbx_msg_destroy (&msg);
+    zframe_destroy (&body);
+    zmsg_destroy (&in);
+    return 0;
+}
+
+static void s_test_on_reply (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
+{
+    s_fake_t *fake = arg;
+    sbx_msg_t *reply = *reply_p;
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_CONFLICT);
+    assert (sbx_peer_welcomed (peer) && !sbx_peer_refused (peer));
+    //  Now the worker that had the name first speaks again: the broker refuses this one.
+    sbx_msg_t *refusal =
+        sbx_msg_new_error (0, SBX_E_CONFLICT, "instance name 'w1' of role vmd is in use by pid 1");
+    s_fake_send (fake, &refusal);
+}
+
+static void s_test_on_welcome (sbx_peer_t *peer, bool first, void *arg)
+{
+    assert (first);
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SYS_STATUS);
+    assert (sbx_peer_request (peer, &request, 2000, s_test_on_reply, arg));
+}
+
+static int s_test_on_deadline (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    (void) arg;
+    return -1;
+}
+
+void sbx_peer_test (bool verbose)
+{
+    sbx_log_init ("sbx_peer_test", verbose ? SBX_LOG_DEBUG : SBX_LOG_ERROR);
+    char dir[] = "/tmp/sbx_peer_test.XXXXXX";
+    assert (mkdtemp (dir));
+    sbx_config_t *config = sbx_config_new (dir);
+    assert (config);
+    char endpoint[200];
+    snprintf (endpoint, sizeof endpoint, "ipc://%s/broker.sock", dir);
+    assert (sbx_config_set (config, "broker.endpoint", endpoint) == 0);
+    sbx_config_set (config, "heartbeat_ms", "100");
+
+    s_fake_t fake = {zsock_new (ZMQ_ROUTER), NULL, 0, 0, 0};
+    assert (fake.router && zsock_bind (fake.router, "%s", endpoint) == 0);
+    zloop_t *loop = zloop_new ();
+    assert (zloop_reader (loop, fake.router, s_fake_on_router, &fake) == 0);
+    sbx_peer_t *peer = sbx_peer_new (config, SBX_ROLE_VMD, "w1");
+    assert (peer);
+    sbx_peer_set_welcome_fn (peer, s_test_on_welcome, &fake);
+    assert (sbx_peer_start (peer, loop) == 0);
+    //  A deadline, so that a worker that is not refused fails here rather than hangs.
+    int deadline = zloop_timer (loop, 5000, 1, s_test_on_deadline, NULL);
+    int64_t start = zclock_mono ();
+    assert (zloop_start (loop) == -1);
+    assert (zclock_mono () - start < 4000);
+    assert (sbx_peer_refused (peer) && !sbx_peer_welcomed (peer));
+    assert (fake.hellos == 1 && fake.requests == 1);
+    zloop_timer_end (loop, deadline);
+
+    //  Refused, it stays quiet: no heartbeat, and no hello even when told peer.unknown.
+    fake.hellos = fake.beats = 0;
+    sbx_msg_t *unknown = sbx_msg_new (SBX_MSG_PEER_UNKNOWN);
+    s_fake_send (&fake, &unknown);
+    zloop_timer (loop, 350, 1, s_test_on_deadline, NULL);
+    zloop_start (loop);
+    assert (fake.hellos == 0 && fake.beats == 0);
+    sbx_peer_bye (peer, "test"); //  not welcomed: nothing goes out
+
+    sbx_peer_destroy (&peer);
+    zloop_destroy (&loop);
+    zframe_destroy (&fake.worker);
+    zsock_destroy (&fake.router);
+    sbx_config_destroy (&config);
+    char cmd[128];
+    snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert (system (cmd) == 0);
+    sbx_log_init ("sbx", SBX_LOG_INFO);
 }

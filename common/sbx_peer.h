@@ -2,11 +2,13 @@
 
     Workers (gateway, vmd, snapshotd, billing) say hello with their role, instance and
     capacity, heartbeat, say hello again when the broker answers peer.unknown or falls
-    silent (it restarted), and receive requests routed to them. Every process, the CLI
-    included, sends requests through it: each gets a fresh request id, and the reply (or
-    a timeout/unavailable error) comes back to the callback given with the request, from
-    the loop. Nothing here ever blocks: a send that can't go out now is dropped and the
-    request fails with `unavailable`, so a slow or absent broker never stalls a loop.
+    silent (it restarted), and receive requests routed to them; one whose instance name
+    another live worker of its role holds is refused (error `conflict`) and stops. Every
+    process, the CLI included, sends requests through it: each gets a fresh request id,
+    and the reply (or a timeout/unavailable error) comes back to the callback given with
+    the request, from the loop. Nothing here ever blocks: a send that can't go out now is
+    dropped and the request fails with `unavailable`, so a slow or absent broker never
+    stalls a loop.
 */
 #ifndef SBX_PEER_H_INCLUDED
 #define SBX_PEER_H_INCLUDED
@@ -64,6 +66,13 @@ void sbx_peer_cancel (sbx_peer_t *self, uint64_t rid);
 void sbx_peer_bye (sbx_peer_t *self, const char *reason);
 
 bool sbx_peer_welcomed (sbx_peer_t *self);
+
+//  True once the broker refused this worker for good: another live worker of its role
+//  has its instance name (the broker's error, logged, says which). The peer then ended
+//  the loop (zloop_start returns) and says no hello and no heartbeat any more; the
+//  process should exit non-zero rather than take the name back and forth.
+bool sbx_peer_refused (sbx_peer_t *self);
+
 sbx_role_t sbx_peer_role (sbx_peer_t *self);
 const char *sbx_peer_instance (sbx_peer_t *self);
 

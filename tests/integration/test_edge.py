@@ -187,6 +187,42 @@ class EdgeTest(unittest.TestCase):
                        if f.startswith("sbx-gateway-extra"))
         self.assertIn("is not an origin", logs)
 
+    # -- one name per worker ---------------------------------------------------
+    def test_a_second_gateway_by_the_same_name_is_refused(self):
+        """A gateway started with the name of a live one (gw-two) is no restart: the one
+        that had the name keeps it and serves on, the newcomer exits at once saying what
+        to do, and the broker's log says so."""
+        gw_two = [p for p in self.s.status()["peers"] if p["instance"] == "gw-two"]
+        self.assertEqual(len(gw_two), 1, gw_two)
+        first_pid = gw_two[0]["pid"]
+        started = time.monotonic()
+        proc = self.s.start("sbx-gateway", "--instance", "gw-two", "--set",
+                            f"listen=127.0.0.1:{free_port()}")
+        log_name = f"sbx-gateway-extra-{len(self.s.extra) - 1}"
+        self.assertEqual(proc.wait(15), 1, self.s.log(log_name))
+        print(f"the second gw-two exited {time.monotonic() - started:.3f} s after its start")
+        log = self.s.log(log_name)
+        self.assertIn(f"instance name 'gw-two' of role gateway is in use by pid {first_pid}", log)
+        self.assertIn("--instance", log)
+        self.assertIn(" ERROR ", log)
+        self.assertNotIn("Sanitizer", log)  # its exit is clean: no leak, no error
+        # The first gw-two is registered as before and serves.
+        gateways = [p for p in self.s.status()["peers"] if p["role"] == "gateway"]
+        self.assertEqual(len(gateways), 2, gateways)
+        self.assertEqual([p["pid"] for p in gateways if p["instance"] == "gw-two"], [first_pid])
+        status, _, body = self.request(self.port_two, "GET", "/healthz")
+        self.assertEqual(status, 200, body)
+        self.assertTrue(json.loads(body)["broker"], body)
+        self.assertEqual(self.rest(self.port_two, self.admin_key), 200)
+        # The broker says so, naming both (twice at worst: a hello the newcomer had queued
+        # before its refusal reached it takes the name once more, until the next heartbeat),
+        # and the refused one's stay is in the log.
+        warned = [l for l in self.s.log("sbx-broker").splitlines()
+                  if " WARN " in l and f"pid {proc.pid} took the name of pid {first_pid}" in l]
+        self.assertIn(len(warned), (1, 2), self.s.log("sbx-broker")[-2000:])
+        left = self.s.cli("tap", "--since", "0", "--once", "peer.left").stdout
+        self.assertIn('"conflict"', left)
+
     # -- the caller's errors ---------------------------------------------------
     def assert_invalid(self, answer, field=None):
         status, _, body = answer
