@@ -152,29 +152,6 @@ static void s_info (brk_ctx_t *ctx, const brk_sandbox_t *record, sbx_sandbox_inf
     brk_ports_fill (ctx, record->id, &info->ports);
 }
 
-//  Where a sandbox.*.ok carries its sandbox, or NULL for other types.
-static sbx_sandbox_info_t **s_info_slot (sbx_msg_t *reply)
-{
-    switch (reply->type) {
-    case SBX_MSG_SANDBOX_CREATE_OK:
-        return &sbx_msg_sandbox_create_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_GET_OK:
-        return &sbx_msg_sandbox_get_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_STOP_OK:
-        return &sbx_msg_sandbox_stop_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_RESUME_OK:
-        return &sbx_msg_sandbox_resume_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_DELETE_OK:
-        return &sbx_msg_sandbox_delete_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_EXTEND_OK:
-        return &sbx_msg_sandbox_extend_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_UPDATE_OK:
-        return &sbx_msg_sandbox_update_ok (reply)->sandbox;
-    default:
-        return NULL;
-    }
-}
-
 //  A reply of `type` (a sandbox.*.ok but list) carrying the sandbox.
 static sbx_msg_t *s_reply (brk_ctx_t *ctx, uint64_t rid, sbx_msg_type_t type,
                            const brk_sandbox_t *record)
@@ -183,7 +160,7 @@ static sbx_msg_t *s_reply (brk_ctx_t *ctx, uint64_t rid, sbx_msg_type_t type,
     if (!reply)
         return NULL;
     reply->rid = rid;
-    sbx_sandbox_info_t **slot = s_info_slot (reply);
+    sbx_sandbox_info_t **slot = sbx_msg_sandbox_slot (reply);
     assert (slot);
     *slot = calloc (1, sizeof (sbx_sandbox_info_t));
     if (*slot)
@@ -374,17 +351,10 @@ static sbx_msg_t *s_ask_vmd_ex (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_
         }
         break;
     }
-    case SBX_MSG_VM_STOP:
-        sbx_str_set (&sbx_msg_vm_stop (vm)->sandbox_id, record->id);
-        break;
-    case SBX_MSG_VM_RESUME:
-        sbx_str_set (&sbx_msg_vm_resume (vm)->sandbox_id, record->id);
-        break;
-    case SBX_MSG_VM_DELETE:
-        sbx_str_set (&sbx_msg_vm_delete (vm)->sandbox_id, record->id);
-        break;
     default:
-        assert (false);
+        //  vm.stop, vm.resume, vm.delete: the sandbox is all they say.
+        if (sbx_msg_set_subject (vm, record->id))
+            assert (false);
     }
     uint32_t timeout = request->timeout_ms > 1000 ? request->timeout_ms - 500 : S_VM_TIMEOUT_MS;
     if (ctx->call (ctx, SBX_ROLE_VMD, record->vmd, &vm, timeout, s_on_vm_answer, op) == 0)
@@ -1158,29 +1128,14 @@ static sbx_msg_t *s_test_ask (zsock_t *client, sbx_msg_type_t type, const char *
 {
     sbx_msg_t *request = sbx_msg_new (type);
     request->caller = caller;
-    switch (type) {
-    case SBX_MSG_SANDBOX_GET:
-        sbx_str_set (&sbx_msg_sandbox_get (request)->sandbox_id, id);
-        break;
-    case SBX_MSG_SANDBOX_STOP:
-        sbx_str_set (&sbx_msg_sandbox_stop (request)->sandbox_id, id);
-        break;
-    case SBX_MSG_SANDBOX_RESUME:
-        sbx_str_set (&sbx_msg_sandbox_resume (request)->sandbox_id, id);
-        break;
-    case SBX_MSG_SANDBOX_DELETE:
-        sbx_str_set (&sbx_msg_sandbox_delete (request)->sandbox_id, id);
-        break;
-    default:
-        break;
-    }
+    sbx_msg_set_subject (request, id);
     return brk_testkit_call (client, request, ++s_rid);
 }
 
 //  The sandbox a sandbox.*.ok carries.
 static sbx_sandbox_info_t *s_sandbox (sbx_msg_t *reply)
 {
-    sbx_sandbox_info_t **slot = s_info_slot (reply);
+    sbx_sandbox_info_t **slot = sbx_msg_sandbox_slot (reply);
     return slot ? *slot : NULL;
 }
 

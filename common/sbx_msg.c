@@ -2141,6 +2141,24 @@ void sbx_meta_codec_test (bool verbose)
     sbx_msg_destroy (&hello);
     assert (sbx_msg_new (SBX_MSG__UNKNOWN) == NULL && sbx_msg_new (SBX_MSG__COUNT) == NULL);
 
+    //  The subject: one accessor for the sandbox any message is about.
+    sbx_msg_t *stop = sbx_msg_new (SBX_MSG_VM_STOP);
+    assert (sbx_msg_subject (stop) == NULL && sbx_msg_set_subject (stop, "sb_1") == 0);
+    assert (streq (sbx_msg_vm_stop (stop)->sandbox_id, "sb_1"));
+    assert (streq (sbx_msg_subject (stop), "sb_1"));
+    sbx_msg_destroy (&stop);
+    sbx_msg_t *ok = sbx_msg_new (SBX_MSG_SANDBOX_GET_OK);
+    sbx_sandbox_info_t **slot = sbx_msg_sandbox_slot (ok);
+    assert (slot && slot == &sbx_msg_sandbox_get_ok (ok)->sandbox && sbx_msg_subject (ok) == NULL);
+    *slot = calloc (1, sizeof (sbx_sandbox_info_t));
+    sbx_str_set (&(*slot)->id, "sb_2");
+    assert (streq (sbx_msg_subject (ok), "sb_2") && sbx_msg_set_subject (ok, "sb_3") == -1);
+    sbx_msg_destroy (&ok);
+    sbx_msg_t *peers = sbx_msg_new (SBX_MSG_BROKER_PEERS);
+    assert (!sbx_msg_subject (peers) && !sbx_msg_sandbox_slot (peers));
+    assert (sbx_msg_set_subject (peers, "sb_1") == -1 && !sbx_msg_subject (NULL));
+    sbx_msg_destroy (&peers);
+
     //  Setters
     sbx_strmap_t map = {NULL, NULL, 0};
     assert (sbx_strmap_set (&map, "a", "1") == 0 && sbx_strmap_set (&map, "b", "2") == 0);

@@ -2582,6 +2582,81 @@ sbx_vm_snapshot_ok_t *sbx_msg_vm_snapshot_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_VM_SNAPSHOT_OK ? (sbx_vm_snapshot_ok_t *) msg->body : NULL;
 }
 
+//  The subject's place in each body (offset + 1; 0: the type has none).
+static const size_t s_subject_at[SBX_MSG__COUNT] = {
+    [SBX_MSG_USAGE_GET] = offsetof (sbx_usage_get_t, sandbox_id) + 1,
+    [SBX_MSG_MCP_SESSION_USE] = offsetof (sbx_mcp_session_use_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_GET] = offsetof (sbx_sandbox_get_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_STOP] = offsetof (sbx_sandbox_stop_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_RESUME] = offsetof (sbx_sandbox_resume_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_DELETE] = offsetof (sbx_sandbox_delete_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_CHANGED] = offsetof (sbx_sandbox_changed_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_UPDATED] = offsetof (sbx_sandbox_updated_t, sandbox_id) + 1,
+    [SBX_MSG_TTL_EXPIRED] = offsetof (sbx_ttl_expired_t, sandbox_id) + 1,
+    [SBX_MSG_VM_CREATE] = offsetof (sbx_vm_create_t, sandbox_id) + 1,
+    [SBX_MSG_VM_CREATE_OK] = offsetof (sbx_vm_create_ok_t, sandbox_id) + 1,
+    [SBX_MSG_VM_STOP] = offsetof (sbx_vm_stop_t, sandbox_id) + 1,
+    [SBX_MSG_VM_STOP_OK] = offsetof (sbx_vm_stop_ok_t, sandbox_id) + 1,
+    [SBX_MSG_VM_RESUME] = offsetof (sbx_vm_resume_t, sandbox_id) + 1,
+    [SBX_MSG_VM_RESUME_OK] = offsetof (sbx_vm_resume_ok_t, sandbox_id) + 1,
+    [SBX_MSG_VM_DELETE] = offsetof (sbx_vm_delete_t, sandbox_id) + 1,
+    [SBX_MSG_VM_DELETE_OK] = offsetof (sbx_vm_delete_ok_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_EXTEND] = offsetof (sbx_sandbox_extend_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_UPDATE] = offsetof (sbx_sandbox_update_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_AGENT] = offsetof (sbx_sandbox_agent_t, sandbox_id) + 1,
+    [SBX_MSG_VM_AGENT] = offsetof (sbx_vm_agent_t, sandbox_id) + 1,
+    [SBX_MSG_VM_FAILED] = offsetof (sbx_vm_failed_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_PORT] = offsetof (sbx_sandbox_port_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_RESOLVE_OK] = offsetof (sbx_sandbox_resolve_ok_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_PORT_CHANGED] = offsetof (sbx_sandbox_port_changed_t, sandbox_id) + 1,
+    [SBX_MSG_VM_PORT] = offsetof (sbx_vm_port_t, sandbox_id) + 1,
+    [SBX_MSG_VM_PORT_OK] = offsetof (sbx_vm_port_ok_t, sandbox_id) + 1,
+    [SBX_MSG_SNAPSHOT_SAVE] = offsetof (sbx_snapshot_save_t, sandbox_id) + 1,
+    [SBX_MSG_SNAP_BEGIN] = offsetof (sbx_snap_begin_t, sandbox_id) + 1,
+    [SBX_MSG_SNAP_USE] = offsetof (sbx_snap_use_t, sandbox_id) + 1,
+    [SBX_MSG_SNAP_RELEASE] = offsetof (sbx_snap_release_t, sandbox_id) + 1,
+    [SBX_MSG_VM_SNAPSHOT] = offsetof (sbx_vm_snapshot_t, sandbox_id) + 1,
+    [SBX_MSG_VM_SNAPSHOT_OK] = offsetof (sbx_vm_snapshot_ok_t, sandbox_id) + 1,
+};
+static const size_t s_sandbox_at[SBX_MSG__COUNT] = {
+    [SBX_MSG_SANDBOX_CREATE_OK] = offsetof (sbx_sandbox_create_ok_t, sandbox) + 1,
+    [SBX_MSG_SANDBOX_GET_OK] = offsetof (sbx_sandbox_get_ok_t, sandbox) + 1,
+    [SBX_MSG_SANDBOX_STOP_OK] = offsetof (sbx_sandbox_stop_ok_t, sandbox) + 1,
+    [SBX_MSG_SANDBOX_RESUME_OK] = offsetof (sbx_sandbox_resume_ok_t, sandbox) + 1,
+    [SBX_MSG_SANDBOX_DELETE_OK] = offsetof (sbx_sandbox_delete_ok_t, sandbox) + 1,
+    [SBX_MSG_SANDBOX_EXTEND_OK] = offsetof (sbx_sandbox_extend_ok_t, sandbox) + 1,
+    [SBX_MSG_SANDBOX_UPDATE_OK] = offsetof (sbx_sandbox_update_ok_t, sandbox) + 1,
+    [SBX_MSG_SANDBOX_PORT_OK] = offsetof (sbx_sandbox_port_ok_t, sandbox) + 1,
+};
+
+static void *s_at (const struct sbx_msg_s *msg, const size_t *table)
+{
+    if (!msg || !msg->body || msg->type <= SBX_MSG__UNKNOWN || msg->type >= SBX_MSG__COUNT ||
+        !table[msg->type])
+        return NULL;
+    return (char *) msg->body + table[msg->type] - 1;
+}
+
+sbx_sandbox_info_t **sbx_msg_sandbox_slot (struct sbx_msg_s *msg)
+{
+    return (sbx_sandbox_info_t **) s_at (msg, s_sandbox_at);
+}
+
+const char *sbx_msg_subject (const struct sbx_msg_s *msg)
+{
+    char **id = (char **) s_at (msg, s_subject_at);
+    if (id)
+        return *id;
+    sbx_sandbox_info_t **sandbox = (sbx_sandbox_info_t **) s_at (msg, s_sandbox_at);
+    return sandbox && *sandbox ? (*sandbox)->id : NULL;
+}
+
+int sbx_msg_set_subject (struct sbx_msg_s *msg, const char *sandbox_id)
+{
+    char **id = (char **) s_at (msg, s_subject_at);
+    return id ? sbx_str_set (id, sandbox_id) : -1;
+}
+
 sbx_key_info_t *sbx_key_info_list_append (sbx_key_info_list_t *list)
 {
     return (sbx_key_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_key_info_t));

@@ -2420,6 +2420,16 @@ sbx_snap_release_ok_t *sbx_msg_snap_release_ok (struct sbx_msg_s *msg);
 sbx_vm_snapshot_t *sbx_msg_vm_snapshot (struct sbx_msg_s *msg);
 sbx_vm_snapshot_ok_t *sbx_msg_vm_snapshot_ok (struct sbx_msg_s *msg);
 
+//  The subject: the sandbox a message is about, whatever its type. Every message about
+//  one sandbox names it in a field `sandbox_id` (or carries it whole in `sandbox`), so
+//  code that routes, caches or logs by sandbox needs no switch on the type.
+//  sbx_msg_subject: that id (borrowed), or NULL for a type about no one sandbox.
+//  sbx_msg_set_subject: sets sandbox_id; 0, or -1 when the type has none.
+//  sbx_msg_sandbox_slot: where a message carries a sandbox_info (`sandbox`), or NULL.
+const char *sbx_msg_subject (const struct sbx_msg_s *msg);
+int sbx_msg_set_subject (struct sbx_msg_s *msg, const char *sandbox_id);
+sbx_sandbox_info_t **sbx_msg_sandbox_slot (struct sbx_msg_s *msg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -194,24 +194,8 @@ void gw_broker_set_cache (gw_broker_t *self, gw_cache_t *cache)
 
 sbx_sandbox_info_t *gw_broker_sandbox_info (sbx_msg_t *reply)
 {
-    switch (reply ? reply->type : SBX_MSG_ERROR) {
-    case SBX_MSG_SANDBOX_CREATE_OK:
-        return sbx_msg_sandbox_create_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_GET_OK:
-        return sbx_msg_sandbox_get_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_STOP_OK:
-        return sbx_msg_sandbox_stop_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_RESUME_OK:
-        return sbx_msg_sandbox_resume_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_DELETE_OK:
-        return sbx_msg_sandbox_delete_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_EXTEND_OK:
-        return sbx_msg_sandbox_extend_ok (reply)->sandbox;
-    case SBX_MSG_SANDBOX_UPDATE_OK:
-        return sbx_msg_sandbox_update_ok (reply)->sandbox;
-    default:
-        return NULL;
-    }
+    sbx_sandbox_info_t **slot = sbx_msg_sandbox_slot (reply);
+    return slot ? *slot : NULL;
 }
 
 static void s_snapshot_labels (json_t *labels, const sbx_strmap_t *map)

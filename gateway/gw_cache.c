@@ -130,24 +130,14 @@ static bool s_live (gw_cache_t *self)
     return welcomed && sbx_tapreader_caught_up (self->reader);
 }
 
+//  The sandbox a request may change: its subject, unless it only reads (an agent request
+//  changes the guest, not what sandbox.get answers).
 static const char *s_change_subject (const sbx_msg_t *request)
 {
-    switch (request->type) {
-    case SBX_MSG_SANDBOX_STOP:
-        return sbx_msg_sandbox_stop ((sbx_msg_t *) request)->sandbox_id;
-    case SBX_MSG_SANDBOX_RESUME:
-        return sbx_msg_sandbox_resume ((sbx_msg_t *) request)->sandbox_id;
-    case SBX_MSG_SANDBOX_DELETE:
-        return sbx_msg_sandbox_delete ((sbx_msg_t *) request)->sandbox_id;
-    case SBX_MSG_SANDBOX_EXTEND:
-        return sbx_msg_sandbox_extend ((sbx_msg_t *) request)->sandbox_id;
-    case SBX_MSG_SANDBOX_UPDATE:
-        return sbx_msg_sandbox_update ((sbx_msg_t *) request)->sandbox_id;
-    case SBX_MSG_SANDBOX_PORT:
-        return sbx_msg_sandbox_port ((sbx_msg_t *) request)->sandbox_id;
-    default:
+    if (request->type == SBX_MSG_SANDBOX_GET || request->type == SBX_MSG_USAGE_GET ||
+        request->type == SBX_MSG_SANDBOX_AGENT)
         return NULL;
-    }
+    return sbx_msg_subject (request);
 }
 
 //  Callers that may read their own account's sandboxes from the copy.

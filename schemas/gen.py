@@ -468,6 +468,16 @@ def gen_header(s):
     for m in s.messages:
         w(f"sbx_{m['cname']}_t *sbx_msg_{m['cname']} (struct sbx_msg_s *msg);")
     w("")
+    w("//  The subject: the sandbox a message is about, whatever its type. Every message about")
+    w("//  one sandbox names it in a field `sandbox_id` (or carries it whole in `sandbox`), so")
+    w("//  code that routes, caches or logs by sandbox needs no switch on the type.")
+    w("//  sbx_msg_subject: that id (borrowed), or NULL for a type about no one sandbox.")
+    w("//  sbx_msg_set_subject: sets sandbox_id; 0, or -1 when the type has none.")
+    w("//  sbx_msg_sandbox_slot: where a message carries a sandbox_info (`sandbox`), or NULL.")
+    w("const char *sbx_msg_subject (const struct sbx_msg_s *msg);")
+    w("int sbx_msg_set_subject (struct sbx_msg_s *msg, const char *sandbox_id);")
+    w("sbx_sandbox_info_t **sbx_msg_sandbox_slot (struct sbx_msg_s *msg);")
+    w("")
     w("#ifdef __cplusplus")
     w("}")
     w("#endif")
@@ -583,6 +593,51 @@ def gen_source(s):
         w(f"    return msg && msg->type == SBX_MSG_{cconst(m['name'])} ? "
           f"(sbx_{m['cname']}_t *) msg->body : NULL;")
         w("}")
+    w("")
+    w("//  The subject's place in each body (offset + 1; 0: the type has none).")
+    subject, slot = [], []
+    for m in s.messages:
+        tn = f"sbx_{m['cname']}_t"
+        const = f"SBX_MSG_{cconst(m['name'])}"
+        for f in m["fields"]:
+            if f["name"] == "sandbox_id" and f["kind"] == "string":
+                subject.append(f"    [{const}] = offsetof ({tn}, sandbox_id) + 1,")
+            if f["name"] == "sandbox" and f["kind"] == "struct" and f["ref"] == "sandbox_info":
+                slot.append(f"    [{const}] = offsetof ({tn}, sandbox) + 1,")
+    w("static const size_t s_subject_at[SBX_MSG__COUNT] = {")
+    o.extend(subject)
+    w("};")
+    w("static const size_t s_sandbox_at[SBX_MSG__COUNT] = {")
+    o.extend(slot)
+    w("};")
+    w("")
+    w("static void *s_at (const struct sbx_msg_s *msg, const size_t *table)")
+    w("{")
+    w("    if (!msg || !msg->body || msg->type <= SBX_MSG__UNKNOWN || msg->type >= SBX_MSG__COUNT ||")
+    w("        !table[msg->type])")
+    w("        return NULL;")
+    w("    return (char *) msg->body + table[msg->type] - 1;")
+    w("}")
+    w("")
+    w("sbx_sandbox_info_t **sbx_msg_sandbox_slot (struct sbx_msg_s *msg)")
+    w("{")
+    w("    return (sbx_sandbox_info_t **) s_at (msg, s_sandbox_at);")
+    w("}")
+    w("")
+    w("const char *sbx_msg_subject (const struct sbx_msg_s *msg)")
+    w("{")
+    w("    char **id = (char **) s_at (msg, s_subject_at);")
+    w("    if (id)")
+    w("        return *id;")
+    w("    sbx_sandbox_info_t **sandbox = (sbx_sandbox_info_t **) s_at (msg, s_sandbox_at);")
+    w("    return sandbox && *sandbox ? (*sandbox)->id : NULL;")
+    w("}")
+    w("")
+    w("int sbx_msg_set_subject (struct sbx_msg_s *msg, const char *sandbox_id)")
+    w("{")
+    w("    char **id = (char **) s_at (msg, s_subject_at);")
+    w("    return id ? sbx_str_set (id, sandbox_id) : -1;")
+    w("}")
     for t in s.listed:
         n = t["cname"]
         w("")

@@ -197,24 +197,11 @@ static void s_reply (vmd_server_t *self, uint64_t rid, const char *id, sbx_code_
     else {
         reply = sbx_msg_new (op ? op->type : SBX_MSG_VM_CREATE_OK);
         reply->rid = rid;
-        //  Every vm.*.ok is just { sandbox_id }, in the same place.
-        switch (reply->type) {
-        case SBX_MSG_VM_STOP_OK:
-            sbx_str_set (&sbx_msg_vm_stop_ok (reply)->sandbox_id, id);
-            break;
-        case SBX_MSG_VM_RESUME_OK:
-            sbx_str_set (&sbx_msg_vm_resume_ok (reply)->sandbox_id, id);
-            break;
-        case SBX_MSG_VM_DELETE_OK:
-            sbx_str_set (&sbx_msg_vm_delete_ok (reply)->sandbox_id, id);
-            break;
-        default:
-            sbx_str_set (&sbx_msg_vm_create_ok (reply)->sandbox_id, id);
-            if (op && *op->note) {
-                sbx_msg_vm_create_ok (reply)->cold_boot = true;
-                sbx_str_set (&sbx_msg_vm_create_ok (reply)->note, op->note);
-            }
-            break;
+        //  Every vm.*.ok names its sandbox; create's says more.
+        sbx_msg_set_subject (reply, id);
+        if (reply->type == SBX_MSG_VM_CREATE_OK && op && *op->note) {
+            sbx_msg_vm_create_ok (reply)->cold_boot = true;
+            sbx_str_set (&sbx_msg_vm_create_ok (reply)->note, op->note);
         }
     }
     zhashx_delete (self->ops, key);
