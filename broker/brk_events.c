@@ -3,10 +3,19 @@
 
 #include <assert.h>
 
+#define S_LISTENERS_MAX 8
+
 struct brk_events_t {
     brk_store_t *store;
     zsock_t *tap;
-    zlistx_t *queued; //  event messages committed with the open transaction
+    zlistx_t *queued;  //  event messages committed with the open transaction
+    zlistx_t *deliver; //  published, not yet shown to the listeners
+    bool delivering;   //  a listener's own commit leaves its events to the loop below
+    struct {
+        brk_events_fn *fn;
+        void *arg;
+    } listeners[S_LISTENERS_MAX];
+    size_t listener_count;
 };
 
 static void s_msg_free (void **item)
@@ -22,11 +31,15 @@ brk_events_t *brk_events_new (brk_store_t *store, zsock_t *tap)
     self->store = store;
     self->tap = tap;
     self->queued = zlistx_new ();
-    if (!self->queued) {
+    self->deliver = zlistx_new ();
+    if (!self->queued || !self->deliver) {
+        zlistx_destroy (&self->queued);
+        zlistx_destroy (&self->deliver);
         free (self);
         return NULL;
     }
     zlistx_set_destructor (self->queued, s_msg_free);
+    zlistx_set_destructor (self->deliver, s_msg_free);
     return self;
 }
 
@@ -37,6 +50,7 @@ void brk_events_destroy (brk_events_t **self_p)
     if (!self)
         return;
     zlistx_destroy (&self->queued);
+    zlistx_destroy (&self->deliver);
     free (self);
     *self_p = NULL;
 }
@@ -101,8 +115,30 @@ int brk_events_commit (brk_events_t *self)
             zsock_send (self->tap, "sb", sbx_msg_event (event)->type, data, size);
         }
         free (data);
+        if (self->listener_count)
+            zlistx_add_end (self->deliver, event);
+        else
+            sbx_msg_destroy (&event);
+    }
+    if (self->delivering)
+        return 0;
+    self->delivering = true;
+    while ((event = zlistx_detach (self->deliver, NULL))) {
+        for (size_t i = 0; i < self->listener_count; i++)
+            self->listeners[i].fn (sbx_msg_event (event), self->listeners[i].arg);
         sbx_msg_destroy (&event);
     }
+    self->delivering = false;
+    return 0;
+}
+
+int brk_events_listen (brk_events_t *self, brk_events_fn *fn, void *arg)
+{
+    if (!self || !fn || self->listener_count == S_LISTENERS_MAX)
+        return -1;
+    self->listeners[self->listener_count].fn = fn;
+    self->listeners[self->listener_count].arg = arg;
+    self->listener_count++;
     return 0;
 }
 

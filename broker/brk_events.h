@@ -7,6 +7,10 @@
     forgets them. So the tap never shows an event that the log doesn't have, and a
     subscriber that misses some (it was down, or the broker crashed between commit and
     publish) finds them in the log by seq with events.replay.
+    Parts of the broker that follow a change (snapshots follow their sandboxes) listen
+    here rather than being called by the code that made it: each listener sees every
+    committed event once, in order, after it is published and outside any transaction,
+    so it may make changes of its own (their events reach it after the current ones).
 */
 #ifndef BRK_EVENTS_H_INCLUDED
 #define BRK_EVENTS_H_INCLUDED
@@ -32,6 +36,10 @@ int brk_events_add (brk_events_t *self, sbx_msg_t **payload_p, const char *accou
 //  published) when the commit failed.
 int brk_events_commit (brk_events_t *self);
 void brk_events_rollback (brk_events_t *self);
+
+//  Calls fn (event borrowed for the call) for every event committed from now on.
+typedef void (brk_events_fn) (const sbx_event_t *event, void *arg);
+int brk_events_listen (brk_events_t *self, brk_events_fn *fn, void *arg);
 
 //  Converts a stored row into an `event` message (for replay and the tap).
 sbx_msg_t *brk_events_row_to_msg (const brk_event_row_t *row);

@@ -6,36 +6,15 @@
 
 #define S_VM_PORT_MS 15000u //  a QMP hostfwd round trip, with room for a busy host
 
-//  The sandbox as sandbox.get shows it to `caller` (visibility is brk_sandbox's rule),
-//  as a sandbox.get.ok, or the error reply.
-static sbx_msg_t *s_get (brk_ctx_t *ctx, uint64_t rid, const sbx_caller_t *caller,
-                         const char *sandbox_id)
+//  The sandbox as its record says now, in wire form (published ports included).
+static sbx_sandbox_info_t *s_info (brk_ctx_t *ctx, const char *sandbox_id)
 {
-    sbx_msg_t *get = sbx_msg_new (SBX_MSG_SANDBOX_GET);
-    if (!get)
-        return sbx_msg_new_error (rid, SBX_E_INTERNAL, "out of memory");
-    get->rid = rid;
-    get->caller = (sbx_caller_t *) caller; //  borrowed for the call
-    sbx_str_set (&sbx_msg_sandbox_get (get)->sandbox_id, sandbox_id);
-    sbx_msg_t *reply = brk_sandbox_get (ctx, get);
-    get->caller = NULL;
-    sbx_msg_destroy (&get);
-    return reply;
-}
-
-static void s_fill_one (const brk_port_t *port, void *arg)
-{
-    sbx_port_info_t *info = sbx_port_info_list_append ((sbx_port_info_list_t *) arg);
-    if (info) {
-        info->port = port->port;
-        info->public = port->public;
-    }
-}
-
-void brk_ports_fill (brk_ctx_t *ctx, const char *sandbox_id, sbx_port_info_list_t *ports)
-{
-    if (ports->count == 0)
-        brk_store_ports (ctx->store, sandbox_id, s_fill_one, ports);
+    brk_sandbox_t record;
+    if (brk_store_sandbox_find (ctx->store, sandbox_id, &record) != 0)
+        return NULL;
+    sbx_sandbox_info_t *info = brk_sandbox_info (ctx, &record);
+    brk_sandbox_clear (&record);
+    return info;
 }
 
 //  A sandbox.port waiting on vmd.
@@ -117,22 +96,19 @@ static void s_on_vm_port (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
             sbx_info ("rid=%llu sandbox=%s port %llu %s%s", (unsigned long long) op->rid,
                       op->sandbox_id, (unsigned long long) op->port,
                       op->remove ? "removed" : "published at ", op->remove ? "" : host);
-            sbx_caller_t system = {.kind = SBX_CALLER_KIND_SYSTEM};
-            sbx_msg_t *got = s_get (ctx, op->rid, &system, op->sandbox_id);
-            if (got->type != SBX_MSG_SANDBOX_GET_OK)
-                reply = got, got = NULL;
+            sbx_sandbox_info_t *info = s_info (ctx, op->sandbox_id);
+            if (!info)
+                reply = sbx_msg_new_error (op->rid, SBX_E_INTERNAL, "sandbox %s vanished",
+                                           op->sandbox_id);
             else {
                 reply = sbx_msg_new (SBX_MSG_SANDBOX_PORT_OK);
                 reply->rid = op->rid;
                 sbx_sandbox_port_ok_t *ok = sbx_msg_sandbox_port_ok (reply);
-                ok->sandbox = sbx_msg_sandbox_get_ok (got)->sandbox; //  moved
-                sbx_msg_sandbox_get_ok (got)->sandbox = NULL;
-                brk_ports_fill (ctx, op->sandbox_id, &ok->sandbox->ports);
+                ok->sandbox = info;
                 ok->port = op->port;
                 ok->public = op->public && !op->remove;
                 ok->removed = op->remove;
             }
-            sbx_msg_destroy (&got);
         }
     }
     ctx->send (ctx, op->client, &reply);
@@ -148,50 +124,47 @@ sbx_msg_t *brk_ports_port (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
     if (args->port < 1 || args->port > 65535)
         return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
                                   "port must be between 1 and 65535");
-    sbx_msg_t *got = s_get (ctx, request->rid, request->caller, args->sandbox_id);
-    if (got->type != SBX_MSG_SANDBOX_GET_OK)
-        return got; //  not_found for what the caller may not see
+    brk_sandbox_t record;
     sbx_msg_t *reply = NULL;
-    sbx_sandbox_info_t *info = sbx_msg_sandbox_get_ok (got)->sandbox;
+    if (brk_sandbox_find (ctx, request, args->sandbox_id, &record, &reply))
+        return reply; //  not_found for what the caller may not see
     if (request->caller->preset == SBX_KEY_PRESET_READ_ONLY)
         reply = sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
                                    "this key is read-only: it cannot publish ports");
-    else if (!args->remove && info->state != SBX_SANDBOX_STATE_READY)
-        reply =
-            sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION, "sandbox %s is %s%s",
-                               info->id, sbx_sandbox_state_name (info->state),
-                               info->state == SBX_SANDBOX_STATE_STOPPED ? "; resume it first" : "");
-    if (reply) {
-        sbx_msg_destroy (&got);
-        return reply;
-    }
-    s_op_t *op = calloc (1, sizeof *op);
-    sbx_msg_t *vm = sbx_msg_new (SBX_MSG_VM_PORT);
-    if (!op || !vm) {
+    else if (!args->remove && !streq (record.state, "ready"))
+        reply = sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION, "sandbox %s is %s%s",
+                                   record.id, record.state,
+                                   streq (record.state, "stopped") ? "; resume it first" : "");
+    s_op_t *op = reply ? NULL : calloc (1, sizeof *op);
+    sbx_msg_t *vm = reply ? NULL : sbx_msg_new (SBX_MSG_VM_PORT);
+    if (!reply && (!op || !vm)) {
         free (op);
         sbx_msg_destroy (&vm);
-        sbx_msg_destroy (&got);
-        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    }
+    if (reply) {
+        brk_sandbox_clear (&record);
+        return reply;
     }
     op->client = zframe_dup (client);
     op->rid = request->rid;
-    op->sandbox_id = strdup (info->id);
-    op->account = info->account ? strdup (info->account) : NULL;
+    op->sandbox_id = strdup (record.id);
+    op->account = record.account_id ? strdup (record.account_id) : NULL;
     op->port = args->port;
     op->public = args->public;
     op->remove = args->remove;
     sbx_vm_port_t *body = sbx_msg_vm_port (vm);
-    sbx_str_set (&body->sandbox_id, info->id);
+    sbx_str_set (&body->sandbox_id, record.id);
     body->port = args->port;
     body->remove = args->remove;
-    if (ctx->call (ctx, SBX_ROLE_VMD, info->vmd, &vm, S_VM_PORT_MS, s_on_vm_port, op) != 0) {
+    if (ctx->call (ctx, SBX_ROLE_VMD, record.vmd, &vm, S_VM_PORT_MS, s_on_vm_port, op) != 0) {
         s_op_destroy (&op);
         reply = sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
                                    "sandbox %s is on vmd %s, which is not connected; retry when "
                                    "it is back",
-                                   info->id, info->vmd ? info->vmd : "(none)");
+                                   record.id, record.vmd ? record.vmd : "(none)");
     }
-    sbx_msg_destroy (&got);
+    brk_sandbox_clear (&record);
     return reply;
 }
 

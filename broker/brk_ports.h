@@ -20,9 +20,6 @@ sbx_msg_t *brk_ports_port (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
 //  caller an operator): nobody else learns where forwards listen.
 sbx_msg_t *brk_ports_resolve (brk_ctx_t *ctx, sbx_msg_t *request, bool trusted);
 
-//  Appends a sandbox's published ports to `ports` (for sandbox_info).
-void brk_ports_fill (brk_ctx_t *ctx, const char *sandbox_id, sbx_port_info_list_t *ports);
-
 void brk_ports_test (bool verbose);
 
 #endif

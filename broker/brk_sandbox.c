@@ -2,7 +2,6 @@
 #include "brk_sandbox.h"
 #include "brk_limits.h"
 #include "brk_names.h"
-#include "brk_ports.h"
 #include "brk_snapshot.h"
 
 #include <assert.h>
@@ -133,7 +132,16 @@ static void s_add_label (const char *key, const char *value, void *arg)
     sbx_strmap_set ((sbx_strmap_t *) arg, key, value);
 }
 
-//  Fills the wire form of a sandbox from its record (and its labels).
+static void s_add_port (const brk_port_t *port, void *arg)
+{
+    sbx_port_info_t *info = sbx_port_info_list_append ((sbx_port_info_list_t *) arg);
+    if (info) {
+        info->port = port->port;
+        info->public = port->public;
+    }
+}
+
+//  Fills the wire form of a sandbox from its record (and its labels and ports).
 static void s_info (brk_ctx_t *ctx, const brk_sandbox_t *record, sbx_sandbox_info_t *info)
 {
     sbx_str_set (&info->id, record->id);
@@ -149,7 +157,15 @@ static void s_info (brk_ctx_t *ctx, const brk_sandbox_t *record, sbx_sandbox_inf
     info->changed_ms = record->changed_ms;
     sbx_str_set (&info->reason, record->reason);
     brk_store_sandbox_labels (ctx->store, record->id, s_add_label, &info->labels);
-    brk_ports_fill (ctx, record->id, &info->ports);
+    brk_store_ports (ctx->store, record->id, s_add_port, &info->ports);
+}
+
+sbx_sandbox_info_t *brk_sandbox_info (brk_ctx_t *ctx, const brk_sandbox_t *record)
+{
+    sbx_sandbox_info_t *info = calloc (1, sizeof *info);
+    if (info)
+        s_info (ctx, record, info);
+    return info;
 }
 
 //  A reply of `type` (a sandbox.*.ok but list) carrying the sandbox.
@@ -280,12 +296,9 @@ static void s_on_vm_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
             reply = sbx_msg_new_error (op->rid, SBX_E_INTERNAL, "cannot record sandbox %s",
                                        op->sandbox_id);
         } else if (ok && t) {
+            //  A stop keeps an automatic snapshot and a delete takes them along: brk_snapshot
+            //  follows the sandbox.changed the move logged.
             reply = s_reply (ctx, op->rid, op->reply_type, &record);
-            //  A stop keeps an automatic snapshot; a delete takes them along.
-            if (t->to == SBX_SANDBOX_STATE_STOPPED)
-                brk_snapshot_automatic (ctx, &record);
-            else if (t->to == SBX_SANDBOX_STATE_DELETED)
-                brk_snapshot_release (ctx, record.id);
             //  A create from a snapshot that could only use its disk says so.
             if (reply && answer->type == SBX_MSG_VM_CREATE_OK &&
                 reply->type == SBX_MSG_SANDBOX_CREATE_OK)

@@ -43,6 +43,9 @@ sbx_msg_t *brk_sandbox_agent (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *reque
 int brk_sandbox_find (brk_ctx_t *ctx, const sbx_msg_t *request, const char *id,
                       brk_sandbox_t *record, sbx_msg_t **error);
 
+//  The wire form of a sandbox (labels and published ports included), fresh, or NULL.
+sbx_sandbox_info_t *brk_sandbox_info (brk_ctx_t *ctx, const brk_sandbox_t *record);
+
 //  vm.failed from the vmd instance `vmd`: its guest died; the sandbox goes to error.
 void brk_sandbox_vm_failed (brk_ctx_t *ctx, const char *vmd, sbx_msg_t *msg);
 

@@ -162,6 +162,10 @@ static s_server_t *s_server_new (sbx_config_t *config, zsock_t *pipe)
     self->ctx.server = self;
     self->ctx.call = s_ctx_call;
     self->ctx.send = s_ctx_send;
+    if (brk_snapshot_start (&self->ctx)) {
+        s_server_destroy (&self);
+        return NULL;
+    }
     return self;
 }
 

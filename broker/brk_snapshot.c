@@ -8,6 +8,30 @@
 #define S_SNAPSHOTD_MS 10000u
 #define S_CAPTURE_MS   300000u
 
+static void s_on_event (const sbx_event_t *event, void *arg)
+{
+    brk_ctx_t *ctx = arg;
+    if (!event->type || !streq (event->type, "sandbox.changed"))
+        return;
+    sbx_err_t err;
+    sbx_msg_t *msg = sbx_msg_decode (event->payload.data, event->payload.size, &err);
+    sbx_sandbox_changed_t *changed = sbx_msg_sandbox_changed (msg);
+    if (changed && changed->to == SBX_SANDBOX_STATE_STOPPED) {
+        brk_sandbox_t record;
+        if (brk_store_sandbox_find (ctx->store, changed->sandbox_id, &record) == 0) {
+            brk_snapshot_automatic (ctx, &record);
+            brk_sandbox_clear (&record);
+        }
+    } else if (changed && changed->to == SBX_SANDBOX_STATE_DELETED)
+        brk_snapshot_release (ctx, changed->sandbox_id);
+    sbx_msg_destroy (&msg);
+}
+
+int brk_snapshot_start (brk_ctx_t *ctx)
+{
+    return brk_events_listen (ctx->events, s_on_event, ctx);
+}
+
 //  --------------------------------------------------------------------------
 //  Save: snap.begin → vm.snapshot → snap.finish
 

@@ -42,4 +42,9 @@ void brk_snapshot_automatic (brk_ctx_t *ctx, const brk_sandbox_t *sandbox);
 //  not connected keeps them).
 void brk_snapshot_release (brk_ctx_t *ctx, const char *sandbox_id);
 
+//  Follows sandboxes through the event log (brk_events_listen): a sandbox.changed to
+//  stopped keeps an automatic snapshot, one to deleted releases them. The sandbox code
+//  never calls here for it. 0 or -1.
+int brk_snapshot_start (brk_ctx_t *ctx);
+
 #endif
