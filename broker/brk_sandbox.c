@@ -2,7 +2,6 @@
 #include "brk_sandbox.h"
 #include "brk_limits.h"
 #include "brk_names.h"
-#include "brk_snapshot.h"
 
 #include <assert.h>
 
@@ -320,23 +319,12 @@ static void s_on_vm_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
     s_op_destroy (&op);
 }
 
-//  A sandbox made from a snapshot: what snapshotd said of it (snap.use.ok).
-typedef struct {
-    char *sandbox_id; //  chosen before asking snapshotd, which records it
-    char *dir;        //  the snapshot's files
-    char *qemu_version;
-    char *image;
-    char *snapshot_id;
-    char *vmd; //  the vmd that saved it: its host has the files (NULL: unknown)
-    sbx_sandbox_type_t type;
-} s_origin_t;
-
 //  Asks vmd for `type` about a sandbox; the user's answer follows from s_on_vm_answer.
 //  A create from a snapshot (origin) names its files.
 static sbx_msg_t *s_ask_vmd_ex (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_t *request,
                                 brk_sandbox_t *record, sbx_msg_type_t ask,
                                 sbx_msg_type_t reply_type, const char *verb,
-                                const s_origin_t *origin)
+                                const brk_origin_t *origin)
 {
     s_op_t *op = calloc (1, sizeof *op);
     sbx_msg_t *vm = sbx_msg_new (ask);
@@ -428,7 +416,7 @@ static sbx_msg_t *s_owner (brk_ctx_t *ctx, const sbx_msg_t *request, brk_account
 //  Where a new sandbox goes: the vmd with the most room; one made from a snapshot, on
 //  the vmd that saved the snapshot (the store is on that host: its disk is the new
 //  sandbox's backing file). NULL and *error when there is none.
-static brk_peer_t *s_place (brk_ctx_t *ctx, const sbx_msg_t *request, const s_origin_t *origin,
+static brk_peer_t *s_place (brk_ctx_t *ctx, const sbx_msg_t *request, const brk_origin_t *origin,
                             sbx_msg_t **error)
 {
     bool any = false;
@@ -453,7 +441,7 @@ static brk_peer_t *s_place (brk_ctx_t *ctx, const sbx_msg_t *request, const s_or
 }
 
 static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request,
-                            const s_origin_t *origin)
+                            const brk_origin_t *origin)
 {
     sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
     const sbx_caller_t *caller = request->caller;
@@ -555,9 +543,9 @@ static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
     return reply;
 }
 
-static void s_origin_destroy (s_origin_t **origin_p)
+void brk_origin_destroy (brk_origin_t **origin_p)
 {
-    s_origin_t *origin = *origin_p;
+    brk_origin_t *origin = *origin_p;
     if (!origin)
         return;
     free (origin->sandbox_id);
@@ -570,118 +558,28 @@ static void s_origin_destroy (s_origin_t **origin_p)
     *origin_p = NULL;
 }
 
-//  A create from a snapshot waiting for snapshotd.
-typedef struct {
-    zframe_t *client;
-    sbx_msg_t *request;
-    s_origin_t *origin;
-} s_from_snapshot_t;
-
-static void s_from_snapshot_destroy (s_from_snapshot_t **wait_p)
-{
-    s_from_snapshot_t *wait = *wait_p;
-    if (!wait)
-        return;
-    zframe_destroy (&wait->client);
-    sbx_msg_destroy (&wait->request);
-    s_origin_destroy (&wait->origin);
-    free (wait);
-    *wait_p = NULL;
-}
-
-static void s_on_snapshot_use (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
-{
-    s_from_snapshot_t *wait = arg;
-    sbx_msg_t *answer = *answer_p;
-    sbx_msg_t *request = wait->request;
-    sbx_msg_t *reply = NULL;
-    if (answer->type == SBX_MSG_ERROR)
-        reply = sbx_msg_new_error (request->rid, sbx_msg_error (answer)->code, "%s",
-                                   sbx_msg_error (answer)->message);
-    else {
-        sbx_snap_use_ok_t *use = sbx_msg_snap_use_ok (answer);
-        sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
-        s_origin_t *origin = wait->origin;
-        origin->dir = strdup (use->dir);
-        if (use->snapshot->qemu_version)
-            origin->qemu_version = strdup (use->snapshot->qemu_version);
-        if (use->snapshot->image)
-            origin->image = strdup (use->snapshot->image);
-        origin->snapshot_id = strdup (use->snapshot->id);
-        origin->type = use->snapshot->type ? use->snapshot->type : SBX_SANDBOX_TYPE_SMALL;
-        //  The sandbox it was saved from says which vmd wrote its files.
-        brk_sandbox_t saved_from;
-        if (use->snapshot->sandbox_id &&
-            brk_store_sandbox_find (ctx->store, use->snapshot->sandbox_id, &saved_from) == 0) {
-            if (saved_from.vmd)
-                origin->vmd = strdup (saved_from.vmd);
-            brk_sandbox_clear (&saved_from);
-        }
-        if (args->type && args->type != origin->type)
-            reply = sbx_msg_new_error (
-                request->rid, SBX_E_INVALID_ARGUMENT,
-                "snapshot %s was saved from a %s sandbox: create it as %s (or give no type)",
-                use->snapshot->id, sbx_sandbox_type_name (origin->type),
-                sbx_sandbox_type_name (origin->type));
-        else if (!origin->dir || !origin->snapshot_id)
-            reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
-        else
-            reply = s_create (ctx, wait->client, request, origin);
-        //  Refused before vmd was asked: the new sandbox does not stand on the snapshot.
-        if (reply && reply->type == SBX_MSG_ERROR)
-            brk_snapshot_release (ctx, origin->sandbox_id);
-    }
-    if (reply && wait->client)
-        ctx->send (ctx, wait->client, &reply);
-    sbx_msg_destroy (&reply);
-    s_from_snapshot_destroy (&wait);
-}
-
 sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
 {
-    sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
-    if (!args->snapshot_id)
-        return s_create (ctx, client, request, NULL);
-    //  From a snapshot: snapshotd checks that it is the account's and ready, and records
-    //  the new sandbox as standing on it, before anything else happens.
-    const sbx_caller_t *caller = request->caller;
-    if (!caller || !caller->account_id)
-        return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED,
-                                  "sandbox.create carries no caller account");
-    if (caller->preset == SBX_KEY_PRESET_READ_ONLY)
-        return s_refuse_preset (request, S_EV_STOP, true);
-    //  snapshotd knows accounts by id; an operator may have named it by email.
-    brk_account_t owner;
-    sbx_msg_t *refused = s_owner (ctx, request, &owner);
-    if (refused)
-        return refused;
-    s_from_snapshot_t *wait = calloc (1, sizeof *wait);
-    sbx_msg_t *use = sbx_msg_new (SBX_MSG_SNAP_USE);
-    if (wait) {
-        wait->origin = calloc (1, sizeof (s_origin_t));
-        wait->client = client ? zframe_dup (client) : NULL;
-        wait->request = sbx_msg_dup (request);
-        if (wait->origin)
-            wait->origin->sandbox_id = sbx_secret_id ("sb_");
-    }
-    if (!wait || !wait->origin || !wait->request || !wait->origin->sandbox_id || !use) {
-        s_from_snapshot_destroy (&wait);
-        sbx_msg_destroy (&use);
-        brk_account_clear (&owner);
-        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
-    }
-    sbx_str_set (&sbx_msg_snap_use (use)->snapshot_id, args->snapshot_id);
-    sbx_str_set (&sbx_msg_snap_use (use)->account, owner.id);
-    brk_account_clear (&owner);
-    sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, wait->origin->sandbox_id);
-    //  A ci key copies only snapshots of sandboxes it created, as it sees only those.
-    if (caller->preset == SBX_KEY_PRESET_CI && !s_operator (caller))
-        sbx_str_set (&sbx_msg_snap_use (use)->key_id, caller->key_id ? caller->key_id : "");
-    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &use, 10000, s_on_snapshot_use, wait) == 0)
-        return NULL;
-    s_from_snapshot_destroy (&wait);
-    return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
-                              "no snapshotd is connected to the broker; snapshots are unavailable");
+    if (sbx_msg_sandbox_create (request)->snapshot_id)
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL,
+                                  "a create from a snapshot is brk_snapshot_create's");
+    return s_create (ctx, client, request, NULL);
+}
+
+sbx_msg_t *brk_sandbox_create_from (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request,
+                                    const brk_origin_t *origin)
+{
+    return s_create (ctx, client, request, origin);
+}
+
+sbx_msg_t *brk_sandbox_owner (brk_ctx_t *ctx, const sbx_msg_t *request, brk_account_t *owner)
+{
+    return s_owner (ctx, request, owner);
+}
+
+sbx_msg_t *brk_sandbox_refuse_create (const sbx_msg_t *request)
+{
+    return s_refuse_preset (request, S_EV_STOP, true);
 }
 
 //  Finds a sandbox the caller may see; sets *error otherwise.

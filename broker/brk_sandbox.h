@@ -16,8 +16,30 @@
 
 #include "brk_ctx.h"
 
-//  sandbox.create: returns the error reply at once, or NULL (answered when vmd is done).
+//  sandbox.create without a snapshot (brk_snapshot_create has those): returns the error
+//  reply at once, or NULL (answered when vmd is done).
 sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
+
+//  A sandbox made from a snapshot: what snapshotd said of it (snap.use.ok).
+typedef struct {
+    char *sandbox_id; //  chosen before asking snapshotd, which records it
+    char *dir;        //  the snapshot's files
+    char *qemu_version;
+    char *image;
+    char *snapshot_id;
+    char *vmd; //  the vmd that saved it: its host has the files (NULL: unknown)
+    sbx_sandbox_type_t type;
+} brk_origin_t;
+void brk_origin_destroy (brk_origin_t **origin_p);
+
+//  The create of request from origin's files, placed on the vmd that saved them.
+sbx_msg_t *brk_sandbox_create_from (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request,
+                                    const brk_origin_t *origin);
+//  The account a create is for (an operator may name one by email): NULL and *owner, or
+//  the error reply.
+sbx_msg_t *brk_sandbox_owner (brk_ctx_t *ctx, const sbx_msg_t *request, brk_account_t *owner);
+//  The refusal of a create the caller's key may not make, or NULL.
+sbx_msg_t *brk_sandbox_refuse_create (const sbx_msg_t *request);
 
 //  sandbox.get and sandbox.list: always answered at once.
 sbx_msg_t *brk_sandbox_get (brk_ctx_t *ctx, sbx_msg_t *request);

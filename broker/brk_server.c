@@ -638,7 +638,9 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         reply = brk_sessions_end (&self->ctx, msg, s_is_gateway (peer));
         break;
     case SBX_MSG_SANDBOX_CREATE:
-        reply = brk_sandbox_create (&self->ctx, address, msg);
+        reply = sbx_msg_sandbox_create (msg)->snapshot_id
+                    ? brk_snapshot_create (&self->ctx, address, msg)
+                    : brk_sandbox_create (&self->ctx, address, msg);
         break;
     case SBX_MSG_SANDBOX_GET:
         reply = brk_sandbox_get (&self->ctx, msg);

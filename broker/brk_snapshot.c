@@ -2,6 +2,7 @@
 #include "brk_snapshot.h"
 #include "brk_limits.h"
 #include "brk_sandbox.h"
+#include "sbx_secret.h"
 
 //  snapshotd answers from its catalog at once; vmd's capture takes a memory save and a
 //  disk copy (seconds under TCG, more for a large disk).
@@ -30,6 +31,122 @@ static void s_on_event (const sbx_event_t *event, void *arg)
 int brk_snapshot_start (brk_ctx_t *ctx)
 {
     return brk_events_listen (ctx->events, s_on_event, ctx);
+}
+
+//  --------------------------------------------------------------------------
+//  A sandbox made from a snapshot: snap.use, then brk_sandbox_create_from
+
+//  A create from a snapshot waiting for snapshotd.
+typedef struct {
+    zframe_t *client;
+    sbx_msg_t *request;
+    brk_origin_t *origin;
+} s_from_snapshot_t;
+
+static void s_from_snapshot_destroy (s_from_snapshot_t **wait_p)
+{
+    s_from_snapshot_t *wait = *wait_p;
+    if (!wait)
+        return;
+    zframe_destroy (&wait->client);
+    sbx_msg_destroy (&wait->request);
+    brk_origin_destroy (&wait->origin);
+    free (wait);
+    *wait_p = NULL;
+}
+
+static void s_on_snapshot_use (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
+{
+    s_from_snapshot_t *wait = arg;
+    sbx_msg_t *answer = *answer_p;
+    sbx_msg_t *request = wait->request;
+    sbx_msg_t *reply = NULL;
+    if (answer->type == SBX_MSG_ERROR)
+        reply = sbx_msg_new_error (request->rid, sbx_msg_error (answer)->code, "%s",
+                                   sbx_msg_error (answer)->message);
+    else {
+        sbx_snap_use_ok_t *use = sbx_msg_snap_use_ok (answer);
+        sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
+        brk_origin_t *origin = wait->origin;
+        origin->dir = strdup (use->dir);
+        if (use->snapshot->qemu_version)
+            origin->qemu_version = strdup (use->snapshot->qemu_version);
+        if (use->snapshot->image)
+            origin->image = strdup (use->snapshot->image);
+        origin->snapshot_id = strdup (use->snapshot->id);
+        origin->type = use->snapshot->type ? use->snapshot->type : SBX_SANDBOX_TYPE_SMALL;
+        //  The sandbox it was saved from says which vmd wrote its files.
+        brk_sandbox_t saved_from;
+        if (use->snapshot->sandbox_id &&
+            brk_store_sandbox_find (ctx->store, use->snapshot->sandbox_id, &saved_from) == 0) {
+            if (saved_from.vmd)
+                origin->vmd = strdup (saved_from.vmd);
+            brk_sandbox_clear (&saved_from);
+        }
+        if (args->type && args->type != origin->type)
+            reply = sbx_msg_new_error (
+                request->rid, SBX_E_INVALID_ARGUMENT,
+                "snapshot %s was saved from a %s sandbox: create it as %s (or give no type)",
+                use->snapshot->id, sbx_sandbox_type_name (origin->type),
+                sbx_sandbox_type_name (origin->type));
+        else if (!origin->dir || !origin->snapshot_id)
+            reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+        else
+            reply = brk_sandbox_create_from (ctx, wait->client, request, origin);
+        //  Refused before vmd was asked: the new sandbox does not stand on the snapshot.
+        if (reply && reply->type == SBX_MSG_ERROR)
+            brk_snapshot_release (ctx, origin->sandbox_id);
+    }
+    if (reply && wait->client)
+        ctx->send (ctx, wait->client, &reply);
+    sbx_msg_destroy (&reply);
+    s_from_snapshot_destroy (&wait);
+}
+
+sbx_msg_t *brk_snapshot_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
+{
+    sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
+    //  From a snapshot: snapshotd checks that it is the account's and ready, and records
+    //  the new sandbox as standing on it, before anything else happens.
+    const sbx_caller_t *caller = request->caller;
+    if (!caller || !caller->account_id)
+        return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED,
+                                  "sandbox.create carries no caller account");
+    if (caller->preset == SBX_KEY_PRESET_READ_ONLY)
+        return brk_sandbox_refuse_create (request);
+    //  snapshotd knows accounts by id; an operator may have named it by email.
+    brk_account_t owner;
+    sbx_msg_t *refused = brk_sandbox_owner (ctx, request, &owner);
+    if (refused)
+        return refused;
+    s_from_snapshot_t *wait = calloc (1, sizeof *wait);
+    sbx_msg_t *use = sbx_msg_new (SBX_MSG_SNAP_USE);
+    if (wait) {
+        wait->origin = calloc (1, sizeof (brk_origin_t));
+        wait->client = client ? zframe_dup (client) : NULL;
+        wait->request = sbx_msg_dup (request);
+        if (wait->origin)
+            wait->origin->sandbox_id = sbx_secret_id ("sb_");
+    }
+    if (!wait || !wait->origin || !wait->request || !wait->origin->sandbox_id || !use) {
+        s_from_snapshot_destroy (&wait);
+        sbx_msg_destroy (&use);
+        brk_account_clear (&owner);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    }
+    sbx_str_set (&sbx_msg_snap_use (use)->snapshot_id, args->snapshot_id);
+    sbx_str_set (&sbx_msg_snap_use (use)->account, owner.id);
+    brk_account_clear (&owner);
+    sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, wait->origin->sandbox_id);
+    //  A ci key copies only snapshots of sandboxes it created, as it sees only those.
+    if (caller->preset == SBX_KEY_PRESET_CI && caller->kind != SBX_CALLER_KIND_ADMIN &&
+        caller->kind != SBX_CALLER_KIND_SYSTEM)
+        sbx_str_set (&sbx_msg_snap_use (use)->key_id, caller->key_id ? caller->key_id : "");
+    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &use, 10000, s_on_snapshot_use, wait) == 0)
+        return NULL;
+    s_from_snapshot_destroy (&wait);
+    return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                              "no snapshotd is connected to the broker; snapshots are unavailable");
 }
 
 //  --------------------------------------------------------------------------

@@ -24,6 +24,11 @@
 
 #include "brk_ctx.h"
 
+//  sandbox.create with a snapshot_id: snapshotd checks the snapshot is the account's and
+//  ready and records the new sandbox as standing on it (snap.use), then the sandbox is
+//  created from its files (brk_sandbox_create_from). The error reply at once, or NULL.
+sbx_msg_t *brk_snapshot_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
+
 //  snapshot.save and snapshot.delete: the error reply at once, or NULL (answered later
 //  through ctx->send).
 sbx_msg_t *brk_snapshot_save (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
