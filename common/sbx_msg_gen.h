@@ -1652,9 +1652,10 @@ struct sbx_rate_share_s {
 };
 
 //  message rate.report (rate.json): gateway -> broker, reply rate.report.ok. The keys this
-//  gateway saw requests for since its last report (every gateway.rate_report_ms while any had
-//  requests or shares are held). A gateway with more active keys than a report holds sends the
-//  most active ones; the others keep their shares until they lapse.
+//  gateway saw requests for since its last report: every gateway.rate_report_ms while any key
+//  has requests here, and once a second when none has (an empty report, to learn how many
+//  gateways there are). A gateway with more active keys than a report holds sends the busiest
+//  ones; the others keep their shares until they lapse.
 struct sbx_rate_report_s {
     //  (required) How long the demand was counted over: since the previous report (ms); the
     //  broker compares gateways per second.
