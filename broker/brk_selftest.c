@@ -4,6 +4,7 @@
 #include "brk_oauth.h"
 #include "brk_pending.h"
 #include "brk_ports.h"
+#include "brk_rates.h"
 #include "brk_registry.h"
 #include "brk_sandbox.h"
 #include "brk_server.h"
@@ -23,6 +24,7 @@ static const sbx_test_t s_tests[] = {{"brk_store", brk_store_test},
                                      {"brk_store_oauth", brk_store_oauth_test},
                                      {"brk_store_mcp", brk_store_mcp_test},
                                      {"brk_sessions", brk_sessions_test},
+                                     {"brk_rates", brk_rates_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)

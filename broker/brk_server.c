@@ -8,6 +8,7 @@
 #include "brk_pending.h"
 #include "brk_registry.h"
 #include "brk_ports.h"
+#include "brk_rates.h"
 #include "brk_sandbox.h"
 #include "brk_sessions.h"
 #include "brk_snapshot.h"
@@ -38,6 +39,7 @@ typedef struct {
     brk_events_t *events;
     brk_registry_t *registry;
     brk_pending_t *pending;
+    brk_rates_t *rates; //  gateways' shares of each key's plan rate
     brk_ctx_t ctx;
     char *instance; //  random per run, so peers can tell a restart
     uint64_t heartbeat_ms;
@@ -52,6 +54,7 @@ static void s_server_destroy (s_server_t **self_p)
         return;
     zloop_destroy (&self->loop);
     brk_pending_destroy (&self->pending);
+    brk_rates_destroy (&self->rates);
     brk_registry_destroy (&self->registry);
     brk_events_destroy (&self->events);
     brk_store_destroy (&self->store);
@@ -132,9 +135,10 @@ static s_server_t *s_server_new (sbx_config_t *config, zsock_t *pipe)
     self->tap = zsock_new (ZMQ_PUB);
     self->registry = brk_registry_new ();
     self->pending = brk_pending_new ();
+    self->rates = brk_rates_new (self->registry);
     self->loop = zloop_new ();
     if (!self->store || !self->router || !self->tap || !self->registry || !self->pending ||
-        !self->loop || !self->instance) {
+        !self->rates || !self->loop || !self->instance) {
         s_server_destroy (&self);
         return NULL;
     }
@@ -253,9 +257,12 @@ static void s_resolve_error (s_server_t *self, brk_request_t **request_p, sbx_co
     s_resolve (self, request_p, &error);
 }
 
-//  Answers `unavailable` to every request routed to a worker that is gone.
+//  Answers `unavailable` to every request routed to a worker that is gone; a gateway's
+//  rate figures go with it, so the others' shares grow back at once.
 static void s_fail_worker_requests (s_server_t *self, brk_peer_t *peer)
 {
+    if (peer->role == SBX_ROLE_GATEWAY)
+        brk_rates_forget (self->rates, peer->routing_id);
     brk_request_t *request;
     while ((request = brk_pending_take_worker (self->pending, peer->routing_id))) {
         char message[400];
@@ -692,6 +699,9 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         if (peer && peer->role == SBX_ROLE_VMD)
             brk_sandbox_vm_failed (&self->ctx, peer->instance, msg);
         return;
+    case SBX_MSG_RATE_REPORT:
+        reply = brk_rates_report (self->rates, s_is_gateway (peer) ? peer : NULL, msg);
+        break;
     case SBX_MSG_ACCOUNT_FUNDS:
         if (peer && peer->role == SBX_ROLE_BILLING)
             brk_limits_funds (&self->ctx, msg);

@@ -59,6 +59,7 @@ static const s_known_t s_known[] = {
     {"gateway.read_cache", "on"},
     {"gateway.usage_cache_ms", "1000"},
     {"gateway.auth_cache_ms", "5000"}, //  how long a good API key is trusted unasked (gw_auth)
+    {"gateway.rate_report_ms", "250"}, //  how often key rates are shared with the broker (gw_auth)
     //  The edge against slow and guessing clients (docs/operations.md, gateway/gw_http.h):
     //  deadlines for a request's headers and its body's progress, the sign-in pool, and
     //  dynamic client registrations per client address per minute.

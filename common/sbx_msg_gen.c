@@ -24,6 +24,8 @@ _Static_assert (offsetof (sbx_wallet_info_list_t, count) == sizeof (void *), "li
 _Static_assert (offsetof (sbx_event_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_mcp_env_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_peer_info_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_rate_demand_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_rate_share_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_sandbox_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_vm_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_port_info_list_t, count) == sizeof (void *), "list layout");
@@ -349,6 +351,10 @@ static const sbx_meta_struct_t s_meta_sys_status;
 static const sbx_meta_struct_t s_meta_sys_status_ok;
 static const sbx_meta_struct_t s_meta_broker_peers;
 static const sbx_meta_struct_t s_meta_broker_peers_ok;
+static const sbx_meta_struct_t s_meta_rate_demand;
+static const sbx_meta_struct_t s_meta_rate_share;
+static const sbx_meta_struct_t s_meta_rate_report;
+static const sbx_meta_struct_t s_meta_rate_report_ok;
 static const sbx_meta_struct_t s_meta_sandbox_info;
 static const sbx_meta_struct_t s_meta_vm_info;
 static const sbx_meta_struct_t s_meta_port_info;
@@ -1059,6 +1065,31 @@ static const sbx_meta_field_t s_fields_broker_peers_ok[] = {
 };
 static const sbx_meta_struct_t s_meta_broker_peers_ok = {"broker.peers.ok", sizeof (sbx_broker_peers_ok_t), s_fields_broker_peers_ok, 2};
 
+static const sbx_meta_field_t s_fields_rate_demand[] = {
+    {"key_id", SBX_META_STRING, offsetof (sbx_rate_demand_t, key_id), true, 64, NULL, NULL},
+    {"rate", SBX_META_UINT, offsetof (sbx_rate_demand_t, rate), true, 0, NULL, NULL},
+    {"demand", SBX_META_UINT, offsetof (sbx_rate_demand_t, demand), true, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_rate_demand = {"rate_demand", sizeof (sbx_rate_demand_t), s_fields_rate_demand, 3};
+
+static const sbx_meta_field_t s_fields_rate_share[] = {
+    {"key_id", SBX_META_STRING, offsetof (sbx_rate_share_t, key_id), true, 64, NULL, NULL},
+    {"share_milli", SBX_META_UINT, offsetof (sbx_rate_share_t, share_milli), true, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_rate_share = {"rate_share", sizeof (sbx_rate_share_t), s_fields_rate_share, 2};
+
+static const sbx_meta_field_t s_fields_rate_report[] = {
+    {"window_ms", SBX_META_UINT, offsetof (sbx_rate_report_t, window_ms), true, 0, NULL, NULL},
+    {"keys", SBX_META_LIST, offsetof (sbx_rate_report_t, keys), false, 4096, NULL, &s_meta_rate_demand},
+};
+static const sbx_meta_struct_t s_meta_rate_report = {"rate.report", sizeof (sbx_rate_report_t), s_fields_rate_report, 2};
+
+static const sbx_meta_field_t s_fields_rate_report_ok[] = {
+    {"gateways", SBX_META_UINT, offsetof (sbx_rate_report_ok_t, gateways), true, 0, NULL, NULL},
+    {"shares", SBX_META_LIST, offsetof (sbx_rate_report_ok_t, shares), false, 4096, NULL, &s_meta_rate_share},
+};
+static const sbx_meta_struct_t s_meta_rate_report_ok = {"rate.report.ok", sizeof (sbx_rate_report_ok_t), s_fields_rate_report_ok, 2};
+
 static const sbx_meta_field_t s_fields_sandbox_info[] = {
     {"id", SBX_META_STRING, offsetof (sbx_sandbox_info_t, id), true, 64, NULL, NULL},
     {"name", SBX_META_STRING, offsetof (sbx_sandbox_info_t, name), false, 128, NULL, NULL},
@@ -1635,6 +1666,10 @@ static const char *const s_from_broker_peers[] = {"cli"};
 static const char *const s_to_broker_peers[] = {"broker"};
 static const char *const s_from_broker_peers_ok[] = {"broker"};
 static const char *const s_to_broker_peers_ok[] = {"cli"};
+static const char *const s_from_rate_report[] = {"gateway"};
+static const char *const s_to_rate_report[] = {"broker"};
+static const char *const s_from_rate_report_ok[] = {"broker"};
+static const char *const s_to_rate_report_ok[] = {"gateway"};
 static const char *const s_from_sandbox_create[] = {"gateway", "cli"};
 static const char *const s_to_sandbox_create[] = {"broker"};
 static const char *const s_from_sandbox_create_ok[] = {"broker"};
@@ -1834,6 +1869,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"sys.status.ok", &s_meta_sys_status_ok, s_from_sys_status_ok, 1, s_to_sys_status_ok, 2, SBX_MSG__UNKNOWN, false},
     {"broker.peers", &s_meta_broker_peers, s_from_broker_peers, 1, s_to_broker_peers, 1, SBX_MSG_BROKER_PEERS_OK, false},
     {"broker.peers.ok", &s_meta_broker_peers_ok, s_from_broker_peers_ok, 1, s_to_broker_peers_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"rate.report", &s_meta_rate_report, s_from_rate_report, 1, s_to_rate_report, 1, SBX_MSG_RATE_REPORT_OK, false},
+    {"rate.report.ok", &s_meta_rate_report_ok, s_from_rate_report_ok, 1, s_to_rate_report_ok, 1, SBX_MSG__UNKNOWN, false},
     {"sandbox.create", &s_meta_sandbox_create, s_from_sandbox_create, 2, s_to_sandbox_create, 1, SBX_MSG_SANDBOX_CREATE_OK, false},
     {"sandbox.create.ok", &s_meta_sandbox_create_ok, s_from_sandbox_create_ok, 1, s_to_sandbox_create_ok, 2, SBX_MSG__UNKNOWN, false},
     {"sandbox.get", &s_meta_sandbox_get, s_from_sandbox_get, 2, s_to_sandbox_get, 1, SBX_MSG_SANDBOX_GET_OK, false},
@@ -2287,6 +2324,16 @@ sbx_broker_peers_ok_t *sbx_msg_broker_peers_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_BROKER_PEERS_OK ? (sbx_broker_peers_ok_t *) msg->body : NULL;
 }
 
+sbx_rate_report_t *sbx_msg_rate_report (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_RATE_REPORT ? (sbx_rate_report_t *) msg->body : NULL;
+}
+
+sbx_rate_report_ok_t *sbx_msg_rate_report_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_RATE_REPORT_OK ? (sbx_rate_report_ok_t *) msg->body : NULL;
+}
+
 sbx_sandbox_create_t *sbx_msg_sandbox_create (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_SANDBOX_CREATE ? (sbx_sandbox_create_t *) msg->body : NULL;
@@ -2695,6 +2742,16 @@ sbx_mcp_env_t *sbx_mcp_env_list_append (sbx_mcp_env_list_t *list)
 sbx_peer_info_t *sbx_peer_info_list_append (sbx_peer_info_list_t *list)
 {
     return (sbx_peer_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_peer_info_t));
+}
+
+sbx_rate_demand_t *sbx_rate_demand_list_append (sbx_rate_demand_list_t *list)
+{
+    return (sbx_rate_demand_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_rate_demand_t));
+}
+
+sbx_rate_share_t *sbx_rate_share_list_append (sbx_rate_share_list_t *list)
+{
+    return (sbx_rate_share_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_rate_share_t));
 }
 
 sbx_sandbox_info_t *sbx_sandbox_info_list_append (sbx_sandbox_info_list_t *list)

@@ -250,6 +250,8 @@ typedef enum {
     SBX_MSG_SYS_STATUS_OK,            //  sys.status.ok
     SBX_MSG_BROKER_PEERS,             //  broker.peers
     SBX_MSG_BROKER_PEERS_OK,          //  broker.peers.ok
+    SBX_MSG_RATE_REPORT,              //  rate.report
+    SBX_MSG_RATE_REPORT_OK,           //  rate.report.ok
     SBX_MSG_SANDBOX_CREATE,           //  sandbox.create
     SBX_MSG_SANDBOX_CREATE_OK,        //  sandbox.create.ok
     SBX_MSG_SANDBOX_GET,              //  sandbox.get
@@ -400,6 +402,10 @@ typedef struct sbx_sys_status_s sbx_sys_status_t;
 typedef struct sbx_sys_status_ok_s sbx_sys_status_ok_t;
 typedef struct sbx_broker_peers_s sbx_broker_peers_t;
 typedef struct sbx_broker_peers_ok_s sbx_broker_peers_ok_t;
+typedef struct sbx_rate_demand_s sbx_rate_demand_t;
+typedef struct sbx_rate_share_s sbx_rate_share_t;
+typedef struct sbx_rate_report_s sbx_rate_report_t;
+typedef struct sbx_rate_report_ok_s sbx_rate_report_ok_t;
 typedef struct sbx_sandbox_info_s sbx_sandbox_info_t;
 typedef struct sbx_vm_info_s sbx_vm_info_t;
 typedef struct sbx_port_info_s sbx_port_info_t;
@@ -505,6 +511,16 @@ typedef struct {
     size_t count;
 } sbx_peer_info_list_t;
 sbx_peer_info_t *sbx_peer_info_list_append (sbx_peer_info_list_t *list);
+typedef struct {
+    sbx_rate_demand_t *items;
+    size_t count;
+} sbx_rate_demand_list_t;
+sbx_rate_demand_t *sbx_rate_demand_list_append (sbx_rate_demand_list_t *list);
+typedef struct {
+    sbx_rate_share_t *items;
+    size_t count;
+} sbx_rate_share_list_t;
+sbx_rate_share_t *sbx_rate_share_list_append (sbx_rate_share_list_t *list);
 typedef struct {
     sbx_sandbox_info_t *items;
     size_t count;
@@ -1616,6 +1632,48 @@ struct sbx_broker_peers_ok_s {
     uint64_t last_seq;
 };
 
+//  struct rate_demand (rate.json). A key's requests at one gateway in one window.
+struct sbx_rate_demand_s {
+    //  (required, max 64) The key (or OAuth connection) the requests came with.
+    char *key_id;
+    //  (required) Its plan's requests per second, as auth.key told this gateway.
+    uint64_t rate;
+    //  (required) Requests attempted in the window, refused ones included.
+    uint64_t demand;
+};
+
+//  struct rate_share (rate.json). One gateway's part of a key's plan rate.
+struct sbx_rate_share_s {
+    //  (required, max 64) The key.
+    char *key_id;
+    //  (required) Thousandths of the plan's rate (and of its one-second burst) this gateway may
+    //  allow, 1 to 1000; the shares of the gateways that reported the key recently sum to 1000.
+    uint64_t share_milli;
+};
+
+//  message rate.report (rate.json): gateway -> broker, reply rate.report.ok. The keys this
+//  gateway saw requests for since its last report: every gateway.rate_report_ms while any key
+//  has requests here, and once a second when none has (an empty report, to learn how many
+//  gateways there are). A gateway with more active keys than a report holds sends the busiest
+//  ones; the others keep their shares until they lapse.
+struct sbx_rate_report_s {
+    //  (required) How long the demand was counted over: since the previous report (ms); the
+    //  broker compares gateways per second.
+    uint64_t window_ms;
+    //  (max 4096) One entry per key with requests in the window.
+    sbx_rate_demand_list_t keys;
+};
+
+//  message rate.report.ok (rate.json): broker -> gateway. This gateway's share of each key it
+//  reported.
+struct sbx_rate_report_ok_s {
+    //  (required) Gateways registered with the broker now: a key the gateway has no share for
+    //  starts at 1/gateways.
+    uint64_t gateways;
+    //  (max 4096) One entry per reported key, in the report's order.
+    sbx_rate_share_list_t shares;
+};
+
 //  struct sandbox_info (sandbox.json). A sandbox as clients see it.
 struct sbx_sandbox_info_s {
     //  (required, max 64) sb_ followed by 10 base36 characters.
@@ -2360,6 +2418,8 @@ sbx_sys_status_t *sbx_msg_sys_status (struct sbx_msg_s *msg);
 sbx_sys_status_ok_t *sbx_msg_sys_status_ok (struct sbx_msg_s *msg);
 sbx_broker_peers_t *sbx_msg_broker_peers (struct sbx_msg_s *msg);
 sbx_broker_peers_ok_t *sbx_msg_broker_peers_ok (struct sbx_msg_s *msg);
+sbx_rate_report_t *sbx_msg_rate_report (struct sbx_msg_s *msg);
+sbx_rate_report_ok_t *sbx_msg_rate_report_ok (struct sbx_msg_s *msg);
 sbx_sandbox_create_t *sbx_msg_sandbox_create (struct sbx_msg_s *msg);
 sbx_sandbox_create_ok_t *sbx_msg_sandbox_create_ok (struct sbx_msg_s *msg);
 sbx_sandbox_get_t *sbx_msg_sandbox_get (struct sbx_msg_s *msg);

@@ -14,6 +14,8 @@
     for them too) with the caller's kind oauth; they are accepted only when bound to this
     gateway's MCP resource (<base>/mcp), and cached for one second at most. Callers decide
     where OAuth callers may go (/mcp only).
+    Each key is held to its plan's request rate here, at this gateway's share of it, so
+    that N gateways behind a balancer allow the plan together (gw_auth_take).
 */
 #ifndef GW_AUTH_H_INCLUDED
 #define GW_AUTH_H_INCLUDED
@@ -36,7 +38,8 @@ gw_auth_t *gw_auth_new (sbx_config_t *config, sbx_peer_t *peer);
 //  Forgets pending checks (their callbacks are not called) and the cache.
 void gw_auth_destroy (gw_auth_t **self_p);
 
-//  Starts following the broker's tap for revocations (with no peer: nothing to follow).
+//  Starts following the broker's tap for revocations and reporting key rates (with no
+//  peer: nothing to follow, nothing to report).
 int gw_auth_start (gw_auth_t *self, zloop_t *loop);
 //  Forgets every cached answer for this key (an OAuth connection's tokens included), and
 //  keeps none of the answers in flight now: the next request with it asks the broker.
@@ -69,8 +72,21 @@ typedef struct {
 //  Spends one request of the caller's key budget (its plan's requests_per_second, as
 //  auth.key said; a token bucket refilling continuously, one second's worth deep).
 //  Returns 0 when the request may go, -1 when the key is over its rate. limit is
-//  filled either way (limit 0: no rate for this key).
+//  filled either way (limit 0: no rate for this key): limit is the plan's rate,
+//  remaining and reset are this gateway's part of it. Never waits for the broker.
+//  With several gateways the bucket refills at this gateway's share of the plan, and
+//  is that share of one second deep: every gateway.rate_report_ms (250) the gateway
+//  tells the broker how many requests each key made here (rate.report) and gets its
+//  shares back (brk_rates.h). A key without a share yet starts at 1/gateways (1000
+//  thousandths with one gateway: the plan itself); a share lapses when its key has had
+//  no requests here for 1 s (or four report periods). When the broker is away the
+//  shares held stay.
 int gw_auth_take (gw_auth_t *self, const sbx_caller_t *caller, gw_auth_limit_t *limit);
+
+//  For /healthz: the gateways the broker last counted (1 before it said), the keys with
+//  requests here in the last second, and how many of those this gateway holds to less
+//  than their whole plan (a share below 1000).
+void gw_auth_rate_counts (gw_auth_t *self, uint64_t *gateways, uint64_t *keys, uint64_t *shared);
 
 //  Adds RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset and Retry-After.
 void gw_auth_rate_headers (gw_request_t *req, const gw_auth_limit_t *limit);

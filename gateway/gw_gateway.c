@@ -66,14 +66,20 @@ static void s_on_request (gw_request_t *req, void *arg)
             gw_cache_counts (self->cache, &hits, &misses);
         if (self->verify)
             gw_verify_counts (self->verify, &checked, &throttled);
+        uint64_t gateways = 1, keys = 0, shared = 0;
+        if (self->auth)
+            gw_auth_rate_counts (self->auth, &gateways, &keys, &shared);
         s_json (req, broker ? 200 : 503,
-                json_pack ("{s:s, s:b, s:s, s:s, s:I, s:{s:b, s:I, s:I}, s:{s:I, s:I}}", "status",
-                           broker ? "ok" : "degraded", "broker", broker, "instance",
+                json_pack ("{s:s, s:b, s:s, s:s, s:I, s:{s:b, s:I, s:I}, s:{s:I, s:I}, "
+                           "s:{s:I, s:I, s:I}}",
+                           "status", broker ? "ok" : "degraded", "broker", broker, "instance",
                            sbx_peer_instance (self->peer), "version", SBX_VERSION, "uptime_s",
                            (json_int_t) ((sbx_clock_now_ms () - self->started_ms) / 1000),
                            "read_cache", "enabled", self->cache != NULL, "hits", (json_int_t) hits,
                            "misses", (json_int_t) misses, "signin", "checked", (json_int_t) checked,
-                           "throttled", (json_int_t) throttled));
+                           "throttled", (json_int_t) throttled, "rates", "gateways",
+                           (json_int_t) gateways, "keys", (json_int_t) keys, "shared",
+                           (json_int_t) shared));
         return;
     }
     if (streq (path, "/mcp") && self->mcp) {
