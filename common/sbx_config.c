@@ -318,6 +318,21 @@ uint64_t sbx_config_get_uint (sbx_config_t *self, const char *key, uint64_t dflt
     return value;
 }
 
+uint64_t sbx_config_get_range (sbx_config_t *self, const char *key, uint64_t dflt, uint64_t min,
+                               uint64_t max)
+{
+    if (!self || !sbx_config_get (self, key, NULL))
+        return dflt;
+    uint64_t value = sbx_config_get_uint (self, key, dflt);
+    if (value < min || value > max) {
+        sbx_warn ("config: %s = %llu is not within %llu-%llu; using %llu", key,
+                  (unsigned long long) value, (unsigned long long) min, (unsigned long long) max,
+                  (unsigned long long) dflt);
+        return dflt;
+    }
+    return value;
+}
+
 int sbx_config_set (sbx_config_t *self, const char *key, const char *value)
 {
     assert (self && key && value);

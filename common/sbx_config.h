@@ -39,6 +39,10 @@ const char *sbx_config_data_dir (sbx_config_t *self);
 //  Value of key: the override, else the file's, else the built-in default, else dflt.
 const char *sbx_config_get (sbx_config_t *self, const char *key, const char *dflt);
 uint64_t sbx_config_get_uint (sbx_config_t *self, const char *key, uint64_t dflt);
+//  A number within min..max; dflt (with a warning) when it is not one or is outside, and
+//  when self is NULL (self-tests) or the key is unset.
+uint64_t sbx_config_get_range (sbx_config_t *self, const char *key, uint64_t dflt, uint64_t min,
+                               uint64_t max);
 
 //  Overrides key (from the command line). Returns 0, or -1 for an unknown key.
 int sbx_config_set (sbx_config_t *self, const char *key, const char *value);

@@ -15,12 +15,13 @@
     gateway's MCP resource (<base>/mcp), and cached for one second at most. Callers decide
     where OAuth callers may go (/mcp only).
     Each key is held to its plan's request rate here, at this gateway's share of it, so
-    that N gateways behind a balancer allow the plan together (gw_auth_take).
+    that N gateways behind a balancer allow the plan together (gw_auth_take, gw_rates).
 */
 #ifndef GW_AUTH_H_INCLUDED
 #define GW_AUTH_H_INCLUDED
 
 #include "gw_http.h"
+#include "gw_rates.h"
 #include "sbx_common.h"
 
 typedef struct gw_auth_t gw_auth_t;
@@ -61,31 +62,16 @@ void gw_auth_check (gw_auth_t *self, const char *token, gw_auth_fn *fn, void *ar
 //  resource metadata, and a JSON-RPC error body (code -32001) saying how to sign in.
 void gw_auth_respond_401 (gw_auth_t *self, gw_request_t *req);
 
-//  A key's request budget (IETF RateLimit fields): requests per second, what is left
-//  of this second's budget, and seconds until it refills.
-typedef struct {
-    uint64_t limit;
-    uint64_t remaining;
-    uint64_t reset_s;
-} gw_auth_limit_t;
+//  A key's request budget (IETF RateLimit fields; gw_rates.h).
+typedef gw_rates_limit_t gw_auth_limit_t;
 
 //  Spends one request of the caller's key budget (its plan's requests_per_second, as
-//  auth.key said; a token bucket refilling continuously, one second's worth deep).
-//  Returns 0 when the request may go, -1 when the key is over its rate. limit is
-//  filled either way (limit 0: no rate for this key): limit is the plan's rate,
-//  remaining and reset are this gateway's part of it. Never waits for the broker.
-//  With several gateways the bucket refills at this gateway's share of the plan, and
-//  is that share of one second deep: every gateway.rate_report_ms (250) the gateway
-//  tells the broker how many requests each key made here (rate.report) and gets its
-//  shares back (brk_rates.h). A key without a share yet starts at 1/gateways (1000
-//  thousandths with one gateway: the plan itself); a share lapses when its key has had
-//  no requests here for 1 s (or four report periods). When the broker is away the
-//  shares held stay.
+//  auth.key said, at this gateway's share of it: gw_rates.h). Returns 0 when the
+//  request may go, -1 when the key is over its rate; limit is filled either way (limit
+//  0: no rate for this key). Never waits for the broker.
 int gw_auth_take (gw_auth_t *self, const sbx_caller_t *caller, gw_auth_limit_t *limit);
 
-//  For /healthz: the gateways the broker last counted (1 before it said), the keys with
-//  requests here in the last second, and how many of those this gateway holds to less
-//  than their whole plan (a share below 1000).
+//  For /healthz: gw_rates_counts of the gateway's one rate keeper.
 void gw_auth_rate_counts (gw_auth_t *self, uint64_t *gateways, uint64_t *keys, uint64_t *shared);
 
 //  Adds RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset and Retry-After.

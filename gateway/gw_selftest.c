@@ -11,6 +11,7 @@
 #include "gw_pages.h"
 #include "gw_proxy.h"
 #include "gw_ratelimit.h"
+#include "gw_rates.h"
 #include "gw_rest.h"
 #include "gw_session.h"
 #include "gw_signin.h"
@@ -29,7 +30,7 @@ static const sbx_test_t s_tests[] = {
     {"gw_worker", gw_worker_test}, {"gw_verify", gw_verify_test},   {"gw_fetch", gw_fetch_test},
     {"gw_pages", gw_pages_test},   {"gw_session", gw_session_test}, {"gw_signin", gw_signin_test},
     {"gw_oauth", gw_oauth_test},   {"gw_account", gw_account_test}, {"gw_ratelimit", gw_ratelimit_test},
-    {"gw_mcp_sessions", gw_mcp_sessions_test},
+    {"gw_mcp_sessions", gw_mcp_sessions_test}, {"gw_rates", gw_rates_test},
     {NULL, NULL}};
 // clang-format on
 
