@@ -47,6 +47,7 @@
 static struct {
     zloop_t *loop;
     gw_http_t *http;
+    gw_ctx_t *ctx; //  no peer: every broker request fails unavailable
     gw_mcp_t *mcp;
     size_t inputs;
     int port;
@@ -373,10 +374,14 @@ int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     //  Sessions of one input never meet the next's: their ids are random. A fresh gw_mcp
     //  now and then keeps them from piling up (one per input would cost a third of the
     //  time: the tool definitions are parsed in gw_tools_new).
-    if (s.mcp && ++s.inputs % 1000 == 0)
+    if (s.mcp && ++s.inputs % 1000 == 0) {
         gw_mcp_destroy (&s.mcp);
-    if (!s.mcp)
-        s.mcp = gw_mcp_new (NULL, s.loop, s.http, NULL, NULL);
+        gw_ctx_destroy (&s.ctx);
+    }
+    if (!s.mcp) {
+        s.ctx = gw_ctx_new (NULL, s.loop, s.http, NULL);
+        s.mcp = s.ctx ? gw_mcp_new (s.ctx) : NULL;
+    }
     CHECK (s.mcp, "gw_mcp_new");
     snprintf (s.session, sizeof s.session, "mcps_none");
     const char *text = (const char *) data;

@@ -427,29 +427,33 @@ bool gw_account_handle (gw_account_t *self, gw_request_t *req)
     return true;
 }
 
-gw_account_t *gw_account_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http,
-                              sbx_peer_t *peer, gw_auth_t *auth)
+static void s_route (gw_request_t *req, void *arg)
 {
+    gw_account_handle ((gw_account_t *) arg, req);
+}
+
+gw_account_t *gw_account_new (gw_ctx_t *ctx)
+{
+    assert (ctx);
     gw_account_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
-    self->http = http;
-    self->auth = auth;
-    self->broker = gw_broker_new (config, peer);
-    self->session = gw_session_new (config);
-    self->signin = gw_signin_new (loop, self->broker, "account");
+    self->http = ctx->http;
+    self->auth = ctx->auth;
+    self->broker = ctx->broker;
+    self->session = ctx->signin;
+    self->signin = gw_signin_new (ctx->loop, self->broker, "account");
     self->jobs = sbx_idmap_new ();
-    if (!self->broker || !self->session || !self->signin || !self->jobs) {
+    if (!self->signin || !self->jobs ||
+        gw_router_add (ctx->router, "/account", false, s_route, self)) {
         gw_account_destroy (&self);
         return NULL;
     }
+    //  One pool and throttle for both sign-in pages (gw_verify.h).
+    if (ctx->verify)
+        gw_signin_set_verify (self->signin, ctx->verify);
     self->next_serial = 1;
     return self;
-}
-
-void gw_account_set_verify (gw_account_t *self, gw_verify_t *verify)
-{
-    gw_signin_set_verify (self->signin, verify);
 }
 
 void gw_account_destroy (gw_account_t **self_p)
@@ -464,8 +468,6 @@ void gw_account_destroy (gw_account_t **self_p)
         zhashx_destroy (&self->jobs);
     }
     gw_signin_destroy (&self->signin);
-    gw_session_destroy (&self->session);
-    gw_broker_destroy (&self->broker);
     free (self);
     *self_p = NULL;
 }
@@ -479,9 +481,11 @@ void gw_account_test (bool verbose)
     s_time (1796011555000ULL, text, sizeof text);
     assert (streq (text, "2026-11-30 04:05 UTC"));
     zloop_t *loop = zloop_new ();
-    gw_account_t *account = gw_account_new (NULL, loop, NULL, NULL, NULL);
+    gw_ctx_t *ctx = gw_ctx_new (NULL, loop, NULL, NULL);
+    gw_account_t *account = ctx ? gw_account_new (ctx) : NULL;
     assert (account);
     gw_account_destroy (&account);
     gw_account_destroy (&account);
+    gw_ctx_destroy (&ctx);
     zloop_destroy (&loop);
 }

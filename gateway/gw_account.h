@@ -10,19 +10,16 @@
 #ifndef GW_ACCOUNT_H_INCLUDED
 #define GW_ACCOUNT_H_INCLUDED
 
-#include "gw_auth.h"
+#include "gw_ctx.h"
 #include "gw_http.h"
-#include "gw_verify.h"
 #include "sbx_common.h"
 
 typedef struct gw_account_t gw_account_t;
 
-gw_account_t *gw_account_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http,
-                              sbx_peer_t *peer, gw_auth_t *auth);
+//  Serves /account with the gateway's shared services (ctx, borrowed: it outlives this;
+//  its sign-in cookies, broker client and password checker) and registers the route.
+gw_account_t *gw_account_new (gw_ctx_t *ctx);
 void gw_account_destroy (gw_account_t **self_p);
-
-//  Signs in with the gateway's shared verifier (borrowed; see gw_signin_set_verify).
-void gw_account_set_verify (gw_account_t *self, gw_verify_t *verify);
 
 //  Serves /account (GET, POST) and returns true; false for any other path.
 bool gw_account_handle (gw_account_t *self, gw_request_t *req);

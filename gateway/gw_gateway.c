@@ -2,6 +2,7 @@
 #include "gw_gateway.h"
 #include "gw_account.h"
 #include "gw_cache.h"
+#include "gw_ctx.h"
 #include "gw_http.h"
 #include "gw_mcp.h"
 #include "gw_oauth.h"
@@ -23,9 +24,7 @@ struct gw_gateway_t {
     gw_account_t *account; //  /account, the account web page
     gw_proxy_t *proxy;     //  <label>-<port>.box.<domain> hosts
     gw_rest_t *rest;
-    gw_auth_t *auth;     //  credentials, shared by every front end
-    gw_cache_t *cache;   //  the read copy of sandboxes the tools and REST share
-    gw_verify_t *verify; //  password checks and their throttle, for both sign-in pages
+    gw_ctx_t *ctx; //  what the front ends share: auth, broker client, read copy, router…
     uint64_t started_ms;
 };
 
@@ -45,55 +44,45 @@ static void s_error (gw_request_t *req, sbx_code_t code, const char *message)
         json_pack ("{s:{s:s, s:s}}", "error", "code", sbx_code_name (code), "message", message));
 }
 
+static void s_healthz (gw_request_t *req, void *arg)
+{
+    gw_gateway_t *self = arg;
+    gw_ctx_t *ctx = self->ctx;
+    if (!streq (gw_request_method (req), "GET") && !streq (gw_request_method (req), "HEAD")) {
+        gw_request_add_header (req, "Allow", "GET, HEAD");
+        s_error (req, SBX_E_INVALID_ARGUMENT, "use GET /healthz");
+        return;
+    }
+    bool broker = sbx_peer_welcomed (self->peer);
+    uint64_t hits = 0, misses = 0, checked = 0, throttled = 0;
+    if (ctx->cache)
+        gw_cache_counts (ctx->cache, &hits, &misses);
+    if (ctx->verify)
+        gw_verify_counts (ctx->verify, &checked, &throttled);
+    uint64_t gateways = 1, keys = 0, shared = 0;
+    gw_auth_rate_counts (ctx->auth, &gateways, &keys, &shared);
+    s_json (req, broker ? 200 : 503,
+            json_pack ("{s:s, s:b, s:s, s:s, s:I, s:{s:b, s:I, s:I}, s:{s:I, s:I}, "
+                       "s:{s:I, s:I, s:I}, s:{s:I}}",
+                       "status", broker ? "ok" : "degraded", "broker", broker, "instance",
+                       sbx_peer_instance (self->peer), "version", SBX_VERSION, "uptime_s",
+                       (json_int_t) ((sbx_clock_now_ms () - self->started_ms) / 1000), "read_cache",
+                       "enabled", ctx->cache != NULL, "hits", (json_int_t) hits, "misses",
+                       (json_int_t) misses, "signin", "checked", (json_int_t) checked, "throttled",
+                       (json_int_t) throttled, "rates", "gateways", (json_int_t) gateways, "keys",
+                       (json_int_t) keys, "shared", (json_int_t) shared, "mcp_sessions", "copies",
+                       (json_int_t) gw_mcp_sessions_size (ctx->mcp_sessions)));
+}
+
 static void s_on_request (gw_request_t *req, void *arg)
 {
     gw_gateway_t *self = arg;
     const char *path = gw_request_path (req);
-    const char *method = gw_request_method (req);
-    sbx_debug ("http rid=%llu %s %s", (unsigned long long) gw_request_id (req), method, path);
-    //  A guest port's host: every path belongs to the guest.
-    if (gw_proxy_handle (self->proxy, req))
+    sbx_debug ("http rid=%llu %s %s", (unsigned long long) gw_request_id (req),
+               gw_request_method (req), path);
+    //  The front ends registered what they serve (gw_router.h).
+    if (gw_router_route (self->ctx->router, req))
         return;
-    if (streq (path, "/healthz")) {
-        if (!streq (method, "GET") && !streq (method, "HEAD")) {
-            gw_request_add_header (req, "Allow", "GET, HEAD");
-            s_error (req, SBX_E_INVALID_ARGUMENT, "use GET /healthz");
-            return;
-        }
-        bool broker = sbx_peer_welcomed (self->peer);
-        uint64_t hits = 0, misses = 0, checked = 0, throttled = 0;
-        if (self->cache)
-            gw_cache_counts (self->cache, &hits, &misses);
-        if (self->verify)
-            gw_verify_counts (self->verify, &checked, &throttled);
-        uint64_t gateways = 1, keys = 0, shared = 0;
-        if (self->auth)
-            gw_auth_rate_counts (self->auth, &gateways, &keys, &shared);
-        s_json (req, broker ? 200 : 503,
-                json_pack ("{s:s, s:b, s:s, s:s, s:I, s:{s:b, s:I, s:I}, s:{s:I, s:I}, "
-                           "s:{s:I, s:I, s:I}}",
-                           "status", broker ? "ok" : "degraded", "broker", broker, "instance",
-                           sbx_peer_instance (self->peer), "version", SBX_VERSION, "uptime_s",
-                           (json_int_t) ((sbx_clock_now_ms () - self->started_ms) / 1000),
-                           "read_cache", "enabled", self->cache != NULL, "hits", (json_int_t) hits,
-                           "misses", (json_int_t) misses, "signin", "checked", (json_int_t) checked,
-                           "throttled", (json_int_t) throttled, "rates", "gateways",
-                           (json_int_t) gateways, "keys", (json_int_t) keys, "shared",
-                           (json_int_t) shared));
-        return;
-    }
-    if (streq (path, "/mcp") && self->mcp) {
-        gw_mcp_handle (self->mcp, req);
-        return;
-    }
-    if (self->oauth && gw_oauth_handle (self->oauth, req))
-        return;
-    if (self->account && gw_account_handle (self->account, req))
-        return;
-    if ((streq (path, "/v1") || strncmp (path, "/v1/", 4) == 0) && self->rest) {
-        gw_rest_handle (self->rest, req);
-        return;
-    }
     char message[300];
     snprintf (message, sizeof message, "nothing is served at %s on this gateway", path);
     s_error (req, SBX_E_NOT_FOUND, message);
@@ -158,40 +147,21 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
     }
     if (options.plain || (options.cert_file && options.key_file))
         self->http = gw_http_new (loop, &options, s_on_request, self);
-    if (self->http && !streq (sbx_config_get (config, "gateway.read_cache", "on"), "off")) {
-        self->cache = gw_cache_new (config, peer);
-        if (!self->cache || gw_cache_start (self->cache, loop))
-            gw_http_destroy (&self->http);
-    }
     if (self->http) {
-        //  One auth for every front end: a revoke through any of them (or the tap) is
-        //  seen by all, and a key's rate is one budget across MCP, REST and ports.
-        self->auth = gw_auth_new (config, peer);
-        if (self->auth && gw_auth_start (self->auth, loop))
-            gw_auth_destroy (&self->auth);
-        self->mcp = gw_mcp_new (config, loop, self->http, peer, self->auth);
-        self->proxy = gw_proxy_new (config, loop, peer, self->auth);
-        self->rest = gw_rest_new (config, self->http, peer, self->auth);
-        self->oauth = gw_oauth_new (config, loop, self->http, peer, self->auth);
-        self->account = gw_account_new (config, loop, self->http, peer, self->auth);
-        //  One pool and one throttle for both sign-in pages: guesses spread over the two
-        //  count together, and a burst holds at most one of the threads (gw_verify.h).
-        long threads = atol (sbx_config_get (config, "gateway.signin_threads", "2"));
-        self->verify =
-            threads >= 1 && threads <= 64 ? gw_verify_new (loop, (size_t) threads) : NULL;
-        if (!self->verify)
-            sbx_error ("gateway.signin_threads must be 1 to 64");
-        if (!self->auth || !self->mcp || !self->rest || !self->proxy || !self->oauth ||
-            !self->account || !self->verify)
+        //  One of each service for every front end (gw_ctx.h): a revoke through any of
+        //  them (or the tap) is seen by all, and a key's rate is one budget across MCP,
+        //  REST and ports.
+        self->ctx = gw_ctx_new (config, loop, self->http, peer);
+        if (self->ctx) {
+            self->proxy = gw_proxy_new (self->ctx);
+            self->mcp = gw_mcp_new (self->ctx);
+            self->rest = gw_rest_new (self->ctx);
+            self->oauth = gw_oauth_new (self->ctx);
+            self->account = gw_account_new (self->ctx);
+        }
+        if (!self->ctx || !self->mcp || !self->rest || !self->proxy || !self->oauth ||
+            !self->account || gw_router_add (self->ctx->router, "/healthz", false, s_healthz, self))
             gw_http_destroy (&self->http);
-        else {
-            gw_oauth_set_verify (self->oauth, self->verify);
-            gw_account_set_verify (self->account, self->verify);
-        }
-        if (self->http && self->cache) {
-            gw_mcp_set_cache (self->mcp, self->cache);
-            gw_rest_set_cache (self->rest, self->cache);
-        }
     }
     if (self->http)
         sbx_info ("serving %s on %s (port %d)%s%s", options.plain ? "HTTP" : "HTTPS",
@@ -213,16 +183,14 @@ void gw_gateway_destroy (gw_gateway_t **self_p)
         return;
     //  The server first: its open requests are released before MCP forgets them.
     gw_http_destroy (&self->http);
-    //  Before the front ends: checks in flight never call back into them.
-    gw_auth_destroy (&self->auth);
+    //  The front ends cancel their requests in flight; then what they borrowed goes (no
+    //  loop turns in between, so nothing calls back into them).
     gw_mcp_destroy (&self->mcp);
     gw_proxy_destroy (&self->proxy);
     gw_rest_destroy (&self->rest);
     gw_oauth_destroy (&self->oauth);
     gw_account_destroy (&self->account);
-    gw_verify_destroy (&self->verify); //  after the sign-in pages that borrow it
-    //  After MCP and REST: their requests in flight tell it they are gone.
-    gw_cache_destroy (&self->cache);
+    gw_ctx_destroy (&self->ctx);
     free (self);
     *self_p = NULL;
 }

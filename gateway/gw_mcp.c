@@ -66,10 +66,9 @@ struct gw_mcp_t {
     sbx_config_t *config;
     zloop_t *loop;
     gw_http_t *http;
-    gw_auth_t *auth;     //  borrowed from the gateway, or own_auth
-    gw_auth_t *own_auth; //  self-tests only
+    gw_auth_t *auth; //  the gateway's (ctx)
     gw_tools_t *tools;
-    gw_mcp_sessions_t *sessions; //  copies of the broker's MCP sessions
+    gw_mcp_sessions_t *sessions; //  the gateway's copies of the broker's MCP sessions (ctx)
     zhashx_t *jobs;              //  serial → s_job_t
     uint64_t next_serial;
     char *own_origin;
@@ -121,25 +120,29 @@ static void s_job_free (s_job_t **job_p)
     *job_p = NULL;
 }
 
-gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer,
-                      gw_auth_t *auth)
+static void s_route (gw_request_t *req, void *arg)
 {
+    gw_mcp_handle ((gw_mcp_t *) arg, req);
+}
+
+gw_mcp_t *gw_mcp_new (gw_ctx_t *ctx)
+{
+    assert (ctx);
     gw_mcp_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
+    sbx_config_t *config = ctx->config;
     self->config = config;
-    self->loop = loop;
-    self->http = http;
+    self->loop = ctx->loop;
+    self->http = ctx->http;
     self->next_serial = 1;
-    //  The gateway's one auth (shared with REST and the proxy); self-tests have their own.
-    self->auth = auth ? auth : (self->own_auth = gw_auth_new (config, peer));
-    self->tools = gw_tools_new (config, peer);
-    self->sessions = gw_mcp_sessions_new (config, peer);
-    if (self->sessions && loop && gw_mcp_sessions_start (self->sessions, loop))
-        gw_mcp_sessions_destroy (&self->sessions);
+    self->auth = ctx->auth;
+    self->sessions = ctx->mcp_sessions;
+    self->tools = gw_tools_new (ctx);
     self->jobs = sbx_idmap_new ();
     self->origins = zlistx_new ();
-    if (!self->auth || !self->tools || !self->sessions || !self->jobs || !self->origins) {
+    if (!self->tools || !self->jobs || !self->origins ||
+        gw_router_add (ctx->router, "/mcp", false, s_route, self)) {
         gw_mcp_destroy (&self);
         return NULL;
     }
@@ -155,12 +158,6 @@ gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_
     return self;
 }
 
-void gw_mcp_set_cache (gw_mcp_t *self, gw_cache_t *cache)
-{
-    assert (self);
-    gw_tools_set_cache (self->tools, cache);
-}
-
 void gw_mcp_destroy (gw_mcp_t **self_p)
 {
     assert (self_p);
@@ -168,9 +165,7 @@ void gw_mcp_destroy (gw_mcp_t **self_p)
     if (!self)
         return;
     //  Pending callbacks are forgotten first, then what they would have used.
-    gw_auth_destroy (&self->own_auth);
     gw_tools_destroy (&self->tools);
-    gw_mcp_sessions_destroy (&self->sessions);
     if (self->jobs) {
         for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs)) {
             //  A stream still held (http outlives us) is ended, so no callback finds us.
@@ -478,7 +473,7 @@ static void s_on_synced (gw_tools_state_t *state, const char *id, sbx_code_t cod
 static void s_on_tool_done (json_t *result, int rpc_code, const char *rpc_message, void *arg)
 {
     s_job_t *job = arg;
-    job->result = json_incref (result);
+    job->result = result; //  ours (gw_tools_done_fn)
     job->rpc_code = rpc_code;
     job->rpc_message = rpc_message ? strdup (rpc_message) : NULL;
     //  A session's new default (or env) is stored before the answer goes: the client's
@@ -858,7 +853,8 @@ void gw_mcp_test (bool verbose)
                "unsupported version ??."));
     json_decref (error);
 
-    gw_mcp_t *mcp = gw_mcp_new (NULL, NULL, NULL, NULL, NULL);
+    gw_ctx_t *ctx = gw_ctx_new (NULL, NULL, NULL, NULL);
+    gw_mcp_t *mcp = ctx ? gw_mcp_new (ctx) : NULL;
     assert (mcp);
     assert (s_origin_allowed (mcp, NULL));
     assert (s_origin_allowed (mcp, "https://localhost:8443"));
@@ -866,4 +862,5 @@ void gw_mcp_test (bool verbose)
     zlistx_add_end (mcp->origins, "https://claude.ai");
     assert (s_origin_allowed (mcp, "https://claude.ai"));
     gw_mcp_destroy (&mcp);
+    gw_ctx_destroy (&ctx);
 }

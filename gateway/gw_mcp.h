@@ -27,26 +27,21 @@
     A bad MCP-Protocol-Version header is 400. A request without Mcp-Session-Id is
     served without session state (no default sandbox).
 
-    Sessions live in this gateway's memory: a restarted gateway answers 404 and clients
-    initialize again, as the protocol provides.
+    Sessions are the broker's (gw_mcp_sessions): every gateway serves every session,
+    and a restarted gateway serves them on.
 */
 #ifndef GW_MCP_H_INCLUDED
 #define GW_MCP_H_INCLUDED
 
-#include "gw_auth.h"
+#include "gw_ctx.h"
 #include "gw_http.h"
 #include "sbx_common.h"
 
 typedef struct gw_mcp_t gw_mcp_t;
 
-//  config, loop, http and peer are borrowed and outlive it. Without a loop (self-tests)
-//  no call is streamed.
-//  Reads sandboxes and usage from the gateway's copy (gw_cache.h; borrowed).
-typedef struct gw_cache_t gw_cache_t;
-void gw_mcp_set_cache (gw_mcp_t *self, gw_cache_t *cache);
-
-gw_mcp_t *gw_mcp_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer,
-                      gw_auth_t *auth);
+//  Serves /mcp with the gateway's shared services (ctx, borrowed: it outlives this) and
+//  registers the route. Without a loop (self-tests) no call is streamed.
+gw_mcp_t *gw_mcp_new (gw_ctx_t *ctx);
 void gw_mcp_destroy (gw_mcp_t **self_p);
 
 //  Serves one request to /mcp (answers now, or suspends it and answers later).

@@ -3,6 +3,7 @@
 #include "gw_auth.h"
 #include "gw_broker.h"
 #include "sbx_clock.h"
+#include "sbx_idmap.h"
 #include "sbx_tapreader.h"
 
 #include <assert.h>
@@ -19,7 +20,9 @@ typedef struct {
 
 struct gw_mcp_sessions_t {
     sbx_peer_t *peer;
-    gw_broker_t *broker;
+    gw_broker_t *broker; //  borrowed
+    zhashx_t *ops;       //  serial → s_op_t in flight
+    uint64_t next_serial;
     sbx_tapreader_t *reader; //  mcp.session.changed
     zhashx_t *copies;        //  id → s_copy_t
     bool welcomed;
@@ -28,6 +31,8 @@ struct gw_mcp_sessions_t {
 //  One request in flight.
 typedef struct {
     gw_mcp_sessions_t *self;
+    uint64_t serial;
+    uint64_t handle; //  the broker request in flight
     sbx_caller_t *caller;
     char *id;
     gw_tools_state_t *state; //  sync: the state whose changes go out
@@ -54,17 +59,21 @@ static int s_on_event (const sbx_event_t *event, void *arg)
     return 0;
 }
 
-gw_mcp_sessions_t *gw_mcp_sessions_new (sbx_config_t *config, sbx_peer_t *peer)
+static void s_op_free (s_op_t **op_p);
+
+gw_mcp_sessions_t *gw_mcp_sessions_new (sbx_config_t *config, sbx_peer_t *peer, gw_broker_t *broker)
 {
     gw_mcp_sessions_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     self->peer = peer;
-    self->broker = gw_broker_new (config, peer);
+    self->broker = broker;
+    self->ops = sbx_idmap_new ();
+    self->next_serial = 1;
     self->copies = zhashx_new ();
     if (peer)
         self->reader = sbx_tapreader_new (config, peer, SBX_TAPREADER_NOW, s_on_event, self);
-    if (!self->broker || !self->copies || (peer && !self->reader)) {
+    if (!self->broker || !self->ops || !self->copies || (peer && !self->reader)) {
         gw_mcp_sessions_destroy (&self);
         return NULL;
     }
@@ -78,8 +87,14 @@ void gw_mcp_sessions_destroy (gw_mcp_sessions_t **self_p)
     gw_mcp_sessions_t *self = *self_p;
     if (!self)
         return;
-    //  The broker client first: its requests' callbacks would use what follows.
-    gw_broker_destroy (&self->broker);
+    //  Requests in flight are cancelled: their callbacks would use what follows.
+    if (self->ops) {
+        for (s_op_t *op = zhashx_first (self->ops); op; op = zhashx_next (self->ops)) {
+            gw_broker_cancel (self->broker, op->handle);
+            s_op_free (&op);
+        }
+        zhashx_destroy (&self->ops);
+    }
     sbx_tapreader_destroy (&self->reader);
     zhashx_destroy (&self->copies);
     free (self);
@@ -177,6 +192,7 @@ static s_op_t *s_op_new (gw_mcp_sessions_t *self, const sbx_caller_t *caller, co
     if (!op)
         return NULL;
     op->self = self;
+    op->serial = self->next_serial++;
     op->caller = gw_auth_caller_dup (caller);
     op->id = id ? strdup (id) : NULL;
     op->fn = fn;
@@ -187,18 +203,35 @@ static s_op_t *s_op_new (gw_mcp_sessions_t *self, const sbx_caller_t *caller, co
         free (op);
         return NULL;
     }
+    zhashx_insert (self->ops, SBX_ID (op->serial), op);
     return op;
 }
 
-static void s_op_done (s_op_t **op_p, gw_tools_state_t *state, sbx_code_t code, const char *message)
+static void s_op_free (s_op_t **op_p)
 {
     s_op_t *op = *op_p;
-    op->fn (state, op->id, code, message, op->arg);
     gw_auth_caller_destroy (&op->caller);
     gw_tools_state_unref (&op->state);
     free (op->id);
     free (op);
     *op_p = NULL;
+}
+
+//  An op that never went out: dropped without its callback.
+static void s_op_forget (s_op_t **op_p)
+{
+    if (*op_p) {
+        zhashx_delete ((*op_p)->self->ops, SBX_ID ((*op_p)->serial));
+        s_op_free (op_p);
+    }
+}
+
+static void s_op_done (s_op_t **op_p, gw_tools_state_t *state, sbx_code_t code, const char *message)
+{
+    s_op_t *op = *op_p;
+    zhashx_delete (op->self->ops, SBX_ID (op->serial));
+    op->fn (state, op->id, code, message, op->arg);
+    s_op_free (op_p);
 }
 
 //  open, get and use answer the session: kept as the copy, handed to fn.
@@ -231,7 +264,7 @@ void gw_mcp_sessions_open (gw_mcp_sessions_t *self, const sbx_caller_t *caller,
     s_op_t *op = s_op_new (self, caller, NULL, fn, arg);
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_MCP_SESSION_OPEN);
     if (!op || !request) {
-        free (op);
+        s_op_forget (&op);
         sbx_msg_destroy (&request);
         fn (NULL, NULL, SBX_E_INTERNAL, "out of memory", arg);
         return;
@@ -242,7 +275,8 @@ void gw_mcp_sessions_open (gw_mcp_sessions_t *self, const sbx_caller_t *caller,
     snprintf (name, sizeof name, "%s", client ? client : "");
     sbx_utf8_sanitize (name);
     sbx_str_set (&sbx_msg_mcp_session_open (request)->client, *name ? name : NULL);
-    gw_broker_send (self->broker, op->caller, &request, S_TIMEOUT_MS, s_on_session, op);
+    GW_KEEP (op->handle,
+             gw_broker_send (self->broker, op->caller, &request, S_TIMEOUT_MS, s_on_session, op));
 }
 
 void gw_mcp_sessions_fetch (gw_mcp_sessions_t *self, const sbx_caller_t *caller, const char *id,
@@ -251,13 +285,14 @@ void gw_mcp_sessions_fetch (gw_mcp_sessions_t *self, const sbx_caller_t *caller,
     s_op_t *op = s_op_new (self, caller, id, fn, arg);
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_MCP_SESSION_GET);
     if (!op || !request) {
-        free (op);
+        s_op_forget (&op);
         sbx_msg_destroy (&request);
         fn (NULL, id, SBX_E_INTERNAL, "out of memory", arg);
         return;
     }
     sbx_str_set (&sbx_msg_mcp_session_get (request)->session_id, id);
-    gw_broker_send (self->broker, op->caller, &request, S_TIMEOUT_MS, s_on_session, op);
+    GW_KEEP (op->handle,
+             gw_broker_send (self->broker, op->caller, &request, S_TIMEOUT_MS, s_on_session, op));
 }
 
 static void s_sync_next (s_op_t *op);
@@ -297,7 +332,8 @@ static void s_sync_next (s_op_t *op)
         s_on_used (NULL, SBX_E_INTERNAL, "out of memory", op);
         return;
     }
-    gw_broker_send (op->self->broker, op->caller, &request, S_TIMEOUT_MS, s_on_used, op);
+    GW_KEEP (op->handle,
+             gw_broker_send (op->self->broker, op->caller, &request, S_TIMEOUT_MS, s_on_used, op));
 }
 
 void gw_mcp_sessions_sync (gw_mcp_sessions_t *self, const sbx_caller_t *caller, const char *id,
@@ -326,13 +362,14 @@ void gw_mcp_sessions_end (gw_mcp_sessions_t *self, const sbx_caller_t *caller, c
     s_op_t *op = s_op_new (self, caller, id, fn, arg);
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_MCP_SESSION_END);
     if (!op || !request) {
-        free (op);
+        s_op_forget (&op);
         sbx_msg_destroy (&request);
         fn (NULL, id, SBX_E_INTERNAL, "out of memory", arg);
         return;
     }
     sbx_str_set (&sbx_msg_mcp_session_end (request)->session_id, id);
-    gw_broker_send (self->broker, op->caller, &request, S_TIMEOUT_MS, s_on_ended, op);
+    GW_KEEP (op->handle,
+             gw_broker_send (self->broker, op->caller, &request, S_TIMEOUT_MS, s_on_ended, op));
 }
 
 //  --------------------------------------------------------------------------
@@ -350,7 +387,8 @@ static void s_expect (gw_tools_state_t *state, const char *id, sbx_code_t code, 
 void gw_mcp_sessions_test (bool verbose)
 {
     (void) verbose;
-    gw_mcp_sessions_t *self = gw_mcp_sessions_new (NULL, NULL);
+    gw_broker_t *broker = gw_broker_new (NULL, NULL);
+    gw_mcp_sessions_t *self = gw_mcp_sessions_new (NULL, NULL, broker);
     assert (self);
     sbx_caller_t caller = {.kind = SBX_CALLER_KIND_API_KEY, .account_id = "acc_a"};
 
@@ -392,4 +430,5 @@ void gw_mcp_sessions_test (bool verbose)
     gw_tools_state_set_default (state, "sb_9");
     gw_tools_state_unref (&state);
     gw_mcp_sessions_destroy (&self);
+    gw_broker_destroy (&broker);
 }

@@ -26,8 +26,11 @@ typedef struct gw_mcp_sessions_t gw_mcp_sessions_t;
 typedef void (gw_mcp_sessions_fn) (gw_tools_state_t *state, const char *id, sbx_code_t code,
                                    const char *message, void *arg);
 
-//  config and peer are borrowed; peer NULL: self-tests (requests fail unavailable).
-gw_mcp_sessions_t *gw_mcp_sessions_new (sbx_config_t *config, sbx_peer_t *peer);
+//  config, peer and broker (the gateway's one broker client) are borrowed; peer NULL:
+//  self-tests (requests fail unavailable).
+typedef struct gw_broker_t gw_broker_t;
+gw_mcp_sessions_t *gw_mcp_sessions_new (sbx_config_t *config, sbx_peer_t *peer,
+                                        gw_broker_t *broker);
 //  Forgets requests in flight (their callbacks are not called) and every copy.
 void gw_mcp_sessions_destroy (gw_mcp_sessions_t **self_p);
 //  Starts following the tap.

@@ -1109,17 +1109,34 @@ bool gw_oauth_handle (gw_oauth_t *self, gw_request_t *req)
 //  --------------------------------------------------------------------------
 //  Construction
 
-gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer,
-                          gw_auth_t *auth)
+static void s_route (gw_request_t *req, void *arg)
 {
+    gw_oauth_handle ((gw_oauth_t *) arg, req);
+}
+
+//  The paths gw_oauth_handle serves.
+static const char *s_paths[] = {"/.well-known/oauth-protected-resource",
+                                "/.well-known/oauth-protected-resource/mcp",
+                                "/.well-known/oauth-authorization-server",
+                                "/oauth/register",
+                                "/oauth/authorize",
+                                "/oauth/token",
+                                "/oauth/revoke",
+                                NULL};
+
+gw_oauth_t *gw_oauth_new (gw_ctx_t *ctx)
+{
+    assert (ctx);
     gw_oauth_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
+    sbx_config_t *config = ctx->config;
+    zloop_t *loop = ctx->loop;
     self->config = config;
-    self->auth = auth;
-    self->http = http;
-    self->broker = gw_broker_new (config, peer);
-    self->session = gw_session_new (config);
+    self->auth = ctx->auth;
+    self->http = ctx->http;
+    self->broker = ctx->broker;
+    self->session = ctx->signin;
     self->signin = gw_signin_new (loop, self->broker, "oauth");
     const char *allow =
         config ? sbx_config_get (config, "gateway.oauth_allow_private_fetch", "false") : "false";
@@ -1141,22 +1158,23 @@ gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, 
         self->resource = NULL;
     self->flows = sbx_idmap_new ();
     self->cimd = zhashx_new ();
-    if (!self->broker || !self->session || !self->signin || !self->fetch || !self->registrations ||
-        !self->issuer || !self->resource || !self->flows || !self->cimd) {
+    bool routed = true;
+    for (int i = 0; s_paths[i] && routed; i++)
+        routed = gw_router_add (ctx->router, s_paths[i], false, s_route, self) == 0;
+    if (!self->signin || !self->fetch || !self->registrations || !self->issuer || !self->resource ||
+        !self->flows || !self->cimd || !routed) {
         gw_oauth_destroy (&self);
         return NULL;
     }
+    //  One pool and throttle for both sign-in pages (gw_verify.h).
+    if (ctx->verify)
+        gw_signin_set_verify (self->signin, ctx->verify);
     zhashx_set_destructor (self->cimd, s_client_destructor);
     self->next_serial = 1;
     if (options.allow_private)
         sbx_warn ("gateway.oauth_allow_private_fetch is on: client metadata documents may be "
                   "fetched from private and loopback addresses (tests only)");
     return self;
-}
-
-void gw_oauth_set_verify (gw_oauth_t *self, gw_verify_t *verify)
-{
-    gw_signin_set_verify (self->signin, verify);
 }
 
 void gw_oauth_destroy (gw_oauth_t **self_p)
@@ -1174,8 +1192,6 @@ void gw_oauth_destroy (gw_oauth_t **self_p)
     gw_fetch_destroy (&self->fetch);
     gw_ratelimit_destroy (&self->registrations);
     gw_signin_destroy (&self->signin);
-    gw_session_destroy (&self->session);
-    gw_broker_destroy (&self->broker);
     free (self->issuer);
     free (self->resource);
     free (self);

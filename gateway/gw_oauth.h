@@ -19,19 +19,16 @@
 #ifndef GW_OAUTH_H_INCLUDED
 #define GW_OAUTH_H_INCLUDED
 
-#include "gw_auth.h"
+#include "gw_ctx.h"
 #include "gw_http.h"
 #include "gw_verify.h"
 #include "sbx_common.h"
 
 typedef struct gw_oauth_t gw_oauth_t;
 
-//  config, loop, http and peer are borrowed. NULL when the session secret can't be made.
-gw_oauth_t *gw_oauth_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_peer_t *peer,
-                          gw_auth_t *auth);
-
-//  Signs in with the gateway's shared verifier (borrowed; see gw_signin_set_verify).
-void gw_oauth_set_verify (gw_oauth_t *self, gw_verify_t *verify);
+//  Serves the OAuth endpoints and metadata with the gateway's shared services (ctx,
+//  borrowed: it outlives this) and registers their routes.
+gw_oauth_t *gw_oauth_new (gw_ctx_t *ctx);
 
 //  Cancels what is in flight (their requests are the HTTP server's to close).
 void gw_oauth_destroy (gw_oauth_t **self_p);

@@ -45,10 +45,9 @@ struct gw_proxy_t {
     sbx_config_t *config;
     zloop_t *loop;
     sbx_peer_t *peer;
-    gw_auth_t *auth;     //  borrowed from the gateway, or own_auth
-    gw_auth_t *own_auth; //  self-tests only
-    char *box_domain;    //  lower case: "box.<domain>", or the box_domain setting
-    zhashx_t *cache;     //  "label:port" → s_target_t
+    gw_auth_t *auth;  //  the gateway's (ctx)
+    char *box_domain; //  lower case: "box.<domain>", or the box_domain setting
+    zhashx_t *cache;  //  "label:port" → s_target_t
     zlistx_t *conns;
 };
 
@@ -1056,19 +1055,28 @@ int gw_proxy_parse_host (const char *host, const char *box_domain, char *label, 
 //  --------------------------------------------------------------------------
 //  Construction
 
-gw_proxy_t *gw_proxy_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer, gw_auth_t *auth)
+static bool s_claim (gw_request_t *req, void *arg)
 {
+    return gw_proxy_handle ((gw_proxy_t *) arg, req);
+}
+
+gw_proxy_t *gw_proxy_new (gw_ctx_t *ctx)
+{
+    assert (ctx);
     gw_proxy_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
+    sbx_config_t *config = ctx->config;
     self->config = config;
-    self->loop = loop;
-    self->peer = peer;
-    self->auth = auth ? auth : (self->own_auth = gw_auth_new (config, peer));
+    self->loop = ctx->loop;
+    self->peer = ctx->peer;
+    self->auth = ctx->auth;
     self->box_domain = config ? sbx_urls_box_domain (config) : strdup ("box.localhost");
     self->cache = zhashx_new ();
     self->conns = zlistx_new ();
-    if (!self->auth || !self->box_domain || !self->cache || !self->conns) {
+    //  A guest port's host: every path belongs to the guest, so it is asked first.
+    if (!self->box_domain || !self->cache || !self->conns ||
+        gw_router_claim (ctx->router, s_claim, self)) {
         gw_proxy_destroy (&self);
         return NULL;
     }
@@ -1081,8 +1089,7 @@ void gw_proxy_destroy (gw_proxy_t **self_p)
     gw_proxy_t *self = *self_p;
     if (!self)
         return;
-    //  Checks in flight never call back once auth is gone.
-    gw_auth_destroy (&self->own_auth);
+    //  Checks in flight are the shared auth's: it is destroyed after, without calling back.
     s_conn_t *c;
     while (self->conns && (c = zlistx_first (self->conns))) {
         c->auth_pending = false;

@@ -19,15 +19,16 @@
 #ifndef GW_PROXY_H_INCLUDED
 #define GW_PROXY_H_INCLUDED
 
-#include "gw_auth.h"
+#include "gw_ctx.h"
 #include "gw_http.h"
 #include "sbx_common.h"
 
 typedef struct gw_proxy_t gw_proxy_t;
 
-//  config, loop and peer are borrowed, and so is auth (the gateway's; NULL: its own). The
-//  hosts it takes come from the box_domain setting (sbx_urls_box_domain).
-gw_proxy_t *gw_proxy_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer, gw_auth_t *auth);
+//  Serves guest ports with the gateway's shared services (ctx, borrowed: it outlives
+//  this) and claims their hosts in its router. The hosts it takes come from the
+//  box_domain setting (sbx_urls_box_domain).
+gw_proxy_t *gw_proxy_new (gw_ctx_t *ctx);
 
 //  Drops every proxied connection. Destroy the HTTP server first (its requests end).
 void gw_proxy_destroy (gw_proxy_t **self_p);

@@ -96,6 +96,7 @@ typedef struct {
 typedef struct {
     gw_rest_t *rest;
     uint64_t serial;
+    uint64_t handle; //  the broker request in flight, for cancel
     uint64_t req_id;
     s_input_t in;
     char *token;
@@ -116,8 +117,7 @@ typedef struct {
 
 struct gw_rest_t {
     gw_http_t *http;
-    gw_auth_t *auth;     //  borrowed from the gateway, or own_auth
-    gw_auth_t *own_auth; //  self-tests only
+    gw_auth_t *auth; //  the gateway's (ctx)
     gw_broker_t *broker;
     zhashx_t *jobs; //  serial → s_job_t
     uint64_t next_serial;
@@ -138,27 +138,27 @@ static void s_job_free (s_job_t **job_p)
     *job_p = NULL;
 }
 
-gw_rest_t *gw_rest_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer, gw_auth_t *auth)
+static void s_on_route (gw_request_t *req, void *arg)
 {
+    gw_rest_handle ((gw_rest_t *) arg, req);
+}
+
+gw_rest_t *gw_rest_new (gw_ctx_t *ctx)
+{
+    assert (ctx);
     gw_rest_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
-    self->http = http;
+    self->http = ctx->http;
     self->next_serial = 1;
-    self->auth = auth ? auth : (self->own_auth = gw_auth_new (config, peer));
-    self->broker = gw_broker_new (config, peer);
+    self->auth = ctx->auth;
+    self->broker = ctx->broker;
     self->jobs = sbx_idmap_new ();
-    if (!self->auth || !self->broker || !self->jobs) {
+    if (!self->jobs || gw_router_add (ctx->router, "/v1", true, s_on_route, self)) {
         gw_rest_destroy (&self);
         return NULL;
     }
     return self;
-}
-
-void gw_rest_set_cache (gw_rest_t *self, gw_cache_t *cache)
-{
-    assert (self);
-    gw_broker_set_cache (self->broker, cache);
 }
 
 void gw_rest_destroy (gw_rest_t **self_p)
@@ -167,12 +167,12 @@ void gw_rest_destroy (gw_rest_t **self_p)
     gw_rest_t *self = *self_p;
     if (!self)
         return;
-    //  Pending callbacks are forgotten first, then what they would have used.
-    gw_auth_destroy (&self->own_auth);
-    gw_broker_destroy (&self->broker);
+    //  Requests in flight are cancelled first (the broker client is the gateway's).
     if (self->jobs) {
-        for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs))
+        for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs)) {
+            gw_broker_cancel (self->broker, job->handle);
             s_job_free (&job);
+        }
         zhashx_destroy (&self->jobs);
     }
     free (self);
@@ -697,10 +697,11 @@ static void s_send (s_job_t *job, sbx_msg_t **request_p)
 {
     gw_rest_t *self = job->rest;
     if (job->agent)
-        gw_broker_send_agent (self->broker, job->caller, job->sandbox_id, request_p,
-                              job->timeout_ms, s_on_answer, job);
+        GW_KEEP (job->handle, gw_broker_send_agent (self->broker, job->caller, job->sandbox_id,
+                                                    request_p, job->timeout_ms, s_on_answer, job));
     else
-        gw_broker_send (self->broker, job->caller, request_p, job->timeout_ms, s_on_answer, job);
+        GW_KEEP (job->handle, gw_broker_send (self->broker, job->caller, request_p, job->timeout_ms,
+                                              s_on_answer, job));
 }
 
 static void s_read_next (s_job_t *job)
@@ -1279,9 +1280,11 @@ void gw_rest_test (bool verbose)
     assert (s_try (R_PORT_SET, "sb_x", NULL, "{\"port\":8000,\"public\":true}", &error, &job) ==
             SBX_OK);
     assert (sbx_msg_sandbox_port (job.request)->port == 8000);
-    assert (sbx_msg_sandbox_port (job.request)->public && !sbx_msg_sandbox_port (job.request)->remove);
+    assert (sbx_msg_sandbox_port (job.request)->public &&
+            !sbx_msg_sandbox_port (job.request)->remove);
     s_job_clear (&job);
-    assert (s_try (R_PORT_SET, "sb_x", NULL, "{\"port\":0}", &error, NULL) == SBX_E_INVALID_ARGUMENT);
+    assert (s_try (R_PORT_SET, "sb_x", NULL, "{\"port\":0}", &error, NULL) ==
+            SBX_E_INVALID_ARGUMENT);
     assert (s_try (R_PORT_SET, "sb_x", NULL, "{\"port\":80,\"open\":1}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     assert (s_try (R_PORT_SET, "sb_x", NULL, "{}", &error, NULL) == SBX_E_INVALID_ARGUMENT);
@@ -1385,8 +1388,10 @@ void gw_rest_test (bool verbose)
     json_decref (doc);
 
     //  A request needs no broker to be refused.
-    gw_rest_t *rest = gw_rest_new (NULL, NULL, NULL, NULL);
+    gw_ctx_t *ctx = gw_ctx_new (NULL, NULL, NULL, NULL);
+    gw_rest_t *rest = ctx ? gw_rest_new (ctx) : NULL;
     assert (rest);
     gw_rest_destroy (&rest);
+    gw_ctx_destroy (&ctx);
     assert (!rest);
 }

@@ -20,18 +20,15 @@
 #ifndef GW_REST_H_INCLUDED
 #define GW_REST_H_INCLUDED
 
-#include "gw_auth.h"
+#include "gw_ctx.h"
 #include "gw_http.h"
 #include "sbx_common.h"
 
 typedef struct gw_rest_t gw_rest_t;
 
-//  config, http and peer are borrowed and outlive it (all may be NULL in self-tests).
-//  Reads sandboxes and usage from the gateway's copy (gw_cache.h; borrowed).
-typedef struct gw_cache_t gw_cache_t;
-void gw_rest_set_cache (gw_rest_t *self, gw_cache_t *cache);
-
-gw_rest_t *gw_rest_new (sbx_config_t *config, gw_http_t *http, sbx_peer_t *peer, gw_auth_t *auth);
+//  Serves /v1 with the gateway's shared services (ctx, borrowed: it outlives this; its
+//  parts may be NULL in self-tests) and registers the route.
+gw_rest_t *gw_rest_new (gw_ctx_t *ctx);
 
 //  Forgets requests in flight (their clients get no answer: the server goes too).
 void gw_rest_destroy (gw_rest_t **self_p);

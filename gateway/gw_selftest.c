@@ -13,6 +13,7 @@
 #include "gw_ratelimit.h"
 #include "gw_rates.h"
 #include "gw_rest.h"
+#include "gw_router.h"
 #include "gw_session.h"
 #include "gw_signin.h"
 #include "gw_tls.h"
@@ -31,6 +32,7 @@ static const sbx_test_t s_tests[] = {
     {"gw_pages", gw_pages_test},   {"gw_session", gw_session_test}, {"gw_signin", gw_signin_test},
     {"gw_oauth", gw_oauth_test},   {"gw_account", gw_account_test}, {"gw_ratelimit", gw_ratelimit_test},
     {"gw_mcp_sessions", gw_mcp_sessions_test}, {"gw_rates", gw_rates_test},
+    {"gw_router", gw_router_test},
     {NULL, NULL}};
 // clang-format on
 

@@ -1,6 +1,7 @@
 /*  gw_tools - see gw_tools.h */
 #include "gw_tools.h"
 #include "gw_cache.h"
+#include "gw_ctx.h"
 #include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_broker.h"
@@ -354,8 +355,8 @@ typedef void (s_reply_fn) (s_call_t *call, sbx_msg_t *reply);
 struct gw_tools_t {
     sbx_config_t *config;
     json_t *list;
-    gw_broker_t *broker;
-    zhashx_t *calls; //  serial → s_call_t waiting for the broker
+    gw_broker_t *broker; //  the gateway's (ctx)
+    zhashx_t *calls;     //  serial → s_call_t waiting for the broker
     uint64_t next_serial;
     gw_cache_t *cache; //  the gateway's copy of sandboxes, or NULL
 };
@@ -1436,12 +1437,12 @@ static const struct {
                {"delete_snapshot", S_DELETE_SNAPSHOT},
                {NULL, 0}};
 
-gw_tools_t *gw_tools_new (sbx_config_t *config, sbx_peer_t *peer)
+gw_tools_t *gw_tools_new (gw_ctx_t *ctx)
 {
     gw_tools_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
-    self->config = config;
+    self->config = ctx->config;
     self->next_serial = 1;
     char *text = strdup (s_definitions);
     for (char *c = text; c && *c; c++)
@@ -1452,20 +1453,14 @@ gw_tools_t *gw_tools_new (sbx_config_t *config, sbx_peer_t *peer)
     if (!self->list)
         sbx_error ("tool definitions: %s at %d", error.text, error.position);
     free (text);
-    self->broker = gw_broker_new (config, peer);
+    self->broker = ctx->broker;
+    self->cache = ctx->cache;
     self->calls = sbx_idmap_new ();
     if (!self->list || !self->broker || !self->calls) {
         gw_tools_destroy (&self);
         return NULL;
     }
     return self;
-}
-
-void gw_tools_set_cache (gw_tools_t *self, gw_cache_t *cache)
-{
-    assert (self);
-    self->cache = cache;
-    gw_broker_set_cache (self->broker, cache);
 }
 
 void gw_tools_destroy (gw_tools_t **self_p)
@@ -1482,7 +1477,6 @@ void gw_tools_destroy (gw_tools_t **self_p)
         zhashx_destroy (&self->calls);
     }
     json_decref (self->list);
-    gw_broker_destroy (&self->broker);
     free (self);
     *self_p = NULL;
 }
@@ -1654,7 +1648,8 @@ static const char *s_probe_text (s_probe_t *probe)
 void gw_tools_test (bool verbose)
 {
     (void) verbose;
-    gw_tools_t *tools = gw_tools_new (NULL, NULL);
+    gw_ctx_t *ctx = gw_ctx_new (NULL, NULL, NULL, NULL);
+    gw_tools_t *tools = ctx ? gw_tools_new (ctx) : NULL;
     assert (tools);
     json_t *list = gw_tools_list (tools);
     static const char *names[] = {
@@ -1751,4 +1746,5 @@ void gw_tools_test (bool verbose)
 
     gw_tools_state_unref (&state);
     gw_tools_destroy (&tools);
+    gw_ctx_destroy (&ctx);
 }

@@ -33,15 +33,13 @@ typedef struct gw_tools_state_t gw_tools_state_t;
 //  malformed params).
 typedef void (gw_tools_done_fn) (json_t *result, int rpc_code, const char *rpc_message, void *arg);
 
-//  config and peer are borrowed; peer may be NULL for gw_tools_list only (self-tests).
-gw_tools_t *gw_tools_new (sbx_config_t *config, sbx_peer_t *peer);
+//  Uses the gateway's shared services (gw_ctx.h: its broker client and read copy;
+//  borrowed, they outlive it).
+typedef struct gw_ctx_s gw_ctx_t;
+gw_tools_t *gw_tools_new (gw_ctx_t *ctx);
 
 //  Cancels calls in flight (their done is not called).
 void gw_tools_destroy (gw_tools_t **self_p);
-
-//  Reads sandboxes and usage from the gateway's copy (gw_cache.h; borrowed).
-typedef struct gw_cache_t gw_cache_t;
-void gw_tools_set_cache (gw_tools_t *self, gw_cache_t *cache);
 
 //  The tool definitions for tools/list, in the reference's order (borrowed).
 json_t *gw_tools_list (gw_tools_t *self);
