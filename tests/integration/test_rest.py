@@ -29,6 +29,8 @@ ROUTES = {
     "/v1/sandboxes/{id}/snapshots": {"post"},
     "/v1/snapshots": {"get"},
     "/v1/snapshots/{id}": {"get", "delete"},
+    "/v1/sandboxes/{id}/ports": {"post"},
+    "/v1/sandboxes/{id}/ports/{port}": {"delete"},
 }
 
 

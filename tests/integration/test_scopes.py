@@ -33,7 +33,8 @@ OPS = {
                          "kill_command"),
     "read_file":        ("read", "sandbox", "GET /v1/sandboxes/{id}/files", "read_file"),
     "write_file":       ("write", "sandbox", "PUT /v1/sandboxes/{id}/files", "write_file"),
-    "host_port":        ("write", "sandbox", None, "host_port"),
+    "host_port":        ("write", "sandbox", "POST /v1/sandboxes/{id}/ports", "host_port"),
+    "unpublish_port":   ("write", "sandbox", "DELETE /v1/sandboxes/{id}/ports/{port}", None),
     "extend_sandbox":   ("write", "sandbox", "POST /v1/sandboxes/{id}/extend", "extend_sandbox"),
     "rename_sandbox":   ("write", "sandbox", "PATCH /v1/sandboxes/{id}", "rename_sandbox"),
     "label_sandbox":    ("write", "sandbox", "PATCH /v1/sandboxes/{id}", "label_sandbox"),
@@ -54,8 +55,9 @@ OPS = {
 # Sandbox ops in the order they run on one object: reads and harmless writes first, the
 # stop and resume pair, then the save; deletes run on objects made for them.
 SANDBOX_ORDER = ["get_sandbox", "list_sandboxes", "exec", "command_status", "kill_command",
-                 "read_file", "write_file", "host_port", "extend_sandbox", "rename_sandbox",
-                 "label_sandbox", "stop_sandbox", "resume_sandbox", "save_snapshot"]
+                 "read_file", "write_file", "host_port", "unpublish_port", "extend_sandbox",
+                 "rename_sandbox", "label_sandbox", "stop_sandbox", "resume_sandbox",
+                 "save_snapshot"]
 SNAPSHOT_ORDER = ["get_snapshot", "list_snapshots", "copy_snapshot"]
 
 
@@ -192,7 +194,7 @@ class ScopesTest(unittest.TestCase):
         if door == "rest":
             method, path = route.split(" ")
             path = path.replace("{id}", snap if OPS[op][1] == "snapshot" else (sid or ""))
-            path = path.replace("{pid}", str(pid))
+            path = path.replace("{pid}", str(pid)).replace("{port}", "8000")
             body, raw = None, False
             if op == "exec":
                 body = {"command": "true"}
@@ -203,6 +205,8 @@ class ScopesTest(unittest.TestCase):
             elif op == "write_file":
                 path += "?path=/tmp/scopes.txt"
                 body, raw = b"scoped", True
+            elif op == "host_port":
+                body = {"port": 8000}
             elif op == "extend_sandbox":
                 body = {"ttlSeconds": 3600}
             elif op == "rename_sandbox":
