@@ -3,8 +3,9 @@
     JSON in and out; every failure is {"error":{"code","message"}} with the HTTP status
     of its code (schemas/errors.json). Routes, methods and bodies are described by
     docs/openapi.json, which the build embeds and GET /v1/openapi.json serves verbatim
-    (no credentials needed); the self-test checks that the document and the route
-    table list the same paths and methods.
+    (no credentials needed); it and the route table (gw_ops_gen) are generated from
+    schemas/operations.json, and the self-test checks that they list the same paths
+    and methods.
 
     Every other route needs `Authorization: Bearer sbx_…` (an API key, gw_auth); none or
     a bad one is 401 with `WWW-Authenticate: Bearer`. Only API keys: OAuth access

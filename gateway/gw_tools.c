@@ -2,6 +2,7 @@
 #include "gw_tools.h"
 #include "gw_cache.h"
 #include "gw_ctx.h"
+#include "gw_ops_gen.h"
 #include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_broker.h"
@@ -14,225 +15,7 @@
 #define S_EXEC_DEFAULT 120
 #define S_EXEC_MAX     600
 #define S_MARGIN_MS    30000 //  broker, vmd and agent time on top of a tool's own wait
-#define S_CREATE_MS    300000
-#define S_SIMPLE_MS    30000
-
-//  The tool definitions, as JSON with ' for " (so the text stays readable here; no
-//  description uses an apostrophe). Parsed once by gw_tools_new.
-#define S_SBID                                                                                     \
-    "'sandboxId':{'type':'string','description':'The sandbox (sb_...). Default: the one this "     \
-    "session created or used last.'}"
-#define S_SANDBOX_PROPS                                                                            \
-    "'id':{'type':'string'},'name':{'type':'string'},'label':{'type':'string'},"                   \
-    "'state':{'type':'string','enum':['creating','ready','stopping','stopped','resuming',"         \
-    "'deleting','deleted','error']},'type':{'type':'string'},'url':{'type':'string'},"             \
-    "'network':{'type':'boolean'},'labels':{'type':'object','additionalProperties':{'type':"       \
-    "'string'}},'createdAt':{'type':['string','null']},'expiresAt':{'type':['string','null']},"    \
-    "'reason':{'type':'string'},'runningSeconds':{'type':'integer','description':'Seconds it "     \
-    "ran (billed) so far.'},'costMicroUsd':{'type':'integer'},'costUsd':{'type':'string',"         \
-    "'description':'Cost so far in US dollars, e.g. "                                              \
-    "0.000360.'},'ports':{'type':'array','items':{'type':'object','properties':{"                  \
-    "'port':{'type':'integer'},'url':{'type':'string'},'public':{'type':'boolean'}}}}"
-#define S_SANDBOX_OUT                                                                              \
-    "{'type':'object','properties':{" S_SANDBOX_PROPS "},'required':['id','state','type','url']}"
-#define S_OUTPUT_PROPS                                                                             \
-    "'exitCode':{'type':['integer','null'],'description':'Exit status; 128+N when signal N "       \
-    "ended it; null while running.'},'stdout':{'type':'string'},'stderr':{'type':'string'},"       \
-    "'stdoutNextOffset':{'type':'integer','description':'Pass as stdoutOffset to "                 \
-    "command_status to get only newer output.'},'stderrNextOffset':{'type':'integer'},"            \
-    "'stdoutTruncated':{'type':'boolean'},'stderrTruncated':{'type':'boolean'},"                   \
-    "'timedOut':{'type':'boolean'},'processId':{'type':'integer'}"
-#define S_UNAVAILABLE_OUT "{'type':'object','properties':{'sandboxId':{'type':'string'}}}"
-
-static const char *s_definitions =
-    "["
-    //  create_sandbox
-    "{'name':'create_sandbox','title':'Create sandbox',"
-    "'description':'Create a Linux sandbox (a microVM with root and network) and wait until it "
-    "is ready. It becomes the default sandbox of this session for the other tools. It stops by "
-    "itself after ttlSeconds (default 3600); a stopped sandbox keeps its memory and can be "
-    "resumed.',"
-    "'inputSchema':{'type':'object','properties':{"
-    "'name':{'type':'string','maxLength':128,'description':'A name for people.'},"
-    "'type':{'type':'string','enum':['small','medium','large'],'description':'Size: small 1 "
-    "vCPU 512 MiB (default), medium 2 vCPU 1 GiB, large 2 vCPU 2 GiB.'},"
-    "'ttlSeconds':{'type':'integer','minimum':60,'description':'Seconds until it stops by "
-    "itself (default 3600).'},"
-    "'snapshotId':{'type':'string','description':'Start from this snapshot instead of the base "
-    "image.'},"
-    "'env':{'type':'object','additionalProperties':{'type':'string'},'description':'Environment "
-    "variables applied to every exec in this sandbox.'},"
-    "'labels':{'type':'object','additionalProperties':{'type':'string'},'description':'Key/value "
-    "labels.'},"
-    "'network':{'type':'boolean','description':'Network access (default true).'}}},"
-    "'outputSchema':" S_SANDBOX_OUT ","
-    "'annotations':{'title':'Create sandbox','readOnlyHint':false,'destructiveHint':false}},"
-    //  list_sandboxes
-    "{'name':'list_sandboxes','title':'List sandboxes',"
-    "'description':'List the sandboxes of this account that are not deleted, newest first.',"
-    "'inputSchema':{'type':'object','properties':{}},"
-    "'outputSchema':{'type':'object','properties':{'sandboxes':{'type':'array','items':"
-    "{'type':'object','properties':{" S_SANDBOX_PROPS "}}}},'required':['sandboxes']},"
-    "'annotations':{'title':'List sandboxes','readOnlyHint':true}},"
-    //  get_sandbox
-    "{'name':'get_sandbox','title':'Get sandbox',"
-    "'description':'Show one sandbox: state, URL, type, when it stops.',"
-    "'inputSchema':{'type':'object','properties':{" S_SBID "}},"
-    "'outputSchema':" S_SANDBOX_OUT ","
-    "'annotations':{'title':'Get sandbox','readOnlyHint':true}},"
-    //  exec
-    "{'name':'exec','title':'Run command',"
-    "'description':'Run a shell command (/bin/sh -c, as root) in the sandbox and return its exit "
-    "code, stdout and stderr. Waits up to timeout seconds (default 120, at most 600). For "
-    "servers and long jobs use detached: true, which returns a processId at once; then poll "
-    "command_status.',"
-    "'inputSchema':{'type':'object','properties':{"
-    "'command':{'type':'string','description':'Shell command line.'},"
-    "'detached':{'type':'boolean','description':'Start it in the background and return its "
-    "processId at once.'},"
-    "'timeout':{'type':'integer','minimum':1,'maximum':600,'description':'Seconds to wait "
-    "before the command is killed (default 120, at most 600). Ignored when detached.'},"
-    "'cwd':{'type':'string','description':'Working directory (default /root).'},"
-    "'env':{'type':'object','additionalProperties':{'type':'string'},'description':'Extra "
-    "environment variables.'}," S_SBID "},'required':['command']},"
-    "'outputSchema':{'type':'object','properties':{" S_OUTPUT_PROPS "}},"
-    "'annotations':{'title':'Run command','readOnlyHint':false,'destructiveHint':true}},"
-    //  command_status
-    "{'name':'command_status','title':'Command status',"
-    "'description':'State and new output of a process started with exec. Pass the "
-    "stdoutNextOffset and stderrNextOffset of the previous answer to get only output not seen "
-    "yet.',"
-    "'inputSchema':{'type':'object','properties':{"
-    "'processId':{'type':'integer','description':'The processId exec returned.'},"
-    "'stdoutOffset':{'type':'integer','minimum':0},'stderrOffset':{'type':'integer','minimum':0}"
-    "," S_SBID "},'required':['processId']},"
-    "'outputSchema':{'type':'object','properties':{'running':{'type':'boolean'}," S_OUTPUT_PROPS
-    "},'required':['running']},"
-    "'annotations':{'title':'Command status','readOnlyHint':true}},"
-    //  kill_command
-    "{'name':'kill_command','title':'Kill command',"
-    "'description':'Send a signal (default SIGTERM) to a process started with exec, and its "
-    "children.',"
-    "'inputSchema':{'type':'object','properties':{"
-    "'processId':{'type':'integer'},"
-    "'signal':{'type':['string','integer'],'description':'Name (SIGTERM, SIGKILL, SIGINT...) "
-    "or number; default SIGTERM.'}," S_SBID "},'required':['processId']},"
-    "'outputSchema':{'type':'object','properties':{'processId':{'type':'integer'},'signal':"
-    "{'type':'integer'}}},"
-    "'annotations':{'title':'Kill command','readOnlyHint':false,'destructiveHint':true}},"
-    //  read_file
-    "{'name':'read_file','title':'Read file',"
-    "'description':'Read a file of the sandbox (up to 10 MiB): as text, or base64 with "
-    "encoding base64 for binary files.',"
-    "'inputSchema':{'type':'object','properties':{"
-    "'path':{'type':'string','description':'Absolute path.'},"
-    "'encoding':{'type':'string','enum':['utf-8','base64'],'description':'utf-8 (default) or "
-    "base64.'}," S_SBID "},'required':['path']},"
-    "'outputSchema':{'type':'object','properties':{'path':{'type':'string'},'content':{'type':"
-    "'string'},'encoding':{'type':'string'},'size':{'type':'integer'}},'required':['path',"
-    "'content','encoding','size']},"
-    "'annotations':{'title':'Read file','readOnlyHint':true}},"
-    //  write_file
-    "{'name':'write_file','title':'Write file',"
-    "'description':'Write a file in the sandbox, replacing it, creating parent directories. "
-    "content is text, or base64 with encoding base64.',"
-    "'inputSchema':{'type':'object','properties':{"
-    "'path':{'type':'string','description':'Absolute path.'},"
-    "'content':{'type':'string'},"
-    "'encoding':{'type':'string','enum':['utf-8','base64']},"
-    "'mode':{'type':['string','integer'],'description':'Permission bits, octal text such as "
-    "0755 (default 0644 for a new file).'}," S_SBID "},'required':['path','content']},"
-    "'outputSchema':{'type':'object','properties':{'path':{'type':'string'},'size':{'type':"
-    "'integer'}},'required':['path','size']},"
-    "'annotations':{'title':'Write file','readOnlyHint':false,'destructiveHint':true}},"
-    //  host_port
-    "{'name':'host_port','title':'Publish port',"
-    "'description':'Give a port of the sandbox an HTTPS URL "
-    "(https://LABEL-PORT.BOX_DOMAIN, box.DOMAIN unless the operator set box_domain), public or "
-    "private (private needs the owner credentials).',"
-    "'inputSchema':{'type':'object','properties':{"
-    "'port':{'type':'integer','minimum':1,'maximum':65535},"
-    "'public':{'type':'boolean','description':'Anyone with the URL may use it (default "
-    "false).'},"
-    "'remove':{'type':'boolean','description':'Unpublish the port instead.'}," S_SBID "},"
-    "'required':['port']},"
-    "'outputSchema':{'type':'object','properties':{'port':{'type':'integer'},'url':{'type':"
-    "'string'},'public':{'type':'boolean'},'removed':{'type':'boolean'}},"
-    "'required':['port','url','public']},"
-    "'annotations':{'title':'Publish port','readOnlyHint':false,'destructiveHint':false}},"
-    //  stop_sandbox
-    "{'name':'stop_sandbox','title':'Stop sandbox',"
-    "'description':'Stop the sandbox with its memory kept: it bills no running time until "
-    "resume_sandbox.',"
-    "'inputSchema':{'type':'object','properties':{" S_SBID "}},"
-    "'outputSchema':" S_SANDBOX_OUT ","
-    "'annotations':{'title':'Stop sandbox','readOnlyHint':false,'destructiveHint':false}},"
-    //  resume_sandbox
-    "{'name':'resume_sandbox','title':'Resume sandbox',"
-    "'description':'Resume a stopped sandbox from its memory: processes carry on where they "
-    "were.',"
-    "'inputSchema':{'type':'object','properties':{" S_SBID "}},"
-    "'outputSchema':" S_SANDBOX_OUT ","
-    "'annotations':{'title':'Resume sandbox','readOnlyHint':false,'destructiveHint':false}},"
-    //  extend_sandbox
-    "{'name':'extend_sandbox','title':'Extend sandbox',"
-    "'description':'Push back when the sandbox stops by itself.',"
-    "'inputSchema':{'type':'object','properties':{"
-    "'ttlSeconds':{'type':'integer','minimum':60,'description':'Seconds from now.'}," S_SBID
-    "},'required':['ttlSeconds']},"
-    "'outputSchema':" S_SANDBOX_OUT ","
-    "'annotations':{'title':'Extend sandbox','readOnlyHint':false,'destructiveHint':false}},"
-    //  rename_sandbox
-    "{'name':'rename_sandbox','title':'Rename sandbox',"
-    "'description':'Change the name of the sandbox.',"
-    "'inputSchema':{'type':'object','properties':{"
-    "'name':{'type':'string','minLength':1,'maxLength':128}," S_SBID "},'required':['name']},"
-    "'outputSchema':" S_SANDBOX_OUT ","
-    "'annotations':{'title':'Rename sandbox','readOnlyHint':false,'destructiveHint':false}},"
-    //  label_sandbox
-    "{'name':'label_sandbox','title':'Label sandbox',"
-    "'description':'Set or remove key/value labels of the sandbox (a null value removes one).',"
-    "'inputSchema':{'type':'object','properties':{"
-    "'labels':{'type':'object','additionalProperties':{'type':['string','null']}}," S_SBID
-    "},'required':['labels']},"
-    "'outputSchema':" S_SANDBOX_OUT ","
-    "'annotations':{'title':'Label sandbox','readOnlyHint':false,'destructiveHint':false}},"
-    //  delete_sandbox
-    "{'name':'delete_sandbox','title':'Delete sandbox',"
-    "'description':'Delete a sandbox: its disk, memory and automatic snapshots are removed. "
-    "Always needs the exact sandboxId: it has no default.',"
-    "'inputSchema':{'type':'object','properties':{'sandboxId':{'type':'string','description':"
-    "'The exact id (sb_...) of the sandbox to delete.'}},'required':['sandboxId']},"
-    "'outputSchema':" S_SANDBOX_OUT ","
-    "'annotations':{'title':'Delete sandbox','readOnlyHint':false,'destructiveHint':true}},"
-    //  save_snapshot
-    "{'name':'save_snapshot','title':'Save snapshot',"
-    "'description':'Save the disk and memory of the sandbox as a snapshot that new sandboxes "
-    "can start from (create_sandbox with snapshotId): running processes and files are kept, "
-    "each new sandbox gets its own hostname and random state. A running sandbox is paused "
-    "only while it is captured.',"
-    "'inputSchema':{'type':'object','properties':{"
-    "'name':{'type':'string','maxLength':128},"
-    "'labels':{'type':'object','additionalProperties':{'type':'string'}}," S_SBID "}},"
-    "'outputSchema':{'type':'object','properties':{'snapshotId':{'type':'string'},"
-    "'sizeBytes':{'type':'integer'},'state':{'type':'string'}}},"
-    "'annotations':{'title':'Save snapshot','readOnlyHint':false,'destructiveHint':false}},"
-    //  list_snapshots
-    "{'name':'list_snapshots','title':'List snapshots',"
-    "'description':'List the snapshots of this account.',"
-    "'inputSchema':{'type':'object','properties':{" S_SBID "}},"
-    "'outputSchema':{'type':'object','properties':{'snapshots':{'type':'array','items':{'type':"
-    "'object'}}}},"
-    "'annotations':{'title':'List snapshots','readOnlyHint':true}},"
-    //  delete_snapshot
-    "{'name':'delete_snapshot','title':'Delete snapshot',"
-    "'description':'Delete a snapshot and its files. Refused while a sandbox made from it "
-    "still exists (delete that sandbox first).',"
-    "'inputSchema':{'type':'object','properties':{"
-    "'snapshotId':{'type':'string'}," S_SBID "},'required':['snapshotId']},"
-    "'outputSchema':{'type':'object','properties':{'snapshotId':{'type':'string'}}},"
-    "'annotations':{'title':'Delete snapshot','readOnlyHint':false,'destructiveHint':true}}"
-    "]";
+#define S_USAGE_MS     30000 //  billing's figures for get_sandbox and list_sandboxes
 
 struct gw_tools_state_t {
     int refs;
@@ -364,6 +147,7 @@ struct gw_tools_t {
 struct s_call_t {
     gw_tools_t *tools;
     uint64_t serial, handle;
+    gw_op_t op;
     char *name;
     sbx_caller_t *caller;
     gw_tools_state_t *state;
@@ -473,6 +257,12 @@ static void s_send_agent (s_call_t *call, sbx_msg_t **inner_p, uint32_t timeout_
                           s_reply_fn *on_reply)
 {
     s_send_to (call, call->sandbox_id, inner_p, timeout_ms, on_reply);
+}
+
+//  How long the call's operation waits for its answer (schemas/operations.json).
+static uint32_t s_deadline (s_call_t *call)
+{
+    return gw_ops[call->op].deadline_ms;
 }
 
 //  --------------------------------------------------------------------------
@@ -693,7 +483,7 @@ static void s_with_usage (s_call_t *call, json_t *result, const char *sandbox_id
     sbx_str_set (&sbx_msg_usage_get (request)->sandbox_id, sandbox_id);
     call->pending = result;
     call->errors_to_reply = true;
-    s_send (call, &request, S_SIMPLE_MS, s_on_usage);
+    s_send (call, &request, S_USAGE_MS, s_on_usage);
 }
 
 static void s_on_sandbox (s_call_t *call, sbx_msg_t *reply)
@@ -836,7 +626,7 @@ static void s_create (s_call_t *call)
     sbx_str_set (&args->name, name);
     args->ttl_s = (uint64_t) ttl;
     args->no_network = !network;
-    s_send (call, &request, S_CREATE_MS, s_on_sandbox);
+    s_send (call, &request, s_deadline (call), s_on_sandbox);
 }
 
 //  --------------------------------------------------------------------------
@@ -877,7 +667,7 @@ static void s_save_snapshot (s_call_t *call)
     }
     sbx_str_set (&args->name, name);
     sbx_str_set (&args->sandbox_id, call->sandbox_id);
-    s_send (call, &request, S_CREATE_MS, s_on_snapshot_saved);
+    s_send (call, &request, s_deadline (call), s_on_snapshot_saved);
 }
 
 static void s_on_snapshot_list (s_call_t *call, sbx_msg_t *reply)
@@ -933,10 +723,10 @@ static void s_delete_snapshot (s_call_t *call)
     }
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_SNAPSHOT_DELETE);
     sbx_str_set (&sbx_msg_snapshot_delete (request)->snapshot_id, id);
-    s_send (call, &request, S_SIMPLE_MS, s_on_snapshot_deleted);
+    s_send (call, &request, s_deadline (call), s_on_snapshot_deleted);
 }
 
-static void s_simple (s_call_t *call, sbx_msg_type_t type, uint32_t timeout_ms)
+static void s_simple (s_call_t *call, sbx_msg_type_t type)
 {
     sbx_msg_t *request = sbx_msg_new (type);
     //  Each of these is { sandbox_id } (schemas/sandbox.json).
@@ -948,7 +738,7 @@ static void s_simple (s_call_t *call, sbx_msg_type_t type, uint32_t timeout_ms)
         sbx_str_set (&sbx_msg_sandbox_resume (request)->sandbox_id, call->sandbox_id);
     else
         sbx_str_set (&sbx_msg_sandbox_delete (request)->sandbox_id, call->sandbox_id);
-    s_send (call, &request, timeout_ms, s_on_sandbox);
+    s_send (call, &request, s_deadline (call), s_on_sandbox);
 }
 
 //  extend_sandbox: a new deadline ttlSeconds from now (also its TTL at later resumes).
@@ -960,7 +750,7 @@ static void s_extend (s_call_t *call)
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_EXTEND);
     sbx_str_set (&sbx_msg_sandbox_extend (request)->sandbox_id, call->sandbox_id);
     sbx_msg_sandbox_extend (request)->ttl_s = (uint64_t) ttl;
-    s_send (call, &request, S_SIMPLE_MS, s_on_sandbox);
+    s_send (call, &request, s_deadline (call), s_on_sandbox);
 }
 
 //  host_port: "Port 8000 of sb_… is at https://LABEL-8000.BOX_DOMAIN (public)."
@@ -1003,7 +793,7 @@ static void s_port (s_call_t *call)
     args->port = (uint64_t) port;
     args->public = public;
     args->remove = remove;
-    s_send (call, &request, S_SIMPLE_MS, s_on_port);
+    s_send (call, &request, s_deadline (call), s_on_port);
 }
 
 //  rename_sandbox (name) and label_sandbox (labels: a null value removes one).
@@ -1043,7 +833,7 @@ static void s_update (s_call_t *call, bool labels)
     }
     sbx_str_set (&args->sandbox_id, call->sandbox_id);
     sbx_str_set (&args->name, name);
-    s_send (call, &request, S_SIMPLE_MS, s_on_sandbox);
+    s_send (call, &request, s_deadline (call), s_on_sandbox);
 }
 
 //  --------------------------------------------------------------------------
@@ -1151,7 +941,8 @@ static void s_exec (s_call_t *call)
     call->timeout_s = (unsigned) timeout;
     args->timeout_ms = detached ? 0 : (uint64_t) timeout * 1000;
     args->max_bytes = S_OUTPUT_MAX;
-    s_send_agent (call, &inner, detached ? S_SIMPLE_MS : (uint32_t) timeout * 1000 + S_MARGIN_MS,
+    s_send_agent (call, &inner,
+                  detached ? s_deadline (call) : (uint32_t) timeout * 1000 + S_MARGIN_MS,
                   s_on_exec);
 }
 
@@ -1189,7 +980,7 @@ static void s_status (s_call_t *call)
     sbx_msg_agent_status (inner)->stdout_offset = (uint64_t) out;
     sbx_msg_agent_status (inner)->stderr_offset = (uint64_t) err;
     sbx_msg_agent_status (inner)->max_bytes = S_OUTPUT_MAX;
-    s_send_agent (call, &inner, S_SIMPLE_MS, s_on_status);
+    s_send_agent (call, &inner, s_deadline (call), s_on_status);
 }
 
 static void s_on_kill (s_call_t *call, sbx_msg_t *reply)
@@ -1229,7 +1020,7 @@ static void s_kill (s_call_t *call)
     sbx_msg_t *inner = sbx_msg_new (SBX_MSG_AGENT_KILL);
     sbx_msg_agent_kill (inner)->pid = (uint64_t) pid;
     sbx_msg_agent_kill (inner)->signal = call->signal;
-    s_send_agent (call, &inner, S_SIMPLE_MS, s_on_kill);
+    s_send_agent (call, &inner, s_deadline (call), s_on_kill);
 }
 
 //  --------------------------------------------------------------------------
@@ -1291,7 +1082,7 @@ static void s_read_next (s_call_t *call)
                  json_string_value (json_object_get (call->args, "path")));
     sbx_msg_agent_file_read (inner)->offset = call->size;
     sbx_msg_agent_file_read (inner)->length = S_CHUNK;
-    s_send_agent (call, &inner, S_SIMPLE_MS, s_on_read);
+    s_send_agent (call, &inner, s_deadline (call), s_on_read);
 }
 
 static int s_arg_encoding (s_call_t *call)
@@ -1350,7 +1141,7 @@ static void s_write_next (s_call_t *call)
     args->truncate = call->done_bytes == 0;
     args->mode = call->done_bytes == 0 ? call->mode : 0;
     call->done_bytes += n;
-    s_send_agent (call, &inner, S_SIMPLE_MS, s_on_write);
+    s_send_agent (call, &inner, s_deadline (call), s_on_write);
 }
 
 static void s_write (s_call_t *call)
@@ -1390,52 +1181,7 @@ static void s_write (s_call_t *call)
 }
 
 //  --------------------------------------------------------------------------
-//  The table
-
-typedef enum {
-    S_CREATE,
-    S_LIST,
-    S_GET,
-    S_EXEC,
-    S_STATUS,
-    S_KILL,
-    S_READ,
-    S_WRITE,
-    S_STOP,
-    S_RESUME,
-    S_DELETE,
-    S_EXTEND,
-    S_RENAME,
-    S_LABEL,
-    S_PORT,
-    S_SAVE_SNAPSHOT,
-    S_LIST_SNAPSHOTS,
-    S_DELETE_SNAPSHOT,
-    S_UNAVAILABLE,
-} s_kind_t;
-
-static const struct {
-    const char *name;
-    s_kind_t kind;
-} s_table[] = {{"create_sandbox", S_CREATE},
-               {"list_sandboxes", S_LIST},
-               {"get_sandbox", S_GET},
-               {"exec", S_EXEC},
-               {"command_status", S_STATUS},
-               {"kill_command", S_KILL},
-               {"read_file", S_READ},
-               {"write_file", S_WRITE},
-               {"host_port", S_PORT},
-               {"stop_sandbox", S_STOP},
-               {"resume_sandbox", S_RESUME},
-               {"extend_sandbox", S_EXTEND},
-               {"rename_sandbox", S_RENAME},
-               {"label_sandbox", S_LABEL},
-               {"delete_sandbox", S_DELETE},
-               {"save_snapshot", S_SAVE_SNAPSHOT},
-               {"list_snapshots", S_LIST_SNAPSHOTS},
-               {"delete_snapshot", S_DELETE_SNAPSHOT},
-               {NULL, 0}};
+//  The tools: defined by gw_ops_gen (schemas/operations.json), dispatched here
 
 gw_tools_t *gw_tools_new (gw_ctx_t *ctx)
 {
@@ -1444,15 +1190,10 @@ gw_tools_t *gw_tools_new (gw_ctx_t *ctx)
         return NULL;
     self->config = ctx->config;
     self->next_serial = 1;
-    char *text = strdup (s_definitions);
-    for (char *c = text; c && *c; c++)
-        if (*c == '\'')
-            *c = '"';
     json_error_t error;
-    self->list = text ? json_loads (text, 0, &error) : NULL;
+    self->list = json_loads (gw_ops_tools_json, 0, &error);
     if (!self->list)
         sbx_error ("tool definitions: %s at %d", error.text, error.position);
-    free (text);
     self->broker = ctx->broker;
     self->cache = ctx->cache;
     self->calls = sbx_idmap_new ();
@@ -1488,24 +1229,17 @@ json_t *gw_tools_list (gw_tools_t *self)
 
 bool gw_tools_read_only (gw_tools_t *self, const char *name)
 {
-    size_t i;
-    json_t *tool;
-    json_array_foreach (self->list, i, tool) if (
-        streq (json_string_value (json_object_get (tool, "name")),
-               name)) return json_is_true (json_object_get (json_object_get (tool, "annotations"),
-                                                            "readOnlyHint"));
-    return false;
+    (void) self;
+    gw_op_t op;
+    return gw_ops_tool (name, &op) == 0 && gw_ops[op].read_only;
 }
 
 void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state_t *state,
                     const char *name, json_t *arguments, gw_tools_done_fn *done, void *arg)
 {
-    int index = -1;
-    for (int i = 0; name && s_table[i].name; i++)
-        if (streq (s_table[i].name, name))
-            index = i;
+    gw_op_t op;
     char message[300];
-    if (index < 0) {
+    if (gw_ops_tool (name, &op)) {
         snprintf (message, sizeof message, "Unknown tool: %.200s", name ? name : "(none)");
         done (NULL, -32602, message, arg);
         return;
@@ -1520,6 +1254,7 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
         return;
     }
     call->tools = self;
+    call->op = op;
     call->name = strdup (name);
     call->caller = gw_auth_caller_dup (caller);
     call->state = gw_tools_state_ref (state);
@@ -1527,20 +1262,20 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
     call->done = done;
     call->arg = arg;
     //  The broker decides too; refusing here spares it the request and says why plainly.
-    if (caller && caller->preset == SBX_KEY_PRESET_READ_ONLY && !gw_tools_read_only (self, name)) {
+    if (caller && caller->preset == SBX_KEY_PRESET_READ_ONLY && !gw_ops[op].read_only) {
         s_fail (call, SBX_E_PERMISSION_DENIED, "this key is read-only: it cannot use %s", name);
         return;
     }
-    switch (s_table[index].kind) {
-    case S_CREATE:
+    switch (op) {
+    case GW_OP_CREATE_SANDBOX:
         s_create (call);
         break;
-    case S_LIST: {
+    case GW_OP_LIST_SANDBOXES: {
         sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
-        s_send (call, &request, S_SIMPLE_MS, s_on_list);
+        s_send (call, &request, s_deadline (call), s_on_list);
         break;
     }
-    case S_GET: {
+    case GW_OP_GET_SANDBOX: {
         if (s_arg_sandbox (call))
             break;
         //  The same sandbox and figures as last time: the same result, made once.
@@ -1552,18 +1287,18 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
             break;
         }
         call->tick = self->cache ? gw_cache_tick (self->cache) : 0;
-        s_simple (call, SBX_MSG_SANDBOX_GET, S_SIMPLE_MS);
+        s_simple (call, SBX_MSG_SANDBOX_GET);
         break;
     }
-    case S_STOP:
+    case GW_OP_STOP_SANDBOX:
         if (s_arg_sandbox (call) == 0)
-            s_simple (call, SBX_MSG_SANDBOX_STOP, S_CREATE_MS);
+            s_simple (call, SBX_MSG_SANDBOX_STOP);
         break;
-    case S_RESUME:
+    case GW_OP_RESUME_SANDBOX:
         if (s_arg_sandbox (call) == 0)
-            s_simple (call, SBX_MSG_SANDBOX_RESUME, S_CREATE_MS);
+            s_simple (call, SBX_MSG_SANDBOX_RESUME);
         break;
-    case S_DELETE: {
+    case GW_OP_DELETE_SANDBOX: {
         //  Never the default: a model must name exactly what it deletes.
         const char *id;
         if (s_arg_string (call, "sandboxId", &id, false))
@@ -1575,46 +1310,52 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
             break;
         }
         call->sandbox_id = strdup (id);
-        s_simple (call, SBX_MSG_SANDBOX_DELETE, S_CREATE_MS);
+        s_simple (call, SBX_MSG_SANDBOX_DELETE);
         break;
     }
-    case S_EXEC:
+    case GW_OP_EXEC:
         s_exec (call);
         break;
-    case S_STATUS:
+    case GW_OP_COMMAND_STATUS:
         s_status (call);
         break;
-    case S_KILL:
+    case GW_OP_KILL_COMMAND:
         s_kill (call);
         break;
-    case S_READ:
+    case GW_OP_READ_FILE:
         s_read (call);
         break;
-    case S_WRITE:
+    case GW_OP_WRITE_FILE:
         s_write (call);
         break;
-    case S_EXTEND:
+    case GW_OP_EXTEND_SANDBOX:
         s_extend (call);
         break;
-    case S_SAVE_SNAPSHOT:
+    case GW_OP_SAVE_SNAPSHOT:
         s_save_snapshot (call);
         break;
-    case S_LIST_SNAPSHOTS: {
+    case GW_OP_LIST_SNAPSHOTS: {
         sbx_msg_t *request = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);
-        s_send (call, &request, S_SIMPLE_MS, s_on_snapshot_list);
+        s_send (call, &request, s_deadline (call), s_on_snapshot_list);
         break;
     }
-    case S_DELETE_SNAPSHOT:
+    case GW_OP_DELETE_SNAPSHOT:
         s_delete_snapshot (call);
         break;
-    case S_RENAME:
-    case S_LABEL:
-        s_update (call, s_table[index].kind == S_LABEL);
+    case GW_OP_RENAME_SANDBOX:
+    case GW_OP_LABEL_SANDBOX:
+        s_update (call, op == GW_OP_LABEL_SANDBOX);
         break;
-    case S_PORT:
+    case GW_OP_HOST_PORT:
         s_port (call);
         break;
-    case S_UNAVAILABLE:
+    case GW_OP_UNPUBLISH_PORT: //  REST only: gw_ops_tool never names these
+    case GW_OP_UPDATE_SANDBOX:
+    case GW_OP_GET_SNAPSHOT:
+    case GW_OP_GET_USAGE:
+    case GW_OP_LIST_KEYS:
+    case GW_OP_REVOKE_KEY:
+    case GW_OP_GET_OPENAPI:
         s_fail (call, SBX_E_UNAVAILABLE, "%s is not available yet on this server", name);
         break;
     }
@@ -1690,7 +1431,13 @@ void gw_tools_test (bool verbose)
             assert (hint == NULL);
         else
             assert (json_is_boolean (hint) && json_is_true (hint) == destroys);
+        //  The dispatch table says the same (both come from schemas/operations.json).
+        gw_op_t op;
+        assert (gw_ops_tool (name, &op) == 0 && streq (gw_ops[op].name, name));
+        assert (gw_ops[op].read_only == ro && gw_ops[op].destructive == destroys);
+        assert (gw_tools_read_only (tools, name) == ro);
     }
+    assert (gw_ops_tool ("update_sandbox", NULL) == -1); //  REST's, not a tool
     assert (streq (json_string_value (json_array_get (
                        json_object_get (json_object_get (json_array_get (list, 14), "inputSchema"),
                                         "required"),

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""gen.py - generates the wire codec tables and the protocol reference from schemas/*.json.
+"""gen.py - generates the wire codec tables, the protocol reference and the gateway's
+operations (REST, MCP, dispatch) from schemas/*.json.
 
-    python3 schemas/gen.py            rewrite common/sbx_msg_gen.{h,c} and docs/protocol-messages.md
+    python3 schemas/gen.py            rewrite every output (OUTPUTS)
     python3 schemas/gen.py --check    exit 1, naming the file, when a committed output is stale
+    python3 schemas/gen.py --drift    list the REST/MCP differences operations.json records
 
 The schemas are the single definition of the wire (see common/sbx_msg.h). Every
-schemas/*.json is read, in file-name order; messages, structs and enums share one
-namespace across files. Output depends only on the schemas, so it is reproducible and
-CI can compare it with what is committed. Python 3 standard library only.
+schemas/*.json but operations.json is read, in file-name order; messages, structs and
+enums share one namespace across files. schemas/operations.json defines each operation
+of the gateway once (docs/architecture.md, "Operations, defined once"): docs/openapi.json,
+the MCP tool list and the dispatch table in gateway/gw_ops_gen.{h,c} come from it.
+Output depends only on the schemas, so it is reproducible and CI can compare it with
+what is committed. Python 3 standard library only.
 """
 
 import argparse
@@ -19,7 +24,9 @@ import sys
 import textwrap
 
 GENERATOR = "schemas/gen.py"
-OUTPUTS = ("common/sbx_msg_gen.h", "common/sbx_msg_gen.c", "docs/protocol-messages.md")
+OUTPUTS = ("common/sbx_msg_gen.h", "common/sbx_msg_gen.c", "docs/protocol-messages.md",
+           "docs/openapi.json", "gateway/gw_ops_gen.h", "gateway/gw_ops_gen.c")
+OPERATIONS = "operations.json"
 
 #  Must match common/sbx_msg.h: the depth limit decode enforces, counted from the
 #  envelope map (1) and the body map (2).
@@ -75,7 +82,8 @@ class Schema:
 
 def load(schema_dir):
     s = Schema()
-    paths = sorted(glob.glob(os.path.join(schema_dir, "*.json")))
+    paths = [p for p in sorted(glob.glob(os.path.join(schema_dir, "*.json")))
+             if os.path.basename(p) != OPERATIONS]
     if not paths:
         raise SchemaError(f"no schemas in {schema_dir}")
     for path in paths:
@@ -768,19 +776,676 @@ def gen_markdown(s):
     return "\n".join(o) + "\n"
 
 
+# ---------------------------------------------------------------------------------------
+#  Operations: schemas/operations.json, the gateway's operations defined once, generates
+#  docs/openapi.json (REST), the MCP tool list and the dispatch table (gw_ops_gen.{h,c}).
+
+OPS_SURFACES = ("mcp", "rest")
+#  The order an Allow header (and docs/openapi.json) lists a path's methods.
+OPS_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+#  Annotations tools/list has never carried (its descriptions state defaults); the MCP
+#  rendering leaves them out.
+OPS_MCP_DROPS = ("default", "examples", "format")
+#  What an argument says besides its value's JSON Schema.
+OPS_ARG_KEYS = ("name", "in", "required", "surfaces", "mcp", "rest", "drift", "ref")
+OPS_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+OPS_ARG_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+def _apply(obj, override):
+    #  A surface's differences: each key replaces the one beside it, null removes it.
+    out = dict(obj)
+    for k, v in (override or {}).items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+def _on(obj, surface, default=OPS_SURFACES):
+    return surface in obj.get("surfaces", default)
+
+
+class Ops:
+    """schemas/operations.json, validated against the message schemas."""
+
+    def __init__(self, s, data):
+        self.s = s
+        self.doc = data
+        comp = data["components"]
+        self.responses = comp["responses"]
+        self.shapes = comp["schemas"]
+        self.arguments = comp["arguments"]
+        self.ops = data["operations"]
+
+
+def load_operations(s, path):
+    fname = os.path.basename(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SchemaError(f"{fname}: cannot read: {e}")
+    if not isinstance(data, dict):
+        raise SchemaError(f"{fname}: top level must be an object")
+    _only(data, ("doc", "openapi", "components", "operations"), fname)
+    _need(data, "doc", str, fname)
+    _need(data, "openapi", dict, fname)
+    comp = _need(data, "components", dict, fname)
+    _only(comp, ("securitySchemes", "responses", "schemas", "arguments"), f"{fname}: components")
+    for key in ("securitySchemes", "responses", "schemas", "arguments"):
+        _need(comp, key, dict, f"{fname}: components")
+    _need(data, "operations", list, fname)
+    o = Ops(s, data)
+    if "Error" not in o.shapes:
+        raise SchemaError(f"{fname}: components.schemas needs Error: every error response carries it")
+    for name, r in o.responses.items():
+        where = f"{fname}: response {name}"
+        _only(r, ("status", "description", "headers"), where)
+        status = _need(r, "status", int, where)
+        if isinstance(status, bool) or not 400 <= status <= 599:
+            raise SchemaError(f"{where}: status must be 400..599")
+        _need(r, "description", str, where)
+    for name, shape in o.shapes.items():
+        for surface in OPS_SURFACES:
+            _schema(o, shape, surface, f"{fname}: schema {name}")
+    seen = {"names": set(), "ids": set(), "routes": set()}
+    for i, op in enumerate(o.ops):
+        if not isinstance(op, dict):
+            raise SchemaError(f"{fname}: operations[{i}]: must be an object")
+        _check_operation(o, op, fname, i, seen)
+    return o
+
+
+def _check_operation(o, op, fname, i, seen):
+    where = f"{fname}: operations[{i}]"
+    _only(op, ("name", "surfaces", "title", "description", "annotations", "message",
+               "deadline_ms", "arguments", "output", "mcp", "rest", "drift"), where)
+    name = _need(op, "name", str, where)
+    where = f"{fname}: operation {name}"
+    if not OPS_NAME_RE.match(name) or name in seen["names"]:
+        raise SchemaError(f"{where}: bad or repeated name (lower_case, once)")
+    seen["names"].add(name)
+    surfaces = _need(op, "surfaces", list, where)
+    if not surfaces or any(x not in OPS_SURFACES for x in surfaces) or len(set(surfaces)) != len(surfaces):
+        raise SchemaError(f"{where}: surfaces is a list of mcp and/or rest")
+    notes = _need(op, "annotations", dict, where)
+    _only(notes, ("readOnlyHint", "destructiveHint"), f"{where}: annotations")
+    ro = _need(notes, "readOnlyHint", bool, where)
+    #  As the MCP reference has it: destructiveHint only when not read-only.
+    if ro == ("destructiveHint" in notes) or not isinstance(notes.get("destructiveHint", False), bool):
+        raise SchemaError(f"{where}: destructiveHint (true or false) exactly when not readOnlyHint")
+    if "message" not in op:
+        raise SchemaError(f"{where}: missing \"message\" (null: the gateway answers itself)")
+    message = op["message"]
+    if message is None:
+        if "deadline_ms" in op:
+            raise SchemaError(f"{where}: deadline_ms without a message")
+    else:
+        if not isinstance(message, str) or message not in o.s.types or o.s.types[message]["msg"] is None:
+            raise SchemaError(f"{where}: message {message!r} is not a message of schemas/*.json")
+        deadline = _need(op, "deadline_ms", int, where)
+        if isinstance(deadline, bool) or not 0 < deadline < 2**32:
+            raise SchemaError(f"{where}: deadline_ms must be a positive number of ms")
+    if "drift" in op:
+        _need(op, "drift", str, where)
+    _need(op, "arguments", list, where)
+    if "mcp" in surfaces:
+        _need(op, "title", str, where)
+        _need(op, "description", str, where)
+        _only(op.get("mcp", {}), ("output",), f"{where}: mcp")
+        out = _output(o, op, "mcp")
+        if out is None or out.get("type") != "object":
+            raise SchemaError(f"{where}: an MCP tool needs an output, an object schema")
+    elif "title" in op or "mcp" in op:
+        raise SchemaError(f"{where}: title and mcp are for MCP tools")
+    for surface in surfaces:
+        names = [a["name"] for a in op_args(o, op, surface)]
+        if len(set(names)) != len(names):
+            raise SchemaError(f"{where}: an argument name repeats on {surface}")
+    if "rest" in surfaces:
+        _check_rest(o, op, _need(op, "rest", dict, where), f"{where}: rest", seen)
+        _output(o, op, "rest")
+    elif "rest" in op:
+        raise SchemaError(f"{where}: rest without rest in surfaces")
+
+
+def _check_rest(o, op, r, where, seen):
+    _only(r, ("method", "path", "operationId", "tags", "security", "summary", "description",
+              "body", "success", "responses", "errors"), where)
+    method, path = _need(r, "method", str, where), _need(r, "path", str, where)
+    if method not in OPS_METHODS or not path.startswith("/v1/") or (method, path) in seen["routes"]:
+        raise SchemaError(f"{where}: method one of {', '.join(OPS_METHODS)}, path under /v1/, "
+                          "each route once")
+    seen["routes"].add((method, path))
+    #  docs/rest.md: a read-only key may only GET; gw_rest checks read_only.
+    if op["annotations"]["readOnlyHint"] != (method == "GET"):
+        raise SchemaError(f"{where}: readOnlyHint exactly when the method is GET")
+    op_id = _need(r, "operationId", str, where)
+    if op_id in seen["ids"]:
+        raise SchemaError(f"{where}: operationId {op_id} used twice")
+    seen["ids"].add(op_id)
+    _need(r, "summary", str, where)
+    tags = [t["name"] for t in o.doc["openapi"].get("tags", [])]
+    if any(t not in tags for t in r.get("tags", [])):
+        raise SchemaError(f"{where}: a tag that openapi.tags does not list")
+    success = _need(r, "success", dict, where)
+    _only(success, ("status", "description", "headers", "media", "schema"), f"{where}: success")
+    _need(success, "status", int, f"{where}: success")
+    _need(success, "description", str, f"{where}: success")
+    if "schema" not in success and "output" not in op:
+        raise SchemaError(f"{where}: success needs a schema, or the operation an output")
+    for err in _need(r, "errors", list, where):
+        if err not in o.responses:
+            raise SchemaError(f"{where}: errors: no response {err!r} in components.responses")
+    for status, extra in r.get("responses", {}).items():
+        _only(extra, ("description", "schema"), f"{where}: responses {status}")
+        if not status.isdigit():
+            raise SchemaError(f"{where}: responses are keyed by status")
+        _need(extra, "description", str, f"{where}: responses {status}")
+        _need(extra, "schema", dict, f"{where}: responses {status}")
+    params = re.findall(r"\{([^}]+)\}", path)
+    args = op_args(o, op, "rest")
+    for a in args:
+        aw = f"{where}: argument {a['name']}"
+        if a["in"] not in ("path", "query", "body"):
+            raise SchemaError(f"{aw}: REST takes it from path, query or body (\"in\")")
+        if (a["in"] == "path") != (a["name"] in params):
+            raise SchemaError(f"{aw}: in path exactly when the path has {{{a['name']}}}")
+        if a["in"] == "path" and not a["required"]:
+            raise SchemaError(f"{aw}: a path parameter is required")
+    if sorted(params) != sorted(a["name"] for a in args if a["in"] == "path"):
+        raise SchemaError(f"{where}: every {{x}} of the path needs an argument")
+    body = r.get("body")
+    has_body = any(a["in"] == "body" for a in args)
+    if body is not None:
+        _only(body, ("name", "required", "minProperties", "media", "schema"), f"{where}: body")
+        _need(body, "required", bool, f"{where}: body")
+        if has_body == ("schema" in body):
+            raise SchemaError(f"{where}: body is either the body arguments or a schema (raw)")
+        if body.get("name") in o.shapes:
+            raise SchemaError(f"{where}: body name {body['name']} is a shape's already")
+    elif has_body:
+        raise SchemaError(f"{where}: body arguments need rest.body")
+
+
+def _arg(o, arg, where):
+    #  An argument with its shared definition (ref) under it: the use site's keys replace
+    #  the shared ones, its mcp and rest merge key by key.
+    if not isinstance(arg, dict):
+        raise SchemaError(f"{where}: an argument must be an object")
+    if "ref" not in arg:
+        return arg
+    ref = arg["ref"]
+    if ref not in o.arguments:
+        raise SchemaError(f"{where}: no argument {ref!r} in components.arguments")
+    base = o.arguments[ref]
+    out = _apply(base, {k: v for k, v in arg.items() if k not in ("ref", "mcp", "rest")})
+    for surface in OPS_SURFACES:
+        if surface in arg:
+            out[surface] = {**base.get(surface, {}), **arg[surface]}
+    return out
+
+
+def op_args(o, op, surface):
+    """The operation's arguments on surface: dicts of name, in, required and schema."""
+    out = []
+    for i, raw in enumerate(op.get("arguments", [])):
+        where = f"operation {op['name']}: arguments[{i}]"
+        arg = _arg(o, raw, where)
+        if not _on(arg, surface, op["surfaces"]):
+            continue
+        if any(x not in op["surfaces"] for x in arg.get("surfaces", [])):
+            raise SchemaError(f"{where}: surfaces beyond the operation's")
+        view = _apply({k: v for k, v in arg.items() if k not in OPS_SURFACES}, arg.get(surface))
+        name = view.get("name")
+        if not isinstance(name, str) or not OPS_ARG_RE.match(name):
+            raise SchemaError(f"{where}: bad argument name {name!r}")
+        if not isinstance(view.get("required", False), bool):
+            raise SchemaError(f"{where}: required is true or false")
+        schema = {k: v for k, v in view.items() if k not in OPS_ARG_KEYS}
+        if "type" not in schema:
+            raise SchemaError(f"{where}: argument {name} needs a type")
+        out.append({"name": name, "in": view.get("in"), "required": view.get("required", False),
+                    "schema": _schema(o, schema, surface, f"{where} ({name})")})
+    return out
+
+
+def _output(o, op, surface):
+    #  What the operation answers on surface: an op's mcp.output replaces its output there.
+    out = op.get(surface, {}).get("output", op.get("output")) if surface == "mcp" else op.get("output")
+    return None if out is None else _schema(o, out, surface, f"operation {op['name']}: output")
+
+
+def _schema(o, node, surface, where):
+    """node as surface sees it: $ref resolved (REST: a components reference; MCP: inlined),
+    overrides applied, properties of the other surface left out; MCP also without
+    OPS_MCP_DROPS and with allOf merged into one object schema."""
+    if not isinstance(node, dict):
+        raise SchemaError(f"{where}: a schema must be an object")
+    if "$ref" in node:
+        ref = node["$ref"]
+        if ref not in o.shapes or set(node) - {"$ref", "mcp"}:
+            raise SchemaError(f"{where}: $ref {ref!r} must name a shape; only mcp may sit beside it")
+        if surface == "rest":
+            return {"$ref": f"#/components/schemas/{ref}"}
+        return _apply(_schema(o, o.shapes[ref], surface, f"{where} -> {ref}"), node.get("mcp"))
+    out = _apply({k: v for k, v in node.items() if k not in OPS_SURFACES + ("surfaces",)},
+                 node.get(surface))
+    if "enum_codes" in out:
+        out = {("enum" if k == "enum_codes" else k): ([e["code"] for e in o.s.errors] + v
+                                                       if k == "enum_codes" else v)
+               for k, v in out.items()}
+    if "properties" in out:
+        props = {}
+        for name, sub in out["properties"].items():
+            if not isinstance(sub, dict):
+                raise SchemaError(f"{where}: property {name} must be a schema")
+            if _on(sub, surface):
+                props[name] = _schema(o, sub, surface, f"{where}.{name}")
+        out["properties"] = props
+        for name in out.get("required", []):
+            if name not in props:
+                raise SchemaError(f"{where}: required {name} is not a property on {surface}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = _schema(o, out[key], surface, f"{where}.{key}")
+    if "allOf" in out:
+        out["allOf"] = [_schema(o, sub, surface, f"{where}.allOf") for sub in out["allOf"]]
+    if surface == "mcp":
+        for key in OPS_MCP_DROPS:
+            out.pop(key, None)
+        if "allOf" in out:
+            #  MCP wants one object schema: the parts' properties and required merged.
+            props, required = {}, []
+            for part in out.pop("allOf"):
+                if part.get("type") != "object":
+                    raise SchemaError(f"{where}: allOf merges object schemas only")
+                props.update(part.get("properties", {}))
+                required += [r for r in part.get("required", []) if r not in required]
+            out = {"type": "object", **out, "properties": props}
+            if required:
+                out["required"] = required
+    return out
+
+
+#  -- MCP ---------------------------------------------------------------------------------
+
+def gen_tools(o):
+    """tools/list's tools: name, title, description, inputSchema, outputSchema, annotations."""
+    tools = []
+    for op in o.ops:
+        if "mcp" not in op["surfaces"]:
+            continue
+        args = op_args(o, op, "mcp")
+        schema = {"type": "object", "properties": {a["name"]: a["schema"] for a in args}}
+        required = [a["name"] for a in args if a["required"]]
+        if required:
+            schema["required"] = required
+        tools.append({"name": op["name"], "title": op["title"], "description": op["description"],
+                      "inputSchema": schema, "outputSchema": _output(o, op, "mcp"),
+                      "annotations": {"title": op["title"], **op["annotations"]}})
+    return tools
+
+
+#  -- REST: docs/openapi.json ---------------------------------------------------------------
+
+def _param(a):
+    p = {"name": a["name"], "in": a["in"]}
+    if a["in"] == "path" or a["required"]:
+        p["required"] = True
+    schema = dict(a["schema"])
+    if "description" in schema:
+        p["description"] = schema.pop("description")
+    p["schema"] = schema
+    return p
+
+
+def _json_content(schema, media="application/json"):
+    return {media: {"schema": schema}}
+
+
+def gen_openapi(o):
+    frame = o.doc["openapi"]
+    bodies = {}
+    paths = {}
+    for op in o.ops:
+        if "rest" not in op["surfaces"]:
+            continue
+        r = op["rest"]
+        args = op_args(o, op, "rest")
+        item = paths.setdefault(r["path"], {"parameters": [], "ops": {}})
+        obj = {"summary": r["summary"], "operationId": r["operationId"]}
+        for key in ("tags", "description", "security"):
+            if key in r:
+                obj[key] = r[key]
+        obj["parameters"] = [_param(a) for a in args if a["in"] == "query"]
+        body = r.get("body")
+        if body is not None:
+            if "schema" in body:
+                schema = _schema(o, body["schema"], "rest", f"operation {op['name']}: body")
+            else:
+                body_args = [a for a in args if a["in"] == "body"]
+                schema = {"type": "object", "additionalProperties": False}
+                if "minProperties" in body:
+                    schema["minProperties"] = body["minProperties"]
+                required = [a["name"] for a in body_args if a["required"]]
+                if required:
+                    schema["required"] = required
+                schema["properties"] = {a["name"]: a["schema"] for a in body_args}
+                if "name" in body:
+                    bodies[body["name"]] = schema
+                    schema = {"$ref": f"#/components/schemas/{body['name']}"}
+            obj["requestBody"] = {"required": body["required"],
+                                  "content": _json_content(schema, body.get("media", "application/json"))}
+        success = r["success"]
+        ok = {"description": success["description"]}
+        if "headers" in success:
+            ok["headers"] = success["headers"]
+        schema = (_schema(o, success["schema"], "rest", f"operation {op['name']}: success")
+                  if "schema" in success else _output(o, op, "rest"))
+        ok["content"] = _json_content(schema, success.get("media", "application/json"))
+        responses = {str(success["status"]): ok}
+        for status, extra in r.get("responses", {}).items():
+            responses[status] = {"description": extra["description"],
+                                 "content": _json_content(_schema(o, extra["schema"], "rest",
+                                                                  f"operation {op['name']}"))}
+        for name in r["errors"]:
+            responses[str(o.responses[name]["status"])] = {"$ref": f"#/components/responses/{name}"}
+        obj["responses"] = dict(sorted(responses.items()))
+        for a in args:
+            if a["in"] == "path":
+                p = _param(a)
+                known = [x for x in item["parameters"] if x["name"] == p["name"]]
+                if known and known[0] != p:
+                    raise SchemaError(f"{r['path']}: {{{p['name']}}} is described differently "
+                                      f"by {op['name']}")
+                if not known:
+                    item["parameters"].append(p)
+        item["ops"][r["method"].lower()] = obj
+    out_paths = {}
+    for path, item in paths.items():
+        ops = item["ops"]
+        params = sorted(item["parameters"], key=lambda p: path.index("{" + p["name"] + "}"))
+        #  A query parameter every operation of the path takes alike belongs to the path.
+        if len(ops) > 1:
+            first = next(iter(ops.values()))["parameters"]
+            for p in list(first):
+                if all(p in obj["parameters"] for obj in ops.values()):
+                    params.append(p)
+                    for obj in ops.values():
+                        obj["parameters"].remove(p)
+        out = {"parameters": params} if params else {}
+        for method in OPS_METHODS:
+            obj = ops.get(method.lower())
+            if obj is None:
+                continue
+            if not obj["parameters"]:
+                del obj["parameters"]
+            out[method.lower()] = obj
+        out_paths[path] = out
+    shared = {}
+    for name, r in o.responses.items():
+        resp = {"description": r["description"],
+                "content": _json_content({"$ref": "#/components/schemas/Error"})}
+        if "headers" in r:
+            resp["headers"] = r["headers"]
+        shared[name] = resp
+    schemas = {name: _schema(o, shape, "rest", f"schema {name}") for name, shape in o.shapes.items()}
+    schemas.update(bodies)
+    doc = {k: frame[k] for k in frame}
+    doc["paths"] = out_paths
+    doc["components"] = {"securitySchemes": o.doc["components"]["securitySchemes"],
+                         "schemas": schemas, "responses": shared}
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+#  -- C: the dispatch table and the tool list ------------------------------------------------
+
+def _op_const(op):
+    return "GW_OP_" + cconst(op["name"])
+
+
+def rest_routes(o):
+    """(method, path, op) in path order of first use, a path's methods in OPS_METHODS order."""
+    order = []
+    for op in o.ops:
+        if "rest" in op["surfaces"] and op["rest"]["path"] not in order:
+            order.append(op["rest"]["path"])
+    routes = [(op["rest"]["method"], op["rest"]["path"], op) for op in o.ops if "rest" in op["surfaces"]]
+    return sorted(routes, key=lambda r: (order.index(r[1]), OPS_METHODS.index(r[0])))
+
+
+def gen_ops_header(o):
+    w = []
+    w.append(f"//  GENERATED by {GENERATOR} from schemas/operations.json - do not edit: change the")
+    w.append(f"//  operations and run `python3 {GENERATOR}`. What gw_rest routes and gw_tools")
+    w.append("//  dispatches; their handlers are hand-written, switched on gw_op_t.")
+    w.append("#ifndef GW_OPS_GEN_H_INCLUDED")
+    w.append("#define GW_OPS_GEN_H_INCLUDED")
+    w.append("")
+    w.append("#include <stdbool.h>")
+    w.append("#include <stdint.h>")
+    w.append("")
+    w.append('#include "sbx_msg.h"')
+    w.append("")
+    w.append("//  The operations, in the order of schemas/operations.json.")
+    w.append("typedef enum {")
+    rows = []
+    for op in o.ops:
+        doors = ["MCP"] if "mcp" in op["surfaces"] else []
+        if "rest" in op["surfaces"]:
+            doors.append(f"{op['rest']['method']} {op['rest']['path']}")
+        rows.append((f"{_op_const(op)},", f"{op['name']}: {', '.join(doors)}"))
+    w.extend(aligned(rows))
+    w.append("} gw_op_t;")
+    w.append(f"#define GW_OP__COUNT {len(o.ops)}")
+    w.append("")
+    w.append("typedef struct {")
+    w.extend(aligned([
+        ("const char *name;", "the operation, and the MCP tool's name when tool"),
+        ("bool tool;", "an MCP tool: one of gw_ops_tools_json"),
+        ("const char *method;", "its REST route, or NULL when REST has none"),
+        ("const char *path;", "as in docs/openapi.json: {x} takes one path segment"),
+        ("bool read_only;", "readOnlyHint: a read-only key may use it (REST: the GETs)"),
+        ("bool destructive;", "destructiveHint"),
+        ("sbx_msg_type_t message;", "the request it becomes; SBX_MSG__UNKNOWN: the gateway answers"),
+        ("uint32_t deadline_ms;", "the wait for the answer (a waited exec adds its timeout)"),
+    ]))
+    w.append("} gw_op_info_t;")
+    w.append("")
+    w.append("extern const gw_op_info_t gw_ops[GW_OP__COUNT];")
+    w.append("")
+    w.append("//  The REST routes, a path's methods in the order an Allow header lists them; the")
+    w.append("//  last has method NULL.")
+    w.append("typedef struct {")
+    w.append("    const char *method;")
+    w.append("    const char *path;")
+    w.append("    gw_op_t op;")
+    w.append("} gw_ops_route_t;")
+    w.append("extern const gw_ops_route_t gw_ops_routes[];")
+    w.append("")
+    w.append("//  The operation of the MCP tool called name: 0, or -1 when no tool has that name.")
+    w.append("int gw_ops_tool (const char *name, gw_op_t *op_p);")
+    w.append("")
+    w.append("//  tools/list's tools (name, title, description, inputSchema, outputSchema,")
+    w.append("//  annotations): a JSON array, as text.")
+    w.append("extern const char gw_ops_tools_json[];")
+    w.append("")
+    w.append("#endif")
+    return "\n".join(w) + "\n"
+
+
+def _c_units(text):
+    #  text as C string pieces: one escape or one character each (never split one).
+    units = []
+    for i, c in enumerate(text):
+        if c in "\\\"":
+            units.append("\\" + c)
+        elif c == "?" and text[i + 1:i + 2] == "?":
+            units.append("\\?")  # no trigraphs
+        elif c == "\n" or ord(c) < 0x20:
+            units.append(f"\\{ord(c):03o}")
+        else:
+            units.append(c)
+    return units
+
+
+def _c_string_lines(text, indent="    ", width=90):
+    #  Adjacent literals of at most width, broken after a comma, else after a space.
+    lines, cur, size = [], [], 0
+    for u in _c_units(text):
+        cur.append(u)
+        size += len(u)
+        if size >= width or (u == "," and size >= width - 20) or (u == " " and size >= width - 8):
+            lines.append(f'{indent}"{"".join(cur)}"')
+            cur, size = [], 0
+    if cur:
+        lines.append(f'{indent}"{"".join(cur)}"')
+    return lines
+
+
+def gen_ops_source(o):
+    w = []
+    w.append(f"//  GENERATED by {GENERATOR} from schemas/operations.json - do not edit: change the")
+    w.append(f"//  operations and run `python3 {GENERATOR}`.")
+    w.append('#include "gw_ops_gen.h"')
+    w.append("")
+    w.append("#include <string.h>")
+    w.append("")
+    w.append("const gw_op_info_t gw_ops[GW_OP__COUNT] = {")
+    for op in o.ops:
+        rest = op.get("rest") if "rest" in op["surfaces"] else None
+        method = f'"{rest["method"]}"' if rest else "NULL"
+        path = f'"{rest["path"]}"' if rest else "NULL"
+        notes = op["annotations"]
+        message = f"SBX_MSG_{cconst(op['message'])}" if op["message"] else "SBX_MSG__UNKNOWN"
+        head = f"    [{_op_const(op)}] = {{"
+        w.append(f'{head}"{op["name"]}", {"true" if "mcp" in op["surfaces"] else "false"}, '
+                 f"{method}, {path},")
+        w.append(f"{' ' * len(head)}{'true' if notes['readOnlyHint'] else 'false'}, "
+                 f"{'true' if notes.get('destructiveHint') else 'false'}, {message}, "
+                 f"{op.get('deadline_ms', 0)}}},")
+    w.append("};")
+    w.append("")
+    w.append("const gw_ops_route_t gw_ops_routes[] = {")
+    for method, path, op in rest_routes(o):
+        w.append(f'    {{"{method}", "{path}", {_op_const(op)}}},')
+    w.append("    {NULL, NULL, 0}};")
+    w.append("")
+    w.append("int gw_ops_tool (const char *name, gw_op_t *op_p)")
+    w.append("{")
+    w.append("    for (int op = 0; name && op < GW_OP__COUNT; op++)")
+    w.append("        if (gw_ops[op].tool && strcmp (gw_ops[op].name, name) == 0) {")
+    w.append("            if (op_p)")
+    w.append("                *op_p = (gw_op_t) op;")
+    w.append("            return 0;")
+    w.append("        }")
+    w.append("    return -1;")
+    w.append("}")
+    w.append("")
+    w.append("const char gw_ops_tools_json[] =")
+    tools = gen_tools(o)
+    w.append('    "["')
+    for i, tool in enumerate(tools):
+        w.append(f"    //  {tool['name']}")
+        text = json.dumps(tool, ensure_ascii=False, separators=(",", ":"))
+        w.extend(_c_string_lines(text + ("," if i + 1 < len(tools) else "")))
+    w.append('    "]";')
+    return "\n".join(w) + "\n"
+
+
+#  -- The differences between the doors ---------------------------------------------------
+
+def _describe(override):
+    parts = []
+    for k, v in override.items():
+        if v is None:
+            parts.append(f"no {k}")
+        elif k == "description":
+            parts.append("its own description")
+        else:
+            parts.append(f"{k} {json.dumps(v, ensure_ascii=False)}")
+    return ", ".join(parts)
+
+
+def _schema_drift(node, where, lines):
+    if not isinstance(node, dict):
+        return
+    if "surfaces" in node:
+        lines.append(f"{where}: {' and '.join(node['surfaces'])} only")
+    for surface in OPS_SURFACES:
+        if surface in node and isinstance(node[surface], dict):
+            what = _describe(node[surface]) if "output" not in node[surface] else "its own output"
+            lines.append(f"{where}: {surface}: {what}")
+    for name, sub in node.get("properties", {}).items():
+        _schema_drift(sub, f"{where}.{name}", lines)
+    for key in ("items", "additionalProperties"):
+        _schema_drift(node.get(key), f"{where}.{key}", lines)
+    for i, sub in enumerate(node.get("allOf", [])):
+        _schema_drift(sub, f"{where}.allOf[{i}]", lines)
+
+
+def _arg_drift(arg, where, both, lines):
+    if "surfaces" in arg and both:
+        lines.append(f"{where}: {' and '.join(arg['surfaces'])} only" +
+                     (f": {arg['drift']}" if arg.get("drift") else ""))
+    elif arg.get("drift"):
+        lines.append(f"{where}: {arg['drift']}")
+    for surface in OPS_SURFACES:
+        if arg.get(surface):
+            lines.append(f"{where}: {surface}: {_describe(arg[surface])}")
+
+
+def drift(o):
+    """Every difference between MCP and REST that operations.json records, one a line;
+    a shared argument's own once, then what each use adds."""
+    lines = []
+    for name, shape in o.shapes.items():
+        _schema_drift(shape, f"schema {name}", lines)
+    for name, arg in o.arguments.items():
+        _arg_drift(arg, f"argument {name}", True, lines)
+    for op in o.ops:
+        where = op["name"]
+        both = len(op["surfaces"]) == 2
+        if not both:
+            lines.append(f"{where}: {op['surfaces'][0]} only" + (f": {op['drift']}" if op.get("drift") else ""))
+        elif op.get("drift"):
+            lines.append(f"{where}: {op['drift']}")
+        if "output" in op.get("mcp", {}):
+            lines.append(f"{where}: mcp: its own output schema")
+        if both and "schema" in op["rest"]["success"]:
+            lines.append(f"{where}: rest: answers {op['rest']['success'].get('media', 'its own schema')}")
+        _schema_drift(op.get("output"), f"{where}: output", lines)
+        for raw in op.get("arguments", []):
+            name = _arg(o, raw, where)["name"]
+            if "ref" in raw:
+                raw = {k: v for k, v in raw.items() if k != "drift" or v is not None}
+            _arg_drift(raw, f"{where}.{name}", both, lines)
+    return lines
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true",
                     help="compare the outputs with the files on disk; exit 1 on any difference")
+    ap.add_argument("--drift", action="store_true",
+                    help="list the differences between MCP and REST that operations.json records")
     ap.add_argument("--root", default=os.path.dirname(here), help="repository root")
     args = ap.parse_args()
     try:
         s = load(os.path.join(args.root, "schemas"))
+        o = load_operations(s, os.path.join(args.root, "schemas", OPERATIONS))
+        if args.drift:
+            print("\n".join(drift(o)))
+            return 0
+        outputs = dict(zip(OUTPUTS, (gen_header(s), gen_source(s), gen_markdown(s), gen_openapi(o),
+                                     gen_ops_header(o), gen_ops_source(o))))
     except SchemaError as e:
         print(f"gen.py: schema error: {e}", file=sys.stderr)
         return 2
-    outputs = dict(zip(OUTPUTS, (gen_header(s), gen_source(s), gen_markdown(s))))
     stale = []
     for rel, text in outputs.items():
         path = os.path.join(args.root, rel)
