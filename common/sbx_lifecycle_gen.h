@@ -153,9 +153,11 @@ typedef enum {
     //  agent.setup: hostname, the clock (it stood still while stopped or paused), no_network,
     //  fresh entropy.
     SBX_VMD_DO_SEND_SETUP,
-    //  The agent requests in flight fail (the sandbox is stopping, being deleted...); the link
+    //  The agent requests in flight fail (the sandbox is stopping, or being deleted); the link
     //  goes.
     SBX_VMD_DO_CLOSE_AGENT,
+    //  The link goes, its requests with it (vmd_guest_collect destroys it).
+    SBX_VMD_DO_DROP_AGENT,
     //  Answers the request in progress: ok, or the first failure it met.
     SBX_VMD_DO_REPLY,
     //  Answers the request in progress with its failure; with none waiting, tells the broker

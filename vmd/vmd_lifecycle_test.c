@@ -397,7 +397,7 @@ static void s_test_stories (void)
 
     //  QMP lost on its own: noted, then QEMU (still there) killed and the guest failed.
     assert (s_step (&s, EV (QMP_CLOSED), DO (NOTE_QMP_LOST), -1));
-    assert (s_step (&s, EV (MONITOR_LOST), DO (KILL_QEMU), DO (REPORT), -1));
+    assert (s_step (&s, EV (MONITOR_LOST), DO (DROP_AGENT), DO (KILL_QEMU), DO (REPORT), -1));
     S_AT (s, ERROR, IDLE, IDLE);
     assert (s_step (&s, EV (AGENT_LOST), -1)); //  only the reason changes
     assert (s.count == 0);
