@@ -2,54 +2,28 @@
 #include "brk_sandbox.h"
 #include "brk_limits.h"
 #include "brk_names.h"
+#include "sbx_lifecycle_gen.h"
 
 #include <assert.h>
 
-//  What can happen to a sandbox, besides being created.
-typedef enum {
-    S_EV_STOP,      //  the user asks
-    S_EV_RESUME,    //  the user asks
-    S_EV_DELETE,    //  the user asks
-    S_EV_VM_OK,     //  vmd did what was asked
-    S_EV_VM_FAILED, //  vmd could not, or the guest died
-} s_event_t;
+//  What can happen to a sandbox, besides being created, and where it leads: the broker's
+//  machine in schemas/lifecycle.json (docs/lifecycle.md), made into a table by gen.py. In
+//  state `from`, event `event` leads to `to`, asking vmd for `ask` (when set). A user
+//  event missing there is refused with failed_precondition.
+typedef sbx_broker_event_t s_event_t;
+#define S_EV_STOP      SBX_BROKER_EV_STOP      //  the user asks
+#define S_EV_RESUME    SBX_BROKER_EV_RESUME    //  the user asks
+#define S_EV_DELETE    SBX_BROKER_EV_DELETE    //  the user asks
+#define S_EV_VM_OK     SBX_BROKER_EV_VM_OK     //  vmd did what was asked
+#define S_EV_VM_FAILED SBX_BROKER_EV_VM_FAILED //  vmd could not, or the guest died
 
 static const char *s_event_names[] = {"stop", "resume", "delete", "vm ok", "vm failed"};
 
-//  The state machine: in state `from`, event `event` leads to `to`, asking vmd for
-//  `ask` (when set). A user event missing here is refused with failed_precondition.
-typedef struct {
-    sbx_sandbox_state_t from;
-    s_event_t event;
-    sbx_sandbox_state_t to;
-    sbx_msg_type_t ask;
-} s_transition_t;
-
-// clang-format off
-static const s_transition_t s_table[] = {
-    {SBX_SANDBOX_STATE_CREATING, S_EV_VM_OK,     SBX_SANDBOX_STATE_READY,    SBX_MSG__UNKNOWN},
-    {SBX_SANDBOX_STATE_CREATING, S_EV_VM_FAILED, SBX_SANDBOX_STATE_ERROR,    SBX_MSG__UNKNOWN},
-    {SBX_SANDBOX_STATE_READY,    S_EV_STOP,      SBX_SANDBOX_STATE_STOPPING, SBX_MSG_VM_STOP},
-    {SBX_SANDBOX_STATE_READY,    S_EV_DELETE,    SBX_SANDBOX_STATE_DELETING, SBX_MSG_VM_DELETE},
-    {SBX_SANDBOX_STATE_READY,    S_EV_VM_FAILED, SBX_SANDBOX_STATE_ERROR,    SBX_MSG__UNKNOWN},
-    {SBX_SANDBOX_STATE_STOPPING, S_EV_VM_OK,     SBX_SANDBOX_STATE_STOPPED,  SBX_MSG__UNKNOWN},
-    {SBX_SANDBOX_STATE_STOPPING, S_EV_VM_FAILED, SBX_SANDBOX_STATE_ERROR,    SBX_MSG__UNKNOWN},
-    {SBX_SANDBOX_STATE_STOPPED,  S_EV_RESUME,    SBX_SANDBOX_STATE_RESUMING, SBX_MSG_VM_RESUME},
-    {SBX_SANDBOX_STATE_STOPPED,  S_EV_DELETE,    SBX_SANDBOX_STATE_DELETING, SBX_MSG_VM_DELETE},
-    {SBX_SANDBOX_STATE_RESUMING, S_EV_VM_OK,     SBX_SANDBOX_STATE_READY,    SBX_MSG__UNKNOWN},
-    {SBX_SANDBOX_STATE_RESUMING, S_EV_VM_FAILED, SBX_SANDBOX_STATE_ERROR,    SBX_MSG__UNKNOWN},
-    {SBX_SANDBOX_STATE_DELETING, S_EV_VM_OK,     SBX_SANDBOX_STATE_DELETED,  SBX_MSG__UNKNOWN},
-    {SBX_SANDBOX_STATE_DELETING, S_EV_VM_FAILED, SBX_SANDBOX_STATE_ERROR,    SBX_MSG__UNKNOWN},
-    {SBX_SANDBOX_STATE_ERROR,    S_EV_DELETE,    SBX_SANDBOX_STATE_DELETING, SBX_MSG_VM_DELETE},
-};
-// clang-format on
+typedef sbx_broker_transition_t s_transition_t;
 
 static const s_transition_t *s_lookup (sbx_sandbox_state_t from, s_event_t event)
 {
-    for (size_t i = 0; i < sizeof s_table / sizeof s_table[0]; i++)
-        if (s_table[i].from == from && s_table[i].event == event)
-            return &s_table[i];
-    return NULL;
+    return sbx_broker_transition (from, event);
 }
 
 //  How long vmd may take: a boot under TCG, a memory save, a restore.

@@ -3,6 +3,7 @@
 operations (REST, MCP, dispatch) from schemas/*.json.
 
     python3 schemas/gen.py            rewrite every output (OUTPUTS)
+                                      (and common/sbx_lifecycle_gen.{h,c}, docs/lifecycle.md)
     python3 schemas/gen.py --check    exit 1, naming the file, when a committed output is stale
     python3 schemas/gen.py --drift    list the REST/MCP differences operations.json records
 
@@ -13,6 +14,9 @@ of the gateway once (docs/architecture.md, "Operations, defined once"): docs/ope
 the MCP tool list and the dispatch table in gateway/gw_ops_gen.{h,c} come from it.
 Output depends only on the schemas, so it is reproducible and CI can compare it with
 what is committed. Python 3 standard library only.
+
+The state machines ("machines", in schemas/lifecycle.json) are generated the same way:
+the broker's sandbox table and vmd's guest tables come from one description.
 """
 
 import argparse
@@ -27,6 +31,7 @@ GENERATOR = "schemas/gen.py"
 OUTPUTS = ("common/sbx_msg_gen.h", "common/sbx_msg_gen.c", "docs/protocol-messages.md",
            "docs/openapi.json", "gateway/gw_ops_gen.h", "gateway/gw_ops_gen.c")
 OPERATIONS = "operations.json"
+LIFECYCLE_OUTPUTS = ("common/sbx_lifecycle_gen.h", "common/sbx_lifecycle_gen.c", "docs/lifecycle.md")
 
 #  Must match common/sbx_msg.h: the depth limit decode enforces, counted from the
 #  envelope map (1) and the body map (2).
@@ -78,6 +83,7 @@ class Schema:
         self.enums = {}     # name -> dict(name, doc, values, file)
         self.types = {}     # struct-or-message name -> dict(name, doc, fields, file, msg)
         self.messages = []  # message dicts, in order
+        self.machines = {}  # name -> machine dict (see _load_machines), in order
 
 
 def load(schema_dir):
@@ -118,7 +124,7 @@ def _only(obj, allowed, where):
 def _load_file(s, fname, data):
     if not isinstance(data, dict):
         raise SchemaError(f"{fname}: top level must be an object")
-    _only(data, ("doc", "errors", "enums", "structs", "messages"), fname)
+    _only(data, ("doc", "errors", "enums", "structs", "messages", "machines"), fname)
     s.files.append((fname, _need(data, "doc", str, fname)))
     for i, e in enumerate(data.get("errors", [])):
         where = f"{fname}: errors[{i}]"
@@ -187,6 +193,7 @@ def _load_file(s, fname, data):
             raise SchemaError(f"{where}: \"event\" must be true or false")
         t = _add_type(s, name, m, where, fname, msg)
         s.messages.append(t)
+    _load_machines(s, fname, data.get("machines", {}))
 
 
 def _add_type(s, name, obj, where, fname, msg):
@@ -262,7 +269,8 @@ def _validate(s):
                           "message (string) must exist: sbx_msg_new_error fills it")
     s.listed = [t for t in s.types.values() if t["name"] in listed]
     _check_required_depth(s)
-    _check_identifiers(s)
+    idents = _check_identifiers(s)
+    _validate_machines(s, idents)
 
 
 def _check_required_depth(s):
@@ -336,6 +344,7 @@ def _check_identifiers(s):
     for t in s.listed:
         claim(f"sbx_{t['cname']}_list_t", f"list:{t['name']}")
         claim(f"sbx_{t['cname']}_list_append", f"list:{t['name']}")
+    return idents
 
 
 # ---------------------------------------------------------------------------------------
@@ -1426,6 +1435,505 @@ def drift(o):
     return lines
 
 
+# ---------------------------------------------------------------------------------------
+#  State machines (schemas/lifecycle.json): one description, the C tables of every
+#  process that keeps one, and their reference.
+#
+#  A machine has states (an enum of the schemas, or its own list: the first is where it
+#  starts), events, and transitions: in state `from`, on event `on`, it goes `to` (the
+#  same state when left out), asks another process for a message (`ask`), performs
+#  actions (`do`, codes for the process to carry out, in order) and then fires an event
+#  (`then`). `from` and `on` may be lists: one row each. A sub-machine names its parent
+#  (`within`) and shares its events and actions. A (state, event) with no row is refused:
+#  the process answers a request with failed_precondition and ignores anything else.
+
+EVENT_KINDS = ("notice", "request", "failure", "periodic")
+
+
+def _load_machines(s, fname, machines):
+    if not isinstance(machines, dict):
+        raise SchemaError(f"{fname}: \"machines\" must be an object")
+    for name, m in machines.items():
+        where = f"{fname}: machine {name}"
+        if not isinstance(name, str) or not ENUM_RE.match(name):
+            raise SchemaError(f"{where}: bad machine name (lower_case)")
+        if name in s.machines:
+            raise SchemaError(f"{where}: defined twice")
+        if not isinstance(m, dict):
+            raise SchemaError(f"{where}: must be an object")
+        _only(m, ("doc", "within", "states", "state_docs", "events", "actions", "transitions"),
+              where)
+        within = m.get("within")
+        if within is not None and not isinstance(within, str):
+            raise SchemaError(f"{where}: \"within\" must name a machine")
+        if within is not None and ("events" in m or "actions" in m):
+            raise SchemaError(f"{where}: a sub-machine uses the events and actions of {within}")
+        mach = {"name": name, "file": fname, "where": where, "doc": _need(m, "doc", str, where),
+                "within": within, "states_raw": m.get("states"),
+                "state_docs": m.get("state_docs", {}),
+                "events": [], "actions": [], "groups": [], "rows": []}
+        for key in ("events", "actions"):
+            items = m.get(key, [])
+            if not isinstance(items, list):
+                raise SchemaError(f"{where}: \"{key}\" must be a list")
+            seen = set()
+            for i, item in enumerate(items):
+                iw = f"{where}: {key}[{i}]"
+                if not isinstance(item, dict):
+                    raise SchemaError(f"{iw}: must be an object")
+                _only(item, ("name", "kind", "doc") if key == "events" else ("name", "doc"), iw)
+                iname = _need(item, "name", str, iw)
+                if not ENUM_RE.match(iname) or iname in seen:
+                    raise SchemaError(f"{iw}: bad or repeated name '{iname}'")
+                seen.add(iname)
+                entry = {"name": iname, "doc": _need(item, "doc", str, iw)}
+                if key == "events":
+                    entry["kind"] = item.get("kind", "notice")
+                    if entry["kind"] not in EVENT_KINDS:
+                        raise SchemaError(f"{iw}: kind must be one of {', '.join(EVENT_KINDS)}")
+                mach[key].append(entry)
+        if within is None and not mach["events"]:
+            raise SchemaError(f"{where}: no events")
+        transitions = _need(m, "transitions", list, where)
+        if not transitions:
+            raise SchemaError(f"{where}: no transitions")
+        for i, t in enumerate(transitions):
+            tw = f"{where}: transitions[{i}]"
+            if not isinstance(t, dict):
+                raise SchemaError(f"{tw}: must be an object")
+            _only(t, ("from", "on", "to", "ask", "do", "then", "doc"), tw)
+            group = {}
+            for key in ("from", "on"):
+                value = _need(t, key, (str, list), tw)
+                value = [value] if isinstance(value, str) else value
+                if not value or not all(isinstance(x, str) and x for x in value):
+                    raise SchemaError(f"{tw}: \"{key}\" must be a name or a list of names")
+                if len(set(value)) != len(value):
+                    raise SchemaError(f"{tw}: \"{key}\" names one twice")
+                group[key] = value
+            for key in ("to", "ask", "then", "doc"):
+                if key in t and not (isinstance(t[key], str) and t[key].strip()):
+                    raise SchemaError(f"{tw}: \"{key}\" must be a non-empty string")
+                group[key] = t.get(key)
+            do = t.get("do", [])
+            if not isinstance(do, list) or not all(isinstance(x, str) and x for x in do):
+                raise SchemaError(f"{tw}: \"do\" must be a list of action names")
+            group["do"] = do
+            group["where"] = tw
+            mach["groups"].append(group)
+            for state in group["from"]:
+                for event in group["on"]:
+                    mach["rows"].append({"from": state, "on": event, "to": group["to"] or state,
+                                         "ask": group["ask"], "do": do, "then": group["then"],
+                                         "where": tw})
+        s.machines[name] = mach
+
+
+def _validate_machines(s, idents):
+    def claim(ident, origin):
+        if ident in RESERVED_IDENTS or ident in idents:
+            raise SchemaError(f"{origin}: generates {ident}, as does "
+                              f"{idents.get(ident, 'sbx_msg.h')}")
+        idents[ident] = origin
+
+    claim("sbx_lifecycle_kind_t", "the machines")
+    for kind in EVENT_KINDS:
+        claim(f"SBX_LIFECYCLE_{cconst(kind)}", "the machines")
+    for m in s.machines.values():
+        where = m["where"]
+        root = m
+        if m["within"] is not None:
+            root = s.machines.get(m["within"])
+            if root is None or root["within"] is not None or root is m:
+                raise SchemaError(f"{where}: within '{m['within']}' is not a machine of its own")
+            m["cname"] = f"{root['name']}_{m['name']}"
+        else:
+            m["cname"] = m["name"]
+        m["root"] = root
+        raw = m["states_raw"]
+        if isinstance(raw, str):
+            if raw not in s.enums:
+                raise SchemaError(f"{where}: states: unknown enum '{raw}'")
+            if m["within"] is not None:
+                raise SchemaError(f"{where}: a sub-machine has states of its own (idle first)")
+            m["enum"] = raw
+            m["states"] = [{"name": v, "doc": ""} for v in s.enums[raw]["values"]]
+            m["state_type"] = f"sbx_{raw}_t"
+            m["state_const"] = lambda v, raw=raw: f"SBX_{cconst(raw)}_{cconst(v)}"
+        elif isinstance(raw, list) and raw:
+            m["enum"] = None
+            m["states"] = []
+            for i, st in enumerate(raw):
+                sw = f"{where}: states[{i}]"
+                if not isinstance(st, dict):
+                    raise SchemaError(f"{sw}: must be an object")
+                _only(st, ("name", "doc"), sw)
+                sname = _need(st, "name", str, sw)
+                if not ENUM_RE.match(sname) or any(x["name"] == sname for x in m["states"]):
+                    raise SchemaError(f"{sw}: bad or repeated state name '{sname}'")
+                m["states"].append({"name": sname, "doc": _need(st, "doc", str, sw)})
+            m["state_type"] = f"sbx_{m['cname']}_state_t"
+            m["state_const"] = lambda v, c=m["cname"]: f"SBX_{cconst(c)}_{cconst(v)}"
+        else:
+            raise SchemaError(f"{where}: \"states\" must name an enum or list the states")
+        names = [x["name"] for x in m["states"]]
+        if not isinstance(m["state_docs"], dict):
+            raise SchemaError(f"{where}: \"state_docs\" must be an object")
+        for state, doc in m["state_docs"].items():
+            if state not in names or not (isinstance(doc, str) and doc.strip()):
+                raise SchemaError(f"{where}: state_docs: '{state}' is no state, or has no doc")
+        for st in m["states"]:
+            st["doc"] = m["state_docs"].get(st["name"], st["doc"])
+        events = {e["name"]: e for e in root["events"]}
+        actions = {a["name"] for a in root["actions"]}
+        seen = {}
+        for r in m["rows"]:
+            rw = r["where"]
+            for key in ("from", "to"):
+                if r[key] not in names:
+                    raise SchemaError(f"{rw}: '{r[key]}' is not a state of {m['name']}")
+            for key in ("on", "then"):
+                if r[key] is not None and r[key] not in events:
+                    raise SchemaError(f"{rw}: '{r[key]}' is not an event of {root['name']}")
+            if r["then"] is not None and events[r["then"]]["kind"] == "request":
+                raise SchemaError(f"{rw}: then '{r['then']}' is a request: those come from outside")
+            if (r["do"] or r["then"]) and not actions:
+                raise SchemaError(f"{rw}: {root['name']} declares no actions")
+            for a in r["do"]:
+                if a not in actions:
+                    raise SchemaError(f"{rw}: '{a}' is not an action of {root['name']}")
+            if r["ask"] is not None and (r["ask"] not in s.types or s.types[r["ask"]]["msg"] is None):
+                raise SchemaError(f"{rw}: ask '{r['ask']}' is not a message")
+            key = (r["from"], r["on"])
+            if key in seen:
+                raise SchemaError(f"{rw}: {r['from']} on {r['on']} is given already ({seen[key]})")
+            seen[key] = rw
+        m["has_ask"] = any(r["ask"] for r in m["rows"])
+        m["has_actions"] = bool(root["actions"])
+        origin = where
+        if m["enum"] is None:
+            claim(m["state_type"], origin)
+            claim(f"sbx_{m['cname']}_state_name", origin)
+            claim(f"SBX_{cconst(m['cname'])}__COUNT", origin)
+            for st in m["states"]:
+                claim(m["state_const"](st["name"]), origin)
+        for ident in (f"sbx_{m['cname']}_transition_t", f"sbx_{m['cname']}_transitions",
+                      f"sbx_{m['cname']}_transition", f"SBX_{cconst(m['cname'])}_TRANSITIONS"):
+            claim(ident, origin)
+        if root is m:
+            c, cu = m["cname"], cconst(m["cname"])
+            for ident in (f"sbx_{c}_event_t", f"sbx_{c}_event_name", f"sbx_{c}_event_kind",
+                          f"SBX_{cu}_EV__NONE", f"SBX_{cu}_EV__COUNT"):
+                claim(ident, origin)
+            for e in m["events"]:
+                claim(f"SBX_{cu}_EV_{cconst(e['name'])}", origin)
+            if m["actions"]:
+                for ident in (f"sbx_{c}_action_t", f"sbx_{c}_action_name", f"SBX_{cu}_DO__COUNT",
+                              f"SBX_{cu}_MAX_ACTIONS"):
+                    claim(ident, origin)
+                for a in m["actions"]:
+                    claim(f"SBX_{cu}_DO_{cconst(a['name'])}", origin)
+    for root in s.machines.values():
+        if root["within"] is not None:
+            continue
+        family = [x for x in s.machines.values() if x["root"] is root]
+        rows = [r for x in family for r in x["rows"]]
+        used = {r["on"] for r in rows} | {r["then"] for r in rows if r["then"]}
+        for e in root["events"]:
+            if e["name"] not in used:
+                raise SchemaError(f"{root['where']}: event '{e['name']}' is in no transition")
+        done = {a for r in rows for a in r["do"]}
+        for a in root["actions"]:
+            if a["name"] not in done:
+                raise SchemaError(f"{root['where']}: action '{a['name']}' is in no transition")
+        root["family"] = family
+        root["max_actions"] = max([len(r["do"]) for r in rows] + [1])
+
+
+def _proto(head, params, end=";"):
+    #  A prototype as clang-format lays it out: one line, else the parameters aligned.
+    line = f"{head} ({', '.join(params)}){end}"
+    if len(line) <= 100:
+        return [line]
+    pad = " " * (len(head) + 2)
+    return [f"{head} ({params[0]},"] + [f"{pad}{p}," for p in params[1:-1]] + [f"{pad}{params[-1]}){end}"]
+
+
+def _constants(rows):
+    #  Enum constants with their docs above them (they are too long to trail).
+    o = []
+    for const, doc in rows:
+        o.extend(comment(doc, "    "))
+        o.append(f"    {const},")
+    return o
+
+
+def _machine_consts(m):
+    root = m["root"]
+    cu = cconst(root["cname"])
+
+    def event(name):
+        return f"SBX_{cu}_EV_{cconst(name)}" if name else f"SBX_{cu}_EV__NONE"
+
+    def action(name):
+        return f"SBX_{cu}_DO_{cconst(name)}"
+    return event, action
+
+
+def gen_lifecycle_header(s):
+    o = []
+    w = o.append
+    w(f"//  GENERATED by {GENERATOR} from the schemas/ files - do not edit: change the schemas")
+    w(f"//  and run `python3 {GENERATOR}`. The state machines of schemas/lifecycle.json as")
+    w("//  tables (docs/lifecycle.md): in state `from`, `event` leads `to`, with what the row")
+    w("//  asks or does. A (state, event) without a row is refused: _transition returns NULL.")
+    w("#ifndef SBX_LIFECYCLE_GEN_H_INCLUDED")
+    w("#define SBX_LIFECYCLE_GEN_H_INCLUDED")
+    w("")
+    w('#include "sbx_msg.h"')
+    w("")
+    w("#include <stddef.h>")
+    w("")
+    w("#ifdef __cplusplus")
+    w('extern "C" {')
+    w("#endif")
+    w("")
+    w("//  What an event is: a request is refused (failed_precondition) where no row takes it;")
+    w("//  a failure's code and message are the outcome; anything else is ignored there.")
+    w("typedef enum {")
+    o.extend(aligned([(f"SBX_LIFECYCLE_{cconst(k)},", doc) for k, doc in zip(EVENT_KINDS, (
+        "something happened", "asked from outside", "something failed", "a timer's beat"))]))
+    w("} sbx_lifecycle_kind_t;")
+    for m in s.machines.values():
+        c, cu = m["cname"], cconst(m["cname"])
+        root = m["root"]
+        rc = cconst(root["cname"])
+        w("")
+        head = f"Machine {m['name']}" + (f" (within {root['name']})" if root is not m else "")
+        o.extend(comment(f"{head}, {m['file']}: {m['doc']}"))
+        if root is m:
+            w("typedef enum {")
+            w(f"    SBX_{cu}_EV__NONE = -1,")
+            o.extend(_constants([(f"SBX_{cu}_EV_{cconst(e['name'])}",
+                                  f"({e['kind']}) {e['doc']}" if e["kind"] != "notice" else e["doc"])
+                                 for e in m["events"]]))
+            w(f"    SBX_{cu}_EV__COUNT")
+            w(f"}} sbx_{c}_event_t;")
+            w(f"//  The event's name in the schema, or NULL; its kind (notice when out of range).")
+            w(f"const char *sbx_{c}_event_name (sbx_{c}_event_t event);")
+            w(f"sbx_lifecycle_kind_t sbx_{c}_event_kind (sbx_{c}_event_t event);")
+            if m["actions"]:
+                w("")
+                w("typedef enum {")
+                o.extend(_constants([(f"SBX_{cu}_DO_{cconst(a['name'])}", a["doc"])
+                                     for a in m["actions"]]))
+                w(f"    SBX_{cu}_DO__COUNT")
+                w(f"}} sbx_{c}_action_t;")
+                w(f"#define SBX_{cu}_MAX_ACTIONS {m['max_actions']}")
+                w(f"const char *sbx_{c}_action_name (sbx_{c}_action_t action);")
+        if m["enum"] is None:
+            w("")
+            w(f"//  {m['name']}'s states; the first is where it starts.")
+            w("typedef enum {")
+            o.extend(_constants([(m["state_const"](st["name"]), st["doc"]) for st in m["states"]]))
+            w(f"    SBX_{cu}__COUNT")
+            w(f"}} {m['state_type']};")
+            w(f"const char *sbx_{c}_state_name ({m['state_type']} state);")
+        w("")
+        w("typedef struct {")
+        w(f"    {m['state_type']} from;")
+        w(f"    sbx_{root['cname']}_event_t event;")
+        w(f"    {m['state_type']} to;")
+        if m["has_ask"]:
+            w("    sbx_msg_type_t ask; //  the request this sends, SBX_MSG__UNKNOWN: none")
+        if m["has_actions"]:
+            w(f"    //  Fired after the actions; SBX_{rc}_EV__NONE: none.")
+            w(f"    sbx_{root['cname']}_event_t then;")
+            w("    size_t action_count;")
+            w(f"    sbx_{root['cname']}_action_t actions[SBX_{rc}_MAX_ACTIONS]; //  in order")
+        w(f"}} sbx_{c}_transition_t;")
+        w(f"#define SBX_{cu}_TRANSITIONS {len(m['rows'])}")
+        w(f"extern const sbx_{c}_transition_t sbx_{c}_transitions[SBX_{cu}_TRANSITIONS];")
+        o.extend(_proto(f"const sbx_{c}_transition_t *sbx_{c}_transition",
+                        [f"{m['state_type']} from", f"sbx_{root['cname']}_event_t event"]))
+    w("")
+    w("#ifdef __cplusplus")
+    w("}")
+    w("#endif")
+    w("")
+    w("#endif")
+    return "\n".join(o) + "\n"
+
+
+def gen_lifecycle_source(s):
+    o = []
+    w = o.append
+    w(f"//  GENERATED by {GENERATOR} from the schemas/ files - do not edit: change the schemas")
+    w(f"//  and run `python3 {GENERATOR}`. The tables of sbx_lifecycle_gen.h.")
+    w('#include "sbx_lifecycle_gen.h"')
+    for m in s.machines.values():
+        c, cu = m["cname"], cconst(m["cname"])
+        root = m["root"]
+        event, action = _machine_consts(m)
+        w("")
+        w(f"//  Machine {m['name']}.")
+        if root is m:
+            w(f"static const char *const s_{c}_event_names[SBX_{cu}_EV__COUNT] = {{")
+            for e in m["events"]:
+                w(f'    "{e["name"]}",')
+            w("};")
+            w(f"static const sbx_lifecycle_kind_t s_{c}_event_kinds[SBX_{cu}_EV__COUNT] = {{")
+            for e in m["events"]:
+                w(f"    SBX_LIFECYCLE_{cconst(e['kind'])},")
+            w("};")
+            w("")
+            w(f"const char *sbx_{c}_event_name (sbx_{c}_event_t event)")
+            w("{")
+            w(f"    return event >= 0 && event < SBX_{cu}_EV__COUNT ? s_{c}_event_names[event] : NULL;")
+            w("}")
+            w("")
+            w(f"sbx_lifecycle_kind_t sbx_{c}_event_kind (sbx_{c}_event_t event)")
+            w("{")
+            w(f"    if (event < 0 || event >= SBX_{cu}_EV__COUNT)")
+            w("        return SBX_LIFECYCLE_NOTICE;")
+            w(f"    return s_{c}_event_kinds[event];")
+            w("}")
+            if m["actions"]:
+                w("")
+                w(f"static const char *const s_{c}_action_names[SBX_{cu}_DO__COUNT] = {{")
+                for a in m["actions"]:
+                    w(f'    "{a["name"]}",')
+                w("};")
+                w("")
+                w(f"const char *sbx_{c}_action_name (sbx_{c}_action_t action)")
+                w("{")
+                w(f"    if ((int) action < 0 || action >= SBX_{cu}_DO__COUNT)")
+                w("        return NULL;")
+                w(f"    return s_{c}_action_names[action];")
+                w("}")
+        if m["enum"] is None:
+            w("")
+            w(f"static const char *const s_{c}_state_names[SBX_{cu}__COUNT] = {{")
+            for st in m["states"]:
+                w(f'    "{st["name"]}",')
+            w("};")
+            w("")
+            w(f"const char *sbx_{c}_state_name ({m['state_type']} state)")
+            w("{")
+            w(f"    if ((int) state < 0 || state >= SBX_{cu}__COUNT)")
+            w("        return NULL;")
+            w(f"    return s_{c}_state_names[state];")
+            w("}")
+        w("")
+        w("// clang-format off")
+        w(f"const sbx_{c}_transition_t sbx_{c}_transitions[SBX_{cu}_TRANSITIONS] = {{")
+        for r in m["rows"]:
+            cols = [m["state_const"](r["from"]), event(r["on"]), m["state_const"](r["to"])]
+            if m["has_ask"]:
+                cols.append(f"SBX_MSG_{cconst(r['ask'])}" if r["ask"] else "SBX_MSG__UNKNOWN")
+            if m["has_actions"]:
+                cols.append(event(r["then"]))
+                cols.append(str(len(r["do"])))
+                cols.append("{" + (", ".join(action(a) for a in r["do"]) or "0") + "}")
+            w("    {" + ", ".join(cols) + "},")
+        w("};")
+        w("// clang-format on")
+        w("")
+        o.extend(_proto(f"const sbx_{c}_transition_t *sbx_{c}_transition",
+                        [f"{m['state_type']} from", f"sbx_{root['cname']}_event_t event"], ""))
+        w("{")
+        w(f"    for (size_t i = 0; i < SBX_{cu}_TRANSITIONS; i++)")
+        w(f"        if (sbx_{c}_transitions[i].from == from && sbx_{c}_transitions[i].event == event)")
+        w(f"            return &sbx_{c}_transitions[i];")
+        w("    return NULL;")
+        w("}")
+    return "\n".join(o) + "\n"
+
+
+def gen_lifecycle_markdown(s):
+    o = []
+    w = o.append
+    w(f"<!-- GENERATED by {GENERATOR} from schemas/lifecycle.json - do not edit. -->")
+    w("# sbx lifecycles: the state tables")
+    w("")
+    w(md(s.files[[f for f, _ in s.files].index("lifecycle.json")][1])
+      if "lifecycle.json" in [f for f, _ in s.files] else "The state machines of the schemas.")
+    w("")
+    w("Read a table row as: in state *in*, event *on* leads to *goes to* (blank: it stays), "
+      "after which the process asks another for a message, performs the actions in order "
+      "and fires the event under *then*. An event that no row takes in a state is refused: "
+      "a request is answered `failed_precondition` (\"cannot stop sandbox sb_…: it is stopped\"), "
+      "anything else is ignored. In a sub-machine's table the events and actions are its "
+      "parent's. C: `common/sbx_lifecycle_gen.h`, generated with these tables by "
+      f"`{GENERATOR}` (and checked by `{GENERATOR} --check`).")
+    w("")
+    w("## Contents")
+    w("")
+    for m in s.machines.values():
+        sub = f" (within {m['root']['name']})" if m["root"] is not m else ""
+        w(f"- [{m['name']}](#machine-{m['name']}){sub}")
+    for m in s.machines.values():
+        root = m["root"]
+        w("")
+        w(f"<a id=\"machine-{m['name']}\"></a>")
+        w(f"## {m['name']}" + (f" (within [{root['name']}](#machine-{root['name']}))"
+                                if root is not m else ""))
+        w("")
+        w(md(m["doc"]))
+        w("")
+        w("| state | meaning |")
+        w("|---|---|")
+        for i, st in enumerate(m["states"]):
+            note = md(st["doc"]) if st["doc"] else ""
+            if m["enum"] is None and i == 0:
+                note = f"(where it starts) {note}"
+            w(f"| `{st['name']}` | {note} |")
+        w("")
+        if root is m:
+            w("| event | kind | meaning |")
+            w("|---|---|---|")
+            for e in m["events"]:
+                w(f"| `{e['name']}` | {e['kind']} | {md(e['doc'])} |")
+            w("")
+            if m["actions"]:
+                w("| action | what it does |")
+                w("|---|---|")
+                for a in m["actions"]:
+                    w(f"| `{a['name']}` | {md(a['doc'])} |")
+                w("")
+        cols = ["in", "on", "goes to"]
+        if m["has_ask"]:
+            cols.append("asks")
+        if m["has_actions"]:
+            cols += ["does", "then"]
+        cols.append("note")
+        w("| " + " | ".join(cols) + " |")
+        w("|" + "---|" * len(cols))
+        for g in m["groups"]:
+            cells = [", ".join(g["from"]), ", ".join(f"`{e}`" for e in g["on"]),
+                     g["to"] or ""]
+            if m["has_ask"]:
+                cells.append(f"`{g['ask']}`" if g["ask"] else "")
+            if m["has_actions"]:
+                cells += [", ".join(g["do"]), f"`{g['then']}`" if g["then"] else ""]
+            cells.append(md(g["doc"]) if g["doc"] else "")
+            w("| " + " | ".join(cells) + " |")
+        w("")
+        events = [e["name"] for e in root["events"] if any(r["on"] == e["name"] for r in m["rows"])]
+        rows = {(r["from"], r["on"]): r for r in m["rows"]}
+        w(f"State × event (`=`: stays; `·`: {'passed on to ' + root['name'] if root is not m else 'refused'}):")
+        w("")
+        w("| | " + " | ".join(f"`{e}`" for e in events) + " |")
+        w("|---|" + "---|" * len(events))
+        for st in m["states"]:
+            cells = []
+            for e in events:
+                r = rows.get((st["name"], e))
+                cells.append("·" if r is None else "=" if r["to"] == r["from"] else r["to"])
+            w(f"| **{st['name']}** | " + " | ".join(cells) + " |")
+    return "\n".join(o) + "\n"
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -1443,6 +1951,8 @@ def main():
             return 0
         outputs = dict(zip(OUTPUTS, (gen_header(s), gen_source(s), gen_markdown(s), gen_openapi(o),
                                      gen_ops_header(o), gen_ops_source(o))))
+        outputs.update(zip(LIFECYCLE_OUTPUTS, (gen_lifecycle_header(s), gen_lifecycle_source(s),
+                                               gen_lifecycle_markdown(s))))
     except SchemaError as e:
         print(f"gen.py: schema error: {e}", file=sys.stderr)
         return 2

@@ -7,11 +7,13 @@
     port forwards),
     rewritten atomically at every state change so that a restarted vmd finds it again.
 
-    The lifecycle is one state x event table (vmd_guest.c). Requests (create, stop,
-    resume, delete) start an operation whose outcome comes later through the done
-    callback, with the request's rid; a guest that dies on its own calls failed. Both
-    run from the loop; neither may destroy the guest (the server sweeps guests whose
-    state is deleted).
+    The lifecycle is decided by vmd_lifecycle (state x event tables made from
+    schemas/lifecycle.json: docs/lifecycle.md) and performed here. Requests (create,
+    stop, resume, delete, snapshot) that it takes start an operation whose outcome comes
+    later through the done callback, with the request's rid; those it does not take are
+    refused at once (failed_precondition). A guest that dies on its own calls failed.
+    Both run from the loop; neither may destroy the guest (the server sweeps guests
+    whose state is deleted).
 */
 #ifndef VMD_GUEST_H_INCLUDED
 #define VMD_GUEST_H_INCLUDED
@@ -116,9 +118,9 @@ typedef void (vmd_guest_snapshot_fn) (vmd_guest_t *guest, sbx_code_t code, const
 //  standing on the same base) and memory.state. A ready guest is paused (QMP stop),
 //  its memory migrated into the file while QEMU stays, its overlay copied by a child
 //  process, then continued; a stopped guest's files are copied. Written under .tmp
-//  names, fsynced (by the child), renamed. 0 when started (fn follows from the loop),
-//  -1 with err when the state does not allow it. Stop and resume wait for its end;
-//  delete ends it with an error.
+//  names, fsynced (by the child), renamed. 0 when started (fn follows, from the loop, or
+//  before this returns when the capture cannot even begin), -1 with err when the state
+//  does not allow it. Stop and resume wait for its end; delete ends it with an error.
 int vmd_guest_snapshot (vmd_guest_t *self, const char *dir, uint32_t timeout_ms,
                         vmd_guest_snapshot_fn *fn, void *arg, sbx_err_t *err);
 

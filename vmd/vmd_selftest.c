@@ -2,14 +2,18 @@
 #include "sbx_testrun.h"
 #include "vmd_agentlink.h"
 #include "vmd_firewall.h"
+#include "vmd_lifecycle.h"
 #include "vmd_qemu.h"
 #include "vmd_qmp.h"
 #include "vmd_server.h"
 
-static const sbx_test_t s_tests[] = {
-    {"vmd_qmp", vmd_qmp_test},           {"vmd_qemu", vmd_qemu_test},
-    {"vmd_firewall", vmd_firewall_test}, {"vmd_agentlink", vmd_agentlink_test},
-    {"vmd_server", vmd_server_test},     {NULL, NULL}};
+static const sbx_test_t s_tests[] = {{"vmd_qmp", vmd_qmp_test},
+                                     {"vmd_qemu", vmd_qemu_test},
+                                     {"vmd_firewall", vmd_firewall_test},
+                                     {"vmd_lifecycle", vmd_lifecycle_test},
+                                     {"vmd_agentlink", vmd_agentlink_test},
+                                     {"vmd_server", vmd_server_test},
+                                     {NULL, NULL}};
 
 int main (int argc, char **argv)
 {
