@@ -17,6 +17,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import ssl
 import threading
 import time
@@ -286,6 +287,52 @@ class EdgeBalanceTest(unittest.TestCase):
         self.assertEqual((status, self.text(deleted)),
                          (200, f"Deleting {sb}: its disk, memory and automatic snapshots are "
                                "removed."))
+
+    # -- a session and its default outlive the broker and a gateway (kill -9) --
+    def test_5_a_session_outlives_the_broker_and_its_gateway(self):
+        key = self.account("restart@example.com")["api_key"]
+        sid, _ = self.new_session(key)
+        status, _, body, _ = self.lb("POST", {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                                              "params": {"name": "create_sandbox",
+                                                         "arguments": {"name": "outlives"}}},
+                                     key, sid)
+        self.assertEqual(status, 200, body)
+        self.assertFalse(body["result"].get("isError"), self.text(body))
+        sb = body["result"]["structuredContent"]["id"]
+        self.addCleanup(lambda: self.s.cli("sandbox", "delete", sb, check=False, timeout=300))
+        label = body["result"]["structuredContent"]["url"].split("//", 1)[1].split(".", 1)[0]
+        broker = self.s.daemon_pid("sbx-broker")
+        os.kill(broker, signal.SIGKILL)
+        wait_for(lambda: self.s.daemon_pid("sbx-broker") not in (None, broker), 60,
+                 "the supervisor restarting the broker")
+
+        # Until every gateway has the broker back an answer may be 503 (retry); never 404.
+        def exec_once():
+            st, _, b, port = self.lb("POST", {
+                "jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                "params": {"name": "exec", "arguments": {"command": "hostname"}}}, key, sid)
+            self.assertNotEqual(st, 404, f"the session was lost with the broker: {b}")
+            return (st, self.text(b) if st == 200 else None, port)
+        def check(after):
+            answers = []
+            deadline = time.monotonic() + 90
+            while len(answers) < 2 * len(self.gateways) and time.monotonic() < deadline:
+                st, text, port = exec_once()
+                if st == 200 and text and not text.endswith(("(unavailable)", "(timeout)")):
+                    answers.append((text, port))
+                else:
+                    time.sleep(0.5)
+            print(f"  after {after}: {len(answers)} execs without sandboxId answered")
+            self.assertEqual([t for t, _ in answers], [f"Exit code 0.\nstdout:\n{label}"] *
+                             (2 * len(self.gateways)),
+                             f"the session's default sandbox, on every gateway, after {after}")
+        check("the broker's restart")
+        # The gateway that opened it, killed too: the session was never its alone.
+        gateway = self.s.daemon_pid("sbx-gateway")
+        os.kill(gateway, signal.SIGKILL)
+        wait_for(lambda: self.s.daemon_pid("sbx-gateway") not in (None, gateway), 60,
+                 "the supervisor restarting the gateway")
+        check("a gateway's restart")
 
     # -- (d) a key's rate, all gateways together -------------------------------
     def rate(self, email, rate=3 * PLAN_RATE, seconds=3.0, threads=6):
