@@ -182,6 +182,12 @@ bool sbx_msg_type_is_reply (sbx_msg_type_t type)
     return false;
 }
 
+sbx_msg_type_t sbx_msg_type_reply (sbx_msg_type_t type)
+{
+    return type > SBX_MSG__UNKNOWN && type < SBX_MSG__COUNT ? sbx_meta_msgs[type].reply
+                                                             : SBX_MSG__UNKNOWN;
+}
+
 const char *sbx_code_name (sbx_code_t code)
 {
     //  SBX_OK has a name too, unlike the unset value of ordinary enums.
@@ -1856,6 +1862,8 @@ void sbx_meta_codec_test (bool verbose)
     assert (sbx_msg_type_name (SBX_MSG__UNKNOWN) == NULL);
     assert (streq (sbx_msg_type_name (SBX_MSG_PEER_HELLO), "peer.hello"));
     assert (sbx_msg_type_is_reply (SBX_MSG_ERROR) && sbx_msg_type_is_reply (SBX_MSG_PEER_WELCOME));
+    assert (sbx_msg_type_reply (SBX_MSG_SANDBOX_CREATE) == SBX_MSG_SANDBOX_CREATE_OK);
+    assert (sbx_msg_type_reply (SBX_MSG__UNKNOWN) == SBX_MSG__UNKNOWN);
     assert (!sbx_msg_type_is_reply (SBX_MSG_PEER_HELLO) &&
             !sbx_msg_type_is_reply (SBX_MSG__UNKNOWN));
     for (int c = 0; c < SBX_CODE__COUNT; c++) {

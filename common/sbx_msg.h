@@ -94,6 +94,8 @@ int sbx_msg_type_from_name (const char *name, sbx_msg_type_t *type_p);
 //  True for types that answer a request: error, and every type a schema names as some
 //  message's "reply" (peer.welcome, sys.status.ok...).
 bool sbx_msg_type_is_reply (sbx_msg_type_t type);
+//  The type that answers a request of type (its schema's "reply"), or SBX_MSG__UNKNOWN.
+sbx_msg_type_t sbx_msg_type_reply (sbx_msg_type_t type);
 
 //  Error code names ("not_found"), back, and the HTTP status the gateway answers with.
 const char *sbx_code_name (sbx_code_t code);

@@ -5,6 +5,9 @@
 #include "sbx_idmap.h"
 #include "sbx_site.h"
 #include "sbx_urls.h"
+#include "sbx_args.h"
+#include "sbx_api.h"
+#include "sbx_xfer.h"
 
 static const sbx_test_t s_tests[] = {{"sbx_msg", sbx_msg_test},
                                      {"sbx_secret", sbx_secret_test},
@@ -18,6 +21,9 @@ static const sbx_test_t s_tests[] = {{"sbx_msg", sbx_msg_test},
                                      {"sbx_idmap", sbx_idmap_test},
                                      {"sbx_db", sbx_db_test},
                                      {"sbx_peer", sbx_peer_test},
+                                     {"sbx_args", sbx_args_test},
+                                     {"sbx_api", sbx_api_test},
+                                     {"sbx_xfer", sbx_xfer_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)

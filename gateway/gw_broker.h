@@ -60,35 +60,6 @@ uint64_t gw_broker_send_agent (gw_broker_t *self, const sbx_caller_t *caller,
 //  ignored.
 void gw_broker_cancel (gw_broker_t *self, uint64_t handle);
 
-//  --- JSON of what the broker answers.
-
-//  The sandbox in any sandbox.*.ok answer that carries one (create, get, stop, resume,
-//  delete, extend, update), or NULL.
-sbx_sandbox_info_t *gw_broker_sandbox_info (sbx_msg_t *reply);
-
-//  A sandbox as both front ends show it: id, name, label, state, type, url, network,
-//  labels, createdAt, expiresAt, and reason when there is one.
-json_t *gw_broker_sandbox_json (gw_broker_t *self, const sbx_sandbox_info_t *info);
-
-//  A snapshot as both front ends show it: id, name, state, kind, sandboxId, type,
-//  sizeBytes, diskBytes, memoryBytes, createdAt, labels, and reason and parentId when set.
-json_t *gw_broker_snapshot_json (const sbx_snapshot_info_t *info);
-
-//  "https://LABEL.box.DOMAIN[:PORT]" (fresh string).
-char *gw_broker_sandbox_url (gw_broker_t *self, const char *label);
-
-//  Milliseconds since the epoch as "2026-10-27T02:26:10Z", or null for 0.
-json_t *gw_broker_time_json (uint64_t ms);
-
-//  Bytes as a JSON string: invalid UTF-8 sequences become U+FFFD.
-json_t *gw_broker_lossy_json (const uint8_t *data, size_t size);
-
-//  "SIGTERM", "TERM", "term", "15" or 15 → 15; absent or null → SIGTERM; -1 when unknown.
-int gw_broker_signal_number (json_t *value);
-
-//  "TERM" for 15, or NULL for a signal without a name here.
-const char *gw_broker_signal_name (int number);
-
 void gw_broker_test (bool verbose);
 
 #endif

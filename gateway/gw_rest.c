@@ -3,7 +3,7 @@
 #include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_broker.h"
-#include "gw_ops_gen.h"
+#include "sbx_ops_gen.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -25,14 +25,14 @@
 extern const char gw_rest_openapi[];
 extern const size_t gw_rest_openapi_size;
 
-//  The routes and their operations are schemas/operations.json's (gw_ops_gen): paths
+//  The routes and their operations are schemas/operations.json's (sbx_ops_gen): paths
 //  as in the OpenAPI document, {id} and {pid} match one segment.
-typedef gw_ops_route_t s_route_t;
+typedef sbx_ops_route_t s_route_t;
 
 //  What a request brings, apart from the connection: filled from gw_request_t, or by
 //  the self-test.
 typedef struct {
-    gw_op_t op;
+    sbx_op_t op;
     char params[2][S_PARAM_MAX]; //  {id}, {pid}
     const char *body;
     size_t body_size;
@@ -183,7 +183,7 @@ static int s_route (const char *method, const char *path, const s_route_t **rout
     *route = NULL;
     *allow = 0;
     bool path_known = false;
-    for (const s_route_t *r = gw_ops_routes; r->method; r++) {
+    for (const s_route_t *r = sbx_ops_routes; r->method; r++) {
         char scratch[2][S_PARAM_MAX];
         if (!s_match (r->path, path, scratch))
             continue;
@@ -374,19 +374,19 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
     sbx_code_t code = SBX_E_INVALID_ARGUMENT;
     //  Every route under /v1/sandboxes/{id} acts on that sandbox.
     static const char sandbox_path[] = "/v1/sandboxes/{id}";
-    const char *path = gw_ops[in->op].path;
+    const char *path = sbx_ops[in->op].path;
     if (path && strncmp (path, sandbox_path, sizeof sandbox_path - 1) == 0)
         job->sandbox_id = strdup (in->params[0]);
-    job->timeout_ms = gw_ops[in->op].deadline_ms;
+    job->timeout_ms = sbx_ops[in->op].deadline_ms;
     switch (in->op) {
-    case GW_OP_GET_OPENAPI:
-    case GW_OP_RENAME_SANDBOX: //  MCP only: no route
-    case GW_OP_LABEL_SANDBOX:
+    case SBX_OP_GET_OPENAPI:
+    case SBX_OP_RENAME_SANDBOX: //  MCP only: no route
+    case SBX_OP_LABEL_SANDBOX:
         break;
-    case GW_OP_LIST_SANDBOXES:
+    case SBX_OP_LIST_SANDBOXES:
         job->request = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
         break;
-    case GW_OP_GET_USAGE: {
+    case SBX_OP_GET_USAGE: {
         //  The caller's own account, from billing (the broker routes usage.get there).
         job->request = sbx_msg_new (SBX_MSG_USAGE_GET);
         sbx_usage_get_t *args = sbx_msg_usage_get (job->request);
@@ -394,17 +394,17 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
         sbx_str_set (&args->sandbox_id, in->q_sandbox);
         break;
     }
-    case GW_OP_LIST_KEYS:
+    case SBX_OP_LIST_KEYS:
         //  The caller's own account: its API keys and OAuth connections.
         job->request = sbx_msg_new (SBX_MSG_KEY_LIST);
         sbx_str_set (&sbx_msg_key_list (job->request)->account,
                      job->caller ? job->caller->account_id : NULL);
         break;
-    case GW_OP_REVOKE_KEY:
+    case SBX_OP_REVOKE_KEY:
         job->request = sbx_msg_new (SBX_MSG_KEY_REVOKE);
         sbx_str_set (&sbx_msg_key_revoke (job->request)->key_id, in->params[0]);
         break;
-    case GW_OP_CREATE_SANDBOX: {
+    case SBX_OP_CREATE_SANDBOX: {
         const char *name, *type, *snapshot;
         json_int_t ttl;
         bool network;
@@ -432,18 +432,18 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
         args->no_network = !network;
         break;
     }
-    case GW_OP_LIST_SNAPSHOTS:
+    case SBX_OP_LIST_SNAPSHOTS:
         job->request = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);
         break;
-    case GW_OP_GET_SNAPSHOT:
+    case SBX_OP_GET_SNAPSHOT:
         job->request = sbx_msg_new (SBX_MSG_SNAPSHOT_GET);
         sbx_str_set (&sbx_msg_snapshot_get (job->request)->snapshot_id, in->params[0]);
         break;
-    case GW_OP_DELETE_SNAPSHOT:
+    case SBX_OP_DELETE_SNAPSHOT:
         job->request = sbx_msg_new (SBX_MSG_SNAPSHOT_DELETE);
         sbx_str_set (&sbx_msg_snapshot_delete (job->request)->snapshot_id, in->params[0]);
         break;
-    case GW_OP_SAVE_SNAPSHOT: {
+    case SBX_OP_SAVE_SNAPSHOT: {
         const char *name;
         job->request = sbx_msg_new (SBX_MSG_SNAPSHOT_SAVE);
         sbx_snapshot_save_t *args = sbx_msg_snapshot_save (job->request);
@@ -459,28 +459,28 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
         sbx_str_set (&args->sandbox_id, job->sandbox_id);
         break;
     }
-    case GW_OP_GET_SANDBOX:
+    case SBX_OP_GET_SANDBOX:
         job->request = sbx_msg_new (SBX_MSG_SANDBOX_GET);
         sbx_str_set (&sbx_msg_sandbox_get (job->request)->sandbox_id, job->sandbox_id);
         break;
-    case GW_OP_DELETE_SANDBOX:
+    case SBX_OP_DELETE_SANDBOX:
         job->request = sbx_msg_new (SBX_MSG_SANDBOX_DELETE);
         sbx_str_set (&sbx_msg_sandbox_delete (job->request)->sandbox_id, job->sandbox_id);
         break;
-    case GW_OP_STOP_SANDBOX:
+    case SBX_OP_STOP_SANDBOX:
         job->request = sbx_msg_new (SBX_MSG_SANDBOX_STOP);
         sbx_str_set (&sbx_msg_sandbox_stop (job->request)->sandbox_id, job->sandbox_id);
         break;
-    case GW_OP_RESUME_SANDBOX:
+    case SBX_OP_RESUME_SANDBOX:
         job->request = sbx_msg_new (SBX_MSG_SANDBOX_RESUME);
         sbx_str_set (&sbx_msg_sandbox_resume (job->request)->sandbox_id, job->sandbox_id);
         break;
-    case GW_OP_HOST_PORT:
-    case GW_OP_UNPUBLISH_PORT: {
+    case SBX_OP_HOST_PORT:
+    case SBX_OP_UNPUBLISH_PORT: {
         //  MCP's host_port, as REST: publish (or unpublish) a guest port at its URL.
         json_int_t port = 0;
         bool public = false;
-        if (in->op == GW_OP_HOST_PORT) {
+        if (in->op == SBX_OP_HOST_PORT) {
             if (s_body (in, true, s_port_fields, &body, error) ||
                 s_int (body, "port", &port, 0, 1, 65535, true, error) ||
                 s_bool (body, "public", &public, false, error))
@@ -500,10 +500,10 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
         sbx_str_set (&args->sandbox_id, job->sandbox_id);
         args->port = (uint64_t) port;
         args->public = public;
-        args->remove = in->op == GW_OP_UNPUBLISH_PORT;
+        args->remove = in->op == SBX_OP_UNPUBLISH_PORT;
         break;
     }
-    case GW_OP_EXTEND_SANDBOX: {
+    case SBX_OP_EXTEND_SANDBOX: {
         json_int_t ttl;
         if (s_body (in, true, s_extend_fields, &body, error) ||
             s_int (body, "ttlSeconds", &ttl, 0, 60, S_TTL_MAX, true, error))
@@ -513,7 +513,7 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
         sbx_msg_sandbox_extend (job->request)->ttl_s = (uint64_t) ttl;
         break;
     }
-    case GW_OP_UPDATE_SANDBOX: {
+    case SBX_OP_UPDATE_SANDBOX: {
         const char *name;
         job->request = sbx_msg_new (SBX_MSG_SANDBOX_UPDATE);
         sbx_sandbox_update_t *args = sbx_msg_sandbox_update (job->request);
@@ -533,7 +533,7 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
         sbx_str_set (&args->name, name);
         break;
     }
-    case GW_OP_EXEC: {
+    case SBX_OP_EXEC: {
         const char *command, *cwd;
         json_int_t timeout;
         bool detached;
@@ -556,8 +556,8 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
             job->timeout_ms = (uint32_t) timeout * 1000 + S_MARGIN_MS;
         break;
     }
-    case GW_OP_COMMAND_STATUS:
-    case GW_OP_KILL_COMMAND: {
+    case SBX_OP_COMMAND_STATUS:
+    case SBX_OP_KILL_COMMAND: {
         char *end;
         errno = 0;
         unsigned long long pid = strtoull (in->params[1], &end, 10);
@@ -567,7 +567,7 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
         }
         job->pid = pid;
         job->agent = true;
-        if (in->op == GW_OP_COMMAND_STATUS) {
+        if (in->op == SBX_OP_COMMAND_STATUS) {
             uint64_t out, err;
             if (s_query_offset (in->q_stdout, "stdoutOffset", &out, error) ||
                 s_query_offset (in->q_stderr, "stderrOffset", &err, error))
@@ -593,8 +593,8 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
         }
         break;
     }
-    case GW_OP_READ_FILE:
-    case GW_OP_WRITE_FILE: {
+    case SBX_OP_READ_FILE:
+    case SBX_OP_WRITE_FILE: {
         if (!in->q_path || in->q_path[0] != '/') {
             s_fail (error, "the query parameter path is required: an absolute path such as "
                            "?path=/root/data.bin");
@@ -602,7 +602,7 @@ static sbx_code_t s_build (s_job_t *job, s_error_t *error)
         }
         job->path = strdup (in->q_path);
         job->agent = true;
-        if (in->op == GW_OP_READ_FILE)
+        if (in->op == SBX_OP_READ_FILE)
             break; //  requests are made chunk by chunk
         if (in->q_mode) {
             char *end;
@@ -717,7 +717,7 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
     int status = 200;
     json_t *body = NULL;
     switch (job->in.op) {
-    case GW_OP_GET_USAGE: {
+    case SBX_OP_GET_USAGE: {
         sbx_usage_get_ok_t *ok = sbx_msg_usage_get_ok (reply);
         json_t *sandboxes = json_array ();
         for (size_t i = 0; i < ok->sandboxes.count; i++) {
@@ -748,7 +748,7 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
                           sandboxes, "days", days);
         break;
     }
-    case GW_OP_LIST_SNAPSHOTS: {
+    case SBX_OP_LIST_SNAPSHOTS: {
         sbx_snapshot_info_list_t *list = &sbx_msg_snapshot_list_ok (reply)->snapshots;
         json_t *all = json_array ();
         for (size_t i = 0; i < list->count; i++)
@@ -756,9 +756,9 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
         body = json_pack ("{s:o}", "snapshots", all);
         break;
     }
-    case GW_OP_SAVE_SNAPSHOT:
-    case GW_OP_GET_SNAPSHOT:
-    case GW_OP_DELETE_SNAPSHOT: {
+    case SBX_OP_SAVE_SNAPSHOT:
+    case SBX_OP_GET_SNAPSHOT:
+    case SBX_OP_DELETE_SNAPSHOT: {
         sbx_snapshot_info_t *info =
             reply->type == SBX_MSG_SNAPSHOT_SAVE_OK  ? sbx_msg_snapshot_save_ok (reply)->snapshot
             : reply->type == SBX_MSG_SNAPSHOT_GET_OK ? sbx_msg_snapshot_get_ok (reply)->snapshot
@@ -771,7 +771,7 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
             return;
         }
         body = gw_broker_snapshot_json (info);
-        if (job->in.op == GW_OP_SAVE_SNAPSHOT) {
+        if (job->in.op == SBX_OP_SAVE_SNAPSHOT) {
             char location[200];
             snprintf (location, sizeof location, "/v1/snapshots/%s", info->id);
             gw_request_add_header (req, "Location", location);
@@ -779,7 +779,7 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
         }
         break;
     }
-    case GW_OP_LIST_KEYS: {
+    case SBX_OP_LIST_KEYS: {
         sbx_key_info_list_t *list = &sbx_msg_key_list_ok (reply)->keys;
         json_t *keys = json_array ();
         for (size_t i = 0; i < list->count; i++) {
@@ -806,11 +806,11 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
         body = json_pack ("{s:o}", "keys", keys);
         break;
     }
-    case GW_OP_REVOKE_KEY:
+    case SBX_OP_REVOKE_KEY:
         body = json_pack ("{s:s, s:b}", "id", job->in.params[0], "revoked", true);
         break;
-    case GW_OP_HOST_PORT:
-    case GW_OP_UNPUBLISH_PORT: {
+    case SBX_OP_HOST_PORT:
+    case SBX_OP_UNPUBLISH_PORT: {
         sbx_sandbox_port_ok_t *ok = sbx_msg_sandbox_port_ok (reply);
         if (!ok) {
             s_send_error (req, SBX_E_INTERNAL, "unexpected answer to sandbox.port");
@@ -829,7 +829,7 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
         free (url);
         break;
     }
-    case GW_OP_LIST_SANDBOXES: {
+    case SBX_OP_LIST_SANDBOXES: {
         sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
         json_t *all = json_array ();
         for (size_t i = 0; i < list->count; i++)
@@ -837,13 +837,13 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
         body = json_pack ("{s:o}", "sandboxes", all);
         break;
     }
-    case GW_OP_CREATE_SANDBOX:
-    case GW_OP_GET_SANDBOX:
-    case GW_OP_UPDATE_SANDBOX:
-    case GW_OP_DELETE_SANDBOX:
-    case GW_OP_STOP_SANDBOX:
-    case GW_OP_RESUME_SANDBOX:
-    case GW_OP_EXTEND_SANDBOX: {
+    case SBX_OP_CREATE_SANDBOX:
+    case SBX_OP_GET_SANDBOX:
+    case SBX_OP_UPDATE_SANDBOX:
+    case SBX_OP_DELETE_SANDBOX:
+    case SBX_OP_STOP_SANDBOX:
+    case SBX_OP_RESUME_SANDBOX:
+    case SBX_OP_EXTEND_SANDBOX: {
         sbx_sandbox_info_t *info = gw_broker_sandbox_info (reply);
         if (!info) {
             char text[200];
@@ -858,7 +858,7 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
                                : NULL;
         if (note && *note) //  from a snapshot's disk only: say so
             json_object_set_new (body, "note", json_string (note));
-        if (job->in.op == GW_OP_CREATE_SANDBOX) {
+        if (job->in.op == SBX_OP_CREATE_SANDBOX) {
             char location[200];
             snprintf (location, sizeof location, "/v1/sandboxes/%s", info->id);
             gw_request_add_header (req, "Location", location);
@@ -866,7 +866,7 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
         }
         break;
     }
-    case GW_OP_EXEC: {
+    case SBX_OP_EXEC: {
         sbx_agent_exec_ok_t *ok = sbx_msg_agent_exec_ok (reply);
         if (ok->running) {
             status = 202;
@@ -877,7 +877,7 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
                              ok->stderr_truncated, ok->pid);
         break;
     }
-    case GW_OP_COMMAND_STATUS: {
+    case SBX_OP_COMMAND_STATUS: {
         sbx_agent_status_ok_t *ok = sbx_msg_agent_status_ok (reply);
         body = s_output (ok->running, ok->exit_code, ok->timed_out, &ok->stdout, &ok->stderr,
                          ok->stdout_next_offset, ok->stderr_next_offset,
@@ -886,17 +886,17 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
         json_object_set_new (body, "running", json_boolean (ok->running));
         break;
     }
-    case GW_OP_KILL_COMMAND:
+    case SBX_OP_KILL_COMMAND:
         body = json_pack ("{s:I, s:i}", "processId", (json_int_t) job->pid, "signal", job->signal);
         break;
-    case GW_OP_WRITE_FILE:
+    case SBX_OP_WRITE_FILE:
         if (job->done_bytes < job->size) {
             s_write_next (job);
             return;
         }
         body = json_pack ("{s:s, s:I}", "path", job->path, "size", (json_int_t) job->size);
         break;
-    case GW_OP_READ_FILE: {
+    case SBX_OP_READ_FILE: {
         sbx_agent_file_read_ok_t *ok = sbx_msg_agent_file_read_ok (reply);
         if (ok->size > S_FILE_MAX || job->size + ok->data.size > S_FILE_MAX) {
             char text[300];
@@ -928,9 +928,9 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
         s_job_end (job);
         return;
     }
-    case GW_OP_GET_OPENAPI:
-    case GW_OP_RENAME_SANDBOX: //  MCP only: no route
-    case GW_OP_LABEL_SANDBOX:
+    case SBX_OP_GET_OPENAPI:
+    case SBX_OP_RENAME_SANDBOX: //  MCP only: no route
+    case SBX_OP_LABEL_SANDBOX:
         break;
     }
     s_send_json (req, status, body ? body : json_object ());
@@ -943,7 +943,7 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
 static void s_serve (s_job_t *job, gw_request_t *req)
 {
     const sbx_caller_t *caller = job->caller;
-    const gw_op_info_t *op = &gw_ops[job->in.op];
+    const sbx_op_info_t *op = &sbx_ops[job->in.op];
     //  Keys only: OAuth tokens are for /mcp, and a leaked one must not reach the API.
     if (caller->kind != SBX_CALLER_KIND_API_KEY) {
         s_send_error (req, SBX_E_UNAUTHENTICATED, "the REST API takes API keys only");
@@ -952,7 +952,7 @@ static void s_serve (s_job_t *job, gw_request_t *req)
     }
     //  Keys are the account's own business: only a full key may revoke one (the broker
     //  holds to that too).
-    if (job->in.op == GW_OP_REVOKE_KEY && caller->preset != SBX_KEY_PRESET_FULL) {
+    if (job->in.op == SBX_OP_REVOKE_KEY && caller->preset != SBX_KEY_PRESET_FULL) {
         s_send_error (req, SBX_E_PERMISSION_DENIED,
                       "only a full key can revoke keys; this key's preset is narrower");
         s_job_end (job);
@@ -978,9 +978,9 @@ static void s_serve (s_job_t *job, gw_request_t *req)
         sbx_info ("rest rid=%llu %s %s %s%s%s", (unsigned long long) job->req_id,
                   caller->account_id ? caller->account_id : "?", op->method, op->path,
                   job->sandbox_id ? " " : "", job->sandbox_id ? job->sandbox_id : "");
-    if (job->in.op == GW_OP_READ_FILE)
+    if (job->in.op == SBX_OP_READ_FILE)
         s_read_next (job);
-    else if (job->in.op == GW_OP_WRITE_FILE)
+    else if (job->in.op == SBX_OP_WRITE_FILE)
         s_write_next (job);
     else {
         sbx_msg_t *request = job->request;
@@ -1059,7 +1059,7 @@ void gw_rest_handle (gw_rest_t *self, gw_request_t *req)
         s_send_error (req, SBX_E_NOT_FOUND, text);
         return;
     }
-    if (route->op == GW_OP_GET_OPENAPI) {
+    if (route->op == SBX_OP_GET_OPENAPI) {
         gw_request_add_header (req, "Cache-Control", "no-cache");
         gw_request_respond (req, 200, "application/json", gw_rest_openapi, gw_rest_openapi_size);
         return;
@@ -1095,7 +1095,7 @@ void gw_rest_handle (gw_rest_t *self, gw_request_t *req)
 //  --------------------------------------------------------------------------
 //  Self test: routing, bodies and the OpenAPI document; no broker, no socket.
 
-static sbx_code_t s_try (gw_op_t op, const char *id, const char *pid, const char *body,
+static sbx_code_t s_try (sbx_op_t op, const char *id, const char *pid, const char *body,
                          s_error_t *error, s_job_t *out)
 {
     s_job_t job = {0};
@@ -1113,7 +1113,7 @@ static sbx_code_t s_try (gw_op_t op, const char *id, const char *pid, const char
     *error = (s_error_t){{0}};
     sbx_code_t code = s_build (&job, error);
     //  The request is the message schemas/operations.json names.
-    assert (code != SBX_OK || !job.request || job.request->type == gw_ops[op].message);
+    assert (code != SBX_OK || !job.request || job.request->type == sbx_ops[op].message);
     if (out)
         *out = job;
     else {
@@ -1155,33 +1155,33 @@ void gw_rest_test (bool verbose)
     const s_route_t *route;
     char allow[100];
     assert (s_route ("GET", "/v1/sandboxes", &route, params, allow, sizeof allow) == 0);
-    assert (route->op == GW_OP_LIST_SANDBOXES);
+    assert (route->op == SBX_OP_LIST_SANDBOXES);
     assert (s_route ("POST", "/v1/sandboxes", &route, params, allow, sizeof allow) == 0);
-    assert (route->op == GW_OP_CREATE_SANDBOX);
+    assert (route->op == SBX_OP_CREATE_SANDBOX);
     assert (s_route ("DELETE", "/v1/sandboxes", &route, params, allow, sizeof allow) == 405);
     assert (streq (allow, "GET, POST"));
     assert (s_route ("POST", "/v1/sandboxes/sb_x", &route, params, allow, sizeof allow) == 405);
     assert (streq (allow, "GET, PATCH, DELETE"));
     assert (s_route ("PATCH", "/v1/sandboxes/sb_x", &route, params, allow, sizeof allow) == 0);
-    assert (route->op == GW_OP_UPDATE_SANDBOX && streq (params[0], "sb_x"));
+    assert (route->op == SBX_OP_UPDATE_SANDBOX && streq (params[0], "sb_x"));
     assert (s_route ("GET", "/v1/sandboxes/sb_x/exec", &route, params, allow, sizeof allow) == 405);
     assert (streq (allow, "POST"));
     assert (s_route ("PUT", "/v1/sandboxes/sb_x/files", &route, params, allow, sizeof allow) == 0);
-    assert (route->op == GW_OP_WRITE_FILE);
+    assert (route->op == SBX_OP_WRITE_FILE);
     assert (s_route ("GET", "/v1/nothing", &route, params, allow, sizeof allow) == 404);
     assert (s_route ("GET", "/v1", &route, params, allow, sizeof allow) == 404);
     assert (s_route ("GET", "/v1/openapi.json", &route, params, allow, sizeof allow) == 0);
-    assert (route->op == GW_OP_GET_OPENAPI);
+    assert (route->op == SBX_OP_GET_OPENAPI);
 
     //  Bodies.
     s_error_t error;
     s_job_t job = {0};
-    assert (s_try (GW_OP_CREATE_SANDBOX, NULL, NULL, NULL, &error, &job) == SBX_OK);
+    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, NULL, &error, &job) == SBX_OK);
     assert (job.request->type == SBX_MSG_SANDBOX_CREATE);
     assert (sbx_msg_sandbox_create (job.request)->ttl_s == S_TTL_DEFAULT);
     assert (!sbx_msg_sandbox_create (job.request)->no_network);
     s_job_clear (&job);
-    assert (s_try (GW_OP_CREATE_SANDBOX, NULL, NULL,
+    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL,
                    "{\"name\":\"demo\",\"type\":\"medium\",\"ttlSeconds\":600,"
                    "\"labels\":{\"team\":\"a\"},\"network\":false}",
                    &error, &job) == SBX_OK);
@@ -1189,123 +1189,123 @@ void gw_rest_test (bool verbose)
     assert (streq (create->name, "demo") && create->ttl_s == 600 && create->no_network);
     assert (create->type == SBX_SANDBOX_TYPE_MEDIUM && create->labels.count == 1);
     s_job_clear (&job);
-    assert (s_try (GW_OP_CREATE_SANDBOX, NULL, NULL, "{\"name\":", &error, NULL) ==
+    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"name\":", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     assert (strstr (error.text, "the body is not valid JSON"));
-    assert (s_try (GW_OP_CREATE_SANDBOX, NULL, NULL, "[1]", &error, NULL) ==
+    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "[1]", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     assert (streq (error.text, "the body must be a JSON object"));
-    assert (s_try (GW_OP_CREATE_SANDBOX, NULL, NULL, "{\"ttl\":60}", &error, NULL) ==
+    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"ttl\":60}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     assert (strstr (error.text, "unknown field \"ttl\""));
-    assert (s_try (GW_OP_CREATE_SANDBOX, NULL, NULL, "{\"ttlSeconds\":\"60\"}", &error, NULL) ==
+    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"ttlSeconds\":\"60\"}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     assert (streq (error.text, "ttlSeconds must be an integer"));
-    assert (s_try (GW_OP_CREATE_SANDBOX, NULL, NULL, "{\"ttlSeconds\":5}", &error, NULL) ==
+    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"ttlSeconds\":5}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     assert (strstr (error.text, "ttlSeconds must be between 60 and"));
-    assert (s_try (GW_OP_CREATE_SANDBOX, NULL, NULL, "{\"type\":\"huge\"}", &error, NULL) ==
+    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"type\":\"huge\"}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
-    assert (s_try (GW_OP_CREATE_SANDBOX, NULL, NULL, "{\"labels\":{\"a\":1}}", &error, NULL) ==
+    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"labels\":{\"a\":1}}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
-    assert (s_try (GW_OP_CREATE_SANDBOX, NULL, NULL, "{\"snapshotId\":\"snap_1\"}", &error, &job) ==
+    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"snapshotId\":\"snap_1\"}", &error, &job) ==
             SBX_OK);
     assert (streq (sbx_msg_sandbox_create (job.request)->snapshot_id, "snap_1"));
     s_job_clear (&job);
-    assert (s_try (GW_OP_SAVE_SNAPSHOT, "sb_x", NULL, "{\"name\":\"n\",\"labels\":{\"a\":\"1\"}}",
+    assert (s_try (SBX_OP_SAVE_SNAPSHOT, "sb_x", NULL, "{\"name\":\"n\",\"labels\":{\"a\":\"1\"}}",
                    &error, &job) == SBX_OK);
     assert (streq (sbx_msg_snapshot_save (job.request)->sandbox_id, "sb_x"));
     assert (streq (sbx_msg_snapshot_save (job.request)->name, "n"));
     s_job_clear (&job);
-    assert (s_try (GW_OP_SAVE_SNAPSHOT, "sb_x", NULL, "{\"nope\":1}", &error, NULL) ==
+    assert (s_try (SBX_OP_SAVE_SNAPSHOT, "sb_x", NULL, "{\"nope\":1}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
-    assert (s_try (GW_OP_EXTEND_SANDBOX, "sb_x", NULL, NULL, &error, NULL) ==
+    assert (s_try (SBX_OP_EXTEND_SANDBOX, "sb_x", NULL, NULL, &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     assert (streq (error.text, "a JSON object body is required"));
-    assert (s_try (GW_OP_EXTEND_SANDBOX, "sb_x", NULL, "{}", &error, NULL) ==
+    assert (s_try (SBX_OP_EXTEND_SANDBOX, "sb_x", NULL, "{}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     assert (streq (error.text, "ttlSeconds is required"));
-    assert (s_try (GW_OP_EXTEND_SANDBOX, "sb_x", NULL, "{\"ttlSeconds\":120}", &error, &job) ==
+    assert (s_try (SBX_OP_EXTEND_SANDBOX, "sb_x", NULL, "{\"ttlSeconds\":120}", &error, &job) ==
             SBX_OK);
     assert (sbx_msg_sandbox_extend (job.request)->ttl_s == 120);
     assert (streq (sbx_msg_sandbox_extend (job.request)->sandbox_id, "sb_x"));
     s_job_clear (&job);
     //  Ports as MCP's host_port: 1 to 65535, private unless asked, no other field.
-    assert (s_try (GW_OP_HOST_PORT, "sb_x", NULL, "{\"port\":8000,\"public\":true}", &error,
+    assert (s_try (SBX_OP_HOST_PORT, "sb_x", NULL, "{\"port\":8000,\"public\":true}", &error,
                    &job) == SBX_OK);
     assert (sbx_msg_sandbox_port (job.request)->port == 8000);
     assert (sbx_msg_sandbox_port (job.request)->public &&
             !sbx_msg_sandbox_port (job.request)->remove);
     s_job_clear (&job);
-    assert (s_try (GW_OP_HOST_PORT, "sb_x", NULL, "{\"port\":0}", &error, NULL) ==
+    assert (s_try (SBX_OP_HOST_PORT, "sb_x", NULL, "{\"port\":0}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
-    assert (s_try (GW_OP_HOST_PORT, "sb_x", NULL, "{\"port\":80,\"open\":1}", &error, NULL) ==
+    assert (s_try (SBX_OP_HOST_PORT, "sb_x", NULL, "{\"port\":80,\"open\":1}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
-    assert (s_try (GW_OP_HOST_PORT, "sb_x", NULL, "{}", &error, NULL) == SBX_E_INVALID_ARGUMENT);
+    assert (s_try (SBX_OP_HOST_PORT, "sb_x", NULL, "{}", &error, NULL) == SBX_E_INVALID_ARGUMENT);
     assert (streq (error.text, "port is required"));
-    assert (s_try (GW_OP_UNPUBLISH_PORT, "sb_x", "8000", NULL, &error, &job) == SBX_OK);
+    assert (s_try (SBX_OP_UNPUBLISH_PORT, "sb_x", "8000", NULL, &error, &job) == SBX_OK);
     assert (sbx_msg_sandbox_port (job.request)->remove &&
             sbx_msg_sandbox_port (job.request)->port == 8000);
     s_job_clear (&job);
-    assert (s_try (GW_OP_UNPUBLISH_PORT, "sb_x", "65536", NULL, &error, NULL) ==
+    assert (s_try (SBX_OP_UNPUBLISH_PORT, "sb_x", "65536", NULL, &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     assert (streq (error.text, "the port in the path must be 1 to 65535"));
-    assert (s_try (GW_OP_UPDATE_SANDBOX, "sb_x", NULL, "{}", &error, NULL) ==
+    assert (s_try (SBX_OP_UPDATE_SANDBOX, "sb_x", NULL, "{}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     assert (streq (error.text, "give name, labels or both"));
-    assert (s_try (GW_OP_UPDATE_SANDBOX, "sb_x", NULL, "{\"labels\":{\"a\":\"1\",\"b\":null}}",
+    assert (s_try (SBX_OP_UPDATE_SANDBOX, "sb_x", NULL, "{\"labels\":{\"a\":\"1\",\"b\":null}}",
                    &error, &job) == SBX_OK);
     sbx_sandbox_update_t *update = sbx_msg_sandbox_update (job.request);
     assert (update->labels.count == 1 && update->remove_labels.count == 1 && !update->name);
     s_job_clear (&job);
-    assert (s_try (GW_OP_EXEC, "sb_x", NULL, "{\"command\":3}", &error, NULL) ==
+    assert (s_try (SBX_OP_EXEC, "sb_x", NULL, "{\"command\":3}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     assert (streq (error.text, "command must be a string"));
-    assert (s_try (GW_OP_EXEC, "sb_x", NULL, "{\"command\":\"true\",\"timeout\":601}", &error,
+    assert (s_try (SBX_OP_EXEC, "sb_x", NULL, "{\"command\":\"true\",\"timeout\":601}", &error,
                    NULL) == SBX_E_INVALID_ARGUMENT);
-    assert (s_try (GW_OP_EXEC, "sb_x", NULL,
+    assert (s_try (SBX_OP_EXEC, "sb_x", NULL,
                    "{\"command\":\"ls\",\"detached\":true,\"env\":{\"A\":\"b\"}}", &error,
                    &job) == SBX_OK);
     assert (job.agent && sbx_msg_agent_exec (job.request)->detached);
     assert (job.timeout_ms == S_SIMPLE_MS);
     s_job_clear (&job);
-    assert (s_try (GW_OP_EXEC, "sb_x", NULL, "{\"command\":\"ls\",\"timeout\":10}", &error, &job) ==
+    assert (s_try (SBX_OP_EXEC, "sb_x", NULL, "{\"command\":\"ls\",\"timeout\":10}", &error, &job) ==
             SBX_OK);
     assert (job.timeout_ms == 10000 + S_MARGIN_MS);
     s_job_clear (&job);
-    assert (s_try (GW_OP_COMMAND_STATUS, "sb_x", "0", NULL, &error, NULL) ==
+    assert (s_try (SBX_OP_COMMAND_STATUS, "sb_x", "0", NULL, &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
-    assert (s_try (GW_OP_COMMAND_STATUS, "sb_x", "x1", NULL, &error, NULL) ==
+    assert (s_try (SBX_OP_COMMAND_STATUS, "sb_x", "x1", NULL, &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     job.in.q_stdout = "12";
-    assert (s_try (GW_OP_COMMAND_STATUS, "sb_x", "7", NULL, &error, &job) == SBX_OK);
+    assert (s_try (SBX_OP_COMMAND_STATUS, "sb_x", "7", NULL, &error, &job) == SBX_OK);
     assert (job.pid == 7 && sbx_msg_agent_status (job.request)->stdout_offset == 12);
     s_job_clear (&job);
     job.in.q_stderr = "-1";
-    assert (s_try (GW_OP_COMMAND_STATUS, "sb_x", "7", NULL, &error, &job) ==
+    assert (s_try (SBX_OP_COMMAND_STATUS, "sb_x", "7", NULL, &error, &job) ==
             SBX_E_INVALID_ARGUMENT);
     assert (streq (error.text, "stderrOffset must be a non-negative integer"));
     s_job_clear (&job);
-    assert (s_try (GW_OP_KILL_COMMAND, "sb_x", "7", "{\"signal\":\"KILL\"}", &error, &job) ==
+    assert (s_try (SBX_OP_KILL_COMMAND, "sb_x", "7", "{\"signal\":\"KILL\"}", &error, &job) ==
             SBX_OK);
     assert (job.signal == 9);
     s_job_clear (&job);
-    assert (s_try (GW_OP_KILL_COMMAND, "sb_x", "7", "{\"signal\":\"NOPE\"}", &error, NULL) ==
+    assert (s_try (SBX_OP_KILL_COMMAND, "sb_x", "7", "{\"signal\":\"NOPE\"}", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
-    assert (s_try (GW_OP_WRITE_FILE, "sb_x", NULL, "bytes", &error, NULL) ==
+    assert (s_try (SBX_OP_WRITE_FILE, "sb_x", NULL, "bytes", &error, NULL) ==
             SBX_E_INVALID_ARGUMENT);
     assert (strstr (error.text, "path is required"));
     job.in.q_path = "/root/a";
     job.in.q_mode = "0755";
-    assert (s_try (GW_OP_WRITE_FILE, "sb_x", NULL, "bytes", &error, &job) == SBX_OK);
+    assert (s_try (SBX_OP_WRITE_FILE, "sb_x", NULL, "bytes", &error, &job) == SBX_OK);
     assert (job.size == 5 && job.mode == 0755 && streq (job.path, "/root/a"));
     s_job_clear (&job);
     job.in.q_path = "/root/a";
     job.in.q_mode = "999";
-    assert (s_try (GW_OP_WRITE_FILE, "sb_x", NULL, "", &error, &job) == SBX_E_INVALID_ARGUMENT);
+    assert (s_try (SBX_OP_WRITE_FILE, "sb_x", NULL, "", &error, &job) == SBX_E_INVALID_ARGUMENT);
     s_job_clear (&job);
     job.in.q_path = "relative";
-    assert (s_try (GW_OP_READ_FILE, "sb_x", NULL, NULL, &error, &job) == SBX_E_INVALID_ARGUMENT);
+    assert (s_try (SBX_OP_READ_FILE, "sb_x", NULL, NULL, &error, &job) == SBX_E_INVALID_ARGUMENT);
     s_job_clear (&job);
 
     //  The OpenAPI document parses and describes exactly the routes served.
@@ -1317,7 +1317,7 @@ void gw_rest_test (bool verbose)
     assert (strncmp (json_string_value (json_object_get (doc, "openapi")), "3.1", 3) == 0);
     json_t *paths = json_object_get (doc, "paths");
     assert (json_is_object (paths));
-    for (const s_route_t *r = gw_ops_routes; r->method; r++) {
+    for (const s_route_t *r = sbx_ops_routes; r->method; r++) {
         char method[10];
         for (size_t i = 0; i <= strlen (r->method); i++)
             method[i] = (char) tolower ((unsigned char) r->method[i]);
@@ -1339,7 +1339,7 @@ void gw_rest_test (bool verbose)
                 streq (method, "description"))
                 continue;
             bool served = false;
-            for (const s_route_t *r = gw_ops_routes; r->method && !served; r++)
+            for (const s_route_t *r = sbx_ops_routes; r->method && !served; r++)
                 served = streq (r->path, path) && strcasecmp (r->method, method) == 0;
             if (!served)
                 fprintf (stderr, "docs/openapi.json lists %s %s, not served\n", method, path);

@@ -3,7 +3,7 @@
     JSON in and out; every failure is {"error":{"code","message"}} with the HTTP status
     of its code (schemas/errors.json). Routes, methods and bodies are described by
     docs/openapi.json, which the build embeds and GET /v1/openapi.json serves verbatim
-    (no credentials needed); it and the route table (gw_ops_gen) are generated from
+    (no credentials needed); it and the route table (sbx_ops_gen) are generated from
     schemas/operations.json, and the self-test checks that they list the same paths
     and methods.
 

@@ -2,7 +2,7 @@
 #include "gw_tools.h"
 #include "gw_cache.h"
 #include "gw_ctx.h"
-#include "gw_ops_gen.h"
+#include "sbx_ops_gen.h"
 #include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_broker.h"
@@ -147,7 +147,7 @@ struct gw_tools_t {
 struct s_call_t {
     gw_tools_t *tools;
     uint64_t serial, handle;
-    gw_op_t op;
+    sbx_op_t op;
     char *name;
     sbx_caller_t *caller;
     gw_tools_state_t *state;
@@ -262,7 +262,7 @@ static void s_send_agent (s_call_t *call, sbx_msg_t **inner_p, uint32_t timeout_
 //  How long the call's operation waits for its answer (schemas/operations.json).
 static uint32_t s_deadline (s_call_t *call)
 {
-    return gw_ops[call->op].deadline_ms;
+    return sbx_ops[call->op].deadline_ms;
 }
 
 //  --------------------------------------------------------------------------
@@ -1181,7 +1181,7 @@ static void s_write (s_call_t *call)
 }
 
 //  --------------------------------------------------------------------------
-//  The tools: defined by gw_ops_gen (schemas/operations.json), dispatched here
+//  The tools: defined by sbx_ops_gen (schemas/operations.json), dispatched here
 
 gw_tools_t *gw_tools_new (gw_ctx_t *ctx)
 {
@@ -1191,7 +1191,7 @@ gw_tools_t *gw_tools_new (gw_ctx_t *ctx)
     self->config = ctx->config;
     self->next_serial = 1;
     json_error_t error;
-    self->list = json_loads (gw_ops_tools_json, 0, &error);
+    self->list = json_loads (sbx_ops_tools_json, 0, &error);
     if (!self->list)
         sbx_error ("tool definitions: %s at %d", error.text, error.position);
     self->broker = ctx->broker;
@@ -1230,16 +1230,16 @@ json_t *gw_tools_list (gw_tools_t *self)
 bool gw_tools_read_only (gw_tools_t *self, const char *name)
 {
     (void) self;
-    gw_op_t op;
-    return gw_ops_tool (name, &op) == 0 && gw_ops[op].read_only;
+    sbx_op_t op;
+    return sbx_ops_tool (name, &op) == 0 && sbx_ops[op].read_only;
 }
 
 void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state_t *state,
                     const char *name, json_t *arguments, gw_tools_done_fn *done, void *arg)
 {
-    gw_op_t op;
+    sbx_op_t op;
     char message[300];
-    if (gw_ops_tool (name, &op)) {
+    if (sbx_ops_tool (name, &op)) {
         snprintf (message, sizeof message, "Unknown tool: %.200s", name ? name : "(none)");
         done (NULL, -32602, message, arg);
         return;
@@ -1262,20 +1262,20 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
     call->done = done;
     call->arg = arg;
     //  The broker decides too; refusing here spares it the request and says why plainly.
-    if (caller && caller->preset == SBX_KEY_PRESET_READ_ONLY && !gw_ops[op].read_only) {
+    if (caller && caller->preset == SBX_KEY_PRESET_READ_ONLY && !sbx_ops[op].read_only) {
         s_fail (call, SBX_E_PERMISSION_DENIED, "this key is read-only: it cannot use %s", name);
         return;
     }
     switch (op) {
-    case GW_OP_CREATE_SANDBOX:
+    case SBX_OP_CREATE_SANDBOX:
         s_create (call);
         break;
-    case GW_OP_LIST_SANDBOXES: {
+    case SBX_OP_LIST_SANDBOXES: {
         sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
         s_send (call, &request, s_deadline (call), s_on_list);
         break;
     }
-    case GW_OP_GET_SANDBOX: {
+    case SBX_OP_GET_SANDBOX: {
         if (s_arg_sandbox (call))
             break;
         //  The same sandbox and figures as last time: the same result, made once.
@@ -1290,15 +1290,15 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
         s_simple (call, SBX_MSG_SANDBOX_GET);
         break;
     }
-    case GW_OP_STOP_SANDBOX:
+    case SBX_OP_STOP_SANDBOX:
         if (s_arg_sandbox (call) == 0)
             s_simple (call, SBX_MSG_SANDBOX_STOP);
         break;
-    case GW_OP_RESUME_SANDBOX:
+    case SBX_OP_RESUME_SANDBOX:
         if (s_arg_sandbox (call) == 0)
             s_simple (call, SBX_MSG_SANDBOX_RESUME);
         break;
-    case GW_OP_DELETE_SANDBOX: {
+    case SBX_OP_DELETE_SANDBOX: {
         //  Never the default: a model must name exactly what it deletes.
         const char *id;
         if (s_arg_string (call, "sandboxId", &id, false))
@@ -1313,49 +1313,49 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
         s_simple (call, SBX_MSG_SANDBOX_DELETE);
         break;
     }
-    case GW_OP_EXEC:
+    case SBX_OP_EXEC:
         s_exec (call);
         break;
-    case GW_OP_COMMAND_STATUS:
+    case SBX_OP_COMMAND_STATUS:
         s_status (call);
         break;
-    case GW_OP_KILL_COMMAND:
+    case SBX_OP_KILL_COMMAND:
         s_kill (call);
         break;
-    case GW_OP_READ_FILE:
+    case SBX_OP_READ_FILE:
         s_read (call);
         break;
-    case GW_OP_WRITE_FILE:
+    case SBX_OP_WRITE_FILE:
         s_write (call);
         break;
-    case GW_OP_EXTEND_SANDBOX:
+    case SBX_OP_EXTEND_SANDBOX:
         s_extend (call);
         break;
-    case GW_OP_SAVE_SNAPSHOT:
+    case SBX_OP_SAVE_SNAPSHOT:
         s_save_snapshot (call);
         break;
-    case GW_OP_LIST_SNAPSHOTS: {
+    case SBX_OP_LIST_SNAPSHOTS: {
         sbx_msg_t *request = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);
         s_send (call, &request, s_deadline (call), s_on_snapshot_list);
         break;
     }
-    case GW_OP_DELETE_SNAPSHOT:
+    case SBX_OP_DELETE_SNAPSHOT:
         s_delete_snapshot (call);
         break;
-    case GW_OP_RENAME_SANDBOX:
-    case GW_OP_LABEL_SANDBOX:
-        s_update (call, op == GW_OP_LABEL_SANDBOX);
+    case SBX_OP_RENAME_SANDBOX:
+    case SBX_OP_LABEL_SANDBOX:
+        s_update (call, op == SBX_OP_LABEL_SANDBOX);
         break;
-    case GW_OP_HOST_PORT:
+    case SBX_OP_HOST_PORT:
         s_port (call);
         break;
-    case GW_OP_UNPUBLISH_PORT: //  REST only: gw_ops_tool never names these
-    case GW_OP_UPDATE_SANDBOX:
-    case GW_OP_GET_SNAPSHOT:
-    case GW_OP_GET_USAGE:
-    case GW_OP_LIST_KEYS:
-    case GW_OP_REVOKE_KEY:
-    case GW_OP_GET_OPENAPI:
+    case SBX_OP_UNPUBLISH_PORT: //  REST only: sbx_ops_tool never names these
+    case SBX_OP_UPDATE_SANDBOX:
+    case SBX_OP_GET_SNAPSHOT:
+    case SBX_OP_GET_USAGE:
+    case SBX_OP_LIST_KEYS:
+    case SBX_OP_REVOKE_KEY:
+    case SBX_OP_GET_OPENAPI:
         s_fail (call, SBX_E_UNAVAILABLE, "%s is not available yet on this server", name);
         break;
     }
@@ -1432,12 +1432,12 @@ void gw_tools_test (bool verbose)
         else
             assert (json_is_boolean (hint) && json_is_true (hint) == destroys);
         //  The dispatch table says the same (both come from schemas/operations.json).
-        gw_op_t op;
-        assert (gw_ops_tool (name, &op) == 0 && streq (gw_ops[op].name, name));
-        assert (gw_ops[op].read_only == ro && gw_ops[op].destructive == destroys);
+        sbx_op_t op;
+        assert (sbx_ops_tool (name, &op) == 0 && streq (sbx_ops[op].name, name));
+        assert (sbx_ops[op].read_only == ro && sbx_ops[op].destructive == destroys);
         assert (gw_tools_read_only (tools, name) == ro);
     }
-    assert (gw_ops_tool ("update_sandbox", NULL) == -1); //  REST's, not a tool
+    assert (sbx_ops_tool ("update_sandbox", NULL) == -1); //  REST's, not a tool
     assert (streq (json_string_value (json_array_get (
                        json_object_get (json_object_get (json_array_get (list, 14), "inputSchema"),
                                         "required"),

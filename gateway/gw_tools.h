@@ -1,6 +1,6 @@
 /*  gw_tools - the 18 MCP tools: their handlers, which map each call to broker messages.
     Their definitions (schemas, annotations) are schemas/operations.json's, generated
-    into gw_ops_gen (gw_ops_tools_json, the gw_op_t table).
+    into sbx_ops_gen (sbx_ops_tools_json, the sbx_op_t table).
 
     Definitions follow the reference documents: names and order, inputSchema,
     outputSchema (structuredContent conforms to it), and annotations: readOnlyHint true

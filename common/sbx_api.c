@@ -1,0 +1,713 @@
+/*  sbx_api - see sbx_api.h */
+#include "sbx_api.h"
+#include "sbx_args.h"
+#include "sbx_secret.h"
+#include "sbx_urls.h"
+
+#include <assert.h>
+#include <signal.h>
+#include <strings.h>
+
+struct sbx_api_t {
+    char *box_suffix; //  ".box.DOMAIN[:PORT]"
+    bool tls;
+};
+
+sbx_api_t *sbx_api_new (sbx_config_t *config)
+{
+    sbx_api_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->tls = !config || sbx_urls_https (config);
+    self->box_suffix = config ? sbx_urls_box_suffix (config) : strdup (".box.localhost");
+    if (!self->box_suffix)
+        sbx_api_destroy (&self);
+    return self;
+}
+
+void sbx_api_destroy (sbx_api_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        free ((*self_p)->box_suffix);
+        free (*self_p);
+        *self_p = NULL;
+    }
+}
+
+//  --------------------------------------------------------------------------
+//  The shapes' parts
+
+sbx_sandbox_info_t *sbx_api_sandbox_info (sbx_msg_t *reply)
+{
+    sbx_sandbox_info_t **slot = sbx_msg_sandbox_slot (reply);
+    return slot ? *slot : NULL;
+}
+
+static void s_snapshot_labels (json_t *labels, const sbx_strmap_t *map)
+{
+    for (size_t i = 0; i < map->count; i++)
+        json_object_set_new (labels, map->keys[i], json_string (map->values[i]));
+}
+
+json_t *sbx_api_snapshot (const sbx_snapshot_info_t *info)
+{
+    json_t *labels = json_object ();
+    s_snapshot_labels (labels, &info->labels);
+    json_t *snapshot = json_pack (
+        "{s:s, s:s?, s:s, s:s, s:s?, s:s, s:I, s:I, s:I, s:o, s:o}", "id", info->id, "name",
+        info->name, "state", sbx_snapshot_state_name (info->state), "kind",
+        info->kind ? sbx_snapshot_kind_name (info->kind) : "user", "sandboxId", info->sandbox_id,
+        "type", info->type ? sbx_sandbox_type_name (info->type) : "small", "sizeBytes",
+        (json_int_t) (info->disk_bytes + info->memory_bytes), "diskBytes",
+        (json_int_t) info->disk_bytes, "memoryBytes", (json_int_t) info->memory_bytes, "createdAt",
+        sbx_api_time (info->created_ms), "labels", labels);
+    if (snapshot && info->reason)
+        json_object_set_new (snapshot, "reason", json_string (info->reason));
+    if (snapshot && info->parent)
+        json_object_set_new (snapshot, "parentId", json_string (info->parent));
+    return snapshot;
+}
+
+json_t *sbx_api_time (uint64_t ms)
+{
+    if (!ms)
+        return json_null ();
+    char buf[32];
+    sbx_clock_iso8601 (ms, buf, sizeof buf);
+    //  Seconds are enough for people: "2026-10-27T02:26:10Z".
+    char *dot = strchr (buf, '.');
+    if (dot)
+        strcpy (dot, "Z");
+    return json_string (buf);
+}
+
+//  Output that is not text must never break the answer.
+json_t *sbx_api_text (const uint8_t *data, size_t size)
+{
+    if (!data || !size)
+        return json_string ("");
+    json_t *text = json_stringn ((const char *) data, size);
+    if (text)
+        return text;
+    char *out = malloc (size * 3 + 1);
+    if (!out)
+        return json_string ("");
+    size_t o = 0;
+    for (size_t i = 0; i < size;) {
+        uint8_t c = data[i];
+        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = n > 0 && i + n <= size && (n != 1 || c != 0);
+        for (size_t k = 1; ok && k < n; k++)
+            ok = (data[i + k] & 0xc0) == 0x80;
+        if (ok && n > 1) {
+            //  Overlong forms, surrogates: let jansson judge.
+            json_t *probe = json_stringn ((const char *) data + i, n);
+            ok = probe != NULL;
+            json_decref (probe);
+        }
+        if (ok) {
+            memcpy (out + o, data + i, n);
+            o += n;
+            i += n;
+        } else {
+            memcpy (out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    text = json_stringn (out, o);
+    free (out);
+    return text ? text : json_string ("");
+}
+
+char *sbx_api_url (sbx_api_t *self, const char *label)
+{
+    char *url;
+    if (asprintf (&url, "%s://%s%s", self->tls ? "https" : "http", label ? label : "-",
+                  self->box_suffix) < 0)
+        return NULL;
+    return url;
+}
+
+json_t *sbx_api_sandbox (sbx_api_t *self, const sbx_sandbox_info_t *s)
+{
+    json_t *labels = json_object ();
+    for (size_t i = 0; i < s->labels.count; i++)
+        json_object_set_new (labels, s->labels.keys[i], json_string (s->labels.values[i]));
+    char *url = sbx_api_url (self, s->label);
+    json_t *json = json_pack (
+        "{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o}", "id", s->id, "name",
+        s->name ? s->name : (s->label ? s->label : s->id), "label", s->label ? s->label : "",
+        "state", sbx_sandbox_state_name (s->state), "type", sbx_sandbox_type_name (s->type), "url",
+        url ? url : "", "network", !s->no_network, "labels", labels, "createdAt",
+        sbx_api_time (s->created_ms), "expiresAt", sbx_api_time (s->expires_ms));
+    if (json && s->reason)
+        json_object_set_new (json, "reason", json_string (s->reason));
+    //  Published ports, each with its URL (https://<label>-<port>.box.<domain>).
+    if (json && s->ports.count) {
+        json_t *ports = json_array ();
+        for (size_t i = 0; i < s->ports.count; i++) {
+            char host[96];
+            snprintf (host, sizeof host, "%s-%llu", s->label ? s->label : "-",
+                      (unsigned long long) s->ports.items[i].port);
+            char *port_url = sbx_api_url (self, host);
+            json_array_append_new (ports, json_pack ("{s:I, s:s, s:b}", "port",
+                                                     (json_int_t) s->ports.items[i].port, "url",
+                                                     port_url ? port_url : "", "public",
+                                                     s->ports.items[i].public));
+            free (port_url);
+        }
+        json_object_set_new (json, "ports", ports);
+    }
+    free (url);
+    return json;
+}
+
+static const struct {
+    const char *name;
+    int number;
+} s_signals[] = {{"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"KILL", SIGKILL},
+                 {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"STOP", SIGSTOP},
+                 {"CONT", SIGCONT}, {"ABRT", SIGABRT}, {"ALRM", SIGALRM}, {NULL, 0}};
+
+int sbx_api_signal_number (json_t *value)
+{
+    if (!value || json_is_null (value))
+        return SIGTERM;
+    if (json_is_integer (value)) {
+        json_int_t n = json_integer_value (value);
+        return n >= 1 && n <= 64 ? (int) n : -1;
+    }
+    if (!json_is_string (value))
+        return -1;
+    const char *text = json_string_value (value);
+    char *end;
+    long n = strtol (text, &end, 10);
+    if (*text && !*end)
+        return n >= 1 && n <= 64 ? (int) n : -1;
+    if (strncasecmp (text, "SIG", 3) == 0)
+        text += 3;
+    for (int i = 0; s_signals[i].name; i++)
+        if (strcasecmp (text, s_signals[i].name) == 0)
+            return s_signals[i].number;
+    return -1;
+}
+
+const char *sbx_api_signal_name (int number)
+{
+    for (int i = 0; s_signals[i].name; i++)
+        if (s_signals[i].number == number)
+            return s_signals[i].name;
+    return NULL;
+}
+
+//  --------------------------------------------------------------------------
+//  Requests: an operation's checked arguments → its message
+
+const char *sbx_api_sandbox_id (json_t *args)
+{
+    json_t *v = args ? json_object_get (args, "sandboxId") : NULL;
+    return json_is_string (v) && *json_string_value (v) ? json_string_value (v) : NULL;
+}
+
+static void s_strmap (sbx_strmap_t *map, sbx_strlist_t *remove, json_t *object)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach (object, key, value)
+    {
+        if (json_is_string (value))
+            sbx_strmap_set (map, key, json_string_value (value));
+        else if (remove && json_is_null (value))
+            sbx_strlist_append (remove, key);
+    }
+}
+
+static int s_refuse (char *why, size_t why_size, const char *text)
+{
+    snprintf (why, why_size, "%s", text);
+    return -1;
+}
+
+sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool *agent,
+                            uint32_t *deadline_ms, char *why, size_t why_size)
+{
+    assert ((unsigned) op < SBX_OP__COUNT && agent && deadline_ms);
+    *agent = false;
+    *deadline_ms = sbx_ops[op].deadline_ms;
+    if (sbx_ops[op].message == SBX_MSG__UNKNOWN || op == SBX_OP_READ_FILE ||
+        op == SBX_OP_WRITE_FILE) {
+        s_refuse (why, why_size, "this operation has no single request");
+        return NULL;
+    }
+    sbx_msg_t *msg = sbx_msg_new (sbx_ops[op].message);
+    if (!msg) {
+        s_refuse (why, why_size, "out of memory");
+        return NULL;
+    }
+    const char *sandbox_id = sbx_api_sandbox_id (args);
+    //  Every message about one sandbox carries it as its subject (sbx_msg_gen).
+    if (sandbox_id && op != SBX_OP_LIST_SNAPSHOTS && op != SBX_OP_GET_USAGE)
+        sbx_msg_set_subject (msg, sandbox_id);
+    switch (op) {
+    case SBX_OP_CREATE_SANDBOX: {
+        sbx_sandbox_create_t *m = sbx_msg_sandbox_create (msg);
+        const char *snapshot = sbx_args_string (op, args, "snapshotId");
+        sbx_str_set (&m->name, sbx_args_string (op, args, "name"));
+        sbx_sandbox_type_from_name (sbx_args_string (op, args, "type"), &m->type);
+        m->ttl_s = (uint64_t) sbx_args_int (op, args, "ttlSeconds");
+        m->no_network = !sbx_args_bool (op, args, "network");
+        sbx_str_set (&m->snapshot_id, snapshot && *snapshot ? snapshot : NULL);
+        s_strmap (&m->labels, NULL, sbx_args_object (args, "labels"));
+        break;
+    }
+    case SBX_OP_EXEC: {
+        sbx_agent_exec_t *m = sbx_msg_agent_exec (msg);
+        bool detached = sbx_args_bool (op, args, "detached");
+        int64_t timeout = sbx_args_int (op, args, "timeout");
+        sbx_str_set (&m->command, sbx_args_string (op, args, "command"));
+        sbx_str_set (&m->cwd, sbx_args_string (op, args, "cwd"));
+        s_strmap (&m->env, NULL, sbx_args_object (args, "env"));
+        m->detached = detached;
+        m->timeout_ms = detached ? 0 : (uint64_t) timeout * 1000;
+        m->max_bytes = SBX_API_OUTPUT_MAX;
+        if (!detached)
+            *deadline_ms = (uint32_t) timeout * 1000 + SBX_API_EXEC_MARGIN_MS;
+        *agent = true;
+        break;
+    }
+    case SBX_OP_COMMAND_STATUS: {
+        sbx_agent_status_t *m = sbx_msg_agent_status (msg);
+        m->pid = (uint64_t) sbx_args_int (op, args, "processId");
+        m->stdout_offset = (uint64_t) sbx_args_int (op, args, "stdoutOffset");
+        m->stderr_offset = (uint64_t) sbx_args_int (op, args, "stderrOffset");
+        m->max_bytes = SBX_API_OUTPUT_MAX;
+        *agent = true;
+        break;
+    }
+    case SBX_OP_KILL_COMMAND: {
+        int signal = sbx_api_signal_number (json_object_get (args, "signal"));
+        if (signal < 0) {
+            s_refuse (why, why_size,
+                      "signal is a name such as SIGTERM or SIGKILL, or a number from 1 to 64");
+            sbx_msg_destroy (&msg);
+            return NULL;
+        }
+        sbx_msg_agent_kill (msg)->pid = (uint64_t) sbx_args_int (op, args, "processId");
+        sbx_msg_agent_kill (msg)->signal = signal;
+        *agent = true;
+        break;
+    }
+    case SBX_OP_HOST_PORT:
+    case SBX_OP_UNPUBLISH_PORT: {
+        sbx_sandbox_port_t *m = sbx_msg_sandbox_port (msg);
+        m->port = (uint64_t) sbx_args_int (op, args, "port");
+        m->public = op == SBX_OP_HOST_PORT && sbx_args_bool (op, args, "public");
+        m->remove = op == SBX_OP_UNPUBLISH_PORT || sbx_args_bool (op, args, "remove");
+        break;
+    }
+    case SBX_OP_EXTEND_SANDBOX:
+        sbx_msg_sandbox_extend (msg)->ttl_s = (uint64_t) sbx_args_int (op, args, "ttlSeconds");
+        break;
+    case SBX_OP_RENAME_SANDBOX:
+    case SBX_OP_LABEL_SANDBOX:
+    case SBX_OP_UPDATE_SANDBOX: {
+        sbx_sandbox_update_t *m = sbx_msg_sandbox_update (msg);
+        const char *name = sbx_args_string (op, args, "name");
+        json_t *labels = sbx_args_object (args, "labels");
+        if (!name && !labels) {
+            s_refuse (why, why_size, "give name, labels or both");
+            sbx_msg_destroy (&msg);
+            return NULL;
+        }
+        sbx_str_set (&m->name, name);
+        s_strmap (&m->labels, &m->remove_labels, labels);
+        break;
+    }
+    case SBX_OP_SAVE_SNAPSHOT: {
+        sbx_snapshot_save_t *m = sbx_msg_snapshot_save (msg);
+        sbx_str_set (&m->name, sbx_args_string (op, args, "name"));
+        s_strmap (&m->labels, NULL, sbx_args_object (args, "labels"));
+        break;
+    }
+    case SBX_OP_GET_SNAPSHOT:
+        sbx_str_set (&sbx_msg_snapshot_get (msg)->snapshot_id,
+                     sbx_args_string (op, args, "snapshotId"));
+        break;
+    case SBX_OP_DELETE_SNAPSHOT:
+        sbx_str_set (&sbx_msg_snapshot_delete (msg)->snapshot_id,
+                     sbx_args_string (op, args, "snapshotId"));
+        break;
+    case SBX_OP_GET_USAGE:
+        sbx_str_set (&sbx_msg_usage_get (msg)->account, account);
+        sbx_str_set (&sbx_msg_usage_get (msg)->sandbox_id, sandbox_id);
+        break;
+    case SBX_OP_LIST_KEYS:
+        sbx_str_set (&sbx_msg_key_list (msg)->account, account);
+        break;
+    case SBX_OP_REVOKE_KEY:
+        sbx_str_set (&sbx_msg_key_revoke (msg)->key_id, sbx_args_string (op, args, "keyId"));
+        break;
+    case SBX_OP_LIST_SANDBOXES:
+    case SBX_OP_GET_SANDBOX:
+    case SBX_OP_STOP_SANDBOX:
+    case SBX_OP_RESUME_SANDBOX:
+    case SBX_OP_DELETE_SANDBOX:
+    case SBX_OP_LIST_SNAPSHOTS:
+        break; //  the subject, or nothing, is all they carry
+    case SBX_OP_READ_FILE:
+    case SBX_OP_WRITE_FILE:
+    case SBX_OP_GET_OPENAPI:
+        break; //  refused above
+    }
+    return msg;
+}
+
+//  --------------------------------------------------------------------------
+//  Answers: a reply → the operation's output shape
+
+static json_t *s_output (uint64_t pid, bool running, int64_t exit_code, bool timed_out,
+                         const sbx_bytes_t *out, const sbx_bytes_t *err, uint64_t out_next,
+                         uint64_t err_next, bool out_cut, bool err_cut)
+{
+    return json_pack ("{s:I, s:o, s:o, s:o, s:I, s:I, s:b, s:b, s:b, s:b}", "processId",
+                      (json_int_t) pid, "exitCode",
+                      running ? json_null () : json_integer (exit_code), "stdout",
+                      sbx_api_text (out->data, out->size), "stderr",
+                      sbx_api_text (err->data, err->size), "stdoutNextOffset",
+                      (json_int_t) out_next, "stderrNextOffset", (json_int_t) err_next,
+                      "stdoutTruncated", out_cut, "stderrTruncated", err_cut, "timedOut",
+                      timed_out, "running", running);
+}
+
+static json_t *s_usage (const sbx_usage_get_ok_t *ok)
+{
+    json_t *sandboxes = json_array ();
+    for (size_t i = 0; i < ok->sandboxes.count; i++) {
+        sbx_usage_sandbox_t *u = &ok->sandboxes.items[i];
+        json_array_append_new (
+            sandboxes, json_pack ("{s:s, s:s, s:I, s:I, s:b}", "id", u->sandbox_id, "type",
+                                  u->type ? sbx_sandbox_type_name (u->type) : "small",
+                                  "runningSeconds", (json_int_t) u->seconds, "costMicroUsd",
+                                  (json_int_t) u->micro_usd, "running", u->running));
+    }
+    json_t *days = json_array ();
+    for (size_t i = 0; i < ok->days.count; i++)
+        json_array_append_new (
+            days, json_pack ("{s:s, s:I, s:I}", "day", ok->days.items[i].day, "runningSeconds",
+                             (json_int_t) ok->days.items[i].seconds, "costMicroUsd",
+                             (json_int_t) ok->days.items[i].micro_usd));
+    json_t *wallets = json_array ();
+    for (size_t i = 0; i < ok->wallets.count; i++)
+        json_array_append_new (
+            wallets, json_pack ("{s:s, s:I, s:b}", "name", ok->wallets.items[i].name,
+                                "balanceMicroUsd",
+                                (json_int_t) ok->wallets.items[i].balance_micro_usd, "active",
+                                ok->wallets.items[i].active));
+    return json_pack ("{s:s, s:I, s:I, s:I, s:o, s:o, s:o}", "accountId",
+                      ok->account_id ? ok->account_id : "", "runningSeconds",
+                      (json_int_t) (ok->running_ms / 1000), "costMicroUsd",
+                      (json_int_t) ok->micro_usd, "balanceMicroUsd",
+                      (json_int_t) ok->balance_micro_usd, "wallets", wallets, "sandboxes",
+                      sandboxes, "days", days);
+}
+
+static json_t *s_key (const sbx_key_info_t *k)
+{
+    json_t *key = json_pack ("{s:s, s:s}", "id", k->key_id ? k->key_id : "", "kind",
+                             sbx_key_kind_name (k->kind));
+    //  Absent rather than null: a connection has no preset, a key may have no name.
+    if (k->name)
+        json_object_set_new (key, "name", json_string (k->name));
+    if (k->kind != SBX_KEY_KIND_CONNECTION)
+        json_object_set_new (key, "preset", json_string (sbx_key_preset_name (k->preset)));
+    if (k->prefix)
+        json_object_set_new (key, "prefix", json_string (k->prefix));
+    json_object_set_new (key, "revoked", json_boolean (k->revoked));
+    const uint64_t times[] = {k->created_ms, k->last_used_ms, k->expires_ms};
+    const char *names[] = {"createdAt", "lastUsedAt", "expiresAt"};
+    for (size_t t = 0; t < 3; t++) {
+        char iso[40];
+        sbx_clock_iso8601 (times[t], iso, sizeof iso);
+        json_object_set_new (key, names[t], times[t] ? json_string (iso) : json_null ());
+    }
+    return key;
+}
+
+json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *reply,
+                        char *why, size_t why_size)
+{
+    assert (self);
+    sbx_msg_type_t want = (unsigned) op < SBX_OP__COUNT
+                              ? sbx_msg_type_reply (sbx_ops[op].message)
+                              : SBX_MSG__UNKNOWN;
+    if (!reply || want == SBX_MSG__UNKNOWN || reply->type != want) {
+        snprintf (why, why_size, "unexpected answer %s to %s",
+                  reply ? sbx_msg_type_name (reply->type) : "(none)",
+                  (unsigned) op < SBX_OP__COUNT ? sbx_ops[op].name : "?");
+        return NULL;
+    }
+    switch (op) {
+    case SBX_OP_CREATE_SANDBOX:
+    case SBX_OP_GET_SANDBOX:
+    case SBX_OP_STOP_SANDBOX:
+    case SBX_OP_RESUME_SANDBOX:
+    case SBX_OP_EXTEND_SANDBOX:
+    case SBX_OP_RENAME_SANDBOX:
+    case SBX_OP_LABEL_SANDBOX:
+    case SBX_OP_UPDATE_SANDBOX:
+    case SBX_OP_DELETE_SANDBOX: {
+        sbx_sandbox_info_t *info = sbx_api_sandbox_info (reply);
+        if (!info)
+            break;
+        json_t *sandbox = sbx_api_sandbox (self, info);
+        const char *note =
+            op == SBX_OP_CREATE_SANDBOX ? sbx_msg_sandbox_create_ok (reply)->note : NULL;
+        if (note && *note) //  from a snapshot's disk only: say so
+            json_object_set_new (sandbox, "note", json_string (note));
+        return sandbox;
+    }
+    case SBX_OP_LIST_SANDBOXES: {
+        sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
+        json_t *all = json_array ();
+        for (size_t i = 0; i < list->count; i++)
+            json_array_append_new (all, sbx_api_sandbox (self, &list->items[i]));
+        return json_pack ("{s:o}", "sandboxes", all);
+    }
+    case SBX_OP_EXEC: {
+        sbx_agent_exec_ok_t *ok = sbx_msg_agent_exec_ok (reply);
+        return s_output (ok->pid, ok->running, ok->exit_code, ok->timed_out, &ok->stdout,
+                         &ok->stderr, ok->stdout_next_offset, ok->stderr_next_offset,
+                         ok->stdout_truncated, ok->stderr_truncated);
+    }
+    case SBX_OP_COMMAND_STATUS: {
+        sbx_agent_status_ok_t *ok = sbx_msg_agent_status_ok (reply);
+        return s_output ((uint64_t) sbx_args_int (op, args, "processId"), ok->running,
+                         ok->exit_code, ok->timed_out, &ok->stdout, &ok->stderr,
+                         ok->stdout_next_offset, ok->stderr_next_offset,
+                         ok->stdout_truncated || ok->stdout_more,
+                         ok->stderr_truncated || ok->stderr_more);
+    }
+    case SBX_OP_KILL_COMMAND:
+        return json_pack ("{s:I, s:i}", "processId",
+                          (json_int_t) sbx_args_int (op, args, "processId"), "signal",
+                          sbx_api_signal_number (json_object_get (args, "signal")));
+    case SBX_OP_HOST_PORT:
+    case SBX_OP_UNPUBLISH_PORT: {
+        sbx_sandbox_port_ok_t *ok = sbx_msg_sandbox_port_ok (reply);
+        char host[96];
+        snprintf (host, sizeof host, "%s-%llu",
+                  ok->sandbox && ok->sandbox->label ? ok->sandbox->label : "-",
+                  (unsigned long long) ok->port);
+        char *url = sbx_api_url (self, host);
+        json_t *port = json_pack ("{s:I, s:s, s:b}", "port", (json_int_t) ok->port, "url",
+                                  url ? url : "", "public", ok->public);
+        if (ok->removed)
+            json_object_set_new (port, "removed", json_true ());
+        free (url);
+        return port;
+    }
+    case SBX_OP_SAVE_SNAPSHOT:
+        return sbx_api_snapshot (sbx_msg_snapshot_save_ok (reply)->snapshot);
+    case SBX_OP_GET_SNAPSHOT:
+        return sbx_api_snapshot (sbx_msg_snapshot_get_ok (reply)->snapshot);
+    case SBX_OP_DELETE_SNAPSHOT:
+        return sbx_api_snapshot (sbx_msg_snapshot_delete_ok (reply)->snapshot);
+    case SBX_OP_LIST_SNAPSHOTS: {
+        sbx_snapshot_info_list_t *list = &sbx_msg_snapshot_list_ok (reply)->snapshots;
+        const char *from = sbx_api_sandbox_id (args);
+        json_t *all = json_array ();
+        for (size_t i = 0; i < list->count; i++)
+            if (!from || (list->items[i].sandbox_id && streq (list->items[i].sandbox_id, from)))
+                json_array_append_new (all, sbx_api_snapshot (&list->items[i]));
+        return json_pack ("{s:o}", "snapshots", all);
+    }
+    case SBX_OP_GET_USAGE:
+        return s_usage (sbx_msg_usage_get_ok (reply));
+    case SBX_OP_LIST_KEYS: {
+        sbx_key_info_list_t *list = &sbx_msg_key_list_ok (reply)->keys;
+        json_t *keys = json_array ();
+        for (size_t i = 0; i < list->count; i++)
+            json_array_append_new (keys, s_key (&list->items[i]));
+        return json_pack ("{s:o}", "keys", keys);
+    }
+    case SBX_OP_REVOKE_KEY:
+        return json_pack ("{s:s, s:b}", "id", sbx_args_string (op, args, "keyId"), "revoked",
+                          true);
+    case SBX_OP_READ_FILE:
+    case SBX_OP_WRITE_FILE:
+    case SBX_OP_GET_OPENAPI:
+        break;
+    }
+    snprintf (why, why_size, "unexpected answer %s to %s", sbx_msg_type_name (reply->type),
+              sbx_ops[op].name);
+    return NULL;
+}
+
+bool sbx_api_wants_usage (sbx_op_t op)
+{
+    return op == SBX_OP_GET_SANDBOX || op == SBX_OP_LIST_SANDBOXES;
+}
+
+void sbx_api_add_usage (json_t *answer, const sbx_msg_t *usage)
+{
+    if (!answer || !usage || usage->type != SBX_MSG_USAGE_GET_OK)
+        return;
+    json_t *sandboxes = json_object_get (answer, "sandboxes");
+    const sbx_usage_get_ok_t *ok = sbx_msg_usage_get_ok ((sbx_msg_t *) usage);
+    for (size_t i = 0; i < ok->sandboxes.count; i++) {
+        const sbx_usage_sandbox_t *u = &ok->sandboxes.items[i];
+        json_t *target = NULL;
+        if (!sandboxes) {
+            if (streq (json_string_value (json_object_get (answer, "id")), u->sandbox_id))
+                target = answer;
+        } else {
+            size_t j;
+            json_t *item;
+            json_array_foreach (sandboxes, j, item)
+            {
+                if (streq (json_string_value (json_object_get (item, "id")), u->sandbox_id))
+                    target = item;
+            }
+        }
+        if (!target)
+            continue;
+        char usd[32];
+        snprintf (usd, sizeof usd, "%llu.%06llu", (unsigned long long) (u->micro_usd / 1000000),
+                  (unsigned long long) (u->micro_usd % 1000000));
+        json_object_set_new (target, "runningSeconds", json_integer ((json_int_t) u->seconds));
+        json_object_set_new (target, "costMicroUsd", json_integer ((json_int_t) u->micro_usd));
+        json_object_set_new (target, "costUsd", json_string (usd));
+    }
+}
+
+//  --------------------------------------------------------------------------
+//  Self test
+
+static json_t *s_args (const char *text)
+{
+    json_t *args = json_loads (text, 0, NULL);
+    assert (args);
+    return args;
+}
+
+void sbx_api_test (bool verbose)
+{
+    (void) verbose;
+    assert (sbx_api_signal_number (NULL) == SIGTERM);
+    json_t *v = json_string ("SIGKILL");
+    assert (sbx_api_signal_number (v) == SIGKILL);
+    json_decref (v);
+    v = json_string ("int");
+    assert (sbx_api_signal_number (v) == SIGINT);
+    json_decref (v);
+    v = json_string ("9");
+    assert (sbx_api_signal_number (v) == 9);
+    json_decref (v);
+    v = json_integer (65);
+    assert (sbx_api_signal_number (v) == -1);
+    json_decref (v);
+    assert (streq (sbx_api_signal_name (SIGTERM), "TERM"));
+    assert (sbx_api_signal_name (63) == NULL);
+    json_t *lossy = sbx_api_text ((const uint8_t *) "a\xff"
+                                                            "b",
+                                          3);
+    assert (streq (json_string_value (lossy), "a\xef\xbf\xbd"
+                                              "b"));
+    json_decref (lossy);
+    json_t *t = sbx_api_time (1790000000123ULL);
+    assert (streq (json_string_value (t), "2026-09-21T14:13:20Z"));
+    json_decref (t);
+    t = sbx_api_time (0);
+    assert (json_is_null (t));
+    json_decref (t);
+
+    sbx_api_t *api = sbx_api_new (NULL);
+    assert (api);
+    char *url = sbx_api_url (api, "calm-brave-otter");
+    assert (streq (url, "https://calm-brave-otter.box.localhost"));
+    free (url);
+    sbx_sandbox_info_t info = {.id = "sb_0123456789",
+                               .label = "calm-brave-otter",
+                               .state = SBX_SANDBOX_STATE_READY,
+                               .type = SBX_SANDBOX_TYPE_SMALL,
+                               .created_ms = 1790000000123ULL};
+    json_t *json = sbx_api_sandbox (api, &info);
+    assert (streq (json_string_value (json_object_get (json, "name")), "calm-brave-otter"));
+    assert (streq (json_string_value (json_object_get (json, "state")), "ready"));
+    assert (json_is_true (json_object_get (json, "network")));
+    assert (json_is_null (json_object_get (json, "expiresAt")));
+    assert (!json_object_get (json, "reason"));
+    json_decref (json);
+    //  Requests from arguments, with the table's defaults.
+    char why[300];
+    bool agent;
+    uint32_t deadline;
+    json_t *args = s_args ("{\"name\": \"demo\", \"labels\": {\"team\": \"web\"}}");
+    sbx_msg_t *msg =
+        sbx_api_request (SBX_OP_CREATE_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why);
+    assert (msg && !agent && deadline == sbx_ops[SBX_OP_CREATE_SANDBOX].deadline_ms);
+    sbx_sandbox_create_t *create = sbx_msg_sandbox_create (msg);
+    assert (streq (create->name, "demo") && create->ttl_s == 3600 && !create->no_network);
+    assert (create->type == SBX_SANDBOX_TYPE_SMALL && create->labels.count == 1);
+    sbx_msg_destroy (&msg);
+    json_decref (args);
+    args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"command\": \"true\", \"timeout\": 5}");
+    msg = sbx_api_request (SBX_OP_EXEC, args, NULL, &agent, &deadline, why, sizeof why);
+    assert (msg && agent && deadline == 5000 + SBX_API_EXEC_MARGIN_MS);
+    assert (sbx_msg_agent_exec (msg)->timeout_ms == 5000);
+    sbx_msg_destroy (&msg);
+    json_decref (args);
+    args = s_args ("{\"sandboxId\": \"sb_0123456789\"}");
+    msg = sbx_api_request (SBX_OP_STOP_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why);
+    assert (msg && streq (sbx_msg_subject (msg), "sb_0123456789"));
+    sbx_msg_destroy (&msg);
+    assert (!sbx_api_request (SBX_OP_UPDATE_SANDBOX, args, NULL, &agent, &deadline, why,
+                              sizeof why));
+    assert (streq (why, "give name, labels or both"));
+    json_decref (args);
+    args = s_args ("{\"processId\": 7, \"signal\": \"SIGNOPE\"}");
+    assert (!sbx_api_request (SBX_OP_KILL_COMMAND, args, NULL, &agent, &deadline, why,
+                              sizeof why));
+    assert (strstr (why, "signal is a name"));
+    json_decref (args);
+    //  Answers: the reply shaped as the output; a reply of another type is refused.
+    sbx_msg_t *reply = sbx_msg_new (SBX_MSG_SANDBOX_GET_OK);
+    sbx_msg_sandbox_get_ok (reply)->sandbox = calloc (1, sizeof (sbx_sandbox_info_t));
+    sbx_str_set (&sbx_msg_sandbox_get_ok (reply)->sandbox->id, "sb_0123456789");
+    sbx_str_set (&sbx_msg_sandbox_get_ok (reply)->sandbox->label, "calm-brave-otter");
+    sbx_msg_sandbox_get_ok (reply)->sandbox->state = SBX_SANDBOX_STATE_READY;
+    sbx_msg_sandbox_get_ok (reply)->sandbox->type = SBX_SANDBOX_TYPE_SMALL;
+    args = s_args ("{}");
+    json = sbx_api_answer (api, SBX_OP_GET_SANDBOX, args, reply, why, sizeof why);
+    assert (json && streq (json_string_value (json_object_get (json, "url")),
+                           "https://calm-brave-otter.box.localhost"));
+    assert (!sbx_api_answer (api, SBX_OP_STOP_SANDBOX, args, reply, why, sizeof why));
+    assert (strstr (why, "unexpected answer sandbox.get.ok to stop_sandbox"));
+    sbx_msg_t *usage = sbx_msg_new (SBX_MSG_USAGE_GET_OK);
+    sbx_usage_get_ok_t *u = sbx_msg_usage_get_ok (usage);
+    u->sandboxes.items = calloc (1, sizeof (sbx_usage_sandbox_t));
+    u->sandboxes.count = 1;
+    sbx_str_set (&u->sandboxes.items[0].sandbox_id, "sb_0123456789");
+    u->sandboxes.items[0].seconds = 12;
+    u->sandboxes.items[0].micro_usd = 1234567;
+    sbx_api_add_usage (json, usage);
+    assert (json_integer_value (json_object_get (json, "runningSeconds")) == 12);
+    assert (streq (json_string_value (json_object_get (json, "costUsd")), "1.234567"));
+    sbx_msg_destroy (&usage);
+    json_decref (json);
+    sbx_msg_destroy (&reply);
+    reply = sbx_msg_new (SBX_MSG_AGENT_EXEC_OK);
+    sbx_msg_agent_exec_ok (reply)->pid = 9;
+    sbx_msg_agent_exec_ok (reply)->running = true;
+    json = sbx_api_answer (api, SBX_OP_EXEC, args, reply, why, sizeof why);
+    assert (json_is_null (json_object_get (json, "exitCode")));
+    assert (json_is_true (json_object_get (json, "running")));
+    assert (json_integer_value (json_object_get (json, "processId")) == 9);
+    json_decref (json);
+    sbx_msg_destroy (&reply);
+    json_decref (args);
+    sbx_api_destroy (&api);
+    assert (!api);
+}
