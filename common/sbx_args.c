@@ -157,6 +157,42 @@ static int s_value (const sbx_op_arg_t *a, json_t *v, char *why, size_t why_size
     return 0;
 }
 
+//  "unknown field "x" (this operation takes: ...)": names what it takes, so a typo can
+//  be fixed at once. REST names its body fields; MCP the tool's arguments.
+static int s_unknown (sbx_op_t op, unsigned surface, const char *key, char *why,
+                      size_t why_size)
+{
+    const sbx_op_info_t *info = &sbx_ops[op];
+    char list[300] = "";
+    for (unsigned i = 0; i < info->arg_count; i++) {
+        const sbx_op_arg_t *x = &info->args[i];
+        if (!(x->surfaces & surface) || (surface == SBX_OPS_REST && x->in != SBX_ARG_IN_BODY))
+            continue;
+        size_t used = strlen (list);
+        snprintf (list + used, sizeof list - used, "%s%s", used ? ", " : "", x->name);
+    }
+    if (surface == SBX_OPS_REST)
+        return s_fail (why, why_size, "unknown field \"%.60s\" (this operation takes: %s)", key,
+                       *list ? list : "no fields");
+    return s_fail (why, why_size, "unknown argument \"%.60s\" (%s takes: %s)", key, info->name,
+                   *list ? list : "no arguments");
+}
+
+int sbx_args_check_body (sbx_op_t op, json_t *body, char *why, size_t why_size)
+{
+    if ((unsigned) op >= SBX_OP__COUNT || !json_is_object (body))
+        return s_fail (why, why_size, "the body must be a JSON object");
+    const char *key;
+    json_t *value;
+    json_object_foreach (body, key, value)
+    {
+        const sbx_op_arg_t *a = sbx_args_find (op, key);
+        if (!a || !(a->surfaces & SBX_OPS_REST) || a->in != SBX_ARG_IN_BODY)
+            return s_unknown (op, SBX_OPS_REST, key, why, why_size);
+    }
+    return 0;
+}
+
 int sbx_args_check (sbx_op_t op, unsigned surface, json_t *args, char *why, size_t why_size)
 {
     if ((unsigned) op >= SBX_OP__COUNT)
@@ -169,23 +205,8 @@ int sbx_args_check (sbx_op_t op, unsigned surface, json_t *args, char *why, size
     json_object_foreach (args, key, value)
     {
         const sbx_op_arg_t *a = sbx_args_find (op, key);
-        if (a && (a->surfaces & surface))
-            continue;
-        //  Name what it takes, so a typo can be fixed at once.
-        char list[300] = "";
-        for (unsigned i = 0; i < info->arg_count; i++) {
-            const sbx_op_arg_t *x = &info->args[i];
-            if (!(x->surfaces & surface) ||
-                (surface == SBX_OPS_REST && x->in != SBX_ARG_IN_BODY))
-                continue;
-            size_t used = strlen (list);
-            snprintf (list + used, sizeof list - used, "%s%s", used ? ", " : "", x->name);
-        }
-        if (surface == SBX_OPS_REST)
-            return s_fail (why, why_size, "unknown field \"%.60s\" (this operation takes: %s)",
-                           key, *list ? list : "no fields");
-        return s_fail (why, why_size, "unknown argument \"%.60s\" (%s takes: %s)", key,
-                       info->name, *list ? list : "no arguments");
+        if (!a || !(a->surfaces & surface))
+            return s_unknown (op, surface, key, why, why_size);
     }
     for (unsigned i = 0; i < info->arg_count; i++) {
         const sbx_op_arg_t *a = &info->args[i];
@@ -336,6 +357,11 @@ void sbx_args_test (bool verbose)
                         "snapshotId, labels, network)"));
     assert (s_check (SBX_OP_CREATE_SANDBOX, SBX_OPS_MCP, "{\"ttl\": 60}", why) == -1);
     assert (strstr (why, "unknown argument \"ttl\" (create_sandbox takes: name, type"));
+    //  A REST body holds body fields only: not the path's sandboxId.
+    json_t *body = json_pack ("{s:s}", "sandboxId", "sb_x");
+    assert (sbx_args_check_body (SBX_OP_EXEC, body, why, sizeof why) == -1);
+    assert (strstr (why, "unknown field \"sandboxId\" (this operation takes: command, detached"));
+    json_decref (body);
     //  MCP-only arguments are unknown to REST.
     assert (s_check (SBX_OP_CREATE_SANDBOX, SBX_OPS_MCP, "{\"env\": {\"A\": \"1\"}}", why) == 0);
     assert (s_check (SBX_OP_CREATE_SANDBOX, SBX_OPS_REST, "{\"env\": {\"A\": \"1\"}}", why) == -1);

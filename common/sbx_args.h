@@ -26,6 +26,10 @@ const sbx_op_arg_t *sbx_args_find (sbx_op_t op, const char *name);
 //  message that names the argument in why.
 int sbx_args_check (sbx_op_t op, unsigned surface, json_t *args, char *why, size_t why_size);
 
+//  REST's JSON body for op: 0 when every key is one of its body fields; else -1 with
+//  "unknown field ..." naming them.
+int sbx_args_check_body (sbx_op_t op, json_t *body, char *why, size_t why_size);
+
 //  The argument's value as a JSON value of its type, from text (REST's path and query,
 //  the CLI's options): integers parsed (decimal, no sign unless the minimum is
 //  negative), booleans true/false, strings as they are. NULL with why when the text is

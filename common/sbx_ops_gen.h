@@ -46,6 +46,15 @@ typedef enum {
 //  Where REST takes an argument from; NONE: MCP only.
 typedef enum { SBX_ARG_IN_NONE, SBX_ARG_IN_PATH, SBX_ARG_IN_QUERY, SBX_ARG_IN_BODY } sbx_arg_in_t;
 
+//  REST's request body: none, a JSON object of the body arguments (optional or
+//  required), or raw bytes (write_file's file).
+typedef enum {
+    SBX_OPS_BODY_NONE,
+    SBX_OPS_BODY_JSON,
+    SBX_OPS_BODY_JSON_REQUIRED,
+    SBX_OPS_BODY_RAW
+} sbx_ops_body_t;
+
 //  JSON types an argument (or an object argument's values) may have.
 #define SBX_ARG_STRING  1
 #define SBX_ARG_INTEGER 2
@@ -80,6 +89,7 @@ typedef struct {
     bool destructive;         //  destructiveHint
     sbx_msg_type_t message;   //  the request it becomes; SBX_MSG__UNKNOWN: the gateway answers
     uint32_t deadline_ms;     //  the wait for the answer (a waited exec adds its timeout)
+    sbx_ops_body_t rest_body; //  what REST's request body is
     const sbx_op_arg_t *args; //  its arguments, arg_count of them
     unsigned arg_count;       //  
 } sbx_op_info_t;

@@ -153,6 +153,24 @@ char *sbx_secret_base64url (const uint8_t *data, size_t size)
     return text;
 }
 
+char *sbx_secret_base64 (const uint8_t *data, size_t size)
+{
+    if ((!data && size > 0) || sbx_secret_init ())
+        return NULL;
+    //  ENCODED_LEN overflows past SIZE_MAX / 4 * 3; nothing that large is ever encoded.
+    if (size > SIZE_MAX / 4 * 3 - 4)
+        return NULL;
+    const int variant = sodium_base64_VARIANT_ORIGINAL;
+    size_t len = sodium_base64_ENCODED_LEN (size, variant);
+    char *text = malloc (len);
+    if (!text)
+        return NULL;
+    //  libsodium wants a non-NULL pointer even for zero bytes.
+    static const uint8_t s_empty[1] = {0};
+    sodium_bin2base64 (text, len, data ? data : s_empty, size, variant);
+    return text;
+}
+
 uint8_t *sbx_secret_base64_decode (const char *text, size_t *size_p)
 {
     if (!text || !size_p || sbx_secret_init ())
@@ -211,6 +229,9 @@ static void s_assert_distinct (char **list, size_t n)
 
 static void s_assert_encodes (const char *plain, const char *expected)
 {
+    char *padded = sbx_secret_base64 ((const uint8_t *) "hello", 5);
+    assert (padded && strcmp (padded, "aGVsbG8=") == 0);
+    free (padded);
     char *text = sbx_secret_base64url ((const uint8_t *) plain, strlen (plain));
     assert (text);
     assert (strcmp (text, expected) == 0);

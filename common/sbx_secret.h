@@ -55,6 +55,10 @@ bool sbx_secret_equal (const char *a, const char *b);
 //  challenges and tokens in URLs. size 0 gives "". NULL if data is NULL and size > 0.
 char *sbx_secret_base64url (const uint8_t *data, size_t size);
 
+//  Returns standard base64 (RFC 4648 section 4) of data, with padding: files over MCP.
+//  Caller frees; NULL on error.
+char *sbx_secret_base64 (const uint8_t *data, size_t size);
+
 //  Decodes standard base64 (RFC 4648 section 4) with padding, no whitespace: for
 //  HTTP Basic credentials. Returns the bytes (NUL-terminated for convenience, not
 //  counted in *size_p), or NULL if text is not exactly such base64.

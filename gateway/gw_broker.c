@@ -24,7 +24,7 @@ typedef struct {
     gw_cache_ticket_t ticket;
 } s_pending_t;
 
-gw_broker_t *gw_broker_new (sbx_config_t *config, sbx_peer_t *peer)
+gw_broker_t *gw_broker_new (sbx_peer_t *peer)
 {
     gw_broker_t *self = calloc (1, sizeof *self);
     if (!self)
@@ -204,7 +204,7 @@ static void s_probe (sbx_msg_t *reply, sbx_code_t code, const char *message, voi
 void gw_broker_test (bool verbose)
 {
     (void) verbose;
-    gw_broker_t *broker = gw_broker_new (NULL, NULL);
+    gw_broker_t *broker = gw_broker_new (NULL);
     assert (broker);
     //  Without a peer a request fails at once, and nothing stays pending.
     s_probe_t probe = {0};

@@ -5,10 +5,8 @@
     status, kill, file read and write) travel wrapped in sandbox.agent; the callback
     gets the agent's own answer, already decoded. Errors, the broker's or the agent's,
     reach the callback as a catalogued code and a message, so each front end words
-    them its own way (a tool result, an HTTP status).
-
-    Also here: what both front ends show of a sandbox (its JSON, its URL), times and
-    output as JSON, signal names.
+    them its own way (a tool result, an HTTP status). What the answers look like as
+    JSON is sbx_api's; gw_ops runs whole operations on top of this.
 */
 #ifndef GW_BROKER_H_INCLUDED
 #define GW_BROKER_H_INCLUDED
@@ -23,9 +21,8 @@ typedef struct gw_broker_t gw_broker_t;
 //  succeeded, for agent requests the agent's answer; else NULL with code and message.
 typedef void (gw_broker_fn) (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg);
 
-//  config and peer are borrowed (config may be NULL: localhost defaults; peer may be
-//  NULL for self-tests, and requests then fail unavailable).
-gw_broker_t *gw_broker_new (sbx_config_t *config, sbx_peer_t *peer);
+//  peer is borrowed; NULL for self-tests (requests then fail unavailable).
+gw_broker_t *gw_broker_new (sbx_peer_t *peer);
 
 //  Cancels requests in flight: their callbacks are not called.
 void gw_broker_destroy (gw_broker_t **self_p);

@@ -13,11 +13,13 @@ gw_ctx_t *gw_ctx_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_
     self->peer = peer;
     self->http = http;
     self->auth = gw_auth_new (config, peer);
-    self->broker = gw_broker_new (config, peer);
+    self->broker = gw_broker_new (peer);
     self->mcp_sessions = gw_mcp_sessions_new (config, peer, self->broker);
     self->signin = gw_session_new (config);
     self->router = gw_router_new ();
-    bool ok = self->auth && self->broker && self->mcp_sessions && self->signin && self->router;
+    self->api = sbx_api_new (config);
+    bool ok = self->auth && self->broker && self->mcp_sessions && self->signin && self->router &&
+              self->api;
     if (ok && loop && peer) {
         //  One pool and one throttle for both sign-in pages: guesses spread over the two
         //  count together, and a burst holds at most one of the threads (gw_verify.h).
@@ -38,6 +40,10 @@ gw_ctx_t *gw_ctx_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_
         if (ok)
             gw_broker_set_cache (self->broker, self->cache);
     }
+    if (ok) {
+        self->ops = gw_ops_new (self->api, self->broker, self->cache, self->auth);
+        ok = self->ops != NULL;
+    }
     if (!ok) {
         sbx_error ("gateway: cannot make its shared services");
         gw_ctx_destroy (&self);
@@ -54,7 +60,9 @@ void gw_ctx_destroy (gw_ctx_t **self_p)
     //  The sessions cancel their own requests; then the broker client cancels the rest
     //  (telling the read copy, which goes after it).
     gw_mcp_sessions_destroy (&self->mcp_sessions);
+    gw_ops_destroy (&self->ops);
     gw_broker_destroy (&self->broker);
+    sbx_api_destroy (&self->api);
     gw_auth_destroy (&self->auth);
     gw_verify_destroy (&self->verify);
     gw_cache_destroy (&self->cache);

@@ -2,7 +2,8 @@
 
     MCP, REST, the port proxy, the OAuth pages and the account page each borrow from one
     context rather than building their own: one credential cache and rate keeper
-    (gw_auth, with gw_rates), one broker client (gw_broker), one read copy of sandboxes
+    (gw_auth, with gw_rates), one broker client (gw_broker), one runner of the
+    operations (gw_ops) for REST and MCP, one read copy of sandboxes
     (gw_cache), one MCP session service (gw_mcp_sessions), one sign-in cookie service
     (gw_session), one password checker (gw_verify) and one router. So a key's rate is one
     budget across the front ends, a revoke is seen by all at once, and requests in
@@ -17,6 +18,7 @@
 #include "gw_cache.h"
 #include "gw_http.h"
 #include "gw_mcp_sessions.h"
+#include "gw_ops.h"
 #include "gw_router.h"
 #include "gw_session.h"
 #include "gw_verify.h"
@@ -29,6 +31,8 @@ typedef struct gw_ctx_s {
     gw_http_t *http;      //  borrowed; NULL in self-tests
     gw_auth_t *auth;
     gw_broker_t *broker;
+    sbx_api_t *api; //  where sandbox URLs point; the answers' shapes
+    gw_ops_t *ops;  //  runs the operations for REST and MCP
     gw_cache_t *cache; //  NULL with gateway.read_cache = off, and in self-tests
     gw_mcp_sessions_t *mcp_sessions;
     gw_session_t *signin;

@@ -387,7 +387,7 @@ static void s_expect (gw_tools_state_t *state, const char *id, sbx_code_t code, 
 void gw_mcp_sessions_test (bool verbose)
 {
     (void) verbose;
-    gw_broker_t *broker = gw_broker_new (NULL, NULL);
+    gw_broker_t *broker = gw_broker_new (NULL);
     gw_mcp_sessions_t *self = gw_mcp_sessions_new (NULL, NULL, broker);
     assert (self);
     sbx_caller_t caller = {.kind = SBX_CALLER_KIND_API_KEY, .account_id = "acc_a"};

@@ -1,72 +1,43 @@
 /*  gw_rest - see gw_rest.h */
 #include "gw_rest.h"
+#include "sbx_args.h"
 #include "sbx_idmap.h"
 #include "gw_auth.h"
-#include "gw_broker.h"
+#include "gw_ops.h"
 #include "sbx_ops_gen.h"
 
 #include <assert.h>
 #include <ctype.h>
-#include <errno.h>
 #include <jansson.h>
+#include <strings.h>
 
-#define S_CHUNK        (1024 * 1024)      //  the agent's per-request file limit
-#define S_FILE_MAX     (16 * 1024 * 1024) //  the gateway's body limit, both ways
-#define S_OUTPUT_MAX   (1024 * 1024)      //  output bytes of each stream in one answer
-#define S_TTL_DEFAULT  3600
-#define S_TTL_MAX      (30LL * 86400)
-#define S_EXEC_DEFAULT 120
-#define S_EXEC_MAX     600
-#define S_MARGIN_MS    30000 //  broker, vmd and agent time on top of an exec's own wait
-#define S_SIMPLE_MS    30000 //  most operations' deadline in schemas/operations.json (self-test)
-#define S_PARAM_MAX    128
+#define S_PARAMS    3   //  {x} segments a route may have
+#define S_PARAM_MAX 128 //  the longest {x} segment taken
 
 //  docs/openapi.json, embedded by the build (gateway/CMakeLists.txt).
 extern const char gw_rest_openapi[];
 extern const size_t gw_rest_openapi_size;
 
 //  The routes and their operations are schemas/operations.json's (sbx_ops_gen): paths
-//  as in the OpenAPI document, {id} and {pid} match one segment.
+//  as in the OpenAPI document, each {name} one segment, the argument of that name.
 typedef sbx_ops_route_t s_route_t;
-
-//  What a request brings, apart from the connection: filled from gw_request_t, or by
-//  the self-test.
-typedef struct {
-    sbx_op_t op;
-    char params[2][S_PARAM_MAX]; //  {id}, {pid}
-    const char *body;
-    size_t body_size;
-    const char *q_path, *q_mode, *q_stdout, *q_stderr, *q_sandbox;
-} s_input_t;
 
 //  One request from route to answer.
 typedef struct {
     gw_rest_t *rest;
     uint64_t serial;
-    uint64_t handle; //  the broker request in flight, for cancel
+    uint64_t handle; //  the gw_ops call in flight, for cancel
     uint64_t req_id;
-    s_input_t in;
-    char *token;
+    sbx_op_t op;
+    char params[S_PARAMS][S_PARAM_MAX]; //  the path's {x} values, in order
     sbx_caller_t *caller;
-    //  Built from the input: the broker (or, when agent, the agent) request.
-    sbx_msg_t *request;
-    bool agent;
-    uint32_t timeout_ms;
-    char *sandbox_id;
-    uint64_t pid;
-    int signal;
-    //  Files.
-    char *path;
-    uint8_t *data;
-    size_t size, done_bytes;
-    uint64_t mode;
 } s_job_t;
 
 struct gw_rest_t {
     gw_http_t *http;
     gw_auth_t *auth; //  the gateway's (ctx)
-    gw_broker_t *broker;
-    zhashx_t *jobs; //  serial → s_job_t
+    gw_ops_t *ops;   //  the gateway's (ctx)
+    zhashx_t *jobs;  //  serial → s_job_t
     uint64_t next_serial;
 };
 
@@ -74,12 +45,7 @@ static void s_job_free (s_job_t **job_p)
 {
     s_job_t *job = *job_p;
     if (job) {
-        free (job->token);
         gw_auth_caller_destroy (&job->caller);
-        sbx_msg_destroy (&job->request);
-        free (job->sandbox_id);
-        free (job->path);
-        free (job->data);
         free (job);
     }
     *job_p = NULL;
@@ -99,7 +65,7 @@ gw_rest_t *gw_rest_new (gw_ctx_t *ctx)
     self->http = ctx->http;
     self->next_serial = 1;
     self->auth = ctx->auth;
-    self->broker = ctx->broker;
+    self->ops = ctx->ops;
     self->jobs = sbx_idmap_new ();
     if (!self->jobs || gw_router_add (ctx->router, "/v1", true, s_on_route, self)) {
         gw_rest_destroy (&self);
@@ -114,10 +80,10 @@ void gw_rest_destroy (gw_rest_t **self_p)
     gw_rest_t *self = *self_p;
     if (!self)
         return;
-    //  Requests in flight are cancelled first (the broker client is the gateway's).
+    //  Calls in flight are cancelled first (the runner is the gateway's).
     if (self->jobs) {
         for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs)) {
-            gw_broker_cancel (self->broker, job->handle);
+            gw_ops_cancel (self->ops, job->handle);
             s_job_free (&job);
         }
         zhashx_destroy (&self->jobs);
@@ -152,7 +118,7 @@ static void s_send_error (gw_request_t *req, sbx_code_t code, const char *messag
 
 //  True when path matches pattern segment by segment; {x} takes one non-empty segment
 //  into params (in order).
-static bool s_match (const char *pattern, const char *path, char params[2][S_PARAM_MAX])
+static bool s_match (const char *pattern, const char *path, char params[S_PARAMS][S_PARAM_MAX])
 {
     int n = 0;
     while (*pattern && *path) {
@@ -163,7 +129,7 @@ static bool s_match (const char *pattern, const char *path, char params[2][S_PAR
         size_t plen = strcspn (pattern, "/");
         size_t len = strcspn (path, "/");
         if (*pattern == '{') {
-            if (len == 0 || len >= S_PARAM_MAX || n >= 2)
+            if (len == 0 || len >= S_PARAM_MAX || n >= S_PARAMS)
                 return false;
             memcpy (params[n], path, len);
             params[n++][len] = 0;
@@ -178,13 +144,13 @@ static bool s_match (const char *pattern, const char *path, char params[2][S_PAR
 //  The route of method and path: 0 and *route when one serves it; 404 when no route
 //  has that path; 405 when some do with other methods (listed in allow).
 static int s_route (const char *method, const char *path, const s_route_t **route,
-                    char params[2][S_PARAM_MAX], char *allow, size_t allow_size)
+                    char params[S_PARAMS][S_PARAM_MAX], char *allow, size_t allow_size)
 {
     *route = NULL;
     *allow = 0;
     bool path_known = false;
     for (const s_route_t *r = sbx_ops_routes; r->method; r++) {
-        char scratch[2][S_PARAM_MAX];
+        char scratch[S_PARAMS][S_PARAM_MAX];
         if (!s_match (r->path, path, scratch))
             continue;
         path_known = true;
@@ -200,493 +166,97 @@ static int s_route (const char *method, const char *path, const s_route_t **rout
 }
 
 //  --------------------------------------------------------------------------
-//  Building the request: each check returns 0, or -1 with a message in error.
+//  Arguments: the path's {x}, the query and the JSON body, named as the operation
+//  names them, for gw_ops (which checks them against their one definition).
 
 typedef struct {
-    char text[400];
-} s_error_t;
+    const char *body;
+    size_t body_size;
+    const char *(*query) (void *source, const char *name);
+    void *source;
+} s_input_t;
 
-static int s_fail (s_error_t *error, const char *format, ...)
-    __attribute__ ((format (printf, 2, 3)));
-static int s_fail (s_error_t *error, const char *format, ...)
+static const char *s_request_query (void *source, const char *name)
 {
-    va_list args;
-    va_start (args, format);
-    vsnprintf (error->text, sizeof error->text, format, args);
-    va_end (args);
+    return gw_request_query ((gw_request_t *) source, name);
+}
+
+static int s_fail (char *why, size_t why_size, const char *text)
+{
+    snprintf (why, why_size, "%s", text);
     return -1;
 }
 
-//  The body as a JSON object: {} when empty and optional. known lists the fields the
-//  operation takes (NULL-terminated): anything else is refused, so a typo is not
-//  silently ignored.
-static int s_body (const s_input_t *in, bool required, const char **known, json_t **body,
-                   s_error_t *error)
+//  Adds name = text (converted to the argument's type) to args.
+static int s_add_text (sbx_op_t op, json_t *args, const char *name, const char *text, char *why,
+                       size_t why_size)
 {
-    *body = NULL;
-    size_t size = in->body_size;
-    const char *text = in->body ? in->body : "";
+    const sbx_op_arg_t *arg = sbx_args_find (op, name);
+    if (!arg)
+        return s_fail (why, why_size, "this route names an argument its operation lacks");
+    json_t *value = sbx_args_from_text (arg, text, why, why_size);
+    if (!value)
+        return -1;
+    json_object_set_new (args, name, value);
+    return 0;
+}
+
+//  The operation's arguments from the request, or NULL with the refusal in why.
+static json_t *s_arguments (s_job_t *job, const s_input_t *in, char *why, size_t why_size)
+{
+    const sbx_op_info_t *op = &sbx_ops[job->op];
+    json_t *args = json_object ();
+    //  Path: {name} segments in order.
+    int n = 0;
+    for (const char *p = strchr (op->path, '{'); p; p = strchr (p + 1, '{'), n++) {
+        char name[64];
+        size_t len = strcspn (p + 1, "}");
+        snprintf (name, sizeof name, "%.*s", (int) (len < sizeof name ? len : sizeof name - 1),
+                  p + 1);
+        if (s_add_text (job->op, args, name, job->params[n], why, why_size))
+            goto fail;
+    }
+    //  Query: the arguments REST takes from there.
+    for (unsigned i = 0; i < op->arg_count; i++) {
+        const sbx_op_arg_t *a = &op->args[i];
+        const char *text = a->in == SBX_ARG_IN_QUERY ? in->query (in->source, a->name) : NULL;
+        if (text && s_add_text (job->op, args, a->name, text, why, why_size))
+            goto fail;
+    }
+    if (op->rest_body != SBX_OPS_BODY_JSON && op->rest_body != SBX_OPS_BODY_JSON_REQUIRED)
+        return args;
+    //  Body: a JSON object of body fields; empty means {} unless one is required.
     size_t blank = 0;
-    while (blank < size && strchr (" \t\r\n", text[blank]))
+    const char *text = in->body ? in->body : "";
+    while (blank < in->body_size && memchr (" \t\r\n", text[blank], 4))
         blank++;
-    if (blank == size) {
-        if (required)
-            return s_fail (error, "a JSON object body is required");
-        *body = json_object ();
-        return 0;
+    if (blank == in->body_size) {
+        if (op->rest_body == SBX_OPS_BODY_JSON)
+            return args;
+        s_fail (why, why_size, "a JSON object body is required");
+        goto fail;
     }
     json_error_t jerr;
-    *body = json_loadb (text, size, 0, &jerr);
-    if (!*body)
-        return s_fail (error, "the body is not valid JSON: %s (line %d, column %d)", jerr.text,
-                       jerr.line, jerr.column);
-    if (!json_is_object (*body)) {
-        json_decref (*body);
-        *body = NULL;
-        return s_fail (error, "the body must be a JSON object");
+    json_t *body = json_loadb (text, in->body_size, 0, &jerr);
+    if (!body) {
+        snprintf (why, why_size, "the body is not valid JSON: %s (line %d, column %d)", jerr.text,
+                  jerr.line, jerr.column);
+        goto fail;
     }
-    const char *key;
-    json_t *value;
-    json_object_foreach (*body, key, value)
-    {
-        bool ok = false;
-        for (int i = 0; known[i] && !ok; i++)
-            ok = streq (known[i], key);
-        if (!ok) {
-            char list[200] = "";
-            for (int i = 0; known[i]; i++) {
-                size_t used = strlen (list);
-                snprintf (list + used, sizeof list - used, "%s%s", i ? ", " : "", known[i]);
-            }
-            s_fail (error, "unknown field \"%.60s\" (this operation takes: %s)", key,
-                    *list ? list : "no fields");
-            json_decref (*body);
-            *body = NULL;
-            return -1;
-        }
+    if (sbx_args_check_body (job->op, body, why, why_size)) {
+        json_decref (body);
+        goto fail;
     }
-    return 0;
-}
-
-static int s_string (json_t *body, const char *key, const char **value, bool required,
-                     s_error_t *error)
-{
-    json_t *v = json_object_get (body, key);
-    *value = NULL;
-    if (!v || json_is_null (v))
-        return required ? s_fail (error, "%s is required", key) : 0;
-    if (!json_is_string (v))
-        return s_fail (error, "%s must be a string", key);
-    *value = json_string_value (v);
-    return 0;
-}
-
-static int s_int (json_t *body, const char *key, json_int_t *value, json_int_t dflt, json_int_t min,
-                  json_int_t max, bool required, s_error_t *error)
-{
-    json_t *v = json_object_get (body, key);
-    *value = dflt;
-    if (!v || json_is_null (v))
-        return required ? s_fail (error, "%s is required", key) : 0;
-    double real = json_is_real (v) ? json_real_value (v) : 0;
-    if (json_is_real (v) && real == (double) (json_int_t) real)
-        *value = (json_int_t) real; //  some clients send 3.0
-    else if (json_is_integer (v))
-        *value = json_integer_value (v);
-    else
-        return s_fail (error, "%s must be an integer", key);
-    if (*value < min || *value > max)
-        return s_fail (error, "%s must be between %lld and %lld", key, (long long) min,
-                       (long long) max);
-    return 0;
-}
-
-static int s_bool (json_t *body, const char *key, bool *value, bool dflt, s_error_t *error)
-{
-    json_t *v = json_object_get (body, key);
-    *value = dflt;
-    if (!v || json_is_null (v))
-        return 0;
-    if (!json_is_boolean (v))
-        return s_fail (error, "%s must be true or false", key);
-    *value = json_is_true (v);
-    return 0;
-}
-
-//  An object of strings into map; with remove, null values go there instead.
-static int s_map (json_t *body, const char *key, sbx_strmap_t *map, sbx_strlist_t *remove,
-                  s_error_t *error)
-{
-    json_t *v = json_object_get (body, key);
-    if (!v || json_is_null (v))
-        return 0;
-    const char *k;
-    json_t *item;
-    if (!json_is_object (v))
-        goto bad;
-    json_object_foreach (v, k, item)
-    {
-        if (!*k)
-            goto bad;
-        if (remove && json_is_null (item))
-            sbx_strlist_append (remove, k);
-        else if (json_is_string (item))
-            sbx_strmap_set (map, k, json_string_value (item));
-        else
-            goto bad;
-    }
-    return 0;
-bad:
-    return s_fail (error, "%s must be an object of string values%s", key,
-                   remove ? " (null removes one)" : "");
-}
-
-//  A query parameter that is a non-negative integer (absent: 0).
-static int s_query_offset (const char *text, const char *name, uint64_t *value, s_error_t *error)
-{
-    *value = 0;
-    if (!text)
-        return 0;
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull (text, &end, 10);
-    if (!*text || *end || errno || *text == '-')
-        return s_fail (error, "%s must be a non-negative integer", name);
-    *value = n;
-    return 0;
-}
-
-static const char *s_create_fields[] = {"name",    "type",       "ttlSeconds", "labels",
-                                        "network", "snapshotId", NULL};
-static const char *s_update_fields[] = {"name", "labels", NULL};
-static const char *s_extend_fields[] = {"ttlSeconds", NULL};
-static const char *s_exec_fields[] = {"command", "detached", "timeout", "cwd", "env", NULL};
-static const char *s_kill_fields[] = {"signal", NULL};
-static const char *s_snapshot_fields[] = {"name", "labels", NULL};
-static const char *s_port_fields[] = {"port", "public", NULL};
-
-//  Builds job->request (and what the answer needs) from job->in. Returns 0, or the
-//  code of the refusal with its message in error.
-static sbx_code_t s_build (s_job_t *job, s_error_t *error)
-{
-    s_input_t *in = &job->in;
-    json_t *body = NULL;
-    sbx_code_t code = SBX_E_INVALID_ARGUMENT;
-    //  Every route under /v1/sandboxes/{id} acts on that sandbox.
-    static const char sandbox_path[] = "/v1/sandboxes/{id}";
-    const char *path = sbx_ops[in->op].path;
-    if (path && strncmp (path, sandbox_path, sizeof sandbox_path - 1) == 0)
-        job->sandbox_id = strdup (in->params[0]);
-    job->timeout_ms = sbx_ops[in->op].deadline_ms;
-    switch (in->op) {
-    case SBX_OP_GET_OPENAPI:
-    case SBX_OP_RENAME_SANDBOX: //  MCP only: no route
-    case SBX_OP_LABEL_SANDBOX:
-        break;
-    case SBX_OP_LIST_SANDBOXES:
-        job->request = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
-        break;
-    case SBX_OP_GET_USAGE: {
-        //  The caller's own account, from billing (the broker routes usage.get there).
-        job->request = sbx_msg_new (SBX_MSG_USAGE_GET);
-        sbx_usage_get_t *args = sbx_msg_usage_get (job->request);
-        sbx_str_set (&args->account, job->caller ? job->caller->account_id : NULL);
-        sbx_str_set (&args->sandbox_id, in->q_sandbox);
-        break;
-    }
-    case SBX_OP_LIST_KEYS:
-        //  The caller's own account: its API keys and OAuth connections.
-        job->request = sbx_msg_new (SBX_MSG_KEY_LIST);
-        sbx_str_set (&sbx_msg_key_list (job->request)->account,
-                     job->caller ? job->caller->account_id : NULL);
-        break;
-    case SBX_OP_REVOKE_KEY:
-        job->request = sbx_msg_new (SBX_MSG_KEY_REVOKE);
-        sbx_str_set (&sbx_msg_key_revoke (job->request)->key_id, in->params[0]);
-        break;
-    case SBX_OP_CREATE_SANDBOX: {
-        const char *name, *type, *snapshot;
-        json_int_t ttl;
-        bool network;
-        job->request = sbx_msg_new (SBX_MSG_SANDBOX_CREATE);
-        sbx_sandbox_create_t *args = sbx_msg_sandbox_create (job->request);
-        if (s_body (in, false, s_create_fields, &body, error) ||
-            s_string (body, "name", &name, false, error) ||
-            s_string (body, "type", &type, false, error) ||
-            s_string (body, "snapshotId", &snapshot, false, error) ||
-            s_int (body, "ttlSeconds", &ttl, S_TTL_DEFAULT, 60, S_TTL_MAX, false, error) ||
-            s_bool (body, "network", &network, true, error) ||
-            s_map (body, "labels", &args->labels, NULL, error))
-            goto fail;
-        if (name && strlen (name) > 128) {
-            s_fail (error, "name is at most 128 characters");
-            goto fail;
-        }
-        if (type && sbx_sandbox_type_from_name (type, &args->type)) {
-            s_fail (error, "type is small, medium or large");
-            goto fail;
-        }
-        sbx_str_set (&args->snapshot_id, snapshot && *snapshot ? snapshot : NULL);
-        sbx_str_set (&args->name, name);
-        args->ttl_s = (uint64_t) ttl;
-        args->no_network = !network;
-        break;
-    }
-    case SBX_OP_LIST_SNAPSHOTS:
-        job->request = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);
-        break;
-    case SBX_OP_GET_SNAPSHOT:
-        job->request = sbx_msg_new (SBX_MSG_SNAPSHOT_GET);
-        sbx_str_set (&sbx_msg_snapshot_get (job->request)->snapshot_id, in->params[0]);
-        break;
-    case SBX_OP_DELETE_SNAPSHOT:
-        job->request = sbx_msg_new (SBX_MSG_SNAPSHOT_DELETE);
-        sbx_str_set (&sbx_msg_snapshot_delete (job->request)->snapshot_id, in->params[0]);
-        break;
-    case SBX_OP_SAVE_SNAPSHOT: {
-        const char *name;
-        job->request = sbx_msg_new (SBX_MSG_SNAPSHOT_SAVE);
-        sbx_snapshot_save_t *args = sbx_msg_snapshot_save (job->request);
-        if (s_body (in, false, s_snapshot_fields, &body, error) ||
-            s_string (body, "name", &name, false, error) ||
-            s_map (body, "labels", &args->labels, NULL, error))
-            goto fail;
-        if (name && strlen (name) > 128) {
-            s_fail (error, "name is at most 128 characters");
-            goto fail;
-        }
-        sbx_str_set (&args->name, name);
-        sbx_str_set (&args->sandbox_id, job->sandbox_id);
-        break;
-    }
-    case SBX_OP_GET_SANDBOX:
-        job->request = sbx_msg_new (SBX_MSG_SANDBOX_GET);
-        sbx_str_set (&sbx_msg_sandbox_get (job->request)->sandbox_id, job->sandbox_id);
-        break;
-    case SBX_OP_DELETE_SANDBOX:
-        job->request = sbx_msg_new (SBX_MSG_SANDBOX_DELETE);
-        sbx_str_set (&sbx_msg_sandbox_delete (job->request)->sandbox_id, job->sandbox_id);
-        break;
-    case SBX_OP_STOP_SANDBOX:
-        job->request = sbx_msg_new (SBX_MSG_SANDBOX_STOP);
-        sbx_str_set (&sbx_msg_sandbox_stop (job->request)->sandbox_id, job->sandbox_id);
-        break;
-    case SBX_OP_RESUME_SANDBOX:
-        job->request = sbx_msg_new (SBX_MSG_SANDBOX_RESUME);
-        sbx_str_set (&sbx_msg_sandbox_resume (job->request)->sandbox_id, job->sandbox_id);
-        break;
-    case SBX_OP_HOST_PORT:
-    case SBX_OP_UNPUBLISH_PORT: {
-        //  MCP's host_port, as REST: publish (or unpublish) a guest port at its URL.
-        json_int_t port = 0;
-        bool public = false;
-        if (in->op == SBX_OP_HOST_PORT) {
-            if (s_body (in, true, s_port_fields, &body, error) ||
-                s_int (body, "port", &port, 0, 1, 65535, true, error) ||
-                s_bool (body, "public", &public, false, error))
-                goto fail;
-        } else {
-            char *end;
-            errno = 0;
-            unsigned long long n = strtoull (in->params[1], &end, 10);
-            if (*end || errno || n < 1 || n > 65535 || in->params[1][0] == '-') {
-                s_fail (error, "the port in the path must be 1 to 65535");
-                goto fail;
-            }
-            port = (json_int_t) n;
-        }
-        job->request = sbx_msg_new (SBX_MSG_SANDBOX_PORT);
-        sbx_sandbox_port_t *args = sbx_msg_sandbox_port (job->request);
-        sbx_str_set (&args->sandbox_id, job->sandbox_id);
-        args->port = (uint64_t) port;
-        args->public = public;
-        args->remove = in->op == SBX_OP_UNPUBLISH_PORT;
-        break;
-    }
-    case SBX_OP_EXTEND_SANDBOX: {
-        json_int_t ttl;
-        if (s_body (in, true, s_extend_fields, &body, error) ||
-            s_int (body, "ttlSeconds", &ttl, 0, 60, S_TTL_MAX, true, error))
-            goto fail;
-        job->request = sbx_msg_new (SBX_MSG_SANDBOX_EXTEND);
-        sbx_str_set (&sbx_msg_sandbox_extend (job->request)->sandbox_id, job->sandbox_id);
-        sbx_msg_sandbox_extend (job->request)->ttl_s = (uint64_t) ttl;
-        break;
-    }
-    case SBX_OP_UPDATE_SANDBOX: {
-        const char *name;
-        job->request = sbx_msg_new (SBX_MSG_SANDBOX_UPDATE);
-        sbx_sandbox_update_t *args = sbx_msg_sandbox_update (job->request);
-        if (s_body (in, true, s_update_fields, &body, error) ||
-            s_string (body, "name", &name, false, error) ||
-            s_map (body, "labels", &args->labels, &args->remove_labels, error))
-            goto fail;
-        if (!name && !json_object_get (body, "labels")) {
-            s_fail (error, "give name, labels or both");
-            goto fail;
-        }
-        if (name && (!*name || strlen (name) > 128)) {
-            s_fail (error, "name is 1 to 128 characters");
-            goto fail;
-        }
-        sbx_str_set (&args->sandbox_id, job->sandbox_id);
-        sbx_str_set (&args->name, name);
-        break;
-    }
-    case SBX_OP_EXEC: {
-        const char *command, *cwd;
-        json_int_t timeout;
-        bool detached;
-        job->request = sbx_msg_new (SBX_MSG_AGENT_EXEC);
-        sbx_agent_exec_t *args = sbx_msg_agent_exec (job->request);
-        if (s_body (in, true, s_exec_fields, &body, error) ||
-            s_string (body, "command", &command, true, error) ||
-            s_string (body, "cwd", &cwd, false, error) ||
-            s_bool (body, "detached", &detached, false, error) ||
-            s_int (body, "timeout", &timeout, S_EXEC_DEFAULT, 1, S_EXEC_MAX, false, error) ||
-            s_map (body, "env", &args->env, NULL, error))
-            goto fail;
-        sbx_str_set (&args->command, command);
-        sbx_str_set (&args->cwd, cwd);
-        args->detached = detached;
-        args->timeout_ms = detached ? 0 : (uint64_t) timeout * 1000;
-        args->max_bytes = S_OUTPUT_MAX;
-        job->agent = true;
-        if (!detached)
-            job->timeout_ms = (uint32_t) timeout * 1000 + S_MARGIN_MS;
-        break;
-    }
-    case SBX_OP_COMMAND_STATUS:
-    case SBX_OP_KILL_COMMAND: {
-        char *end;
-        errno = 0;
-        unsigned long long pid = strtoull (in->params[1], &end, 10);
-        if (*end || errno || pid < 1 || pid > INT32_MAX || in->params[1][0] == '-') {
-            s_fail (error, "the process id in the path must be a positive integer");
-            goto fail;
-        }
-        job->pid = pid;
-        job->agent = true;
-        if (in->op == SBX_OP_COMMAND_STATUS) {
-            uint64_t out, err;
-            if (s_query_offset (in->q_stdout, "stdoutOffset", &out, error) ||
-                s_query_offset (in->q_stderr, "stderrOffset", &err, error))
-                goto fail;
-            job->request = sbx_msg_new (SBX_MSG_AGENT_STATUS);
-            sbx_agent_status_t *args = sbx_msg_agent_status (job->request);
-            args->pid = pid;
-            args->stdout_offset = out;
-            args->stderr_offset = err;
-            args->max_bytes = S_OUTPUT_MAX;
-        } else {
-            if (s_body (in, false, s_kill_fields, &body, error))
-                goto fail;
-            job->signal = gw_broker_signal_number (json_object_get (body, "signal"));
-            if (job->signal < 0) {
-                s_fail (error,
-                        "signal is a name such as SIGTERM or SIGKILL, or a number from 1 to 64");
-                goto fail;
-            }
-            job->request = sbx_msg_new (SBX_MSG_AGENT_KILL);
-            sbx_msg_agent_kill (job->request)->pid = pid;
-            sbx_msg_agent_kill (job->request)->signal = job->signal;
-        }
-        break;
-    }
-    case SBX_OP_READ_FILE:
-    case SBX_OP_WRITE_FILE: {
-        if (!in->q_path || in->q_path[0] != '/') {
-            s_fail (error, "the query parameter path is required: an absolute path such as "
-                           "?path=/root/data.bin");
-            goto fail;
-        }
-        job->path = strdup (in->q_path);
-        job->agent = true;
-        if (in->op == SBX_OP_READ_FILE)
-            break; //  requests are made chunk by chunk
-        if (in->q_mode) {
-            char *end;
-            errno = 0;
-            job->mode = strtoull (in->q_mode, &end, 8);
-            if (!*in->q_mode || *end || errno || job->mode > 07777) {
-                s_fail (error, "mode is octal text such as 0644");
-                goto fail;
-            }
-        }
-        job->size = in->body_size;
-        job->data = malloc (job->size + 1);
-        if (!job->data) {
-            code = SBX_E_INTERNAL;
-            s_fail (error, "out of memory");
-            goto fail;
-        }
-        if (job->size)
-            memcpy (job->data, in->body, job->size);
-        break;
-    }
-    }
+    json_object_update (args, body);
     json_decref (body);
-    return SBX_OK;
+    return args;
 fail:
-    json_decref (body);
-    sbx_msg_destroy (&job->request);
-    return code;
+    json_decref (args);
+    return NULL;
 }
 
 //  --------------------------------------------------------------------------
-//  Talking to the broker
-
-static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg);
-
-//  Sends request (taken) for the job; the answer comes to s_on_answer.
-static void s_send (s_job_t *job, sbx_msg_t **request_p)
-{
-    gw_rest_t *self = job->rest;
-    if (job->agent)
-        GW_KEEP (job->handle, gw_broker_send_agent (self->broker, job->caller, job->sandbox_id,
-                                                    request_p, job->timeout_ms, s_on_answer, job));
-    else
-        GW_KEEP (job->handle, gw_broker_send (self->broker, job->caller, request_p, job->timeout_ms,
-                                              s_on_answer, job));
-}
-
-static void s_read_next (s_job_t *job)
-{
-    sbx_msg_t *inner = sbx_msg_new (SBX_MSG_AGENT_FILE_READ);
-    sbx_str_set (&sbx_msg_agent_file_read (inner)->path, job->path);
-    sbx_msg_agent_file_read (inner)->offset = job->size;
-    sbx_msg_agent_file_read (inner)->length = S_CHUNK;
-    s_send (job, &inner);
-}
-
-static void s_write_next (s_job_t *job)
-{
-    size_t n = job->size - job->done_bytes;
-    if (n > S_CHUNK)
-        n = S_CHUNK;
-    sbx_msg_t *inner = sbx_msg_new (SBX_MSG_AGENT_FILE_WRITE);
-    sbx_agent_file_write_t *args = sbx_msg_agent_file_write (inner);
-    sbx_str_set (&args->path, job->path);
-    sbx_bytes_set (&args->data, job->data + job->done_bytes, n);
-    args->offset = job->done_bytes;
-    args->truncate = job->done_bytes == 0;
-    args->mode = job->done_bytes == 0 ? job->mode : 0;
-    job->done_bytes += n;
-    s_send (job, &inner);
-}
-
-static json_t *s_output (bool running, int64_t exit_code, bool timed_out, const sbx_bytes_t *out,
-                         const sbx_bytes_t *err, uint64_t out_next, uint64_t err_next, bool out_cut,
-                         bool err_cut, uint64_t pid)
-{
-    return json_pack (
-        "{s:I, s:o, s:o, s:o, s:I, s:I, s:b, s:b, s:b}", "processId", (json_int_t) pid, "exitCode",
-        running ? json_null () : json_integer (exit_code), "stdout",
-        gw_broker_lossy_json (out->data, out->size), "stderr",
-        gw_broker_lossy_json (err->data, err->size), "stdoutNextOffset", (json_int_t) out_next,
-        "stderrNextOffset", (json_int_t) err_next, "stdoutTruncated", out_cut, "stderrTruncated",
-        err_cut, "timedOut", timed_out);
-}
+//  Serving
 
 static void s_job_end (s_job_t *job)
 {
@@ -694,256 +264,49 @@ static void s_job_end (s_job_t *job)
     s_job_free (&job);
 }
 
-static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+static void s_on_done (const gw_ops_result_t *result, void *arg)
 {
     s_job_t *job = arg;
-    gw_rest_t *self = job->rest;
-    //  Revoked: refused here from the next request on, whether or not the client waits.
-    if (reply && reply->type == SBX_MSG_KEY_REVOKE_OK)
-        gw_auth_forget_key (self->auth, sbx_msg_key_revoke_ok (reply)->key_id);
-    gw_request_t *req = gw_http_request (self->http, job->req_id);
+    gw_request_t *req = gw_http_request (job->rest->http, job->req_id);
     if (!req) {
-        //  The client left: nothing more to do for it (a file stops mid-way).
+        //  The client left: nothing more to do for it.
         sbx_info ("rest rid=%llu answered after the client left; dropped",
                   (unsigned long long) job->req_id);
         s_job_end (job);
         return;
     }
-    if (!reply) {
-        s_send_error (req, code, message ? message : sbx_code_name (code));
+    if (result->code != SBX_OK) {
+        s_send_error (req, result->code, result->message);
+        s_job_end (job);
+        return;
+    }
+    if (job->op == SBX_OP_READ_FILE) {
+        //  Files travel raw.
+        gw_request_add_header (req, "Cache-Control", "no-store");
+        gw_request_respond (req, 200, "application/octet-stream",
+                            result->data ? (const void *) result->data : "", result->size);
         s_job_end (job);
         return;
     }
     int status = 200;
-    json_t *body = NULL;
-    switch (job->in.op) {
-    case SBX_OP_GET_USAGE: {
-        sbx_usage_get_ok_t *ok = sbx_msg_usage_get_ok (reply);
-        json_t *sandboxes = json_array ();
-        for (size_t i = 0; i < ok->sandboxes.count; i++) {
-            sbx_usage_sandbox_t *u = &ok->sandboxes.items[i];
-            json_array_append_new (
-                sandboxes, json_pack ("{s:s, s:s, s:I, s:I, s:b}", "id", u->sandbox_id, "type",
-                                      u->type ? sbx_sandbox_type_name (u->type) : "small",
-                                      "runningSeconds", (json_int_t) u->seconds, "costMicroUsd",
-                                      (json_int_t) u->micro_usd, "running", u->running));
-        }
-        json_t *days = json_array ();
-        for (size_t i = 0; i < ok->days.count; i++)
-            json_array_append_new (
-                days, json_pack ("{s:s, s:I, s:I}", "day", ok->days.items[i].day, "runningSeconds",
-                                 (json_int_t) ok->days.items[i].seconds, "costMicroUsd",
-                                 (json_int_t) ok->days.items[i].micro_usd));
-        json_t *wallets = json_array ();
-        for (size_t i = 0; i < ok->wallets.count; i++)
-            json_array_append_new (wallets,
-                                   json_pack ("{s:s, s:I, s:b}", "name", ok->wallets.items[i].name,
-                                              "balanceMicroUsd",
-                                              (json_int_t) ok->wallets.items[i].balance_micro_usd,
-                                              "active", ok->wallets.items[i].active));
-        body = json_pack ("{s:s, s:I, s:I, s:I, s:o, s:o, s:o}", "accountId", ok->account_id,
-                          "runningSeconds", (json_int_t) (ok->running_ms / 1000), "costMicroUsd",
-                          (json_int_t) ok->micro_usd, "balanceMicroUsd",
-                          (json_int_t) ok->balance_micro_usd, "wallets", wallets, "sandboxes",
-                          sandboxes, "days", days);
-        break;
+    const char *id = json_string_value (json_object_get (result->answer, "id"));
+    if ((job->op == SBX_OP_CREATE_SANDBOX || job->op == SBX_OP_SAVE_SNAPSHOT) && id) {
+        char location[200];
+        snprintf (location, sizeof location, "/v1/%s/%s",
+                  job->op == SBX_OP_CREATE_SANDBOX ? "sandboxes" : "snapshots", id);
+        gw_request_add_header (req, "Location", location);
+        status = 201;
     }
-    case SBX_OP_LIST_SNAPSHOTS: {
-        sbx_snapshot_info_list_t *list = &sbx_msg_snapshot_list_ok (reply)->snapshots;
-        json_t *all = json_array ();
-        for (size_t i = 0; i < list->count; i++)
-            json_array_append_new (all, gw_broker_snapshot_json (&list->items[i]));
-        body = json_pack ("{s:o}", "snapshots", all);
-        break;
-    }
-    case SBX_OP_SAVE_SNAPSHOT:
-    case SBX_OP_GET_SNAPSHOT:
-    case SBX_OP_DELETE_SNAPSHOT: {
-        sbx_snapshot_info_t *info =
-            reply->type == SBX_MSG_SNAPSHOT_SAVE_OK  ? sbx_msg_snapshot_save_ok (reply)->snapshot
-            : reply->type == SBX_MSG_SNAPSHOT_GET_OK ? sbx_msg_snapshot_get_ok (reply)->snapshot
-            : reply->type == SBX_MSG_SNAPSHOT_DELETE_OK
-                ? sbx_msg_snapshot_delete_ok (reply)->snapshot
-                : NULL;
-        if (!info) {
-            s_send_error (req, SBX_E_INTERNAL, "unexpected answer");
-            s_job_end (job);
-            return;
-        }
-        body = gw_broker_snapshot_json (info);
-        if (job->in.op == SBX_OP_SAVE_SNAPSHOT) {
-            char location[200];
-            snprintf (location, sizeof location, "/v1/snapshots/%s", info->id);
-            gw_request_add_header (req, "Location", location);
-            status = 201;
-        }
-        break;
-    }
-    case SBX_OP_LIST_KEYS: {
-        sbx_key_info_list_t *list = &sbx_msg_key_list_ok (reply)->keys;
-        json_t *keys = json_array ();
-        for (size_t i = 0; i < list->count; i++) {
-            sbx_key_info_t *k = &list->items[i];
-            json_t *key = json_pack (
-                "{s:s, s:s, s:s?, s:s?, s:s?, s:b}", "id", k->key_id, "kind",
-                sbx_key_kind_name (k->kind), "name", k->name, "preset",
-                k->kind == SBX_KEY_KIND_CONNECTION ? NULL : sbx_key_preset_name (k->preset),
-                "prefix", k->prefix, "revoked", k->revoked);
-            //  Absent rather than null: a connection has no preset, a key may have no name.
-            const char *optional[] = {"name", "preset", "prefix"};
-            for (size_t o = 0; o < 3; o++)
-                if (json_is_null (json_object_get (key, optional[o])))
-                    json_object_del (key, optional[o]);
-            const uint64_t times[] = {k->created_ms, k->last_used_ms, k->expires_ms};
-            const char *names[] = {"createdAt", "lastUsedAt", "expiresAt"};
-            for (size_t t = 0; t < 3; t++) {
-                char iso[40];
-                sbx_clock_iso8601 (times[t], iso, sizeof iso);
-                json_object_set_new (key, names[t], times[t] ? json_string (iso) : json_null ());
-            }
-            json_array_append_new (keys, key);
-        }
-        body = json_pack ("{s:o}", "keys", keys);
-        break;
-    }
-    case SBX_OP_REVOKE_KEY:
-        body = json_pack ("{s:s, s:b}", "id", job->in.params[0], "revoked", true);
-        break;
-    case SBX_OP_HOST_PORT:
-    case SBX_OP_UNPUBLISH_PORT: {
-        sbx_sandbox_port_ok_t *ok = sbx_msg_sandbox_port_ok (reply);
-        if (!ok) {
-            s_send_error (req, SBX_E_INTERNAL, "unexpected answer to sandbox.port");
-            s_job_end (job);
-            return;
-        }
-        char host[96];
-        snprintf (host, sizeof host, "%s-%llu",
-                  ok->sandbox && ok->sandbox->label ? ok->sandbox->label : "-",
-                  (unsigned long long) ok->port);
-        char *url = gw_broker_sandbox_url (self->broker, host);
-        body = json_pack ("{s:I, s:s, s:b}", "port", (json_int_t) ok->port, "url", url ? url : "",
-                          "public", ok->public);
-        if (ok->removed)
-            json_object_set_new (body, "removed", json_true ());
-        free (url);
-        break;
-    }
-    case SBX_OP_LIST_SANDBOXES: {
-        sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
-        json_t *all = json_array ();
-        for (size_t i = 0; i < list->count; i++)
-            json_array_append_new (all, gw_broker_sandbox_json (self->broker, &list->items[i]));
-        body = json_pack ("{s:o}", "sandboxes", all);
-        break;
-    }
-    case SBX_OP_CREATE_SANDBOX:
-    case SBX_OP_GET_SANDBOX:
-    case SBX_OP_UPDATE_SANDBOX:
-    case SBX_OP_DELETE_SANDBOX:
-    case SBX_OP_STOP_SANDBOX:
-    case SBX_OP_RESUME_SANDBOX:
-    case SBX_OP_EXTEND_SANDBOX: {
-        sbx_sandbox_info_t *info = gw_broker_sandbox_info (reply);
-        if (!info) {
-            char text[200];
-            snprintf (text, sizeof text, "unexpected answer %s", sbx_msg_type_name (reply->type));
-            s_send_error (req, SBX_E_INTERNAL, text);
-            s_job_end (job);
-            return;
-        }
-        body = gw_broker_sandbox_json (self->broker, info);
-        const char *note = reply->type == SBX_MSG_SANDBOX_CREATE_OK
-                               ? sbx_msg_sandbox_create_ok (reply)->note
-                               : NULL;
-        if (note && *note) //  from a snapshot's disk only: say so
-            json_object_set_new (body, "note", json_string (note));
-        if (job->in.op == SBX_OP_CREATE_SANDBOX) {
-            char location[200];
-            snprintf (location, sizeof location, "/v1/sandboxes/%s", info->id);
-            gw_request_add_header (req, "Location", location);
-            status = 201;
-        }
-        break;
-    }
-    case SBX_OP_EXEC: {
-        sbx_agent_exec_ok_t *ok = sbx_msg_agent_exec_ok (reply);
-        if (ok->running) {
-            status = 202;
-            body = json_pack ("{s:I}", "processId", (json_int_t) ok->pid);
-        } else
-            body = s_output (false, ok->exit_code, ok->timed_out, &ok->stdout, &ok->stderr,
-                             ok->stdout_next_offset, ok->stderr_next_offset, ok->stdout_truncated,
-                             ok->stderr_truncated, ok->pid);
-        break;
-    }
-    case SBX_OP_COMMAND_STATUS: {
-        sbx_agent_status_ok_t *ok = sbx_msg_agent_status_ok (reply);
-        body = s_output (ok->running, ok->exit_code, ok->timed_out, &ok->stdout, &ok->stderr,
-                         ok->stdout_next_offset, ok->stderr_next_offset,
-                         ok->stdout_truncated || ok->stdout_more,
-                         ok->stderr_truncated || ok->stderr_more, job->pid);
-        json_object_set_new (body, "running", json_boolean (ok->running));
-        break;
-    }
-    case SBX_OP_KILL_COMMAND:
-        body = json_pack ("{s:I, s:i}", "processId", (json_int_t) job->pid, "signal", job->signal);
-        break;
-    case SBX_OP_WRITE_FILE:
-        if (job->done_bytes < job->size) {
-            s_write_next (job);
-            return;
-        }
-        body = json_pack ("{s:s, s:I}", "path", job->path, "size", (json_int_t) job->size);
-        break;
-    case SBX_OP_READ_FILE: {
-        sbx_agent_file_read_ok_t *ok = sbx_msg_agent_file_read_ok (reply);
-        if (ok->size > S_FILE_MAX || job->size + ok->data.size > S_FILE_MAX) {
-            char text[300];
-            snprintf (text, sizeof text,
-                      "%.200s is %llu bytes; at most %d MiB can be downloaded at once", job->path,
-                      (unsigned long long) ok->size, S_FILE_MAX / (1024 * 1024));
-            s_send_error (req, SBX_E_TOO_LARGE, text);
-            s_job_end (job);
-            return;
-        }
-        if (ok->data.size) {
-            uint8_t *grown = realloc (job->data, job->size + ok->data.size);
-            if (!grown) {
-                s_send_error (req, SBX_E_INTERNAL, "out of memory");
-                s_job_end (job);
-                return;
-            }
-            job->data = grown;
-            memcpy (job->data + job->size, ok->data.data, ok->data.size);
-            job->size += ok->data.size;
-        }
-        if (!ok->eof && ok->data.size > 0) {
-            s_read_next (job);
-            return;
-        }
-        gw_request_add_header (req, "Cache-Control", "no-store");
-        gw_request_respond (req, 200, "application/octet-stream",
-                            job->data ? (const void *) job->data : "", job->size);
-        s_job_end (job);
-        return;
-    }
-    case SBX_OP_GET_OPENAPI:
-    case SBX_OP_RENAME_SANDBOX: //  MCP only: no route
-    case SBX_OP_LABEL_SANDBOX:
-        break;
-    }
-    s_send_json (req, status, body ? body : json_object ());
+    if (job->op == SBX_OP_EXEC && json_is_true (json_object_get (result->answer, "running")))
+        status = 202; //  detached: poll GET …/processes/{processId}
+    s_send_json (req, status, json_incref (result->answer));
     s_job_end (job);
 }
-
-//  --------------------------------------------------------------------------
-//  Serving
 
 static void s_serve (s_job_t *job, gw_request_t *req)
 {
     const sbx_caller_t *caller = job->caller;
-    const sbx_op_info_t *op = &sbx_ops[job->in.op];
+    const sbx_op_info_t *op = &sbx_ops[job->op];
     //  Keys only: OAuth tokens are for /mcp, and a leaked one must not reach the API.
     if (caller->kind != SBX_CALLER_KIND_API_KEY) {
         s_send_error (req, SBX_E_UNAUTHENTICATED, "the REST API takes API keys only");
@@ -952,7 +315,7 @@ static void s_serve (s_job_t *job, gw_request_t *req)
     }
     //  Keys are the account's own business: only a full key may revoke one (the broker
     //  holds to that too).
-    if (job->in.op == SBX_OP_REVOKE_KEY && caller->preset != SBX_KEY_PRESET_FULL) {
+    if (job->op == SBX_OP_REVOKE_KEY && caller->preset != SBX_KEY_PRESET_FULL) {
         s_send_error (req, SBX_E_PERMISSION_DENIED,
                       "only a full key can revoke keys; this key's preset is narrower");
         s_job_end (job);
@@ -967,26 +330,27 @@ static void s_serve (s_job_t *job, gw_request_t *req)
         s_job_end (job);
         return;
     }
-    s_error_t error = {{0}};
-    sbx_code_t code = s_build (job, &error);
-    if (code != SBX_OK) {
-        s_send_error (req, code, error.text);
+    s_input_t in = {.body = (const char *) gw_request_body (req),
+                    .body_size = gw_request_body_size (req),
+                    .query = s_request_query,
+                    .source = req};
+    char why[400];
+    json_t *args = s_arguments (job, &in, why, sizeof why);
+    if (!args) {
+        s_send_error (req, SBX_E_INVALID_ARGUMENT, why);
         s_job_end (job);
         return;
     }
+    const char *sandbox = sbx_api_sandbox_id (args);
     if (!op->read_only)
         sbx_info ("rest rid=%llu %s %s %s%s%s", (unsigned long long) job->req_id,
                   caller->account_id ? caller->account_id : "?", op->method, op->path,
-                  job->sandbox_id ? " " : "", job->sandbox_id ? job->sandbox_id : "");
-    if (job->in.op == SBX_OP_READ_FILE)
-        s_read_next (job);
-    else if (job->in.op == SBX_OP_WRITE_FILE)
-        s_write_next (job);
-    else {
-        sbx_msg_t *request = job->request;
-        job->request = NULL;
-        s_send (job, &request);
-    }
+                  sandbox ? " " : "", sandbox ? sandbox : "");
+    bool raw = op->rest_body == SBX_OPS_BODY_RAW;
+    GW_KEEP (job->handle, gw_ops_call (job->rest->ops, job->op, SBX_OPS_REST, caller, args,
+                                       raw ? in.body : NULL, raw ? in.body_size : 0, s_on_done,
+                                       job));
+    json_decref (args);
 }
 
 static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *message, void *arg)
@@ -1037,10 +401,10 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
 
 void gw_rest_handle (gw_rest_t *self, gw_request_t *req)
 {
-    s_input_t in = {0};
+    char params[S_PARAMS][S_PARAM_MAX];
     const s_route_t *route;
     char allow[100];
-    int rc = s_route (gw_request_method (req), gw_request_path (req), &route, in.params, allow,
+    int rc = s_route (gw_request_method (req), gw_request_path (req), &route, params, allow,
                       sizeof allow);
     if (rc == 405) {
         gw_request_add_header (req, "Allow", allow);
@@ -1075,71 +439,80 @@ void gw_rest_handle (gw_rest_t *self, gw_request_t *req)
         s_send_error (req, SBX_E_INTERNAL, "out of memory");
         return;
     }
-    in.op = route->op;
-    in.body = (const char *) gw_request_body (req);
-    in.body_size = gw_request_body_size (req);
-    in.q_path = gw_request_query (req, "path");
-    in.q_sandbox = gw_request_query (req, "sandboxId");
-    in.q_mode = gw_request_query (req, "mode");
-    in.q_stdout = gw_request_query (req, "stdoutOffset");
-    in.q_stderr = gw_request_query (req, "stderrOffset");
     job->rest = self;
     job->serial = self->next_serial++;
     job->req_id = gw_request_id (req);
-    job->in = in; //  body and queries are borrowed: s_build copies what outlives the request
+    job->op = route->op;
+    memcpy (job->params, params, sizeof params);
     zhashx_insert (self->jobs, (void *) (uintptr_t) job->serial, job);
     //  May answer at once (cached key); otherwise the request waits, suspended.
     gw_auth_check (self->auth, token, s_on_auth, job);
 }
 
 //  --------------------------------------------------------------------------
-//  Self test: routing, bodies and the OpenAPI document; no broker, no socket.
+//  Self test: routing, arguments and the OpenAPI document; no broker, no socket.
 
-static sbx_code_t s_try (sbx_op_t op, const char *id, const char *pid, const char *body,
-                         s_error_t *error, s_job_t *out)
+typedef struct {
+    const char *names[4], *values[4];
+} s_query_t;
+
+static const char *s_test_query (void *source, const char *name)
 {
-    s_job_t job = {0};
-    job.in.op = op;
-    snprintf (job.in.params[0], S_PARAM_MAX, "%s", id ? id : "");
-    snprintf (job.in.params[1], S_PARAM_MAX, "%s", pid ? pid : "");
-    job.in.body = body;
-    job.in.body_size = body ? strlen (body) : 0;
-    if (out) {
-        job.in.q_path = out->in.q_path;
-        job.in.q_mode = out->in.q_mode;
-        job.in.q_stdout = out->in.q_stdout;
-        job.in.q_stderr = out->in.q_stderr;
-    }
-    *error = (s_error_t){{0}};
-    sbx_code_t code = s_build (&job, error);
-    //  The request is the message schemas/operations.json names.
-    assert (code != SBX_OK || !job.request || job.request->type == sbx_ops[op].message);
-    if (out)
-        *out = job;
-    else {
-        s_job_t *p = &job;
-        sbx_msg_destroy (&p->request);
-        free (p->sandbox_id);
-        free (p->path);
-        free (p->data);
-    }
-    return code;
+    s_query_t *q = source;
+    for (int i = 0; i < 4 && q->names[i]; i++)
+        if (streq (q->names[i], name))
+            return q->values[i];
+    return NULL;
 }
 
-static void s_job_clear (s_job_t *job)
+//  The arguments of method path (with body and query), as JSON text; NULL with why.
+static char *s_try (const char *method, const char *path, const char *body, s_query_t *query,
+                    char *why)
 {
-    sbx_msg_destroy (&job->request);
-    free (job->sandbox_id);
-    free (job->path);
-    free (job->data);
-    *job = (s_job_t){0};
+    const s_route_t *route;
+    char allow[100];
+    s_job_t job = {0};
+    if (s_route (method, path, &route, job.params, allow, sizeof allow)) {
+        snprintf (why, 400, "no route");
+        return NULL;
+    }
+    job.op = route->op;
+    s_query_t none = {{0}, {0}};
+    s_input_t in = {.body = body,
+                    .body_size = body ? strlen (body) : 0,
+                    .query = s_test_query,
+                    .source = query ? query : &none};
+    json_t *args = s_arguments (&job, &in, why, 400);
+    if (!args)
+        return NULL;
+    //  What gw_ops checks next, with the table.
+    if (sbx_args_check (job.op, SBX_OPS_REST, args, why, 400)) {
+        json_decref (args);
+        return NULL;
+    }
+    char *text = json_dumps (args, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref (args);
+    return text;
+}
+
+static void s_expect (const char *method, const char *path, const char *body, s_query_t *query,
+                      const char *expected)
+{
+    char why[400] = "";
+    char *got = s_try (method, path, body, query, why);
+    const char *seen = got ? got : why;
+    if (!streq (seen, expected))
+        fprintf (stderr, "%s %s %s: got %s, expected %s\n", method, path, body ? body : "", seen,
+                 expected);
+    assert (streq (seen, expected));
+    free (got);
 }
 
 void gw_rest_test (bool verbose)
 {
     (void) verbose;
     //  Path matching.
-    char params[2][S_PARAM_MAX];
+    char params[S_PARAMS][S_PARAM_MAX];
     assert (s_match ("/v1/sandboxes", "/v1/sandboxes", params));
     assert (!s_match ("/v1/sandboxes", "/v1/sandboxes/", params));
     assert (!s_match ("/v1/sandboxes", "/v1/sandbox", params));
@@ -1173,140 +546,62 @@ void gw_rest_test (bool verbose)
     assert (s_route ("GET", "/v1/openapi.json", &route, params, allow, sizeof allow) == 0);
     assert (route->op == SBX_OP_GET_OPENAPI);
 
-    //  Bodies.
-    s_error_t error;
-    s_job_t job = {0};
-    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, NULL, &error, &job) == SBX_OK);
-    assert (job.request->type == SBX_MSG_SANDBOX_CREATE);
-    assert (sbx_msg_sandbox_create (job.request)->ttl_s == S_TTL_DEFAULT);
-    assert (!sbx_msg_sandbox_create (job.request)->no_network);
-    s_job_clear (&job);
-    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL,
-                   "{\"name\":\"demo\",\"type\":\"medium\",\"ttlSeconds\":600,"
-                   "\"labels\":{\"team\":\"a\"},\"network\":false}",
-                   &error, &job) == SBX_OK);
-    sbx_sandbox_create_t *create = sbx_msg_sandbox_create (job.request);
-    assert (streq (create->name, "demo") && create->ttl_s == 600 && create->no_network);
-    assert (create->type == SBX_SANDBOX_TYPE_MEDIUM && create->labels.count == 1);
-    s_job_clear (&job);
-    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"name\":", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (strstr (error.text, "the body is not valid JSON"));
-    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "[1]", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (streq (error.text, "the body must be a JSON object"));
-    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"ttl\":60}", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (strstr (error.text, "unknown field \"ttl\""));
-    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"ttlSeconds\":\"60\"}", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (streq (error.text, "ttlSeconds must be an integer"));
-    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"ttlSeconds\":5}", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (strstr (error.text, "ttlSeconds must be between 60 and"));
-    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"type\":\"huge\"}", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"labels\":{\"a\":1}}", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (s_try (SBX_OP_CREATE_SANDBOX, NULL, NULL, "{\"snapshotId\":\"snap_1\"}", &error, &job) ==
-            SBX_OK);
-    assert (streq (sbx_msg_sandbox_create (job.request)->snapshot_id, "snap_1"));
-    s_job_clear (&job);
-    assert (s_try (SBX_OP_SAVE_SNAPSHOT, "sb_x", NULL, "{\"name\":\"n\",\"labels\":{\"a\":\"1\"}}",
-                   &error, &job) == SBX_OK);
-    assert (streq (sbx_msg_snapshot_save (job.request)->sandbox_id, "sb_x"));
-    assert (streq (sbx_msg_snapshot_save (job.request)->name, "n"));
-    s_job_clear (&job);
-    assert (s_try (SBX_OP_SAVE_SNAPSHOT, "sb_x", NULL, "{\"nope\":1}", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (s_try (SBX_OP_EXTEND_SANDBOX, "sb_x", NULL, NULL, &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (streq (error.text, "a JSON object body is required"));
-    assert (s_try (SBX_OP_EXTEND_SANDBOX, "sb_x", NULL, "{}", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (streq (error.text, "ttlSeconds is required"));
-    assert (s_try (SBX_OP_EXTEND_SANDBOX, "sb_x", NULL, "{\"ttlSeconds\":120}", &error, &job) ==
-            SBX_OK);
-    assert (sbx_msg_sandbox_extend (job.request)->ttl_s == 120);
-    assert (streq (sbx_msg_sandbox_extend (job.request)->sandbox_id, "sb_x"));
-    s_job_clear (&job);
-    //  Ports as MCP's host_port: 1 to 65535, private unless asked, no other field.
-    assert (s_try (SBX_OP_HOST_PORT, "sb_x", NULL, "{\"port\":8000,\"public\":true}", &error,
-                   &job) == SBX_OK);
-    assert (sbx_msg_sandbox_port (job.request)->port == 8000);
-    assert (sbx_msg_sandbox_port (job.request)->public &&
-            !sbx_msg_sandbox_port (job.request)->remove);
-    s_job_clear (&job);
-    assert (s_try (SBX_OP_HOST_PORT, "sb_x", NULL, "{\"port\":0}", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (s_try (SBX_OP_HOST_PORT, "sb_x", NULL, "{\"port\":80,\"open\":1}", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (s_try (SBX_OP_HOST_PORT, "sb_x", NULL, "{}", &error, NULL) == SBX_E_INVALID_ARGUMENT);
-    assert (streq (error.text, "port is required"));
-    assert (s_try (SBX_OP_UNPUBLISH_PORT, "sb_x", "8000", NULL, &error, &job) == SBX_OK);
-    assert (sbx_msg_sandbox_port (job.request)->remove &&
-            sbx_msg_sandbox_port (job.request)->port == 8000);
-    s_job_clear (&job);
-    assert (s_try (SBX_OP_UNPUBLISH_PORT, "sb_x", "65536", NULL, &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (streq (error.text, "the port in the path must be 1 to 65535"));
-    assert (s_try (SBX_OP_UPDATE_SANDBOX, "sb_x", NULL, "{}", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (streq (error.text, "give name, labels or both"));
-    assert (s_try (SBX_OP_UPDATE_SANDBOX, "sb_x", NULL, "{\"labels\":{\"a\":\"1\",\"b\":null}}",
-                   &error, &job) == SBX_OK);
-    sbx_sandbox_update_t *update = sbx_msg_sandbox_update (job.request);
-    assert (update->labels.count == 1 && update->remove_labels.count == 1 && !update->name);
-    s_job_clear (&job);
-    assert (s_try (SBX_OP_EXEC, "sb_x", NULL, "{\"command\":3}", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (streq (error.text, "command must be a string"));
-    assert (s_try (SBX_OP_EXEC, "sb_x", NULL, "{\"command\":\"true\",\"timeout\":601}", &error,
-                   NULL) == SBX_E_INVALID_ARGUMENT);
-    assert (s_try (SBX_OP_EXEC, "sb_x", NULL,
-                   "{\"command\":\"ls\",\"detached\":true,\"env\":{\"A\":\"b\"}}", &error,
-                   &job) == SBX_OK);
-    assert (job.agent && sbx_msg_agent_exec (job.request)->detached);
-    assert (job.timeout_ms == S_SIMPLE_MS);
-    s_job_clear (&job);
-    assert (s_try (SBX_OP_EXEC, "sb_x", NULL, "{\"command\":\"ls\",\"timeout\":10}", &error, &job) ==
-            SBX_OK);
-    assert (job.timeout_ms == 10000 + S_MARGIN_MS);
-    s_job_clear (&job);
-    assert (s_try (SBX_OP_COMMAND_STATUS, "sb_x", "0", NULL, &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (s_try (SBX_OP_COMMAND_STATUS, "sb_x", "x1", NULL, &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    job.in.q_stdout = "12";
-    assert (s_try (SBX_OP_COMMAND_STATUS, "sb_x", "7", NULL, &error, &job) == SBX_OK);
-    assert (job.pid == 7 && sbx_msg_agent_status (job.request)->stdout_offset == 12);
-    s_job_clear (&job);
-    job.in.q_stderr = "-1";
-    assert (s_try (SBX_OP_COMMAND_STATUS, "sb_x", "7", NULL, &error, &job) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (streq (error.text, "stderrOffset must be a non-negative integer"));
-    s_job_clear (&job);
-    assert (s_try (SBX_OP_KILL_COMMAND, "sb_x", "7", "{\"signal\":\"KILL\"}", &error, &job) ==
-            SBX_OK);
-    assert (job.signal == 9);
-    s_job_clear (&job);
-    assert (s_try (SBX_OP_KILL_COMMAND, "sb_x", "7", "{\"signal\":\"NOPE\"}", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (s_try (SBX_OP_WRITE_FILE, "sb_x", NULL, "bytes", &error, NULL) ==
-            SBX_E_INVALID_ARGUMENT);
-    assert (strstr (error.text, "path is required"));
-    job.in.q_path = "/root/a";
-    job.in.q_mode = "0755";
-    assert (s_try (SBX_OP_WRITE_FILE, "sb_x", NULL, "bytes", &error, &job) == SBX_OK);
-    assert (job.size == 5 && job.mode == 0755 && streq (job.path, "/root/a"));
-    s_job_clear (&job);
-    job.in.q_path = "/root/a";
-    job.in.q_mode = "999";
-    assert (s_try (SBX_OP_WRITE_FILE, "sb_x", NULL, "", &error, &job) == SBX_E_INVALID_ARGUMENT);
-    s_job_clear (&job);
-    job.in.q_path = "relative";
-    assert (s_try (SBX_OP_READ_FILE, "sb_x", NULL, NULL, &error, &job) == SBX_E_INVALID_ARGUMENT);
-    s_job_clear (&job);
+    //  Arguments from path, query and body, checked by the operations' table.
+    s_expect ("POST", "/v1/sandboxes", NULL, NULL, "{}");
+    s_expect ("POST", "/v1/sandboxes",
+              "{\"name\":\"demo\",\"type\":\"medium\",\"ttlSeconds\":600,"
+              "\"labels\":{\"team\":\"a\"},\"network\":false}",
+              NULL,
+              "{\"labels\":{\"team\":\"a\"},\"name\":\"demo\",\"network\":false,"
+              "\"ttlSeconds\":600,\"type\":\"medium\"}");
+    s_expect ("POST", "/v1/sandboxes", "{\"name\":", NULL,
+              "the body is not valid JSON: unexpected token near end of file (line 1, column 8)");
+    s_expect ("POST", "/v1/sandboxes", "[1]", NULL, "the body must be a JSON object");
+    s_expect ("POST", "/v1/sandboxes", "{\"ttl\":60}", NULL,
+              "unknown field \"ttl\" (this operation takes: name, type, ttlSeconds, snapshotId, "
+              "labels, network)");
+    s_expect ("POST", "/v1/sandboxes", "{\"ttlSeconds\":\"60\"}", NULL,
+              "ttlSeconds must be an integer");
+    s_expect ("POST", "/v1/sandboxes", "{\"ttlSeconds\":5}", NULL,
+              "ttlSeconds must be between 60 and 2592000");
+    s_expect ("POST", "/v1/sandboxes", "{\"env\":{}}", NULL,
+              "unknown field \"env\" (this operation takes: name, type, ttlSeconds, snapshotId, "
+              "labels, network)");
+    s_expect ("POST", "/v1/sandboxes/sb_x/extend", NULL, NULL, "a JSON object body is required");
+    s_expect ("POST", "/v1/sandboxes/sb_x/extend", "{}", NULL, "ttlSeconds is required");
+    s_expect ("POST", "/v1/sandboxes/sb_x/extend", "{\"ttlSeconds\":120}", NULL,
+              "{\"sandboxId\":\"sb_x\",\"ttlSeconds\":120}");
+    //  A body names no path argument.
+    s_expect ("POST", "/v1/sandboxes/sb_x/exec", "{\"command\":\"ls\",\"sandboxId\":\"sb_y\"}",
+              NULL,
+              "unknown field \"sandboxId\" (this operation takes: command, detached, timeout, "
+              "cwd, env)");
+    s_expect ("POST", "/v1/sandboxes/sb_x/ports", "{\"port\":0}", NULL,
+              "port must be between 1 and 65535");
+    s_expect ("DELETE", "/v1/sandboxes/sb_x/ports/8000", NULL, NULL,
+              "{\"port\":8000,\"sandboxId\":\"sb_x\"}");
+    s_expect ("DELETE", "/v1/sandboxes/sb_x/ports/65536", NULL, NULL,
+              "port must be between 1 and 65535");
+    s_expect ("DELETE", "/v1/sandboxes/sb_x/ports/x", NULL, NULL, "port must be an integer");
+    s_expect ("GET", "/v1/sandboxes/sb_x/processes/0", NULL, NULL,
+              "processId must be between 1 and 2147483647");
+    s_query_t q = {{"stdoutOffset", NULL}, {"12", NULL}};
+    s_expect ("GET", "/v1/sandboxes/sb_x/processes/7", NULL, &q,
+              "{\"processId\":7,\"sandboxId\":\"sb_x\",\"stdoutOffset\":12}");
+    q = (s_query_t){{"stderrOffset"}, {"-1"}};
+    s_expect ("GET", "/v1/sandboxes/sb_x/processes/7", NULL, &q, "stderrOffset must be an integer");
+    s_expect ("PUT", "/v1/sandboxes/sb_x/files", "bytes", NULL, "path is required");
+    q = (s_query_t){{"path", "mode"}, {"/root/a", "0755"}};
+    s_expect ("PUT", "/v1/sandboxes/sb_x/files", "bytes", &q,
+              "{\"mode\":\"0755\",\"path\":\"/root/a\",\"sandboxId\":\"sb_x\"}");
+    q = (s_query_t){{"path", "mode"}, {"/root/a", "999"}};
+    s_expect ("PUT", "/v1/sandboxes/sb_x/files", "", &q, "mode must match ^[0-7]{1,4}$");
+    q = (s_query_t){{"path"}, {"relative"}};
+    s_expect ("GET", "/v1/sandboxes/sb_x/files", NULL, &q,
+              "path must be an absolute path such as /root/x");
+    s_expect ("PATCH", "/v1/sandboxes/sb_x", "{\"labels\":{\"a\":\"1\",\"b\":null}}", NULL,
+              "{\"labels\":{\"a\":\"1\",\"b\":null},\"sandboxId\":\"sb_x\"}");
+    s_expect ("DELETE", "/v1/keys/key_1", NULL, NULL, "{\"keyId\":\"key_1\"}");
 
     //  The OpenAPI document parses and describes exactly the routes served.
     json_error_t jerr;

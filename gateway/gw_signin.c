@@ -266,7 +266,7 @@ void gw_signin_test (bool verbose)
 {
     (void) verbose;
     zloop_t *loop = zloop_new ();
-    gw_broker_t *broker = gw_broker_new (NULL, NULL); //  no peer: requests fail unavailable
+    gw_broker_t *broker = gw_broker_new (NULL); //  no peer: requests fail unavailable
     gw_signin_t *signin = gw_signin_new (loop, broker, "test");
     assert (signin);
     s_probe_t probe = {0};

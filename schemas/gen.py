@@ -1260,7 +1260,13 @@ def op_arguments(o, op):
             ap = schema.get("additionalProperties", {})
             values = ap.get("type", []) if isinstance(ap, dict) else []
             values = values if isinstance(values, list) else [values]
+        #  What the argument says before a surface's difference: REST's required, also on
+        #  an operation REST does not have.
+        base = next(_arg(o, raw, op["name"]) for raw in op["arguments"]
+                    if name in (_arg(o, raw, op["name"]).get("name"),
+                                _arg(o, raw, op["name"]).get("mcp", {}).get("name")))
         out.append({"name": name, "surfaces": on, "in": rest_view["in"] if rest_view else None,
+                    "base_required": base.get("required", False),
                     "types": types, "values": values, "schema": schema,
                     "required": {s: views[s][name]["required"] for s in on}})
     return out
@@ -1306,6 +1312,15 @@ def gen_ops_header(o):
     w.append("//  Where REST takes an argument from; NONE: MCP only.")
     w.append("typedef enum { SBX_ARG_IN_NONE, SBX_ARG_IN_PATH, SBX_ARG_IN_QUERY, SBX_ARG_IN_BODY } sbx_arg_in_t;")
     w.append("")
+    w.append("//  REST's request body: none, a JSON object of the body arguments (optional or")
+    w.append("//  required), or raw bytes (write_file's file).")
+    w.append("typedef enum {")
+    w.append("    SBX_OPS_BODY_NONE,")
+    w.append("    SBX_OPS_BODY_JSON,")
+    w.append("    SBX_OPS_BODY_JSON_REQUIRED,")
+    w.append("    SBX_OPS_BODY_RAW")
+    w.append("} sbx_ops_body_t;")
+    w.append("")
     w.append("//  JSON types an argument (or an object argument's values) may have.")
     w.append("#define SBX_ARG_STRING  1")
     w.append("#define SBX_ARG_INTEGER 2")
@@ -1343,6 +1358,7 @@ def gen_ops_header(o):
         ("bool destructive;", "destructiveHint"),
         ("sbx_msg_type_t message;", "the request it becomes; SBX_MSG__UNKNOWN: the gateway answers"),
         ("uint32_t deadline_ms;", "the wait for the answer (a waited exec adds its timeout)"),
+        ("sbx_ops_body_t rest_body;", "what REST's request body is"),
         ("const sbx_op_arg_t *args;", "its arguments, arg_count of them"),
         ("unsigned arg_count;", ""),
     ]))
@@ -1422,7 +1438,7 @@ def gen_ops_source(o):
             where = f"SBX_ARG_IN_{a['in'].upper()}" if a["in"] else "SBX_ARG_IN_NONE"
             types = " | ".join(f"SBX_ARG_{x.upper()}" for x in a["types"])
             values = " | ".join(f"SBX_ARG_{x.upper()}" for x in a["values"]) or "0"
-            req = any(a["required"].values())
+            req = a["required"].get("rest", a["base_required"]) or any(a["required"].values())
             mcp_optional = req and a["required"].get("mcp") is False
             lo, hi = sch.get("minimum"), sch.get("maximum")
             dflt = json.dumps(sch["default"], ensure_ascii=False) if "default" in sch else None
@@ -1448,7 +1464,11 @@ def gen_ops_source(o):
                  f"{'true' if notes.get('destructiveHint') else 'false'}, {message}, "
                  f"{op.get('deadline_ms', 0)},")
         count = len(op_arguments(o, op))
-        w.append(f"{' ' * len(head)}{'s_' + op['name'] + '_args' if count else 'NULL'}, {count}}},")
+        body = rest.get("body") if rest else None
+        kind = ("NONE" if body is None else "RAW" if "schema" in body
+                else "JSON_REQUIRED" if body["required"] else "JSON")
+        w.append(f"{' ' * len(head)}SBX_OPS_BODY_{kind}, "
+                 f"{'s_' + op['name'] + '_args' if count else 'NULL'}, {count}}},")
     w.append("};")
     w.append("")
     w.append("const sbx_ops_route_t sbx_ops_routes[] = {")

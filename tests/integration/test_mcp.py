@@ -196,8 +196,12 @@ class McpTest(unittest.TestCase):
         self.assertIn("create_sandbox", text)  # no sandbox to publish a port of yet
         r, text = self.call(sid, "get_sandbox", {"sandboxId": "sb_0000000000"})
         self.assertEqual(text, "Sandbox not found (not_found)")
+        # Unknown arguments are refused, as REST refuses unknown fields (issue 14: one
+        # definition, one policy), naming what the tool takes.
         r, text = self.call(sid, "list_sandboxes", {"x": 1})
-        self.assertFalse(r.get("isError", False))
+        self.assertTrue(r["isError"])
+        self.assertEqual(text, 'unknown argument "x" (list_sandboxes takes: no arguments) '
+                               '(invalid_argument)')
         # A read-only key may read but not run anything.
         ro = self.session(self.key_ro)
         r, text = self.call(ro, "exec", {"command": "true", "sandboxId": "sb_0000000000"},

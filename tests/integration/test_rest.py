@@ -15,22 +15,22 @@ from sbxtest import BIN, Sbx, main, wait_for
 ROUTES = {
     "/v1/openapi.json": {"get"},
     "/v1/sandboxes": {"get", "post"},
-    "/v1/sandboxes/{id}": {"get", "patch", "delete"},
-    "/v1/sandboxes/{id}/stop": {"post"},
-    "/v1/sandboxes/{id}/resume": {"post"},
-    "/v1/sandboxes/{id}/extend": {"post"},
-    "/v1/sandboxes/{id}/exec": {"post"},
-    "/v1/sandboxes/{id}/processes/{pid}": {"get"},
-    "/v1/sandboxes/{id}/processes/{pid}/kill": {"post"},
-    "/v1/sandboxes/{id}/files": {"get", "put"},
+    "/v1/sandboxes/{sandboxId}": {"get", "patch", "delete"},
+    "/v1/sandboxes/{sandboxId}/stop": {"post"},
+    "/v1/sandboxes/{sandboxId}/resume": {"post"},
+    "/v1/sandboxes/{sandboxId}/extend": {"post"},
+    "/v1/sandboxes/{sandboxId}/exec": {"post"},
+    "/v1/sandboxes/{sandboxId}/processes/{processId}": {"get"},
+    "/v1/sandboxes/{sandboxId}/processes/{processId}/kill": {"post"},
+    "/v1/sandboxes/{sandboxId}/files": {"get", "put"},
     "/v1/usage": {"get"},
     "/v1/keys": {"get"},
-    "/v1/keys/{id}": {"delete"},
-    "/v1/sandboxes/{id}/snapshots": {"post"},
+    "/v1/keys/{keyId}": {"delete"},
+    "/v1/sandboxes/{sandboxId}/snapshots": {"post"},
     "/v1/snapshots": {"get"},
-    "/v1/snapshots/{id}": {"get", "delete"},
-    "/v1/sandboxes/{id}/ports": {"post"},
-    "/v1/sandboxes/{id}/ports/{port}": {"delete"},
+    "/v1/snapshots/{snapshotId}": {"get", "delete"},
+    "/v1/sandboxes/{sandboxId}/ports": {"post"},
+    "/v1/sandboxes/{sandboxId}/ports/{port}": {"delete"},
 }
 
 
@@ -112,7 +112,7 @@ class RestTest(unittest.TestCase):
         self.assertIn("not valid JSON", answer[2]["error"]["message"])
         self.assertError(self.req("POST", "/v1/sandboxes", {"ttl": 60}), 400, "invalid_argument",
                          'unknown field "ttl" (this operation takes: name, type, ttlSeconds, '
-                         'labels, network, snapshotId)')
+                         'snapshotId, labels, network)')
         self.assertError(self.req("POST", "/v1/sandboxes", {"ttlSeconds": "x"}), 400,
                          "invalid_argument", "ttlSeconds must be an integer")
         self.assertError(self.req("POST", "/v1/sandboxes", [1]), 400, "invalid_argument",

@@ -24,32 +24,32 @@ OWNERS = ["own", "other_key", "other_account"]
 # op → (kind, object, REST route, MCP tool). kind: read, list, write, delete, create.
 # Objects: sandbox, snapshot or none. The route and tool are what the op exercises.
 OPS = {
-    "get_sandbox":      ("read", "sandbox", "GET /v1/sandboxes/{id}", "get_sandbox"),
+    "get_sandbox":      ("read", "sandbox", "GET /v1/sandboxes/{sandboxId}", "get_sandbox"),
     "list_sandboxes":   ("list", "sandbox", "GET /v1/sandboxes", "list_sandboxes"),
-    "exec":             ("write", "sandbox", "POST /v1/sandboxes/{id}/exec", "exec"),
-    "command_status":   ("read", "sandbox", "GET /v1/sandboxes/{id}/processes/{pid}",
+    "exec":             ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/exec", "exec"),
+    "command_status":   ("read", "sandbox", "GET /v1/sandboxes/{sandboxId}/processes/{processId}",
                          "command_status"),
-    "kill_command":     ("write", "sandbox", "POST /v1/sandboxes/{id}/processes/{pid}/kill",
+    "kill_command":     ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/processes/{processId}/kill",
                          "kill_command"),
-    "read_file":        ("read", "sandbox", "GET /v1/sandboxes/{id}/files", "read_file"),
-    "write_file":       ("write", "sandbox", "PUT /v1/sandboxes/{id}/files", "write_file"),
-    "host_port":        ("write", "sandbox", "POST /v1/sandboxes/{id}/ports", "host_port"),
-    "unpublish_port":   ("write", "sandbox", "DELETE /v1/sandboxes/{id}/ports/{port}", None),
-    "extend_sandbox":   ("write", "sandbox", "POST /v1/sandboxes/{id}/extend", "extend_sandbox"),
-    "rename_sandbox":   ("write", "sandbox", "PATCH /v1/sandboxes/{id}", "rename_sandbox"),
-    "label_sandbox":    ("write", "sandbox", "PATCH /v1/sandboxes/{id}", "label_sandbox"),
-    "stop_sandbox":     ("write", "sandbox", "POST /v1/sandboxes/{id}/stop", "stop_sandbox"),
-    "resume_sandbox":   ("write", "sandbox", "POST /v1/sandboxes/{id}/resume", "resume_sandbox"),
-    "save_snapshot":    ("write", "sandbox", "POST /v1/sandboxes/{id}/snapshots", "save_snapshot"),
-    "delete_sandbox":   ("delete", "sandbox", "DELETE /v1/sandboxes/{id}", "delete_sandbox"),
-    "get_snapshot":     ("read", "snapshot", "GET /v1/snapshots/{id}", None),
+    "read_file":        ("read", "sandbox", "GET /v1/sandboxes/{sandboxId}/files", "read_file"),
+    "write_file":       ("write", "sandbox", "PUT /v1/sandboxes/{sandboxId}/files", "write_file"),
+    "host_port":        ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/ports", "host_port"),
+    "unpublish_port":   ("write", "sandbox", "DELETE /v1/sandboxes/{sandboxId}/ports/{port}", None),
+    "extend_sandbox":   ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/extend", "extend_sandbox"),
+    "rename_sandbox":   ("write", "sandbox", "PATCH /v1/sandboxes/{sandboxId}", "rename_sandbox"),
+    "label_sandbox":    ("write", "sandbox", "PATCH /v1/sandboxes/{sandboxId}", "label_sandbox"),
+    "stop_sandbox":     ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/stop", "stop_sandbox"),
+    "resume_sandbox":   ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/resume", "resume_sandbox"),
+    "save_snapshot":    ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/snapshots", "save_snapshot"),
+    "delete_sandbox":   ("delete", "sandbox", "DELETE /v1/sandboxes/{sandboxId}", "delete_sandbox"),
+    "get_snapshot":     ("read", "snapshot", "GET /v1/snapshots/{snapshotId}", None),
     "list_snapshots":   ("list", "snapshot", "GET /v1/snapshots", "list_snapshots"),
     "copy_snapshot":    ("write", "snapshot", "POST /v1/sandboxes", "create_sandbox"),
-    "delete_snapshot":  ("delete", "snapshot", "DELETE /v1/snapshots/{id}", "delete_snapshot"),
+    "delete_snapshot":  ("delete", "snapshot", "DELETE /v1/snapshots/{snapshotId}", "delete_snapshot"),
     "create_sandbox":   ("create", None, "POST /v1/sandboxes", "create_sandbox"),
     "usage":            ("account", None, "GET /v1/usage", None),
     "list_keys":        ("account", None, "GET /v1/keys", None),
-    "revoke_key":       ("keys", None, "DELETE /v1/keys/{id}", None),
+    "revoke_key":       ("keys", None, "DELETE /v1/keys/{keyId}", None),
     "openapi":          ("public", None, "GET /v1/openapi.json", None),
 }
 # Sandbox ops in the order they run on one object: reads and harmless writes first, the
@@ -193,8 +193,8 @@ class ScopesTest(unittest.TestCase):
         kind, _, route, tool = OPS[op]
         if door == "rest":
             method, path = route.split(" ")
-            path = path.replace("{id}", snap if OPS[op][1] == "snapshot" else (sid or ""))
-            path = path.replace("{pid}", str(pid)).replace("{port}", "8000")
+            path = path.replace("{snapshotId}", snap or "").replace("{sandboxId}", sid or "")
+            path = path.replace("{processId}", str(pid)).replace("{port}", "8000")
             body, raw = None, False
             if op == "exec":
                 body = {"command": "true"}

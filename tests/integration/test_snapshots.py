@@ -83,7 +83,7 @@ class SnapshotsTest(unittest.TestCase):
         self.assertEqual(snap["labels"], {"team": "web"})
         self.assertGreater(snap["memoryBytes"], 0)
         self.assertGreater(snap["diskBytes"], 0)
-        snap_id = snap["snapshotId"]
+        snap_id = snap["id"]
         self.counter_moves(sid, a)
         # Its files are complete in the store: a disk standing on the image, the memory.
         files = sorted(os.listdir(os.path.join(self.s.dir, "snapshots", snap_id)))
@@ -166,11 +166,11 @@ class SnapshotsTest(unittest.TestCase):
         saver.join(400)
         during_stop = result["r"][0]["structuredContent"]
         self.assertEqual(during_stop["state"], "ready")
-        self.call(sid, "delete_snapshot", {"snapshotId": during_stop["snapshotId"]})
+        self.call(sid, "delete_snapshot", {"snapshotId": during_stop["id"]})
 
         # A stopped sandbox: its memory state and disk are copied; a clone resumes it.
         r, text = self.call(sid, "save_snapshot", {"sandboxId": a})
-        stopped_snap = r["structuredContent"]["snapshotId"]
+        stopped_snap = r["structuredContent"]["id"]
         info, _ = self.create(sid, snapshotId=stopped_snap)
         self.assertEqual(self.sh(sid, info["id"], "cat /root/data.txt"),
                          "configured before the snapshot")
@@ -211,7 +211,7 @@ class SnapshotsTest(unittest.TestCase):
         self.call(sid, "stop_sandbox", {"sandboxId": sb})
         # A user's save right after the stop waits for the automatic capture.
         r, _ = self.call(sid, "save_snapshot", {"sandboxId": sb, "name": "mine"})
-        mine = r["structuredContent"]["snapshotId"]
+        mine = r["structuredContent"]["id"]
         first = wait_for(lambda: [x for x in self.automatic_of(sid, sb)
                                   if x["state"] == "ready"], 120, "an automatic snapshot")
         self.assertEqual(len(first), 1)
@@ -408,7 +408,7 @@ class SnapshotsTest(unittest.TestCase):
         self.assertEqual(self.sh(sid, sb, "echo alive"), "alive")
         r, _ = self.call(sid, "save_snapshot", {"sandboxId": sb})
         self.assertEqual(r["structuredContent"]["state"], "ready")
-        self.call(sid, "delete_snapshot", {"snapshotId": r["structuredContent"]["snapshotId"]})
+        self.call(sid, "delete_snapshot", {"snapshotId": r["structuredContent"]["id"]})
         self.call(sid, "delete_sandbox", {"sandboxId": sb})
 
 
@@ -569,7 +569,7 @@ class RestoreDeadlineTest(unittest.TestCase):
 
         # A create from a snapshot: fails, saying so; its QEMU is gone.
         r, _ = self.call(sid, "save_snapshot", {"sandboxId": sb, "name": "late"})
-        snap = r["structuredContent"]["snapshotId"]
+        snap = r["structuredContent"]["id"]
         r, text = self.call(sid, "create_sandbox", {"snapshotId": snap}, ok=False)
         self.assertTrue(r.get("isError"), text)
         self.assertIn("the restore did not end within", text)
