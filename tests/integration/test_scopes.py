@@ -220,10 +220,12 @@ class ScopesTest(unittest.TestCase):
             elif op == "revoke_key":
                 victim = self.s.cli_json("key", "create", "--account", "alice@example.com",
                                          "--preset", "full")
-                path = route.split(" ")[1].replace("{id}", victim["key_id"])
+                path = route.split(" ")[1].replace("{keyId}", victim["key_id"])
             outcome, answer = self.rest(method, path, key if kind != "public" else None, body, raw)
         else:
-            args = {"sandboxId": sid} if OPS[op][1] == "sandbox" else {}
+            # Only the tools that act on one sandbox take one (unknown arguments are
+            # refused, as on REST).
+            args = {"sandboxId": sid} if OPS[op][1] == "sandbox" and kind != "list" else {}
             args.update({
                 "exec": {"command": "true"},
                 "command_status": {"processId": pid},
