@@ -1,18 +1,20 @@
 /*  cli_sandbox - `sbx sandbox`: an operator's hands on sandboxes, through the broker.
 
-    The same operations MCP clients get from the gateway, for operators and tests:
-    create, list, get, stop, resume, delete, and agent requests (exec, status, kill,
-    write, read) relayed to the guest.
+    The operations REST and the MCP tools offer (schemas/operations.json), for operators
+    and tests: create, list, get, extend, stop, resume, delete, and agent requests (exec,
+    status, kill, write, read) relayed to the guest. Each command's options become the
+    operation's arguments and are checked with REST's limits (cli_op); --json prints
+    REST's JSON (docs/openapi.json), with what only an operator sees added (account, vmd).
 */
 #include "cli_call.h"
 #include "cli_commands.h"
+#include "cli_op.h"
+#include "sbx_args.h"
+#include "sbx_xfer.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <unistd.h>
-
-#define S_CHUNK (1024 * 1024) //  the agent's per-request file limit
 
 static void s_usage (FILE *out)
 {
@@ -23,331 +25,298 @@ static void s_usage (FILE *out)
         "                          [--snapshot SNAPSHOT_ID]\n"
         "       sbx sandbox list\n"
         "       sbx sandbox get|stop|resume|delete ID\n"
+        "       sbx sandbox extend ID --ttl DURATION\n"
         "       sbx sandbox exec ID [--detach] [--timeout DURATION] [--cwd DIR] [--env K=V]...\n"
         "                        -- COMMAND...\n"
         "       sbx sandbox status ID PID [--stdout-offset N] [--stderr-offset N]\n"
-        "       sbx sandbox kill ID PID [--signal N]\n"
+        "       sbx sandbox kill ID PID [--signal SIGNAL]\n"
         "       sbx sandbox write ID PATH [--mode OCTAL] < FILE\n"
         "       sbx sandbox read ID PATH > FILE\n"
         "every subcommand takes --data-dir DIR and --json.\n\n"
-        "Acts as an operator: sees every account's sandboxes. exec runs COMMAND with\n"
-        "/bin/sh -c in the guest and exits with its exit code (without --json, its\n"
-        "stdout and stderr are passed through); --detach returns the pid at once, and\n"
-        "`status` polls it (pass the offsets it printed to get only new output).\n"
+        "Acts as an operator: sees every account's sandboxes. These are the REST API's\n"
+        "operations (docs/openapi.json) with its limits: a TTL of 60 s to 30 days\n"
+        "(ttlSeconds), an exec timeout of 1 to 600 s, files up to 16 MiB. DURATION is 90,\n"
+        "90s, 15m, 2h or 7d. --json prints REST's JSON (camelCase: expiresAt, processId,\n"
+        "exitCode, stdoutNextOffset...), one line; a sandbox also has account and vmd.\n"
+        "exec runs COMMAND with /bin/sh -c in the guest and exits with its exit code\n"
+        "(without --json, its stdout and stderr are passed through); --detach returns the\n"
+        "processId at once, and `status` polls it (pass the offsets it printed to get only\n"
+        "new output). kill sends SIGTERM unless --signal names another (KILL, INT, 9...).\n"
         "create --snapshot starts from one of the account's snapshots (sbx snapshot list).\n");
 }
 
 typedef struct {
     const char *data_dir;
     bool json;
-    const char *account, *name, *type, *ttl, *cwd, *timeout, *mode, *snapshot;
+    const char *account, *name, *type, *ttl, *cwd, *timeout, *mode, *snapshot, *signal;
+    const char *stdout_offset, *stderr_offset;
     bool no_network, detach;
     zlist_t *labels; //  "K=V"
     zlist_t *env;    //  "K=V"
-    uint64_t stdout_offset, stderr_offset;
-    int signal;
 } s_opts_t;
 
-static json_t *s_sandbox_json (const sbx_sandbox_info_t *s)
+//  The options as the operation's arguments, named as REST names them; those the
+//  operation lacks are refused by cli_op_check, naming the option.
+static int s_set_options (cli_op_t *op, s_opts_t *o)
 {
-    json_t *labels = json_object ();
-    for (size_t i = 0; i < s->labels.count; i++)
-        json_object_set_new (labels, s->labels.keys[i], json_string (s->labels.values[i]));
-    return json_pack ("{s:s, s:s?, s:s?, s:s, s:s, s:s?, s:s?, s:b, s:o, s:o, s:o, s:o, s:s?}",
-                      "id", s->id, "name", s->name, "label", s->label, "state",
-                      sbx_sandbox_state_name (s->state), "type", sbx_sandbox_type_name (s->type),
-                      "account", s->account, "vmd", s->vmd, "no_network", s->no_network, "labels",
-                      labels, "created_at", cli_json_time (s->created_ms), "expires_at",
-                      cli_json_time (s->expires_ms), "changed_at", cli_json_time (s->changed_ms),
-                      "reason", s->reason);
+    int rc = 0;
+    cli_op_option (op, "ttlSeconds", "--ttl"); //  extend's is required
+    if (o->name)
+        rc |= cli_op_set_text (op, "name", o->name, "--name");
+    if (o->type)
+        rc |= cli_op_set_text (op, "type", o->type, "--type");
+    if (o->ttl)
+        rc |= cli_op_set_duration (op, "ttlSeconds", o->ttl, "--ttl");
+    if (o->snapshot)
+        rc |= cli_op_set_text (op, "snapshotId", o->snapshot, "--snapshot");
+    if (zlist_size (o->labels))
+        rc |= cli_op_set_pairs (op, "labels", o->labels, "--label");
+    if (o->no_network)
+        rc |= cli_op_set_text (op, "network", "false", "--no-network");
+    if (o->detach)
+        rc |= cli_op_set_text (op, "detached", "true", "--detach");
+    if (o->timeout)
+        rc |= cli_op_set_duration (op, "timeout", o->timeout, "--timeout");
+    if (o->cwd)
+        rc |= cli_op_set_text (op, "cwd", o->cwd, "--cwd");
+    if (zlist_size (o->env))
+        rc |= cli_op_set_pairs (op, "env", o->env, "--env");
+    if (o->stdout_offset)
+        rc |= cli_op_set_text (op, "stdoutOffset", o->stdout_offset, "--stdout-offset");
+    if (o->stderr_offset)
+        rc |= cli_op_set_text (op, "stderrOffset", o->stderr_offset, "--stderr-offset");
+    if (o->signal)
+        rc |= cli_op_set_text (op, "signal", o->signal, "--signal");
+    if (o->mode)
+        rc |= cli_op_set_text (op, "mode", o->mode, "--mode");
+    return rc ? -1 : 0;
 }
 
-static void s_print_sandbox (const sbx_sandbox_info_t *s, bool json)
+//  What an operator sees beside REST's sandbox: whose it is and which vmd runs it.
+static void s_add_operator (json_t *sandbox, const sbx_sandbox_info_t *s)
 {
-    if (json)
-        cli_print_json (s_sandbox_json (s));
-    else
-        printf ("%s  %-9s %-6s %-28s %s%s%s\n", s->id, sbx_sandbox_state_name (s->state),
-                sbx_sandbox_type_name (s->type), s->label ? s->label : "-", s->name ? s->name : "",
-                s->reason ? "  " : "", s->reason ? s->reason : "");
+    if (!sandbox || !s)
+        return;
+    if (s->account)
+        json_object_set_new (sandbox, "account", json_string (s->account));
+    if (s->vmd)
+        json_object_set_new (sandbox, "vmd", json_string (s->vmd));
 }
 
-//  Bytes as a JSON string when they are text, else as base64 under `<key>_base64`.
-static void s_set_bytes (json_t *obj, const char *key, const sbx_bytes_t *bytes)
+static void s_print_sandbox (const sbx_sandbox_info_t *s)
 {
-    json_t *text =
-        json_stringn ((const char *) (bytes->data ? bytes->data : (uint8_t *) ""), bytes->size);
-    if (text)
-        json_object_set_new (obj, key, text);
-    else {
-        char name[64];
-        snprintf (name, sizeof name, "%s_base64", key);
-        char *b64 = sbx_secret_base64url (bytes->data, bytes->size);
-        json_object_set_new (obj, name, json_string (b64 ? b64 : ""));
-        free (b64);
-    }
+    printf ("%s  %-9s %-6s %-28s %s%s%s\n", s->id, sbx_sandbox_state_name (s->state),
+            sbx_sandbox_type_name (s->type), s->label ? s->label : "-", s->name ? s->name : "",
+            s->reason ? "  " : "", s->reason ? s->reason : "");
 }
 
-//  One agent request through the broker: returns the agent's reply (an agent.*.ok), or
-//  NULL with err set (the broker's, vmd's or the agent's error).
-static sbx_msg_t *s_agent (sbx_config_t *config, const char *sandbox_id, sbx_msg_t **inner_p,
-                           int timeout_ms, sbx_err_t *err)
+//  create, list, get, extend, stop, resume, delete: a sandbox (or all) in the answer.
+static int s_sandboxes (sbx_config_t *config, sbx_api_t *api, cli_op_t *op, s_opts_t *o)
 {
-    uint8_t *data = NULL;
-    size_t size = 0;
-    if (sbx_msg_encode (*inner_p, &data, &size, err)) {
-        sbx_msg_destroy (inner_p);
-        return NULL;
-    }
-    sbx_msg_destroy (inner_p);
-    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_AGENT);
-    sbx_str_set (&sbx_msg_sandbox_agent (request)->sandbox_id, sandbox_id);
-    sbx_msg_sandbox_agent (request)->request.data = data;
-    sbx_msg_sandbox_agent (request)->request.size = size;
-    sbx_msg_t *reply = cli_call (config, &request, timeout_ms, err);
-    if (!reply)
-        return NULL;
-    sbx_bytes_t *bytes = &sbx_msg_sandbox_agent_ok (reply)->reply;
-    sbx_msg_t *inner = sbx_msg_decode (bytes->data, bytes->size, err);
-    sbx_msg_destroy (&reply);
-    if (inner && inner->type == SBX_MSG_ERROR) {
-        sbx_err_set (err, sbx_msg_error (inner)->code, "%s", sbx_msg_error (inner)->message);
-        sbx_msg_destroy (&inner);
-    }
-    return inner;
-}
-
-static int s_parse_kv (zlist_t *list, sbx_strmap_t *map, const char *what)
-{
-    for (char *kv = zlist_first (list); kv; kv = zlist_next (list)) {
-        char *eq = strchr (kv, '=');
-        if (!eq || eq == kv) {
-            fprintf (stderr, "sbx sandbox: %s '%s' is not KEY=VALUE\n", what, kv);
-            return -1;
-        }
-        *eq = 0;
-        sbx_strmap_set (map, kv, eq + 1);
-        *eq = '=';
-    }
-    return 0;
-}
-
-static int s_uint (const char *text, uint64_t *value)
-{
-    char *end;
-    errno = 0;
-    *value = strtoull (text, &end, 10);
-    return errno || end == text || *end || text[0] == '-' ? -1 : 0;
-}
-
-static int s_create (sbx_config_t *config, s_opts_t *o)
-{
-    if (!o->account) {
-        fprintf (stderr, "sbx sandbox create: --account is required\n");
+    sbx_msg_t *request = cli_op_request (op);
+    if (!request)
         return 2;
-    }
-    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_CREATE);
-    sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
-    if (o->type && sbx_sandbox_type_from_name (o->type, &args->type)) {
-        fprintf (stderr, "sbx sandbox create: --type is small, medium or large\n");
-        sbx_msg_destroy (&request);
-        return 2;
-    }
-    int64_t ttl = o->ttl ? sbx_clock_parse_duration (o->ttl) : 0;
-    if (ttl < 0 || s_parse_kv (o->labels, &args->labels, "label")) {
-        if (ttl < 0)
-            fprintf (stderr, "sbx sandbox create: --ttl '%s' is not a duration\n", o->ttl);
-        sbx_msg_destroy (&request);
-        return 2;
-    }
-    args->ttl_s = (uint64_t) ttl;
-    sbx_str_set (&args->name, o->name);
-    sbx_str_set (&args->snapshot_id, o->snapshot);
-    args->no_network = o->no_network;
-    request->caller = calloc (1, sizeof (sbx_caller_t));
-    request->caller->kind = SBX_CALLER_KIND_ADMIN;
-    sbx_str_set (&request->caller->account_id, o->account);
+    //  No --ttl: the broker's default for the account's plan (1 h, bounded by the plan's
+    //  maximum) rather than REST's 3600, which a plan with a shorter maximum refuses.
+    if (request->type == SBX_MSG_SANDBOX_CREATE && !o->ttl)
+        sbx_msg_sandbox_create (request)->ttl_s = 0;
     sbx_err_t err;
-    sbx_msg_t *reply = cli_call (config, &request, 180000, &err);
+    sbx_msg_t *reply = cli_op_call (op, config, o->account, &request, &err);
     if (!reply)
         return cli_fail (&err);
-    s_print_sandbox (sbx_msg_sandbox_create_ok (reply)->sandbox, o->json);
+    int rc = 0;
+    if (reply->type == SBX_MSG_SANDBOX_LIST_OK) {
+        sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
+        if (o->json) {
+            json_t *answer = cli_op_answer (op, api, reply);
+            json_t *all = json_object_get (answer, "sandboxes");
+            //  sbx_api_answer keeps the broker's order, one for one.
+            for (size_t i = 0; i < list->count && i < json_array_size (all); i++)
+                s_add_operator (json_array_get (all, i), &list->items[i]);
+            if (answer)
+                cli_print_json (answer);
+            else
+                rc = 1;
+        } else
+            for (size_t i = 0; i < list->count; i++)
+                s_print_sandbox (&list->items[i]);
+    } else {
+        sbx_sandbox_info_t *info = sbx_api_sandbox_info (reply);
+        if (o->json) {
+            json_t *answer = cli_op_answer (op, api, reply);
+            s_add_operator (answer, info);
+            if (answer)
+                cli_print_json (answer);
+            else
+                rc = 1;
+        } else if (info)
+            s_print_sandbox (info);
+    }
     sbx_msg_destroy (&reply);
-    return 0;
+    return rc;
 }
 
-static int s_exec (sbx_config_t *config, s_opts_t *o, const char *id, int argc, char **argv)
+//  The words are joined with spaces for /bin/sh -c, as ssh does: "COMMAND" (fresh).
+static char *s_command (int argc, char **argv)
 {
-    if (argc == 0) {
-        fprintf (stderr, "sbx sandbox exec: give the command after --\n");
-        return 2;
-    }
-    sbx_msg_t *inner = sbx_msg_new (SBX_MSG_AGENT_EXEC);
-    sbx_agent_exec_t *args = sbx_msg_agent_exec (inner);
-    //  The words are joined with spaces for /bin/sh -c, as ssh does.
     size_t len = 0;
     for (int i = 0; i < argc; i++)
         len += strlen (argv[i]) + 1;
-    args->command = calloc (1, len + 1);
-    for (int i = 0; i < argc; i++) {
+    char *command = calloc (1, len + 1);
+    for (int i = 0; command && i < argc; i++) {
         if (i)
-            strcat (args->command, " ");
-        strcat (args->command, argv[i]);
+            strcat (command, " ");
+        strcat (command, argv[i]);
     }
-    int64_t timeout = o->timeout ? sbx_clock_parse_duration (o->timeout) : 120;
-    if (timeout < 0 || s_parse_kv (o->env, &args->env, "env")) {
-        if (timeout < 0)
-            fprintf (stderr, "sbx sandbox exec: --timeout '%s' is not a duration\n", o->timeout);
-        sbx_msg_destroy (&inner);
+    return command;
+}
+
+static int s_exec (sbx_config_t *config, sbx_api_t *api, cli_op_t *op, s_opts_t *o)
+{
+    sbx_msg_t *request = cli_op_request (op);
+    if (!request)
         return 2;
-    }
-    args->timeout_ms = (uint64_t) timeout * 1000;
-    args->detached = o->detach;
-    sbx_str_set (&args->cwd, o->cwd);
     sbx_err_t err;
-    sbx_msg_t *reply = s_agent (config, id, &inner, (int) (timeout * 1000) + 30000, &err);
+    sbx_msg_t *reply = cli_op_call (op, config, NULL, &request, &err);
     if (!reply)
         return cli_fail (&err);
-    sbx_agent_exec_ok_t *ok = sbx_msg_agent_exec_ok (reply);
-    int code = ok->running ? 0 : (int) (ok->exit_code & 0xff);
+    int code = 0;
     if (o->json) {
-        json_t *out = json_pack (
-            "{s:I, s:b, s:I, s:I, s:b, s:I, s:I, s:b, s:b, s:I}", "pid", (json_int_t) ok->pid,
-            "running", ok->running, "exit_code", (json_int_t) ok->exit_code, "signal",
-            (json_int_t) ok->signal, "timed_out", ok->timed_out, "stdout_next_offset",
-            (json_int_t) ok->stdout_next_offset, "stderr_next_offset",
-            (json_int_t) ok->stderr_next_offset, "stdout_truncated", ok->stdout_truncated,
-            "stderr_truncated", ok->stderr_truncated, "duration_ms", (json_int_t) ok->duration_ms);
-        s_set_bytes (out, "stdout", &ok->stdout);
-        s_set_bytes (out, "stderr", &ok->stderr);
-        cli_print_json (out);
-        code = 0;
-    } else if (ok->running)
-        printf ("started process %llu\n", (unsigned long long) ok->pid);
-    else {
-        fwrite (ok->stdout.data ? ok->stdout.data : (uint8_t *) "", 1, ok->stdout.size, stdout);
-        fwrite (ok->stderr.data ? ok->stderr.data : (uint8_t *) "", 1, ok->stderr.size, stderr);
-        if (ok->timed_out)
-            fprintf (stderr, "sbx: the command timed out and was killed\n");
+        json_t *answer = cli_op_answer (op, api, reply);
+        if (answer)
+            cli_print_json (answer);
+        else
+            code = 1;
+    } else if (reply->type == SBX_MSG_AGENT_EXEC_OK) {
+        sbx_agent_exec_ok_t *ok = sbx_msg_agent_exec_ok (reply);
+        if (ok->running)
+            printf ("started process %llu\n", (unsigned long long) ok->pid);
+        else {
+            fwrite (ok->stdout.data ? ok->stdout.data : (uint8_t *) "", 1, ok->stdout.size, stdout);
+            fwrite (ok->stderr.data ? ok->stderr.data : (uint8_t *) "", 1, ok->stderr.size, stderr);
+            if (ok->timed_out)
+                fprintf (stderr, "sbx: the command timed out and was killed\n");
+            code = (int) (ok->exit_code & 0xff);
+        }
+    } else {
+        fprintf (stderr, "sbx sandbox exec: unexpected answer %s\n",
+                 sbx_msg_type_name (reply->type));
+        code = 1;
     }
     sbx_msg_destroy (&reply);
     return code;
 }
 
-static int s_status (sbx_config_t *config, s_opts_t *o, const char *id, const char *pid_text,
-                     bool kill)
+//  status and kill: REST's answer; kill says it in words without --json.
+static int s_process (sbx_config_t *config, sbx_api_t *api, cli_op_t *op, s_opts_t *o, bool kill)
 {
-    uint64_t pid;
-    if (s_uint (pid_text, &pid)) {
-        fprintf (stderr, "sbx sandbox: '%s' is not a process id\n", pid_text);
+    sbx_msg_t *request = cli_op_request (op);
+    if (!request)
         return 2;
-    }
-    sbx_msg_t *inner;
-    if (kill) {
-        inner = sbx_msg_new (SBX_MSG_AGENT_KILL);
-        sbx_msg_agent_kill (inner)->pid = pid;
-        sbx_msg_agent_kill (inner)->signal = o->signal ? o->signal : 15;
-    } else {
-        inner = sbx_msg_new (SBX_MSG_AGENT_STATUS);
-        sbx_msg_agent_status (inner)->pid = pid;
-        sbx_msg_agent_status (inner)->stdout_offset = o->stdout_offset;
-        sbx_msg_agent_status (inner)->stderr_offset = o->stderr_offset;
-    }
     sbx_err_t err;
-    sbx_msg_t *reply = s_agent (config, id, &inner, 60000, &err);
+    sbx_msg_t *reply = cli_op_call (op, config, NULL, &request, &err);
     if (!reply)
         return cli_fail (&err);
-    if (kill) {
-        if (o->json)
-            cli_print_json (json_pack ("{s:I, s:b}", "pid", (json_int_t) pid, "killed", 1));
-        else
-            printf ("signal sent to process %llu\n", (unsigned long long) pid);
-    } else {
-        sbx_agent_status_ok_t *ok = sbx_msg_agent_status_ok (reply);
-        json_t *out = json_pack (
-            "{s:I, s:b, s:I, s:I, s:b, s:I, s:I, s:b, s:b}", "pid", (json_int_t) ok->pid, "running",
-            ok->running, "exit_code", (json_int_t) ok->exit_code, "signal", (json_int_t) ok->signal,
-            "timed_out", ok->timed_out, "stdout_next_offset", (json_int_t) ok->stdout_next_offset,
-            "stderr_next_offset", (json_int_t) ok->stderr_next_offset, "stdout_truncated",
-            ok->stdout_truncated, "stderr_truncated", ok->stderr_truncated);
-        s_set_bytes (out, "stdout", &ok->stdout);
-        s_set_bytes (out, "stderr", &ok->stderr);
-        cli_print_json (out);
-    }
+    json_t *answer = cli_op_answer (op, api, reply);
     sbx_msg_destroy (&reply);
+    if (!answer)
+        return 1;
+    if (kill && !o->json) {
+        printf ("signal %lld sent to process %lld\n",
+                (long long) json_integer_value (json_object_get (answer, "signal")),
+                (long long) json_integer_value (json_object_get (answer, "processId")));
+        json_decref (answer);
+    } else
+        cli_print_json (answer); //  status: the same JSON with or without --json
     return 0;
 }
 
-static int s_write (sbx_config_t *config, s_opts_t *o, const char *id, const char *path)
+//  write: stdin (at most write_file's 16 MiB) to the guest, chunk by chunk (sbx_xfer).
+static int s_write (sbx_config_t *config, cli_op_t *op, s_opts_t *o, const char *path)
 {
-    uint64_t mode = 0644;
-    if (o->mode) {
-        char *end;
-        mode = strtoull (o->mode, &end, 8);
-        if (*end || mode > 07777) {
-            fprintf (stderr, "sbx sandbox write: --mode is octal, e.g. 0755\n");
-            return 2;
-        }
+    const char *mode = sbx_args_string (SBX_OP_WRITE_FILE, cli_op_args (op), "mode");
+    uint64_t bits = mode ? strtoull (mode, NULL, 8) : 0; //  checked: 1 to 4 octal digits
+    //  One byte past the limit tells a file over it from one at it.
+    uint8_t *data = malloc (SBX_XFER_MAX + 1);
+    if (!data)
+        return 1;
+    size_t size = 0, got;
+    while (size <= SBX_XFER_MAX &&
+           (got = fread (data + size, 1, SBX_XFER_MAX + 1 - size, stdin)) > 0)
+        size += got;
+    if (size > SBX_XFER_MAX) {
+        free (data);
+        fprintf (stderr, "sbx: the file is over write_file's limit of %d MiB (too_large)\n",
+                 SBX_XFER_MAX / (1024 * 1024));
+        return 1;
     }
-    uint8_t *chunk = malloc (S_CHUNK);
-    uint64_t offset = 0;
+    sbx_xfer_t *xfer = sbx_xfer_new_write (path, data, size, bits);
+    free (data);
+    if (!xfer)
+        return 1;
+    const char *sandbox_id = sbx_api_sandbox_id (cli_op_args (op));
     int rc = 0;
-    bool first = true;
-    while (rc == 0) {
-        size_t got = fread (chunk, 1, S_CHUNK, stdin);
-        if (got == 0 && !first)
-            break;
-        sbx_msg_t *inner = sbx_msg_new (SBX_MSG_AGENT_FILE_WRITE);
-        sbx_agent_file_write_t *args = sbx_msg_agent_file_write (inner);
-        sbx_str_set (&args->path, path);
-        sbx_bytes_set (&args->data, chunk, got);
-        args->offset = offset;
-        args->mode = mode;
-        args->truncate = first;
+    sbx_msg_t *inner;
+    while (rc == 0 && (inner = sbx_xfer_next (xfer))) {
         sbx_err_t err;
-        sbx_msg_t *reply = s_agent (config, id, &inner, 60000, &err);
-        if (!reply)
+        sbx_msg_t *reply = cli_op_agent (config, sandbox_id, &inner,
+                                         (int) sbx_ops[SBX_OP_WRITE_FILE].deadline_ms, &err);
+        if (!reply || sbx_xfer_take (xfer, reply, &err.code, err.message, sizeof err.message))
             rc = cli_fail (&err);
         sbx_msg_destroy (&reply);
-        offset += got;
-        first = false;
-        if (got < S_CHUNK)
-            break;
     }
-    free (chunk);
     if (rc == 0) {
         if (o->json)
-            cli_print_json (json_pack ("{s:s, s:I}", "path", path, "size", (json_int_t) offset));
+            cli_print_json (json_pack ("{s:s, s:I}", "path", path, "size", (json_int_t) size));
         else
-            printf ("wrote %llu bytes to %s\n", (unsigned long long) offset, path);
+            printf ("wrote %zu bytes to %s\n", size, path);
     }
+    sbx_xfer_destroy (&xfer);
     return rc;
 }
 
-static int s_read (sbx_config_t *config, const char *id, const char *path)
+//  read: the guest's file (at most read_file's 16 MiB) to stdout, as REST sends it raw.
+static int s_read (sbx_config_t *config, cli_op_t *op, const char *path)
 {
-    uint64_t offset = 0;
-    while (true) {
-        sbx_msg_t *inner = sbx_msg_new (SBX_MSG_AGENT_FILE_READ);
-        sbx_str_set (&sbx_msg_agent_file_read (inner)->path, path);
-        sbx_msg_agent_file_read (inner)->offset = offset;
-        sbx_msg_agent_file_read (inner)->length = S_CHUNK;
+    sbx_xfer_t *xfer = sbx_xfer_new_read (path);
+    if (!xfer)
+        return 1;
+    const char *sandbox_id = sbx_api_sandbox_id (cli_op_args (op));
+    int rc = 0;
+    sbx_msg_t *inner;
+    while (rc == 0 && (inner = sbx_xfer_next (xfer))) {
         sbx_err_t err;
-        sbx_msg_t *reply = s_agent (config, id, &inner, 60000, &err);
-        if (!reply)
-            return cli_fail (&err);
-        sbx_agent_file_read_ok_t *ok = sbx_msg_agent_file_read_ok (reply);
-        if (ok->data.size)
-            fwrite (ok->data.data, 1, ok->data.size, stdout);
-        offset += ok->data.size;
-        bool done = ok->eof || ok->data.size == 0;
+        sbx_msg_t *reply = cli_op_agent (config, sandbox_id, &inner,
+                                         (int) sbx_ops[SBX_OP_READ_FILE].deadline_ms, &err);
+        if (!reply || sbx_xfer_take (xfer, reply, &err.code, err.message, sizeof err.message))
+            rc = cli_fail (&err);
         sbx_msg_destroy (&reply);
-        if (done)
-            break;
     }
-    fflush (stdout);
-    return 0;
+    if (rc == 0) {
+        fwrite (sbx_xfer_data (xfer), 1, sbx_xfer_size (xfer), stdout);
+        fflush (stdout);
+    }
+    sbx_xfer_destroy (&xfer);
+    return rc;
 }
+
+static const struct {
+    const char *verb;
+    sbx_op_t op;
+    int npos; //  positional arguments: ID, then PID or PATH
+} s_verbs[] = {{"create", SBX_OP_CREATE_SANDBOX, 0},
+               {"list", SBX_OP_LIST_SANDBOXES, 0},
+               {"get", SBX_OP_GET_SANDBOX, 1},
+               {"extend", SBX_OP_EXTEND_SANDBOX, 1},
+               {"stop", SBX_OP_STOP_SANDBOX, 1},
+               {"resume", SBX_OP_RESUME_SANDBOX, 1},
+               {"delete", SBX_OP_DELETE_SANDBOX, 1},
+               {"exec", SBX_OP_EXEC, 1},
+               {"status", SBX_OP_COMMAND_STATUS, 2},
+               {"kill", SBX_OP_KILL_COMMAND, 2},
+               {"write", SBX_OP_WRITE_FILE, 2},
+               {"read", SBX_OP_READ_FILE, 2},
+               {NULL, 0, 0}};
 
 int cli_sandbox_main (int argc, char **argv)
 {
@@ -377,7 +346,6 @@ int cli_sandbox_main (int argc, char **argv)
                                       {0, 0, 0, 0}};
     s_opts_t o = {.labels = zlist_new (), .env = zlist_new ()};
     int c, rc = -1;
-    uint64_t number;
     optind = 1;
     //  Options may come before or after the positional arguments; everything after `--`
     //  is exec's command, left alone.
@@ -426,17 +394,13 @@ int cli_sandbox_main (int argc, char **argv)
             o.snapshot = optarg;
             break;
         case 'O':
+            o.stdout_offset = optarg;
+            break;
         case 'E':
+            o.stderr_offset = optarg;
+            break;
         case 's':
-            if (s_uint (optarg, &number)) {
-                fprintf (stderr, "sbx sandbox: '%s' is not a number\n", optarg);
-                rc = 2;
-            } else if (c == 'O')
-                o.stdout_offset = number;
-            else if (c == 'E')
-                o.stderr_offset = number;
-            else
-                o.signal = (int) number;
+            o.signal = optarg;
             break;
         case 'h':
             s_usage (stdout);
@@ -456,81 +420,67 @@ int cli_sandbox_main (int argc, char **argv)
     char **pos = rest;
     char **command = is_exec ? rest + npos : NULL;
     int ncommand = is_exec ? nrest - npos : 0;
-    if (rc < 0 && npos > 2) {
-        fprintf (stderr, "sbx sandbox %s: too many arguments\n", verb);
-        rc = 2;
-    }
-    sbx_config_t *config = rc < 0 ? sbx_config_new (o.data_dir) : NULL;
-    if (rc < 0 && !config)
-        rc = 1;
-    sbx_msg_type_t simple = streq (verb, "get")      ? SBX_MSG_SANDBOX_GET
-                            : streq (verb, "stop")   ? SBX_MSG_SANDBOX_STOP
-                            : streq (verb, "resume") ? SBX_MSG_SANDBOX_RESUME
-                            : streq (verb, "delete") ? SBX_MSG_SANDBOX_DELETE
-                                                     : SBX_MSG__UNKNOWN;
-    if (rc >= 0)
-        ;
-    else if (streq (verb, "create"))
-        rc = npos ? 2 : s_create (config, &o);
-    else if (streq (verb, "list") && npos == 0) {
-        sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
-        sbx_err_t err;
-        sbx_msg_t *reply = cli_call (config, &request, 30000, &err);
-        if (!reply)
-            rc = cli_fail (&err);
-        else {
-            sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
-            if (o.json) {
-                json_t *all = json_array ();
-                for (size_t i = 0; i < list->count; i++)
-                    json_array_append_new (all, s_sandbox_json (&list->items[i]));
-                cli_print_json (json_pack ("{s:o}", "sandboxes", all));
-            } else
-                for (size_t i = 0; i < list->count; i++)
-                    s_print_sandbox (&list->items[i], false);
-            sbx_msg_destroy (&reply);
-            rc = 0;
-        }
-    } else if (simple != SBX_MSG__UNKNOWN && npos == 1) {
-        sbx_msg_t *request = sbx_msg_new (simple);
-        //  Each of these is { sandbox_id } (schemas/sandbox.json).
-        if (simple == SBX_MSG_SANDBOX_GET)
-            sbx_str_set (&sbx_msg_sandbox_get (request)->sandbox_id, pos[0]);
-        else if (simple == SBX_MSG_SANDBOX_STOP)
-            sbx_str_set (&sbx_msg_sandbox_stop (request)->sandbox_id, pos[0]);
-        else if (simple == SBX_MSG_SANDBOX_RESUME)
-            sbx_str_set (&sbx_msg_sandbox_resume (request)->sandbox_id, pos[0]);
-        else
-            sbx_str_set (&sbx_msg_sandbox_delete (request)->sandbox_id, pos[0]);
-        sbx_err_t err;
-        sbx_msg_t *reply = cli_call (config, &request, 180000, &err);
-        if (!reply)
-            rc = cli_fail (&err);
-        else {
-            sbx_sandbox_info_t *info =
-                reply->type == SBX_MSG_SANDBOX_GET_OK    ? sbx_msg_sandbox_get_ok (reply)->sandbox
-                : reply->type == SBX_MSG_SANDBOX_STOP_OK ? sbx_msg_sandbox_stop_ok (reply)->sandbox
-                : reply->type == SBX_MSG_SANDBOX_RESUME_OK
-                    ? sbx_msg_sandbox_resume_ok (reply)->sandbox
-                    : sbx_msg_sandbox_delete_ok (reply)->sandbox;
-            s_print_sandbox (info, o.json);
-            sbx_msg_destroy (&reply);
-            rc = 0;
-        }
-    } else if (streq (verb, "exec") && npos == 1)
-        rc = s_exec (config, &o, pos[0], ncommand, command);
-    else if ((streq (verb, "status") || streq (verb, "kill")) && npos == 2)
-        rc = s_status (config, &o, pos[0], pos[1], streq (verb, "kill"));
-    else if (streq (verb, "write") && npos == 2)
-        rc = s_write (config, &o, pos[0], pos[1]);
-    else if (streq (verb, "read") && npos == 2)
-        rc = s_read (config, pos[0], pos[1]);
-    else {
+    int v = 0;
+    while (s_verbs[v].verb && !streq (s_verbs[v].verb, verb))
+        v++;
+    if (rc < 0 && (!s_verbs[v].verb || npos != s_verbs[v].npos)) {
         fprintf (stderr, "sbx sandbox: '%s' with %d argument%s is not a command (see --help)\n",
                  verb, npos, npos == 1 ? "" : "s");
         rc = 2;
     }
+    //  The broker lets an operator create on an account's behalf; REST has no such field.
+    if (rc < 0 && !o.account != !streq (verb, "create")) {
+        fprintf (stderr, "sbx sandbox %s: %s\n", verb,
+                 o.account ? "--account goes with create" : "--account is required");
+        rc = 2;
+    }
+    char name[64];
+    snprintf (name, sizeof name, "sbx sandbox %s", verb);
+    cli_op_t *op = rc < 0 ? cli_op_new (name, s_verbs[v].op) : NULL;
+    if (rc < 0 && !op)
+        rc = 1;
+    if (rc < 0 && npos > 0 && cli_op_set_text (op, "sandboxId", pos[0], "ID"))
+        rc = 2;
+    //  The second positional argument: write's and read's PATH, status's and kill's PID.
+    bool file = streq (verb, "write") || streq (verb, "read");
+    if (rc < 0 && npos > 1 &&
+        cli_op_set_text (op, file ? "path" : "processId", pos[1], file ? "PATH" : "PID"))
+        rc = 2;
+    if (rc < 0 && is_exec) {
+        if (ncommand == 0) {
+            fprintf (stderr, "sbx sandbox exec: give the command after --\n");
+            rc = 2;
+        } else {
+            char *line = s_command (ncommand, command);
+            if (!line || cli_op_set_text (op, "command", line, "COMMAND"))
+                rc = 2;
+            free (line);
+        }
+    }
+    if (rc < 0 && s_set_options (op, &o))
+        rc = 2;
+    //  REST's limits, before the configuration is read or the broker asked.
+    if (rc < 0 && cli_op_check (op))
+        rc = 2;
+    sbx_config_t *config = rc < 0 ? sbx_config_new (o.data_dir) : NULL;
+    sbx_api_t *api = config ? sbx_api_new (config) : NULL;
+    if (rc < 0 && !api)
+        rc = 1;
+    if (rc >= 0)
+        ;
+    else if (is_exec)
+        rc = s_exec (config, api, op, &o);
+    else if (streq (verb, "status") || streq (verb, "kill"))
+        rc = s_process (config, api, op, &o, streq (verb, "kill"));
+    else if (streq (verb, "write"))
+        rc = s_write (config, op, &o, pos[1]);
+    else if (streq (verb, "read"))
+        rc = s_read (config, op, pos[1]);
+    else
+        rc = s_sandboxes (config, api, op, &o);
+    sbx_api_destroy (&api);
     sbx_config_destroy (&config);
+    cli_op_destroy (&op);
     zlist_destroy (&o.labels);
     zlist_destroy (&o.env);
     return rc;

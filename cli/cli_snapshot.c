@@ -1,8 +1,11 @@
 /*  cli_snapshot - `sbx snapshot list|save|get|delete`: an operator's hands on the
     snapshot store, through the broker (docs/snapshots.md). Acts as an operator: sees
-    every account's snapshots, or one account's with --account. */
+    every account's snapshots, or one account's with --account. The operations are
+    REST's (cli_op): its arguments and limits, and with --json its JSON, with what only
+    an operator sees added (account, qemuVersion; users for get). */
 #include "cli_call.h"
 #include "cli_commands.h"
+#include "cli_op.h"
 
 #include <getopt.h>
 
@@ -19,38 +22,33 @@ static void s_usage (FILE *out)
                   "get: one snapshot, with the sandboxes made from it.\n"
                   "delete: removes it and its files; refused (conflict) while a sandbox made from\n"
                   "it is not deleted, or another snapshot stands on it.\n"
-                  "New sandboxes from a snapshot: sbx sandbox create --account A --snapshot ID.\n");
+                  "New sandboxes from a snapshot: sbx sandbox create --account A --snapshot ID.\n"
+                  "These are the REST API's operations (docs/openapi.json) with its limits (a\n"
+                  "name of at most 128 characters); --json prints REST's JSON (camelCase:\n"
+                  "sandboxId, sizeBytes, createdAt, parentId...), one line, with account and\n"
+                  "qemuVersion added, and users (the sandboxes made from it) for get.\n");
 }
 
-static json_t *s_snapshot_json (const sbx_snapshot_info_t *s, bool users)
+//  REST's snapshot and what only an operator sees: whose it is, the QEMU that saved it,
+//  and (get) the sandboxes made from it.
+static void s_add_operator (json_t *snapshot, const sbx_snapshot_info_t *s, bool users)
 {
-    json_t *labels = json_object ();
-    for (size_t i = 0; i < s->labels.count; i++)
-        json_object_set_new (labels, s->labels.keys[i], json_string (s->labels.values[i]));
-    json_t *out = json_pack (
-        "{s:s, s:s?, s:s?, s:s?, s:s, s:s, s:s, s:o, s:I, s:I, s:s?, s:s?, s:o, s:s?}", "id", s->id,
-        "name", s->name, "account", s->account, "sandbox_id", s->sandbox_id, "type",
-        sbx_sandbox_type_name (s->type ? s->type : SBX_SANDBOX_TYPE_SMALL), "state",
-        sbx_snapshot_state_name (s->state), "kind",
-        sbx_snapshot_kind_name (s->kind ? s->kind : SBX_SNAPSHOT_KIND_USER), "labels", labels,
-        "disk_bytes", (json_int_t) s->disk_bytes, "memory_bytes", (json_int_t) s->memory_bytes,
-        "parent", s->parent, "qemu_version", s->qemu_version, "created_at",
-        cli_json_time (s->created_ms), "reason", s->reason);
+    if (!snapshot || !s)
+        return;
+    if (s->account)
+        json_object_set_new (snapshot, "account", json_string (s->account));
+    if (s->qemu_version)
+        json_object_set_new (snapshot, "qemuVersion", json_string (s->qemu_version));
     if (users) {
         json_t *list = json_array ();
         for (size_t i = 0; i < s->users.count; i++)
             json_array_append_new (list, json_string (s->users.items[i]));
-        json_object_set_new (out, "users", list);
+        json_object_set_new (snapshot, "users", list);
     }
-    return out;
 }
 
-static void s_print (const sbx_snapshot_info_t *s, bool json, bool users)
+static void s_print (const sbx_snapshot_info_t *s, bool users)
 {
-    if (json) {
-        cli_print_json (s_snapshot_json (s, users));
-        return;
-    }
     double mib = (double) (s->disk_bytes + s->memory_bytes) / (1024.0 * 1024.0);
     printf ("%s  %-6s %-9s %-6s %8.1f MiB  %s  %s%s%s\n", s->id, sbx_snapshot_state_name (s->state),
             sbx_snapshot_kind_name (s->kind ? s->kind : SBX_SNAPSHOT_KIND_USER),
@@ -61,36 +59,57 @@ static void s_print (const sbx_snapshot_info_t *s, bool json, bool users)
         printf ("  made from it: %s\n", s->users.items[i]);
 }
 
-//  An operator's caller, naming the account when given.
-static sbx_caller_t *s_operator (const char *account)
+//  The snapshot a save, get or delete answers with.
+static sbx_snapshot_info_t *s_info (sbx_msg_t *reply)
 {
-    sbx_caller_t *caller = calloc (1, sizeof *caller);
-    if (caller) {
-        caller->kind = SBX_CALLER_KIND_ADMIN;
-        sbx_str_set (&caller->account_id, account);
-    }
-    return caller;
+    return reply->type == SBX_MSG_SNAPSHOT_SAVE_OK  ? sbx_msg_snapshot_save_ok (reply)->snapshot
+           : reply->type == SBX_MSG_SNAPSHOT_GET_OK ? sbx_msg_snapshot_get_ok (reply)->snapshot
+           : reply->type == SBX_MSG_SNAPSHOT_DELETE_OK
+               ? sbx_msg_snapshot_delete_ok (reply)->snapshot
+               : NULL;
 }
 
-static int s_list (sbx_config_t *config, const char *account, bool json)
+//  Sends the operation (for account when given: list) and prints its answer.
+static int s_run (sbx_config_t *config, cli_op_t *op, const char *verb, const char *account,
+                  bool json)
 {
-    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);
-    request->caller = s_operator (account);
+    sbx_msg_t *request = cli_op_request (op);
+    if (!request)
+        return 2;
     sbx_err_t err;
-    sbx_msg_t *reply = cli_call (config, &request, 30000, &err);
+    sbx_msg_t *reply = cli_op_call (op, config, account, &request, &err);
     if (!reply)
         return cli_fail (&err);
-    sbx_snapshot_info_list_t *list = &sbx_msg_snapshot_list_ok (reply)->snapshots;
-    if (json) {
-        json_t *all = json_array ();
-        for (size_t i = 0; i < list->count; i++)
-            json_array_append_new (all, s_snapshot_json (&list->items[i], false));
-        cli_print_json (json_pack ("{s:o}", "snapshots", all));
-    } else
-        for (size_t i = 0; i < list->count; i++)
-            s_print (&list->items[i], false, false);
+    int rc = 0;
+    sbx_api_t *api = json ? sbx_api_new (config) : NULL;
+    json_t *answer = api ? cli_op_answer (op, api, reply) : NULL;
+    if (json && !answer)
+        rc = 1;
+    else if (reply->type == SBX_MSG_SNAPSHOT_LIST_OK) {
+        sbx_snapshot_info_list_t *list = &sbx_msg_snapshot_list_ok (reply)->snapshots;
+        //  sbx_api_answer keeps the broker's order, one for one (no sandboxId filter).
+        json_t *all = json_object_get (answer, "snapshots");
+        for (size_t i = 0; i < list->count; i++) {
+            if (json)
+                s_add_operator (json_array_get (all, i), &list->items[i], false);
+            else
+                s_print (&list->items[i], false);
+        }
+    } else if (!s_info (reply)) {
+        fprintf (stderr, "sbx snapshot %s: unexpected answer %s\n", verb,
+                 sbx_msg_type_name (reply->type));
+        rc = 1;
+    } else if (json)
+        s_add_operator (answer, s_info (reply), streq (verb, "get"));
+    else if (streq (verb, "delete"))
+        printf ("deleted snapshot %s\n", s_info (reply)->id);
+    else
+        s_print (s_info (reply), streq (verb, "get"));
+    if (answer)
+        cli_print_json (answer);
+    sbx_api_destroy (&api);
     sbx_msg_destroy (&reply);
-    return 0;
+    return rc;
 }
 
 int cli_snapshot_main (int argc, char **argv)
@@ -100,6 +119,10 @@ int cli_snapshot_main (int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     const char *verb = argv[1];
+    sbx_op_t opcode = streq (verb, "list")   ? SBX_OP_LIST_SNAPSHOTS
+                      : streq (verb, "save") ? SBX_OP_SAVE_SNAPSHOT
+                      : streq (verb, "get")  ? SBX_OP_GET_SNAPSHOT
+                                             : SBX_OP_DELETE_SNAPSHOT;
     if (!streq (verb, "list") && !streq (verb, "save") && !streq (verb, "get") &&
         !streq (verb, "delete")) {
         fprintf (stderr, "sbx snapshot: unknown subcommand '%s' (list, save, get or delete)\n",
@@ -114,12 +137,11 @@ int cli_snapshot_main (int argc, char **argv)
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
     const char *account = NULL, *name = NULL, *data_dir = NULL;
-    zlist_t *labels = zlist_new (); //  "K=V", checked as they come
+    zlist_t *labels = zlist_new (); //  "K=V"
     bool json = false;
     int c, rc = -1;
     optind = 1;
     while (rc < 0 && (c = getopt_long (argc - 1, argv + 1, "", options, NULL)) != -1) {
-        const char *eq = c == 'l' ? strchr (optarg, '=') : NULL;
         switch (c) {
         case 'a':
             account = optarg;
@@ -128,11 +150,6 @@ int cli_snapshot_main (int argc, char **argv)
             name = optarg;
             break;
         case 'l':
-            if (!eq || eq == optarg) {
-                fprintf (stderr, "sbx snapshot: label '%s' is not KEY=VALUE\n", optarg);
-                rc = 2;
-                break;
-            }
             zlist_append (labels, optarg);
             break;
         case 'd':
@@ -161,55 +178,34 @@ int cli_snapshot_main (int argc, char **argv)
                                         : "give the snapshot's id");
         rc = 2;
     }
+    //  The broker lets an operator list one account's; REST has no such field.
     if (rc < 0 && account && !streq (verb, "list")) {
         fprintf (stderr, "sbx snapshot %s: --account goes with list\n", verb);
         rc = 2;
     }
+    //  The options as the operation's arguments, checked with REST's limits.
+    char command[64];
+    snprintf (command, sizeof command, "sbx snapshot %s", verb);
+    cli_op_t *op = rc < 0 ? cli_op_new (command, opcode) : NULL;
+    if (rc < 0 && !op)
+        rc = 1;
+    if (rc < 0 && id &&
+        cli_op_set_text (op, opcode == SBX_OP_SAVE_SNAPSHOT ? "sandboxId" : "snapshotId", id,
+                         opcode == SBX_OP_SAVE_SNAPSHOT ? "SANDBOX" : "ID"))
+        rc = 2;
+    if (rc < 0 && name && cli_op_set_text (op, "name", name, "--name"))
+        rc = 2;
+    if (rc < 0 && cli_op_set_pairs (op, "labels", labels, "--label"))
+        rc = 2;
+    if (rc < 0 && cli_op_check (op))
+        rc = 2;
     sbx_config_t *config = rc < 0 ? sbx_config_new (data_dir) : NULL;
     if (rc < 0 && !config)
         rc = 1;
-    if (rc < 0 && streq (verb, "list"))
-        rc = s_list (config, account, json);
-    else if (rc < 0) {
-        sbx_msg_t *request;
-        if (streq (verb, "save")) {
-            request = sbx_msg_new (SBX_MSG_SNAPSHOT_SAVE);
-            sbx_str_set (&sbx_msg_snapshot_save (request)->sandbox_id, id);
-            sbx_str_set (&sbx_msg_snapshot_save (request)->name, name);
-            for (char *kv = zlist_first (labels); kv; kv = zlist_next (labels)) {
-                char *eq = strchr (kv, '=');
-                *eq = 0;
-                sbx_strmap_set (&sbx_msg_snapshot_save (request)->labels, kv, eq + 1);
-                *eq = '=';
-            }
-        } else if (streq (verb, "get")) {
-            request = sbx_msg_new (SBX_MSG_SNAPSHOT_GET);
-            sbx_str_set (&sbx_msg_snapshot_get (request)->snapshot_id, id);
-        } else {
-            request = sbx_msg_new (SBX_MSG_SNAPSHOT_DELETE);
-            sbx_str_set (&sbx_msg_snapshot_delete (request)->snapshot_id, id);
-        }
-        request->caller = s_operator (NULL);
-        sbx_err_t err;
-        //  A save waits for the capture: a memory save and a disk copy.
-        sbx_msg_t *reply = cli_call (config, &request, streq (verb, "save") ? 600000 : 30000, &err);
-        if (!reply)
-            rc = cli_fail (&err);
-        else {
-            sbx_snapshot_info_t *info = reply->type == SBX_MSG_SNAPSHOT_SAVE_OK
-                                            ? sbx_msg_snapshot_save_ok (reply)->snapshot
-                                        : reply->type == SBX_MSG_SNAPSHOT_GET_OK
-                                            ? sbx_msg_snapshot_get_ok (reply)->snapshot
-                                            : sbx_msg_snapshot_delete_ok (reply)->snapshot;
-            if (!json && streq (verb, "delete"))
-                printf ("deleted snapshot %s\n", info->id);
-            else
-                s_print (info, json, streq (verb, "get"));
-            sbx_msg_destroy (&reply);
-            rc = 0;
-        }
-    }
+    if (rc < 0)
+        rc = s_run (config, op, verb, account, json);
     sbx_config_destroy (&config);
+    cli_op_destroy (&op);
     zlist_destroy (&labels);
     return rc;
 }

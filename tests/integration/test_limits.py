@@ -32,7 +32,7 @@ class LimitsTest(unittest.TestCase):
         sb = s.cli_json("sandbox", "create", *acct, timeout=300)
         self.assertEqual(sb["state"], "ready")
         # The free default (1 h) is bounded by this plan's maximum: 600 s from creation.
-        self.assertEqual(when(sb["expires_at"]) - when(sb["created_at"]), 600)
+        self.assertEqual(when(sb["expiresAt"]) - when(sb["createdAt"]), 600)
         # One running at once.
         res = s.cli("sandbox", "create", *acct, check=False, timeout=300)
         refused(self, res, "limit_exceeded", "the free plan allows 1 running sandboxes at once")

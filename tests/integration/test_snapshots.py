@@ -274,7 +274,7 @@ class SnapshotsTest(unittest.TestCase):
         snap = s.cli_json("snapshot", "save", alice["id"], "--name", "from-cli",
                           "--label", "via=cli", timeout=400)
         self.assertEqual((snap["state"], snap["name"], snap["kind"], snap["labels"],
-                          snap["sandbox_id"], snap["account"]),
+                          snap["sandboxId"], snap["account"]),
                          ("ready", "from-cli", "user", {"via": "cli"}, alice["id"],
                           alice["account"]))
         listed = s.cli_json("snapshot", "list", "--account", "alice@example.com")["snapshots"]
