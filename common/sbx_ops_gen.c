@@ -165,79 +165,163 @@ static const sbx_op_arg_t s_revoke_key_args[] = {
 const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
     [SBX_OP_CREATE_SANDBOX] = {"create_sandbox", true, "POST", "/v1/sandboxes",
                                false, false, SBX_MSG_SANDBOX_CREATE, 300000,
-                               SBX_OPS_BODY_JSON, s_create_sandbox_args, 7},
+                               SBX_OPS_BODY_JSON,
+                               "Sandbox {id} {state:words.sandboxState}. URL: {url}.{?expiresAt} Stops automatically "
+                               "at {expiresAt}.{/expiresAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note"
+                               "}",
+                               s_create_sandbox_args, 7},
     [SBX_OP_LIST_SANDBOXES] = {"list_sandboxes", true, "GET", "/v1/sandboxes",
                                true, false, SBX_MSG_SANDBOX_LIST, 30000,
-                               SBX_OPS_BODY_NONE, NULL, 0},
+                               SBX_OPS_BODY_NONE,
+                               "{^sandboxes}No sandboxes.{/sandboxes}{?sandboxes}{sandboxes:plural.sandbox.sandboxes}:{/sa"
+                               "ndboxes}{#sandboxes}\012{id}  {state}  {name}  {type}  {url}{?expiresAt}  stops at "
+                               "{expiresAt}{/expiresAt}{/sandboxes}",
+                               NULL, 0},
     [SBX_OP_GET_SANDBOX] = {"get_sandbox", true, "GET", "/v1/sandboxes/{sandboxId}",
                             true, false, SBX_MSG_SANDBOX_GET, 30000,
-                            SBX_OPS_BODY_NONE, s_get_sandbox_args, 1},
+                            SBX_OPS_BODY_NONE,
+                            "Sandbox {id} {state:words.sandboxState}. URL: {url}.{?expiresAt} Stops automatically "
+                            "at {expiresAt}.{/expiresAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note"
+                            "}{?runningSeconds} Running time so far: {runningSeconds} s, ${costUsd}.{/runningSeconds}",
+                            s_get_sandbox_args, 1},
     [SBX_OP_EXEC] = {"exec", true, "POST", "/v1/sandboxes/{sandboxId}/exec",
                      false, true, SBX_MSG_AGENT_EXEC, 30000,
-                     SBX_OPS_BODY_JSON_REQUIRED, s_exec_args, 6},
+                     SBX_OPS_BODY_JSON_REQUIRED,
+                     "{?running}Started process {processId} in {@sandboxId}. Call command_status with processId "
+                     "{processId} for its output and exit code.{/running}{^running}Exit code {exitCode}.{?timedO"
+                     "ut} The command ran longer than {@timeout} s and was killed; use detached: true for "
+                     "long commands.{/timedOut}{?stdout}\012stdout:\012{stdout:chomp}{/stdout}{?stderr}\012stder"
+                     "r:\012{stderr:chomp}{/stderr}{?stdoutTruncated}\012(Output was cut: call command_status "
+                     "with processId {processId}, stdoutOffset {stdoutNextOffset} and stderrOffset {stderrNextOf"
+                     "fset} for more.){/stdoutTruncated}{^stdoutTruncated}{?stderrTruncated}\012(Output "
+                     "was cut: call command_status with processId {processId}, stdoutOffset {stdoutNextOffset} "
+                     "and stderrOffset {stderrNextOffset} for more.){/stderrTruncated}{/stdoutTruncated}{/runnin"
+                     "g}",
+                     s_exec_args, 6},
     [SBX_OP_COMMAND_STATUS] = {"command_status", true, "GET", "/v1/sandboxes/{sandboxId}/processes/{processId}",
                                true, false, SBX_MSG_AGENT_STATUS, 30000,
-                               SBX_OPS_BODY_NONE, s_command_status_args, 4},
+                               SBX_OPS_BODY_NONE,
+                               "{?running}Process {processId} is running.{/running}{^running}Process {processId} exited "
+                               "with code {exitCode}.{/running}{?timedOut} It was killed when its timeout passed.{/timedOu"
+                               "t}{?stdout}\012stdout:\012{stdout:chomp}{/stdout}{?stderr}\012stderr:\012{stderr:chomp}{/s"
+                               "tderr}{?stdoutTruncated}\012(Output was cut: call command_status with processId {processId"
+                               "}, stdoutOffset {stdoutNextOffset} and stderrOffset {stderrNextOffset} for more.){/stdoutT"
+                               "runcated}{^stdoutTruncated}{?stderrTruncated}\012(Output was cut: call command_status "
+                               "with processId {processId}, stdoutOffset {stdoutNextOffset} and stderrOffset {stderrNextOf"
+                               "fset} for more.){/stderrTruncated}{/stdoutTruncated}",
+                               s_command_status_args, 4},
     [SBX_OP_KILL_COMMAND] = {"kill_command", true, "POST", "/v1/sandboxes/{sandboxId}/processes/{processId}/kill",
                              false, true, SBX_MSG_AGENT_KILL, 30000,
-                             SBX_OPS_BODY_JSON, s_kill_command_args, 3},
+                             SBX_OPS_BODY_JSON,
+                             "Sent {signal:signal} to process {processId} in {@sandboxId}. Call command_status for "
+                             "its exit code.",
+                             s_kill_command_args, 3},
     [SBX_OP_READ_FILE] = {"read_file", true, "GET", "/v1/sandboxes/{sandboxId}/files",
                           true, false, SBX_MSG_AGENT_FILE_READ, 30000,
-                          SBX_OPS_BODY_NONE, s_read_file_args, 3},
+                          SBX_OPS_BODY_NONE,
+                          "{content}",
+                          s_read_file_args, 3},
     [SBX_OP_WRITE_FILE] = {"write_file", true, "PUT", "/v1/sandboxes/{sandboxId}/files",
                            false, true, SBX_MSG_AGENT_FILE_WRITE, 30000,
-                           SBX_OPS_BODY_RAW, s_write_file_args, 5},
+                           SBX_OPS_BODY_RAW,
+                           "Wrote {size} bytes to {path} in {@sandboxId}.",
+                           s_write_file_args, 5},
     [SBX_OP_HOST_PORT] = {"host_port", true, "POST", "/v1/sandboxes/{sandboxId}/ports",
                           false, false, SBX_MSG_SANDBOX_PORT, 30000,
-                          SBX_OPS_BODY_JSON_REQUIRED, s_host_port_args, 4},
+                          SBX_OPS_BODY_JSON_REQUIRED,
+                          "{?removed}Port {port} of {@sandboxId} is no longer published.{/removed}{^removed}Port "
+                          "{port} of {@sandboxId} is at {url} ({public:words.visibility}).{/removed}",
+                          s_host_port_args, 4},
     [SBX_OP_UNPUBLISH_PORT] = {"unpublish_port", false, "DELETE", "/v1/sandboxes/{sandboxId}/ports/{port}",
                                false, false, SBX_MSG_SANDBOX_PORT, 30000,
-                               SBX_OPS_BODY_NONE, s_unpublish_port_args, 2},
+                               SBX_OPS_BODY_NONE,
+                               NULL,
+                               s_unpublish_port_args, 2},
     [SBX_OP_STOP_SANDBOX] = {"stop_sandbox", true, "POST", "/v1/sandboxes/{sandboxId}/stop",
                              false, false, SBX_MSG_SANDBOX_STOP, 300000,
-                             SBX_OPS_BODY_NONE, s_stop_sandbox_args, 1},
+                             SBX_OPS_BODY_NONE,
+                             "Sandbox {id} {state:words.stopWords}. URL: {url}.{?expiresAt} Stops automatically "
+                             "at {expiresAt}.{/expiresAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note"
+                             "}",
+                             s_stop_sandbox_args, 1},
     [SBX_OP_RESUME_SANDBOX] = {"resume_sandbox", true, "POST", "/v1/sandboxes/{sandboxId}/resume",
                                false, false, SBX_MSG_SANDBOX_RESUME, 300000,
-                               SBX_OPS_BODY_NONE, s_resume_sandbox_args, 1},
+                               SBX_OPS_BODY_NONE,
+                               "Sandbox {id} {state:words.resumeWords}. URL: {url}.{?expiresAt} Stops automatically "
+                               "at {expiresAt}.{/expiresAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note"
+                               "}",
+                               s_resume_sandbox_args, 1},
     [SBX_OP_EXTEND_SANDBOX] = {"extend_sandbox", true, "POST", "/v1/sandboxes/{sandboxId}/extend",
                                false, false, SBX_MSG_SANDBOX_EXTEND, 30000,
-                               SBX_OPS_BODY_JSON_REQUIRED, s_extend_sandbox_args, 2},
+                               SBX_OPS_BODY_JSON_REQUIRED,
+                               "Sandbox {id} has a new deadline. URL: {url}.{?expiresAt} Stops automatically at {expiresAt"
+                               "}.{/expiresAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note}",
+                               s_extend_sandbox_args, 2},
     [SBX_OP_RENAME_SANDBOX] = {"rename_sandbox", true, NULL, NULL,
                                false, false, SBX_MSG_SANDBOX_UPDATE, 30000,
-                               SBX_OPS_BODY_NONE, s_rename_sandbox_args, 2},
+                               SBX_OPS_BODY_NONE,
+                               "Sandbox {id} is updated. URL: {url}.{?expiresAt} Stops automatically at {expiresAt}.{/expi"
+                               "resAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note}",
+                               s_rename_sandbox_args, 2},
     [SBX_OP_LABEL_SANDBOX] = {"label_sandbox", true, NULL, NULL,
                               false, false, SBX_MSG_SANDBOX_UPDATE, 30000,
-                              SBX_OPS_BODY_NONE, s_label_sandbox_args, 2},
+                              SBX_OPS_BODY_NONE,
+                              "Sandbox {id} is updated. URL: {url}.{?expiresAt} Stops automatically at {expiresAt}.{/expi"
+                              "resAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note}",
+                              s_label_sandbox_args, 2},
     [SBX_OP_UPDATE_SANDBOX] = {"update_sandbox", false, "PATCH", "/v1/sandboxes/{sandboxId}",
                                false, false, SBX_MSG_SANDBOX_UPDATE, 30000,
-                               SBX_OPS_BODY_JSON_REQUIRED, s_update_sandbox_args, 3},
+                               SBX_OPS_BODY_JSON_REQUIRED,
+                               NULL,
+                               s_update_sandbox_args, 3},
     [SBX_OP_DELETE_SANDBOX] = {"delete_sandbox", true, "DELETE", "/v1/sandboxes/{sandboxId}",
                                false, true, SBX_MSG_SANDBOX_DELETE, 300000,
-                               SBX_OPS_BODY_NONE, s_delete_sandbox_args, 1},
+                               SBX_OPS_BODY_NONE,
+                               "Deleting {id}: its disk, memory and automatic snapshots are removed.",
+                               s_delete_sandbox_args, 1},
     [SBX_OP_SAVE_SNAPSHOT] = {"save_snapshot", true, "POST", "/v1/sandboxes/{sandboxId}/snapshots",
                               false, false, SBX_MSG_SNAPSHOT_SAVE, 300000,
-                              SBX_OPS_BODY_JSON, s_save_snapshot_args, 3},
+                              SBX_OPS_BODY_JSON,
+                              "Saved snapshot {id} of {sandboxId:or.the sandbox} ({sizeBytes:mib} MiB). Start new "
+                              "sandboxes from it with create_sandbox and snapshotId {id}.",
+                              s_save_snapshot_args, 3},
     [SBX_OP_LIST_SNAPSHOTS] = {"list_snapshots", true, "GET", "/v1/snapshots",
                                true, false, SBX_MSG_SNAPSHOT_LIST, 30000,
-                               SBX_OPS_BODY_NONE, s_list_snapshots_args, 1},
+                               SBX_OPS_BODY_NONE,
+                               "{^snapshots}No snapshots.{/snapshots}{?snapshots}{snapshots:plural.snapshot.snapshots}:{/s"
+                               "napshots}{#snapshots}\012{id}  {state}  {name:or.-}  from {sandboxId:or.-}  {sizeBytes:mib"
+                               "} MiB  {createdAt:or.}{?reason}  {reason}{/reason}{/snapshots}",
+                               s_list_snapshots_args, 1},
     [SBX_OP_GET_SNAPSHOT] = {"get_snapshot", false, "GET", "/v1/snapshots/{snapshotId}",
                              true, false, SBX_MSG_SNAPSHOT_GET, 30000,
-                             SBX_OPS_BODY_NONE, s_get_snapshot_args, 1},
+                             SBX_OPS_BODY_NONE,
+                             NULL,
+                             s_get_snapshot_args, 1},
     [SBX_OP_DELETE_SNAPSHOT] = {"delete_snapshot", true, "DELETE", "/v1/snapshots/{snapshotId}",
                                 false, true, SBX_MSG_SNAPSHOT_DELETE, 30000,
-                                SBX_OPS_BODY_NONE, s_delete_snapshot_args, 1},
+                                SBX_OPS_BODY_NONE,
+                                "Deleted snapshot {id}.",
+                                s_delete_snapshot_args, 1},
     [SBX_OP_GET_USAGE] = {"get_usage", false, "GET", "/v1/usage",
                           true, false, SBX_MSG_USAGE_GET, 30000,
-                          SBX_OPS_BODY_NONE, s_get_usage_args, 1},
+                          SBX_OPS_BODY_NONE,
+                          NULL,
+                          s_get_usage_args, 1},
     [SBX_OP_LIST_KEYS] = {"list_keys", false, "GET", "/v1/keys",
                           true, false, SBX_MSG_KEY_LIST, 30000,
-                          SBX_OPS_BODY_NONE, NULL, 0},
+                          SBX_OPS_BODY_NONE,
+                          NULL,
+                          NULL, 0},
     [SBX_OP_REVOKE_KEY] = {"revoke_key", false, "DELETE", "/v1/keys/{keyId}",
                            false, true, SBX_MSG_KEY_REVOKE, 30000,
-                           SBX_OPS_BODY_NONE, s_revoke_key_args, 1},
+                           SBX_OPS_BODY_NONE,
+                           NULL,
+                           s_revoke_key_args, 1},
     [SBX_OP_GET_OPENAPI] = {"get_openapi", false, "GET", "/v1/openapi.json",
                             true, false, SBX_MSG__UNKNOWN, 0,
-                            SBX_OPS_BODY_NONE, NULL, 0},
+                            SBX_OPS_BODY_NONE,
+                            NULL,
+                            NULL, 0},
 };
 
 const sbx_ops_route_t sbx_ops_routes[] = {
@@ -277,6 +361,15 @@ int sbx_ops_tool (const char *name, sbx_op_t *op_p)
     return -1;
 }
 
+const char sbx_ops_words_json[] =
+    "{\"sandboxState\":{\"ready\":\"is ready\",\"stopped\":\"is stopped (memory kept; resume_sa"
+    "ndbox starts it)\",\"creating\":\"is being created\",\"stopping\":\"is stopping\","
+    "\"resuming\":\"is resuming\",\"deleting\":\"is being deleted\",\"deleted\":\"is deleted\","
+    "\"*\":\"is in error\"},\"stopWords\":{\"stopped\":\"is stopped with its memory kept; "
+    "it bills no running time until resume_sandbox\",\"*\":\"@sandboxState\"},"
+    "\"resumeWords\":{\"ready\":\"is ready again\",\"*\":\"@sandboxState\"},"
+    "\"visibility\":{\"true\":\"public\",\"*\":\"private\"}}";
+
 const char sbx_ops_tools_json[] =
     "["
     //  create_sandbox
@@ -310,17 +403,18 @@ const char sbx_ops_tools_json[] =
     "\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
     "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"expiresAt\":{\"type\":[\"string\","
     "\"null\"],\"description\":\"When it stops by itself.\"},\"reason\":{\"type\":\"string\","
-    "\"description\":\"Why it is in error, when it is.\"},\"runningSeconds\":{\"type\":\"intege"
-    "r\",\"description\":\"Seconds it ran (billed) so far (present when billing answered).\"},"
-    "\"costMicroUsd\":{\"type\":\"integer\",\"description\":\"Its cost so far in micro-dollars."
-    "\"},\"costUsd\":{\"type\":\"string\",\"description\":\"Cost so far in US dollars,"
-    " e.g. 0.000360.\"},\"ports\":{\"type\":\"array\",\"description\":\"Published guest "
-    "ports (host_port), each at https://<label>-<port>.<box_domain> (box.<domain> unless "
-    "box_domain is set).\",\"items\":{\"type\":\"object\",\"required\":[\"port\","
-    "\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\",\"minimum\":1,"
-    "\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"boolean\"}}}}}},"
-    "\"annotations\":{\"title\":\"Create sandbox\",\"readOnlyHint\":false,\"destructiveHint\":f"
-    "alse}},"
+    "\"description\":\"Why it is in error, when it is.\"},\"note\":{\"type\":\"string\","
+    "\"description\":\"How it started when not quite as asked (from a snapshot's disk with "
+    "a fresh boot).\"},\"runningSeconds\":{\"type\":\"integer\",\"description\":\"Seconds "
+    "it ran (billed) so far (present when billing answered).\"},\"costMicroUsd\":{\"type\":\"in"
+    "teger\",\"description\":\"Its cost so far in micro-dollars.\"},\"costUsd\":{\"type\":\"str"
+    "ing\",\"description\":\"Cost so far in US dollars, e.g. 0.000360.\"},\"ports\":{\"type\":\""
+    "array\",\"description\":\"Published guest ports (host_port), each at https://<label>-<port"
+    ">.<box_domain> (box.<domain> unless box_domain is set).\",\"items\":{\"type\":\"object\","
+    "\"required\":[\"port\",\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"bool"
+    "ean\"}}}}}},\"annotations\":{\"title\":\"Create sandbox\",\"readOnlyHint\":false,"
+    "\"destructiveHint\":false}},"
     //  list_sandboxes
     "{\"name\":\"list_sandboxes\",\"title\":\"List sandboxes\",\"description\":\"List the "
     "sandboxes of this account that are not deleted, newest first.\",\"inputSchema\":{\"type\":"
@@ -338,16 +432,17 @@ const char sbx_ops_tools_json[] =
     "\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
     "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"expiresAt\":{\"type\":[\"string\","
     "\"null\"],\"description\":\"When it stops by itself.\"},\"reason\":{\"type\":\"string\","
-    "\"description\":\"Why it is in error, when it is.\"},\"runningSeconds\":{\"type\":\"intege"
-    "r\",\"description\":\"Seconds it ran (billed) so far (present when billing answered).\"},"
-    "\"costMicroUsd\":{\"type\":\"integer\",\"description\":\"Its cost so far in micro-dollars."
-    "\"},\"costUsd\":{\"type\":\"string\",\"description\":\"Cost so far in US dollars,"
-    " e.g. 0.000360.\"},\"ports\":{\"type\":\"array\",\"description\":\"Published guest "
-    "ports (host_port), each at https://<label>-<port>.<box_domain> (box.<domain> unless "
-    "box_domain is set).\",\"items\":{\"type\":\"object\",\"required\":[\"port\","
-    "\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\",\"minimum\":1,"
-    "\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"boolean\"}}}}}}}},"
-    "\"required\":[\"sandboxes\"]},\"annotations\":{\"title\":\"List sandboxes\","
+    "\"description\":\"Why it is in error, when it is.\"},\"note\":{\"type\":\"string\","
+    "\"description\":\"How it started when not quite as asked (from a snapshot's disk with "
+    "a fresh boot).\"},\"runningSeconds\":{\"type\":\"integer\",\"description\":\"Seconds "
+    "it ran (billed) so far (present when billing answered).\"},\"costMicroUsd\":{\"type\":\"in"
+    "teger\",\"description\":\"Its cost so far in micro-dollars.\"},\"costUsd\":{\"type\":\"str"
+    "ing\",\"description\":\"Cost so far in US dollars, e.g. 0.000360.\"},\"ports\":{\"type\":\""
+    "array\",\"description\":\"Published guest ports (host_port), each at https://<label>-<port"
+    ">.<box_domain> (box.<domain> unless box_domain is set).\",\"items\":{\"type\":\"object\","
+    "\"required\":[\"port\",\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"bool"
+    "ean\"}}}}}}}},\"required\":[\"sandboxes\"]},\"annotations\":{\"title\":\"List sandboxes\","
     "\"readOnlyHint\":true}},"
     //  get_sandbox
     "{\"name\":\"get_sandbox\",\"title\":\"Get sandbox\",\"description\":\"Show one sandbox: "
@@ -366,16 +461,17 @@ const char sbx_ops_tools_json[] =
     "\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
     "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"expiresAt\":{\"type\":[\"string\","
     "\"null\"],\"description\":\"When it stops by itself.\"},\"reason\":{\"type\":\"string\","
-    "\"description\":\"Why it is in error, when it is.\"},\"runningSeconds\":{\"type\":\"intege"
-    "r\",\"description\":\"Seconds it ran (billed) so far (present when billing answered).\"},"
-    "\"costMicroUsd\":{\"type\":\"integer\",\"description\":\"Its cost so far in micro-dollars."
-    "\"},\"costUsd\":{\"type\":\"string\",\"description\":\"Cost so far in US dollars,"
-    " e.g. 0.000360.\"},\"ports\":{\"type\":\"array\",\"description\":\"Published guest "
-    "ports (host_port), each at https://<label>-<port>.<box_domain> (box.<domain> unless "
-    "box_domain is set).\",\"items\":{\"type\":\"object\",\"required\":[\"port\","
-    "\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\",\"minimum\":1,"
-    "\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"boolean\"}}}}}},"
-    "\"annotations\":{\"title\":\"Get sandbox\",\"readOnlyHint\":true}},"
+    "\"description\":\"Why it is in error, when it is.\"},\"note\":{\"type\":\"string\","
+    "\"description\":\"How it started when not quite as asked (from a snapshot's disk with "
+    "a fresh boot).\"},\"runningSeconds\":{\"type\":\"integer\",\"description\":\"Seconds "
+    "it ran (billed) so far (present when billing answered).\"},\"costMicroUsd\":{\"type\":\"in"
+    "teger\",\"description\":\"Its cost so far in micro-dollars.\"},\"costUsd\":{\"type\":\"str"
+    "ing\",\"description\":\"Cost so far in US dollars, e.g. 0.000360.\"},\"ports\":{\"type\":\""
+    "array\",\"description\":\"Published guest ports (host_port), each at https://<label>-<port"
+    ">.<box_domain> (box.<domain> unless box_domain is set).\",\"items\":{\"type\":\"object\","
+    "\"required\":[\"port\",\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"bool"
+    "ean\"}}}}}},\"annotations\":{\"title\":\"Get sandbox\",\"readOnlyHint\":true}},"
     //  exec
     "{\"name\":\"exec\",\"title\":\"Run command\",\"description\":\"Run a shell command "
     "(/bin/sh -c, as root) in the sandbox and return its exit code, stdout and stderr. "
@@ -502,17 +598,18 @@ const char sbx_ops_tools_json[] =
     "\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
     "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"expiresAt\":{\"type\":[\"string\","
     "\"null\"],\"description\":\"When it stops by itself.\"},\"reason\":{\"type\":\"string\","
-    "\"description\":\"Why it is in error, when it is.\"},\"runningSeconds\":{\"type\":\"intege"
-    "r\",\"description\":\"Seconds it ran (billed) so far (present when billing answered).\"},"
-    "\"costMicroUsd\":{\"type\":\"integer\",\"description\":\"Its cost so far in micro-dollars."
-    "\"},\"costUsd\":{\"type\":\"string\",\"description\":\"Cost so far in US dollars,"
-    " e.g. 0.000360.\"},\"ports\":{\"type\":\"array\",\"description\":\"Published guest "
-    "ports (host_port), each at https://<label>-<port>.<box_domain> (box.<domain> unless "
-    "box_domain is set).\",\"items\":{\"type\":\"object\",\"required\":[\"port\","
-    "\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\",\"minimum\":1,"
-    "\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"boolean\"}}}}}},"
-    "\"annotations\":{\"title\":\"Stop sandbox\",\"readOnlyHint\":false,\"destructiveHint\":fal"
-    "se}},"
+    "\"description\":\"Why it is in error, when it is.\"},\"note\":{\"type\":\"string\","
+    "\"description\":\"How it started when not quite as asked (from a snapshot's disk with "
+    "a fresh boot).\"},\"runningSeconds\":{\"type\":\"integer\",\"description\":\"Seconds "
+    "it ran (billed) so far (present when billing answered).\"},\"costMicroUsd\":{\"type\":\"in"
+    "teger\",\"description\":\"Its cost so far in micro-dollars.\"},\"costUsd\":{\"type\":\"str"
+    "ing\",\"description\":\"Cost so far in US dollars, e.g. 0.000360.\"},\"ports\":{\"type\":\""
+    "array\",\"description\":\"Published guest ports (host_port), each at https://<label>-<port"
+    ">.<box_domain> (box.<domain> unless box_domain is set).\",\"items\":{\"type\":\"object\","
+    "\"required\":[\"port\",\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"bool"
+    "ean\"}}}}}},\"annotations\":{\"title\":\"Stop sandbox\",\"readOnlyHint\":false,"
+    "\"destructiveHint\":false}},"
     //  resume_sandbox
     "{\"name\":\"resume_sandbox\",\"title\":\"Resume sandbox\",\"description\":\"Resume "
     "a stopped sandbox from its memory: processes carry on where they were.\","
@@ -531,17 +628,18 @@ const char sbx_ops_tools_json[] =
     "\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
     "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"expiresAt\":{\"type\":[\"string\","
     "\"null\"],\"description\":\"When it stops by itself.\"},\"reason\":{\"type\":\"string\","
-    "\"description\":\"Why it is in error, when it is.\"},\"runningSeconds\":{\"type\":\"intege"
-    "r\",\"description\":\"Seconds it ran (billed) so far (present when billing answered).\"},"
-    "\"costMicroUsd\":{\"type\":\"integer\",\"description\":\"Its cost so far in micro-dollars."
-    "\"},\"costUsd\":{\"type\":\"string\",\"description\":\"Cost so far in US dollars,"
-    " e.g. 0.000360.\"},\"ports\":{\"type\":\"array\",\"description\":\"Published guest "
-    "ports (host_port), each at https://<label>-<port>.<box_domain> (box.<domain> unless "
-    "box_domain is set).\",\"items\":{\"type\":\"object\",\"required\":[\"port\","
-    "\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\",\"minimum\":1,"
-    "\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"boolean\"}}}}}},"
-    "\"annotations\":{\"title\":\"Resume sandbox\",\"readOnlyHint\":false,\"destructiveHint\":f"
-    "alse}},"
+    "\"description\":\"Why it is in error, when it is.\"},\"note\":{\"type\":\"string\","
+    "\"description\":\"How it started when not quite as asked (from a snapshot's disk with "
+    "a fresh boot).\"},\"runningSeconds\":{\"type\":\"integer\",\"description\":\"Seconds "
+    "it ran (billed) so far (present when billing answered).\"},\"costMicroUsd\":{\"type\":\"in"
+    "teger\",\"description\":\"Its cost so far in micro-dollars.\"},\"costUsd\":{\"type\":\"str"
+    "ing\",\"description\":\"Cost so far in US dollars, e.g. 0.000360.\"},\"ports\":{\"type\":\""
+    "array\",\"description\":\"Published guest ports (host_port), each at https://<label>-<port"
+    ">.<box_domain> (box.<domain> unless box_domain is set).\",\"items\":{\"type\":\"object\","
+    "\"required\":[\"port\",\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"bool"
+    "ean\"}}}}}},\"annotations\":{\"title\":\"Resume sandbox\",\"readOnlyHint\":false,"
+    "\"destructiveHint\":false}},"
     //  extend_sandbox
     "{\"name\":\"extend_sandbox\",\"title\":\"Extend sandbox\",\"description\":\"Push back "
     "when the sandbox stops by itself.\",\"inputSchema\":{\"type\":\"object\","
@@ -561,17 +659,18 @@ const char sbx_ops_tools_json[] =
     "\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
     "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"expiresAt\":{\"type\":[\"string\","
     "\"null\"],\"description\":\"When it stops by itself.\"},\"reason\":{\"type\":\"string\","
-    "\"description\":\"Why it is in error, when it is.\"},\"runningSeconds\":{\"type\":\"intege"
-    "r\",\"description\":\"Seconds it ran (billed) so far (present when billing answered).\"},"
-    "\"costMicroUsd\":{\"type\":\"integer\",\"description\":\"Its cost so far in micro-dollars."
-    "\"},\"costUsd\":{\"type\":\"string\",\"description\":\"Cost so far in US dollars,"
-    " e.g. 0.000360.\"},\"ports\":{\"type\":\"array\",\"description\":\"Published guest "
-    "ports (host_port), each at https://<label>-<port>.<box_domain> (box.<domain> unless "
-    "box_domain is set).\",\"items\":{\"type\":\"object\",\"required\":[\"port\","
-    "\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\",\"minimum\":1,"
-    "\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"boolean\"}}}}}},"
-    "\"annotations\":{\"title\":\"Extend sandbox\",\"readOnlyHint\":false,\"destructiveHint\":f"
-    "alse}},"
+    "\"description\":\"Why it is in error, when it is.\"},\"note\":{\"type\":\"string\","
+    "\"description\":\"How it started when not quite as asked (from a snapshot's disk with "
+    "a fresh boot).\"},\"runningSeconds\":{\"type\":\"integer\",\"description\":\"Seconds "
+    "it ran (billed) so far (present when billing answered).\"},\"costMicroUsd\":{\"type\":\"in"
+    "teger\",\"description\":\"Its cost so far in micro-dollars.\"},\"costUsd\":{\"type\":\"str"
+    "ing\",\"description\":\"Cost so far in US dollars, e.g. 0.000360.\"},\"ports\":{\"type\":\""
+    "array\",\"description\":\"Published guest ports (host_port), each at https://<label>-<port"
+    ">.<box_domain> (box.<domain> unless box_domain is set).\",\"items\":{\"type\":\"object\","
+    "\"required\":[\"port\",\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"bool"
+    "ean\"}}}}}},\"annotations\":{\"title\":\"Extend sandbox\",\"readOnlyHint\":false,"
+    "\"destructiveHint\":false}},"
     //  rename_sandbox
     "{\"name\":\"rename_sandbox\",\"title\":\"Rename sandbox\",\"description\":\"Change "
     "the name of the sandbox.\",\"inputSchema\":{\"type\":\"object\",\"properties\":{\"name\":{"
@@ -590,17 +689,18 @@ const char sbx_ops_tools_json[] =
     "\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
     "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"expiresAt\":{\"type\":[\"string\","
     "\"null\"],\"description\":\"When it stops by itself.\"},\"reason\":{\"type\":\"string\","
-    "\"description\":\"Why it is in error, when it is.\"},\"runningSeconds\":{\"type\":\"intege"
-    "r\",\"description\":\"Seconds it ran (billed) so far (present when billing answered).\"},"
-    "\"costMicroUsd\":{\"type\":\"integer\",\"description\":\"Its cost so far in micro-dollars."
-    "\"},\"costUsd\":{\"type\":\"string\",\"description\":\"Cost so far in US dollars,"
-    " e.g. 0.000360.\"},\"ports\":{\"type\":\"array\",\"description\":\"Published guest "
-    "ports (host_port), each at https://<label>-<port>.<box_domain> (box.<domain> unless "
-    "box_domain is set).\",\"items\":{\"type\":\"object\",\"required\":[\"port\","
-    "\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\",\"minimum\":1,"
-    "\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"boolean\"}}}}}},"
-    "\"annotations\":{\"title\":\"Rename sandbox\",\"readOnlyHint\":false,\"destructiveHint\":f"
-    "alse}},"
+    "\"description\":\"Why it is in error, when it is.\"},\"note\":{\"type\":\"string\","
+    "\"description\":\"How it started when not quite as asked (from a snapshot's disk with "
+    "a fresh boot).\"},\"runningSeconds\":{\"type\":\"integer\",\"description\":\"Seconds "
+    "it ran (billed) so far (present when billing answered).\"},\"costMicroUsd\":{\"type\":\"in"
+    "teger\",\"description\":\"Its cost so far in micro-dollars.\"},\"costUsd\":{\"type\":\"str"
+    "ing\",\"description\":\"Cost so far in US dollars, e.g. 0.000360.\"},\"ports\":{\"type\":\""
+    "array\",\"description\":\"Published guest ports (host_port), each at https://<label>-<port"
+    ">.<box_domain> (box.<domain> unless box_domain is set).\",\"items\":{\"type\":\"object\","
+    "\"required\":[\"port\",\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"bool"
+    "ean\"}}}}}},\"annotations\":{\"title\":\"Rename sandbox\",\"readOnlyHint\":false,"
+    "\"destructiveHint\":false}},"
     //  label_sandbox
     "{\"name\":\"label_sandbox\",\"title\":\"Label sandbox\",\"description\":\"Set or remove "
     "key/value labels of the sandbox (a null value removes one).\",\"inputSchema\":{\"type\":\""
@@ -620,17 +720,18 @@ const char sbx_ops_tools_json[] =
     "\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
     "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"expiresAt\":{\"type\":[\"string\","
     "\"null\"],\"description\":\"When it stops by itself.\"},\"reason\":{\"type\":\"string\","
-    "\"description\":\"Why it is in error, when it is.\"},\"runningSeconds\":{\"type\":\"intege"
-    "r\",\"description\":\"Seconds it ran (billed) so far (present when billing answered).\"},"
-    "\"costMicroUsd\":{\"type\":\"integer\",\"description\":\"Its cost so far in micro-dollars."
-    "\"},\"costUsd\":{\"type\":\"string\",\"description\":\"Cost so far in US dollars,"
-    " e.g. 0.000360.\"},\"ports\":{\"type\":\"array\",\"description\":\"Published guest "
-    "ports (host_port), each at https://<label>-<port>.<box_domain> (box.<domain> unless "
-    "box_domain is set).\",\"items\":{\"type\":\"object\",\"required\":[\"port\","
-    "\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\",\"minimum\":1,"
-    "\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"boolean\"}}}}}},"
-    "\"annotations\":{\"title\":\"Label sandbox\",\"readOnlyHint\":false,\"destructiveHint\":fa"
-    "lse}},"
+    "\"description\":\"Why it is in error, when it is.\"},\"note\":{\"type\":\"string\","
+    "\"description\":\"How it started when not quite as asked (from a snapshot's disk with "
+    "a fresh boot).\"},\"runningSeconds\":{\"type\":\"integer\",\"description\":\"Seconds "
+    "it ran (billed) so far (present when billing answered).\"},\"costMicroUsd\":{\"type\":\"in"
+    "teger\",\"description\":\"Its cost so far in micro-dollars.\"},\"costUsd\":{\"type\":\"str"
+    "ing\",\"description\":\"Cost so far in US dollars, e.g. 0.000360.\"},\"ports\":{\"type\":\""
+    "array\",\"description\":\"Published guest ports (host_port), each at https://<label>-<port"
+    ">.<box_domain> (box.<domain> unless box_domain is set).\",\"items\":{\"type\":\"object\","
+    "\"required\":[\"port\",\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"bool"
+    "ean\"}}}}}},\"annotations\":{\"title\":\"Label sandbox\",\"readOnlyHint\":false,"
+    "\"destructiveHint\":false}},"
     //  delete_sandbox
     "{\"name\":\"delete_sandbox\",\"title\":\"Delete sandbox\",\"description\":\"Delete "
     "a sandbox: its disk, memory and automatic snapshots are removed. Always needs the "
@@ -649,17 +750,18 @@ const char sbx_ops_tools_json[] =
     "\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
     "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"expiresAt\":{\"type\":[\"string\","
     "\"null\"],\"description\":\"When it stops by itself.\"},\"reason\":{\"type\":\"string\","
-    "\"description\":\"Why it is in error, when it is.\"},\"runningSeconds\":{\"type\":\"intege"
-    "r\",\"description\":\"Seconds it ran (billed) so far (present when billing answered).\"},"
-    "\"costMicroUsd\":{\"type\":\"integer\",\"description\":\"Its cost so far in micro-dollars."
-    "\"},\"costUsd\":{\"type\":\"string\",\"description\":\"Cost so far in US dollars,"
-    " e.g. 0.000360.\"},\"ports\":{\"type\":\"array\",\"description\":\"Published guest "
-    "ports (host_port), each at https://<label>-<port>.<box_domain> (box.<domain> unless "
-    "box_domain is set).\",\"items\":{\"type\":\"object\",\"required\":[\"port\","
-    "\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\",\"minimum\":1,"
-    "\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"boolean\"}}}}}},"
-    "\"annotations\":{\"title\":\"Delete sandbox\",\"readOnlyHint\":false,\"destructiveHint\":t"
-    "rue}},"
+    "\"description\":\"Why it is in error, when it is.\"},\"note\":{\"type\":\"string\","
+    "\"description\":\"How it started when not quite as asked (from a snapshot's disk with "
+    "a fresh boot).\"},\"runningSeconds\":{\"type\":\"integer\",\"description\":\"Seconds "
+    "it ran (billed) so far (present when billing answered).\"},\"costMicroUsd\":{\"type\":\"in"
+    "teger\",\"description\":\"Its cost so far in micro-dollars.\"},\"costUsd\":{\"type\":\"str"
+    "ing\",\"description\":\"Cost so far in US dollars, e.g. 0.000360.\"},\"ports\":{\"type\":\""
+    "array\",\"description\":\"Published guest ports (host_port), each at https://<label>-<port"
+    ">.<box_domain> (box.<domain> unless box_domain is set).\",\"items\":{\"type\":\"object\","
+    "\"required\":[\"port\",\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"bool"
+    "ean\"}}}}}},\"annotations\":{\"title\":\"Delete sandbox\",\"readOnlyHint\":false,"
+    "\"destructiveHint\":true}},"
     //  save_snapshot
     "{\"name\":\"save_snapshot\",\"title\":\"Save snapshot\",\"description\":\"Save the "
     "disk and memory of the sandbox as a snapshot that new sandboxes can start from (create_san"

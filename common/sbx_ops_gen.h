@@ -90,6 +90,7 @@ typedef struct {
     sbx_msg_type_t message;   //  the request it becomes; SBX_MSG__UNKNOWN: the gateway answers
     uint32_t deadline_ms;     //  the wait for the answer (a waited exec adds its timeout)
     sbx_ops_body_t rest_body; //  what REST's request body is
+    const char *text;         //  MCP's wording of the answer (gw_text), or NULL
     const sbx_op_arg_t *args; //  its arguments, arg_count of them
     unsigned arg_count;       //  
 } sbx_op_info_t;
@@ -111,5 +112,8 @@ int sbx_ops_tool (const char *name, sbx_op_t *op_p);
 //  tools/list's tools (name, title, description, inputSchema, outputSchema,
 //  annotations): a JSON array, as text.
 extern const char sbx_ops_tools_json[];
+
+//  The word tables texts name ({state:words.sandboxState}): a JSON object, as text.
+extern const char sbx_ops_words_json[];
 
 #endif

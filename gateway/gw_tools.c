@@ -6,6 +6,7 @@
 #include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_ops.h"
+#include "gw_text.h"
 #include "sbx_args.h"
 #include "sbx_secret.h"
 
@@ -133,6 +134,7 @@ static void s_state_use (gw_tools_state_t *state, const char *sandbox_id)
 
 struct gw_tools_t {
     json_t *list;
+    gw_text_t *text; //  the answers in words
     gw_ops_t *ops; //  the gateway's (ctx)
     zhashx_t *calls; //  serial → s_call_t in flight
     uint64_t next_serial;
@@ -190,262 +192,46 @@ static const char *s_str (json_t *answer, const char *key)
     return json_string_value (json_object_get (answer, key));
 }
 
-static long long s_int (json_t *answer, const char *key)
-{
-    return (long long) json_integer_value (json_object_get (answer, key));
-}
-
 //  --------------------------------------------------------------------------
-//  Wording
+//  What a call did to the session: the sandbox it used becomes the default, create's
+//  env is kept, a deleted sandbox is forgotten. (Its words are schemas/operations.json's,
+//  gw_text.)
 
-static const char *s_state_words (const char *state)
+static void s_follow (s_call_t *call, json_t *answer)
 {
-    return !state                      ? "is in error"
-           : streq (state, "ready")    ? "is ready"
-           : streq (state, "stopped")  ? "is stopped (memory kept; resume_sandbox starts it)"
-           : streq (state, "creating") ? "is being created"
-           : streq (state, "stopping") ? "is stopping"
-           : streq (state, "resuming") ? "is resuming"
-           : streq (state, "deleting") ? "is being deleted"
-           : streq (state, "deleted")  ? "is deleted"
-                                       : "is in error";
-}
-
-//  "Sandbox sb_… is ready. URL: …. Stops automatically at …."
-static void s_sandbox_text (zchunk_t *text, sbx_op_t op, json_t *sandbox)
-{
-    const char *state = s_str (sandbox, "state");
-    const char *words = s_state_words (state);
-    if (op == SBX_OP_RESUME_SANDBOX && streq (state, "ready"))
-        words = "is ready again";
-    if (op == SBX_OP_STOP_SANDBOX && streq (state, "stopped"))
-        words = "is stopped with its memory kept; it bills no running time until resume_sandbox";
-    if (op == SBX_OP_EXTEND_SANDBOX)
-        words = "has a new deadline";
-    if (op == SBX_OP_RENAME_SANDBOX || op == SBX_OP_LABEL_SANDBOX)
-        words = "is updated";
-    const char *expires = s_str (sandbox, "expiresAt");
-    const char *reason = s_str (sandbox, "reason");
-    const char *note = s_str (sandbox, "note");
-    char *line = NULL;
-    if (asprintf (&line, "Sandbox %s %s. URL: %s.%s%s%s%s%s%s%s%s", s_str (sandbox, "id"), words,
-                  s_str (sandbox, "url"), expires ? " Stops automatically at " : "",
-                  expires ? expires : "", expires ? "." : "", reason ? " Reason: " : "",
-                  reason ? reason : "", note ? " Note: " : "", note ? note : "",
-                  note ? "." : "") > 0)
-        zchunk_extend (text, line, strlen (line));
-    free (line);
-    //  Billing's figures, when it answered.
-    json_t *seconds = json_object_get (sandbox, "runningSeconds");
-    if (op == SBX_OP_GET_SANDBOX && seconds) {
-        char more[100];
-        int n = snprintf (more, sizeof more, " Running time so far: %lld s, $%s.",
-                          (long long) json_integer_value (seconds), s_str (sandbox, "costUsd"));
-        zchunk_extend (text, more, (size_t) n);
-    }
-}
-
-//  Appends "\n<name>:\n<text>" without one trailing newline, when there is output.
-static void s_append_stream (zchunk_t *text, const char *name, json_t *value)
-{
-    size_t size = json_string_length (value);
-    if (!size)
-        return;
-    const char *data = json_string_value (value);
-    if (data[size - 1] == '\n')
-        size--;
-    zchunk_extend (text, "\n", 1);
-    zchunk_extend (text, name, strlen (name));
-    zchunk_extend (text, ":\n", 2);
-    zchunk_extend (text, data, size);
-}
-
-static void s_output_text (zchunk_t *text, s_call_t *call, json_t *out)
-{
-    char line[400];
-    int n;
-    long long pid = s_int (out, "processId");
-    if (call->op == SBX_OP_EXEC) {
-        if (json_is_true (json_object_get (out, "running"))) {
-            n = snprintf (line, sizeof line,
-                          "Started process %lld in %s. Call command_status with processId %lld "
-                          "for its output and exit code.",
-                          pid, sbx_api_sandbox_id (call->args), pid);
-            zchunk_extend (text, line, (size_t) n);
-            return;
-        }
-        n = snprintf (line, sizeof line, "Exit code %lld.", s_int (out, "exitCode"));
-        zchunk_extend (text, line, (size_t) n);
-        if (json_is_true (json_object_get (out, "timedOut"))) {
-            n = snprintf (line, sizeof line,
-                          " The command ran longer than %lld s and was killed; use detached: "
-                          "true for long commands.",
-                          (long long) sbx_args_int (call->op, call->args, "timeout"));
-            zchunk_extend (text, line, (size_t) n);
-        }
-    } else {
-        n = json_is_true (json_object_get (out, "running"))
-                ? snprintf (line, sizeof line, "Process %lld is running.", pid)
-                : snprintf (line, sizeof line, "Process %lld exited with code %lld.", pid,
-                            s_int (out, "exitCode"));
-        zchunk_extend (text, line, (size_t) n);
-        if (json_is_true (json_object_get (out, "timedOut")))
-            zchunk_extend (text, " It was killed when its timeout passed.", 39);
-    }
-    s_append_stream (text, "stdout", json_object_get (out, "stdout"));
-    s_append_stream (text, "stderr", json_object_get (out, "stderr"));
-    if (json_is_true (json_object_get (out, "stdoutTruncated")) ||
-        json_is_true (json_object_get (out, "stderrTruncated"))) {
-        n = snprintf (line, sizeof line,
-                      "\n(Output was cut: call command_status with processId %lld, stdoutOffset "
-                      "%lld and stderrOffset %lld for more.)",
-                      pid, s_int (out, "stdoutNextOffset"), s_int (out, "stderrNextOffset"));
-        zchunk_extend (text, line, (size_t) n);
-    }
-}
-
-static double s_mib (long long bytes)
-{
-    return (double) bytes / (1024.0 * 1024.0);
-}
-
-//  The text of a successful call; the state follows what it did.
-static void s_words (zchunk_t *text, s_call_t *call, json_t *answer)
-{
-    char line[800];
-    int n = 0;
     const char *sandbox = sbx_api_sandbox_id (call->args);
     switch (call->op) {
-    case SBX_OP_CREATE_SANDBOX:
-    case SBX_OP_GET_SANDBOX:
-    case SBX_OP_STOP_SANDBOX:
-    case SBX_OP_RESUME_SANDBOX:
-    case SBX_OP_EXTEND_SANDBOX:
-    case SBX_OP_RENAME_SANDBOX:
-    case SBX_OP_LABEL_SANDBOX:
-    case SBX_OP_UPDATE_SANDBOX:
-        s_state_use (call->state, s_str (answer, "id"));
-        if (call->op == SBX_OP_CREATE_SANDBOX) {
-            json_t *env = json_object_get (call->args, "env");
-            if (json_is_object (env) && json_object_size (env)) {
-                gw_tools_state_set_env (call->state, s_str (answer, "id"), env);
-                s_state_change (call->state, s_str (answer, "id"), false, env);
-            }
+    case SBX_OP_CREATE_SANDBOX: {
+        json_t *env = json_object_get (call->args, "env");
+        if (json_is_object (env) && json_object_size (env)) {
+            gw_tools_state_set_env (call->state, s_str (answer, "id"), env);
+            s_state_change (call->state, s_str (answer, "id"), false, env);
         }
-        s_sandbox_text (text, call->op, answer);
+        s_state_use (call->state, s_str (answer, "id"));
         break;
+    }
     case SBX_OP_DELETE_SANDBOX: {
         const char *id = s_str (answer, "id");
-        n = snprintf (line, sizeof line,
-                      "Deleting %s: its disk, memory and automatic snapshots are removed.", id);
-        if (call->state->last && streq (call->state->last, id))
+        if (call->state->last && id && streq (call->state->last, id))
             zstr_free (&call->state->last);
         gw_tools_state_set_env (call->state, id, NULL);
         s_state_change (call->state, id, true, NULL);
         break;
     }
-    case SBX_OP_LIST_SANDBOXES: {
-        json_t *all = json_object_get (answer, "sandboxes");
-        size_t count = json_array_size (all);
-        n = count ? snprintf (line, sizeof line, "%zu sandbox%s:", count, count == 1 ? "" : "es")
-                  : snprintf (line, sizeof line, "No sandboxes.");
-        zchunk_extend (text, line, (size_t) n);
-        n = 0;
-        size_t i;
-        json_t *s;
-        json_array_foreach (all, i, s)
-        {
-            const char *expires = s_str (s, "expiresAt");
-            int k = snprintf (line, sizeof line, "\n%s  %s  %s  %s  %s%s%s", s_str (s, "id"),
-                              s_str (s, "state"), s_str (s, "name"), s_str (s, "type"),
-                              s_str (s, "url"), expires ? "  stops at " : "", expires ? expires : "");
-            zchunk_extend (text, line, (size_t) k < sizeof line ? (size_t) k : sizeof line - 1);
-        }
+    case SBX_OP_SAVE_SNAPSHOT:
+        if (s_str (answer, "sandboxId"))
+            s_state_use (call->state, s_str (answer, "sandboxId"));
         break;
-    }
-    case SBX_OP_EXEC:
-    case SBX_OP_COMMAND_STATUS:
-        s_state_use (call->state, sandbox);
-        s_output_text (text, call, answer);
-        break;
-    case SBX_OP_KILL_COMMAND: {
-        s_state_use (call->state, sandbox);
-        int signal = (int) s_int (answer, "signal");
-        const char *name = sbx_api_signal_name (signal);
-        if (name)
-            n = snprintf (line, sizeof line,
-                          "Sent SIG%s to process %lld in %s. Call command_status for its exit "
-                          "code.",
-                          name, s_int (answer, "processId"), sandbox);
-        else
-            n = snprintf (line, sizeof line,
-                          "Sent signal %d to process %lld in %s. Call command_status for its "
-                          "exit code.",
-                          signal, s_int (answer, "processId"), sandbox);
-        break;
-    }
-    case SBX_OP_WRITE_FILE:
-        s_state_use (call->state, sandbox);
-        n = snprintf (line, sizeof line, "Wrote %lld bytes to %.600s in %s.", s_int (answer, "size"),
-                      s_str (answer, "path"), sandbox);
-        break;
-    case SBX_OP_HOST_PORT:
-        s_state_use (call->state, sandbox);
-        if (json_is_true (json_object_get (answer, "removed")))
-            n = snprintf (line, sizeof line, "Port %lld of %s is no longer published.",
-                          s_int (answer, "port"), sandbox);
-        else
-            n = snprintf (line, sizeof line, "Port %lld of %s is at %s (%s).",
-                          s_int (answer, "port"), sandbox, s_str (answer, "url"),
-                          json_is_true (json_object_get (answer, "public")) ? "public"
-                                                                           : "private");
-        break;
-    case SBX_OP_SAVE_SNAPSHOT: {
-        const char *from = s_str (answer, "sandboxId");
-        if (from)
-            s_state_use (call->state, from);
-        n = snprintf (line, sizeof line,
-                      "Saved snapshot %s of %s (%.1f MiB). Start new sandboxes from it with "
-                      "create_sandbox and snapshotId %s.",
-                      s_str (answer, "id"), from ? from : "the sandbox",
-                      s_mib (s_int (answer, "sizeBytes")), s_str (answer, "id"));
-        break;
-    }
-    case SBX_OP_LIST_SNAPSHOTS: {
-        json_t *all = json_object_get (answer, "snapshots");
-        size_t count = json_array_size (all);
-        n = count ? snprintf (line, sizeof line, "%zu snapshot%s:", count, count == 1 ? "" : "s")
-                  : snprintf (line, sizeof line, "No snapshots.");
-        zchunk_extend (text, line, (size_t) n);
-        n = 0;
-        size_t i;
-        json_t *s;
-        json_array_foreach (all, i, s)
-        {
-            const char *name = s_str (s, "name"), *from = s_str (s, "sandboxId");
-            const char *reason = s_str (s, "reason"), *created = s_str (s, "createdAt");
-            int k = snprintf (line, sizeof line, "\n%s  %s  %s  from %s  %.1f MiB  %s%s%s",
-                              s_str (s, "id"), s_str (s, "state"), name ? name : "-",
-                              from ? from : "-", s_mib (s_int (s, "sizeBytes")),
-                              created ? created : "", reason ? "  " : "", reason ? reason : "");
-            zchunk_extend (text, line, (size_t) k < sizeof line ? (size_t) k : sizeof line - 1);
-        }
-        break;
-    }
+    case SBX_OP_LIST_SANDBOXES:
+    case SBX_OP_LIST_SNAPSHOTS:
     case SBX_OP_DELETE_SNAPSHOT:
-        n = snprintf (line, sizeof line, "Deleted snapshot %s.", s_str (answer, "id"));
         break;
-    case SBX_OP_READ_FILE: //  worded where its content is made
-    case SBX_OP_UNPUBLISH_PORT:
-    case SBX_OP_GET_SNAPSHOT:
-    case SBX_OP_GET_USAGE:
-    case SBX_OP_LIST_KEYS:
-    case SBX_OP_REVOKE_KEY:
-    case SBX_OP_GET_OPENAPI:
+    default:
+        //  Every other tool acts on one sandbox: it is the session's default now.
+        if (sandbox)
+            s_state_use (call->state, sandbox);
         break;
     }
-    if (n > 0)
-        zchunk_extend (text, line, (size_t) n < sizeof line ? (size_t) n : sizeof line - 1);
 }
 
 static void s_on_done (const gw_ops_result_t *result, void *arg)
@@ -471,19 +257,20 @@ static void s_on_done (const gw_ops_result_t *result, void *arg)
             s_fail (call, SBX_E_INVALID_ARGUMENT, why);
             return;
         }
-        s_state_use (call->state, sbx_api_sandbox_id (call->args));
         json_t *structured =
             json_pack ("{s:s, s:o, s:s, s:I}", "path", path, "content", content, "encoding",
                        call->base64 ? "base64" : "utf-8", "size", (json_int_t) result->size);
-        s_finish (call, s_text_result (s_str (structured, "content"), structured, false));
+        s_follow (call, structured);
+        char *text = gw_text_render (call->tools->text, call->op, structured, call->args);
+        s_finish (call, s_text_result (text ? text : "", structured, false));
+        free (text);
         return;
     }
-    zchunk_t *text = zchunk_new (NULL, 0);
-    s_words (text, call, result->answer);
-    zchunk_extend (text, "", 1);
     json_t *answer = json_deep_copy (result->answer);
-    s_finish (call, s_text_result ((char *) zchunk_data (text), answer, false));
-    zchunk_destroy (&text);
+    s_follow (call, answer);
+    char *text = gw_text_render (call->tools->text, call->op, answer, call->args);
+    s_finish (call, s_text_result (text ? text : "", answer, false));
+    free (text);
 }
 
 //  --------------------------------------------------------------------------
@@ -500,8 +287,9 @@ gw_tools_t *gw_tools_new (gw_ctx_t *ctx)
     if (!self->list)
         sbx_error ("tool definitions: %s at %d", error.text, error.position);
     self->ops = ctx->ops;
+    self->text = gw_text_new ();
     self->calls = sbx_idmap_new ();
-    if (!self->list || !self->ops || !self->calls) {
+    if (!self->list || !self->ops || !self->text || !self->calls) {
         gw_tools_destroy (&self);
         return NULL;
     }
@@ -522,6 +310,7 @@ void gw_tools_destroy (gw_tools_t **self_p)
         zhashx_destroy (&self->calls);
     }
     json_decref (self->list);
+    gw_text_destroy (&self->text);
     free (self);
     *self_p = NULL;
 }

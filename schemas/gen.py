@@ -826,6 +826,8 @@ class Ops:
         self.responses = comp["responses"]
         self.shapes = comp["schemas"]
         self.arguments = comp["arguments"]
+        self.words = comp["words"]
+        self.texts = comp["texts"]
         self.ops = data["operations"]
 
 
@@ -842,11 +844,19 @@ def load_operations(s, path):
     _need(data, "doc", str, fname)
     _need(data, "openapi", dict, fname)
     comp = _need(data, "components", dict, fname)
-    _only(comp, ("securitySchemes", "responses", "schemas", "arguments"), f"{fname}: components")
-    for key in ("securitySchemes", "responses", "schemas", "arguments"):
+    _only(comp, ("securitySchemes", "responses", "schemas", "arguments", "words", "texts"),
+          f"{fname}: components")
+    for key in ("securitySchemes", "responses", "schemas", "arguments", "words", "texts"):
         _need(comp, key, dict, f"{fname}: components")
     _need(data, "operations", list, fname)
     o = Ops(s, data)
+    for table, words in o.words.items():
+        if not isinstance(words, dict) or "*" not in words or \
+                any(not isinstance(v, str) for v in words.values()):
+            raise SchemaError(f"{fname}: words {table}: an object of texts with a \"*\" default")
+        for v in words.values():
+            if v.startswith("@") and v[1:] not in o.words:
+                raise SchemaError(f"{fname}: words {table}: no words {v[1:]}")
     if "Error" not in o.shapes:
         raise SchemaError(f"{fname}: components.schemas needs Error: every error response carries it")
     for name, r in o.responses.items():
@@ -870,7 +880,7 @@ def load_operations(s, path):
 def _check_operation(o, op, fname, i, seen):
     where = f"{fname}: operations[{i}]"
     _only(op, ("name", "surfaces", "title", "description", "annotations", "message",
-               "deadline_ms", "arguments", "output", "mcp", "rest", "drift"), where)
+               "deadline_ms", "text", "arguments", "output", "mcp", "rest", "drift"), where)
     name = _need(op, "name", str, where)
     where = f"{fname}: operation {name}"
     if not OPS_NAME_RE.match(name) or name in seen["names"]:
@@ -907,7 +917,8 @@ def _check_operation(o, op, fname, i, seen):
         out = _output(o, op, "mcp")
         if out is None or out.get("type") != "object":
             raise SchemaError(f"{where}: an MCP tool needs an output, an object schema")
-    elif "title" in op or "mcp" in op:
+        op_text(o, op)  # checked: its fields, arguments, sections, words and formats
+    elif "title" in op or "mcp" in op or "text" in op:
         raise SchemaError(f"{where}: title and mcp are for MCP tools")
     for surface in surfaces:
         names = [a["name"] for a in op_args(o, op, surface)]
@@ -1077,6 +1088,82 @@ def _schema(o, node, surface, where):
             if required:
                 out["required"] = required
     return out
+
+
+
+#  -- MCP's wording: mustache-like templates (gateway/gw_text.c renders them) ---------------
+#  {x} a field of the answer, {x:fmt} formatted, {@a} an argument (its default when not
+#  given), {#x}...{/x} once per element of an array (or once when x is set), {?x}...{/x}
+#  once when x is set, {^x}...{/x} once when it is not (absent, null, false, "" or []),
+#  {>name} a text of components.texts. Formats: chomp, mib, signal, words.TABLE,
+#  plural.ONE.MANY, or.TEXT.
+
+TEXT_TOKEN_RE = re.compile(r"\{([#?^/>@]?)([A-Za-z][A-Za-z0-9]*)(?::([^{}]*))?\}")
+TEXT_FORMATS = ("chomp", "mib", "signal", "words", "plural", "or")
+
+
+def _expand(o, text, where, seen=()):
+    def sub(m):
+        if m.group(1) != ">":
+            return m.group(0)
+        name = m.group(2)
+        if name not in o.texts or name in seen:
+            raise SchemaError(f"{where}: no text {name} (or it includes itself)")
+        return _expand(o, o.texts[name], where, seen + (name,))
+    return TEXT_TOKEN_RE.sub(sub, text)
+
+
+def _props(o, schema):
+    if not isinstance(schema, dict):
+        return {}
+    return schema.get("properties", {})
+
+
+def op_text(o, op):
+    """The operation's MCP text with texts included, checked against its answer's fields
+    and its arguments; None for an operation MCP does not have."""
+    if "mcp" not in op["surfaces"]:
+        return None
+    where = f"operation {op['name']}: text"
+    text = op.get("text")
+    if not isinstance(text, str) or not text:
+        raise SchemaError(f"{where}: an MCP tool needs a text (how its answer is worded)")
+    text = _expand(o, text, where)
+    args = {a["name"] for a in op_args(o, op, "mcp")}
+    stack = [(None, _props(o, _output(o, op, "mcp")))]
+    pos = 0
+    for m in TEXT_TOKEN_RE.finditer(text):
+        if "{" in text[pos:m.start()] or "}" in text[pos:m.start()]:
+            raise SchemaError(f"{where}: a brace that is not a {{field}} near {text[pos:m.start()]!r}")
+        pos = m.end()
+        kind, name, fmt = m.group(1), m.group(2), m.group(3)
+        fields = stack[-1][1]
+        if kind == "@":
+            if name not in args:
+                raise SchemaError(f"{where}: {{@{name}}}: {op['name']} has no argument {name}")
+        elif kind == "/":
+            if stack[-1][0] != name:
+                raise SchemaError(f"{where}: {{/{name}}} closes what it did not open")
+            stack.pop()
+            continue
+        elif name not in fields:
+            raise SchemaError(f"{where}: {{{kind}{name}}}: the answer has no field {name}")
+        if kind in "#?^" and kind:
+            inner = fields
+            if kind == "#" and fields[name].get("type") == "array":
+                items = fields[name].get("items", {})
+                inner = _props(o, items)
+            stack.append((name, inner))
+        if fmt is not None:
+            head = fmt.split(".")[0]
+            if head not in TEXT_FORMATS or (head == "words" and fmt[6:] not in o.words) or \
+                    (head == "plural" and len(fmt.split(".")) != 3):
+                raise SchemaError(f"{where}: {{{name}:{fmt}}}: formats are {', '.join(TEXT_FORMATS)}")
+    if "{" in text[pos:] or "}" in text[pos:]:
+        raise SchemaError(f"{where}: a brace that is not a {{field}} near {text[pos:]!r}")
+    if len(stack) != 1:
+        raise SchemaError(f"{where}: {{#{stack[-1][0]}}} is never closed")
+    return text
 
 
 #  -- MCP ---------------------------------------------------------------------------------
@@ -1359,6 +1446,7 @@ def gen_ops_header(o):
         ("sbx_msg_type_t message;", "the request it becomes; SBX_MSG__UNKNOWN: the gateway answers"),
         ("uint32_t deadline_ms;", "the wait for the answer (a waited exec adds its timeout)"),
         ("sbx_ops_body_t rest_body;", "what REST's request body is"),
+        ("const char *text;", "MCP's wording of the answer (gw_text), or NULL"),
         ("const sbx_op_arg_t *args;", "its arguments, arg_count of them"),
         ("unsigned arg_count;", ""),
     ]))
@@ -1381,6 +1469,9 @@ def gen_ops_header(o):
     w.append("//  tools/list's tools (name, title, description, inputSchema, outputSchema,")
     w.append("//  annotations): a JSON array, as text.")
     w.append("extern const char sbx_ops_tools_json[];")
+    w.append("")
+    w.append("//  The word tables texts name ({state:words.sandboxState}): a JSON object, as text.")
+    w.append("extern const char sbx_ops_words_json[];")
     w.append("")
     w.append("#endif")
     return "\n".join(w) + "\n"
@@ -1467,8 +1558,14 @@ def gen_ops_source(o):
         body = rest.get("body") if rest else None
         kind = ("NONE" if body is None else "RAW" if "schema" in body
                 else "JSON_REQUIRED" if body["required"] else "JSON")
-        w.append(f"{' ' * len(head)}SBX_OPS_BODY_{kind}, "
-                 f"{'s_' + op['name'] + '_args' if count else 'NULL'}, {count}}},")
+        text = op_text(o, op)
+        w.append(f"{' ' * len(head)}SBX_OPS_BODY_{kind},")
+        if text is not None:
+            w.extend(_c_string_lines(text, indent=" " * len(head)))
+            w[-1] += ","
+        else:
+            w.append(f"{' ' * len(head)}NULL,")
+        w.append(f"{' ' * len(head)}{'s_' + op['name'] + '_args' if count else 'NULL'}, {count}}},")
     w.append("};")
     w.append("")
     w.append("const sbx_ops_route_t sbx_ops_routes[] = {")
@@ -1486,6 +1583,10 @@ def gen_ops_source(o):
     w.append("        }")
     w.append("    return -1;")
     w.append("}")
+    w.append("")
+    w.append("const char sbx_ops_words_json[] =")
+    w.extend(_c_string_lines(json.dumps(o.words, ensure_ascii=False, separators=(",", ":"))))
+    w[-1] += ";"
     w.append("")
     w.append("const char sbx_ops_tools_json[] =")
     tools = gen_tools(o)

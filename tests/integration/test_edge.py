@@ -257,12 +257,13 @@ class EdgeTest(unittest.TestCase):
         self.assert_invalid(self.request(one, "POST", "/v1/sandboxes", key, {"name": "a\tb"}),
                             "name")
         # Invalid UTF-8 in a path, raw and percent-encoded.
+        # (named as the API names them: the gateway refuses them before the broker would)
         self.assert_invalid(self.request(one, "GET", b"/v1/sandboxes/sb_\xff\xfe", key),
-                            "sandbox_id")
+                            "sandboxId")
         self.assert_invalid(self.request(one, "GET", "/v1/sandboxes/sb_%FF%FE", key),
-                            "sandbox_id")
+                            "sandboxId")
         self.assert_invalid(self.request(one, "DELETE", "/v1/snapshots/snap_%C3%28", key),
-                            "snapshot_id")
+                            "snapshotId")
         # Invalid UTF-8 or control bytes in Authorization: a malformed request, on every door.
         for token in (b"sbx_\xff\xfe\xfd", b"sbx_abc\x01def"):
             self.assert_invalid(self.request(one, "GET", "/v1/sandboxes", token))
