@@ -1,5 +1,6 @@
 /*  cli_account - `sbx account create` and `sbx key create|list|revoke`. */
 #include "cli_call.h"
+#include "sbx_api.h"
 #include "cli_commands.h"
 
 #include <getopt.h>
@@ -151,16 +152,6 @@ static void s_key_usage (FILE *out)
              "The key is shown once; sbx stores only its hash.\n");
 }
 
-static json_t *s_key_json (const sbx_key_info_t *key)
-{
-    return json_pack ("{s:s, s:s, s:s?, s:s?, s:s?, s:o, s:o, s:o, s:b}", "key_id", key->key_id,
-                      "kind", sbx_key_kind_name (key->kind), "name", key->name, "preset",
-                      key->preset ? sbx_key_preset_name (key->preset) : NULL, "prefix", key->prefix,
-                      "created_at", cli_json_time (key->created_ms), "expires_at",
-                      cli_json_time (key->expires_ms), "last_used_at",
-                      cli_json_time (key->last_used_ms), "revoked", key->revoked);
-}
-
 int cli_key_main (int argc, char **argv)
 {
     if (argc < 2 || streq (argv[1], "--help") || streq (argv[1], "-h")) {
@@ -273,9 +264,10 @@ int cli_key_main (int argc, char **argv)
     } else if (reply->type == SBX_MSG_KEY_LIST_OK) {
         sbx_key_list_ok_t *ok = sbx_msg_key_list_ok (reply);
         if (json) {
+            //  REST's shape (GET /v1/keys): one definition for both (sbx_api).
             json_t *keys = json_array ();
             for (size_t i = 0; i < ok->keys.count; i++)
-                json_array_append_new (keys, s_key_json (&ok->keys.items[i]));
+                json_array_append_new (keys, sbx_api_key (&ok->keys.items[i]));
             cli_print_json (json_pack ("{s:o}", "keys", keys));
         } else {
             printf ("%-16s %-10s %-10s %-10s %-24s %s\n", "KEY", "KIND", "PRESET", "PREFIX",
@@ -293,7 +285,7 @@ int cli_key_main (int argc, char **argv)
     } else {
         sbx_key_revoke_ok_t *ok = sbx_msg_key_revoke_ok (reply);
         if (json)
-            cli_print_json (json_pack ("{s:s, s:b}", "key_id", ok->key_id, "revoked", 1));
+            cli_print_json (json_pack ("{s:s, s:b}", "id", ok->key_id, "revoked", 1));
         else
             printf ("key %s revoked\n", ok->key_id);
     }

@@ -413,7 +413,7 @@ static json_t *s_usage (const sbx_usage_get_ok_t *ok)
                       sandboxes, "days", days);
 }
 
-static json_t *s_key (const sbx_key_info_t *k)
+json_t *sbx_api_key (const sbx_key_info_t *k)
 {
     json_t *key = json_pack ("{s:s, s:s}", "id", k->key_id ? k->key_id : "", "kind",
                              sbx_key_kind_name (k->kind));
@@ -529,7 +529,7 @@ json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *r
         sbx_key_info_list_t *list = &sbx_msg_key_list_ok (reply)->keys;
         json_t *keys = json_array ();
         for (size_t i = 0; i < list->count; i++)
-            json_array_append_new (keys, s_key (&list->items[i]));
+            json_array_append_new (keys, sbx_api_key (&list->items[i]));
         return json_pack ("{s:o}", "keys", keys);
     }
     case SBX_OP_REVOKE_KEY:

@@ -65,6 +65,9 @@ json_t *sbx_api_sandbox (sbx_api_t *self, const sbx_sandbox_info_t *info);
 //  id, name, state, kind, sandboxId, type, sizeBytes, diskBytes, memoryBytes, createdAt,
 //  labels, and reason and parentId when set.
 json_t *sbx_api_snapshot (const sbx_snapshot_info_t *info);
+//  A key or OAuth connection as GET /v1/keys shows it: id, kind, name, preset (keys),
+//  prefix, revoked, createdAt, lastUsedAt, expiresAt.
+json_t *sbx_api_key (const sbx_key_info_t *info);
 //  Milliseconds since the epoch as "2026-10-27T02:26:10Z", or null for 0.
 json_t *sbx_api_time (uint64_t ms);
 //  Bytes as a JSON string: invalid UTF-8 sequences become U+FFFD.
