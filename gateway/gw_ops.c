@@ -202,6 +202,26 @@ uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_c
                       void *arg)
 {
     assert (self && done);
+    char why[400];
+    gw_ops_result_t refused = {.code = SBX_E_INVALID_ARGUMENT, .message = why};
+    if (sbx_args_check (op, surface, args, why, sizeof why)) {
+        done (&refused, arg);
+        return 0;
+    }
+    const char *id = sbx_api_sandbox_id (args);
+    uint64_t tick = 0;
+    if (op == SBX_OP_GET_SANDBOX && self->cache && id) {
+        //  The same sandbox and figures as last time: the same answer, made once (the
+        //  hot path of an agent polling its sandbox: nothing else is made for it).
+        json_t *kept = gw_cache_result (self->cache, caller, id);
+        if (kept) {
+            gw_ops_result_t result = {.code = SBX_OK, .answer = kept};
+            done (&result, arg);
+            json_decref (kept);
+            return 0;
+        }
+        tick = gw_cache_tick (self->cache);
+    }
     s_call_t *call = calloc (1, sizeof *call);
     if (!call) {
         gw_ops_result_t result = {.code = SBX_E_INTERNAL, .message = "out of memory"};
@@ -213,15 +233,11 @@ uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_c
     call->op = op;
     call->caller = caller ? gw_auth_caller_dup (caller) : NULL;
     call->args = args ? json_incref (args) : json_object ();
+    call->tick = tick;
     call->done = done;
     call->arg = arg;
     uint64_t serial = call->serial;
     zhashx_insert (self->calls, (void *) (uintptr_t) serial, call);
-    char why[400];
-    if (sbx_args_check (op, surface, call->args, why, sizeof why)) {
-        s_fail (call, SBX_E_INVALID_ARGUMENT, why);
-        return 0;
-    }
     if (op == SBX_OP_READ_FILE || op == SBX_OP_WRITE_FILE) {
         const char *path = sbx_args_string (op, call->args, "path");
         if (op == SBX_OP_READ_FILE)
@@ -251,18 +267,6 @@ uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_c
     if (!request) {
         s_fail (call, SBX_E_INVALID_ARGUMENT, why);
         return 0;
-    }
-    const char *id = sbx_api_sandbox_id (call->args);
-    if (op == SBX_OP_GET_SANDBOX && self->cache && id) {
-        //  The same sandbox and figures as last time: the same answer, made once.
-        json_t *kept = gw_cache_result (self->cache, call->caller, id);
-        if (kept) {
-            sbx_msg_destroy (&request);
-            s_succeed (call, kept, NULL);
-            json_decref (kept);
-            return 0;
-        }
-        call->tick = gw_cache_tick (self->cache);
     }
     s_send (call, &request, agent, deadline);
     return zhashx_lookup (self->calls, (void *) (uintptr_t) serial) ? serial : 0;

@@ -134,7 +134,9 @@ static void s_state_use (gw_tools_state_t *state, const char *sandbox_id)
 
 struct gw_tools_t {
     json_t *list;
-    gw_text_t *text; //  the answers in words
+    gw_text_t *text;     //  the answers in words
+    json_t *kept_answer; //  get_sandbox's last answer (a reference held: never reused)
+    json_t *kept_result; //  and the result made of it (results are never changed)
     gw_ops_t *ops; //  the gateway's (ctx)
     zhashx_t *calls; //  serial → s_call_t in flight
     uint64_t next_serial;
@@ -266,11 +268,27 @@ static void s_on_done (const gw_ops_result_t *result, void *arg)
         free (text);
         return;
     }
-    json_t *answer = json_deep_copy (result->answer);
+    //  The answer goes out as it is (shared: nothing changes it from here on).
+    json_t *answer = json_incref (result->answer);
     s_follow (call, answer);
-    char *text = gw_text_render (call->tools->text, call->op, answer, call->args);
-    s_finish (call, s_text_result (text ? text : "", answer, false));
+    gw_tools_t *self = call->tools;
+    if (call->op == SBX_OP_GET_SANDBOX && !result->reply && self->kept_answer == answer) {
+        //  The read copy's kept answer again (an agent polling its sandbox): the same
+        //  result as last time, whose serialised text gw_mcp still has.
+        json_decref (answer);
+        s_finish (call, json_incref (self->kept_result));
+        return;
+    }
+    char *text = gw_text_render (self->text, call->op, answer, call->args);
+    json_t *made = s_text_result (text ? text : "", answer, false);
     free (text);
+    if (call->op == SBX_OP_GET_SANDBOX) {
+        json_decref (self->kept_answer);
+        json_decref (self->kept_result);
+        self->kept_answer = json_incref (answer);
+        self->kept_result = json_incref (made);
+    }
+    s_finish (call, made);
 }
 
 //  --------------------------------------------------------------------------
@@ -310,6 +328,8 @@ void gw_tools_destroy (gw_tools_t **self_p)
         zhashx_destroy (&self->calls);
     }
     json_decref (self->list);
+    json_decref (self->kept_answer);
+    json_decref (self->kept_result);
     gw_text_destroy (&self->text);
     free (self);
     *self_p = NULL;

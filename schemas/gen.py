@@ -1168,6 +1168,17 @@ def op_text(o, op):
 
 #  -- MCP ---------------------------------------------------------------------------------
 
+def _undescribed(node):
+    #  An output schema without its descriptions: tools/list goes into every model's
+    #  context, and the answer's fields speak for themselves (REST's document keeps them).
+    if isinstance(node, dict):
+        return {k: _undescribed(v) for k, v in node.items()
+                if k != "description" or not isinstance(v, str)}
+    if isinstance(node, list):
+        return [_undescribed(v) for v in node]
+    return node
+
+
 def gen_tools(o):
     """tools/list's tools: name, title, description, inputSchema, outputSchema, annotations."""
     tools = []
@@ -1181,7 +1192,7 @@ def gen_tools(o):
         if required:
             schema["required"] = required
         tools.append({"name": op["name"], "title": op["title"], "description": op["description"],
-                      "inputSchema": schema, "outputSchema": _output(o, op, "mcp"),
+                      "inputSchema": schema, "outputSchema": _undescribed(_output(o, op, "mcp")),
                       "annotations": {"title": op["title"], **op["annotations"]}})
     return tools
 
