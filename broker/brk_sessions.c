@@ -127,7 +127,29 @@ sbx_msg_t *brk_sessions_open (brk_ctx_t *ctx, sbx_msg_t *request, bool from_gate
     sbx_mcp_session_open_t *args = sbx_msg_mcp_session_open (request);
     const sbx_caller_t *caller = request->caller;
     uint64_t now = sbx_clock_now_ms ();
-    char *id = sbx_secret_token ("mcps_", 32);
+    char *id = NULL;
+    if (args->credential) {
+        //  One per credential, named after it: the same one from every gateway, made by
+        //  whichever asks first (a second insert finds it).
+        if (!caller->key_id || !*caller->key_id)
+            return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                      "a credential session needs a key or connection");
+        if (asprintf (&id, "mcpc_%s", caller->key_id) < 0)
+            id = NULL;
+        brk_mcp_session_t found;
+        int rc = id ? s_find (ctx, request, id, &found) : -1;
+        if (rc == 0) {
+            free (id);
+            sbx_msg_t *reply = s_reply (ctx, request, SBX_MSG_MCP_SESSION_OPEN_OK, &found);
+            brk_mcp_session_clear (&found);
+            return reply;
+        }
+        if (rc < 0) {
+            free (id);
+            return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "session lookup failed");
+        }
+    } else
+        id = sbx_secret_token ("mcps_", 32);
     brk_mcp_session_t row = {.id = id,
                              .account_id = caller->account_id,
                              .key_id = caller->key_id,
@@ -377,6 +399,27 @@ void brk_sessions_test (bool verbose)
     assert (!session->sandbox_id && session->envs.count == 0);
     char *id = strdup (session->id);
     sbx_msg_destroy (&reply);
+
+    //  A credential's own session (MCP 2026-07-28): named after the key, made once.
+    for (int round = 0; round < 2; round++) {
+        request = s_request (SBX_MSG_MCP_SESSION_OPEN, "acc_a");
+        sbx_msg_mcp_session_open (request)->credential = true;
+        sbx_str_set (&sbx_msg_mcp_session_open (request)->protocol, "2026-07-28");
+        reply = brk_sessions_open (&ctx, request, true);
+        sbx_msg_destroy (&request);
+        session = s_session (reply);
+        assert (session && streq (session->id, "mcpc_key_t"));
+        if (round == 0) {
+            sbx_msg_destroy (&reply);
+            sbx_msg_t *used = s_use (&ctx, "acc_a", "mcpc_key_t", "sb_9", false, NULL);
+            assert (s_session (used));
+            sbx_msg_destroy (&used);
+            zmsg_t *change = zmsg_recv (sub);
+            zmsg_destroy (&change);
+        } else
+            assert (streq (session->sandbox_id, "sb_9")); //  as it was: not a new one
+        sbx_msg_destroy (&reply);
+    }
 
     //  Another account is told it does not exist.
     reply = s_get (&ctx, "acc_b", id);

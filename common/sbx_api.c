@@ -371,14 +371,13 @@ static json_t *s_output (uint64_t pid, bool running, int64_t exit_code, bool tim
                          const sbx_bytes_t *out, const sbx_bytes_t *err, uint64_t out_next,
                          uint64_t err_next, bool out_cut, bool err_cut)
 {
-    return json_pack ("{s:I, s:o, s:o, s:o, s:I, s:I, s:b, s:b, s:b, s:b}", "processId",
-                      (json_int_t) pid, "exitCode",
-                      running ? json_null () : json_integer (exit_code), "stdout",
-                      sbx_api_text (out->data, out->size), "stderr",
-                      sbx_api_text (err->data, err->size), "stdoutNextOffset",
-                      (json_int_t) out_next, "stderrNextOffset", (json_int_t) err_next,
-                      "stdoutTruncated", out_cut, "stderrTruncated", err_cut, "timedOut",
-                      timed_out, "running", running);
+    return json_pack (
+        "{s:I, s:o, s:o, s:o, s:I, s:I, s:b, s:b, s:b, s:b}", "processId", (json_int_t) pid,
+        "exitCode", running ? json_null () : json_integer (exit_code), "stdout",
+        sbx_api_text (out->data, out->size), "stderr", sbx_api_text (err->data, err->size),
+        "stdoutNextOffset", (json_int_t) out_next, "stderrNextOffset", (json_int_t) err_next,
+        "stdoutTruncated", out_cut, "stderrTruncated", err_cut, "timedOut", timed_out, "running",
+        running);
 }
 
 static json_t *s_usage (const sbx_usage_get_ok_t *ok)
@@ -386,11 +385,11 @@ static json_t *s_usage (const sbx_usage_get_ok_t *ok)
     json_t *sandboxes = json_array ();
     for (size_t i = 0; i < ok->sandboxes.count; i++) {
         sbx_usage_sandbox_t *u = &ok->sandboxes.items[i];
-        json_array_append_new (
-            sandboxes, json_pack ("{s:s, s:s, s:I, s:I, s:b}", "id", u->sandbox_id, "type",
-                                  u->type ? sbx_sandbox_type_name (u->type) : "small",
-                                  "runningSeconds", (json_int_t) u->seconds, "costMicroUsd",
-                                  (json_int_t) u->micro_usd, "running", u->running));
+        json_array_append_new (sandboxes,
+                               json_pack ("{s:s, s:s, s:I, s:I, s:b}", "id", u->sandbox_id, "type",
+                                          u->type ? sbx_sandbox_type_name (u->type) : "small",
+                                          "runningSeconds", (json_int_t) u->seconds, "costMicroUsd",
+                                          (json_int_t) u->micro_usd, "running", u->running));
     }
     json_t *days = json_array ();
     for (size_t i = 0; i < ok->days.count; i++)
@@ -400,17 +399,16 @@ static json_t *s_usage (const sbx_usage_get_ok_t *ok)
                              (json_int_t) ok->days.items[i].micro_usd));
     json_t *wallets = json_array ();
     for (size_t i = 0; i < ok->wallets.count; i++)
-        json_array_append_new (
-            wallets, json_pack ("{s:s, s:I, s:b}", "name", ok->wallets.items[i].name,
-                                "balanceMicroUsd",
-                                (json_int_t) ok->wallets.items[i].balance_micro_usd, "active",
-                                ok->wallets.items[i].active));
-    return json_pack ("{s:s, s:I, s:I, s:I, s:o, s:o, s:o}", "accountId",
-                      ok->account_id ? ok->account_id : "", "runningSeconds",
-                      (json_int_t) (ok->running_ms / 1000), "costMicroUsd",
-                      (json_int_t) ok->micro_usd, "balanceMicroUsd",
-                      (json_int_t) ok->balance_micro_usd, "wallets", wallets, "sandboxes",
-                      sandboxes, "days", days);
+        json_array_append_new (wallets,
+                               json_pack ("{s:s, s:I, s:b}", "name", ok->wallets.items[i].name,
+                                          "balanceMicroUsd",
+                                          (json_int_t) ok->wallets.items[i].balance_micro_usd,
+                                          "active", ok->wallets.items[i].active));
+    return json_pack (
+        "{s:s, s:I, s:I, s:I, s:o, s:o, s:o}", "accountId", ok->account_id ? ok->account_id : "",
+        "runningSeconds", (json_int_t) (ok->running_ms / 1000), "costMicroUsd",
+        (json_int_t) ok->micro_usd, "balanceMicroUsd", (json_int_t) ok->balance_micro_usd,
+        "wallets", wallets, "sandboxes", sandboxes, "days", days);
 }
 
 json_t *sbx_api_key (const sbx_key_info_t *k)
@@ -435,13 +433,12 @@ json_t *sbx_api_key (const sbx_key_info_t *k)
     return key;
 }
 
-json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *reply,
-                        char *why, size_t why_size)
+json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *reply, char *why,
+                        size_t why_size)
 {
     assert (self);
-    sbx_msg_type_t want = (unsigned) op < SBX_OP__COUNT
-                              ? sbx_msg_type_reply (sbx_ops[op].message)
-                              : SBX_MSG__UNKNOWN;
+    sbx_msg_type_t want =
+        (unsigned) op < SBX_OP__COUNT ? sbx_msg_type_reply (sbx_ops[op].message) : SBX_MSG__UNKNOWN;
     if (!reply || want == SBX_MSG__UNKNOWN || reply->type != want) {
         snprintf (why, why_size, "unexpected answer %s to %s",
                   reply ? sbx_msg_type_name (reply->type) : "(none)",
@@ -483,11 +480,10 @@ json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *r
     }
     case SBX_OP_COMMAND_STATUS: {
         sbx_agent_status_ok_t *ok = sbx_msg_agent_status_ok (reply);
-        return s_output ((uint64_t) sbx_args_int (op, args, "processId"), ok->running,
-                         ok->exit_code, ok->timed_out, &ok->stdout, &ok->stderr,
-                         ok->stdout_next_offset, ok->stderr_next_offset,
-                         ok->stdout_truncated || ok->stdout_more,
-                         ok->stderr_truncated || ok->stderr_more);
+        return s_output (
+            (uint64_t) sbx_args_int (op, args, "processId"), ok->running, ok->exit_code,
+            ok->timed_out, &ok->stdout, &ok->stderr, ok->stdout_next_offset, ok->stderr_next_offset,
+            ok->stdout_truncated || ok->stdout_more, ok->stderr_truncated || ok->stderr_more);
     }
     case SBX_OP_KILL_COMMAND:
         return json_pack ("{s:I, s:i}", "processId",
@@ -533,8 +529,7 @@ json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *r
         return json_pack ("{s:o}", "keys", keys);
     }
     case SBX_OP_REVOKE_KEY:
-        return json_pack ("{s:s, s:b}", "id", sbx_args_string (op, args, "keyId"), "revoked",
-                          true);
+        return json_pack ("{s:s, s:b}", "id", sbx_args_string (op, args, "keyId"), "revoked", true);
     case SBX_OP_READ_FILE:
     case SBX_OP_WRITE_FILE:
     case SBX_OP_GET_OPENAPI:
@@ -611,8 +606,8 @@ void sbx_api_test (bool verbose)
     assert (streq (sbx_api_signal_name (SIGTERM), "TERM"));
     assert (sbx_api_signal_name (63) == NULL);
     json_t *lossy = sbx_api_text ((const uint8_t *) "a\xff"
-                                                            "b",
-                                          3);
+                                                    "b",
+                                  3);
     assert (streq (json_string_value (lossy), "a\xef\xbf\xbd"
                                               "b"));
     json_decref (lossy);
@@ -663,13 +658,12 @@ void sbx_api_test (bool verbose)
     msg = sbx_api_request (SBX_OP_STOP_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why);
     assert (msg && streq (sbx_msg_subject (msg), "sb_0123456789"));
     sbx_msg_destroy (&msg);
-    assert (!sbx_api_request (SBX_OP_UPDATE_SANDBOX, args, NULL, &agent, &deadline, why,
-                              sizeof why));
+    assert (
+        !sbx_api_request (SBX_OP_UPDATE_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why));
     assert (streq (why, "give name, labels or both"));
     json_decref (args);
     args = s_args ("{\"processId\": 7, \"signal\": \"SIGNOPE\"}");
-    assert (!sbx_api_request (SBX_OP_KILL_COMMAND, args, NULL, &agent, &deadline, why,
-                              sizeof why));
+    assert (!sbx_api_request (SBX_OP_KILL_COMMAND, args, NULL, &agent, &deadline, why, sizeof why));
     assert (strstr (why, "signal is a name"));
     json_decref (args);
     //  Answers: the reply shaped as the output; a reply of another type is refused.

@@ -47,8 +47,8 @@ const char *sbx_api_sandbox_id (json_t *args);
 
 //  The answer to op from its reply, shaped as the operation's output; NULL with why when
 //  the reply is not what op's request gets.
-json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *reply,
-                        char *why, size_t why_size);
+json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *reply, char *why,
+                        size_t why_size);
 
 //  Whether a get or list answer wants billing's figures (sbx_api_add_usage).
 bool sbx_api_wants_usage (sbx_op_t op);

@@ -99,11 +99,9 @@ static int s_value (const sbx_op_arg_t *a, json_t *v, char *why, size_t why_size
             return s_fail (why, why_size, "%s must be between %lld and %lld", a->name,
                            (long long) a->min, (long long) a->max);
         if (a->has_min && n < a->min)
-            return s_fail (why, why_size, "%s must be at least %lld", a->name,
-                           (long long) a->min);
+            return s_fail (why, why_size, "%s must be at least %lld", a->name, (long long) a->min);
         if (a->has_max && n > a->max)
-            return s_fail (why, why_size, "%s must be at most %lld", a->name,
-                           (long long) a->max);
+            return s_fail (why, why_size, "%s must be at most %lld", a->name, (long long) a->max);
     }
     if (type == SBX_ARG_STRING) {
         const char *text = json_string_value (v);
@@ -149,8 +147,8 @@ static int s_value (const sbx_op_arg_t *a, json_t *v, char *why, size_t why_size
         json_object_foreach (v, key, item)
         {
             if (!*key || !(s_type_of (item) & a->values) ||
-                (json_is_string (item) && strlen (json_string_value (item)) !=
-                                              json_string_length (item)))
+                (json_is_string (item) &&
+                 strlen (json_string_value (item)) != json_string_length (item)))
                 return s_fail (why, why_size, "%s maps names to %s values", a->name, words);
         }
     }
@@ -159,8 +157,7 @@ static int s_value (const sbx_op_arg_t *a, json_t *v, char *why, size_t why_size
 
 //  "unknown field "x" (this operation takes: ...)": names what it takes, so a typo can
 //  be fixed at once. REST names its body fields; MCP the tool's arguments.
-static int s_unknown (sbx_op_t op, unsigned surface, const char *key, char *why,
-                      size_t why_size)
+static int s_unknown (sbx_op_t op, unsigned surface, const char *key, char *why, size_t why_size)
 {
     const sbx_op_info_t *info = &sbx_ops[op];
     char list[300] = "";
@@ -225,8 +222,7 @@ int sbx_args_check (sbx_op_t op, unsigned surface, json_t *args, char *why, size
     return 0;
 }
 
-json_t *sbx_args_from_text (const sbx_op_arg_t *arg, const char *text, char *why,
-                            size_t why_size)
+json_t *sbx_args_from_text (const sbx_op_arg_t *arg, const char *text, char *why, size_t why_size)
 {
     assert (arg);
     if (!text)
@@ -338,8 +334,7 @@ void sbx_args_test (bool verbose)
         assert (streq (why, "ttlSeconds must be an integer"));
         assert (s_check (SBX_OP_CREATE_SANDBOX, surface, "{\"type\": \"huge\"}", why) == -1);
         assert (streq (why, "type is one of small, medium, large"));
-        assert (s_check (SBX_OP_CREATE_SANDBOX, surface, "{\"labels\": {\"a\": 1}}", why) ==
-                -1);
+        assert (s_check (SBX_OP_CREATE_SANDBOX, surface, "{\"labels\": {\"a\": 1}}", why) == -1);
         assert (s_check (SBX_OP_CREATE_SANDBOX, surface, "{\"ttlSeconds\": null}", why) == 0);
         assert (s_check (SBX_OP_EXEC, surface, "{\"sandboxId\": \"sb_x\"}", why) == -1);
         assert (streq (why, "command is required"));

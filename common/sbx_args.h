@@ -34,8 +34,7 @@ int sbx_args_check_body (sbx_op_t op, json_t *body, char *why, size_t why_size);
 //  the CLI's options): integers parsed (decimal, no sign unless the minimum is
 //  negative), booleans true/false, strings as they are. NULL with why when the text is
 //  not of that type.
-json_t *sbx_args_from_text (const sbx_op_arg_t *arg, const char *text, char *why,
-                            size_t why_size);
+json_t *sbx_args_from_text (const sbx_op_arg_t *arg, const char *text, char *why, size_t why_size);
 
 //  Values after sbx_args_check: the given one, else the default, else NULL / 0 / false.
 const char *sbx_args_string (sbx_op_t op, json_t *args, const char *name);

@@ -185,7 +185,7 @@ bool sbx_msg_type_is_reply (sbx_msg_type_t type)
 sbx_msg_type_t sbx_msg_type_reply (sbx_msg_type_t type)
 {
     return type > SBX_MSG__UNKNOWN && type < SBX_MSG__COUNT ? sbx_meta_msgs[type].reply
-                                                             : SBX_MSG__UNKNOWN;
+                                                            : SBX_MSG__UNKNOWN;
 }
 
 const char *sbx_code_name (sbx_code_t code)

@@ -857,8 +857,9 @@ static const sbx_meta_struct_t s_meta_mcp_session = {"mcp_session", sizeof (sbx_
 static const sbx_meta_field_t s_fields_mcp_session_open[] = {
     {"protocol", SBX_META_STRING, offsetof (sbx_mcp_session_open_t, protocol), false, 32, NULL, NULL},
     {"client", SBX_META_STRING, offsetof (sbx_mcp_session_open_t, client), false, 128, NULL, NULL},
+    {"credential", SBX_META_BOOL, offsetof (sbx_mcp_session_open_t, credential), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_mcp_session_open = {"mcp.session.open", sizeof (sbx_mcp_session_open_t), s_fields_mcp_session_open, 2};
+static const sbx_meta_struct_t s_meta_mcp_session_open = {"mcp.session.open", sizeof (sbx_mcp_session_open_t), s_fields_mcp_session_open, 3};
 
 static const sbx_meta_field_t s_fields_mcp_session_open_ok[] = {
     {"session", SBX_META_STRUCT, offsetof (sbx_mcp_session_open_ok_t, session), true, 0, NULL, &s_meta_mcp_session},

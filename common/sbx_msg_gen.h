@@ -1281,12 +1281,16 @@ struct sbx_mcp_session_s {
 
 //  message mcp.session.open (mcp.json): gateway -> broker, reply mcp.session.open.ok.
 //  initialize: open a session for the caller's account. An account keeps at most 1000; opening
-//  one more forgets its least recently used.
+//  one more forgets its least recently used. With credential: the caller's credential's own
+//  session (MCP 2026-07-28 has no sessions: the default sandbox is the API key's or OAuth
+//  connection's), id mcpc_<key id>, answered as it is when it exists.
 struct sbx_mcp_session_open_s {
     //  (max 32) The protocol version agreed.
     char *protocol;
     //  (max 128) clientInfo.name.
     char *client;
+    //  The credential's session, made once (not a new one).
+    bool credential;
 };
 
 //  message mcp.session.open.ok (mcp.json): broker -> gateway. The new session.

@@ -31,8 +31,8 @@ typedef struct gw_ctx_s {
     gw_http_t *http;      //  borrowed; NULL in self-tests
     gw_auth_t *auth;
     gw_broker_t *broker;
-    sbx_api_t *api; //  where sandbox URLs point; the answers' shapes
-    gw_ops_t *ops;  //  runs the operations for REST and MCP
+    sbx_api_t *api;    //  where sandbox URLs point; the answers' shapes
+    gw_ops_t *ops;     //  runs the operations for REST and MCP
     gw_cache_t *cache; //  NULL with gateway.read_cache = off, and in self-tests
     gw_mcp_sessions_t *mcp_sessions;
     gw_session_t *signin;

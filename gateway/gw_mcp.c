@@ -2,6 +2,7 @@
 #include "gw_mcp.h"
 #include "sbx_idmap.h"
 #include "gw_auth.h"
+#include "gw_mcp_era.h"
 #include "gw_mcp_sessions.h"
 #include "gw_tools.h"
 
@@ -29,6 +30,20 @@ static const char *s_instructions =
     "themselves after ttlSeconds (default 1 hour); stop_sandbox keeps memory and "
     "resume_sandbox continues where it was.";
 
+//  The same for the stateless era, whose default sandbox is the credential's.
+static const char *s_instructions_modern =
+    "Tools for sbx sandboxes: Linux microVMs with root and network access.\n"
+    "Call create_sandbox first; every other tool then defaults to the sandbox this API key "
+    "(or connection) created or used last (delete_sandbox always needs the exact sandboxId). "
+    "exec runs a shell command and waits up to 120 s (timeout, at most 600); for servers and "
+    "long jobs use detached: true and poll command_status with the offsets it returns. "
+    "Sandboxes stop by themselves after ttlSeconds (default 1 hour); stop_sandbox keeps memory "
+    "and resume_sandbox continues where it was.";
+
+//  How long a stateless client may keep discover's and tools/list's answers: they change
+//  only with the gateway's version, and they are the same for every caller.
+#define S_LIST_TTL_MS 3600000
+
 //  A request waiting for gw_auth, for its session (fetched, opened or ended), for a
 //  tool call, then for the call's changes to reach the broker.
 typedef struct {
@@ -40,6 +55,8 @@ typedef struct {
     sbx_caller_t *caller;    //  kept while the request waits for its session
     char *session_id;        //  a tools/call of a session: its changes are synced
     gw_tools_state_t *state; //  that session's state
+    bool modern;             //  a 2026-07-28 request: results carry resultType
+    json_t *params;          //  a stateless tools/call waiting for its credential's state
     //  The call's answer, held while its changes go to the broker.
     json_t *result;
     int rpc_code;
@@ -72,8 +89,9 @@ struct gw_mcp_t {
     zhashx_t *jobs;              //  serial → s_job_t
     uint64_t next_serial;
     char *own_origin;
-    zlistx_t *origins; //  allowed Origin values besides our own
-    char *tools_json;  //  {"tools":[...]} serialised once: the list never changes
+    zlistx_t *origins;       //  allowed Origin values besides our own
+    char *tools_json;        //  {"tools":[...]} serialised once: the list never changes
+    char *tools_modern_json; //  the same for 2026-07-28, with resultType and cache hints
     //  Tool results lately sent and their text: the read copy (gw_cache) hands out one
     //  get_sandbox result object per sandbox again and again, serialised once here. A
     //  reference is held, so an address is never another object's while it is listed.
@@ -109,6 +127,7 @@ static void s_job_free (s_job_t **job_p)
         json_decref (job->rpc_id);
         json_decref (job->progress_token);
         json_decref (job->result);
+        json_decref (job->params);
         free (job->rpc_message);
         gw_auth_caller_destroy (&job->caller);
         free (job->session_id);
@@ -182,6 +201,7 @@ void gw_mcp_destroy (gw_mcp_t **self_p)
         free (self->sent[i].text);
     }
     free (self->tools_json);
+    free (self->tools_modern_json);
     free (self);
     *self_p = NULL;
 }
@@ -224,6 +244,41 @@ static void s_send_result_text (gw_request_t *req, json_t *id, const char *resul
     free (text);
 }
 
+//  What every 2026-07-28 result carries first: resultType and who answers.
+#define S_MODERN_HEAD                                                                              \
+    "\"resultType\":\"complete\",\"_meta\":{\"" GW_MCP_META_SERVER                                 \
+    "\":{\"name\":\"sbx\",\"title\":\"sbx\",\"version\":\"" SBX_VERSION "\"}}"
+
+//  A result serialised for the 2025 era, as the stateless era has it (a fresh string).
+static char *s_modern_text (const char *result)
+{
+    char *text = NULL;
+    if (!result || result[0] != '{')
+        return NULL;
+    bool empty = streq (result, "{}");
+    if (asprintf (&text, "{" S_MODERN_HEAD "%s%s", empty ? "" : ",", result + 1) < 0)
+        return NULL;
+    return text;
+}
+
+//  A result (borrowed) as the stateless era has it: a shallow copy with its head.
+static json_t *s_modern_result (json_t *result)
+{
+    json_t *copy = json_copy (result);
+    json_object_set_new (copy, "resultType", json_string ("complete"));
+    json_object_set_new (copy, "_meta",
+                         json_pack ("{s:{s:s, s:s, s:s}}", GW_MCP_META_SERVER, "name", "sbx",
+                                    "title", "sbx", "version", SBX_VERSION));
+    return copy;
+}
+
+static void s_send_result_modern (gw_request_t *req, json_t *id, json_t *result)
+{
+    json_t *modern = s_modern_result (result);
+    json_decref (result);
+    s_send_result (req, id, modern);
+}
+
 static void s_send_tools (gw_mcp_t *self, gw_request_t *req, json_t *id)
 {
     if (!self->tools_json) {
@@ -234,18 +289,37 @@ static void s_send_tools (gw_mcp_t *self, gw_request_t *req, json_t *id)
     s_send_result_text (req, id, self->tools_json);
 }
 
+//  tools/list in the stateless era: the same list, with resultType and cache hints.
+static void s_send_tools_modern (gw_mcp_t *self, gw_request_t *req, json_t *id)
+{
+    if (!self->tools_modern_json) {
+        json_t *result = json_pack ("{s:O, s:i, s:s}", "tools", gw_tools_list (self->tools),
+                                    "ttlMs", S_LIST_TTL_MS, "cacheScope", "public");
+        char *text = json_dumps (result, JSON_COMPACT);
+        self->tools_modern_json = s_modern_text (text);
+        free (text);
+        json_decref (result);
+    }
+    s_send_result_text (req, id, self->tools_modern_json);
+}
+
 //  A tool's result (taken): its text from the sent list when the same object went out
-//  lately, else serialised (and listed when short).
-static void s_send_tool_result (gw_mcp_t *self, gw_request_t *req, json_t *id, json_t *result)
+//  lately, else serialised (and listed when short). modern: as 2026-07-28 has it.
+static void s_send_tool_result (gw_mcp_t *self, gw_request_t *req, json_t *id, json_t *result,
+                                bool modern)
 {
     for (size_t i = 0; i < S_SENT; i++)
         if (self->sent[i].result == result) {
-            s_send_result_text (req, id, self->sent[i].text);
+            char *head = modern ? s_modern_text (self->sent[i].text) : NULL;
+            s_send_result_text (req, id, modern ? head : self->sent[i].text);
+            free (head);
             json_decref (result);
             return;
         }
     char *text = json_dumps (result, JSON_COMPACT);
-    s_send_result_text (req, id, text);
+    char *head = modern ? s_modern_text (text) : NULL;
+    s_send_result_text (req, id, modern ? head : text);
+    free (head);
     if (text && strlen (text) <= S_SENT_MAX) {
         size_t slot = self->sent_next++ % S_SENT;
         json_decref (self->sent[slot].result);
@@ -441,7 +515,8 @@ static void s_deliver (s_job_t *job)
             s_stream_done (job);
         } else if (result)
             s_stream_emit (
-                job, json_pack ("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "result", result));
+                job, json_pack ("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result",
+                                job->modern ? s_modern_result (result) : json_incref (result)));
         else
             s_stream_emit (job, s_error_response (id, job->rpc_code, job->rpc_message));
         json_decref (result);
@@ -453,7 +528,7 @@ static void s_deliver (s_job_t *job)
         sbx_info ("mcp rid=%llu %s answered after the client left; dropped",
                   (unsigned long long) job->req_id, job->tool);
     else if (result)
-        s_send_tool_result (self, req, job->rpc_id, json_incref (result));
+        s_send_tool_result (self, req, job->rpc_id, json_incref (result), job->modern);
     else
         s_send_error (req, 200, job->rpc_id, job->rpc_code, job->rpc_message);
     json_decref (result);
@@ -553,11 +628,65 @@ static void s_initialize (gw_mcp_t *self, gw_request_t *req, json_t *id, json_t 
     gw_mcp_sessions_open (self->sessions, caller, job->tool, client, s_on_opened, job);
 }
 
+//  tools/call of a caller whose session (or, in the stateless era, credential) state is
+//  session (NULL: none, the call gets a state of its own); modern: 2026-07-28.
+static void s_tools_call (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller, json_t *id,
+                          json_t *params, gw_tools_state_t *session, const char *session_id,
+                          bool modern)
+{
+    json_t *tool = json_object_get (params, "name");
+    gw_auth_limit_t limit;
+    if (!json_is_string (tool)) {
+        s_send_error (req, 200, id, -32602, "Invalid params: name is required");
+    } else if (gw_auth_take (self->auth, caller, &limit)) {
+        //  Over the key's rate: a tool error the model can read, same code as REST.
+        char text[200];
+        snprintf (text, sizeof text,
+                  "this key may make %llu requests per second; retry in %llu s "
+                  "(rate_limited)",
+                  (unsigned long long) limit.limit, (unsigned long long) limit.reset_s);
+        gw_auth_rate_headers (req, &limit);
+        json_t *refused = json_pack ("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text",
+                                     text, "isError", 1);
+        if (modern)
+            s_send_result_modern (req, id, refused);
+        else
+            s_send_result (req, id, refused);
+    } else {
+        s_job_t *job = calloc (1, sizeof *job);
+        job->mcp = self;
+        job->serial = self->next_serial++;
+        job->req_id = gw_request_id (req);
+        job->rpc_id = json_incref (id);
+        job->tool = strdup (json_string_value (tool));
+        job->modern = modern;
+        if (session) {
+            job->session_id = strdup (session_id);
+            job->caller = gw_auth_caller_dup (caller);
+            job->state = gw_tools_state_ref (session);
+        }
+        zhashx_insert (self->jobs, (void *) (uintptr_t) job->serial, job);
+        bool sse = s_stream_start (self, job, req, params);
+        //  Read-only calls at debug level: an agent polling get_sandbox or
+        //  command_status would drown the log.
+        sbx_log (gw_tools_read_only (self->tools, job->tool) ? SBX_LOG_DEBUG : SBX_LOG_INFO,
+                 "mcp rid=%llu %s tools/call %s%s", (unsigned long long) job->req_id,
+                 caller->account_id ? caller->account_id : "?", job->tool,
+                 sse ? " (SSE, progress)" : "");
+        //  Without a session the call gets a state of its own, forgotten after.
+        gw_tools_state_t *state = session ? gw_tools_state_ref (session) : gw_tools_state_new ();
+        gw_tools_call (self->tools, caller, state, job->tool, json_object_get (params, "arguments"),
+                       s_on_tool_done, job);
+        gw_tools_state_unref (&state);
+    }
+}
+
 //  One JSON-RPC message of a caller whose session (if it named one) is state, or NULL
 //  with lookup: not_found for a session that is not the caller's, else why the broker
 //  could not say.
 static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller,
-                     gw_tools_state_t *session, const char *session_id, sbx_code_t lookup)
+                     gw_tools_state_t *session, const char *session_id, sbx_code_t lookup,
+                     json_t *parsed)
 {
     const char *version = gw_request_header (req, "MCP-Protocol-Version");
     if (version && !s_version_known (version)) {
@@ -569,8 +698,10 @@ static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *call
         return;
     }
     json_error_t error;
-    json_t *msg =
-        json_loadb ((const char *) gw_request_body (req), gw_request_body_size (req), 0, &error);
+    //  The body as gw_mcp_serve parsed it, or parsed here (after a session lookup).
+    json_t *msg = parsed ? json_incref (parsed)
+                         : json_loadb ((const char *) gw_request_body (req),
+                                       gw_request_body_size (req), 0, &error);
     if (!msg) {
         char message[300];
         snprintf (message, sizeof message, "Parse error: %s", error.text);
@@ -617,56 +748,125 @@ static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *call
             s_send_result (req, id, json_object ());
         else if (streq (name, "tools/list"))
             s_send_tools (self, req, id);
-        else if (streq (name, "tools/call")) {
-            json_t *tool = json_object_get (params, "name");
-            gw_auth_limit_t limit;
-            if (!json_is_string (tool)) {
-                s_send_error (req, 200, id, -32602, "Invalid params: name is required");
-            } else if (gw_auth_take (self->auth, caller, &limit)) {
-                //  Over the key's rate: a tool error the model can read, same code as REST.
-                char text[200];
-                snprintf (text, sizeof text,
-                          "this key may make %llu requests per second; retry in %llu s "
-                          "(rate_limited)",
-                          (unsigned long long) limit.limit, (unsigned long long) limit.reset_s);
-                gw_auth_rate_headers (req, &limit);
-                s_send_result (req, id,
-                               json_pack ("{s:[{s:s, s:s}], s:b}", "content", "type", "text",
-                                          "text", text, "isError", 1));
-            } else {
-                s_job_t *job = calloc (1, sizeof *job);
-                job->mcp = self;
-                job->serial = self->next_serial++;
-                job->req_id = gw_request_id (req);
-                job->rpc_id = json_incref (id);
-                job->tool = strdup (json_string_value (tool));
-                if (session) {
-                    job->session_id = strdup (session_id);
-                    job->caller = gw_auth_caller_dup (caller);
-                    job->state = gw_tools_state_ref (session);
-                }
-                zhashx_insert (self->jobs, (void *) (uintptr_t) job->serial, job);
-                bool sse = s_stream_start (self, job, req, params);
-                //  Read-only calls at debug level: an agent polling get_sandbox or
-                //  command_status would drown the log.
-                sbx_log (gw_tools_read_only (self->tools, job->tool) ? SBX_LOG_DEBUG : SBX_LOG_INFO,
-                         "mcp rid=%llu %s tools/call %s%s", (unsigned long long) job->req_id,
-                         caller->account_id ? caller->account_id : "?", job->tool,
-                         sse ? " (SSE, progress)" : "");
-                //  Without a session the call gets a state of its own, forgotten after.
-                gw_tools_state_t *state =
-                    session ? gw_tools_state_ref (session) : gw_tools_state_new ();
-                gw_tools_call (self->tools, caller, state, job->tool,
-                               json_object_get (params, "arguments"), s_on_tool_done, job);
-                gw_tools_state_unref (&state);
-            }
-        } else {
+        else if (streq (name, "tools/call"))
+            s_tools_call (self, req, caller, id, params, session, session_id, false);
+        else {
             char message[200];
             snprintf (message, sizeof message, "Method not found: %.100s", name);
             s_send_error (req, 200, id, -32601, message);
         }
     }
     json_decref (msg);
+}
+
+//  --------------------------------------------------------------------------
+//  The stateless era (2026-07-28): no initialize, no session; each request carries its
+//  version and the client's capabilities (gw_mcp_era). A tool without sandboxId uses the
+//  credential's default sandbox, kept by the broker like a session's.
+
+static const char *s_header_of (void *source, const char *name)
+{
+    return gw_request_header ((gw_request_t *) source, name);
+}
+
+static void s_send_refusal (gw_request_t *req, json_t *id, gw_mcp_era_refusal_t *why)
+{
+    json_t *error = s_error_response (id, why->code, why->message);
+    if (why->data)
+        json_object_set_new (json_object_get (error, "error"), "data", why->data);
+    why->data = NULL;
+    s_send_json (req, why->status, error);
+}
+
+//  The credential's state is here: the call goes on as a session's would.
+static void s_on_credential (gw_tools_state_t *state, const char *session_id, sbx_code_t code,
+                             const char *message, void *arg)
+{
+    s_job_t *job = arg;
+    gw_mcp_t *self = job->mcp;
+    zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
+    gw_request_t *req = gw_http_request (self->http, job->req_id);
+    if (req && !state) {
+        char text[600];
+        snprintf (text, sizeof text,
+                  "cannot find this credential's default sandbox now: %s (%s); retry later",
+                  message ? message : "", sbx_code_name (code));
+        s_send_error (req, 503, job->rpc_id, -32000, text);
+    } else if (req)
+        s_tools_call (self, req, job->caller, job->rpc_id, job->params, state, session_id, true);
+    s_job_free (&job);
+}
+
+static void s_serve_modern (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller,
+                            json_t *msg)
+{
+    json_t *id = json_is_object (msg) ? json_object_get (msg, "id") : NULL;
+    if (id && !json_is_string (id) && !json_is_integer (id))
+        id = NULL;
+    if (!msg) {
+        s_send_error (req, 400, NULL, -32700, "Parse error: the body is not JSON");
+        return;
+    }
+    if (json_is_array (msg)) {
+        s_send_error (req, 400, NULL, -32600, "Invalid Request: batches are not supported");
+        return;
+    }
+    if (!json_is_object (msg) || !streq (json_string_value (json_object_get (msg, "jsonrpc"))
+                                             ? json_string_value (json_object_get (msg, "jsonrpc"))
+                                             : "",
+                                         "2.0")) {
+        s_send_error (req, 400, id, -32600, "Invalid Request: not a JSON-RPC 2.0 message");
+        return;
+    }
+    json_t *rpc_method = json_object_get (msg, "method");
+    if (!rpc_method) {
+        //  A response to us (we send no requests) or junk.
+        if (json_object_get (msg, "result") || json_object_get (msg, "error"))
+            gw_request_respond (req, 202, NULL, "", 0);
+        else
+            s_send_error (req, 400, id, -32600, "Invalid Request: no method");
+        return;
+    }
+    gw_mcp_era_refusal_t why;
+    if (gw_mcp_era_check (msg, s_header_of, req, &why)) {
+        s_send_refusal (req, id, &why);
+        return;
+    }
+    const char *name = json_string_value (rpc_method);
+    json_t *params = json_object_get (msg, "params");
+    if (!json_object_get (msg, "id")) {
+        gw_request_respond (req, 202, NULL, "", 0); //  a notification: nothing to answer
+        return;
+    }
+    if (!id) {
+        s_send_error (req, 400, NULL, -32600, "Invalid Request: id must be a string or number");
+        return;
+    }
+    if (streq (name, "server/discover")) {
+        json_t *result =
+            json_pack ("{s:[s], s:{s:{}}, s:s, s:i, s:s}", "supportedVersions", GW_MCP_MODERN,
+                       "capabilities", "tools", "instructions", s_instructions_modern, "ttlMs",
+                       S_LIST_TTL_MS, "cacheScope", "public");
+        s_send_result_modern (req, id, result);
+    } else if (streq (name, "tools/list"))
+        s_send_tools_modern (self, req, id);
+    else if (streq (name, "tools/call")) {
+        s_job_t *job = s_job_wait (self, req, caller);
+        if (!job) {
+            s_send_error (req, 500, id, -32603, "out of memory");
+            return;
+        }
+        job->rpc_id = json_incref (id);
+        job->params = json_incref (params);
+        //  From the copy at once, or from the broker (made on first use).
+        gw_mcp_sessions_credential (self->sessions, caller, s_on_credential, job);
+    } else {
+        //  initialize, ping and the rest are the 2025 era's (or nobody's).
+        char message[200];
+        snprintf (message, sizeof message, "Method not found: %.100s (MCP %s)", name,
+                  GW_MCP_MODERN);
+        s_send_error (req, 404, id, -32601, message);
+    }
 }
 
 //  The session a request named, from the broker: now the request is served.
@@ -679,7 +879,7 @@ static void s_on_session (gw_tools_state_t *state, const char *session_id, sbx_c
     zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
     gw_request_t *req = gw_http_request (self->http, job->req_id);
     if (req)
-        s_serve (self, req, job->caller, state, session_id, state ? SBX_OK : code);
+        s_serve (self, req, job->caller, state, session_id, state ? SBX_OK : code, NULL);
     s_job_free (&job);
 }
 
@@ -710,6 +910,21 @@ static void s_on_ended (gw_tools_state_t *state, const char *session_id, sbx_cod
 //  One JSON-RPC message from an authenticated caller (see gw_mcp.h).
 void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller)
 {
+    //  A request of the stateless era says so in its body or its version header.
+    json_t *msg =
+        streq (gw_request_method (req), "POST")
+            ? json_loadb ((const char *) gw_request_body (req), gw_request_body_size (req), 0, NULL)
+            : NULL;
+    if (msg && gw_mcp_era_modern (msg, s_header_of, req)) {
+        s_serve_modern (self, req, caller, msg);
+        json_decref (msg);
+        return;
+    }
+    if (!msg && streq (gw_request_method (req), "POST") &&
+        gw_mcp_era_modern (NULL, s_header_of, req)) {
+        s_serve_modern (self, req, caller, NULL); //  unparsable, in the stateless era's words
+        return;
+    }
     const char *session_id = gw_request_header (req, "Mcp-Session-Id");
     //  Sessions are the broker's: ended, or looked up, on whichever gateway asks.
     bool ending = streq (gw_request_method (req), "DELETE");
@@ -722,9 +937,11 @@ void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller
             ? gw_mcp_sessions_find (self->sessions, session_id, caller->account_id)
             : NULL;
     if (!session_id || session) {
-        s_serve (self, req, caller, session, session_id, SBX_OK);
+        s_serve (self, req, caller, session, session_id, SBX_OK, msg);
+        json_decref (msg);
         return;
     }
+    json_decref (msg);
     s_job_t *job = s_job_wait (self, req, caller);
     if (!job) {
         s_send_error (req, 500, NULL, -32603, "out of memory");

@@ -279,6 +279,31 @@ void gw_mcp_sessions_open (gw_mcp_sessions_t *self, const sbx_caller_t *caller,
              gw_broker_send (self->broker, op->caller, &request, S_TIMEOUT_MS, s_on_session, op));
 }
 
+void gw_mcp_sessions_credential (gw_mcp_sessions_t *self, const sbx_caller_t *caller,
+                                 gw_mcp_sessions_fn *fn, void *arg)
+{
+    char id[160];
+    snprintf (id, sizeof id, "mcpc_%s", caller && caller->key_id ? caller->key_id : "");
+    gw_tools_state_t *state = caller ? gw_mcp_sessions_find (self, id, caller->account_id) : NULL;
+    if (state) {
+        fn (state, id, SBX_OK, NULL, arg);
+        return;
+    }
+    s_op_t *op = s_op_new (self, caller, NULL, fn, arg);
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_MCP_SESSION_OPEN);
+    if (!op || !request) {
+        s_op_forget (&op);
+        sbx_msg_destroy (&request);
+        fn (NULL, NULL, SBX_E_INTERNAL, "out of memory", arg);
+        return;
+    }
+    //  The broker answers the one that exists, or makes it: either way a copy here.
+    sbx_msg_mcp_session_open (request)->credential = true;
+    sbx_str_set (&sbx_msg_mcp_session_open (request)->protocol, "2026-07-28");
+    GW_KEEP (op->handle,
+             gw_broker_send (self->broker, op->caller, &request, S_TIMEOUT_MS, s_on_session, op));
+}
+
 void gw_mcp_sessions_fetch (gw_mcp_sessions_t *self, const sbx_caller_t *caller, const char *id,
                             gw_mcp_sessions_fn *fn, void *arg)
 {

@@ -50,6 +50,11 @@ void gw_mcp_sessions_open (gw_mcp_sessions_t *self, const sbx_caller_t *caller,
                            void *arg);
 void gw_mcp_sessions_fetch (gw_mcp_sessions_t *self, const sbx_caller_t *caller, const char *id,
                             gw_mcp_sessions_fn *fn, void *arg);
+//  credential: the state of the caller's credential (MCP 2026-07-28, which has no
+//  sessions: the API key's or OAuth connection's default sandbox and env), session id
+//  mcpc_<key id>: the copy, or the broker's (made on first use).
+void gw_mcp_sessions_credential (gw_mcp_sessions_t *self, const sbx_caller_t *caller,
+                                 gw_mcp_sessions_fn *fn, void *arg);
 void gw_mcp_sessions_sync (gw_mcp_sessions_t *self, const sbx_caller_t *caller, const char *id,
                            gw_tools_state_t *state, gw_mcp_sessions_fn *fn, void *arg);
 void gw_mcp_sessions_end (gw_mcp_sessions_t *self, const sbx_caller_t *caller, const char *id,

@@ -123,8 +123,8 @@ static void s_send (s_call_t *call, sbx_msg_t **request_p, bool agent, uint32_t 
         GW_KEEP (call->handle, gw_broker_send_agent (self->broker, call->caller, sandbox_id,
                                                      request_p, deadline_ms, s_on_answer, call));
     else
-        GW_KEEP (call->handle, gw_broker_send (self->broker, call->caller, request_p,
-                                               deadline_ms, s_on_answer, call));
+        GW_KEEP (call->handle, gw_broker_send (self->broker, call->caller, request_p, deadline_ms,
+                                               s_on_answer, call));
 }
 
 static void s_file_step (s_call_t *call)
@@ -134,9 +134,8 @@ static void s_file_step (s_call_t *call)
         s_send (call, &chunk, true, call->deadline);
         return;
     }
-    json_t *answer =
-        json_pack ("{s:s, s:I}", "path", sbx_xfer_path (call->xfer), "size",
-                   (json_int_t) sbx_xfer_size (call->xfer));
+    json_t *answer = json_pack ("{s:s, s:I}", "path", sbx_xfer_path (call->xfer), "size",
+                                (json_int_t) sbx_xfer_size (call->xfer));
     s_succeed (call, answer, NULL);
     //  s_succeed freed the call; answer was borrowed by done.
     json_decref (answer);
@@ -198,8 +197,7 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
 }
 
 uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_caller_t *caller,
-                      json_t *args, const void *data, size_t size, gw_ops_done_fn *done,
-                      void *arg)
+                      json_t *args, const void *data, size_t size, gw_ops_done_fn *done, void *arg)
 {
     assert (self && done);
     char why[400];

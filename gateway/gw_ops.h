@@ -26,10 +26,10 @@ typedef struct gw_ops_t gw_ops_t;
 //  How a call ended: code SBX_OK with the answer, or the failure's code and message.
 typedef struct {
     sbx_code_t code;
-    const char *message;   //  the failure's, for a person or a model to act on
-    json_t *answer;        //  the output shape (borrowed: take a reference to keep it)
+    const char *message;    //  the failure's, for a person or a model to act on
+    json_t *answer;         //  the output shape (borrowed: take a reference to keep it)
     const sbx_msg_t *reply; //  the reply it was made from (borrowed), or NULL (kept, files)
-    const uint8_t *data;   //  read_file: the bytes (size of them; one NUL past them)
+    const uint8_t *data;    //  read_file: the bytes (size of them; one NUL past them)
     size_t size;
 } gw_ops_result_t;
 
@@ -45,8 +45,7 @@ void gw_ops_destroy (gw_ops_t **self_p);
 //  or SBX_OPS_REST) passes them; write_file's bytes are data (copied). Returns a handle
 //  for gw_ops_cancel, or 0 when done was already called (refused at once).
 uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_caller_t *caller,
-                      json_t *args, const void *data, size_t size, gw_ops_done_fn *done,
-                      void *arg);
+                      json_t *args, const void *data, size_t size, gw_ops_done_fn *done, void *arg);
 
 //  Forgets a call in flight: done is not called. 0 or a finished handle is ignored.
 void gw_ops_cancel (gw_ops_t *self, uint64_t handle);

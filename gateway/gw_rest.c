@@ -347,9 +347,9 @@ static void s_serve (s_job_t *job, gw_request_t *req)
                   caller->account_id ? caller->account_id : "?", op->method, op->path,
                   sandbox ? " " : "", sandbox ? sandbox : "");
     bool raw = op->rest_body == SBX_OPS_BODY_RAW;
-    GW_KEEP (job->handle, gw_ops_call (job->rest->ops, job->op, SBX_OPS_REST, caller, args,
-                                       raw ? in.body : NULL, raw ? in.body_size : 0, s_on_done,
-                                       job));
+    GW_KEEP (job->handle,
+             gw_ops_call (job->rest->ops, job->op, SBX_OPS_REST, caller, args, raw ? in.body : NULL,
+                          raw ? in.body_size : 0, s_on_done, job));
     json_decref (args);
 }
 

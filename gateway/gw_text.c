@@ -115,8 +115,8 @@ static void s_value (gw_text_t *self, zchunk_t *out, json_t *v, const char *fmt)
         if (text)
             zchunk_extend (out, text, size);
     } else if (streq (fmt, "mib")) {
-        int n = snprintf (buf, sizeof buf, "%.1f",
-                          (double) json_integer_value (v) / (1024.0 * 1024.0));
+        int n =
+            snprintf (buf, sizeof buf, "%.1f", (double) json_integer_value (v) / (1024.0 * 1024.0));
         zchunk_extend (out, buf, (size_t) n);
     } else if (streq (fmt, "signal")) {
         int number = (int) json_integer_value (v);
@@ -125,15 +125,15 @@ static void s_value (gw_text_t *self, zchunk_t *out, json_t *v, const char *fmt)
                      : snprintf (buf, sizeof buf, "signal %d", number);
         zchunk_extend (out, buf, (size_t) n);
     } else if (strncmp (fmt, "words.", 6) == 0) {
-        const char *key = json_is_string (v) ? json_string_value (v)
-                          : json_is_true (v) ? "true"
+        const char *key = json_is_string (v)  ? json_string_value (v)
+                          : json_is_true (v)  ? "true"
                           : json_is_false (v) ? "false"
                                               : NULL;
         const char *word = s_word (self, fmt + 6, key);
         zchunk_extend (out, word, strlen (word));
     } else if (strncmp (fmt, "plural.", 7) == 0) {
-        long long count =
-            json_is_array (v) ? (long long) json_array_size (v) : (long long) json_integer_value (v);
+        long long count = json_is_array (v) ? (long long) json_array_size (v)
+                                            : (long long) json_integer_value (v);
         const char *one = fmt + 7;
         const char *dot = strchr (one, '.');
         if (!dot)
@@ -228,8 +228,8 @@ static void s_render (s_render_t *r, const char *from, const char *to, json_t *s
     }
 }
 
-char *gw_text_render_template (gw_text_t *self, const char *template, sbx_op_t op,
-                               json_t *answer, json_t *args)
+char *gw_text_render_template (gw_text_t *self, const char *template, sbx_op_t op, json_t *answer,
+                               json_t *args)
 {
     assert (self);
     zchunk_t *out = zchunk_new (NULL, 0);
@@ -347,8 +347,8 @@ void gw_text_test (bool verbose)
               "disk full");
     //  Templates of one's own: nested sections, a stray brace as text.
     json_t *answer = json_pack ("{s:[{s:b},{s:b}]}", "xs", "on", 1, "on", 0);
-    char *s = gw_text_render_template (text, "{#xs}[{?on}on{/on}{^on}off{/on}]{/xs} {a", 0,
-                                       answer, NULL);
+    char *s =
+        gw_text_render_template (text, "{#xs}[{?on}on{/on}{^on}off{/on}]{/xs} {a", 0, answer, NULL);
     assert (streq (s, "[on][off] {a"));
     free (s);
     json_decref (answer);

@@ -30,8 +30,8 @@ void gw_text_destroy (gw_text_t **self_p);
 char *gw_text_render (gw_text_t *self, sbx_op_t op, json_t *answer, json_t *args);
 
 //  The same for a template of one's own (self-tests).
-char *gw_text_render_template (gw_text_t *self, const char *template, sbx_op_t op,
-                               json_t *answer, json_t *args);
+char *gw_text_render_template (gw_text_t *self, const char *template, sbx_op_t op, json_t *answer,
+                               json_t *args);
 
 void gw_text_test (bool verbose);
 

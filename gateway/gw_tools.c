@@ -137,8 +137,8 @@ struct gw_tools_t {
     gw_text_t *text;     //  the answers in words
     json_t *kept_answer; //  get_sandbox's last answer (a reference held: never reused)
     json_t *kept_result; //  and the result made of it (results are never changed)
-    gw_ops_t *ops; //  the gateway's (ctx)
-    zhashx_t *calls; //  serial → s_call_t in flight
+    gw_ops_t *ops;       //  the gateway's (ctx)
+    zhashx_t *calls;     //  serial → s_call_t in flight
     uint64_t next_serial;
 };
 

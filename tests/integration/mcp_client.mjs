@@ -1,6 +1,7 @@
 // A real MCP client (the official TypeScript SDK) against sbx's /mcp, run by test_mcp.py
 // and test_edge_balance.py (sbxtest.run_sdk).
-// usage: node mcp_client.mjs URL KEY [TOOL ARGS_JSON]...   (NODE_EXTRA_CA_CERTS for TLS)
+// usage: node mcp_client.mjs URL KEY [TOOL ARGS_JSON]...   (NODE_EXTRA_CA_CERTS for TLS;
+// SBX_TEST_MCP_SDK picks the SDK and the protocol era, see below)
 // Prints one JSON line per step: {"step":"connect",...}, {"step":"list",...}, {"step":"call",...}
 // (each call asks for progress; "progress" lists the notifications received).
 // Steps may chain, so a whole reference scenario runs through the SDK alone:
@@ -13,11 +14,21 @@
 // in TCP mode (test_edge_balance.py). Off by default.
 import https from "node:https";
 import { Readable } from "node:stream";
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 const [url, key, ...calls] = process.argv.slice(2);
 const fresh = process.env.SBX_TEST_FRESH_CONNECTIONS === "1";
+// SBX_TEST_MCP_SDK: "v1" (@modelcontextprotocol/sdk, the 2025 era; the default), or the
+// SDK v2 client (@modelcontextprotocol/client) in "v2-legacy", "v2-auto" (server/discover
+// first, initialize if the server is of the 2025 era) or "v2-2026" (pinned to 2026-07-28).
+const sdk = process.env.SBX_TEST_MCP_SDK || "v1";
+const v2 = sdk.startsWith("v2");
+const { Client } = v2 ? await import("@modelcontextprotocol/client")
+                      : await import("@modelcontextprotocol/sdk/client/index.js");
+const { StreamableHTTPClientTransport } =
+  v2 ? await import("@modelcontextprotocol/client")
+     : await import("@modelcontextprotocol/sdk/client/streamableHttp.js");
+const negotiation = { "v2-legacy": "legacy", "v2-auto": "auto",
+                      "v2-2026": { pin: "2026-07-28" } }[sdk];
 
 // A WHATWG fetch on node:https with agent: false: a connection of its own for each
 // request, closed after it. The body streams as it arrives (an SSE answer's progress
@@ -67,7 +78,9 @@ const transport = new StreamableHTTPClientTransport(new URL(url), {
   requestInit: { headers: { Authorization: `Bearer ${key}` } },
   ...(fresh ? { fetch: freshFetch } : {}),
 });
-const client = new Client({ name: "sbx-test", version: "0" });
+const client = v2 ? new Client({ name: "sbx-test", version: "0" },
+                               { versionNegotiation: { mode: negotiation } })
+                  : new Client({ name: "sbx-test", version: "0" });
 const say = (obj) => console.log(JSON.stringify(obj));
 const last = { sb: "", pid: 0, url: "" };
 
@@ -104,8 +117,11 @@ const fetchVia = (target) => new Promise((resolve, reject) => {
 
 try {
   await client.connect(transport);
-  say({ step: "connect", server: client.getServerVersion(), sessionId: transport.sessionId,
-        protocolVersion: transport.protocolVersion ?? null });
+  say({ step: "connect", sdk, server: client.getServerVersion() ?? null,
+        sessionId: transport.sessionId ?? null,
+        protocolVersion: (v2 ? client.getNegotiatedProtocolVersion?.() : null) ??
+                         transport.protocolVersion ?? null,
+        era: v2 ? client.getProtocolEra?.() ?? null : "legacy" });
   const { tools } = await client.listTools();
   say({ step: "list", tools: tools.map((t) => ({ name: t.name, annotations: t.annotations })) });
   for (let i = 0; i + 1 < calls.length; i += 2) {
@@ -126,7 +142,8 @@ try {
       say({ step: "call", tool: calls[i], ...(await call(calls[i], args)) });
     }
   }
-  await transport.terminateSession();
+  // A session (the 2025 era) is ended with DELETE; the stateless era has none.
+  if (transport.sessionId) await transport.terminateSession();
   await client.close();
   say({ step: "done" });
 } catch (err) {

@@ -362,11 +362,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # -- the official MCP TypeScript SDK as a client ----------------------------------------
-def run_sdk(test, s, key, *calls, url=None, fresh_connections=False):
+def run_sdk(test, s, key, *calls, url=None, fresh_connections=False, sdk="v1"):
     """Runs mcp_client.mjs (the official SDK) with TOOL ARGS pairs against url (by default
     the installation's mcp_url) and returns its steps. fresh_connections: one TCP and TLS
     connection per request (SBX_TEST_FRESH_CONNECTIONS=1), as a balancer in TCP mode must
-    see them to spread one client's requests over several gateways."""
+    see them to spread one client's requests over several gateways. sdk: "v1" (the 2025
+    era), or the SDK v2 client: "v2-legacy", "v2-auto" or "v2-2026" (mcp_client.mjs)."""
     node = shutil.which("node")
     npm = shutil.which("npm")
     test.assertTrue(node and npm, "node and npm are needed for the MCP SDK client")
@@ -374,12 +375,14 @@ def run_sdk(test, s, key, *calls, url=None, fresh_connections=False):
     os.makedirs(work, exist_ok=True)
     shutil.copy(os.path.join(HERE, "mcp", "package.json"), work)
     shutil.copy(os.path.join(HERE, "mcp_client.mjs"), work)
-    if not os.path.isdir(os.path.join(work, "node_modules", "@modelcontextprotocol")):
+    if not all(os.path.isdir(os.path.join(work, "node_modules", "@modelcontextprotocol", p))
+               for p in ("sdk", "client")):
         subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
                        check=True, timeout=300)
     st = s.status()
     env = dict(os.environ, NODE_EXTRA_CA_CERTS=st["ca_cert"])
     env.pop("SBX_TEST_FRESH_CONNECTIONS", None)
+    env["SBX_TEST_MCP_SDK"] = sdk
     if fresh_connections:
         env["SBX_TEST_FRESH_CONNECTIONS"] = "1"
     args = []

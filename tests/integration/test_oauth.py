@@ -389,7 +389,7 @@ class OAuthTest(unittest.TestCase):
         conn = [k for k in keys if k["name"] == "Disconnect Me (MCP)"]
         self.assertEqual(len(conn), 1, keys)
         self.assertEqual(conn[0]["kind"], "connection")
-        self.s.cli("key", "revoke", conn[0]["key_id"])
+        self.s.cli("key", "revoke", conn[0]["id"])
         # The gateway trusts an access token for one second without asking again.
         wait_for(lambda: self.mcp_refused(tokens["access_token"]), 3, "disconnected token refused")
         status, _, answer = self.token(grant_type="refresh_token",
@@ -676,7 +676,7 @@ class OAuthTest(unittest.TestCase):
         made = [k for k in keys if k["name"] == "page key"]
         self.assertEqual((len(made), made[0]["preset"]), (1, "read-only"))
         status, _, page = b.request("GET", "/account")
-        revoke = [f for f in Forms(page).forms if f["fields"].get("key_id") == made[0]["key_id"]]
+        revoke = [f for f in Forms(page).forms if f["fields"].get("key_id") == made[0]["id"]]
         status, _, _ = b.request("POST", "/account", form=dict(revoke[0]["fields"], action="revoke"))
         self.assertEqual(status, 303)
         # Another browser without the session cannot act, even with a good CSRF pair.

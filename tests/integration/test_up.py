@@ -91,7 +91,8 @@ class UpTest(unittest.TestCase):
         revoked = s.cli_json("key", "revoke", key["key_id"])
         self.assertTrue(revoked["revoked"])
         keys = s.cli_json("key", "list", "--account", "carol@example.com")["keys"]
-        self.assertEqual([k["revoked"] for k in keys if k["key_id"] == key["key_id"]], [True])
+        # (the list is REST's Key shape: GET /v1/keys)
+        self.assertEqual([k["revoked"] for k in keys if k["id"] == key["key_id"]], [True])
 
         # Bad input: a clear message, a non-zero exit code, nothing lost.
         res = s.cli("account", "create", "--email", "CAROL@example.com", check=False)
