@@ -5,6 +5,7 @@
 #include "gw_ctx.h"
 #include "gw_http.h"
 #include "gw_mcp.h"
+#include "gw_mcp_sse.h"
 #include "gw_oauth.h"
 #include "gw_proxy.h"
 #include "gw_rest.h"
@@ -20,6 +21,7 @@ struct gw_gateway_t {
     sbx_peer_t *peer;
     gw_http_t *http;
     gw_mcp_t *mcp;
+    gw_mcp_sse_t *sse;     //  the legacy HTTP+SSE transport (/sse, /messages)
     gw_oauth_t *oauth;     //  the OAuth endpoints, metadata and sign-in pages
     gw_account_t *account; //  /account, the account web page
     gw_proxy_t *proxy;     //  <label>-<port>.box.<domain> hosts
@@ -155,11 +157,12 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
         if (self->ctx) {
             self->proxy = gw_proxy_new (self->ctx);
             self->mcp = gw_mcp_new (self->ctx);
+            self->sse = self->mcp ? gw_mcp_sse_new (self->ctx, self->mcp) : NULL;
             self->rest = gw_rest_new (self->ctx);
             self->oauth = gw_oauth_new (self->ctx);
             self->account = gw_account_new (self->ctx);
         }
-        if (!self->ctx || !self->mcp || !self->rest || !self->proxy || !self->oauth ||
+        if (!self->ctx || !self->mcp || !self->sse || !self->rest || !self->proxy || !self->oauth ||
             !self->account || gw_router_add (self->ctx->router, "/healthz", false, s_healthz, self))
             gw_http_destroy (&self->http);
     }
@@ -185,6 +188,7 @@ void gw_gateway_destroy (gw_gateway_t **self_p)
     gw_http_destroy (&self->http);
     //  The front ends cancel their requests in flight; then what they borrowed goes (no
     //  loop turns in between, so nothing calls back into them).
+    gw_mcp_sse_destroy (&self->sse);
     gw_mcp_destroy (&self->mcp);
     gw_proxy_destroy (&self->proxy);
     gw_rest_destroy (&self->rest);

@@ -102,6 +102,11 @@ struct gw_mcp_t {
     size_t sent_next;
 };
 
+const char *gw_mcp_instructions (void)
+{
+    return s_instructions;
+}
+
 const char *gw_mcp_negotiate (const char *requested)
 {
     for (int i = 0; requested && s_versions[i]; i++)
@@ -980,7 +985,7 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
     }
 }
 
-static bool s_origin_allowed (gw_mcp_t *self, const char *origin)
+bool gw_mcp_origin_allowed (gw_mcp_t *self, const char *origin)
 {
     if (!origin)
         return true; //  not a browser
@@ -996,7 +1001,7 @@ static bool s_origin_allowed (gw_mcp_t *self, const char *origin)
 bool gw_mcp_admit (gw_mcp_t *self, gw_request_t *req)
 {
     const char *method = gw_request_method (req);
-    if (!s_origin_allowed (self, gw_request_header (req, "Origin"))) {
+    if (!gw_mcp_origin_allowed (self, gw_request_header (req, "Origin"))) {
         s_send_error (req, 403, NULL, -32000,
                       "Forbidden: this Origin may not use /mcp (see the mcp.origins setting)");
         return false;
@@ -1073,11 +1078,11 @@ void gw_mcp_test (bool verbose)
     gw_ctx_t *ctx = gw_ctx_new (NULL, NULL, NULL, NULL);
     gw_mcp_t *mcp = ctx ? gw_mcp_new (ctx) : NULL;
     assert (mcp);
-    assert (s_origin_allowed (mcp, NULL));
-    assert (s_origin_allowed (mcp, "https://localhost:8443"));
-    assert (!s_origin_allowed (mcp, "https://evil.example"));
+    assert (gw_mcp_origin_allowed (mcp, NULL));
+    assert (gw_mcp_origin_allowed (mcp, "https://localhost:8443"));
+    assert (!gw_mcp_origin_allowed (mcp, "https://evil.example"));
     zlistx_add_end (mcp->origins, "https://claude.ai");
-    assert (s_origin_allowed (mcp, "https://claude.ai"));
+    assert (gw_mcp_origin_allowed (mcp, "https://claude.ai"));
     gw_mcp_destroy (&mcp);
     gw_ctx_destroy (&ctx);
 }

@@ -57,6 +57,13 @@ void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller
 //  The protocol version answered to a client that asked for `requested` (NULL: none).
 const char *gw_mcp_negotiate (const char *requested);
 
+//  Whether a browser's Origin (NULL: not a browser) may use MCP: the server's own, or
+//  one of the mcp.origins setting (gw_mcp_sse checks the same).
+bool gw_mcp_origin_allowed (gw_mcp_t *self, const char *origin);
+
+//  What initialize tells a 2025-era client about the tools.
+const char *gw_mcp_instructions (void);
+
 void gw_mcp_test (bool verbose);
 
 #endif

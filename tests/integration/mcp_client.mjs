@@ -20,8 +20,11 @@ const fresh = process.env.SBX_TEST_FRESH_CONNECTIONS === "1";
 // SBX_TEST_MCP_SDK: "v1" (@modelcontextprotocol/sdk, the 2025 era; the default), or the
 // SDK v2 client (@modelcontextprotocol/client) in "v2-legacy", "v2-auto" (server/discover
 // first, initialize if the server is of the 2025 era) or "v2-2026" (pinned to 2026-07-28).
+// "v1-sse": SDK v1 over the legacy HTTP+SSE transport (2024-11-05): GET /sse, POST
+// /messages.
 const sdk = process.env.SBX_TEST_MCP_SDK || "v1";
 const v2 = sdk.startsWith("v2");
+const sse = sdk === "v1-sse";
 const { Client } = v2 ? await import("@modelcontextprotocol/client")
                       : await import("@modelcontextprotocol/sdk/client/index.js");
 const { StreamableHTTPClientTransport } =
@@ -74,10 +77,15 @@ const freshFetch = (input, init = {}) => new Promise((resolve, reject) => {
   req.end(body ?? undefined);
 });
 
-const transport = new StreamableHTTPClientTransport(new URL(url), {
-  requestInit: { headers: { Authorization: `Bearer ${key}` } },
-  ...(fresh ? { fetch: freshFetch } : {}),
-});
+const { SSEClientTransport } = sse ? await import("@modelcontextprotocol/sdk/client/sse.js")
+                                   : {};
+const transport = sse
+  ? new SSEClientTransport(new URL(url.replace(/\/mcp$/, "/sse")), {
+      requestInit: { headers: { Authorization: `Bearer ${key}` } } })
+  : new StreamableHTTPClientTransport(new URL(url), {
+      requestInit: { headers: { Authorization: `Bearer ${key}` } },
+      ...(fresh ? { fetch: freshFetch } : {}),
+    });
 const client = v2 ? new Client({ name: "sbx-test", version: "0" },
                                { versionNegotiation: { mode: negotiation } })
                   : new Client({ name: "sbx-test", version: "0" });
@@ -121,7 +129,7 @@ try {
         sessionId: transport.sessionId ?? null,
         protocolVersion: (v2 ? client.getNegotiatedProtocolVersion?.() : null) ??
                          transport.protocolVersion ?? null,
-        era: v2 ? client.getProtocolEra?.() ?? null : "legacy" });
+        era: v2 ? client.getProtocolEra?.() ?? null : "legacy", transport: sse ? "sse" : "http" });
   const { tools } = await client.listTools();
   say({ step: "list", tools: tools.map((t) => ({ name: t.name, annotations: t.annotations })) });
   for (let i = 0; i + 1 < calls.length; i += 2) {
@@ -143,7 +151,7 @@ try {
     }
   }
   // A session (the 2025 era) is ended with DELETE; the stateless era has none.
-  if (transport.sessionId) await transport.terminateSession();
+  if (transport.sessionId && transport.terminateSession) await transport.terminateSession();
   await client.close();
   say({ step: "done" });
 } catch (err) {
