@@ -517,8 +517,17 @@ def part_exec(mcp, sb, n, res, raw):
     res["mcp_read_ok"] = base64.b64decode(r["structuredContent"]["content"]) == blob
 
 
+MODERN = "2026-07-28"
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN,
+               "io.modelcontextprotocol/clientCapabilities": {}}
+
+
 def wrk(port, body, key, session, conns, seconds):
     env = dict(os.environ, BENCH_BODY=json.dumps(body), BENCH_KEY=key, BENCH_SESSION=session or "")
+    if body.get("params", {}).get("_meta", {}).get("io.modelcontextprotocol/protocolVersion"):
+        # The stateless era: its version and method headers, no session.
+        env.update(BENCH_VERSION=MODERN, BENCH_METHOD=body["method"],
+                   BENCH_NAME=body["params"].get("name", ""))
     out = run(["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "10s", "-s",
                os.path.join(HERE, "post.lua"), f"https://localhost:{port}/mcp"],
               capture_output=True, text=True, env=env, timeout=seconds + 60).stdout
@@ -536,6 +545,9 @@ def part_gateway(sbx, mcp, sb, conns_list, seconds, repeats, res):
     get_body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                 "params": {"name": "get_sandbox", "arguments": {"sandboxId": sb}}}
     list_body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    modern_body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": "get_sandbox", "arguments": {"sandboxId": sb},
+                              "_meta": MODERN_META}}
     # The bare server answers the gateway's own get_sandbox answer, byte for byte.
     mcp.rid += 1
     answer, _ = mcp.post(dict(get_body, id=mcp.rid))
@@ -564,6 +576,7 @@ def part_gateway(sbx, mcp, sb, conns_list, seconds, repeats, res):
             for conns in conns_list:
                 for label, port, body, k, sid in (
                         ("sbx get_sandbox", sbx.port, get_body, sbx.key, mcp.sid),
+                        ("sbx get_sandbox 2026", sbx.port, modern_body, sbx.key, None),
                         ("sbx tools/list", sbx.port, list_body, sbx.key, mcp.sid),
                         ("sbx ping", sbx.port, {"jsonrpc": "2.0", "id": 1, "method": "ping"},
                          sbx.key, mcp.sid),
@@ -709,6 +722,12 @@ def rows(res):
                 row(f"{tool}, {conns} conn vs bare MHD{extra}", f"{res.get('gw_repeats', 1)}×{res['gw_seconds']} s", s["rps"],
                     f"{bare['rps']:.0f} req/s bare libmicrohttpd+TLS", 0.5, le=False,
                     unit=" req/s", nd=0, ratio=s["rps"] / bare["rps"])
+            modern = gw.get(f"sbx get_sandbox 2026 c{conns}")
+            if tool == "get_sandbox" and modern:
+                row(f"(diagnostic) get_sandbox as MCP 2026-07-28 (stateless), {conns} conn vs "
+                    "the 2025 session's", f"{res.get('gw_repeats', 1)}×{res['gw_seconds']} s",
+                    modern["rps"], f"{s['rps']:.0f} req/s in a 2025-06-18 session", None,
+                    unit=" req/s", nd=0, ratio=modern["rps"] / s["rps"])
             if tool == "tools/list" and bare and gw.get(f"sbx ping c{conns}"):
                 p = gw[f"sbx ping c{conns}"]
                 row(f"(diagnostic) MCP ping, {conns} conn vs bare MHD", f"{res.get('gw_repeats', 1)}×{res['gw_seconds']} s",

@@ -6,7 +6,13 @@ wrk.headers["Accept"] = "application/json, text/event-stream"
 wrk.headers["Authorization"] = "Bearer " .. os.getenv("BENCH_KEY")
 local sid = os.getenv("BENCH_SESSION")
 if sid and sid ~= "" then wrk.headers["Mcp-Session-Id"] = sid end
-wrk.headers["MCP-Protocol-Version"] = "2025-06-18"
+-- BENCH_VERSION: the protocol version (2026-07-28: stateless, with the headers that
+-- era wants, BENCH_METHOD and BENCH_NAME).
+wrk.headers["MCP-Protocol-Version"] = os.getenv("BENCH_VERSION") or "2025-06-18"
+local method = os.getenv("BENCH_METHOD")
+if method and method ~= "" then wrk.headers["Mcp-Method"] = method end
+local name = os.getenv("BENCH_NAME")
+if name and name ~= "" then wrk.headers["Mcp-Name"] = name end
 
 -- Answers that are errors (a JSON-RPC error, or a tool result with isError: a rate
 -- limit, say) are counted per thread, so a fast refusal never passes for throughput.
