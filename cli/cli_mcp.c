@@ -97,8 +97,10 @@ int cli_mcp_key_check (const char *key, char *why, size_t why_size)
     for (const char *p = key; *p; p++)
         clean = clean && (unsigned char) *p > 0x20 && *p != 0x7f;
     if (strncmp (key, "sbx_", 4) != 0 || !clean) {
+        //  The key itself is not repeated: stderr ends up in the client's logs.
         snprintf (why, why_size,
-                  "SBX_API_KEY must be an sbx API key (sbx_… without spaces), not \"%.8s…\"", key);
+                  "SBX_API_KEY must be an sbx API key: sbx_… as `sbx key create` printed it, "
+                  "without quotes, spaces or \"Bearer\"");
         return -1;
     }
     return 0;

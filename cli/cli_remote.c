@@ -148,6 +148,7 @@ static json_t *s_post (cli_remote_t *self, json_t *message, bool with_session,
                        cli_remote_notify_fn *notify, void *notify_arg, bool *gone, json_t **error)
 {
     *gone = false;
+    *error = NULL;
     char *body = json_dumps (message, JSON_COMPACT);
     char *session = with_session && self->session_id
                         ? zsys_sprintf ("Mcp-Session-Id: %s", self->session_id)

@@ -2,10 +2,12 @@
 StdioClientTransport launches the real `sbx mcp` as a local client does (command, args,
 env: SBX_URL, SBX_API_KEY, SBX_CA_CERT), which forwards to the real gateway of `sbx up`
 over HTTPS with the local CA, with real guests behind it."""
+import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import unittest
@@ -79,13 +81,17 @@ class McpStdioTest(unittest.TestCase):
             with open(os.path.join(work, name), "w") as f:
                 f.write(text)
         os.chmod(os.path.join(work, "src/main.py"), 0o755)
+        # Over the 4 MiB of one write_file part: the archive goes in two.
+        blob = os.urandom(5 * 1024 * 1024)
+        with open(os.path.join(work, "blob.bin"), "wb") as f:
+            f.write(blob)
         git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
         subprocess.run(["git", "init", "-q"], cwd=work, check=True)
-        subprocess.run(["git", "add", "README.md", "src/main.py", ".gitignore"], cwd=work,
-                       check=True)
+        subprocess.run(["git", "add", "README.md", "src/main.py", ".gitignore", "blob.bin"],
+                       cwd=work, check=True)
         subprocess.run(git + ["commit", "-qm", "init"], cwd=work, check=True)
         kept = ["README.md", "src/main.py", ".gitignore", "notes.txt"]
-        size = sum(len(files[n]) for n in kept)
+        size = sum(len(files[n]) for n in kept) + len(blob)
 
         out = self.client(
             work,
@@ -94,6 +100,7 @@ class McpStdioTest(unittest.TestCase):
             ["handoff_session", {"sandboxId": "$SB", "path": "/root/proj"}],
             ["exec", {"sandboxId": "$SB", "command":
                       "cd /root/proj && find . -type f | LC_ALL=C sort && test -x src/main.py && "
+                      f"echo {hashlib.sha256(blob).hexdigest()} blob.bin | sha256sum -c - && "
                       "python3 src/main.py && test ! -e debug.log && test ! -e build"}],
             ["handoff_session", {}],
             ["exec", {"sandboxId": "$SB", "command": "cat /root/work/README.md"}],
@@ -114,14 +121,14 @@ class McpStdioTest(unittest.TestCase):
         self.assertIn("hi from", self.text(hello))  # the session's default sandbox
         self.assertFalse(handoff["result"].get("isError"), self.text(handoff))
         self.assertEqual(handoff["result"]["structuredContent"],
-                         {"sandboxId": sb, "path": "/root/proj", "files": 4, "bytes": size})
+                         {"sandboxId": sb, "path": "/root/proj", "files": 5, "bytes": size})
         self.assertIn(f"to /root/proj in {sb}", self.text(handoff))
-        self.assertIn("Copied 4 files", self.text(handoff))
+        self.assertIn(f"Copied 5 files ({size} bytes)", self.text(handoff))
         listing = check["result"]["structuredContent"]
         self.assertEqual(listing["exitCode"], 0, listing)
         self.assertEqual(listing["stdout"].split(),
-                         ["./.gitignore", "./README.md", "./notes.txt", "./src/main.py",
-                          "hello", "from", "the", "handoff"])
+                         ["./.gitignore", "./README.md", "./blob.bin", "./notes.txt",
+                          "./src/main.py", "blob.bin:", "OK", "hello", "from", "the", "handoff"])
         # Without sandboxId: a new sandbox, the default path.
         sc2 = handoff2["result"]["structuredContent"]
         self.assertNotEqual(sc2["sandboxId"], sb)
@@ -143,6 +150,34 @@ class McpStdioTest(unittest.TestCase):
                                                    "method": "tools/list"}, sid)
         self.assertEqual(status, 404)
 
+    def test_sigterm_ends_the_session(self):
+        # A client that stops the server with SIGTERM (as the SDK does when stdin's end is
+        # not enough) still has its remote session deleted.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SBX_")}
+        proc = subprocess.Popen([binary("sbx"), "mcp"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(env, SBX_URL=self.mcp_url, SBX_API_KEY=self.key,
+                                         SBX_CA_CERT=self.ca))
+        try:
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}) +
+                             "\n")
+            proc.stdin.flush()
+            answer = json.loads(proc.stdout.readline())
+            self.assertEqual(len(answer["result"]["tools"]), 19)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertIn("stopping on a signal", err)
+        sid = err.split("remote session ", 1)[1].split()[0]
+        self.assertIn(f"remote session {sid} ended (HTTP 200)", err)
+        status, _, _ = mcp_post(self.s, self.key, {"jsonrpc": "2.0", "id": 1,
+                                                   "method": "tools/list"}, sid)
+        self.assertEqual(status, 404)
+
     def test_over_limit_refused(self):
         work = self.tmpdir()
         with open(os.path.join(work, "data.bin"), "wb") as f:
@@ -150,7 +185,8 @@ class McpStdioTest(unittest.TestCase):
         with open(os.path.join(work, "small.txt"), "w") as f:
             f.write("x\n")
         def ids():
-            return set(re.findall(r"sb_[a-z0-9]+", json.dumps(self.s.cli_json("sandbox", "list"))))
+            listed = json.dumps(self.s.cli_json("sandbox", "list"))
+            return set(re.findall(r"sb_[a-z0-9]+", listed))
         before = ids()
         out = self.client(work, ["handoff_session", {}], url=self.mcp_url)
         (call,) = out["calls"]
