@@ -20,11 +20,16 @@
 #define S_LINE_MAX (32 * 1024 * 1024)
 
 static volatile sig_atomic_t s_stop = 0;
+static int s_null_fd = -1;
 
+//  A read of stdin in progress ends with EINTR; one about to start would block, so stdin
+//  becomes /dev/null (dup2 is async-signal-safe) and that read sees the end at once.
 static void s_on_signal (int signal)
 {
     (void) signal;
     s_stop = 1;
+    if (s_null_fd >= 0)
+        dup2 (s_null_fd, 0);
 }
 
 static void s_usage (FILE *out)
@@ -210,6 +215,7 @@ int cli_mcp_main (int argc, char **argv)
 
     //  Without SA_RESTART, a signal ends the read of stdin; transfers stop through the
     //  flag. A client gone mid-answer must end the loop, not the process (SIGPIPE).
+    s_null_fd = open ("/dev/null", O_RDONLY | O_CLOEXEC);
     struct sigaction action = {0};
     action.sa_handler = s_on_signal;
     sigemptyset (&action.sa_mask);
@@ -243,6 +249,8 @@ int cli_mcp_main (int argc, char **argv)
     cli_remote_destroy (&remote); //  ends the remote session
     free (url);
     free (ca);
+    if (s_null_fd >= 0)
+        close (s_null_fd);
     return 0;
 }
 
