@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import unittest
 
-from sbxtest import BIN, HERE, Sbx, binary, install_sdk, main, mcp_post
+from sbxtest import BIN, HERE, Sbx, binary, free_port, install_sdk, main, mcp_post
 
 NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "exec", "command_status",
          "kill_command", "read_file", "write_file", "host_port", "stop_sandbox",
@@ -203,6 +203,24 @@ class McpStdioTest(unittest.TestCase):
         self.assertIn("refused the API key (401 Unauthorized): check SBX_API_KEY",
                       out["list"]["error"])
         self.assertIn("refused the API key", out["calls"][0]["error"])
+
+    def test_network_errors(self):
+        # Nothing listens: curl's reason and SBX_URL. The local CA not trusted: SBX_CA_CERT.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SBX_")}
+        port = free_port()
+        request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}) + "\n"
+        for url, expected in ((f"https://127.0.0.1:{port}", [
+                f"cannot reach https://127.0.0.1:{port}/mcp: ", "; check SBX_URL"]),
+                (self.base_url, ["cannot reach", "check SBX_URL and SBX_CA_CERT"])):
+            res = subprocess.run([binary("sbx"), "mcp"], input=request, capture_output=True,
+                                 text=True, timeout=60,
+                                 env=dict(env, SBX_URL=url, SBX_API_KEY=self.key))
+            self.assertEqual(res.returncode, 0, res.stderr)
+            answer = json.loads(res.stdout)
+            print(f"  {url}: {answer['error']['message']}")
+            self.assertEqual(answer["id"], 1)
+            for part in expected:
+                self.assertIn(part, answer["error"]["message"])
 
     def test_configuration_errors(self):
         sbx = binary("sbx")
