@@ -13,6 +13,7 @@ int cli_audit_main (int argc, char **argv);
 int cli_wallet_main (int argc, char **argv);
 int cli_usage_main (int argc, char **argv);
 int cli_snapshot_main (int argc, char **argv);
+int cli_mcp_main (int argc, char **argv);
 
 #include "sbx_config.h"
 

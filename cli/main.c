@@ -20,6 +20,7 @@ static const s_command_t s_commands[] = {
     {"sandbox", cli_sandbox_main, "create, run commands in, stop, resume and delete sandboxes"},
     {"snapshot", cli_snapshot_main, "list, save, inspect and delete snapshots"},
     {"usage", cli_usage_main, "running time, cost and wallet balance of an account"},
+    {"mcp", cli_mcp_main, "a stdio MCP server for local clients, forwarding to a remote sbx"},
     {NULL, NULL, NULL}};
 
 static void s_usage (FILE *out)

@@ -362,6 +362,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # -- the official MCP TypeScript SDK as a client ----------------------------------------
+def install_sdk(test):
+    """The official SDKs installed under the build tree (<build>/mcp-client, once): the
+    directory to run client scripts from."""
+    node = shutil.which("node")
+    npm = shutil.which("npm")
+    test.assertTrue(node and npm, "node and npm are needed for the MCP SDK client")
+    work = os.path.join(os.environ.get("SBX_BIN", os.getcwd()), "..", "mcp-client")
+    os.makedirs(work, exist_ok=True)
+    shutil.copy(os.path.join(HERE, "mcp", "package.json"), work)
+    if not all(os.path.isdir(os.path.join(work, "node_modules", "@modelcontextprotocol", p))
+               for p in ("sdk", "client")):
+        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
+                       check=True, timeout=300)
+    return work
+
+
 def run_sdk(test, s, key, *calls, url=None, fresh_connections=False, sdk="v1"):
     """Runs mcp_client.mjs (the official SDK) with TOOL ARGS pairs against url (by default
     the installation's mcp_url) and returns its steps. fresh_connections: one TCP and TLS
@@ -369,16 +385,8 @@ def run_sdk(test, s, key, *calls, url=None, fresh_connections=False, sdk="v1"):
     see them to spread one client's requests over several gateways. sdk: "v1" (the 2025
     era), or the SDK v2 client: "v2-legacy", "v2-auto" or "v2-2026" (mcp_client.mjs)."""
     node = shutil.which("node")
-    npm = shutil.which("npm")
-    test.assertTrue(node and npm, "node and npm are needed for the MCP SDK client")
-    work = os.path.join(os.environ.get("SBX_BIN", os.getcwd()), "..", "mcp-client")
-    os.makedirs(work, exist_ok=True)
-    shutil.copy(os.path.join(HERE, "mcp", "package.json"), work)
+    work = install_sdk(test)
     shutil.copy(os.path.join(HERE, "mcp_client.mjs"), work)
-    if not all(os.path.isdir(os.path.join(work, "node_modules", "@modelcontextprotocol", p))
-               for p in ("sdk", "client")):
-        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
-                       check=True, timeout=300)
     st = s.status()
     env = dict(os.environ, NODE_EXTRA_CA_CERTS=st["ca_cert"])
     env.pop("SBX_TEST_FRESH_CONNECTIONS", None)
