@@ -135,14 +135,14 @@ bool sbx_secret_equal (const char *a, const char *b)
     return sodium_memcmp (a, b, len) == 0;
 }
 
-char *sbx_secret_base64url (const uint8_t *data, size_t size)
+//  data as base64 in libsodium's variant: a fresh string, or NULL.
+static char *s_encode (const uint8_t *data, size_t size, int variant)
 {
     if ((!data && size > 0) || sbx_secret_init ())
         return NULL;
     //  ENCODED_LEN overflows past SIZE_MAX / 4 * 3; nothing that large is ever encoded.
     if (size > SIZE_MAX / 4 * 3 - 4)
         return NULL;
-    const int variant = sodium_base64_VARIANT_URLSAFE_NO_PADDING;
     size_t len = sodium_base64_ENCODED_LEN (size, variant);
     char *text = malloc (len);
     if (!text)
@@ -153,22 +153,14 @@ char *sbx_secret_base64url (const uint8_t *data, size_t size)
     return text;
 }
 
+char *sbx_secret_base64url (const uint8_t *data, size_t size)
+{
+    return s_encode (data, size, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+}
+
 char *sbx_secret_base64 (const uint8_t *data, size_t size)
 {
-    if ((!data && size > 0) || sbx_secret_init ())
-        return NULL;
-    //  ENCODED_LEN overflows past SIZE_MAX / 4 * 3; nothing that large is ever encoded.
-    if (size > SIZE_MAX / 4 * 3 - 4)
-        return NULL;
-    const int variant = sodium_base64_VARIANT_ORIGINAL;
-    size_t len = sodium_base64_ENCODED_LEN (size, variant);
-    char *text = malloc (len);
-    if (!text)
-        return NULL;
-    //  libsodium wants a non-NULL pointer even for zero bytes.
-    static const uint8_t s_empty[1] = {0};
-    sodium_bin2base64 (text, len, data ? data : s_empty, size, variant);
-    return text;
+    return s_encode (data, size, sodium_base64_VARIANT_ORIGINAL);
 }
 
 uint8_t *sbx_secret_base64_decode (const char *text, size_t *size_p)
