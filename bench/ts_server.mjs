@@ -1,6 +1,6 @@
 // ts_server - the gateway-throughput comparison (b): an MCP server on the official
 // TypeScript SDK (Streamable HTTP, JSON responses, sessions) over node's HTTPS with the
-// same certificate as the gateway, answering the same 18 tool names; get_sandbox from
+// same certificate as the gateway, answering the same 19 tool names; get_sandbox from
 // memory with the sbx answer's shape. Authorization: Bearer TOKEN is checked (a string
 // compare: the cheapest possible "authenticated").
 //
@@ -14,7 +14,7 @@ import { z } from "zod";
 
 const [port, certFile, keyFile, token] = process.argv.slice(2);
 const NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "exec", "command_status",
-  "kill_command", "read_file", "write_file", "host_port", "stop_sandbox", "resume_sandbox",
+  "kill_command", "list_commands", "read_file", "write_file", "host_port", "stop_sandbox", "resume_sandbox",
   "extend_sandbox", "rename_sandbox", "label_sandbox", "delete_sandbox", "save_snapshot",
   "list_snapshots", "delete_snapshot"];
 const SANDBOX = {

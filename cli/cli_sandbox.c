@@ -2,7 +2,7 @@
 
     The operations REST and the MCP tools offer (schemas/operations.json), for operators
     and tests: create, list, get, extend, stop, resume, delete, and agent requests (exec,
-    status, kill, write, read) relayed to the guest. Each command's options become the
+    status, kill, ps, write, read) relayed to the guest. Each command's options become the
     operation's arguments and are checked with REST's limits (cli_op); --json prints
     REST's JSON (docs/openapi.json), with what only an operator sees added (account, vmd).
 */
@@ -30,6 +30,7 @@ static void s_usage (FILE *out)
         "                        -- COMMAND...\n"
         "       sbx sandbox status ID PID [--stdout-offset N] [--stderr-offset N]\n"
         "       sbx sandbox kill ID PID [--signal SIGNAL]\n"
+        "       sbx sandbox ps ID\n"
         "       sbx sandbox write ID PATH [--mode OCTAL] < FILE\n"
         "       sbx sandbox read ID PATH > FILE\n"
         "every subcommand takes --data-dir DIR and --json.\n\n"
@@ -42,6 +43,8 @@ static void s_usage (FILE *out)
         "(without --json, its stdout and stderr are passed through); --detach returns the\n"
         "processId at once, and `status` polls it (pass the offsets it printed to get only\n"
         "new output). kill sends SIGTERM unless --signal names another (KILL, INT, 9...).\n"
+        "ps lists the processes exec started (running, then the finished ones the guest\n"
+        "keeps), oldest first.\n"
         "create --snapshot starts from one of the account's snapshots (sbx snapshot list).\n");
 }
 
@@ -207,8 +210,31 @@ static int s_exec (sbx_config_t *config, sbx_api_t *api, cli_op_t *op, s_opts_t 
     return code;
 }
 
-//  status and kill: REST's answer; kill says it in words without --json.
-static int s_process (sbx_config_t *config, sbx_api_t *api, cli_op_t *op, s_opts_t *o, bool kill)
+//  ps without --json: a line per process.
+static void s_print_ps (json_t *answer)
+{
+    printf ("%-8s %-10s %-10s %s\n", "PID", "STATE", "KIND", "COMMAND");
+    size_t i;
+    json_t *p;
+    json_array_foreach (json_object_get (answer, "processes"), i, p)
+    {
+        char state[24] = "running";
+        if (!json_is_true (json_object_get (p, "running")))
+            snprintf (state, sizeof state, "exit %lld",
+                      (long long) json_integer_value (json_object_get (p, "exitCode")));
+        const char *command = json_string_value (json_object_get (p, "command"));
+        size_t line = command ? strcspn (command, "\n") : 0;
+        size_t shown = line > 100 ? 100 : line;
+        printf ("%-8lld %-10s %-10s %.*s%s\n",
+                (long long) json_integer_value (json_object_get (p, "processId")), state,
+                json_is_true (json_object_get (p, "detached")) ? "detached" : "foreground",
+                (int) shown, command ? command : "", command && command[shown] ? "…" : "");
+    }
+}
+
+//  status, kill and ps: REST's answer; kill and ps say it in words without --json.
+static int s_process (sbx_config_t *config, sbx_api_t *api, cli_op_t *op, s_opts_t *o,
+                      const char *verb)
 {
     sbx_msg_t *request = cli_op_request (op);
     if (!request)
@@ -221,10 +247,13 @@ static int s_process (sbx_config_t *config, sbx_api_t *api, cli_op_t *op, s_opts
     sbx_msg_destroy (&reply);
     if (!answer)
         return 1;
-    if (kill && !o->json) {
+    if (streq (verb, "kill") && !o->json) {
         printf ("signal %lld sent to process %lld\n",
                 (long long) json_integer_value (json_object_get (answer, "signal")),
                 (long long) json_integer_value (json_object_get (answer, "processId")));
+        json_decref (answer);
+    } else if (streq (verb, "ps") && !o->json) {
+        s_print_ps (answer);
         json_decref (answer);
     } else
         cli_print_json (answer); //  status: the same JSON with or without --json
@@ -304,19 +333,13 @@ static const struct {
     const char *verb;
     sbx_op_t op;
     int npos; //  positional arguments: ID, then PID or PATH
-} s_verbs[] = {{"create", SBX_OP_CREATE_SANDBOX, 0},
-               {"list", SBX_OP_LIST_SANDBOXES, 0},
-               {"get", SBX_OP_GET_SANDBOX, 1},
-               {"extend", SBX_OP_EXTEND_SANDBOX, 1},
-               {"stop", SBX_OP_STOP_SANDBOX, 1},
-               {"resume", SBX_OP_RESUME_SANDBOX, 1},
-               {"delete", SBX_OP_DELETE_SANDBOX, 1},
-               {"exec", SBX_OP_EXEC, 1},
-               {"status", SBX_OP_COMMAND_STATUS, 2},
-               {"kill", SBX_OP_KILL_COMMAND, 2},
-               {"write", SBX_OP_WRITE_FILE, 2},
-               {"read", SBX_OP_READ_FILE, 2},
-               {NULL, 0, 0}};
+} s_verbs[] = {{"create", SBX_OP_CREATE_SANDBOX, 0}, {"list", SBX_OP_LIST_SANDBOXES, 0},
+               {"get", SBX_OP_GET_SANDBOX, 1},       {"extend", SBX_OP_EXTEND_SANDBOX, 1},
+               {"stop", SBX_OP_STOP_SANDBOX, 1},     {"resume", SBX_OP_RESUME_SANDBOX, 1},
+               {"delete", SBX_OP_DELETE_SANDBOX, 1}, {"exec", SBX_OP_EXEC, 1},
+               {"status", SBX_OP_COMMAND_STATUS, 2}, {"kill", SBX_OP_KILL_COMMAND, 2},
+               {"ps", SBX_OP_LIST_COMMANDS, 1},      {"write", SBX_OP_WRITE_FILE, 2},
+               {"read", SBX_OP_READ_FILE, 2},        {NULL, 0, 0}};
 
 int cli_sandbox_main (int argc, char **argv)
 {
@@ -470,8 +493,8 @@ int cli_sandbox_main (int argc, char **argv)
         ;
     else if (is_exec)
         rc = s_exec (config, api, op, &o);
-    else if (streq (verb, "status") || streq (verb, "kill"))
-        rc = s_process (config, api, op, &o, streq (verb, "kill"));
+    else if (streq (verb, "status") || streq (verb, "kill") || streq (verb, "ps"))
+        rc = s_process (config, api, op, &o, verb);
     else if (streq (verb, "write"))
         rc = s_write (config, op, &o, pos[1]);
     else if (streq (verb, "read"))

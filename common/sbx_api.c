@@ -299,6 +299,9 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
         *agent = true;
         break;
     }
+    case SBX_OP_LIST_COMMANDS:
+        *agent = true;
+        break;
     case SBX_OP_HOST_PORT:
     case SBX_OP_UNPUBLISH_PORT: {
         sbx_sandbox_port_t *m = sbx_msg_sandbox_port (msg);
@@ -484,6 +487,25 @@ json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *r
             (uint64_t) sbx_args_int (op, args, "processId"), ok->running, ok->exit_code,
             ok->timed_out, &ok->stdout, &ok->stderr, ok->stdout_next_offset, ok->stderr_next_offset,
             ok->stdout_truncated || ok->stdout_more, ok->stderr_truncated || ok->stderr_more);
+    }
+    case SBX_OP_LIST_COMMANDS: {
+        sbx_agent_proc_list_t *list = &sbx_msg_agent_ps_ok (reply)->processes;
+        json_t *all = json_array ();
+        for (size_t i = 0; i < list->count; i++) {
+            sbx_agent_proc_t *p = &list->items[i];
+            //  The guest's words: valid UTF-8 or it could not be JSON.
+            const char *command = p->command ? p->command : "";
+            json_t *process = json_pack (
+                "{s:I, s:o, s:b, s:b, s:o, s:o, s:b, s:o, s:o}", "processId", (json_int_t) p->pid,
+                "command", sbx_api_text ((const uint8_t *) command, strlen (command)), "running",
+                p->running, "detached", p->detached, "exitCode",
+                p->running ? json_null () : json_integer (p->exit_code), "signal",
+                p->running || !p->signal ? json_null () : json_integer (p->signal), "timedOut",
+                p->timed_out, "startedAt", sbx_api_time (p->started_ms), "endedAt",
+                p->running ? json_null () : sbx_api_time (p->ended_ms));
+            json_array_append_new (all, process);
+        }
+        return json_pack ("{s:o}", "processes", all);
     }
     case SBX_OP_KILL_COMMAND:
         return json_pack ("{s:I, s:i}", "processId",
@@ -699,6 +721,38 @@ void sbx_api_test (bool verbose)
     assert (json_is_null (json_object_get (json, "exitCode")));
     assert (json_is_true (json_object_get (json, "running")));
     assert (json_integer_value (json_object_get (json, "processId")) == 9);
+    json_decref (json);
+    sbx_msg_destroy (&reply);
+    //  list_commands: running and finished, and a command that is not UTF-8.
+    reply = sbx_msg_new (SBX_MSG_AGENT_PS_OK);
+    sbx_agent_proc_list_t *procs = &sbx_msg_agent_ps_ok (reply)->processes;
+    sbx_agent_proc_t *p = sbx_agent_proc_list_append (procs);
+    p->pid = 7;
+    sbx_str_set (&p->command, "sleep 9");
+    p->running = true;
+    p->started_ms = 1700000000000;
+    p = sbx_agent_proc_list_append (procs);
+    p->pid = 8;
+    sbx_str_set (&p->command, "echo \xff");
+    p->exit_code = 137;
+    p->signal = 9;
+    p->detached = true;
+    p->started_ms = 1700000000000;
+    p->ended_ms = 1700000001000;
+    json = sbx_api_answer (api, SBX_OP_LIST_COMMANDS, args, reply, why, sizeof why);
+    json_t *list = json_object_get (json, "processes");
+    assert (json_array_size (list) == 2);
+    json_t *first = json_array_get (list, 0), *second = json_array_get (list, 1);
+    assert (json_is_true (json_object_get (first, "running")));
+    assert (json_is_null (json_object_get (first, "exitCode")));
+    assert (json_is_null (json_object_get (first, "signal")));
+    assert (json_is_null (json_object_get (first, "endedAt")));
+    assert (
+        streq (json_string_value (json_object_get (first, "startedAt")), "2023-11-14T22:13:20Z"));
+    assert (json_integer_value (json_object_get (second, "exitCode")) == 137);
+    assert (json_integer_value (json_object_get (second, "signal")) == 9);
+    assert (json_is_true (json_object_get (second, "detached")));
+    assert (json_is_string (json_object_get (second, "command")));
     json_decref (json);
     sbx_msg_destroy (&reply);
     json_decref (args);

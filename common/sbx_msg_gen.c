@@ -529,13 +529,14 @@ static const sbx_meta_field_t s_fields_agent_proc[] = {
     {"command", SBX_META_STRING, offsetof (sbx_agent_proc_t, command), false, 1048576, NULL, NULL},
     {"running", SBX_META_BOOL, offsetof (sbx_agent_proc_t, running), false, 0, NULL, NULL},
     {"detached", SBX_META_BOOL, offsetof (sbx_agent_proc_t, detached), false, 0, NULL, NULL},
+    {"tag", SBX_META_STRING, offsetof (sbx_agent_proc_t, tag), false, 128, NULL, NULL},
     {"exit_code", SBX_META_INT, offsetof (sbx_agent_proc_t, exit_code), false, 0, NULL, NULL},
     {"signal", SBX_META_INT, offsetof (sbx_agent_proc_t, signal), false, 0, NULL, NULL},
     {"timed_out", SBX_META_BOOL, offsetof (sbx_agent_proc_t, timed_out), false, 0, NULL, NULL},
     {"started_ms", SBX_META_UINT, offsetof (sbx_agent_proc_t, started_ms), false, 0, NULL, NULL},
     {"ended_ms", SBX_META_UINT, offsetof (sbx_agent_proc_t, ended_ms), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_agent_proc = {"agent_proc", sizeof (sbx_agent_proc_t), s_fields_agent_proc, 9};
+static const sbx_meta_struct_t s_meta_agent_proc = {"agent_proc", sizeof (sbx_agent_proc_t), s_fields_agent_proc, 10};
 
 static const sbx_meta_field_t s_fields_agent_hello[] = {
     {"version", SBX_META_STRING, offsetof (sbx_agent_hello_t, version), true, 64, NULL, NULL},
@@ -580,8 +581,9 @@ static const sbx_meta_field_t s_fields_agent_exec[] = {
     {"detached", SBX_META_BOOL, offsetof (sbx_agent_exec_t, detached), false, 0, NULL, NULL},
     {"stdin", SBX_META_BYTES, offsetof (sbx_agent_exec_t, stdin), false, 16777216, NULL, NULL},
     {"max_bytes", SBX_META_UINT, offsetof (sbx_agent_exec_t, max_bytes), false, 0, NULL, NULL},
+    {"tag", SBX_META_STRING, offsetof (sbx_agent_exec_t, tag), false, 128, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_agent_exec = {"agent.exec", sizeof (sbx_agent_exec_t), s_fields_agent_exec, 7};
+static const sbx_meta_struct_t s_meta_agent_exec = {"agent.exec", sizeof (sbx_agent_exec_t), s_fields_agent_exec, 8};
 
 static const sbx_meta_field_t s_fields_agent_exec_ok[] = {
     {"pid", SBX_META_UINT, offsetof (sbx_agent_exec_ok_t, pid), true, 0, NULL, NULL},
@@ -631,10 +633,11 @@ static const sbx_meta_field_t s_fields_agent_status_ok[] = {
 static const sbx_meta_struct_t s_meta_agent_status_ok = {"agent.status.ok", sizeof (sbx_agent_status_ok_t), s_fields_agent_status_ok, 17};
 
 static const sbx_meta_field_t s_fields_agent_kill[] = {
-    {"pid", SBX_META_UINT, offsetof (sbx_agent_kill_t, pid), true, 0, NULL, NULL},
+    {"pid", SBX_META_UINT, offsetof (sbx_agent_kill_t, pid), false, 0, NULL, NULL},
+    {"tag", SBX_META_STRING, offsetof (sbx_agent_kill_t, tag), false, 128, NULL, NULL},
     {"signal", SBX_META_INT, offsetof (sbx_agent_kill_t, signal), true, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_agent_kill = {"agent.kill", sizeof (sbx_agent_kill_t), s_fields_agent_kill, 2};
+static const sbx_meta_struct_t s_meta_agent_kill = {"agent.kill", sizeof (sbx_agent_kill_t), s_fields_agent_kill, 3};
 
 static const sbx_meta_field_t s_fields_agent_kill_ok[] = {
     {"pid", SBX_META_UINT, offsetof (sbx_agent_kill_ok_t, pid), true, 0, NULL, NULL},

@@ -721,6 +721,8 @@ struct sbx_agent_proc_s {
     bool running;
     //  Started with detached set.
     bool detached;
+    //  (max 128) The tag agent.exec gave it, if any.
+    char *tag;
     //  Exit status when finished; 128+signal when a signal ended it.
     int64_t exit_code;
     //  The signal that ended it, 0 when it exited.
@@ -816,6 +818,9 @@ struct sbx_agent_exec_s {
     //  At most this many bytes of each stream in the foreground reply (0: all the agent keeps,
     //  up to 8 MiB); the rest with agent.status.
     uint64_t max_bytes;
+    //  (max 128) The caller's name for this process, so that agent.kill can reach a foreground
+    //  exec whose pid it has not been told yet (the gateway names the execs it waits for).
+    char *tag;
 };
 
 //  message agent.exec.ok (agent.json): agent -> vmd. A detached exec started (pid, running), or
@@ -909,8 +914,10 @@ struct sbx_agent_status_ok_s {
 //  message agent.kill (agent.json): vmd -> agent, reply agent.kill.ok. Send a signal to a
 //  process's group.
 struct sbx_agent_kill_s {
-    //  (required) A pid from agent.exec.ok.
+    //  A pid from agent.exec.ok; 0 with tag.
     uint64_t pid;
+    //  (max 128) Instead of pid: the running process started with this tag.
+    char *tag;
     //  (required) Signal number (1-64), e.g. 15 for SIGTERM, 9 for SIGKILL.
     int64_t signal;
 };

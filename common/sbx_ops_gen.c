@@ -57,6 +57,10 @@ static const sbx_op_arg_t s_kill_command_args[] = {
     {"sandboxId", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, true,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
 };
+static const sbx_op_arg_t s_list_commands_args[] = {
+    {"sandboxId", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, true,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+};
 static const char *const s_read_file_encoding_choices[] = {"utf-8", "base64", NULL};
 static const sbx_op_arg_t s_read_file_args[] = {
     {"path", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_STRING, 0, true, false,
@@ -216,6 +220,15 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                              "Sent {signal:signal} to process {processId} in {@sandboxId}. Call command_status for "
                              "its exit code.",
                              s_kill_command_args, 3},
+    [SBX_OP_LIST_COMMANDS] = {"list_commands", true, "GET", "/v1/sandboxes/{sandboxId}/processes",
+                              true, false, SBX_MSG_AGENT_PS, 30000,
+                              SBX_OPS_BODY_NONE,
+                              "{^processes}No processes in {@sandboxId}.{/processes}{?processes}{processes:plural.process"
+                              ".processes} in {@sandboxId}, oldest first:{/processes}{#processes}\012{processId} "
+                              " {?running}running{/running}{^running}exit {exitCode}{?signal} ({signal:signal}){/signal}{"
+                              "/running}  {?detached}detached{/detached}{^detached}foreground{/detached}  {command:cut.12"
+                              "0}{/processes}",
+                              s_list_commands_args, 1},
     [SBX_OP_READ_FILE] = {"read_file", true, "GET", "/v1/sandboxes/{sandboxId}/files",
                           true, false, SBX_MSG_AGENT_FILE_READ, 30000,
                           SBX_OPS_BODY_NONE,
@@ -333,6 +346,7 @@ const sbx_ops_route_t sbx_ops_routes[] = {
     {"POST", "/v1/sandboxes/{sandboxId}/exec", SBX_OP_EXEC},
     {"GET", "/v1/sandboxes/{sandboxId}/processes/{processId}", SBX_OP_COMMAND_STATUS},
     {"POST", "/v1/sandboxes/{sandboxId}/processes/{processId}/kill", SBX_OP_KILL_COMMAND},
+    {"GET", "/v1/sandboxes/{sandboxId}/processes", SBX_OP_LIST_COMMANDS},
     {"GET", "/v1/sandboxes/{sandboxId}/files", SBX_OP_READ_FILE},
     {"PUT", "/v1/sandboxes/{sandboxId}/files", SBX_OP_WRITE_FILE},
     {"POST", "/v1/sandboxes/{sandboxId}/ports", SBX_OP_HOST_PORT},
@@ -502,6 +516,22 @@ const char sbx_ops_tools_json[] =
     "\"outputSchema\":{\"type\":\"object\",\"properties\":{\"processId\":{\"type\":\"integer\"}"
     ",\"signal\":{\"type\":\"integer\"}}},\"annotations\":{\"title\":\"Kill command\","
     "\"readOnlyHint\":false,\"destructiveHint\":true}},"
+    //  list_commands
+    "{\"name\":\"list_commands\",\"title\":\"List commands\",\"description\":\"The processes "
+    "exec started in the sandbox, running ones and those that finished (oldest first): "
+    "processId, command, running, exitCode. A foreground exec whose call was cut off (the "
+    "connection dropped) is here too; follow it with command_status.\",\"inputSchema\":{\"type\""
+    ":\"object\",\"properties\":{\"sandboxId\":{\"type\":\"string\",\"description\":\"The "
+    "sandbox (sb_...). Default: the one this session created or used last.\"}},"
+    "\"additionalProperties\":false},\"outputSchema\":{\"type\":\"object\","
+    "\"required\":[\"processes\"],\"properties\":{\"processes\":{\"type\":\"array\","
+    "\"items\":{\"type\":\"object\",\"required\":[\"processId\",\"command\","
+    "\"running\",\"detached\"],\"properties\":{\"processId\":{\"type\":\"integer\"},"
+    "\"command\":{\"type\":\"string\"},\"running\":{\"type\":\"boolean\"},\"detached\":{\"type\""
+    ":\"boolean\"},\"exitCode\":{\"type\":[\"integer\",\"null\"]},\"signal\":{\"type\":[\"integ"
+    "er\",\"null\"]},\"timedOut\":{\"type\":\"boolean\"},\"startedAt\":{\"type\":\"string\"},"
+    "\"endedAt\":{\"type\":[\"string\",\"null\"]}}}}}},\"annotations\":{\"title\":\"List "
+    "commands\",\"readOnlyHint\":true}},"
     //  read_file
     "{\"name\":\"read_file\",\"title\":\"Read file\",\"description\":\"Read a file of the "
     "sandbox (up to 16 MiB): as text, or base64 with encoding base64 for binary files.\","

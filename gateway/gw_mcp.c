@@ -26,7 +26,8 @@ static const char *s_instructions =
     "Call create_sandbox first; every other tool then defaults to the sandbox this session "
     "created or used last (delete_sandbox always needs the exact sandboxId). exec runs a shell "
     "command and waits up to 120 s (timeout, at most 600); for servers and long jobs use "
-    "detached: true and poll command_status with the offsets it returns. Sandboxes stop by "
+    "detached: true and poll command_status with the offsets it returns (list_commands lists "
+    "them all). Sandboxes stop by "
     "themselves after ttlSeconds (default 1 hour); stop_sandbox keeps memory and "
     "resume_sandbox continues where it was.";
 
@@ -36,7 +37,8 @@ static const char *s_instructions_modern =
     "Call create_sandbox first; every other tool then defaults to the sandbox this API key "
     "(or connection) created or used last (delete_sandbox always needs the exact sandboxId). "
     "exec runs a shell command and waits up to 120 s (timeout, at most 600); for servers and "
-    "long jobs use detached: true and poll command_status with the offsets it returns. "
+    "long jobs use detached: true and poll command_status with the offsets it returns "
+    "(list_commands lists them all). "
     "Sandboxes stop by themselves after ttlSeconds (default 1 hour); stop_sandbox keeps memory "
     "and resume_sandbox continues where it was.";
 
@@ -56,6 +58,7 @@ typedef struct {
     char *session_id;        //  a tools/call of a session: its changes are synced
     gw_tools_state_t *state; //  that session's state
     bool modern;             //  a 2026-07-28 request: results carry resultType
+    uint64_t call;           //  the tool call in flight (gw_tools), 0 when none
     json_t *params;          //  a stateless tools/call waiting for its credential's state
     //  The call's answer, held while its changes go to the broker.
     json_t *result;
@@ -466,7 +469,20 @@ static void s_on_stream_drain (gw_request_t *req, void *arg)
     s_stream_flush (arg);
 }
 
-//  The client left: no more progress; the call runs on and its result is dropped.
+//  The call ends unanswered: the client cancelled it. A foreground exec is killed.
+static void s_abandon (s_job_t *job, const char *why)
+{
+    sbx_info ("mcp rid=%llu %s: %s; the call is cancelled", (unsigned long long) job->req_id,
+              job->tool, why);
+    gw_tools_abandon (job->mcp->tools, job->call);
+    job->call = 0;
+    zhashx_delete (job->mcp->jobs, (void *) (uintptr_t) job->serial);
+    s_job_free (&job);
+}
+
+//  The client left. At 2026-07-28 closing the stream is the cancellation of the
+//  request; before, a disconnect is not (the spec's words): the call runs on, its
+//  result is dropped, and a foreground exec can be found with list_commands.
 static void s_on_stream_closed (gw_request_t *req, void *arg)
 {
     (void) req;
@@ -475,10 +491,46 @@ static void s_on_stream_closed (gw_request_t *req, void *arg)
     if (job->timer_id)
         zloop_timer_end (job->mcp->loop, job->timer_id);
     job->timer_id = 0;
+    if (job->modern && job->call && !job->finished) {
+        s_abandon (job, "the client closed the stream");
+        return;
+    }
     sbx_info ("mcp rid=%llu %s: the client left the stream", (unsigned long long) job->req_id,
               job->tool);
     if (job->finished)
         s_stream_done (job);
+}
+
+//  The same for a 2026-07-28 call answered as application/json: the client hung up.
+static void s_on_request_closed (gw_request_t *req, void *arg)
+{
+    (void) req;
+    s_job_t *job = arg;
+    if (job->call)
+        s_abandon (job, "the client closed the connection");
+    //  Else its answer is on its way (its changes are being stored): it finds no request.
+}
+
+//  notifications/cancelled of a 2025 session: that call ends unanswered (its POST gets
+//  202, or its stream ends). An id unknown or answered already is ignored, as the spec
+//  lets a receiver do.
+static void s_cancel (gw_mcp_t *self, const char *session_id, json_t *request_id)
+{
+    s_job_t *job = zhashx_first (self->jobs);
+    while (job && !(request_id && job->call && !job->modern && job->session_id &&
+                    streq (job->session_id, session_id) && json_equal (job->rpc_id, request_id)))
+        job = zhashx_next (self->jobs);
+    if (!job)
+        return;
+    gw_request_t *stream = job->sse ? job->stream : NULL;
+    gw_request_t *req = job->sse ? NULL : gw_http_request (self->http, job->req_id);
+    if (stream)
+        gw_request_set_closed_fn (stream, NULL, NULL);
+    s_abandon (job, "the client sent notifications/cancelled");
+    if (stream)
+        gw_request_stream_end (stream);
+    else if (req)
+        gw_request_respond (req, 202, NULL, "", 0);
 }
 
 //  Answers req as an SSE stream if the call asked for progress and the client takes
@@ -529,6 +581,8 @@ static void s_deliver (s_job_t *job)
     }
     zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
     gw_request_t *req = gw_http_request (self->http, job->req_id);
+    if (req)
+        gw_request_set_closed_fn (req, NULL, NULL); //  the job goes now
     if (!req)
         sbx_info ("mcp rid=%llu %s answered after the client left; dropped",
                   (unsigned long long) job->req_id, job->tool);
@@ -553,6 +607,7 @@ static void s_on_synced (gw_tools_state_t *state, const char *id, sbx_code_t cod
 static void s_on_tool_done (json_t *result, int rpc_code, const char *rpc_message, void *arg)
 {
     s_job_t *job = arg;
+    job->call = 0;
     job->result = result; //  ours (gw_tools_done_fn)
     job->rpc_code = rpc_code;
     job->rpc_message = rpc_message ? strdup (rpc_message) : NULL;
@@ -680,9 +735,15 @@ static void s_tools_call (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t 
                  sse ? " (SSE, progress)" : "");
         //  Without a session the call gets a state of its own, forgotten after.
         gw_tools_state_t *state = session ? gw_tools_state_ref (session) : gw_tools_state_new ();
-        gw_tools_call (self->tools, caller, state, job->tool, json_object_get (params, "arguments"),
-                       s_on_tool_done, job);
+        uint64_t serial = job->serial;
+        uint64_t call = gw_tools_call (self->tools, caller, state, job->tool,
+                                       json_object_get (params, "arguments"), s_on_tool_done, job);
         gw_tools_state_unref (&state);
+        if (call && (job = zhashx_lookup (self->jobs, (void *) (uintptr_t) serial))) {
+            job->call = call; //  running: cancellable (s_cancel; at 2026-07-28 a hang-up)
+            if (job->modern && !job->sse)
+                gw_request_set_closed_fn (req, s_on_request_closed, job);
+        }
     }
 }
 
@@ -738,10 +799,13 @@ static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *call
             s_send_error (req, 400, NULL, -32600, "Invalid Request: no method");
     } else if (!name)
         s_send_error (req, 400, id, -32600, "Invalid Request: method must be a string");
-    else if (!id)
+    else if (!id) {
         //  A notification (notifications/initialized, cancelled...): nothing to answer.
+        if (streq (name, "notifications/cancelled") && session)
+            s_cancel (self, session_id,
+                      json_object_get (json_object_get (msg, "params"), "requestId"));
         gw_request_respond (req, 202, NULL, "", 0);
-    else if (!json_is_string (id) && !json_is_integer (id))
+    } else if (!json_is_string (id) && !json_is_integer (id))
         s_send_error (req, 400, NULL, -32600, "Invalid Request: id must be a string or number");
     else {
         json_t *params = json_object_get (msg, "params");

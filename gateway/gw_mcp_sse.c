@@ -29,6 +29,7 @@ typedef struct {
     uint64_t req_id;
     char *stream_id;
     json_t *rpc_id;
+    uint64_t call; //  the tool call in flight (gw_tools), 0 when none
 } s_job_t;
 
 struct gw_mcp_sse_t {
@@ -216,6 +217,24 @@ static void s_on_tool_done (json_t *result, int rpc_code, const char *rpc_messag
     s_job_free (&job);
 }
 
+//  notifications/cancelled: the call with that id on stream s ends unanswered (a
+//  foreground exec is killed). An id unknown or answered already is ignored, as the
+//  spec lets a receiver do.
+static void s_cancel (gw_mcp_sse_t *self, s_stream_t *s, json_t *request_id)
+{
+    for (s_job_t *job = zhashx_first (self->jobs); job && request_id;
+         job = zhashx_next (self->jobs)) {
+        if (job->call && job->stream_id && streq (job->stream_id, s->id) &&
+            json_equal (job->rpc_id, request_id)) {
+            sbx_info ("mcp sse %.12s… the client cancelled a tool call", s->id);
+            zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
+            gw_tools_abandon (self->tools, job->call);
+            s_job_free (&job);
+            return;
+        }
+    }
+}
+
 //  One JSON-RPC message of stream s (its answer, if any, goes to the stream).
 static void s_message (gw_mcp_sse_t *self, s_stream_t *s, json_t *msg)
 {
@@ -224,8 +243,11 @@ static void s_message (gw_mcp_sse_t *self, s_stream_t *s, json_t *msg)
     json_t *params = json_object_get (msg, "params");
     if (!method)
         return; //  a response to us (we send no requests) or a notification without name
-    if (!id)
-        return; //  notifications/initialized, cancelled…: nothing to answer
+    if (!id) {
+        if (streq (method, "notifications/cancelled"))
+            s_cancel (self, s, json_object_get (params, "requestId"));
+        return; //  notifications/initialized and the others: nothing to answer
+    }
     if (!json_is_string (id) && !json_is_integer (id)) {
         s_emit (s, s_error (NULL, -32600, "Invalid Request: id must be a string or number"));
         return;
@@ -279,8 +301,11 @@ static void s_message (gw_mcp_sse_t *self, s_stream_t *s, json_t *msg)
                                                                             : SBX_LOG_INFO,
                  "mcp sse %.12s… %s tools/call %s", s->id,
                  s->caller->account_id ? s->caller->account_id : "?", json_string_value (tool));
-        gw_tools_call (self->tools, s->caller, s->state, json_string_value (tool),
-                       json_object_get (params, "arguments"), s_on_tool_done, job);
+        uint64_t serial = job->serial;
+        uint64_t call = gw_tools_call (self->tools, s->caller, s->state, json_string_value (tool),
+                                       json_object_get (params, "arguments"), s_on_tool_done, job);
+        if (call && (job = zhashx_lookup (self->jobs, (void *) (uintptr_t) serial)))
+            job->call = call; //  still running: cancellable
     } else {
         char text[200];
         snprintf (text, sizeof text, "Method not found: %.100s", method);

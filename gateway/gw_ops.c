@@ -2,11 +2,14 @@
 #include "gw_ops.h"
 #include "sbx_args.h"
 #include "sbx_idmap.h"
+#include "sbx_secret.h"
 #include "sbx_xfer.h"
 
 #include <assert.h>
+#include <signal.h>
 
 #define S_USAGE_MS 30000 //  billing's figures for get_sandbox and list_sandboxes
+#define S_KILL_MS  10000 //  an abandoned exec's kill
 
 struct gw_ops_t {
     sbx_api_t *api;
@@ -15,6 +18,7 @@ struct gw_ops_t {
     gw_auth_t *auth;
     zhashx_t *calls; //  serial → s_call_t
     uint64_t next_serial;
+    char *instance; //  names this gateway's foreground execs (their tags): unique per run
 };
 
 typedef struct {
@@ -24,6 +28,7 @@ typedef struct {
     sbx_op_t op;
     sbx_caller_t *caller;
     json_t *args;
+    char *tag;         //  a foreground exec's, for agent.kill when abandoned
     sbx_xfer_t *xfer;  //  read_file, write_file
     json_t *answer;    //  made, waiting for billing's figures
     sbx_msg_t *reply;  //  what it was made from, meanwhile
@@ -45,7 +50,8 @@ gw_ops_t *gw_ops_new (sbx_api_t *api, gw_broker_t *broker, gw_cache_t *cache, gw
     self->auth = auth;
     self->next_serial = 1;
     self->calls = sbx_idmap_new ();
-    if (!self->calls)
+    self->instance = sbx_secret_token ("gw", 12);
+    if (!self->calls || !self->instance)
         gw_ops_destroy (&self);
     return self;
 }
@@ -54,6 +60,7 @@ static void s_call_free (s_call_t *call)
 {
     gw_auth_caller_destroy (&call->caller);
     json_decref (call->args);
+    free (call->tag);
     sbx_xfer_destroy (&call->xfer);
     json_decref (call->answer);
     sbx_msg_destroy (&call->reply);
@@ -73,6 +80,7 @@ void gw_ops_destroy (gw_ops_t **self_p)
         }
         zhashx_destroy (&self->calls);
     }
+    free (self->instance);
     free (self);
     *self_p = NULL;
 }
@@ -85,6 +93,40 @@ void gw_ops_cancel (gw_ops_t *self, uint64_t handle)
     zhashx_delete (self->calls, (void *) (uintptr_t) handle);
     gw_broker_cancel (self->broker, call->handle);
     s_call_free (call);
+}
+
+static void s_on_killed (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+{
+    char *tag = arg;
+    if (reply)
+        sbx_info ("exec %s abandoned by its client: process %llu killed", tag,
+                  (unsigned long long) (reply->type == SBX_MSG_AGENT_KILL_OK
+                                            ? sbx_msg_agent_kill_ok (reply)->pid
+                                            : 0));
+    else //  it ended meanwhile (not_found), or the sandbox is gone
+        sbx_info ("exec %s abandoned by its client: not killed: %s (%s)", tag,
+                  message ? message : "", sbx_code_name (code));
+    free (tag);
+}
+
+void gw_ops_abandon (gw_ops_t *self, uint64_t handle)
+{
+    s_call_t *call = handle ? zhashx_lookup (self->calls, (void *) (uintptr_t) handle) : NULL;
+    const char *sandbox_id = call ? sbx_api_sandbox_id (call->args) : NULL;
+    if (call && call->tag && sandbox_id) {
+        sbx_msg_t *kill = sbx_msg_new (SBX_MSG_AGENT_KILL);
+        if (kill) {
+            sbx_str_set (&sbx_msg_agent_kill (kill)->tag, call->tag);
+            sbx_msg_agent_kill (kill)->signal = SIGKILL;
+            //  Its own request: the call is forgotten below, the kill goes on alone.
+            char *tag = strdup (call->tag);
+            if (tag)
+                gw_broker_send_agent (self->broker, call->caller, sandbox_id, &kill, S_KILL_MS,
+                                      s_on_killed, tag);
+        }
+        sbx_msg_destroy (&kill);
+    }
+    gw_ops_cancel (self, handle);
 }
 
 //  Ends the call: done once, then the call is gone.
@@ -265,6 +307,11 @@ uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_c
     if (!request) {
         s_fail (call, SBX_E_INVALID_ARGUMENT, why);
         return 0;
+    }
+    if (op == SBX_OP_EXEC && !sbx_args_bool (op, call->args, "detached")) {
+        //  Named, so that it can be killed before its pid is known (gw_ops_abandon).
+        call->tag = zsys_sprintf ("%s-%llu", self->instance, (unsigned long long) serial);
+        sbx_str_set (&sbx_msg_agent_exec (request)->tag, call->tag);
     }
     s_send (call, &request, agent, deadline);
     return zhashx_lookup (self->calls, (void *) (uintptr_t) serial) ? serial : 0;

@@ -50,6 +50,11 @@ uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_c
 //  Forgets a call in flight: done is not called. 0 or a finished handle is ignored.
 void gw_ops_cancel (gw_ops_t *self, uint64_t handle);
 
+//  Forgets a call in flight because its client gave up on it (MCP cancellation): as
+//  cancel, and a foreground exec is killed in the guest too (SIGKILL to its group,
+//  found by the tag it was started with, as its pid is not known until it ends).
+void gw_ops_abandon (gw_ops_t *self, uint64_t handle);
+
 void gw_ops_test (bool verbose);
 
 #endif

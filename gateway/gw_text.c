@@ -141,6 +141,18 @@ static void s_value (gw_text_t *self, zchunk_t *out, json_t *v, const char *fmt)
         int n = count == 1 ? snprintf (buf, sizeof buf, "1 %.*s", (int) (dot - one), one)
                            : snprintf (buf, sizeof buf, "%lld %s", count, dot + 1);
         zchunk_extend (out, buf, (size_t) n < sizeof buf ? (size_t) n : sizeof buf - 1);
+    } else if (strncmp (fmt, "cut.", 4) == 0) {
+        //  A line of a list: the first line, at most N bytes, never half a character.
+        const char *text = json_string_value (v);
+        size_t size = json_string_length (v), max = strtoul (fmt + 4, NULL, 10), n = 0;
+        while (text && n < size && n < max && text[n] != '\n')
+            n++;
+        while (n < size && n > 0 && ((unsigned char) text[n] & 0xC0) == 0x80)
+            n--; //  text[n] continues a character: cut before the character starts
+        if (text)
+            zchunk_extend (out, text, n);
+        if (n < size)
+            zchunk_extend (out, "…", strlen ("…"));
     } else if (strncmp (fmt, "or.", 3) == 0) {
         if (s_set (v))
             s_plain (out, v);
@@ -329,6 +341,16 @@ void gw_text_test (bool verbose)
               "Sent SIGKILL to process 4 in s. Call command_status for its exit code.");
     s_expect (text, SBX_OP_KILL_COMMAND, "{\"processId\":4,\"signal\":40}", "{\"sandboxId\":\"s\"}",
               "Sent signal 40 to process 4 in s. Call command_status for its exit code.");
+    s_expect (text, SBX_OP_LIST_COMMANDS, "{\"processes\":[]}", "{\"sandboxId\":\"s\"}",
+              "No processes in s.");
+    s_expect (
+        text, SBX_OP_LIST_COMMANDS,
+        "{\"processes\":[{\"processId\":7,\"command\":\"sleep 9\",\"running\":true,"
+        "\"detached\":false},{\"processId\":8,\"command\":\"printf \\u00e9\\u00e9\\nexit 3\","
+        "\"running\":false,\"detached\":true,\"exitCode\":137,\"signal\":9}]}",
+        "{\"sandboxId\":\"s\"}",
+        "2 processes in s, oldest first:\n7  running  foreground  sleep 9\n8  exit 137 (SIGKILL)  "
+        "detached  printf \u00e9\u00e9…");
     s_expect (text, SBX_OP_HOST_PORT, "{\"port\":8000,\"url\":\"u\",\"public\":false}",
               "{\"sandboxId\":\"s\"}", "Port 8000 of s is at u (private).");
     s_expect (text, SBX_OP_HOST_PORT,

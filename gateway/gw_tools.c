@@ -347,24 +347,24 @@ bool gw_tools_read_only (gw_tools_t *self, const char *name)
     return sbx_ops_tool (name, &op) == 0 && sbx_ops[op].read_only;
 }
 
-void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state_t *state,
-                    const char *name, json_t *arguments, gw_tools_done_fn *done, void *arg)
+uint64_t gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state_t *state,
+                        const char *name, json_t *arguments, gw_tools_done_fn *done, void *arg)
 {
     sbx_op_t op;
     char message[300];
     if (sbx_ops_tool (name, &op)) {
         snprintf (message, sizeof message, "Unknown tool: %.200s", name ? name : "(none)");
         done (NULL, -32602, message, arg);
-        return;
+        return 0;
     }
     if (arguments && !json_is_object (arguments)) {
         done (NULL, -32602, "arguments must be an object", arg);
-        return;
+        return 0;
     }
     s_call_t *call = calloc (1, sizeof *call);
     if (!call) {
         done (NULL, -32603, "out of memory", arg);
-        return;
+        return 0;
     }
     call->tools = self;
     call->op = op;
@@ -376,7 +376,7 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
     if (caller && caller->preset == SBX_KEY_PRESET_READ_ONLY && !sbx_ops[op].read_only) {
         snprintf (message, sizeof message, "this key is read-only: it cannot use %s", name);
         s_fail (call, SBX_E_PERMISSION_DENIED, message);
-        return;
+        return 0;
     }
     const sbx_op_arg_t *sandbox = sbx_args_find (op, "sandboxId");
     json_t *given = json_object_get (call->args, "sandboxId");
@@ -387,12 +387,12 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
         s_finish (call, s_text_result ("sandboxId is required: the exact id (sb_…) of one "
                                        "sandbox; delete_sandbox has no default",
                                        NULL, true));
-        return;
+        return 0;
     }
     char why[400];
     if (sbx_args_check (op, SBX_OPS_MCP, call->args, why, sizeof why)) {
         s_fail (call, SBX_E_INVALID_ARGUMENT, why);
-        return;
+        return 0;
     }
     //  The session's default sandbox for every tool that acts on one.
     if (sandbox && sandbox->mcp_optional && !sbx_api_sandbox_id (call->args)) {
@@ -401,7 +401,7 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
             s_fail (call, SBX_E_INVALID_ARGUMENT,
                     "no sandbox yet in this session: call create_sandbox first, or pass "
                     "sandboxId");
-            return;
+            return 0;
         }
         json_object_set_new (call->args, "sandboxId", json_string (last));
     }
@@ -425,7 +425,7 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
             data = *content ? sbx_secret_base64_decode (content, &size) : calloc (1, 1);
             if (!data) {
                 s_fail (call, SBX_E_INVALID_ARGUMENT, "content is not valid base64");
-                return;
+                return 0;
             }
         } else {
             size = json_string_length (json_object_get (call->args, "content"));
@@ -440,8 +440,20 @@ void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state
         gw_ops_call (self->ops, op, SBX_OPS_MCP, caller, call->args, data, size, s_on_done, call);
     free (data);
     //  Answered at once (refused): the call is gone already.
-    if (handle && zhashx_lookup (self->calls, (void *) (uintptr_t) serial))
-        call->handle = handle;
+    if (!zhashx_lookup (self->calls, (void *) (uintptr_t) serial))
+        return 0;
+    call->handle = handle;
+    return serial;
+}
+
+void gw_tools_abandon (gw_tools_t *self, uint64_t handle)
+{
+    s_call_t *call = handle ? zhashx_lookup (self->calls, (void *) (uintptr_t) handle) : NULL;
+    if (!call)
+        return;
+    zhashx_delete (self->calls, (void *) (uintptr_t) handle);
+    gw_ops_abandon (self->ops, call->handle);
+    s_call_free (call);
 }
 
 //  --------------------------------------------------------------------------
@@ -477,16 +489,16 @@ void gw_tools_test (bool verbose)
     assert (tools);
     json_t *list = gw_tools_list (tools);
     static const char *names[] = {
-        "create_sandbox", "list_sandboxes", "get_sandbox",    "exec",          "command_status",
-        "kill_command",   "read_file",      "write_file",     "host_port",     "stop_sandbox",
-        "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox", "delete_sandbox",
-        "save_snapshot",  "list_snapshots", "delete_snapshot"};
+        "create_sandbox", "list_sandboxes", "get_sandbox",    "exec",           "command_status",
+        "kill_command",   "list_commands",  "read_file",      "write_file",     "host_port",
+        "stop_sandbox",   "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
+        "delete_sandbox", "save_snapshot",  "list_snapshots", "delete_snapshot"};
     static const char *read_only[] = {"list_sandboxes", "get_sandbox", "command_status",
-                                      "read_file", "list_snapshots"};
+                                      "list_commands",  "read_file",   "list_snapshots"};
     static const char *destructive[] = {"exec", "kill_command", "write_file", "delete_sandbox",
                                         "delete_snapshot"};
-    assert (json_array_size (list) == 18);
-    for (size_t i = 0; i < 18; i++) {
+    assert (json_array_size (list) == 19);
+    for (size_t i = 0; i < 19; i++) {
         json_t *tool = json_array_get (list, i);
         const char *name = json_string_value (json_object_get (tool, "name"));
         assert (streq (name, names[i]));
@@ -504,10 +516,10 @@ void gw_tools_test (bool verbose)
                 json_object_get (json_object_get (in, "properties"), "sandboxId"));
         json_t *annotations = json_object_get (tool, "annotations");
         bool ro = false, destroys = false;
-        for (size_t k = 0; k < 5; k++) {
+        for (size_t k = 0; k < sizeof read_only / sizeof *read_only; k++)
             ro |= streq (name, read_only[k]);
+        for (size_t k = 0; k < sizeof destructive / sizeof *destructive; k++)
             destroys |= streq (name, destructive[k]);
-        }
         json_t *hint = json_object_get (annotations, "readOnlyHint");
         assert (json_is_boolean (hint) && json_is_true (hint) == ro);
         hint = json_object_get (annotations, "destructiveHint");
@@ -523,7 +535,7 @@ void gw_tools_test (bool verbose)
     }
     assert (sbx_ops_tool ("update_sandbox", NULL) == -1); //  REST's, not a tool
     assert (streq (json_string_value (json_array_get (
-                       json_object_get (json_object_get (json_array_get (list, 14), "inputSchema"),
+                       json_object_get (json_object_get (json_array_get (list, 15), "inputSchema"),
                                         "required"),
                        0)),
                    "sandboxId"));

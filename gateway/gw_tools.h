@@ -1,10 +1,11 @@
-/*  gw_tools - the 18 MCP tools: their handlers, which map each call to broker messages.
+/*  gw_tools - the 19 MCP tools: their handlers, which map each call to broker messages.
     Their definitions (schemas, annotations) are schemas/operations.json's, generated
     into sbx_ops_gen (sbx_ops_tools_json, the sbx_op_t table).
 
     Definitions follow the reference documents: names and order, inputSchema,
     outputSchema (structuredContent conforms to it), and annotations: readOnlyHint true
-    on list_sandboxes, get_sandbox, command_status, read_file and list_snapshots,
+    on list_sandboxes, get_sandbox, command_status, list_commands, read_file and
+    list_snapshots,
     destructiveHint true on exec, kill_command, write_file, delete_sandbox and
     delete_snapshot, readOnlyHint false on every other.
 
@@ -50,9 +51,15 @@ bool gw_tools_read_only (gw_tools_t *self, const char *name);
 
 //  Runs tool `name` with `arguments` (borrowed; NULL means {}) for caller (copied), in
 //  the session's state (a reference is taken). done may be called before this returns
-//  (argument errors) or later from the loop.
-void gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state_t *state,
-                    const char *name, json_t *arguments, gw_tools_done_fn *done, void *arg);
+//  (argument errors) or later from the loop. Returns a handle for gw_tools_abandon, or
+//  0 when done was called already.
+uint64_t gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state_t *state,
+                        const char *name, json_t *arguments, gw_tools_done_fn *done, void *arg);
+
+//  The client cancelled the call (MCP cancellation): done is not called, and a
+//  foreground exec is killed in the guest (gw_ops_abandon). 0 or a finished handle is
+//  ignored.
+void gw_tools_abandon (gw_tools_t *self, uint64_t handle);
 
 //  Session state, reference counted.
 gw_tools_state_t *gw_tools_state_new (void);

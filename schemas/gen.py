@@ -1096,10 +1096,10 @@ def _schema(o, node, surface, where):
 #  given), {#x}...{/x} once per element of an array (or once when x is set), {?x}...{/x}
 #  once when x is set, {^x}...{/x} once when it is not (absent, null, false, "" or []),
 #  {>name} a text of components.texts. Formats: chomp, mib, signal, words.TABLE,
-#  plural.ONE.MANY, or.TEXT.
+#  plural.ONE.MANY, or.TEXT, cut.N (the first line, at most N bytes, … when cut).
 
 TEXT_TOKEN_RE = re.compile(r"\{([#?^/>@]?)([A-Za-z][A-Za-z0-9]*)(?::([^{}]*))?\}")
-TEXT_FORMATS = ("chomp", "mib", "signal", "words", "plural", "or")
+TEXT_FORMATS = ("chomp", "mib", "signal", "words", "plural", "or", "cut")
 
 
 def _expand(o, text, where, seen=()):
@@ -1157,7 +1157,8 @@ def op_text(o, op):
         if fmt is not None:
             head = fmt.split(".")[0]
             if head not in TEXT_FORMATS or (head == "words" and fmt[6:] not in o.words) or \
-                    (head == "plural" and len(fmt.split(".")) != 3):
+                    (head == "plural" and len(fmt.split(".")) != 3) or \
+                    (head == "cut" and not fmt[4:].isdigit()):
                 raise SchemaError(f"{where}: {{{name}:{fmt}}}: formats are {', '.join(TEXT_FORMATS)}")
     if "{" in text[pos:] or "}" in text[pos:]:
         raise SchemaError(f"{where}: a brace that is not a {{field}} near {text[pos:]!r}")

@@ -7,6 +7,10 @@
 // Steps may chain, so a whole reference scenario runs through the SDK alone:
 //   "$SB" and "$PID" in ARGS_JSON become the last sandbox id and process id a result gave;
 //   tool "@poll" {"max":N} calls command_status for $PID once a second until it has exited;
+//   tool "@abort" {"ms":N,"tool":T,"arguments":{...},"progress":bool} calls T and gives up
+//   after N ms through the SDK's AbortSignal (how each SDK and era cancels: SDK v1 and the
+//   2025 era send notifications/cancelled, 2026-07-28 closes the request's stream), and
+//   prints {"step":"abort","error"}; "progress" asks for progress (an SSE answer);
 //   tool "@fetch" {} GETs the last URL a result gave, through the gateway (by SNI), and
 //   prints {"step":"fetch","status",...,"body","via"} (via: the address it connected to).
 // SBX_TEST_FRESH_CONNECTIONS=1: one TCP and TLS connection per request instead of Node
@@ -138,6 +142,19 @@ try {
     if (calls[i] === "@fetch") {
       const { status, body, via } = await fetchVia(last.url);
       say({ step: "fetch", url: last.url, status, body: body.slice(0, 2000), via });
+    } else if (calls[i] === "@abort") {
+      try {
+        const result = await client.callTool(
+          { name: args.tool, arguments: args.arguments }, undefined,
+          { signal: AbortSignal.timeout(args.ms), timeout: 600000,
+            ...(args.progress ? { onprogress: () => {} } : {}) });
+        say({ step: "abort", result }); // not aborted: the test says so
+      } catch (err) {
+        say({ step: "abort", error: String(err) });
+      }
+      // SDK v1 sends its notifications/cancelled without waiting: let it arrive before
+      // the session's DELETE, which may otherwise overtake it on another connection.
+      await new Promise((r) => setTimeout(r, 1000));
     } else if (calls[i] === "@poll") {
       let out;
       for (let n = 0; n < (args.max || 120); n++) {

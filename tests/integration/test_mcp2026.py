@@ -13,7 +13,7 @@ from sbxtest import BIN, Sbx, main, reference_scenarios, run_sdk, wait_for
 
 V = "2026-07-28"
 NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "exec", "command_status",
-         "kill_command", "read_file", "write_file", "host_port", "stop_sandbox",
+         "kill_command", "list_commands", "read_file", "write_file", "host_port", "stop_sandbox",
          "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
          "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot"]
 
@@ -73,6 +73,18 @@ class Mcp2026Test(unittest.TestCase):
         text = result["content"][0]["text"]
         print(f"  {tool} {json.dumps(args)[:100]} → {text[:160]!r}")
         return result, text
+
+    def initialize_2025(self, key):
+        """A 2025-06-18 session of key on the same /mcp: its Mcp-Session-Id."""
+        status, hdrs, _ = self.s.https("POST", "/mcp", body=json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "0"}}}),
+            headers={"Content-Type": "application/json",
+                     "Accept": "application/json, text/event-stream",
+                     "Authorization": f"Bearer {key}"})
+        self.assertEqual(status, 200)
+        return {k.lower(): v for k, v in hdrs.items()}.get("mcp-session-id")
 
     def assertRpcError(self, answer, status, code, rid=1):
         self.assertEqual(answer[0], status, answer[2])
@@ -151,15 +163,7 @@ class Mcp2026Test(unittest.TestCase):
                                                   "_meta": meta()})
         self.assertEqual((status, body["error"]["code"]), (200, -32602))
         # The 2025 era is untouched on the same endpoint.
-        status, hdrs, body = self.s.https("POST", "/mcp", body=json.dumps(
-            {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                        "clientInfo": {"name": "t", "version": "0"}}}),
-            headers={"Content-Type": "application/json",
-                     "Accept": "application/json, text/event-stream",
-                     "Authorization": f"Bearer {self.key_a}"})
-        self.assertEqual(status, 200)
-        self.assertTrue({k.lower(): v for k, v in hdrs.items()}.get("mcp-session-id"))
+        self.assertTrue(self.initialize_2025(self.key_a))
 
     # -- the default sandbox is the credential's ---------------------------------
     def test_default_sandbox_of_a_credential(self):
@@ -209,6 +213,63 @@ class Mcp2026Test(unittest.TestCase):
         r, text = wait_for(answered, 60, "the restarted gateway")
         self.assertEqual(r["structuredContent"]["id"], sb, text)
         self.call("delete_sandbox", {"sandboxId": sb})
+
+    # -- a foreground exec whose client gives up -----------------------------------
+    def process(self, sb, command):
+        """list_commands' entry for command in sb (the last one so named), or None."""
+        r, text = self.call("list_commands", {"sandboxId": sb}, key=self.key_a2)
+        self.assertFalse(r.get("isError"), text)
+        found = [p for p in r["structuredContent"]["processes"] if p["command"] == command]
+        return found[-1] if found else None
+
+    def test_cancelled_and_cut_off_exec(self):
+        r, _ = self.call("create_sandbox", {"name": "cancel"}, key=self.key_a2)
+        sb = r["structuredContent"]["id"]
+        # Cancelled, as each SDK does it: SDK v2 pinned to 2026-07-28 closes the request's
+        # stream (a JSON answer's connection, or an SSE answer when progress was asked
+        # for); SDK v1 (2025) sends notifications/cancelled. Either way the process goes.
+        for sdk, progress, command in (("v2-2026", False, "sleep 301"),
+                                       ("v2-2026", True, "sleep 302"),
+                                       ("v1", False, "sleep 303"), ("v1", True, "sleep 304")):
+            with self.subTest(sdk=sdk, progress=progress):
+                steps = run_sdk(self, self.s, self.key_a2, ("@abort", {
+                    "ms": 4000, "tool": "exec", "progress": progress,
+                    "arguments": {"sandboxId": sb, "command": command}}), sdk=sdk)
+                abort = [x for x in steps if x["step"] == "abort"][0]
+                self.assertIn("error", abort, abort)
+
+                def killed():
+                    p = self.process(sb, command)
+                    return p if p and not p["running"] else time.sleep(0.5)
+                p = wait_for(killed, 30, f"{command} killed once cancelled")
+                self.assertEqual((p["exitCode"], p["signal"], p["detached"], p["timedOut"]),
+                                 (137, 9, False, False), p)
+        # A 2025 request whose connection drops, without notifications/cancelled: not a
+        # cancellation (the 2025 spec's words). The exec runs on; list_commands finds it
+        # and command_status gives its end.
+        session = self.initialize_2025(self.key_a2)
+        command = "sleep 6; echo kept"
+        with self.assertRaises(TimeoutError):
+            self.s.https("POST", "/mcp", body=json.dumps(
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                 "params": {"name": "exec", "arguments": {"sandboxId": sb, "command": command}}}),
+                headers={"Content-Type": "application/json",
+                         "Accept": "application/json, text/event-stream",
+                         "Authorization": f"Bearer {self.key_a2}", "Mcp-Session-Id": session,
+                         "MCP-Protocol-Version": "2025-06-18"}, timeout=2)
+        p = self.process(sb, command)
+        self.assertTrue(p and p["running"], p)
+
+        def ended():
+            r, _ = self.call("command_status", {"sandboxId": sb, "processId": p["processId"]},
+                             key=self.key_a2)
+            return r if not r["structuredContent"]["running"] else time.sleep(0.5)
+        r = wait_for(ended, 60, "the cut-off exec ending by itself")
+        self.assertEqual((r["structuredContent"]["exitCode"], r["structuredContent"]["stdout"]),
+                         (0, "kept\n"))
+        r, text = self.call("list_commands", {"sandboxId": sb}, key=self.key_a2)
+        self.assertIn(f"\n{p['processId']}  exit 0  foreground  sleep 6; echo kept", text)
+        self.call("delete_sandbox", {"sandboxId": sb}, key=self.key_a2)
 
     # -- the official SDK v2 client ----------------------------------------------
     def test_sdk_v2_auto_and_pinned(self):

@@ -20,6 +20,7 @@ ROUTES = {
     "/v1/sandboxes/{sandboxId}/resume": {"post"},
     "/v1/sandboxes/{sandboxId}/extend": {"post"},
     "/v1/sandboxes/{sandboxId}/exec": {"post"},
+    "/v1/sandboxes/{sandboxId}/processes": {"get"},
     "/v1/sandboxes/{sandboxId}/processes/{processId}": {"get"},
     "/v1/sandboxes/{sandboxId}/processes/{processId}/kill": {"post"},
     "/v1/sandboxes/{sandboxId}/files": {"get", "put"},
@@ -299,6 +300,16 @@ class RestTest(unittest.TestCase):
                 break
             time.sleep(0.1)
         self.assertEqual(st["exitCode"], 137)
+        # Every process, oldest first: the foreground ones, the detached one, the killed one.
+        status, _, listed = self.req("GET", f"{base}/processes")
+        self.assertEqual(status, 200, listed)
+        last = listed["processes"][-1]
+        self.assertEqual({k: last[k] for k in ("processId", "command", "running", "detached",
+                                                "exitCode", "signal", "timedOut")},
+                         {"processId": pid, "command": "sleep 300", "running": False,
+                          "detached": True, "exitCode": 137, "signal": 9, "timedOut": False})
+        self.assertRegex(last["startedAt"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        self.assertIn("echo one; sleep 2; echo two", [p["command"] for p in listed["processes"]])
 
         # Files: 1 MiB + a bit of random bytes up and back, byte for byte.
         blob = os.urandom(1024 * 1024 + 12345)

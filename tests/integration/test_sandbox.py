@@ -76,6 +76,13 @@ class SandboxTest(unittest.TestCase):
                 break
             time.sleep(0.3)
         self.assertEqual(seen, "line1\nline2\nline3\nline4\n")  # each byte exactly once
+        listed = s.cli_json("sandbox", "ps", sid)["processes"]
+        self.assertEqual([(p["processId"], p["running"], p["exitCode"]) for p in listed][-1:],
+                         [(pid, False, 0)])
+        table = s.cli("sandbox", "ps", sid).stdout.splitlines()
+        self.assertEqual(table[0].split(), ["PID", "STATE", "KIND", "COMMAND"])
+        self.assertIn(f"{pid:<8} exit 0     detached   for i in 1 2 3 4; do echo line$i; sleep 1; "
+                      "done", table)
 
         # A 1 MiB random file round-trips byte for byte.
         data = os.urandom(1024 * 1024)

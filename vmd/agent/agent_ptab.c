@@ -66,6 +66,7 @@ static void s_proc_destroy (agent_proc_t **proc_p)
         agent_buf_destroy (&proc->out);
         agent_buf_destroy (&proc->err);
         free (proc->command);
+        free (proc->tag);
         free (proc);
         *proc_p = NULL;
     }
@@ -242,6 +243,15 @@ agent_proc_t *agent_ptab_find (agent_ptab_t *self, pid_t pid)
 {
     for (size_t i = 0; i < self->count; i++)
         if (self->procs[i]->pid == pid)
+            return self->procs[i];
+    return NULL;
+}
+
+agent_proc_t *agent_ptab_find_tag (agent_ptab_t *self, const char *tag)
+{
+    for (size_t i = 0; tag && *tag && i < self->count; i++)
+        if (self->procs[i]->running && self->procs[i]->tag &&
+            strcmp (self->procs[i]->tag, tag) == 0)
             return self->procs[i];
     return NULL;
 }

@@ -21,6 +21,7 @@
 typedef struct {
     pid_t pid;
     char *command;
+    char *tag; //  the caller's name for it (agent.exec's tag), or NULL
     bool detached;
     bool running;
     bool timed_out;
@@ -61,6 +62,9 @@ agent_proc_t *agent_ptab_spawn (agent_ptab_t *self, const char *command, char *c
 
 //  The process with that pid, or NULL.
 agent_proc_t *agent_ptab_find (agent_ptab_t *self, pid_t pid);
+
+//  The running process with that tag (agent.exec's), or NULL.
+agent_proc_t *agent_ptab_find_tag (agent_ptab_t *self, const char *tag);
 
 //  Processes, in start order.
 size_t agent_ptab_size (const agent_ptab_t *self);

@@ -370,6 +370,28 @@ static void s_test_exec (void)
     sbx_msg_agent_kill (msg)->signal = 9;
     reply = s_call (agent, &msg);
     s_expect_error (&reply, SBX_E_NOT_FOUND, "process 999999999 not found");
+    //  A foreground exec killed by its tag (its waiter gave up before it knew the pid):
+    //  the waiter's answer still comes, with the signal.
+    msg = s_exec_msg ("sleep 30", false, 60000);
+    sbx_str_set (&sbx_msg_agent_exec (msg)->tag, "gw:test:7");
+    uint64_t tagged_rid = s_send (agent, &msg);
+    msg = sbx_msg_new (SBX_MSG_AGENT_KILL);
+    sbx_str_set (&sbx_msg_agent_kill (msg)->tag, "gw:test:7");
+    sbx_msg_agent_kill (msg)->signal = SIGKILL;
+    reply = s_call (agent, &msg);
+    assert (reply->type == SBX_MSG_AGENT_KILL_OK);
+    uint64_t tagged = sbx_msg_agent_kill_ok (reply)->pid;
+    sbx_msg_destroy (&reply);
+    reply = s_wait (agent, tagged_rid);
+    ok = sbx_msg_agent_exec_ok (reply);
+    assert (ok->pid == tagged && ok->signal == SIGKILL && !ok->timed_out);
+    sbx_msg_destroy (&reply);
+    //  Only a running process answers to its tag.
+    msg = sbx_msg_new (SBX_MSG_AGENT_KILL);
+    sbx_str_set (&sbx_msg_agent_kill (msg)->tag, "gw:test:7");
+    sbx_msg_agent_kill (msg)->signal = SIGKILL;
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_NOT_FOUND, "no running process has the tag gw:test:7");
     msg = sbx_msg_new (SBX_MSG_AGENT_STATUS);
     sbx_msg_agent_status (msg)->pid = 4242424;
     reply = s_call (agent, &msg);
@@ -457,11 +479,13 @@ static void s_test_exec (void)
             seen += p->signal == SIGTERM && p->ended_ms > 0;
         if (p->pid == stubborn)
             seen += p->signal == SIGKILL;
+        if (p->pid == tagged)
+            seen += p->tag && !strcmp (p->tag, "gw:test:7") && !p->detached;
         assert (!p->running);
     }
-    if (seen != 3 || procs->count != 11)
+    if (seen != 4 || procs->count != 12)
         fprintf (stderr, "seen %d count %zu\n", seen, procs->count);
-    assert (seen == 3 && procs->count == 11);
+    assert (seen == 4 && procs->count == 12);
     sbx_msg_destroy (&reply);
     s_stop (&agent);
     printf ("   agent_exec: %lld ms\n", (long long) (s_mono_ms () - t0));
@@ -729,7 +753,8 @@ static void s_test_fuzz (void)
     client_t *agent = s_start (true, NULL, NULL);
     if (!agent) {
         //  Never a silent pass: the suite runs as root (README), where this works.
-        fprintf (stderr, "agent_fuzz: cannot make UTS and network namespaces (run the tests as root)\n");
+        fprintf (stderr,
+                 "agent_fuzz: cannot make UTS and network namespaces (run the tests as root)\n");
         exit (1);
     }
     int64_t t0 = s_mono_ms ();
@@ -793,7 +818,8 @@ static void s_test_setup (void)
     client_t *agent = s_start (true, NULL, NULL);
     if (!agent) {
         //  Never a silent pass: the suite runs as root (README), where this works.
-        fprintf (stderr, "agent_setup: cannot make UTS and network namespaces (run the tests as root)\n");
+        fprintf (stderr,
+                 "agent_setup: cannot make UTS and network namespaces (run the tests as root)\n");
         exit (1);
     }
     int64_t t0 = s_mono_ms ();

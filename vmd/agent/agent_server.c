@@ -477,6 +477,8 @@ static void s_handle_exec (server_t *self, sbx_msg_t *req)
         s_send_error (self, req->rid, err.code, err.message);
         return;
     }
+    if (exec->tag && *exec->tag)
+        proc->tag = strdup (exec->tag); //  lost only to out of memory: then kill by pid
     if (self->config->verbose)
         s_log (self, "process %d started%s: %.200s", (int) proc->pid,
                exec->detached ? " (detached)" : "", exec->command);
@@ -546,8 +548,16 @@ static void s_handle_kill (server_t *self, sbx_msg_t *req)
         s_send_error (self, req->rid, SBX_E_INVALID_ARGUMENT, message);
         return;
     }
-    agent_proc_t *proc = s_find (self, req, k->pid);
-    if (!proc)
+    agent_proc_t *proc;
+    if (k->pid == 0 && k->tag && *k->tag) {
+        //  A foreground exec its waiter gave up on (the gateway's client left, or
+        //  cancelled): by the tag it was started with, as its pid was not sent yet.
+        if (!(proc = agent_ptab_find_tag (self->ptab, k->tag))) {
+            snprintf (message, sizeof message, "no running process has the tag %.64s", k->tag);
+            s_send_error (self, req->rid, SBX_E_NOT_FOUND, message);
+            return;
+        }
+    } else if (!(proc = s_find (self, req, k->pid)))
         return;
     //  The whole group: what the shell started goes too. A finished leader's group may
     //  still have members (background jobs).
@@ -584,6 +594,7 @@ static void s_handle_ps (server_t *self, sbx_msg_t *req)
             break;
         item->pid = (uint64_t) proc->pid;
         sbx_str_set (&item->command, proc->command);
+        sbx_str_set (&item->tag, proc->tag);
         item->running = proc->running;
         item->detached = proc->detached;
         item->exit_code = proc->exit_code;
