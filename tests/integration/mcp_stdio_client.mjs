@@ -11,8 +11,14 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 
 const [cwd, command, ...args] = process.argv.slice(2);
 const calls = JSON.parse(process.env.SBX_TEST_CALLS || "[]");
-const env = {};
+// SBX_TEST_SERVER_ENV (a JSON object): a client config's "env" block as it is, instead
+// (test_mcp_clients.py runs the configs of docs/clients.md). Either way the SDK adds its
+// default environment (PATH, HOME...), as the apps do.
+const env = JSON.parse(process.env.SBX_TEST_SERVER_ENV || "{}");
 for (const name of ["SBX_URL", "SBX_API_KEY", "SBX_CA_CERT", "ASAN_OPTIONS", "UBSAN_OPTIONS"])
+  if (process.env[name] !== undefined && !process.env.SBX_TEST_SERVER_ENV)
+    env[name] = process.env[name];
+for (const name of ["ASAN_OPTIONS", "UBSAN_OPTIONS"])
   if (process.env[name] !== undefined) env[name] = process.env[name];
 const print = (o) => console.log(JSON.stringify(o));
 
