@@ -105,6 +105,13 @@ class McpClientsTest(unittest.TestCase):
         self.assertIn("Added stdio MCP server sbx with command: sbx mcp", out)
         out = self.claude("claude mcp list", home)
         self.assertIn("sbx: sbx mcp - ✔ Connected", out)
+        # `sbx mcp --help` shows the same line.
+        res = subprocess.run([binary("sbx"), "mcp", "--help"], capture_output=True, text=True,
+                             timeout=30)
+
+        def words(text):
+            return " ".join(text.replace("\\\n", " ").split())
+        self.assertIn(words(self.snippets["claude-code-stdio"][1]), words(res.stdout))
 
     def test_claude_code_http(self):
         home = self.tmpdir()

@@ -248,7 +248,7 @@ class McpStdioTest(unittest.TestCase):
         res = subprocess.run([sbx, "mcp", "--help"], capture_output=True, text=True, timeout=30)
         self.assertEqual(res.returncode, 0)
         for part in ("SBX_URL", "SBX_API_KEY", "SBX_CA_CERT", "claude_desktop_config.json",
-                     "claude mcp add --transport stdio", "sbx -- sbx mcp", "Cursor"):
+                     "claude mcp add sbx -e SBX_URL=", "-- sbx mcp", "Cursor"):
             self.assertIn(part, res.stdout)
 
     def test_local_default_with_a_raw_line(self):
