@@ -2,6 +2,7 @@
 #include "cli_call.h"
 #include "sbx_api.h"
 #include "cli_commands.h"
+#include "cli_rest.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -108,6 +109,8 @@ int cli_account_main (int argc, char **argv)
             return 1;
         }
     }
+    if (cli_rest_local_only ("sbx account create", data_dir))
+        return 2;
     sbx_config_t *config = sbx_config_new (data_dir);
     if (!config) {
         free (hash);
@@ -150,6 +153,76 @@ static void s_key_usage (FILE *out)
              "s, m, h or d (90d). Presets: full (everything), ci (creates, uses and deletes\n"
              "only the sandboxes it created), read-only (read-only tools only), no-delete.\n"
              "The key is shown once; sbx stores only its hash.\n");
+}
+
+static const char *s_str (json_t *object, const char *key, const char *none)
+{
+    const char *value = json_string_value (json_object_get (object, key));
+    return value ? value : none;
+}
+
+//  key list's answer (REST's, taken): as it is with --json, else a line per key.
+static void s_print_keys (json_t *answer, bool json)
+{
+    if (json) {
+        cli_print_json (answer);
+        return;
+    }
+    printf ("%-16s %-10s %-10s %-10s %-24s %s\n", "KEY", "KIND", "PRESET", "PREFIX", "EXPIRES",
+            "NAME");
+    size_t i;
+    json_t *k;
+    json_array_foreach (json_object_get (answer, "keys"), i, k)
+    {
+        printf ("%-16s %-10s %-10s %-10s %-24s %s%s\n", s_str (k, "id", "?"),
+                s_str (k, "kind", "?"), s_str (k, "preset", "-"), s_str (k, "prefix", "-"),
+                s_str (k, "expiresAt", "never"), s_str (k, "name", ""),
+                json_is_true (json_object_get (k, "revoked")) ? " (revoked)" : "");
+    }
+    json_decref (answer);
+}
+
+static void s_print_revoked (json_t *answer, bool json)
+{
+    if (json)
+        cli_print_json (answer);
+    else {
+        printf ("key %s revoked\n", s_str (answer, "id", "?"));
+        json_decref (answer);
+    }
+}
+
+//  key list and revoke through a remote service: the key's own account.
+static int s_key_remote (cli_rest_t *remote, const char *verb, const char *account, int rest,
+                         char **positional, bool json)
+{
+    int rc = 2;
+    sbx_err_t err;
+    json_t *answer = NULL;
+    if (account)
+        fprintf (stderr,
+                 "sbx key %s: --account is the operator's, on the sbx host; through %s "
+                 "these are the API key's account's keys\n",
+                 verb, cli_rest_url (remote));
+    else if (streq (verb, "list") && rest)
+        fprintf (stderr, "sbx key list: takes no arguments\n");
+    else if (streq (verb, "revoke") && rest != 1)
+        fprintf (stderr, "sbx key revoke: give exactly one KEY_ID\n");
+    else {
+        json_t *args =
+            streq (verb, "list") ? json_object () : json_pack ("{s:s}", "keyId", positional[0]);
+        rc = cli_rest_call (remote, streq (verb, "list") ? SBX_OP_LIST_KEYS : SBX_OP_REVOKE_KEY,
+                            args, NULL, 0, &answer, NULL, NULL, &err)
+                 ? cli_fail (&err)
+                 : 0;
+        json_decref (args);
+        if (rc == 0 && streq (verb, "list"))
+            s_print_keys (answer, json);
+        else if (rc == 0)
+            s_print_revoked (answer, json);
+    }
+    cli_rest_destroy (&remote);
+    return rc;
 }
 
 int cli_key_main (int argc, char **argv)
@@ -203,6 +276,16 @@ int cli_key_main (int argc, char **argv)
     }
     int rest = argc - 1 - optind; //  positional arguments left
     char **positional = argv + 1 + optind;
+    char command[32];
+    snprintf (command, sizeof command, "sbx key %s", verb);
+    //  list and revoke work through a remote service too (REST's keys of the key's
+    //  account); create is the operator's.
+    cli_rest_t *remote = NULL;
+    if (streq (verb, "create") ? cli_rest_local_only (command, data_dir)
+                               : cli_rest_for (command, data_dir, &remote))
+        return 2;
+    if (remote)
+        return s_key_remote (remote, verb, account, rest, positional, json);
     sbx_msg_t *request = NULL;
     if (streq (verb, "create")) {
         sbx_key_preset_t value;
@@ -263,32 +346,15 @@ int cli_key_main (int argc, char **argv)
                     sbx_key_preset_name (ok->preset), ok->account_id, ok->key);
     } else if (reply->type == SBX_MSG_KEY_LIST_OK) {
         sbx_key_list_ok_t *ok = sbx_msg_key_list_ok (reply);
-        if (json) {
-            //  REST's shape (GET /v1/keys): one definition for both (sbx_api).
-            json_t *keys = json_array ();
-            for (size_t i = 0; i < ok->keys.count; i++)
-                json_array_append_new (keys, sbx_api_key (&ok->keys.items[i]));
-            cli_print_json (json_pack ("{s:o}", "keys", keys));
-        } else {
-            printf ("%-16s %-10s %-10s %-10s %-24s %s\n", "KEY", "KIND", "PRESET", "PREFIX",
-                    "EXPIRES", "NAME");
-            for (size_t i = 0; i < ok->keys.count; i++) {
-                sbx_key_info_t *k = &ok->keys.items[i];
-                char buf[32];
-                printf (
-                    "%-16s %-10s %-10s %-10s %-24s %s%s\n", k->key_id, sbx_key_kind_name (k->kind),
-                    k->preset ? sbx_key_preset_name (k->preset) : "-", k->prefix ? k->prefix : "-",
-                    k->expires_ms ? sbx_clock_iso8601 (k->expires_ms, buf, sizeof buf) : "never",
-                    k->name ? k->name : "", k->revoked ? " (revoked)" : "");
-            }
-        }
-    } else {
-        sbx_key_revoke_ok_t *ok = sbx_msg_key_revoke_ok (reply);
-        if (json)
-            cli_print_json (json_pack ("{s:s, s:b}", "id", ok->key_id, "revoked", 1));
-        else
-            printf ("key %s revoked\n", ok->key_id);
-    }
+        //  REST's shape (GET /v1/keys): one definition for both (sbx_api).
+        json_t *keys = json_array ();
+        for (size_t i = 0; i < ok->keys.count; i++)
+            json_array_append_new (keys, sbx_api_key (&ok->keys.items[i]));
+        s_print_keys (json_pack ("{s:o}", "keys", keys), json);
+    } else
+        s_print_revoked (
+            json_pack ("{s:s, s:b}", "id", sbx_msg_key_revoke_ok (reply)->key_id, "revoked", 1),
+            json);
     sbx_msg_destroy (&reply);
     return 0;
 }

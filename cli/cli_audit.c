@@ -9,6 +9,7 @@
 */
 #include "cli_call.h"
 #include "cli_commands.h"
+#include "cli_rest.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -128,6 +129,8 @@ int cli_audit_main (int argc, char **argv)
             return 2;
         }
     }
+    if (cli_rest_local_only ("sbx audit", data_dir))
+        return 2;
     sbx_config_t *config = sbx_config_new (data_dir);
     if (!config)
         return 1;

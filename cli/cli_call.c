@@ -1,6 +1,7 @@
 /*  cli_call - see cli_call.h */
 #include "cli_call.h"
 
+#include <errno.h>
 #include <unistd.h>
 
 sbx_msg_t *cli_call (sbx_config_t *config, sbx_msg_t **request_p, int timeout_ms, sbx_err_t *err)
@@ -16,6 +17,26 @@ sbx_msg_t *cli_call (sbx_config_t *config, sbx_msg_t **request_p, int timeout_ms
         return NULL;
     }
     zsock_set_linger (sock, 0);
+    //  A socket that is not there, or not this user's to use: said at once, not after
+    //  the whole wait.
+    if (endpoint && strncmp (endpoint, "ipc://", 6) == 0) {
+        const char *path = endpoint + 6;
+        if (access (path, F_OK) != 0 && errno == ENOENT) {
+            sbx_err_set (err, SBX_E_UNAVAILABLE,
+                         "no broker at %s: `sbx up` is not running with the data directory %s "
+                         "(away from the sbx host, `sbx login URL` once instead)",
+                         path, sbx_config_data_dir (config));
+            goto done;
+        }
+        if (access (path, R_OK | W_OK) != 0) {
+            sbx_err_set (err, SBX_E_PERMISSION_DENIED,
+                         "cannot use the broker's socket %s: %s. Here the CLI acts as the "
+                         "operator, as root (or the user sbx up runs as); any user can use a "
+                         "service through its API after `sbx login URL`",
+                         path, strerror (errno));
+            goto done;
+        }
+    }
     if (sbx_curve_needed (endpoint) && sbx_curve_client (config, sock)) {
         sbx_err_set (err, SBX_E_UNAVAILABLE, "no CURVE keys to reach the broker at %s", endpoint);
         goto done;

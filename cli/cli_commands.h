@@ -14,6 +14,8 @@ int cli_wallet_main (int argc, char **argv);
 int cli_usage_main (int argc, char **argv);
 int cli_snapshot_main (int argc, char **argv);
 int cli_mcp_main (int argc, char **argv);
+int cli_login_main (int argc, char **argv);
+int cli_logout_main (int argc, char **argv);
 
 #include "sbx_config.h"
 

@@ -2,13 +2,15 @@
     Cursor) that forwards to a remote sbx's /mcp over HTTPS.
 
     Configured by the environment, as those clients pass it: SBX_URL, SBX_API_KEY and
-    SBX_CA_CERT. Without SBX_URL, on the sbx host itself, the local installation's URL
-    and CA (as `sbx status` shows them) are used; a key is needed either way. stdout
+    SBX_CA_CERT, over what `sbx login` saved (cli_profile). With neither, on the sbx host
+    itself, the local installation's URL and CA (as `sbx status` shows them) are used;
+    a key is needed either way. stdout
     carries only protocol messages; logs go to stderr.
 */
 #include "cli_commands.h"
 #include "cli_lines.h"
 #include "cli_mcp_server.h"
+#include "cli_profile.h"
 #include "cli_remote.h"
 #include "sbx_common.h"
 
@@ -43,9 +45,10 @@ static void s_usage (FILE *out)
         "handoff_session, which copies the working directory into a sandbox (git's files\n"
         "in a work tree, .gitignore followed; at most 16 MiB).\n\n"
         "Environment:\n"
-        "  SBX_URL      the service's base URL (https://sbx.example.com) or its /mcp URL.\n"
-        "               Unset on the sbx host itself: the local installation's (see\n"
-        "               `sbx status`; --data-dir or $SBX_DATA_DIR picks it).\n"
+        "  SBX_URL      the service's base URL (https://sbx.example.com) or its /mcp URL;\n"
+        "               these three override what `sbx login` saved. Without either, on\n"
+        "               the sbx host itself: the local installation's (see `sbx status`;\n"
+        "               --data-dir or $SBX_DATA_DIR picks it).\n"
         "  SBX_API_KEY  an API key of your account there (sbx_…), required:\n"
         "               sbx key create --account EMAIL on the service's host.\n"
         "  SBX_CA_CERT  a PEM file of the CA to trust for the service's certificate\n"
@@ -61,54 +64,6 @@ static void s_usage (FILE *out)
         "  {\"mcpServers\": {\"sbx\": {\"command\": \"sbx\", \"args\": [\"mcp\"],\n"
         "    \"env\": {\"SBX_URL\": \"https://sbx.example.com\", \"SBX_API_KEY\": \"sbx_…\"}}}}\n\n"
         "More in docs/clients.md.\n");
-}
-
-//  The /mcp URL from SBX_URL's text (a base URL or the /mcp URL itself); NULL with why.
-char *cli_mcp_url (const char *text, char *why, size_t why_size);
-char *cli_mcp_url (const char *text, char *why, size_t why_size)
-{
-    size_t n = strlen (text);
-    while (n && text[n - 1] == '/')
-        n--;
-    const char *host = strncmp (text, "https://", 8) == 0  ? text + 8
-                       : strncmp (text, "http://", 7) == 0 ? text + 7
-                                                           : NULL;
-    bool clean = true;
-    for (size_t i = 0; i < n; i++)
-        clean = clean && (unsigned char) text[i] > 0x20 && text[i] != 0x7f;
-    if (!host || !clean || host >= text + n || *host == '/' || n > 2048) {
-        snprintf (why, why_size,
-                  "SBX_URL must be the sbx service's URL, https://HOST[:PORT] or "
-                  "https://HOST[:PORT]/mcp (got \"%.200s\")",
-                  text);
-        return NULL;
-    }
-    if (n >= 4 && strncmp (text + n - 4, "/mcp", 4) == 0)
-        return strndup (text, n);
-    return zsys_sprintf ("%.*s/mcp", (int) n, text);
-}
-
-//  The key from SBX_API_KEY's text; NULL with why.
-int cli_mcp_key_check (const char *key, char *why, size_t why_size);
-int cli_mcp_key_check (const char *key, char *why, size_t why_size)
-{
-    if (!key || !*key) {
-        snprintf (why, why_size,
-                  "SBX_API_KEY is not set: give sbx mcp an API key of your account on the "
-                  "service (sbx_…; `sbx key create --account EMAIL` on its host makes one)");
-        return -1;
-    }
-    bool clean = strlen (key) <= 512;
-    for (const char *p = key; *p; p++)
-        clean = clean && (unsigned char) *p > 0x20 && *p != 0x7f;
-    if (strncmp (key, "sbx_", 4) != 0 || !clean) {
-        //  The key itself is not repeated: stderr ends up in the client's logs.
-        snprintf (why, why_size,
-                  "SBX_API_KEY must be an sbx API key: sbx_… as `sbx key create` printed it, "
-                  "without quotes, spaces or \"Bearer\"");
-        return -1;
-    }
-    return 0;
 }
 
 //  Whether dir holds an sbx installation (sbx up ran there): then it may be the default.
@@ -159,24 +114,30 @@ int cli_mcp_main (int argc, char **argv)
     sbx_log_init ("sbx mcp", verbose ? SBX_LOG_DEBUG : SBX_LOG_INFO);
 
     char why[1024];
-    const char *url_text = getenv ("SBX_URL");
-    const char *key = getenv ("SBX_API_KEY");
-    const char *ca_text = getenv ("SBX_CA_CERT");
-    char *url = NULL, *ca = NULL;
-    if (url_text && *url_text) {
-        url = cli_mcp_url (url_text, why, sizeof why);
-        if (!url) {
-            fprintf (stderr, "sbx mcp: %s\n", why);
-            return 2;
-        }
+    cli_profile_t *profile = cli_profile_load (why, sizeof why);
+    if (!profile && *why) {
+        fprintf (stderr, "sbx mcp: %s\n", why);
+        return 2;
+    }
+    char *url = NULL, *ca = NULL, *key = NULL;
+    if (profile) {
+        url = zsys_sprintf ("%s/mcp", profile->url);
+        ca = profile->ca_cert ? strdup (profile->ca_cert) : NULL;
+        key = strdup (profile->api_key);
+        cli_profile_destroy (&profile);
     } else {
+        //  No service named (SBX_URL, or `sbx login`): the local installation, if any.
         const char *dir = data_dir ? data_dir : sbx_config_default_data_dir ();
         if (!s_installed (dir)) {
             fprintf (stderr,
                      "sbx mcp: SBX_URL is not set: give the sbx service's URL "
-                     "(SBX_URL=https://sbx.example.com); there is no local installation in %s "
-                     "to default to\n",
+                     "(SBX_URL=https://sbx.example.com, or `sbx login URL` once); there is no "
+                     "local installation in %s to default to\n",
                      dir);
+            return 2;
+        }
+        if (cli_profile_key_check (getenv ("SBX_API_KEY"), "SBX_API_KEY", why, sizeof why)) {
+            fprintf (stderr, "sbx mcp: %s\n", why);
             return 2;
         }
         sbx_config_t *config = sbx_config_new (dir);
@@ -185,31 +146,17 @@ int cli_mcp_main (int argc, char **argv)
         char *base = cli_base_url (config);
         url = zsys_sprintf ("%s/mcp", base);
         free (base);
-        if (!ca_text || !*ca_text)
-            ca = cli_ca_cert (config);
+        ca = cli_ca_cert (config);
         sbx_config_destroy (&config);
+        key = strdup (getenv ("SBX_API_KEY"));
         sbx_info ("SBX_URL is not set: using the local installation's %s", url);
-    }
-    if (cli_mcp_key_check (key, why, sizeof why)) {
-        fprintf (stderr, "sbx mcp: %s (service %s)\n", why, url);
-        free (url);
-        free (ca);
-        return 2;
-    }
-    if (ca_text && *ca_text) {
-        if (access (ca_text, R_OK)) {
-            fprintf (stderr, "sbx mcp: SBX_CA_CERT names %s, which cannot be read: %s\n", ca_text,
-                     strerror (errno));
-            free (url);
-            return 2;
-        }
-        ca = strdup (ca_text);
     }
     char cwd[PATH_MAX];
     if (!getcwd (cwd, sizeof cwd)) {
         fprintf (stderr, "sbx mcp: cannot tell the working directory: %s\n", strerror (errno));
         free (url);
         free (ca);
+        free (key);
         return 2;
     }
 
@@ -229,6 +176,7 @@ int cli_mcp_main (int argc, char **argv)
         fprintf (stderr, "sbx mcp: out of memory\n");
         free (url);
         free (ca);
+        free (key);
         return 1;
     }
     cli_remote_set_abort (remote, &s_stop);
@@ -249,38 +197,8 @@ int cli_mcp_main (int argc, char **argv)
     cli_remote_destroy (&remote); //  ends the remote session
     free (url);
     free (ca);
+    free (key);
     if (s_null_fd >= 0)
         close (s_null_fd);
     return 0;
-}
-
-void cli_mcp_test (bool verbose);
-void cli_mcp_test (bool verbose)
-{
-    (void) verbose;
-    char why[1024];
-    const char *cases[][2] = {
-        {"https://sbx.example.com", "https://sbx.example.com/mcp"},
-        {"https://sbx.example.com/", "https://sbx.example.com/mcp"},
-        {"https://sbx.example.com:8443/mcp", "https://sbx.example.com:8443/mcp"},
-        {"http://127.0.0.1:9/mcp/", "http://127.0.0.1:9/mcp"},
-        {"https://h/base", "https://h/base/mcp"}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *url = cli_mcp_url (cases[i][0], why, sizeof why);
-        assert (url && streq (url, cases[i][1]));
-        free (url);
-    }
-    const char *bad[] = {"sbx.example.com", "ftp://x",     "https://",
-                         "https:///mcp",    "https://a b", "https://x\r\nHost: y"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        assert (cli_mcp_url (bad[i], why, sizeof why) == NULL);
-        assert (strstr (why, "SBX_URL must be"));
-    }
-    assert (cli_mcp_key_check ("sbx_abc", why, sizeof why) == 0);
-    assert (cli_mcp_key_check (NULL, why, sizeof why) == -1 &&
-            strstr (why, "SBX_API_KEY is not set"));
-    assert (cli_mcp_key_check ("", why, sizeof why) == -1);
-    assert (cli_mcp_key_check ("Bearer sbx_x", why, sizeof why) == -1 &&
-            strstr (why, "must be an sbx API key"));
-    assert (cli_mcp_key_check ("sbx_a\nb", why, sizeof why) == -1);
 }

@@ -1,50 +1,66 @@
-/*  cli_sandbox - `sbx sandbox`: an operator's hands on sandboxes, through the broker.
+/*  cli_sandbox - `sbx sandbox`: sandboxes from the command line, on the sbx host through
+    the broker (as an operator) or from anywhere through a service's REST API (cli_rest,
+    after `sbx login`).
 
-    The operations REST and the MCP tools offer (schemas/operations.json), for operators
-    and tests: create, list, get, extend, stop, resume, delete, and agent requests (exec,
-    status, kill, ps, write, read) relayed to the guest. Each command's options become the
-    operation's arguments and are checked with REST's limits (cli_op); --json prints
-    REST's JSON (docs/openapi.json), with what only an operator sees added (account, vmd).
+    The operations REST and the MCP tools offer (schemas/operations.json): create, list,
+    get, extend, stop, resume, delete, port, and agent requests (exec, status, kill, ps,
+    write, read) relayed to the guest. Each command's options become the operation's
+    arguments and are checked with REST's limits (cli_op); --json prints REST's JSON
+    (docs/openapi.json), on the host with what only an operator sees added (account, vmd).
 */
 #include "cli_call.h"
 #include "cli_commands.h"
 #include "cli_op.h"
+#include "cli_rest.h"
 #include "sbx_args.h"
+#include "sbx_secret.h"
 #include "sbx_xfer.h"
 
 #include <getopt.h>
 #include <jansson.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#define S_STDIN_MAX (12 * 1024 * 1024) //  exec's stdin, before base64
 
 static void s_usage (FILE *out)
 {
     fprintf (
         out,
-        "usage: sbx sandbox create --account ACCOUNT [--name N] [--type small|medium|large]\n"
+        "usage: sbx sandbox create [--account ACCOUNT] [--name N] [--type small|medium|large]\n"
         "                          [--ttl DURATION] [--no-network] [--label K=V]...\n"
         "                          [--snapshot SNAPSHOT_ID]\n"
         "       sbx sandbox list\n"
         "       sbx sandbox get|stop|resume|delete ID\n"
         "       sbx sandbox extend ID --ttl DURATION\n"
         "       sbx sandbox exec ID [--detach] [--timeout DURATION] [--cwd DIR] [--env K=V]...\n"
-        "                        -- COMMAND...\n"
+        "                        [--no-stdin] -- COMMAND [ARG]...\n"
         "       sbx sandbox status ID PID [--stdout-offset N] [--stderr-offset N]\n"
         "       sbx sandbox kill ID PID [--signal SIGNAL]\n"
         "       sbx sandbox ps ID\n"
+        "       sbx sandbox port ID PORT [--public] [--remove]\n"
         "       sbx sandbox write ID PATH [--mode OCTAL] < FILE\n"
         "       sbx sandbox read ID PATH > FILE\n"
         "every subcommand takes --data-dir DIR and --json.\n\n"
-        "Acts as an operator: sees every account's sandboxes. These are the REST API's\n"
-        "operations (docs/openapi.json) with its limits: a TTL of 60 s to 30 days\n"
-        "(ttlSeconds), an exec timeout of 1 to 600 s, files up to 16 MiB. DURATION is 90,\n"
-        "90s, 15m, 2h or 7d. --json prints REST's JSON (camelCase: expiresAt, processId,\n"
-        "exitCode, stdoutNextOffset...), one line; a sandbox also has account and vmd.\n"
-        "exec runs COMMAND with /bin/sh -c in the guest and exits with its exit code\n"
-        "(without --json, its stdout and stderr are passed through); --detach returns the\n"
-        "processId at once, and `status` polls it (pass the offsets it printed to get only\n"
-        "new output). kill sends SIGTERM unless --signal names another (KILL, INT, 9...).\n"
-        "ps lists the processes exec started (running, then the finished ones the guest\n"
-        "keeps), oldest first.\n"
+        "Where: after `sbx login URL` (or with SBX_URL and SBX_API_KEY set) the commands go\n"
+        "to that service's REST API as the key's account, from any machine and user. On the\n"
+        "sbx host without a profile, or with --data-dir, they go to the local broker as an\n"
+        "operator, who sees every account's sandboxes and creates with --account.\n\n"
+        "These are the REST API's operations (docs/openapi.json) with its limits: a TTL of\n"
+        "60 s to 30 days (ttlSeconds), an exec timeout of 1 to 600 s, files up to 16 MiB.\n"
+        "DURATION is 90, 90s, 15m, 2h or 7d. --json prints REST's JSON (camelCase:\n"
+        "expiresAt, processId, exitCode, stdoutNextOffset...), one line; on the host a\n"
+        "sandbox also has account and vmd.\n"
+        "exec runs the command in the guest and exits with its exit code (without --json,\n"
+        "its stdout and stderr are passed through). One word after -- is a shell command\n"
+        "line for /bin/sh -c (\"make -j2 && ls\"); several words are an argv, passed exactly\n"
+        "(-- sh -c 'echo \"$0\"'). A pipe or file on stdin is the command's stdin (up to\n"
+        "12 MiB; --no-stdin: none). --detach returns the processId at once, and `status`\n"
+        "polls it (pass the offsets it printed to get only new output). kill sends SIGTERM\n"
+        "unless --signal names another (KILL, INT, 9...). ps lists the processes exec\n"
+        "started (running, then the finished ones the guest keeps), oldest first.\n"
+        "port publishes guest port PORT at https://LABEL-PORT.BOX_DOMAIN (private: the\n"
+        "key is needed; --public: anyone), --remove unpublishes it.\n"
         "create --snapshot starts from one of the account's snapshots (sbx snapshot list).\n");
 }
 
@@ -53,7 +69,7 @@ typedef struct {
     bool json;
     const char *account, *name, *type, *ttl, *cwd, *timeout, *mode, *snapshot, *signal;
     const char *stdout_offset, *stderr_offset;
-    bool no_network, detach;
+    bool no_network, detach, public, remove, no_stdin;
     zlist_t *labels; //  "K=V"
     zlist_t *env;    //  "K=V"
 } s_opts_t;
@@ -92,8 +108,19 @@ static int s_set_options (cli_op_t *op, s_opts_t *o)
         rc |= cli_op_set_text (op, "signal", o->signal, "--signal");
     if (o->mode)
         rc |= cli_op_set_text (op, "mode", o->mode, "--mode");
+    if (o->public)
+        rc |= cli_op_set_text (op, "public", "true", "--public");
+    if (o->remove)
+        rc |= cli_op_set_text (op, "remove", "true", "--remove");
     return rc ? -1 : 0;
 }
+
+//  Where the operations go: the local broker (as an operator) or a remote REST API.
+typedef struct {
+    sbx_config_t *config; //  local
+    sbx_api_t *api;
+    cli_rest_t *rest; //  remote
+} s_where_t;
 
 //  What an operator sees beside REST's sandbox: whose it is and which vmd runs it.
 static void s_add_operator (json_t *sandbox, const sbx_sandbox_info_t *s)
@@ -106,16 +133,21 @@ static void s_add_operator (json_t *sandbox, const sbx_sandbox_info_t *s)
         json_object_set_new (sandbox, "vmd", json_string (s->vmd));
 }
 
-static void s_print_sandbox (const sbx_sandbox_info_t *s)
+//  The operation's answer as REST's JSON (*answer), from the broker or the remote
+//  service; locally *reply_p (when given) keeps the broker's reply, for what only an
+//  operator sees. 0, or the exit code with the failure said on stderr.
+static int s_call (s_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o, json_t **answer,
+                   sbx_msg_t **reply_p)
 {
-    printf ("%s  %-9s %-6s %-28s %s%s%s\n", s->id, sbx_sandbox_state_name (s->state),
-            sbx_sandbox_type_name (s->type), s->label ? s->label : "-", s->name ? s->name : "",
-            s->reason ? "  " : "", s->reason ? s->reason : "");
-}
-
-//  create, list, get, extend, stop, resume, delete: a sandbox (or all) in the answer.
-static int s_sandboxes (sbx_config_t *config, sbx_api_t *api, cli_op_t *op, s_opts_t *o)
-{
+    sbx_err_t err;
+    if (w->rest) {
+        json_t *args = cli_op_args (op);
+        if (id == SBX_OP_CREATE_SANDBOX && !o->ttl)
+            json_object_del (args, "ttlSeconds"); //  the plan's default, as on the host
+        if (cli_rest_call (w->rest, id, args, NULL, 0, answer, NULL, NULL, &err))
+            return cli_fail (&err);
+        return 0;
+    }
     sbx_msg_t *request = cli_op_request (op);
     if (!request)
         return 2;
@@ -123,90 +155,142 @@ static int s_sandboxes (sbx_config_t *config, sbx_api_t *api, cli_op_t *op, s_op
     //  maximum) rather than REST's 3600, which a plan with a shorter maximum refuses.
     if (request->type == SBX_MSG_SANDBOX_CREATE && !o->ttl)
         sbx_msg_sandbox_create (request)->ttl_s = 0;
-    sbx_err_t err;
-    sbx_msg_t *reply = cli_op_call (op, config, o->account, &request, &err);
+    sbx_msg_t *reply = cli_op_call (op, w->config, o->account, &request, &err);
     if (!reply)
         return cli_fail (&err);
-    int rc = 0;
-    if (reply->type == SBX_MSG_SANDBOX_LIST_OK) {
-        sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
-        if (o->json) {
-            json_t *answer = cli_op_answer (op, api, reply);
-            json_t *all = json_object_get (answer, "sandboxes");
-            //  sbx_api_answer keeps the broker's order, one for one.
-            for (size_t i = 0; i < list->count && i < json_array_size (all); i++)
-                s_add_operator (json_array_get (all, i), &list->items[i]);
-            if (answer)
-                cli_print_json (answer);
-            else
-                rc = 1;
-        } else
-            for (size_t i = 0; i < list->count; i++)
-                s_print_sandbox (&list->items[i]);
-    } else {
-        sbx_sandbox_info_t *info = sbx_api_sandbox_info (reply);
-        if (o->json) {
-            json_t *answer = cli_op_answer (op, api, reply);
-            s_add_operator (answer, info);
-            if (answer)
-                cli_print_json (answer);
-            else
-                rc = 1;
-        } else if (info)
-            s_print_sandbox (info);
-    }
-    sbx_msg_destroy (&reply);
-    return rc;
+    *answer = cli_op_answer (op, w->api, reply);
+    if (reply_p && *answer)
+        *reply_p = reply;
+    else
+        sbx_msg_destroy (&reply);
+    return *answer ? 0 : 1;
 }
 
-//  The words are joined with spaces for /bin/sh -c, as ssh does: "COMMAND" (fresh).
+static const char *s_str (json_t *object, const char *key, const char *none)
+{
+    const char *value = json_string_value (json_object_get (object, key));
+    return value ? value : none;
+}
+
+static void s_print_sandbox (json_t *s)
+{
+    const char *reason = s_str (s, "reason", NULL);
+    printf ("%s  %-9s %-6s %-28s %s%s%s\n", s_str (s, "id", "?"), s_str (s, "state", "?"),
+            s_str (s, "type", "?"), s_str (s, "label", "-"), s_str (s, "name", ""),
+            reason ? "  " : "", reason ? reason : "");
+}
+
+//  create, list, get, extend, stop, resume, delete: a sandbox (or all) in the answer.
+static int s_sandboxes (s_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o)
+{
+    json_t *answer = NULL;
+    sbx_msg_t *reply = NULL;
+    int rc = s_call (w, op, id, o, &answer, &reply);
+    if (rc)
+        return rc;
+    json_t *all = json_object_get (answer, "sandboxes");
+    if (reply && reply->type == SBX_MSG_SANDBOX_LIST_OK) {
+        sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
+        //  sbx_api_answer keeps the broker's order, one for one.
+        for (size_t i = 0; i < list->count && i < json_array_size (all); i++)
+            s_add_operator (json_array_get (all, i), &list->items[i]);
+    } else if (reply)
+        s_add_operator (answer, sbx_api_sandbox_info (reply));
+    sbx_msg_destroy (&reply);
+    if (o->json)
+        cli_print_json (answer);
+    else {
+        size_t i;
+        json_t *one;
+        if (all)
+            json_array_foreach (all, i, one) s_print_sandbox (one);
+        else
+            s_print_sandbox (answer);
+        json_decref (answer);
+    }
+    return 0;
+}
+
+//  The command: one word is a shell command line as it is (`-- "make -j2 && ls"`);
+//  several are an argv, each word quoted for /bin/sh -c so that it arrives exactly as
+//  given (`-- sh -c 'echo "$0"'`). Fresh.
 static char *s_command (int argc, char **argv)
 {
-    size_t len = 0;
-    for (int i = 0; i < argc; i++)
-        len += strlen (argv[i]) + 1;
-    char *command = calloc (1, len + 1);
-    for (int i = 0; command && i < argc; i++) {
+    if (argc == 1)
+        return strdup (argv[0]);
+    zchunk_t *out = zchunk_new (NULL, 0);
+    for (int i = 0; i < argc; i++) {
         if (i)
-            strcat (command, " ");
-        strcat (command, argv[i]);
+            zchunk_extend (out, " ", 1);
+        zchunk_extend (out, "'", 1);
+        for (const char *p = argv[i]; *p; p++) {
+            if (*p == '\'')
+                zchunk_extend (out, "'\\''", 4); //  close, an escaped quote, reopen
+            else
+                zchunk_extend (out, p, 1);
+        }
+        zchunk_extend (out, "'", 1);
     }
+    char *command = strndup ((char *) zchunk_data (out), zchunk_size (out));
+    zchunk_destroy (&out);
     return command;
 }
 
-static int s_exec (sbx_config_t *config, sbx_api_t *api, cli_op_t *op, s_opts_t *o)
+//  exec's stdin: what a pipe or a file on ours holds (a terminal, /dev/null or nothing
+//  is none), as base64 bytes. 0, or -1 said on stderr.
+static int s_set_stdin (cli_op_t *op)
 {
-    sbx_msg_t *request = cli_op_request (op);
-    if (!request)
-        return 2;
-    sbx_err_t err;
-    sbx_msg_t *reply = cli_op_call (op, config, NULL, &request, &err);
-    if (!reply)
-        return cli_fail (&err);
-    int code = 0;
-    if (o->json) {
-        json_t *answer = cli_op_answer (op, api, reply);
-        if (answer)
-            cli_print_json (answer);
-        else
-            code = 1;
-    } else if (reply->type == SBX_MSG_AGENT_EXEC_OK) {
-        sbx_agent_exec_ok_t *ok = sbx_msg_agent_exec_ok (reply);
-        if (ok->running)
-            printf ("started process %llu\n", (unsigned long long) ok->pid);
-        else {
-            fwrite (ok->stdout.data ? ok->stdout.data : (uint8_t *) "", 1, ok->stdout.size, stdout);
-            fwrite (ok->stderr.data ? ok->stderr.data : (uint8_t *) "", 1, ok->stderr.size, stderr);
-            if (ok->timed_out)
-                fprintf (stderr, "sbx: the command timed out and was killed\n");
-            code = (int) (ok->exit_code & 0xff);
-        }
-    } else {
-        fprintf (stderr, "sbx sandbox exec: unexpected answer %s\n",
-                 sbx_msg_type_name (reply->type));
-        code = 1;
+    struct stat st;
+    if (fstat (STDIN_FILENO, &st) != 0 || !(S_ISFIFO (st.st_mode) || S_ISREG (st.st_mode)))
+        return 0;
+    //  Base64 of this much is about the 16 MiB a request body may be.
+    size_t max = S_STDIN_MAX, size = 0, got;
+    uint8_t *data = malloc (max + 1);
+    if (!data)
+        return -1;
+    while (size <= max && (got = fread (data + size, 1, max + 1 - size, stdin)) > 0)
+        size += got;
+    if (size > max) {
+        fprintf (stderr,
+                 "sbx sandbox exec: stdin is over %d MiB; copy large input with "
+                 "sbx sandbox write, then read it from the file (too_large)\n",
+                 S_STDIN_MAX / (1024 * 1024));
+        free (data);
+        return -1;
     }
-    sbx_msg_destroy (&reply);
+    if (size) {
+        char *b64 = sbx_secret_base64 (data, size);
+        cli_op_set (op, "stdin", json_string (b64 ? b64 : ""));
+        cli_op_set (op, "stdinEncoding", json_string ("base64"));
+        free (b64);
+    }
+    free (data);
+    return 0;
+}
+
+static int s_exec (s_where_t *w, cli_op_t *op, s_opts_t *o)
+{
+    json_t *answer = NULL;
+    int rc = s_call (w, op, SBX_OP_EXEC, o, &answer, NULL);
+    if (rc)
+        return rc;
+    if (o->json) {
+        cli_print_json (answer);
+        return 0;
+    }
+    int code = 0;
+    if (json_is_true (json_object_get (answer, "running")))
+        printf ("started process %lld\n",
+                (long long) json_integer_value (json_object_get (answer, "processId")));
+    else {
+        const char *out = s_str (answer, "stdout", ""), *err = s_str (answer, "stderr", "");
+        fwrite (out, 1, strlen (out), stdout);
+        fwrite (err, 1, strlen (err), stderr);
+        if (json_is_true (json_object_get (answer, "timedOut")))
+            fprintf (stderr, "sbx: the command timed out and was killed\n");
+        code = (int) (json_integer_value (json_object_get (answer, "exitCode")) & 0xff);
+    }
+    json_decref (answer);
     return code;
 }
 
@@ -222,31 +306,24 @@ static void s_print_ps (json_t *answer)
         if (!json_is_true (json_object_get (p, "running")))
             snprintf (state, sizeof state, "exit %lld",
                       (long long) json_integer_value (json_object_get (p, "exitCode")));
-        const char *command = json_string_value (json_object_get (p, "command"));
-        size_t line = command ? strcspn (command, "\n") : 0;
+        const char *command = s_str (p, "command", "");
+        size_t line = strcspn (command, "\n");
         size_t shown = line > 100 ? 100 : line;
         printf ("%-8lld %-10s %-10s %.*s%s\n",
                 (long long) json_integer_value (json_object_get (p, "processId")), state,
                 json_is_true (json_object_get (p, "detached")) ? "detached" : "foreground",
-                (int) shown, command ? command : "", command && command[shown] ? "…" : "");
+                (int) shown, command, command[shown] ? "…" : "");
     }
 }
 
-//  status, kill and ps: REST's answer; kill and ps say it in words without --json.
-static int s_process (sbx_config_t *config, sbx_api_t *api, cli_op_t *op, s_opts_t *o,
-                      const char *verb)
+//  status, kill, ps and port: REST's answer; kill, ps and port say it in words without
+//  --json.
+static int s_process (s_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o, const char *verb)
 {
-    sbx_msg_t *request = cli_op_request (op);
-    if (!request)
-        return 2;
-    sbx_err_t err;
-    sbx_msg_t *reply = cli_op_call (op, config, NULL, &request, &err);
-    if (!reply)
-        return cli_fail (&err);
-    json_t *answer = cli_op_answer (op, api, reply);
-    sbx_msg_destroy (&reply);
-    if (!answer)
-        return 1;
+    json_t *answer = NULL;
+    int rc = s_call (w, op, id, o, &answer, NULL);
+    if (rc)
+        return rc;
     if (streq (verb, "kill") && !o->json) {
         printf ("signal %lld sent to process %lld\n",
                 (long long) json_integer_value (json_object_get (answer, "signal")),
@@ -255,13 +332,41 @@ static int s_process (sbx_config_t *config, sbx_api_t *api, cli_op_t *op, s_opts
     } else if (streq (verb, "ps") && !o->json) {
         s_print_ps (answer);
         json_decref (answer);
+    } else if (streq (verb, "port") && !o->json) {
+        if (json_is_true (json_object_get (answer, "removed")))
+            printf ("port %lld is no longer published\n",
+                    (long long) json_integer_value (json_object_get (answer, "port")));
+        else
+            printf ("%s  (%s)\n", s_str (answer, "url", "?"),
+                    json_is_true (json_object_get (answer, "public")) ? "public"
+                                                                      : "private: the key needed");
+        json_decref (answer);
     } else
         cli_print_json (answer); //  status: the same JSON with or without --json
     return 0;
 }
 
-//  write: stdin (at most write_file's 16 MiB) to the guest, chunk by chunk (sbx_xfer).
-static int s_write (sbx_config_t *config, cli_op_t *op, s_opts_t *o, const char *path)
+//  A file transfer on the host: its chunks one after the other through the broker.
+//  0, or the exit code with the failure said.
+static int s_chunks (s_where_t *w, cli_op_t *op, sbx_op_t id, sbx_xfer_t *xfer)
+{
+    const char *sandbox_id = sbx_api_sandbox_id (cli_op_args (op));
+    int rc = 0;
+    sbx_msg_t *inner;
+    while (rc == 0 && (inner = sbx_xfer_next (xfer))) {
+        sbx_err_t err;
+        sbx_msg_t *reply =
+            cli_op_agent (w->config, sandbox_id, &inner, (int) sbx_ops[id].deadline_ms, &err);
+        if (!reply || sbx_xfer_take (xfer, reply, &err.code, err.message, sizeof err.message))
+            rc = cli_fail (&err);
+        sbx_msg_destroy (&reply);
+    }
+    return rc;
+}
+
+//  write: stdin (at most write_file's 16 MiB) to the guest: chunk by chunk through the
+//  broker (sbx_xfer), or in one PUT to a remote service.
+static int s_write (s_where_t *w, cli_op_t *op, s_opts_t *o, const char *path)
 {
     const char *mode = sbx_args_string (SBX_OP_WRITE_FILE, cli_op_args (op), "mode");
     uint64_t bits = mode ? strtoull (mode, NULL, 8) : 0; //  checked: 1 to 4 octal digits
@@ -279,20 +384,20 @@ static int s_write (sbx_config_t *config, cli_op_t *op, s_opts_t *o, const char 
                  SBX_XFER_MAX / (1024 * 1024));
         return 1;
     }
-    sbx_xfer_t *xfer = sbx_xfer_new_write (path, data, size, bits);
-    free (data);
-    if (!xfer)
-        return 1;
-    const char *sandbox_id = sbx_api_sandbox_id (cli_op_args (op));
     int rc = 0;
-    sbx_msg_t *inner;
-    while (rc == 0 && (inner = sbx_xfer_next (xfer))) {
-        sbx_err_t err;
-        sbx_msg_t *reply = cli_op_agent (config, sandbox_id, &inner,
-                                         (int) sbx_ops[SBX_OP_WRITE_FILE].deadline_ms, &err);
-        if (!reply || sbx_xfer_take (xfer, reply, &err.code, err.message, sizeof err.message))
+    sbx_err_t err;
+    if (w->rest) {
+        if (cli_rest_call (w->rest, SBX_OP_WRITE_FILE, cli_op_args (op), data, size, NULL, NULL,
+                           NULL, &err))
             rc = cli_fail (&err);
-        sbx_msg_destroy (&reply);
+        free (data);
+    } else {
+        sbx_xfer_t *xfer = sbx_xfer_new_write (path, data, size, bits);
+        free (data);
+        if (!xfer)
+            return 1;
+        rc = s_chunks (w, op, SBX_OP_WRITE_FILE, xfer);
+        sbx_xfer_destroy (&xfer);
     }
     if (rc == 0) {
         if (o->json)
@@ -300,27 +405,28 @@ static int s_write (sbx_config_t *config, cli_op_t *op, s_opts_t *o, const char 
         else
             printf ("wrote %zu bytes to %s\n", size, path);
     }
-    sbx_xfer_destroy (&xfer);
     return rc;
 }
 
 //  read: the guest's file (at most read_file's 16 MiB) to stdout, as REST sends it raw.
-static int s_read (sbx_config_t *config, cli_op_t *op, const char *path)
+static int s_read (s_where_t *w, cli_op_t *op, const char *path)
 {
+    sbx_err_t err;
+    if (w->rest) {
+        char *bytes = NULL;
+        size_t size = 0;
+        if (cli_rest_call (w->rest, SBX_OP_READ_FILE, cli_op_args (op), NULL, 0, NULL, &bytes,
+                           &size, &err))
+            return cli_fail (&err);
+        fwrite (bytes, 1, size, stdout);
+        fflush (stdout);
+        free (bytes);
+        return 0;
+    }
     sbx_xfer_t *xfer = sbx_xfer_new_read (path);
     if (!xfer)
         return 1;
-    const char *sandbox_id = sbx_api_sandbox_id (cli_op_args (op));
-    int rc = 0;
-    sbx_msg_t *inner;
-    while (rc == 0 && (inner = sbx_xfer_next (xfer))) {
-        sbx_err_t err;
-        sbx_msg_t *reply = cli_op_agent (config, sandbox_id, &inner,
-                                         (int) sbx_ops[SBX_OP_READ_FILE].deadline_ms, &err);
-        if (!reply || sbx_xfer_take (xfer, reply, &err.code, err.message, sizeof err.message))
-            rc = cli_fail (&err);
-        sbx_msg_destroy (&reply);
-    }
+    int rc = s_chunks (w, op, SBX_OP_READ_FILE, xfer);
     if (rc == 0) {
         fwrite (sbx_xfer_data (xfer), 1, sbx_xfer_size (xfer), stdout);
         fflush (stdout);
@@ -333,13 +439,21 @@ static const struct {
     const char *verb;
     sbx_op_t op;
     int npos; //  positional arguments: ID, then PID or PATH
-} s_verbs[] = {{"create", SBX_OP_CREATE_SANDBOX, 0}, {"list", SBX_OP_LIST_SANDBOXES, 0},
-               {"get", SBX_OP_GET_SANDBOX, 1},       {"extend", SBX_OP_EXTEND_SANDBOX, 1},
-               {"stop", SBX_OP_STOP_SANDBOX, 1},     {"resume", SBX_OP_RESUME_SANDBOX, 1},
-               {"delete", SBX_OP_DELETE_SANDBOX, 1}, {"exec", SBX_OP_EXEC, 1},
-               {"status", SBX_OP_COMMAND_STATUS, 2}, {"kill", SBX_OP_KILL_COMMAND, 2},
-               {"ps", SBX_OP_LIST_COMMANDS, 1},      {"write", SBX_OP_WRITE_FILE, 2},
-               {"read", SBX_OP_READ_FILE, 2},        {NULL, 0, 0}};
+} s_verbs[] = {{"create", SBX_OP_CREATE_SANDBOX, 0},
+               {"list", SBX_OP_LIST_SANDBOXES, 0},
+               {"get", SBX_OP_GET_SANDBOX, 1},
+               {"extend", SBX_OP_EXTEND_SANDBOX, 1},
+               {"stop", SBX_OP_STOP_SANDBOX, 1},
+               {"resume", SBX_OP_RESUME_SANDBOX, 1},
+               {"delete", SBX_OP_DELETE_SANDBOX, 1},
+               {"exec", SBX_OP_EXEC, 1},
+               {"status", SBX_OP_COMMAND_STATUS, 2},
+               {"kill", SBX_OP_KILL_COMMAND, 2},
+               {"ps", SBX_OP_LIST_COMMANDS, 1},
+               {"write", SBX_OP_WRITE_FILE, 2},
+               {"read", SBX_OP_READ_FILE, 2},
+               {"port", SBX_OP_HOST_PORT, 2},
+               {NULL, 0, 0}};
 
 int cli_sandbox_main (int argc, char **argv)
 {
@@ -365,6 +479,9 @@ int cli_sandbox_main (int argc, char **argv)
                                       {"signal", required_argument, 0, 's'},
                                       {"mode", required_argument, 0, 'm'},
                                       {"snapshot", required_argument, 0, 'S'},
+                                      {"public", no_argument, 0, 'P'},
+                                      {"remove", no_argument, 0, 'R'},
+                                      {"no-stdin", no_argument, 0, 'I'},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
     s_opts_t o = {.labels = zlist_new (), .env = zlist_new ()};
@@ -425,6 +542,15 @@ int cli_sandbox_main (int argc, char **argv)
         case 's':
             o.signal = optarg;
             break;
+        case 'P':
+            o.public = true;
+            break;
+        case 'R':
+            o.remove = true;
+            break;
+        case 'I':
+            o.no_stdin = true;
+            break;
         case 'h':
             s_usage (stdout);
             rc = 0;
@@ -451,23 +577,42 @@ int cli_sandbox_main (int argc, char **argv)
                  verb, npos, npos == 1 ? "" : "s");
         rc = 2;
     }
-    //  The broker lets an operator create on an account's behalf; REST has no such field.
-    if (rc < 0 && !o.account != !streq (verb, "create")) {
-        fprintf (stderr, "sbx sandbox %s: %s\n", verb,
+    char name[64];
+    snprintf (name, sizeof name, "sbx sandbox %s", verb);
+    s_where_t where = {0};
+    if (rc < 0 && cli_rest_for (name, o.data_dir, &where.rest))
+        rc = 2;
+    //  The broker lets an operator create on an account's behalf; REST has no such field:
+    //  remotely, the sandbox is the key's account's.
+    if (rc < 0 && where.rest && o.account) {
+        fprintf (stderr,
+                 "%s: --account is the operator's, on the sbx host; through %s the "
+                 "sandbox is the API key's account's\n",
+                 name, cli_rest_url (where.rest));
+        rc = 2;
+    } else if (rc < 0 && !where.rest && !o.account != !streq (verb, "create")) {
+        fprintf (stderr, "%s: %s\n", name,
                  o.account ? "--account goes with create" : "--account is required");
         rc = 2;
     }
-    char name[64];
-    snprintf (name, sizeof name, "sbx sandbox %s", verb);
     cli_op_t *op = rc < 0 ? cli_op_new (name, s_verbs[v].op) : NULL;
     if (rc < 0 && !op)
         rc = 1;
     if (rc < 0 && npos > 0 && cli_op_set_text (op, "sandboxId", pos[0], "ID"))
         rc = 2;
-    //  The second positional argument: write's and read's PATH, status's and kill's PID.
+    //  The second positional argument: write's and read's PATH, status's and kill's PID,
+    //  port's PORT.
     bool file = streq (verb, "write") || streq (verb, "read");
+    bool port = streq (verb, "port");
     if (rc < 0 && npos > 1 &&
-        cli_op_set_text (op, file ? "path" : "processId", pos[1], file ? "PATH" : "PID"))
+        cli_op_set_text (op,
+                         file   ? "path"
+                         : port ? "port"
+                                : "processId",
+                         pos[1],
+                         file   ? "PATH"
+                         : port ? "PORT"
+                                : "PID"))
         rc = 2;
     if (rc < 0 && is_exec) {
         if (ncommand == 0) {
@@ -482,27 +627,32 @@ int cli_sandbox_main (int argc, char **argv)
     }
     if (rc < 0 && s_set_options (op, &o))
         rc = 2;
+    if (rc < 0 && is_exec && !o.no_stdin && s_set_stdin (op))
+        rc = 1;
     //  REST's limits, before the configuration is read or the broker asked.
     if (rc < 0 && cli_op_check (op))
         rc = 2;
-    sbx_config_t *config = rc < 0 ? sbx_config_new (o.data_dir) : NULL;
-    sbx_api_t *api = config ? sbx_api_new (config) : NULL;
-    if (rc < 0 && !api)
-        rc = 1;
+    if (rc < 0 && !where.rest) {
+        where.config = sbx_config_new (o.data_dir);
+        where.api = where.config ? sbx_api_new (where.config) : NULL;
+        if (!where.api)
+            rc = 1;
+    }
     if (rc >= 0)
         ;
     else if (is_exec)
-        rc = s_exec (config, api, op, &o);
-    else if (streq (verb, "status") || streq (verb, "kill") || streq (verb, "ps"))
-        rc = s_process (config, api, op, &o, verb);
+        rc = s_exec (&where, op, &o);
+    else if (streq (verb, "status") || streq (verb, "kill") || streq (verb, "ps") || port)
+        rc = s_process (&where, op, s_verbs[v].op, &o, verb);
     else if (streq (verb, "write"))
-        rc = s_write (config, op, &o, pos[1]);
+        rc = s_write (&where, op, &o, pos[1]);
     else if (streq (verb, "read"))
-        rc = s_read (config, op, pos[1]);
+        rc = s_read (&where, op, pos[1]);
     else
-        rc = s_sandboxes (config, api, op, &o);
-    sbx_api_destroy (&api);
-    sbx_config_destroy (&config);
+        rc = s_sandboxes (&where, op, s_verbs[v].op, &o);
+    sbx_api_destroy (&where.api);
+    sbx_config_destroy (&where.config);
+    cli_rest_destroy (&where.rest);
     cli_op_destroy (&op);
     zlist_destroy (&o.labels);
     zlist_destroy (&o.env);

@@ -1,11 +1,13 @@
-/*  cli_snapshot - `sbx snapshot list|save|get|delete`: an operator's hands on the
-    snapshot store, through the broker (docs/snapshots.md). Acts as an operator: sees
-    every account's snapshots, or one account's with --account. The operations are
+/*  cli_snapshot - `sbx snapshot list|save|get|delete`: the snapshot store, on the sbx host
+    through the broker (docs/snapshots.md) as an operator, who sees every account's
+    snapshots (or one account's with --account), or from anywhere through a service's
+    REST API after `sbx login` (cli_rest), as the key's account. The operations are
     REST's (cli_op): its arguments and limits, and with --json its JSON, with what only
     an operator sees added (account, qemuVersion; users for get). */
 #include "cli_call.h"
 #include "cli_commands.h"
 #include "cli_op.h"
+#include "cli_rest.h"
 
 #include <getopt.h>
 
@@ -15,7 +17,10 @@ static void s_usage (FILE *out)
                   "       sbx snapshot save SANDBOX [--name N] [--label K=V]...\n"
                   "       sbx snapshot get ID\n"
                   "       sbx snapshot delete ID\n"
-                  "every subcommand takes --data-dir DIR and --json.\n\n"
+                  "every subcommand takes --data-dir DIR and --json.\n"
+                  "After `sbx login URL` (or with SBX_URL and SBX_API_KEY) they go to that\n"
+                  "service as the key's account, without --account; on the sbx host without a\n"
+                  "profile, or with --data-dir, to the local broker as an operator.\n\n"
                   "list: every account's snapshots (or ACCOUNT's, by id or email), newest first.\n"
                   "save: saves a ready or stopped sandbox's disk and memory (a running guest is\n"
                   "paused only during the capture) and prints the snapshot once it is ready.\n"
@@ -47,16 +52,25 @@ static void s_add_operator (json_t *snapshot, const sbx_snapshot_info_t *s, bool
     }
 }
 
-static void s_print (const sbx_snapshot_info_t *s, bool users)
+static const char *s_str (json_t *object, const char *key, const char *none)
 {
-    double mib = (double) (s->disk_bytes + s->memory_bytes) / (1024.0 * 1024.0);
-    printf ("%s  %-6s %-9s %-6s %8.1f MiB  %s  %s%s%s\n", s->id, sbx_snapshot_state_name (s->state),
-            sbx_snapshot_kind_name (s->kind ? s->kind : SBX_SNAPSHOT_KIND_USER),
-            sbx_sandbox_type_name (s->type ? s->type : SBX_SANDBOX_TYPE_SMALL), mib,
-            s->sandbox_id ? s->sandbox_id : "-", s->name ? s->name : "", s->reason ? "  " : "",
-            s->reason ? s->reason : "");
-    for (size_t i = 0; users && i < s->users.count; i++)
-        printf ("  made from it: %s\n", s->users.items[i]);
+    const char *value = json_string_value (json_object_get (object, key));
+    return value ? value : none;
+}
+
+//  A line of REST's snapshot (and, from get on the host, the sandboxes made from it).
+static void s_print (json_t *s)
+{
+    double mib = (double) json_integer_value (json_object_get (s, "sizeBytes")) / (1024.0 * 1024.0);
+    const char *reason = s_str (s, "reason", NULL);
+    printf ("%s  %-6s %-9s %-6s %8.1f MiB  %s  %s%s%s\n", s_str (s, "id", "?"),
+            s_str (s, "state", "?"), s_str (s, "kind", "user"), s_str (s, "type", "small"), mib,
+            s_str (s, "sandboxId", "-"), s_str (s, "name", ""), reason ? "  " : "",
+            reason ? reason : "");
+    size_t i;
+    json_t *user;
+    json_array_foreach (json_object_get (s, "users"), i, user)
+        printf ("  made from it: %s\n", json_string_value (user));
 }
 
 //  The snapshot a save, get or delete answers with.
@@ -69,47 +83,53 @@ static sbx_snapshot_info_t *s_info (sbx_msg_t *reply)
                : NULL;
 }
 
-//  Sends the operation (for account when given: list) and prints its answer.
-static int s_run (sbx_config_t *config, cli_op_t *op, const char *verb, const char *account,
-                  bool json)
+//  Runs the operation (locally for account when given: list; or through remote) and
+//  prints REST's answer: as it is with --json, else a line per snapshot.
+static int s_run (sbx_config_t *config, cli_rest_t *remote, cli_op_t *op, sbx_op_t opcode,
+                  const char *verb, const char *account, bool json)
 {
-    sbx_msg_t *request = cli_op_request (op);
-    if (!request)
-        return 2;
+    json_t *answer = NULL;
     sbx_err_t err;
-    sbx_msg_t *reply = cli_op_call (op, config, account, &request, &err);
-    if (!reply)
-        return cli_fail (&err);
-    int rc = 0;
-    sbx_api_t *api = json ? sbx_api_new (config) : NULL;
-    json_t *answer = api ? cli_op_answer (op, api, reply) : NULL;
-    if (json && !answer)
-        rc = 1;
-    else if (reply->type == SBX_MSG_SNAPSHOT_LIST_OK) {
-        sbx_snapshot_info_list_t *list = &sbx_msg_snapshot_list_ok (reply)->snapshots;
-        //  sbx_api_answer keeps the broker's order, one for one (no sandboxId filter).
-        json_t *all = json_object_get (answer, "snapshots");
-        for (size_t i = 0; i < list->count; i++) {
-            if (json)
+    if (remote) {
+        if (cli_rest_call (remote, opcode, cli_op_args (op), NULL, 0, &answer, NULL, NULL, &err))
+            return cli_fail (&err);
+    } else {
+        sbx_msg_t *request = cli_op_request (op);
+        if (!request)
+            return 2;
+        sbx_msg_t *reply = cli_op_call (op, config, account, &request, &err);
+        if (!reply)
+            return cli_fail (&err);
+        sbx_api_t *api = sbx_api_new (config);
+        answer = api ? cli_op_answer (op, api, reply) : NULL;
+        sbx_api_destroy (&api);
+        if (answer && reply->type == SBX_MSG_SNAPSHOT_LIST_OK) {
+            sbx_snapshot_info_list_t *list = &sbx_msg_snapshot_list_ok (reply)->snapshots;
+            //  sbx_api_answer keeps the broker's order, one for one (no sandboxId filter).
+            json_t *all = json_object_get (answer, "snapshots");
+            for (size_t i = 0; i < list->count; i++)
                 s_add_operator (json_array_get (all, i), &list->items[i], false);
-            else
-                s_print (&list->items[i], false);
-        }
-    } else if (!s_info (reply)) {
-        fprintf (stderr, "sbx snapshot %s: unexpected answer %s\n", verb,
-                 sbx_msg_type_name (reply->type));
-        rc = 1;
-    } else if (json)
-        s_add_operator (answer, s_info (reply), streq (verb, "get"));
-    else if (streq (verb, "delete"))
-        printf ("deleted snapshot %s\n", s_info (reply)->id);
-    else
-        s_print (s_info (reply), streq (verb, "get"));
-    if (answer)
+        } else if (answer)
+            s_add_operator (answer, s_info (reply), streq (verb, "get"));
+        sbx_msg_destroy (&reply);
+        if (!answer)
+            return 1;
+    }
+    if (json) {
         cli_print_json (answer);
-    sbx_api_destroy (&api);
-    sbx_msg_destroy (&reply);
-    return rc;
+        return 0;
+    }
+    json_t *all = json_object_get (answer, "snapshots");
+    size_t i;
+    json_t *one;
+    if (all)
+        json_array_foreach (all, i, one) s_print (one);
+    else if (streq (verb, "delete"))
+        printf ("deleted snapshot %s\n", s_str (answer, "id", "?"));
+    else
+        s_print (answer);
+    json_decref (answer);
+    return 0;
 }
 
 int cli_snapshot_main (int argc, char **argv)
@@ -178,6 +198,16 @@ int cli_snapshot_main (int argc, char **argv)
                                         : "give the snapshot's id");
         rc = 2;
     }
+    cli_rest_t *remote = NULL;
+    if (rc < 0 && cli_rest_for ("sbx snapshot", data_dir, &remote))
+        rc = 2;
+    if (rc < 0 && remote && account) {
+        fprintf (stderr,
+                 "sbx snapshot %s: through %s these are the API key's account's "
+                 "snapshots: --account is the operator's, on the sbx host\n",
+                 verb, cli_rest_url (remote));
+        rc = 2;
+    }
     //  The broker lets an operator list one account's; REST has no such field.
     if (rc < 0 && account && !streq (verb, "list")) {
         fprintf (stderr, "sbx snapshot %s: --account goes with list\n", verb);
@@ -199,12 +229,13 @@ int cli_snapshot_main (int argc, char **argv)
         rc = 2;
     if (rc < 0 && cli_op_check (op))
         rc = 2;
-    sbx_config_t *config = rc < 0 ? sbx_config_new (data_dir) : NULL;
-    if (rc < 0 && !config)
+    sbx_config_t *config = rc < 0 && !remote ? sbx_config_new (data_dir) : NULL;
+    if (rc < 0 && !remote && !config)
         rc = 1;
     if (rc < 0)
-        rc = s_run (config, op, verb, account, json);
+        rc = s_run (config, remote, op, opcode, verb, account, json);
     sbx_config_destroy (&config);
+    cli_rest_destroy (&remote);
     cli_op_destroy (&op);
     zlist_destroy (&labels);
     return rc;

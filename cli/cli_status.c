@@ -1,6 +1,7 @@
 /*  cli_status - `sbx status`: what runs and where clients connect. */
 #include "cli_call.h"
 #include "cli_commands.h"
+#include "cli_rest.h"
 #include "sbx_urls.h"
 
 #include <errno.h>
@@ -35,6 +36,34 @@ static void s_usage (FILE *out)
                   "\"daemons\":[{\"name\",\"pid\",\"ready\",\"state\",\"restarts\",\"log\"}],"
                   "\"peers\":[...]}.\n"
                   "Exit code 0 when sbx up runs and every daemon is ready, 1 otherwise.\n");
+}
+
+//  The profile in use (cli_profile) and what its service says to its key, or NULL.
+static json_t *s_profile (void)
+{
+    char why[1200];
+    cli_profile_t *profile = cli_profile_load (why, sizeof why);
+    if (!profile)
+        return *why ? json_pack ("{s:s}", "state", why) : NULL;
+    json_t *out = json_pack ("{s:s, s:s}", "url", profile->url, "from", profile->from);
+    cli_rest_t *rest = cli_rest_new (profile);
+    json_t *usage = NULL;
+    sbx_err_t err;
+    if (rest &&
+        cli_rest_call (rest, SBX_OP_GET_USAGE, NULL, NULL, 0, &usage, NULL, NULL, &err) == 0) {
+        json_object_set (out, "account", json_object_get (usage, "accountId"));
+        json_object_set_new (
+            out, "state",
+            json_sprintf ("reachable, account %s",
+                          json_string_value (json_object_get (usage, "accountId"))));
+    } else
+        json_object_set_new (out, "state",
+                             json_sprintf ("%s (%s)", rest ? err.message : "out of memory",
+                                           rest ? sbx_code_name (err.code) : "internal"));
+    json_decref (usage);
+    cli_rest_destroy (&rest);
+    cli_profile_destroy (&profile);
+    return out;
 }
 
 int cli_status_main (int argc, char **argv)
@@ -123,16 +152,25 @@ int cli_status_main (int argc, char **argv)
         }
     }
     json_object_set_new (out, "peers", peers);
+    //  What the CLI uses away from the host (sbx login, SBX_URL): whether it answers.
+    json_t *profile = data_dir ? NULL : s_profile ();
+    if (profile)
+        json_object_set_new (out, "profile", profile);
 
     if (as_json) {
         char *text = json_dumps (out, JSON_INDENT (2) | JSON_PRESERVE_ORDER);
         printf ("%s\n", text);
         free (text);
     } else {
-        printf ("sbx %s (data dir %s)\n", running ? "is up" : "is not running",
+        printf ("sbx %s (data dir %s)\n", running ? "is up" : "is not running here",
                 sbx_config_data_dir (config));
         printf ("  MCP endpoint:   %s/mcp\n  REST API:       %s/v1\n  CA certificate: %s\n", base,
                 base, ca ? ca : "(none)");
+        if (profile)
+            printf ("  profile:        %s (%s): %s\n",
+                    json_string_value (json_object_get (profile, "url")),
+                    json_string_value (json_object_get (profile, "from")),
+                    json_string_value (json_object_get (profile, "state")));
         json_array_foreach (json_object_get (out, "daemons"), i, entry)
         {
             char pid[32] = "-";

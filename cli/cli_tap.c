@@ -1,5 +1,6 @@
 /*  cli_tap - `sbx tap`: the event log as JSON lines, replayed then live. */
 #include "cli_commands.h"
+#include "cli_rest.h"
 #include "sbx_common.h"
 
 #include <errno.h>
@@ -128,6 +129,8 @@ int cli_tap_main (int argc, char **argv)
     }
     tap.prefix = optind < argc ? argv[optind] : NULL;
     setvbuf (stdout, NULL, _IOLBF, 0);
+    if (cli_rest_local_only ("sbx tap", data_dir))
+        return 2;
     sbx_config_t *config = sbx_config_new (data_dir);
     if (!config)
         return 1;

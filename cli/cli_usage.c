@@ -7,6 +7,7 @@
 */
 #include "cli_call.h"
 #include "cli_commands.h"
+#include "cli_rest.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -16,7 +17,8 @@ static void s_usage (FILE *out)
 {
     fprintf (out,
              "usage: sbx usage --account ACCOUNT [--sandbox ID] [--since DURATION] [--json]\n"
-             "                 [--data-dir DIR]\n\n"
+             "                 [--data-dir DIR]\n"
+             "       sbx usage [--sandbox ID] [--json]   (after `sbx login`: your account's)\n\n"
              "Shows an account's (id or email) running time and cost per sandbox and per UTC\n"
              "day, and its wallet balance, as sbx-billing metered them from the event log.\n"
              "Running sandboxes count up to now. --since 24h shows the last 24 hours only.\n"
@@ -25,7 +27,8 @@ static void s_usage (FILE *out)
              "\"day\",\n"
              "\"running_ms\",\"seconds\",\"micro_usd\",\"usd\"}],\"running_ms\",\"seconds\","
              "\"micro_usd\",\n"
-             "\"usd\",\"wallet\",\"balance_micro_usd\",\"balance_usd\",\"as_of\",\"last_seq\"}.\n");
+             "\"usd\",\"wallet\",\"balance_micro_usd\",\"balance_usd\",\"as_of\",\"last_seq\"}.\n"
+             "Through a remote service (sbx login) --json prints REST's GET /v1/usage instead.\n");
 }
 
 //  "1.234567" from micro-dollars, exactly.
@@ -93,6 +96,54 @@ static void s_print (sbx_usage_get_ok_t *ok)
             s_usd (ok->balance_micro_usd, balance, sizeof balance));
 }
 
+//  Through a remote service: REST's usage of the key's account (GET /v1/usage), as it is
+//  with --json, else in the same lines as on the host.
+static int s_remote (cli_rest_t *remote, const char *sandbox, bool as_json)
+{
+    json_t *args = sandbox ? json_pack ("{s:s}", "sandboxId", sandbox) : json_object ();
+    json_t *answer = NULL;
+    sbx_err_t err;
+    int rc = cli_rest_call (remote, SBX_OP_GET_USAGE, args, NULL, 0, &answer, NULL, NULL, &err)
+                 ? cli_fail (&err)
+                 : 0;
+    json_decref (args);
+    if (rc == 0 && as_json)
+        cli_print_json (answer);
+    else if (rc == 0) {
+        char usd[48], balance[48];
+        printf ("account %s\n", json_string_value (json_object_get (answer, "accountId")));
+        printf ("%-14s %-7s %10s %14s\n", "SANDBOX", "TYPE", "SECONDS", "USD");
+        size_t i;
+        json_t *x;
+        json_array_foreach (json_object_get (answer, "sandboxes"), i, x)
+        {
+            printf (
+                "%-14s %-7s %10lld %14s%s\n", json_string_value (json_object_get (x, "id")),
+                json_string_value (json_object_get (x, "type")),
+                (long long) json_integer_value (json_object_get (x, "runningSeconds")),
+                s_usd (json_integer_value (json_object_get (x, "costMicroUsd")), usd, sizeof usd),
+                json_is_true (json_object_get (x, "running")) ? "  (running)" : "");
+        }
+        printf ("\n%-10s %10s %14s\n", "DAY (UTC)", "SECONDS", "USD");
+        json_array_foreach (json_object_get (answer, "days"), i, x)
+        {
+            printf (
+                "%-10s %10lld %14s\n", json_string_value (json_object_get (x, "day")),
+                (long long) json_integer_value (json_object_get (x, "runningSeconds")),
+                s_usd (json_integer_value (json_object_get (x, "costMicroUsd")), usd, sizeof usd));
+        }
+        printf (
+            "\ntotal %lld s, $%s; balance $%s\n",
+            (long long) json_integer_value (json_object_get (answer, "runningSeconds")),
+            s_usd (json_integer_value (json_object_get (answer, "costMicroUsd")), usd, sizeof usd),
+            s_usd (json_integer_value (json_object_get (answer, "balanceMicroUsd")), balance,
+                   sizeof balance));
+        json_decref (answer);
+    }
+    cli_rest_destroy (&remote);
+    return rc;
+}
+
 int cli_usage_main (int argc, char **argv)
 {
     static struct option options[] = {{"data-dir", required_argument, 0, 'd'},
@@ -131,6 +182,20 @@ int cli_usage_main (int argc, char **argv)
             return 2;
         }
     }
+    cli_rest_t *remote = NULL;
+    if (cli_rest_for ("sbx usage", data_dir, &remote))
+        return 2;
+    if (remote && (account || since)) {
+        fprintf (stderr,
+                 "sbx usage: through %s it is the API key's account's usage, in "
+                 "full: --account and --since are the operator's, on the sbx host\n",
+                 cli_rest_url (remote));
+        cli_rest_destroy (&remote);
+        return 2;
+    }
+    if (remote && optind == argc)
+        return s_remote (remote, sandbox, as_json);
+    cli_rest_destroy (&remote);
     if (!account || optind < argc) {
         s_usage (stderr);
         return 2;

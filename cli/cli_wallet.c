@@ -2,6 +2,7 @@
     picks the one its charges go to. */
 #include "cli_call.h"
 #include "cli_commands.h"
+#include "cli_rest.h"
 
 #include <ctype.h>
 #include <getopt.h>
@@ -143,6 +144,8 @@ int cli_wallet_main (int argc, char **argv)
                                        : "--account");
         return 2;
     }
+    if (cli_rest_local_only ("sbx wallet", data_dir))
+        return 2;
     sbx_config_t *config = sbx_config_new (data_dir);
     if (!config)
         return 1;

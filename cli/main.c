@@ -21,6 +21,8 @@ static const s_command_t s_commands[] = {
     {"snapshot", cli_snapshot_main, "list, save, inspect and delete snapshots"},
     {"usage", cli_usage_main, "running time, cost and wallet balance of an account"},
     {"mcp", cli_mcp_main, "a stdio MCP server for local clients, forwarding to a remote sbx"},
+    {"login", cli_login_main, "save a remote sbx's URL and your API key for this CLI"},
+    {"logout", cli_logout_main, "forget what sbx login saved"},
     {NULL, NULL, NULL}};
 
 static void s_usage (FILE *out)
@@ -29,8 +31,10 @@ static void s_usage (FILE *out)
     for (const s_command_t *c = s_commands; c->name; c++)
         fprintf (out, "  %-9s %s\n", c->name, c->summary);
     fprintf (out,
-             "\nEvery command takes --data-dir DIR (default %s, or $SBX_DATA_DIR);\n"
-             "commands that print data take --json.\n",
+             "\nOn the sbx host every command takes --data-dir DIR (default %s, or\n"
+             "$SBX_DATA_DIR) and works as an operator. Elsewhere, after `sbx login URL`\n"
+             "(or with SBX_URL and SBX_API_KEY), sandbox, snapshot, usage and key list|revoke\n"
+             "work through the service's REST API. Commands that print data take --json.\n",
              sbx_config_default_data_dir ());
 }
 

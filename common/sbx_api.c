@@ -269,6 +269,20 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
         sbx_str_set (&m->command, sbx_args_string (op, args, "command"));
         sbx_str_set (&m->cwd, sbx_args_string (op, args, "cwd"));
         s_strmap (&m->env, NULL, sbx_args_object (args, "env"));
+        const char *in = sbx_args_string (op, args, "stdin");
+        const char *in_encoding = sbx_args_string (op, args, "stdinEncoding");
+        if (in && in_encoding && streq (in_encoding, "base64")) {
+            size_t size = 0;
+            uint8_t *bytes = *in ? sbx_secret_base64_decode (in, &size) : calloc (1, 1);
+            if (!bytes) {
+                s_refuse (why, why_size, "stdin is not valid base64 (stdinEncoding base64)");
+                sbx_msg_destroy (&msg);
+                return NULL;
+            }
+            sbx_bytes_set (&m->stdin, bytes, size);
+            free (bytes);
+        } else if (in)
+            sbx_bytes_set (&m->stdin, in, json_string_length (json_object_get (args, "stdin")));
         m->detached = detached;
         m->timeout_ms = detached ? 0 : (uint64_t) timeout * 1000;
         m->max_bytes = SBX_API_OUTPUT_MAX;
@@ -674,7 +688,24 @@ void sbx_api_test (bool verbose)
     msg = sbx_api_request (SBX_OP_EXEC, args, NULL, &agent, &deadline, why, sizeof why);
     assert (msg && agent && deadline == 5000 + SBX_API_EXEC_MARGIN_MS);
     assert (sbx_msg_agent_exec (msg)->timeout_ms == 5000);
+    assert (sbx_msg_agent_exec (msg)->stdin.size == 0); //  none: /dev/null
     sbx_msg_destroy (&msg);
+    json_decref (args);
+    //  stdin as text, and as base64 bytes; bad base64 refused.
+    args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"command\": \"cat\", \"stdin\": \"hi\\n\"}");
+    msg = sbx_api_request (SBX_OP_EXEC, args, NULL, &agent, &deadline, why, sizeof why);
+    assert (msg && sbx_msg_agent_exec (msg)->stdin.size == 3);
+    assert (memcmp (sbx_msg_agent_exec (msg)->stdin.data, "hi\n", 3) == 0);
+    sbx_msg_destroy (&msg);
+    json_object_set_new (args, "stdin", json_string ("AP8A"));
+    json_object_set_new (args, "stdinEncoding", json_string ("base64"));
+    msg = sbx_api_request (SBX_OP_EXEC, args, NULL, &agent, &deadline, why, sizeof why);
+    assert (msg && sbx_msg_agent_exec (msg)->stdin.size == 3);
+    assert (memcmp (sbx_msg_agent_exec (msg)->stdin.data, "\x00\xff\x00", 3) == 0);
+    sbx_msg_destroy (&msg);
+    json_object_set_new (args, "stdin", json_string ("!!"));
+    assert (!sbx_api_request (SBX_OP_EXEC, args, NULL, &agent, &deadline, why, sizeof why));
+    assert (strstr (why, "stdin is not valid base64"));
     json_decref (args);
     args = s_args ("{\"sandboxId\": \"sb_0123456789\"}");
     msg = sbx_api_request (SBX_OP_STOP_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why);

@@ -25,6 +25,7 @@ static const sbx_op_arg_t s_get_sandbox_args[] = {
     {"sandboxId", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, true,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
 };
+static const char *const s_exec_stdinencoding_choices[] = {"utf-8", "base64", NULL};
 static const sbx_op_arg_t s_exec_args[] = {
     {"command", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_BODY, SBX_ARG_STRING, 0, true, false,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
@@ -36,6 +37,10 @@ static const sbx_op_arg_t s_exec_args[] = {
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
     {"env", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_BODY, SBX_ARG_OBJECT, SBX_ARG_STRING, false, false,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+    {"stdin", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_BODY, SBX_ARG_STRING, 0, false, false,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+    {"stdinEncoding", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_BODY, SBX_ARG_STRING, 0, false, false,
+     false, false, 0LL, 0LL, 0, -1, NULL, s_exec_stdinencoding_choices, "\"utf-8\""},
     {"sandboxId", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, true,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
 };
@@ -201,7 +206,7 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                      "was cut: call command_status with processId {processId}, stdoutOffset {stdoutNextOffset} "
                      "and stderrOffset {stderrNextOffset} for more.){/stderrTruncated}{/stdoutTruncated}{/runnin"
                      "g}",
-                     s_exec_args, 6},
+                     s_exec_args, 8},
     [SBX_OP_COMMAND_STATUS] = {"command_status", true, "GET", "/v1/sandboxes/{sandboxId}/processes/{processId}",
                                true, false, SBX_MSG_AGENT_STATUS, 30000,
                                SBX_OPS_BODY_NONE,
@@ -475,8 +480,12 @@ const char sbx_ops_tools_json[] =
     " at most 600). Ignored when detached.\"},\"cwd\":{\"type\":\"string\","
     "\"description\":\"Working directory (default /root).\"},\"env\":{\"type\":\"object\","
     "\"additionalProperties\":{\"type\":\"string\"},\"description\":\"Extra environment "
-    "variables.\"},\"sandboxId\":{\"type\":\"string\",\"description\":\"The sandbox (sb_...). "
-    "Default: the one this session created or used last.\"}},\"additionalProperties\":false,"
+    "variables.\"},\"stdin\":{\"type\":\"string\",\"description\":\"The command's standard "
+    "input (default none, /dev/null): text, or base64 with stdinEncoding base64.\"},"
+    "\"stdinEncoding\":{\"type\":\"string\",\"enum\":[\"utf-8\",\"base64\"],"
+    "\"description\":\"How stdin is given: utf-8 text (default) or base64 bytes.\"},"
+    "\"sandboxId\":{\"type\":\"string\",\"description\":\"The sandbox (sb_...). Default: "
+    "the one this session created or used last.\"}},\"additionalProperties\":false,"
     "\"required\":[\"command\"]},\"outputSchema\":{\"type\":\"object\",\"required\":[\"processI"
     "d\",\"exitCode\",\"stdout\",\"stderr\",\"stdoutNextOffset\",\"stderrNextOffset\","
     "\"timedOut\"],\"properties\":{\"processId\":{\"type\":\"integer\"},\"exitCode\":{\"type\":"

@@ -575,7 +575,7 @@ void gw_rest_test (bool verbose)
     s_expect ("POST", "/v1/sandboxes/sb_x/exec", "{\"command\":\"ls\",\"sandboxId\":\"sb_y\"}",
               NULL,
               "unknown field \"sandboxId\" (this operation takes: command, detached, timeout, "
-              "cwd, env)");
+              "cwd, env, stdin, stdinEncoding)");
     s_expect ("POST", "/v1/sandboxes/sb_x/ports", "{\"port\":0}", NULL,
               "port must be between 1 and 65535");
     s_expect ("DELETE", "/v1/sandboxes/sb_x/ports/8000", NULL, NULL,

@@ -100,7 +100,9 @@ class Sbx:
         # Options go before `--`: what follows it is a command for the guest.
         at = args.index("--") if "--" in args else len(args)
         cmd = [binary("sbx")] + args[:at] + ["--data-dir", self.dir] + args[at:]
-        res = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout)
+        # No input: /dev/null, never the test runner's stdin (exec would take a pipe's).
+        res = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout,
+                             **({"stdin": subprocess.DEVNULL} if input is None else {}))
         if check and res.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr}")
         return res

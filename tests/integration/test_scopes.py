@@ -31,6 +31,8 @@ OPS = {
                          "command_status"),
     "kill_command":     ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/processes/{processId}/kill",
                          "kill_command"),
+    "list_commands":    ("read", "sandbox", "GET /v1/sandboxes/{sandboxId}/processes",
+                         "list_commands"),
     "read_file":        ("read", "sandbox", "GET /v1/sandboxes/{sandboxId}/files", "read_file"),
     "write_file":       ("write", "sandbox", "PUT /v1/sandboxes/{sandboxId}/files", "write_file"),
     "host_port":        ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/ports", "host_port"),
@@ -55,6 +57,7 @@ OPS = {
 # Sandbox ops in the order they run on one object: reads and harmless writes first, the
 # stop and resume pair, then the save; deletes run on objects made for them.
 SANDBOX_ORDER = ["get_sandbox", "list_sandboxes", "exec", "command_status", "kill_command",
+                 "list_commands",
                  "read_file", "write_file", "host_port", "unpublish_port", "extend_sandbox",
                  "rename_sandbox", "label_sandbox", "stop_sandbox", "resume_sandbox",
                  "save_snapshot"]

@@ -1,0 +1,171 @@
+"""The CLI from anywhere (issue 17): as another user (nobody) with no access to the sbx
+host's data directory, `sbx login URL` saves a profile, then sandbox, snapshot, usage and
+key commands go through the real gateway's REST API over HTTPS with the local CA, against
+real guests: the reference prompts (python, a detached sleep polled to its end, a web
+server whose public URL is fetched, the delete), argv passed exactly, stdin forwarded,
+exit codes kept, files both ways, ports; operator commands say they are the host's."""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+import unittest
+
+from sbxtest import BIN, Sbx, binary, main, wait_for
+
+USER = "nobody"
+
+
+class RemoteCliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Sbx(cls, "remotecli", settings={"image_dir": os.path.realpath(
+            os.path.join(BIN, "..", "image"))})
+        cls.s.up()
+        cls.key = cls.s.cli_json("account", "create", "--email", "alice@example.com")["api_key"]
+        st = cls.s.status()
+        cls.url = st["mcp_url"][:-len("/mcp")]
+        # Another user's world: its own home, a copy of the binary and of the CA it can read.
+        cls.home = tempfile.mkdtemp(prefix="sbxtest-remote-")
+        cls.addClassCleanup(shutil.rmtree, cls.home, True)
+        os.chmod(cls.home, 0o755)
+        cls.sbx = os.path.join(cls.home, "sbx")
+        shutil.copy(binary("sbx"), cls.sbx)
+        cls.ca = os.path.join(cls.home, "ca.crt")
+        shutil.copy(st["ca_cert"], cls.ca)
+        os.chmod(cls.ca, 0o644)
+        cls.user_home = os.path.join(cls.home, "home")
+        os.mkdir(cls.user_home)
+        shutil.chown(cls.user_home, USER, "nogroup")
+
+    @classmethod
+    def addCleanup(cls, fn, *args):  # Sbx registers its cleanup on the class
+        cls.addClassCleanup(fn, *args)
+
+    def run_as(self, *args, input=None, env=None, timeout=300):
+        """`sbx ARGS` as the other user, in its home, as a shell of its would run it."""
+        e = {"HOME": self.user_home, "PATH": "/usr/bin:/bin",
+             "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", ""),
+             "UBSAN_OPTIONS": os.environ.get("UBSAN_OPTIONS", "")}
+        e.update(env or {})
+        res = subprocess.run(["setpriv", "--reuid", USER, "--regid", "nogroup",
+                              "--clear-groups", "--", self.sbx, *args],
+                             cwd=self.user_home, env=e, capture_output=True, text=True,
+                             timeout=timeout, input=input,
+                             **({"stdin": subprocess.DEVNULL} if input is None else {}))
+        print(f"$ sbx {' '.join(args)}\n{res.stdout[-1500:]}{res.stderr[-1500:]}")
+        self.assertNotIn("Sanitizer", res.stderr)
+        return res
+
+    def ok(self, *args, **kw):
+        res = self.run_as(*args, **kw)
+        self.assertEqual(res.returncode, 0, res.stderr)
+        return res.stdout
+
+    def test_remote_cli(self):
+        # Before login: no profile, and the host's data directory is not this user's.
+        res = self.run_as("sandbox", "list", "--data-dir", self.s.dir, timeout=20)
+        self.assertNotEqual(res.returncode, 0)
+        self.assertRegex(res.stderr, r"cannot use the broker's socket|cannot read|Permission")
+        # login: the key on stdin, checked before anything is saved; the profile is 0600.
+        res = self.run_as("login", self.url, input=self.key + "\n")
+        self.assertEqual(res.returncode, 3)  # the local CA is not one the system trusts
+        self.assertIn("certificate", res.stderr)
+        res = self.run_as("login", self.url, "--ca-cert", self.ca, input="sbx_wrong\n")
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("refused the API key", res.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.user_home, ".config")))
+        out = self.ok("login", self.url, "--ca-cert", self.ca, input=self.key + "\n")
+        self.assertIn(f"logged in to {self.url} as account acc_", out)
+        profile = os.path.join(self.user_home, ".config", "sbx", "profile.json")
+        st = os.stat(profile)
+        self.assertEqual((stat.S_IMODE(st.st_mode), st.st_uid), (0o600, 65534))
+        with open(profile) as f:
+            self.assertEqual(json.load(f)["url"], self.url)
+
+        # The reference prompts, through the profile alone.
+        sb = json.loads(self.ok("sandbox", "create", "--name", "remote", "--json"))
+        self.assertEqual((sb["name"], sb["state"]), ("remote", "ready"))
+        self.assertNotIn("account", sb)  # what only the host's operator sees
+        sid = sb["id"]
+        self.assertEqual(self.ok("sandbox", "exec", sid, "--", "python3 -c 'print(2**100)'"),
+                         "1267650600228229401496703205376\n")
+        out = self.ok("sandbox", "exec", sid, "--detach", "--", "sleep 30; echo done")
+        pid = int(out.split()[-1])
+
+        def ended():
+            st = json.loads(self.ok("sandbox", "status", sid, str(pid)))
+            return st if not st["running"] else time.sleep(2)
+        st = wait_for(ended, 120, "the detached sleep to end")
+        self.assertEqual((st["exitCode"], st["stdout"]), (0, "done\n"))
+        self.ok("sandbox", "exec", sid, "--detach", "--", "cd /tmp && python3 -m http.server 8000")
+        self.ok("sandbox", "exec", sid, "--", "for i in $(seq 120); do curl -s -o /dev/null "
+                "localhost:8000 && exit 0; sleep 0.5; done; exit 1")
+        out = self.ok("sandbox", "port", sid, "8000", "--public")
+        url = out.split()[0]
+        self.assertTrue(url.startswith("https://") and "-8000." in url, out)
+        host = url.split("//")[1].split(":")[0]
+        page = subprocess.run(["curl", "-s", "--cacert", self.ca, "--resolve",
+                               f"{host}:{self.s.listen_port()}:127.0.0.1", url],
+                              capture_output=True, text=True, timeout=60)
+        self.assertIn("Directory listing", page.stdout, page.stderr)
+
+        # argv exactly, stdin, exit codes.
+        self.assertEqual(self.ok("sandbox", "exec", sid, "--", "sh", "-c", 'echo "$0 $HOME"'),
+                         "sh /root\n")
+        self.assertEqual(self.ok("sandbox", "exec", sid, "--", "python3", "-c",
+                                 "import sys; print(sys.argv[1:])", "a b", "c'd", "$HOME"),
+                         "['a b', \"c'd\", '$HOME']\n")
+        self.assertEqual(self.ok("sandbox", "exec", sid, "--", "wc", "-l", input="x\ny\n"),
+                         "2\n")
+        res = self.run_as("sandbox", "exec", sid, "--", "echo oops >&2; exit 7")
+        self.assertEqual((res.returncode, res.stderr), (7, "oops\n"))
+        # Files both ways, and the processes.
+        blob = "".join(chr(0x41 + i % 26) for i in range(300000)) + "\n"
+        self.assertIn("wrote 300001 bytes", self.ok("sandbox", "write", sid, "/root/b.txt",
+                                                    input=blob))
+        self.assertEqual(self.ok("sandbox", "read", sid, "/root/b.txt"), blob)
+        ps = json.loads(self.ok("sandbox", "ps", sid, "--json"))["processes"]
+        self.assertIn("sleep 30; echo done", [p["command"] for p in ps])
+        # Snapshots, usage and keys are the key's account's.
+        self.assertEqual(json.loads(self.ok("snapshot", "list", "--json")), {"snapshots": []})
+        usage = json.loads(self.ok("usage", "--json"))
+        self.assertTrue(usage["accountId"].startswith("acc_"))
+        self.assertIn(sid, [x["id"] for x in usage["sandboxes"]])
+        keys = json.loads(self.ok("key", "list", "--json"))["keys"]
+        self.assertEqual(len(keys), 1)
+        # Operator commands are the host's, and say so at once.
+        for args in (("account", "create", "--email", "x@example.com"),
+                     ("key", "create", "--account", "x", "--preset", "full"),
+                     ("sandbox", "list", "--account", "x")):
+            res = self.run_as(*args, timeout=20)
+            self.assertEqual(res.returncode, 2, args)
+            self.assertRegex(res.stderr, "operator's")
+        # The environment overrides the profile.
+        res = self.run_as("sandbox", "list", env={"SBX_API_KEY": "sbx_nope"})
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("refused the API key", res.stderr)
+        # sbx mcp uses the profile too.
+        lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                             "clientInfo": {"name": "t", "version": "0"}}},
+                 {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                 {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                  "params": {"name": "get_sandbox", "arguments": {"sandboxId": sid}}}]
+        out = self.ok("mcp", input="".join(json.dumps(x) + "\n" for x in lines))
+        answers = [json.loads(x) for x in out.splitlines()]
+        self.assertEqual(answers[-1]["result"]["structuredContent"]["id"], sid)
+        # The delete, then not_found; logout forgets the profile.
+        self.assertEqual(json.loads(self.ok("sandbox", "delete", sid, "--json"))["state"],
+                         "deleted")
+        res = self.run_as("sandbox", "get", sid)
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("not_found", res.stderr)
+        self.ok("logout")
+        self.assertFalse(os.path.exists(profile))
+
+
+if __name__ == "__main__":
+    main()
