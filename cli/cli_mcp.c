@@ -114,7 +114,12 @@ int cli_mcp_main (int argc, char **argv)
     sbx_log_init ("sbx mcp", verbose ? SBX_LOG_DEBUG : SBX_LOG_INFO);
 
     char why[1024];
-    cli_profile_t *profile = cli_profile_load (why, sizeof why);
+    //  --data-dir names the local installation: a saved profile does not apply then.
+    const char *env_url = getenv ("SBX_URL");
+    cli_profile_t *profile =
+        data_dir && !(env_url && *env_url) ? NULL : cli_profile_load (why, sizeof why);
+    if (data_dir && !(env_url && *env_url))
+        *why = 0;
     if (!profile && *why) {
         fprintf (stderr, "sbx mcp: %s\n", why);
         return 2;
@@ -136,10 +141,6 @@ int cli_mcp_main (int argc, char **argv)
                      dir);
             return 2;
         }
-        if (cli_profile_key_check (getenv ("SBX_API_KEY"), "SBX_API_KEY", why, sizeof why)) {
-            fprintf (stderr, "sbx mcp: %s\n", why);
-            return 2;
-        }
         sbx_config_t *config = sbx_config_new (dir);
         if (!config)
             return 2;
@@ -148,6 +149,12 @@ int cli_mcp_main (int argc, char **argv)
         free (base);
         ca = cli_ca_cert (config);
         sbx_config_destroy (&config);
+        if (cli_profile_key_check (getenv ("SBX_API_KEY"), "SBX_API_KEY", why, sizeof why)) {
+            fprintf (stderr, "sbx mcp: %s (service %s)\n", why, url);
+            free (url);
+            free (ca);
+            return 2;
+        }
         key = strdup (getenv ("SBX_API_KEY"));
         sbx_info ("SBX_URL is not set: using the local installation's %s", url);
     }
