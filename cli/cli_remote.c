@@ -71,8 +71,9 @@ typedef struct {
     void *notify_arg;
 } s_stream_t;
 
-static void s_on_event (void *arg, const char *data)
+static void s_on_event (void *arg, const char *event, const char *data)
 {
+    (void) event; //  MCP's are all "message"
     s_stream_t *s = arg;
     json_t *message = json_loads (data, 0, NULL);
     if (!json_is_object (message)) {

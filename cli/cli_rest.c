@@ -1,6 +1,7 @@
 /*  cli_rest - see cli_rest.h */
 #include "cli_rest.h"
 #include "cli_http.h"
+#include "cli_sse.h"
 #include "sbx_args.h"
 #include "sbx_config.h"
 
@@ -173,11 +174,35 @@ static long s_timeout_s (sbx_op_t op, json_t *args)
     return wait;
 }
 
-int cli_rest_call (cli_rest_t *self, sbx_op_t op, json_t *args, const void *data, size_t size,
-                   json_t **answer, char **bytes, size_t *bytes_size, sbx_err_t *err)
+//  The service's error answer (or what its status says) as err.
+static void s_error (cli_rest_t *self, const char *target, const char *url,
+                     const cli_http_answer_t *got, sbx_err_t *err)
 {
-    if (answer)
-        *answer = NULL;
+    json_t *parsed = json_loadb (got->body ? got->body : "", got->size, 0, NULL);
+    json_t *error = json_object_get (parsed, "error");
+    const char *code_name = json_string_value (json_object_get (error, "code"));
+    const char *message = json_string_value (json_object_get (error, "message"));
+    sbx_code_t code = SBX_E_INTERNAL;
+    if (!code_name || sbx_code_from_name (code_name, &code))
+        code = got->status == 401 ? SBX_E_UNAUTHENTICATED : SBX_E_INTERNAL;
+    if (code == SBX_E_UNAUTHENTICATED)
+        sbx_err_set (err, code,
+                     "%s refused the API key: run `sbx login %s` with a valid key, or set "
+                     "SBX_API_KEY",
+                     self->url, self->url);
+    else if (message)
+        sbx_err_set (err, code, "%s", message);
+    else
+        sbx_err_set (err, code, "%s %s answered HTTP %ld", target, url, got->status);
+    json_decref (parsed);
+}
+
+//  Makes op's request and sends it (accept: the Accept header; sink: the body as it
+//  comes). 0 with *got, *target and *url (the caller frees them), or -1 with err.
+static int s_request (cli_rest_t *self, sbx_op_t op, json_t *args, const void *data, size_t size,
+                      const char *accept, cli_http_sink_fn *sink, void *sink_arg,
+                      cli_http_answer_t *got, char **target_p, char **url_p, sbx_err_t *err)
+{
     char *target = cli_rest_target (op, args);
     if (!target) {
         sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "%s has no REST route for these arguments",
@@ -201,11 +226,10 @@ int cli_rest_call (cli_rest_t *self, sbx_op_t op, json_t *args, const void *data
         body_size = body ? strlen (body) : 0;
         json_decref (object);
     }
-    const char *headers[] = {self->auth, type, "Accept: application/json", NULL};
-    cli_http_answer_t got;
+    const char *headers[] = {self->auth, type, accept, NULL};
     char why[1200];
     int rc = cli_http_request (self->http, target, url, headers, body, body_size,
-                               s_timeout_s (op, args), NULL, NULL, &got, why, sizeof why);
+                               s_timeout_s (op, args), sink, sink_arg, got, why, sizeof why);
     free (body);
     if (rc) {
         sbx_err_set (err, SBX_E_UNAVAILABLE, "%s%s", why,
@@ -216,32 +240,31 @@ int cli_rest_call (cli_rest_t *self, sbx_op_t op, json_t *args, const void *data
         free (target);
         return -1;
     }
+    *target_p = target;
+    *url_p = url;
+    return 0;
+}
+
+int cli_rest_call (cli_rest_t *self, sbx_op_t op, json_t *args, const void *data, size_t size,
+                   json_t **answer, char **bytes, size_t *bytes_size, sbx_err_t *err)
+{
+    if (answer)
+        *answer = NULL;
+    cli_http_answer_t got;
+    char *target, *url;
+    if (s_request (self, op, args, data, size, "Accept: application/json", NULL, NULL, &got,
+                   &target, &url, err))
+        return -1;
+    int rc = 0;
     json_t *parsed = NULL;
-    if (got.status < 300 && op == SBX_OP_READ_FILE) {
+    if (got.status >= 300) {
+        s_error (self, target, url, &got, err);
+        rc = -1;
+    } else if (op == SBX_OP_READ_FILE) {
         *bytes = got.body; //  the file itself
         *bytes_size = got.size;
         got.body = NULL;
-    } else
-        parsed = json_loadb (got.body, got.size, 0, NULL);
-    if (got.status >= 300) {
-        json_t *error = json_object_get (parsed, "error");
-        const char *code_name = json_string_value (json_object_get (error, "code"));
-        const char *message = json_string_value (json_object_get (error, "message"));
-        sbx_code_t code = SBX_E_INTERNAL;
-        if (!code_name || sbx_code_from_name (code_name, &code))
-            code = got.status == 401 ? SBX_E_UNAUTHENTICATED : SBX_E_INTERNAL;
-        if (code == SBX_E_UNAUTHENTICATED)
-            sbx_err_set (err, code,
-                         "%s refused the API key: run `sbx login %s` with a valid key, or set "
-                         "SBX_API_KEY",
-                         self->url, self->url);
-        else if (message)
-            sbx_err_set (err, code, "%s", message);
-        else
-            sbx_err_set (err, code, "%s %s answered HTTP %ld", target, url, got.status);
-        json_decref (parsed);
-        rc = -1;
-    } else if (op != SBX_OP_READ_FILE && !parsed) {
+    } else if (!(parsed = json_loadb (got.body, got.size, 0, NULL))) {
         sbx_err_set (err, SBX_E_INTERNAL, "%s answered something that is not JSON", url);
         rc = -1;
     } else if (answer)
@@ -252,6 +275,44 @@ int cli_rest_call (cli_rest_t *self, sbx_op_t op, json_t *args, const void *data
     free (url);
     free (target);
     return rc;
+}
+
+typedef struct {
+    cli_sse_t *sse;
+} s_stream_t;
+
+static void s_on_stream_body (void *arg, const char *content_type, const char *data, size_t size)
+{
+    s_stream_t *s = arg;
+    if (s->sse && content_type && strncasecmp (content_type, "text/event-stream", 17) == 0)
+        cli_sse_feed (s->sse, data, size);
+}
+
+int cli_rest_stream (cli_rest_t *self, sbx_op_t op, json_t *args, cli_rest_event_fn *on_event,
+                     void *arg, sbx_err_t *err)
+{
+    s_stream_t stream = {cli_sse_new (on_event, arg)};
+    cli_http_answer_t got;
+    char *target, *url;
+    int rc = s_request (self, op, args, NULL, 0, "Accept: text/event-stream", s_on_stream_body,
+                        &stream, &got, &target, &url, err);
+    if (rc == 0) {
+        if (got.status >= 300) {
+            s_error (self, target, url, &got, err);
+            rc = -1;
+        } else
+            cli_sse_end (stream.sse);
+        cli_http_answer_free (&got);
+        free (url);
+        free (target);
+    }
+    cli_sse_destroy (&stream.sse);
+    return rc;
+}
+
+void cli_rest_set_abort (cli_rest_t *self, volatile sig_atomic_t *flag)
+{
+    cli_http_set_abort (self->http, flag);
 }
 
 //  --------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include "sbx_ops_gen.h"
 
 #include <jansson.h>
+#include <signal.h>
 
 typedef struct cli_rest_t cli_rest_t;
 
@@ -40,6 +41,16 @@ const char *cli_rest_url (cli_rest_t *self);
 //  and message, or unavailable when it could not be reached).
 int cli_rest_call (cli_rest_t *self, sbx_op_t op, json_t *args, const void *data, size_t size,
                    json_t **answer, char **bytes, size_t *bytes_size, sbx_err_t *err);
+
+//  Runs op asking for its answer as Server-Sent Events (exec's output as it comes:
+//  docs/rest.md): each event goes to on_event (cli_sse's) as it arrives. 0 when the
+//  stream ended, or -1 with err (the service's error answer, or unreachable).
+typedef void (cli_rest_event_fn) (void *arg, const char *event, const char *data);
+int cli_rest_stream (cli_rest_t *self, sbx_op_t op, json_t *args, cli_rest_event_fn *on_event,
+                     void *arg, sbx_err_t *err);
+
+//  When *flag becomes nonzero, a transfer in progress is abandoned (a signal came).
+void cli_rest_set_abort (cli_rest_t *self, volatile sig_atomic_t *flag);
 
 //  The request line op would make: "GET /v1/sandboxes/sb_x/processes?stdoutOffset=2"
 //  (fresh), or NULL when an argument the path needs is missing. For the self-test.

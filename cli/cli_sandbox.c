@@ -18,6 +18,7 @@
 
 #include <getopt.h>
 #include <jansson.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -268,8 +269,144 @@ static int s_set_stdin (cli_op_t *op)
     return 0;
 }
 
+//  A streamed exec's end: its exit code, or an error said; the output was written.
+typedef struct {
+    int code;
+    bool ended;
+} s_streamed_t;
+
+static void s_text_to (FILE *out, const char *data)
+{
+    json_t *event = json_loads (data, 0, NULL);
+    const char *text = json_string_value (json_object_get (event, "text"));
+    if (text) {
+        fwrite (text, 1, json_string_length (json_object_get (event, "text")), out);
+        fflush (out);
+    }
+    json_decref (event);
+}
+
+static void s_on_exec_event (void *arg, const char *event, const char *data)
+{
+    s_streamed_t *st = arg;
+    if (streq (event, "stdout"))
+        s_text_to (stdout, data);
+    else if (streq (event, "stderr"))
+        s_text_to (stderr, data);
+    else if (streq (event, "exit")) {
+        json_t *end = json_loads (data, 0, NULL);
+        if (json_is_true (json_object_get (end, "timedOut")))
+            fprintf (stderr, "sbx: the command timed out and was killed\n");
+        st->code = (int) (json_integer_value (json_object_get (end, "exitCode")) & 0xff);
+        st->ended = true;
+        json_decref (end);
+    } else if (streq (event, "error")) {
+        json_t *body = json_loads (data, 0, NULL);
+        json_t *error = json_object_get (body, "error");
+        fprintf (stderr, "sbx: %s (%s)\n", s_str (error, "message", "?"),
+                 s_str (error, "code", "internal"));
+        st->code = 1;
+        st->ended = true;
+        json_decref (body);
+    }
+}
+
+static volatile sig_atomic_t s_interrupted;
+static void s_on_interrupt (int signal)
+{
+    (void) signal;
+    s_interrupted = 1;
+}
+
+//  A waited exec whose output is written as it comes: through the service's event
+//  stream, or on the host by reading the guest's output by offset while it runs. Ctrl-C
+//  ends the command (the stream's end kills it; on the host, SIGKILL to its group).
+static int s_exec_streamed (s_where_t *w, cli_op_t *op)
+{
+    //  Ours, not czmq's: its handler would only make the next request fail.
+    zsys_handler_set (NULL);
+    struct sigaction action = {0}, old_int, old_term;
+    action.sa_handler = s_on_interrupt;
+    sigemptyset (&action.sa_mask);
+    sigaction (SIGINT, &action, &old_int);
+    sigaction (SIGTERM, &action, &old_term);
+    s_streamed_t st = {0};
+    sbx_err_t err;
+    int rc = 0;
+    if (w->rest) {
+        cli_rest_set_abort (w->rest, &s_interrupted);
+        if (cli_rest_stream (w->rest, SBX_OP_EXEC, cli_op_args (op), s_on_exec_event, &st, &err))
+            rc = s_interrupted ? 130 : cli_fail (&err);
+        else if (!st.ended)
+            rc = s_interrupted ? 130 : 1;
+        else
+            rc = st.code;
+        if (rc == 1 && !st.ended && !s_interrupted)
+            fprintf (stderr, "sbx: the stream ended before the command did\n");
+    } else {
+        const char *sandbox_id = sbx_api_sandbox_id (cli_op_args (op));
+        sbx_msg_t *request = cli_op_request (op);
+        if (!request)
+            return 2;
+        //  Detached, to be read while it runs, with exec's timeout still.
+        sbx_msg_agent_exec (request)->detached = true;
+        sbx_msg_agent_exec (request)->timeout_ms =
+            (uint64_t) sbx_args_int (SBX_OP_EXEC, cli_op_args (op), "timeout") * 1000;
+        sbx_msg_t *reply = cli_op_call (op, w->config, NULL, &request, &err);
+        if (!reply)
+            return cli_fail (&err);
+        uint64_t pid = sbx_msg_agent_exec_ok (reply)->pid, out = 0, errs = 0;
+        sbx_msg_destroy (&reply);
+        while (!s_interrupted) {
+            sbx_msg_t *status = sbx_msg_new (SBX_MSG_AGENT_STATUS);
+            sbx_agent_status_t *m = sbx_msg_agent_status (status);
+            m->pid = pid;
+            m->stdout_offset = out;
+            m->stderr_offset = errs;
+            m->max_bytes = 64 * 1024;
+            reply = cli_op_agent (w->config, sandbox_id, &status, 30000, &err);
+            if (!reply) {
+                rc = s_interrupted ? 130 : cli_fail (&err);
+                break;
+            }
+            sbx_agent_status_ok_t *ok = sbx_msg_agent_status_ok (reply);
+            fwrite (ok->stdout.data ? ok->stdout.data : (uint8_t *) "", 1, ok->stdout.size, stdout);
+            fwrite (ok->stderr.data ? ok->stderr.data : (uint8_t *) "", 1, ok->stderr.size, stderr);
+            fflush (stdout);
+            fflush (stderr);
+            out = ok->stdout_next_offset;
+            errs = ok->stderr_next_offset;
+            bool more = ok->stdout_more || ok->stderr_more;
+            bool quiet = !ok->stdout.size && !ok->stderr.size;
+            if (!ok->running && !more) {
+                if (ok->timed_out)
+                    fprintf (stderr, "sbx: the command timed out and was killed\n");
+                rc = (int) (ok->exit_code & 0xff);
+                sbx_msg_destroy (&reply);
+                break;
+            }
+            sbx_msg_destroy (&reply);
+            if (quiet)
+                usleep (200 * 1000);
+        }
+        if (s_interrupted) {
+            sbx_msg_t *kill = sbx_msg_new (SBX_MSG_AGENT_KILL);
+            sbx_msg_agent_kill (kill)->pid = pid;
+            sbx_msg_agent_kill (kill)->signal = SIGKILL;
+            sbx_msg_t *killed = cli_op_agent (w->config, sandbox_id, &kill, 10000, &err);
+            sbx_msg_destroy (&killed);
+            rc = 130;
+        }
+    }
+    sigaction (SIGINT, &old_int, NULL);
+    sigaction (SIGTERM, &old_term, NULL);
+    return rc;
+}
+
 static int s_exec (s_where_t *w, cli_op_t *op, s_opts_t *o)
 {
+    if (!o->json && !o->detach)
+        return s_exec_streamed (w, op);
     json_t *answer = NULL;
     int rc = s_call (w, op, SBX_OP_EXEC, o, &answer, NULL);
     if (rc)

@@ -10,6 +10,7 @@ struct cli_sse_t {
     char *data; //  the event's data so far
     size_t data_size, data_capacity;
     bool has_data;
+    char event[64]; //  the event's name ("" until an event: line)
 };
 
 static int s_append (char **buf, size_t *size, size_t *capacity, const char *data, size_t n)
@@ -51,9 +52,11 @@ void cli_sse_destroy (cli_sse_t **self_p)
 static void s_dispatch (cli_sse_t *self)
 {
     if (self->has_data)
-        self->on_event (self->arg, self->data ? self->data : "");
+        self->on_event (self->arg, *self->event ? self->event : "message",
+                        self->data ? self->data : "");
     self->data_size = 0;
     self->has_data = false;
+    self->event[0] = 0;
 }
 
 static int s_line (cli_sse_t *self, const char *line, size_t n)
@@ -72,7 +75,14 @@ static int s_line (cli_sse_t *self, const char *line, size_t n)
         self->has_data = true;
         return s_append (&self->data, &self->data_size, &self->data_capacity, line, n);
     }
-    return 0; //  event:, id:, retry: and ":" comments mean nothing to MCP here
+    if (n >= 6 && memcmp (line, "event:", 6) == 0) {
+        line += 6, n -= 6;
+        if (n && *line == ' ')
+            line++, n--;
+        snprintf (self->event, sizeof self->event, "%.*s", (int) n, line);
+        return 0;
+    }
+    return 0; //  id:, retry: and ":" comments mean nothing here
 }
 
 int cli_sse_feed (cli_sse_t *self, const char *data, size_t size)
@@ -100,9 +110,11 @@ void cli_sse_end (cli_sse_t *self)
     s_dispatch (self);
 }
 
-static void s_collect (void *arg, const char *data)
+static void s_collect (void *arg, const char *event, const char *data)
 {
-    zlist_append ((zlist_t *) arg, (void *) data); //  autofree: the list copies it
+    char *both = zsys_sprintf ("%s=%s", event, data);
+    zlist_append ((zlist_t *) arg, both); //  autofree: the list copies it
+    free (both);
 }
 
 void cli_sse_test (bool verbose)
@@ -113,16 +125,16 @@ void cli_sse_test (bool verbose)
     cli_sse_t *sse = cli_sse_new (s_collect, events);
     const char *stream = ": comment\nevent: message\ndata: {\"a\":1}\n\n"
                          "event: message\r\ndata:{\"b\":\r\ndata: 2}\r\n\r\n"
-                         "id: 3\n\ndata: last";
+                         "id: 3\n\nevent: stdout\ndata: last";
     //  One byte at a time: pieces may split anything.
     for (const char *p = stream; *p; p++)
         assert (cli_sse_feed (sse, p, 1) == 0);
     assert (zlist_size (events) == 2);
     cli_sse_end (sse);
     assert (zlist_size (events) == 3);
-    assert (streq (zlist_first (events), "{\"a\":1}"));
-    assert (streq (zlist_next (events), "{\"b\":\n2}"));
-    assert (streq (zlist_next (events), "last"));
+    assert (streq (zlist_first (events), "message={\"a\":1}"));
+    assert (streq (zlist_next (events), "message={\"b\":\n2}"));
+    assert (streq (zlist_next (events), "stdout=last"));
     cli_sse_destroy (&sse);
     zlist_destroy (&events);
 }

@@ -1,8 +1,8 @@
 /*  cli_sse - Server-Sent Events, parsed as they arrive (an MCP answer as a stream).
 
-    Each event's data (its "data:" lines joined with "\n") goes to the callback when the
-    blank line that ends it arrives; other fields and comments are ignored, since MCP's
-    events carry one JSON-RPC message each in data.
+    Each event's name (its "event:" line; "message" without one) and data (its "data:"
+    lines joined with "\n") go to the callback when the blank line that ends it arrives;
+    other fields and comments are ignored.
 */
 #ifndef CLI_SSE_H_INCLUDED
 #define CLI_SSE_H_INCLUDED
@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 typedef struct cli_sse_t cli_sse_t;
-typedef void (cli_sse_event_fn) (void *arg, const char *data);
+typedef void (cli_sse_event_fn) (void *arg, const char *event, const char *data);
 
 cli_sse_t *cli_sse_new (cli_sse_event_fn *on_event, void *arg);
 void cli_sse_destroy (cli_sse_t **self_p);

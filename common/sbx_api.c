@@ -692,7 +692,8 @@ void sbx_api_test (bool verbose)
     sbx_msg_destroy (&msg);
     json_decref (args);
     //  stdin as text, and as base64 bytes; bad base64 refused.
-    args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"command\": \"cat\", \"stdin\": \"hi\\n\"}");
+    args =
+        s_args ("{\"sandboxId\": \"sb_0123456789\", \"command\": \"cat\", \"stdin\": \"hi\\n\"}");
     msg = sbx_api_request (SBX_OP_EXEC, args, NULL, &agent, &deadline, why, sizeof why);
     assert (msg && sbx_msg_agent_exec (msg)->stdin.size == 3);
     assert (memcmp (sbx_msg_agent_exec (msg)->stdin.data, "hi\n", 3) == 0);

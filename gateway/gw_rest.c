@@ -3,6 +3,7 @@
 #include "sbx_args.h"
 #include "sbx_idmap.h"
 #include "gw_auth.h"
+#include "gw_exec_stream.h"
 #include "gw_ops.h"
 #include "sbx_ops_gen.h"
 
@@ -39,6 +40,7 @@ struct gw_rest_t {
     gw_ops_t *ops;   //  the gateway's (ctx)
     zhashx_t *jobs;  //  serial → s_job_t
     uint64_t next_serial;
+    gw_exec_stream_t *streams; //  execs answered as SSE
 };
 
 static void s_job_free (s_job_t **job_p)
@@ -67,7 +69,9 @@ gw_rest_t *gw_rest_new (gw_ctx_t *ctx)
     self->auth = ctx->auth;
     self->ops = ctx->ops;
     self->jobs = sbx_idmap_new ();
-    if (!self->jobs || gw_router_add (ctx->router, "/v1", true, s_on_route, self)) {
+    self->streams = gw_exec_stream_new (ctx);
+    if (!self->jobs || !self->streams ||
+        gw_router_add (ctx->router, "/v1", true, s_on_route, self)) {
         gw_rest_destroy (&self);
         return NULL;
     }
@@ -88,6 +92,7 @@ void gw_rest_destroy (gw_rest_t **self_p)
         }
         zhashx_destroy (&self->jobs);
     }
+    gw_exec_stream_destroy (&self->streams);
     free (self);
     *self_p = NULL;
 }
@@ -346,6 +351,17 @@ static void s_serve (s_job_t *job, gw_request_t *req)
         sbx_info ("rest rid=%llu %s %s %s%s%s", (unsigned long long) job->req_id,
                   caller->account_id ? caller->account_id : "?", op->method, op->path,
                   sandbox ? " " : "", sandbox ? sandbox : "");
+    if (job->op == SBX_OP_EXEC && !sbx_args_bool (SBX_OP_EXEC, args, "detached") &&
+        gw_exec_stream_wanted (req)) {
+        //  Its output as it comes (gw_exec_stream), checked as gw_ops would.
+        if (sbx_args_check (SBX_OP_EXEC, SBX_OPS_REST, args, why, sizeof why))
+            s_send_error (req, SBX_E_INVALID_ARGUMENT, why);
+        else
+            gw_exec_stream_start (job->rest->streams, req, caller, args);
+        json_decref (args);
+        s_job_end (job);
+        return;
+    }
     bool raw = op->rest_body == SBX_OPS_BODY_RAW;
     GW_KEEP (job->handle,
              gw_ops_call (job->rest->ops, job->op, SBX_OPS_REST, caller, args, raw ? in.body : NULL,

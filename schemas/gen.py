@@ -951,7 +951,15 @@ def _check_rest(o, op, r, where, seen):
     if any(t not in tags for t in r.get("tags", [])):
         raise SchemaError(f"{where}: a tag that openapi.tags does not list")
     success = _need(r, "success", dict, where)
-    _only(success, ("status", "description", "headers", "media", "schema"), f"{where}: success")
+    _only(success, ("status", "description", "headers", "media", "schema", "stream"),
+          f"{where}: success")
+    if "stream" in success:
+        stream = _need(success, "stream", dict, f"{where}: success")
+        _only(stream, ("description", "events"), f"{where}: success stream")
+        _need(stream, "description", str, f"{where}: success stream")
+        for name, event in _need(stream, "events", dict, f"{where}: success stream").items():
+            _only(event, ("description", "schema"), f"{where}: stream event {name}")
+            _need(event, "description", str, f"{where}: stream event {name}")
     _need(success, "status", int, f"{where}: success")
     _need(success, "description", str, f"{where}: success")
     if "schema" not in success and "output" not in op:
@@ -1255,6 +1263,19 @@ def gen_openapi(o):
         schema = (_schema(o, success["schema"], "rest", f"operation {op['name']}: success")
                   if "schema" in success else _output(o, op, "rest"))
         ok["content"] = _json_content(schema, success.get("media", "application/json"))
+        if "stream" in success:
+            #  The same answer as Server-Sent Events when asked for (Accept): OpenAPI has
+            #  no words for each event, so they are listed beside the schema.
+            stream = success["stream"]
+            events = {}
+            for name, event in stream["events"].items():
+                events[name] = {"description": event["description"]}
+                if "schema" in event:
+                    events[name]["schema"] = _schema(o, event["schema"], "rest",
+                                                     f"operation {op['name']}: event {name}")
+            ok["content"]["text/event-stream"] = {
+                "schema": {"type": "string", "description": stream["description"]},
+                "x-sbx-events": events}
         responses = {str(success["status"]): ok}
         for status, extra in r.get("responses", {}).items():
             responses[status] = {"description": extra["description"],

@@ -7,6 +7,7 @@ exit codes kept, files both ways, ports; operator commands say they are the host
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
@@ -122,6 +123,37 @@ class RemoteCliTest(unittest.TestCase):
                          "2\n")
         res = self.run_as("sandbox", "exec", sid, "--", "echo oops >&2; exit 7")
         self.assertEqual((res.returncode, res.stderr), (7, "oops\n"))
+        # Output streams while the command runs: it waits for a file that only exists once
+        # its first line has reached this side, so it ends only if that line came first.
+        proc = subprocess.Popen(
+            ["setpriv", "--reuid", USER, "--regid", "nogroup", "--clear-groups", "--", self.sbx,
+             "sandbox", "exec", sid, "--", "echo ready; while [ ! -e /tmp/go ]; do sleep 0.2; "
+             "done; echo after >&2; exit 5"],
+            cwd=self.user_home, env={"HOME": self.user_home, "PATH": "/usr/bin:/bin"},
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(proc.stdout.readline(), "ready\n")
+            self.ok("sandbox", "exec", sid, "--", "touch /tmp/go")
+            self.assertEqual(proc.wait(timeout=60), 5)
+            self.assertEqual(proc.stderr.read(), "after\n")
+        finally:
+            proc.kill()
+            proc.wait()
+        # Ctrl-C ends the command in the guest too.
+        proc = subprocess.Popen(
+            ["setpriv", "--reuid", USER, "--regid", "nogroup", "--clear-groups", "--", self.sbx,
+             "sandbox", "exec", sid, "--", "echo started; sleep 600"],
+            cwd=self.user_home, env={"HOME": self.user_home, "PATH": "/usr/bin:/bin"},
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertEqual(proc.stdout.readline(), "started\n")
+        proc.send_signal(signal.SIGINT)
+        self.assertEqual(proc.wait(timeout=60), 130)
+
+        def killed():
+            ps = json.loads(self.ok("sandbox", "ps", sid, "--json"))["processes"]
+            p = [x for x in ps if x["command"] == "echo started; sleep 600"][-1]
+            return p if not p["running"] else time.sleep(0.5)
+        self.assertEqual(wait_for(killed, 60, "the interrupted command killed")["signal"], 9)
         # Files both ways, and the processes.
         blob = "".join(chr(0x41 + i % 26) for i in range(300000)) + "\n"
         self.assertIn("wrote 300001 bytes", self.ok("sandbox", "write", sid, "/root/b.txt",

@@ -264,6 +264,29 @@ class RestTest(unittest.TestCase):
         self.assertError(self.req("POST", base + "/exec", {}), 400, "invalid_argument",
                          "command is required")
 
+        # Its output as Server-Sent Events: start, the pieces in order, then the exit;
+        # stdin given as base64.
+        status, hdrs, raw = self.req("POST", base + "/exec",
+                                     {"command": "cat; echo err >&2; printf 'a\\nb'; exit 4",
+                                      "stdin": "aW4K", "stdinEncoding": "base64"},
+                                     headers={"Accept": "text/event-stream"}, raw=True)
+        self.assertEqual((status, hdrs["content-type"]), (200, "text/event-stream"))
+        events = []
+        for block in raw.decode().strip().split("\n\n"):
+            fields = dict(line.split(": ", 1) for line in block.split("\n"))
+            events.append((fields["event"], json.loads(fields["data"])))
+        self.assertEqual(events[0][0], "start")
+        pid = events[0][1]["processId"]
+        self.assertEqual("".join(e[1]["text"] for e in events if e[0] == "stdout"), "in\na\nb")
+        self.assertEqual("".join(e[1]["text"] for e in events if e[0] == "stderr"), "err\n")
+        self.assertEqual(events[-1][0], "exit")
+        self.assertEqual((events[-1][1]["processId"], events[-1][1]["exitCode"],
+                          events[-1][1]["running"]), (pid, 4, False))
+        # A refused one is a plain JSON error, as ever.
+        self.assertError(self.req("POST", base + "/exec", {"command": "true", "timeout": 0},
+                                  headers={"Accept": "text/event-stream"}), 400,
+                         "invalid_argument")
+
         # Detached, then its status with offsets: only new output each time.
         status, _, started = self.req("POST", base + "/exec",
                                       {"command": "echo one; sleep 2; echo two", "detached": True})
