@@ -110,6 +110,18 @@ static int s_compare (void *a, void *b)
     return strcmp (a, b);
 }
 
+zlist_t *cli_files_all (const char *dir, char *why, size_t why_size)
+{
+    zlist_t *names = zlist_new ();
+    zlist_autofree (names);
+    if (s_walk (dir, "", names, why, why_size)) {
+        zlist_destroy (&names);
+        return NULL;
+    }
+    zlist_sort (names, s_compare);
+    return names;
+}
+
 zlist_t *cli_files_list (const char *dir, bool *git, char *why, size_t why_size)
 {
     zlist_t *names = zlist_new ();

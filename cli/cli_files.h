@@ -16,6 +16,10 @@
 //  the directory cannot be read or git fails. *git: whether git chose them.
 zlist_t *cli_files_list (const char *dir, bool *git, char *why, size_t why_size);
 
+//  Every regular file and symbolic link under dir, git or not (relative names, sorted),
+//  as a list of strings the list frees; NULL with why when it cannot be read.
+zlist_t *cli_files_all (const char *dir, char *why, size_t why_size);
+
 //  Names from NUL-separated output (git's -z): empty ones dropped, duplicates once (an
 //  unmerged file is listed per stage). Added to names (an autofree list).
 void cli_files_parse_z (zlist_t *names, const char *data, size_t size);

@@ -11,7 +11,9 @@
 #include "cli_call.h"
 #include "cli_commands.h"
 #include "cli_op.h"
+#include "cli_files.h"
 #include "cli_rest.h"
+#include "cli_tar.h"
 #include "sbx_args.h"
 #include "sbx_secret.h"
 #include "sbx_xfer.h"
@@ -42,6 +44,7 @@ static void s_usage (FILE *out)
         "       sbx sandbox port ID PORT [--public] [--remove]\n"
         "       sbx sandbox write ID PATH [--mode OCTAL] < FILE\n"
         "       sbx sandbox read ID PATH > FILE\n"
+        "       sbx sandbox cp LOCAL ID:/PATH | ID:/PATH LOCAL\n"
         "every subcommand takes --data-dir DIR and --json.\n\n"
         "Where: after `sbx login URL` (or with SBX_URL and SBX_API_KEY set) the commands go\n"
         "to that service's REST API as the key's account, from any machine and user. On the\n"
@@ -62,6 +65,9 @@ static void s_usage (FILE *out)
         "started (running, then the finished ones the guest keeps), oldest first.\n"
         "port publishes guest port PORT at https://LABEL-PORT.BOX_DOMAIN (private: the\n"
         "key is needed; --public: anyone), --remove unpublishes it.\n"
+        "cp copies a file or a directory (its files, links and modes; empty directories\n"
+        "only on the way out) into the sandbox or out of it, 16 MiB at most; a PATH\n"
+        "ending in / takes the source's name.\n"
         "create --snapshot starts from one of the account's snapshots (sbx snapshot list).\n");
 }
 
@@ -212,6 +218,22 @@ static int s_sandboxes (s_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o)
     return 0;
 }
 
+//  text quoted for /bin/sh: '...', a quote inside as '\'' (fresh).
+static char *s_quote (const char *text)
+{
+    zchunk_t *out = zchunk_new ("'", 1);
+    for (const char *p = text; *p; p++) {
+        if (*p == '\'')
+            zchunk_extend (out, "'\\''", 4); //  close, an escaped quote, reopen
+        else
+            zchunk_extend (out, p, 1);
+    }
+    zchunk_extend (out, "'", 1);
+    char *quoted = strndup ((char *) zchunk_data (out), zchunk_size (out));
+    zchunk_destroy (&out);
+    return quoted;
+}
+
 //  The command: one word is a shell command line as it is (`-- "make -j2 && ls"`);
 //  several are an argv, each word quoted for /bin/sh -c so that it arrives exactly as
 //  given (`-- sh -c 'echo "$0"'`). Fresh.
@@ -221,16 +243,11 @@ static char *s_command (int argc, char **argv)
         return strdup (argv[0]);
     zchunk_t *out = zchunk_new (NULL, 0);
     for (int i = 0; i < argc; i++) {
+        char *word = s_quote (argv[i]);
         if (i)
             zchunk_extend (out, " ", 1);
-        zchunk_extend (out, "'", 1);
-        for (const char *p = argv[i]; *p; p++) {
-            if (*p == '\'')
-                zchunk_extend (out, "'\\''", 4); //  close, an escaped quote, reopen
-            else
-                zchunk_extend (out, p, 1);
-        }
-        zchunk_extend (out, "'", 1);
+        zchunk_extend (out, word, strlen (word));
+        free (word);
     }
     char *command = strndup ((char *) zchunk_data (out), zchunk_size (out));
     zchunk_destroy (&out);
@@ -485,9 +502,8 @@ static int s_process (s_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o, cons
 
 //  A file transfer on the host: its chunks one after the other through the broker.
 //  0, or the exit code with the failure said.
-static int s_chunks (s_where_t *w, cli_op_t *op, sbx_op_t id, sbx_xfer_t *xfer)
+static int s_chunks (s_where_t *w, const char *sandbox_id, sbx_op_t id, sbx_xfer_t *xfer)
 {
-    const char *sandbox_id = sbx_api_sandbox_id (cli_op_args (op));
     int rc = 0;
     sbx_msg_t *inner;
     while (rc == 0 && (inner = sbx_xfer_next (xfer))) {
@@ -501,41 +517,92 @@ static int s_chunks (s_where_t *w, cli_op_t *op, sbx_op_t id, sbx_xfer_t *xfer)
     return rc;
 }
 
-//  write: stdin (at most write_file's 16 MiB) to the guest: chunk by chunk through the
-//  broker (sbx_xfer), or in one PUT to a remote service.
+//  data (at most 16 MiB) to the guest's path with mode bits (0: the default): chunk by
+//  chunk through the broker (sbx_xfer), or in one PUT to a remote service.
+static int s_put (s_where_t *w, const char *sandbox_id, const char *path, const void *data,
+                  size_t size, unsigned bits)
+{
+    if (w->rest) {
+        char mode[8];
+        snprintf (mode, sizeof mode, "%o", bits);
+        json_t *args = json_pack ("{s:s, s:s}", "sandboxId", sandbox_id, "path", path);
+        if (bits)
+            json_object_set_new (args, "mode", json_string (mode));
+        sbx_err_t err;
+        int rc =
+            cli_rest_call (w->rest, SBX_OP_WRITE_FILE, args, data, size, NULL, NULL, NULL, &err)
+                ? cli_fail (&err)
+                : 0;
+        json_decref (args);
+        return rc;
+    }
+    sbx_xfer_t *xfer = sbx_xfer_new_write (path, data, size, bits);
+    if (!xfer)
+        return 1;
+    int rc = s_chunks (w, sandbox_id, SBX_OP_WRITE_FILE, xfer);
+    sbx_xfer_destroy (&xfer);
+    return rc;
+}
+
+//  The guest's file at path (at most 16 MiB): 0 with *data (malloc'd) and *size.
+static int s_get (s_where_t *w, const char *sandbox_id, const char *path, uint8_t **data,
+                  size_t *size)
+{
+    sbx_err_t err;
+    if (w->rest) {
+        json_t *args = json_pack ("{s:s, s:s}", "sandboxId", sandbox_id, "path", path);
+        int rc = cli_rest_call (w->rest, SBX_OP_READ_FILE, args, NULL, 0, NULL, (char **) data,
+                                size, &err)
+                     ? cli_fail (&err)
+                     : 0;
+        json_decref (args);
+        return rc;
+    }
+    sbx_xfer_t *xfer = sbx_xfer_new_read (path);
+    if (!xfer)
+        return 1;
+    int rc = s_chunks (w, sandbox_id, SBX_OP_READ_FILE, xfer);
+    if (rc == 0) {
+        *size = sbx_xfer_size (xfer);
+        *data = malloc (*size + 1);
+        memcpy (*data, sbx_xfer_data (xfer), *size);
+    }
+    sbx_xfer_destroy (&xfer);
+    return rc;
+}
+
+//  At most limit bytes from f: 0 with *data (malloc'd, NUL past it), or -1 when over.
+static int s_slurp (FILE *f, size_t limit, uint8_t **data, size_t *size)
+{
+    //  One byte past the limit tells a file over it from one at it.
+    *data = malloc (limit + 2);
+    *size = 0;
+    size_t got;
+    while (*data && *size <= limit && (got = fread (*data + *size, 1, limit + 1 - *size, f)) > 0)
+        *size += got;
+    if (!*data || *size > limit) {
+        free (*data);
+        *data = NULL;
+        return -1;
+    }
+    (*data)[*size] = 0;
+    return 0;
+}
+
+//  write: stdin (at most write_file's 16 MiB) to the guest.
 static int s_write (s_where_t *w, cli_op_t *op, s_opts_t *o, const char *path)
 {
     const char *mode = sbx_args_string (SBX_OP_WRITE_FILE, cli_op_args (op), "mode");
-    uint64_t bits = mode ? strtoull (mode, NULL, 8) : 0; //  checked: 1 to 4 octal digits
-    //  One byte past the limit tells a file over it from one at it.
-    uint8_t *data = malloc (SBX_XFER_MAX + 1);
-    if (!data)
-        return 1;
-    size_t size = 0, got;
-    while (size <= SBX_XFER_MAX &&
-           (got = fread (data + size, 1, SBX_XFER_MAX + 1 - size, stdin)) > 0)
-        size += got;
-    if (size > SBX_XFER_MAX) {
-        free (data);
+    unsigned bits = mode ? (unsigned) strtoul (mode, NULL, 8) : 0; //  checked: octal digits
+    uint8_t *data;
+    size_t size;
+    if (s_slurp (stdin, SBX_XFER_MAX, &data, &size)) {
         fprintf (stderr, "sbx: the file is over write_file's limit of %d MiB (too_large)\n",
                  SBX_XFER_MAX / (1024 * 1024));
         return 1;
     }
-    int rc = 0;
-    sbx_err_t err;
-    if (w->rest) {
-        if (cli_rest_call (w->rest, SBX_OP_WRITE_FILE, cli_op_args (op), data, size, NULL, NULL,
-                           NULL, &err))
-            rc = cli_fail (&err);
-        free (data);
-    } else {
-        sbx_xfer_t *xfer = sbx_xfer_new_write (path, data, size, bits);
-        free (data);
-        if (!xfer)
-            return 1;
-        rc = s_chunks (w, op, SBX_OP_WRITE_FILE, xfer);
-        sbx_xfer_destroy (&xfer);
-    }
+    int rc = s_put (w, sbx_api_sandbox_id (cli_op_args (op)), path, data, size, bits);
+    free (data);
     if (rc == 0) {
         if (o->json)
             cli_print_json (json_pack ("{s:s, s:I}", "path", path, "size", (json_int_t) size));
@@ -548,27 +615,234 @@ static int s_write (s_where_t *w, cli_op_t *op, s_opts_t *o, const char *path)
 //  read: the guest's file (at most read_file's 16 MiB) to stdout, as REST sends it raw.
 static int s_read (s_where_t *w, cli_op_t *op, const char *path)
 {
-    sbx_err_t err;
-    if (w->rest) {
-        char *bytes = NULL;
-        size_t size = 0;
-        if (cli_rest_call (w->rest, SBX_OP_READ_FILE, cli_op_args (op), NULL, 0, NULL, &bytes,
-                           &size, &err))
-            return cli_fail (&err);
-        fwrite (bytes, 1, size, stdout);
-        fflush (stdout);
-        free (bytes);
-        return 0;
-    }
-    sbx_xfer_t *xfer = sbx_xfer_new_read (path);
-    if (!xfer)
-        return 1;
-    int rc = s_chunks (w, op, SBX_OP_READ_FILE, xfer);
+    uint8_t *data = NULL;
+    size_t size = 0;
+    int rc = s_get (w, sbx_api_sandbox_id (cli_op_args (op)), path, &data, &size);
     if (rc == 0) {
-        fwrite (sbx_xfer_data (xfer), 1, sbx_xfer_size (xfer), stdout);
+        fwrite (data, 1, size, stdout);
         fflush (stdout);
     }
-    sbx_xfer_destroy (&xfer);
+    free (data);
+    return rc;
+}
+
+//  --------------------------------------------------------------------------
+//  cp: files and directories both ways, as tar archives through write_file, read_file
+//  and exec (so that 16 MiB is the limit each way).
+
+//  A waited exec of command in the sandbox: 0 with its exit code and stdout (fresh), or
+//  the exit code of a failure said.
+static int s_run (s_where_t *w, s_opts_t *o, const char *sandbox_id, const char *command, int *code,
+                  char **out)
+{
+    cli_op_t *op = cli_op_new ("sbx sandbox cp", SBX_OP_EXEC);
+    cli_op_set (op, "sandboxId", json_string (sandbox_id));
+    cli_op_set (op, "command", json_string (command));
+    cli_op_set (op, "timeout", json_integer (300));
+    json_t *answer = NULL;
+    int rc = cli_op_check (op) ? 2 : s_call (w, op, SBX_OP_EXEC, o, &answer, NULL);
+    if (rc == 0) {
+        *code = (int) json_integer_value (json_object_get (answer, "exitCode"));
+        *out = strdup (s_str (answer, "stdout", ""));
+        if (*code)
+            fprintf (stderr, "sbx sandbox cp: in the sandbox: %s", s_str (answer, "stderr", ""));
+    }
+    json_decref (answer);
+    cli_op_destroy (&op);
+    return rc;
+}
+
+//  "sb_0123456789:/path" → the id (fresh) and *path; NULL when it names no sandbox.
+static char *s_remote_path (const char *arg, const char **path)
+{
+    const char *colon = strchr (arg, ':');
+    if (!colon || strncmp (arg, "sb_", 3) != 0 || colon - arg > 64 || colon[1] != '/')
+        return NULL;
+    *path = colon + 1;
+    return strndup (arg, (size_t) (colon - arg));
+}
+
+static const char *s_basename (const char *path)
+{
+    const char *slash = strrchr (path, '/');
+    return slash && slash[1] ? slash + 1 : path;
+}
+
+static int s_cp_up (s_where_t *w, s_opts_t *o, const char *local, const char *sandbox_id,
+                    const char *path)
+{
+    struct stat st;
+    if (stat (local, &st) != 0) {
+        fprintf (stderr, "sbx sandbox cp: %s: %s\n", local, strerror (errno));
+        return 1;
+    }
+    char *target = path[strlen (path) - 1] == '/' ? zsys_sprintf ("%s%s", path, s_basename (local))
+                                                  : strdup (path);
+    int rc = 0;
+    if (S_ISREG (st.st_mode)) {
+        FILE *f = fopen (local, "rb");
+        uint8_t *data = NULL;
+        size_t size = 0;
+        if (!f || s_slurp (f, SBX_XFER_MAX, &data, &size)) {
+            fprintf (stderr, "sbx sandbox cp: %s: %s\n", local,
+                     f ? "over the limit of 16 MiB (too_large)" : strerror (errno));
+            rc = 1;
+        } else if ((rc = s_put (w, sandbox_id, target, data, size, st.st_mode & 0777)) == 0)
+            printf ("copied %s (%zu bytes) to %s:%s\n", local, size, sandbox_id, target);
+        if (f)
+            fclose (f);
+        free (data);
+        free (target);
+        return rc;
+    }
+    if (!S_ISDIR (st.st_mode)) {
+        fprintf (stderr, "sbx sandbox cp: %s is not a file or a directory\n", local);
+        free (target);
+        return 1;
+    }
+    char why[600];
+    zlist_t *names = cli_files_all (local, why, sizeof why);
+    cli_tar_t *tar = names ? cli_tar_new () : NULL;
+    size_t files = 0, bytes = 0;
+    for (char *name = names ? zlist_first (names) : NULL; rc == 0 && name;
+         name = zlist_next (names)) {
+        char full[PATH_MAX * 2];
+        snprintf (full, sizeof full, "%s/%s", local, name);
+        struct stat fs;
+        char link[PATH_MAX];
+        ssize_t n;
+        if (lstat (full, &fs) == 0 && S_ISLNK (fs.st_mode) &&
+            (n = readlink (full, link, sizeof link - 1)) >= 0) {
+            link[n] = 0;
+            rc = cli_tar_add_symlink (tar, name, link, fs.st_mtime, why, sizeof why);
+        } else if (S_ISREG (fs.st_mode)) {
+            FILE *f = fopen (full, "rb");
+            uint8_t *data = NULL;
+            size_t size = 0;
+            if (!f || s_slurp (f, SBX_XFER_MAX - bytes, &data, &size)) {
+                snprintf (why, sizeof why, "%.400s: %s", full,
+                          f ? "the files are over the limit of 16 MiB (too_large)"
+                            : strerror (errno));
+                rc = -1;
+            } else
+                rc = cli_tar_add_file (tar, name, fs.st_mode & 0777, fs.st_mtime, data, size, why,
+                                       sizeof why);
+            bytes += size;
+            files++;
+            if (f)
+                fclose (f);
+            free (data);
+        }
+    }
+    size_t size = 0;
+    const uint8_t *archive = tar && rc == 0 ? cli_tar_finish (tar, &size) : NULL;
+    if (!names || rc || size > SBX_XFER_MAX) {
+        fprintf (stderr, "sbx sandbox cp: %s\n",
+                 size > SBX_XFER_MAX ? "the archive is over the limit of 16 MiB (too_large)" : why);
+        rc = 1;
+    } else {
+        char tmp[64];
+        snprintf (tmp, sizeof tmp, "/tmp/.sbx-cp-%u.tar", sbx_secret_uniform (UINT32_MAX));
+        char *quoted = s_quote (target);
+        char *command = zsys_sprintf (
+            "mkdir -p %s && tar -xf %s -C %s --no-same-owner; rc=$?; rm -f %s; exit $rc", quoted,
+            tmp, quoted, tmp);
+        int code = 0;
+        char *out = NULL;
+        rc = s_put (w, sandbox_id, tmp, archive, size, 0600);
+        if (rc == 0)
+            rc = s_run (w, o, sandbox_id, command, &code, &out);
+        if (rc == 0 && code)
+            rc = 1;
+        if (rc == 0)
+            printf ("copied %s (%zu files, %zu bytes) to %s:%s\n", local, files, bytes, sandbox_id,
+                    target);
+        free (out);
+        free (command);
+        free (quoted);
+    }
+    cli_tar_destroy (&tar);
+    zlist_destroy (&names);
+    free (target);
+    return rc;
+}
+
+static int s_cp_down (s_where_t *w, s_opts_t *o, const char *sandbox_id, const char *path,
+                      const char *local)
+{
+    char tmp[64];
+    snprintf (tmp, sizeof tmp, "/tmp/.sbx-cp-%u.tar", sbx_secret_uniform (UINT32_MAX));
+    char *quoted = s_quote (path);
+    //  A directory becomes one archive there; a file comes as it is.
+    char *command = zsys_sprintf ("if [ -d %s ]; then tar -cf %s -C %s . && echo dir; "
+                                  "elif [ -f %s ]; then echo file; "
+                                  "else echo no file or directory %s >&2; exit 2; fi",
+                                  quoted, tmp, quoted, quoted, quoted);
+    free (quoted);
+    int code = 0;
+    char *kind = NULL;
+    int rc = s_run (w, o, sandbox_id, command, &code, &kind);
+    free (command);
+    if (rc || code) {
+        free (kind);
+        return rc ? rc : 1;
+    }
+    bool dir = strncmp (kind, "dir", 3) == 0;
+    free (kind);
+    uint8_t *data = NULL;
+    size_t size = 0;
+    rc = s_get (w, sandbox_id, dir ? tmp : path, &data, &size);
+    if (dir) {
+        char *rm = zsys_sprintf ("rm -f %s", tmp);
+        char *ignored = NULL;
+        s_run (w, o, sandbox_id, rm, &code, &ignored);
+        free (ignored);
+        free (rm);
+    }
+    struct stat st;
+    char *target = !dir && stat (local, &st) == 0 && S_ISDIR (st.st_mode)
+                       ? zsys_sprintf ("%s/%s", local, s_basename (path))
+                       : strdup (local);
+    char why[600];
+    size_t files = 0;
+    if (rc == 0 && dir) {
+        if (zsys_dir_create ("%s", target) != 0 ||
+            cli_tar_extract (data, size, target, &files, why, sizeof why)) {
+            fprintf (stderr, "sbx sandbox cp: %s\n", errno && !files ? strerror (errno) : why);
+            rc = 1;
+        } else
+            printf ("copied %s:%s (%zu files) to %s\n", sandbox_id, path, files, target);
+    } else if (rc == 0) {
+        FILE *f = fopen (target, "wb");
+        if (!f || fwrite (data, 1, size, f) != size) {
+            fprintf (stderr, "sbx sandbox cp: %s: %s\n", target, strerror (errno));
+            rc = 1;
+        } else
+            printf ("copied %s:%s (%zu bytes) to %s\n", sandbox_id, path, size, target);
+        if (f)
+            fclose (f);
+    }
+    free (target);
+    free (data);
+    return rc;
+}
+
+//  cp SRC DST: exactly one of them is ID:PATH.
+static int s_cp (s_where_t *w, s_opts_t *o, const char *src, const char *dst)
+{
+    const char *src_path = NULL, *dst_path = NULL;
+    char *src_id = s_remote_path (src, &src_path), *dst_id = s_remote_path (dst, &dst_path);
+    int rc;
+    if (!src_id == !dst_id) {
+        fprintf (stderr, "sbx sandbox cp: one side is the sandbox's, as ID:/PATH "
+                         "(sbx sandbox cp ./dir sb_0123456789:/root/dir, or the other way)\n");
+        rc = 2;
+    } else if (src_id)
+        rc = s_cp_down (w, o, src_id, src_path, dst);
+    else
+        rc = s_cp_up (w, o, src, dst_id, dst_path);
+    free (src_id);
+    free (dst_id);
     return rc;
 }
 
@@ -590,6 +864,7 @@ static const struct {
                {"write", SBX_OP_WRITE_FILE, 2},
                {"read", SBX_OP_READ_FILE, 2},
                {"port", SBX_OP_HOST_PORT, 2},
+               {"cp", SBX_OP__COUNT, 2},
                {NULL, 0, 0}};
 
 int cli_sandbox_main (int argc, char **argv)
@@ -731,6 +1006,20 @@ int cli_sandbox_main (int argc, char **argv)
         fprintf (stderr, "%s: %s\n", name,
                  o.account ? "--account goes with create" : "--account is required");
         rc = 2;
+    }
+    if (rc < 0 && streq (verb, "cp")) {
+        //  Not one operation: several (cp's own), on the same side as the others.
+        if (!where.rest) {
+            where.config = sbx_config_new (o.data_dir);
+            where.api = where.config ? sbx_api_new (where.config) : NULL;
+        }
+        rc = where.rest || where.api ? s_cp (&where, &o, pos[0], pos[1]) : 1;
+        sbx_api_destroy (&where.api);
+        sbx_config_destroy (&where.config);
+        cli_rest_destroy (&where.rest);
+        zlist_destroy (&o.labels);
+        zlist_destroy (&o.env);
+        return rc;
     }
     cli_op_t *op = rc < 0 ? cli_op_new (name, s_verbs[v].op) : NULL;
     if (rc < 0 && !op)

@@ -1,4 +1,5 @@
-/*  cli_tar - a ustar archive in memory (POSIX.1-1988), enough for GNU tar to unpack.
+/*  cli_tar - a ustar archive in memory (POSIX.1-1988), enough for GNU tar to unpack;
+    and the unpacking of one that GNU tar made, onto this machine, trusting nothing in it.
 
     Regular files and symbolic links, owned by root, with their permission bits and
     modification times. A name of up to 255 bytes fits (split into ustar's prefix and
@@ -28,6 +29,16 @@ int cli_tar_add_symlink (cli_tar_t *self, const char *name, const char *target, 
 
 //  Ends the archive (two zero blocks) and returns it (borrowed), its size in *size.
 const uint8_t *cli_tar_finish (cli_tar_t *self, size_t *size);
+
+//  Unpacks an archive (GNU tar's ustar or gnu format, as `tar -c` makes it in a guest)
+//  under dir, which must exist: directories and regular files, with their permission
+//  bits (no set-id bits) and modification times. Every name is checked first: an
+//  absolute one, one with a ".." component, or one a link made earlier would lead
+//  elsewhere is refused, as is anything but a file, a directory or a link; symbolic
+//  links are made last, so nothing is ever written through one. Files that exist are
+//  replaced. *files: how many files were written. 0, or -1 with why.
+int cli_tar_extract (const uint8_t *data, size_t size, const char *dir, size_t *files, char *why,
+                     size_t why_size);
 
 void cli_tar_test (bool verbose);
 

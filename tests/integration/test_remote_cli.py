@@ -159,6 +159,32 @@ class RemoteCliTest(unittest.TestCase):
         self.assertIn("wrote 300001 bytes", self.ok("sandbox", "write", sid, "/root/b.txt",
                                                     input=blob))
         self.assertEqual(self.ok("sandbox", "read", sid, "/root/b.txt"), blob)
+        # cp: a directory (a nested file, a mode, a link) up and back, and one file.
+        src = os.path.join(self.user_home, "proj")
+        os.makedirs(os.path.join(src, "sub"))
+        with open(os.path.join(src, "run.sh"), "w") as f:
+            f.write("#!/bin/sh\necho run\n")
+        os.chmod(os.path.join(src, "run.sh"), 0o750)
+        with open(os.path.join(src, "sub", "data.bin"), "wb") as f:
+            f.write(bytes(range(256)) * 100)
+        os.symlink("run.sh", os.path.join(src, "start"))
+        subprocess.run(["chown", "-R", f"{USER}:nogroup", src], check=True)
+        self.assertIn("(2 files, 25619 bytes)",
+                      self.ok("sandbox", "cp", "proj", f"{sid}:/root/proj"))
+        self.assertEqual(self.ok("sandbox", "exec", sid, "--", "cd /root/proj && ./start && "
+                                 "stat -c %a run.sh && readlink start && wc -c < sub/data.bin"),
+                         "run\n750\nrun.sh\n25600\n")
+        self.assertIn("(2 files)", self.ok("sandbox", "cp", f"{sid}:/root/proj", "back"))
+        back = os.path.join(self.user_home, "back")
+        self.assertEqual(os.readlink(os.path.join(back, "start")), "run.sh")
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.join(back, "run.sh")).st_mode), 0o750)
+        with open(os.path.join(back, "sub", "data.bin"), "rb") as f:
+            self.assertEqual(f.read(), bytes(range(256)) * 100)
+        self.ok("sandbox", "cp", "proj/run.sh", f"{sid}:/tmp/")
+        self.assertEqual(self.ok("sandbox", "exec", sid, "--", "sh /tmp/run.sh"), "run\n")
+        res = self.run_as("sandbox", "cp", f"{sid}:/nonexistent", "x")
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("no file or directory /nonexistent", res.stderr)
         ps = json.loads(self.ok("sandbox", "ps", sid, "--json"))["processes"]
         self.assertIn("sleep 30; echo done", [p["command"] for p in ps])
         # Snapshots, usage and keys are the key's account's.
