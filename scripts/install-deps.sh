@@ -16,7 +16,8 @@ PACKAGES=(
   # guests and the guest image
   qemu-system-x86 qemu-utils busybox-static mmdebstrap e2fsprogs cpio kmod zstd lz4
   # tests and tools
-  python3 sqlite3 curl ca-certificates procps iproute2
+  python3 python3-venv python3-setuptools python3-wheel sqlite3 curl ca-certificates procps
+  iproute2
   # a real browser for the sign-in and consent pages' tests (test_edge_site.py)
   chromium
   # a real balancer in front of several gateways (test_edge_balance.py runs its own, in
