@@ -1,0 +1,73 @@
+// The reference prompts and the rest of the TypeScript SDK's surface, run by
+// test_sdk_typescript.py with the package as `npm install ./sdk/typescript` put it in a
+// project (SBX_URL, SBX_API_KEY, SBX_CA_CERT in the environment). One JSON line per step.
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, mkdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Sandbox, SbxError } from "sbx-sdk";
+
+const say = (step, fields = {}) => console.log(JSON.stringify({ step, ...fields }));
+
+const sb = await Sandbox.create({ name: "sdk-ts", ttl: 1800 });
+say("create", { id: sb.id, state: sb.state });
+try {
+  let r = await sb.commands.run("python3 -c 'print(2**100)'");
+  say("python", { exitCode: r.exitCode, stdout: r.stdout });
+  const job = await sb.commands.run("sleep 30; echo done", { background: true });
+  say("detached", { pid: job.pid, first: await job.poll() });
+  r = await job.wait({ timeout: 120 });
+  say("waited", { exitCode: r.exitCode, stdout: r.stdout });
+  // Streaming: the command goes on only once its first line has reached the callback.
+  const seen = [];
+  let gate = null;
+  r = await sb.commands.run(
+    "echo ready; while [ ! -e /tmp/go ]; do sleep 0.2; done; echo after; echo oops >&2; exit 4",
+    { onStdout: (t) => { seen.push(t); if (t.startsWith("ready")) gate = sb.commands.run("touch /tmp/go"); },
+      onStderr: (t) => seen.push(t) });
+  await gate;
+  say("streamed", { exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr, first: seen[0] });
+  say("stdin", { stdout: (await sb.commands.run("wc -c", { stdin: new Uint8Array([0, 1, 2]) })).stdout });
+  await sb.files.write("/root/hello.sh", "#!/bin/sh\necho hello\n", { mode: 0o755 });
+  const listed = (await sb.files.list("/root")).filter((e) => e.name === "hello.sh")
+    .map((e) => [e.name, e.type, e.mode.toString(8)]);
+  say("file", { text: await sb.files.read("/root/hello.sh"),
+                run: (await sb.commands.run("/root/hello.sh")).stdout, listed });
+  const src = mkdtempSync(join(tmpdir(), "sdk-ts-src-"));
+  mkdirSync(join(src, "sub"));
+  writeFileSync(join(src, "sub", "data.bin"), Buffer.alloc(2560, 7));
+  symlinkSync("sub/data.bin", join(src, "link"));
+  await sb.files.uploadDir(src, "/root/proj");
+  const back = mkdtempSync(join(tmpdir(), "sdk-ts-back-"));
+  const files = await sb.files.downloadDir("/root/proj", back);
+  say("dirs", { files, same: readFileSync(join(back, "sub", "data.bin")).equals(Buffer.alloc(2560, 7)),
+                link: readlinkSync(join(back, "link")),
+                guest: (await sb.commands.run("wc -c < /root/proj/link")).stdout });
+  await sb.commands.run("cd /tmp && python3 -m http.server 8000", { background: true });
+  await sb.commands.run("for i in $(seq 120); do curl -s -o /dev/null localhost:8000 && exit 0; sleep 0.5; done; exit 1");
+  const url = await sb.ports.expose(8000, { public: true });
+  const [host, port] = url.split("//")[1].split(":");
+  const page = execFileSync("curl", ["-s", "--cacert", process.env.SBX_CA_CERT, "--resolve",
+                                     `${host}:${port}:127.0.0.1`, url]).toString();
+  say("port", { url, listing: page.includes("Directory listing") });
+  say("processes", { count: (await sb.commands.list()).length });
+  try {
+    await sb.commands.run("true", { timeout: 0 });
+  } catch (e) {
+    say("refused", { isSbx: e instanceof SbxError, code: e.code, status: e.status, message: e.message });
+  }
+  say("listed", { ids: (await Sandbox.list()).map((s) => s.id) });
+  await sb.extend(3600);
+  say("stop", { state: (await sb.stop()).state });
+  say("resume", { state: (await sb.resume()).state,
+                  still: (await sb.commands.run("cat /tmp/go && echo kept")).stdout });
+} finally {
+  await sb[Symbol.asyncDispose]();  // what `await using` calls
+}
+try {
+  await Sandbox.connect(sb.id);
+  say("after", { found: true });
+} catch (e) {
+  say("after", { found: false, code: e.code });
+}
+say("done");
