@@ -238,19 +238,24 @@ int cli_up_main (int argc, char **argv)
         return 2;
     }
     s_check_box_domain (up.config);
-    if ((listen || domain || box_domain || plain) && sbx_config_save (up.config))
-        sbx_warn ("cannot save %s/sbx.conf: %s", sbx_config_data_dir (up.config), strerror (errno));
 
-    //  One `sbx up` per data directory.
+    //  One `sbx up` per data directory; a refused one changes nothing (not sbx.conf: its
+    //  --listen would otherwise be the running one's at its next start).
     char *lock_path = sbx_config_path (up.config, "run/up.lock");
     int lock = open (lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     free (lock_path);
     if (lock < 0 || flock (lock, LOCK_EX | LOCK_NB)) {
-        fprintf (stderr, "sbx up: another sbx up is running for %s (sbx status --data-dir %s)\n",
+        fprintf (stderr,
+                 "sbx up: another sbx up is running for %s (sbx status --data-dir %s); "
+                 "nothing was changed\n",
                  sbx_config_data_dir (up.config), sbx_config_data_dir (up.config));
+        if (lock >= 0)
+            close (lock);
         sbx_config_destroy (&up.config);
         return 1;
     }
+    if ((listen || domain || box_domain || plain) && sbx_config_save (up.config))
+        sbx_warn ("cannot save %s/sbx.conf: %s", sbx_config_data_dir (up.config), strerror (errno));
     if (asprintf (&up.admin_email, "%s%s", admin ? "" : "admin@",
                   admin ? admin : sbx_config_get (up.config, "domain", "localhost")) < 0)
         return 1;

@@ -131,11 +131,17 @@ class UpTest(unittest.TestCase):
         self.assertEqual(len(s.cli("tap", "--since", "0", "--once", "key.").stdout.splitlines()),
                          types.count("key.created") + types.count("key.revoked"))
 
-        # A second sbx up on the same data directory is refused.
-        res = subprocess.run([binary("sbx"), "up", "--data-dir", s.dir], capture_output=True,
-                             text=True, timeout=30)
+        # A second sbx up on the same data directory is refused, and changes nothing: not
+        # the --listen that sbx.conf keeps for the next start.
+        with open(os.path.join(s.dir, "sbx.conf")) as f:
+            conf = f.read()
+        res = subprocess.run([binary("sbx"), "up", "--data-dir", s.dir, "--listen",
+                              "0.0.0.0:28444"], capture_output=True, text=True, timeout=30)
         self.assertEqual(res.returncode, 1)
         self.assertIn("another sbx up is running", res.stderr)
+        self.assertIn("nothing was changed", res.stderr)
+        with open(os.path.join(s.dir, "sbx.conf")) as f:
+            self.assertEqual(f.read(), conf)
 
         # Two vmds and two gateways on one broker.
         s.start("sbx-vmd", "--instance", "vmd-two")
