@@ -10,10 +10,10 @@
 */
 #include "cli_call.h"
 #include "cli_commands.h"
+#include "cli_cp.h"
 #include "cli_op.h"
-#include "cli_files.h"
-#include "cli_rest.h"
-#include "cli_tar.h"
+#include "cli_shell.h"
+#include "cli_where.h"
 #include "sbx_args.h"
 #include "sbx_secret.h"
 #include "sbx_xfer.h"
@@ -122,13 +122,6 @@ static int s_set_options (cli_op_t *op, s_opts_t *o)
     return rc ? -1 : 0;
 }
 
-//  Where the operations go: the local broker (as an operator) or a remote REST API.
-typedef struct {
-    sbx_config_t *config; //  local
-    sbx_api_t *api;
-    cli_rest_t *rest; //  remote
-} s_where_t;
-
 //  What an operator sees beside REST's sandbox: whose it is and which vmd runs it.
 static void s_add_operator (json_t *sandbox, const sbx_sandbox_info_t *s)
 {
@@ -138,39 +131,6 @@ static void s_add_operator (json_t *sandbox, const sbx_sandbox_info_t *s)
         json_object_set_new (sandbox, "account", json_string (s->account));
     if (s->vmd)
         json_object_set_new (sandbox, "vmd", json_string (s->vmd));
-}
-
-//  The operation's answer as REST's JSON (*answer), from the broker or the remote
-//  service; locally *reply_p (when given) keeps the broker's reply, for what only an
-//  operator sees. 0, or the exit code with the failure said on stderr.
-static int s_call (s_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o, json_t **answer,
-                   sbx_msg_t **reply_p)
-{
-    sbx_err_t err;
-    if (w->rest) {
-        json_t *args = cli_op_args (op);
-        if (id == SBX_OP_CREATE_SANDBOX && !o->ttl)
-            json_object_del (args, "ttlSeconds"); //  the plan's default, as on the host
-        if (cli_rest_call (w->rest, id, args, NULL, 0, answer, NULL, NULL, &err))
-            return cli_fail (&err);
-        return 0;
-    }
-    sbx_msg_t *request = cli_op_request (op);
-    if (!request)
-        return 2;
-    //  No --ttl: the broker's default for the account's plan (1 h, bounded by the plan's
-    //  maximum) rather than REST's 3600, which a plan with a shorter maximum refuses.
-    if (request->type == SBX_MSG_SANDBOX_CREATE && !o->ttl)
-        sbx_msg_sandbox_create (request)->ttl_s = 0;
-    sbx_msg_t *reply = cli_op_call (op, w->config, o->account, &request, &err);
-    if (!reply)
-        return cli_fail (&err);
-    *answer = cli_op_answer (op, w->api, reply);
-    if (reply_p && *answer)
-        *reply_p = reply;
-    else
-        sbx_msg_destroy (&reply);
-    return *answer ? 0 : 1;
 }
 
 static const char *s_str (json_t *object, const char *key, const char *none)
@@ -188,11 +148,11 @@ static void s_print_sandbox (json_t *s)
 }
 
 //  create, list, get, extend, stop, resume, delete: a sandbox (or all) in the answer.
-static int s_sandboxes (s_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o)
+static int s_sandboxes (cli_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o)
 {
     json_t *answer = NULL;
     sbx_msg_t *reply = NULL;
-    int rc = s_call (w, op, id, o, &answer, &reply);
+    int rc = cli_where_call (w, op, id, o->account, !o->ttl, &answer, &reply);
     if (rc)
         return rc;
     json_t *all = json_object_get (answer, "sandboxes");
@@ -216,42 +176,6 @@ static int s_sandboxes (s_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o)
         json_decref (answer);
     }
     return 0;
-}
-
-//  text quoted for /bin/sh: '...', a quote inside as '\'' (fresh).
-static char *s_quote (const char *text)
-{
-    zchunk_t *out = zchunk_new ("'", 1);
-    for (const char *p = text; *p; p++) {
-        if (*p == '\'')
-            zchunk_extend (out, "'\\''", 4); //  close, an escaped quote, reopen
-        else
-            zchunk_extend (out, p, 1);
-    }
-    zchunk_extend (out, "'", 1);
-    char *quoted = strndup ((char *) zchunk_data (out), zchunk_size (out));
-    zchunk_destroy (&out);
-    return quoted;
-}
-
-//  The command: one word is a shell command line as it is (`-- "make -j2 && ls"`);
-//  several are an argv, each word quoted for /bin/sh -c so that it arrives exactly as
-//  given (`-- sh -c 'echo "$0"'`). Fresh.
-static char *s_command (int argc, char **argv)
-{
-    if (argc == 1)
-        return strdup (argv[0]);
-    zchunk_t *out = zchunk_new (NULL, 0);
-    for (int i = 0; i < argc; i++) {
-        char *word = s_quote (argv[i]);
-        if (i)
-            zchunk_extend (out, " ", 1);
-        zchunk_extend (out, word, strlen (word));
-        free (word);
-    }
-    char *command = strndup ((char *) zchunk_data (out), zchunk_size (out));
-    zchunk_destroy (&out);
-    return command;
 }
 
 //  exec's stdin: what a pipe or a file on ours holds (a terminal, /dev/null or nothing
@@ -338,7 +262,7 @@ static void s_on_interrupt (int signal)
 //  A waited exec whose output is written as it comes: through the service's event
 //  stream, or on the host by reading the guest's output by offset while it runs. Ctrl-C
 //  ends the command (the stream's end kills it; on the host, SIGKILL to its group).
-static int s_exec_streamed (s_where_t *w, cli_op_t *op)
+static int s_exec_streamed (cli_where_t *w, cli_op_t *op)
 {
     //  Ours, not czmq's: its handler would only make the next request fail.
     zsys_handler_set (NULL);
@@ -420,12 +344,12 @@ static int s_exec_streamed (s_where_t *w, cli_op_t *op)
     return rc;
 }
 
-static int s_exec (s_where_t *w, cli_op_t *op, s_opts_t *o)
+static int s_exec (cli_where_t *w, cli_op_t *op, s_opts_t *o)
 {
     if (!o->json && !o->detach)
         return s_exec_streamed (w, op);
     json_t *answer = NULL;
-    int rc = s_call (w, op, SBX_OP_EXEC, o, &answer, NULL);
+    int rc = cli_where_call (w, op, SBX_OP_EXEC, o->account, !o->ttl, &answer, NULL);
     if (rc)
         return rc;
     if (o->json) {
@@ -472,10 +396,10 @@ static void s_print_ps (json_t *answer)
 
 //  status, kill, ps and port: REST's answer; kill, ps and port say it in words without
 //  --json.
-static int s_process (s_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o, const char *verb)
+static int s_process (cli_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o, const char *verb)
 {
     json_t *answer = NULL;
-    int rc = s_call (w, op, id, o, &answer, NULL);
+    int rc = cli_where_call (w, op, id, o->account, !o->ttl, &answer, NULL);
     if (rc)
         return rc;
     if (streq (verb, "kill") && !o->json) {
@@ -500,108 +424,19 @@ static int s_process (s_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o, cons
     return 0;
 }
 
-//  A file transfer on the host: its chunks one after the other through the broker.
-//  0, or the exit code with the failure said.
-static int s_chunks (s_where_t *w, const char *sandbox_id, sbx_op_t id, sbx_xfer_t *xfer)
-{
-    int rc = 0;
-    sbx_msg_t *inner;
-    while (rc == 0 && (inner = sbx_xfer_next (xfer))) {
-        sbx_err_t err;
-        sbx_msg_t *reply =
-            cli_op_agent (w->config, sandbox_id, &inner, (int) sbx_ops[id].deadline_ms, &err);
-        if (!reply || sbx_xfer_take (xfer, reply, &err.code, err.message, sizeof err.message))
-            rc = cli_fail (&err);
-        sbx_msg_destroy (&reply);
-    }
-    return rc;
-}
-
-//  data (at most 16 MiB) to the guest's path with mode bits (0: the default): chunk by
-//  chunk through the broker (sbx_xfer), or in one PUT to a remote service.
-static int s_put (s_where_t *w, const char *sandbox_id, const char *path, const void *data,
-                  size_t size, unsigned bits)
-{
-    if (w->rest) {
-        char mode[8];
-        snprintf (mode, sizeof mode, "%o", bits);
-        json_t *args = json_pack ("{s:s, s:s}", "sandboxId", sandbox_id, "path", path);
-        if (bits)
-            json_object_set_new (args, "mode", json_string (mode));
-        sbx_err_t err;
-        int rc =
-            cli_rest_call (w->rest, SBX_OP_WRITE_FILE, args, data, size, NULL, NULL, NULL, &err)
-                ? cli_fail (&err)
-                : 0;
-        json_decref (args);
-        return rc;
-    }
-    sbx_xfer_t *xfer = sbx_xfer_new_write (path, data, size, bits);
-    if (!xfer)
-        return 1;
-    int rc = s_chunks (w, sandbox_id, SBX_OP_WRITE_FILE, xfer);
-    sbx_xfer_destroy (&xfer);
-    return rc;
-}
-
-//  The guest's file at path (at most 16 MiB): 0 with *data (malloc'd) and *size.
-static int s_get (s_where_t *w, const char *sandbox_id, const char *path, uint8_t **data,
-                  size_t *size)
-{
-    sbx_err_t err;
-    if (w->rest) {
-        json_t *args = json_pack ("{s:s, s:s}", "sandboxId", sandbox_id, "path", path);
-        int rc = cli_rest_call (w->rest, SBX_OP_READ_FILE, args, NULL, 0, NULL, (char **) data,
-                                size, &err)
-                     ? cli_fail (&err)
-                     : 0;
-        json_decref (args);
-        return rc;
-    }
-    sbx_xfer_t *xfer = sbx_xfer_new_read (path);
-    if (!xfer)
-        return 1;
-    int rc = s_chunks (w, sandbox_id, SBX_OP_READ_FILE, xfer);
-    if (rc == 0) {
-        *size = sbx_xfer_size (xfer);
-        *data = malloc (*size + 1);
-        memcpy (*data, sbx_xfer_data (xfer), *size);
-    }
-    sbx_xfer_destroy (&xfer);
-    return rc;
-}
-
-//  At most limit bytes from f: 0 with *data (malloc'd, NUL past it), or -1 when over.
-static int s_slurp (FILE *f, size_t limit, uint8_t **data, size_t *size)
-{
-    //  One byte past the limit tells a file over it from one at it.
-    *data = malloc (limit + 2);
-    *size = 0;
-    size_t got;
-    while (*data && *size <= limit && (got = fread (*data + *size, 1, limit + 1 - *size, f)) > 0)
-        *size += got;
-    if (!*data || *size > limit) {
-        free (*data);
-        *data = NULL;
-        return -1;
-    }
-    (*data)[*size] = 0;
-    return 0;
-}
-
 //  write: stdin (at most write_file's 16 MiB) to the guest.
-static int s_write (s_where_t *w, cli_op_t *op, s_opts_t *o, const char *path)
+static int s_write (cli_where_t *w, cli_op_t *op, s_opts_t *o, const char *path)
 {
     const char *mode = sbx_args_string (SBX_OP_WRITE_FILE, cli_op_args (op), "mode");
     unsigned bits = mode ? (unsigned) strtoul (mode, NULL, 8) : 0; //  checked: octal digits
     uint8_t *data;
     size_t size;
-    if (s_slurp (stdin, SBX_XFER_MAX, &data, &size)) {
+    if (cli_where_slurp (stdin, SBX_XFER_MAX, &data, &size)) {
         fprintf (stderr, "sbx: the file is over write_file's limit of %d MiB (too_large)\n",
                  SBX_XFER_MAX / (1024 * 1024));
         return 1;
     }
-    int rc = s_put (w, sbx_api_sandbox_id (cli_op_args (op)), path, data, size, bits);
+    int rc = cli_where_put (w, sbx_api_sandbox_id (cli_op_args (op)), path, data, size, bits);
     free (data);
     if (rc == 0) {
         if (o->json)
@@ -613,236 +448,16 @@ static int s_write (s_where_t *w, cli_op_t *op, s_opts_t *o, const char *path)
 }
 
 //  read: the guest's file (at most read_file's 16 MiB) to stdout, as REST sends it raw.
-static int s_read (s_where_t *w, cli_op_t *op, const char *path)
+static int s_read (cli_where_t *w, cli_op_t *op, const char *path)
 {
     uint8_t *data = NULL;
     size_t size = 0;
-    int rc = s_get (w, sbx_api_sandbox_id (cli_op_args (op)), path, &data, &size);
+    int rc = cli_where_get (w, sbx_api_sandbox_id (cli_op_args (op)), path, &data, &size);
     if (rc == 0) {
         fwrite (data, 1, size, stdout);
         fflush (stdout);
     }
     free (data);
-    return rc;
-}
-
-//  --------------------------------------------------------------------------
-//  cp: files and directories both ways, as tar archives through write_file, read_file
-//  and exec (so that 16 MiB is the limit each way).
-
-//  A waited exec of command in the sandbox: 0 with its exit code and stdout (fresh), or
-//  the exit code of a failure said.
-static int s_run (s_where_t *w, s_opts_t *o, const char *sandbox_id, const char *command, int *code,
-                  char **out)
-{
-    cli_op_t *op = cli_op_new ("sbx sandbox cp", SBX_OP_EXEC);
-    cli_op_set (op, "sandboxId", json_string (sandbox_id));
-    cli_op_set (op, "command", json_string (command));
-    cli_op_set (op, "timeout", json_integer (300));
-    json_t *answer = NULL;
-    int rc = cli_op_check (op) ? 2 : s_call (w, op, SBX_OP_EXEC, o, &answer, NULL);
-    if (rc == 0) {
-        *code = (int) json_integer_value (json_object_get (answer, "exitCode"));
-        *out = strdup (s_str (answer, "stdout", ""));
-        if (*code)
-            fprintf (stderr, "sbx sandbox cp: in the sandbox: %s", s_str (answer, "stderr", ""));
-    }
-    json_decref (answer);
-    cli_op_destroy (&op);
-    return rc;
-}
-
-//  "sb_0123456789:/path" → the id (fresh) and *path; NULL when it names no sandbox.
-static char *s_remote_path (const char *arg, const char **path)
-{
-    const char *colon = strchr (arg, ':');
-    if (!colon || strncmp (arg, "sb_", 3) != 0 || colon - arg > 64 || colon[1] != '/')
-        return NULL;
-    *path = colon + 1;
-    return strndup (arg, (size_t) (colon - arg));
-}
-
-static const char *s_basename (const char *path)
-{
-    const char *slash = strrchr (path, '/');
-    return slash && slash[1] ? slash + 1 : path;
-}
-
-static int s_cp_up (s_where_t *w, s_opts_t *o, const char *local, const char *sandbox_id,
-                    const char *path)
-{
-    struct stat st;
-    if (stat (local, &st) != 0) {
-        fprintf (stderr, "sbx sandbox cp: %s: %s\n", local, strerror (errno));
-        return 1;
-    }
-    char *target = path[strlen (path) - 1] == '/' ? zsys_sprintf ("%s%s", path, s_basename (local))
-                                                  : strdup (path);
-    int rc = 0;
-    if (S_ISREG (st.st_mode)) {
-        FILE *f = fopen (local, "rb");
-        uint8_t *data = NULL;
-        size_t size = 0;
-        if (!f || s_slurp (f, SBX_XFER_MAX, &data, &size)) {
-            fprintf (stderr, "sbx sandbox cp: %s: %s\n", local,
-                     f ? "over the limit of 16 MiB (too_large)" : strerror (errno));
-            rc = 1;
-        } else if ((rc = s_put (w, sandbox_id, target, data, size, st.st_mode & 0777)) == 0)
-            printf ("copied %s (%zu bytes) to %s:%s\n", local, size, sandbox_id, target);
-        if (f)
-            fclose (f);
-        free (data);
-        free (target);
-        return rc;
-    }
-    if (!S_ISDIR (st.st_mode)) {
-        fprintf (stderr, "sbx sandbox cp: %s is not a file or a directory\n", local);
-        free (target);
-        return 1;
-    }
-    char why[600];
-    zlist_t *names = cli_files_all (local, why, sizeof why);
-    cli_tar_t *tar = names ? cli_tar_new () : NULL;
-    size_t files = 0, bytes = 0;
-    for (char *name = names ? zlist_first (names) : NULL; rc == 0 && name;
-         name = zlist_next (names)) {
-        char full[PATH_MAX * 2];
-        snprintf (full, sizeof full, "%s/%s", local, name);
-        struct stat fs;
-        char link[PATH_MAX];
-        ssize_t n;
-        if (lstat (full, &fs) == 0 && S_ISLNK (fs.st_mode) &&
-            (n = readlink (full, link, sizeof link - 1)) >= 0) {
-            link[n] = 0;
-            rc = cli_tar_add_symlink (tar, name, link, fs.st_mtime, why, sizeof why);
-        } else if (S_ISREG (fs.st_mode)) {
-            FILE *f = fopen (full, "rb");
-            uint8_t *data = NULL;
-            size_t size = 0;
-            if (!f || s_slurp (f, SBX_XFER_MAX - bytes, &data, &size)) {
-                snprintf (why, sizeof why, "%.400s: %s", full,
-                          f ? "the files are over the limit of 16 MiB (too_large)"
-                            : strerror (errno));
-                rc = -1;
-            } else
-                rc = cli_tar_add_file (tar, name, fs.st_mode & 0777, fs.st_mtime, data, size, why,
-                                       sizeof why);
-            bytes += size;
-            files++;
-            if (f)
-                fclose (f);
-            free (data);
-        }
-    }
-    size_t size = 0;
-    const uint8_t *archive = tar && rc == 0 ? cli_tar_finish (tar, &size) : NULL;
-    if (!names || rc || size > SBX_XFER_MAX) {
-        fprintf (stderr, "sbx sandbox cp: %s\n",
-                 size > SBX_XFER_MAX ? "the archive is over the limit of 16 MiB (too_large)" : why);
-        rc = 1;
-    } else {
-        char tmp[64];
-        snprintf (tmp, sizeof tmp, "/tmp/.sbx-cp-%u.tar", sbx_secret_uniform (UINT32_MAX));
-        char *quoted = s_quote (target);
-        char *command = zsys_sprintf (
-            "mkdir -p %s && tar -xf %s -C %s --no-same-owner; rc=$?; rm -f %s; exit $rc", quoted,
-            tmp, quoted, tmp);
-        int code = 0;
-        char *out = NULL;
-        rc = s_put (w, sandbox_id, tmp, archive, size, 0600);
-        if (rc == 0)
-            rc = s_run (w, o, sandbox_id, command, &code, &out);
-        if (rc == 0 && code)
-            rc = 1;
-        if (rc == 0)
-            printf ("copied %s (%zu files, %zu bytes) to %s:%s\n", local, files, bytes, sandbox_id,
-                    target);
-        free (out);
-        free (command);
-        free (quoted);
-    }
-    cli_tar_destroy (&tar);
-    zlist_destroy (&names);
-    free (target);
-    return rc;
-}
-
-static int s_cp_down (s_where_t *w, s_opts_t *o, const char *sandbox_id, const char *path,
-                      const char *local)
-{
-    char tmp[64];
-    snprintf (tmp, sizeof tmp, "/tmp/.sbx-cp-%u.tar", sbx_secret_uniform (UINT32_MAX));
-    char *quoted = s_quote (path);
-    //  A directory becomes one archive there; a file comes as it is.
-    char *command = zsys_sprintf ("if [ -d %s ]; then tar -cf %s -C %s . && echo dir; "
-                                  "elif [ -f %s ]; then echo file; "
-                                  "else echo no file or directory %s >&2; exit 2; fi",
-                                  quoted, tmp, quoted, quoted, quoted);
-    free (quoted);
-    int code = 0;
-    char *kind = NULL;
-    int rc = s_run (w, o, sandbox_id, command, &code, &kind);
-    free (command);
-    if (rc || code) {
-        free (kind);
-        return rc ? rc : 1;
-    }
-    bool dir = strncmp (kind, "dir", 3) == 0;
-    free (kind);
-    uint8_t *data = NULL;
-    size_t size = 0;
-    rc = s_get (w, sandbox_id, dir ? tmp : path, &data, &size);
-    if (dir) {
-        char *rm = zsys_sprintf ("rm -f %s", tmp);
-        char *ignored = NULL;
-        s_run (w, o, sandbox_id, rm, &code, &ignored);
-        free (ignored);
-        free (rm);
-    }
-    struct stat st;
-    char *target = !dir && stat (local, &st) == 0 && S_ISDIR (st.st_mode)
-                       ? zsys_sprintf ("%s/%s", local, s_basename (path))
-                       : strdup (local);
-    char why[600];
-    size_t files = 0;
-    if (rc == 0 && dir) {
-        if (zsys_dir_create ("%s", target) != 0 ||
-            cli_tar_extract (data, size, target, &files, why, sizeof why)) {
-            fprintf (stderr, "sbx sandbox cp: %s\n", errno && !files ? strerror (errno) : why);
-            rc = 1;
-        } else
-            printf ("copied %s:%s (%zu files) to %s\n", sandbox_id, path, files, target);
-    } else if (rc == 0) {
-        FILE *f = fopen (target, "wb");
-        if (!f || fwrite (data, 1, size, f) != size) {
-            fprintf (stderr, "sbx sandbox cp: %s: %s\n", target, strerror (errno));
-            rc = 1;
-        } else
-            printf ("copied %s:%s (%zu bytes) to %s\n", sandbox_id, path, size, target);
-        if (f)
-            fclose (f);
-    }
-    free (target);
-    free (data);
-    return rc;
-}
-
-//  cp SRC DST: exactly one of them is ID:PATH.
-static int s_cp (s_where_t *w, s_opts_t *o, const char *src, const char *dst)
-{
-    const char *src_path = NULL, *dst_path = NULL;
-    char *src_id = s_remote_path (src, &src_path), *dst_id = s_remote_path (dst, &dst_path);
-    int rc;
-    if (!src_id == !dst_id) {
-        fprintf (stderr, "sbx sandbox cp: one side is the sandbox's, as ID:/PATH "
-                         "(sbx sandbox cp ./dir sb_0123456789:/root/dir, or the other way)\n");
-        rc = 2;
-    } else if (src_id)
-        rc = s_cp_down (w, o, src_id, src_path, dst);
-    else
-        rc = s_cp_up (w, o, src, dst_id, dst_path);
-    free (src_id);
-    free (dst_id);
     return rc;
 }
 
@@ -991,7 +606,7 @@ int cli_sandbox_main (int argc, char **argv)
     }
     char name[64];
     snprintf (name, sizeof name, "sbx sandbox %s", verb);
-    s_where_t where = {0};
+    cli_where_t where = {0};
     if (rc < 0 && cli_rest_for (name, o.data_dir, &where.rest))
         rc = 2;
     //  The broker lets an operator create on an account's behalf; REST has no such field:
@@ -1013,10 +628,8 @@ int cli_sandbox_main (int argc, char **argv)
             where.config = sbx_config_new (o.data_dir);
             where.api = where.config ? sbx_api_new (where.config) : NULL;
         }
-        rc = where.rest || where.api ? s_cp (&where, &o, pos[0], pos[1]) : 1;
-        sbx_api_destroy (&where.api);
-        sbx_config_destroy (&where.config);
-        cli_rest_destroy (&where.rest);
+        rc = where.rest || where.api ? cli_cp (&where, pos[0], pos[1]) : 1;
+        cli_where_close (&where);
         zlist_destroy (&o.labels);
         zlist_destroy (&o.env);
         return rc;
@@ -1045,7 +658,7 @@ int cli_sandbox_main (int argc, char **argv)
             fprintf (stderr, "sbx sandbox exec: give the command after --\n");
             rc = 2;
         } else {
-            char *line = s_command (ncommand, command);
+            char *line = cli_shell_command (ncommand, command);
             if (!line || cli_op_set_text (op, "command", line, "COMMAND"))
                 rc = 2;
             free (line);
@@ -1076,9 +689,7 @@ int cli_sandbox_main (int argc, char **argv)
         rc = s_read (&where, op, pos[1]);
     else
         rc = s_sandboxes (&where, op, s_verbs[v].op, &o);
-    sbx_api_destroy (&where.api);
-    sbx_config_destroy (&where.config);
-    cli_rest_destroy (&where.rest);
+    cli_where_close (&where);
     cli_op_destroy (&op);
     zlist_destroy (&o.labels);
     zlist_destroy (&o.env);
