@@ -18,6 +18,8 @@ PACKAGES=(
   # tests and tools
   python3 python3-venv python3-setuptools python3-wheel sqlite3 curl ca-certificates procps
   iproute2
+  # the benchmarks' HTTP load (bench/run)
+  wrk
   # a real browser for the sign-in and consent pages' tests (test_edge_site.py)
   chromium
   # a real balancer in front of several gateways (test_edge_balance.py runs its own, in
