@@ -619,7 +619,19 @@ sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request)
     const char *account = s_operator (request->caller) ? NULL : request->caller->account_id;
     if (!s_operator (request->caller) && !account)
         return reply; //  no account, no sandboxes
-    if (brk_store_sandbox_list (ctx->store, account, s_list_one, &list) < 0) {
+    //  An operator who names an account (by id or email) sees that account's only.
+    brk_account_t owner = {0};
+    if (s_operator (request->caller) && request->caller->account_id) {
+        sbx_msg_t *refused = s_owner (ctx, request, &owner);
+        if (refused) {
+            sbx_msg_destroy (&reply);
+            return refused;
+        }
+        account = owner.id;
+    }
+    int rc = brk_store_sandbox_list (ctx->store, account, s_list_one, &list);
+    brk_account_clear (&owner);
+    if (rc < 0) {
         sbx_msg_destroy (&reply);
         reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot list sandboxes");
     }

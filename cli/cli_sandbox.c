@@ -33,7 +33,7 @@ static void s_usage (FILE *out)
         "usage: sbx sandbox create [--account ACCOUNT] [--name N] [--type small|medium|large]\n"
         "                          [--ttl DURATION] [--no-network] [--label K=V]...\n"
         "                          [--snapshot SNAPSHOT_ID]\n"
-        "       sbx sandbox list\n"
+        "       sbx sandbox list [--account ACCOUNT]\n"
         "       sbx sandbox get|stop|resume|delete ID\n"
         "       sbx sandbox extend ID --ttl DURATION\n"
         "       sbx sandbox exec ID [--detach] [--timeout DURATION] [--cwd DIR] [--env K=V]...\n"
@@ -49,7 +49,8 @@ static void s_usage (FILE *out)
         "Where: after `sbx login URL` (or with SBX_URL and SBX_API_KEY set) the commands go\n"
         "to that service's REST API as the key's account, from any machine and user. On the\n"
         "sbx host without a profile, or with --data-dir, they go to the local broker as an\n"
-        "operator, who sees every account's sandboxes and creates with --account.\n\n"
+        "operator, who sees every account's sandboxes (one account's with list --account)\n"
+        "and creates with --account.\n\n"
         "These are the REST API's operations (docs/openapi.json) with its limits: a TTL of\n"
         "60 s to 30 days (ttlSeconds), an exec timeout of 1 to 600 s, files up to 16 MiB.\n"
         "DURATION is 90, 90s, 15m, 2h or 7d. --json prints REST's JSON (camelCase:\n"
@@ -617,9 +618,10 @@ int cli_sandbox_main (int argc, char **argv)
                  "sandbox is the API key's account's\n",
                  name, cli_rest_url (where.rest));
         rc = 2;
-    } else if (rc < 0 && !where.rest && !o.account != !streq (verb, "create")) {
+    } else if (rc < 0 && !where.rest &&
+               (streq (verb, "create") ? !o.account : o.account && !streq (verb, "list"))) {
         fprintf (stderr, "%s: %s\n", name,
-                 o.account ? "--account goes with create" : "--account is required");
+                 o.account ? "--account goes with create and list" : "--account is required");
         rc = 2;
     }
     if (rc < 0 && streq (verb, "cp")) {

@@ -40,6 +40,12 @@ class SandboxTest(unittest.TestCase):
         sb = s.cli_json("sandbox", "create", "--account", ADMIN, "--name", "demo", timeout=300)
         print(f"\ncreate → ready: {time.monotonic() - t0:.1f}s")
         sid = sb["id"]
+        # An operator's list of one account (by email), or of every account's.
+        mine = s.cli_json("sandbox", "list", "--account", ADMIN)["sandboxes"]
+        self.assertEqual([x["id"] for x in mine], [sid])
+        res = s.cli("sandbox", "list", "--account", "nobody@example.com", check=False)
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("no account 'nobody@example.com'", res.stderr)
         self.assertRegex(sid, r"^sb_[a-z0-9]{10}$")
         self.assertEqual(sb["state"], "ready")
         self.assertEqual(sb["name"], "demo")
