@@ -71,6 +71,7 @@ typedef struct {
     uint64_t spawn_mono; //  when it was spawned, for "ready after N ms"
     uint64_t started_ms; //  the same on the wall clock, for the status file
     off_t log_start;     //  the size of its log when it was spawned
+    unsigned failed;     //  exits in a row before it got ready
 } child_t;
 
 struct _cli_supervisor_t {
@@ -95,10 +96,14 @@ struct _cli_supervisor_t {
     void *ready_arg;
     cli_supervisor_event_fn *event_fn;
     void *event_arg;
+    unsigned give_up; //  failed starts in a row that end it all; 0: never
+    char *failure;    //  why it gave up, or NULL
+    int give_up_timer_id;
 };
 
 static void s_dispatch (child_t *child, event_t event);
 static void s_stop_next (cli_supervisor_t *self);
+static void s_begin_stop (cli_supervisor_t *self);
 
 //  --------------------------------------------------------------------------
 //  Small helpers
@@ -453,6 +458,7 @@ static void a_ready (child_t *child)
     //  One line is all a child may say: the pipe has done its job.
     s_pipe_close (child);
     child->ever_ready = true;
+    child->failed = 0;
     sbx_info ("%s ready after %llu ms (pid %d)", child->name,
               (unsigned long long) (sbx_clock_mono_ms () - child->spawn_mono), (int) child->pid);
     s_set_state (child, STATE_READY);
@@ -470,10 +476,23 @@ static void a_stopped (child_t *child)
     s_set_state (child, STATE_STOPPED);
 }
 
-//  A crash or an exit on its own; while stopping, that is just one fewer to stop.
+static int s_on_give_up (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    cli_supervisor_t *self = arg;
+    self->give_up_timer_id = 0;
+    s_begin_stop (self);
+    return 0;
+}
+
+//  A crash or an exit on its own; while stopping, that is just one fewer to stop. One
+//  that never got ready that many times in a row fails the same way each time (a port
+//  in use, a bad setting, a missing file): restarting it for ever helps nobody.
 static void a_exited (child_t *child)
 {
-    if (child->owner->stopping) {
+    cli_supervisor_t *self = child->owner;
+    if (self->stopping) {
         a_stopped (child);
         return;
     }
@@ -481,6 +500,19 @@ static void a_exited (child_t *child)
     s_describe_exit (child, why, sizeof why);
     s_pipe_close (child);
     s_timer_clear (child);
+    if (child->state == STATE_STARTING && self->give_up && ++child->failed >= self->give_up) {
+        char error[600];
+        s_last_error (child, error, sizeof error);
+        free (self->failure);
+        self->failure = zsys_sprintf ("%s %s %u times in a row before it was ready%s%s",
+                                      child->name, why, child->failed, *error ? ": " : "", error);
+        sbx_error ("%s; giving up", self->failure);
+        s_set_state (child, STATE_STOPPED);
+        //  From the loop, not from inside this child's action.
+        if (self->loop && !self->give_up_timer_id)
+            self->give_up_timer_id = zloop_timer (self->loop, 1, 1, s_on_give_up, self);
+        return;
+    }
     s_schedule_restart (child, why);
 }
 
@@ -834,6 +866,8 @@ void cli_supervisor_destroy (cli_supervisor_t **self_p)
         s_status_write (self);
         if (self->end_timer_id != -1)
             zloop_timer_end (self->loop, self->end_timer_id);
+        if (self->give_up_timer_id)
+            zloop_timer_end (self->loop, self->give_up_timer_id);
         zmq_pollitem_t item = {NULL, self->signal_fd, ZMQ_POLLIN, 0};
         zloop_poller_end (self->loop, &item);
     }
@@ -851,6 +885,7 @@ void cli_supervisor_destroy (cli_supervisor_t **self_p)
     free (self->children);
     free (self->log_dir);
     free (self->status_path);
+    free (self->failure);
     free (self);
     *self_p = NULL;
 }
@@ -985,6 +1020,16 @@ int cli_supervisor_start (cli_supervisor_t *self, zloop_t *loop)
     self->next = 1;
     s_dispatch (self->children[0], EVENT_SPAWN);
     return 0;
+}
+
+void cli_supervisor_set_give_up (cli_supervisor_t *self, unsigned failed_starts)
+{
+    self->give_up = failed_starts;
+}
+
+const char *cli_supervisor_failure (cli_supervisor_t *self)
+{
+    return self->failure;
 }
 
 void cli_supervisor_stop (cli_supervisor_t *self)

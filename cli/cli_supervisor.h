@@ -9,7 +9,8 @@
       broker binds the sockets the others connect to). One that is not ready within
       the start timeout (60 s) is killed and restarted.
     - A child that exits is restarted after a backoff (0.25 s, doubling up to 30 s, back
-      to 0.25 s once it has been ready for 60 s); the others are not touched.
+      to 0.25 s once it has been ready for 60 s); the others are not touched. One that
+      exits before it is ready several times in a row (set_give_up) stops them all.
     - SIGINT or SIGTERM stops the children one at a time in reverse order (SIGTERM, then
       SIGKILL after a 10 s grace), then ends the loop. A second one kills at once.
     - Each child's stdout and stderr are appended to <log_dir>/<name>.log; after every
@@ -77,6 +78,14 @@ void cli_supervisor_set_backoff (cli_supervisor_t *self, unsigned min_msecs, uns
                                  unsigned reset_msecs);
 
 void cli_supervisor_set_ready_fn (cli_supervisor_t *self, cli_supervisor_ready_fn *fn, void *arg);
+
+//  A child that exits failed_starts times in a row before it is ready stops everything
+//  (0, the default: never). cli_supervisor_failure then says which and why.
+void cli_supervisor_set_give_up (cli_supervisor_t *self, unsigned failed_starts);
+
+//  Why the supervisor gave up ("sbx-gateway exited with status 1 5 times in a row before
+//  it was ready: <its last error line>"), or NULL.
+const char *cli_supervisor_failure (cli_supervisor_t *self);
 
 void cli_supervisor_set_event_fn (cli_supervisor_t *self, cli_supervisor_event_fn *fn, void *arg);
 

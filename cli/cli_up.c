@@ -93,6 +93,8 @@ static void s_on_ready (cli_supervisor_t *supervisor, void *arg)
     sbx_peer_request (self->peer, &request, 10000, s_on_admin, self);
 }
 
+#define S_GIVE_UP 5 //  failed starts in a row of one daemon that stop sbx up
+
 static void s_usage (FILE *out)
 {
     fprintf (out,
@@ -284,12 +286,23 @@ int cli_up_main (int argc, char **argv)
     if (rc == 0) {
         up.loop = zloop_new ();
         cli_supervisor_set_ready_fn (up.supervisor, s_on_ready, &up);
+        //  A daemon that cannot start (port in use, bad setting, missing image) fails the
+        //  same way each time: after five in a row sbx up stops and says why.
+        cli_supervisor_set_give_up (up.supervisor, S_GIVE_UP);
         if (cli_supervisor_start (up.supervisor, up.loop))
             rc = 1;
         else {
             sbx_info ("starting sbx in %s", sbx_config_data_dir (up.config));
             zloop_start (up.loop);
         }
+    }
+    const char *failure = up.supervisor ? cli_supervisor_failure (up.supervisor) : NULL;
+    if (failure) {
+        fprintf (stderr,
+                 "sbx up: %s. Stopped: fix that and run sbx up again (the daemon's "
+                 "log is in %s/logs).\n",
+                 failure, sbx_config_data_dir (up.config));
+        rc = 1;
     }
     sbx_peer_destroy (&up.peer);
     cli_supervisor_destroy (&up.supervisor);

@@ -312,8 +312,13 @@ void vmd_template_destroy (vmd_template_t **self_p)
     vmd_template_t *self = *self_p;
     if (!self)
         return;
-    //  A hidden guest's QEMU outlives vmd like any guest's; the next start removes it.
+    //  A capture in progress is abandoned with its QEMU: unlike a sandbox's, nothing
+    //  would adopt it (the next start begins the capture again), and it must not outlive
+    //  vmd (an `sbx up` that stops for good would leave it running).
+    bool capturing = self->guest != NULL;
     vmd_guest_destroy (&self->guest);
+    if (capturing && self->work)
+        s_remove (self->work);
     for (int type = 0; type < S_TYPES; type++)
         free (self->ready[type]);
     free (self->root);

@@ -1,5 +1,6 @@
 """sbx up, sbx status, accounts and keys, supervision: the operator contract (issue 2)."""
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -26,6 +27,34 @@ class UpTest(unittest.TestCase):
         self.assertIn("unknown command", res.stderr)
         res = subprocess.run([binary("sbx-broker"), "--bogus"], capture_output=True, text=True)
         self.assertEqual(res.returncode, 2)
+
+    def test_up_gives_up_on_a_daemon_that_cannot_start(self):
+        # The gateway's port is taken: it fails the same way each start, so after five in
+        # a row sbx up stops everything and exits non-zero, saying which daemon and why
+        # (issue 18: supervision that fails fast).
+        import socket
+        import tempfile
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            port = taken.getsockname()[1]
+            d = tempfile.mkdtemp(prefix="sbxtest-giveup-")
+            try:
+                res = subprocess.run([binary("sbx"), "up", "--data-dir", d, "--listen",
+                                      f"127.0.0.1:{port}"], capture_output=True, text=True,
+                                     timeout=300, stdin=subprocess.DEVNULL)
+                self.assertEqual(res.returncode, 1, res.stderr[-2000:])
+                self.assertIn("sbx up: sbx-gateway exited with status", res.stderr)
+                self.assertIn("5 times in a row before it was ready", res.stderr)
+                self.assertIn(str(port), res.stderr)  # the gateway's own words: the address
+                st = subprocess.run([binary("sbx"), "status", "--json", "--data-dir", d],
+                                    capture_output=True, text=True, timeout=30)
+                self.assertFalse(json.loads(st.stdout)["running"])
+                # Nothing of it runs on: not even the template capture vmd had begun.
+                left = subprocess.run(["pgrep", "-af", d], capture_output=True, text=True)
+                self.assertEqual(left.stdout, "")
+            finally:
+                subprocess.run(["rm", "-rf", d])
 
     def test_status_when_not_running(self):
         s = Sbx(self, "down")
