@@ -230,6 +230,16 @@ int cli_up_main (int argc, char **argv)
         sbx_config_set (up.config, "box_domain", box_domain);
     if (plain)
         sbx_config_set (up.config, "tls", "off");
+    //  Every setting by its kind, before anything starts or is written.
+    char why[600];
+    if (sbx_config_check (up.config, why, sizeof why)) {
+        fprintf (stderr,
+                 "sbx up: %s (invalid_argument; from the options or %s/sbx.conf). Nothing was "
+                 "started or changed.\n",
+                 why, sbx_config_data_dir (up.config));
+        sbx_config_destroy (&up.config);
+        return 2;
+    }
     const char *box = sbx_config_get (up.config, "box_domain", NULL);
     if (box && *box && !s_dns_name (box)) {
         fprintf (stderr,

@@ -15,67 +15,76 @@
 //  Every key a process may read, with its default. "%D" stands for the data directory.
 //  An unknown key in sbx.conf is a warning (a newer config on an older binary), an
 //  unknown key on the command line an error (a typo the operator should see).
+//  Each value is checked by its kind (sbx_config_check): a number where the default is
+//  one, or the kind given.
+typedef enum { K_ANY, K_ONOFF, K_TRUEFALSE, K_HOSTPORT, K_FILE, K_DIR } s_kind_t;
+
 typedef struct {
     const char *key;
     const char *dflt;
+    s_kind_t kind;
 } s_known_t;
 
 static const s_known_t s_known[] = {
-    {"broker.endpoint", "ipc://%D/run/broker.sock"},
-    {"broker.bind", NULL}, //  = broker.endpoint
-    {"tap.endpoint", "ipc://%D/run/tap.sock"},
-    {"tap.bind", NULL}, //  = tap.endpoint
-    {"broker.public_key", NULL},
-    {"instance", NULL}, //  = host name
-    {"heartbeat_ms", "1000"},
-    {"request_timeout_ms", "30000"},
-    {"listen", "127.0.0.1:8443"},
-    {"domain", "localhost"},
-    {"public_url", NULL}, //  the origin clients see, when a balancer stands in front (sbx_urls)
-    {"box_domain", NULL}, //  = box.<domain>; its own registrable domain in public (sbx_site.h)
-    {"tls", "on"},
-    {"tls.cert", NULL},
-    {"tls.key", NULL},
-    {"image_dir", NULL},
-    {"vmd.capacity", "8"},
-    {"vmd.tcg_tb_mib", "64"}, //  TCG's translation cache per guest, MiB (vmd_qemu.h)
-    {"vmd.network", "isolated"},
-    {"vmd.qemu_user", NULL},
-    {"vmd.templates", "small"}, //  types restored from a booted template (docs/snapshots.md)
-    {"vmd.restore_timeout_ms", "30000"},     //  a restore's deadline (docs/vmd.md)
-    {"vmd.agent_frame_timeout_ms", "10000"}, //  an agent frame's deadline (docs/vmd.md)
-    {"rate.small", "10"},                    //  µ$ per second of running time: $0.036 an hour
-    {"rate.medium", "20"},
-    {"rate.large", "40"},
-    {"wallet.initial", "0"},
-    {"mcp.origins", NULL},
+    {"broker.endpoint", "ipc://%D/run/broker.sock", K_ANY},
+    {"broker.bind", NULL, K_ANY}, //  = broker.endpoint
+    {"tap.endpoint", "ipc://%D/run/tap.sock", K_ANY},
+    {"tap.bind", NULL, K_ANY}, //  = tap.endpoint
+    {"broker.public_key", NULL, K_ANY},
+    {"instance", NULL, K_ANY}, //  = host name
+    {"heartbeat_ms", "1000", K_ANY},
+    {"request_timeout_ms", "30000", K_ANY},
+    {"listen", "127.0.0.1:8443", K_HOSTPORT},
+    {"domain", "localhost", K_ANY},
+    {"public_url", NULL,
+     K_ANY}, //  the origin clients see, when a balancer stands in front (sbx_urls)
+    {"box_domain", NULL,
+     K_ANY}, //  = box.<domain>; its own registrable domain in public (sbx_site.h)
+    {"tls", "on", K_ONOFF},
+    {"tls.cert", NULL, K_FILE},
+    {"tls.key", NULL, K_FILE},
+    {"image_dir", NULL, K_DIR},
+    {"vmd.capacity", "8", K_ANY},
+    {"vmd.tcg_tb_mib", "64", K_ANY}, //  TCG's translation cache per guest, MiB (vmd_qemu.h)
+    {"vmd.network", "isolated", K_ANY},
+    {"vmd.qemu_user", NULL, K_ANY},
+    {"vmd.templates", "small", K_ANY}, //  types restored from a booted template (docs/snapshots.md)
+    {"vmd.restore_timeout_ms", "30000", K_ANY},     //  a restore's deadline (docs/vmd.md)
+    {"vmd.agent_frame_timeout_ms", "10000", K_ANY}, //  an agent frame's deadline (docs/vmd.md)
+    {"rate.small", "10", K_ANY}, //  µ$ per second of running time: $0.036 an hour
+    {"rate.medium", "20", K_ANY},
+    {"rate.large", "40", K_ANY},
+    {"wallet.initial", "0", K_ANY},
+    {"mcp.origins", NULL, K_ANY},
     //  OAuth (docs/oauth.md): token lifetimes, and what the gateway may fetch client ID
     //  metadata documents from (private addresses: tests only) and which extra CA it trusts.
-    {"oauth.access_ttl_s", "3600"},
-    {"oauth.refresh_ttl_s", "2592000"},
-    {"gateway.oauth_allow_private_fetch", "false"},
-    {"gateway.oauth_fetch_ca", NULL},
+    {"oauth.access_ttl_s", "3600", K_ANY},
+    {"oauth.refresh_ttl_s", "2592000", K_ANY},
+    {"gateway.oauth_allow_private_fetch", "false", K_TRUEFALSE},
+    {"gateway.oauth_fetch_ca", NULL, K_FILE},
     //  The gateway's tap-fed copy of sandboxes (gateway/gw_cache.h).
-    {"gateway.read_cache", "on"},
-    {"gateway.usage_cache_ms", "1000"},
-    {"gateway.auth_cache_ms", "5000"}, //  how long a good API key is trusted unasked (gw_auth)
-    {"gateway.rate_report_ms", "250"}, //  how often key rates are shared with the broker (gw_auth)
+    {"gateway.read_cache", "on", K_ONOFF},
+    {"gateway.usage_cache_ms", "1000", K_ANY},
+    {"gateway.auth_cache_ms", "5000",
+     K_ANY}, //  how long a good API key is trusted unasked (gw_auth)
+    {"gateway.rate_report_ms", "250",
+     K_ANY}, //  how often key rates are shared with the broker (gw_auth)
     //  The edge against slow and guessing clients (docs/operations.md, gateway/gw_http.h):
     //  deadlines for a request's headers and its body's progress, the sign-in pool, and
     //  dynamic client registrations per client address per minute.
-    {"gateway.header_timeout_ms", "30000"},
-    {"gateway.body_timeout_ms", "30000"},
-    {"gateway.signin_threads", "2"},
-    {"gateway.register_per_minute", "10"},
+    {"gateway.header_timeout_ms", "30000", K_ANY},
+    {"gateway.body_timeout_ms", "30000", K_ANY},
+    {"gateway.signin_threads", "2", K_ANY},
+    {"gateway.register_per_minute", "10", K_ANY},
     //  Plan limits (docs/limits.md): plan.P.* for any plan P; unset fields of another plan
     //  take the free plan's values; 0 means no limit.
-    {"plan.free.starts_per_day", "100"},
-    {"plan.free.running", "5"},
-    {"plan.free.ttl_max_s", "86400"},
-    {"plan.free.ttl_default_s", "3600"},
-    {"plan.free.requests_per_second", "20"},
-    {"plan.free.snapshots", "0"}, //  user snapshots kept per account
-    {NULL, NULL}};
+    {"plan.free.starts_per_day", "100", K_ANY},
+    {"plan.free.running", "5", K_ANY},
+    {"plan.free.ttl_max_s", "86400", K_ANY},
+    {"plan.free.ttl_default_s", "3600", K_ANY},
+    {"plan.free.requests_per_second", "20", K_ANY},
+    {"plan.free.snapshots", "0", K_ANY}, //  user snapshots kept per account
+    {NULL, NULL, K_ANY}};
 
 typedef struct {
     char *key;
@@ -92,7 +101,7 @@ struct sbx_config_t {
 };
 
 //  plan.<name>.<field> is known for every plan name (plans are the operator's to name).
-static const s_known_t s_plan_key = {"plan.*", NULL};
+static const s_known_t s_plan_key = {"plan.*", "0", K_ANY}; //  numbers, as the default
 static const char *s_plan_fields[] = {
     "starts_per_day",      "running", "ttl_max_s", "ttl_default_s", "snapshots",
     "requests_per_second", NULL};
@@ -333,6 +342,48 @@ uint64_t sbx_config_get_range (sbx_config_t *self, const char *key, uint64_t dfl
     return value;
 }
 
+//  Why value will not do for key, in why; 0 when it does.
+static int s_check_value (const s_known_t *known, const char *key, const char *value, char *why,
+                          size_t why_size)
+{
+    const char *want = NULL;
+    bool number =
+        known->dflt && *known->dflt && strspn (known->dflt, "0123456789") == strlen (known->dflt);
+    struct stat st;
+    if (number &&
+        (!*value || strspn (value, "0123456789") != strlen (value) || strlen (value) > 19))
+        want = "a whole number (no sign, no unit)";
+    else if (known->kind == K_ONOFF && strcmp (value, "on") && strcmp (value, "off"))
+        want = "on or off";
+    else if (known->kind == K_TRUEFALSE && strcmp (value, "true") && strcmp (value, "false"))
+        want = "true or false";
+    else if (known->kind == K_HOSTPORT) {
+        const char *colon = strrchr (value, ':');
+        char *end = NULL;
+        long port = colon ? strtol (colon + 1, &end, 10) : -1;
+        if (!colon || colon == value || !end || *end || colon[1] == 0 || port < 0 || port > 65535)
+            want = "HOST:PORT with a port from 0 to 65535 (0: any free one)";
+    } else if ((known->kind == K_FILE || known->kind == K_DIR) && *value &&
+               (stat (value, &st) != 0 || (known->kind == K_DIR) != S_ISDIR (st.st_mode) ||
+                access (value, R_OK) != 0))
+        want = known->kind == K_DIR ? "a directory that exists" : "a readable file that exists";
+    if (!want)
+        return 0;
+    snprintf (why, why_size, "%s = '%.200s' will not do: it must be %s", key, value, want);
+    return -1;
+}
+
+int sbx_config_check (sbx_config_t *self, char *why, size_t why_size)
+{
+    for (size_t i = 0; i < self->count; i++) {
+        const s_known_t *known = s_lookup_known (self->entries[i].key);
+        if (known &&
+            s_check_value (known, self->entries[i].key, self->entries[i].value, why, why_size))
+            return -1;
+    }
+    return 0;
+}
+
 int sbx_config_set (sbx_config_t *self, const char *key, const char *value)
 {
     assert (self && key && value);
@@ -375,6 +426,29 @@ void sbx_config_test (bool verbose)
     char dir[] = "/tmp/sbx_config_test.XXXXXX";
     assert (mkdtemp (dir));
     sbx_config_t *config = sbx_config_new (dir);
+    {
+        //  Each value is checked by its key's kind.
+        char why[400];
+        assert (sbx_config_check (config, why, sizeof why) == 0);
+        const char *bad[][2] = {{"vmd.capacity", "lots"},     {"listen", "127.0.0.1:99999"},
+                                {"listen", "nohost"},         {"tls", "maybe"},
+                                {"tls.cert", "/nonexistent"}, {"image_dir", "/etc/hostname"},
+                                {"plan.gold.running", "-1"},  {"gateway.read_cache", "yes"},
+                                {"heartbeat_ms", "10s"}};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            sbx_config_t *c = sbx_config_new (dir);
+            assert (sbx_config_set (c, bad[i][0], bad[i][1]) == 0);
+            assert (sbx_config_check (c, why, sizeof why) == -1);
+            assert (strstr (why, bad[i][0]) && strstr (why, "will not do"));
+            sbx_config_destroy (&c);
+        }
+        sbx_config_t *c = sbx_config_new (dir);
+        sbx_config_set (c, "listen", "127.0.0.1:0");
+        sbx_config_set (c, "image_dir", "/tmp");
+        sbx_config_set (c, "vmd.capacity", "16");
+        assert (sbx_config_check (c, why, sizeof why) == 0);
+        sbx_config_destroy (&c);
+    }
     assert (config);
     char expect[512];
     snprintf (expect, sizeof expect, "ipc://%s/run/broker.sock", sbx_config_data_dir (config));

@@ -21,6 +21,7 @@
 #define SBX_CONFIG_H_INCLUDED
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct sbx_config_t sbx_config_t;
@@ -43,6 +44,11 @@ uint64_t sbx_config_get_uint (sbx_config_t *self, const char *key, uint64_t dflt
 //  when self is NULL (self-tests) or the key is unset.
 uint64_t sbx_config_get_range (sbx_config_t *self, const char *key, uint64_t dflt, uint64_t min,
                                uint64_t max);
+
+//  Checks every value set (in sbx.conf or overridden) against its key's kind: a number
+//  where the default is one, on/off, true/false, HOST:PORT, a file or directory that
+//  exists. 0, or -1 with why naming the first key that will not do and what it must be.
+int sbx_config_check (sbx_config_t *self, char *why, size_t why_size);
 
 //  Overrides key (from the command line). Returns 0, or -1 for an unknown key.
 int sbx_config_set (sbx_config_t *self, const char *key, const char *value);

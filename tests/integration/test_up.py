@@ -28,6 +28,27 @@ class UpTest(unittest.TestCase):
         res = subprocess.run([binary("sbx-broker"), "--bogus"], capture_output=True, text=True)
         self.assertEqual(res.returncode, 2)
 
+    def test_up_refuses_a_bad_setting(self):
+        # Each setting is checked by its kind before anything starts or is written.
+        import tempfile
+        d = tempfile.mkdtemp(prefix="sbxtest-badconf-")
+        try:
+            res = subprocess.run([binary("sbx"), "up", "--data-dir", d, "--listen",
+                                  "127.0.0.1:99999"], capture_output=True, text=True, timeout=60)
+            self.assertEqual(res.returncode, 2)
+            self.assertIn("listen = '127.0.0.1:99999' will not do: it must be HOST:PORT",
+                          res.stderr)
+            self.assertFalse(os.path.exists(os.path.join(d, "sbx.conf")))  # nothing written
+            with open(os.path.join(d, "sbx.conf"), "w") as f:
+                f.write("vmd.capacity = lots\n")
+            res = subprocess.run([binary("sbx"), "up", "--data-dir", d], capture_output=True,
+                                 text=True, timeout=60)
+            self.assertEqual(res.returncode, 2)
+            self.assertIn("vmd.capacity = 'lots' will not do: it must be a whole number",
+                          res.stderr)
+        finally:
+            subprocess.run(["rm", "-rf", d])
+
     def test_up_gives_up_on_a_daemon_that_cannot_start(self):
         # The gateway's port is taken: it fails the same way each start, so after five in
         # a row sbx up stops everything and exits non-zero, saying which daemon and why
