@@ -198,6 +198,12 @@ void gw_mcp_destroy (gw_mcp_t **self_p)
             //  A stream still held (http outlives us) is ended, so no callback finds us.
             if (job->stream)
                 gw_request_stream_end (job->stream);
+            else if (job->modern && self->http) {
+                //  A 2026 call's request watches for its client leaving: not any more.
+                gw_request_t *req = gw_http_request (self->http, job->req_id);
+                if (req)
+                    gw_request_set_closed_fn (req, NULL, NULL);
+            }
             s_job_free (&job);
         }
         zhashx_destroy (&self->jobs);
