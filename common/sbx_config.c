@@ -16,7 +16,9 @@
 //  An unknown key in sbx.conf is a warning (a newer config on an older binary), an
 //  unknown key on the command line an error (a typo the operator should see).
 //  Each value is checked by its kind (sbx_config_check): a number where the default is
-//  one, or the kind given.
+//  one, or the kind given. Files are checked only where the operator brings them (a path
+//  that sbx up itself makes, such as its own CA for gateway.oauth_fetch_ca, may not exist
+//  yet when it checks).
 typedef enum { K_ANY, K_ONOFF, K_TRUEFALSE, K_HOSTPORT, K_FILE, K_DIR } s_kind_t;
 
 typedef struct {
@@ -61,7 +63,7 @@ static const s_known_t s_known[] = {
     {"oauth.access_ttl_s", "3600", K_ANY},
     {"oauth.refresh_ttl_s", "2592000", K_ANY},
     {"gateway.oauth_allow_private_fetch", "false", K_TRUEFALSE},
-    {"gateway.oauth_fetch_ca", NULL, K_FILE},
+    {"gateway.oauth_fetch_ca", NULL, K_ANY},
     //  The gateway's tap-fed copy of sandboxes (gateway/gw_cache.h).
     {"gateway.read_cache", "on", K_ONOFF},
     {"gateway.usage_cache_ms", "1000", K_ANY},
