@@ -867,7 +867,9 @@ static bool s_agent_allowed (sbx_msg_type_t type, bool *read_only)
 {
     *read_only =
         type == SBX_MSG_AGENT_STATUS || type == SBX_MSG_AGENT_PS || type == SBX_MSG_AGENT_FILE_READ;
+    //  Typing into a terminal and resizing it act on the guest: not for read-only keys.
     return *read_only || type == SBX_MSG_AGENT_EXEC || type == SBX_MSG_AGENT_KILL ||
+           type == SBX_MSG_AGENT_INPUT || type == SBX_MSG_AGENT_RESIZE ||
            type == SBX_MSG_AGENT_FILE_WRITE;
 }
 
@@ -1165,6 +1167,28 @@ void brk_sandbox_test (bool verbose)
     reply = brk_testkit_call (client, ro, ++s_rid);
     assert (brk_testkit_code (reply) == SBX_E_PERMISSION_DENIED);
     sbx_msg_destroy (&reply);
+    //  Nor type into a terminal or resize it.
+    sbx_msg_type_t terminal[] = {SBX_MSG_AGENT_INPUT, SBX_MSG_AGENT_RESIZE};
+    for (int i = 0; i < 2; i++) {
+        sbx_msg_t *term = sbx_msg_new (terminal[i]);
+        if (i == 0)
+            sbx_msg_agent_input (term)->pid = 42;
+        else
+            *sbx_msg_agent_resize (term) = (sbx_agent_resize_t){.pid = 42, .rows = 9, .cols = 9};
+        uint8_t *term_data;
+        size_t term_size;
+        assert (sbx_msg_encode (term, &term_data, &term_size, &err) == 0);
+        relay = sbx_msg_new (SBX_MSG_SANDBOX_AGENT);
+        relay->caller = brk_testkit_caller (alice, "key_ro", SBX_KEY_PRESET_READ_ONLY);
+        sbx_str_set (&sbx_msg_sandbox_agent (relay)->sandbox_id, one);
+        sbx_bytes_set (&sbx_msg_sandbox_agent (relay)->request, term_data, term_size);
+        reply = brk_testkit_call (client, relay, ++s_rid);
+        assert (brk_testkit_code (reply) == SBX_E_PERMISSION_DENIED);
+        assert (strstr (sbx_msg_error (reply)->message, sbx_msg_type_name (terminal[i])));
+        sbx_msg_destroy (&reply);
+        free (term_data);
+        sbx_msg_destroy (&term);
+    }
     sbx_msg_t *setup = sbx_msg_new (SBX_MSG_AGENT_SETUP);
     uint8_t *setup_data;
     size_t setup_size;

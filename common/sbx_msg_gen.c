@@ -290,6 +290,10 @@ static const sbx_meta_struct_t s_meta_agent_status;
 static const sbx_meta_struct_t s_meta_agent_status_ok;
 static const sbx_meta_struct_t s_meta_agent_kill;
 static const sbx_meta_struct_t s_meta_agent_kill_ok;
+static const sbx_meta_struct_t s_meta_agent_input;
+static const sbx_meta_struct_t s_meta_agent_input_ok;
+static const sbx_meta_struct_t s_meta_agent_resize;
+static const sbx_meta_struct_t s_meta_agent_resize_ok;
 static const sbx_meta_struct_t s_meta_agent_ps;
 static const sbx_meta_struct_t s_meta_agent_ps_ok;
 static const sbx_meta_struct_t s_meta_agent_file_write;
@@ -582,8 +586,11 @@ static const sbx_meta_field_t s_fields_agent_exec[] = {
     {"stdin", SBX_META_BYTES, offsetof (sbx_agent_exec_t, stdin), false, 16777216, NULL, NULL},
     {"max_bytes", SBX_META_UINT, offsetof (sbx_agent_exec_t, max_bytes), false, 0, NULL, NULL},
     {"tag", SBX_META_STRING, offsetof (sbx_agent_exec_t, tag), false, 128, NULL, NULL},
+    {"pty", SBX_META_BOOL, offsetof (sbx_agent_exec_t, pty), false, 0, NULL, NULL},
+    {"rows", SBX_META_UINT, offsetof (sbx_agent_exec_t, rows), false, 0, NULL, NULL},
+    {"cols", SBX_META_UINT, offsetof (sbx_agent_exec_t, cols), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_agent_exec = {"agent.exec", sizeof (sbx_agent_exec_t), s_fields_agent_exec, 8};
+static const sbx_meta_struct_t s_meta_agent_exec = {"agent.exec", sizeof (sbx_agent_exec_t), s_fields_agent_exec, 11};
 
 static const sbx_meta_field_t s_fields_agent_exec_ok[] = {
     {"pid", SBX_META_UINT, offsetof (sbx_agent_exec_ok_t, pid), true, 0, NULL, NULL},
@@ -608,8 +615,9 @@ static const sbx_meta_field_t s_fields_agent_status[] = {
     {"stdout_offset", SBX_META_UINT, offsetof (sbx_agent_status_t, stdout_offset), false, 0, NULL, NULL},
     {"stderr_offset", SBX_META_UINT, offsetof (sbx_agent_status_t, stderr_offset), false, 0, NULL, NULL},
     {"max_bytes", SBX_META_UINT, offsetof (sbx_agent_status_t, max_bytes), false, 0, NULL, NULL},
+    {"wait_ms", SBX_META_UINT, offsetof (sbx_agent_status_t, wait_ms), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_agent_status = {"agent.status", sizeof (sbx_agent_status_t), s_fields_agent_status, 4};
+static const sbx_meta_struct_t s_meta_agent_status = {"agent.status", sizeof (sbx_agent_status_t), s_fields_agent_status, 5};
 
 static const sbx_meta_field_t s_fields_agent_status_ok[] = {
     {"pid", SBX_META_UINT, offsetof (sbx_agent_status_ok_t, pid), true, 0, NULL, NULL},
@@ -643,6 +651,30 @@ static const sbx_meta_field_t s_fields_agent_kill_ok[] = {
     {"pid", SBX_META_UINT, offsetof (sbx_agent_kill_ok_t, pid), true, 0, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_agent_kill_ok = {"agent.kill.ok", sizeof (sbx_agent_kill_ok_t), s_fields_agent_kill_ok, 1};
+
+static const sbx_meta_field_t s_fields_agent_input[] = {
+    {"pid", SBX_META_UINT, offsetof (sbx_agent_input_t, pid), true, 0, NULL, NULL},
+    {"data", SBX_META_BYTES, offsetof (sbx_agent_input_t, data), false, 65536, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_agent_input = {"agent.input", sizeof (sbx_agent_input_t), s_fields_agent_input, 2};
+
+static const sbx_meta_field_t s_fields_agent_input_ok[] = {
+    {"pid", SBX_META_UINT, offsetof (sbx_agent_input_ok_t, pid), true, 0, NULL, NULL},
+    {"written", SBX_META_UINT, offsetof (sbx_agent_input_ok_t, written), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_agent_input_ok = {"agent.input.ok", sizeof (sbx_agent_input_ok_t), s_fields_agent_input_ok, 2};
+
+static const sbx_meta_field_t s_fields_agent_resize[] = {
+    {"pid", SBX_META_UINT, offsetof (sbx_agent_resize_t, pid), true, 0, NULL, NULL},
+    {"rows", SBX_META_UINT, offsetof (sbx_agent_resize_t, rows), true, 0, NULL, NULL},
+    {"cols", SBX_META_UINT, offsetof (sbx_agent_resize_t, cols), true, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_agent_resize = {"agent.resize", sizeof (sbx_agent_resize_t), s_fields_agent_resize, 3};
+
+static const sbx_meta_field_t s_fields_agent_resize_ok[] = {
+    {"pid", SBX_META_UINT, offsetof (sbx_agent_resize_ok_t, pid), true, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_agent_resize_ok = {"agent.resize.ok", sizeof (sbx_agent_resize_ok_t), s_fields_agent_resize_ok, 1};
 
 static const sbx_meta_struct_t s_meta_agent_ps = {"agent.ps", sizeof (sbx_agent_ps_t), NULL, 0};
 
@@ -1562,6 +1594,14 @@ static const char *const s_from_agent_kill[] = {"vmd"};
 static const char *const s_to_agent_kill[] = {"agent"};
 static const char *const s_from_agent_kill_ok[] = {"agent"};
 static const char *const s_to_agent_kill_ok[] = {"vmd"};
+static const char *const s_from_agent_input[] = {"vmd"};
+static const char *const s_to_agent_input[] = {"agent"};
+static const char *const s_from_agent_input_ok[] = {"agent"};
+static const char *const s_to_agent_input_ok[] = {"vmd"};
+static const char *const s_from_agent_resize[] = {"vmd"};
+static const char *const s_to_agent_resize[] = {"agent"};
+static const char *const s_from_agent_resize_ok[] = {"agent"};
+static const char *const s_to_agent_resize_ok[] = {"vmd"};
 static const char *const s_from_agent_ps[] = {"vmd"};
 static const char *const s_to_agent_ps[] = {"agent"};
 static const char *const s_from_agent_ps_ok[] = {"agent"};
@@ -1819,6 +1859,10 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"agent.status.ok", &s_meta_agent_status_ok, s_from_agent_status_ok, 1, s_to_agent_status_ok, 1, SBX_MSG__UNKNOWN, false},
     {"agent.kill", &s_meta_agent_kill, s_from_agent_kill, 1, s_to_agent_kill, 1, SBX_MSG_AGENT_KILL_OK, false},
     {"agent.kill.ok", &s_meta_agent_kill_ok, s_from_agent_kill_ok, 1, s_to_agent_kill_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"agent.input", &s_meta_agent_input, s_from_agent_input, 1, s_to_agent_input, 1, SBX_MSG_AGENT_INPUT_OK, false},
+    {"agent.input.ok", &s_meta_agent_input_ok, s_from_agent_input_ok, 1, s_to_agent_input_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"agent.resize", &s_meta_agent_resize, s_from_agent_resize, 1, s_to_agent_resize, 1, SBX_MSG_AGENT_RESIZE_OK, false},
+    {"agent.resize.ok", &s_meta_agent_resize_ok, s_from_agent_resize_ok, 1, s_to_agent_resize_ok, 1, SBX_MSG__UNKNOWN, false},
     {"agent.ps", &s_meta_agent_ps, s_from_agent_ps, 1, s_to_agent_ps, 1, SBX_MSG_AGENT_PS_OK, false},
     {"agent.ps.ok", &s_meta_agent_ps_ok, s_from_agent_ps_ok, 1, s_to_agent_ps_ok, 1, SBX_MSG__UNKNOWN, false},
     {"agent.file.write", &s_meta_agent_file_write, s_from_agent_file_write, 1, s_to_agent_file_write, 1, SBX_MSG_AGENT_FILE_WRITE_OK, false},
@@ -2056,6 +2100,26 @@ sbx_agent_kill_t *sbx_msg_agent_kill (struct sbx_msg_s *msg)
 sbx_agent_kill_ok_t *sbx_msg_agent_kill_ok (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_AGENT_KILL_OK ? (sbx_agent_kill_ok_t *) msg->body : NULL;
+}
+
+sbx_agent_input_t *sbx_msg_agent_input (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_AGENT_INPUT ? (sbx_agent_input_t *) msg->body : NULL;
+}
+
+sbx_agent_input_ok_t *sbx_msg_agent_input_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_AGENT_INPUT_OK ? (sbx_agent_input_ok_t *) msg->body : NULL;
+}
+
+sbx_agent_resize_t *sbx_msg_agent_resize (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_AGENT_RESIZE ? (sbx_agent_resize_t *) msg->body : NULL;
+}
+
+sbx_agent_resize_ok_t *sbx_msg_agent_resize_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_AGENT_RESIZE_OK ? (sbx_agent_resize_ok_t *) msg->body : NULL;
 }
 
 sbx_agent_ps_t *sbx_msg_agent_ps (struct sbx_msg_s *msg)

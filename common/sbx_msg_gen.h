@@ -196,6 +196,10 @@ typedef enum {
     SBX_MSG_AGENT_STATUS_OK,          //  agent.status.ok
     SBX_MSG_AGENT_KILL,               //  agent.kill
     SBX_MSG_AGENT_KILL_OK,            //  agent.kill.ok
+    SBX_MSG_AGENT_INPUT,              //  agent.input
+    SBX_MSG_AGENT_INPUT_OK,           //  agent.input.ok
+    SBX_MSG_AGENT_RESIZE,             //  agent.resize
+    SBX_MSG_AGENT_RESIZE_OK,          //  agent.resize.ok
     SBX_MSG_AGENT_PS,                 //  agent.ps
     SBX_MSG_AGENT_PS_OK,              //  agent.ps.ok
     SBX_MSG_AGENT_FILE_WRITE,         //  agent.file.write
@@ -341,6 +345,10 @@ typedef struct sbx_agent_status_s sbx_agent_status_t;
 typedef struct sbx_agent_status_ok_s sbx_agent_status_ok_t;
 typedef struct sbx_agent_kill_s sbx_agent_kill_t;
 typedef struct sbx_agent_kill_ok_s sbx_agent_kill_ok_t;
+typedef struct sbx_agent_input_s sbx_agent_input_t;
+typedef struct sbx_agent_input_ok_s sbx_agent_input_ok_t;
+typedef struct sbx_agent_resize_s sbx_agent_resize_t;
+typedef struct sbx_agent_resize_ok_s sbx_agent_resize_ok_t;
 typedef struct sbx_agent_ps_s sbx_agent_ps_t;
 typedef struct sbx_agent_ps_ok_s sbx_agent_ps_ok_t;
 typedef struct sbx_agent_file_write_s sbx_agent_file_write_t;
@@ -821,6 +829,15 @@ struct sbx_agent_exec_s {
     //  (max 128) The caller's name for this process, so that agent.kill can reach a foreground
     //  exec whose pid it has not been told yet (the gateway names the execs it waits for).
     char *tag;
+    //  Run on a new pseudo-terminal: its stdin, stdout and stderr are the terminal (the process
+    //  is its session leader, the terminal its controlling terminal), everything it prints
+    //  comes back as stdout, and agent.input and agent.resize reach it. Implies detached; stdin
+    //  must be absent (send input with agent.input). TERM is xterm-256color unless env sets it.
+    bool pty;
+    //  With pty: the terminal's height, 1 to 1000 (0: 24).
+    uint64_t rows;
+    //  With pty: the terminal's width, 1 to 1000 (0: 80).
+    uint64_t cols;
 };
 
 //  message agent.exec.ok (agent.json): agent -> vmd. A detached exec started (pid, running), or
@@ -869,6 +886,10 @@ struct sbx_agent_status_s {
     uint64_t stderr_offset;
     //  At most this many bytes of each stream (0: 1 MiB).
     uint64_t max_bytes;
+    //  At most 60000. When nothing is new from the offsets asked and the process runs, hold the
+    //  answer until new output arrives, the process ends, or this long passed (then the answer
+    //  has no new bytes). 0: answer at once. The request's own timeout must be longer.
+    uint64_t wait_ms;
 };
 
 //  message agent.status.ok (agent.json): agent -> vmd. The process's state and output from the
@@ -925,6 +946,42 @@ struct sbx_agent_kill_s {
 //  message agent.kill.ok (agent.json): agent -> vmd. The signal was sent.
 struct sbx_agent_kill_ok_s {
     //  (required) The process signalled.
+    uint64_t pid;
+};
+
+//  message agent.input (agent.json): vmd -> agent, reply agent.input.ok. Write bytes to the
+//  terminal of a process started with pty, as typed keys: they go through the terminal's line
+//  discipline (so 0x03 is Ctrl-C, a SIGINT to its foreground group). Never blocks: what the
+//  terminal's buffer does not take now is left for the caller to send again.
+struct sbx_agent_input_s {
+    //  (required) A pid from agent.exec.ok of a pty exec.
+    uint64_t pid;
+    //  (max 65536) The bytes to write.
+    sbx_bytes_t data;
+};
+
+//  message agent.input.ok (agent.json): agent -> vmd. What the terminal took.
+struct sbx_agent_input_ok_s {
+    //  (required) The process.
+    uint64_t pid;
+    //  Bytes written: fewer than sent when the terminal's buffer is full (send the rest later).
+    uint64_t written;
+};
+
+//  message agent.resize (agent.json): vmd -> agent, reply agent.resize.ok. Set the window size
+//  of a pty process's terminal (TIOCSWINSZ); the kernel sends SIGWINCH to its foreground group.
+struct sbx_agent_resize_s {
+    //  (required) A pid from agent.exec.ok of a pty exec.
+    uint64_t pid;
+    //  (required) Height, 1 to 1000.
+    uint64_t rows;
+    //  (required) Width, 1 to 1000.
+    uint64_t cols;
+};
+
+//  message agent.resize.ok (agent.json): agent -> vmd. The size was set.
+struct sbx_agent_resize_ok_s {
+    //  (required) The process.
     uint64_t pid;
 };
 
@@ -2375,6 +2432,10 @@ sbx_agent_status_t *sbx_msg_agent_status (struct sbx_msg_s *msg);
 sbx_agent_status_ok_t *sbx_msg_agent_status_ok (struct sbx_msg_s *msg);
 sbx_agent_kill_t *sbx_msg_agent_kill (struct sbx_msg_s *msg);
 sbx_agent_kill_ok_t *sbx_msg_agent_kill_ok (struct sbx_msg_s *msg);
+sbx_agent_input_t *sbx_msg_agent_input (struct sbx_msg_s *msg);
+sbx_agent_input_ok_t *sbx_msg_agent_input_ok (struct sbx_msg_s *msg);
+sbx_agent_resize_t *sbx_msg_agent_resize (struct sbx_msg_s *msg);
+sbx_agent_resize_ok_t *sbx_msg_agent_resize_ok (struct sbx_msg_s *msg);
 sbx_agent_ps_t *sbx_msg_agent_ps (struct sbx_msg_s *msg);
 sbx_agent_ps_ok_t *sbx_msg_agent_ps_ok (struct sbx_msg_s *msg);
 sbx_agent_file_write_t *sbx_msg_agent_file_write (struct sbx_msg_s *msg);

@@ -472,10 +472,12 @@ size_t vmd_agentlink_hellos (vmd_agentlink_t *self)
 //  --------------------------------------------------------------------------
 //  Self test: a fake agent on a unix socket (blocking, in this thread, between turns
 //  of the loop): hello, rid correlation, a timeout, a broken stream and the reconnect,
-//  garbage, a partial frame dropped at its deadline, a header above the limit.
+//  garbage, a partial frame dropped at its deadline, a header above the limit. Then the
+//  real sbx-agent (SBX_AGENT_BIN, set by ctest) behind a link: held agent.status.
 
 #include <assert.h>
 #include <poll.h>
+#include <sys/wait.h>
 
 typedef struct {
     size_t hellos;
@@ -486,6 +488,13 @@ static void s_test_hello (vmd_agentlink_t *link, sbx_agent_hello_t *hello, void 
 {
     (void) link;
     assert (streq (hello->version, "test"));
+    ((s_test_t *) arg)->hellos++;
+}
+
+static void s_test_hello_real (vmd_agentlink_t *link, sbx_agent_hello_t *hello, void *arg)
+{
+    (void) link;
+    (void) hello;
     ((s_test_t *) arg)->hellos++;
 }
 
@@ -573,6 +582,108 @@ static void s_test_ping (zloop_t *loop, vmd_agentlink_t *link, agent_frame_t *ag
         s_test_run (loop, 20);
     assert (test->answer && test->answer->type == SBX_MSG_AGENT_PING_OK && test->answer->rid == 9);
     sbx_msg_destroy (&test->answer);
+}
+
+//  Answers by request: each arg is a slot for one.
+static void s_test_slot (vmd_agentlink_t *link, sbx_msg_t **reply_p, void *arg)
+{
+    (void) link;
+    sbx_msg_t **slot = arg;
+    assert (!*slot);
+    *slot = *reply_p;
+    *reply_p = NULL;
+}
+
+//  Runs the loop until *slot is filled (or ms pass).
+static void s_test_until (zloop_t *loop, sbx_msg_t **slot, int ms)
+{
+    for (int i = 0; i < ms / 10 && !*slot; i++)
+        s_test_run (loop, 10);
+    assert (*slot);
+}
+
+static uint64_t s_test_status (vmd_agentlink_t *link, uint64_t pid, uint64_t offset,
+                               uint64_t wait_ms, uint32_t timeout_ms, sbx_msg_t **slot)
+{
+    sbx_msg_t *status = sbx_msg_new (SBX_MSG_AGENT_STATUS);
+    sbx_msg_agent_status (status)->pid = pid;
+    sbx_msg_agent_status (status)->stdout_offset = offset;
+    sbx_msg_agent_status (status)->wait_ms = wait_ms;
+    return vmd_agentlink_request (link, &status, timeout_ms, s_test_slot, slot);
+}
+
+//  The real agent behind a link, as in a guest: a status held for output (wait_ms under
+//  the request's timeout) is answered when the output comes, requests made meanwhile are
+//  answered at once, and one whose wait passes is answered at its deadline (not failed
+//  as a timeout).
+static void s_test_real_agent (zloop_t *loop, const char *dir)
+{
+    const char *agent_bin = getenv ("SBX_AGENT_BIN");
+    if (!agent_bin || !*agent_bin) {
+        printf (" (SBX_AGENT_BIN not set: the real agent's part left out)");
+        return;
+    }
+    char *path = zsys_sprintf ("%s/real.sock", dir);
+    int listener = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf (addr.sun_path, sizeof addr.sun_path, "%s", path);
+    assert (bind (listener, (struct sockaddr *) &addr, sizeof addr) == 0);
+    assert (listen (listener, 1) == 0);
+    s_test_t test = {0};
+    vmd_agentlink_t *link = vmd_agentlink_new (loop, path, "sb_real");
+    vmd_agentlink_set_handlers (link, s_test_hello_real, NULL, &test);
+    s_test_run (loop, 50);
+    int fd = s_test_accept (listener);
+    pid_t pid = fork ();
+    assert (pid >= 0);
+    if (pid == 0) {
+        dup2 (fd, 3);
+        execl (agent_bin, agent_bin, "--port-fd", "3", "--no-clock", (char *) NULL);
+        _exit (127);
+    }
+    close (fd);
+    for (int i = 0; i < 500 && !test.hellos; i++)
+        s_test_run (loop, 10);
+    assert (test.hellos == 1);
+
+    sbx_msg_t *exec = sbx_msg_new (SBX_MSG_AGENT_EXEC);
+    sbx_str_set (&sbx_msg_agent_exec (exec)->command, "sleep 1; echo late; sleep 30");
+    sbx_msg_agent_exec (exec)->detached = true;
+    sbx_msg_t *started = NULL;
+    vmd_agentlink_request (link, &exec, 5000, s_test_slot, &started);
+    s_test_until (loop, &started, 5000);
+    assert (started->type == SBX_MSG_AGENT_EXEC_OK);
+    uint64_t proc = sbx_msg_agent_exec_ok (started)->pid;
+    sbx_msg_destroy (&started);
+
+    sbx_msg_t *held = NULL, *pong = NULL;
+    uint64_t t0 = sbx_clock_mono_ms ();
+    s_test_status (link, proc, 0, 5000, 8000, &held);
+    sbx_msg_t *ping = sbx_msg_new (SBX_MSG_AGENT_PING);
+    vmd_agentlink_request (link, &ping, 1000, s_test_slot, &pong);
+    s_test_until (loop, &pong, 1000);
+    assert (pong->type == SBX_MSG_AGENT_PING_OK && !held);
+    sbx_msg_destroy (&pong);
+    s_test_until (loop, &held, 5000);
+    uint64_t waited = sbx_clock_mono_ms () - t0;
+    assert (held->type == SBX_MSG_AGENT_STATUS_OK && sbx_msg_agent_status_ok (held)->running);
+    assert (sbx_msg_agent_status_ok (held)->stdout.size == 5 && waited >= 900);
+    sbx_msg_destroy (&held);
+    t0 = sbx_clock_mono_ms ();
+    s_test_status (link, proc, 5, 700, 3000, &held);
+    s_test_until (loop, &held, 3000);
+    waited = sbx_clock_mono_ms () - t0;
+    assert (held->type == SBX_MSG_AGENT_STATUS_OK &&
+            sbx_msg_agent_status_ok (held)->stdout.size == 0);
+    assert (waited >= 650 && waited < 2500);
+    sbx_msg_destroy (&held);
+
+    vmd_agentlink_destroy (&link); //  end of stream: the agent kills what runs and exits
+    int status = 0;
+    assert (waitpid (pid, &status, 0) == pid && WIFEXITED (status) && WEXITSTATUS (status) == 0);
+    close (listener);
+    unlink (path);
+    free (path);
 }
 
 void vmd_agentlink_test (bool verbose)
@@ -729,6 +840,7 @@ void vmd_agentlink_test (bool verbose)
     agent_frame_destroy (&agent);
     close (fd);
     close (listener);
+    s_test_real_agent (loop, dir);
     zloop_destroy (&loop);
     unlink (path);
     free (path);

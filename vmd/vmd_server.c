@@ -579,6 +579,8 @@ static sbx_msg_t *s_on_agent (vmd_server_t *self, sbx_msg_t *request)
     case SBX_MSG_AGENT_EXEC:
     case SBX_MSG_AGENT_STATUS:
     case SBX_MSG_AGENT_KILL:
+    case SBX_MSG_AGENT_INPUT:
+    case SBX_MSG_AGENT_RESIZE:
     case SBX_MSG_AGENT_PS:
     case SBX_MSG_AGENT_FILE_WRITE:
     case SBX_MSG_AGENT_FILE_READ:
@@ -587,8 +589,8 @@ static sbx_msg_t *s_on_agent (vmd_server_t *self, sbx_msg_t *request)
         sbx_msg_t *reply =
             sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
                                "%s cannot be sent to a sandbox's agent (only agent.exec, "
-                               "agent.status, agent.kill, agent.ps, agent.file.write, "
-                               "agent.file.read)",
+                               "agent.status, agent.kill, agent.input, agent.resize, agent.ps, "
+                               "agent.file.write, agent.file.read)",
                                sbx_msg_type_name (inner->type));
         sbx_msg_destroy (&inner);
         return reply;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -63,6 +64,7 @@ static void s_proc_destroy (agent_proc_t **proc_p)
     if (proc) {
         s_close (&proc->out_fd);
         s_close (&proc->err_fd);
+        s_close (&proc->pty_fd);
         agent_buf_destroy (&proc->out);
         agent_buf_destroy (&proc->err);
         free (proc->command);
@@ -87,12 +89,36 @@ void agent_ptab_destroy (agent_ptab_t **self_p, bool kill_running)
     *self_p = NULL;
 }
 
+//  What the child's 0, 1 and 2 become: three descriptors, or the terminal named tty.
+typedef struct {
+    int in, out, err;
+    const char *tty;
+} s_stdio_t;
+
+//  Steps of the child that can fail, reported through the error pipe.
+enum { S_STEP_STDIO, S_STEP_CWD, S_STEP_EXEC, S_STEP_TTY };
+
+//  In the child, after setsid: the terminal becomes the session's controlling terminal
+//  (opening it without O_NOCTTY does that on Linux; TIOCSCTTY says so explicitly).
+//  Returns the descriptor, or -1.
+static int s_child_tty (const char *tty)
+{
+    int fd = open (tty, O_RDWR | O_CLOEXEC);
+    if (fd >= 0 && ioctl (fd, TIOCSCTTY, 0) != 0) {
+        int saved = errno;
+        close (fd);
+        errno = saved; //  for the report
+        return -1;
+    }
+    return fd;
+}
+
 //  In the child, between fork and exec: only async-signal-safe calls. On failure it
 //  reports errno and the step through the error pipe and exits 127.
-static void s_child (int errfd, int in_fd, int out_fd, int err_fd, const char *cwd,
-                     const char *command, char *const envp[])
+static void s_child (int errfd, s_stdio_t stdio, const char *cwd, const char *command,
+                     char *const envp[])
 {
-    int step = 0;
+    int step = S_STEP_STDIO;
     setsid ();
     //  The agent blocks SIGCHLD (signalfd) and ignores SIGPIPE: undo both.
     sigset_t none;
@@ -100,12 +126,21 @@ static void s_child (int errfd, int in_fd, int out_fd, int err_fd, const char *c
     sigprocmask (SIG_SETMASK, &none, NULL);
     for (int sig = 1; sig < NSIG; sig++)
         signal (sig, SIG_DFL);
-    if (dup2 (in_fd, 0) < 0 || dup2 (out_fd, 1) < 0 || dup2 (err_fd, 2) < 0)
+    if (stdio.tty) {
+        step = S_STEP_TTY;
+        if ((stdio.in = stdio.out = stdio.err = s_child_tty (stdio.tty)) < 0)
+            goto fail;
+        step = S_STEP_STDIO;
+    }
+    if (dup2 (stdio.in, 0) < 0 || dup2 (stdio.out, 1) < 0 || dup2 (stdio.err, 2) < 0)
         goto fail;
-    step = 1;
+    //  dup2 onto itself (a descriptor that already was 0, 1 or 2) keeps close-on-exec.
+    for (int fd = 0; fd < 3; fd++)
+        fcntl (fd, F_SETFD, 0);
+    step = S_STEP_CWD;
     if (chdir (cwd) != 0)
         goto fail;
-    step = 2;
+    step = S_STEP_EXEC;
     char *argv[] = {"sh", "-c", (char *) command, NULL};
     execve ("/bin/sh", argv, envp);
 fail:;
@@ -114,6 +149,41 @@ fail:;
         //  Nothing more can be done; the exit status tells.
     }
     _exit (127);
+}
+
+//  The error a child's report stands for.
+static void s_child_error (sbx_err_t *err, const int report[2], const char *cwd, const char *tty)
+{
+    sbx_code_t code = report[1] == ENOENT   ? SBX_E_NOT_FOUND
+                      : report[1] == EACCES ? SBX_E_PERMISSION_DENIED
+                                            : SBX_E_INTERNAL;
+    const char *why = strerror (report[1]);
+    if (report[0] == S_STEP_EXEC)
+        sbx_err_set (err, code, "cannot run /bin/sh: %s", why);
+    else if (report[0] == S_STEP_CWD)
+        sbx_err_set (err, code, "cannot enter %s: %s", cwd, why);
+    else if (report[0] == S_STEP_TTY)
+        sbx_err_set (err, SBX_E_INTERNAL, "cannot open the terminal %s: %s", tty, why);
+    else
+        sbx_err_set (err, code, "cannot set up standard input and output: %s", why);
+}
+
+//  A new terminal's master, non-blocking and close-on-exec, its window size set; the
+//  slave's name goes into name. Returns the descriptor, or -1 with errno.
+static int s_pty_open (const struct winsize *size, char *name, size_t name_size)
+{
+    int fd = posix_openpt (O_RDWR | O_NOCTTY);
+    if (fd < 0)
+        return -1;
+    if (fcntl (fd, F_SETFD, FD_CLOEXEC) != 0 || fcntl (fd, F_SETFL, O_NONBLOCK) != 0 ||
+        grantpt (fd) != 0 || unlockpt (fd) != 0 || ptsname_r (fd, name, name_size) != 0 ||
+        ioctl (fd, TIOCSWINSZ, size) != 0) {
+        int saved = errno;
+        close (fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
 }
 
 static int s_stdin_fd (const sbx_bytes_t *data)
@@ -140,9 +210,64 @@ static int s_stdin_fd (const sbx_bytes_t *data)
     return fd;
 }
 
+//  The pipes (or the terminal) a new process writes to; the child's ends go in stdio.
+//  Returns 0, or -1 with err set.
+static int s_spawn_io (agent_proc_t *proc, const sbx_bytes_t *stdin_data, const struct winsize *pty,
+                       s_stdio_t *stdio, char *tty, size_t tty_size, sbx_err_t *err)
+{
+    if (pty) {
+        proc->pty = true;
+        //  The master is read through a duplicate, closed at end of output as a pipe
+        //  is, while pty_fd stays for input and resize until the process is reaped.
+        if ((proc->pty_fd = s_pty_open (pty, tty, tty_size)) < 0 ||
+            (proc->out_fd = fcntl (proc->pty_fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+            sbx_err_set (err, SBX_E_INTERNAL, "cannot make a terminal: %s", strerror (errno));
+            return -1;
+        }
+        stdio->tty = tty;
+        return 0;
+    }
+    int out[2], errp[2];
+    if ((stdio->in = s_stdin_fd (stdin_data)) < 0 || pipe2 (out, O_CLOEXEC) != 0) {
+        sbx_err_set (err, SBX_E_INTERNAL, "cannot make pipes: %s", strerror (errno));
+        return -1;
+    }
+    proc->out_fd = out[0];
+    stdio->out = out[1];
+    if (pipe2 (errp, O_CLOEXEC) != 0) {
+        sbx_err_set (err, SBX_E_INTERNAL, "cannot make pipes: %s", strerror (errno));
+        return -1;
+    }
+    proc->err_fd = errp[0];
+    stdio->err = errp[1];
+    fcntl (proc->out_fd, F_SETFL, O_NONBLOCK);
+    fcntl (proc->err_fd, F_SETFL, O_NONBLOCK);
+    return 0;
+}
+
+static void s_stdio_close (s_stdio_t *stdio)
+{
+    s_close (&stdio->in);
+    s_close (&stdio->out);
+    s_close (&stdio->err);
+}
+
+static bool s_table_grow (agent_ptab_t *self)
+{
+    if (self->count < self->alloc)
+        return true;
+    size_t alloc = self->alloc ? self->alloc * 2 : 64;
+    agent_proc_t **procs = realloc (self->procs, alloc * sizeof *procs);
+    if (!procs)
+        return false;
+    self->procs = procs;
+    self->alloc = alloc;
+    return true;
+}
+
 agent_proc_t *agent_ptab_spawn (agent_ptab_t *self, const char *command, char *const envp[],
                                 const char *cwd, const sbx_bytes_t *stdin_data, uint64_t timeout_ms,
-                                bool detached, sbx_err_t *err)
+                                bool detached, const struct winsize *pty, sbx_err_t *err)
 {
     struct stat st;
     if (stat (cwd, &st) != 0) {
@@ -154,29 +279,21 @@ agent_proc_t *agent_ptab_spawn (agent_ptab_t *self, const char *command, char *c
         sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "working directory %s is not a directory", cwd);
         return NULL;
     }
-    if (self->count == self->alloc) {
-        size_t alloc = self->alloc ? self->alloc * 2 : 64;
-        agent_proc_t **procs = realloc (self->procs, alloc * sizeof *procs);
-        if (!procs) {
-            sbx_err_set (err, SBX_E_INTERNAL, "out of memory");
-            return NULL;
-        }
-        self->procs = procs;
-        self->alloc = alloc;
-    }
-    agent_proc_t *proc = calloc (1, sizeof *proc);
-    int out[2] = {-1, -1}, errp[2] = {-1, -1}, rep[2] = {-1, -1};
-    int in_fd = -1;
+    s_stdio_t stdio = {-1, -1, -1, NULL};
+    int rep[2] = {-1, -1};
+    char tty[64] = "";
+    agent_proc_t *proc = s_table_grow (self) ? calloc (1, sizeof *proc) : NULL;
     if (!proc)
         goto oom;
-    proc->out_fd = proc->err_fd = -1;
+    proc->out_fd = proc->err_fd = proc->pty_fd = -1;
     proc->command = strdup (command);
     proc->out = agent_buf_new (self->buf_limit);
     proc->err = agent_buf_new (self->buf_limit);
     if (!proc->command || !proc->out || !proc->err)
         goto oom;
-    in_fd = s_stdin_fd (stdin_data);
-    if (in_fd < 0 || pipe2 (out, O_CLOEXEC) || pipe2 (errp, O_CLOEXEC) || pipe2 (rep, O_CLOEXEC)) {
+    if (s_spawn_io (proc, stdin_data, pty, &stdio, tty, sizeof tty, err) != 0)
+        goto fail;
+    if (pipe2 (rep, O_CLOEXEC) != 0) {
         sbx_err_set (err, SBX_E_INTERNAL, "cannot make pipes: %s", strerror (errno));
         goto fail;
     }
@@ -186,14 +303,12 @@ agent_proc_t *agent_ptab_spawn (agent_ptab_t *self, const char *command, char *c
         goto fail;
     }
     if (pid == 0)
-        s_child (rep[1], in_fd, out[1], errp[1], cwd, command, envp);
-    close (rep[1]);
-    rep[1] = -1;
-    s_close (&in_fd);
-    s_close (&out[1]);
-    s_close (&errp[1]);
+        s_child (rep[1], stdio, cwd, command, envp);
+    s_close (&rep[1]);
+    s_stdio_close (&stdio);
     //  The error pipe closes at exec: a short wait, and the only way to tell a missing
-    //  shell or an unusable cwd from a command that fails.
+    //  shell or an unusable cwd from a command that fails. (It also means a terminal's
+    //  slave is open before the master is read: no end of output before the start.)
     int report[2];
     ssize_t n;
     do
@@ -202,13 +317,7 @@ agent_proc_t *agent_ptab_spawn (agent_ptab_t *self, const char *command, char *c
     s_close (&rep[0]);
     if (n == (ssize_t) sizeof report) {
         waitpid (pid, NULL, 0);
-        const char *what = report[0] == 2 ? "cannot run /bin/sh" : "cannot enter";
-        sbx_err_set (err,
-                     report[1] == ENOENT   ? SBX_E_NOT_FOUND
-                     : report[1] == EACCES ? SBX_E_PERMISSION_DENIED
-                                           : SBX_E_INTERNAL,
-                     "%s%s%s: %s", what, report[0] == 1 ? " " : "", report[0] == 1 ? cwd : "",
-                     strerror (report[1]));
+        s_child_error (err, report, cwd, tty);
         goto fail;
     }
     proc->pid = pid;
@@ -219,24 +328,62 @@ agent_proc_t *agent_ptab_spawn (agent_ptab_t *self, const char *command, char *c
     //  Beyond a century is no limit (and must not overflow into the past).
     proc->deadline_mono =
         timeout_ms && timeout_ms < 3153600000000ull ? proc->started_mono + (int64_t) timeout_ms : 0;
-    proc->out_fd = out[0];
-    proc->err_fd = errp[0];
-    fcntl (proc->out_fd, F_SETFL, O_NONBLOCK);
-    fcntl (proc->err_fd, F_SETFL, O_NONBLOCK);
     self->procs[self->count++] = proc;
     return proc;
 oom:
     sbx_err_set (err, SBX_E_INTERNAL, "out of memory");
 fail:
-    s_close (&in_fd);
-    s_close (&out[0]);
-    s_close (&out[1]);
-    s_close (&errp[0]);
-    s_close (&errp[1]);
+    s_stdio_close (&stdio);
     s_close (&rep[0]);
     s_close (&rep[1]);
     s_proc_destroy (&proc);
     return NULL;
+}
+
+//  Input and resize need a terminal, and a process that still runs.
+static int s_terminal_check (agent_proc_t *proc, sbx_err_t *err)
+{
+    if (!proc->pty)
+        return sbx_err_set (err, SBX_E_FAILED_PRECONDITION,
+                            "process %d has no terminal (start it with pty)", (int) proc->pid);
+    if (!proc->running || proc->pty_fd < 0)
+        return sbx_err_set (err, SBX_E_FAILED_PRECONDITION, "process %d has ended",
+                            (int) proc->pid);
+    return 0;
+}
+
+ssize_t agent_ptab_input (agent_ptab_t *self, agent_proc_t *proc, const void *data, size_t size,
+                          sbx_err_t *err)
+{
+    (void) self;
+    if (s_terminal_check (proc, err) != 0)
+        return -1;
+    if (size == 0)
+        return 0;
+    ssize_t n;
+    do
+        n = write (proc->pty_fd, data, size);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return 0; //  the terminal's buffer is full: the caller sends it again later
+    if (n < 0) {
+        sbx_err_set (err, SBX_E_INTERNAL, "cannot write to the terminal of process %d: %s",
+                     (int) proc->pid, strerror (errno));
+        return -1;
+    }
+    return n;
+}
+
+int agent_ptab_resize (agent_ptab_t *self, agent_proc_t *proc, const struct winsize *size,
+                       sbx_err_t *err)
+{
+    (void) self;
+    if (s_terminal_check (proc, err) != 0)
+        return -1;
+    if (ioctl (proc->pty_fd, TIOCSWINSZ, size) != 0)
+        return sbx_err_set (err, SBX_E_INTERNAL, "cannot resize the terminal of process %d: %s",
+                            (int) proc->pid, strerror (errno));
+    return 0;
 }
 
 agent_proc_t *agent_ptab_find (agent_ptab_t *self, pid_t pid)
@@ -296,7 +443,9 @@ static bool s_read_once (agent_proc_t *proc, int *fd, agent_buf_t *buf)
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return false;
     (void) proc;
-    s_close (fd); //  EOF, or an error that will not go away
+    //  EOF, or an error that will not go away; on a terminal's master EIO is its EOF:
+    //  every descriptor of the slave was closed.
+    s_close (fd);
     return false;
 }
 
@@ -367,8 +516,10 @@ void agent_ptab_reap (agent_ptab_t *self, agent_ptab_exit_fn *fn, void *arg)
         } else {
             proc->exit_code = WEXITSTATUS (status);
         }
-        //  What it wrote before exiting is in the pipes now.
+        //  What it wrote before exiting is in the pipes now (a terminal's master read
+        //  flushes what the slave side still queues first).
         agent_ptab_drain (self, proc);
+        s_close (&proc->pty_fd); //  nothing can be typed to a finished process
         if (fn)
             fn (proc, arg);
         proc->waiter = false;

@@ -2,7 +2,9 @@
 
     Each process runs /bin/sh -c COMMAND in its own session (so its pid is also its
     process group id, and a kill reaches everything it started), with stdout and stderr
-    on non-blocking pipes captured into bounded agent_buf_t buffers. Finished processes
+    on non-blocking pipes captured into bounded agent_buf_t buffers; or, with a pty, on a
+    new pseudo-terminal (its controlling terminal) whose master is read like stdout and
+    written to by agent_ptab_input. Finished processes
     stay, with their output, until more than max_finished are kept or their buffers
     together exceed the output budget; then the oldest finished ones go first.
     The table does no polling itself: the server asks it for descriptors and timeouts.
@@ -16,6 +18,7 @@
 #include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/types.h>
 
 typedef struct {
@@ -32,8 +35,10 @@ typedef struct {
     int64_t started_mono;  //  monotonic ms, for durations
     int64_t ended_mono;    //  monotonic ms, 0 while running
     int64_t deadline_mono; //  monotonic ms when the timeout kills it; 0 for none
-    int out_fd;            //  read ends, -1 once closed
-    int err_fd;
+    int out_fd;            //  read ends, -1 once closed (a pty's: a duplicate of pty_fd)
+    int err_fd;            //  -1 for a pty: the terminal carries both streams
+    bool pty;              //  started on a pseudo-terminal
+    int pty_fd;            //  its master, for input and resize; closed once it is reaped
     agent_buf_t *out;
     agent_buf_t *err;
     bool waiter;         //  a foreground exec waits for the end
@@ -54,11 +59,23 @@ agent_ptab_t *agent_ptab_new (size_t buf_limit, size_t max_finished, size_t budg
 void agent_ptab_destroy (agent_ptab_t **self_p, bool kill_running);
 
 //  Starts `command`. envp is a NULL-terminated "K=V" array; cwd must exist; stdin_data
-//  NULL means /dev/null. timeout_ms 0 means none. Returns the process, or NULL with
-//  err set (not_found for a missing cwd, internal for fork/pipe failures).
+//  NULL means /dev/null. timeout_ms 0 means none. pty non-NULL: on a new terminal of
+//  that size instead (stdin_data is then ignored). Returns the process, or NULL with
+//  err set (not_found for a missing cwd, internal for fork/pipe/terminal failures).
 agent_proc_t *agent_ptab_spawn (agent_ptab_t *self, const char *command, char *const envp[],
                                 const char *cwd, const sbx_bytes_t *stdin_data, uint64_t timeout_ms,
-                                bool detached, sbx_err_t *err);
+                                bool detached, const struct winsize *pty, sbx_err_t *err);
+
+//  Writes to a running pty process's terminal without blocking. Returns the bytes the
+//  terminal took (0 when its buffer is full), or -1 with err set: failed_precondition
+//  when it has no terminal or has ended.
+ssize_t agent_ptab_input (agent_ptab_t *self, agent_proc_t *proc, const void *data, size_t size,
+                          sbx_err_t *err);
+
+//  Sets the window size of a running pty process's terminal (its foreground group gets
+//  SIGWINCH). Returns 0, or -1 with err set as agent_ptab_input does.
+int agent_ptab_resize (agent_ptab_t *self, agent_proc_t *proc, const struct winsize *size,
+                       sbx_err_t *err);
 
 //  The process with that pid, or NULL.
 agent_proc_t *agent_ptab_find (agent_ptab_t *self, pid_t pid);

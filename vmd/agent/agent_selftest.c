@@ -4,7 +4,7 @@
 
     agent_buf and agent_frame are the module self-tests. The others start the real
     static sbx-agent on one end of a socketpair (--port-fd) and drive it through
-    agent_frame, as vmd does: agent_exec, agent_files, agent_malformed, agent_fuzz and
+    agent_frame, as vmd does: agent_exec, agent_pty, agent_files, agent_malformed, agent_fuzz and
     agent_setup (both run the agent in new UTS and network namespaces, so the host's hostname and
     interfaces stay untouched; without the privilege to do that they fail, never skip).
 */
@@ -12,6 +12,7 @@
 #include "agent_frame.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -491,6 +492,395 @@ static void s_test_exec (void)
     printf ("   agent_exec: %lld ms\n", (long long) (s_mono_ms () - t0));
 }
 
+//  --- agent_pty: terminals (agent.exec pty, agent.input, agent.resize) and agent.status
+//  wait_ms
+
+static uint64_t s_exec_pty (client_t *agent, const char *command, uint64_t rows, uint64_t cols)
+{
+    sbx_msg_t *msg = s_exec_msg (command, false, 20000);
+    sbx_msg_agent_exec (msg)->pty = true;
+    sbx_msg_agent_exec (msg)->rows = rows;
+    sbx_msg_agent_exec (msg)->cols = cols;
+    sbx_msg_t *reply = s_call (agent, &msg);
+    //  pty implies detached: answered at once, running.
+    assert (reply->type == SBX_MSG_AGENT_EXEC_OK && sbx_msg_agent_exec_ok (reply)->running);
+    uint64_t pid = sbx_msg_agent_exec_ok (reply)->pid;
+    sbx_msg_destroy (&reply);
+    return pid;
+}
+
+static sbx_msg_t *s_status_wait (client_t *agent, uint64_t pid, uint64_t out_off, uint64_t wait_ms)
+{
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_STATUS);
+    sbx_msg_agent_status (msg)->pid = pid;
+    sbx_msg_agent_status (msg)->stdout_offset = out_off;
+    sbx_msg_agent_status (msg)->wait_ms = wait_ms;
+    sbx_msg_t *reply = s_call (agent, &msg);
+    assert (reply->type == SBX_MSG_AGENT_STATUS_OK);
+    return reply;
+}
+
+//  What a pty process printed from *offset until `want` shows (or, want NULL, until it
+//  ended), read with held status requests; *offset moves on. The last status goes in
+//  *last_p when asked for.
+static char s_seen[65536];
+static const char *s_pty_until (client_t *agent, uint64_t pid, uint64_t *offset, const char *want,
+                                sbx_msg_t **last_p)
+{
+    size_t len = 0;
+    s_seen[0] = 0;
+    int64_t deadline = s_mono_ms () + WAIT_MS;
+    while (true) {
+        sbx_msg_t *reply = s_status_wait (agent, pid, *offset, 2000);
+        sbx_agent_status_ok_t *st = sbx_msg_agent_status_ok (reply);
+        assert (st->stderr.size == 0); //  the terminal carries both streams
+        size_t room = sizeof s_seen - 1 - len;
+        size_t n = st->stdout.size < room ? st->stdout.size : room;
+        memcpy (s_seen + len, st->stdout.data, n);
+        s_seen[len += n] = 0;
+        *offset = st->stdout_next_offset;
+        bool done = want ? strstr (s_seen, want) != NULL : !st->running;
+        if (done || !st->running) {
+            if (!done)
+                fprintf (stderr, "pty %llu ended without '%s': '%s'\n", (unsigned long long) pid,
+                         want, s_seen);
+            assert (done);
+            if (last_p)
+                *last_p = reply;
+            else
+                sbx_msg_destroy (&reply);
+            return s_seen;
+        }
+        sbx_msg_destroy (&reply);
+        if (s_mono_ms () >= deadline)
+            fprintf (stderr, "pty %llu: no '%s' in '%s'\n", (unsigned long long) pid,
+                     want ? want : "(end)", s_seen);
+        assert (s_mono_ms () < deadline);
+    }
+}
+
+static sbx_msg_t *s_input (client_t *agent, uint64_t pid, const void *data, size_t size)
+{
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_INPUT);
+    sbx_msg_agent_input (msg)->pid = pid;
+    sbx_bytes_set (&sbx_msg_agent_input (msg)->data, data, size);
+    return s_call (agent, &msg);
+}
+
+static void s_type (client_t *agent, uint64_t pid, const char *text)
+{
+    sbx_msg_t *reply = s_input (agent, pid, text, strlen (text));
+    assert (reply->type == SBX_MSG_AGENT_INPUT_OK);
+    assert (sbx_msg_agent_input_ok (reply)->pid == pid);
+    assert (sbx_msg_agent_input_ok (reply)->written == strlen (text));
+    sbx_msg_destroy (&reply);
+}
+
+static sbx_msg_t *s_resize (client_t *agent, uint64_t pid, uint64_t rows, uint64_t cols)
+{
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_RESIZE);
+    sbx_msg_agent_resize (msg)->pid = pid;
+    sbx_msg_agent_resize (msg)->rows = rows;
+    sbx_msg_agent_resize (msg)->cols = cols;
+    return s_call (agent, &msg);
+}
+
+static void s_kill (client_t *agent, uint64_t pid, int signal)
+{
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_KILL);
+    sbx_msg_agent_kill (msg)->pid = pid;
+    sbx_msg_agent_kill (msg)->signal = signal;
+    sbx_msg_t *reply = s_call (agent, &msg);
+    assert (reply->type == SBX_MSG_AGENT_KILL_OK);
+    sbx_msg_destroy (&reply);
+}
+
+//  How many of the agent's descriptors are terminal masters.
+static int s_masters_open (pid_t agent_pid)
+{
+    char dir[64], path[320], link[256];
+    snprintf (dir, sizeof dir, "/proc/%d/fd", (int) agent_pid);
+    DIR *d = opendir (dir);
+    assert (d);
+    int masters = 0;
+    struct dirent *e;
+    while ((e = readdir (d)) != NULL) {
+        snprintf (path, sizeof path, "%s/%s", dir, e->d_name);
+        ssize_t n = readlink (path, link, sizeof link - 1);
+        if (n > 0) {
+            link[n] = 0;
+            masters += strstr (link, "ptmx") != NULL;
+        }
+    }
+    closedir (d);
+    return masters;
+}
+
+//  Waits until process pid runs the program `comm` (the harness shares the agent's pids).
+static void s_wait_comm (uint64_t pid, const char *comm)
+{
+    char path[64], name[64];
+    snprintf (path, sizeof path, "/proc/%llu/comm", (unsigned long long) pid);
+    for (int i = 0; i < 500; i++) {
+        FILE *f = fopen (path, "r");
+        bool there = f && fgets (name, sizeof name, f) && !strncmp (name, comm, strlen (comm));
+        if (f)
+            fclose (f);
+        if (there)
+            return;
+        usleep (10000);
+    }
+    fprintf (stderr, "process %llu does not run %s\n", (unsigned long long) pid, comm);
+    assert (false);
+}
+
+//  A terminal of the size asked, its output as stdout, TERM; input, ^D, resize, SIGWINCH.
+static void s_test_pty_terminal (client_t *agent)
+{
+    uint64_t off = 0;
+    sbx_msg_t *last = NULL;
+    uint64_t pid =
+        s_exec_pty (agent, "tty; stty size; echo \"T=$TERM\" >&2; ls -l /proc/self/fd/", 30, 100);
+    const char *out = s_pty_until (agent, pid, &off, NULL, &last);
+    assert (!strncmp (out, "/dev/pts/", 9));
+    assert (strstr (out, "\r\n30 100\r\n") && strstr (out, "T=xterm-256color\r\n"));
+    //  0, 1 and 2 are the terminal; no master leaked into the process.
+    assert (strstr (out, " 2 -> /dev/pts/") && !strstr (out, "ptmx"));
+    sbx_agent_status_ok_t *st = sbx_msg_agent_status_ok (last);
+    assert (!st->running && st->exit_code == 0 && st->stdout_next_offset == strlen (out));
+    sbx_msg_destroy (&last);
+    //  Defaults 24x80; the request's TERM wins.
+    sbx_msg_t *msg = s_exec_msg ("stty size; echo \"T=$TERM\"", false, 0);
+    sbx_msg_agent_exec (msg)->pty = true;
+    sbx_strmap_set (&sbx_msg_agent_exec (msg)->env, "TERM", "vt100");
+    sbx_msg_t *reply = s_call (agent, &msg);
+    pid = sbx_msg_agent_exec_ok (reply)->pid;
+    sbx_msg_destroy (&reply);
+    off = 0;
+    out = s_pty_until (agent, pid, &off, NULL, NULL);
+    assert (!strcmp (out, "24 80\r\nT=vt100\r\n"));
+
+    //  Input reaches the program through the line discipline (echoed, then read); ^D at
+    //  the start of a line is its end of file.
+    pid = s_exec_pty (agent, "tr a-z A-Z", 0, 0);
+    off = 0;
+    s_type (agent, pid, "hello pty\n");
+    out = s_pty_until (agent, pid, &off, "HELLO PTY\r\n", NULL);
+    assert (!strcmp (out, "hello pty\r\nHELLO PTY\r\n"));
+    s_type (agent, pid, "\x04");
+    s_pty_until (agent, pid, &off, NULL, &last);
+    assert (sbx_msg_agent_status_ok (last)->exit_code == 0);
+    sbx_msg_destroy (&last);
+
+    //  Resize: the program sees the new size, and its group gets SIGWINCH.
+    pid = s_exec_pty (agent, "read x; stty size", 24, 80);
+    reply = s_resize (agent, pid, 50, 132);
+    assert (reply->type == SBX_MSG_AGENT_RESIZE_OK && sbx_msg_agent_resize_ok (reply)->pid == pid);
+    sbx_msg_destroy (&reply);
+    s_type (agent, pid, "go\n");
+    off = 0;
+    out = s_pty_until (agent, pid, &off, NULL, NULL);
+    assert (!strcmp (out, "go\r\n50 132\r\n"));
+    pid = s_exec_pty (
+        agent, "trap 'stty size; exit 7' WINCH; echo ready; while :; do sleep 0.05; done", 10, 10);
+    off = 0;
+    s_pty_until (agent, pid, &off, "ready\r\n", NULL);
+    reply = s_resize (agent, pid, 11, 12);
+    sbx_msg_destroy (&reply);
+    out = s_pty_until (agent, pid, &off, NULL, &last);
+    assert (!strcmp (out, "11 12\r\n") && sbx_msg_agent_status_ok (last)->exit_code == 7);
+    sbx_msg_destroy (&last);
+
+    //  Ctrl-C: the 0x03 byte becomes SIGINT for the foreground group. Sent once sleep
+    //  runs: the shell before it catches SIGINT (sh -c), and acts on one that comes
+    //  before it forks a command only when that command ends.
+    pid = s_exec_pty (agent, "exec sleep 100", 0, 0);
+    s_wait_comm (pid, "sleep");
+    int64_t t = s_mono_ms ();
+    s_type (agent, pid, "\x03");
+    off = 0;
+    out = s_pty_until (agent, pid, &off, NULL, &last);
+    st = sbx_msg_agent_status_ok (last);
+    assert (st->signal == SIGINT && st->exit_code == 128 + SIGINT && !st->timed_out);
+    assert (!strcmp (out, "^C"));
+    assert (s_mono_ms () - t < 3000);
+    sbx_msg_destroy (&last);
+}
+
+//  A full terminal: written says how much it took, and the agent does not block. Returns
+//  the process, still running.
+static uint64_t s_test_pty_full (client_t *agent)
+{
+    uint64_t pid = s_exec_pty (agent, "stty -echo; echo ready; sleep 100", 0, 0);
+    uint64_t off = 0;
+    s_pty_until (agent, pid, &off, "ready", NULL);
+    char *lines = malloc (65536);
+    for (size_t i = 0; i < 65536; i++)
+        lines[i] = i % 64 == 63 ? '\n' : 'y';
+    uint64_t written = 65536;
+    for (int i = 0; i < 64 && written == 65536; i++) {
+        sbx_msg_t *reply = s_input (agent, pid, lines, 65536);
+        assert (reply->type == SBX_MSG_AGENT_INPUT_OK);
+        written = sbx_msg_agent_input_ok (reply)->written;
+        sbx_msg_destroy (&reply);
+    }
+    assert (written < 65536);
+    free (lines);
+    s_ping (agent);
+    //  A pipe process sees no terminal master, this one's or another's.
+    sbx_msg_t *msg = s_exec_msg ("ls -l /proc/self/fd/; tty", false, 0);
+    sbx_msg_t *reply = s_call (agent, &msg);
+    sbx_bytes_t *text = &sbx_msg_agent_exec_ok (reply)->stdout;
+    assert (!memmem (text->data, text->size, "ptmx", 4));
+    assert (!memmem (text->data, text->size, "/dev/pts", 8));
+    assert (memmem (text->data, text->size, "not a tty", 9));
+    sbx_msg_destroy (&reply);
+    return pid;
+}
+
+//  agent.status wait_ms: answered when output comes, at the deadline, at the end.
+static void s_test_pty_wait (client_t *agent)
+{
+    uint64_t pid = s_exec_pty (agent, "sleep 0.7; echo late; sleep 100", 0, 0);
+    uint64_t rids[2];
+    int64_t t = s_mono_ms ();
+    for (int i = 0; i < 2; i++) { //  two on one process: both answered
+        sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_STATUS);
+        sbx_msg_agent_status (msg)->pid = pid;
+        sbx_msg_agent_status (msg)->wait_ms = 8000;
+        rids[i] = s_send (agent, &msg);
+    }
+    s_ping (agent); //  served meanwhile
+    assert (s_mono_ms () - t < 400);
+    sbx_msg_t *reply = s_wait (agent, rids[0]);
+    int64_t waited = s_mono_ms () - t;
+    sbx_agent_status_ok_t *st = sbx_msg_agent_status_ok (reply);
+    assert (st->running && s_bytes_is (&st->stdout, "late\r\n"));
+    assert (waited >= 600 && waited < 4000);
+    uint64_t off = st->stdout_next_offset;
+    sbx_msg_destroy (&reply);
+    reply = s_wait (agent, rids[1]);
+    assert (s_bytes_is (&sbx_msg_agent_status_ok (reply)->stdout, "late\r\n"));
+    sbx_msg_destroy (&reply);
+    //  Nothing comes: the answer at the deadline, without new bytes.
+    t = s_mono_ms ();
+    reply = s_status_wait (agent, pid, off, 400);
+    waited = s_mono_ms () - t;
+    st = sbx_msg_agent_status_ok (reply);
+    assert (st->running && st->stdout.size == 0 && st->stdout_next_offset == off);
+    assert (waited >= 350 && waited < 3000);
+    sbx_msg_destroy (&reply);
+    //  The process ends (killed here): answered with the end.
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_STATUS);
+    sbx_msg_agent_status (msg)->pid = pid;
+    sbx_msg_agent_status (msg)->stdout_offset = off;
+    sbx_msg_agent_status (msg)->wait_ms = 30000;
+    uint64_t held = s_send (agent, &msg);
+    usleep (100000);
+    t = s_mono_ms ();
+    s_kill (agent, pid, SIGKILL);
+    reply = s_wait (agent, held);
+    st = sbx_msg_agent_status_ok (reply);
+    assert (!st->running && st->signal == SIGKILL && st->stdout.size == 0);
+    assert (s_mono_ms () - t < 2000);
+    sbx_msg_destroy (&reply);
+    //  A finished process is answered at once.
+    t = s_mono_ms ();
+    reply = s_status_wait (agent, pid, off, 5000);
+    assert (!sbx_msg_agent_status_ok (reply)->running && s_mono_ms () - t < 500);
+    sbx_msg_destroy (&reply);
+    //  Pipes too.
+    msg = s_exec_msg ("sleep 0.3; echo piped", true, 0);
+    reply = s_call (agent, &msg);
+    uint64_t piped = sbx_msg_agent_exec_ok (reply)->pid;
+    sbx_msg_destroy (&reply);
+    reply = s_status_wait (agent, piped, 0, 8000);
+    assert (s_bytes_is (&sbx_msg_agent_status_ok (reply)->stdout, "piped\n"));
+    sbx_msg_destroy (&reply);
+}
+
+//  The errors: wait_ms, sizes, stdin with pty, no terminal, ended, unknown.
+static void s_test_pty_errors (client_t *agent, uint64_t running)
+{
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_STATUS);
+    sbx_msg_agent_status (msg)->pid = running;
+    sbx_msg_agent_status (msg)->wait_ms = 60001;
+    sbx_msg_t *reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "wait_ms");
+    msg = s_exec_msg ("sleep 30", true, 0);
+    reply = s_call (agent, &msg);
+    uint64_t piped = sbx_msg_agent_exec_ok (reply)->pid;
+    sbx_msg_destroy (&reply);
+    char want[128];
+    snprintf (want, sizeof want, "process %llu has no terminal (start it with pty)",
+              (unsigned long long) piped);
+    reply = s_input (agent, piped, "x", 1);
+    s_expect_error (&reply, SBX_E_FAILED_PRECONDITION, want);
+    reply = s_resize (agent, piped, 10, 10);
+    s_expect_error (&reply, SBX_E_FAILED_PRECONDITION, want);
+    s_kill (agent, piped, SIGKILL);
+    uint64_t ended = s_exec_pty (agent, "true", 0, 0);
+    uint64_t off = 0;
+    s_pty_until (agent, ended, &off, NULL, NULL);
+    snprintf (want, sizeof want, "process %llu has ended", (unsigned long long) ended);
+    reply = s_input (agent, ended, "x", 1);
+    s_expect_error (&reply, SBX_E_FAILED_PRECONDITION, want);
+    reply = s_resize (agent, ended, 10, 10);
+    s_expect_error (&reply, SBX_E_FAILED_PRECONDITION, want);
+    reply = s_input (agent, 4242424, "x", 1);
+    s_expect_error (&reply, SBX_E_NOT_FOUND, "process 4242424 not found");
+    reply = s_resize (agent, 4242424, 10, 10);
+    s_expect_error (&reply, SBX_E_NOT_FOUND, "process 4242424 not found");
+    reply = s_resize (agent, running, 0, 10);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "rows");
+    reply = s_resize (agent, running, 10, 1001);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "cols");
+    const uint64_t sizes[][2] = {{1001, 80}, {24, 5000}};
+    for (int i = 0; i < 2; i++) {
+        msg = s_exec_msg ("true", false, 0);
+        sbx_msg_agent_exec (msg)->pty = true;
+        sbx_msg_agent_exec (msg)->rows = sizes[i][0];
+        sbx_msg_agent_exec (msg)->cols = sizes[i][1];
+        reply = s_call (agent, &msg);
+        s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, i ? "cols" : "rows");
+    }
+    msg = s_exec_msg ("cat", false, 0);
+    sbx_msg_agent_exec (msg)->pty = true;
+    sbx_bytes_set (&sbx_msg_agent_exec (msg)->stdin, "x", 1);
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "stdin");
+}
+
+static void s_test_pty (void)
+{
+    client_t *agent = s_start (false, NULL, NULL);
+    int64_t t0 = s_mono_ms ();
+    assert (s_masters_open (agent->pid) == 0);
+    s_test_pty_terminal (agent);
+    uint64_t full = s_test_pty_full (agent);
+    s_test_pty_wait (agent);
+    s_test_pty_errors (agent, full);
+
+    //  Masters are closed once their processes are finished and drained.
+    s_kill (agent, full, SIGKILL);
+    sbx_msg_t *reply = s_status_wait (agent, full, 1u << 30, 5000);
+    assert (!sbx_msg_agent_status_ok (reply)->running);
+    sbx_msg_destroy (&reply);
+    for (int i = 0; i < 100 && s_masters_open (agent->pid) > 0; i++)
+        usleep (20000); //  the end of output may come a moment after the reap
+    assert (s_masters_open (agent->pid) == 0);
+
+    //  A request still held when the host goes: the agent ends cleanly (s_stop checks).
+    uint64_t pid = s_exec_pty (agent, "sleep 100", 0, 0);
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_STATUS);
+    sbx_msg_agent_status (msg)->pid = pid;
+    sbx_msg_agent_status (msg)->wait_ms = 60000;
+    s_send (agent, &msg);
+    s_ping (agent);
+    s_stop (&agent);
+    printf ("   agent_pty: %lld ms\n", (long long) (s_mono_ms () - t0));
+}
+
 //  --- agent_files
 
 static sbx_msg_t *s_write_msg (const char *path, const void *data, size_t size, uint64_t offset)
@@ -758,7 +1148,7 @@ static void s_test_fuzz (void)
         exit (1);
     }
     int64_t t0 = s_mono_ms ();
-    sbx_msg_t *seeds[6];
+    sbx_msg_t *seeds[9];
     seeds[0] = s_exec_msg ("true", false, 1000);
     sbx_strmap_set (&sbx_msg_agent_exec (seeds[0])->env, "K", "V");
     seeds[1] = s_read_msg ("/proc/self/status", 0, 100);
@@ -768,10 +1158,18 @@ static void s_test_fuzz (void)
     seeds[4] = sbx_msg_new (SBX_MSG_AGENT_SETUP);
     sbx_str_set (&sbx_msg_agent_setup (seeds[4])->hostname, "fuzz");
     seeds[5] = sbx_msg_new (SBX_MSG_AGENT_PING);
+    seeds[6] = sbx_msg_new (SBX_MSG_AGENT_INPUT);
+    sbx_msg_agent_input (seeds[6])->pid = 1;
+    sbx_bytes_set (&sbx_msg_agent_input (seeds[6])->data, "ls\n", 3);
+    seeds[7] = sbx_msg_new (SBX_MSG_AGENT_RESIZE);
+    *sbx_msg_agent_resize (seeds[7]) = (sbx_agent_resize_t){.pid = 1, .rows = 24, .cols = 80};
+    seeds[8] = sbx_msg_new (SBX_MSG_AGENT_STATUS);
+    sbx_msg_agent_status (seeds[8])->pid = 1;
+    sbx_msg_agent_status (seeds[8])->wait_ms = 20;
     srand (4242);
     int answered = 0;
     for (int i = 0; i < 3000; i++) {
-        sbx_msg_t *seed = seeds[rand () % 6];
+        sbx_msg_t *seed = seeds[rand () % 9];
         seed->rid = 100000 + (uint64_t) i;
         uint8_t *enc;
         size_t size;
@@ -805,7 +1203,7 @@ static void s_test_fuzz (void)
         if (done)
             break;
     }
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 9; i++)
         sbx_msg_destroy (&seeds[i]);
     s_stop (&agent);
     printf ("   agent_fuzz: %d answers, %lld ms\n", answered, (long long) (s_mono_ms () - t0));
@@ -894,6 +1292,8 @@ int main (int argc, char *argv[])
         agent_frame_test (true);
     else if (!strcmp (test, "agent_exec"))
         s_test_exec ();
+    else if (!strcmp (test, "agent_pty"))
+        s_test_pty ();
     else if (!strcmp (test, "agent_files"))
         s_test_files ();
     else if (!strcmp (test, "agent_malformed"))

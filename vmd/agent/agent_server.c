@@ -30,6 +30,19 @@
 #define STATUS_MAX         (8u * MIB) //  largest output slice per stream per reply
 #define RECONNECT_CHECK_MS 250        //  how often a detached port is looked at
 #define MAX_POLLFDS        4096
+#define WAIT_MAX_MS        60000 //  longest agent.status wait_ms
+#define HELD_MAX           1024  //  status requests held at once
+#define PTY_SIZE_MAX       1000  //  rows and cols of a terminal
+
+//  An agent.status waiting for output, the process's end, or its deadline.
+typedef struct {
+    uint64_t rid;
+    pid_t pid;
+    uint64_t stdout_offset;
+    uint64_t stderr_offset;
+    uint64_t max_bytes;
+    int64_t deadline; //  monotonic ms
+} held_t;
 
 typedef struct {
     const agent_config_t *config;
@@ -40,6 +53,8 @@ typedef struct {
     sbx_strmap_t env; //  default environment from agent.setup
     bool stop;
     size_t bad_frames; //  since the host attached; only the first few are logged
+    held_t *held;      //  agent.status requests held (wait_ms), in no order
+    size_t held_count;
 } server_t;
 
 static void s_log (server_t *self, const char *format, ...) __attribute__ ((format (printf, 2, 3)));
@@ -141,9 +156,10 @@ static bool s_env_key_ok (const char *key)
     return key && *key && !strchr (key, '=');
 }
 
-//  "K=V" strings: a base set, then the setup defaults, then the request's own; a later
-//  key replaces an earlier one. Returns a NULL-terminated array to free with s_env_free.
-static char **s_env_build (server_t *self, const sbx_strmap_t *extra)
+//  "K=V" strings: a base set, then the setup defaults, then (for a terminal) its TERM,
+//  then the request's own; a later key replaces an earlier one. Returns a
+//  NULL-terminated array to free with s_env_free.
+static char **s_env_build (server_t *self, const sbx_strmap_t *extra, bool pty)
 {
     static const char *base[][2] = {
         {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -154,20 +170,28 @@ static char **s_env_build (server_t *self, const sbx_strmap_t *extra)
         {"LANG", "C.UTF-8"},
         {"TERM", "xterm-256color"},
     };
+    //  A real terminal is one, whatever the default says for captured output.
+    static const char *terminal[][2] = {{"TERM", "xterm-256color"}};
     size_t nbase = sizeof base / sizeof base[0];
-    size_t max = nbase + self->env.count + (extra ? extra->count : 0) + 1;
+    size_t max = nbase + self->env.count + 1 + (extra ? extra->count : 0) + 1;
     char **envp = calloc (max, sizeof *envp);
     if (!envp)
         return NULL;
     size_t n = 0;
-    for (size_t layer = 0; layer < 3; layer++) {
-        size_t count = layer == 0 ? nbase : layer == 1 ? self->env.count : extra ? extra->count : 0;
+    for (size_t layer = 0; layer < 4; layer++) {
+        size_t count = layer == 0   ? nbase
+                       : layer == 1 ? self->env.count
+                       : layer == 2 ? (pty ? 1 : 0)
+                       : extra      ? extra->count
+                                    : 0;
         for (size_t i = 0; i < count; i++) {
             const char *key = layer == 0   ? base[i][0]
                               : layer == 1 ? self->env.keys[i]
+                              : layer == 2 ? terminal[i][0]
                                            : extra->keys[i];
             const char *value = layer == 0   ? base[i][1]
                                 : layer == 1 ? self->env.values[i]
+                                : layer == 2 ? terminal[i][1]
                                              : extra->values[i];
             char *entry = NULL;
             if (asprintf (&entry, "%s=%s", key, value ? value : "") < 0)
@@ -434,6 +458,101 @@ static sbx_msg_t *s_exec_reply (agent_proc_t *proc, uint64_t rid, uint64_t max)
     return reply;
 }
 
+//  agent.status.ok for proc, output from the offsets (at most max bytes per stream, 0:
+//  1 MiB); or an error reply when out of memory.
+static sbx_msg_t *s_status_reply (server_t *self, agent_proc_t *proc, uint64_t rid,
+                                  uint64_t stdout_offset, uint64_t stderr_offset,
+                                  uint64_t max_bytes)
+{
+    //  Whatever the pipes hold now belongs in this answer.
+    agent_ptab_drain (self->ptab, proc);
+    size_t max = max_bytes ? (size_t) max_bytes : MIB;
+    if (max > STATUS_MAX)
+        max = STATUS_MAX;
+    sbx_msg_t *reply = sbx_msg_new (SBX_MSG_AGENT_STATUS_OK);
+    if (!reply)
+        return NULL;
+    reply->rid = rid;
+    sbx_agent_status_ok_t *ok = sbx_msg_agent_status_ok (reply);
+    ok->pid = (uint64_t) proc->pid;
+    ok->running = proc->running;
+    ok->exit_code = proc->exit_code;
+    ok->signal = proc->signal;
+    ok->timed_out = proc->timed_out;
+    ok->started_ms = (uint64_t) proc->started_ms;
+    ok->ended_ms = (uint64_t) proc->ended_ms;
+    if (s_slice (proc->out, stdout_offset, max, &ok->stdout, &ok->stdout_offset,
+                 &ok->stdout_next_offset, &ok->stdout_truncated, &ok->stdout_more) != 0 ||
+        s_slice (proc->err, stderr_offset, max, &ok->stderr, &ok->stderr_offset,
+                 &ok->stderr_next_offset, &ok->stderr_truncated, &ok->stderr_more) != 0) {
+        sbx_msg_destroy (&reply);
+        return sbx_msg_new_error (rid, SBX_E_INTERNAL, "out of memory");
+    }
+    return reply;
+}
+
+//  There is something to say from those offsets: new output, or the end.
+static bool s_status_news (agent_proc_t *proc, uint64_t stdout_offset, uint64_t stderr_offset)
+{
+    return !proc->running || agent_buf_end (proc->out) > stdout_offset ||
+           agent_buf_end (proc->err) > stderr_offset;
+}
+
+//  Answers held[index] from proc (NULL: it is gone) and forgets it.
+static void s_held_answer (server_t *self, size_t index, agent_proc_t *proc)
+{
+    held_t held = self->held[index];
+    self->held[index] = self->held[--self->held_count];
+    sbx_msg_t *reply =
+        proc ? s_status_reply (self, proc, held.rid, held.stdout_offset, held.stderr_offset,
+                               held.max_bytes)
+             : sbx_msg_new_error (held.rid, SBX_E_NOT_FOUND,
+                                  "process %d is no longer kept (agent.ps lists the processes "
+                                  "the agent keeps)",
+                                  (int) held.pid);
+    s_send (self, &reply);
+}
+
+//  Answers the held requests that have news or whose wait is over. Returns ms until the
+//  next deadline, or -1 when none is held. Called once per turn of the loop, so output
+//  read anywhere (poll, a drain in a handler) is answered before the loop sleeps.
+static int s_held_check (server_t *self)
+{
+    int64_t now = agent_mono_ms ();
+    int64_t next = -1;
+    size_t i = 0;
+    while (i < self->held_count) {
+        held_t *held = &self->held[i];
+        agent_proc_t *proc = agent_ptab_find (self->ptab, held->pid);
+        if (!proc || held->deadline <= now ||
+            s_status_news (proc, held->stdout_offset, held->stderr_offset)) {
+            s_held_answer (self, i, proc); //  the last one moved into i
+            continue;
+        }
+        if (next < 0 || held->deadline - now < next)
+            next = held->deadline - now;
+        i++;
+    }
+    return (int) next;
+}
+
+//  proc ended: its waiters hear it now, before the table may shed it.
+static void s_held_on_exit (server_t *self, agent_proc_t *proc)
+{
+    size_t i = 0;
+    while (i < self->held_count)
+        if (self->held[i].pid == proc->pid)
+            s_held_answer (self, i, proc);
+        else
+            i++;
+}
+
+//  The host detached: their answers could not reach it, the new connection re-asks.
+static void s_held_drop (server_t *self)
+{
+    self->held_count = 0;
+}
+
 static void s_on_exit (agent_proc_t *proc, void *arg)
 {
     server_t *self = arg;
@@ -444,6 +563,21 @@ static void s_on_exit (agent_proc_t *proc, void *arg)
         sbx_msg_t *reply = s_exec_reply (proc, proc->waiter_rid, proc->waiter_max);
         s_send (self, &reply);
     }
+    s_held_on_exit (self, proc);
+}
+
+//  A terminal size field: 0 is the default, else 1 to PTY_SIZE_MAX. Returns false (and
+//  answers) when out of range.
+static bool s_pty_size_ok (server_t *self, sbx_msg_t *req, const char *name, uint64_t value,
+                           bool required)
+{
+    if ((value || !required) && value <= PTY_SIZE_MAX)
+        return true;
+    char message[128];
+    snprintf (message, sizeof message, "%s must be 1 to %d (got %llu)", name, PTY_SIZE_MAX,
+              (unsigned long long) value);
+    s_send_error (self, req->rid, SBX_E_INVALID_ARGUMENT, message);
+    return false;
 }
 
 static void s_handle_exec (server_t *self, sbx_msg_t *req)
@@ -460,18 +594,31 @@ static void s_handle_exec (server_t *self, sbx_msg_t *req)
         s_send_error (self, req->rid, SBX_E_INVALID_ARGUMENT, message);
         return;
     }
+    if (exec->pty && (!s_pty_size_ok (self, req, "rows", exec->rows, false) ||
+                      !s_pty_size_ok (self, req, "cols", exec->cols, false)))
+        return;
+    if (exec->pty && exec->stdin.data) {
+        s_send_error (self, req->rid, SBX_E_INVALID_ARGUMENT,
+                      "stdin cannot be given with pty: send it with agent.input");
+        return;
+    }
     const char *cwd = exec->cwd && *exec->cwd ? exec->cwd : NULL;
     struct stat st;
     if (!cwd)
         cwd = stat ("/root", &st) == 0 && S_ISDIR (st.st_mode) ? "/root" : "/";
-    char **envp = s_env_build (self, &exec->env);
+    char **envp = s_env_build (self, &exec->env, exec->pty);
     if (!envp) {
         s_send_error (self, req->rid, SBX_E_INTERNAL, "out of memory");
         return;
     }
+    //  A terminal's process is there to be talked to: it never holds its request.
+    bool detached = exec->detached || exec->pty;
+    struct winsize size = {.ws_row = (unsigned short) (exec->rows ? exec->rows : 24),
+                           .ws_col = (unsigned short) (exec->cols ? exec->cols : 80)};
     sbx_err_t err = {0};
-    agent_proc_t *proc = agent_ptab_spawn (self->ptab, exec->command, envp, cwd, &exec->stdin,
-                                           exec->timeout_ms, exec->detached, &err);
+    agent_proc_t *proc =
+        agent_ptab_spawn (self->ptab, exec->command, envp, cwd, &exec->stdin, exec->timeout_ms,
+                          detached, exec->pty ? &size : NULL, &err);
     s_env_free (envp);
     if (!proc) {
         s_send_error (self, req->rid, err.code, err.message);
@@ -480,9 +627,9 @@ static void s_handle_exec (server_t *self, sbx_msg_t *req)
     if (exec->tag && *exec->tag)
         proc->tag = strdup (exec->tag); //  lost only to out of memory: then kill by pid
     if (self->config->verbose)
-        s_log (self, "process %d started%s: %.200s", (int) proc->pid,
-               exec->detached ? " (detached)" : "", exec->command);
-    if (exec->detached) {
+        s_log (self, "process %d started%s%s: %.200s", (int) proc->pid,
+               detached ? " (detached)" : "", exec->pty ? " (pty)" : "", exec->command);
+    if (detached) {
         sbx_msg_t *reply = s_exec_reply (proc, req->rid, 0);
         s_send (self, &reply);
     } else {
@@ -508,33 +655,79 @@ static agent_proc_t *s_find (server_t *self, sbx_msg_t *req, uint64_t pid)
 static void s_handle_status (server_t *self, sbx_msg_t *req)
 {
     sbx_agent_status_t *status = sbx_msg_agent_status (req);
+    if (status->wait_ms > WAIT_MAX_MS) {
+        char message[128];
+        snprintf (message, sizeof message, "wait_ms %llu is above the limit of %d",
+                  (unsigned long long) status->wait_ms, WAIT_MAX_MS);
+        s_send_error (self, req->rid, SBX_E_INVALID_ARGUMENT, message);
+        return;
+    }
     agent_proc_t *proc = s_find (self, req, status->pid);
     if (!proc)
         return;
-    //  Whatever the pipes hold now belongs in this answer.
     agent_ptab_drain (self->ptab, proc);
-    size_t max = status->max_bytes ? (size_t) status->max_bytes : MIB;
-    if (max > STATUS_MAX)
-        max = STATUS_MAX;
-    sbx_msg_t *reply = sbx_msg_new_reply (req, SBX_MSG_AGENT_STATUS_OK);
-    if (!reply)
-        return;
-    sbx_agent_status_ok_t *ok = sbx_msg_agent_status_ok (reply);
-    ok->pid = (uint64_t) proc->pid;
-    ok->running = proc->running;
-    ok->exit_code = proc->exit_code;
-    ok->signal = proc->signal;
-    ok->timed_out = proc->timed_out;
-    ok->started_ms = (uint64_t) proc->started_ms;
-    ok->ended_ms = (uint64_t) proc->ended_ms;
-    if (s_slice (proc->out, status->stdout_offset, max, &ok->stdout, &ok->stdout_offset,
-                 &ok->stdout_next_offset, &ok->stdout_truncated, &ok->stdout_more) != 0 ||
-        s_slice (proc->err, status->stderr_offset, max, &ok->stderr, &ok->stderr_offset,
-                 &ok->stderr_next_offset, &ok->stderr_truncated, &ok->stderr_more) != 0) {
-        sbx_msg_destroy (&reply);
-        s_send_error (self, req->rid, SBX_E_INTERNAL, "out of memory");
+    if (status->wait_ms && !s_status_news (proc, status->stdout_offset, status->stderr_offset)) {
+        if (self->held_count == HELD_MAX) {
+            s_send_error (self, req->rid, SBX_E_LIMIT_EXCEEDED,
+                          "too many agent.status requests wait already; ask again "
+                          "without wait_ms or when one is answered");
+            return;
+        }
+        //  Answered by s_held_check or s_held_on_exit; the loop goes on serving.
+        self->held[self->held_count++] = (held_t){
+            .rid = req->rid,
+            .pid = proc->pid,
+            .stdout_offset = status->stdout_offset,
+            .stderr_offset = status->stderr_offset,
+            .max_bytes = status->max_bytes,
+            .deadline = agent_mono_ms () + (int64_t) status->wait_ms,
+        };
         return;
     }
+    sbx_msg_t *reply = s_status_reply (self, proc, req->rid, status->stdout_offset,
+                                       status->stderr_offset, status->max_bytes);
+    s_send (self, &reply);
+}
+
+static void s_handle_input (server_t *self, sbx_msg_t *req)
+{
+    sbx_agent_input_t *input = sbx_msg_agent_input (req);
+    agent_proc_t *proc = s_find (self, req, input->pid);
+    if (!proc)
+        return;
+    sbx_err_t err = {0};
+    ssize_t written = agent_ptab_input (self->ptab, proc, input->data.data, input->data.size, &err);
+    if (written < 0) {
+        s_send_error (self, req->rid, err.code, err.message);
+        return;
+    }
+    sbx_msg_t *reply = sbx_msg_new_reply (req, SBX_MSG_AGENT_INPUT_OK);
+    if (reply) {
+        sbx_msg_agent_input_ok (reply)->pid = (uint64_t) proc->pid;
+        sbx_msg_agent_input_ok (reply)->written = (uint64_t) written;
+    }
+    s_send (self, &reply);
+}
+
+static void s_handle_resize (server_t *self, sbx_msg_t *req)
+{
+    sbx_agent_resize_t *resize = sbx_msg_agent_resize (req);
+    if (!s_pty_size_ok (self, req, "rows", resize->rows, true) ||
+        !s_pty_size_ok (self, req, "cols", resize->cols, true))
+        return;
+    agent_proc_t *proc = s_find (self, req, resize->pid);
+    if (!proc)
+        return;
+    struct winsize size = {.ws_row = (unsigned short) resize->rows,
+                           .ws_col = (unsigned short) resize->cols};
+    sbx_err_t err = {0};
+    if (agent_ptab_resize (self->ptab, proc, &size, &err) != 0) {
+        s_send_error (self, req->rid, err.code, err.message);
+        return;
+    }
+    sbx_msg_t *reply = sbx_msg_new_reply (req, SBX_MSG_AGENT_RESIZE_OK);
+    if (reply)
+        sbx_msg_agent_resize_ok (reply)->pid = (uint64_t) proc->pid;
     s_send (self, &reply);
 }
 
@@ -838,6 +1031,12 @@ static void s_dispatch (server_t *self, sbx_msg_t *req)
     case SBX_MSG_AGENT_KILL:
         s_handle_kill (self, req);
         break;
+    case SBX_MSG_AGENT_INPUT:
+        s_handle_input (self, req);
+        break;
+    case SBX_MSG_AGENT_RESIZE:
+        s_handle_resize (self, req);
+        break;
     case SBX_MSG_AGENT_PS:
         s_handle_ps (self, req);
         break;
@@ -914,6 +1113,7 @@ static void s_port_detached (server_t *self)
     if (self->connected)
         s_log (self, "host detached; waiting for it");
     self->connected = false;
+    s_held_drop (self);
     agent_frame_reset (self->frame, self->port_fd);
 }
 
@@ -955,7 +1155,8 @@ int agent_server_run (const agent_config_t *config)
     self->ptab = agent_ptab_new (config->buf_limit, config->max_finished, config->budget);
     struct pollfd *fds = calloc (MAX_POLLFDS, sizeof *fds);
     agent_proc_t **owners = calloc (MAX_POLLFDS, sizeof *owners);
-    if (sfd < 0 || !self->frame || !self->ptab || !fds || !owners) {
+    self->held = calloc (HELD_MAX, sizeof *self->held);
+    if (sfd < 0 || !self->frame || !self->ptab || !fds || !owners || !self->held) {
         s_log (self, "cannot start: %s", strerror (errno));
         return 1;
     }
@@ -972,6 +1173,8 @@ int agent_server_run (const agent_config_t *config)
             s_log (self, "cannot open %s (%s); retrying", config->port, strerror (errno));
     }
     while (!self->stop) {
+        //  First, so that its answers are queued before the port's events are chosen.
+        int held = s_held_check (self);
         size_t n = 0;
         fds[n++] = (struct pollfd){.fd = sfd, .events = POLLIN};
         //  A detached port is left out: it would report POLLHUP without end.
@@ -981,6 +1184,8 @@ int agent_server_run (const agent_config_t *config)
         size_t first_pipe = n;
         n += agent_ptab_pollfds (self->ptab, fds + n, owners + n, MAX_POLLFDS - n);
         int timeout = agent_ptab_expire (self->ptab);
+        if (held >= 0 && (timeout < 0 || held < timeout))
+            timeout = held;
         if (!self->connected && (timeout < 0 || timeout > RECONNECT_CHECK_MS))
             timeout = RECONNECT_CHECK_MS;
         int rc = poll (fds, (nfds_t) n, timeout);
@@ -1027,6 +1232,7 @@ int agent_server_run (const agent_config_t *config)
     free (env->values);
     free (fds);
     free (owners);
+    free (self->held);
     close (sfd);
     return 0;
 }
