@@ -11,13 +11,44 @@
 
 #define S_TEN_YEARS_S (10ULL * 365 * 86400)
 
+bool brk_accounts_operator (const sbx_caller_t *caller)
+{
+    return caller &&
+           (caller->kind == SBX_CALLER_KIND_ADMIN || caller->kind == SBX_CALLER_KIND_SYSTEM);
+}
+
 //  Only operators (admin, system) may act on any account; a user's credentials act on
 //  their own account, and anything else looks like it does not exist.
 static bool s_may_act_on (const sbx_caller_t *caller, const char *account_id)
 {
-    if (caller->kind == SBX_CALLER_KIND_ADMIN || caller->kind == SBX_CALLER_KIND_SYSTEM)
+    if (brk_accounts_operator (caller))
         return true;
     return caller->account_id && strcmp (caller->account_id, account_id) == 0;
+}
+
+sbx_msg_t *brk_accounts_refuse_disabled (brk_ctx_t *ctx, const char *account_id, uint64_t rid)
+{
+    bool disabled = false;
+    int rc = brk_store_account_disabled (ctx->store, account_id, &disabled);
+    if (rc < 0)
+        return sbx_msg_new_error (rid, SBX_E_INTERNAL, "account lookup failed");
+    if (rc == 1)
+        return sbx_msg_new_error (rid, SBX_E_UNAUTHENTICATED,
+                                  "account deleted: the account of this credential no longer "
+                                  "exists");
+    if (!disabled)
+        return NULL;
+    brk_account_t account;
+    bool found = brk_store_account_find (ctx->store, account_id, &account) == 0;
+    sbx_msg_t *refusal = sbx_msg_new_error (
+        rid, SBX_E_UNAUTHENTICATED,
+        "account disabled: the account of this credential (%s) is disabled; its API keys, "
+        "connections and sign-ins are refused until the operator of this service enables it "
+        "again",
+        found ? account.email : account_id);
+    if (found)
+        brk_account_clear (&account);
+    return refusal;
 }
 
 static sbx_msg_t *s_no_caller (sbx_msg_t *request)
@@ -129,8 +160,7 @@ sbx_msg_t *brk_accounts_create (brk_ctx_t *ctx, sbx_msg_t *request)
     sbx_account_create_t *args = sbx_msg_account_create (request);
     if (!request->caller)
         return s_no_caller (request);
-    if (request->caller->kind != SBX_CALLER_KIND_ADMIN &&
-        request->caller->kind != SBX_CALLER_KIND_SYSTEM)
+    if (!brk_accounts_operator (request->caller))
         return sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
                                   "only an operator can create accounts");
     char email[256];
@@ -351,6 +381,12 @@ sbx_msg_t *brk_accounts_auth_key (brk_ctx_t *ctx, sbx_msg_t *request)
             brk_key_clear (&key);
         return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED, "%s", refusal);
     }
+    //  A good key of a disabled account: said so, so its holder knows whom to ask.
+    sbx_msg_t *refused = brk_accounts_refuse_disabled (ctx, key.account_id, request->rid);
+    if (refused) {
+        brk_key_clear (&key);
+        return refused;
+    }
     //  last_used is advisory: at most one write a minute per key, not one per request.
     if (now - key.last_used_ms > 60000)
         brk_store_key_touch (ctx->store, key.id, now);
@@ -397,8 +433,7 @@ static sbx_msg_t *s_wallet_event (brk_ctx_t *ctx, sbx_msg_t *request, const char
 {
     if (!request->caller)
         return s_no_caller (request);
-    if (request->caller->kind != SBX_CALLER_KIND_ADMIN &&
-        request->caller->kind != SBX_CALLER_KIND_SYSTEM)
+    if (!brk_accounts_operator (request->caller))
         return sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
                                   "only an operator can change an account's wallets");
     if (wallet && !s_wallet_name_ok (wallet))

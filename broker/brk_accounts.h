@@ -23,4 +23,12 @@ sbx_msg_t *brk_accounts_wallet_activate (brk_ctx_t *ctx, sbx_msg_t *request);
 //  auth.key: the caller an API key acts for, or unauthenticated.
 sbx_msg_t *brk_accounts_auth_key (brk_ctx_t *ctx, sbx_msg_t *request);
 
+//  The refusal of a credential of account_id (an API key, an OAuth token, a signed-in
+//  page) while that account is disabled or deleted: unauthenticated, its message
+//  beginning "account disabled:" (gateways show it), or NULL when the account is active.
+sbx_msg_t *brk_accounts_refuse_disabled (brk_ctx_t *ctx, const char *account_id, uint64_t rid);
+
+//  Whether caller is an operator (the CLI on the host, or the broker itself).
+bool brk_accounts_operator (const sbx_caller_t *caller);
+
 #endif

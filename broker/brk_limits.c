@@ -36,6 +36,11 @@ static const char *s_plan_name (const brk_account_t *account)
 
 sbx_msg_t *brk_limits_check_start (brk_ctx_t *ctx, const brk_account_t *account, uint64_t rid)
 {
+    if (account->disabled_ms)
+        return sbx_msg_new_error (rid, SBX_E_FAILED_PRECONDITION,
+                                  "account %s is disabled: none of its sandboxes start until the "
+                                  "operator enables it (sbx account enable %s)",
+                                  account->email, account->email);
     bool exhausted = false;
     if (brk_store_account_funds_exhausted (ctx->store, account->id, &exhausted) < 0)
         return sbx_msg_new_error (rid, SBX_E_INTERNAL, "cannot read the account's wallet state");

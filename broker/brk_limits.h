@@ -38,7 +38,8 @@ typedef struct {
 void brk_limits_plan (sbx_config_t *config, const brk_account_t *account, brk_plan_t *plan);
 
 //  May the account start a sandbox (create, or resume a stopped one) now? NULL when it
-//  may, else the error reply (insufficient_funds, daily_limit_reached, limit_exceeded).
+//  may, else the error reply (failed_precondition for a disabled account,
+//  insufficient_funds, daily_limit_reached, limit_exceeded).
 sbx_msg_t *brk_limits_check_start (brk_ctx_t *ctx, const brk_account_t *account, uint64_t rid);
 
 //  Applies the plan's TTL bounds to *ttl_s: 0 on a create becomes the plan's default;

@@ -1,5 +1,6 @@
 /*  brk_oauth - see brk_oauth.h */
 #include "brk_oauth.h"
+#include "brk_accounts.h"
 #include "brk_limits.h"
 #include "sbx_clock.h"
 #include "sbx_log.h"
@@ -148,6 +149,7 @@ sbx_msg_t *brk_oauth_password (brk_ctx_t *ctx, sbx_msg_t *request, bool trusted)
     sbx_str_set (&ok->account_id, account.id);
     sbx_str_set (&ok->email, account.email);
     sbx_str_set (&ok->password_hash, account.password_hash);
+    ok->disabled = account.disabled_ms != 0;
     brk_account_clear (&account);
     return reply;
 }
@@ -186,6 +188,12 @@ sbx_msg_t *brk_oauth_authorize (brk_ctx_t *ctx, sbx_msg_t *request, bool trusted
     if (rc)
         return sbx_msg_new_error (request->rid, rc < 0 ? SBX_E_INTERNAL : SBX_E_NOT_FOUND,
                                   "no account %.64s", args->account_id);
+    //  Signed in before it was disabled: nothing new is granted to it.
+    sbx_msg_t *refused = brk_accounts_refuse_disabled (ctx, account.id, request->rid);
+    if (refused) {
+        brk_account_clear (&account);
+        return refused;
+    }
     uint64_t now = sbx_clock_now_ms ();
     char name[128];
     snprintf (name, sizeof name, "%s (MCP)", args->client_name);
@@ -436,8 +444,10 @@ static sbx_msg_t *s_code_grant (brk_ctx_t *ctx, sbx_msg_t *request)
     else if (s_live_grant (ctx, code.grant_id, &grant))
         reply = s_refuse (request, "the connection was revoked: authorize again");
     else {
+        reply = brk_accounts_refuse_disabled (ctx, grant.account_id, request->rid);
         brk_key_clear (&grant);
-        reply = s_tokens (ctx, request, &code);
+        if (!reply)
+            reply = s_tokens (ctx, request, &code);
     }
     brk_oauth_token_clear (&code);
     return reply;
@@ -475,8 +485,11 @@ static sbx_msg_t *s_refresh_grant (brk_ctx_t *ctx, sbx_msg_t *request)
     else if (s_live_grant (ctx, token.grant_id, &grant))
         reply = s_refuse (request, "the connection was revoked: sign in again");
     else {
+        //  Refused while the account is disabled, not revoked: it works again once enabled.
+        reply = brk_accounts_refuse_disabled (ctx, grant.account_id, request->rid);
         brk_key_clear (&grant);
-        reply = s_tokens (ctx, request, &token);
+        if (!reply)
+            reply = s_tokens (ctx, request, &token);
     }
     brk_oauth_token_clear (&token);
     return reply;
@@ -551,6 +564,12 @@ sbx_msg_t *brk_oauth_auth_token (brk_ctx_t *ctx, sbx_msg_t *request)
         if (rc == 0)
             brk_oauth_token_clear (&token);
         return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED, "%s", refusal);
+    }
+    sbx_msg_t *refused = brk_accounts_refuse_disabled (ctx, grant.account_id, request->rid);
+    if (refused) {
+        brk_key_clear (&grant);
+        brk_oauth_token_clear (&token);
+        return refused;
     }
     if (now - grant.last_used_ms > 60000)
         brk_store_key_touch (ctx->store, grant.id, now);

@@ -302,10 +302,13 @@ void brk_ports_test (bool verbose)
     reply = s_test_port (client, ALICE, id, 65536, true, false);
     assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
     sbx_msg_destroy (&reply);
-    reply = s_test_port (client, brk_testkit_caller ("acc_other", "key_o", SBX_KEY_PRESET_FULL), id,
-                         8000, true, false);
+    //  (An account of its own: a caller of no account is refused before that.)
+    char *other = brk_testkit_account (client, "other-ports@example.com", ++s_rid);
+    reply = s_test_port (client, brk_testkit_caller (other, "key_o", SBX_KEY_PRESET_FULL), id, 8000,
+                         true, false);
     assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
+    free (other);
     reply = s_test_port (client, brk_testkit_caller (alice, "key_ro", SBX_KEY_PRESET_READ_ONLY), id,
                          8000, true, false);
     assert (brk_testkit_code (reply) == SBX_E_PERMISSION_DENIED);

@@ -856,10 +856,16 @@ static void s_unfunded (const brk_sandbox_t *found, void *arg)
     s_system_stop (arg, found->id, "wallet empty", false);
 }
 
+static void s_disabled (const brk_sandbox_t *found, void *arg)
+{
+    s_system_stop (arg, found->id, "account disabled", false);
+}
+
 void brk_sandbox_tick (brk_ctx_t *ctx)
 {
     brk_store_sandbox_expired (ctx->store, sbx_clock_now_ms (), 100, s_expire, ctx);
     brk_store_sandbox_unfunded (ctx->store, 100, s_unfunded, ctx);
+    brk_store_sandbox_disabled (ctx->store, 100, s_disabled, ctx);
 }
 
 //  The agent requests users may send, and whether a read-only key may.

@@ -52,8 +52,9 @@ sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
 sbx_msg_t *brk_sandbox_extend (brk_ctx_t *ctx, sbx_msg_t *request);
 sbx_msg_t *brk_sandbox_update (brk_ctx_t *ctx, sbx_msg_t *request);
 
-//  Stops every ready sandbox whose TTL deadline has passed (ttl.expired events). The
-//  broker calls it four times a second.
+//  Stops every ready sandbox whose TTL deadline has passed (ttl.expired events), whose
+//  account's wallet is empty, or whose account is disabled. The broker calls it four
+//  times a second.
 void brk_sandbox_tick (brk_ctx_t *ctx);
 
 //  sandbox.agent: an agent request for a ready sandbox, relayed to its vmd; answered

@@ -1,4 +1,5 @@
 /*  brk_selftest - the broker modules' self-tests (see sbx_testrun.h). */
+#include "brk_admin.h"
 #include "brk_limits.h"
 #include "brk_names.h"
 #include "brk_oauth.h"
@@ -25,6 +26,7 @@ static const sbx_test_t s_tests[] = {{"brk_store", brk_store_test},
                                      {"brk_store_mcp", brk_store_mcp_test},
                                      {"brk_sessions", brk_sessions_test},
                                      {"brk_rates", brk_rates_test},
+                                     {"brk_admin", brk_admin_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)

@@ -1,6 +1,7 @@
 /*  brk_server - see brk_server.h */
 #include "brk_server.h"
 #include "brk_accounts.h"
+#include "brk_admin.h"
 #include "brk_oauth.h"
 #include "brk_ctx.h"
 #include "brk_events.h"
@@ -550,6 +551,14 @@ static bool s_is_gateway (brk_peer_t *peer)
     return peer && peer->role == SBX_ROLE_GATEWAY;
 }
 
+//  A person's credential: an API key, an OAuth token, a signed-in page.
+static bool s_user_caller (const sbx_caller_t *caller)
+{
+    return caller && caller->account_id &&
+           (caller->kind == SBX_CALLER_KIND_API_KEY || caller->kind == SBX_CALLER_KIND_OAUTH ||
+            caller->kind == SBX_CALLER_KIND_SESSION);
+}
+
 //  One switch from message type to handler: grep a name from schemas/ to land here.
 static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
 {
@@ -558,6 +567,15 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     if (!peer && msg->type != SBX_MSG_PEER_BYE)
         peer = s_revive (self, address); //  (a displaced worker that leaves just goes)
     sbx_msg_t *reply = NULL;
+    //  A disabled (or deleted) account acts no more, whatever a gateway still holds of its
+    //  credentials: the broker has the last word on every request such a caller makes.
+    if (s_user_caller (msg->caller) && !sbx_msg_type_is_reply (msg->type)) {
+        reply = brk_accounts_refuse_disabled (&self->ctx, msg->caller->account_id, msg->rid);
+        if (reply) {
+            s_send (self, address, &reply);
+            return;
+        }
+    }
     switch (msg->type) {
     case SBX_MSG_PEER_HELLO:
         s_on_hello (self, address, msg);
@@ -603,6 +621,18 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         break;
     case SBX_MSG_KEY_REVOKE:
         reply = brk_accounts_key_revoke (&self->ctx, msg);
+        break;
+    case SBX_MSG_ACCOUNT_LIST:
+        reply = brk_admin_list (&self->ctx, msg);
+        break;
+    case SBX_MSG_ACCOUNT_GET:
+        reply = brk_admin_get (&self->ctx, msg);
+        break;
+    case SBX_MSG_ACCOUNT_UPDATE:
+        reply = brk_admin_update (&self->ctx, msg);
+        break;
+    case SBX_MSG_ACCOUNT_DELETE:
+        reply = brk_admin_delete (&self->ctx, msg);
         break;
     case SBX_MSG_WALLET_CREDIT:
         reply = brk_accounts_wallet_credit (&self->ctx, msg);
@@ -1021,14 +1051,23 @@ void brk_server_test (bool verbose)
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_INVALID_ARGUMENT);
     sbx_msg_destroy (&reply);
     //  A user's key can't create accounts, nor see another account's keys.
+    char *eve = brk_testkit_account (client, "eve@example.com", ++rid);
     request = sbx_msg_new (SBX_MSG_KEY_LIST);
     sbx_str_set (&sbx_msg_key_list (request)->account, account_id);
     request->caller = calloc (1, sizeof (sbx_caller_t));
     request->caller->kind = SBX_CALLER_KIND_API_KEY;
-    sbx_str_set (&request->caller->account_id, "acc_someoneelse");
+    sbx_str_set (&request->caller->account_id, eve);
     reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
     sbx_msg_destroy (&reply);
+    //  A caller of an account that is not there (none, or deleted) is nobody.
+    request = sbx_msg_new (SBX_MSG_KEY_LIST);
+    sbx_str_set (&sbx_msg_key_list (request)->account, account_id);
+    request->caller = brk_testkit_caller ("acc_someoneelse", "key_x", SBX_KEY_PRESET_FULL);
+    reply = brk_testkit_call (client, request, ++rid);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_UNAUTHENTICATED);
+    sbx_msg_destroy (&reply);
+    free (eve);
 
     request = sbx_msg_new (SBX_MSG_KEY_CREATE);
     sbx_str_set (&sbx_msg_key_create (request)->account, "bob@example.com");

@@ -140,6 +140,10 @@ static const char *s_migrations[] = {
     "  name TEXT NOT NULL,"
     "  value TEXT NOT NULL,"
     "  PRIMARY KEY (session_id, sandbox_id, name));",
+    //  7: operators disable and delete accounts. A deleted account stays as a tombstone
+    //  (its sandboxes' records and the log name it) that lookups skip.
+    "ALTER TABLE accounts ADD COLUMN disabled_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE accounts ADD COLUMN deleted_ms INTEGER NOT NULL DEFAULT 0;",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
@@ -147,6 +151,8 @@ static const char *s_migrations[] = {
 //  --------------------------------------------------------------------------
 //  Statements, prepared once at open (after the migrations) and reused; numbered by
 //  stmt_id_t in brk_store_priv.h (brk_store_oauth.c uses the OAuth ones).
+
+#define ACCOUNT_COLUMNS "id, email, password_hash, plan, admin, created_ms, disabled_ms"
 
 #define KEY_COLUMNS                                                                                \
     "id, account_id, kind, name, preset, prefix, hash, created_ms, expires_ms, last_used_ms, "     \
@@ -175,9 +181,29 @@ static const char *s_sql[ST_COUNT] = {
         "INSERT INTO accounts (id, email, password_hash, plan, admin, created_ms) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     //  email = ?1 uses the column's NOCASE collation (and its unique index).
-    [ST_ACCOUNT_FIND] = "SELECT id, email, password_hash, plan, admin, created_ms FROM accounts "
-                        "WHERE id = ?1 OR email = ?1 ORDER BY id = ?1 DESC LIMIT 1",
-    [ST_ACCOUNT_COUNT] = "SELECT count(*) FROM accounts",
+    [ST_ACCOUNT_FIND] = "SELECT " ACCOUNT_COLUMNS " FROM accounts "
+                        "WHERE (id = ?1 OR email = ?1) AND deleted_ms = 0 "
+                        "ORDER BY id = ?1 DESC LIMIT 1",
+    [ST_ACCOUNT_COUNT] = "SELECT count(*) FROM accounts WHERE deleted_ms = 0",
+    [ST_ACCOUNT_LIST] = "SELECT " ACCOUNT_COLUMNS " FROM accounts WHERE deleted_ms = 0 "
+                        "ORDER BY created_ms, rowid",
+    [ST_ACCOUNT_SANDBOXES] =
+        "SELECT count(*) FROM sandboxes WHERE account_id = ?1 AND state != 'deleted'",
+    [ST_ACCOUNT_KEYS] = "SELECT count(*) FROM api_keys WHERE account_id = ?1 AND revoked_ms = 0 "
+                        "AND (expires_ms = 0 OR expires_ms > ?2)",
+    [ST_ACCOUNT_DISABLED] = "SELECT disabled_ms FROM accounts WHERE id = ?1 AND deleted_ms = 0",
+    [ST_ADMIN_COUNT] = "SELECT count(*) FROM accounts WHERE admin AND deleted_ms = 0",
+    [ST_ACCOUNT_PASSWORD] =
+        "UPDATE accounts SET password_hash = ?2 WHERE id = ?1 AND deleted_ms = 0",
+    [ST_ACCOUNT_DISABLE] = "UPDATE accounts SET disabled_ms = ?2 WHERE id = ?1 AND deleted_ms = 0",
+    //  The id for the email: no email is one (it has no @), so it frees the address.
+    [ST_ACCOUNT_TOMBSTONE] = "UPDATE accounts SET deleted_ms = ?2, email = id, "
+                             "password_hash = NULL WHERE id = ?1 AND deleted_ms = 0",
+    [ST_ACCOUNT_REVOKE_KEYS] =
+        "UPDATE api_keys SET revoked_ms = ?2 WHERE account_id = ?1 AND revoked_ms = 0",
+    [ST_ACCOUNT_REVOKE_TOKENS] = "UPDATE oauth_tokens SET revoked_ms = ?2 WHERE revoked_ms = 0 "
+                                 "AND grant_id IN (SELECT id FROM api_keys WHERE account_id = ?1)",
+    [ST_ACCOUNT_END_SESSIONS] = "DELETE FROM mcp_sessions WHERE account_id = ?1",
     [ST_KEY_INSERT] = "INSERT INTO api_keys (" KEY_COLUMNS ") "
                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     [ST_KEY_FIND_BY_HASH] = "SELECT " KEY_COLUMNS " FROM api_keys WHERE hash = ?1",
@@ -236,6 +262,9 @@ static const char *s_sql[ST_COUNT] = {
     [ST_FUNDS_GET] = "SELECT funds_exhausted FROM accounts WHERE id = ?1",
     [ST_SANDBOX_UNFUNDED] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE state = 'ready' "
                             "AND account_id IN (SELECT id FROM accounts WHERE funds_exhausted) "
+                            "ORDER BY changed_ms LIMIT ?1",
+    [ST_SANDBOX_DISABLED] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE state = 'ready' "
+                            "AND account_id IN (SELECT id FROM accounts WHERE disabled_ms > 0) "
                             "ORDER BY changed_ms LIMIT ?1",
     [ST_CLIENT_INSERT] = "INSERT INTO oauth_clients (client_id, name, redirect_uris, created_ms) "
                          "VALUES (?1, ?2, ?3, ?4)",
@@ -498,6 +527,7 @@ static int s_account_from_row (sqlite3_stmt *stmt, void *row)
     out->plan = sbx_db_column_dup (stmt, 3, &failed);
     out->admin = sqlite3_column_int (stmt, 4) != 0;
     out->created_ms = sbx_db_column_u64 (stmt, 5);
+    out->disabled_ms = sbx_db_column_u64 (stmt, 6);
     if (failed)
         brk_account_clear (out);
     return failed ? -1 : 0;
@@ -514,6 +544,128 @@ int brk_store_account_count (brk_store_t *self, uint64_t *count)
     if (!self || !count)
         return -1;
     return s_count (self, ST_ACCOUNT_COUNT, count, "account count");
+}
+
+int brk_store_account_list (brk_store_t *self, brk_store_account_fn *fn, void *arg)
+{
+    if (!self || !fn)
+        return -1;
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_LIST);
+    if (sqlite3_stmt_busy (stmt)) {
+        sbx_warn ("store %s: account_list called from its own callback", sbx_db_path (self->db));
+        return -1;
+    }
+    int count = 0;
+    int rc;
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+        brk_account_t account = {0};
+        if (s_account_from_row (stmt, &account)) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        count++;
+        fn (&account, arg);
+        brk_account_clear (&account);
+    }
+    if (rc != SQLITE_DONE)
+        sbx_db_log_error (self->db, "account list");
+    sbx_db_reset (stmt);
+    return rc == SQLITE_DONE ? count : -1;
+}
+
+int brk_store_account_counts (brk_store_t *self, const char *account_id, uint64_t now_ms,
+                              brk_account_counts_t *counts)
+{
+    if (counts)
+        memset (counts, 0, sizeof *counts);
+    if (!self || !account_id || !counts || !sbx_db_fits (now_ms))
+        return -1;
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_ACCOUNT_SANDBOXES), 1, account_id);
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_ACCOUNT_KEYS), 1, account_id);
+    sqlite3_bind_int64 (sbx_db_stmt (self->db, ST_ACCOUNT_KEYS), 2, (sqlite3_int64) now_ms);
+    if (s_count (self, ST_ACCOUNT_SANDBOXES, &counts->sandboxes, "account sandboxes") ||
+        s_count (self, ST_ACCOUNT_KEYS, &counts->keys, "account keys")) {
+        sbx_db_reset (sbx_db_stmt (self->db, ST_ACCOUNT_KEYS));
+        return -1;
+    }
+    return 0;
+}
+
+int brk_store_account_disabled (brk_store_t *self, const char *account_id, bool *disabled)
+{
+    if (disabled)
+        *disabled = false;
+    uint64_t disabled_ms = 0;
+    if (!disabled)
+        return -1;
+    int rc = brk_store_find (self, ST_ACCOUNT_DISABLED, account_id, s_u64_from_row, &disabled_ms,
+                             sizeof disabled_ms, "account disabled");
+    *disabled = rc == 0 && disabled_ms != 0;
+    return rc;
+}
+
+int brk_store_admin_count (brk_store_t *self, uint64_t *count)
+{
+    if (!self || !count)
+        return -1;
+    return s_count (self, ST_ADMIN_COUNT, count, "admin count");
+}
+
+//  Runs an UPDATE of one account bound by the caller (inside a transaction): 0 when it
+//  changed a row, 1 when there was none, -1 error.
+static int s_account_update (brk_store_t *self, stmt_id_t id, const char *what)
+{
+    if (!sbx_db_require_transaction (self->db, what)) {
+        sbx_db_reset (sbx_db_stmt (self->db, id));
+        return -1;
+    }
+    if (sbx_db_try (self->db, id, what) != SQLITE_DONE)
+        return -1;
+    return sbx_db_changes (self->db) > 0 ? 0 : 1;
+}
+
+int brk_store_account_set_password (brk_store_t *self, const char *account_id,
+                                    const char *password_hash)
+{
+    if (!self || !sbx_db_nonempty (account_id))
+        return -1;
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_PASSWORD);
+    sbx_db_bind_text (stmt, 1, account_id);
+    sbx_db_bind_text (stmt, 2, password_hash);
+    return s_account_update (self, ST_ACCOUNT_PASSWORD, "account password");
+}
+
+int brk_store_account_set_disabled (brk_store_t *self, const char *account_id, uint64_t disabled_ms)
+{
+    if (!self || !sbx_db_nonempty (account_id) || !sbx_db_fits (disabled_ms))
+        return -1;
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_DISABLE);
+    sbx_db_bind_text (stmt, 1, account_id);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) disabled_ms);
+    return s_account_update (self, ST_ACCOUNT_DISABLE, "account disable");
+}
+
+int brk_store_account_delete (brk_store_t *self, const char *account_id, uint64_t now_ms)
+{
+    //  0 would read as "not deleted" (and as "active" for keys and tokens).
+    if (!self || !sbx_db_nonempty (account_id) || now_ms == 0 || !sbx_db_fits (now_ms))
+        return -1;
+    if (!sbx_db_require_transaction (self->db, "account delete"))
+        return -1;
+    //  Tokens before keys: the tokens are found through the account's keys.
+    stmt_id_t steps[] = {ST_ACCOUNT_REVOKE_TOKENS, ST_ACCOUNT_REVOKE_KEYS, ST_ACCOUNT_END_SESSIONS};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        sqlite3_stmt *stmt = sbx_db_stmt (self->db, steps[i]);
+        sbx_db_bind_text (stmt, 1, account_id);
+        if (steps[i] != ST_ACCOUNT_END_SESSIONS)
+            sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
+        if (sbx_db_try (self->db, steps[i], "account delete") != SQLITE_DONE)
+            return -1;
+    }
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_TOMBSTONE);
+    sbx_db_bind_text (stmt, 1, account_id);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
+    return s_account_update (self, ST_ACCOUNT_TOMBSTONE, "account delete");
 }
 
 void brk_account_clear (brk_account_t *self)
@@ -831,6 +983,16 @@ int brk_store_sandbox_unfunded (brk_store_t *self, size_t limit, brk_store_sandb
     if (!self || !fn)
         return -1;
     sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_UNFUNDED);
+    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) (limit && limit < 100 ? limit : 100));
+    return s_sandbox_collect (stmt, fn, arg);
+}
+
+int brk_store_sandbox_disabled (brk_store_t *self, size_t limit, brk_store_sandbox_fn *fn,
+                                void *arg)
+{
+    if (!self || !fn)
+        return -1;
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_DISABLED);
     sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) (limit && limit < 100 ? limit : 100));
     return s_sandbox_collect (stmt, fn, arg);
 }
@@ -1153,6 +1315,13 @@ static void s_test_sandbox (const brk_sandbox_t *sandbox, void *arg)
     snprintf (list->ids + len, sizeof list->ids - len, "%s;", sandbox->id);
 }
 
+static void s_test_account (const brk_account_t *account, void *arg)
+{
+    test_list_t *list = arg;
+    size_t len = strlen (list->ids);
+    snprintf (list->ids + len, sizeof list->ids - len, "%s;", account->id);
+}
+
 static void s_test_port (const brk_port_t *port, void *arg)
 {
     ((brk_port_t *) arg)->port = port->port;
@@ -1459,6 +1628,75 @@ void brk_store_test (bool verbose)
     twin.id = "sb_three";
     assert (brk_store_sandbox_insert (store, &twin) == 0); //  quiet-green-owl again
     assert (brk_store_commit (store) == 0);
+
+    //  Operators' account changes: the list, counts, disabling, a password, deleting.
+    test_list_t accounts = {0};
+    assert (brk_store_account_list (store, s_test_account, &accounts) == 2);
+    assert (strcmp (accounts.ids, "acc_test;acc_ada;") == 0); //  oldest first
+    brk_account_counts_t counts;
+    assert (brk_store_account_counts (store, "acc_ada", 8000, &counts) == 0);
+    //  sb_one (error) and sb_three count, sb_two is deleted; key_1 is revoked, key_2
+    //  expires at 9000, key_3 (a connection) never.
+    assert (counts.sandboxes == 2 && counts.keys == 2);
+    assert (brk_store_account_counts (store, "acc_ada", 9000, &counts) == 0 && counts.keys == 1);
+    assert (brk_store_account_counts (store, "acc_test", 9000, &counts) == 0);
+    assert (counts.sandboxes == 0 && counts.keys == 0);
+    bool disabled = true;
+    assert (brk_store_account_disabled (store, "acc_ada", &disabled) == 0 && !disabled);
+    assert (brk_store_account_disabled (store, "acc_nobody", &disabled) == 1);
+    assert (brk_store_account_set_disabled (store, "acc_ada", 4000) == -1); //  no transaction
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_account_set_disabled (store, "acc_ada", 4000) == 0);
+    assert (brk_store_account_set_disabled (store, "acc_nobody", 4000) == 1);
+    assert (brk_store_sandbox_set_state (store, "sb_three", "ready", NULL, NULL, 400) == 0);
+    assert (brk_store_account_set_password (store, "acc_ada", NULL) == 0);
+    assert (brk_store_account_set_password (store, "acc_nobody", "$argon2id$x") == 1);
+    assert (brk_store_commit (store) == 0);
+    assert (brk_store_account_disabled (store, "acc_ada", &disabled) == 0 && disabled);
+    assert (brk_store_account_find (store, "acc_ada", &found) == 0);
+    assert (found.disabled_ms == 4000 && found.password_hash == NULL);
+    brk_account_clear (&found);
+    //  The tick stops a disabled account's ready sandboxes: sb_three only (sb_one is in error).
+    memset (&listed, 0, sizeof listed);
+    assert (brk_store_sandbox_disabled (store, 100, s_test_sandbox, &listed) == 1);
+    assert (strcmp (listed.ids, "sb_three;") == 0);
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_account_set_disabled (store, "acc_ada", 0) == 0);
+    assert (brk_store_account_set_password (store, "acc_ada", "$argon2id$fake") == 0);
+    assert (brk_store_commit (store) == 0);
+    assert (brk_store_sandbox_disabled (store, 100, s_test_sandbox, &listed) == 0);
+    uint64_t admins = 0;
+    assert (brk_store_admin_count (store, &admins) == 0 && admins == 1);
+    //  Deleted: its keys revoked (key_1 keeps its first revocation), not found by id nor
+    //  email, not counted nor listed; the email is free again. Its sandboxes' rows stay.
+    assert (brk_store_account_delete (store, "acc_ada", 7000) == -1); //  no transaction
+    assert (brk_store_begin (store) == 0);
+    assert (brk_store_account_delete (store, "acc_ada", 7000) == 0);
+    assert (brk_store_account_delete (store, "acc_ada", 7000) == 1);
+    assert (brk_store_account_delete (store, "acc_ada", 0) == -1);
+    assert (brk_store_commit (store) == 0);
+    assert (brk_store_key_find (store, "key_1", &got) == 0 && got.revoked_ms == 5000);
+    brk_key_clear (&got);
+    assert (brk_store_key_find (store, "key_3", &got) == 0 && got.revoked_ms == 7000);
+    brk_key_clear (&got);
+    assert (brk_store_account_find (store, "acc_ada", &found) == 1);
+    assert (brk_store_account_find (store, "ada@example.com", &found) == 1);
+    assert (brk_store_account_disabled (store, "acc_ada", &disabled) == 1);
+    assert (brk_store_account_count (store, &count) == 0 && count == 1);
+    assert (brk_store_admin_count (store, &admins) == 0 && admins == 0);
+    assert (brk_store_sandbox_find (store, "sb_three", &sbf) == 0);
+    brk_sandbox_clear (&sbf);
+    assert (brk_store_begin (store) == 0);
+    brk_account_t again = {.id = "acc_ada2",
+                           .email = "ada@example.com",
+                           .plan = "free",
+                           .created_ms = 1700000000001ULL};
+    assert (brk_store_account_insert (store, &again) == 0);
+    assert (brk_store_sandbox_set_state (store, "sb_three", "deleted", NULL, NULL, 500) == 0);
+    assert (brk_store_commit (store) == 0);
+    memset (&accounts, 0, sizeof accounts);
+    assert (brk_store_account_list (store, s_test_account, &accounts) == 2);
+    assert (strcmp (accounts.ids, "acc_test;acc_ada2;") == 0);
 
     //  Meta.
     assert (brk_store_meta_get (store, "tap.epoch") == NULL);

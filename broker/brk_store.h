@@ -65,7 +65,18 @@ typedef struct {
     char *plan;
     bool admin;
     uint64_t created_ms;
+    uint64_t disabled_ms; //  0: active; else when an operator disabled it
 } brk_account_t;
+
+//  What an account has, for the operator's account list: sandboxes that are not
+//  deleted, and API keys and connections that still work at now_ms.
+typedef struct {
+    uint64_t sandboxes;
+    uint64_t keys;
+} brk_account_counts_t;
+
+//  The account is borrowed for the call.
+typedef void (brk_store_account_fn) (const brk_account_t *account, void *arg);
 
 //  An API key or OAuth connection, without its secret. Same ownership as brk_account_t.
 typedef struct {
@@ -161,13 +172,42 @@ int brk_store_events_after (brk_store_t *self, uint64_t after_seq, size_t limit,
 //  (bad argument, no transaction, duplicate id, database error).
 int brk_store_account_insert (brk_store_t *self, const brk_account_t *account);
 
-//  Finds an account by id or by email (case-insensitive); an id match wins.
-//  Returns 0 and fills *out (release with brk_account_clear), 1 not found, -1 error.
-//  *out is zeroed unless 0 is returned.
+//  Finds an account by id or by email (case-insensitive); an id match wins. Deleted
+//  accounts are not found. Returns 0 and fills *out (release with brk_account_clear),
+//  1 not found, -1 error. *out is zeroed unless 0 is returned.
 int brk_store_account_find (brk_store_t *self, const char *id_or_email, brk_account_t *out);
 
-//  Sets *count to the number of accounts. Returns 0 or -1.
+//  Sets *count to the number of accounts (deleted ones excepted). Returns 0 or -1.
 int brk_store_account_count (brk_store_t *self, uint64_t *count);
+
+//  Calls fn for each account that is not deleted, oldest first. Returns how many, or -1.
+//  fn may call other store functions but not brk_store_account_list.
+int brk_store_account_list (brk_store_t *self, brk_store_account_fn *fn, void *arg);
+
+//  The account's counts (see brk_account_counts_t). Returns 0 or -1.
+int brk_store_account_counts (brk_store_t *self, const char *account_id, uint64_t now_ms,
+                              brk_account_counts_t *counts);
+
+//  Whether the account is disabled, by id, cheaply (every user request asks). Returns
+//  0 with *disabled, 1 no such account (or a deleted one), -1 error.
+int brk_store_account_disabled (brk_store_t *self, const char *account_id, bool *disabled);
+
+//  How many admin accounts are not deleted. Returns 0 or -1.
+int brk_store_admin_count (brk_store_t *self, uint64_t *count);
+
+//  Sets the password hash (NULL: API keys only) / disables (at disabled_ms; 0 enables),
+//  in a transaction. 0, 1 no such account, -1 error.
+int brk_store_account_set_password (brk_store_t *self, const char *account_id,
+                                    const char *password_hash);
+int brk_store_account_set_disabled (brk_store_t *self, const char *account_id,
+                                    uint64_t disabled_ms);
+
+//  Deletes an account at now_ms (in a transaction): revokes its keys and connections and
+//  their OAuth tokens, deletes its MCP sessions, and keeps its row as a tombstone (so
+//  its sandboxes' records stay) whose email becomes its id: the email is free for a new
+//  account, and the deleted one is found no more. The caller checks that no sandbox of
+//  it is live. 0, 1 no such account, -1 error.
+int brk_store_account_delete (brk_store_t *self, const char *account_id, uint64_t now_ms);
 
 //  Frees the strings of an account filled in by the store and zeroes it.
 void brk_account_clear (brk_account_t *self);
@@ -230,6 +270,10 @@ int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,
 //  Ready sandboxes of accounts whose wallet is empty, longest ready first (at most
 //  `limit`, and 100). Returns how many, or -1.
 int brk_store_sandbox_unfunded (brk_store_t *self, size_t limit, brk_store_sandbox_fn *fn,
+                                void *arg);
+//  Ready sandboxes of disabled accounts, longest ready first (at most `limit`, and 100).
+//  Returns how many, or -1.
+int brk_store_sandbox_disabled (brk_store_t *self, size_t limit, brk_store_sandbox_fn *fn,
                                 void *arg);
 //  Plan limits. start_add records a start (create or resume) in a transaction;
 //  starts_since counts the account's starts at or after since_ms; account_running counts

@@ -1,6 +1,7 @@
 /*  brk_store_priv - what the two halves of brk_store share: brk_store.c (accounts, keys,
     events, meta, sandboxes, ports, the self-test), brk_store_oauth.c (OAuth clients,
-    codes and tokens) and brk_store_mcp.c (MCP sessions). Private to them: everyone else includes brk_store.h.
+    codes and tokens) and brk_store_mcp.c (MCP sessions). Private to them: everyone else
+    includes brk_store.h.
 
     The migrations and the statements' SQL stay in brk_store.c, in one array indexed by
     stmt_id_t, so the schema is read in one place and prepared once at open.
@@ -19,6 +20,17 @@ typedef enum {
     ST_ACCOUNT_INSERT,
     ST_ACCOUNT_FIND,
     ST_ACCOUNT_COUNT,
+    ST_ACCOUNT_LIST,
+    ST_ACCOUNT_SANDBOXES,
+    ST_ACCOUNT_KEYS,
+    ST_ACCOUNT_DISABLED,
+    ST_ADMIN_COUNT,
+    ST_ACCOUNT_PASSWORD,
+    ST_ACCOUNT_DISABLE,
+    ST_ACCOUNT_TOMBSTONE,
+    ST_ACCOUNT_REVOKE_KEYS,
+    ST_ACCOUNT_REVOKE_TOKENS,
+    ST_ACCOUNT_END_SESSIONS,
     ST_KEY_INSERT,
     ST_KEY_FIND_BY_HASH,
     ST_KEY_FIND,
@@ -52,6 +64,7 @@ typedef enum {
     ST_FUNDS_SET,
     ST_FUNDS_GET,
     ST_SANDBOX_UNFUNDED,
+    ST_SANDBOX_DISABLED,
     ST_CLIENT_INSERT,
     ST_CLIENT_FIND,
     ST_TOKEN_INSERT,

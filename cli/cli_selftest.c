@@ -4,6 +4,7 @@
 #include "cli_lines.h"
 #include "cli_mcp_server.h"
 #include "cli_op.h"
+#include "cli_password.h"
 #include "cli_profile.h"
 #include "cli_rest.h"
 #include "cli_shell.h"
@@ -12,13 +13,19 @@
 #include "cli_tar.h"
 #include "sbx_testrun.h"
 
-static const sbx_test_t s_tests[] = {
-    {"cli_op", cli_op_test},           {"cli_supervisor", cli_supervisor_test},
-    {"cli_lines", cli_lines_test},     {"cli_sse", cli_sse_test},
-    {"cli_tar", cli_tar_test},         {"cli_files", cli_files_test},
-    {"cli_handoff", cli_handoff_test}, {"cli_mcp_server", cli_mcp_server_test},
-    {"cli_profile", cli_profile_test}, {"cli_rest", cli_rest_test},
-    {"cli_shell", cli_shell_test},     {NULL, NULL}};
+static const sbx_test_t s_tests[] = {{"cli_op", cli_op_test},
+                                     {"cli_supervisor", cli_supervisor_test},
+                                     {"cli_lines", cli_lines_test},
+                                     {"cli_sse", cli_sse_test},
+                                     {"cli_tar", cli_tar_test},
+                                     {"cli_files", cli_files_test},
+                                     {"cli_handoff", cli_handoff_test},
+                                     {"cli_mcp_server", cli_mcp_server_test},
+                                     {"cli_profile", cli_profile_test},
+                                     {"cli_rest", cli_rest_test},
+                                     {"cli_shell", cli_shell_test},
+                                     {"cli_password", cli_password_test},
+                                     {NULL, NULL}};
 
 int main (int argc, char **argv)
 {

@@ -3,10 +3,12 @@
     Starts sbx-broker, then sbx-vmd, sbx-snapshotd, sbx-billing and sbx-gateway (from
     the directory this executable is in), each once the one before reported ready,
     restarts any that crash, and stops them all on SIGINT/SIGTERM. At the first run it
-    creates the admin account and prints its API key.
+    creates the admin account and prints its API key and sign-in password (made here,
+    or read from stdin with --password-stdin), each shown only then.
 */
 #include "cli_call.h"
 #include "cli_commands.h"
+#include "cli_password.h"
 #include "cli_supervisor.h"
 #include "sbx_site.h"
 #include "sbx_urls.h"
@@ -29,6 +31,8 @@ typedef struct {
     cli_supervisor_t *supervisor;
     sbx_peer_t *peer;
     char *admin_email;
+    char *admin_password; //  made here (shown once in the banner), or NULL when given
+    char *admin_hash;     //  its argon2id hash, for the admin account if it is new
 } s_up_t;
 
 static void s_banner (s_up_t *self, const char *key_line)
@@ -56,21 +60,33 @@ static void s_on_admin (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
     (void) peer;
     s_up_t *self = arg;
     sbx_msg_t *reply = *reply_p;
-    char line[512];
+    char line[1024];
     if (reply->type == SBX_MSG_ACCOUNT_CREATE_OK) {
         sbx_account_create_ok_t *ok = sbx_msg_account_create_ok (reply);
+        char password[160];
+        if (self->admin_password)
+            snprintf (password, sizeof password, "%s   (shown only now)", self->admin_password);
+        else
+            snprintf (password, sizeof password, "the one given on standard input");
         snprintf (line, sizeof line,
                   "  admin account:   %s (%s)\n"
-                  "  admin API key:   %s   (shown only now)\n",
-                  ok->email, ok->account_id, ok->api_key);
+                  "  admin API key:   %s   (shown only now)\n"
+                  "  admin password:  %s\n"
+                  "                   signs in on /account and /oauth/authorize; change it with\n"
+                  "                   sbx account passwd %s\n",
+                  ok->email, ok->account_id, ok->api_key, password, ok->email);
     } else if (sbx_msg_error (reply)->code == SBX_E_CONFLICT)
         snprintf (line, sizeof line,
-                  "  admin account:   %s (a new key: sbx key create --account %s --preset full)\n",
-                  self->admin_email, self->admin_email);
+                  "  admin account:   %s (a new key: sbx key create --account %s --preset full;\n"
+                  "                   a new password: sbx account passwd %s)\n",
+                  self->admin_email, self->admin_email, self->admin_email);
     else
         snprintf (line, sizeof line, "  admin account:   not created: %s\n",
                   sbx_msg_error (reply)->message);
     s_banner (self, line);
+    //  Shown once: not kept in memory longer than needed.
+    if (self->admin_password)
+        sbx_secret_wipe (self->admin_password);
 }
 
 //  Every daemon is ready: make sure the admin account exists.
@@ -88,6 +104,7 @@ static void s_on_ready (cli_supervisor_t *supervisor, void *arg)
     request->caller->kind = SBX_CALLER_KIND_ADMIN;
     sbx_account_create_t *args = sbx_msg_account_create (request);
     sbx_str_set (&args->email, self->admin_email);
+    sbx_str_set (&args->password_hash, self->admin_hash);
     args->admin = true;
     args->with_key = true;
     sbx_peer_request (self->peer, &request, 10000, s_on_admin, self);
@@ -99,12 +116,13 @@ static void s_usage (FILE *out)
 {
     fprintf (out,
              "usage: sbx up [--data-dir DIR] [--listen HOST:PORT] [--domain DOMAIN]\n"
-             "              [--box-domain DOMAIN] [--admin-email EMAIL] [--plain-http]\n"
-             "              [--log-level L]\n\n"
+             "              [--box-domain DOMAIN] [--admin-email EMAIL] [--password-stdin]\n"
+             "              [--plain-http] [--log-level L]\n\n"
              "Runs the whole service on this machine: sbx-broker, sbx-vmd, sbx-snapshotd,\n"
              "sbx-billing and sbx-gateway, each started once the one before is ready,\n"
              "restarted with backoff when it crashes, all stopped cleanly on Ctrl-C/SIGTERM.\n"
-             "The first run creates the admin account (admin@DOMAIN) and prints its API key.\n"
+             "The first run creates the admin account (admin@DOMAIN) and prints its API key\n"
+             "and a sign-in password made for it (sbx account passwd changes it).\n"
              "--listen, --domain and --box-domain are saved in DIR/sbx.conf for the next runs.\n\n"
              "  --data-dir DIR     data directory (default %s)\n"
              "  --listen HOST:PORT where the gateway listens (default 127.0.0.1:8443)\n"
@@ -113,6 +131,9 @@ static void s_usage (FILE *out)
              "  --box-domain BOX   sandboxes at https://<label>.BOX instead: in public, a\n"
              "                     registrable domain other than DOMAIN's (docs/operations.md)\n"
              "  --admin-email E    the first account's email (default admin@DOMAIN)\n"
+             "  --password-stdin   the admin account's password: the first line of standard\n"
+             "                     input (at least 8 characters) instead of a made one; used\n"
+             "                     at the first run only\n"
              "  --plain-http       serve HTTP instead of HTTPS (tests, or behind a proxy)\n"
              "  --log-level L      debug, info, warn or error, for every daemon\n",
              sbx_config_default_data_dir ());
@@ -171,11 +192,12 @@ int cli_up_main (int argc, char **argv)
                                       {"plain-http", no_argument, 0, 'p'},
                                       {"log-level", required_argument, 0, 'L'},
                                       {"box-domain", required_argument, 0, 'B'},
+                                      {"password-stdin", no_argument, 0, 'P'},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
     const char *data_dir = NULL, *listen = NULL, *domain = NULL, *admin = NULL, *level = NULL;
     const char *box_domain = NULL;
-    bool plain = false;
+    bool plain = false, password_stdin = false;
     int c;
     optind = 1;
     while ((c = getopt_long (argc, argv, "", options, NULL)) != -1) {
@@ -200,6 +222,9 @@ int cli_up_main (int argc, char **argv)
             break;
         case 'L':
             level = optarg;
+            break;
+        case 'P':
+            password_stdin = true;
             break;
         case 'h':
             s_usage (stdout);
@@ -271,6 +296,24 @@ int cli_up_main (int argc, char **argv)
     if (asprintf (&up.admin_email, "%s%s", admin ? "" : "admin@",
                   admin ? admin : sbx_config_get (up.config, "domain", "localhost")) < 0)
         return 1;
+    //  The admin account's password, for its first run: given, or made and shown once.
+    //  Hashed before anything starts (argon2id takes a moment, and stdin is read once).
+    int rc_password = 1;
+    if (password_stdin)
+        up.admin_hash = cli_password_hash_new ("sbx up", true, &rc_password);
+    else if ((up.admin_password = cli_password_generate ()))
+        up.admin_hash = sbx_secret_password_hash (up.admin_password);
+    if (!up.admin_hash) {
+        if (!password_stdin)
+            fprintf (stderr, "sbx up: cannot make the admin password (out of memory?)\n");
+        else
+            fprintf (stderr, "sbx up: nothing was started\n");
+        free (up.admin_password);
+        free (up.admin_email);
+        sbx_config_destroy (&up.config);
+        close (lock);
+        return rc_password;
+    }
 
     char *log_dir = sbx_config_path (up.config, "logs");
     char *status = sbx_config_path (up.config, "run/up.json");
@@ -319,6 +362,10 @@ int cli_up_main (int argc, char **argv)
     zloop_destroy (&up.loop);
     sbx_config_destroy (&up.config);
     free (up.admin_email);
+    if (up.admin_password)
+        sbx_secret_wipe (up.admin_password);
+    free (up.admin_password);
+    free (up.admin_hash);
     close (lock);
     return rc;
 }

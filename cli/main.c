@@ -12,7 +12,7 @@ typedef struct {
 static const s_command_t s_commands[] = {
     {"up", cli_up_main, "run the whole service on this machine, supervised"},
     {"status", cli_status_main, "show what runs and where clients connect"},
-    {"account", cli_account_main, "create accounts (sbx account create --email E)"},
+    {"account", cli_account_main, "accounts: create, list, get, passwd, disable, enable, delete"},
     {"key", cli_key_main, "create, list and revoke API keys"},
     {"tap", cli_tap_main, "print the event log as JSON lines, live"},
     {"wallet", cli_wallet_main, "add funds to an account's wallet (sbx wallet add)"},

@@ -86,6 +86,10 @@ static int s_on_event (const sbx_event_t *event, void *arg)
     if (event->subject && event->type &&
         (streq (event->type, "key.revoked") || streq (event->type, "oauth.revoked")))
         gw_auth_forget_key ((gw_auth_t *) arg, event->subject);
+    //  These name the account.
+    if (event->account && event->type &&
+        (streq (event->type, "account.disabled") || streq (event->type, "account.deleted")))
+        gw_auth_forget_account ((gw_auth_t *) arg, event->account);
     return 0;
 }
 
@@ -148,18 +152,24 @@ int gw_auth_start (gw_auth_t *self, zloop_t *loop)
     return sbx_tapreader_start (self->reader, loop);
 }
 
-void gw_auth_forget_key (gw_auth_t *self, const char *key_id)
+//  Forgets the cached answers whose caller has this key id (by_account false) or this
+//  account id (true), and keeps none of the answers in flight.
+static void s_forget (gw_auth_t *self, const char *id, bool by_account)
 {
     assert (self);
     self->forgets++;
-    if (!key_id)
+    if (!id)
         return;
     //  Collected first: a zhashx must not change while it is walked.
     zlistx_t *stale = zlistx_new ();
     for (s_entry_t *entry = zhashx_first (self->cache); entry && stale;
-         entry = zhashx_next (self->cache))
-        if (entry->caller && entry->caller->key_id && streq (entry->caller->key_id, key_id))
+         entry = zhashx_next (self->cache)) {
+        const char *have = !entry->caller ? NULL
+                           : by_account   ? entry->caller->account_id
+                                          : entry->caller->key_id;
+        if (have && streq (have, id))
             zlistx_add_end (stale, (void *) zhashx_cursor (self->cache));
+    }
     if (!stale) {
         zhashx_purge (self->cache); //  out of memory: forget everything rather than too little
         return;
@@ -167,6 +177,21 @@ void gw_auth_forget_key (gw_auth_t *self, const char *key_id)
     for (const char *hash = zlistx_first (stale); hash; hash = zlistx_next (stale))
         zhashx_delete (self->cache, hash);
     zlistx_destroy (&stale);
+}
+
+void gw_auth_forget_key (gw_auth_t *self, const char *key_id)
+{
+    s_forget (self, key_id, false);
+}
+
+void gw_auth_forget_account (gw_auth_t *self, const char *account_id)
+{
+    s_forget (self, account_id, true);
+}
+
+bool gw_auth_account_refusal (const char *message)
+{
+    return message && strncmp (message, "account disabled: ", 18) == 0;
 }
 
 //  The cache may answer only while nothing can have been revoked unseen: the tap reader
@@ -316,7 +341,22 @@ void gw_auth_rate_headers (gw_request_t *req, const gw_auth_limit_t *limit)
     gw_request_add_header (req, "Retry-After", value);
 }
 
+//  The 401's JSON-RPC body saying why (keys sorted, as the standard one), or NULL.
+static char *s_refused_body (const char *message)
+{
+    json_t *error = json_pack ("{s:{s:i, s:s+}, s:n, s:s}", "error", "code", -32001, "message",
+                               "Unauthorized: ", message, "id", "jsonrpc", "2.0");
+    char *body = error ? json_dumps (error, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref (error);
+    return body;
+}
+
 void gw_auth_respond_401 (gw_auth_t *self, gw_request_t *req)
+{
+    gw_auth_respond_refused (self, req, NULL);
+}
+
+void gw_auth_respond_refused (gw_auth_t *self, gw_request_t *req, const char *message)
 {
     char header[600];
     snprintf (header, sizeof header,
@@ -329,7 +369,17 @@ void gw_auth_respond_401 (gw_auth_t *self, gw_request_t *req)
     const char *body = "{\"error\":{\"code\":-32001,\"message\":\"Unauthorized: send "
                        "Authorization: Bearer <sbx API key>, or sign in with "
                        "OAuth.\"},\"id\":null,\"jsonrpc\":\"2.0\"}";
-    gw_request_respond (req, 401, "application/json", body, strlen (body));
+    if (!gw_auth_account_refusal (message)) {
+        gw_request_respond (req, 401, "application/json", body, strlen (body));
+        return;
+    }
+    //  The account, not the credential: say so, the holder can ask the operator.
+    char *why = s_refused_body (message);
+    if (why)
+        gw_request_respond (req, 401, "application/json", why, strlen (why));
+    else
+        gw_request_respond (req, 401, "application/json", body, strlen (body));
+    free (why);
 }
 
 //  --------------------------------------------------------------------------
@@ -392,7 +442,35 @@ void gw_auth_test (bool verbose)
     assert (calls == 2 && code == SBX_E_INVALID_ARGUMENT);
     gw_auth_check (auth, "sbx_a\x01b", s_probe, &probe);
     assert (calls == 3 && code == SBX_E_INVALID_ARGUMENT);
+
+    //  A disabled account: every cached credential of it goes, the others' stay.
+    const char *accounts[] = {"acc_ann", "acc_ann", "acc_bob"};
+    const char *hashes[] = {"h-key", "h-oauth", "h-bob"};
+    for (int i = 0; i < 3; i++) {
+        s_entry_t *entry = calloc (1, sizeof *entry);
+        sbx_caller_t caller = {.kind = SBX_CALLER_KIND_API_KEY,
+                               .account_id = (char *) accounts[i],
+                               .key_id = (char *) hashes[i]};
+        entry->caller = gw_auth_caller_dup (&caller);
+        entry->until_mono = sbx_clock_mono_ms () + 60000;
+        zhashx_insert (auth->cache, hashes[i], entry);
+    }
+    uint64_t forgets = auth->forgets;
+    sbx_event_t disabled = {.type = "account.disabled", .account = "acc_ann", .subject = "acc_ann"};
+    s_on_event (&disabled, auth);
+    assert (zhashx_size (auth->cache) == 1 && zhashx_lookup (auth->cache, "h-bob"));
+    assert (auth->forgets == forgets + 1); //  answers in flight are not kept either
+    gw_auth_forget_key (auth, "h-bob");
+    assert (zhashx_size (auth->cache) == 0);
+    assert (gw_auth_account_refusal ("account disabled: the account of this credential"));
+    assert (!gw_auth_account_refusal ("this API key is not valid"));
+    assert (!gw_auth_account_refusal (NULL));
     gw_auth_destroy (&auth);
+    char *body = s_refused_body ("account disabled: \"x\" is");
+    assert (body && streq (body, "{\"error\":{\"code\":-32001,\"message\":\"Unauthorized: "
+                                 "account disabled: \\\"x\\\" is\"},\"id\":null,"
+                                 "\"jsonrpc\":\"2.0\"}"));
+    free (body);
     sbx_config_destroy (&config);
     zsys_dir_delete ("%s/run", dir);
     zsys_dir_delete ("%s/logs", dir);

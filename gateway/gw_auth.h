@@ -8,7 +8,10 @@
     Revocation is at once: one gw_auth serves every front end of a gateway, a front end
     that revoked a key (or an OAuth token) forgets it before it answers, and the broker's
     tap (key.revoked, oauth.revoked) makes every other gateway forget it within the
-    tap's delivery time. The cache answers only while the tap reader is caught up and
+    tap's delivery time. A disabled or deleted account (account.disabled,
+    account.deleted) makes it forget every credential of that account the same way, and
+    the broker refuses them from then on ("account disabled: …", which the MCP 401 says).
+    The cache answers only while the tap reader is caught up and
     the broker is the one it follows; otherwise every credential is asked again.
     OAuth access tokens (sbx_at_…) are checked the same way (the broker answers auth.key
     for them too) with the caller's kind oauth; they are accepted only when bound to this
@@ -46,6 +49,12 @@ int gw_auth_start (gw_auth_t *self, zloop_t *loop);
 //  keeps none of the answers in flight now: the next request with it asks the broker.
 //  Called when this gateway revoked it, and for key.revoked / oauth.revoked from the tap.
 void gw_auth_forget_key (gw_auth_t *self, const char *key_id);
+//  The same for every credential of an account (account.disabled, account.deleted).
+void gw_auth_forget_account (gw_auth_t *self, const char *account_id);
+
+//  Whether a refusal's message is about the account rather than the credential (the
+//  broker's "account disabled: …"): worth showing to the caller, who can do something.
+bool gw_auth_account_refusal (const char *message);
 //  The public base URL: "https://DOMAIN[:PORT]" (no trailing slash).
 const char *gw_auth_base_url (gw_auth_t *self);
 
@@ -61,6 +70,9 @@ void gw_auth_check (gw_auth_t *self, const char *token, gw_auth_fn *fn, void *ar
 //  Answers req with 401, the WWW-Authenticate header pointing at the protected
 //  resource metadata, and a JSON-RPC error body (code -32001) saying how to sign in.
 void gw_auth_respond_401 (gw_auth_t *self, gw_request_t *req);
+//  The same, saying why in the body when the refusal's message is an account refusal
+//  (gw_auth_account_refusal); else exactly gw_auth_respond_401's.
+void gw_auth_respond_refused (gw_auth_t *self, gw_request_t *req, const char *message);
 
 //  A key's request budget (IETF RateLimit fields; gw_rates.h).
 typedef gw_rates_limit_t gw_auth_limit_t;

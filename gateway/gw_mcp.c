@@ -1041,7 +1041,7 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
     if (caller)
         gw_mcp_serve (self, req, caller);
     else if (code == SBX_E_UNAUTHENTICATED)
-        gw_auth_respond_401 (self->auth, req);
+        gw_auth_respond_refused (self->auth, req, message); //  a disabled account says so
     else if (code == SBX_E_INVALID_ARGUMENT)
         s_send_error (req, 400, NULL, -32600, message ? message : "malformed credentials");
     else {

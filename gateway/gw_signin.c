@@ -8,6 +8,7 @@
 
 #define S_BROKER_MS 10000
 #define S_WRONG     "Wrong email or password."
+#define S_DISABLED  "This account is disabled: ask the operator of this service to enable it again."
 
 //  One attempt, waiting for the broker, then for the verifier.
 typedef struct {
@@ -17,7 +18,8 @@ typedef struct {
     void *arg;
     char *password; //  wiped when freed
     char *account_id;
-    char *email; //  as the broker knows it, or as typed when it knows none
+    char *email;   //  as the broker knows it, or as typed when it knows none
+    bool disabled; //  the account is disabled: refused once the password is right
     uint64_t broker_handle;
     uint64_t verify_handle;
 } s_attempt_t;
@@ -70,6 +72,10 @@ static void s_on_verified (gw_verify_result_t result, void *arg)
     } else if (result == GW_VERIFY_WRONG) {
         sbx_info ("%s sign-in refused for %.100s (wrong password)", who, attempt->email);
         s_answer (attempt, 200, S_WRONG);
+    } else if (attempt->disabled) {
+        //  Said only to who knows the password: no hint to anyone else.
+        sbx_info ("%s sign-in refused for %.100s (account disabled)", who, attempt->email);
+        s_answer (attempt, 403, S_DISABLED);
     } else
         s_answer (attempt, 200, NULL);
 }
@@ -94,6 +100,7 @@ static void s_on_password (sbx_msg_t *reply, sbx_code_t code, const char *messag
         attempt->account_id = strdup (ok->account_id);
         free (attempt->email);
         attempt->email = strdup (ok->email);
+        attempt->disabled = ok->disabled;
         if (!attempt->account_id || !attempt->email) {
             s_answer (attempt, 503, "Signing in is not possible right now: out of memory.");
             return;
@@ -232,8 +239,8 @@ static int s_tick (zloop_t *loop, int timer_id, void *arg)
 
 //  Feeds the broker's answer for email to a fresh attempt (its hash, or not_found when
 //  hash is NULL), and waits for the verifier.
-static void s_test_password (gw_signin_t *signin, zloop_t *loop, const char *hash,
-                             const char *password, s_probe_t *probe)
+static void s_test_password_ex (gw_signin_t *signin, zloop_t *loop, const char *hash,
+                                const char *password, bool disabled, s_probe_t *probe)
 {
     s_attempt_t *attempt = calloc (1, sizeof *attempt);
     assert (attempt);
@@ -253,6 +260,7 @@ static void s_test_password (gw_signin_t *signin, zloop_t *loop, const char *has
         sbx_str_set (&ok->account_id, "acct_1");
         sbx_str_set (&ok->email, "a@example.com");
         sbx_str_set (&ok->password_hash, hash);
+        ok->disabled = disabled;
         s_on_password (reply, SBX_OK, NULL, attempt);
         sbx_msg_destroy (&reply);
     }
@@ -260,6 +268,12 @@ static void s_test_password (gw_signin_t *signin, zloop_t *loop, const char *has
     zloop_start (loop);
     zloop_timer_end (loop, timer);
     assert (probe->answers == 1);
+}
+
+static void s_test_password (gw_signin_t *signin, zloop_t *loop, const char *hash,
+                             const char *password, s_probe_t *probe)
+{
+    s_test_password_ex (signin, loop, hash, password, false, probe);
 }
 
 void gw_signin_test (bool verbose)
@@ -290,6 +304,11 @@ void gw_signin_test (bool verbose)
     assert (probe.status == 200 && !*probe.error && streq (probe.account_id, "acct_1"));
     s_test_password (signin, loop, hash, "wrong horse", &probe);
     assert (probe.status == 200 && streq (probe.error, S_WRONG) && !*probe.account_id);
+    //  A disabled account: refused saying so, but only with the right password.
+    s_test_password_ex (signin, loop, hash, "correct horse", true, &probe);
+    assert (probe.status == 403 && streq (probe.error, S_DISABLED) && !*probe.account_id);
+    s_test_password_ex (signin, loop, hash, "wrong horse", true, &probe);
+    assert (probe.status == 200 && streq (probe.error, S_WRONG));
     //  An email the broker does not know: the same answer, after a dummy check.
     uint64_t checked_before, checked_after;
     gw_verify_counts (signin->verify, &checked_before, NULL);

@@ -7,7 +7,8 @@
     answers once
     through a callback: with the account when the password matched, else with the
     status and the sentence the sign-in page shows (wrong email or password, throttled,
-    the broker unavailable). Setting the session cookie and what page follows are the
+    the account disabled by the operator: 403, said only once the password matched, the
+    broker unavailable). Setting the session cookie and what page follows are the
     caller's. */
 #ifndef GW_SIGNIN_H_INCLUDED
 #define GW_SIGNIN_H_INCLUDED
