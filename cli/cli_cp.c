@@ -88,8 +88,18 @@ static int s_cp_up (cli_where_t *w, const char *local, const char *sandbox_id, c
     }
     char why[600];
     zlist_t *names = cli_files_all (local, why, sizeof why);
-    cli_tar_t *tar = names ? cli_tar_new () : NULL;
+    zlist_t *dirs = names ? cli_files_dirs (local, why, sizeof why) : NULL;
+    cli_tar_t *tar = dirs ? cli_tar_new () : NULL;
     size_t files = 0, bytes = 0;
+    //  The directories first, with their modes: empty ones are made too.
+    for (char *name = dirs ? zlist_first (dirs) : NULL; rc == 0 && name; name = zlist_next (dirs)) {
+        char full[PATH_MAX * 2];
+        snprintf (full, sizeof full, "%s/%s", local, name);
+        struct stat ds;
+        if (lstat (full, &ds) == 0)
+            rc = cli_tar_add_dir (tar, name, ds.st_mode & 07777, ds.st_mtime, why, sizeof why);
+    }
+    zlist_destroy (&dirs);
     for (char *name = names ? zlist_first (names) : NULL; rc == 0 && name;
          name = zlist_next (names)) {
         char full[PATH_MAX * 2];
@@ -122,7 +132,7 @@ static int s_cp_up (cli_where_t *w, const char *local, const char *sandbox_id, c
     }
     size_t size = 0;
     const uint8_t *archive = tar && rc == 0 ? cli_tar_finish (tar, &size) : NULL;
-    if (!names || rc || size > SBX_XFER_MAX) {
+    if (!tar || rc || size > SBX_XFER_MAX) {
         fprintf (stderr, "sbx sandbox cp: %s\n",
                  size > SBX_XFER_MAX ? "the archive is over the limit of 16 MiB (too_large)" : why);
         rc = 1;

@@ -72,7 +72,9 @@ static int s_git (const char *dir, const char *const *args, char **out, size_t *
     return buf && WIFEXITED (status) ? WEXITSTATUS (status) : -1;
 }
 
-static int s_walk (const char *root, const char *relative, zlist_t *names, char *why,
+//  Adds the files and links under root/relative to names, and the directories to dirs
+//  (when given).
+static int s_walk (const char *root, const char *relative, zlist_t *names, zlist_t *dirs, char *why,
                    size_t why_size)
 {
     char path[PATH_MAX];
@@ -96,9 +98,11 @@ static int s_walk (const char *root, const char *relative, zlist_t *names, char 
         struct stat st;
         if (lstat (full, &st))
             continue;
-        if (S_ISDIR (st.st_mode))
-            rc = s_walk (root, name, names, why, why_size);
-        else if (S_ISREG (st.st_mode) || S_ISLNK (st.st_mode))
+        if (S_ISDIR (st.st_mode)) {
+            if (dirs)
+                zlist_append (dirs, name);
+            rc = s_walk (root, name, names, dirs, why, why_size);
+        } else if (S_ISREG (st.st_mode) || S_ISLNK (st.st_mode))
             zlist_append (names, name);
     }
     closedir (d);
@@ -114,12 +118,27 @@ zlist_t *cli_files_all (const char *dir, char *why, size_t why_size)
 {
     zlist_t *names = zlist_new ();
     zlist_autofree (names);
-    if (s_walk (dir, "", names, why, why_size)) {
+    if (s_walk (dir, "", names, NULL, why, why_size)) {
         zlist_destroy (&names);
         return NULL;
     }
     zlist_sort (names, s_compare);
     return names;
+}
+
+zlist_t *cli_files_dirs (const char *dir, char *why, size_t why_size)
+{
+    zlist_t *names = zlist_new (), *dirs = zlist_new ();
+    zlist_autofree (names);
+    zlist_autofree (dirs);
+    int rc = s_walk (dir, "", names, dirs, why, why_size);
+    zlist_destroy (&names);
+    if (rc) {
+        zlist_destroy (&dirs);
+        return NULL;
+    }
+    zlist_sort (dirs, s_compare); //  a parent sorts before what it holds
+    return dirs;
 }
 
 zlist_t *cli_files_list (const char *dir, bool *git, char *why, size_t why_size)
@@ -154,7 +173,7 @@ zlist_t *cli_files_list (const char *dir, bool *git, char *why, size_t why_size)
         }
         zlist_destroy (&names);
         names = kept;
-    } else if (s_walk (dir, "", names, why, why_size)) {
+    } else if (s_walk (dir, "", names, NULL, why, why_size)) {
         zlist_destroy (&names);
         return NULL;
     }

@@ -20,6 +20,10 @@ zlist_t *cli_files_list (const char *dir, bool *git, char *why, size_t why_size)
 //  as a list of strings the list frees; NULL with why when it cannot be read.
 zlist_t *cli_files_all (const char *dir, char *why, size_t why_size);
 
+//  Every directory under dir (relative names, sorted: parents first), so that empty
+//  ones travel too; NULL with why when it cannot be read.
+zlist_t *cli_files_dirs (const char *dir, char *why, size_t why_size);
+
 //  Names from NUL-separated output (git's -z): empty ones dropped, duplicates once (an
 //  unmerged file is listed per stage). Added to names (an autofree list).
 void cli_files_parse_z (zlist_t *names, const char *data, size_t size);

@@ -173,3 +173,79 @@ void cli_http_answer_free (cli_http_answer_t *answer)
     free (answer->body);
     memset (answer, 0, sizeof *answer);
 }
+
+//  --------------------------------------------------------------------------
+//  Bare connections
+
+struct cli_http_conn_t {
+    CURL *curl;
+    int fd;
+};
+
+cli_http_conn_t *cli_http_connect (const char *url, const char *ca_cert, long timeout_s, char *why,
+                                   size_t why_size)
+{
+    cli_http_t *init = cli_http_new (NULL); //  curl_global_init, once
+    cli_http_destroy (&init);
+    cli_http_conn_t *self = calloc (1, sizeof *self);
+    if (!self || !(self->curl = curl_easy_init ())) {
+        free (self);
+        snprintf (why, why_size, "out of memory");
+        return NULL;
+    }
+    char error[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt (self->curl, CURLOPT_URL, url);
+    curl_easy_setopt (self->curl, CURLOPT_CONNECT_ONLY, 1L);
+    curl_easy_setopt (self->curl, CURLOPT_ERRORBUFFER, error);
+    curl_easy_setopt (self->curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt (self->curl, CURLOPT_CONNECTTIMEOUT, timeout_s);
+    curl_easy_setopt (self->curl, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (ca_cert)
+        curl_easy_setopt (self->curl, CURLOPT_CAINFO, ca_cert);
+    CURLcode rc = curl_easy_perform (self->curl);
+    curl_socket_t fd = CURL_SOCKET_BAD;
+    if (rc == CURLE_OK)
+        rc = curl_easy_getinfo (self->curl, CURLINFO_ACTIVESOCKET, &fd);
+    if (rc != CURLE_OK || fd == CURL_SOCKET_BAD) {
+        snprintf (why, why_size, "cannot reach %s: %s", url,
+                  *error ? error : curl_easy_strerror (rc));
+        cli_http_conn_destroy (&self);
+        return NULL;
+    }
+    self->fd = (int) fd;
+    return self;
+}
+
+void cli_http_conn_destroy (cli_http_conn_t **self_p)
+{
+    cli_http_conn_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->curl)
+        curl_easy_cleanup (self->curl);
+    free (self);
+    *self_p = NULL;
+}
+
+int cli_http_conn_fd (cli_http_conn_t *self)
+{
+    return self->fd;
+}
+
+long cli_http_conn_send (cli_http_conn_t *self, const void *data, size_t size)
+{
+    size_t sent = 0;
+    CURLcode rc = curl_easy_send (self->curl, data, size, &sent);
+    if (rc == CURLE_AGAIN)
+        return 0;
+    return rc == CURLE_OK ? (long) sent : -1;
+}
+
+long cli_http_conn_recv (cli_http_conn_t *self, void *buf, size_t size)
+{
+    size_t got = 0;
+    CURLcode rc = curl_easy_recv (self->curl, buf, size, &got);
+    if (rc == CURLE_AGAIN)
+        return 0;
+    return rc == CURLE_OK && got > 0 ? (long) got : -1;
+}

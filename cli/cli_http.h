@@ -44,4 +44,23 @@ int cli_http_request (cli_http_t *self, const char *method, const char *url,
 //  Frees what an answer holds (the struct itself is the caller's).
 void cli_http_answer_free (cli_http_answer_t *answer);
 
+//  --- A bare connection, for a protocol that follows an HTTP Upgrade (WebSocket):
+//  libcurl connects (TLS for https, verified as for requests) and the caller speaks.
+typedef struct cli_http_conn_t cli_http_conn_t;
+
+//  Connects to url's host and port. NULL with why when it cannot.
+cli_http_conn_t *cli_http_connect (const char *url, const char *ca_cert, long timeout_s, char *why,
+                                   size_t why_size);
+void cli_http_conn_destroy (cli_http_conn_t **self_p);
+
+//  The socket, to poll for input (the bytes may also wait in TLS's buffer: read until
+//  cli_http_conn_recv says 0).
+int cli_http_conn_fd (cli_http_conn_t *self);
+
+//  Bytes sent (>0), 0 when the socket takes none now, -1 when it failed.
+long cli_http_conn_send (cli_http_conn_t *self, const void *data, size_t size);
+
+//  Bytes read (>0), 0 when none are there now, -1 at the end or when it failed.
+long cli_http_conn_recv (cli_http_conn_t *self, void *buf, size_t size);
+
 #endif

@@ -11,6 +11,7 @@ struct cli_rest_t {
     cli_http_t *http;
     char *url;
     char *auth; //  "Authorization: Bearer sbx_…"
+    char *ca_cert;
 };
 
 cli_rest_t *cli_rest_new (const cli_profile_t *profile)
@@ -21,6 +22,7 @@ cli_rest_t *cli_rest_new (const cli_profile_t *profile)
     self->http = cli_http_new (profile->ca_cert);
     self->url = strdup (profile->url);
     self->auth = zsys_sprintf ("Authorization: Bearer %s", profile->api_key);
+    self->ca_cert = profile->ca_cert ? strdup (profile->ca_cert) : NULL;
     if (!self->http || !self->url || !self->auth)
         cli_rest_destroy (&self);
     return self;
@@ -35,6 +37,7 @@ void cli_rest_destroy (cli_rest_t **self_p)
         if (self->auth)
             memset (self->auth, 0, strlen (self->auth));
         free (self->auth);
+        free (self->ca_cert);
         free (self);
         *self_p = NULL;
     }
@@ -85,6 +88,16 @@ int cli_rest_local_only (const char *command, const char *data_dir)
 const char *cli_rest_url (cli_rest_t *self)
 {
     return self->url;
+}
+
+const char *cli_rest_auth (cli_rest_t *self)
+{
+    return self->auth;
+}
+
+const char *cli_rest_ca_cert (cli_rest_t *self)
+{
+    return self->ca_cert;
 }
 
 //  An argument's value as URL text, percent-encoded (all but RFC 3986's unreserved).

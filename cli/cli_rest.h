@@ -35,6 +35,11 @@ int cli_rest_local_only (const char *command, const char *data_dir);
 //  The service's base URL (borrowed).
 const char *cli_rest_url (cli_rest_t *self);
 
+//  The "Authorization: Bearer …" header line, and the CA file to trust (or NULL), for
+//  a connection made outside cli_rest (a terminal's WebSocket). Borrowed.
+const char *cli_rest_auth (cli_rest_t *self);
+const char *cli_rest_ca_cert (cli_rest_t *self);
+
 //  Runs op with args (borrowed; REST's names). data, size: write_file's bytes. On
 //  success returns 0 with *answer (REST's JSON, the caller's), or for read_file *bytes
 //  (malloc'd, NUL past the end) and *bytes_size; else -1 with err (the service's code

@@ -13,6 +13,7 @@
 #include "cli_cp.h"
 #include "cli_op.h"
 #include "cli_shell.h"
+#include "cli_terminal.h"
 #include "cli_where.h"
 #include "sbx_args.h"
 #include "sbx_secret.h"
@@ -45,6 +46,7 @@ static void s_usage (FILE *out)
         "       sbx sandbox write ID PATH [--mode OCTAL] < FILE\n"
         "       sbx sandbox read ID PATH > FILE\n"
         "       sbx sandbox cp LOCAL ID:/PATH | ID:/PATH LOCAL\n"
+        "       sbx sandbox shell ID [--cwd DIR] [-- COMMAND [ARG]...]\n"
         "every subcommand takes --data-dir DIR and --json.\n\n"
         "Where: after `sbx login URL` (or with SBX_URL and SBX_API_KEY set) the commands go\n"
         "to that service's REST API as the key's account, from any machine and user. On the\n"
@@ -66,9 +68,12 @@ static void s_usage (FILE *out)
         "started (running, then the finished ones the guest keeps), oldest first.\n"
         "port publishes guest port PORT at https://LABEL-PORT.BOX_DOMAIN (private: the\n"
         "key is needed; --public: anyone), --remove unpublishes it.\n"
-        "cp copies a file or a directory (its files, links and modes; empty directories\n"
-        "only on the way out) into the sandbox or out of it, 16 MiB at most; a PATH\n"
+        "cp copies a file or a directory (its files, directories, links and modes) into\n"
+        "the sandbox or out of it, 16 MiB at most; a PATH\n"
         "ending in / takes the source's name.\n"
+        "shell opens an interactive terminal in the guest (a login shell, or COMMAND) and\n"
+        "exits with its exit code: every key goes to the guest, Ctrl-C and Ctrl-D too, and\n"
+        "the window's size follows ours. Leave it as the shell is left (exit, Ctrl-D).\n"
         "create --snapshot starts from one of the account's snapshots (sbx snapshot list).\n");
 }
 
@@ -481,6 +486,7 @@ static const struct {
                {"read", SBX_OP_READ_FILE, 2},
                {"port", SBX_OP_HOST_PORT, 2},
                {"cp", SBX_OP__COUNT, 2},
+               {"shell", SBX_OP_OPEN_TERMINAL, 1},
                {NULL, 0, 0}};
 
 int cli_sandbox_main (int argc, char **argv)
@@ -593,10 +599,11 @@ int cli_sandbox_main (int argc, char **argv)
     char **rest = argv + 1 + optind;
     int nrest = argc - 1 - optind;
     bool is_exec = streq (verb, "exec");
-    int npos = is_exec ? (nrest > 0 ? 1 : 0) : nrest;
+    bool is_shell = streq (verb, "shell"); //  its command after -- is optional
+    int npos = is_exec || is_shell ? (nrest > 0 ? 1 : 0) : nrest;
     char **pos = rest;
-    char **command = is_exec ? rest + npos : NULL;
-    int ncommand = is_exec ? nrest - npos : 0;
+    char **command = is_exec || is_shell ? rest + npos : NULL;
+    int ncommand = is_exec || is_shell ? nrest - npos : 0;
     int v = 0;
     while (s_verbs[v].verb && !streq (s_verbs[v].verb, verb))
         v++;
@@ -666,6 +673,12 @@ int cli_sandbox_main (int argc, char **argv)
             free (line);
         }
     }
+    if (rc < 0 && is_shell && ncommand > 0) {
+        char *line = cli_shell_command (ncommand, command);
+        if (!line || cli_op_set_text (op, "command", line, "COMMAND"))
+            rc = 2;
+        free (line);
+    }
     if (rc < 0 && s_set_options (op, &o))
         rc = 2;
     if (rc < 0 && is_exec && !o.no_stdin && s_set_stdin (op))
@@ -683,6 +696,8 @@ int cli_sandbox_main (int argc, char **argv)
         ;
     else if (is_exec)
         rc = s_exec (&where, op, &o);
+    else if (is_shell)
+        rc = cli_terminal_run (&where, op);
     else if (streq (verb, "status") || streq (verb, "kill") || streq (verb, "ps") || port)
         rc = s_process (&where, op, s_verbs[v].op, &o, verb);
     else if (streq (verb, "write"))

@@ -8,6 +8,7 @@
 #include "cli_profile.h"
 #include "cli_rest.h"
 #include "cli_shell.h"
+#include "cli_terminal.h"
 #include "cli_sse.h"
 #include "cli_supervisor.h"
 #include "cli_tar.h"
@@ -24,6 +25,7 @@ static const sbx_test_t s_tests[] = {{"cli_op", cli_op_test},
                                      {"cli_profile", cli_profile_test},
                                      {"cli_rest", cli_rest_test},
                                      {"cli_shell", cli_shell_test},
+                                     {"cli_terminal", cli_terminal_test},
                                      {"cli_password", cli_password_test},
                                      {NULL, NULL}};
 

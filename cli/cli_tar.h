@@ -27,6 +27,10 @@ int cli_tar_add_file (cli_tar_t *self, const char *name, unsigned mode, time_t m
 int cli_tar_add_symlink (cli_tar_t *self, const char *name, const char *target, time_t mtime,
                          char *why, size_t why_size);
 
+//  Adds a directory (an empty one is made too). mode: permission bits. 0, or -1 with why.
+int cli_tar_add_dir (cli_tar_t *self, const char *name, unsigned mode, time_t mtime, char *why,
+                     size_t why_size);
+
 //  Ends the archive (two zero blocks) and returns it (borrowed), its size in *size.
 const uint8_t *cli_tar_finish (cli_tar_t *self, size_t *size);
 

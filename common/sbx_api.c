@@ -291,6 +291,21 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
         *agent = true;
         break;
     }
+    case SBX_OP_OPEN_TERMINAL: {
+        //  A login shell unless told otherwise: bash where the template has it.
+        sbx_agent_exec_t *m = sbx_msg_agent_exec (msg);
+        const char *command = sbx_args_string (op, args, "command");
+        sbx_str_set (&m->command, command && *command ? command
+                                                      : "command -v bash >/dev/null && exec bash "
+                                                        "-l; exec sh -l");
+        sbx_str_set (&m->cwd, sbx_args_string (op, args, "cwd"));
+        m->pty = true;
+        m->detached = true;
+        m->cols = (uint64_t) sbx_args_int (op, args, "cols");
+        m->rows = (uint64_t) sbx_args_int (op, args, "rows");
+        *agent = true;
+        break;
+    }
     case SBX_OP_COMMAND_STATUS: {
         sbx_agent_status_t *m = sbx_msg_agent_status (msg);
         m->pid = (uint64_t) sbx_args_int (op, args, "processId");
@@ -569,6 +584,7 @@ json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *r
     case SBX_OP_READ_FILE:
     case SBX_OP_WRITE_FILE:
     case SBX_OP_GET_OPENAPI:
+    case SBX_OP_OPEN_TERMINAL: //  a socket, not an answer (gw_terminal)
         break;
     }
     snprintf (why, why_size, "unexpected answer %s to %s", sbx_msg_type_name (reply->type),

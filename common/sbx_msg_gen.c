@@ -8,6 +8,7 @@
 
 //  The engine reads every list and enum field through one layout.
 _Static_assert (sizeof (sbx_code_t) == sizeof (int), "enums are int-sized");
+_Static_assert (sizeof (sbx_account_state_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_role_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_caller_kind_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_key_preset_t) == sizeof (int), "enums are int-sized");
@@ -17,6 +18,7 @@ _Static_assert (sizeof (sbx_sandbox_type_t) == sizeof (int), "enums are int-size
 _Static_assert (sizeof (sbx_snapshot_state_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_snapshot_kind_t) == sizeof (int), "enums are int-sized");
 _Static_assert (offsetof (sbx_key_info_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_account_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_agent_proc_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_usage_sandbox_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_usage_day_list_t, count) == sizeof (void *), "list layout");
@@ -69,6 +71,28 @@ const int sbx_meta_code_http[SBX_CODE__COUNT] = {
     504, //  timeout
     501, //  not_implemented
 };
+
+static const char *const s_enum_account_state_values[] = {
+    NULL,
+    "active",
+    "disabled",
+};
+static const sbx_meta_enum_t s_enum_account_state = {"account_state", s_enum_account_state_values, 3};
+
+const char *sbx_account_state_name (sbx_account_state_t value)
+{
+    return sbx_meta_enum_name (&s_enum_account_state, (int) value);
+}
+
+int sbx_account_state_from_name (const char *name, sbx_account_state_t *value_p)
+{
+    int value;
+    if (sbx_meta_enum_from_name (&s_enum_account_state, name, &value))
+        return -1;
+    if (value_p)
+        *value_p = (sbx_account_state_t) value;
+    return 0;
+}
 
 static const char *const s_enum_role_values[] = {
     NULL,
@@ -265,6 +289,7 @@ int sbx_snapshot_kind_from_name (const char *name, sbx_snapshot_kind_t *value_p)
 
 //  Structs and message bodies.
 static const sbx_meta_struct_t s_meta_key_info;
+static const sbx_meta_struct_t s_meta_account_info;
 static const sbx_meta_struct_t s_meta_account_create;
 static const sbx_meta_struct_t s_meta_account_create_ok;
 static const sbx_meta_struct_t s_meta_key_create;
@@ -273,9 +298,21 @@ static const sbx_meta_struct_t s_meta_key_list;
 static const sbx_meta_struct_t s_meta_key_list_ok;
 static const sbx_meta_struct_t s_meta_key_revoke;
 static const sbx_meta_struct_t s_meta_key_revoke_ok;
+static const sbx_meta_struct_t s_meta_account_list;
+static const sbx_meta_struct_t s_meta_account_list_ok;
+static const sbx_meta_struct_t s_meta_account_get;
+static const sbx_meta_struct_t s_meta_account_get_ok;
+static const sbx_meta_struct_t s_meta_account_update;
+static const sbx_meta_struct_t s_meta_account_update_ok;
+static const sbx_meta_struct_t s_meta_account_delete;
+static const sbx_meta_struct_t s_meta_account_delete_ok;
 static const sbx_meta_struct_t s_meta_account_created;
 static const sbx_meta_struct_t s_meta_key_created;
 static const sbx_meta_struct_t s_meta_key_revoked;
+static const sbx_meta_struct_t s_meta_account_disabled;
+static const sbx_meta_struct_t s_meta_account_enabled;
+static const sbx_meta_struct_t s_meta_account_password_changed;
+static const sbx_meta_struct_t s_meta_account_deleted;
 static const sbx_meta_struct_t s_meta_auth_key;
 static const sbx_meta_struct_t s_meta_auth_key_ok;
 static const sbx_meta_struct_t s_meta_agent_proc;
@@ -436,6 +473,20 @@ static const sbx_meta_field_t s_fields_key_info[] = {
 };
 static const sbx_meta_struct_t s_meta_key_info = {"key_info", sizeof (sbx_key_info_t), s_fields_key_info, 9};
 
+static const sbx_meta_field_t s_fields_account_info[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_account_info_t, account_id), true, 64, NULL, NULL},
+    {"email", SBX_META_STRING, offsetof (sbx_account_info_t, email), true, 254, NULL, NULL},
+    {"plan", SBX_META_STRING, offsetof (sbx_account_info_t, plan), true, 64, NULL, NULL},
+    {"admin", SBX_META_BOOL, offsetof (sbx_account_info_t, admin), false, 0, NULL, NULL},
+    {"state", SBX_META_ENUM, offsetof (sbx_account_info_t, state), true, 0, &s_enum_account_state, NULL},
+    {"password", SBX_META_BOOL, offsetof (sbx_account_info_t, password), false, 0, NULL, NULL},
+    {"created_ms", SBX_META_UINT, offsetof (sbx_account_info_t, created_ms), false, 0, NULL, NULL},
+    {"disabled_ms", SBX_META_UINT, offsetof (sbx_account_info_t, disabled_ms), false, 0, NULL, NULL},
+    {"sandboxes", SBX_META_UINT, offsetof (sbx_account_info_t, sandboxes), false, 0, NULL, NULL},
+    {"keys", SBX_META_UINT, offsetof (sbx_account_info_t, keys), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_account_info = {"account_info", sizeof (sbx_account_info_t), s_fields_account_info, 10};
+
 static const sbx_meta_field_t s_fields_account_create[] = {
     {"email", SBX_META_STRING, offsetof (sbx_account_create_t, email), true, 254, NULL, NULL},
     {"password_hash", SBX_META_STRING, offsetof (sbx_account_create_t, password_hash), false, 512, NULL, NULL},
@@ -492,6 +543,48 @@ static const sbx_meta_field_t s_fields_key_revoke_ok[] = {
 };
 static const sbx_meta_struct_t s_meta_key_revoke_ok = {"key.revoke.ok", sizeof (sbx_key_revoke_ok_t), s_fields_key_revoke_ok, 1};
 
+static const sbx_meta_struct_t s_meta_account_list = {"account.list", sizeof (sbx_account_list_t), NULL, 0};
+
+static const sbx_meta_field_t s_fields_account_list_ok[] = {
+    {"accounts", SBX_META_LIST, offsetof (sbx_account_list_ok_t, accounts), false, 0, NULL, &s_meta_account_info},
+};
+static const sbx_meta_struct_t s_meta_account_list_ok = {"account.list.ok", sizeof (sbx_account_list_ok_t), s_fields_account_list_ok, 1};
+
+static const sbx_meta_field_t s_fields_account_get[] = {
+    {"account", SBX_META_STRING, offsetof (sbx_account_get_t, account), true, 254, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_account_get = {"account.get", sizeof (sbx_account_get_t), s_fields_account_get, 1};
+
+static const sbx_meta_field_t s_fields_account_get_ok[] = {
+    {"account", SBX_META_STRUCT, offsetof (sbx_account_get_ok_t, account), true, 0, NULL, &s_meta_account_info},
+};
+static const sbx_meta_struct_t s_meta_account_get_ok = {"account.get.ok", sizeof (sbx_account_get_ok_t), s_fields_account_get_ok, 1};
+
+static const sbx_meta_field_t s_fields_account_update[] = {
+    {"account", SBX_META_STRING, offsetof (sbx_account_update_t, account), true, 254, NULL, NULL},
+    {"password_hash", SBX_META_STRING, offsetof (sbx_account_update_t, password_hash), false, 512, NULL, NULL},
+    {"state", SBX_META_ENUM, offsetof (sbx_account_update_t, state), false, 0, &s_enum_account_state, NULL},
+};
+static const sbx_meta_struct_t s_meta_account_update = {"account.update", sizeof (sbx_account_update_t), s_fields_account_update, 3};
+
+static const sbx_meta_field_t s_fields_account_update_ok[] = {
+    {"account", SBX_META_STRUCT, offsetof (sbx_account_update_ok_t, account), true, 0, NULL, &s_meta_account_info},
+};
+static const sbx_meta_struct_t s_meta_account_update_ok = {"account.update.ok", sizeof (sbx_account_update_ok_t), s_fields_account_update_ok, 1};
+
+static const sbx_meta_field_t s_fields_account_delete[] = {
+    {"account", SBX_META_STRING, offsetof (sbx_account_delete_t, account), true, 254, NULL, NULL},
+    {"dry_run", SBX_META_BOOL, offsetof (sbx_account_delete_t, dry_run), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_account_delete = {"account.delete", sizeof (sbx_account_delete_t), s_fields_account_delete, 2};
+
+static const sbx_meta_field_t s_fields_account_delete_ok[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_account_delete_ok_t, account_id), true, 64, NULL, NULL},
+    {"email", SBX_META_STRING, offsetof (sbx_account_delete_ok_t, email), true, 254, NULL, NULL},
+    {"keys_revoked", SBX_META_UINT, offsetof (sbx_account_delete_ok_t, keys_revoked), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_account_delete_ok = {"account.delete.ok", sizeof (sbx_account_delete_ok_t), s_fields_account_delete_ok, 3};
+
 static const sbx_meta_field_t s_fields_account_created[] = {
     {"account_id", SBX_META_STRING, offsetof (sbx_account_created_t, account_id), true, 64, NULL, NULL},
     {"email", SBX_META_STRING, offsetof (sbx_account_created_t, email), true, 254, NULL, NULL},
@@ -514,6 +607,30 @@ static const sbx_meta_field_t s_fields_key_revoked[] = {
     {"account_id", SBX_META_STRING, offsetof (sbx_key_revoked_t, account_id), true, 64, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_key_revoked = {"key.revoked", sizeof (sbx_key_revoked_t), s_fields_key_revoked, 2};
+
+static const sbx_meta_field_t s_fields_account_disabled[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_account_disabled_t, account_id), true, 64, NULL, NULL},
+    {"email", SBX_META_STRING, offsetof (sbx_account_disabled_t, email), true, 254, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_account_disabled = {"account.disabled", sizeof (sbx_account_disabled_t), s_fields_account_disabled, 2};
+
+static const sbx_meta_field_t s_fields_account_enabled[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_account_enabled_t, account_id), true, 64, NULL, NULL},
+    {"email", SBX_META_STRING, offsetof (sbx_account_enabled_t, email), true, 254, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_account_enabled = {"account.enabled", sizeof (sbx_account_enabled_t), s_fields_account_enabled, 2};
+
+static const sbx_meta_field_t s_fields_account_password_changed[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_account_password_changed_t, account_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_account_password_changed = {"account.password_changed", sizeof (sbx_account_password_changed_t), s_fields_account_password_changed, 1};
+
+static const sbx_meta_field_t s_fields_account_deleted[] = {
+    {"account_id", SBX_META_STRING, offsetof (sbx_account_deleted_t, account_id), true, 64, NULL, NULL},
+    {"email", SBX_META_STRING, offsetof (sbx_account_deleted_t, email), true, 254, NULL, NULL},
+    {"keys_revoked", SBX_META_UINT, offsetof (sbx_account_deleted_t, keys_revoked), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_account_deleted = {"account.deleted", sizeof (sbx_account_deleted_t), s_fields_account_deleted, 3};
 
 static const sbx_meta_field_t s_fields_auth_key[] = {
     {"key", SBX_META_STRING, offsetof (sbx_auth_key_t, key), true, 128, NULL, NULL},
@@ -976,8 +1093,9 @@ static const sbx_meta_field_t s_fields_oauth_password_ok[] = {
     {"account_id", SBX_META_STRING, offsetof (sbx_oauth_password_ok_t, account_id), true, 64, NULL, NULL},
     {"email", SBX_META_STRING, offsetof (sbx_oauth_password_ok_t, email), true, 254, NULL, NULL},
     {"password_hash", SBX_META_STRING, offsetof (sbx_oauth_password_ok_t, password_hash), true, 512, NULL, NULL},
+    {"disabled", SBX_META_BOOL, offsetof (sbx_oauth_password_ok_t, disabled), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_oauth_password_ok = {"oauth.password.ok", sizeof (sbx_oauth_password_ok_t), s_fields_oauth_password_ok, 3};
+static const sbx_meta_struct_t s_meta_oauth_password_ok = {"oauth.password.ok", sizeof (sbx_oauth_password_ok_t), s_fields_oauth_password_ok, 4};
 
 static const sbx_meta_field_t s_fields_oauth_authorize[] = {
     {"account_id", SBX_META_STRING, offsetof (sbx_oauth_authorize_t, account_id), true, 64, NULL, NULL},
@@ -1562,12 +1680,36 @@ static const char *const s_from_key_revoke[] = {"cli", "gateway"};
 static const char *const s_to_key_revoke[] = {"broker"};
 static const char *const s_from_key_revoke_ok[] = {"broker"};
 static const char *const s_to_key_revoke_ok[] = {"cli", "gateway"};
+static const char *const s_from_account_list[] = {"cli"};
+static const char *const s_to_account_list[] = {"broker"};
+static const char *const s_from_account_list_ok[] = {"broker"};
+static const char *const s_to_account_list_ok[] = {"cli"};
+static const char *const s_from_account_get[] = {"cli"};
+static const char *const s_to_account_get[] = {"broker"};
+static const char *const s_from_account_get_ok[] = {"broker"};
+static const char *const s_to_account_get_ok[] = {"cli"};
+static const char *const s_from_account_update[] = {"cli"};
+static const char *const s_to_account_update[] = {"broker"};
+static const char *const s_from_account_update_ok[] = {"broker"};
+static const char *const s_to_account_update_ok[] = {"cli"};
+static const char *const s_from_account_delete[] = {"cli"};
+static const char *const s_to_account_delete[] = {"broker"};
+static const char *const s_from_account_delete_ok[] = {"broker"};
+static const char *const s_to_account_delete_ok[] = {"cli"};
 static const char *const s_from_account_created[] = {"broker"};
 static const char *const s_to_account_created[] = {"tap"};
 static const char *const s_from_key_created[] = {"broker"};
 static const char *const s_to_key_created[] = {"tap"};
 static const char *const s_from_key_revoked[] = {"broker"};
 static const char *const s_to_key_revoked[] = {"tap"};
+static const char *const s_from_account_disabled[] = {"broker"};
+static const char *const s_to_account_disabled[] = {"tap"};
+static const char *const s_from_account_enabled[] = {"broker"};
+static const char *const s_to_account_enabled[] = {"tap"};
+static const char *const s_from_account_password_changed[] = {"broker"};
+static const char *const s_to_account_password_changed[] = {"tap"};
+static const char *const s_from_account_deleted[] = {"broker"};
+static const char *const s_to_account_deleted[] = {"tap"};
 static const char *const s_from_auth_key[] = {"gateway"};
 static const char *const s_to_auth_key[] = {"broker"};
 static const char *const s_from_auth_key_ok[] = {"broker"};
@@ -1843,9 +1985,21 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"key.list.ok", &s_meta_key_list_ok, s_from_key_list_ok, 1, s_to_key_list_ok, 2, SBX_MSG__UNKNOWN, false},
     {"key.revoke", &s_meta_key_revoke, s_from_key_revoke, 2, s_to_key_revoke, 1, SBX_MSG_KEY_REVOKE_OK, false},
     {"key.revoke.ok", &s_meta_key_revoke_ok, s_from_key_revoke_ok, 1, s_to_key_revoke_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"account.list", &s_meta_account_list, s_from_account_list, 1, s_to_account_list, 1, SBX_MSG_ACCOUNT_LIST_OK, false},
+    {"account.list.ok", &s_meta_account_list_ok, s_from_account_list_ok, 1, s_to_account_list_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"account.get", &s_meta_account_get, s_from_account_get, 1, s_to_account_get, 1, SBX_MSG_ACCOUNT_GET_OK, false},
+    {"account.get.ok", &s_meta_account_get_ok, s_from_account_get_ok, 1, s_to_account_get_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"account.update", &s_meta_account_update, s_from_account_update, 1, s_to_account_update, 1, SBX_MSG_ACCOUNT_UPDATE_OK, false},
+    {"account.update.ok", &s_meta_account_update_ok, s_from_account_update_ok, 1, s_to_account_update_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"account.delete", &s_meta_account_delete, s_from_account_delete, 1, s_to_account_delete, 1, SBX_MSG_ACCOUNT_DELETE_OK, false},
+    {"account.delete.ok", &s_meta_account_delete_ok, s_from_account_delete_ok, 1, s_to_account_delete_ok, 1, SBX_MSG__UNKNOWN, false},
     {"account.created", &s_meta_account_created, s_from_account_created, 1, s_to_account_created, 1, SBX_MSG__UNKNOWN, true},
     {"key.created", &s_meta_key_created, s_from_key_created, 1, s_to_key_created, 1, SBX_MSG__UNKNOWN, true},
     {"key.revoked", &s_meta_key_revoked, s_from_key_revoked, 1, s_to_key_revoked, 1, SBX_MSG__UNKNOWN, true},
+    {"account.disabled", &s_meta_account_disabled, s_from_account_disabled, 1, s_to_account_disabled, 1, SBX_MSG__UNKNOWN, true},
+    {"account.enabled", &s_meta_account_enabled, s_from_account_enabled, 1, s_to_account_enabled, 1, SBX_MSG__UNKNOWN, true},
+    {"account.password_changed", &s_meta_account_password_changed, s_from_account_password_changed, 1, s_to_account_password_changed, 1, SBX_MSG__UNKNOWN, true},
+    {"account.deleted", &s_meta_account_deleted, s_from_account_deleted, 1, s_to_account_deleted, 1, SBX_MSG__UNKNOWN, true},
     {"auth.key", &s_meta_auth_key, s_from_auth_key, 1, s_to_auth_key, 1, SBX_MSG_AUTH_KEY_OK, false},
     {"auth.key.ok", &s_meta_auth_key_ok, s_from_auth_key_ok, 1, s_to_auth_key_ok, 1, SBX_MSG__UNKNOWN, false},
     {"agent.hello", &s_meta_agent_hello, s_from_agent_hello, 1, s_to_agent_hello, 1, SBX_MSG__UNKNOWN, false},
@@ -2022,6 +2176,46 @@ sbx_key_revoke_ok_t *sbx_msg_key_revoke_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_KEY_REVOKE_OK ? (sbx_key_revoke_ok_t *) msg->body : NULL;
 }
 
+sbx_account_list_t *sbx_msg_account_list (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_LIST ? (sbx_account_list_t *) msg->body : NULL;
+}
+
+sbx_account_list_ok_t *sbx_msg_account_list_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_LIST_OK ? (sbx_account_list_ok_t *) msg->body : NULL;
+}
+
+sbx_account_get_t *sbx_msg_account_get (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_GET ? (sbx_account_get_t *) msg->body : NULL;
+}
+
+sbx_account_get_ok_t *sbx_msg_account_get_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_GET_OK ? (sbx_account_get_ok_t *) msg->body : NULL;
+}
+
+sbx_account_update_t *sbx_msg_account_update (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_UPDATE ? (sbx_account_update_t *) msg->body : NULL;
+}
+
+sbx_account_update_ok_t *sbx_msg_account_update_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_UPDATE_OK ? (sbx_account_update_ok_t *) msg->body : NULL;
+}
+
+sbx_account_delete_t *sbx_msg_account_delete (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_DELETE ? (sbx_account_delete_t *) msg->body : NULL;
+}
+
+sbx_account_delete_ok_t *sbx_msg_account_delete_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_DELETE_OK ? (sbx_account_delete_ok_t *) msg->body : NULL;
+}
+
 sbx_account_created_t *sbx_msg_account_created (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_ACCOUNT_CREATED ? (sbx_account_created_t *) msg->body : NULL;
@@ -2035,6 +2229,26 @@ sbx_key_created_t *sbx_msg_key_created (struct sbx_msg_s *msg)
 sbx_key_revoked_t *sbx_msg_key_revoked (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_KEY_REVOKED ? (sbx_key_revoked_t *) msg->body : NULL;
+}
+
+sbx_account_disabled_t *sbx_msg_account_disabled (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_DISABLED ? (sbx_account_disabled_t *) msg->body : NULL;
+}
+
+sbx_account_enabled_t *sbx_msg_account_enabled (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_ENABLED ? (sbx_account_enabled_t *) msg->body : NULL;
+}
+
+sbx_account_password_changed_t *sbx_msg_account_password_changed (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_PASSWORD_CHANGED ? (sbx_account_password_changed_t *) msg->body : NULL;
+}
+
+sbx_account_deleted_t *sbx_msg_account_deleted (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_ACCOUNT_DELETED ? (sbx_account_deleted_t *) msg->body : NULL;
 }
 
 sbx_auth_key_t *sbx_msg_auth_key (struct sbx_msg_s *msg)
@@ -2775,6 +2989,11 @@ int sbx_msg_set_subject (struct sbx_msg_s *msg, const char *sandbox_id)
 sbx_key_info_t *sbx_key_info_list_append (sbx_key_info_list_t *list)
 {
     return (sbx_key_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_key_info_t));
+}
+
+sbx_account_info_t *sbx_account_info_list_append (sbx_account_info_list_t *list)
+{
+    return (sbx_account_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_account_info_t));
 }
 
 sbx_agent_proc_t *sbx_agent_proc_list_append (sbx_agent_proc_list_t *list)

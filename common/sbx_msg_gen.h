@@ -19,7 +19,7 @@ typedef enum {
     //  invalid_argument (400): A field is missing, has the wrong type or an out-of-range value.
     SBX_E_INVALID_ARGUMENT,
     //  unauthenticated (401): No credentials, or credentials that are unknown, expired or
-    //  revoked.
+    //  revoked, or whose account is disabled.
     SBX_E_UNAUTHENTICATED,
     //  insufficient_funds (402): The account's active wallet has no balance left.
     SBX_E_INSUFFICIENT_FUNDS,
@@ -58,6 +58,16 @@ typedef enum {
 
 //  Enums: 0 is unset (never sent; a required enum that is unset fails encode).
 //  _name returns NULL for unset or unknown values; _from_name returns 0 or -1.
+
+//  account_state (accounts.json): Whether an account's credentials work: active, or disabled by
+//  an operator (sbx account disable).
+typedef enum {
+    SBX_ACCOUNT_STATE__UNSET = 0,
+    SBX_ACCOUNT_STATE_ACTIVE,   //  "active"
+    SBX_ACCOUNT_STATE_DISABLED, //  "disabled"
+} sbx_account_state_t;
+const char *sbx_account_state_name (sbx_account_state_t value);
+int sbx_account_state_from_name (const char *name, sbx_account_state_t *value_p);
 
 //  role (common.json): What a process connected to the broker does.
 typedef enum {
@@ -180,9 +190,21 @@ typedef enum {
     SBX_MSG_KEY_LIST_OK,              //  key.list.ok
     SBX_MSG_KEY_REVOKE,               //  key.revoke
     SBX_MSG_KEY_REVOKE_OK,            //  key.revoke.ok
+    SBX_MSG_ACCOUNT_LIST,             //  account.list
+    SBX_MSG_ACCOUNT_LIST_OK,          //  account.list.ok
+    SBX_MSG_ACCOUNT_GET,              //  account.get
+    SBX_MSG_ACCOUNT_GET_OK,           //  account.get.ok
+    SBX_MSG_ACCOUNT_UPDATE,           //  account.update
+    SBX_MSG_ACCOUNT_UPDATE_OK,        //  account.update.ok
+    SBX_MSG_ACCOUNT_DELETE,           //  account.delete
+    SBX_MSG_ACCOUNT_DELETE_OK,        //  account.delete.ok
     SBX_MSG_ACCOUNT_CREATED,          //  account.created
     SBX_MSG_KEY_CREATED,              //  key.created
     SBX_MSG_KEY_REVOKED,              //  key.revoked
+    SBX_MSG_ACCOUNT_DISABLED,         //  account.disabled
+    SBX_MSG_ACCOUNT_ENABLED,          //  account.enabled
+    SBX_MSG_ACCOUNT_PASSWORD_CHANGED, //  account.password_changed
+    SBX_MSG_ACCOUNT_DELETED,          //  account.deleted
     SBX_MSG_AUTH_KEY,                 //  auth.key
     SBX_MSG_AUTH_KEY_OK,              //  auth.key.ok
     SBX_MSG_AGENT_HELLO,              //  agent.hello
@@ -320,6 +342,7 @@ typedef enum {
 
 //  Structs and message bodies. Absent: NULL pointers, empty lists, 0 numbers.
 typedef struct sbx_key_info_s sbx_key_info_t;
+typedef struct sbx_account_info_s sbx_account_info_t;
 typedef struct sbx_account_create_s sbx_account_create_t;
 typedef struct sbx_account_create_ok_s sbx_account_create_ok_t;
 typedef struct sbx_key_create_s sbx_key_create_t;
@@ -328,9 +351,21 @@ typedef struct sbx_key_list_s sbx_key_list_t;
 typedef struct sbx_key_list_ok_s sbx_key_list_ok_t;
 typedef struct sbx_key_revoke_s sbx_key_revoke_t;
 typedef struct sbx_key_revoke_ok_s sbx_key_revoke_ok_t;
+typedef struct sbx_account_list_s sbx_account_list_t;
+typedef struct sbx_account_list_ok_s sbx_account_list_ok_t;
+typedef struct sbx_account_get_s sbx_account_get_t;
+typedef struct sbx_account_get_ok_s sbx_account_get_ok_t;
+typedef struct sbx_account_update_s sbx_account_update_t;
+typedef struct sbx_account_update_ok_s sbx_account_update_ok_t;
+typedef struct sbx_account_delete_s sbx_account_delete_t;
+typedef struct sbx_account_delete_ok_s sbx_account_delete_ok_t;
 typedef struct sbx_account_created_s sbx_account_created_t;
 typedef struct sbx_key_created_s sbx_key_created_t;
 typedef struct sbx_key_revoked_s sbx_key_revoked_t;
+typedef struct sbx_account_disabled_s sbx_account_disabled_t;
+typedef struct sbx_account_enabled_s sbx_account_enabled_t;
+typedef struct sbx_account_password_changed_s sbx_account_password_changed_t;
+typedef struct sbx_account_deleted_s sbx_account_deleted_t;
 typedef struct sbx_auth_key_s sbx_auth_key_t;
 typedef struct sbx_auth_key_ok_s sbx_auth_key_ok_t;
 typedef struct sbx_agent_proc_s sbx_agent_proc_t;
@@ -485,6 +520,11 @@ typedef struct {
 } sbx_key_info_list_t;
 sbx_key_info_t *sbx_key_info_list_append (sbx_key_info_list_t *list);
 typedef struct {
+    sbx_account_info_t *items;
+    size_t count;
+} sbx_account_info_list_t;
+sbx_account_info_t *sbx_account_info_list_append (sbx_account_info_list_t *list);
+typedef struct {
     sbx_agent_proc_t *items;
     size_t count;
 } sbx_agent_proc_list_t;
@@ -570,6 +610,30 @@ struct sbx_key_info_s {
     uint64_t last_used_ms;
     //  Revoked keys are listed, never used again.
     bool revoked;
+};
+
+//  struct account_info (accounts.json). An account as an operator sees it (no secrets).
+struct sbx_account_info_s {
+    //  (required, max 64) Its id.
+    char *account_id;
+    //  (required, max 254) Its sign-in name.
+    char *email;
+    //  (required, max 64) Its plan.
+    char *plan;
+    //  An operator account.
+    bool admin;
+    //  (required) active or disabled.
+    sbx_account_state_t state;
+    //  It signs in with a password (else with API keys only).
+    bool password;
+    //  When it was made.
+    uint64_t created_ms;
+    //  When it was disabled; 0 while active.
+    uint64_t disabled_ms;
+    //  Its sandboxes that are not deleted.
+    uint64_t sandboxes;
+    //  Its API keys and OAuth connections that still work (not revoked, not expired).
+    uint64_t keys;
 };
 
 //  message account.create (accounts.json): cli, gateway -> broker, reply account.create.ok.
@@ -660,6 +724,77 @@ struct sbx_key_revoke_ok_s {
     char *key_id;
 };
 
+//  message account.list (accounts.json): cli -> broker, reply account.list.ok. Every account
+//  (deleted ones excepted), oldest first, with its counts. Operators only.
+struct sbx_account_list_s {
+    char unused_; //  C wants a member; this body has no fields
+};
+
+//  message account.list.ok (accounts.json): broker -> cli. The accounts.
+struct sbx_account_list_ok_s {
+    //  One entry per account.
+    sbx_account_info_list_t accounts;
+};
+
+//  message account.get (accounts.json): cli -> broker, reply account.get.ok. One account and
+//  its counts. Operators only.
+struct sbx_account_get_s {
+    //  (required, max 254) Account id or email.
+    char *account;
+};
+
+//  message account.get.ok (accounts.json): broker -> cli. The account.
+struct sbx_account_get_ok_s {
+    //  (required) As account.list shows it.
+    sbx_account_info_t *account;
+};
+
+//  message account.update (accounts.json): cli -> broker, reply account.update.ok. Changes an
+//  account's password or state. Operators only. A disabled account's API keys, OAuth tokens and
+//  sign-ins are refused (unauthenticated, saying the account is disabled), its ready sandboxes
+//  are stopped with their memory kept, and nothing of it can be created or resumed, until it is
+//  active again.
+struct sbx_account_update_s {
+    //  (required, max 254) Account id or email.
+    char *account;
+    //  (max 512) A new argon2id sign-in password hash, made by the caller (the CLI) as
+    //  account.create's is.
+    char *password_hash;
+    //  active or disabled; unset leaves it as it is.
+    sbx_account_state_t state;
+};
+
+//  message account.update.ok (accounts.json): broker -> cli. The account as it is now.
+struct sbx_account_update_ok_s {
+    //  (required) As account.get shows it.
+    sbx_account_info_t *account;
+};
+
+//  message account.delete (accounts.json): cli -> broker, reply account.delete.ok. Deletes an
+//  account: revokes its API keys and OAuth connections (and their tokens), ends its MCP
+//  sessions and removes it (its email is free again). Refused with conflict while one of its
+//  sandboxes is not deleted (delete those first: `sbx account delete` does, and its snapshots),
+//  and for the last admin account. The event log and billing's ledger keep its history.
+//  Operators only.
+struct sbx_account_delete_s {
+    //  (required, max 254) Account id or email.
+    char *account;
+    //  Only say whether the account may be deleted once its sandboxes are gone (the last admin
+    //  account may not), changing nothing: answered account.delete.ok or the refusal. The CLI
+    //  asks first, before it deletes anything.
+    bool dry_run;
+};
+
+//  message account.delete.ok (accounts.json): broker -> cli. The account is gone.
+struct sbx_account_delete_ok_s {
+    //  (required, max 64) Its id.
+    char *account_id;
+    //  (required, max 254) Its email, as it was.
+    char *email;
+    //  API keys and connections revoked with it.
+    uint64_t keys_revoked;
+};
+
 //  message account.created (accounts.json): broker -> tap, event. An account was created.
 struct sbx_account_created_s {
     //  (required, max 64) Its id.
@@ -694,9 +829,47 @@ struct sbx_key_revoked_s {
     char *account_id;
 };
 
+//  message account.disabled (accounts.json): broker -> tap, event. An operator disabled an
+//  account: gateways forget the credentials of it they cached.
+struct sbx_account_disabled_s {
+    //  (required, max 64) Its id.
+    char *account_id;
+    //  (required, max 254) Its email.
+    char *email;
+};
+
+//  message account.enabled (accounts.json): broker -> tap, event. An operator enabled a
+//  disabled account again.
+struct sbx_account_enabled_s {
+    //  (required, max 64) Its id.
+    char *account_id;
+    //  (required, max 254) Its email.
+    char *email;
+};
+
+//  message account.password_changed (accounts.json): broker -> tap, event. An operator set an
+//  account's sign-in password.
+struct sbx_account_password_changed_s {
+    //  (required, max 64) Its id.
+    char *account_id;
+};
+
+//  message account.deleted (accounts.json): broker -> tap, event. An operator deleted an
+//  account (its sandboxes and snapshots were deleted before, each with its own events);
+//  gateways forget what they cached of it.
+struct sbx_account_deleted_s {
+    //  (required, max 64) Its id.
+    char *account_id;
+    //  (required, max 254) Its email, as it was.
+    char *email;
+    //  API keys and connections revoked with it.
+    uint64_t keys_revoked;
+};
+
 //  message auth.key (accounts.json): gateway -> broker, reply auth.key.ok. Who does this API
 //  key act for? The gateway asks for every credential it has not seen in the last seconds;
-//  unknown, expired and revoked keys are unauthenticated.
+//  unknown, expired and revoked keys are unauthenticated, and so are the keys of a disabled
+//  account (with a message beginning 'account disabled:').
 struct sbx_auth_key_s {
     //  (required, max 128) The secret the client sent (sbx_… API key or sbx_at_… OAuth access
     //  token).
@@ -1472,8 +1645,8 @@ struct sbx_oauth_password_s {
     char *email;
 };
 
-//  message oauth.password.ok (oauth.json): broker -> gateway. The account and its argon2id
-//  hash.
+//  message oauth.password.ok (oauth.json): broker -> gateway. The account, its argon2id hash,
+//  and whether it is disabled.
 struct sbx_oauth_password_ok_s {
     //  (required, max 64) Its id.
     char *account_id;
@@ -1481,6 +1654,9 @@ struct sbx_oauth_password_ok_s {
     char *email;
     //  (required, max 512) argon2id hash string.
     char *password_hash;
+    //  The account is disabled: the gateway checks the password all the same (no hint to
+    //  someone who does not know it), then refuses the sign-in saying so.
+    bool disabled;
 };
 
 //  message oauth.authorize (oauth.json): gateway -> broker, reply oauth.authorize.ok. The
@@ -2416,9 +2592,21 @@ sbx_key_list_t *sbx_msg_key_list (struct sbx_msg_s *msg);
 sbx_key_list_ok_t *sbx_msg_key_list_ok (struct sbx_msg_s *msg);
 sbx_key_revoke_t *sbx_msg_key_revoke (struct sbx_msg_s *msg);
 sbx_key_revoke_ok_t *sbx_msg_key_revoke_ok (struct sbx_msg_s *msg);
+sbx_account_list_t *sbx_msg_account_list (struct sbx_msg_s *msg);
+sbx_account_list_ok_t *sbx_msg_account_list_ok (struct sbx_msg_s *msg);
+sbx_account_get_t *sbx_msg_account_get (struct sbx_msg_s *msg);
+sbx_account_get_ok_t *sbx_msg_account_get_ok (struct sbx_msg_s *msg);
+sbx_account_update_t *sbx_msg_account_update (struct sbx_msg_s *msg);
+sbx_account_update_ok_t *sbx_msg_account_update_ok (struct sbx_msg_s *msg);
+sbx_account_delete_t *sbx_msg_account_delete (struct sbx_msg_s *msg);
+sbx_account_delete_ok_t *sbx_msg_account_delete_ok (struct sbx_msg_s *msg);
 sbx_account_created_t *sbx_msg_account_created (struct sbx_msg_s *msg);
 sbx_key_created_t *sbx_msg_key_created (struct sbx_msg_s *msg);
 sbx_key_revoked_t *sbx_msg_key_revoked (struct sbx_msg_s *msg);
+sbx_account_disabled_t *sbx_msg_account_disabled (struct sbx_msg_s *msg);
+sbx_account_enabled_t *sbx_msg_account_enabled (struct sbx_msg_s *msg);
+sbx_account_password_changed_t *sbx_msg_account_password_changed (struct sbx_msg_s *msg);
+sbx_account_deleted_t *sbx_msg_account_deleted (struct sbx_msg_s *msg);
 sbx_auth_key_t *sbx_msg_auth_key (struct sbx_msg_s *msg);
 sbx_auth_key_ok_t *sbx_msg_auth_key_ok (struct sbx_msg_s *msg);
 sbx_agent_hello_t *sbx_msg_agent_hello (struct sbx_msg_s *msg);

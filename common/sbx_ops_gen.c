@@ -66,6 +66,18 @@ static const sbx_op_arg_t s_list_commands_args[] = {
     {"sandboxId", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, true,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
 };
+static const sbx_op_arg_t s_open_terminal_args[] = {
+    {"sandboxId", SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, false,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+    {"command", SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_STRING, 0, false, false,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+    {"cols", SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_INTEGER, 0, false, false,
+     true, true, 1LL, 1000LL, 0, -1, NULL, NULL, "80"},
+    {"rows", SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_INTEGER, 0, false, false,
+     true, true, 1LL, 1000LL, 0, -1, NULL, NULL, "24"},
+    {"cwd", SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_STRING, 0, false, false,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+};
 static const char *const s_read_file_encoding_choices[] = {"utf-8", "base64", NULL};
 static const sbx_op_arg_t s_read_file_args[] = {
     {"path", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_STRING, 0, true, false,
@@ -234,6 +246,11 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                               "/running}  {?detached}detached{/detached}{^detached}foreground{/detached}  {command:cut.12"
                               "0}{/processes}",
                               s_list_commands_args, 1},
+    [SBX_OP_OPEN_TERMINAL] = {"open_terminal", false, "GET", "/v1/sandboxes/{sandboxId}/terminal",
+                              false, true, SBX_MSG_AGENT_EXEC, 30000,
+                              SBX_OPS_BODY_NONE,
+                              NULL,
+                              s_open_terminal_args, 5},
     [SBX_OP_READ_FILE] = {"read_file", true, "GET", "/v1/sandboxes/{sandboxId}/files",
                           true, false, SBX_MSG_AGENT_FILE_READ, 30000,
                           SBX_OPS_BODY_NONE,
@@ -352,6 +369,7 @@ const sbx_ops_route_t sbx_ops_routes[] = {
     {"GET", "/v1/sandboxes/{sandboxId}/processes/{processId}", SBX_OP_COMMAND_STATUS},
     {"POST", "/v1/sandboxes/{sandboxId}/processes/{processId}/kill", SBX_OP_KILL_COMMAND},
     {"GET", "/v1/sandboxes/{sandboxId}/processes", SBX_OP_LIST_COMMANDS},
+    {"GET", "/v1/sandboxes/{sandboxId}/terminal", SBX_OP_OPEN_TERMINAL},
     {"GET", "/v1/sandboxes/{sandboxId}/files", SBX_OP_READ_FILE},
     {"PUT", "/v1/sandboxes/{sandboxId}/files", SBX_OP_WRITE_FILE},
     {"POST", "/v1/sandboxes/{sandboxId}/ports", SBX_OP_HOST_PORT},

@@ -18,6 +18,7 @@ typedef enum {
     SBX_OP_COMMAND_STATUS,  //  command_status: MCP, GET /v1/sandboxes/{sandboxId}/processes/{processId}
     SBX_OP_KILL_COMMAND,    //  kill_command: MCP, POST /v1/sandboxes/{sandboxId}/processes/{processId}/kill
     SBX_OP_LIST_COMMANDS,   //  list_commands: MCP, GET /v1/sandboxes/{sandboxId}/processes
+    SBX_OP_OPEN_TERMINAL,   //  open_terminal: GET /v1/sandboxes/{sandboxId}/terminal
     SBX_OP_READ_FILE,       //  read_file: MCP, GET /v1/sandboxes/{sandboxId}/files
     SBX_OP_WRITE_FILE,      //  write_file: MCP, PUT /v1/sandboxes/{sandboxId}/files
     SBX_OP_HOST_PORT,       //  host_port: MCP, POST /v1/sandboxes/{sandboxId}/ports
@@ -38,7 +39,7 @@ typedef enum {
     SBX_OP_REVOKE_KEY,      //  revoke_key: DELETE /v1/keys/{keyId}
     SBX_OP_GET_OPENAPI,     //  get_openapi: GET /v1/openapi.json
 } sbx_op_t;
-#define SBX_OP__COUNT 26
+#define SBX_OP__COUNT 27
 
 //  The surfaces (doors) an operation or argument is on.
 #define SBX_OPS_MCP  1

@@ -195,6 +195,14 @@ uint8_t *sbx_secret_base64_decode (const char *text, size_t *size_p)
     return data;
 }
 
+int sbx_secret_random (void *buf, size_t size)
+{
+    if (sbx_secret_init ())
+        return -1;
+    randombytes_buf (buf, size);
+    return 0;
+}
+
 void sbx_secret_wipe (char *secret)
 {
     if (secret)

@@ -74,6 +74,10 @@ void sbx_secret_s256 (const char *verifier, char out[44]);
 void sbx_secret_mac (const char *key, const char *message, char out[44]);
 bool sbx_secret_mac_verify (const char *key, const char *message, const char *mac);
 
+//  Fills buf with size random bytes (WebSocket masks and keys). -1 when libsodium
+//  cannot start.
+int sbx_secret_random (void *buf, size_t size);
+
 //  Overwrites a secret string with zeros in place (a write the compiler cannot drop),
 //  before freeing it. NULL is fine.
 void sbx_secret_wipe (char *secret);

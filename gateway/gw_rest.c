@@ -4,6 +4,7 @@
 #include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_exec_stream.h"
+#include "gw_terminal.h"
 #include "gw_ops.h"
 #include "sbx_ops_gen.h"
 
@@ -41,6 +42,7 @@ struct gw_rest_t {
     zhashx_t *jobs;  //  serial → s_job_t
     uint64_t next_serial;
     gw_exec_stream_t *streams; //  execs answered as SSE
+    gw_terminal_t *terminals;  //  terminals over WebSockets
 };
 
 static void s_job_free (s_job_t **job_p)
@@ -70,7 +72,8 @@ gw_rest_t *gw_rest_new (gw_ctx_t *ctx)
     self->ops = ctx->ops;
     self->jobs = sbx_idmap_new ();
     self->streams = gw_exec_stream_new (ctx);
-    if (!self->jobs || !self->streams ||
+    self->terminals = gw_terminal_new (ctx);
+    if (!self->jobs || !self->streams || !self->terminals ||
         gw_router_add (ctx->router, "/v1", true, s_on_route, self)) {
         gw_rest_destroy (&self);
         return NULL;
@@ -93,6 +96,7 @@ void gw_rest_destroy (gw_rest_t **self_p)
         zhashx_destroy (&self->jobs);
     }
     gw_exec_stream_destroy (&self->streams);
+    gw_terminal_destroy (&self->terminals);
     free (self);
     *self_p = NULL;
 }
@@ -362,6 +366,15 @@ static void s_serve (s_job_t *job, gw_request_t *req)
         s_job_end (job);
         return;
     }
+    if (job->op == SBX_OP_OPEN_TERMINAL) {
+        if (sbx_args_check (SBX_OP_OPEN_TERMINAL, SBX_OPS_REST, args, why, sizeof why))
+            s_send_error (req, SBX_E_INVALID_ARGUMENT, why);
+        else
+            gw_terminal_start (job->rest->terminals, req, caller, args);
+        json_decref (args);
+        s_job_end (job);
+        return;
+    }
     bool raw = op->rest_body == SBX_OPS_BODY_RAW;
     GW_KEEP (job->handle,
              gw_ops_call (job->rest->ops, job->op, SBX_OPS_REST, caller, args, raw ? in.body : NULL,
@@ -402,7 +415,10 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
         return;
     }
     if (code == SBX_E_UNAUTHENTICATED)
-        s_send_error (req, code, "the API key is unknown, expired or revoked");
+        s_send_error (req, code,
+                      gw_auth_account_refusal (message)
+                          ? message //  the account is disabled: say so, the operator can help
+                          : "the API key is unknown, expired or revoked");
     else if (code == SBX_E_INVALID_ARGUMENT)
         s_send_error (req, code, message ? message : "malformed credentials");
     else {

@@ -20,6 +20,7 @@
 #include "gw_router.h"
 #include "gw_session.h"
 #include "gw_signin.h"
+#include "gw_terminal.h"
 #include "gw_tls.h"
 #include "gw_text.h"
 #include "gw_tools.h"
@@ -37,7 +38,7 @@ static const sbx_test_t s_tests[] = {
     {"gw_pages", gw_pages_test},   {"gw_session", gw_session_test}, {"gw_signin", gw_signin_test},
     {"gw_oauth", gw_oauth_test},   {"gw_account", gw_account_test}, {"gw_ratelimit", gw_ratelimit_test},
     {"gw_mcp_sessions", gw_mcp_sessions_test}, {"gw_rates", gw_rates_test},
-    {"gw_router", gw_router_test},
+    {"gw_router", gw_router_test}, {"gw_terminal", gw_terminal_test},
     {NULL, NULL}};
 // clang-format on
 

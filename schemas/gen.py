@@ -940,8 +940,12 @@ def _check_rest(o, op, r, where, seen):
         raise SchemaError(f"{where}: method one of {', '.join(OPS_METHODS)}, path under /v1/, "
                           "each route once")
     seen["routes"].add((method, path))
-    #  docs/rest.md: a read-only key may only GET; gw_rest checks read_only.
-    if op["annotations"]["readOnlyHint"] != (method == "GET"):
+    #  docs/rest.md: a read-only key may only GET; gw_rest checks read_only. A WebSocket
+    #  route is a GET (the upgrade) that may write all the same (a terminal).
+    websocket = "websocket" in r.get("success", {})
+    if websocket and (method != "GET" or r["success"].get("status") != 101):
+        raise SchemaError(f"{where}: a WebSocket route is a GET answered 101")
+    if not websocket and op["annotations"]["readOnlyHint"] != (method == "GET"):
         raise SchemaError(f"{where}: readOnlyHint exactly when the method is GET")
     op_id = _need(r, "operationId", str, where)
     if op_id in seen["ids"]:
@@ -952,8 +956,18 @@ def _check_rest(o, op, r, where, seen):
     if any(t not in tags for t in r.get("tags", [])):
         raise SchemaError(f"{where}: a tag that openapi.tags does not list")
     success = _need(r, "success", dict, where)
-    _only(success, ("status", "description", "headers", "media", "schema", "stream"),
+    _only(success, ("status", "description", "headers", "media", "schema", "stream", "websocket"),
           f"{where}: success")
+    if websocket:
+        ws = _need(success, "websocket", dict, f"{where}: success")
+        _only(ws, ("description", "client", "server"), f"{where}: success websocket")
+        _need(ws, "description", str, f"{where}: success websocket")
+        for side in ("client", "server"):
+            for name, m in _need(ws, side, dict, f"{where}: success websocket").items():
+                _only(m, ("description", "frame", "schema"), f"{where}: websocket {side} {name}")
+                _need(m, "description", str, f"{where}: websocket {side} {name}")
+                if _need(m, "frame", str, f"{where}: websocket {side} {name}") not in ("text", "binary"):
+                    raise SchemaError(f"{where}: websocket {side} {name}: frame text or binary")
     if "stream" in success:
         stream = _need(success, "stream", dict, f"{where}: success")
         _only(stream, ("description", "events"), f"{where}: success stream")
@@ -963,7 +977,7 @@ def _check_rest(o, op, r, where, seen):
             _need(event, "description", str, f"{where}: stream event {name}")
     _need(success, "status", int, f"{where}: success")
     _need(success, "description", str, f"{where}: success")
-    if "schema" not in success and "output" not in op:
+    if "schema" not in success and "output" not in op and not websocket:
         raise SchemaError(f"{where}: success needs a schema, or the operation an output")
     for err in _need(r, "errors", list, where):
         if err not in o.responses:
@@ -1261,9 +1275,34 @@ def gen_openapi(o):
         ok = {"description": success["description"]}
         if "headers" in success:
             ok["headers"] = success["headers"]
-        schema = (_schema(o, success["schema"], "rest", f"operation {op['name']}: success")
-                  if "schema" in success else _output(o, op, "rest"))
-        ok["content"] = _json_content(schema, success.get("media", "application/json"))
+        if "websocket" in success:
+            #  OpenAPI has no words for WebSocket messages: the 101 names the headers, and
+            #  x-sbx-websocket lists each message either side sends.
+            ws = success["websocket"]
+            obj["parameters"] += [
+                {"name": "Upgrade", "in": "header", "required": True, "schema": {"type": "string", "enum": ["websocket"]}},
+                {"name": "Connection", "in": "header", "required": True, "schema": {"type": "string"},
+                 "description": "Upgrade (among its tokens)."},
+                {"name": "Sec-WebSocket-Version", "in": "header", "required": True,
+                 "schema": {"type": "string", "enum": ["13"]}},
+                {"name": "Sec-WebSocket-Key", "in": "header", "required": True, "schema": {"type": "string"},
+                 "description": "RFC 6455: base64 of 16 random bytes."}]
+            ok["headers"] = {"Upgrade": {"schema": {"type": "string", "enum": ["websocket"]}},
+                             "Sec-WebSocket-Accept": {"schema": {"type": "string"}}}
+            sides = {}
+            for side in ("client", "server"):
+                sides[side] = {}
+                for name, m in ws[side].items():
+                    sides[side][name] = {"description": m["description"], "frame": m["frame"]}
+                    if "schema" in m:
+                        sides[side][name]["schema"] = _schema(o, m["schema"], "rest",
+                                                              f"operation {op['name']}: message {name}")
+            ok["x-sbx-websocket"] = {"description": ws["description"], "client": sides["client"],
+                                     "server": sides["server"]}
+        else:
+            schema = (_schema(o, success["schema"], "rest", f"operation {op['name']}: success")
+                      if "schema" in success else _output(o, op, "rest"))
+            ok["content"] = _json_content(schema, success.get("media", "application/json"))
         if "stream" in success:
             #  The same answer as Server-Sent Events when asked for (Accept): OpenAPI has
             #  no words for each event, so they are listed beside the schema.

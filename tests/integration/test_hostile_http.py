@@ -39,7 +39,7 @@ REST = [("GET", "/v1/sandboxes"), ("POST", "/v1/sandboxes"), ("GET", "/v1/sandbo
         ("PATCH", "/v1/sandboxes/{id}"), ("DELETE", "/v1/sandboxes/{id}"),
         ("POST", "/v1/sandboxes/{id}/stop"), ("POST", "/v1/sandboxes/{id}/resume"),
         ("POST", "/v1/sandboxes/{id}/extend"), ("POST", "/v1/sandboxes/{id}/exec"),
-        ("GET", "/v1/sandboxes/{id}/processes/{pid}"),
+        ("GET", "/v1/sandboxes/{id}/processes/{pid}"), ("GET", "/v1/sandboxes/{id}/terminal"),
         ("POST", "/v1/sandboxes/{id}/processes/{pid}/kill"),
         ("GET", "/v1/sandboxes/{id}/files"), ("PUT", "/v1/sandboxes/{id}/files"),
         ("GET", "/v1/usage"), ("GET", "/v1/keys"), ("DELETE", "/v1/keys/{id}"),

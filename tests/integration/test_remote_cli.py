@@ -3,9 +3,16 @@ host's data directory, `sbx login URL` saves a profile, then sandbox, snapshot, 
 key commands go through the real gateway's REST API over HTTPS with the local CA, against
 real guests: the reference prompts (python, a detached sleep polled to its end, a web
 server whose public URL is fetched, the delete), argv passed exactly, stdin forwarded,
-exit codes kept, files both ways, ports; operator commands say they are the host's."""
+exit codes kept, files both ways, ports, an interactive terminal (a real pty on this
+side: raw keys, Ctrl-C, window resizes, exit codes); operator commands say they are the
+host's."""
+import fcntl
 import json
 import os
+import pty
+import select
+import struct
+import termios
 import shutil
 import signal
 import stat
@@ -59,6 +66,132 @@ class RemoteCliTest(unittest.TestCase):
         print(f"$ sbx {' '.join(args)}\n{res.stdout[-1500:]}{res.stderr[-1500:]}")
         self.assertNotIn("Sanitizer", res.stderr)
         return res
+
+    def spawn_tty(self, argv, env, rows=30, cols=100):
+        """argv on a new pseudo-terminal of ours, of rows x cols: (pid, master fd)."""
+        pid, fd = pty.fork()
+        if pid == 0:
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            os.execvpe(argv[0], argv, env)
+        self.addCleanup(self.reap_tty, pid, fd)
+        return pid, fd
+
+    @staticmethod
+    def reap_tty(pid, fd):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    @staticmethod
+    def expect(fd, seen, pattern, timeout=60):
+        """Reads the terminal until pattern shows in what came since seen[0]."""
+        end = time.monotonic() + timeout
+        while pattern not in seen[0]:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{pattern!r} not seen; the terminal showed {seen[0][-800:]!r}")
+            if select.select([fd], [], [], left)[0]:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    raise AssertionError(f"{pattern!r} not seen before the end: {seen[0][-800:]!r}")
+                seen[0] += data.decode("utf-8", "replace")
+        at = seen[0].index(pattern) + len(pattern)
+        seen[0] = seen[0][at:]
+
+    @staticmethod
+    def wait_exit(pid, fd, timeout=60):
+        """The exit code, reading (and dropping) what the terminal still shows."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    os.read(fd, 65536)
+                except OSError:
+                    pass
+        raise AssertionError("the shell did not end")
+
+    def check_shell(self, sid):
+        """sbx sandbox shell on a real terminal of ours, as the other user, remotely."""
+        env = {"HOME": self.user_home, "PATH": "/usr/bin:/bin", "TERM": "xterm",
+               "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", ""),
+               "UBSAN_OPTIONS": os.environ.get("UBSAN_OPTIONS", "")}
+        user = ["setpriv", "--reuid", USER, "--regid", "nogroup", "--clear-groups", "--", self.sbx]
+        pid, fd = self.spawn_tty(user + ["sandbox", "shell", sid], env)
+        seen = [""]
+        # Its size is ours; a guest tty, a login shell.
+        os.write(fd, b"tty; stty size; echo $((40+2))M\r")
+        self.expect(fd, seen, "/dev/pts/")
+        self.expect(fd, seen, "30 100")
+        self.expect(fd, seen, "42M")
+        # Our window grows: the guest's follows (SIGWINCH here, resize there).
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        for attempt in range(20):
+            os.write(fd, b"stty size | sed s/^/SZ/\r")
+            try:
+                self.expect(fd, seen, "SZ40 120", timeout=3)
+                break
+            except AssertionError:
+                if attempt == 19:
+                    raise
+        # Raw keys: Ctrl-C reaches the guest's foreground job (SIGINT), not us.
+        os.write(fd, b"sleep 100; echo NOT$((1+1))\r")
+        time.sleep(2)
+        os.write(fd, b"\x03")
+        os.write(fd, b"echo rc=$?X\r")
+        self.expect(fd, seen, "rc=130X", timeout=30)
+        self.assertNotIn("NOT2", seen[0])
+        # The guest's exit code is ours.
+        os.write(fd, b"exit 3\r")
+        self.assertEqual(self.wait_exit(pid, fd), 3)
+        # Not a terminal here: piped keys, output, the code.
+        res = subprocess.run(user + ["sandbox", "shell", sid], input="echo piped$((6*7))\nexit 5\n",
+                             env=env, cwd=self.user_home, capture_output=True, text=True,
+                             timeout=120)
+        print(res.stdout[-500:], res.stderr[-500:])
+        self.assertIn("piped42", res.stdout)
+        self.assertEqual(res.returncode, 5, res.stderr)
+        # A command instead of the shell; a client killed outright takes its process along.
+        pid, fd = self.spawn_tty(user + ["sandbox", "shell", sid, "--", "sleep", "321"], env)
+
+        def running():
+            ps = json.loads(self.ok("sandbox", "ps", sid, "--json"))["processes"]
+            p = [x for x in ps if "sleep" in x["command"] and "321" in x["command"]]
+            return p[-1] if p and p[-1]["running"] else time.sleep(0.5)
+        wait_for(running, 60, "the terminal's command to run")
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+        def ended():
+            ps = json.loads(self.ok("sandbox", "ps", sid, "--json"))["processes"]
+            p = [x for x in ps if "sleep" in x["command"] and "321" in x["command"]][-1]
+            return p if not p["running"] else time.sleep(0.5)
+        self.assertEqual(wait_for(ended, 60, "the abandoned terminal's command killed")["signal"], 9)
+        # On the sbx host, as its operator, through the broker: the same terminal.
+        pid, fd = self.spawn_tty([binary("sbx"), "sandbox", "shell", sid, "--data-dir", self.s.dir,
+                                  "--", "sh", "-c", "read x; echo got:$x; stty size; exit 4"],
+                                 dict(os.environ, TERM="xterm"), rows=20, cols=70)
+        seen = [""]
+        os.write(fd, b"hello\r")
+        self.expect(fd, seen, "got:hello")
+        self.expect(fd, seen, "20 70")
+        self.assertEqual(self.wait_exit(pid, fd), 4)
+        # A plain GET is told what the route is.
+        res = subprocess.run(["curl", "-s", "--cacert", self.ca, "-H", f"Authorization: Bearer {self.key}",
+                              f"{self.url}/v1/sandboxes/{sid}/terminal"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertIn("this route is a WebSocket", res.stdout)
 
     def ok(self, *args, **kw):
         res = self.run_as(*args, **kw)
@@ -168,12 +301,15 @@ class RemoteCliTest(unittest.TestCase):
         with open(os.path.join(src, "sub", "data.bin"), "wb") as f:
             f.write(bytes(range(256)) * 100)
         os.symlink("run.sh", os.path.join(src, "start"))
+        os.makedirs(os.path.join(src, "empty", "deeper"))
+        os.chmod(os.path.join(src, "empty"), 0o700)
         subprocess.run(["chown", "-R", f"{USER}:nogroup", src], check=True)
         self.assertIn("(2 files, 25619 bytes)",
                       self.ok("sandbox", "cp", "proj", f"{sid}:/root/proj"))
         self.assertEqual(self.ok("sandbox", "exec", sid, "--", "cd /root/proj && ./start && "
-                                 "stat -c %a run.sh && readlink start && wc -c < sub/data.bin"),
-                         "run\n750\nrun.sh\n25600\n")
+                                 "stat -c %a run.sh && readlink start && wc -c < sub/data.bin && "
+                                 "stat -c %a empty && test -d empty/deeper && echo dirs"),
+                         "run\n750\nrun.sh\n25600\n700\ndirs\n")
         self.assertIn("(2 files)", self.ok("sandbox", "cp", f"{sid}:/root/proj", "back"))
         back = os.path.join(self.user_home, "back")
         self.assertEqual(os.readlink(os.path.join(back, "start")), "run.sh")
@@ -187,6 +323,7 @@ class RemoteCliTest(unittest.TestCase):
         self.assertIn("no file or directory /nonexistent", res.stderr)
         ps = json.loads(self.ok("sandbox", "ps", sid, "--json"))["processes"]
         self.assertIn("sleep 30; echo done", [p["command"] for p in ps])
+        self.check_shell(sid)
         # Snapshots, usage and keys are the key's account's.
         self.assertEqual(json.loads(self.ok("snapshot", "list", "--json")), {"snapshots": []})
         usage = json.loads(self.ok("usage", "--json"))

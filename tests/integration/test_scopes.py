@@ -33,6 +33,7 @@ OPS = {
                          "kill_command"),
     "list_commands":    ("read", "sandbox", "GET /v1/sandboxes/{sandboxId}/processes",
                          "list_commands"),
+    "open_terminal":    ("write", "sandbox", "GET /v1/sandboxes/{sandboxId}/terminal", None),
     "read_file":        ("read", "sandbox", "GET /v1/sandboxes/{sandboxId}/files", "read_file"),
     "write_file":       ("write", "sandbox", "PUT /v1/sandboxes/{sandboxId}/files", "write_file"),
     "host_port":        ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/ports", "host_port"),
@@ -57,7 +58,7 @@ OPS = {
 # Sandbox ops in the order they run on one object: reads and harmless writes first, the
 # stop and resume pair, then the save; deletes run on objects made for them.
 SANDBOX_ORDER = ["get_sandbox", "list_sandboxes", "exec", "command_status", "kill_command",
-                 "list_commands",
+                 "list_commands", "open_terminal",
                  "read_file", "write_file", "host_port", "unpublish_port", "extend_sandbox",
                  "rename_sandbox", "label_sandbox", "stop_sandbox", "resume_sandbox",
                  "save_snapshot"]
@@ -224,6 +225,12 @@ class ScopesTest(unittest.TestCase):
                 victim = self.s.cli_json("key", "create", "--account", "alice@example.com",
                                          "--preset", "full")
                 path = route.split(" ")[1].replace("{keyId}", victim["key_id"])
+            if op == "open_terminal":
+                # The WebSocket handshake: 101 is the terminal opened (closing it ends it).
+                status, _, data = self.http(method, path + "?command=true", key, headers={
+                    "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+                return "ok" if status == 101 else json.loads(data)["error"]["code"]
             outcome, answer = self.rest(method, path, key if kind != "public" else None, body, raw)
         else:
             # Only the tools that act on one sandbox take one (unknown arguments are

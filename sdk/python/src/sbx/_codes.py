@@ -2,7 +2,7 @@
 # The service's error codes: code -> (HTTP status, what it means).
 CODES = {
     'invalid_argument': (400, 'A field is missing, has the wrong type or an out-of-range value.'),
-    'unauthenticated': (401, 'No credentials, or credentials that are unknown, expired or revoked.'),
+    'unauthenticated': (401, 'No credentials, or credentials that are unknown, expired or revoked, or whose account is disabled.'),
     'insufficient_funds': (402, "The account's active wallet has no balance left."),
     'permission_denied': (403, 'The credentials are valid but their preset or scope does not allow this.'),
     'not_found': (404, 'No such object, or it belongs to another account.'),
