@@ -21,6 +21,7 @@ ROUTES = {
     "/v1/sandboxes/{sandboxId}/extend": {"post"},
     "/v1/sandboxes/{sandboxId}/exec": {"post"},
     "/v1/sandboxes/{sandboxId}/processes": {"get"},
+    "/v1/sandboxes/{sandboxId}/terminal": {"get"},
     "/v1/sandboxes/{sandboxId}/processes/{processId}": {"get"},
     "/v1/sandboxes/{sandboxId}/processes/{processId}/kill": {"post"},
     "/v1/sandboxes/{sandboxId}/files": {"get", "put"},
