@@ -16,6 +16,8 @@ int cli_snapshot_main (int argc, char **argv);
 int cli_mcp_main (int argc, char **argv);
 int cli_login_main (int argc, char **argv);
 int cli_logout_main (int argc, char **argv);
+int cli_backup_main (int argc, char **argv);
+int cli_restore_main (int argc, char **argv);
 
 #include "sbx_config.h"
 

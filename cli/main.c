@@ -19,6 +19,8 @@ static const s_command_t s_commands[] = {
     {"audit", cli_audit_main, "check the event log: sbx audit ttl lists every TTL expiry"},
     {"sandbox", cli_sandbox_main, "create, run commands in, stop, resume and delete sandboxes"},
     {"snapshot", cli_snapshot_main, "list, save, inspect and delete snapshots"},
+    {"backup", cli_backup_main, "copy the data directory, stores and sandboxes, into a backup"},
+    {"restore", cli_restore_main, "put a backup into a new data directory"},
     {"usage", cli_usage_main, "running time, cost and wallet balance of an account"},
     {"mcp", cli_mcp_main, "a stdio MCP server for local clients, forwarding to a remote sbx"},
     {"login", cli_login_main, "save a remote sbx's URL and your API key for this CLI"},

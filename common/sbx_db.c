@@ -450,6 +450,149 @@ static void s_test_write (const char *path, const char *text)
     fclose (file);
 }
 
+int sbx_db_copy (const char *from, const char *to, int *version, char *err, size_t err_size)
+{
+    assert (from && to && version && err);
+    *version = 0;
+    int fd = open (to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd == -1) {
+        snprintf (err, err_size, "cannot create %s: %s", to, strerror (errno));
+        return -1;
+    }
+    close (fd);
+    sqlite3 *src = NULL, *dst = NULL;
+    int rc = sqlite3_open_v2 (from, &src, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_open_v2 (to, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_busy_timeout (src, 5000);
+        sqlite3_busy_timeout (dst, 5000);
+        //  One step: the copy is of one instant, whatever the daemon commits meanwhile.
+        sqlite3_backup *backup = sqlite3_backup_init (dst, "main", src, "main");
+        if (!backup)
+            rc = sqlite3_errcode (dst);
+        else {
+            rc = sqlite3_backup_step (backup, -1);
+            int finish = sqlite3_backup_finish (backup);
+            rc = rc == SQLITE_DONE ? finish : rc;
+        }
+    }
+    if (rc == SQLITE_OK) {
+        sqlite3_stmt *stmt = NULL;
+        //  A store without schema_version (not one of ours) has version 0.
+        if (sqlite3_prepare_v2 (dst, "SELECT coalesce (max (version), 0) FROM schema_version", -1,
+                                &stmt, NULL) == SQLITE_OK &&
+            sqlite3_step (stmt) == SQLITE_ROW)
+            *version = sqlite3_column_int (stmt, 0);
+        sqlite3_finalize (stmt);
+    }
+    if (rc != SQLITE_OK)
+        snprintf (err, err_size, "cannot copy the database %s: %s", from, sqlite3_errstr (rc));
+    sqlite3_close (src);
+    if (sqlite3_close (dst) != SQLITE_OK && rc == SQLITE_OK) {
+        snprintf (err, err_size, "cannot close the copy %s", to);
+        rc = SQLITE_ERROR;
+    }
+    if (rc != SQLITE_OK)
+        unlink (to);
+    return rc == SQLITE_OK ? 0 : -1;
+}
+
+//  Quotes an SQL identifier ("a""b"): table and column names come from the file.
+static char *s_ident (const char *name)
+{
+    size_t n = strlen (name), quotes = 0;
+    for (const char *c = name; *c; c++)
+        quotes += *c == '"';
+    char *out = malloc (n + quotes + 3), *o = out;
+    if (!out)
+        return NULL;
+    *o++ = '"';
+    for (const char *c = name; *c; c++) {
+        if (*c == '"')
+            *o++ = '"';
+        *o++ = *c;
+    }
+    *o++ = '"';
+    *o = 0;
+    return out;
+}
+
+//  Rewrites one column's values; the changes, or -1.
+static int s_move_column (sqlite3 *db, const char *table, const char *column, const char *from,
+                          const char *to)
+{
+    char *t = s_ident (table), *c = s_ident (column), *sql = NULL;
+    int changes = -1;
+    if (t && c &&
+        asprintf (&sql,
+                  "UPDATE %s SET %s = ?2 || substr (%s, length (?1) + 1) WHERE typeof (%s) = "
+                  "'text' AND (%s = ?1 OR substr (%s, 1, length (?1) + 1) = ?1 || '/')",
+                  t, c, c, c, c, c) > 0) {
+        sqlite3_stmt *stmt = NULL;
+        if (sqlite3_prepare_v2 (db, sql, -1, &stmt, NULL) == SQLITE_OK &&
+            sqlite3_bind_text (stmt, 1, from, -1, SQLITE_STATIC) == SQLITE_OK &&
+            sqlite3_bind_text (stmt, 2, to, -1, SQLITE_STATIC) == SQLITE_OK &&
+            sqlite3_step (stmt) == SQLITE_DONE)
+            changes = sqlite3_changes (db);
+        sqlite3_finalize (stmt);
+    }
+    free (sql);
+    free (t);
+    free (c);
+    return changes;
+}
+
+int sbx_db_file_move_paths (const char *path, const char *from, const char *to, char *err,
+                            size_t err_size)
+{
+    assert (path && from && to && err);
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2 (path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_busy_timeout (db, 5000);
+        rc = sqlite3_exec (db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    }
+    sqlite3_stmt *columns = NULL;
+    //  Every column of every table of ours (not SQLite's own, not virtual tables).
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2 (db,
+                                 "SELECT m.name, c.name FROM sqlite_schema AS m, "
+                                 "pragma_table_info (m.name) AS c WHERE m.type = 'table' AND "
+                                 "m.name NOT LIKE 'sqlite_%' AND m.sql NOT LIKE 'CREATE VIRTUAL%'",
+                                 -1, &columns, NULL);
+    int total = 0;
+    while (rc == SQLITE_OK) {
+        int step = sqlite3_step (columns);
+        if (step == SQLITE_DONE)
+            break;
+        if (step != SQLITE_ROW) {
+            rc = step;
+            break;
+        }
+        //  Copies: the UPDATE may not run while this statement's row is read.
+        char *table = strdup ((const char *) sqlite3_column_text (columns, 0));
+        char *column = strdup ((const char *) sqlite3_column_text (columns, 1));
+        int changes = table && column ? s_move_column (db, table, column, from, to) : -1;
+        free (table);
+        free (column);
+        if (changes < 0)
+            rc = SQLITE_ERROR;
+        else
+            total += changes;
+    }
+    sqlite3_finalize (columns);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec (db, "COMMIT", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf (err, err_size, "cannot rewrite the paths in %s: %s", path,
+                  db ? sqlite3_errmsg (db) : sqlite3_errstr (rc));
+        sqlite3_exec (db, "ROLLBACK", NULL, NULL, NULL);
+    }
+    sqlite3_close (db);
+    return rc == SQLITE_OK ? total : -1;
+}
+
 void sbx_db_test (bool verbose)
 {
     (void) verbose;
@@ -520,6 +663,37 @@ void sbx_db_test (bool verbose)
     db = s_test_open (path, 2);
     assert (db && s_test_find (db, "c", &item) == 1);
     assert (sbx_db_query_int (db, "SELECT count(*) FROM items", "") == 2);
+
+    //  A copy while the store is open, its version, a statement run on the copy.
+    char copy[PATH_MAX], err[256];
+    snprintf (copy, sizeof copy, "%s/copy.db", dir);
+    int version = -1;
+    assert (sbx_db_copy (path, copy, &version, err, sizeof err) == 0 && version == 2);
+    assert (stat (copy, &st) == 0 && (st.st_mode & 0777) == 0600);
+    assert (sbx_db_copy (path, copy, &version, err, sizeof err) == -1); //  exists
+    assert (strstr (err, copy));
+    //  Paths moved: the directory itself and what is under it; a longer name is not.
+    sbx_db_t *other = s_test_open (copy, 2);
+    assert (other);
+    assert (sbx_db_exec (other,
+                         "INSERT INTO items (id, size, note) VALUES ('/old/x', 1, '/old'), "
+                         "('/older', 2, '/old/'), ('k', 3, 'x/old/y')",
+                         "") == 0);
+    sbx_db_destroy (&other);
+    assert (sbx_db_file_move_paths (copy, "/old", "/n\"ew", err, sizeof err) == 3);
+    other = s_test_open (copy, 2);
+    assert (other);
+    assert (sbx_db_query_int (other,
+                              "SELECT count(*) FROM items WHERE (id, note) IN (VALUES "
+                              "('/n\"ew/x', '/n\"ew'), ('/older', '/n\"ew/'), ('k', 'x/old/y'))",
+                              "") == 3);
+    sbx_db_destroy (&other);
+    assert (s_test_find (db, "a", &item) == 0); //  the original is untouched
+    free (item.id);
+    snprintf (copy, sizeof copy, "%s/missing.db", dir);
+    assert (sbx_db_file_move_paths (copy, "/a", "/b", err, sizeof err) == -1);
+    assert (strstr (err, "missing.db"));
+    assert (sbx_db_copy (copy, path, &version, err, sizeof err) == -1);
 
     //  A schema newer than this daemon knows: refused, and the file left as it is.
     sbx_db_destroy (&db);

@@ -108,6 +108,17 @@ int sbx_db_bind_text (sqlite3_stmt *stmt, int index, const char *text);
 //  checkpoints from finishing) and no pointers to the caller's strings.
 void sbx_db_reset (sqlite3_stmt *stmt);
 
+//  For backups (cli_backup, the one user outside the stores): copies the database at
+//  from into a new file to (made 0600; it must not exist), consistent even while its
+//  daemon writes (SQLite's online backup), and gives the copy's schema version in
+//  *version (0 when it has none). 0, or -1 with a message in err.
+int sbx_db_copy (const char *from, const char *to, int *version, char *err, size_t err_size);
+//  After a data directory moved (sbx restore): in every table of the database file at
+//  path, every text value that is from or starts with from + "/" gets to in its place.
+//  The number of values changed, or -1 with a message in err.
+int sbx_db_file_move_paths (const char *path, const char *from, const char *to, char *err,
+                            size_t err_size);
+
 void sbx_db_test (bool verbose);
 
 #endif

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
 
 static const char s_base36[] = "0123456789abcdefghijklmnopqrstuvwxyz";
 static const char s_base62[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
@@ -63,6 +65,29 @@ void sbx_secret_hash (const char *secret, char out[65])
     uint8_t digest[crypto_hash_sha256_BYTES];
     crypto_hash_sha256 (digest, (const uint8_t *) secret, strlen (secret));
     sodium_bin2hex (out, 65, digest, sizeof digest);
+}
+
+int sbx_secret_hash_fd (int fd, char out[65])
+{
+    assert (out);
+    out[0] = 0;
+    crypto_hash_sha256_state state;
+    crypto_hash_sha256_init (&state);
+    uint8_t buf[1 << 16];
+    while (true) {
+        ssize_t got = read (fd, buf, sizeof buf);
+        if (got == -1 && errno == EINTR)
+            continue;
+        if (got == -1)
+            return -1;
+        if (got == 0)
+            break;
+        crypto_hash_sha256_update (&state, buf, (unsigned long long) got);
+    }
+    uint8_t digest[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256_final (&state, digest);
+    sodium_bin2hex (out, 65, digest, sizeof digest);
+    return 0;
 }
 
 char *sbx_secret_password_hash (const char *password)
@@ -332,6 +357,21 @@ void sbx_secret_test (bool verbose)
     assert (strcmp (hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855") == 0);
     sbx_secret_hash (NULL, hex);
     assert (hex[0] == 0);
+    //  A file's, read in pieces: "abc" then 100000 bytes equal the whole's.
+    FILE *file = tmpfile ();
+    assert (file);
+    char *big = calloc (1, 100004);
+    assert (big);
+    memcpy (big, "abc", 3);
+    memset (big + 3, 'q', 100000);
+    assert (fwrite (big, 1, 100003, file) == 100003 && fflush (file) == 0);
+    char whole[65];
+    sbx_secret_hash (big, whole);
+    assert (lseek (fileno (file), 0, SEEK_SET) == 0);
+    assert (sbx_secret_hash_fd (fileno (file), hex) == 0 && strcmp (hex, whole) == 0);
+    assert (sbx_secret_hash_fd (-1, hex) == -1 && hex[0] == 0);
+    fclose (file);
+    free (big);
 
     //  Passwords.
     char *hash = sbx_secret_password_hash ("correct horse battery staple");

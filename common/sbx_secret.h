@@ -37,6 +37,9 @@ char *sbx_secret_token (const char *prefix, size_t nchars);
 //  however fast the hash, so a fast hash that can be looked up by equality is right.
 //  A NULL secret yields an empty string, which matches no stored hash.
 void sbx_secret_hash (const char *secret, char out[65]);
+//  The same of what the open file fd holds from its current offset to its end (a
+//  backup's checksums). 0, or -1 with errno set when a read fails.
+int sbx_secret_hash_fd (int fd, char out[65]);
 
 //  Returns an argon2id hash string ("$argon2id$v=19$...") of password, with the
 //  interactive limits (~64 MiB, a few tens of ms). NULL if password is NULL or on
