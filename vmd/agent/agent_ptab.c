@@ -23,6 +23,7 @@ struct agent_ptab_s {
     size_t buf_limit;
     size_t max_finished;
     size_t budget;
+    int64_t pty_idle_ms;
 };
 
 int64_t agent_now_ms (void)
@@ -47,7 +48,21 @@ agent_ptab_t *agent_ptab_new (size_t buf_limit, size_t max_finished, size_t budg
     self->buf_limit = buf_limit;
     self->max_finished = max_finished;
     self->budget = budget;
+    self->pty_idle_ms = AGENT_PTY_IDLE_MS;
     return self;
+}
+
+void agent_ptab_set_pty_idle (agent_ptab_t *self, int64_t idle_ms)
+{
+    self->pty_idle_ms = idle_ms > 0 ? idle_ms : 0;
+    for (size_t i = 0; i < self->count; i++)
+        agent_ptab_touch (self, self->procs[i]);
+}
+
+void agent_ptab_touch (agent_ptab_t *self, agent_proc_t *proc)
+{
+    if (proc->pty && proc->running && !proc->hung_up)
+        proc->hangup_mono = self->pty_idle_ms ? agent_mono_ms () + self->pty_idle_ms : 0;
 }
 
 static void s_close (int *fd)
@@ -329,6 +344,7 @@ agent_proc_t *agent_ptab_spawn (agent_ptab_t *self, const char *command, char *c
     proc->deadline_mono =
         timeout_ms && timeout_ms < 3153600000000ull ? proc->started_mono + (int64_t) timeout_ms : 0;
     self->procs[self->count++] = proc;
+    agent_ptab_touch (self, proc);
     return proc;
 oom:
     sbx_err_set (err, SBX_E_INTERNAL, "out of memory");
@@ -533,6 +549,14 @@ int agent_ptab_expire (agent_ptab_t *self)
     int64_t next = -1;
     for (size_t i = 0; i < self->count; i++) {
         agent_proc_t *proc = self->procs[i];
+        if (proc->running && proc->hangup_mono && proc->hangup_mono <= now) {
+            //  The group may ignore it (nohup): what a hangup does, nothing more.
+            kill (-proc->pid, SIGHUP);
+            proc->hung_up = true;
+            proc->hangup_mono = 0;
+        } else if (proc->running && proc->hangup_mono &&
+                   (next < 0 || proc->hangup_mono - now < next))
+            next = proc->hangup_mono - now;
         if (!proc->running || !proc->deadline_mono)
             continue;
         if (proc->deadline_mono <= now) {

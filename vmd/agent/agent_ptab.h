@@ -35,6 +35,8 @@ typedef struct {
     int64_t started_mono;  //  monotonic ms, for durations
     int64_t ended_mono;    //  monotonic ms, 0 while running
     int64_t deadline_mono; //  monotonic ms when the timeout kills it; 0 for none
+    int64_t hangup_mono;   //  a pty's: monotonic ms when, untouched, its terminal hangs up
+    bool hung_up;          //  its group got SIGHUP: nobody asked after its terminal
     int out_fd;            //  read ends, -1 once closed (a pty's: a duplicate of pty_fd)
     int err_fd;            //  -1 for a pty: the terminal carries both streams
     bool pty;              //  started on a pseudo-terminal
@@ -102,8 +104,16 @@ void agent_ptab_drain (agent_ptab_t *self, agent_proc_t *proc);
 //  each, then sheds old finished processes. Call when SIGCHLD arrives.
 void agent_ptab_reap (agent_ptab_t *self, agent_ptab_exit_fn *fn, void *arg);
 
-//  Kills the process groups whose timeout passed. Returns ms until the next deadline,
-//  or -1 when none.
+//  A pty process's terminal hangs up (SIGHUP to its group, as when a terminal's line
+//  drops) once nobody has touched it for idle_ms: its client went away without a word
+//  (a gateway killed, a laptop gone). 0: never. Default AGENT_PTY_IDLE_MS.
+#define AGENT_PTY_IDLE_MS 120000
+void agent_ptab_set_pty_idle (agent_ptab_t *self, int64_t idle_ms);
+//  A client asked after proc (status, input, resize): its terminal is in use.
+void agent_ptab_touch (agent_ptab_t *self, agent_proc_t *proc);
+
+//  Kills the process groups whose timeout passed and hangs up idle terminals. Returns
+//  ms until the next deadline, or -1 when none.
 int agent_ptab_expire (agent_ptab_t *self);
 
 //  Clocks, in ms.

@@ -851,6 +851,36 @@ static void s_test_pty_errors (client_t *agent, uint64_t running)
     s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "stdin");
 }
 
+static sbx_agent_status_ok_t s_pty_state (client_t *agent, uint64_t pid)
+{
+    sbx_msg_t *reply = s_status_wait (agent, pid, 1u << 30, 0);
+    sbx_agent_status_ok_t st = *sbx_msg_agent_status_ok (reply);
+    sbx_msg_destroy (&reply);
+    return st;
+}
+
+//  A terminal nobody asks after hangs up (--pty-idle-ms): SIGHUP to its group, as a
+//  dropped line; one that is asked after lives on, and so does one that ignores SIGHUP.
+static void s_test_pty_hangup (void)
+{
+    client_t *agent = s_start (false, "--pty-idle-ms", "600");
+    uint64_t left = s_exec_pty (agent, "sleep 100", 0, 0);
+    uint64_t used = s_exec_pty (agent, "sleep 100", 0, 0);
+    uint64_t nohup = s_exec_pty (agent, "trap '' HUP; sleep 100", 0, 0);
+    int64_t t = s_mono_ms ();
+    while (s_mono_ms () - t < 1500) {
+        assert (s_pty_state (agent, used).running); //  a touch, each time
+        usleep (150000);
+    }
+    sbx_agent_status_ok_t st = s_pty_state (agent, left);
+    assert (!st.running && st.signal == SIGHUP);
+    assert (s_pty_state (agent, used).running);
+    assert (s_pty_state (agent, nohup).running);
+    s_kill (agent, used, SIGKILL);
+    s_kill (agent, nohup, SIGKILL);
+    s_stop (&agent);
+}
+
 static void s_test_pty (void)
 {
     client_t *agent = s_start (false, NULL, NULL);
@@ -878,6 +908,7 @@ static void s_test_pty (void)
     s_send (agent, &msg);
     s_ping (agent);
     s_stop (&agent);
+    s_test_pty_hangup ();
     printf ("   agent_pty: %lld ms\n", (long long) (s_mono_ms () - t0));
 }
 

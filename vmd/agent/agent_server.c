@@ -79,6 +79,7 @@ void agent_config_init (agent_config_t *config)
     config->max_finished = 1000;
     config->budget = 64 * MIB;
     config->max_file_size = 1024 * MIB;
+    config->pty_idle_ms = AGENT_PTY_IDLE_MS;
 }
 
 //  Queues msg for the host and takes ownership of it. A reply that cannot be encoded
@@ -503,6 +504,8 @@ static void s_held_answer (server_t *self, size_t index, agent_proc_t *proc)
 {
     held_t held = self->held[index];
     self->held[index] = self->held[--self->held_count];
+    if (proc)
+        agent_ptab_touch (self->ptab, proc); //  its client waited all along
     sbx_msg_t *reply =
         proc ? s_status_reply (self, proc, held.rid, held.stdout_offset, held.stderr_offset,
                                held.max_bytes)
@@ -665,6 +668,7 @@ static void s_handle_status (server_t *self, sbx_msg_t *req)
     agent_proc_t *proc = s_find (self, req, status->pid);
     if (!proc)
         return;
+    agent_ptab_touch (self->ptab, proc);
     agent_ptab_drain (self->ptab, proc);
     if (status->wait_ms && !s_status_news (proc, status->stdout_offset, status->stderr_offset)) {
         if (self->held_count == HELD_MAX) {
@@ -695,6 +699,7 @@ static void s_handle_input (server_t *self, sbx_msg_t *req)
     agent_proc_t *proc = s_find (self, req, input->pid);
     if (!proc)
         return;
+    agent_ptab_touch (self->ptab, proc);
     sbx_err_t err = {0};
     ssize_t written = agent_ptab_input (self->ptab, proc, input->data.data, input->data.size, &err);
     if (written < 0) {
@@ -718,6 +723,7 @@ static void s_handle_resize (server_t *self, sbx_msg_t *req)
     agent_proc_t *proc = s_find (self, req, resize->pid);
     if (!proc)
         return;
+    agent_ptab_touch (self->ptab, proc);
     struct winsize size = {.ws_row = (unsigned short) resize->rows,
                            .ws_col = (unsigned short) resize->cols};
     sbx_err_t err = {0};
@@ -1153,6 +1159,8 @@ int agent_server_run (const agent_config_t *config)
     int sfd = s_signalfd ();
     self->frame = agent_frame_new (-1);
     self->ptab = agent_ptab_new (config->buf_limit, config->max_finished, config->budget);
+    if (self->ptab)
+        agent_ptab_set_pty_idle (self->ptab, config->pty_idle_ms);
     struct pollfd *fds = calloc (MAX_POLLFDS, sizeof *fds);
     agent_proc_t **owners = calloc (MAX_POLLFDS, sizeof *owners);
     self->held = calloc (HELD_MAX, sizeof *self->held);

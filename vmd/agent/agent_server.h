@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct {
     const char *port;     //  device path (default /dev/virtio-ports/agent)
@@ -21,6 +22,7 @@ typedef struct {
     size_t budget;        //  output bytes kept across finished processes (default 64 MiB)
     size_t max_file_size; //  agent.file.write limit (default 1 GiB)
     bool verbose;         //  log requests on stderr
+    int64_t pty_idle_ms;  //  an untouched terminal hangs up after (AGENT_PTY_IDLE_MS; 0 never)
     //  Where agent.setup rewrites hostname and hosts when the hostname changes (a guest
     //  restored from a snapshot or template gets a new one); NULL: never (tests).
     const char *etc_dir;

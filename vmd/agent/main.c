@@ -21,6 +21,8 @@ static void s_usage (FILE *out)
                   "  --buffer-size BYTES  output kept per stream of a process (default 8 MiB)\n"
                   "  --max-finished N     finished processes kept (default 1000)\n"
                   "  --max-file-size B    largest file agent.file.write makes (default 1 GiB)\n"
+                  "  --pty-idle-ms MS     a terminal nobody asks after for MS hangs up (SIGHUP\n"
+                  "                       to its processes; default 120000, 0 never)\n"
                   "  --verbose            log every request on stderr\n"
                   "  --version, --help\n");
 }
@@ -68,6 +70,9 @@ int main (int argc, char *argv[])
             i++;
         } else if (!strcmp (opt, "--max-finished") && (value = s_number (arg)) >= 0) {
             config.max_finished = (size_t) value;
+            i++;
+        } else if (!strcmp (opt, "--pty-idle-ms") && (value = s_number (arg)) >= 0) {
+            config.pty_idle_ms = value;
             i++;
         } else if (!strcmp (opt, "--max-file-size") && (value = s_number (arg)) >= 0) {
             config.max_file_size = (size_t) value;
