@@ -235,9 +235,12 @@ static bool s_qemu_of (pid_t pid, const char *prefix)
     const char *base = strrchr (line, '/');
     if (strncmp (base ? base + 1 : line, "qemu-system", 11) != 0)
         return false;
+    //  The path starts an argument or follows '=', ':' or ',' (path=DIR/vms/..., unix:...),
+    //  so that /srv/x/var/lib/sbx/vms/ is not taken for /var/lib/sbx's.
     for (ssize_t i = 0; i < n; i += (ssize_t) strlen (line + i) + 1)
-        if (strstr (line + i, prefix))
-            return true;
+        for (const char *at = strstr (line + i, prefix); at; at = strstr (at + 1, prefix))
+            if (at == line + i || strchr ("=:,", at[-1]))
+                return true;
     return false;
 }
 
