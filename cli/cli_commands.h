@@ -4,6 +4,7 @@
 #define CLI_COMMANDS_H_INCLUDED
 
 int cli_up_main (int argc, char **argv);
+int cli_down_main (int argc, char **argv);
 int cli_status_main (int argc, char **argv);
 int cli_account_main (int argc, char **argv);
 int cli_key_main (int argc, char **argv);

@@ -11,6 +11,7 @@ typedef struct {
 
 static const s_command_t s_commands[] = {
     {"up", cli_up_main, "run the whole service on this machine, supervised"},
+    {"down", cli_down_main, "stop everything: every guest (memory kept), then sbx up"},
     {"status", cli_status_main, "show what runs and where clients connect"},
     {"account", cli_account_main, "accounts: create, list, get, passwd, disable, enable, delete"},
     {"key", cli_key_main, "create, list and revoke API keys"},

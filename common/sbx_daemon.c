@@ -45,6 +45,8 @@ sbx_daemon_t *sbx_daemon_new (int argc, char **argv, const char *name, const cha
                                       {"help", no_argument, 0, 'h'},
                                       {"version", no_argument, 0, 'V'},
                                       {0, 0, 0, 0}};
+    //  Before anything can start a child process that would inherit NOTIFY_SOCKET.
+    sbx_ready_init ();
     const char *data_dir = NULL, *instance = NULL, *level = NULL;
     zlist_t *sets = zlist_new ();
     *exit_code = 2;
@@ -201,6 +203,7 @@ int sbx_daemon_run (sbx_daemon_t *self)
     //  returns when the broker refused our name (another live worker has it): a fault
     //  of the set-up that a restart would not mend, hence the exit code.
     zloop_start (self->loop);
+    sbx_ready_stopping ();
     if (self->peer && sbx_peer_refused (self->peer)) {
         sbx_info ("%s stopped: refused by the broker", self->name);
         return 1;

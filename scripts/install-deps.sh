@@ -29,6 +29,9 @@ PACKAGES=(
   haproxy
   # the guests' network policy (vmd_firewall: nftables rules on QEMU's user)
   nftables
+  # systemd-analyze verify checks packaging/systemd/'s units (test_systemd.py); where
+  # systemd is not PID 1 (a container) the package only adds its tools
+  systemd
   # the libFuzzer harnesses (fuzz/): clang and its fuzzer and sanitizer runtimes
   clang-14 libclang-rt-14-dev
 )
