@@ -597,6 +597,10 @@ typedef struct {
     brk_ctx_t *ctx;
     const sbx_caller_t *caller;
     sbx_sandbox_info_list_t *list;
+    size_t limit;                 //  a page's: one more is read to know there are more
+    const brk_store_mark_t *mark; //  the store's, at the row given
+    brk_store_mark_t last;        //  the last one in the page
+    bool more;
 } s_list_t;
 
 static void s_list_one (const brk_sandbox_t *record, void *arg)
@@ -604,9 +608,32 @@ static void s_list_one (const brk_sandbox_t *record, void *arg)
     s_list_t *list = arg;
     if (!s_visible (list->caller, record))
         return;
+    if (list->limit && list->list->count == list->limit) {
+        list->more = true;
+        return;
+    }
     sbx_sandbox_info_t *info = sbx_sandbox_info_list_append (list->list);
     if (info)
         s_info (list->ctx, record, info);
+    if (list->mark)
+        list->last = *list->mark;
+}
+
+#define S_PAGE_MAX 1000
+
+//  A page's cursor: "p1.<created_ms>.<row>" of its last sandbox. Not a secret: it only
+//  says where in the caller's own list the next page starts.
+static int s_cursor_parse (const char *text, brk_store_mark_t *mark)
+{
+    unsigned long long ms = 0;
+    long long row = 0;
+    int used = 0;
+    if (sscanf (text, "p1.%llu.%lld%n", &ms, &row, &used) != 2 || text[used] || ms == 0 ||
+        ms > INT64_MAX || row < 0)
+        return -1;
+    mark->created_ms = ms;
+    mark->row = row;
+    return 0;
 }
 
 sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request)
@@ -615,7 +642,9 @@ sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request)
         return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED,
                                   "sandbox.list carries no caller identity");
     sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_SANDBOX_LIST_OK);
-    s_list_t list = {ctx, request->caller, &sbx_msg_sandbox_list_ok (reply)->sandboxes};
+    s_list_t list = {.ctx = ctx,
+                     .caller = request->caller,
+                     .list = &sbx_msg_sandbox_list_ok (reply)->sandboxes};
     const char *account = s_operator (request->caller) ? NULL : request->caller->account_id;
     if (!s_operator (request->caller) && !account)
         return reply; //  no account, no sandboxes
@@ -629,7 +658,38 @@ sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request)
         }
         account = owner.id;
     }
-    int rc = brk_store_sandbox_list (ctx->store, account, s_list_one, &list);
+    sbx_sandbox_list_t *args = sbx_msg_sandbox_list (request);
+    brk_store_mark_t mark = {0};
+    int rc = 0;
+    if (args->limit > S_PAGE_MAX || (args->cursor && s_cursor_parse (args->cursor, &mark))) {
+        brk_account_clear (&owner);
+        sbx_msg_destroy (&reply);
+        return args->limit > S_PAGE_MAX
+                   ? sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                        "limit must be between 1 and %d", S_PAGE_MAX)
+                   : sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                        "cursor '%s' is not one this service gave: pass an "
+                                        "answer's nextCursor as it came",
+                                        args->cursor);
+    }
+    if (args->limit || args->cursor) {
+        //  A CI key sees its own sandboxes only: filtered in the query, so pages are full.
+        const char *key =
+            !s_operator (request->caller) && request->caller->preset == SBX_KEY_PRESET_CI
+                ? request->caller->key_id
+                : NULL;
+        list.limit = args->limit ? args->limit : INT32_MAX - 1;
+        list.mark = &mark;
+        rc = brk_store_sandbox_page (ctx->store, account, key, list.limit + 1, &mark, s_list_one,
+                                     &list);
+        if (rc >= 0 && list.more) {
+            char next[64];
+            snprintf (next, sizeof next, "p1.%llu.%lld", (unsigned long long) list.last.created_ms,
+                      (long long) list.last.row);
+            sbx_str_set (&sbx_msg_sandbox_list_ok (reply)->next_cursor, next);
+        }
+    } else
+        rc = brk_store_sandbox_list (ctx->store, account, s_list_one, &list);
     brk_account_clear (&owner);
     if (rc < 0) {
         sbx_msg_destroy (&reply);
@@ -1136,6 +1196,31 @@ void brk_sandbox_test (bool verbose)
     reply = s_test_ask (client, SBX_MSG_SANDBOX_LIST, NULL, ALICE);
     assert (sbx_msg_sandbox_list_ok (reply)->sandboxes.count == 1);
     sbx_msg_destroy (&reply);
+    //  Pages: one of one has no next cursor; a cursor this service did not make, or a
+    //  limit above 1000, is the caller's error.
+    sbx_msg_t *page = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
+    page->caller = ALICE;
+    sbx_msg_sandbox_list (page)->limit = 1;
+    reply = brk_testkit_call (client, page, ++s_rid);
+    assert (sbx_msg_sandbox_list_ok (reply)->sandboxes.count == 1);
+    assert (!sbx_msg_sandbox_list_ok (reply)->next_cursor);
+    sbx_msg_destroy (&reply);
+    const char *cursors[] = {"p1.x.1", "p1.5", "p2.5.1", "p1.5.1 ", "p1.0.1", "p1.5.-1"};
+    for (size_t i = 0; i < sizeof cursors / sizeof cursors[0]; i++) {
+        page = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
+        page->caller = ALICE;
+        sbx_str_set (&sbx_msg_sandbox_list (page)->cursor, cursors[i]);
+        reply = brk_testkit_call (client, page, ++s_rid);
+        assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
+        assert (strstr (sbx_msg_error (reply)->message, "nextCursor"));
+        sbx_msg_destroy (&reply);
+    }
+    page = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
+    page->caller = ALICE;
+    sbx_msg_sandbox_list (page)->limit = 1001;
+    reply = brk_testkit_call (client, page, ++s_rid);
+    assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
 
     //  Presets: read-only can't stop, no-delete can't delete.
     reply = s_test_ask (client, SBX_MSG_SANDBOX_STOP, one,
@@ -1253,6 +1338,24 @@ void brk_sandbox_test (bool verbose)
     assert (brk_testkit_code (reply) == SBX_E_UNAVAILABLE &&
             strstr (sbx_msg_error (reply)->message, "full"));
     sbx_msg_destroy (&reply);
+    //  Two, a page at a time: the newest, a cursor, the other, no cursor.
+    const char *paged[2] = {NULL, NULL};
+    char *cursor = NULL;
+    for (int i = 0; i < 2; i++) {
+        sbx_msg_t *page = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
+        page->caller = ALICE;
+        sbx_msg_sandbox_list (page)->limit = 1;
+        sbx_str_set (&sbx_msg_sandbox_list (page)->cursor, cursor);
+        sbx_msg_t *got = brk_testkit_call (client, page, ++s_rid);
+        sbx_sandbox_list_ok_t *ok = sbx_msg_sandbox_list_ok (got);
+        assert (ok->sandboxes.count == 1);
+        paged[i] = streq (ok->sandboxes.items[0].id, two) ? two : one;
+        free (cursor);
+        cursor = ok->next_cursor ? strdup (ok->next_cursor) : NULL;
+        assert ((cursor != NULL) == (i == 0));
+        sbx_msg_destroy (&got);
+    }
+    assert (paged[0] == two && paged[1] == one);
 
     //  vmd fails a stop: the user hears why, the sandbox is in error, only delete works.
     __atomic_store_n (&s_vmd_mode, 1, __ATOMIC_SEQ_CST);

@@ -221,11 +221,14 @@ static const char *s_sql[ST_COUNT] = {
     [ST_SANDBOX_INSERT] = "INSERT INTO sandboxes (" SANDBOX_COLUMNS ") "
                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     [ST_SANDBOX_FIND] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE id = ?1",
-    [ST_SANDBOX_LIST] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes "
-                        "WHERE account_id = ?1 AND state != 'deleted' "
-                        "ORDER BY created_ms DESC, rowid DESC",
-    [ST_SANDBOX_LIST_ALL] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes "
-                            "WHERE state != 'deleted' ORDER BY created_ms DESC, rowid DESC",
+//  Newest first, not deleted; keyset pages: after (?3, ?4), at most ?5 (sandboxes_by_account).
+#define SANDBOX_PAGE_TAIL                                                                          \
+    " AND (?2 IS NULL OR key_id = ?2) AND state != 'deleted' AND (?3 = 0 OR created_ms < ?3 OR "   \
+    "(created_ms = ?3 AND rowid < ?4)) ORDER BY created_ms DESC, rowid DESC LIMIT ?5"
+    [ST_SANDBOX_PAGE] =
+        "SELECT " SANDBOX_COLUMNS ", rowid FROM sandboxes WHERE account_id = ?1" SANDBOX_PAGE_TAIL,
+    [ST_SANDBOX_PAGE_ALL] =
+        "SELECT " SANDBOX_COLUMNS ", rowid FROM sandboxes WHERE ?1 IS NULL" SANDBOX_PAGE_TAIL,
     [ST_SANDBOX_STATE] = "UPDATE sandboxes SET state = ?2, vmd = coalesce (?3, vmd), reason = ?4, "
                          "changed_ms = ?5 WHERE id = ?1",
     //  What occupies a vmd: guests that run or are on their way in or out.
@@ -913,12 +916,22 @@ int brk_store_sandbox_find (brk_store_t *self, const char *id, brk_sandbox_t *ou
 int brk_store_sandbox_list (brk_store_t *self, const char *account_id, brk_store_sandbox_fn *fn,
                             void *arg)
 {
-    if (!self || !fn)
+    brk_store_mark_t from_newest = {0};
+    return brk_store_sandbox_page (self, account_id, NULL, INT32_MAX, &from_newest, fn, arg);
+}
+
+int brk_store_sandbox_page (brk_store_t *self, const char *account_id, const char *key_id,
+                            size_t limit, brk_store_mark_t *mark, brk_store_sandbox_fn *fn,
+                            void *arg)
+{
+    if (!self || !fn || !mark || !sbx_db_fits (mark->created_ms) || limit > INT32_MAX)
         return -1;
-    stmt_id_t id = account_id ? ST_SANDBOX_LIST : ST_SANDBOX_LIST_ALL;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
-    if (account_id)
-        sbx_db_bind_text (stmt, 1, account_id);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, account_id ? ST_SANDBOX_PAGE : ST_SANDBOX_PAGE_ALL);
+    sbx_db_bind_text (stmt, 1, account_id);
+    sbx_db_bind_text (stmt, 2, key_id);
+    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) mark->created_ms);
+    sqlite3_bind_int64 (stmt, 4, mark->row);
+    sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) limit);
     int count = 0;
     int rc;
     while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
@@ -927,12 +940,14 @@ int brk_store_sandbox_list (brk_store_t *self, const char *account_id, brk_store
             rc = SQLITE_NOMEM;
             break;
         }
+        mark->created_ms = sandbox.created_ms;
+        mark->row = sqlite3_column_int64 (stmt, 14);
         fn (&sandbox, arg);
         brk_sandbox_clear (&sandbox);
         count++;
     }
     if (rc != SQLITE_DONE)
-        sbx_db_log_error (self->db, "sandbox list");
+        sbx_db_log_error (self->db, "sandbox page");
     sbx_db_reset (stmt);
     return rc == SQLITE_DONE ? count : -1;
 }
@@ -1613,6 +1628,28 @@ void brk_store_test (bool verbose)
     test_list_t listed = {0};
     assert (brk_store_sandbox_list (store, "acc_ada", s_test_sandbox, &listed) == 2);
     assert (strcmp (listed.ids, "sb_two;sb_one;") == 0); //  newest first
+    //  The same a page at a time, then nothing; everyone's; another account's; a key's.
+    brk_store_mark_t mark = {0};
+    memset (&listed, 0, sizeof listed);
+    assert (brk_store_sandbox_page (store, "acc_ada", NULL, 1, &mark, s_test_sandbox, &listed) ==
+            1);
+    assert (mark.created_ms == 200 && mark.row > 0);
+    assert (brk_store_sandbox_page (store, "acc_ada", NULL, 1, &mark, s_test_sandbox, &listed) ==
+            1);
+    assert (mark.created_ms == 100);
+    assert (brk_store_sandbox_page (store, "acc_ada", NULL, 1, &mark, s_test_sandbox, &listed) ==
+            0);
+    assert (strcmp (listed.ids, "sb_two;sb_one;") == 0);
+    mark = (brk_store_mark_t){0};
+    assert (brk_store_sandbox_page (store, NULL, NULL, 10, &mark, s_test_sandbox, &listed) == 2);
+    mark = (brk_store_mark_t){0};
+    assert (brk_store_sandbox_page (store, "acc_bob", NULL, 10, &mark, s_test_sandbox, &listed) ==
+            0);
+    assert (brk_store_sandbox_page (store, "acc_ada", "key_x", 10, &mark, s_test_sandbox,
+                                    &listed) == 0);
+    mark.created_ms = UINT64_MAX;
+    assert (brk_store_sandbox_page (store, "acc_ada", NULL, 10, &mark, s_test_sandbox, &listed) ==
+            -1);
     //  A deleted sandbox leaves lists and counts, and frees its label.
     assert (brk_store_begin (store) == 0);
     assert (brk_store_sandbox_set_state (store, "sb_two", "deleted", NULL, NULL, 300) == 0);

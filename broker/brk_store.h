@@ -257,6 +257,17 @@ int brk_store_sandbox_find (brk_store_t *self, const char *id, brk_sandbox_t *ou
 //  first. Returns how many, or -1.
 int brk_store_sandbox_list (brk_store_t *self, const char *account_id, brk_store_sandbox_fn *fn,
                             void *arg);
+//  Where a page of that list ends: its last sandbox's creation time and row.
+typedef struct {
+    uint64_t created_ms; //  0: before the newest (the first page)
+    int64_t row;
+} brk_store_mark_t;
+//  A page of brk_store_sandbox_list: at most limit sandboxes after *mark, only those made
+//  with key_id when it is set (a CI key's own); *mark then names the last one given.
+//  Returns how many, or -1.
+int brk_store_sandbox_page (brk_store_t *self, const char *account_id, const char *key_id,
+                            size_t limit, brk_store_mark_t *mark, brk_store_sandbox_fn *fn,
+                            void *arg);
 //  Moves a sandbox to `state` (vmd NULL keeps the current one; reason NULL clears it).
 //  0, 1 when there is no such sandbox, -1 (in a transaction).
 int brk_store_sandbox_set_state (brk_store_t *self, const char *id, const char *state,

@@ -34,7 +34,7 @@ static void s_usage (FILE *out)
         "usage: sbx sandbox create [--account ACCOUNT] [--name N] [--type small|medium|large]\n"
         "                          [--ttl DURATION] [--no-network] [--label K=V]...\n"
         "                          [--snapshot SNAPSHOT_ID]\n"
-        "       sbx sandbox list [--account ACCOUNT]\n"
+        "       sbx sandbox list [--account ACCOUNT] [--limit N] [--cursor C]\n"
         "       sbx sandbox get|stop|resume|delete ID\n"
         "       sbx sandbox extend ID --ttl DURATION\n"
         "       sbx sandbox exec ID [--detach] [--timeout DURATION] [--cwd DIR] [--env K=V]...\n"
@@ -74,14 +74,16 @@ static void s_usage (FILE *out)
         "shell opens an interactive terminal in the guest (a login shell, or COMMAND) and\n"
         "exits with its exit code: every key goes to the guest, Ctrl-C and Ctrl-D too, and\n"
         "the window's size follows ours. Leave it as the shell is left (exit, Ctrl-D).\n"
-        "create --snapshot starts from one of the account's snapshots (sbx snapshot list).\n");
+        "create --snapshot starts from one of the account's snapshots (sbx snapshot list).\n"
+        "list prints every sandbox, newest first, fetching a page at a time; --limit N\n"
+        "prints one page of N (1 to 1000) and the cursor of the next, which --cursor takes.\n");
 }
 
 typedef struct {
     const char *data_dir;
     bool json;
     const char *account, *name, *type, *ttl, *cwd, *timeout, *mode, *snapshot, *signal;
-    const char *stdout_offset, *stderr_offset;
+    const char *stdout_offset, *stderr_offset, *limit, *cursor;
     bool no_network, detach, public, remove, no_stdin;
     zlist_t *labels; //  "K=V"
     zlist_t *env;    //  "K=V"
@@ -125,6 +127,10 @@ static int s_set_options (cli_op_t *op, s_opts_t *o)
         rc |= cli_op_set_text (op, "public", "true", "--public");
     if (o->remove)
         rc |= cli_op_set_text (op, "remove", "true", "--remove");
+    if (o->limit)
+        rc |= cli_op_set_text (op, "limit", o->limit, "--limit");
+    if (o->cursor)
+        rc |= cli_op_set_text (op, "cursor", o->cursor, "--cursor");
     return rc ? -1 : 0;
 }
 
@@ -157,19 +163,41 @@ static void s_print_sandbox (json_t *s)
 static int s_sandboxes (cli_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o)
 {
     json_t *answer = NULL;
-    sbx_msg_t *reply = NULL;
-    int rc = cli_where_call (w, op, id, o->account, !o->ttl, &answer, &reply);
-    if (rc)
-        return rc;
+    //  list: every page, unless one was asked for (--limit, --cursor).
+    bool every_page = id == SBX_OP_LIST_SANDBOXES && !o->limit && !o->cursor;
+    json_t *pages = every_page ? json_array () : NULL;
+    while (true) {
+        sbx_msg_t *reply = NULL;
+        int rc = cli_where_call (w, op, id, o->account, !o->ttl, &answer, &reply);
+        if (rc) {
+            json_decref (pages);
+            return rc;
+        }
+        json_t *page = json_object_get (answer, "sandboxes");
+        if (reply && reply->type == SBX_MSG_SANDBOX_LIST_OK) {
+            sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
+            //  sbx_api_answer keeps the broker's order, one for one.
+            for (size_t i = 0; i < list->count && i < json_array_size (page); i++)
+                s_add_operator (json_array_get (page, i), &list->items[i]);
+        } else if (reply)
+            s_add_operator (answer, sbx_api_sandbox_info (reply));
+        sbx_msg_destroy (&reply);
+        const char *next = json_string_value (json_object_get (answer, "nextCursor"));
+        if (!every_page)
+            break;
+        json_array_extend (pages, page);
+        if (!next) {
+            json_decref (answer);
+            answer = json_pack ("{s:o}", "sandboxes", pages);
+            break;
+        }
+        cli_op_set (op, "cursor", json_string (next));
+        json_decref (answer);
+    }
     json_t *all = json_object_get (answer, "sandboxes");
-    if (reply && reply->type == SBX_MSG_SANDBOX_LIST_OK) {
-        sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_list_ok (reply)->sandboxes;
-        //  sbx_api_answer keeps the broker's order, one for one.
-        for (size_t i = 0; i < list->count && i < json_array_size (all); i++)
-            s_add_operator (json_array_get (all, i), &list->items[i]);
-    } else if (reply)
-        s_add_operator (answer, sbx_api_sandbox_info (reply));
-    sbx_msg_destroy (&reply);
+    const char *next = json_string_value (json_object_get (answer, "nextCursor"));
+    if (next && !o->json)
+        fprintf (stderr, "more: sbx sandbox list --cursor %s\n", next);
     if (o->json)
         cli_print_json (answer);
     else {
@@ -510,6 +538,8 @@ int cli_sandbox_main (int argc, char **argv)
                                       {"env", required_argument, 0, 'e'},
                                       {"stdout-offset", required_argument, 0, 'O'},
                                       {"stderr-offset", required_argument, 0, 'E'},
+                                      {"limit", required_argument, 0, 'L'},
+                                      {"cursor", required_argument, 0, 'K'},
                                       {"signal", required_argument, 0, 's'},
                                       {"mode", required_argument, 0, 'm'},
                                       {"snapshot", required_argument, 0, 'S'},
@@ -572,6 +602,12 @@ int cli_sandbox_main (int argc, char **argv)
             break;
         case 'E':
             o.stderr_offset = optarg;
+            break;
+        case 'L':
+            o.limit = optarg;
+            break;
+        case 'K':
+            o.cursor = optarg;
             break;
         case 's':
             o.signal = optarg;

@@ -382,6 +382,9 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
         sbx_str_set (&sbx_msg_key_revoke (msg)->key_id, sbx_args_string (op, args, "keyId"));
         break;
     case SBX_OP_LIST_SANDBOXES:
+        sbx_msg_sandbox_list (msg)->limit = (uint64_t) sbx_args_int (op, args, "limit");
+        sbx_str_set (&sbx_msg_sandbox_list (msg)->cursor, sbx_args_string (op, args, "cursor"));
+        break;
     case SBX_OP_GET_SANDBOX:
     case SBX_OP_STOP_SANDBOX:
     case SBX_OP_RESUME_SANDBOX:
@@ -502,7 +505,9 @@ json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *r
         json_t *all = json_array ();
         for (size_t i = 0; i < list->count; i++)
             json_array_append_new (all, sbx_api_sandbox (self, &list->items[i]));
-        return json_pack ("{s:o}", "sandboxes", all);
+        const char *next = sbx_msg_sandbox_list_ok (reply)->next_cursor;
+        return next && *next ? json_pack ("{s:o, s:s}", "sandboxes", all, "nextCursor", next)
+                             : json_pack ("{s:o}", "sandboxes", all);
     }
     case SBX_OP_EXEC: {
         sbx_agent_exec_ok_t *ok = sbx_msg_agent_exec_ok (reply);

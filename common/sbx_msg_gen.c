@@ -1302,12 +1302,17 @@ static const sbx_meta_field_t s_fields_sandbox_get_ok[] = {
 };
 static const sbx_meta_struct_t s_meta_sandbox_get_ok = {"sandbox.get.ok", sizeof (sbx_sandbox_get_ok_t), s_fields_sandbox_get_ok, 1};
 
-static const sbx_meta_struct_t s_meta_sandbox_list = {"sandbox.list", sizeof (sbx_sandbox_list_t), NULL, 0};
+static const sbx_meta_field_t s_fields_sandbox_list[] = {
+    {"limit", SBX_META_UINT, offsetof (sbx_sandbox_list_t, limit), false, 0, NULL, NULL},
+    {"cursor", SBX_META_STRING, offsetof (sbx_sandbox_list_t, cursor), false, 128, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_list = {"sandbox.list", sizeof (sbx_sandbox_list_t), s_fields_sandbox_list, 2};
 
 static const sbx_meta_field_t s_fields_sandbox_list_ok[] = {
     {"sandboxes", SBX_META_LIST, offsetof (sbx_sandbox_list_ok_t, sandboxes), false, 0, NULL, &s_meta_sandbox_info},
+    {"next_cursor", SBX_META_STRING, offsetof (sbx_sandbox_list_ok_t, next_cursor), false, 128, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_sandbox_list_ok = {"sandbox.list.ok", sizeof (sbx_sandbox_list_ok_t), s_fields_sandbox_list_ok, 1};
+static const sbx_meta_struct_t s_meta_sandbox_list_ok = {"sandbox.list.ok", sizeof (sbx_sandbox_list_ok_t), s_fields_sandbox_list_ok, 2};
 
 static const sbx_meta_field_t s_fields_sandbox_stop[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_stop_t, sandbox_id), true, 64, NULL, NULL},

@@ -2015,15 +2015,20 @@ struct sbx_sandbox_get_ok_s {
 
 //  message sandbox.list (sandbox.json): gateway, cli -> broker, reply sandbox.list.ok. The
 //  caller's account's sandboxes that are not deleted (an operator's: every account's), newest
-//  first.
+//  first; a page of them when limit is set.
 struct sbx_sandbox_list_s {
-    char unused_; //  C wants a member; this body has no fields
+    //  At most this many (1..1000); 0 for all of them.
+    uint64_t limit;
+    //  (max 128) Where the page starts: the next_cursor of the page before; none for the first.
+    char *cursor;
 };
 
 //  message sandbox.list.ok (sandbox.json): broker -> gateway, cli. The sandboxes.
 struct sbx_sandbox_list_ok_s {
     //  Newest first.
     sbx_sandbox_info_list_t sandboxes;
+    //  (max 128) The next page's cursor when there may be more; none on the last page.
+    char *next_cursor;
 };
 
 //  message sandbox.stop (sandbox.json): gateway, cli -> broker, reply sandbox.stop.ok. Stop a

@@ -21,6 +21,12 @@ static const sbx_op_arg_t s_create_sandbox_args[] = {
     {"network", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_BODY, SBX_ARG_BOOLEAN, 0, false, false,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, "true"},
 };
+static const sbx_op_arg_t s_list_sandboxes_args[] = {
+    {"limit", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_INTEGER, 0, false, false,
+     true, true, 1LL, 1000LL, 0, -1, NULL, NULL, "100"},
+    {"cursor", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_STRING, 0, false, false,
+     false, false, 0LL, 0LL, 0, 128, NULL, NULL, NULL},
+};
 static const sbx_op_arg_t s_get_sandbox_args[] = {
     {"sandboxId", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, true,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
@@ -196,8 +202,9 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                                SBX_OPS_BODY_NONE,
                                "{^sandboxes}No sandboxes.{/sandboxes}{?sandboxes}{sandboxes:plural.sandbox.sandboxes}:{/sa"
                                "ndboxes}{#sandboxes}\012{id}  {state}  {name}  {type}  {url}{?expiresAt}  stops at "
-                               "{expiresAt}{/expiresAt}{/sandboxes}",
-                               NULL, 0},
+                               "{expiresAt}{/expiresAt}{/sandboxes}{?nextCursor}\012More: list again with cursor {nextCurs"
+                               "or}.{/nextCursor}",
+                               s_list_sandboxes_args, 2},
     [SBX_OP_GET_SANDBOX] = {"get_sandbox", true, "GET", "/v1/sandboxes/{sandboxId}",
                             true, false, SBX_MSG_SANDBOX_GET, 30000,
                             SBX_OPS_BODY_NONE,
@@ -447,24 +454,27 @@ const char sbx_ops_tools_json[] =
     //  list_sandboxes
     "{\"name\":\"list_sandboxes\",\"title\":\"List sandboxes\",\"description\":\"List the "
     "sandboxes of this account that are not deleted, newest first.\",\"inputSchema\":{\"type\":"
-    "\"object\",\"properties\":{},\"additionalProperties\":false},\"outputSchema\":{\"type\":\""
-    "object\",\"properties\":{\"sandboxes\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
-    "\"required\":[\"id\",\"name\",\"label\",\"state\",\"type\",\"url\",\"network\","
-    "\"labels\",\"createdAt\",\"expiresAt\"],\"properties\":{\"id\":{\"type\":\"string\","
-    "\"pattern\":\"^sb_[0-9a-z]{10}$\"},\"name\":{\"type\":\"string\"},\"label\":{\"type\":\"st"
-    "ring\"},\"state\":{\"type\":\"string\",\"enum\":[\"creating\",\"ready\","
-    "\"stopping\",\"stopped\",\"resuming\",\"deleting\",\"deleted\",\"error\"]},"
-    "\"type\":{\"type\":\"string\",\"enum\":[\"small\",\"medium\",\"large\"]},"
-    "\"url\":{\"type\":\"string\"},\"network\":{\"type\":\"boolean\"},\"labels\":{\"type\":\"ob"
-    "ject\",\"additionalProperties\":{\"type\":\"string\"}},\"createdAt\":{\"type\":[\"string\""
-    ",\"null\"]},\"expiresAt\":{\"type\":[\"string\",\"null\"]},\"reason\":{\"type\":\"string\""
-    "},\"note\":{\"type\":\"string\"},\"runningSeconds\":{\"type\":\"integer\"},"
-    "\"costMicroUsd\":{\"type\":\"integer\"},\"costUsd\":{\"type\":\"string\"},"
-    "\"ports\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"required\":[\"port\","
-    "\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\",\"minimum\":1,"
-    "\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"boolean\"}}}}}}}},"
-    "\"required\":[\"sandboxes\"]},\"annotations\":{\"title\":\"List sandboxes\","
-    "\"readOnlyHint\":true}},"
+    "\"object\",\"properties\":{\"limit\":{\"type\":\"integer\",\"minimum\":1,"
+    "\"maximum\":1000,\"description\":\"At most this many sandboxes in one answer (the "
+    "newest first).\"},\"cursor\":{\"type\":\"string\",\"maxLength\":128,\"description\":\"The "
+    "nextCursor of the answer before: the page that follows it.\"}},\"additionalProperties\":fa"
+    "lse},\"outputSchema\":{\"type\":\"object\",\"properties\":{\"sandboxes\":{\"type\":\"array"
+    "\",\"items\":{\"type\":\"object\",\"required\":[\"id\",\"name\",\"label\","
+    "\"state\",\"type\",\"url\",\"network\",\"labels\",\"createdAt\",\"expiresAt\"],"
+    "\"properties\":{\"id\":{\"type\":\"string\",\"pattern\":\"^sb_[0-9a-z]{10}$\"},"
+    "\"name\":{\"type\":\"string\"},\"label\":{\"type\":\"string\"},\"state\":{\"type\":\"strin"
+    "g\",\"enum\":[\"creating\",\"ready\",\"stopping\",\"stopped\",\"resuming\","
+    "\"deleting\",\"deleted\",\"error\"]},\"type\":{\"type\":\"string\",\"enum\":[\"small\","
+    "\"medium\",\"large\"]},\"url\":{\"type\":\"string\"},\"network\":{\"type\":\"boolean\"},"
+    "\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
+    "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"expiresAt\":{\"type\":[\"string\","
+    "\"null\"]},\"reason\":{\"type\":\"string\"},\"note\":{\"type\":\"string\"},"
+    "\"runningSeconds\":{\"type\":\"integer\"},\"costMicroUsd\":{\"type\":\"integer\"},"
+    "\"costUsd\":{\"type\":\"string\"},\"ports\":{\"type\":\"array\",\"items\":{\"type\":\"obje"
+    "ct\",\"required\":[\"port\",\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integ"
+    "er\",\"minimum\":1,\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\""
+    "boolean\"}}}}}}},\"nextCursor\":{\"type\":\"string\"}},\"required\":[\"sandboxes\"]},"
+    "\"annotations\":{\"title\":\"List sandboxes\",\"readOnlyHint\":true}},"
     //  get_sandbox
     "{\"name\":\"get_sandbox\",\"title\":\"Get sandbox\",\"description\":\"Show one sandbox: "
     "state, URL, type, when it stops.\",\"inputSchema\":{\"type\":\"object\","

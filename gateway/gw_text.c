@@ -320,6 +320,10 @@ void gw_text_test (bool verbose)
               "{\"sandboxes\":[{\"id\":\"sb_1\",\"state\":\"ready\",\"name\":\"n\",\"type\":"
               "\"small\",\"url\":\"u\",\"expiresAt\":\"t\"}]}",
               NULL, "1 sandbox:\nsb_1  ready  n  small  u  stops at t");
+    s_expect (text, SBX_OP_LIST_SANDBOXES,
+              "{\"sandboxes\":[{\"id\":\"sb_1\",\"state\":\"ready\",\"name\":\"n\",\"type\":"
+              "\"small\",\"url\":\"u\"}],\"nextCursor\":\"p1.5.2\"}",
+              NULL, "1 sandbox:\nsb_1  ready  n  small  u\nMore: list again with cursor p1.5.2.");
     //  Output: streams without one trailing newline, the timeout from the default.
     s_expect (text, SBX_OP_EXEC,
               "{\"processId\":4,\"exitCode\":3,\"stdout\":\"hello\\n\",\"stderr\":\"oops\\n\","

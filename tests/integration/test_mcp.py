@@ -201,7 +201,7 @@ class McpTest(unittest.TestCase):
         # definition, one policy), naming what the tool takes.
         r, text = self.call(sid, "list_sandboxes", {"x": 1})
         self.assertTrue(r["isError"])
-        self.assertEqual(text, 'unknown argument "x" (list_sandboxes takes: no arguments) '
+        self.assertEqual(text, 'unknown argument "x" (list_sandboxes takes: limit, cursor) '
                                '(invalid_argument)')
         # A read-only key may read but not run anything.
         ro = self.session(self.key_ro)

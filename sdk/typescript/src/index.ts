@@ -376,10 +376,19 @@ export class Sandbox {
     return new Sandbox(client, await client.json<SandboxInfo>("GET", `/v1/sandboxes/${id}`));
   }
 
-  static async list(o: ConnectionOptions = {}): Promise<Sandbox[]> {
+  /** The account's sandboxes, newest first: every page of them (pageSize a request, at most 1000). */
+  static async list(o: ConnectionOptions & { pageSize?: number } = {}): Promise<Sandbox[]> {
     const client = new Client(o);
-    const all = await client.json<{ sandboxes: SandboxInfo[] }>("GET", "/v1/sandboxes");
-    return all.sandboxes.map((info) => new Sandbox(client, info));
+    const found: Sandbox[] = [];
+    let cursor: string | undefined;
+    do {
+      const query: Record<string, unknown> = { limit: o.pageSize ?? 100 };
+      if (cursor) query.cursor = cursor;
+      const page = await client.json<{ sandboxes: SandboxInfo[]; nextCursor?: string }>("GET", "/v1/sandboxes", { query });
+      for (const info of page.sandboxes) found.push(new Sandbox(client, info));
+      cursor = page.nextCursor;
+    } while (cursor);
+    return found;
   }
 
   async refresh() { this.info = await this.client.json<SandboxInfo>("GET", `/v1/sandboxes/${this.id}`); return this; }

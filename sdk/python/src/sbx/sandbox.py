@@ -268,10 +268,20 @@ class Sandbox:
         return cls(client, client.request("GET", f"/v1/sandboxes/{sandbox_id}"))
 
     @classmethod
-    def list(cls, url=None, api_key=None, ca_cert=None):
-        """The account's sandboxes (those this key may see), as Sandbox objects."""
+    def list(cls, url=None, api_key=None, ca_cert=None, page_size=100):
+        """The account's sandboxes (those this key may see), newest first, as Sandbox
+        objects: every page of them (page_size a request, at most 1000)."""
         client = Client(url, api_key, ca_cert)
-        return [cls(client, info) for info in client.request("GET", "/v1/sandboxes")["sandboxes"]]
+        found, cursor = [], None
+        while True:
+            query = {"limit": page_size}
+            if cursor:
+                query["cursor"] = cursor
+            page = client.request("GET", "/v1/sandboxes", query=query)
+            found.extend(cls(client, info) for info in page["sandboxes"])
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return found
 
     def refresh(self):
         self.info = self._client.request("GET", f"/v1/sandboxes/{self.id}")
