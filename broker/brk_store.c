@@ -231,6 +231,8 @@ static const char *s_sql[ST_COUNT] = {
     //  What occupies a vmd: guests that run or are on their way in or out.
     [ST_SANDBOX_ACTIVE] = "SELECT count(*) FROM sandboxes WHERE vmd = ?1 AND state IN "
                           "('creating', 'ready', 'stopping', 'resuming', 'deleting')",
+    [ST_SANDBOX_COUNTS] = "SELECT state, type, count(*) FROM sandboxes WHERE state != 'deleted' "
+                          "GROUP BY state, type ORDER BY state, type",
     //  Oldest deadline first: the one most overdue is stopped first.
     [ST_SANDBOX_EXPIRED] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE state = 'ready' "
                            "AND expires_ms > 0 AND expires_ms <= ?1 ORDER BY expires_ms LIMIT ?2",
@@ -961,6 +963,25 @@ int brk_store_sandbox_active (brk_store_t *self, const char *vmd, uint64_t *coun
         return -1;
     sbx_db_bind_text (sbx_db_stmt (self->db, ST_SANDBOX_ACTIVE), 1, vmd);
     return s_count (self, ST_SANDBOX_ACTIVE, count, "sandbox active");
+}
+
+int brk_store_sandbox_counts (brk_store_t *self, brk_store_count_fn *fn, void *arg)
+{
+    if (!self || !fn)
+        return -1;
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_COUNTS);
+    int groups = 0;
+    int rc;
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+        fn ((const char *) sqlite3_column_text (stmt, 0),
+            (const char *) sqlite3_column_text (stmt, 1), (uint64_t) sqlite3_column_int64 (stmt, 2),
+            arg);
+        groups++;
+    }
+    if (rc != SQLITE_DONE)
+        sbx_db_log_error (self->db, "sandbox counts");
+    sbx_db_reset (stmt);
+    return rc == SQLITE_DONE ? groups : -1;
 }
 
 //  Hands the rows of a bound sandbox query to fn, at most 100.

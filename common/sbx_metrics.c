@@ -20,6 +20,7 @@ typedef struct {
 typedef struct {
     sbx_metrics_collect_fn *fn;
     void *arg;
+    pthread_t thread; //  the one that registered it, and the only one that runs it
 } s_collect_t;
 
 struct sbx_metrics_t {
@@ -326,23 +327,31 @@ double sbx_metrics_value (sbx_metrics_t *self, sbx_metric_t id, ...)
 
 int sbx_metrics_on_collect (sbx_metrics_t *self, sbx_metrics_collect_fn *fn, void *arg)
 {
-    if (!self || self->collect_count == S_MAX_COLLECT)
+    if (!self)
         return -1;
-    self->collect[self->collect_count++] = (s_collect_t){fn, arg};
-    return 0;
+    pthread_mutex_lock (&self->lock);
+    int rc = -1;
+    if (self->collect_count < S_MAX_COLLECT) {
+        self->collect[self->collect_count++] = (s_collect_t){fn, arg, pthread_self ()};
+        rc = 0;
+    }
+    pthread_mutex_unlock (&self->lock);
+    return rc;
 }
 
 void sbx_metrics_off_collect (sbx_metrics_t *self, sbx_metrics_collect_fn *fn, void *arg)
 {
     if (!self)
         return;
+    pthread_mutex_lock (&self->lock);
     for (size_t i = 0; i < self->collect_count; i++)
         if (self->collect[i].fn == fn && self->collect[i].arg == arg) {
             memmove (&self->collect[i], &self->collect[i + 1],
                      (self->collect_count - i - 1) * sizeof self->collect[0]);
             self->collect_count--;
-            return;
+            break;
         }
+    pthread_mutex_unlock (&self->lock);
 }
 
 //  name{daemon="..",instance="..",label="value"...[,le=".."]} — the value follows.
@@ -396,8 +405,17 @@ char *sbx_metrics_samples (sbx_metrics_t *self)
 {
     if (!self)
         return NULL;
+    //  Each collect function reads its owner's state: only its own thread may run it
+    //  (self-tests run a broker and its workers in one process).
+    s_collect_t mine[S_MAX_COLLECT];
+    size_t count = 0;
+    pthread_mutex_lock (&self->lock);
     for (size_t i = 0; i < self->collect_count; i++)
-        self->collect[i].fn (self, self->collect[i].arg);
+        if (pthread_equal (self->collect[i].thread, pthread_self ()))
+            mine[count++] = self->collect[i];
+    pthread_mutex_unlock (&self->lock);
+    for (size_t i = 0; i < count; i++)
+        mine[i].fn (self, mine[i].arg);
     s_buf_t b = {0};
     pthread_mutex_lock (&self->lock);
     for (int id = 0; id < SBX_METRIC__COUNT; id++) {

@@ -13,7 +13,9 @@
 
     Updates lock a mutex, so a worker thread may count too; collect functions, which
     refresh gauges that are cheaper to read than to track (queue sizes, counts from a
-    store), run from sbx_metrics_samples on the caller's thread, before rendering.
+    store), run from sbx_metrics_samples before rendering, and only when the thread
+    that registered them renders (they read their owner's state, which only that
+    thread touches).
 */
 #ifndef SBX_METRICS_H_INCLUDED
 #define SBX_METRICS_H_INCLUDED
@@ -52,8 +54,8 @@ void sbx_metrics_clear (sbx_metrics_t *self, sbx_metric_t id);
 //  The value of one series (counters, gauges; histograms: its count), 0 if untouched.
 double sbx_metrics_value (sbx_metrics_t *self, sbx_metric_t id, ...);
 
-//  Collect functions run before each render. Register from the thread that renders;
-//  remove before arg is freed.
+//  Collect functions run before each render by the thread that registered them (not
+//  when another thread renders). Remove before arg is freed. -1 when 16 are set.
 typedef void (sbx_metrics_collect_fn) (sbx_metrics_t *metrics, void *arg);
 int sbx_metrics_on_collect (sbx_metrics_t *self, sbx_metrics_collect_fn *fn, void *arg);
 void sbx_metrics_off_collect (sbx_metrics_t *self, sbx_metrics_collect_fn *fn, void *arg);

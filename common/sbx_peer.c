@@ -4,6 +4,7 @@
 #include "sbx_clock.h"
 #include "sbx_curve.h"
 #include "sbx_log.h"
+#include "sbx_metrics.h"
 
 #include <assert.h>
 #include <unistd.h>
@@ -90,6 +91,13 @@ sbx_peer_t *sbx_peer_new (sbx_config_t *config, sbx_role_t role, const char *ins
     return self;
 }
 
+//  Requests waiting on the broker: a queue that grows means a slow or stuck peer.
+static void s_collect (sbx_metrics_t *metrics, void *arg)
+{
+    sbx_peer_t *self = arg;
+    sbx_metrics_set (metrics, SBX_METRIC_REQUESTS_PENDING, (double) zhashx_size (self->pending));
+}
+
 void sbx_peer_destroy (sbx_peer_t **self_p)
 {
     assert (self_p);
@@ -97,6 +105,8 @@ void sbx_peer_destroy (sbx_peer_t **self_p)
     if (!self)
         return;
     if (self->loop) {
+        if (s_is_worker (self->role))
+            sbx_metrics_off_collect (sbx_metrics_here (), s_collect, self);
         zloop_reader_end (self->loop, self->sock);
         zloop_timer_end (self->loop, self->sweep_timer);
         zloop_timer_end (self->loop, self->beat_timer);
@@ -182,6 +192,9 @@ static int s_send (sbx_peer_t *self, sbx_msg_t **msg_p, sbx_err_t *err)
 
 int sbx_peer_send (sbx_peer_t *self, sbx_msg_t **msg_p)
 {
+    if (*msg_p && (*msg_p)->type == SBX_MSG_ERROR)
+        sbx_metrics_add (sbx_metrics_here (), SBX_METRIC_ERRORS_TOTAL, 1,
+                         sbx_code_name (sbx_msg_error (*msg_p)->code));
     sbx_err_t err;
     return s_send (self, msg_p, &err);
 }
@@ -290,6 +303,8 @@ static int s_on_beat (zloop_t *loop, int timer_id, void *arg)
     if (self->welcomed) {
         sbx_msg_t *beat = sbx_msg_new (SBX_MSG_PEER_HEARTBEAT);
         sbx_msg_peer_heartbeat (beat)->used = self->used;
+        //  The broker keeps the latest for sys.metrics: a scrape never waits on us.
+        sbx_msg_peer_heartbeat (beat)->metrics = sbx_metrics_samples (sbx_metrics_here ());
         sbx_peer_send (self, &beat);
     }
     return 0;
@@ -440,8 +455,10 @@ int sbx_peer_start (sbx_peer_t *self, zloop_t *loop)
     self->sweep_timer = zloop_timer (loop, 100, 0, s_on_sweep, self);
     self->beat_timer = zloop_timer (loop, self->heartbeat_ms, 0, s_on_beat, self);
     self->hello_timer = zloop_timer (loop, 100, 0, s_on_hello, self);
-    if (s_is_worker (self->role))
+    if (s_is_worker (self->role)) {
+        sbx_metrics_on_collect (sbx_metrics_here (), s_collect, self);
         s_send_hello (self);
+    }
     return 0;
 }
 
