@@ -917,6 +917,8 @@ static bool s_agent_allowed (sbx_msg_type_t type, bool *read_only)
 typedef struct {
     zframe_t *client;
     uint64_t rid;
+    char request[32]; //  "exec", "file_read"…: sbx_agent_seconds's label
+    uint64_t asked_mono;
 } s_relay_t;
 
 static void s_on_agent_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
@@ -938,6 +940,9 @@ static void s_on_agent_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
         *answer_p = NULL;
         reply->rid = relay->rid;
     }
+    sbx_metrics_observe (sbx_metrics_here (), SBX_METRIC_AGENT_SECONDS,
+                         (double) (sbx_clock_mono_ms () - relay->asked_mono) / 1000.0,
+                         relay->request);
     ctx->send (ctx, relay->client, &reply);
     zframe_destroy (&relay->client);
     free (relay);
@@ -953,6 +958,10 @@ sbx_msg_t *brk_sandbox_agent (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *reque
     sbx_err_t err;
     sbx_msg_t *inner = sbx_msg_decode (args->request.data, args->request.size, &err);
     bool read_only = false;
+    const char *kind = inner ? sbx_msg_type_name (inner->type) : "";
+    char request_name[32];
+    snprintf (request_name, sizeof request_name, "%s",
+              strncmp (kind, "agent.", 6) == 0 ? kind + 6 : kind);
     if (!inner)
         reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
                                    "the agent request does not decode: %s", err.message);
@@ -982,6 +991,8 @@ sbx_msg_t *brk_sandbox_agent (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *reque
     args->request.size = 0;
     relay->client = zframe_dup (client);
     relay->rid = request->rid;
+    snprintf (relay->request, sizeof relay->request, "%s", request_name);
+    relay->asked_mono = sbx_clock_mono_ms ();
     uint32_t timeout = request->timeout_ms ? request->timeout_ms : 0;
     if (ctx->call (ctx, SBX_ROLE_VMD, record.vmd, &vm, timeout, s_on_agent_answer, relay)) {
         zframe_destroy (&relay->client);

@@ -407,7 +407,14 @@ static void s_count_sandboxes (const char *state, const char *type, uint64_t cou
 static void s_collect (sbx_metrics_t *metrics, void *arg)
 {
     s_server_t *self = arg;
+    //  Zero for every state and type there is none of: a series does not come and go.
     sbx_metrics_clear (metrics, SBX_METRIC_SANDBOXES);
+    for (int state = SBX_SANDBOX_STATE_CREATING; state <= SBX_SANDBOX_STATE_ERROR; state++)
+        for (int type = SBX_SANDBOX_TYPE_SMALL; type <= SBX_SANDBOX_TYPE_LARGE; type++)
+            if (state != SBX_SANDBOX_STATE_DELETED)
+                sbx_metrics_set (metrics, SBX_METRIC_SANDBOXES, 0,
+                                 sbx_sandbox_state_name ((sbx_sandbox_state_t) state),
+                                 sbx_sandbox_type_name ((sbx_sandbox_type_t) type));
     brk_store_sandbox_counts (self->store, s_count_sandboxes, metrics);
     sbx_metrics_clear (metrics, SBX_METRIC_PEERS_CONNECTED);
     static const sbx_role_t roles[] = {SBX_ROLE_GATEWAY, SBX_ROLE_VMD, SBX_ROLE_SNAPSHOTD,

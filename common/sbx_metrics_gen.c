@@ -7,6 +7,7 @@ static const char *const s_labels_sbx_peers_connected[] = {"role"};
 static const char *const s_labels_sbx_sandboxes[] = {"state", "type"};
 static const char *const s_labels_sbx_sandbox_ops_total[] = {"op", "result"};
 static const char *const s_labels_sbx_sandbox_op_seconds[] = {"op"};
+static const char *const s_labels_sbx_agent_seconds[] = {"request"};
 static const char *const s_labels_sbx_operations_total[] = {"op", "code"};
 static const char *const s_labels_sbx_operation_seconds[] = {"op"};
 static const char *const s_labels_sbx_http_responses_total[] = {"status"};
@@ -34,6 +35,11 @@ const sbx_metric_def_t sbx_metric_defs[SBX_METRIC__COUNT] = {
         "How long a sandbox create, resume, stop or delete took, from the broker's request "
         "to vmd until its answer.",
         1, s_labels_sbx_sandbox_op_seconds, 14, s_buckets_latency},
+    [SBX_METRIC_AGENT_SECONDS] = {"sbx_agent_seconds", SBX_METRIC_HISTOGRAM,
+        "Guest agent requests (exec, status, kill, file.read, file.write...) the broker relayed,"
+        " from its request to vmd until the answer; request exec is the exec latency of every "
+        "door, CLI included (a foreground exec's includes its command's run time).",
+        1, s_labels_sbx_agent_seconds, 14, s_buckets_latency},
     [SBX_METRIC_OPERATIONS_TOTAL] = {"sbx_operations_total", SBX_METRIC_COUNTER,
         "REST and MCP operations the gateway answered, by operation (exec, create_sandbox...) "
         "and code (ok or the error code).",
@@ -49,8 +55,9 @@ const sbx_metric_def_t sbx_metric_defs[SBX_METRIC__COUNT] = {
         "HTTP responses the gateway sent, by status code.",
         1, s_labels_sbx_http_responses_total, 0, NULL},
     [SBX_METRIC_RATE_LIMITED_TOTAL] = {"sbx_rate_limited_total", SBX_METRIC_COUNTER,
-        "Requests refused with rate_limited, by limit: key (a key's plan rate),"
-        " signin (password attempts).",
+        "Requests refused with rate_limited, by limit: key (a key's plan rate, REST,"
+        " MCP and ports), signin (too many wrong passwords for one account), register (OAuth "
+        "client registrations from one address).",
         1, s_labels_sbx_rate_limited_total, 0, NULL},
     [SBX_METRIC_REQUESTS_PENDING] = {"sbx_requests_pending", SBX_METRIC_GAUGE,
         "Requests this daemon sent and still waits on: to the broker (workers),"
