@@ -1390,6 +1390,13 @@ static void s_test_remove_dir (const char *dir)
     assert (rmdir (dir) == 0);
 }
 
+static void s_test_by_state (const char *state, const char *type, uint64_t count, void *arg)
+{
+    uint64_t *by_state = arg;
+    assert (type && strcmp (type, "small") == 0);
+    by_state[strcmp (state, "ready") == 0 ? 0 : 1] += count;
+}
+
 void brk_store_test (bool verbose)
 {
     char dir[] = "/tmp/brk_store_test.XXXXXX";
@@ -1586,6 +1593,10 @@ void brk_store_test (bool verbose)
     assert (brk_store_commit (store) == 0);
     uint64_t active = 0;
     assert (brk_store_sandbox_active (store, "host-a", &active) == 0 && active == 2);
+    //  By state and type: one ready, one creating (sbx_sandboxes).
+    uint64_t by_state[2] = {0, 0};
+    assert (brk_store_sandbox_counts (store, s_test_by_state, by_state) == 2);
+    assert (by_state[0] == 1 && by_state[1] == 1);
     brk_sandbox_t sbf;
     assert (brk_store_sandbox_find (store, "sb_one", &sbf) == 0);
     assert (strcmp (sbf.state, "ready") == 0 && strcmp (sbf.vmd, "host-a") == 0);
