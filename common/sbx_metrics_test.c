@@ -17,6 +17,17 @@ static bool s_has (const char *text, const char *part)
     return strstr (text, part) != NULL;
 }
 
+//  text has the line `format` makes with the series' identity labels.
+static void s_want (const char *text, const char *format, const char *id)
+{
+    char want[512];
+    snprintf (want, sizeof want, format, id);
+    if (!s_has (text, want)) {
+        fprintf (stderr, "missing: %s\n", want);
+        assert (false);
+    }
+}
+
 void sbx_metrics_test (bool verbose)
 {
     sbx_metrics_t *m = sbx_metrics_new ();
@@ -53,39 +64,24 @@ void sbx_metrics_test (bool verbose)
         printf ("\n%s", text);
     assert (calls == 1);
     const char *id = "daemon=\"broker\",instance=\"host \\\"a\\\"\\\\b\\n\"";
-    char want[512];
-    snprintf (want, sizeof want, "sbx_sandbox_ops_total{%s,op=\"create\",result=\"ok\"} 3\n", id);
-    assert (s_has (text, want));
-    snprintf (want, sizeof want, "sbx_sandbox_ops_total{%s,op=\"stop\",result=\"unavailable\"} 1\n",
-              id);
-    assert (s_has (text, want));
-    snprintf (want, sizeof want, "sbx_billing_lag_seconds{%s} 0.25\n", id);
-    assert (s_has (text, want));
-    snprintf (want, sizeof want, "sbx_requests_pending{%s} 3\n", id);
-    assert (s_has (text, want));
-    snprintf (want, sizeof want, "sbx_sandbox_op_seconds_bucket{%s,op=\"create\",le=\"0.005\"} 2\n",
-              id);
-    assert (s_has (text, want));
-    snprintf (want, sizeof want, "sbx_sandbox_op_seconds_bucket{%s,op=\"create\",le=\"2.5\"} 2\n",
-              id);
-    assert (s_has (text, want));
-    snprintf (want, sizeof want, "sbx_sandbox_op_seconds_bucket{%s,op=\"create\",le=\"5\"} 3\n",
-              id);
-    assert (s_has (text, want));
-    snprintf (want, sizeof want, "sbx_sandbox_op_seconds_bucket{%s,op=\"create\",le=\"120\"} 3\n",
-              id);
-    assert (s_has (text, want));
-    snprintf (want, sizeof want, "sbx_sandbox_op_seconds_bucket{%s,op=\"create\",le=\"+Inf\"} 4\n",
-              id);
-    assert (s_has (text, want));
-    snprintf (want, sizeof want, "sbx_sandbox_op_seconds_sum{%s,op=\"create\"} 203.00", id);
-    assert (s_has (text, want));
-    snprintf (want, sizeof want, "sbx_sandbox_op_seconds_count{%s,op=\"create\"} 4\n", id);
-    assert (s_has (text, want));
-    snprintf (want, sizeof want, "sbx_errors_total{%s,code=\"we\\\"ird\\\\\\n\"} 1\n", id);
-    assert (s_has (text, want));
-    snprintf (want, sizeof want, "sbx_sandboxes{%s,state=\"ready\",type=\"small\"} 1\n", id);
-    assert (s_has (text, want));
+    //  Each series once, with the identity labels first (%s).
+    const char *wanted[] = {
+        "sbx_sandbox_ops_total{%s,op=\"create\",result=\"ok\"} 3\n",
+        "sbx_sandbox_ops_total{%s,op=\"stop\",result=\"unavailable\"} 1\n",
+        "sbx_billing_lag_seconds{%s} 0.25\n",
+        "sbx_requests_pending{%s} 3\n",
+        "sbx_sandbox_op_seconds_bucket{%s,op=\"create\",le=\"0.005\"} 2\n",
+        "sbx_sandbox_op_seconds_bucket{%s,op=\"create\",le=\"2.5\"} 2\n",
+        "sbx_sandbox_op_seconds_bucket{%s,op=\"create\",le=\"5\"} 3\n",
+        "sbx_sandbox_op_seconds_bucket{%s,op=\"create\",le=\"120\"} 3\n",
+        "sbx_sandbox_op_seconds_bucket{%s,op=\"create\",le=\"+Inf\"} 4\n",
+        "sbx_sandbox_op_seconds_sum{%s,op=\"create\"} 203.00",
+        "sbx_sandbox_op_seconds_count{%s,op=\"create\"} 4\n",
+        "sbx_errors_total{%s,code=\"we\\\"ird\\\\\\n\"} 1\n",
+        "sbx_sandboxes{%s,state=\"ready\",type=\"small\"} 1\n",
+    };
+    for (size_t i = 0; i < sizeof wanted / sizeof wanted[0]; i++)
+        s_want (text, wanted[i], id);
     assert (!s_has (text, "# ")); //  samples only
     assert (!s_has (text, "op=\"resume\""));
     //  In definition order, series sorted: create before stop.
