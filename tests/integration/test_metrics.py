@@ -71,6 +71,13 @@ class MetricsTest(unittest.TestCase):
         status, out = rest("POST", f"/v1/sandboxes/{sb['id']}/exec", {"command": "echo metered"})
         self.assertEqual(status, 200, out)
         self.assertIn("metered", json.dumps(out))
+        # A stop and a resume (its memory kept), and an error the broker answers.
+        status, out = rest("POST", f"/v1/sandboxes/{sb['id']}/stop")
+        self.assertEqual((status, out["state"]), (200, "stopped"), out)
+        status, out = rest("POST", f"/v1/sandboxes/{sb['id']}/resume")
+        self.assertEqual((status, out["state"]), (200, "ready"), out)
+        status, out = rest("GET", "/v1/sandboxes/sb_nosuchthing")
+        self.assertEqual((status, out["error"]["code"]), (404, "not_found"), out)
 
         # The public listener refuses: metrics are the operator's, on their own address.
         status, _, body = s.https("GET", "/metrics")
@@ -82,9 +89,9 @@ class MetricsTest(unittest.TestCase):
         # next heartbeat).
         def scraped():
             _, _, text = scrape(url)
-            return (sample(text, "sbx_vms", daemon="vmd") == 1 and
+            return (sample(text, "sbx_vm_resume_seconds_count", daemon="vmd") == 1 and
                     sample(text, "sbx_operation_seconds_count", op="exec") == 1 and text)
-        text = wait_for(scraped, 15, "the guest and the exec in the metrics")
+        text = wait_for(scraped, 15, "the resumed guest and the exec in the metrics")
         status, ctype, _ = scrape(url)
         self.assertEqual((status, ctype), (200, "text/plain; version=0.0.4; charset=utf-8"))
         for daemon in ("broker", "gateway", "vmd", "snapshotd", "billing"):
@@ -93,6 +100,14 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(sample(text, "sbx_sandboxes", state="stopped", type="small"), 0)
         self.assertEqual(sample(text, "sbx_sandbox_ops_total", op="create", result="ok"), 1)
         self.assertEqual(sample(text, "sbx_sandbox_op_seconds_count", op="create"), 1)
+        for op in ("stop", "resume"):
+            self.assertEqual(sample(text, "sbx_sandbox_ops_total", op=op, result="ok"), 1, op)
+            self.assertEqual(sample(text, "sbx_sandbox_op_seconds_count", op=op), 1, op)
+        self.assertEqual(sample(text, "sbx_vms", daemon="vmd"), 1)
+        self.assertGreaterEqual(sample(text, "sbx_errors_total", daemon="broker",
+                                       code="not_found"), 1)
+        self.assertEqual(sample(text, "sbx_operations_total", op="get_sandbox", code="not_found"),
+                         1)
         self.assertGreaterEqual(sample(text, "sbx_agent_seconds_count", request="exec"), 1)
         self.assertEqual(sample(text, "sbx_operations_total", op="exec", code="ok"), 1)
         self.assertEqual(sample(text, "sbx_operations_total", op="create_sandbox", code="ok"), 1)
