@@ -1,5 +1,6 @@
 /*  bill_server - see bill_server.h */
 #include "bill_server.h"
+#include "sbx_metrics.h"
 
 #include <sys/stat.h>
 
@@ -49,12 +50,22 @@ bill_server_t *bill_server_new (sbx_config_t *config)
     return self;
 }
 
+//  How far the meter is behind the broker's log, for sbx_billing_lag_seconds.
+static void s_collect (sbx_metrics_t *metrics, void *arg)
+{
+    bill_server_t *self = arg;
+    sbx_metrics_set (metrics, SBX_METRIC_BILLING_LAG_SECONDS,
+                     self->reader ? (double) sbx_tapreader_behind_ms (self->reader) / 1000.0 : 0);
+}
+
 void bill_server_destroy (bill_server_t **self_p)
 {
     assert (self_p);
     bill_server_t *self = *self_p;
     if (!self)
         return;
+    if (self->peer)
+        sbx_metrics_off_collect (sbx_metrics_here (), s_collect, self);
     sbx_tapreader_destroy (&self->reader);
     zhashx_destroy (&self->exhausted);
     bill_meter_destroy (&self->meter);
@@ -139,6 +150,7 @@ int bill_server_start (bill_server_t *self, sbx_peer_t *peer, zloop_t *loop)
 {
     assert (self && peer && loop && !self->reader);
     self->peer = peer;
+    sbx_metrics_on_collect (sbx_metrics_here (), s_collect, self);
     if (zloop_timer (loop, S_FUNDS_TICK_MS, 0, s_on_funds_tick, self) < 0)
         return -1;
     self->reader =

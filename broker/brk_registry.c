@@ -17,6 +17,7 @@ void brk_peer_destroy (brk_peer_t **self_p)
     zframe_destroy (&self->address);
     free (self->routing_id);
     free (self->instance);
+    free (self->metrics);
     free (self);
     *self_p = NULL;
 }
@@ -36,6 +37,7 @@ static brk_peer_t *s_peer_dup (const brk_peer_t *peer)
     copy->address = zframe_dup (peer->address);
     copy->routing_id = strdup (peer->routing_id);
     copy->instance = strdup (peer->instance);
+    copy->metrics = NULL; //  a displaced worker's figures are not served
     if (!copy->address || !copy->routing_id || !copy->instance)
         brk_peer_destroy (&copy);
     return copy;

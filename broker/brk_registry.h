@@ -28,6 +28,7 @@ typedef struct {
     uint64_t last_seen_ms; //  wall clock
     uint64_t last_seen_mono;
     uint64_t routed; //  requests routed to it, for round-robin fairness
+    char *metrics;   //  its latest metrics (heartbeat), sample lines, or NULL
 } brk_peer_t;
 
 typedef struct brk_registry_t brk_registry_t;

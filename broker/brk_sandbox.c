@@ -3,6 +3,7 @@
 #include "brk_limits.h"
 #include "brk_names.h"
 #include "sbx_lifecycle_gen.h"
+#include "sbx_metrics.h"
 
 #include <assert.h>
 
@@ -224,7 +225,18 @@ typedef struct {
     sbx_msg_type_t reply_type;
     char *sandbox_id;
     const char *verb; //  "start", "stop"… for messages
+    const char *op;   //  "create", "stop"…: sbx_sandbox_ops_total's op
+    uint64_t asked_mono;
 } s_op_t;
+
+//  An answered create, resume, stop or delete, for sbx_sandbox_ops_total: ok or the code.
+static void s_count (const char *op, sbx_msg_t *reply)
+{
+    if (op && reply)
+        sbx_metrics_add (sbx_metrics_here (), SBX_METRIC_SANDBOX_OPS_TOTAL, 1, op,
+                         reply->type == SBX_MSG_ERROR ? sbx_code_name (sbx_msg_error (reply)->code)
+                                                      : "ok");
+}
 
 static void s_op_destroy (s_op_t **op_p)
 {
@@ -286,6 +298,9 @@ static void s_on_vm_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
                                        record.id, reason);
         brk_sandbox_clear (&record);
     }
+    s_count (op->op, reply);
+    sbx_metrics_observe (sbx_metrics_here (), SBX_METRIC_SANDBOX_OP_SECONDS,
+                         (double) (sbx_clock_mono_ms () - op->asked_mono) / 1000.0, op->op);
     if (op->client)
         ctx->send (ctx, op->client, &reply);
     else //  the broker's own move (a TTL stop): the log says how it went
@@ -312,6 +327,11 @@ static sbx_msg_t *s_ask_vmd_ex (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_
     op->reply_type = reply_type;
     op->sandbox_id = strdup (record->id);
     op->verb = verb;
+    op->op = ask == SBX_MSG_VM_CREATE   ? "create"
+             : ask == SBX_MSG_VM_RESUME ? "resume"
+             : ask == SBX_MSG_VM_STOP   ? "stop"
+                                        : "delete";
+    op->asked_mono = sbx_clock_mono_ms ();
     switch (ask) {
     case SBX_MSG_VM_CREATE: {
         sbx_vm_create_t *create = sbx_msg_vm_create (vm);
@@ -537,13 +557,17 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
     if (sbx_msg_sandbox_create (request)->snapshot_id)
         return sbx_msg_new_error (request->rid, SBX_E_INTERNAL,
                                   "a create from a snapshot is brk_snapshot_create's");
-    return s_create (ctx, client, request, NULL);
+    sbx_msg_t *reply = s_create (ctx, client, request, NULL);
+    s_count ("create", reply); //  refused at once (the others are counted when vmd answers)
+    return reply;
 }
 
 sbx_msg_t *brk_sandbox_create_from (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request,
                                     const brk_origin_t *origin)
 {
-    return s_create (ctx, client, request, origin);
+    sbx_msg_t *reply = s_create (ctx, client, request, origin);
+    s_count ("create", reply);
+    return reply;
 }
 
 sbx_msg_t *brk_sandbox_owner (brk_ctx_t *ctx, const sbx_msg_t *request, brk_account_t *owner)
@@ -712,6 +736,9 @@ static sbx_msg_t *s_refuse_start (brk_ctx_t *ctx, const sbx_msg_t *request,
     return refused;
 }
 
+static sbx_msg_t *s_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request, s_event_t event,
+                            sbx_msg_type_t reply_type, const char *verb);
+
 sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
 {
     s_event_t event;
@@ -728,6 +755,14 @@ sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
         event = S_EV_DELETE, reply_type = SBX_MSG_SANDBOX_DELETE_OK, verb = "delete";
         break;
     }
+    sbx_msg_t *reply = s_change (ctx, client, request, event, reply_type, verb);
+    s_count (verb, reply); //  answered at once: refused, or already there
+    return reply;
+}
+
+static sbx_msg_t *s_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request, s_event_t event,
+                            sbx_msg_type_t reply_type, const char *verb)
+{
     const char *id =
         request->type == SBX_MSG_SANDBOX_STOP     ? sbx_msg_sandbox_stop (request)->sandbox_id
         : request->type == SBX_MSG_SANDBOX_RESUME ? sbx_msg_sandbox_resume (request)->sandbox_id
@@ -942,6 +977,8 @@ static bool s_agent_allowed (sbx_msg_type_t type, bool *read_only)
 typedef struct {
     zframe_t *client;
     uint64_t rid;
+    char request[32]; //  "exec", "file_read"…: sbx_agent_seconds's label
+    uint64_t asked_mono;
 } s_relay_t;
 
 static void s_on_agent_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
@@ -963,6 +1000,9 @@ static void s_on_agent_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
         *answer_p = NULL;
         reply->rid = relay->rid;
     }
+    sbx_metrics_observe (sbx_metrics_here (), SBX_METRIC_AGENT_SECONDS,
+                         (double) (sbx_clock_mono_ms () - relay->asked_mono) / 1000.0,
+                         relay->request);
     ctx->send (ctx, relay->client, &reply);
     zframe_destroy (&relay->client);
     free (relay);
@@ -978,6 +1018,10 @@ sbx_msg_t *brk_sandbox_agent (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *reque
     sbx_err_t err;
     sbx_msg_t *inner = sbx_msg_decode (args->request.data, args->request.size, &err);
     bool read_only = false;
+    const char *kind = inner ? sbx_msg_type_name (inner->type) : "";
+    char request_name[32];
+    snprintf (request_name, sizeof request_name, "%s",
+              strncmp (kind, "agent.", 6) == 0 ? kind + 6 : kind);
     if (!inner)
         reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
                                    "the agent request does not decode: %s", err.message);
@@ -1007,6 +1051,8 @@ sbx_msg_t *brk_sandbox_agent (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *reque
     args->request.size = 0;
     relay->client = zframe_dup (client);
     relay->rid = request->rid;
+    snprintf (relay->request, sizeof relay->request, "%s", request_name);
+    relay->asked_mono = sbx_clock_mono_ms ();
     uint32_t timeout = request->timeout_ms ? request->timeout_ms : 0;
     if (ctx->call (ctx, SBX_ROLE_VMD, record.vmd, &vm, timeout, s_on_agent_answer, relay)) {
         zframe_destroy (&relay->client);

@@ -15,6 +15,7 @@
 #include "brk_snapshot.h"
 #include "brk_store.h"
 #include "brk_testkit.h"
+#include "sbx_metrics.h"
 #include "sbx_secret.h"
 
 #include <assert.h>
@@ -175,12 +176,16 @@ static s_server_t *s_server_new (sbx_config_t *config, zsock_t *pipe)
 }
 
 //  Sends a message to one peer. A peer that went away meanwhile is not an error worth
-//  more than a debug line: its requests die with it.
-static void s_send (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
+//  more than a debug line: its requests die with it. An error of the broker's own is
+//  counted (sbx_errors_total); one it passes on from a worker was counted there.
+static void s_send_ex (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p, bool own)
 {
     sbx_msg_t *msg = *msg_p;
     if (!msg)
         return;
+    if (own && msg->type == SBX_MSG_ERROR)
+        sbx_metrics_add (sbx_metrics_here (), SBX_METRIC_ERRORS_TOTAL, 1,
+                         sbx_code_name (sbx_msg_error (msg)->code));
     uint8_t *data = NULL;
     size_t size = 0;
     sbx_err_t err;
@@ -198,6 +203,11 @@ static void s_send (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     }
     free (data);
     sbx_msg_destroy (msg_p);
+}
+
+static void s_send (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
+{
+    s_send_ex (self, address, msg_p, true);
 }
 
 static void s_reply_error (s_server_t *self, zframe_t *address, uint64_t rid, sbx_code_t code,
@@ -238,7 +248,7 @@ static void s_peer_event (s_server_t *self, brk_peer_t *peer, const char *left_r
 
 //  Hands the answer to a routed request to whoever asked: a client (with its own rid)
 //  or the broker's own callback. Destroys the request.
-static void s_resolve (s_server_t *self, brk_request_t **request_p, sbx_msg_t **answer_p)
+static void s_resolve (s_server_t *self, brk_request_t **request_p, sbx_msg_t **answer_p, bool own)
 {
     brk_request_t *request = *request_p;
     if (request->fn) {
@@ -246,7 +256,9 @@ static void s_resolve (s_server_t *self, brk_request_t **request_p, sbx_msg_t **
         sbx_msg_destroy (answer_p);
     } else {
         (*answer_p)->rid = request->client_rid;
-        s_send (self, request->client, answer_p);
+        //  A worker's answer, or an error the broker made up for it (a timeout, a
+        //  worker gone): those are the broker's own.
+        s_send_ex (self, request->client, answer_p, own);
     }
     brk_request_destroy (request_p);
 }
@@ -255,7 +267,7 @@ static void s_resolve_error (s_server_t *self, brk_request_t **request_p, sbx_co
                              const char *message)
 {
     sbx_msg_t *error = sbx_msg_new_error ((*request_p)->client_rid, code, "%s", message);
-    s_resolve (self, request_p, &error);
+    s_resolve (self, request_p, &error, true);
 }
 
 //  Answers `unavailable` to every request routed to a worker that is gone; a gateway's
@@ -385,6 +397,78 @@ static void s_on_peers (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
     s_send (self, address, &reply);
 }
 
+static void s_count_sandboxes (const char *state, const char *type, uint64_t count, void *arg)
+{
+    sbx_metrics_set (arg, SBX_METRIC_SANDBOXES, (double) count, state, type);
+}
+
+//  The broker's gauges, read when asked rather than tracked: the store and the
+//  registry know them already.
+static void s_collect (sbx_metrics_t *metrics, void *arg)
+{
+    s_server_t *self = arg;
+    //  Zero for every state and type there is none of: a series does not come and go.
+    sbx_metrics_clear (metrics, SBX_METRIC_SANDBOXES);
+    for (int state = SBX_SANDBOX_STATE_CREATING; state <= SBX_SANDBOX_STATE_ERROR; state++)
+        for (int type = SBX_SANDBOX_TYPE_SMALL; type <= SBX_SANDBOX_TYPE_LARGE; type++)
+            if (state != SBX_SANDBOX_STATE_DELETED)
+                sbx_metrics_set (metrics, SBX_METRIC_SANDBOXES, 0,
+                                 sbx_sandbox_state_name ((sbx_sandbox_state_t) state),
+                                 sbx_sandbox_type_name ((sbx_sandbox_type_t) type));
+    brk_store_sandbox_counts (self->store, s_count_sandboxes, metrics);
+    sbx_metrics_clear (metrics, SBX_METRIC_PEERS_CONNECTED);
+    static const sbx_role_t roles[] = {SBX_ROLE_GATEWAY, SBX_ROLE_VMD, SBX_ROLE_SNAPSHOTD,
+                                       SBX_ROLE_BILLING};
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
+        size_t n = 0;
+        for (brk_peer_t *p = brk_registry_first (self->registry); p;
+             p = brk_registry_next (self->registry))
+            n += p->role == roles[i];
+        sbx_metrics_set (metrics, SBX_METRIC_PEERS_CONNECTED, (double) n, sbx_role_name (roles[i]));
+    }
+    sbx_metrics_set (metrics, SBX_METRIC_REQUESTS_PENDING,
+                     (double) brk_pending_size (self->pending));
+}
+
+//  sys.metrics: the broker's own figures and the latest each worker sent, at once (a
+//  slow worker is never waited on). The asking worker's own are left out: it adds
+//  fresh ones.
+static void s_on_metrics (s_server_t *self, zframe_t *address, sbx_msg_t *msg, brk_peer_t *asker)
+{
+    sbx_metrics_t *metrics = sbx_metrics_here ();
+    zchunk_t *text = zchunk_new (NULL, 64 * 1024);
+    char *line = sbx_metrics_line (SBX_METRIC_UP, "broker",
+                                   sbx_config_get (self->config, "instance", "local"), 1);
+    char *own = sbx_metrics_samples (metrics);
+    bool ok = text && line && own;
+    if (ok) {
+        zchunk_extend (text, line, strlen (line));
+        zchunk_extend (text, own, strlen (own));
+    }
+    for (brk_peer_t *p = brk_registry_first (self->registry); ok && p;
+         p = brk_registry_next (self->registry)) {
+        free (line);
+        line = sbx_metrics_line (SBX_METRIC_UP, sbx_role_name (p->role), p->instance, 1);
+        ok = line != NULL;
+        if (ok)
+            zchunk_extend (text, line, strlen (line));
+        if (ok && p->metrics && p != asker)
+            zchunk_extend (text, p->metrics, strlen (p->metrics));
+    }
+    free (line);
+    free (own);
+    if (!ok) {
+        zchunk_destroy (&text);
+        s_reply_error (self, address, msg->rid, SBX_E_INTERNAL, "out of memory for the metrics");
+        return;
+    }
+    sbx_msg_t *reply = sbx_msg_new_reply (msg, SBX_MSG_SYS_METRICS_OK);
+    sbx_msg_sys_metrics_ok (reply)->samples =
+        strndup ((char *) zchunk_data (text), zchunk_size (text));
+    zchunk_destroy (&text);
+    s_send (self, address, &reply);
+}
+
 typedef struct {
     sbx_event_list_t *list;
     size_t bytes;
@@ -485,7 +569,7 @@ static void s_on_worker_reply (s_server_t *self, zframe_t *address, sbx_msg_t **
                    sbx_msg_type_name (msg->type));
         return;
     }
-    s_resolve (self, &request, msg_p);
+    s_resolve (self, &request, msg_p, false);
 }
 
 typedef struct {
@@ -581,9 +665,15 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         s_on_hello (self, address, msg);
         return;
     case SBX_MSG_PEER_HEARTBEAT:
-        if (peer)
-            peer->used = sbx_msg_peer_heartbeat (msg)->used;
-        else {
+        if (peer) {
+            sbx_peer_heartbeat_t *beat = sbx_msg_peer_heartbeat (msg);
+            peer->used = beat->used;
+            if (beat->metrics) {
+                free (peer->metrics);
+                peer->metrics = beat->metrics;
+                beat->metrics = NULL;
+            }
+        } else {
             //  A worker we don't know (we restarted, or dropped it): have it hello again.
             sbx_msg_t *unknown = sbx_msg_new (SBX_MSG_PEER_UNKNOWN);
             s_send (self, address, &unknown);
@@ -606,6 +696,9 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         return;
     case SBX_MSG_BROKER_PEERS:
         s_on_peers (self, address, msg);
+        return;
+    case SBX_MSG_SYS_METRICS:
+        s_on_metrics (self, address, msg, peer);
         return;
     case SBX_MSG_EVENTS_REPLAY:
         s_on_replay (self, address, msg);
@@ -864,6 +957,7 @@ void brk_server_actor (zsock_t *pipe, void *args)
     }
     zloop_reader (self->loop, self->router, s_on_router, self);
     zloop_reader (self->loop, pipe, s_on_pipe, self);
+    sbx_metrics_on_collect (sbx_metrics_here (), s_collect, self);
     zloop_timer (self->loop, self->heartbeat_ms, 0, s_on_heartbeat, self);
     zloop_timer (self->loop, 100, 0, s_on_deadlines, self);
     zloop_timer (self->loop, 250, 0, s_on_ttl, self);
@@ -875,6 +969,7 @@ void brk_server_actor (zsock_t *pipe, void *args)
     //  the pipe says $TERM.
     zloop_set_nonstop (self->loop, true);
     zloop_start (self->loop);
+    sbx_metrics_off_collect (sbx_metrics_here (), s_collect, self);
     s_server_destroy (&self);
 }
 

@@ -234,6 +234,8 @@ static const char *s_sql[ST_COUNT] = {
     //  What occupies a vmd: guests that run or are on their way in or out.
     [ST_SANDBOX_ACTIVE] = "SELECT count(*) FROM sandboxes WHERE vmd = ?1 AND state IN "
                           "('creating', 'ready', 'stopping', 'resuming', 'deleting')",
+    [ST_SANDBOX_COUNTS] = "SELECT state, type, count(*) FROM sandboxes WHERE state != 'deleted' "
+                          "GROUP BY state, type ORDER BY state, type",
     //  Oldest deadline first: the one most overdue is stopped first.
     [ST_SANDBOX_EXPIRED] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE state = 'ready' "
                            "AND expires_ms > 0 AND expires_ms <= ?1 ORDER BY expires_ms LIMIT ?2",
@@ -978,6 +980,25 @@ int brk_store_sandbox_active (brk_store_t *self, const char *vmd, uint64_t *coun
     return s_count (self, ST_SANDBOX_ACTIVE, count, "sandbox active");
 }
 
+int brk_store_sandbox_counts (brk_store_t *self, brk_store_count_fn *fn, void *arg)
+{
+    if (!self || !fn)
+        return -1;
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_COUNTS);
+    int groups = 0;
+    int rc;
+    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+        fn ((const char *) sqlite3_column_text (stmt, 0),
+            (const char *) sqlite3_column_text (stmt, 1), (uint64_t) sqlite3_column_int64 (stmt, 2),
+            arg);
+        groups++;
+    }
+    if (rc != SQLITE_DONE)
+        sbx_db_log_error (self->db, "sandbox counts");
+    sbx_db_reset (stmt);
+    return rc == SQLITE_DONE ? groups : -1;
+}
+
 //  Hands the rows of a bound sandbox query to fn, at most 100.
 static int s_sandbox_collect (sqlite3_stmt *stmt, brk_store_sandbox_fn *fn, void *arg);
 
@@ -1384,6 +1405,13 @@ static void s_test_remove_dir (const char *dir)
     assert (rmdir (dir) == 0);
 }
 
+static void s_test_by_state (const char *state, const char *type, uint64_t count, void *arg)
+{
+    uint64_t *by_state = arg;
+    assert (type && strcmp (type, "small") == 0);
+    by_state[strcmp (state, "ready") == 0 ? 0 : 1] += count;
+}
+
 void brk_store_test (bool verbose)
 {
     char dir[] = "/tmp/brk_store_test.XXXXXX";
@@ -1580,6 +1608,10 @@ void brk_store_test (bool verbose)
     assert (brk_store_commit (store) == 0);
     uint64_t active = 0;
     assert (brk_store_sandbox_active (store, "host-a", &active) == 0 && active == 2);
+    //  By state and type: one ready, one creating (sbx_sandboxes).
+    uint64_t by_state[2] = {0, 0};
+    assert (brk_store_sandbox_counts (store, s_test_by_state, by_state) == 2);
+    assert (by_state[0] == 1 && by_state[1] == 1);
     brk_sandbox_t sbf;
     assert (brk_store_sandbox_find (store, "sb_one", &sbf) == 0);
     assert (strcmp (sbf.state, "ready") == 0 && strcmp (sbf.vmd, "host-a") == 0);

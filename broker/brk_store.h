@@ -274,6 +274,10 @@ int brk_store_sandbox_set_state (brk_store_t *self, const char *id, const char *
                                  const char *vmd, const char *reason, uint64_t changed_ms);
 //  How many sandboxes occupy a vmd (creating, ready, stopping, resuming, deleting).
 int brk_store_sandbox_active (brk_store_t *self, const char *vmd, uint64_t *count);
+//  How many sandboxes that are not deleted there are by state and type: fn per group
+//  (strings borrowed for the call). The number of groups, or -1.
+typedef void (brk_store_count_fn) (const char *state, const char *type, uint64_t count, void *arg);
+int brk_store_sandbox_counts (brk_store_t *self, brk_store_count_fn *fn, void *arg);
 //  Ready sandboxes whose deadline is at or before now_ms, most overdue first (at most
 //  `limit`, and 100). Returns how many, or -1.
 int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,

@@ -33,9 +33,28 @@ static void s_usage (FILE *out)
                   "Shows whether `sbx up` runs for this data directory, each daemon's pid and\n"
                   "readiness, the workers connected to the broker, and where clients connect.\n"
                   "--json prints {\"running\",\"mcp_url\",\"rest_url\",\"ca_cert\",\"data_dir\",\n"
+                  "\"metrics_url\" (Prometheus, null with metrics.listen = off; no token: its\n"
+                  "address is its access control, docs/metrics.md),\n"
                   "\"daemons\":[{\"name\",\"pid\",\"ready\",\"state\",\"restarts\",\"log\"}],"
                   "\"peers\":[...]}.\n"
                   "Exit code 0 when sbx up runs and every daemon is ready, 1 otherwise.\n");
+}
+
+//  Where the gateway serves Prometheus metrics (metrics.listen), or NULL: off, or port 0
+//  (a port chosen at start, which only the gateway's log says). A wildcard address is
+//  reached on loopback.
+static char *s_metrics_url (sbx_config_t *config)
+{
+    const char *listen = sbx_config_get (config, "metrics.listen", "off");
+    const char *colon = strrchr (listen, ':');
+    if (streq (listen, "off") || !colon || streq (colon, ":0"))
+        return NULL;
+    char host[256];
+    snprintf (host, sizeof host, "%.*s", (int) (colon - listen), listen);
+    const char *reach = streq (host, "0.0.0.0") ? "127.0.0.1"
+                        : streq (host, "[::]")  ? "[::1]"
+                                                : host;
+    return zsys_sprintf ("http://%s%s/metrics", reach, colon);
 }
 
 //  The profile in use (cli_profile) and what its service says to its key, or NULL.
@@ -110,6 +129,8 @@ int cli_status_main (int argc, char **argv)
     json_object_set_new (out, "mcp_url", json_sprintf ("%s/mcp", base));
     json_object_set_new (out, "rest_url", json_sprintf ("%s/v1", base));
     json_object_set_new (out, "ca_cert", ca ? json_string (ca) : json_null ());
+    char *metrics = s_metrics_url (config);
+    json_object_set_new (out, "metrics_url", metrics ? json_string (metrics) : json_null ());
     json_t *daemons = json_array ();
     json_t *entry;
     size_t i;
@@ -166,6 +187,7 @@ int cli_status_main (int argc, char **argv)
                 sbx_config_data_dir (config));
         printf ("  MCP endpoint:   %s/mcp\n  REST API:       %s/v1\n  CA certificate: %s\n", base,
                 base, ca ? ca : "(none)");
+        printf ("  metrics:        %s\n", metrics ? metrics : "off (metrics.listen)");
         if (profile)
             printf ("  profile:        %s (%s): %s\n",
                     json_string_value (json_object_get (profile, "url")),
@@ -187,6 +209,7 @@ int cli_status_main (int argc, char **argv)
     json_decref (status);
     free (base);
     free (ca);
+    zstr_free (&metrics);
     sbx_config_destroy (&config);
     return all_ready ? 0 : 1;
 }

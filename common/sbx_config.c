@@ -19,7 +19,7 @@
 //  one, or the kind given. Files are checked only where the operator brings them (a path
 //  that sbx up itself makes, such as its own CA for gateway.oauth_fetch_ca, may not exist
 //  yet when it checks).
-typedef enum { K_ANY, K_ONOFF, K_TRUEFALSE, K_HOSTPORT, K_FILE, K_DIR } s_kind_t;
+typedef enum { K_ANY, K_ONOFF, K_TRUEFALSE, K_HOSTPORT, K_HOSTPORT_OFF, K_FILE, K_DIR } s_kind_t;
 
 typedef struct {
     const char *key;
@@ -78,6 +78,8 @@ static const s_known_t s_known[] = {
     {"gateway.body_timeout_ms", "30000", K_ANY},
     {"gateway.signin_threads", "2", K_ANY},
     {"gateway.register_per_minute", "10", K_ANY},
+    //  Where the gateway serves Prometheus /metrics, apart from `listen` (docs/metrics.md).
+    {"metrics.listen", "off", K_HOSTPORT_OFF},
     //  Plan limits (docs/limits.md): plan.P.* for any plan P; unset fields of another plan
     //  take the free plan's values; 0 means no limit.
     {"plan.free.starts_per_day", "100", K_ANY},
@@ -359,12 +361,15 @@ static int s_check_value (const s_known_t *known, const char *key, const char *v
         want = "on or off";
     else if (known->kind == K_TRUEFALSE && strcmp (value, "true") && strcmp (value, "false"))
         want = "true or false";
-    else if (known->kind == K_HOSTPORT) {
+    else if (known->kind == K_HOSTPORT ||
+             (known->kind == K_HOSTPORT_OFF && strcmp (value, "off"))) {
         const char *colon = strrchr (value, ':');
         char *end = NULL;
         long port = colon ? strtol (colon + 1, &end, 10) : -1;
         if (!colon || colon == value || !end || *end || colon[1] == 0 || port < 0 || port > 65535)
-            want = "HOST:PORT with a port from 0 to 65535 (0: any free one)";
+            want = known->kind == K_HOSTPORT_OFF
+                       ? "off, or HOST:PORT with a port from 0 to 65535 (0: any free one)"
+                       : "HOST:PORT with a port from 0 to 65535 (0: any free one)";
     } else if ((known->kind == K_FILE || known->kind == K_DIR) && *value &&
                (stat (value, &st) != 0 || (known->kind == K_DIR) != S_ISDIR (st.st_mode) ||
                 access (value, R_OK) != 0))

@@ -2,6 +2,7 @@
 #include "sbx_daemon.h"
 #include "sbx_clock.h"
 #include "sbx_log.h"
+#include "sbx_metrics.h"
 #include "sbx_ready.h"
 
 #include <assert.h>
@@ -115,6 +116,9 @@ sbx_daemon_t *sbx_daemon_new (int argc, char **argv, const char *name, const cha
         }
     }
     zlist_destroy (&sets);
+    //  Every series says which daemon and which of them: "sbx-vmd" counts as vmd.
+    sbx_metrics_set_identity (sbx_metrics_here (), strncmp (name, "sbx-", 4) == 0 ? name + 4 : name,
+                              sbx_config_get (self->config, "instance", "local"));
     self->loop = zloop_new ();
     *exit_code = 0;
     return self;

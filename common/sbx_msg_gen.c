@@ -390,6 +390,8 @@ static const sbx_meta_struct_t s_meta_peer_unknown;
 static const sbx_meta_struct_t s_meta_peer_bye;
 static const sbx_meta_struct_t s_meta_sys_status;
 static const sbx_meta_struct_t s_meta_sys_status_ok;
+static const sbx_meta_struct_t s_meta_sys_metrics;
+static const sbx_meta_struct_t s_meta_sys_metrics_ok;
 static const sbx_meta_struct_t s_meta_broker_peers;
 static const sbx_meta_struct_t s_meta_broker_peers_ok;
 static const sbx_meta_struct_t s_meta_rate_demand;
@@ -1188,8 +1190,9 @@ static const sbx_meta_struct_t s_meta_peer_welcome = {"peer.welcome", sizeof (sb
 
 static const sbx_meta_field_t s_fields_peer_heartbeat[] = {
     {"used", SBX_META_UINT, offsetof (sbx_peer_heartbeat_t, used), false, 0, NULL, NULL},
+    {"metrics", SBX_META_STRING, offsetof (sbx_peer_heartbeat_t, metrics), false, 1048576, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_peer_heartbeat = {"peer.heartbeat", sizeof (sbx_peer_heartbeat_t), s_fields_peer_heartbeat, 1};
+static const sbx_meta_struct_t s_meta_peer_heartbeat = {"peer.heartbeat", sizeof (sbx_peer_heartbeat_t), s_fields_peer_heartbeat, 2};
 
 static const sbx_meta_struct_t s_meta_peer_unknown = {"peer.unknown", sizeof (sbx_peer_unknown_t), NULL, 0};
 
@@ -1210,6 +1213,13 @@ static const sbx_meta_field_t s_fields_sys_status_ok[] = {
     {"used", SBX_META_UINT, offsetof (sbx_sys_status_ok_t, used), false, 0, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_sys_status_ok = {"sys.status.ok", sizeof (sbx_sys_status_ok_t), s_fields_sys_status_ok, 7};
+
+static const sbx_meta_struct_t s_meta_sys_metrics = {"sys.metrics", sizeof (sbx_sys_metrics_t), NULL, 0};
+
+static const sbx_meta_field_t s_fields_sys_metrics_ok[] = {
+    {"samples", SBX_META_STRING, offsetof (sbx_sys_metrics_ok_t, samples), false, 16777216, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sys_metrics_ok = {"sys.metrics.ok", sizeof (sbx_sys_metrics_ok_t), s_fields_sys_metrics_ok, 1};
 
 static const sbx_meta_struct_t s_meta_broker_peers = {"broker.peers", sizeof (sbx_broker_peers_t), NULL, 0};
 
@@ -1853,6 +1863,10 @@ static const char *const s_from_sys_status[] = {"cli", "gateway"};
 static const char *const s_to_sys_status[] = {"broker", "gateway", "vmd", "snapshotd", "billing"};
 static const char *const s_from_sys_status_ok[] = {"any"};
 static const char *const s_to_sys_status_ok[] = {"cli", "gateway"};
+static const char *const s_from_sys_metrics[] = {"gateway", "cli"};
+static const char *const s_to_sys_metrics[] = {"broker"};
+static const char *const s_from_sys_metrics_ok[] = {"broker"};
+static const char *const s_to_sys_metrics_ok[] = {"gateway", "cli"};
 static const char *const s_from_broker_peers[] = {"cli"};
 static const char *const s_to_broker_peers[] = {"broker"};
 static const char *const s_from_broker_peers_ok[] = {"broker"};
@@ -2074,6 +2088,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"peer.bye", &s_meta_peer_bye, s_from_peer_bye, 4, s_to_peer_bye, 1, SBX_MSG__UNKNOWN, false},
     {"sys.status", &s_meta_sys_status, s_from_sys_status, 2, s_to_sys_status, 5, SBX_MSG_SYS_STATUS_OK, false},
     {"sys.status.ok", &s_meta_sys_status_ok, s_from_sys_status_ok, 1, s_to_sys_status_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"sys.metrics", &s_meta_sys_metrics, s_from_sys_metrics, 2, s_to_sys_metrics, 1, SBX_MSG_SYS_METRICS_OK, false},
+    {"sys.metrics.ok", &s_meta_sys_metrics_ok, s_from_sys_metrics_ok, 1, s_to_sys_metrics_ok, 2, SBX_MSG__UNKNOWN, false},
     {"broker.peers", &s_meta_broker_peers, s_from_broker_peers, 1, s_to_broker_peers, 1, SBX_MSG_BROKER_PEERS_OK, false},
     {"broker.peers.ok", &s_meta_broker_peers_ok, s_from_broker_peers_ok, 1, s_to_broker_peers_ok, 1, SBX_MSG__UNKNOWN, false},
     {"rate.report", &s_meta_rate_report, s_from_rate_report, 1, s_to_rate_report, 1, SBX_MSG_RATE_REPORT_OK, false},
@@ -2599,6 +2615,16 @@ sbx_sys_status_t *sbx_msg_sys_status (struct sbx_msg_s *msg)
 sbx_sys_status_ok_t *sbx_msg_sys_status_ok (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_SYS_STATUS_OK ? (sbx_sys_status_ok_t *) msg->body : NULL;
+}
+
+sbx_sys_metrics_t *sbx_msg_sys_metrics (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SYS_METRICS ? (sbx_sys_metrics_t *) msg->body : NULL;
+}
+
+sbx_sys_metrics_ok_t *sbx_msg_sys_metrics_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SYS_METRICS_OK ? (sbx_sys_metrics_ok_t *) msg->body : NULL;
 }
 
 sbx_broker_peers_t *sbx_msg_broker_peers (struct sbx_msg_s *msg)

@@ -274,6 +274,8 @@ typedef enum {
     SBX_MSG_PEER_BYE,                 //  peer.bye
     SBX_MSG_SYS_STATUS,               //  sys.status
     SBX_MSG_SYS_STATUS_OK,            //  sys.status.ok
+    SBX_MSG_SYS_METRICS,              //  sys.metrics
+    SBX_MSG_SYS_METRICS_OK,           //  sys.metrics.ok
     SBX_MSG_BROKER_PEERS,             //  broker.peers
     SBX_MSG_BROKER_PEERS_OK,          //  broker.peers.ok
     SBX_MSG_RATE_REPORT,              //  rate.report
@@ -443,6 +445,8 @@ typedef struct sbx_peer_unknown_s sbx_peer_unknown_t;
 typedef struct sbx_peer_bye_s sbx_peer_bye_t;
 typedef struct sbx_sys_status_s sbx_sys_status_t;
 typedef struct sbx_sys_status_ok_s sbx_sys_status_ok_t;
+typedef struct sbx_sys_metrics_s sbx_sys_metrics_t;
+typedef struct sbx_sys_metrics_ok_s sbx_sys_metrics_ok_t;
 typedef struct sbx_broker_peers_s sbx_broker_peers_t;
 typedef struct sbx_broker_peers_ok_s sbx_broker_peers_ok_t;
 typedef struct sbx_rate_demand_s sbx_rate_demand_t;
@@ -1822,6 +1826,10 @@ struct sbx_peer_welcome_s {
 struct sbx_peer_heartbeat_s {
     //  Units in use now (worker to broker).
     uint64_t used;
+    //  (max 1048576) The worker's metrics now (worker to broker): Prometheus text sample lines
+    //  without HELP or TYPE, each labelled with its daemon and instance (docs/metrics.md). The
+    //  broker keeps the latest for sys.metrics.
+    char *metrics;
 };
 
 //  message peer.unknown (peer.json): broker -> gateway, vmd, snapshotd, billing. The broker
@@ -1860,6 +1868,23 @@ struct sbx_sys_status_ok_s {
     uint64_t capacity;
     //  Units in use.
     uint64_t used;
+};
+
+//  message sys.metrics (peer.json): gateway, cli -> broker, reply sys.metrics.ok. The metrics
+//  of the broker and of every worker connected to it, for the gateway's /metrics. The broker
+//  answers at once from its own metrics and the latest each worker sent with its heartbeat, so
+//  a scrape never waits on a slow worker; a worker that asks gets every snapshot but its own
+//  (it adds a fresh one).
+struct sbx_sys_metrics_s {
+    char unused_; //  C wants a member; this body has no fields
+};
+
+//  message sys.metrics.ok (peer.json): broker -> gateway, cli. Prometheus text sample lines (no
+//  HELP or TYPE lines: the asker adds them from the one table of definitions), each labelled
+//  with its daemon and instance, and an sbx_up line per daemon.
+struct sbx_sys_metrics_ok_s {
+    //  (max 16777216) Sample lines, newline-terminated.
+    char *samples;
 };
 
 //  message broker.peers (peer.json): cli -> broker, reply broker.peers.ok. List the workers
@@ -2681,6 +2706,8 @@ sbx_peer_unknown_t *sbx_msg_peer_unknown (struct sbx_msg_s *msg);
 sbx_peer_bye_t *sbx_msg_peer_bye (struct sbx_msg_s *msg);
 sbx_sys_status_t *sbx_msg_sys_status (struct sbx_msg_s *msg);
 sbx_sys_status_ok_t *sbx_msg_sys_status_ok (struct sbx_msg_s *msg);
+sbx_sys_metrics_t *sbx_msg_sys_metrics (struct sbx_msg_s *msg);
+sbx_sys_metrics_ok_t *sbx_msg_sys_metrics_ok (struct sbx_msg_s *msg);
 sbx_broker_peers_t *sbx_msg_broker_peers (struct sbx_msg_s *msg);
 sbx_broker_peers_ok_t *sbx_msg_broker_peers_ok (struct sbx_msg_s *msg);
 sbx_rate_report_t *sbx_msg_rate_report (struct sbx_msg_s *msg);

@@ -2,8 +2,11 @@
 #include "sbx_tapreader.h"
 #include "sbx_curve.h"
 #include "sbx_log.h"
+#include "sbx_clock.h"
+#include "sbx_metrics.h"
 
 #include <assert.h>
+#include <pthread.h>
 
 #define S_HELD_MAX 10000 //  live events held during a replay; beyond, replay covers them
 #define S_POLL_MS  1000
@@ -23,9 +26,49 @@ struct sbx_tapreader_t {
     uint64_t replay_rid;
     zlistx_t *held; //  live events (sbx_msg_t) that came during a replay
     int poll_timer;
-    bool stopped;   //  the callback asked to stop
-    bool caught_up; //  a replay reached the end of the log
+    bool stopped;          //  the callback asked to stop
+    bool caught_up;        //  a replay reached the end of the log
+    uint64_t head;         //  the newest seq heard of: a replay's last_seq, a live event's
+    uint64_t behind_since; //  monotonic ms since last < head, or 0 while level
 };
+
+//  Every reader of the process, for sbx_tap_lag_events: the most behind one counts.
+static pthread_mutex_t s_readers_lock = PTHREAD_MUTEX_INITIALIZER;
+static zlistx_t *s_readers;
+
+static void s_collect (sbx_metrics_t *metrics, void *arg)
+{
+    (void) arg;
+    uint64_t worst = 0;
+    pthread_mutex_lock (&s_readers_lock);
+    for (sbx_tapreader_t *r = s_readers ? zlistx_first (s_readers) : NULL; r;
+         r = zlistx_next (s_readers))
+        if (sbx_tapreader_lag (r) > worst)
+            worst = sbx_tapreader_lag (r);
+    pthread_mutex_unlock (&s_readers_lock);
+    sbx_metrics_set (metrics, SBX_METRIC_TAP_LAG_EVENTS, (double) worst);
+}
+
+//  Where the reader stands against the head: when it fell behind.
+static void s_track (sbx_tapreader_t *self, uint64_t seen)
+{
+    if (seen > self->head)
+        self->head = seen;
+    if (self->last >= self->head)
+        self->behind_since = 0;
+    else if (!self->behind_since)
+        self->behind_since = sbx_clock_mono_ms ();
+}
+
+uint64_t sbx_tapreader_lag (sbx_tapreader_t *self)
+{
+    return self->from_now || self->last >= self->head ? 0 : self->head - self->last;
+}
+
+uint64_t sbx_tapreader_behind_ms (sbx_tapreader_t *self)
+{
+    return self->behind_since && !self->from_now ? sbx_clock_mono_ms () - self->behind_since : 0;
+}
 
 static void s_msg_free (void **item)
 {
@@ -77,6 +120,15 @@ void sbx_tapreader_destroy (sbx_tapreader_t **self_p)
     if (self->loop) {
         zloop_reader_end (self->loop, self->sub);
         zloop_timer_end (self->loop, self->poll_timer);
+        pthread_mutex_lock (&s_readers_lock);
+        void *handle = s_readers ? zlistx_find (s_readers, self) : NULL;
+        if (handle)
+            zlistx_delete (s_readers, handle);
+        if (s_readers && zlistx_size (s_readers) == 0) {
+            zlistx_destroy (&s_readers);
+            sbx_metrics_off_collect (sbx_metrics_here (), s_collect, NULL);
+        }
+        pthread_mutex_unlock (&s_readers_lock);
     }
     if (self->replaying)
         sbx_peer_cancel (self->peer, self->replay_rid);
@@ -108,6 +160,7 @@ static void s_deliver (sbx_tapreader_t *self, const sbx_event_t *event)
     if (self->stopped || event->seq <= self->last)
         return;
     self->last = event->seq;
+    s_track (self, event->seq);
     if (self->fn (event, self->arg))
         self->stopped = true;
 }
@@ -117,6 +170,7 @@ static void s_deliver (sbx_tapreader_t *self, const sbx_event_t *event)
 static void s_live (sbx_tapreader_t *self, sbx_msg_t **event_p)
 {
     sbx_event_t *event = sbx_msg_event (*event_p);
+    s_track (self, event->seq);
     if (self->replaying || self->from_now) {
         if (zlistx_size (self->held) < S_HELD_MAX) {
             zlistx_add_end (self->held, *event_p);
@@ -172,6 +226,7 @@ static void s_on_replay (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
         self->from_now = false;
         self->last = ok->last_seq;
     }
+    s_track (self, ok->last_seq);
     for (size_t i = 0; i < ok->events.count; i++)
         s_deliver (self, &ok->events.items[i]);
     if (ok->more && ok->events.count > 0)
@@ -234,6 +289,12 @@ int sbx_tapreader_start (sbx_tapreader_t *self, zloop_t *loop)
     self->loop = loop;
     if (zloop_reader (loop, self->sub, s_on_sub, self))
         return -1;
+    pthread_mutex_lock (&s_readers_lock);
+    if (!s_readers && (s_readers = zlistx_new ()))
+        sbx_metrics_on_collect (sbx_metrics_here (), s_collect, NULL);
+    if (s_readers)
+        zlistx_add_end (s_readers, self);
+    pthread_mutex_unlock (&s_readers_lock);
     self->poll_timer = zloop_timer (loop, S_POLL_MS, 0, s_on_poll, self);
     s_replay (self);
     return 0;

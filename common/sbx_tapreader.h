@@ -42,6 +42,13 @@ uint64_t sbx_tapreader_last_seq (sbx_tapreader_t *self);
 //  replay in flight: everything committed before that point has been delivered.
 bool sbx_tapreader_caught_up (sbx_tapreader_t *self);
 
+//  Events between the newest the reader heard of (a replay's last_seq, a live event)
+//  and the last it delivered; 0 while it does not know yet where the log ends.
+uint64_t sbx_tapreader_lag (sbx_tapreader_t *self);
+
+//  How long it has been behind (lag > 0), in ms; 0 while it is level.
+uint64_t sbx_tapreader_behind_ms (sbx_tapreader_t *self);
+
 //  True when the callback asked to stop.
 bool sbx_tapreader_stopped (sbx_tapreader_t *self);
 

@@ -1,5 +1,6 @@
 /*  gw_auth - see gw_auth.h */
 #include "gw_auth.h"
+#include "sbx_metrics.h"
 #include "gw_rates.h"
 #include "sbx_idmap.h"
 #include "sbx_tapreader.h"
@@ -321,7 +322,10 @@ void gw_auth_check (gw_auth_t *self, const char *token, gw_auth_fn *fn, void *ar
 
 int gw_auth_take (gw_auth_t *self, const sbx_caller_t *caller, gw_auth_limit_t *limit)
 {
-    return gw_rates_take (self->rates, caller ? caller->key_id : NULL, limit);
+    int rc = gw_rates_take (self->rates, caller ? caller->key_id : NULL, limit);
+    if (rc)
+        sbx_metrics_add (sbx_metrics_here (), SBX_METRIC_RATE_LIMITED_TOTAL, 1, "key");
+    return rc;
 }
 
 void gw_auth_rate_counts (gw_auth_t *self, uint64_t *gateways, uint64_t *keys, uint64_t *shared)

@@ -6,6 +6,7 @@
 #include "gw_http.h"
 #include "gw_mcp.h"
 #include "gw_mcp_sse.h"
+#include "gw_metrics.h"
 #include "gw_oauth.h"
 #include "gw_proxy.h"
 #include "gw_rest.h"
@@ -26,7 +27,8 @@ struct gw_gateway_t {
     gw_account_t *account; //  /account, the account web page
     gw_proxy_t *proxy;     //  <label>-<port>.box.<domain> hosts
     gw_rest_t *rest;
-    gw_ctx_t *ctx; //  what the front ends share: auth, broker client, read copy, router…
+    gw_metrics_t *metrics; //  /metrics on metrics.listen, or NULL when off
+    gw_ctx_t *ctx;         //  what the front ends share: auth, broker client, read copy, router…
     uint64_t started_ms;
 };
 
@@ -76,6 +78,15 @@ static void s_healthz (gw_request_t *req, void *arg)
                        (json_int_t) gw_mcp_sessions_size (ctx->mcp_sessions)));
 }
 
+//  Metrics are for the operator, on an address of their own (gw_metrics): not here.
+static void s_metrics_elsewhere (gw_request_t *req, void *arg)
+{
+    (void) arg;
+    s_error (req, SBX_E_NOT_FOUND,
+             "metrics are not served on this listener: the operator sets metrics.listen "
+             "(docs/metrics.md)");
+}
+
 static void s_on_request (gw_request_t *req, void *arg)
 {
     gw_gateway_t *self = arg;
@@ -122,7 +133,8 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
     gw_http_options_t options = {
         .listen = sbx_config_get (config, "listen", "127.0.0.1:8443"),
         .header_timeout_ms = s_ms_setting (config, "gateway.header_timeout_ms", "30000"),
-        .body_timeout_ms = s_ms_setting (config, "gateway.body_timeout_ms", "30000")};
+        .body_timeout_ms = s_ms_setting (config, "gateway.body_timeout_ms", "30000"),
+        .count_responses = true};
     if (!options.header_timeout_ms || !options.body_timeout_ms) {
         gw_gateway_destroy (&self);
         return NULL;
@@ -163,7 +175,14 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
             self->account = gw_account_new (self->ctx);
         }
         if (!self->ctx || !self->mcp || !self->sse || !self->rest || !self->proxy || !self->oauth ||
-            !self->account || gw_router_add (self->ctx->router, "/healthz", false, s_healthz, self))
+            !self->account ||
+            gw_router_add (self->ctx->router, "/healthz", false, s_healthz, self) ||
+            gw_router_add (self->ctx->router, "/metrics", false, s_metrics_elsewhere, self))
+            gw_http_destroy (&self->http);
+    }
+    if (self->http && !streq (sbx_config_get (config, "metrics.listen", "off"), "off")) {
+        self->metrics = gw_metrics_new (config, loop, peer, self->http);
+        if (!self->metrics) //  asked for and not possible: say so by not starting
             gw_http_destroy (&self->http);
     }
     if (self->http)
@@ -184,7 +203,8 @@ void gw_gateway_destroy (gw_gateway_t **self_p)
     gw_gateway_t *self = *self_p;
     if (!self)
         return;
-    //  The server first: its open requests are released before MCP forgets them.
+    //  The servers first: their open requests are released before MCP forgets them.
+    gw_metrics_destroy (&self->metrics);
     gw_http_destroy (&self->http);
     //  The front ends cancel their requests in flight; then what they borrowed goes (no
     //  loop turns in between, so nothing calls back into them).

@@ -39,6 +39,7 @@
 #include "gw_http.h"
 #include "sbx_idmap.h"
 #include "sbx_log.h"
+#include "sbx_metrics.h"
 
 #include <microhttpd.h>
 
@@ -107,6 +108,7 @@ struct gw_http_t {
     char *key_pem;
     zhashx_t *requests; //  id (as the key pointer) → gw_request_t, every live request
     zlistx_t *drained;  //  ids of streams whose drain callback is due
+    bool count_responses;
 };
 
 //  Request ids are unique in the process, across servers, for the logs.
@@ -479,6 +481,11 @@ static void s_completed (void *cls, struct MHD_Connection *conn, void **con_cls,
     s_unwatch (req);
     req->gone = true;
     zhashx_delete (self->requests, (void *) (uintptr_t) req->id);
+    if (self->count_responses && req->queued) {
+        char status[16];
+        snprintf (status, sizeof status, "%d", req->status);
+        sbx_metrics_add (sbx_metrics_here (), SBX_METRIC_HTTP_RESPONSES_TOTAL, 1, status);
+    }
     //  Kept alive for the next request (a cut or upgraded one closes instead).
     if (req->cx && !req->cx->upgraded && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         s_expect_headers (self, req->cx);
@@ -818,6 +825,7 @@ gw_http_t *gw_http_new (zloop_t *loop, const gw_http_options_t *options,
     self->stream_buffer = options->stream_buffer ? options->stream_buffer : GW_HTTP_STREAM_BUFFER;
     self->header_ms = options->header_timeout_ms ? options->header_timeout_ms : GW_HTTP_HEADER_MS;
     self->body_ms = options->body_timeout_ms ? options->body_timeout_ms : GW_HTTP_BODY_MS;
+    self->count_responses = options->count_responses;
     self->requests = sbx_idmap_new ();
     self->drained = zlistx_new ();
     self->conns = zlistx_new ();
@@ -949,6 +957,11 @@ int gw_http_port (gw_http_t *self)
 {
     assert (self);
     return self->port;
+}
+
+size_t gw_http_requests (gw_http_t *self)
+{
+    return self ? zhashx_size (self->requests) : 0;
 }
 
 gw_request_t *gw_http_request (gw_http_t *self, uint64_t id)

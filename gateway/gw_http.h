@@ -56,6 +56,9 @@ typedef struct {
     //  A body must grow by at least 1 KiB (or end) in every body_timeout_ms; a body over
     //  max_body is read and dropped, so its 413 can be sent, for at most this long: 30 s.
     unsigned body_timeout_ms;
+    //  Count this server's responses in sbx_http_responses_total (the metrics listener's
+    //  own are not counted).
+    bool count_responses;
 } gw_http_options_t;
 
 //  Before the handler, the server answers by itself: 413 too_large for a body over
@@ -96,6 +99,9 @@ void gw_http_destroy (gw_http_t **self_p);
 
 //  The port listened on (the chosen one when the options said port 0).
 int gw_http_port (gw_http_t *self);
+
+//  How many requests the server holds now (received and not yet completed).
+size_t gw_http_requests (gw_http_t *self);
 
 //  The live request with this id still held by its owner, or NULL once answered or gone.
 gw_request_t *gw_http_request (gw_http_t *self, uint64_t id);

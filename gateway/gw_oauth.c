@@ -1,5 +1,6 @@
 /*  gw_oauth - see gw_oauth.h */
 #include "gw_oauth.h"
+#include "sbx_metrics.h"
 #include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_broker.h"
@@ -377,6 +378,7 @@ static void s_register (gw_oauth_t *self, gw_request_t *req)
         snprintf (text, sizeof text,
                   "too many client registrations from this address: try again in %s s", seconds);
         sbx_info ("oauth: registration from %s refused (rate limited)", gw_request_peer (req));
+        sbx_metrics_add (sbx_metrics_here (), SBX_METRIC_RATE_LIMITED_TOTAL, 1, "register");
         gw_request_add_header (req, "Retry-After", seconds);
         s_oauth_error (req, 429, "rate_limited", text);
         return;

@@ -1,5 +1,6 @@
 /*  gw_ops - see gw_ops.h */
 #include "gw_ops.h"
+#include "sbx_metrics.h"
 #include "sbx_args.h"
 #include "sbx_idmap.h"
 #include "sbx_secret.h"
@@ -34,6 +35,7 @@ typedef struct {
     sbx_msg_t *reply;  //  what it was made from, meanwhile
     uint64_t tick;     //  get_sandbox: the read copy's drops when it began
     uint32_t deadline; //  each file chunk's
+    uint64_t started_mono;
     gw_ops_done_fn *done;
     void *arg;
 } s_call_t;
@@ -129,9 +131,20 @@ void gw_ops_abandon (gw_ops_t *self, uint64_t handle)
     gw_ops_cancel (self, handle);
 }
 
+//  An operation answered: sbx_operations_total by code, and how long it took.
+static void s_measure (sbx_op_t op, sbx_code_t code, uint64_t started_mono)
+{
+    sbx_metrics_t *metrics = sbx_metrics_here ();
+    sbx_metrics_add (metrics, SBX_METRIC_OPERATIONS_TOTAL, 1, sbx_ops[op].name,
+                     code == SBX_OK ? "ok" : sbx_code_name (code));
+    sbx_metrics_observe (metrics, SBX_METRIC_OPERATION_SECONDS,
+                         (double) (sbx_clock_mono_ms () - started_mono) / 1000.0, sbx_ops[op].name);
+}
+
 //  Ends the call: done once, then the call is gone.
 static void s_end (s_call_t *call, const gw_ops_result_t *result)
 {
+    s_measure (call->op, result->code, call->started_mono);
     zhashx_delete (call->ops->calls, (void *) (uintptr_t) call->serial);
     call->done (result, call->arg);
     s_call_free (call);
@@ -245,6 +258,7 @@ uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_c
     char why[400];
     gw_ops_result_t refused = {.code = SBX_E_INVALID_ARGUMENT, .message = why};
     if (sbx_args_check (op, surface, args, why, sizeof why)) {
+        s_measure (op, refused.code, sbx_clock_mono_ms ());
         done (&refused, arg);
         return 0;
     }
@@ -255,6 +269,7 @@ uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_c
         //  hot path of an agent polling its sandbox: nothing else is made for it).
         json_t *kept = gw_cache_result (self->cache, caller, id);
         if (kept) {
+            s_measure (op, SBX_OK, sbx_clock_mono_ms ());
             gw_ops_result_t result = {.code = SBX_OK, .answer = kept};
             done (&result, arg);
             json_decref (kept);
@@ -274,6 +289,7 @@ uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_c
     call->caller = caller ? gw_auth_caller_dup (caller) : NULL;
     call->args = args ? json_incref (args) : json_object ();
     call->tick = tick;
+    call->started_mono = sbx_clock_mono_ms ();
     call->done = done;
     call->arg = arg;
     uint64_t serial = call->serial;

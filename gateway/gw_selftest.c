@@ -9,6 +9,7 @@
 #include "gw_mcp_era.h"
 #include "gw_mcp_sse.h"
 #include "gw_mcp_sessions.h"
+#include "gw_metrics.h"
 #include "gw_oauth.h"
 #include "gw_ops.h"
 #include "gw_pages.h"
@@ -39,6 +40,7 @@ static const sbx_test_t s_tests[] = {
     {"gw_oauth", gw_oauth_test},   {"gw_account", gw_account_test}, {"gw_ratelimit", gw_ratelimit_test},
     {"gw_mcp_sessions", gw_mcp_sessions_test}, {"gw_rates", gw_rates_test},
     {"gw_router", gw_router_test}, {"gw_terminal", gw_terminal_test},
+    {"gw_metrics", gw_metrics_test},
     {NULL, NULL}};
 // clang-format on
 

@@ -1,5 +1,6 @@
 /*  gw_verify - see gw_verify.h */
 #include "gw_verify.h"
+#include "sbx_metrics.h"
 #include "gw_worker.h"
 #include "sbx_idmap.h"
 #include "sbx_clock.h"
@@ -254,6 +255,7 @@ uint64_t gw_verify_start (gw_verify_t *self, const char *who, const char *hash,
     //  Checks in flight count as wrong: a burst cannot all pass before the first fails.
     if (name && name->wrong + name->inflight >= S_MAX_WRONG) {
         self->throttled++;
+        sbx_metrics_add (sbx_metrics_here (), SBX_METRIC_RATE_LIMITED_TOTAL, 1, "signin");
         fn (GW_VERIFY_THROTTLED, arg);
         return 0;
     }

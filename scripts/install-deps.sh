@@ -27,6 +27,11 @@ PACKAGES=(
   # haproxy service, but Debian's default /etc/haproxy/haproxy.cfg has no frontend or
   # listen section: it binds no port.
   haproxy
+  # a real Prometheus and its promtool, scraping the gateway's /metrics (test_metrics.py
+  # runs the binary in the foreground on a free port). On a systemd host the package also
+  # starts a prometheus service on :9090 (and installs node-exporter, a recommend, only
+  # without --no-install-recommends).
+  prometheus
   # the guests' network policy (vmd_firewall: nftables rules on QEMU's user)
   nftables
   # systemd-analyze verify checks packaging/systemd/'s units (test_systemd.py); where

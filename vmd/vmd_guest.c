@@ -13,6 +13,7 @@
     fsync of a saved memory state.
 */
 #include "vmd_guest.h"
+#include "sbx_metrics.h"
 #include "sbx_clock.h"
 #include "sbx_log.h"
 #include "vmd_lifecycle.h"
@@ -101,6 +102,10 @@ struct _vmd_guest_t {
     uint64_t kill_at;          //  SIGKILL QEMU after this (mono ms), once it was asked to quit
     char qmp_lost[300];        //  QMP closed on its own: why, and when (mono ms)
     uint64_t qmp_lost_at;
+    //  QEMU's start, until the agent is set up: sbx_vm_boot_seconds (how: cold, template,
+    //  snapshot) or, for a resume, sbx_vm_resume_seconds.
+    uint64_t spawned_mono;
+    const char *spawn_how;
     //  Made from a snapshot: its directory, and whether its memory is restored.
     char *origin_dir;
     bool origin_restore;
@@ -411,6 +416,15 @@ static void s_on_setup (vmd_agentlink_t *link, sbx_msg_t **reply_p, void *arg)
     if (reply->type == SBX_MSG_AGENT_SETUP_OK) {
         sbx_debug ("sandbox=%s agent.setup: clock moved %lld ms", self->id,
                    (long long) sbx_msg_agent_setup_ok (reply)->clock_adjust_ms);
+        if (self->spawned_mono) {
+            double seconds = (double) (sbx_clock_mono_ms () - self->spawned_mono) / 1000.0;
+            if (streq (self->spawn_how, "resume"))
+                sbx_metrics_observe (sbx_metrics_here (), SBX_METRIC_VM_RESUME_SECONDS, seconds);
+            else
+                sbx_metrics_observe (sbx_metrics_here (), SBX_METRIC_VM_BOOT_SECONDS, seconds,
+                                     self->spawn_how);
+            self->spawned_mono = 0;
+        }
         s_fire (self, SBX_VMD_EV_AGENT_READY, SBX_OK, NULL);
     } else if (reply->type == SBX_MSG_ERROR && self->lc.guest != S_READY)
         //  The connection broke mid-setup: the next hello sends it again.
@@ -722,6 +736,7 @@ static int s_spawn (vmd_guest_t *self, int incoming_fd)
         return -1;
     }
     self->is_child = true;
+    self->spawned_mono = sbx_clock_mono_ms ();
     sbx_info ("sandbox=%s QEMU pid %d", self->id, (int) self->pid);
     return s_open_channels (self);
 }
@@ -814,6 +829,8 @@ static void s_spawn_from_memory (vmd_guest_t *self)
     }
     int rc = s_spawn (self, fd);
     close (fd);
+    if (rc == 0)
+        self->spawn_how = "resume";
     if (rc) {
         char note[900];
         s_death_note (self, "QEMU did not start", note, sizeof note);
@@ -1545,6 +1562,10 @@ int vmd_guest_create (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_
     } else {
         if (incoming >= 0)
             close (incoming);
+        //  A booted template lives under DIR/templates, a snapshot under DIR/snapshots.
+        self->spawn_how = event != SBX_VMD_EV_CREATE_FROM_MEMORY     ? "cold"
+                          : strstr (self->origin_dir, "/snapshots/") ? "snapshot"
+                                                                     : "template";
         //  Restoring: the restore waits for the memory to load, continues, sets it up.
         s_asked_t asked = {.rid = rid, .timeout_ms = timeout_ms};
         s_fire_request (self, event, &asked);

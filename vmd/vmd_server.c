@@ -1,5 +1,6 @@
 /*  vmd_server - see vmd_server.h */
 #include "vmd_server.h"
+#include "sbx_metrics.h"
 #include "vmd_firewall.h"
 #include "sbx_clock.h"
 #include "sbx_log.h"
@@ -139,6 +140,7 @@ static void s_update_use (vmd_server_t *self)
             used++;
     if (self->peer)
         sbx_peer_set_capacity (self->peer, self->capacity, used);
+    sbx_metrics_set (sbx_metrics_here (), SBX_METRIC_VMS, (double) used);
 }
 
 static void s_send_failed (vmd_server_t *self)
