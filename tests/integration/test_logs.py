@@ -53,8 +53,9 @@ def records(path):
 
 class LogsTest(unittest.TestCase):
     def test_json_rotation_and_sighup(self):
+        # No template guest either (vmd.templates): nothing here needs one.
         s = Sbx(self, "logs", settings={"log.format": "json", "log.max_bytes": MAX_BYTES,
-                                        "log.keep": KEEP})
+                                        "log.keep": KEEP, "vmd.templates": ""})
         s.up("--log-level", "debug")
         banner = wait_for(lambda: "admin API key:" in s.output() and s.output(), 30, "banner")
         key = banner.split("admin API key:")[1].split()[0]
