@@ -272,8 +272,9 @@ static size_t s_context_word (const char *p, s_context_t *ctx)
     ctx->value_len = v;
     ctx->number = false;
     if (k == 3 && memcmp (p, "rid", 3) == 0) {
-        //  rid is a number; one that is not stays in the message.
-        if (v > 19 || strspn (ctx->value, "0123456789") < v)
+        //  rid is a number (a JSON one: no leading zero; within int64 for every
+        //  parser); one that is not stays in the message.
+        if (v > 18 || strspn (ctx->value, "0123456789") < v || (v > 1 && ctx->value[0] == '0'))
             return 0;
         ctx->key = "request_id";
         ctx->key_len = 10;
@@ -484,6 +485,8 @@ void sbx_log_test (bool verbose)
     const char *kept[][2] = {{"started sbx-broker (pid 7)", NULL},
                              {"pid=7 level=error forged", NULL},
                              {"rid=abc x", NULL},
+                             {"rid=007 x", NULL},
+                             {"rid=1234567890123456789 x", NULL},
                              {"sandbox= x", NULL},
                              {"mcp session 1 opened", NULL},
                              {"sandbox=a sandbox=b x", "sandbox=b x"},
@@ -515,6 +518,19 @@ void sbx_log_test (bool verbose)
     root = s_test_json (worst);
     assert (strlen (s_test_field (root, "msg")) == sizeof worst - 1);
     json_decref (root);
+
+    //  Random bytes, after context-like words or not: always one valid object per line.
+    srandom (42);
+    static const char *prefixes[] = {"", "rid=1 ", "mcp rid=2 sandbox=", "account=", "x=\xff "};
+    for (int round = 0; round < 2000; round++) {
+        char msg[600];
+        int at = snprintf (msg, sizeof msg, "%s", prefixes[round % 5]);
+        int len = at + (int) (random () % 500);
+        for (int i = at; i < len; i++)
+            msg[i] = (char) (1 + random () % 255);
+        msg[len] = 0;
+        json_decref (s_test_json (msg));
+    }
 
     //  Files, as a daemon uses them, in a child (its stderr becomes the file): lines
     //  before a rename go to the renamed file, after sbx_log_reopen to a new one.
