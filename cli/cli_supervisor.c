@@ -815,8 +815,9 @@ static int s_on_signal (zloop_t *loop, zmq_pollitem_t *item, void *arg)
         if (sig == SIGCHLD)
             child_exited = true; //  one reap covers them all: SIGCHLDs coalesce anyway
         else if (sig == SIGHUP && self->logs_reopen) {
-            sbx_info ("SIGHUP from pid %u: reopening the logs", info.ssi_pid);
+            //  Said after the reopen: in the new file, where whoever rotated looks.
             s_reopen_logs (self);
+            sbx_info ("SIGHUP from pid %u: logs reopened", info.ssi_pid);
         } else if (sig == SIGHUP)
             sbx_info ("SIGHUP from pid %u ignored", info.ssi_pid);
         else if (!self->stopping) {
