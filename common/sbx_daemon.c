@@ -144,11 +144,12 @@ sbx_daemon_t *sbx_daemon_new (int argc, char **argv, const char *name, const cha
     }
     zlist_destroy (&sets);
     //  Every value by its kind, as sbx up checks them, whoever started us (systemd, a
-    //  person): a bad one is refused naming its key rather than half-used.
+    //  person): a bad one is refused naming its key rather than half-used. An ERROR
+    //  line, so that sbx up, should sbx.conf change under it, gives it as the reason.
     char why[600];
     if (sbx_config_check (self->config, why, sizeof why)) {
-        fprintf (stderr, "%s: %s (invalid_argument; from --set or %s/sbx.conf)\n", name, why,
-                 sbx_config_data_dir (self->config));
+        sbx_error ("%s (invalid_argument; from --set or %s/sbx.conf)", why,
+                   sbx_config_data_dir (self->config));
         sbx_daemon_destroy (&self);
         return NULL;
     }
