@@ -1607,8 +1607,8 @@ static void s_test_timeout (const char *root)
 //  time it is over the cap: the files stay near the cap, the oldest past keep goes,
 //  and across the files kept no line is lost, repeated or cut.
 
-//  Stops once a third rotation has dropped the first file: writer.log.2 no longer
-//  starts with line 1.
+//  Stops once a third rotation has dropped the first file (writer.log.2 no longer
+//  starts with line 1) and the child has reopened its log since (writer.log is back).
 static int s_rotate_poll (zloop_t *loop, int timer_id, void *arg)
 {
     test_t *test = (test_t *) arg;
@@ -1618,7 +1618,8 @@ static int s_rotate_poll (zloop_t *loop, int timer_id, void *arg)
     bool first = !file || !fgets (line, sizeof line, file) || strncmp (line, "line 1 ", 7) == 0;
     if (file)
         fclose (file);
-    if (!first) {
+    snprintf (path, sizeof path, "%s/writer.log", test->log_dir);
+    if (!first && access (path, F_OK) == 0) {
         zloop_timer_end (loop, timer_id);
         cli_supervisor_stop (test->sup);
     }
