@@ -7,6 +7,8 @@ Builds the project (unless --build names a built tree), the bench's own programs
 (bench/agentbench.c, bench/mhd_bare.c) and the TypeScript SDK server (npm, into
 bench/node_modules), runs everything, writes bench/results/<timestamp>.json and rewrites
 docs/benchmarks.md. It prints; it never fails on a figure (exit 0 unless it could not run).
+Before anything it checks the tools it runs and says which are missing and how to install
+them (scripts/install-deps.sh installs them all), exit 2.
 """
 import argparse
 import base64
@@ -66,9 +68,49 @@ def loadavg():
         return [float(x) for x in f.read().split()[:3]]
 
 
+# -- prerequisites ----------------------------------------------------------------------
+# What bench/run runs: (command, Debian package, the parts that need it; None: all).
+TOOLS = [("cmake", "cmake", None), ("gcc", "build-essential", None),
+         ("pkg-config", "pkg-config", None), ("git", "git", None),
+         ("qemu-system-x86_64", "qemu-system-x86", None), ("npm", "npm", None),
+         ("node", "nodejs", {"gateway"}), ("wrk", "wrk", {"gateway"})]
+# The libraries bench/agentbench and bench/mhd_bare link: (pkg-config name, package).
+LIBS = [("libczmq", "libczmq-dev"), ("libzmq", "libzmq3-dev"), ("jansson", "libjansson-dev"),
+        ("libsodium", "libsodium-dev"), ("msgpack", "libmsgpack-dev"),
+        ("libmicrohttpd", "libmicrohttpd-dev")]
+
+
+def prerequisites(args, parts):
+    """Exits (2) saying what is missing and how to install it, before anything runs."""
+    missing = []
+    for cmd, pkg, need in TOOLS:
+        if cmd == "cmake" and args.build:
+            continue  # a built tree was given
+        if cmd == "npm" and os.path.isdir(os.path.join(HERE, "node_modules", "@modelcontextprotocol")):
+            continue  # installed already
+        if (need is None or parts & need) and not shutil.which(cmd):
+            why = f" (for {', '.join(sorted(need))})" if need else ""
+            missing.append((f"{cmd}{why}", pkg))
+    if shutil.which("pkg-config"):
+        for lib, pkg in LIBS:
+            if subprocess.run(["pkg-config", "--exists", lib]).returncode:
+                missing.append((f"the {lib} library (pkg-config {lib})", pkg))
+    if not missing:
+        return
+    pkgs = " ".join(dict.fromkeys(pkg for _, pkg in missing))
+    print("bench: missing on this machine: " + ", ".join(what for what, _ in missing) +
+          ".\nInstall everything sbx and bench/run need (Debian 12, as root): "
+          f"scripts/install-deps.sh\nor just these: apt-get install {pkgs}", file=sys.stderr)
+    sys.exit(2)
+
+
 # -- building -------------------------------------------------------------------------
 def build(args):
     bdir = os.path.abspath(args.build or os.path.join(ROOT, "build-bench"))
+    if args.build and not os.path.isfile(os.path.join(args.build, "CMakeCache.txt")):
+        print(f"bench: --build {args.build} is not a built tree (no CMakeCache.txt)",
+              file=sys.stderr)
+        sys.exit(2)
     if not args.build:
         # -Wno-error=restrict: vmd/vmd_qmp.c:801 trips GCC 12's -Werror=restrict at -O2
         # (RelWithDebInfo) in its test fake; the Debug build does not see it.
@@ -830,6 +872,7 @@ def main():
     DENSITY, IDLE_S = 10, (5 if q else 10)
     started = datetime.datetime.now(datetime.timezone.utc)
     t_start = time.monotonic()
+    prerequisites(args, parts)
     bdir = build(args)
     res = {"started": started.strftime("%Y-%m-%d %H:%M UTC"), "quick": q, "machine": machine(bdir),
            "gw_conns": CONNS, "gw_seconds": GW_S, "gw_repeats": GW_R, **SOURCE}

@@ -56,6 +56,7 @@ typedef struct {
     char *name;
     char **argv;
     char *log_path;
+    char *log_env; //  "SBX_LOG_FILE=<log_path>": the daemon opens its log itself
     state_t state;
     pid_t pid;           //  the running process, 0 when none
     pid_t last_pid;      //  the process that exited last
@@ -71,6 +72,8 @@ typedef struct {
     uint64_t spawn_mono; //  when it was spawned, for "ready after N ms"
     uint64_t started_ms; //  the same on the wall clock, for the status file
     off_t log_start;     //  the size of its log when it was spawned
+    ino_t log_ino;       //  and which file that was (a rotation makes a new one)
+    bool hup_pending;    //  its log was reopened while it started: SIGHUP it once ready
     unsigned failed;     //  exits in a row before it got ready
 } child_t;
 
@@ -99,6 +102,11 @@ struct _cli_supervisor_t {
     unsigned give_up; //  failed starts in a row that end it all; 0: never
     char *failure;    //  why it gave up, or NULL
     int give_up_timer_id;
+    bool logs_reopen;       //  the children reopen their logs on SIGHUP (set_logs)
+    uint64_t log_max_bytes; //  rotate a log this big; 0: never
+    unsigned log_keep;      //  rotated files kept: <log>.1 .. <log>.<keep>
+    unsigned log_check_ms;  //  how often sizes are checked
+    int log_timer_id;
 };
 
 static void s_dispatch (child_t *child, event_t event);
@@ -272,19 +280,21 @@ static void s_set_state (child_t *child, state_t state)
 //  Spawning: everything that allocates happens before fork, because the child of a
 //  threaded process may only make async-signal-safe calls until it execs.
 
-static char **s_child_env (void)
+static char **s_child_env (child_t *child)
 {
     size_t count = 0;
     while (environ[count])
         count++;
-    char **envp = calloc (count + 2, sizeof *envp);
+    char **envp = calloc (count + 3, sizeof *envp);
     if (!envp)
         return NULL;
     size_t j = 0;
     for (size_t i = 0; i < count; i++)
-        if (strncmp (environ[i], "SBX_READY_FD=", 13) != 0)
+        if (strncmp (environ[i], "SBX_READY_FD=", 13) != 0 &&
+            strncmp (environ[i], "SBX_LOG_FILE=", 13) != 0)
             envp[j++] = environ[i];
-    envp[j] = s_ready_env;
+    envp[j++] = s_ready_env;
+    envp[j] = child->log_env;
     return envp;
 }
 
@@ -328,11 +338,14 @@ static int s_spawn (child_t *child)
     int log_fd = open (child->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
     int null_fd = open ("/dev/null", O_RDONLY | O_CLOEXEC);
     int pipe_fd[2] = {-1, -1};
-    char **envp = s_child_env ();
+    char **envp = s_child_env (child);
     pid_t pid = -1;
     const char *what = "fork";
-    if (log_fd != -1)
+    struct stat st;
+    if (log_fd != -1) {
         child->log_start = lseek (log_fd, 0, SEEK_END);
+        child->log_ino = fstat (log_fd, &st) == 0 ? st.st_ino : 0;
+    }
     if (log_fd == -1)
         what = child->log_path;
     else if (null_fd == -1)
@@ -370,6 +383,7 @@ static int s_spawn (child_t *child)
     child->spawn_mono = sbx_clock_mono_ms ();
     child->started_ms = sbx_clock_now_ms ();
     child->timed_out = false;
+    child->hup_pending = false;
     child->line_len = 0;
     child->ready_fd = pipe_fd[0];
     fcntl (child->ready_fd, F_SETFL, O_NONBLOCK);
@@ -383,9 +397,41 @@ static int s_spawn (child_t *child)
     return 0;
 }
 
+//  An error line of log.format = json, as its text would read: the context fields
+//  (key=value, in their order) and the message. Other lines leave out alone.
+static void s_last_error_json (const char *line, char *out, size_t size)
+{
+    json_t *root = json_loads (line, 0, NULL);
+    const char *level = json_string_value (json_object_get (root, "level"));
+    if (level && streq (level, "error")) {
+        size_t len = 0;
+        out[0] = 0;
+        const char *key;
+        json_t *value;
+        json_object_foreach (root, key, value)
+        {
+            if (streq (key, "ts") || streq (key, "level") || streq (key, "daemon") ||
+                streq (key, "pid") || streq (key, "msg"))
+                continue;
+            char *text = json_is_string (value) ? strdup (json_string_value (value))
+                                                : json_dumps (value, JSON_ENCODE_ANY);
+            int n = snprintf (out + len, size - len, "%s=%s ",
+                              streq (key, "request_id") ? "rid" : key, text ? text : "");
+            free (text);
+            if (n > 0)
+                len = len + (size_t) n < size ? len + (size_t) n : size - 1;
+        }
+        const char *msg = json_string_value (json_object_get (root, "msg"));
+        snprintf (out + len, size - len, "%s", msg ? msg : "");
+    }
+    json_decref (root);
+}
+
 //  The last ERROR line the child logged since it was spawned, without its time and
 //  name prefix, in out ("" when none): so that `sbx up` says why a daemon keeps
 //  exiting, not only that it does.
+//  A log rotated since then is a new file, all of it written since: read it from
+//  its start.
 static void s_last_error (child_t *child, char *out, size_t size)
 {
     out[0] = 0;
@@ -394,8 +440,11 @@ static void s_last_error (child_t *child, char *out, size_t size)
         return;
     char tail[8192];
     off_t end = lseek (fd, 0, SEEK_END);
-    off_t from = end - (off_t) sizeof tail + 1 > child->log_start ? end - (off_t) sizeof tail + 1
-                                                                  : child->log_start;
+    struct stat st;
+    off_t start = child->log_start;
+    if (fstat (fd, &st) == -1 || st.st_ino != child->log_ino || end < start)
+        start = 0;
+    off_t from = end - (off_t) sizeof tail + 1 > start ? end - (off_t) sizeof tail + 1 : start;
     ssize_t got = end > from ? pread (fd, tail, (size_t) (end - from), from) : 0;
     close (fd);
     if (got <= 0)
@@ -405,6 +454,10 @@ static void s_last_error (child_t *child, char *out, size_t size)
         next = strchr (line, '\n');
         if (next)
             *next++ = 0;
+        if (*line == '{') {
+            s_last_error_json (line, out, size);
+            continue;
+        }
         const char *level = strstr (line, " ERROR ");
         const char *text = level ? strstr (level, "] ") : NULL;
         if (text)
@@ -459,6 +512,10 @@ static void a_ready (child_t *child)
     s_pipe_close (child);
     child->ever_ready = true;
     child->failed = 0;
+    //  Its log was reopened while it started, before it could take a SIGHUP.
+    if (child->hup_pending)
+        kill (child->pid, SIGHUP);
+    child->hup_pending = false;
     sbx_info ("%s ready after %llu ms (pid %d)", child->name,
               (unsigned long long) (sbx_clock_mono_ms () - child->spawn_mono), (int) child->pid);
     s_set_state (child, STATE_READY);
@@ -675,6 +732,77 @@ static void s_reap (cli_supervisor_t *self)
         s_stop_next (self);
 }
 
+//  --------------------------------------------------------------------------
+//  Logs: reopened on SIGHUP (an outside logrotate renamed them), rotated by size
+
+//  Tells a child to reopen its log: now if it runs its loop, once ready if it starts
+//  (before its loop runs, SIGHUP would end it).
+static void s_child_reopen (child_t *child)
+{
+    if (child->state == STATE_READY)
+        kill (child->pid, SIGHUP);
+    else if (child->state == STATE_STARTING)
+        child->hup_pending = true;
+}
+
+static void s_reopen_logs (cli_supervisor_t *self)
+{
+    if (sbx_log_file ())
+        sbx_log_reopen ();
+    for (size_t i = 0; i < self->count; i++)
+        s_child_reopen (self->children[i]);
+}
+
+//  <path> becomes <path>.1, <path>.1 becomes .2 and so on; the one past keep goes.
+static int s_rotate (const char *path, unsigned keep)
+{
+    char from[PATH_MAX], to[PATH_MAX];
+    for (unsigned i = keep; i > 1; i--) {
+        snprintf (from, sizeof from, "%s.%u", path, i - 1);
+        snprintf (to, sizeof to, "%s.%u", path, i);
+        if (rename (from, to) == -1 && errno != ENOENT)
+            return -1;
+    }
+    snprintf (to, sizeof to, "%s.1", path);
+    return rename (path, to);
+}
+
+static bool s_too_big (cli_supervisor_t *self, const char *path)
+{
+    struct stat st;
+    return stat (path, &st) == 0 && (uint64_t) st.st_size >= self->log_max_bytes;
+}
+
+//  A starting child is left alone: its fd still points at the file it was spawned
+//  with, where `sbx up` looks for its last error should it fail. Its log waits for
+//  the next check.
+static int s_on_log_check (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    cli_supervisor_t *self = arg;
+    const char *own = sbx_log_file ();
+    if (own && s_too_big (self, own)) {
+        if (s_rotate (own, self->log_keep) == 0 && sbx_log_reopen () == 0)
+            sbx_info ("rotated %s", own);
+        else
+            sbx_warn ("cannot rotate %s: %s", own, strerror (errno));
+    }
+    for (size_t i = 0; i < self->count; i++) {
+        child_t *child = self->children[i];
+        if (child->state == STATE_STARTING || child->state == STATE_STOPPING ||
+            !s_too_big (self, child->log_path))
+            continue;
+        if (s_rotate (child->log_path, self->log_keep) == -1) {
+            sbx_warn ("cannot rotate %s: %s", child->log_path, strerror (errno));
+            continue;
+        }
+        sbx_info ("rotated %s", child->log_path);
+        s_child_reopen (child);
+    }
+    return 0;
+}
+
 static int s_on_signal (zloop_t *loop, zmq_pollitem_t *item, void *arg)
 {
     (void) loop;
@@ -686,7 +814,11 @@ static int s_on_signal (zloop_t *loop, zmq_pollitem_t *item, void *arg)
         int sig = (int) info.ssi_signo;
         if (sig == SIGCHLD)
             child_exited = true; //  one reap covers them all: SIGCHLDs coalesce anyway
-        else if (sig == SIGHUP)
+        else if (sig == SIGHUP && self->logs_reopen) {
+            //  Said after the reopen: in the new file, where whoever rotated looks.
+            s_reopen_logs (self);
+            sbx_info ("SIGHUP from pid %u: logs reopened", info.ssi_pid);
+        } else if (sig == SIGHUP)
             sbx_info ("SIGHUP from pid %u ignored", info.ssi_pid);
         else if (!self->stopping) {
             sbx_info ("SIG%s from pid %u: stopping all daemons", sigabbrev_np (sig), info.ssi_pid);
@@ -770,6 +902,7 @@ cli_supervisor_t *cli_supervisor_new (const char *log_dir, const char *status_pa
     self->backoff_min = 250;
     self->backoff_max = 30000;
     self->backoff_reset = 60000;
+    self->log_check_ms = 1000;
     if (!self->log_dir || (status_path && !self->status_path))
         cli_supervisor_destroy (&self);
     return self;
@@ -786,6 +919,7 @@ static void s_child_destroy (child_t **child_p)
             free (*arg);
     free (child->argv);
     free (child->log_path);
+    free (child->log_env);
     free (child);
     *child_p = NULL;
 }
@@ -868,6 +1002,8 @@ void cli_supervisor_destroy (cli_supervisor_t **self_p)
             zloop_timer_end (self->loop, self->end_timer_id);
         if (self->give_up_timer_id)
             zloop_timer_end (self->loop, self->give_up_timer_id);
+        if (self->log_timer_id)
+            zloop_timer_end (self->loop, self->log_timer_id);
         zmq_pollitem_t item = {NULL, self->signal_fd, ZMQ_POLLIN, 0};
         zloop_poller_end (self->loop, &item);
     }
@@ -935,8 +1071,9 @@ int cli_supervisor_add (cli_supervisor_t *self, const char *name, char *const ar
     for (size_t i = 0; ok && i < argc; i++)
         ok = (child->argv[i] = strdup (argv[i])) != NULL;
     ok = ok && asprintf (&child->log_path, "%s/%s.log", self->log_dir, name) != -1;
+    ok = ok && asprintf (&child->log_env, "SBX_LOG_FILE=%s", child->log_path) != -1;
     if (!ok) {
-        child->log_path = NULL;
+        child->log_env = NULL;
         s_child_destroy (&child);
         return -1;
     }
@@ -1017,9 +1154,19 @@ int cli_supervisor_start (cli_supervisor_t *self, zloop_t *loop)
     self->started_mono = sbx_clock_mono_ms ();
     sbx_info ("supervising %zu daemons; logs in %s", self->count, self->log_dir);
     s_status_write (self);
+    if (self->logs_reopen && self->log_max_bytes)
+        self->log_timer_id = zloop_timer (loop, self->log_check_ms, 0, s_on_log_check, self);
     self->next = 1;
     s_dispatch (self->children[0], EVENT_SPAWN);
     return 0;
+}
+
+void cli_supervisor_set_logs (cli_supervisor_t *self, uint64_t max_bytes, unsigned keep)
+{
+    assert (self);
+    self->logs_reopen = true;
+    self->log_max_bytes = max_bytes;
+    self->log_keep = keep ? keep : 1;
 }
 
 void cli_supervisor_set_give_up (cli_supervisor_t *self, unsigned failed_starts)
@@ -1252,10 +1399,12 @@ static void s_check_child_inheritance (test_t *test, int pid, const char *name)
     char env[8192];
     size_t size = fread (env, 1, sizeof env - 1, file);
     fclose (file);
-    bool found = false;
+    char log_env[PATH_MAX + 100];
+    snprintf (log_env, sizeof log_env, "SBX_LOG_FILE=%s/%s.log", test->log_dir, name);
+    int found = 0;
     for (size_t at = 0; at < size; at += strlen (env + at) + 1)
-        found |= streq (env + at, "SBX_READY_FD=3");
-    assert (found);
+        found += streq (env + at, "SBX_READY_FD=3") + streq (env + at, log_env);
+    assert (found == 2);
     snprintf (path, sizeof path, "/proc/%d/status", pid);
     file = fopen (path, "r");
     assert (file);
@@ -1454,6 +1603,93 @@ static void s_test_timeout (const char *root)
     s_test_teardown (&test);
 }
 
+//  Scenario "rotate": a child writing numbered lines, its log rotated by size every
+//  time it is over the cap: the files stay near the cap, the oldest past keep goes,
+//  and across the files kept no line is lost, repeated or cut.
+
+//  Stops once a third rotation has dropped the first file (writer.log.2 no longer
+//  starts with line 1) and the child has reopened its log since (writer.log is back).
+static int s_rotate_poll (zloop_t *loop, int timer_id, void *arg)
+{
+    test_t *test = (test_t *) arg;
+    char path[PATH_MAX + 32], line[64] = "";
+    snprintf (path, sizeof path, "%s/writer.log.2", test->log_dir);
+    FILE *file = fopen (path, "r");
+    bool first = !file || !fgets (line, sizeof line, file) || strncmp (line, "line 1 ", 7) == 0;
+    if (file)
+        fclose (file);
+    snprintf (path, sizeof path, "%s/writer.log", test->log_dir);
+    if (!first && access (path, F_OK) == 0) {
+        zloop_timer_end (loop, timer_id);
+        cli_supervisor_stop (test->sup);
+    }
+    return 0;
+}
+
+static void s_rotate_on_ready (test_t *test)
+{
+    zloop_timer (test->loop, 50, 0, s_rotate_poll, test);
+}
+
+//  Appends the numbers of path's "line N" lines to numbers; each line must be whole.
+static void s_test_line_numbers (const char *path, long *numbers, size_t *count, size_t max)
+{
+    FILE *file = fopen (path, "r");
+    assert (file);
+    char line[256];
+    while (fgets (line, sizeof line, file)) {
+        assert (line[strlen (line) - 1] == '\n');
+        long n;
+        char pad[64];
+        if (sscanf (line, "line %ld %63s", &n, pad) == 2) {
+            assert (streq (pad, "padding-padding-padding"));
+            assert (*count < max);
+            numbers[(*count)++] = n;
+        } else
+            assert (streq (line, "reopened\n"));
+    }
+    fclose (file);
+}
+
+static void s_test_rotate (const char *root)
+{
+    test_t test;
+    s_test_setup (&test, root, "rotate");
+    test.on_ready = s_rotate_on_ready;
+    cli_supervisor_set_logs (test.sup, 2000, 2);
+    test.sup->log_check_ms = 100;
+    s_test_add (&test, "writer",
+                "trap 'exec >>\"$SBX_LOG_FILE\" 2>&1; echo reopened' HUP\necho ready >&3\ni=0\n"
+                "while [ $i -lt 100000 ]; do i=$((i+1)); echo \"line $i padding-padding-padding\";"
+                " sleep 0.005; done",
+                NULL);
+    s_test_run (&test);
+    char path[3][PATH_MAX + 32];
+    for (int i = 0; i < 3; i++) {
+        snprintf (path[i], sizeof path[i], "%s/writer.log%s", test.log_dir,
+                  i == 0   ? ".2"
+                  : i == 1 ? ".1"
+                           : "");
+        struct stat st;
+        assert (stat (path[i], &st) == 0);
+        //  The cap, and what a check period adds on a slow machine.
+        assert (st.st_size < 2000 + 6000);
+    }
+    char gone[PATH_MAX + 32];
+    snprintf (gone, sizeof gone, "%s/writer.log.3", test.log_dir);
+    assert (access (gone, F_OK) == -1);
+    static long numbers[20000];
+    size_t count = 0;
+    for (int i = 0; i < 3; i++)
+        s_test_line_numbers (path[i], numbers, &count, sizeof numbers / sizeof numbers[0]);
+    assert (count > 20);
+    for (size_t i = 1; i < count; i++)
+        assert (numbers[i] == numbers[i - 1] + 1);
+    assert (numbers[0] > 1); //  the oldest went
+    assert (s_test_tally (&test, "writer", "starting") == 1);
+    s_test_teardown (&test);
+}
+
 static int s_test_remove (const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void) st;
@@ -1478,7 +1714,9 @@ static void s_test_last_error (const char *root)
            "2026-11-30T04:00:01.300Z INFO  sbx-vmd[2] stopped\n",
            file);
     fclose (file);
-    child_t child = {.log_path = path, .log_start = (off_t) start};
+    struct stat st;
+    assert (stat (path, &st) == 0);
+    child_t child = {.log_path = path, .log_start = (off_t) start, .log_ino = st.st_ino};
     char error[128];
     s_last_error (&child, error, sizeof error);
     assert (streq (error, "vmd.network = isolated needs root"));
@@ -1489,6 +1727,23 @@ static void s_test_last_error (const char *root)
     child.log_start = (off_t) start;
     s_last_error (&child, error, sizeof error); //  nothing new since the spawn
     assert (streq (error, ""));
+
+    //  log.format = json: read as its text would be. After a rotation the log is a new
+    //  file, all of it since the spawn (whose offset was in the old one).
+    char rotated[300];
+    snprintf (rotated, sizeof rotated, "%s.1", path);
+    assert (rename (path, rotated) == 0);
+    file = fopen (path, "w");
+    assert (file);
+    fputs ("{\"ts\":\"2026-11-30T04:00:02.000Z\",\"level\":\"error\",\"daemon\":\"sbx-vmd\","
+           "\"pid\":2,\"request_id\":9,\"sandbox\":\"sb_1\",\"msg\":\"no disk\"}\n"
+           "{\"ts\":\"2026-11-30T04:00:02.100Z\",\"level\":\"info\",\"daemon\":\"sbx-vmd\","
+           "\"pid\":2,\"msg\":\"stopped\"}\n{not json\n",
+           file);
+    fclose (file);
+    s_last_error (&child, error, sizeof error);
+    assert (streq (error, "rid=9 sandbox=sb_1 no disk"));
+    unlink (rotated);
     child.log_path = "/nonexistent/log";
     s_last_error (&child, error, sizeof error);
     assert (streq (error, ""));
@@ -1522,6 +1777,7 @@ void cli_supervisor_test (bool verbose)
     s_test_twice (root);
     s_test_timeout (root);
     s_test_last_error (root);
+    s_test_rotate (root);
 
     nftw (root, s_test_remove, 16, FTW_DEPTH | FTW_PHYS);
     sbx_log_init ("sbx", SBX_LOG_INFO);

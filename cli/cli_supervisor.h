@@ -13,7 +13,9 @@
       exits before it is ready several times in a row (set_give_up) stops them all.
     - SIGINT or SIGTERM stops the children one at a time in reverse order (SIGTERM, then
       SIGKILL after a 10 s grace), then ends the loop. A second one kills at once.
-    - Each child's stdout and stderr are appended to <log_dir>/<name>.log; after every
+    - Each child's stdout and stderr are appended to <log_dir>/<name>.log, whose path
+      it also finds in SBX_LOG_FILE (an sbx daemon opens it itself, see sbx_log.h, so
+      that it can reopen it: cli_supervisor_set_logs). After every
       change the state is written atomically, as JSON, to status_path:
       {"supervisor_pid", "started_ms", "stopping", "daemons": [{"name", "pid" (null when
       not running), "ready", "state", "restarts", "started_ms", "log"}]}.
@@ -82,6 +84,15 @@ void cli_supervisor_set_ready_fn (cli_supervisor_t *self, cli_supervisor_ready_f
 //  A child that exits failed_starts times in a row before it is ready stops everything
 //  (0, the default: never). cli_supervisor_failure then says which and why.
 void cli_supervisor_set_give_up (cli_supervisor_t *self, unsigned failed_starts);
+
+//  Says the children reopen their log on SIGHUP (sbx daemons do): from then on SIGHUP
+//  to the supervisor reopens its own log (sbx_log_file) and is passed on to them, and
+//  with max_bytes > 0 a log (theirs and its own) found that big by a check every
+//  second is rotated: <log> to <log>.1, .1 to .2, ..., keeping keep of them, and its
+//  child told by SIGHUP. A child that is starting is told once ready and its log
+//  rotated only then: until then its last error is looked for in the file it started
+//  with. Call before start.
+void cli_supervisor_set_logs (cli_supervisor_t *self, uint64_t max_bytes, unsigned keep);
 
 //  Why the supervisor gave up ("sbx-gateway exited with status 1 5 times in a row before
 //  it was ready: <its last error line>"), or NULL.

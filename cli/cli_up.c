@@ -135,7 +135,10 @@ static void s_usage (FILE *out)
              "                     input (at least 8 characters) instead of a made one; used\n"
              "                     at the first run only\n"
              "  --plain-http       serve HTTP instead of HTTPS (tests, or behind a proxy)\n"
-             "  --log-level L      debug, info, warn or error, for every daemon\n",
+             "  --log-level L      debug, info, warn or error, for every daemon\n\n"
+             "Logs: DIR/logs/<daemon>.log and sbx-up.log, in log.format (text or json),\n"
+             "rotated at log.max_bytes keeping log.keep; SIGHUP reopens them all (for an\n"
+             "outside logrotate). See docs/operations.md, \"Logs\".\n",
              sbx_config_default_data_dir ());
 }
 
@@ -291,6 +294,15 @@ int cli_up_main (int argc, char **argv)
         sbx_config_destroy (&up.config);
         return 1;
     }
+    //  Our own lines in log.format too, on the terminal and in logs/sbx-up.log; the
+    //  daemons' first lines, before they read sbx.conf, as well (SBX_LOG_FORMAT).
+    const char *log_format = sbx_config_get (up.config, "log.format", "text");
+    sbx_log_set_format (log_format);
+    setenv ("SBX_LOG_FORMAT", log_format, 1);
+    char *own_log = sbx_config_path (up.config, "logs/sbx-up.log");
+    if (own_log)
+        sbx_log_set_file (own_log, false);
+    free (own_log);
     if ((listen || domain || box_domain || plain) && sbx_config_save (up.config))
         sbx_warn ("cannot save %s/sbx.conf: %s", sbx_config_data_dir (up.config), strerror (errno));
     if (asprintf (&up.admin_email, "%s%s", admin ? "" : "admin@",
@@ -342,6 +354,11 @@ int cli_up_main (int argc, char **argv)
         //  A daemon that cannot start (port in use, bad setting, missing image) fails the
         //  same way each time: after five in a row sbx up stops and says why.
         cli_supervisor_set_give_up (up.supervisor, S_GIVE_UP);
+        //  Each daemon reopens its log on SIGHUP; sbx up rotates them by size.
+        cli_supervisor_set_logs (
+            up.supervisor,
+            sbx_config_get_range (up.config, "log.max_bytes", 16u << 20, 0, UINT64_MAX),
+            (unsigned) sbx_config_get_range (up.config, "log.keep", 5, 1, 1000));
         if (cli_supervisor_start (up.supervisor, up.loop))
             rc = 1;
         else {

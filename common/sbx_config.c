@@ -19,7 +19,16 @@
 //  one, or the kind given. Files are checked only where the operator brings them (a path
 //  that sbx up itself makes, such as its own CA for gateway.oauth_fetch_ca, may not exist
 //  yet when it checks).
-typedef enum { K_ANY, K_ONOFF, K_TRUEFALSE, K_HOSTPORT, K_HOSTPORT_OFF, K_FILE, K_DIR } s_kind_t;
+typedef enum {
+    K_ANY,
+    K_ONOFF,
+    K_TRUEFALSE,
+    K_TEXTJSON,
+    K_HOSTPORT,
+    K_HOSTPORT_OFF,
+    K_FILE,
+    K_DIR
+} s_kind_t;
 
 typedef struct {
     const char *key;
@@ -88,6 +97,11 @@ static const s_known_t s_known[] = {
     {"plan.free.ttl_default_s", "3600", K_ANY},
     {"plan.free.requests_per_second", "20", K_ANY},
     {"plan.free.snapshots", "0", K_ANY}, //  user snapshots kept per account
+    //  Logs (docs/operations.md, "Logs"): every daemon's line format; the size at which
+    //  sbx up rotates a log (0: never, for an external logrotate) and how many it keeps.
+    {"log.format", "text", K_TEXTJSON},
+    {"log.max_bytes", "16777216", K_ANY},
+    {"log.keep", "5", K_ANY},
     {NULL, NULL, K_ANY}};
 
 typedef struct {
@@ -361,6 +375,8 @@ static int s_check_value (const s_known_t *known, const char *key, const char *v
         want = "on or off";
     else if (known->kind == K_TRUEFALSE && strcmp (value, "true") && strcmp (value, "false"))
         want = "true or false";
+    else if (known->kind == K_TEXTJSON && strcmp (value, "text") && strcmp (value, "json"))
+        want = "text or json";
     else if (known->kind == K_HOSTPORT ||
              (known->kind == K_HOSTPORT_OFF && strcmp (value, "off"))) {
         const char *colon = strrchr (value, ':');
@@ -441,7 +457,8 @@ void sbx_config_test (bool verbose)
                                 {"listen", "nohost"},         {"tls", "maybe"},
                                 {"tls.cert", "/nonexistent"}, {"image_dir", "/etc/hostname"},
                                 {"plan.gold.running", "-1"},  {"gateway.read_cache", "yes"},
-                                {"heartbeat_ms", "10s"}};
+                                {"heartbeat_ms", "10s"},      {"log.format", "xml"},
+                                {"log.max_bytes", "16M"}};
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             sbx_config_t *c = sbx_config_new (dir);
             assert (sbx_config_set (c, bad[i][0], bad[i][1]) == 0);

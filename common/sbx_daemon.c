@@ -6,7 +6,10 @@
 #include "sbx_ready.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <getopt.h>
+#include <signal.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 struct sbx_daemon_t {
@@ -17,6 +20,7 @@ struct sbx_daemon_t {
     sbx_peer_request_fn *request_fn;
     void *request_arg;
     uint64_t started_ms;
+    int hup_fd; //  signalfd for SIGHUP: reopen the log file
 };
 
 static void s_usage (FILE *out, const char *name, const char *summary)
@@ -32,8 +36,26 @@ static void s_usage (FILE *out, const char *name, const char *summary)
              "  --log-level L     debug, info, warn or error (default info)\n"
              "  --help            this text\n"
              "  --version         print the version\n"
-             "\nNormally started by `sbx up`, which supervises it; logs go to stderr.\n",
+             "\nNormally started by `sbx up`, which supervises it. Logs go to stderr, or to\n"
+             "the file SBX_LOG_FILE names (reopened on SIGHUP); log.format = text|json.\n",
              name, summary, sbx_config_default_data_dir ());
+}
+
+//  SIGHUP: a rotation renamed our log file (sbx up's, or logrotate's): open it again.
+static int s_on_hup (zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    (void) loop;
+    (void) item;
+    sbx_daemon_t *self = arg;
+    struct signalfd_siginfo info;
+    bool hup = false;
+    while (read (self->hup_fd, &info, sizeof info) == (ssize_t) sizeof info)
+        hup = true;
+    if (hup && sbx_log_file () && sbx_log_reopen () == 0)
+        sbx_info ("SIGHUP: log file %s reopened", sbx_log_file ());
+    else if (hup && !sbx_log_file ())
+        sbx_info ("SIGHUP: logs go to stderr; nothing to reopen");
+    return 0;
 }
 
 sbx_daemon_t *sbx_daemon_new (int argc, char **argv, const char *name, const char *summary,
@@ -91,7 +113,15 @@ sbx_daemon_t *sbx_daemon_new (int argc, char **argv, const char *name, const cha
     if (level)
         setenv ("SBX_LOG_LEVEL", level, 1);
     sbx_log_init (name, SBX_LOG_INFO);
+    //  SIGHUP (reopen the log) is read from a signalfd in the loop. Blocked here, before
+    //  the first zsock starts libzmq's threads, so every thread inherits the mask: an
+    //  unblocked thread would take it with the default action, which ends the process.
+    sigset_t hup;
+    sigemptyset (&hup);
+    sigaddset (&hup, SIGHUP);
+    pthread_sigmask (SIG_BLOCK, &hup, NULL);
     sbx_daemon_t *self = calloc (1, sizeof *self);
+    self->hup_fd = -1;
     self->name = strdup (name);
     self->started_ms = sbx_clock_now_ms ();
     self->config = sbx_config_new (data_dir);
@@ -116,10 +146,32 @@ sbx_daemon_t *sbx_daemon_new (int argc, char **argv, const char *name, const cha
         }
     }
     zlist_destroy (&sets);
+    //  Every value by its kind, as sbx up checks them, whoever started us (systemd, a
+    //  person): a bad one is refused naming its key rather than half-used. An ERROR
+    //  line, so that sbx up, should sbx.conf change under it, gives it as the reason.
+    char why[600];
+    if (sbx_config_check (self->config, why, sizeof why)) {
+        sbx_error ("%s (invalid_argument; from --set or %s/sbx.conf)", why,
+                   sbx_config_data_dir (self->config));
+        sbx_daemon_destroy (&self);
+        return NULL;
+    }
+    sbx_log_set_format (sbx_config_get (self->config, "log.format", "text"));
+    //  Under sbx up: the log file is ours to open, so we can open it again after a
+    //  rotation. Not passed on to what we run (QEMU, nft).
+    const char *log_file = getenv ("SBX_LOG_FILE");
+    if (log_file && *log_file)
+        sbx_log_set_file (log_file, true);
+    unsetenv ("SBX_LOG_FILE");
     //  Every series says which daemon and which of them: "sbx-vmd" counts as vmd.
     sbx_metrics_set_identity (sbx_metrics_here (), strncmp (name, "sbx-", 4) == 0 ? name + 4 : name,
                               sbx_config_get (self->config, "instance", "local"));
     self->loop = zloop_new ();
+    self->hup_fd = signalfd (-1, &hup, SFD_NONBLOCK | SFD_CLOEXEC);
+    zmq_pollitem_t item = {NULL, self->hup_fd, ZMQ_POLLIN, 0};
+    if (self->hup_fd == -1 || zloop_poller (self->loop, &item, s_on_hup, self))
+        sbx_warn ("cannot watch for SIGHUP (%s): the log file will not be reopened",
+                  strerror (errno));
     *exit_code = 0;
     return self;
 }
@@ -132,6 +184,8 @@ void sbx_daemon_destroy (sbx_daemon_t **self_p)
         return;
     sbx_peer_destroy (&self->peer);
     zloop_destroy (&self->loop);
+    if (self->hup_fd != -1)
+        close (self->hup_fd);
     sbx_config_destroy (&self->config);
     free (self->name);
     free (self);

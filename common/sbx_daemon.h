@@ -20,7 +20,11 @@
 
 typedef struct sbx_daemon_t sbx_daemon_t;
 
-//  Parses the options and loads the config. `name` is the executable ("sbx-vmd"),
+//  Parses the options, loads the config and checks every value by its key's kind (a bad
+//  one: why, naming the key, and exit code 2). Logs in log.format; to the file that
+//  SBX_LOG_FILE names when set (sbx up does), reopened on SIGHUP, else to stderr. SIGHUP
+//  is blocked here and read in the loop: call this before anything starts threads.
+//  `name` is the executable ("sbx-vmd"),
 //  `summary` one paragraph for --help. On --help/--version prints and sets *exit_code
 //  to 0; on a bad option prints why and sets it to 2; returns NULL in both cases.
 sbx_daemon_t *sbx_daemon_new (int argc, char **argv, const char *name, const char *summary,

@@ -20,6 +20,8 @@ PACKAGES=(
   iproute2
   # the benchmarks' HTTP load (bench/run)
   wrk
+  # an outside rotation of sbx up's logs, as docs/operations.md shows it (test_logs.py)
+  logrotate
   # a real browser for the sign-in and consent pages' tests (test_edge_site.py)
   chromium
   # a real balancer in front of several gateways (test_edge_balance.py runs its own, in
