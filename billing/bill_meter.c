@@ -427,36 +427,47 @@ sbx_msg_t *bill_meter_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t no
     return reply;
 }
 
+typedef struct {
+    bill_meter_t *meter;
+    uint64_t now;
+    uint64_t micro; //  the open intervals' cost so far
+} s_open_t;
+
+//  An open interval priced as usage prices it (s_on_interval): the pieces it cuts at
+//  midnights add up to this, the cost being cumulative.
+static void s_on_open (const bill_interval_row_t *row, void *arg)
+{
+    s_open_t *o = arg;
+    uint64_t rate = s_rate_of (o->meter, row->type);
+    uint64_t before = rate == row->sandbox_rate ? row->sandbox_rate_ms : 0;
+    uint64_t ms = o->now > row->start_ms ? o->now - row->start_ms : 0;
+    o->micro += bill_meter_cost (before, ms, rate);
+}
+
 int bill_meter_funds (bill_meter_t *self, const char *account, uint64_t now_ms, bool *prepaid,
                       int64_t *balance)
 {
     assert (self && account && prepaid && balance);
-    sbx_msg_t *request = sbx_msg_new (SBX_MSG_USAGE_GET);
-    sbx_caller_t *caller = request ? calloc (1, sizeof *caller) : NULL;
-    if (!caller) {
-        sbx_msg_destroy (&request);
-        return -1;
-    }
-    caller->kind = SBX_CALLER_KIND_SYSTEM;
-    request->caller = caller;
-    sbx_str_set (&sbx_msg_usage_get (request)->account, account);
-    sbx_msg_t *reply = bill_meter_usage (self, request, now_ms);
-    uint64_t charged = 0, charged_active = 0;
-    int rc = -1;
-    sbx_usage_get_ok_t *ok =
-        reply->type == SBX_MSG_USAGE_GET_OK ? sbx_msg_usage_get_ok (reply) : NULL;
-    if (ok && ok->wallet && bill_store_ledger_totals (self->store, account, NULL, &charged) == 0 &&
-        bill_store_wallet_charged (self->store, account, ok->wallet, &charged_active) == 0) {
+    //  Each second for every account: rows that stay few whatever the history (the
+    //  active wallet, its charged total, the open intervals), never the whole ledger.
+    char *wallet = NULL;
+    int64_t held = 0;
+    uint64_t charged_active = 0;
+    s_open_t open = {.meter = self, .now = now_ms};
+    int rc =
+        bill_store_wallet_active (self->store, account, &wallet, &held) == 0 &&
+                bill_store_wallet_charged (self->store, account, wallet, &charged_active) == 0 &&
+                bill_store_intervals_open (self->store, account, s_on_open, &open) >= 0
+            ? 0
+            : -1;
+    free (wallet);
+    if (rc == 0) {
         //  What was ever put in the active wallet: its balance plus what the ledger took
-        //  from it. What running sandboxes used so far (the usage total less everything
-        //  charged, to any wallet) is not charged yet: it will be, to the active wallet.
-        int64_t credits = ok->balance_micro_usd + (int64_t) charged_active;
-        *prepaid = credits > 0;
-        *balance = ok->balance_micro_usd - ((int64_t) ok->micro_usd - (int64_t) charged);
-        rc = 0;
+        //  from it. What running sandboxes used so far is not charged yet: it will be,
+        //  to the active wallet.
+        *prepaid = held + (int64_t) charged_active > 0;
+        *balance = held - (int64_t) open.micro;
     }
-    sbx_msg_destroy (&reply);
-    sbx_msg_destroy (&request);
     return rc;
 }
 
@@ -513,6 +524,22 @@ static sbx_caller_t *s_test_caller (sbx_caller_kind_t kind, const char *account)
     caller->kind = kind;
     sbx_str_set (&caller->account_id, account);
     return caller;
+}
+
+//  The funds as the whole history has them (what bill_meter_funds did before it read
+//  only the open intervals): the balance less all usage not in the ledger yet.
+static int64_t s_test_funds_whole (bill_meter_t *meter, bill_store_t *store, const char *account,
+                                   uint64_t now)
+{
+    sbx_msg_t *reply = s_test_usage (meter, account, NULL, 0, 0,
+                                     s_test_caller (SBX_CALLER_KIND_SYSTEM, NULL), now);
+    assert (reply->type == SBX_MSG_USAGE_GET_OK);
+    sbx_usage_get_ok_t *ok = sbx_msg_usage_get_ok (reply);
+    uint64_t charged = 0;
+    assert (bill_store_ledger_totals (store, account, NULL, &charged) == 0);
+    int64_t funds = ok->balance_micro_usd - ((int64_t) ok->micro_usd - (int64_t) charged);
+    sbx_msg_destroy (&reply);
+    return funds;
 }
 
 void bill_meter_test (bool verbose)
@@ -613,6 +640,11 @@ void bill_meter_test (bool verbose)
     int64_t funds = 0;
     assert (bill_meter_funds (meter, "acc_a", S_DAY_MS + 8000, &prepaid, &funds) == 0);
     assert (prepaid && funds == 1000000 - 73 - 30);
+    assert (s_test_funds_whole (meter, store, "acc_a", S_DAY_MS + 8000) == funds);
+    for (uint64_t t = S_DAY_MS + 8000; t < S_DAY_MS + 8000 + 3 * S_DAY_MS; t += S_DAY_MS / 7) {
+        assert (bill_meter_funds (meter, "acc_a", t, &prepaid, &funds) == 0);
+        assert (s_test_funds_whole (meter, store, "acc_a", t) == funds);
+    }
     assert (bill_meter_funds (meter, "acc_nobody", S_DAY_MS, &prepaid, &funds) == -1);
 
     //  A window and one sandbox; the account's own key; a stranger's key sees nothing.
@@ -663,6 +695,7 @@ void bill_meter_test (bool verbose)
     sbx_msg_destroy (&reply);
     assert (bill_meter_funds (meter, "acc_a", S_DAY_MS + 9000, &prepaid, &funds) == 0);
     assert (prepaid && funds == 460);
+    assert (s_test_funds_whole (meter, store, "acc_a", S_DAY_MS + 9000) == funds);
     //  Unnamed credits go to the active wallet; wallets of unknown accounts are dropped.
     credit = sbx_msg_new (SBX_MSG_WALLET_CREDITED);
     sbx_str_set (&sbx_msg_wallet_credited (credit)->account_id, "acc_a");

@@ -70,6 +70,11 @@ static const char *s_migrations[] = {
     "  ms INTEGER NOT NULL,"
     "  micro INTEGER NOT NULL);"
     "CREATE INDEX ledger_by_account ON ledger (account, seq);",
+    //  2: what the ledger took from each wallet, kept with it: the funds check reads one
+    //  row a second, not the account's whole ledger.
+    "ALTER TABLE wallets ADD COLUMN charged_micro INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE wallets SET charged_micro = "
+    "  (SELECT coalesce (sum (micro), 0) FROM ledger WHERE ledger.wallet = wallets.id);",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
@@ -94,8 +99,10 @@ typedef enum {
     ST_INTERVAL_OPEN,
     ST_INTERVAL_CLOSE,
     ST_CHARGE_ADD,
+    ST_WALLET_CHARGE,
     ST_LEDGER_TOTALS,
     ST_INTERVALS,
+    ST_INTERVALS_OPEN,
     ST_ACCOUNTS,
     ST_COUNT
 } stmt_id_t;
@@ -123,8 +130,8 @@ static const char *s_sql[ST_COUNT] = {
     [ST_WALLET_SET_ACTIVE] = "UPDATE wallets SET active = 1 WHERE id = ?1",
     [ST_WALLETS] = "SELECT name, balance_micro, active FROM wallets WHERE account = ?1 "
                    "ORDER BY created_ms, name",
-    [ST_WALLET_CHARGED] = "SELECT coalesce (sum (micro), 0) FROM ledger "
-                          "WHERE account = ?1 AND wallet = ?2",
+    [ST_WALLET_CHARGED] = "SELECT coalesce ((SELECT charged_micro FROM wallets "
+                          "WHERE account = ?1 AND id = ?2), 0)",
     [ST_SANDBOX_FIND] = "SELECT id, account, type, state, rate, rate_ms, total_ms, total_micro "
                         "FROM sandboxes WHERE id = ?1",
     [ST_SANDBOX_PUT] =
@@ -141,6 +148,7 @@ static const char *s_sql[ST_COUNT] = {
                           "rate_ms_before = ?6, micro = ?7 WHERE id = ?1 AND end_seq IS NULL",
     [ST_CHARGE_ADD] = "INSERT INTO ledger (account, wallet, sandbox_id, interval_id, seq, ts_ms, "
                       "seconds, ms, micro) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    [ST_WALLET_CHARGE] = "UPDATE wallets SET charged_micro = charged_micro + ?2 WHERE id = ?1",
     [ST_LEDGER_TOTALS] = "SELECT coalesce (sum (ms), 0), coalesce (sum (micro), 0) FROM ledger "
                          "WHERE ?1 IS NULL OR account = ?1",
     [ST_INTERVALS] =
@@ -149,6 +157,11 @@ static const char *s_sql[ST_COUNT] = {
         "coalesce (i.rate_ms_before, 0), coalesce (i.micro, 0), s.rate, s.rate_ms "
         "FROM intervals i JOIN sandboxes s ON s.id = i.sandbox_id "
         "WHERE s.account = ?1 AND (?2 IS NULL OR s.id = ?2) ORDER BY s.rowid, i.start_seq",
+    //  The same columns, only the open ones (intervals_open): as many as sandboxes run.
+    [ST_INTERVALS_OPEN] =
+        "SELECT i.id, i.sandbox_id, s.type, s.state, i.start_seq, i.start_ms, 0, 0, 0, 0, 0, "
+        "s.rate, s.rate_ms FROM sandboxes s JOIN intervals i ON i.sandbox_id = s.id AND "
+        "i.end_seq IS NULL WHERE s.account = ?1 AND (?2 IS NULL OR s.id = ?2) ORDER BY s.rowid",
 };
 
 struct _bill_store_t {
@@ -541,7 +554,12 @@ int bill_store_charge_add (bill_store_t *self, const bill_charge_t *c)
     sqlite3_bind_int64 (stmt, 7, (sqlite3_int64) (c->ms / 1000));
     sqlite3_bind_int64 (stmt, 8, (sqlite3_int64) c->ms);
     sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) c->micro);
-    return sbx_db_run (self->db, ST_CHARGE_ADD, "charge add");
+    if (sbx_db_run (self->db, ST_CHARGE_ADD, "charge add"))
+        return -1;
+    stmt = sbx_db_stmt (self->db, ST_WALLET_CHARGE);
+    sbx_db_bind_text (stmt, 1, c->wallet);
+    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) c->micro);
+    return sbx_db_run (self->db, ST_WALLET_CHARGE, "wallet charge");
 }
 
 int bill_store_ledger_totals (bill_store_t *self, const char *account, uint64_t *ms_p,
@@ -584,12 +602,12 @@ int bill_store_accounts (bill_store_t *self, bill_store_account_fn *fn, void *ar
     return rc == SQLITE_DONE ? count : -1;
 }
 
-int bill_store_intervals (bill_store_t *self, const char *account, const char *sandbox_id,
-                          bill_store_interval_fn *fn, void *arg)
+static int s_intervals (bill_store_t *self, stmt_id_t id, const char *account,
+                        const char *sandbox_id, bill_store_interval_fn *fn, void *arg)
 {
     if (!self || !sbx_db_nonempty (account) || !fn)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_INTERVALS);
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
     if (sqlite3_stmt_busy (stmt)) {
         sbx_warn ("store %s: intervals called from its own callback", sbx_db_path (self->db));
         return -1;
@@ -625,6 +643,18 @@ int bill_store_intervals (bill_store_t *self, const char *account, const char *s
         sbx_db_log_error (self->db, "intervals");
     sbx_db_reset (stmt);
     return rc == SQLITE_DONE ? count : -1;
+}
+
+int bill_store_intervals (bill_store_t *self, const char *account, const char *sandbox_id,
+                          bill_store_interval_fn *fn, void *arg)
+{
+    return s_intervals (self, ST_INTERVALS, account, sandbox_id, fn, arg);
+}
+
+int bill_store_intervals_open (bill_store_t *self, const char *account, bill_store_interval_fn *fn,
+                               void *arg)
+{
+    return s_intervals (self, ST_INTERVALS_OPEN, account, NULL, fn, arg);
 }
 
 //  --------------------------------------------------------------------------
@@ -729,7 +759,36 @@ void bill_store_test (bool verbose)
     assert (bill_store_wallet_active (store, "acc_a", NULL, &balance) == 0 && balance == 4999975);
     int rows = 0;
     assert (bill_store_intervals (store, "acc_a", NULL, s_count_row, &rows) == 1 && rows == 1);
+    uint64_t charged = 0;
+    assert (bill_store_wallet_charged (store, "acc_a", "wal_acc_a_main", &charged) == 0 &&
+            charged == 25);
+    assert (bill_store_wallet_charged (store, "acc_a", "wal_none", &charged) == 0 && charged == 0);
+    rows = 0;
+    assert (bill_store_intervals_open (store, "acc_a", s_count_row, &rows) == 0 && rows == 0);
     bill_store_destroy (&store);
+    bill_store_destroy (&store);
+
+    //  Migration 2 on a store of version 1: each wallet's charged total from its ledger.
+    snprintf (path, sizeof path, "%s/v1.db", dir);
+    sbx_db_t *v1 = sbx_db_new (path, "sbx-billing", s_migrations, 1, NULL, 0);
+    assert (v1);
+    assert (sbx_db_exec (v1,
+                         "INSERT INTO wallets VALUES ('wal_a', 'acc_a', 'main', 70, 1, 1), "
+                         "('wal_b', 'acc_a', 'old', 0, 0, 1);"
+                         "INSERT INTO sandboxes (id, account, type, state) VALUES "
+                         "('sb_1', 'acc_a', 'small', 'stopped');"
+                         "INSERT INTO intervals (id, sandbox_id, start_seq, start_ms, end_seq) "
+                         "VALUES (1, 'sb_1', 1, 0, 2), (2, 'sb_1', 3, 0, 4), (3, 'sb_1', 5, 0, 6);"
+                         "INSERT INTO ledger (account, wallet, sandbox_id, interval_id, seq, "
+                         "ts_ms, seconds, ms, micro) VALUES ('acc_a', 'wal_a', 'sb_1', 1, 2, 0, "
+                         "0, 0, 10), ('acc_a', 'wal_a', 'sb_1', 2, 4, 0, 0, 0, 20), ('acc_a', "
+                         "'wal_b', 'sb_1', 3, 6, 0, 0, 0, 5)",
+                         "v1 rows") == 0);
+    sbx_db_destroy (&v1);
+    store = bill_store_new (path);
+    assert (store && bill_store_schema_version (store) == MIGRATION_COUNT);
+    assert (bill_store_wallet_charged (store, "acc_a", "wal_a", &charged) == 0 && charged == 30);
+    assert (bill_store_wallet_charged (store, "acc_a", "wal_b", &charged) == 0 && charged == 5);
     bill_store_destroy (&store);
 
     //  Not a database: refused.

@@ -152,6 +152,9 @@ int bill_store_ledger_totals (bill_store_t *self, const char *account, uint64_t 
 //  intervals in order. Returns the number of rows, or -1.
 int bill_store_intervals (bill_store_t *self, const char *account, const char *sandbox_id,
                           bill_store_interval_fn *fn, void *arg);
+//  The same for the account's open intervals only (its running sandboxes).
+int bill_store_intervals_open (bill_store_t *self, const char *account, bill_store_interval_fn *fn,
+                               void *arg);
 
 void bill_store_test (bool verbose);
 
