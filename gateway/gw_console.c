@@ -291,12 +291,14 @@ static void s_connect (FILE *out, const gw_console_page_t *p)
     fputs ("<section id=\"connect\"><h2>Connect</h2>\n<p>The MCP endpoint of this service:</p>",
            out);
     s_snippet (out, "snippet-mcp-url", mcp);
-    fputs ("<h3>Claude</h3><p>Customize &gt; Connectors &gt; Add custom connector: name it "
-           "sbx, paste this URL, Add, then sign in here and click Allow.</p>",
+    fputs ("<h3>Claude</h3><p>Customize &gt; Connectors &gt; + Add &gt; Add custom "
+           "connector: name it sbx, this URL, Continue, Add; sign in here and click "
+           "Allow.</p>",
            out);
     s_snippet (out, "snippet-claude", mcp);
-    fputs ("<h3>ChatGPT</h3><p>Settings &gt; Connectors (developer mode) &gt; Create: this "
-           "URL, authentication OAuth; sign in here and click Allow.</p>",
+    fputs ("<h3>ChatGPT</h3><p>Plugins &gt; + &gt; Add custom MCP server: this URL, "
+           "authentication OAuth, client fields empty; create, install, sign in here and "
+           "click Allow.</p>",
            out);
     s_snippet (out, "snippet-chatgpt", mcp);
     fputs ("<h3>Claude Code</h3><p>Signs in here on first use (<code>/mcp</code> in Claude "
