@@ -226,6 +226,16 @@ char *gw_box_page (const char *label, const char *box_url, const char *console_u
         }
         fputs ("</table>\n", out);
     }
+    size_t i;
+    const json_t *port;
+    json_array_foreach (ports, i,
+                        port) if (json_integer_value (json_object_get (port, "port")) == 80 &&
+                                  json_is_true (json_object_get (port, "public")))
+    {
+        fputs ("<p id=\"port-80\">Port 80 is public: <a href=\"", out);
+        gw_pages_put (out, box_url);
+        fputs ("\">this address</a> serves its page to everyone.</p>\n", out);
+    }
     fputs ("<p><a href=\"", out);
     gw_pages_put (out, console_url);
     fputs ("\">Your account page</a> stops, resumes and deletes it.</p>\n", out);
@@ -302,7 +312,14 @@ void gw_box_test (bool verbose)
     assert (strstr (page, "&lt;demo&gt;") && !strstr (page, "<demo>"));
     assert (strstr (page, "data-port=\"8000\"") && strstr (page, "anyone (public)"));
     assert (strstr (page, "href=\"https://calm-otter-9000.box.localhost\""));
-    assert (strstr (page, "your API keys (private"));
+    assert (strstr (page, "your API keys (private") && !strstr (page, "Port 80 is public"));
+    free (page);
+    json_array_append_new (json_object_get (sandbox, "ports"),
+                           json_pack ("{s:i, s:s, s:b}", "port", 80, "url",
+                                      "https://calm-otter-80.box.localhost", "public", 1));
+    page = gw_box_page ("calm-otter", "https://calm-otter.box.localhost",
+                        "https://localhost/account", sandbox, NULL);
+    assert (strstr (page, "Port 80 is public: <a href=\"https://calm-otter.box.localhost\">"));
     free (page);
     json_decref (sandbox);
 
