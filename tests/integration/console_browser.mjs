@@ -37,7 +37,8 @@ try {
   const errors = [];
   page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
   page.on("pageerror", (e) => errors.push(String(e)));
-  page.on("dialog", (d) => d.accept());
+  const dialogs = [];
+  page.on("dialog", (d) => { dialogs.push(d.message()); d.accept(); });
   const row = `tr.sandbox[data-id="${cfg.sandboxId}"]`;
   const submit = async (selector) =>
     Promise.all([page.waitForNavigation(), page.click(selector)]);
@@ -128,6 +129,11 @@ try {
   const byKey = await keyed.newPage();
   const keyRes = await byKey.goto(plain);
   out("bykey", { status: keyRes.status(), text: await byKey.textContent("body") });
+
+  // Delete, from the console (it asks first: accepted), then the row is gone.
+  await page.goto(`${cfg.gateway}/account`);
+  await submit(`${row} button[value=delete]`);
+  await check("deleted", { row: await page.$(row) !== null, dialogs });
   out("done", { errors });
 } catch (e) {
   out("failed", { error: String(e.stack || e) });

@@ -5,7 +5,7 @@ port published), headless Chromium (Debian's chromium, driven by playwright-core
 test_edge_site) signs in on /account with a wrong password (the form comes back with the
 email kept) and then the right one; sees the sandbox (state, type, URL, running time,
 cost, ports); stops and resumes it from the page while this test checks its state
-through REST after each; creates a key, copies it with the Copy button and reads it back
+through REST after each (and deletes it at the end, answering its question); creates a key, copies it with the Copy button and reads it back
 from the clipboard, and this test uses it on REST; reads the 14- and 30-day SVG charts
 (a bar per day, matching billing's figures from REST) and the Connect snippets (this
 service's real URL). Then the sandbox's own URL https://<label>.box.<domain>/: its
@@ -86,7 +86,15 @@ class ConsoleTest(unittest.TestCase):
             status, body = self.rest(s, step["copied"], "POST", f"/v1/sandboxes/{sid}/stop")
             self.assertEqual(status, 403, body)
 
-        checks = {"stopped": on_stopped, "resumed": on_resumed, "key": on_key}
+        def on_deleted(step):
+            self.assertFalse(step["row"], step)
+            self.assertEqual(len(step["dialogs"]), 1, step)
+            self.assertIn("Delete this sandbox?", step["dialogs"][0])
+            status, body = self.rest(s, key, "GET", f"/v1/sandboxes/{sid}")
+            self.assertEqual(status, 404, body)
+
+        checks = {"stopped": on_stopped, "resumed": on_resumed, "key": on_key,
+                  "deleted": on_deleted}
         try:
             for line in proc.stdout:
                 log.append(line)
@@ -180,7 +188,8 @@ class ConsoleTest(unittest.TestCase):
         # The owner's API key, as private ports take it.
         self.assertEqual(steps["bykey"]["status"], 200, steps["bykey"])
         self.assertIn(sid, steps["bykey"]["text"])
-        # Never a bare 404, even through curl-like clients: the JSON error is gone.
+        self.assertIn("deleted", steps)
+        # Never a bare 404, even through curl-like clients (the sandbox is gone now).
         status, _, raw = s.https("GET", "/", headers={"Host": sb["url"].split("//")[1]})
         self.assertEqual(status, 200, raw)
         self.assertIn(b"An sbx sandbox", raw)
