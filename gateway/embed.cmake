@@ -1,5 +1,6 @@
 # Writes a file's bytes as a C string constant: cmake -DIN=… -DOUT=… -DNAME=… -P embed.cmake
-# (used for docs/openapi.json, which gw_rest serves verbatim at /v1/openapi.json).
+# (used for docs/openapi.json, which gw_rest serves verbatim at /v1/openapi.json, and
+# gateway/console.js, the account console's script).
 file(READ ${IN} hex HEX)
 string(LENGTH "${hex}" hex_length)
 math(EXPR size "${hex_length} / 2")

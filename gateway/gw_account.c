@@ -1,11 +1,13 @@
 /*  gw_account - see gw_account.h */
 #include "gw_account.h"
-#include "sbx_idmap.h"
 #include "gw_broker.h"
+#include "gw_console.h"
 #include "gw_pages.h"
 #include "gw_session.h"
 #include "gw_signin.h"
+#include "sbx_idmap.h"
 #include "sbx_secret.h"
+#include "sbx_urls.h"
 
 #include <assert.h>
 #include <time.h>
@@ -18,6 +20,8 @@ struct gw_account_t {
     gw_broker_t *broker;
     gw_session_t *session;
     gw_signin_t *signin;
+    gw_ops_t *ops;  //  the sandbox and snapshot operations, as REST runs them
+    char *base_url; //  where clients reach this service (the Connect snippets)
     zhashx_t *jobs; //  serial → s_job_t
     uint64_t next_serial;
 };
@@ -31,10 +35,13 @@ typedef struct {
     sbx_caller_t caller; //  the signed-in account (kind session)
     char *account_id;
     char *email;
-    char *new_key;    //  a key just created, shown once
-    char *usage_html; //  billing's part of the page, made before the key list is asked for
+    char *new_key; //  a key just created, shown once
+    //  The page's parts as they come (usage, keys, sandboxes, snapshots), each its
+    //  figures or {"error": why}.
+    json_t *usage, *keys, *sandboxes, *snapshots;
     uint64_t broker_handle;
     uint64_t signin_handle;
+    uint64_t ops_handle;
 } s_job_t;
 
 static void s_job_free (s_job_t **job_p)
@@ -44,13 +51,17 @@ static void s_job_free (s_job_t **job_p)
         return;
     gw_broker_cancel (job->account->broker, job->broker_handle);
     gw_signin_cancel (job->account->signin, job->signin_handle);
+    gw_ops_cancel (job->account->ops, job->ops_handle);
     zhashx_destroy (&job->form);
     free (job->account_id);
     free (job->email);
     if (job->new_key)
         sbx_secret_wipe (job->new_key);
     free (job->new_key);
-    free (job->usage_html);
+    json_decref (job->usage);
+    json_decref (job->keys);
+    json_decref (job->sandboxes);
+    json_decref (job->snapshots);
     free (job);
     *job_p = NULL;
 }
@@ -107,11 +118,12 @@ static void s_back (gw_request_t *req)
     gw_request_respond (req, 303, "text/plain", "see /account\n", 13);
 }
 
-static void s_signin_page (gw_account_t *self, gw_request_t *req, int status, const char *error)
+static void s_signin_page (gw_account_t *self, gw_request_t *req, int status, const char *email,
+                           const char *error)
 {
     char *csrf = gw_session_csrf (self->session, req, NULL);
     gw_pages_field_t fields[] = {{"csrf", csrf}};
-    gw_pages_respond (req, status, gw_pages_signin ("/account", fields, 1, NULL, error));
+    gw_pages_respond (req, status, gw_pages_signin ("/account", fields, 1, NULL, email, error));
     free (csrf);
 }
 
@@ -127,49 +139,19 @@ static void s_time (uint64_t ms, char *out, size_t size)
     strftime (out, size, "%Y-%m-%d %H:%M UTC", &tm);
 }
 
-static void s_on_list (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+//  "<lead>: <message> (<code>)." as the part's {"error": …}.
+static json_t *s_part_error (const char *lead, sbx_code_t code, const char *message)
 {
-    s_job_t *job = arg;
-    gw_request_t *req = s_job_answered (job);
-    if (!req)
-        return;
-    if (!reply) {
-        s_broker_error (req, code == SBX_E_NOT_FOUND ? 404 : 503, "Try again later",
-                        "Your keys cannot be listed now", code, message);
-        s_job_end (job);
-        return;
-    }
-    sbx_key_info_list_t *list = &sbx_msg_key_list_ok (reply)->keys;
-    gw_pages_key_t *keys = calloc (list->count + 1, sizeof *keys);
-    char (*times)[2][40] = calloc (list->count + 1, sizeof *times);
-    if (!keys || !times) {
-        free (keys);
-        free (times);
-        gw_pages_respond (req, 500, NULL);
-        s_job_end (job);
-        return;
-    }
-    for (size_t i = 0; i < list->count; i++) {
-        sbx_key_info_t *k = &list->items[i];
-        s_time (k->created_ms, times[i][0], sizeof times[i][0]);
-        s_time (k->last_used_ms, times[i][1], sizeof times[i][1]);
-        keys[i] = (gw_pages_key_t){.key_id = k->key_id,
-                                   .kind = sbx_key_kind_name (k->kind),
-                                   .name = k->name,
-                                   .preset = sbx_key_preset_name (k->preset),
-                                   .prefix = k->prefix,
-                                   .created = times[i][0],
-                                   .last_used = times[i][1],
-                                   .revoked = k->revoked};
-    }
-    char *csrf = gw_session_csrf (job->account->session, req, job->account_id);
-    gw_pages_respond (req, 200,
-                      gw_pages_account (csrf, job->email, job->usage_html, keys, list->count,
-                                        job->new_key, job->new_key ? "Key created." : NULL));
-    free (csrf);
-    free (keys);
-    free (times);
-    s_job_end (job);
+    char text[600];
+    snprintf (text, sizeof text, "%s: %s (%s).", lead, message ? message : "",
+              sbx_code_name (code));
+    return json_pack ("{s:s}", "error", text);
+}
+
+static const char *s_part_why (const json_t *part)
+{
+    const char *why = json_string_value (json_object_get (part, "error"));
+    return why ? why : part ? NULL : "Not available right now (out of memory).";
 }
 
 static void s_money (char *out, size_t size, int64_t micro)
@@ -180,67 +162,236 @@ static void s_money (char *out, size_t size, int64_t micro)
               (unsigned long long) (magnitude % 1000000));
 }
 
-//  Billing's figures (or why there are none: the page still shows the keys), then the
+//  Where a sandbox's URL links on the console: its owner page (gw_box), with the owner
+//  token that page needs (the box host never sees the session cookie), unless port 80
+//  is published publicly: then the URL serves the guest's own page, which gets no token.
+static void s_owner_urls (s_job_t *job, json_t *sandboxes)
+{
+    size_t i;
+    json_t *s;
+    json_array_foreach (sandboxes, i, s)
+    {
+        size_t k;
+        json_t *port;
+        bool public80 = false;
+        json_array_foreach (json_object_get (s, "ports"), k, port) public80 |=
+            json_integer_value (json_object_get (port, "port")) == 80 &&
+            json_is_true (json_object_get (port, "public"));
+        const char *label = json_string_value (json_object_get (s, "label"));
+        const char *url = json_string_value (json_object_get (s, "url"));
+        char *token = public80 || !label || !url
+                          ? NULL
+                          : gw_session_owner_token (job->account->session, label, job->account_id);
+        char *owner_url = NULL;
+        if (token && asprintf (&owner_url, "%s/?sbx_owner=%s", url, token) > 0)
+            json_object_set_new (s, "ownerUrl", json_string (owner_url));
+        free (owner_url);
+        free (token);
+    }
+}
+
+//  Everything has come: the console.
+static void s_render (s_job_t *job, gw_request_t *req)
+{
+    //  Usage: billing's figures as gw_console takes them (strings borrowed from the JSON).
+    gw_console_usage_t usage = {.unavailable = s_part_why (job->usage)};
+    size_t wallet_count = json_array_size (json_object_get (job->usage, "wallets"));
+    size_t day_count = json_array_size (json_object_get (job->usage, "days"));
+    size_t key_count = json_array_size (json_object_get (job->keys, "keys"));
+    gw_console_wallet_t *wallets = calloc (wallet_count + 1, sizeof *wallets);
+    gw_chart_day_t *days = calloc (day_count + 1, sizeof *days);
+    gw_console_key_t *keys = calloc (key_count + 1, sizeof *keys);
+    if (!wallets || !days || !keys) {
+        free (wallets);
+        free (days);
+        free (keys);
+        gw_pages_respond (req, 500, NULL);
+        return;
+    }
+    json_t *u = job->usage;
+    usage.seconds = (uint64_t) json_integer_value (json_object_get (u, "seconds"));
+    usage.cost = json_string_value (json_object_get (u, "cost"));
+    usage.balance = json_string_value (json_object_get (u, "balance"));
+    for (size_t i = 0; i < wallet_count; i++) {
+        json_t *w = json_array_get (json_object_get (u, "wallets"), i);
+        wallets[i] = (gw_console_wallet_t){json_string_value (json_object_get (w, "name")),
+                                           json_string_value (json_object_get (w, "balance")),
+                                           json_is_true (json_object_get (w, "active"))};
+    }
+    for (size_t i = 0; i < day_count; i++) {
+        json_t *d = json_array_get (json_object_get (u, "days"), i);
+        days[i] = (gw_chart_day_t){json_string_value (json_object_get (d, "day")),
+                                   (uint64_t) json_integer_value (json_object_get (d, "seconds")),
+                                   json_string_value (json_object_get (d, "cost"))};
+    }
+    usage.wallets = wallets;
+    usage.wallet_count = wallet_count;
+    usage.days = days;
+    usage.day_count = day_count;
+    for (size_t i = 0; i < key_count; i++) {
+        json_t *k = json_array_get (json_object_get (job->keys, "keys"), i);
+        keys[i] =
+            (gw_console_key_t){.key_id = json_string_value (json_object_get (k, "id")),
+                               .kind = json_string_value (json_object_get (k, "kind")),
+                               .name = json_string_value (json_object_get (k, "name")),
+                               .preset = json_string_value (json_object_get (k, "preset")),
+                               .prefix = json_string_value (json_object_get (k, "prefix")),
+                               .created = json_string_value (json_object_get (k, "created")),
+                               .last_used = json_string_value (json_object_get (k, "lastUsed")),
+                               .revoked = json_is_true (json_object_get (k, "revoked"))};
+    }
+    json_t *sandboxes = json_object_get (job->sandboxes, "sandboxes");
+    if (sandboxes)
+        s_owner_urls (job, sandboxes);
+    char today[16];
+    time_t now = (time_t) (sbx_clock_now_ms () / 1000);
+    struct tm tm;
+    gmtime_r (&now, &tm);
+    strftime (today, sizeof today, "%Y-%m-%d", &tm);
+    char *csrf = gw_session_csrf (job->account->session, req, job->account_id);
+    gw_console_page_t page = {.csrf = csrf,
+                              .email = job->email,
+                              .base_url = job->account->base_url,
+                              .today = today,
+                              .usage = &usage,
+                              .sandboxes = sandboxes,
+                              .sandboxes_error = s_part_why (job->sandboxes),
+                              .snapshots = json_object_get (job->snapshots, "snapshots"),
+                              .snapshots_error = s_part_why (job->snapshots),
+                              .keys = keys,
+                              .key_count = key_count,
+                              .keys_error = s_part_why (job->keys),
+                              .new_key = job->new_key,
+                              .notice = job->new_key ? "Key created." : NULL};
+    gw_pages_respond_script (req, 200, gw_console_page (&page));
+    free (csrf);
+    free (wallets);
+    free (days);
+    free (keys);
+}
+
+static void s_on_snapshots (const gw_ops_result_t *result, void *arg)
+{
+    s_job_t *job = arg;
+    job->ops_handle = 0;
+    gw_request_t *req = s_job_req (job);
+    if (!req)
+        return;
+    job->snapshots = result->code == SBX_OK ? json_incref (result->answer)
+                                            : s_part_error ("Snapshots cannot be listed now",
+                                                            result->code, result->message);
+    s_render (job, req);
+    s_job_end (job);
+}
+
+static void s_on_sandboxes (const gw_ops_result_t *result, void *arg)
+{
+    s_job_t *job = arg;
+    job->ops_handle = 0;
+    if (!s_job_req (job))
+        return;
+    //  A copy: the console adds where each URL links.
+    job->sandboxes = result->code == SBX_OK ? json_deep_copy (result->answer)
+                                            : s_part_error ("Sandboxes cannot be listed now",
+                                                            result->code, result->message);
+    GW_KEEP (job->ops_handle, gw_ops_call (job->account->ops, SBX_OP_LIST_SNAPSHOTS, SBX_OPS_REST,
+                                           &job->caller, NULL, NULL, 0, s_on_snapshots, job));
+}
+
+static void s_on_list (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+{
+    s_job_t *job = arg;
+    if (!s_job_answered (job))
+        return;
+    if (!reply)
+        job->keys = s_part_error ("Your keys cannot be listed now", code, message);
+    else {
+        sbx_key_info_list_t *list = &sbx_msg_key_list_ok (reply)->keys;
+        json_t *keys = json_array ();
+        for (size_t i = 0; i < list->count; i++) {
+            sbx_key_info_t *k = &list->items[i];
+            char created[40], used[40];
+            s_time (k->created_ms, created, sizeof created);
+            s_time (k->last_used_ms, used, sizeof used);
+            json_t *key = json_pack ("{s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "id", k->key_id, "kind",
+                                     sbx_key_kind_name (k->kind), "name", k->name ? k->name : "",
+                                     "preset", sbx_key_preset_name (k->preset), "created", created,
+                                     "lastUsed", used, "revoked", k->revoked);
+            if (key && k->prefix)
+                json_object_set_new (key, "prefix", json_string (k->prefix));
+            json_array_append_new (keys, key);
+        }
+        job->keys = json_pack ("{s:o}", "keys", keys);
+    }
+    GW_KEEP (job->ops_handle, gw_ops_call (job->account->ops, SBX_OP_LIST_SANDBOXES, SBX_OPS_REST,
+                                           &job->caller, NULL, NULL, 0, s_on_sandboxes, job));
+}
+
+//  Billing's figures (or why there are none: the page still shows the rest), then the
 //  key list.
 static void s_on_usage (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
 {
     s_job_t *job = arg;
     if (!s_job_answered (job))
         return;
-    gw_pages_usage_t usage = {0};
-    char note[600], cost[48], balance[48];
-    gw_pages_wallet_t *wallets = NULL;
-    gw_pages_day_t *days = NULL;
-    char (*money)[48] = NULL;
     sbx_usage_get_ok_t *ok = reply ? sbx_msg_usage_get_ok (reply) : NULL;
-    if (ok) {
-        wallets = calloc (ok->wallets.count + 1, sizeof *wallets);
-        days = calloc (ok->days.count + 1, sizeof *days);
-        money = calloc (ok->wallets.count + ok->days.count + 1, sizeof *money);
-    }
-    if (!ok || !wallets || !days || !money) {
-        snprintf (note, sizeof note, "Usage is not available right now: %s (%s).",
-                  ok        ? "out of memory"
-                  : message ? message
-                            : "",
-                  sbx_code_name (code));
-        usage.unavailable = note;
-    } else {
-        s_money (cost, sizeof cost, (int64_t) ok->micro_usd);
+    if (!ok)
+        job->usage = s_part_error ("Usage is not available right now", code, message);
+    else {
+        char money[48], balance[48];
+        s_money (money, sizeof money, (int64_t) ok->micro_usd);
         s_money (balance, sizeof balance, ok->balance_micro_usd);
-        usage.seconds = ok->running_ms / 1000;
-        usage.cost = cost;
-        usage.balance = balance;
+        json_t *wallets = json_array (), *days = json_array ();
         for (size_t i = 0; i < ok->wallets.count; i++) {
-            s_money (money[i], sizeof money[i], ok->wallets.items[i].balance_micro_usd);
-            wallets[i] = (gw_pages_wallet_t){ok->wallets.items[i].name, money[i],
-                                             ok->wallets.items[i].active};
+            char m[48];
+            s_money (m, sizeof m, ok->wallets.items[i].balance_micro_usd);
+            json_array_append_new (wallets,
+                                   json_pack ("{s:s, s:s, s:b}", "name", ok->wallets.items[i].name,
+                                              "balance", m, "active", ok->wallets.items[i].active));
         }
         for (size_t i = 0; i < ok->days.count; i++) {
-            char *m = money[ok->wallets.count + i];
-            s_money (m, 48, (int64_t) ok->days.items[i].micro_usd);
-            days[i] = (gw_pages_day_t){ok->days.items[i].day, ok->days.items[i].seconds, m};
+            char m[48];
+            s_money (m, sizeof m, (int64_t) ok->days.items[i].micro_usd);
+            json_array_append_new (
+                days, json_pack ("{s:s, s:I, s:s}", "day", ok->days.items[i].day, "seconds",
+                                 (json_int_t) ok->days.items[i].seconds, "cost", m));
         }
-        usage.wallets = wallets;
-        usage.wallet_count = ok->wallets.count;
-        usage.days = days;
-        usage.day_count = ok->days.count;
+        job->usage =
+            json_pack ("{s:I, s:s, s:s, s:o, s:o}", "seconds", (json_int_t) (ok->running_ms / 1000),
+                       "cost", money, "balance", balance, "wallets", wallets, "days", days);
     }
-    job->usage_html = gw_pages_usage (&usage);
-    free (wallets);
-    free (days);
-    free (money);
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_KEY_LIST);
     sbx_str_set (&sbx_msg_key_list (request)->account, job->account_id);
     s_job_send (job, &request, s_on_list);
 }
 
-//  Asks billing for the account's usage, then lists its keys, then renders the page.
+//  The console's parts one after the other (usage, keys, sandboxes, snapshots), then
+//  the page: one request in flight per job, cancelled with it.
 static void s_list (s_job_t *job)
 {
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_USAGE_GET);
     sbx_str_set (&sbx_msg_usage_get (request)->account, job->account_id);
     s_job_send (job, &request, s_on_usage);
+}
+
+//  A sandbox or snapshot action ran: back to the page, or why not.
+static void s_on_action (const gw_ops_result_t *result, void *arg)
+{
+    s_job_t *job = arg;
+    job->ops_handle = 0;
+    gw_request_t *req = s_job_req (job);
+    if (!req)
+        return;
+    if (result->code != SBX_OK) {
+        char text[700];
+        snprintf (text, sizeof text, "%s (%s). Open /account again to see where things stand.",
+                  result->message ? result->message : "it failed", sbx_code_name (result->code));
+        gw_pages_respond_error (req, sbx_code_http_status (result->code), "Not done", text);
+    } else {
+        sbx_info ("account=%s %s on the account page", job->account_id, s_field (job, "action"));
+        s_back (req);
+    }
+    s_job_end (job);
 }
 
 static void s_on_created (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
@@ -291,7 +442,7 @@ static void s_on_signin (const char *account_id, const char *email, int status, 
         gw_session_sign_in (job->account->session, req, account_id, email);
         s_back (req);
     } else
-        s_signin_page (job->account, req, status, error);
+        s_signin_page (job->account, req, status, s_field (job, "email"), error);
     s_job_end (job);
 }
 
@@ -331,7 +482,7 @@ static void s_post (gw_account_t *self, gw_request_t *req, char *account_id, cha
         //  Signed out meanwhile: nothing is done, the sign-in page needs no token.
         zhashx_destroy (&form);
         free (email);
-        s_signin_page (self, req, 200, "Your session has ended; sign in again.");
+        s_signin_page (self, req, 200, NULL, "Your session has ended; sign in again.");
         return;
     }
     //  The sign-in form's token is the browser's; the others' the signed-in person's too.
@@ -365,6 +516,31 @@ static void s_post (gw_account_t *self, gw_request_t *req, char *account_id, cha
         gw_session_sign_in (self->session, req, NULL, NULL);
         s_back (req);
         s_job_end (job);
+        return;
+    }
+    //  Sandbox and snapshot actions run as the REST operations do, for this account.
+    const char *arg = NULL;
+    sbx_op_t op = SBX_OP__COUNT;
+    if (streq (action, "stop") || streq (action, "resume") || streq (action, "delete")) {
+        op = streq (action, "stop")     ? SBX_OP_STOP_SANDBOX
+             : streq (action, "resume") ? SBX_OP_RESUME_SANDBOX
+                                        : SBX_OP_DELETE_SANDBOX;
+        arg = "sandbox_id";
+    } else if (streq (action, "delete_snapshot")) {
+        op = SBX_OP_DELETE_SNAPSHOT;
+        arg = "snapshot_id";
+    }
+    if (arg) {
+        if (!s_field (job, arg)) {
+            gw_pages_respond_error (req, 400, "Nothing chosen", "Use the buttons of the page.");
+            s_job_end (job);
+            return;
+        }
+        json_t *args = json_pack ("{s:s}", streq (arg, "sandbox_id") ? "sandboxId" : "snapshotId",
+                                  s_field (job, arg));
+        GW_KEEP (job->ops_handle, gw_ops_call (self->ops, op, SBX_OPS_REST, &job->caller, args,
+                                               NULL, 0, s_on_action, job));
+        json_decref (args);
         return;
     }
     if (streq (action, "revoke") && s_field (job, "key_id")) {
@@ -410,7 +586,7 @@ bool gw_account_handle (gw_account_t *self, gw_request_t *req)
         gw_request_add_header (req, "Allow", "GET, POST");
         gw_pages_respond_error (req, 405, "Method not allowed", "Use GET or POST on /account.");
     } else if (!account_id)
-        s_signin_page (self, req, 200, NULL);
+        s_signin_page (self, req, 200, NULL, NULL);
     else {
         s_job_t *job = s_job_new (self, req, NULL);
         if (job) {
@@ -432,6 +608,20 @@ static void s_route (gw_request_t *req, void *arg)
     gw_account_handle ((gw_account_t *) arg, req);
 }
 
+static void s_script (gw_request_t *req, void *arg)
+{
+    (void) arg;
+    if (!streq (gw_request_method (req), "GET") && !streq (gw_request_method (req), "HEAD")) {
+        gw_request_add_header (req, "Allow", "GET");
+        gw_pages_respond_error (req, 405, "Method not allowed", "Use GET.");
+        return;
+    }
+    gw_request_add_header (req, "Cache-Control", "no-cache");
+    gw_request_add_header (req, "X-Content-Type-Options", "nosniff");
+    gw_request_respond (req, 200, "text/javascript; charset=utf-8", gw_console_js,
+                        gw_console_js_size);
+}
+
 gw_account_t *gw_account_new (gw_ctx_t *ctx)
 {
     assert (ctx);
@@ -442,10 +632,13 @@ gw_account_t *gw_account_new (gw_ctx_t *ctx)
     self->auth = ctx->auth;
     self->broker = ctx->broker;
     self->session = ctx->signin;
+    self->ops = ctx->ops;
+    self->base_url = ctx->config ? sbx_urls_base (ctx->config) : strdup ("https://localhost:8443");
     self->signin = gw_signin_new (ctx->loop, self->broker, "account");
     self->jobs = sbx_idmap_new ();
-    if (!self->signin || !self->jobs ||
-        gw_router_add (ctx->router, "/account", false, s_route, self)) {
+    if (!self->signin || !self->jobs || !self->base_url ||
+        gw_router_add (ctx->router, "/account", false, s_route, self) ||
+        gw_router_add (ctx->router, "/account/console.js", false, s_script, self)) {
         gw_account_destroy (&self);
         return NULL;
     }
@@ -468,6 +661,7 @@ void gw_account_destroy (gw_account_t **self_p)
         zhashx_destroy (&self->jobs);
     }
     gw_signin_destroy (&self->signin);
+    free (self->base_url);
     free (self);
     *self_p = NULL;
 }

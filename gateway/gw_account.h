@@ -1,12 +1,17 @@
-/*  gw_account - the account web page, /account: sign in with email and password, list,
-    create and revoke API keys, list and disconnect OAuth connections, sign out.
+/*  gw_account - /account, the account console: sign in with email and password; then
+    the person's sandboxes (Stop, Resume, Delete), snapshots (Delete), usage, API keys
+    (Create, shown once; Revoke) and OAuth connections (Disconnect), and how to connect
+    clients (the page is gw_console's); sign out. /account/console.js is its script.
 
-    Plain HTML forms (gw_pages) behind a signed session cookie and CSRF tokens
-    (gw_session), as on the OAuth sign-in page; signing in is gw_signin's (passwords
-    verified off the loop). Requests go to the broker as the signed-in account (caller kind
-   session), so the broker applies the same rules as for the CLI: an account acts on its own keys.
-    Changes answer with a redirect back to the page (POST, redirect, GET), except key
-    creation, whose page shows the new key once. */
+    Plain HTML forms behind a signed session cookie and CSRF tokens (gw_session), as on
+    the OAuth sign-in page; signing in is gw_signin's (passwords verified off the loop;
+    a failed attempt shows the form again with the email kept). Requests go to the
+    broker as the signed-in account (caller kind session), and sandbox and snapshot
+    actions run as the REST operations (gw_ops) for it, so the broker applies the same
+    rules as for an API key of that account. Changes answer with a redirect back to the
+    page (POST, redirect, GET), except key creation, whose page shows the new key once.
+    Each sandbox's URL links to its owner page (gw_box) with an owner token
+    (gw_session_owner_token): the session cookie never goes to a sandbox's host. */
 #ifndef GW_ACCOUNT_H_INCLUDED
 #define GW_ACCOUNT_H_INCLUDED
 

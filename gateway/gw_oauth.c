@@ -479,9 +479,9 @@ static void s_signin_page (s_flow_t *flow, gw_request_t *req, int status, const 
     char *csrf = gw_session_csrf (flow->oauth->session, req, NULL);
     gw_pages_field_t fields[S_CARRIED + 1];
     s_hidden (flow, csrf, fields);
-    gw_pages_respond (
-        req, status,
-        gw_pages_signin ("/oauth/authorize", fields, S_CARRIED + 1, flow->client->name, error));
+    gw_pages_respond (req, status,
+                      gw_pages_signin ("/oauth/authorize", fields, S_CARRIED + 1,
+                                       flow->client->name, s_param (flow, "email"), error));
     free (csrf);
 }
 

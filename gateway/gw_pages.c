@@ -43,8 +43,7 @@ char *gw_pages_escape (const char *text)
     return out;
 }
 
-//  Writes text escaped.
-static void s_put (FILE *out, const char *text)
+void gw_pages_put (FILE *out, const char *text)
 {
     char *escaped = gw_pages_escape (text);
     if (escaped)
@@ -58,14 +57,14 @@ static void s_hidden (FILE *out, const gw_pages_field_t *hidden, size_t count)
         if (!hidden[i].value)
             continue;
         fputs ("<input type=\"hidden\" name=\"", out);
-        s_put (out, hidden[i].name);
+        gw_pages_put (out, hidden[i].name);
         fputs ("\" value=\"", out);
-        s_put (out, hidden[i].value);
+        gw_pages_put (out, hidden[i].value);
         fputs ("\">\n", out);
     }
 }
 
-static FILE *s_open (char **page, size_t *size, const char *title)
+FILE *gw_pages_open (char **page, size_t *size, const char *title)
 {
     FILE *out = open_memstream (page, size);
     if (!out)
@@ -76,7 +75,7 @@ static FILE *s_open (char **page, size_t *size, const char *title)
     return out;
 }
 
-static char *s_close (FILE *out, char **page)
+char *gw_pages_close (FILE *out, char **page)
 {
     fputs ("</body></html>\n", out);
     if (fclose (out) != 0) {
@@ -87,37 +86,41 @@ static char *s_close (FILE *out, char **page)
 }
 
 char *gw_pages_signin (const char *action, const gw_pages_field_t *hidden, size_t count,
-                       const char *client_name, const char *error)
+                       const char *client_name, const char *email, const char *error)
 {
     char *page = NULL;
     size_t size = 0;
-    FILE *out = s_open (&page, &size, "Sign in to sbx");
+    FILE *out = gw_pages_open (&page, &size, "Sign in to sbx");
     if (!out)
         return NULL;
     fputs ("<h1>Sign in to sbx</h1>\n", out);
     if (client_name) {
         fputs ("<p>to connect <strong>", out);
-        s_put (out, client_name);
+        gw_pages_put (out, client_name);
         fputs ("</strong> to your account.</p>\n", out);
     }
     if (error) {
         fputs ("<p class=\"error\" role=\"alert\">", out);
-        s_put (out, error);
+        gw_pages_put (out, error);
         fputs ("</p>\n", out);
     }
     fputs ("<form method=\"post\" action=\"", out);
-    s_put (out, action);
+    gw_pages_put (out, action);
     fputs ("\">\n", out);
     s_hidden (out, hidden, count);
+    //  A failed sign-in keeps the email typed (escaped like every value).
     fputs ("<label for=\"email\">Email</label>"
-           "<input type=\"email\" id=\"email\" name=\"email\" autocomplete=\"username\" required>\n"
-           "<label for=\"password\">Password</label>"
+           "<input type=\"email\" id=\"email\" name=\"email\" autocomplete=\"username\" "
+           "required value=\"",
+           out);
+    gw_pages_put (out, email);
+    fputs ("\">\n<label for=\"password\">Password</label>"
            "<input type=\"password\" id=\"password\" name=\"password\" "
            "autocomplete=\"current-password\" required>\n"
            "<button type=\"submit\" name=\"action\" value=\"signin\">Sign in</button>\n"
            "</form>\n",
            out);
-    return s_close (out, &page);
+    return gw_pages_close (out, &page);
 }
 
 char *gw_pages_consent (const char *action, const gw_pages_field_t *hidden, size_t count,
@@ -126,13 +129,13 @@ char *gw_pages_consent (const char *action, const gw_pages_field_t *hidden, size
 {
     char *page = NULL;
     size_t size = 0;
-    FILE *out = s_open (&page, &size, "Allow access to sbx?");
+    FILE *out = gw_pages_open (&page, &size, "Allow access to sbx?");
     if (!out)
         return NULL;
     fputs ("<h1><strong>", out);
-    s_put (out, client_name);
+    gw_pages_put (out, client_name);
     fputs ("</strong> wants to use your sbx account</h1>\n<p>Signed in as <strong>", out);
-    s_put (out, email);
+    gw_pages_put (out, email);
     fputs ("</strong>.</p>\n<p>If you allow it, it can, through sbx's MCP tools:</p>\n<ul>"
            "<li>create, stop, resume and delete your sandboxes</li>"
            "<li>run commands and read and write files in them</li>"
@@ -141,167 +144,35 @@ char *gw_pages_consent (const char *action, const gw_pages_field_t *hidden, size
            "or your API keys. You can disconnect it at any time from your account page or "
            "with <code>sbx key revoke</code>.</p>\n<p class=\"muted\">Client: <code>",
            out);
-    s_put (out, client_id);
+    gw_pages_put (out, client_id);
     fputs ("</code><br>You will be sent back to <strong>", out);
-    s_put (out, redirect_host);
+    gw_pages_put (out, redirect_host);
     fputs ("</strong>.</p>\n<form method=\"post\" action=\"", out);
-    s_put (out, action);
+    gw_pages_put (out, action);
     fputs ("\">\n", out);
     s_hidden (out, hidden, count);
     fputs ("<button type=\"submit\" name=\"action\" value=\"allow\">Allow</button>"
            "<button type=\"submit\" name=\"action\" value=\"deny\">Deny</button>\n</form>\n",
            out);
-    return s_close (out, &page);
+    return gw_pages_close (out, &page);
 }
 
 char *gw_pages_error (const char *title, const char *message)
 {
     char *page = NULL;
     size_t size = 0;
-    FILE *out = s_open (&page, &size, title);
+    FILE *out = gw_pages_open (&page, &size, title);
     if (!out)
         return NULL;
     fputs ("<h1>", out);
-    s_put (out, title);
+    gw_pages_put (out, title);
     fputs ("</h1>\n<p class=\"error\">", out);
-    s_put (out, message);
+    gw_pages_put (out, message);
     fputs ("</p>\n", out);
-    return s_close (out, &page);
+    return gw_pages_close (out, &page);
 }
 
-char *gw_pages_usage (const gw_pages_usage_t *usage)
-{
-    char *html = NULL;
-    size_t size = 0;
-    FILE *out = open_memstream (&html, &size);
-    if (!out)
-        return NULL;
-    fputs ("<h2>Usage and wallets</h2>\n", out);
-    if (usage->unavailable) {
-        fputs ("<p class=\"muted\">", out);
-        s_put (out, usage->unavailable);
-        fputs ("</p>\n", out);
-    } else {
-        fprintf (out, "<p id=\"usage-total\">Running time: %llu s, costing ",
-                 (unsigned long long) usage->seconds);
-        s_put (out, usage->cost);
-        fputs (". Balance of the active wallet: <strong id=\"balance\">", out);
-        s_put (out, usage->balance);
-        fputs ("</strong>.</p>\n<table><tr><th>Wallet</th><th>Balance</th><th></th></tr>\n", out);
-        for (size_t i = 0; i < usage->wallet_count; i++) {
-            fputs ("<tr><td>", out);
-            s_put (out, usage->wallets[i].name);
-            fputs ("</td><td>", out);
-            s_put (out, usage->wallets[i].balance);
-            fprintf (out, "</td><td>%s</td></tr>\n",
-                     usage->wallets[i].active ? "active: charges go here" : "");
-        }
-        fputs ("</table>\n", out);
-        if (usage->day_count) {
-            fputs ("<table><tr><th>Day (UTC)</th><th>Running time</th><th>Cost</th></tr>\n", out);
-            //  The newest first, two weeks at most.
-            for (size_t n = 0; n < usage->day_count && n < 14; n++) {
-                const gw_pages_day_t *d = &usage->days[usage->day_count - 1 - n];
-                fputs ("<tr><td>", out);
-                s_put (out, d->day);
-                fprintf (out, "</td><td>%llu s</td><td>", (unsigned long long) d->seconds);
-                s_put (out, d->cost);
-                fputs ("</td></tr>\n", out);
-            }
-            fputs ("</table>\n", out);
-        }
-    }
-    if (fclose (out) != 0) {
-        free (html);
-        return NULL;
-    }
-    return html;
-}
-
-char *gw_pages_account (const char *csrf, const char *email, const char *usage_html,
-                        const gw_pages_key_t *keys, size_t count, const char *new_key,
-                        const char *notice)
-{
-    char *page = NULL;
-    size_t size = 0;
-    FILE *out = s_open (&page, &size, "Your sbx account");
-    if (!out)
-        return NULL;
-    fputs ("<h1>Your sbx account</h1>\n<p>Signed in as <strong>", out);
-    s_put (out, email);
-    fputs ("</strong>.</p>\n", out);
-    if (notice) {
-        fputs ("<p role=\"status\">", out);
-        s_put (out, notice);
-        fputs ("</p>\n", out);
-    }
-    if (new_key) {
-        fputs ("<p>Your new API key (shown only now, copy it): <code id=\"new-key\">", out);
-        s_put (out, new_key);
-        fputs ("</code></p>\n", out);
-    }
-    if (usage_html)
-        fputs (usage_html, out);
-    fputs ("<h2>API keys and connections</h2>\n<table><tr><th>Name</th><th>Kind</th>"
-           "<th>Created</th><th>Last used</th><th></th></tr>\n",
-           out);
-    for (size_t i = 0; i < count; i++) {
-        const gw_pages_key_t *k = &keys[i];
-        bool connection = k->kind && streq (k->kind, "connection");
-        fputs ("<tr><td>", out);
-        s_put (out, k->name && *k->name ? k->name : k->key_id);
-        fputs (" <span class=\"muted\"><code>", out);
-        s_put (out, k->key_id);
-        if (k->prefix) {
-            fputs (" ", out);
-            s_put (out, k->prefix);
-            fputs ("…", out);
-        }
-        fputs ("</code></span></td><td>", out);
-        s_put (out, connection ? "connection" : k->preset ? k->preset : "api key");
-        fputs ("</td><td>", out);
-        s_put (out, k->created);
-        fputs ("</td><td>", out);
-        s_put (out, k->last_used);
-        fputs ("</td><td>", out);
-        if (k->revoked)
-            fputs (connection ? "disconnected" : "revoked", out);
-        else {
-            fputs ("<form method=\"post\" action=\"/account\">"
-                   "<input type=\"hidden\" name=\"csrf\" value=\"",
-                   out);
-            s_put (out, csrf);
-            fputs ("\"><input type=\"hidden\" name=\"key_id\" value=\"", out);
-            s_put (out, k->key_id);
-            fprintf (out,
-                     "\"><button type=\"submit\" name=\"action\" value=\"revoke\">%s</button>"
-                     "</form>",
-                     connection ? "Disconnect" : "Revoke");
-        }
-        fputs ("</td></tr>\n", out);
-    }
-    fputs ("</table>\n<h2>Create an API key</h2>\n"
-           "<form method=\"post\" action=\"/account\"><input type=\"hidden\" name=\"csrf\" "
-           "value=\"",
-           out);
-    s_put (out, csrf);
-    fputs ("\"><label for=\"name\">Name</label><input type=\"text\" id=\"name\" name=\"name\" "
-           "maxlength=\"100\">\n<label for=\"preset\">What it may do</label>"
-           "<select id=\"preset\" name=\"preset\"><option value=\"full\">full</option>"
-           "<option value=\"ci\">ci</option><option value=\"read-only\">read-only</option>"
-           "<option value=\"no-delete\">no-delete</option></select>\n"
-           "<button type=\"submit\" name=\"action\" value=\"create\">Create key</button></form>\n"
-           "<form method=\"post\" action=\"/account\"><input type=\"hidden\" name=\"csrf\" "
-           "value=\"",
-           out);
-    s_put (out, csrf);
-    fputs ("\"><button type=\"submit\" name=\"action\" value=\"signout\">Sign out</button>"
-           "</form>\n",
-           out);
-    return s_close (out, &page);
-}
-
-void gw_pages_respond (gw_request_t *req, int status, char *page)
+static void s_respond (gw_request_t *req, int status, char *page, const char *csp)
 {
     gw_request_add_header (req, "Cache-Control", "no-store");
     gw_request_add_header (req, "X-Frame-Options", "DENY");
@@ -311,13 +182,26 @@ void gw_pages_respond (gw_request_t *req, int status, char *page)
     gw_request_add_header (req, "Referrer-Policy", "same-origin");
     //  No form-action: browsers apply it to the redirect after the consent form, which
     //  goes to the client's own redirect URI.
-    gw_request_add_header (req, "Content-Security-Policy",
-                           "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'");
+    gw_request_add_header (req, "Content-Security-Policy", csp);
     if (page)
         gw_request_respond (req, status, "text/html; charset=utf-8", page, strlen (page));
     else
         gw_request_respond (req, 500, "text/plain", "out of memory", 13);
     free (page);
+}
+
+void gw_pages_respond (gw_request_t *req, int status, char *page)
+{
+    s_respond (req, status, page,
+               "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'");
+}
+
+void gw_pages_respond_script (gw_request_t *req, int status, char *page)
+{
+    //  Scripts from this origin only (the console's one file), never inline ones.
+    s_respond (req, status, page,
+               "default-src 'none'; style-src 'unsafe-inline'; script-src 'self'; "
+               "connect-src 'self'; frame-ancestors 'none'");
 }
 
 void gw_pages_respond_error (gw_request_t *req, int status, const char *title, const char *message)
@@ -343,38 +227,16 @@ void gw_pages_test (bool verbose)
     assert (streq (escaped, "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"));
     free (escaped);
     gw_pages_field_t hidden[] = {{"state", "\"><script>"}, {"skip", NULL}};
-    char *page = gw_pages_signin ("/oauth/authorize", hidden, 2, "Evil <b>", "wrong");
+    char *page = gw_pages_signin ("/oauth/authorize", hidden, 2, "Evil <b>", "a\"@<x>", "wrong");
     assert (page);
     assert (strstr (page, "value=\"&quot;&gt;&lt;script&gt;\""));
     assert (strstr (page, "Evil &lt;b&gt;"));
     assert (!strstr (page, "<script>"));
     assert (!strstr (page, "name=\"skip\""));
+    assert (strstr (page, "value=\"a&quot;@&lt;x&gt;\""));
     free (page);
     page = gw_pages_consent ("/oauth/authorize", hidden, 1, "Claude", "cli_x", "claude.ai",
                              "a@example.com");
     assert (strstr (page, "value=\"allow\"") && strstr (page, "value=\"deny\""));
     free (page);
-    gw_pages_key_t keys[] = {{"key_1", "connection", "Claude (MCP)", "full", NULL, "c", "u", false},
-                             {"key_2", "api_key", "ci", "ci", "sbx_abcd", "c", "", true}};
-    gw_pages_wallet_t wallets[] = {{"main", "$0.000000", false}, {"<team>", "$4.990000", true}};
-    gw_pages_day_t days[] = {{"2026-11-29", 10, "$0.000100"}, {"2026-11-30", 20, "$0.000200"}};
-    gw_pages_usage_t usage = {.seconds = 30,
-                              .cost = "$0.000300",
-                              .balance = "$4.990000",
-                              .wallets = wallets,
-                              .wallet_count = 2,
-                              .days = days,
-                              .day_count = 2};
-    char *fragment = gw_pages_usage (&usage);
-    assert (strstr (fragment, "Running time: 30 s, costing $0.000300"));
-    assert (strstr (fragment, "&lt;team&gt;") && strstr (fragment, "active: charges go here"));
-    assert (strstr (fragment, "2026-11-30") < strstr (fragment, "2026-11-29")); //  newest first
-    page = gw_pages_account ("tok", "a@example.com", fragment, keys, 2, "sbx_new", NULL);
-    assert (strstr (page, "Disconnect") && strstr (page, "revoked") && strstr (page, "sbx_new"));
-    assert (strstr (page, "<strong id=\"balance\">$4.990000</strong>"));
-    free (page);
-    free (fragment);
-    fragment = gw_pages_usage (&(gw_pages_usage_t){.unavailable = "Billing is down <now>."});
-    assert (strstr (fragment, "Billing is down &lt;now&gt;.") && !strstr (fragment, "balance"));
-    free (fragment);
 }

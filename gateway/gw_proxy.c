@@ -12,6 +12,7 @@
 */
 #include "gw_proxy.h"
 #include "gw_auth.h"
+#include "gw_box.h"
 #include "sbx_urls.h"
 
 #include <arpa/inet.h>
@@ -46,6 +47,7 @@ struct gw_proxy_t {
     zloop_t *loop;
     sbx_peer_t *peer;
     gw_auth_t *auth;  //  the gateway's (ctx)
+    gw_box_t *box;    //  the page at <label>.<box_domain> unless port 80 is public
     char *box_domain; //  lower case: "box.<domain>", or the box_domain setting
     zhashx_t *cache;  //  "label:port" → s_target_t
     zlistx_t *conns;
@@ -78,6 +80,7 @@ typedef struct {
     int port;
     s_target_t target;
     bool from_cache, retried, websocket;
+    bool bare;        //  <label>.<box_domain>: port 80 when public, else gw_box's page
     uint64_t rid;     //  the resolve request in flight
     bool in_request;  //  inside sbx_peer_request
     sbx_msg_t *early; //  its answer, given before it returned
@@ -850,6 +853,18 @@ static void s_start_connect (s_conn_t *c)
 //  --------------------------------------------------------------------------
 //  Resolve and check
 
+//  A sandbox's own URL with no public port 80: gw_box's page answers instead.
+static void s_to_box (s_conn_t *c)
+{
+    gw_request_t *req = c->req;
+    if (req) {
+        gw_request_set_closed_fn (req, NULL, NULL);
+        c->req = NULL;
+        gw_box_serve (c->proxy->box, req, c->label);
+    }
+    s_end (c);
+}
+
 static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *message, void *arg)
 {
     s_conn_t *c = arg;
@@ -881,6 +896,10 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
 //  The target is known: check it, then connect.
 static void s_proceed (s_conn_t *c)
 {
+    if (c->bare && !c->target.public) {
+        s_to_box (c);
+        return;
+    }
     if (c->target.state != SBX_SANDBOX_STATE_READY) {
         const char *state = sbx_sandbox_state_name (c->target.state);
         if (c->target.state == SBX_SANDBOX_STATE_STOPPED)
@@ -923,6 +942,10 @@ static void s_on_resolved (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
     sbx_msg_t *reply = *reply_p;
     if (reply->type == SBX_MSG_ERROR) {
         sbx_code_t code = sbx_msg_error (reply)->code;
+        if (code == SBX_E_NOT_FOUND && c->bare) {
+            s_to_box (c); //  no port 80 (or no such sandbox: the page does not say)
+            return;
+        }
         if (code == SBX_E_NOT_FOUND)
             s_error (c, 404, code,
                      "nothing is published at %s-%d: no sandbox has that label, or "
@@ -980,10 +1003,22 @@ static void s_resolve (s_conn_t *c)
 bool gw_proxy_handle (gw_proxy_t *self, gw_request_t *req)
 {
     char label[64];
-    int port;
-    if (!self || gw_proxy_parse_host (gw_request_host (req), self->box_domain, label, sizeof label,
-                                      &port) != 0)
+    int port = 80;
+    bool bare = false;
+    if (!self)
         return false;
+    if (gw_proxy_parse_host (gw_request_host (req), self->box_domain, label, sizeof label, &port) !=
+        0) {
+        //  The sandbox's own URL: its port 80 when that is public, else gw_box's page
+        //  (at once for an owner link, whose token must not reach the guest).
+        if (gw_box_parse_host (gw_request_host (req), self->box_domain, label, sizeof label))
+            return false;
+        if (gw_box_wants_owner (req)) {
+            gw_box_serve (self->box, req, label);
+            return true;
+        }
+        bare = true;
+    }
     s_conn_t *c = calloc (1, sizeof *c);
     if (!c) {
         gw_request_respond (req, 503, NULL, NULL, 0);
@@ -994,6 +1029,7 @@ bool gw_proxy_handle (gw_proxy_t *self, gw_request_t *req)
     c->up = c->client = -1;
     snprintf (c->label, sizeof c->label, "%s", label);
     c->port = port;
+    c->bare = bare;
     const char *upgrade = gw_request_header (req, "Upgrade");
     const char *connection = gw_request_header (req, "Connection");
     c->websocket = upgrade && strcasecmp (upgrade, "websocket") == 0 && connection &&
@@ -1072,10 +1108,11 @@ gw_proxy_t *gw_proxy_new (gw_ctx_t *ctx)
     self->peer = ctx->peer;
     self->auth = ctx->auth;
     self->box_domain = config ? sbx_urls_box_domain (config) : strdup ("box.localhost");
+    self->box = gw_box_new (ctx);
     self->cache = zhashx_new ();
     self->conns = zlistx_new ();
     //  A guest port's host: every path belongs to the guest, so it is asked first.
-    if (!self->box_domain || !self->cache || !self->conns ||
+    if (!self->box_domain || !self->box || !self->cache || !self->conns ||
         gw_router_claim (ctx->router, s_claim, self)) {
         gw_proxy_destroy (&self);
         return NULL;
@@ -1097,6 +1134,7 @@ void gw_proxy_destroy (gw_proxy_t **self_p)
     }
     zlistx_destroy (&self->conns);
     zhashx_destroy (&self->cache);
+    gw_box_destroy (&self->box);
     free (self->box_domain);
     free (self);
     *self_p = NULL;

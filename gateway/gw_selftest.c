@@ -1,8 +1,11 @@
 /*  gw_selftest - the gateway modules' self-tests (see sbx_testrun.h). */
 #include "gw_account.h"
 #include "gw_auth.h"
+#include "gw_box.h"
 #include "gw_broker.h"
 #include "gw_cache.h"
+#include "gw_chart.h"
+#include "gw_console.h"
 #include "gw_fetch.h"
 #include "gw_http.h"
 #include "gw_mcp.h"
@@ -41,6 +44,7 @@ static const sbx_test_t s_tests[] = {
     {"gw_mcp_sessions", gw_mcp_sessions_test}, {"gw_rates", gw_rates_test},
     {"gw_router", gw_router_test}, {"gw_terminal", gw_terminal_test},
     {"gw_metrics", gw_metrics_test},
+    {"gw_chart", gw_chart_test},   {"gw_console", gw_console_test}, {"gw_box", gw_box_test},
     {NULL, NULL}};
 // clang-format on
 

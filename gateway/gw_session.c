@@ -320,6 +320,54 @@ bool gw_session_origin_ok (gw_session_t *self, gw_request_t *req, char *why, siz
                            gw_request_header (req, "Sec-Fetch-Site"), why, why_size);
 }
 
+#define S_OWNER_MS (3600ULL * 1000)
+
+static void s_owner_message (const char *label, const char *account_id, uint64_t expiry,
+                             char *message, size_t size)
+{
+    snprintf (message, size, "owner:%s:%s.%llu", label, account_id, (unsigned long long) expiry);
+}
+
+static char *s_owner_token (gw_session_t *self, const char *label, const char *account_id,
+                            uint64_t expiry)
+{
+    if (!label || !account_id || strchr (account_id, '.') || strlen (account_id) > 64 ||
+        strlen (label) > 100)
+        return NULL;
+    char message[300], mac[44], *token;
+    s_owner_message (label, account_id, expiry, message, sizeof message);
+    sbx_secret_mac (self->secret, message, mac);
+    if (asprintf (&token, "%s.%llu.%s", account_id, (unsigned long long) expiry, mac) < 0)
+        return NULL;
+    return token;
+}
+
+char *gw_session_owner_token (gw_session_t *self, const char *label, const char *account_id)
+{
+    return s_owner_token (self, label, account_id, sbx_clock_now_ms () + S_OWNER_MS);
+}
+
+char *gw_session_owner_check (gw_session_t *self, const char *label, const char *token)
+{
+    if (!label || !token || strlen (token) > 200 || strlen (label) > 100)
+        return NULL;
+    char copy[201];
+    snprintf (copy, sizeof copy, "%s", token);
+    char *expiry = strchr (copy, '.');
+    char *mac = expiry ? strchr (expiry + 1, '.') : NULL;
+    if (!mac)
+        return NULL;
+    *expiry++ = 0;
+    *mac++ = 0;
+    char *end = NULL;
+    unsigned long long ms = strtoull (expiry, &end, 10);
+    if (!*expiry || *end || ms <= sbx_clock_now_ms ())
+        return NULL;
+    char message[300];
+    s_owner_message (label, copy, ms, message, sizeof message);
+    return sbx_secret_mac_verify (self->secret, message, mac) ? strdup (copy) : NULL;
+}
+
 void gw_session_test (bool verbose)
 {
     (void) verbose;
@@ -377,6 +425,24 @@ void gw_session_test (bool verbose)
     assert (strstr (why, "same-site page"));
     assert (!s_origin_check (session, NULL, "cross-site", why, sizeof why));
     assert (s_origin_check (session, NULL, NULL, why, sizeof why));
+
+    //  Owner links: for their label, their account, while good; nothing else passes.
+    char *owner = gw_session_owner_token (session, "calm-otter", "acc_alice");
+    assert (owner && strncmp (owner, "acc_alice.", 10) == 0);
+    char *who = gw_session_owner_check (session, "calm-otter", owner);
+    assert (who && streq (who, "acc_alice"));
+    free (who);
+    assert (!gw_session_owner_check (session, "brave-jay", owner));
+    char forged[300];
+    snprintf (forged, sizeof forged, "acc_bob%s", owner + 9);
+    assert (!gw_session_owner_check (session, "calm-otter", forged));
+    free (owner);
+    owner = s_owner_token (session, "calm-otter", "acc_alice", sbx_clock_now_ms () - 1);
+    assert (owner && !gw_session_owner_check (session, "calm-otter", owner));
+    free (owner);
+    assert (!gw_session_owner_check (session, "calm-otter", "acc_alice.x.y"));
+    assert (!gw_session_owner_check (session, "calm-otter", "garbage"));
+    assert (!gw_session_owner_token (session, "calm-otter", "acc.dot"));
     gw_session_destroy (&session);
     gw_session_destroy (&session);
 }

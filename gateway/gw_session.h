@@ -58,6 +58,16 @@ bool gw_session_csrf_ok (gw_session_t *self, gw_request_t *req, const char *acco
 //  other site are refused, with why (for the 403 page) in why.
 bool gw_session_origin_ok (gw_session_t *self, gw_request_t *req, char *why, size_t why_size);
 
+//  A sandbox's owner link: the token (fresh) that shows account_id the owner's page of
+//  the sandbox labelled label at its URL (https://<label>.<box_domain>/?sbx_owner=TOKEN,
+//  gw_box). ACCOUNT.EXPIRY.MAC, good for an hour and for that label only. The box host
+//  never sees the session cookie (it is host-only on the gateway's name), so the
+//  console hands the owner this instead.
+char *gw_session_owner_token (gw_session_t *self, const char *label, const char *account_id);
+
+//  The account (fresh) that token was made for with label, while it is good; else NULL.
+char *gw_session_owner_check (gw_session_t *self, const char *label, const char *token);
+
 void gw_session_test (bool verbose);
 
 #endif

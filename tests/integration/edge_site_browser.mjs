@@ -7,18 +7,12 @@
 // Prints one JSON line per step: signed in at /account, a legitimate consent (Allow on
 // the gateway's own page), then the visit to the sandbox's public port whose page
 // mounts the attack; the test judges what happened.
-import { chromium } from "playwright-core";
+import { launch } from "./launch.mjs";
 
 const cfg = JSON.parse(process.argv[2]);
 const out = (step, data) => console.log(JSON.stringify({ step, ...data }));
 
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  headless: true,
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--host-resolver-rules=MAP * 127.0.0.1"],
-});
+const browser = await launch();
 try {
   const context = await browser.newContext({ ignoreHTTPSErrors: true });
   const page = await context.newPage();

@@ -18,7 +18,6 @@ import http.client
 import http.server
 import json
 import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -26,10 +25,10 @@ import threading
 import unittest
 import urllib.parse
 
+from browsertest import browser_script
 from sbxtest import BIN, Sbx, main, mcp_call, mcp_session, wait_for
 from test_oauth import Browser, Forms, pkce
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 DOMAIN = "sbx.test"
 PASSWORD = "correct horse battery"
 
@@ -88,18 +87,7 @@ class Callback:
 
 class EdgeSiteTest(unittest.TestCase):
     def browser_deps(self):
-        node, npm = shutil.which("node"), shutil.which("npm")
-        self.assertTrue(node and npm, "node and npm are needed for the browser test")
-        self.assertTrue(os.access("/usr/bin/chromium", os.X_OK),
-                        "Debian's chromium is needed (scripts/install-deps.sh)")
-        work = os.path.join(os.environ.get("SBX_BIN", os.getcwd()), "..", "edge-browser")
-        os.makedirs(work, exist_ok=True)
-        shutil.copy(os.path.join(HERE, "browser", "package.json"), work)
-        shutil.copy(os.path.join(HERE, "edge_site_browser.mjs"), work)
-        if not os.path.isdir(os.path.join(work, "node_modules", "playwright-core")):
-            subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
-                           check=True, timeout=300)
-        return node, os.path.join(work, "edge_site_browser.mjs")
+        return browser_script(self, "edge_site_browser.mjs", "edge-browser")
 
     def register(self, s, name, uri):
         status, _, raw = s.https("POST", "/oauth/register", body=json.dumps(

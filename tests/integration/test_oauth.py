@@ -667,7 +667,7 @@ class OAuthTest(unittest.TestCase):
         status, _, page = b.request("POST", "/account", form=dict(
             create["fields"], name="page key", preset="read-only", action="create"))
         self.assertEqual(status, 200, page)
-        key = page.split('<code id="new-key">', 1)[1].split("<", 1)[0]
+        key = page.split('<pre id="new-key"><code>', 1)[1].split("<", 1)[0]
         self.assertTrue(key.startswith("sbx_"), key)
         status, _, _ = self.s.https("GET", "/v1/sandboxes",
                                     headers={"Authorization": f"Bearer {key}"})
