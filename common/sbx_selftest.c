@@ -9,6 +9,7 @@
 #include "sbx_api.h"
 #include "sbx_xfer.h"
 #include "sbx_ws.h"
+#include "sbx_netaddr.h"
 
 static const sbx_test_t s_tests[] = {{"sbx_msg", sbx_msg_test},     {"sbx_secret", sbx_secret_test},
                                      {"sbx_ready", sbx_ready_test}, {"sbx_log", sbx_log_test},
@@ -18,6 +19,7 @@ static const sbx_test_t s_tests[] = {{"sbx_msg", sbx_msg_test},     {"sbx_secret
                                      {"sbx_db", sbx_db_test},       {"sbx_peer", sbx_peer_test},
                                      {"sbx_args", sbx_args_test},   {"sbx_api", sbx_api_test},
                                      {"sbx_xfer", sbx_xfer_test},   {"sbx_ws", sbx_ws_test},
+                                     {"sbx_netaddr", sbx_netaddr_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)
