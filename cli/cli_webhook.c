@@ -32,12 +32,6 @@ static void s_usage (FILE *out)
              "after sbx login it is the API key's. See docs/webhooks.md.\n");
 }
 
-static const char *s_str (json_t *object, const char *key, const char *none)
-{
-    const char *value = json_string_value (json_object_get (object, key));
-    return value ? value : none;
-}
-
 static void s_print_hook (json_t *h)
 {
     char events[512] = "";
@@ -48,11 +42,11 @@ static void s_print_hook (json_t *h)
         snprintf (events + strlen (events), sizeof events - strlen (events), "%s%s", i ? "," : "",
                   json_string_value (e));
     }
-    printf ("%-16s %-9lld %-6lld %-7lld %-20s %s\n", s_str (h, "id", "?"),
+    printf ("%-16s %-9lld %-6lld %-7lld %-20s %s\n", cli_json_str (h, "id", "?"),
             (long long) json_integer_value (json_object_get (h, "delivered")),
             (long long) json_integer_value (json_object_get (h, "failed")),
             (long long) json_integer_value (json_object_get (h, "pending")),
-            *events ? events : "all", s_str (h, "url", "?"));
+            *events ? events : "all", cli_json_str (h, "url", "?"));
 }
 
 //  The answer, as it is with --json, else for people.
@@ -68,11 +62,11 @@ static void s_print (sbx_op_t op, json_t *answer, bool json)
     switch (op) {
     case SBX_OP_CREATE_WEBHOOK:
         printf ("webhook %s for %s; its signing secret, shown only now:\n%s\n",
-                s_str (answer, "id", "?"), s_str (answer, "url", "?"),
-                s_str (answer, "secret", "?"));
+                cli_json_str (answer, "id", "?"), cli_json_str (answer, "url", "?"),
+                cli_json_str (answer, "secret", "?"));
         break;
     case SBX_OP_DELETE_WEBHOOK:
-        printf ("webhook %s deleted\n", s_str (answer, "id", "?"));
+        printf ("webhook %s deleted\n", cli_json_str (answer, "id", "?"));
         break;
     case SBX_OP_LIST_WEBHOOK_DELIVERIES:
         printf ("%-14s %-20s %-10s %-8s %-6s %s\n", "EVENT", "TYPE", "STATE", "ATTEMPTS", "HTTP",
@@ -80,11 +74,11 @@ static void s_print (sbx_op_t op, json_t *answer, bool json)
         json_array_foreach (json_object_get (answer, "deliveries"), i, item)
         {
             json_t *code = json_object_get (item, "statusCode");
-            printf ("%-14s %-20s %-10s %-8lld %-6lld %s\n", s_str (item, "eventId", "?"),
-                    s_str (item, "eventType", "?"), s_str (item, "state", "?"),
+            printf ("%-14s %-20s %-10s %-8lld %-6lld %s\n", cli_json_str (item, "eventId", "?"),
+                    cli_json_str (item, "eventType", "?"), cli_json_str (item, "state", "?"),
                     (long long) json_integer_value (json_object_get (item, "attempts")),
                     (long long) (code ? json_integer_value (code) : 0),
-                    s_str (item, "lastError", ""));
+                    cli_json_str (item, "lastError", ""));
         }
         break;
     case SBX_OP_LIST_WEBHOOKS:

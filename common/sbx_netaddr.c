@@ -2,6 +2,7 @@
 #include "sbx_netaddr.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <assert.h>
 #include <stdint.h>
 #include <string.h>
@@ -50,9 +51,31 @@ bool sbx_netaddr_public (const char *ip)
     return true;
 }
 
+bool sbx_netaddr_socket_public (const struct sockaddr *address, char ip[SBX_NETADDR_TEXT])
+{
+    strcpy (ip, "?");
+    if (address->sa_family == AF_INET)
+        inet_ntop (AF_INET, &((const struct sockaddr_in *) address)->sin_addr, ip,
+                   SBX_NETADDR_TEXT);
+    else if (address->sa_family == AF_INET6)
+        inet_ntop (AF_INET6, &((const struct sockaddr_in6 *) address)->sin6_addr, ip,
+                   SBX_NETADDR_TEXT);
+    return sbx_netaddr_public (ip);
+}
+
 void sbx_netaddr_test (bool verbose)
 {
     (void) verbose;
+    struct sockaddr_in v4 = {.sin_family = AF_INET};
+    char ip[SBX_NETADDR_TEXT];
+    inet_pton (AF_INET, "10.0.0.7", &v4.sin_addr);
+    assert (!sbx_netaddr_socket_public ((struct sockaddr *) &v4, ip) &&
+            strcmp (ip, "10.0.0.7") == 0);
+    inet_pton (AF_INET, "93.184.216.34", &v4.sin_addr);
+    assert (sbx_netaddr_socket_public ((struct sockaddr *) &v4, ip));
+    struct sockaddr_in6 v6 = {.sin6_family = AF_INET6};
+    inet_pton (AF_INET6, "::1", &v6.sin6_addr);
+    assert (!sbx_netaddr_socket_public ((struct sockaddr *) &v6, ip) && strcmp (ip, "::1") == 0);
     assert (sbx_netaddr_public ("93.184.216.34"));
     assert (sbx_netaddr_public ("2606:4700::1111"));
     assert (!sbx_netaddr_public ("127.0.0.1"));

@@ -12,6 +12,14 @@
 //  shared, multicast, unspecified or reserved.
 bool sbx_netaddr_public (const char *ip);
 
+//  INET6_ADDRSTRLEN: room for any address as text.
+#define SBX_NETADDR_TEXT 46
+struct sockaddr;
+//  The same for a socket address about to be connected to (what libcurl's open-socket
+//  callback is given, after resolution, at every connect): writes it as text into ip
+//  ("?" for a family other than IPv4 and IPv6, which is not public).
+bool sbx_netaddr_socket_public (const struct sockaddr *address, char ip[SBX_NETADDR_TEXT]);
+
 void sbx_netaddr_test (bool verbose);
 
 #endif

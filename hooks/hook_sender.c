@@ -30,7 +30,7 @@ typedef struct {
     char *body;
     size_t answer;
     bool refused;
-    char refused_ip[INET6_ADDRSTRLEN];
+    char refused_ip[SBX_NETADDR_TEXT];
     char error[CURL_ERROR_SIZE];
 } s_transfer_t;
 
@@ -49,12 +49,8 @@ static curl_socket_t s_open_socket (void *arg, curlsocktype purpose, struct curl
 {
     (void) purpose;
     s_transfer_t *t = arg;
-    char ip[INET6_ADDRSTRLEN] = "?";
-    if (address->family == AF_INET)
-        inet_ntop (AF_INET, &((struct sockaddr_in *) &address->addr)->sin_addr, ip, sizeof ip);
-    else if (address->family == AF_INET6)
-        inet_ntop (AF_INET6, &((struct sockaddr_in6 *) &address->addr)->sin6_addr, ip, sizeof ip);
-    if (!t->sender->allow_private && !sbx_netaddr_public (ip)) {
+    char ip[SBX_NETADDR_TEXT] = "?";
+    if (!sbx_netaddr_socket_public (&address->addr, ip) && !t->sender->allow_private) {
         t->refused = true;
         snprintf (t->refused_ip, sizeof t->refused_ip, "%s", ip);
         return CURL_SOCKET_BAD;

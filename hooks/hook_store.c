@@ -42,7 +42,6 @@ static const char *s_migrations[] = {
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
 
 typedef enum {
-    ST_META_GET,
     ST_META_SET,
     ST_FANOUT,
     ST_CREATE,
@@ -63,7 +62,6 @@ typedef enum {
     " (SELECT count(*) FROM deliveries d WHERE d.webhook_id = w.id AND d.state = 'pending')"
 
 static const char *s_sql[ST__COUNT] = {
-    [ST_META_GET] = "SELECT value FROM meta WHERE key = 'last_seq'",
     [ST_META_SET] = "INSERT INTO meta (key, value) VALUES ('last_seq', ?1) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     //  The fan-out: every webhook of the account that takes this type.
@@ -116,16 +114,11 @@ void hook_store_destroy (hook_store_t **self_p)
 
 uint64_t hook_store_last_seq (hook_store_t *self)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_META_GET);
-    uint64_t seq = 0;
-    int rc = sqlite3_step (stmt);
-    if (rc == SQLITE_ROW) {
-        const char *text = (const char *) sqlite3_column_text (stmt, 0);
-        seq = text ? strtoull (text, NULL, 10) : 0;
-    } else if (rc != SQLITE_DONE)
-        sbx_db_log_error (self->db, "last seq");
-    sbx_db_reset (stmt);
-    return seq;
+    int64_t seq = sbx_db_query_int (self->db,
+                                    "SELECT coalesce ((SELECT CAST (value AS INTEGER) FROM meta "
+                                    "WHERE key = 'last_seq'), 0)",
+                                    "last seq");
+    return seq > 0 ? (uint64_t) seq : 0;
 }
 
 int hook_store_apply (hook_store_t *self, uint64_t seq, const char *account, const char *type,
