@@ -26,8 +26,8 @@ static void s_usage (FILE *out)
              "signed with its secret (shown once, at create): Sbx-Signature: t=<unix\n"
              "seconds>,v1=<hex HMAC-SHA256 of \"<t>.<body>\">, and Sbx-Event-Id, the same in\n"
              "every retry. Types: sandbox.created, sandbox.ready, sandbox.stopped,\n"
-             "sandbox.resumed, sandbox.deleted, sandbox.error, sandbox.ttl_expired (default:\n"
-             "all). Failures are retried with backoff (1 s, 2 s, 4 s … up to 1 h, 16 attempts);\n"
+             "sandbox.resumed, sandbox.deleted, sandbox.error, sandbox.ttl_expired,\n"
+             "snapshot.saved, snapshot.deleted (default: all). Failures are retried with backoff (1 s, 2 s, 4 s … up to 1 h, 16 attempts);\n"
              "deliveries shows the log. On the sbx host --account names the account (acc_…);\n"
              "after sbx login it is the API key's. See docs/webhooks.md.\n");
 }

@@ -456,6 +456,8 @@ static const sbx_meta_struct_t s_meta_sandbox_port_changed;
 static const sbx_meta_struct_t s_meta_vm_port;
 static const sbx_meta_struct_t s_meta_vm_port_ok;
 static const sbx_meta_struct_t s_meta_snapshot_info;
+static const sbx_meta_struct_t s_meta_snapshot_saved;
+static const sbx_meta_struct_t s_meta_snapshot_deleted;
 static const sbx_meta_struct_t s_meta_snapshot_save;
 static const sbx_meta_struct_t s_meta_snapshot_save_ok;
 static const sbx_meta_struct_t s_meta_snapshot_list;
@@ -1643,6 +1645,21 @@ static const sbx_meta_field_t s_fields_snapshot_info[] = {
 };
 static const sbx_meta_struct_t s_meta_snapshot_info = {"snapshot_info", sizeof (sbx_snapshot_info_t), s_fields_snapshot_info, 16};
 
+static const sbx_meta_field_t s_fields_snapshot_saved[] = {
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snapshot_saved_t, snapshot_id), true, 64, NULL, NULL},
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_snapshot_saved_t, sandbox_id), false, 64, NULL, NULL},
+    {"name", SBX_META_STRING, offsetof (sbx_snapshot_saved_t, name), false, 128, NULL, NULL},
+    {"disk_bytes", SBX_META_UINT, offsetof (sbx_snapshot_saved_t, disk_bytes), false, 0, NULL, NULL},
+    {"memory_bytes", SBX_META_UINT, offsetof (sbx_snapshot_saved_t, memory_bytes), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snapshot_saved = {"snapshot.saved", sizeof (sbx_snapshot_saved_t), s_fields_snapshot_saved, 5};
+
+static const sbx_meta_field_t s_fields_snapshot_deleted[] = {
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snapshot_deleted_t, snapshot_id), true, 64, NULL, NULL},
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_snapshot_deleted_t, sandbox_id), false, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snapshot_deleted = {"snapshot.deleted", sizeof (sbx_snapshot_deleted_t), s_fields_snapshot_deleted, 2};
+
 static const sbx_meta_field_t s_fields_snapshot_save[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_snapshot_save_t, sandbox_id), true, 64, NULL, NULL},
     {"name", SBX_META_STRING, offsetof (sbx_snapshot_save_t, name), false, 128, NULL, NULL},
@@ -2052,6 +2069,10 @@ static const char *const s_from_vm_port[] = {"broker"};
 static const char *const s_to_vm_port[] = {"vmd"};
 static const char *const s_from_vm_port_ok[] = {"vmd"};
 static const char *const s_to_vm_port_ok[] = {"broker"};
+static const char *const s_from_snapshot_saved[] = {"broker"};
+static const char *const s_to_snapshot_saved[] = {"tap"};
+static const char *const s_from_snapshot_deleted[] = {"broker"};
+static const char *const s_to_snapshot_deleted[] = {"tap"};
 static const char *const s_from_snapshot_save[] = {"gateway", "cli"};
 static const char *const s_to_snapshot_save[] = {"broker"};
 static const char *const s_from_snapshot_save_ok[] = {"broker"};
@@ -2238,6 +2259,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"sandbox.port_changed", &s_meta_sandbox_port_changed, s_from_sandbox_port_changed, 1, s_to_sandbox_port_changed, 1, SBX_MSG__UNKNOWN, false},
     {"vm.port", &s_meta_vm_port, s_from_vm_port, 1, s_to_vm_port, 1, SBX_MSG_VM_PORT_OK, false},
     {"vm.port.ok", &s_meta_vm_port_ok, s_from_vm_port_ok, 1, s_to_vm_port_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"snapshot.saved", &s_meta_snapshot_saved, s_from_snapshot_saved, 1, s_to_snapshot_saved, 1, SBX_MSG__UNKNOWN, true},
+    {"snapshot.deleted", &s_meta_snapshot_deleted, s_from_snapshot_deleted, 1, s_to_snapshot_deleted, 1, SBX_MSG__UNKNOWN, true},
     {"snapshot.save", &s_meta_snapshot_save, s_from_snapshot_save, 2, s_to_snapshot_save, 1, SBX_MSG_SNAPSHOT_SAVE_OK, false},
     {"snapshot.save.ok", &s_meta_snapshot_save_ok, s_from_snapshot_save_ok, 1, s_to_snapshot_save_ok, 2, SBX_MSG__UNKNOWN, false},
     {"snapshot.list", &s_meta_snapshot_list, s_from_snapshot_list, 3, s_to_snapshot_list, 2, SBX_MSG_SNAPSHOT_LIST_OK, false},
@@ -2995,6 +3018,16 @@ sbx_vm_port_ok_t *sbx_msg_vm_port_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_VM_PORT_OK ? (sbx_vm_port_ok_t *) msg->body : NULL;
 }
 
+sbx_snapshot_saved_t *sbx_msg_snapshot_saved (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAPSHOT_SAVED ? (sbx_snapshot_saved_t *) msg->body : NULL;
+}
+
+sbx_snapshot_deleted_t *sbx_msg_snapshot_deleted (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAPSHOT_DELETED ? (sbx_snapshot_deleted_t *) msg->body : NULL;
+}
+
 sbx_snapshot_save_t *sbx_msg_snapshot_save (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_SNAPSHOT_SAVE ? (sbx_snapshot_save_t *) msg->body : NULL;
@@ -3114,6 +3147,8 @@ static const size_t s_subject_at[SBX_MSG__COUNT] = {
     [SBX_MSG_SANDBOX_PORT_CHANGED] = offsetof (sbx_sandbox_port_changed_t, sandbox_id) + 1,
     [SBX_MSG_VM_PORT] = offsetof (sbx_vm_port_t, sandbox_id) + 1,
     [SBX_MSG_VM_PORT_OK] = offsetof (sbx_vm_port_ok_t, sandbox_id) + 1,
+    [SBX_MSG_SNAPSHOT_SAVED] = offsetof (sbx_snapshot_saved_t, sandbox_id) + 1,
+    [SBX_MSG_SNAPSHOT_DELETED] = offsetof (sbx_snapshot_deleted_t, sandbox_id) + 1,
     [SBX_MSG_SNAPSHOT_SAVE] = offsetof (sbx_snapshot_save_t, sandbox_id) + 1,
     [SBX_MSG_SNAP_BEGIN] = offsetof (sbx_snap_begin_t, sandbox_id) + 1,
     [SBX_MSG_SNAP_USE] = offsetof (sbx_snap_use_t, sandbox_id) + 1,

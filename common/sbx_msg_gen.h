@@ -330,6 +330,8 @@ typedef enum {
     SBX_MSG_SANDBOX_PORT_CHANGED,     //  sandbox.port_changed
     SBX_MSG_VM_PORT,                  //  vm.port
     SBX_MSG_VM_PORT_OK,               //  vm.port.ok
+    SBX_MSG_SNAPSHOT_SAVED,           //  snapshot.saved
+    SBX_MSG_SNAPSHOT_DELETED,         //  snapshot.deleted
     SBX_MSG_SNAPSHOT_SAVE,            //  snapshot.save
     SBX_MSG_SNAPSHOT_SAVE_OK,         //  snapshot.save.ok
     SBX_MSG_SNAPSHOT_LIST,            //  snapshot.list
@@ -517,6 +519,8 @@ typedef struct sbx_sandbox_port_changed_s sbx_sandbox_port_changed_t;
 typedef struct sbx_vm_port_s sbx_vm_port_t;
 typedef struct sbx_vm_port_ok_s sbx_vm_port_ok_t;
 typedef struct sbx_snapshot_info_s sbx_snapshot_info_t;
+typedef struct sbx_snapshot_saved_s sbx_snapshot_saved_t;
+typedef struct sbx_snapshot_deleted_s sbx_snapshot_deleted_t;
 typedef struct sbx_snapshot_save_s sbx_snapshot_save_t;
 typedef struct sbx_snapshot_save_ok_s sbx_snapshot_save_ok_t;
 typedef struct sbx_snapshot_list_s sbx_snapshot_list_t;
@@ -2555,6 +2559,30 @@ struct sbx_snapshot_info_s {
     sbx_strlist_t users;
 };
 
+//  message snapshot.saved (snapshot.json): broker -> tap, event. A user's snapshot was saved
+//  and is ready (save_snapshot; automatic snapshots at stop are not told).
+struct sbx_snapshot_saved_s {
+    //  (required, max 64) Which.
+    char *snapshot_id;
+    //  (max 64) The sandbox it was saved from.
+    char *sandbox_id;
+    //  (max 128) Its name, if it has one.
+    char *name;
+    //  Size of its disk image.
+    uint64_t disk_bytes;
+    //  Size of its memory image.
+    uint64_t memory_bytes;
+};
+
+//  message snapshot.deleted (snapshot.json): broker -> tap, event. A user deleted a snapshot
+//  (delete_snapshot).
+struct sbx_snapshot_deleted_s {
+    //  (required, max 64) Which.
+    char *snapshot_id;
+    //  (max 64) The sandbox it was saved from.
+    char *sandbox_id;
+};
+
 //  message snapshot.save (snapshot.json): gateway, cli -> broker, reply snapshot.save.ok. Save
 //  a ready or stopped sandbox's disk and memory (a running guest is paused only during the
 //  capture); answered once the files are durable and the catalog says ready, or failed.
@@ -2885,6 +2913,8 @@ sbx_sandbox_resolve_ok_t *sbx_msg_sandbox_resolve_ok (struct sbx_msg_s *msg);
 sbx_sandbox_port_changed_t *sbx_msg_sandbox_port_changed (struct sbx_msg_s *msg);
 sbx_vm_port_t *sbx_msg_vm_port (struct sbx_msg_s *msg);
 sbx_vm_port_ok_t *sbx_msg_vm_port_ok (struct sbx_msg_s *msg);
+sbx_snapshot_saved_t *sbx_msg_snapshot_saved (struct sbx_msg_s *msg);
+sbx_snapshot_deleted_t *sbx_msg_snapshot_deleted (struct sbx_msg_s *msg);
 sbx_snapshot_save_t *sbx_msg_snapshot_save (struct sbx_msg_s *msg);
 sbx_snapshot_save_ok_t *sbx_msg_snapshot_save_ok (struct sbx_msg_s *msg);
 sbx_snapshot_list_t *sbx_msg_snapshot_list (struct sbx_msg_s *msg);

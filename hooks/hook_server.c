@@ -23,7 +23,8 @@
 //  The event types a webhook may take, as its deliveries name them.
 static const char *s_types[] = {
     "sandbox.created", "sandbox.ready", "sandbox.stopped",     "sandbox.resumed",
-    "sandbox.deleted", "sandbox.error", "sandbox.ttl_expired", NULL};
+    "sandbox.deleted", "sandbox.error", "sandbox.ttl_expired", "snapshot.saved", "snapshot.deleted",
+    NULL};
 
 struct _hook_server_t {
     sbx_config_t *config; //  borrowed
@@ -336,6 +337,21 @@ static const char *s_webhook_type (const sbx_msg_t *msg, json_t *data)
         json_object_set_new (data, "deadline", sbx_api_time (t->deadline_ms));
         json_object_set_new (data, "stoppedAt", sbx_api_time (t->actual_ms));
         return "sandbox.ttl_expired";
+    }
+    if (msg->type == SBX_MSG_SNAPSHOT_SAVED || msg->type == SBX_MSG_SNAPSHOT_DELETED) {
+        bool saved = msg->type == SBX_MSG_SNAPSHOT_SAVED;
+        sbx_snapshot_saved_t *s = saved ? sbx_msg_snapshot_saved ((sbx_msg_t *) msg) : NULL;
+        sbx_snapshot_deleted_t *d = saved ? NULL : sbx_msg_snapshot_deleted ((sbx_msg_t *) msg);
+        const char *sandbox = saved ? s->sandbox_id : d->sandbox_id;
+        json_object_set_new (data, "snapshotId",
+                             json_string (saved ? s->snapshot_id : d->snapshot_id));
+        json_object_set_new (data, "sandboxId", sandbox ? json_string (sandbox) : json_null ());
+        if (saved) {
+            json_object_set_new (data, "name", s->name ? json_string (s->name) : json_null ());
+            json_object_set_new (data, "sizeBytes",
+                                 json_integer ((json_int_t) (s->disk_bytes + s->memory_bytes)));
+        }
+        return saved ? "snapshot.saved" : "snapshot.deleted";
     }
     if (msg->type != SBX_MSG_SANDBOX_CHANGED)
         return NULL;

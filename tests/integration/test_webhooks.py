@@ -1,6 +1,7 @@
 """Webhooks end to end (issue 20, item 4): the real daemons under `sbx up`, one real
 guest, and a real HTTP receiver in this test. A webhook gets the sandbox's created,
-ready, stopped, resumed and deleted events as signed POSTs (the HMAC checked here); a
+ready, stopped, resumed and deleted events, and a snapshot's saved and deleted, as signed
+POSTs (the HMAC checked here); a
 receiver that answers 500 gets retries with backoff, logged; sbx-hookd killed with
 SIGKILL in the middle loses and doubles nothing; private addresses are refused at create
 and at delivery without webhooks.allow_private."""
@@ -127,16 +128,19 @@ class WebhooksTest(unittest.TestCase):
         self.assertEqual(self.req("POST", f"/v1/sandboxes/{sb['id']}/stop")[0], 200)
         wait_for(lambda: self.s.daemon_pid("sbx-hookd") not in (None, pid), 20, "a new sbx-hookd")
         self.assertEqual(self.req("POST", f"/v1/sandboxes/{sb['id']}/resume")[0], 200)
+        status, snap = self.req("POST", f"/v1/sandboxes/{sb['id']}/snapshots", {"name": "hooked"})
+        self.assertEqual(status, 201, snap)
+        self.assertEqual(self.req("DELETE", f"/v1/snapshots/{snap['id']}")[0], 200)
         self.assertEqual(self.req("DELETE", f"/v1/sandboxes/{sb['id']}")[0], 200)
         want = ["sandbox.created", "sandbox.ready", "sandbox.stopped", "sandbox.resumed",
-                "sandbox.deleted"]
-        wait_for(lambda: ok() == want, 30, f"all five events (got {ok()})")
+                "snapshot.saved", "snapshot.deleted", "sandbox.deleted"]
+        wait_for(lambda: ok() == want, 30, f"all seven events (got {ok()})")
 
         # Every delivery signed with W1's secret, its event id that of the body, no
         # event twice (a restart doubles nothing), in the log's order.
         posts = self.rx.posts("/ok")
         ids = [p[2]["Sbx-Event-Id"] for p in posts]
-        self.assertEqual(len(set(ids)), 5, ids)
+        self.assertEqual(len(set(ids)), 7, ids)
         seqs = [int(i.split("_")[1]) for i in ids]
         self.assertEqual(seqs, sorted(seqs))
         for _, _, headers, body in posts:
@@ -148,6 +152,9 @@ class WebhooksTest(unittest.TestCase):
             self.assertEqual((event["accountId"], event["data"]["sandboxId"]),
                              (self.account, sb["id"]))
         self.assertEqual(json.loads(posts[3][3])["data"]["previousState"], "resuming")
+        saved = json.loads(posts[4][3])["data"]
+        self.assertEqual((saved["snapshotId"], saved["name"]), (snap["id"], "hooked"))
+        self.assertEqual(json.loads(posts[5][3])["data"]["snapshotId"], snap["id"])
 
         # /flaky: two 500s, then 200, retried 1 s then 2 s later, all one event.
         wait_for(lambda: self.deliveries(w2["id"])[0]["state"] == "delivered", 15, "the retry")
@@ -164,7 +171,7 @@ class WebhooksTest(unittest.TestCase):
         for p in flaky:
             self.assertTrue(verify(w2["secret"], p[2], p[3]))
         status, got = self.req("GET", f"/v1/webhooks/{w1['id']}")
-        self.assertEqual((got["delivered"], got["failed"], got["pending"]), (5, 0, 0), got)
+        self.assertEqual((got["delivered"], got["failed"], got["pending"]), (7, 0, 0), got)
         # The operator's view of the same log.
         cli_log = self.s.cli_json("webhook", "deliveries", w2["id"])
         self.assertEqual(cli_log["deliveries"][0]["attempts"], log[0]["attempts"])

@@ -237,7 +237,7 @@ export interface CreateWebhook {
   /** Where to POST each event: http or https, a public address (see docs/webhooks.md). */
   url: string;
   /** The event types to deliver (default: all). */
-  events?: Array<"sandbox.created" | "sandbox.ready" | "sandbox.stopped" | "sandbox.resumed" | "sandbox.deleted" | "sandbox.error" | "sandbox.ttl_expired">;
+  events?: Array<"sandbox.created" | "sandbox.ready" | "sandbox.stopped" | "sandbox.resumed" | "sandbox.deleted" | "sandbox.error" | "sandbox.ttl_expired" | "snapshot.saved" | "snapshot.deleted">;
 }
 
 /** The service's error codes, with their HTTP status. */
