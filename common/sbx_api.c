@@ -71,11 +71,11 @@ json_t *sbx_api_snapshot (const sbx_snapshot_info_t *info)
 
 json_t *sbx_api_webhook (const sbx_webhook_info_t *info)
 {
-    json_t *events = json_array ();
-    for (size_t i = 0; info && i < info->events.count; i++)
-        json_array_append_new (events, json_string (info->events.items[i]));
     if (!info)
-        return events;
+        return NULL;
+    json_t *events = json_array ();
+    for (size_t i = 0; i < info->events.count; i++)
+        json_array_append_new (events, json_string (info->events.items[i]));
     return json_pack ("{s:s, s:s, s:o, s:o, s:I, s:I, s:I}", "id", info->webhook_id, "url",
                       info->url, "events", events, "createdAt", sbx_api_time (info->created_ms),
                       "delivered", (json_int_t) info->delivered, "failed",
