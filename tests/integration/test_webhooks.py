@@ -13,11 +13,13 @@ import json
 import os
 import signal
 import ssl
+import subprocess
+import tempfile
 import threading
 import time
 import unittest
 
-from sbxtest import BIN, Sbx, main, wait_for
+from sbxtest import BIN, Sbx, binary, main, wait_for
 
 
 class Receiver(http.server.ThreadingHTTPServer):
@@ -172,9 +174,29 @@ class WebhooksTest(unittest.TestCase):
             self.assertTrue(verify(w2["secret"], p[2], p[3]))
         status, got = self.req("GET", f"/v1/webhooks/{w1['id']}")
         self.assertEqual((got["delivered"], got["failed"], got["pending"]), (7, 0, 0), got)
-        # The operator's view of the same log.
+        # The operator's view of the same log, and the API key's through the REST API.
         cli_log = self.s.cli_json("webhook", "deliveries", w2["id"])
-        self.assertEqual(cli_log["deliveries"][0]["attempts"], log[0]["attempts"])
+        self.assertEqual(cli_log["deliveries"], log)
+        st = self.s.status()
+        home = tempfile.mkdtemp(prefix="sbxtest-hooks-home-")
+        self.addCleanup(subprocess.run, ["rm", "-rf", home])
+        env = {"HOME": home, "PATH": os.environ["PATH"], "SBX_URL": st["mcp_url"][:-len("/mcp")],
+               "SBX_API_KEY": self.key, "SBX_CA_CERT": st["ca_cert"]}
+        remote = lambda *a: subprocess.run([binary("sbx"), "webhook", *a], env=env,
+                                           capture_output=True, text=True, timeout=60)
+        res = remote("deliveries", w2["id"], "--json")
+        self.assertEqual((res.returncode, json.loads(res.stdout or "{}")), (0, {"deliveries": log}),
+                         res.stderr)
+        res = remote("create", "https://hooks.example/cli", "--events", "sandbox.error", "--json")
+        made = json.loads(res.stdout)
+        self.assertEqual((made["url"], made["events"]), ("https://hooks.example/cli", ["sandbox.error"]))
+        res = remote("list")
+        self.assertIn(made["id"], res.stdout)
+        self.assertIn("https://hooks.example/cli", res.stdout)
+        self.assertEqual(remote("delete", made["id"]).stdout, f"webhook {made['id']} deleted\n")
+        res = remote("create", "https://hooks.example/x", "--events", "sandbox.nope")
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("unknown event type 'sandbox.nope'", res.stderr)
 
         # -- private addresses without webhooks.allow_private -------------------
         # /down failed its first attempt of the delete event; its next one comes after the
