@@ -21,10 +21,11 @@
 #define S_MAX_LIMIT      1000
 
 //  The event types a webhook may take, as its deliveries name them.
-static const char *s_types[] = {
-    "sandbox.created", "sandbox.ready", "sandbox.stopped",     "sandbox.resumed",
-    "sandbox.deleted", "sandbox.error", "sandbox.ttl_expired", "snapshot.saved", "snapshot.deleted",
-    NULL};
+static const char *s_types[] = {"sandbox.created",     "sandbox.ready",
+                                "sandbox.stopped",     "sandbox.resumed",
+                                "sandbox.deleted",     "sandbox.error",
+                                "sandbox.ttl_expired", "snapshot.saved",
+                                "snapshot.deleted",    NULL};
 
 struct _hook_server_t {
     sbx_config_t *config; //  borrowed

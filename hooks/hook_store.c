@@ -64,10 +64,12 @@ typedef enum {
 static const char *s_sql[ST__COUNT] = {
     [ST_META_SET] = "INSERT INTO meta (key, value) VALUES ('last_seq', ?1) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-    //  The fan-out: every webhook of the account that takes this type.
+    //  The fan-out: every webhook of the account that takes this type and existed when
+    //  the event was committed (a replay of old events tells a new webhook nothing).
     [ST_FANOUT] = "INSERT OR IGNORE INTO deliveries (webhook_id, event_id, event_type, body, "
                   "state, created_ms, next_ms) "
                   "SELECT id, ?3, ?2, ?4, 'pending', ?5, ?5 FROM webhooks WHERE account = ?1 "
+                  "AND created_ms <= ?5 "
                   "AND (events = '' OR instr (' ' || events || ' ', ' ' || ?2 || ' ') > 0)",
     [ST_CREATE] = "INSERT INTO webhooks (id, account, url, events, secret, created_ms) "
                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -318,8 +320,9 @@ void hook_store_test (bool verbose)
     assert (hook_store_apply (store, 5, "acc_1", "sandbox.ready", "evt_5", "{}", 100) == 0);
     assert (hook_store_apply (store, 6, "acc_1", "sandbox.stopped", "evt_6", "{}", 100) == 0);
     assert (hook_store_apply (store, 7, "acc_2", "sandbox.ready", "evt_7", "{}", 100) == 0);
-    //  A replayed event adds nothing.
+    //  A replayed event adds nothing; one from before a webhook existed is not its.
     assert (hook_store_apply (store, 5, "acc_1", "sandbox.ready", "evt_5", "{}", 100) == 0);
+    assert (hook_store_apply (store, 4, "acc_1", "sandbox.ready", "evt_4", "{}", 9) == 0);
     assert (hook_store_apply (store, 8, NULL, NULL, NULL, NULL, 0) == 0);
     assert (hook_store_last_seq (store) == 8);
     int due = 0;

@@ -32,7 +32,7 @@ void hook_store_destroy (hook_store_t **self_p);
 uint64_t hook_store_last_seq (hook_store_t *self);
 
 //  Applies event seq: one pending delivery (due at ts_ms) of body for each webhook of
-//  account whose event list is empty or names type, and last_seq = seq, in one
+//  account made by ts_ms whose event list is empty or names type, and last_seq = seq, in one
 //  transaction. type NULL: nothing to deliver, only the seq. 0, or -1 (rolled back).
 int hook_store_apply (hook_store_t *self, uint64_t seq, const char *account, const char *type,
                       const char *event_id, const char *body, uint64_t ts_ms);
