@@ -397,6 +397,11 @@ static int s_on_event (const sbx_event_t *event, void *arg)
     sbx_msg_t *msg = event->account && event->payload.data
                          ? sbx_msg_decode (event->payload.data, event->payload.size, &err)
                          : NULL;
+    //  A deleted account's webhooks go with it (again on a replay: a no-op then).
+    if (msg && msg->type == SBX_MSG_ACCOUNT_DELETED &&
+        hook_store_delete_account (self->store, sbx_msg_account_deleted (msg)->account_id) == 0)
+        sbx_info ("account=%s deleted: its webhooks too",
+                  sbx_msg_account_deleted (msg)->account_id);
     json_t *data = json_object ();
     const char *type = msg && data ? s_webhook_type (msg, data) : NULL;
     char id[32];

@@ -49,6 +49,7 @@ typedef enum {
     ST_GET,
     ST_LIST,
     ST_DELETE,
+    ST_DELETE_ACCOUNT,
     ST_DELIVERIES,
     ST_DUE,
     ST_RECORD,
@@ -78,6 +79,7 @@ static const char *s_sql[ST__COUNT] = {
     [ST_LIST] = "SELECT " S_INFO_COLUMNS " FROM webhooks w WHERE w.account = ?1 "
                 "ORDER BY w.created_ms, w.id",
     [ST_DELETE] = "DELETE FROM webhooks WHERE id = ?1",
+    [ST_DELETE_ACCOUNT] = "DELETE FROM webhooks WHERE account = ?1",
     [ST_DELIVERIES] = "SELECT event_id, event_type, state, attempts, status_code, last_error, "
                       "created_ms, next_ms, done_ms FROM deliveries WHERE webhook_id = ?1 "
                       "ORDER BY id DESC LIMIT ?2",
@@ -221,6 +223,12 @@ int hook_store_delete (hook_store_t *self, const char *id)
     return sbx_db_run (self->db, ST_DELETE, "webhook delete");
 }
 
+int hook_store_delete_account (hook_store_t *self, const char *account)
+{
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_DELETE_ACCOUNT), 1, account);
+    return sbx_db_run (self->db, ST_DELETE_ACCOUNT, "webhooks of an account delete");
+}
+
 int hook_store_deliveries (hook_store_t *self, const char *webhook_id, uint64_t limit,
                            sbx_webhook_delivery_list_t *out)
 {
@@ -346,6 +354,9 @@ void hook_store_test (bool verbose)
     assert (streq (deliveries->items[0].event_id, "evt_6"));
     sbx_msg_destroy (&log);
     assert (hook_store_delete (store, "wh_b") == 0);
+    assert (hook_store_create (store, "wh_c", "acc_2", "http://h/c", "", "whsec_x", 12) == 0);
+    assert (hook_store_delete_account (store, "acc_2") == 0 &&
+            hook_store_count (store, "acc_2") == 0);
     hook_store_destroy (&store);
     //  What was written survives a reopen.
     store = hook_store_new (path);

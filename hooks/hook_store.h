@@ -48,6 +48,8 @@ int hook_store_get (hook_store_t *self, const char *id, sbx_webhook_info_t *out)
 int hook_store_list (hook_store_t *self, const char *account, sbx_webhook_info_list_t *out);
 //  Deletes a webhook and its delivery log. 0 or -1.
 int hook_store_delete (hook_store_t *self, const char *id);
+//  Deletes every webhook of account (it was deleted) and their logs. 0 or -1.
+int hook_store_delete_account (hook_store_t *self, const char *account);
 //  The webhook's deliveries, newest first. 0 or -1.
 int hook_store_deliveries (hook_store_t *self, const char *webhook_id, uint64_t limit,
                            sbx_webhook_delivery_list_t *out);

@@ -226,6 +226,10 @@ class WebhooksTest(unittest.TestCase):
         self.key = self.s.cli_json("account", "create", "--email", "other@example.com")["api_key"]
         self.assertEqual(self.req("GET", f"/v1/webhooks/{w1['id']}")[0], 404)
         self.assertEqual(self.req("GET", "/v1/webhooks"), (200, {"webhooks": []}))
+        # A deleted account's webhooks go with it.
+        self.s.cli_json("account", "delete", "hooks@example.com")
+        wait_for(lambda: self.s.cli_json("webhook", "list", "--account", self.account)["webhooks"]
+                 == [], 10, "the account's webhooks deleted")
 
 
 if __name__ == "__main__":
