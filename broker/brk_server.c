@@ -787,6 +787,14 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         //  Billing's figures: routed by type (a client's `route` steers nothing else).
         s_route (self, address, msg_p, SBX_ROLE_BILLING);
         return;
+    case SBX_MSG_WEBHOOK_CREATE:
+    case SBX_MSG_WEBHOOK_LIST:
+    case SBX_MSG_WEBHOOK_GET:
+    case SBX_MSG_WEBHOOK_DELETE:
+    case SBX_MSG_WEBHOOK_DELIVERIES:
+        //  sbx-hookd owns webhooks; it checks the caller's account itself.
+        s_route (self, address, msg_p, SBX_ROLE_HOOKS);
+        return;
     case SBX_MSG_SNAPSHOT_LIST:
         reply = brk_snapshot_list_account (&self->ctx, msg);
         if (reply)

@@ -184,6 +184,34 @@ static void s_answer (brk_ctx_t *ctx, s_save_t *op, sbx_msg_t **reply_p)
     sbx_msg_destroy (reply_p);
 }
 
+//  snapshot.saved or snapshot.deleted in the event log, for the tap's readers (webhooks):
+//  snapshotd's catalog changed already, so a failure here is logged, not undone.
+static void s_record (brk_ctx_t *ctx, const sbx_snapshot_info_t *info, bool saved)
+{
+    if (!info || !info->id || !info->account)
+        return;
+    sbx_msg_t *event = sbx_msg_new (saved ? SBX_MSG_SNAPSHOT_SAVED : SBX_MSG_SNAPSHOT_DELETED);
+    if (saved) {
+        sbx_snapshot_saved_t *e = sbx_msg_snapshot_saved (event);
+        sbx_str_set (&e->snapshot_id, info->id);
+        sbx_str_set (&e->sandbox_id, info->sandbox_id);
+        sbx_str_set (&e->name, info->name);
+        e->disk_bytes = info->disk_bytes;
+        e->memory_bytes = info->memory_bytes;
+    } else {
+        sbx_str_set (&sbx_msg_snapshot_deleted (event)->snapshot_id, info->id);
+        sbx_str_set (&sbx_msg_snapshot_deleted (event)->sandbox_id, info->sandbox_id);
+    }
+    if (brk_events_begin (ctx->events) ||
+        brk_events_add (ctx->events, &event, info->account, info->id) ||
+        brk_events_commit (ctx->events)) {
+        brk_events_rollback (ctx->events);
+        sbx_msg_destroy (&event);
+        sbx_error ("snapshot=%s cannot record that it was %s", info->id,
+                   saved ? "saved" : "deleted");
+    }
+}
+
 static void s_on_released (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
 {
     (void) ctx;
@@ -211,6 +239,8 @@ static void s_on_finish (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
             //  The snapshot moves from snapshotd's answer into ours.
             sbx_msg_snapshot_save_ok (reply)->snapshot = sbx_msg_snap_finish_ok (answer)->snapshot;
             sbx_msg_snap_finish_ok (answer)->snapshot = NULL;
+            if (!op->automatic)
+                s_record (ctx, sbx_msg_snapshot_save_ok (reply)->snapshot, true);
         }
         sbx_info ("rid=%llu snapshot=%s of sandbox %s saved%s", (unsigned long long) op->rid,
                   op->snapshot_id, op->sandbox_id, op->automatic ? " (automatic)" : "");
@@ -550,6 +580,8 @@ static void s_relay (brk_ctx_t *ctx, s_delete_t *op, sbx_msg_t *answer)
 static void s_on_deleted (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
 {
     s_delete_t *op = arg;
+    if ((*answer_p)->type == SBX_MSG_SNAPSHOT_DELETE_OK)
+        s_record (ctx, sbx_msg_snapshot_delete_ok (*answer_p)->snapshot, false);
     s_relay (ctx, op, *answer_p);
     s_delete_destroy (&op);
 }

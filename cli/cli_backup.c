@@ -1,5 +1,5 @@
 /*  cli_backup - `sbx backup DEST`: a data directory copied whole (settings, keys,
-    certificates, the three stores, images, templates, snapshots and stopped sandboxes)
+    certificates, the four stores, images, templates, snapshots and stopped sandboxes)
     beside a manifest of modes, owners and checksums, for cli_restore to put back.
     What a backup holds and what it does not: docs/upgrading.md. */
 #include "cli_call.h"
@@ -229,18 +229,17 @@ static int s_stop_all (sbx_config_t *config, json_t *ids)
 
 static void s_backup_usage (FILE *out)
 {
-    fprintf (out,
-             "usage: sbx backup DEST [--data-dir DIR] [--stop-running]\n\n"
-             "Copies the data directory into DEST, a new directory: sbx.conf, keys, TLS\n"
-             "certificates, the broker's, billing's and snapshotd's stores (each copied at one\n"
-             "instant, while sbx runs or not), guest images, templates, snapshots and stopped\n"
-             "sandboxes (disk and memory), with DEST/" CLI_TREE_MANIFEST
-             " listing every file's mode,\n"
-             "owner and SHA-256. Not copied: logs and run/.\n"
-             "A running sandbox's disk and memory change while they are read, so a backup is\n"
-             "refused while any runs, naming them; --stop-running first stops each (memory\n"
-             "kept: it resumes where it was, here or after sbx restore). Restore with\n"
-             "`sbx restore DEST --data-dir NEWDIR`. See docs/upgrading.md.\n");
+    fprintf (out, "usage: sbx backup DEST [--data-dir DIR] [--stop-running]\n\n"
+                  "Copies the data directory into DEST, a new directory: sbx.conf, keys, TLS\n"
+                  "certificates, the broker's, billing's, snapshotd's and hookd's stores (each\n"
+                  "copied at one instant, while sbx runs or not), guest images, templates,\n"
+                  "snapshots and stopped sandboxes (disk and memory), with DEST/" CLI_TREE_MANIFEST
+                  " listing every file's mode,\n"
+                  "owner and SHA-256. Not copied: logs and run/.\n"
+                  "A running sandbox's disk and memory change while they are read, so a backup is\n"
+                  "refused while any runs, naming them; --stop-running first stops each (memory\n"
+                  "kept: it resumes where it was, here or after sbx restore). Restore with\n"
+                  "`sbx restore DEST --data-dir NEWDIR`. See docs/upgrading.md.\n");
 }
 
 int cli_backup_main (int argc, char **argv)

@@ -110,6 +110,12 @@ void cli_print_json (json_t *json)
     json_decref (json);
 }
 
+const char *cli_json_str (json_t *object, const char *key, const char *none)
+{
+    const char *value = json_string_value (json_object_get (object, key));
+    return value ? value : none;
+}
+
 json_t *cli_json_time (uint64_t ms)
 {
     char buf[32];

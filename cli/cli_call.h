@@ -25,5 +25,7 @@ void cli_print_json (json_t *json);
 
 //  An ISO 8601 time for JSON output, or null for 0 ("never").
 json_t *cli_json_time (uint64_t ms);
+//  The string member key of object (borrowed), or none when it is absent or not a string.
+const char *cli_json_str (json_t *object, const char *key, const char *none);
 
 #endif

@@ -8,6 +8,7 @@ int cli_down_main (int argc, char **argv);
 int cli_status_main (int argc, char **argv);
 int cli_account_main (int argc, char **argv);
 int cli_key_main (int argc, char **argv);
+int cli_webhook_main (int argc, char **argv);
 int cli_tap_main (int argc, char **argv);
 int cli_sandbox_main (int argc, char **argv);
 int cli_audit_main (int argc, char **argv);

@@ -10,12 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *s_str (json_t *object, const char *key, const char *none)
-{
-    const char *value = json_string_value (json_object_get (object, key));
-    return value ? value : none;
-}
-
 //  A waited exec of command in the sandbox: 0 with its exit code and stdout (fresh), or
 //  the exit code of a failure said.
 static int s_run (cli_where_t *w, const char *sandbox_id, const char *command, int *code,
@@ -30,9 +24,10 @@ static int s_run (cli_where_t *w, const char *sandbox_id, const char *command, i
         cli_op_check (op) ? 2 : cli_where_call (w, op, SBX_OP_EXEC, NULL, false, &answer, NULL);
     if (rc == 0) {
         *code = (int) json_integer_value (json_object_get (answer, "exitCode"));
-        *out = strdup (s_str (answer, "stdout", ""));
+        *out = strdup (cli_json_str (answer, "stdout", ""));
         if (*code)
-            fprintf (stderr, "sbx sandbox cp: in the sandbox: %s", s_str (answer, "stderr", ""));
+            fprintf (stderr, "sbx sandbox cp: in the sandbox: %s",
+                     cli_json_str (answer, "stderr", ""));
     }
     json_decref (answer);
     cli_op_destroy (&op);

@@ -24,12 +24,6 @@ static void s_key_usage (FILE *out)
              "The key is shown once; sbx stores only its hash.\n");
 }
 
-static const char *s_str (json_t *object, const char *key, const char *none)
-{
-    const char *value = json_string_value (json_object_get (object, key));
-    return value ? value : none;
-}
-
 //  key list's answer (REST's, taken): as it is with --json, else a line per key.
 static void s_print_keys (json_t *answer, bool json)
 {
@@ -43,9 +37,10 @@ static void s_print_keys (json_t *answer, bool json)
     json_t *k;
     json_array_foreach (json_object_get (answer, "keys"), i, k)
     {
-        printf ("%-16s %-10s %-10s %-10s %-24s %s%s\n", s_str (k, "id", "?"),
-                s_str (k, "kind", "?"), s_str (k, "preset", "-"), s_str (k, "prefix", "-"),
-                s_str (k, "expiresAt", "never"), s_str (k, "name", ""),
+        printf ("%-16s %-10s %-10s %-10s %-24s %s%s\n", cli_json_str (k, "id", "?"),
+                cli_json_str (k, "kind", "?"), cli_json_str (k, "preset", "-"),
+                cli_json_str (k, "prefix", "-"), cli_json_str (k, "expiresAt", "never"),
+                cli_json_str (k, "name", ""),
                 json_is_true (json_object_get (k, "revoked")) ? " (revoked)" : "");
     }
     json_decref (answer);
@@ -56,7 +51,7 @@ static void s_print_revoked (json_t *answer, bool json)
     if (json)
         cli_print_json (answer);
     else {
-        printf ("key %s revoked\n", s_str (answer, "id", "?"));
+        printf ("key %s revoked\n", cli_json_str (answer, "id", "?"));
         json_decref (answer);
     }
 }

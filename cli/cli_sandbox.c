@@ -145,18 +145,13 @@ static void s_add_operator (json_t *sandbox, const sbx_sandbox_info_t *s)
         json_object_set_new (sandbox, "vmd", json_string (s->vmd));
 }
 
-static const char *s_str (json_t *object, const char *key, const char *none)
-{
-    const char *value = json_string_value (json_object_get (object, key));
-    return value ? value : none;
-}
-
 static void s_print_sandbox (json_t *s)
 {
-    const char *reason = s_str (s, "reason", NULL);
-    printf ("%s  %-9s %-6s %-28s %s%s%s\n", s_str (s, "id", "?"), s_str (s, "state", "?"),
-            s_str (s, "type", "?"), s_str (s, "label", "-"), s_str (s, "name", ""),
-            reason ? "  " : "", reason ? reason : "");
+    const char *reason = cli_json_str (s, "reason", NULL);
+    printf ("%s  %-9s %-6s %-28s %s%s%s\n", cli_json_str (s, "id", "?"),
+            cli_json_str (s, "state", "?"), cli_json_str (s, "type", "?"),
+            cli_json_str (s, "label", "-"), cli_json_str (s, "name", ""), reason ? "  " : "",
+            reason ? reason : "");
 }
 
 //  create, list, get, extend, stop, resume, delete: a sandbox (or all) in the answer.
@@ -278,8 +273,8 @@ static void s_on_exec_event (void *arg, const char *event, const char *data)
     } else if (streq (event, "error")) {
         json_t *body = json_loads (data, 0, NULL);
         json_t *error = json_object_get (body, "error");
-        fprintf (stderr, "sbx: %s (%s)\n", s_str (error, "message", "?"),
-                 s_str (error, "code", "internal"));
+        fprintf (stderr, "sbx: %s (%s)\n", cli_json_str (error, "message", "?"),
+                 cli_json_str (error, "code", "internal"));
         st->code = 1;
         st->ended = true;
         json_decref (body);
@@ -395,7 +390,8 @@ static int s_exec (cli_where_t *w, cli_op_t *op, s_opts_t *o)
         printf ("started process %lld\n",
                 (long long) json_integer_value (json_object_get (answer, "processId")));
     else {
-        const char *out = s_str (answer, "stdout", ""), *err = s_str (answer, "stderr", "");
+        const char *out = cli_json_str (answer, "stdout", ""),
+                   *err = cli_json_str (answer, "stderr", "");
         fwrite (out, 1, strlen (out), stdout);
         fwrite (err, 1, strlen (err), stderr);
         if (json_is_true (json_object_get (answer, "timedOut")))
@@ -418,7 +414,7 @@ static void s_print_ps (json_t *answer)
         if (!json_is_true (json_object_get (p, "running")))
             snprintf (state, sizeof state, "exit %lld",
                       (long long) json_integer_value (json_object_get (p, "exitCode")));
-        const char *command = s_str (p, "command", "");
+        const char *command = cli_json_str (p, "command", "");
         size_t line = strcspn (command, "\n");
         size_t shown = line > 100 ? 100 : line;
         printf ("%-8lld %-10s %-10s %.*s%s\n",
@@ -449,7 +445,7 @@ static int s_process (cli_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o, co
             printf ("port %lld is no longer published\n",
                     (long long) json_integer_value (json_object_get (answer, "port")));
         else
-            printf ("%s  (%s)\n", s_str (answer, "url", "?"),
+            printf ("%s  (%s)\n", cli_json_str (answer, "url", "?"),
                     json_is_true (json_object_get (answer, "public")) ? "public"
                                                                       : "private: the key needed");
         json_decref (answer);

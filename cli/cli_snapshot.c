@@ -52,21 +52,15 @@ static void s_add_operator (json_t *snapshot, const sbx_snapshot_info_t *s, bool
     }
 }
 
-static const char *s_str (json_t *object, const char *key, const char *none)
-{
-    const char *value = json_string_value (json_object_get (object, key));
-    return value ? value : none;
-}
-
 //  A line of REST's snapshot (and, from get on the host, the sandboxes made from it).
 static void s_print (json_t *s)
 {
     double mib = (double) json_integer_value (json_object_get (s, "sizeBytes")) / (1024.0 * 1024.0);
-    const char *reason = s_str (s, "reason", NULL);
-    printf ("%s  %-6s %-9s %-6s %8.1f MiB  %s  %s%s%s\n", s_str (s, "id", "?"),
-            s_str (s, "state", "?"), s_str (s, "kind", "user"), s_str (s, "type", "small"), mib,
-            s_str (s, "sandboxId", "-"), s_str (s, "name", ""), reason ? "  " : "",
-            reason ? reason : "");
+    const char *reason = cli_json_str (s, "reason", NULL);
+    printf ("%s  %-6s %-9s %-6s %8.1f MiB  %s  %s%s%s\n", cli_json_str (s, "id", "?"),
+            cli_json_str (s, "state", "?"), cli_json_str (s, "kind", "user"),
+            cli_json_str (s, "type", "small"), mib, cli_json_str (s, "sandboxId", "-"),
+            cli_json_str (s, "name", ""), reason ? "  " : "", reason ? reason : "");
     size_t i;
     json_t *user;
     json_array_foreach (json_object_get (s, "users"), i, user)
@@ -125,7 +119,7 @@ static int s_run (sbx_config_t *config, cli_rest_t *remote, cli_op_t *op, sbx_op
     if (all)
         json_array_foreach (all, i, one) s_print (one);
     else if (streq (verb, "delete"))
-        printf ("deleted snapshot %s\n", s_str (answer, "id", "?"));
+        printf ("deleted snapshot %s\n", cli_json_str (answer, "id", "?"));
     else
         s_print (answer);
     json_decref (answer);

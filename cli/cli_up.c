@@ -1,6 +1,6 @@
 /*  cli_up - `sbx up`: the whole service on one machine, supervised.
 
-    Starts sbx-broker, then sbx-vmd, sbx-snapshotd, sbx-billing and sbx-gateway (from
+    Starts sbx-broker, then sbx-vmd, sbx-snapshotd, sbx-billing, sbx-hookd and sbx-gateway (from
     the directory this executable is in), each once the one before reported ready,
     restarts any that crash, and stops them all on SIGINT/SIGTERM. At the first run it
     creates the admin account and prints its API key and sign-in password (made here,
@@ -22,8 +22,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-static const char *s_daemons[] = {"sbx-broker",  "sbx-vmd",     "sbx-snapshotd",
-                                  "sbx-billing", "sbx-gateway", NULL};
+static const char *s_daemons[] = {
+    "sbx-broker", "sbx-vmd", "sbx-snapshotd", "sbx-billing", "sbx-hookd", "sbx-gateway", NULL};
 
 typedef struct {
     sbx_config_t *config;
@@ -119,8 +119,9 @@ static void s_usage (FILE *out)
              "              [--box-domain DOMAIN] [--admin-email EMAIL] [--password-stdin]\n"
              "              [--plain-http] [--log-level L]\n\n"
              "Runs the whole service on this machine: sbx-broker, sbx-vmd, sbx-snapshotd,\n"
-             "sbx-billing and sbx-gateway, each started once the one before is ready,\n"
-             "restarted with backoff when it crashes, all stopped cleanly on Ctrl-C/SIGTERM.\n"
+             "sbx-billing, sbx-hookd and sbx-gateway, each started once the one before is\n"
+             "ready, restarted with backoff when it crashes, all stopped cleanly on\n"
+             "Ctrl-C/SIGTERM.\n"
              "The first run creates the admin account (admin@DOMAIN) and prints its API key\n"
              "and a sign-in password made for it (sbx account passwd changes it).\n"
              "--listen, --domain and --box-domain are saved in DIR/sbx.conf for the next runs.\n\n"

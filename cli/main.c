@@ -23,6 +23,7 @@ static const s_command_t s_commands[] = {
     {"backup", cli_backup_main, "copy the data directory, stores and sandboxes, into a backup"},
     {"restore", cli_restore_main, "put a backup into a new data directory"},
     {"usage", cli_usage_main, "running time, cost and wallet balance of an account"},
+    {"webhook", cli_webhook_main, "signed webhooks for an account's events, and their deliveries"},
     {"mcp", cli_mcp_main, "a stdio MCP server for local clients, forwarding to a remote sbx"},
     {"login", cli_login_main, "save a remote sbx's URL and your API key for this CLI"},
     {"logout", cli_logout_main, "forget what sbx login saved"},
@@ -33,12 +34,13 @@ static void s_usage (FILE *out)
     fprintf (out, "usage: sbx COMMAND [OPTIONS]   (sbx COMMAND --help for each)\n\ncommands:\n");
     for (const s_command_t *c = s_commands; c->name; c++)
         fprintf (out, "  %-9s %s\n", c->name, c->summary);
-    fprintf (out,
-             "\nOn the sbx host every command takes --data-dir DIR (default %s, or\n"
-             "$SBX_DATA_DIR) and works as an operator. Elsewhere, after `sbx login URL`\n"
-             "(or with SBX_URL and SBX_API_KEY), sandbox, snapshot, usage and key list|revoke\n"
-             "work through the service's REST API. Commands that print data take --json.\n",
-             sbx_config_default_data_dir ());
+    fprintf (
+        out,
+        "\nOn the sbx host every command takes --data-dir DIR (default %s, or\n"
+        "$SBX_DATA_DIR) and works as an operator. Elsewhere, after `sbx login URL`\n"
+        "(or with SBX_URL and SBX_API_KEY), sandbox, snapshot, usage, webhook and key\n"
+        "list|revoke work through the service's REST API. Commands that print data take --json.\n",
+        sbx_config_default_data_dir ());
 }
 
 int main (int argc, char **argv)

@@ -69,6 +69,19 @@ json_t *sbx_api_snapshot (const sbx_snapshot_info_t *info)
     return snapshot;
 }
 
+json_t *sbx_api_webhook (const sbx_webhook_info_t *info)
+{
+    if (!info)
+        return NULL;
+    json_t *events = json_array ();
+    for (size_t i = 0; i < info->events.count; i++)
+        json_array_append_new (events, json_string (info->events.items[i]));
+    return json_pack ("{s:s, s:s, s:o, s:o, s:I, s:I, s:I}", "id", info->webhook_id, "url",
+                      info->url, "events", events, "createdAt", sbx_api_time (info->created_ms),
+                      "delivered", (json_int_t) info->delivered, "failed",
+                      (json_int_t) info->failed, "pending", (json_int_t) info->pending);
+}
+
 json_t *sbx_api_time (uint64_t ms)
 {
     if (!ms)
@@ -381,6 +394,32 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
     case SBX_OP_REVOKE_KEY:
         sbx_str_set (&sbx_msg_key_revoke (msg)->key_id, sbx_args_string (op, args, "keyId"));
         break;
+    case SBX_OP_CREATE_WEBHOOK: {
+        sbx_webhook_create_t *m = sbx_msg_webhook_create (msg);
+        sbx_str_set (&m->url, sbx_args_string (op, args, "url"));
+        json_t *events = json_object_get (args, "events");
+        size_t i;
+        json_t *item;
+        json_array_foreach (events, i, item)
+        {
+            sbx_strlist_append (&m->events, json_string_value (item));
+        }
+        break;
+    }
+    case SBX_OP_GET_WEBHOOK:
+        sbx_str_set (&sbx_msg_webhook_get (msg)->webhook_id,
+                     sbx_args_string (op, args, "webhookId"));
+        break;
+    case SBX_OP_DELETE_WEBHOOK:
+        sbx_str_set (&sbx_msg_webhook_delete (msg)->webhook_id,
+                     sbx_args_string (op, args, "webhookId"));
+        break;
+    case SBX_OP_LIST_WEBHOOK_DELIVERIES:
+        sbx_str_set (&sbx_msg_webhook_deliveries (msg)->webhook_id,
+                     sbx_args_string (op, args, "webhookId"));
+        sbx_msg_webhook_deliveries (msg)->limit = (uint64_t) sbx_args_int (op, args, "limit");
+        break;
+    case SBX_OP_LIST_WEBHOOKS:
     case SBX_OP_LIST_SANDBOXES:
         sbx_msg_sandbox_list (msg)->limit = (uint64_t) sbx_args_int (op, args, "limit");
         sbx_str_set (&sbx_msg_sandbox_list (msg)->cursor, sbx_args_string (op, args, "cursor"));
@@ -586,6 +625,42 @@ json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *r
     }
     case SBX_OP_REVOKE_KEY:
         return json_pack ("{s:s, s:b}", "id", sbx_args_string (op, args, "keyId"), "revoked", true);
+    case SBX_OP_CREATE_WEBHOOK: {
+        sbx_webhook_create_ok_t *ok = sbx_msg_webhook_create_ok (reply);
+        json_t *hook = sbx_api_webhook (ok->webhook);
+        json_object_set_new (hook, "secret", json_string (ok->secret));
+        return hook;
+    }
+    case SBX_OP_GET_WEBHOOK:
+        return sbx_api_webhook (sbx_msg_webhook_get_ok (reply)->webhook);
+    case SBX_OP_LIST_WEBHOOKS: {
+        sbx_webhook_info_list_t *list = &sbx_msg_webhook_list_ok (reply)->webhooks;
+        json_t *all = json_array ();
+        for (size_t i = 0; i < list->count; i++)
+            json_array_append_new (all, sbx_api_webhook (&list->items[i]));
+        return json_pack ("{s:o}", "webhooks", all);
+    }
+    case SBX_OP_DELETE_WEBHOOK:
+        return json_pack ("{s:s, s:b}", "id", sbx_msg_webhook_delete_ok (reply)->webhook_id,
+                          "deleted", true);
+    case SBX_OP_LIST_WEBHOOK_DELIVERIES: {
+        sbx_webhook_delivery_list_t *list = &sbx_msg_webhook_deliveries_ok (reply)->deliveries;
+        json_t *all = json_array ();
+        for (size_t i = 0; i < list->count; i++) {
+            sbx_webhook_delivery_t *d = &list->items[i];
+            json_array_append_new (
+                all, json_pack (
+                         "{s:s, s:s, s:s, s:I, s:o, s:o, s:o, s:o, s:o}", "eventId", d->event_id,
+                         "eventType", d->event_type, "state", d->state, "attempts",
+                         (json_int_t) d->attempts, "statusCode",
+                         d->status_code ? json_integer ((json_int_t) d->status_code) : json_null (),
+                         "lastError", d->last_error ? json_string (d->last_error) : json_null (),
+                         "createdAt", sbx_api_time (d->created_ms), "nextAttemptAt",
+                         sbx_api_time (streq (d->state, "pending") ? d->next_ms : 0), "doneAt",
+                         sbx_api_time (d->done_ms)));
+        }
+        return json_pack ("{s:o}", "deliveries", all);
+    }
     case SBX_OP_READ_FILE:
     case SBX_OP_WRITE_FILE:
     case SBX_OP_GET_OPENAPI:

@@ -70,6 +70,8 @@ json_t *sbx_api_snapshot (const sbx_snapshot_info_t *info);
 json_t *sbx_api_key (const sbx_key_info_t *info);
 //  Milliseconds since the epoch as "2026-10-27T02:26:10Z", or null for 0.
 json_t *sbx_api_time (uint64_t ms);
+//  A webhook as REST shows it (the Webhook schema, without the secret).
+json_t *sbx_api_webhook (const sbx_webhook_info_t *info);
 //  Bytes as a JSON string: invalid UTF-8 sequences become U+FFFD.
 json_t *sbx_api_text (const uint8_t *data, size_t size);
 //  "SIGTERM", "TERM", "term", "15" or 15 → 15; absent or null → SIGTERM; -1 when unknown.

@@ -39,7 +39,8 @@ static void s_types (unsigned types, char *out, size_t size)
                  {SBX_ARG_INTEGER, "an integer"},
                  {SBX_ARG_BOOLEAN, "true or false"},
                  {SBX_ARG_OBJECT, "an object"},
-                 {SBX_ARG_NULL, "null"}};
+                 {SBX_ARG_NULL, "null"},
+                 {SBX_ARG_ARRAY, "an array"}};
     out[0] = 0;
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (types & words[i].bit) {
@@ -81,6 +82,7 @@ static unsigned s_type_of (json_t *v)
            : json_is_boolean (v) ? SBX_ARG_BOOLEAN
            : json_is_object (v)  ? SBX_ARG_OBJECT
            : json_is_null (v)    ? SBX_ARG_NULL
+           : json_is_array (v)   ? SBX_ARG_ARRAY
                                  : 0;
 }
 
@@ -138,6 +140,18 @@ static int s_value (const sbx_op_arg_t *a, json_t *v, char *why, size_t why_size
                                    a->name);
                 return s_fail (why, why_size, "%s must match %s", a->name, a->pattern);
             }
+        }
+    }
+    if (type == SBX_ARG_ARRAY && a->values) {
+        size_t i;
+        json_t *item;
+        s_types (a->values, words, sizeof words);
+        json_array_foreach (v, i, item)
+        {
+            if (!(s_type_of (item) & a->values) ||
+                (json_is_string (item) &&
+                 strlen (json_string_value (item)) != json_string_length (item)))
+                return s_fail (why, why_size, "%s is a list of %s values", a->name, words);
         }
     }
     if (type == SBX_ARG_OBJECT && a->values) {

@@ -73,6 +73,9 @@ static const s_known_t s_known[] = {
     {"oauth.refresh_ttl_s", "2592000", K_ANY},
     {"gateway.oauth_allow_private_fetch", "false", K_TRUEFALSE},
     {"gateway.oauth_fetch_ca", NULL, K_ANY},
+    //  sbx-hookd (docs/webhooks.md): private delivery addresses (tests only), an extra CA.
+    {"webhooks.allow_private", "false", K_TRUEFALSE},
+    {"webhooks.ca_file", NULL, K_ANY},
     //  The gateway's tap-fed copy of sandboxes (gateway/gw_cache.h).
     {"gateway.read_cache", "on", K_ONOFF},
     {"gateway.usage_cache_ms", "1000", K_ANY},

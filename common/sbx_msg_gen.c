@@ -24,6 +24,8 @@ _Static_assert (offsetof (sbx_usage_sandbox_list_t, count) == sizeof (void *), "
 _Static_assert (offsetof (sbx_usage_day_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_wallet_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_event_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_webhook_info_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_webhook_delivery_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_mcp_env_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_peer_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_rate_demand_list_t, count) == sizeof (void *), "list layout");
@@ -102,8 +104,9 @@ static const char *const s_enum_role_values[] = {
     "snapshotd",
     "billing",
     "cli",
+    "hooks",
 };
-static const sbx_meta_enum_t s_enum_role = {"role", s_enum_role_values, 7};
+static const sbx_meta_enum_t s_enum_role = {"role", s_enum_role_values, 8};
 
 const char *sbx_role_name (sbx_role_t value)
 {
@@ -357,6 +360,18 @@ static const sbx_meta_struct_t s_meta_events_replay;
 static const sbx_meta_struct_t s_meta_events_replay_ok;
 static const sbx_meta_struct_t s_meta_peer_joined;
 static const sbx_meta_struct_t s_meta_peer_left;
+static const sbx_meta_struct_t s_meta_webhook_info;
+static const sbx_meta_struct_t s_meta_webhook_delivery;
+static const sbx_meta_struct_t s_meta_webhook_create;
+static const sbx_meta_struct_t s_meta_webhook_create_ok;
+static const sbx_meta_struct_t s_meta_webhook_list;
+static const sbx_meta_struct_t s_meta_webhook_list_ok;
+static const sbx_meta_struct_t s_meta_webhook_get;
+static const sbx_meta_struct_t s_meta_webhook_get_ok;
+static const sbx_meta_struct_t s_meta_webhook_delete;
+static const sbx_meta_struct_t s_meta_webhook_delete_ok;
+static const sbx_meta_struct_t s_meta_webhook_deliveries;
+static const sbx_meta_struct_t s_meta_webhook_deliveries_ok;
 static const sbx_meta_struct_t s_meta_mcp_env;
 static const sbx_meta_struct_t s_meta_mcp_session;
 static const sbx_meta_struct_t s_meta_mcp_session_open;
@@ -443,6 +458,8 @@ static const sbx_meta_struct_t s_meta_sandbox_port_changed;
 static const sbx_meta_struct_t s_meta_vm_port;
 static const sbx_meta_struct_t s_meta_vm_port_ok;
 static const sbx_meta_struct_t s_meta_snapshot_info;
+static const sbx_meta_struct_t s_meta_snapshot_saved;
+static const sbx_meta_struct_t s_meta_snapshot_deleted;
 static const sbx_meta_struct_t s_meta_snapshot_save;
 static const sbx_meta_struct_t s_meta_snapshot_save_ok;
 static const sbx_meta_struct_t s_meta_snapshot_list;
@@ -988,6 +1005,85 @@ static const sbx_meta_field_t s_fields_peer_left[] = {
     {"reason", SBX_META_STRING, offsetof (sbx_peer_left_t, reason), true, 256, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_peer_left = {"peer.left", sizeof (sbx_peer_left_t), s_fields_peer_left, 3};
+
+static const sbx_meta_field_t s_fields_webhook_info[] = {
+    {"webhook_id", SBX_META_STRING, offsetof (sbx_webhook_info_t, webhook_id), true, 64, NULL, NULL},
+    {"account_id", SBX_META_STRING, offsetof (sbx_webhook_info_t, account_id), false, 64, NULL, NULL},
+    {"url", SBX_META_STRING, offsetof (sbx_webhook_info_t, url), true, 2048, NULL, NULL},
+    {"events", SBX_META_STRLIST, offsetof (sbx_webhook_info_t, events), false, 0, NULL, NULL},
+    {"created_ms", SBX_META_UINT, offsetof (sbx_webhook_info_t, created_ms), false, 0, NULL, NULL},
+    {"delivered", SBX_META_UINT, offsetof (sbx_webhook_info_t, delivered), false, 0, NULL, NULL},
+    {"failed", SBX_META_UINT, offsetof (sbx_webhook_info_t, failed), false, 0, NULL, NULL},
+    {"pending", SBX_META_UINT, offsetof (sbx_webhook_info_t, pending), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_webhook_info = {"webhook_info", sizeof (sbx_webhook_info_t), s_fields_webhook_info, 8};
+
+static const sbx_meta_field_t s_fields_webhook_delivery[] = {
+    {"event_id", SBX_META_STRING, offsetof (sbx_webhook_delivery_t, event_id), true, 64, NULL, NULL},
+    {"event_type", SBX_META_STRING, offsetof (sbx_webhook_delivery_t, event_type), true, 64, NULL, NULL},
+    {"state", SBX_META_STRING, offsetof (sbx_webhook_delivery_t, state), true, 16, NULL, NULL},
+    {"attempts", SBX_META_UINT, offsetof (sbx_webhook_delivery_t, attempts), false, 0, NULL, NULL},
+    {"status_code", SBX_META_UINT, offsetof (sbx_webhook_delivery_t, status_code), false, 0, NULL, NULL},
+    {"last_error", SBX_META_STRING, offsetof (sbx_webhook_delivery_t, last_error), false, 512, NULL, NULL},
+    {"created_ms", SBX_META_UINT, offsetof (sbx_webhook_delivery_t, created_ms), false, 0, NULL, NULL},
+    {"next_ms", SBX_META_UINT, offsetof (sbx_webhook_delivery_t, next_ms), false, 0, NULL, NULL},
+    {"done_ms", SBX_META_UINT, offsetof (sbx_webhook_delivery_t, done_ms), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_webhook_delivery = {"webhook_delivery", sizeof (sbx_webhook_delivery_t), s_fields_webhook_delivery, 9};
+
+static const sbx_meta_field_t s_fields_webhook_create[] = {
+    {"account", SBX_META_STRING, offsetof (sbx_webhook_create_t, account), false, 254, NULL, NULL},
+    {"url", SBX_META_STRING, offsetof (sbx_webhook_create_t, url), true, 2048, NULL, NULL},
+    {"events", SBX_META_STRLIST, offsetof (sbx_webhook_create_t, events), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_webhook_create = {"webhook.create", sizeof (sbx_webhook_create_t), s_fields_webhook_create, 3};
+
+static const sbx_meta_field_t s_fields_webhook_create_ok[] = {
+    {"webhook", SBX_META_STRUCT, offsetof (sbx_webhook_create_ok_t, webhook), true, 0, NULL, &s_meta_webhook_info},
+    {"secret", SBX_META_STRING, offsetof (sbx_webhook_create_ok_t, secret), true, 128, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_webhook_create_ok = {"webhook.create.ok", sizeof (sbx_webhook_create_ok_t), s_fields_webhook_create_ok, 2};
+
+static const sbx_meta_field_t s_fields_webhook_list[] = {
+    {"account", SBX_META_STRING, offsetof (sbx_webhook_list_t, account), false, 254, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_webhook_list = {"webhook.list", sizeof (sbx_webhook_list_t), s_fields_webhook_list, 1};
+
+static const sbx_meta_field_t s_fields_webhook_list_ok[] = {
+    {"webhooks", SBX_META_LIST, offsetof (sbx_webhook_list_ok_t, webhooks), false, 0, NULL, &s_meta_webhook_info},
+};
+static const sbx_meta_struct_t s_meta_webhook_list_ok = {"webhook.list.ok", sizeof (sbx_webhook_list_ok_t), s_fields_webhook_list_ok, 1};
+
+static const sbx_meta_field_t s_fields_webhook_get[] = {
+    {"webhook_id", SBX_META_STRING, offsetof (sbx_webhook_get_t, webhook_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_webhook_get = {"webhook.get", sizeof (sbx_webhook_get_t), s_fields_webhook_get, 1};
+
+static const sbx_meta_field_t s_fields_webhook_get_ok[] = {
+    {"webhook", SBX_META_STRUCT, offsetof (sbx_webhook_get_ok_t, webhook), true, 0, NULL, &s_meta_webhook_info},
+};
+static const sbx_meta_struct_t s_meta_webhook_get_ok = {"webhook.get.ok", sizeof (sbx_webhook_get_ok_t), s_fields_webhook_get_ok, 1};
+
+static const sbx_meta_field_t s_fields_webhook_delete[] = {
+    {"webhook_id", SBX_META_STRING, offsetof (sbx_webhook_delete_t, webhook_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_webhook_delete = {"webhook.delete", sizeof (sbx_webhook_delete_t), s_fields_webhook_delete, 1};
+
+static const sbx_meta_field_t s_fields_webhook_delete_ok[] = {
+    {"webhook_id", SBX_META_STRING, offsetof (sbx_webhook_delete_ok_t, webhook_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_webhook_delete_ok = {"webhook.delete.ok", sizeof (sbx_webhook_delete_ok_t), s_fields_webhook_delete_ok, 1};
+
+static const sbx_meta_field_t s_fields_webhook_deliveries[] = {
+    {"webhook_id", SBX_META_STRING, offsetof (sbx_webhook_deliveries_t, webhook_id), true, 64, NULL, NULL},
+    {"limit", SBX_META_UINT, offsetof (sbx_webhook_deliveries_t, limit), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_webhook_deliveries = {"webhook.deliveries", sizeof (sbx_webhook_deliveries_t), s_fields_webhook_deliveries, 2};
+
+static const sbx_meta_field_t s_fields_webhook_deliveries_ok[] = {
+    {"deliveries", SBX_META_LIST, offsetof (sbx_webhook_deliveries_ok_t, deliveries), false, 0, NULL, &s_meta_webhook_delivery},
+};
+static const sbx_meta_struct_t s_meta_webhook_deliveries_ok = {"webhook.deliveries.ok", sizeof (sbx_webhook_deliveries_ok_t), s_fields_webhook_deliveries_ok, 1};
 
 static const sbx_meta_field_t s_fields_mcp_env[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_mcp_env_t, sandbox_id), true, 64, NULL, NULL},
@@ -1564,6 +1660,21 @@ static const sbx_meta_field_t s_fields_snapshot_info[] = {
 };
 static const sbx_meta_struct_t s_meta_snapshot_info = {"snapshot_info", sizeof (sbx_snapshot_info_t), s_fields_snapshot_info, 16};
 
+static const sbx_meta_field_t s_fields_snapshot_saved[] = {
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snapshot_saved_t, snapshot_id), true, 64, NULL, NULL},
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_snapshot_saved_t, sandbox_id), false, 64, NULL, NULL},
+    {"name", SBX_META_STRING, offsetof (sbx_snapshot_saved_t, name), false, 128, NULL, NULL},
+    {"disk_bytes", SBX_META_UINT, offsetof (sbx_snapshot_saved_t, disk_bytes), false, 0, NULL, NULL},
+    {"memory_bytes", SBX_META_UINT, offsetof (sbx_snapshot_saved_t, memory_bytes), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snapshot_saved = {"snapshot.saved", sizeof (sbx_snapshot_saved_t), s_fields_snapshot_saved, 5};
+
+static const sbx_meta_field_t s_fields_snapshot_deleted[] = {
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snapshot_deleted_t, snapshot_id), true, 64, NULL, NULL},
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_snapshot_deleted_t, sandbox_id), false, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snapshot_deleted = {"snapshot.deleted", sizeof (sbx_snapshot_deleted_t), s_fields_snapshot_deleted, 2};
+
 static const sbx_meta_field_t s_fields_snapshot_save[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_snapshot_save_t, sandbox_id), true, 64, NULL, NULL},
     {"name", SBX_META_STRING, offsetof (sbx_snapshot_save_t, name), false, 128, NULL, NULL},
@@ -1795,14 +1906,34 @@ static const char *const s_from_wallet_activated[] = {"broker"};
 static const char *const s_to_wallet_activated[] = {"tap"};
 static const char *const s_from_event[] = {"broker"};
 static const char *const s_to_event[] = {"tap"};
-static const char *const s_from_events_replay[] = {"cli", "billing", "gateway"};
+static const char *const s_from_events_replay[] = {"cli", "billing", "gateway", "hooks"};
 static const char *const s_to_events_replay[] = {"broker"};
 static const char *const s_from_events_replay_ok[] = {"broker"};
-static const char *const s_to_events_replay_ok[] = {"cli", "billing", "gateway"};
+static const char *const s_to_events_replay_ok[] = {"cli", "billing", "gateway", "hooks"};
 static const char *const s_from_peer_joined[] = {"broker"};
 static const char *const s_to_peer_joined[] = {"tap"};
 static const char *const s_from_peer_left[] = {"broker"};
 static const char *const s_to_peer_left[] = {"tap"};
+static const char *const s_from_webhook_create[] = {"cli", "gateway"};
+static const char *const s_to_webhook_create[] = {"hooks"};
+static const char *const s_from_webhook_create_ok[] = {"hooks"};
+static const char *const s_to_webhook_create_ok[] = {"cli", "gateway"};
+static const char *const s_from_webhook_list[] = {"cli", "gateway"};
+static const char *const s_to_webhook_list[] = {"hooks"};
+static const char *const s_from_webhook_list_ok[] = {"hooks"};
+static const char *const s_to_webhook_list_ok[] = {"cli", "gateway"};
+static const char *const s_from_webhook_get[] = {"cli", "gateway"};
+static const char *const s_to_webhook_get[] = {"hooks"};
+static const char *const s_from_webhook_get_ok[] = {"hooks"};
+static const char *const s_to_webhook_get_ok[] = {"cli", "gateway"};
+static const char *const s_from_webhook_delete[] = {"cli", "gateway"};
+static const char *const s_to_webhook_delete[] = {"hooks"};
+static const char *const s_from_webhook_delete_ok[] = {"hooks"};
+static const char *const s_to_webhook_delete_ok[] = {"cli", "gateway"};
+static const char *const s_from_webhook_deliveries[] = {"cli", "gateway"};
+static const char *const s_to_webhook_deliveries[] = {"hooks"};
+static const char *const s_from_webhook_deliveries_ok[] = {"hooks"};
+static const char *const s_to_webhook_deliveries_ok[] = {"cli", "gateway"};
 static const char *const s_from_mcp_session_open[] = {"gateway"};
 static const char *const s_to_mcp_session_open[] = {"broker"};
 static const char *const s_from_mcp_session_open_ok[] = {"broker"};
@@ -1849,18 +1980,18 @@ static const char *const s_from_oauth_revoked[] = {"broker"};
 static const char *const s_to_oauth_revoked[] = {"tap"};
 static const char *const s_from_error[] = {"any"};
 static const char *const s_to_error[] = {"any"};
-static const char *const s_from_peer_hello[] = {"gateway", "vmd", "snapshotd", "billing"};
+static const char *const s_from_peer_hello[] = {"gateway", "vmd", "snapshotd", "billing", "hooks"};
 static const char *const s_to_peer_hello[] = {"broker"};
 static const char *const s_from_peer_welcome[] = {"broker"};
-static const char *const s_to_peer_welcome[] = {"gateway", "vmd", "snapshotd", "billing"};
+static const char *const s_to_peer_welcome[] = {"gateway", "vmd", "snapshotd", "billing", "hooks"};
 static const char *const s_from_peer_heartbeat[] = {"any"};
 static const char *const s_to_peer_heartbeat[] = {"any"};
 static const char *const s_from_peer_unknown[] = {"broker"};
-static const char *const s_to_peer_unknown[] = {"gateway", "vmd", "snapshotd", "billing"};
-static const char *const s_from_peer_bye[] = {"gateway", "vmd", "snapshotd", "billing"};
+static const char *const s_to_peer_unknown[] = {"gateway", "vmd", "snapshotd", "billing", "hooks"};
+static const char *const s_from_peer_bye[] = {"gateway", "vmd", "snapshotd", "billing", "hooks"};
 static const char *const s_to_peer_bye[] = {"broker"};
 static const char *const s_from_sys_status[] = {"cli", "gateway"};
-static const char *const s_to_sys_status[] = {"broker", "gateway", "vmd", "snapshotd", "billing"};
+static const char *const s_to_sys_status[] = {"broker", "gateway", "vmd", "snapshotd", "billing", "hooks"};
 static const char *const s_from_sys_status_ok[] = {"any"};
 static const char *const s_to_sys_status_ok[] = {"cli", "gateway"};
 static const char *const s_from_sys_metrics[] = {"gateway", "cli"};
@@ -1957,6 +2088,10 @@ static const char *const s_from_vm_port[] = {"broker"};
 static const char *const s_to_vm_port[] = {"vmd"};
 static const char *const s_from_vm_port_ok[] = {"vmd"};
 static const char *const s_to_vm_port_ok[] = {"broker"};
+static const char *const s_from_snapshot_saved[] = {"broker"};
+static const char *const s_to_snapshot_saved[] = {"tap"};
+static const char *const s_from_snapshot_deleted[] = {"broker"};
+static const char *const s_to_snapshot_deleted[] = {"tap"};
 static const char *const s_from_snapshot_save[] = {"gateway", "cli"};
 static const char *const s_to_snapshot_save[] = {"broker"};
 static const char *const s_from_snapshot_save_ok[] = {"broker"};
@@ -2054,10 +2189,20 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"wallet.activate.ok", &s_meta_wallet_activate_ok, s_from_wallet_activate_ok, 1, s_to_wallet_activate_ok, 1, SBX_MSG__UNKNOWN, false},
     {"wallet.activated", &s_meta_wallet_activated, s_from_wallet_activated, 1, s_to_wallet_activated, 1, SBX_MSG__UNKNOWN, true},
     {"event", &s_meta_event, s_from_event, 1, s_to_event, 1, SBX_MSG__UNKNOWN, false},
-    {"events.replay", &s_meta_events_replay, s_from_events_replay, 3, s_to_events_replay, 1, SBX_MSG_EVENTS_REPLAY_OK, false},
-    {"events.replay.ok", &s_meta_events_replay_ok, s_from_events_replay_ok, 1, s_to_events_replay_ok, 3, SBX_MSG__UNKNOWN, false},
+    {"events.replay", &s_meta_events_replay, s_from_events_replay, 4, s_to_events_replay, 1, SBX_MSG_EVENTS_REPLAY_OK, false},
+    {"events.replay.ok", &s_meta_events_replay_ok, s_from_events_replay_ok, 1, s_to_events_replay_ok, 4, SBX_MSG__UNKNOWN, false},
     {"peer.joined", &s_meta_peer_joined, s_from_peer_joined, 1, s_to_peer_joined, 1, SBX_MSG__UNKNOWN, true},
     {"peer.left", &s_meta_peer_left, s_from_peer_left, 1, s_to_peer_left, 1, SBX_MSG__UNKNOWN, true},
+    {"webhook.create", &s_meta_webhook_create, s_from_webhook_create, 2, s_to_webhook_create, 1, SBX_MSG_WEBHOOK_CREATE_OK, false},
+    {"webhook.create.ok", &s_meta_webhook_create_ok, s_from_webhook_create_ok, 1, s_to_webhook_create_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"webhook.list", &s_meta_webhook_list, s_from_webhook_list, 2, s_to_webhook_list, 1, SBX_MSG_WEBHOOK_LIST_OK, false},
+    {"webhook.list.ok", &s_meta_webhook_list_ok, s_from_webhook_list_ok, 1, s_to_webhook_list_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"webhook.get", &s_meta_webhook_get, s_from_webhook_get, 2, s_to_webhook_get, 1, SBX_MSG_WEBHOOK_GET_OK, false},
+    {"webhook.get.ok", &s_meta_webhook_get_ok, s_from_webhook_get_ok, 1, s_to_webhook_get_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"webhook.delete", &s_meta_webhook_delete, s_from_webhook_delete, 2, s_to_webhook_delete, 1, SBX_MSG_WEBHOOK_DELETE_OK, false},
+    {"webhook.delete.ok", &s_meta_webhook_delete_ok, s_from_webhook_delete_ok, 1, s_to_webhook_delete_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"webhook.deliveries", &s_meta_webhook_deliveries, s_from_webhook_deliveries, 2, s_to_webhook_deliveries, 1, SBX_MSG_WEBHOOK_DELIVERIES_OK, false},
+    {"webhook.deliveries.ok", &s_meta_webhook_deliveries_ok, s_from_webhook_deliveries_ok, 1, s_to_webhook_deliveries_ok, 2, SBX_MSG__UNKNOWN, false},
     {"mcp.session.open", &s_meta_mcp_session_open, s_from_mcp_session_open, 1, s_to_mcp_session_open, 1, SBX_MSG_MCP_SESSION_OPEN_OK, false},
     {"mcp.session.open.ok", &s_meta_mcp_session_open_ok, s_from_mcp_session_open_ok, 1, s_to_mcp_session_open_ok, 1, SBX_MSG__UNKNOWN, false},
     {"mcp.session.get", &s_meta_mcp_session_get, s_from_mcp_session_get, 1, s_to_mcp_session_get, 1, SBX_MSG_MCP_SESSION_GET_OK, false},
@@ -2081,12 +2226,12 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"oauth.revoke.ok", &s_meta_oauth_revoke_ok, s_from_oauth_revoke_ok, 1, s_to_oauth_revoke_ok, 1, SBX_MSG__UNKNOWN, false},
     {"oauth.revoked", &s_meta_oauth_revoked, s_from_oauth_revoked, 1, s_to_oauth_revoked, 1, SBX_MSG__UNKNOWN, true},
     {"error", &s_meta_error, s_from_error, 1, s_to_error, 1, SBX_MSG__UNKNOWN, false},
-    {"peer.hello", &s_meta_peer_hello, s_from_peer_hello, 4, s_to_peer_hello, 1, SBX_MSG_PEER_WELCOME, false},
-    {"peer.welcome", &s_meta_peer_welcome, s_from_peer_welcome, 1, s_to_peer_welcome, 4, SBX_MSG__UNKNOWN, false},
+    {"peer.hello", &s_meta_peer_hello, s_from_peer_hello, 5, s_to_peer_hello, 1, SBX_MSG_PEER_WELCOME, false},
+    {"peer.welcome", &s_meta_peer_welcome, s_from_peer_welcome, 1, s_to_peer_welcome, 5, SBX_MSG__UNKNOWN, false},
     {"peer.heartbeat", &s_meta_peer_heartbeat, s_from_peer_heartbeat, 1, s_to_peer_heartbeat, 1, SBX_MSG__UNKNOWN, false},
-    {"peer.unknown", &s_meta_peer_unknown, s_from_peer_unknown, 1, s_to_peer_unknown, 4, SBX_MSG__UNKNOWN, false},
-    {"peer.bye", &s_meta_peer_bye, s_from_peer_bye, 4, s_to_peer_bye, 1, SBX_MSG__UNKNOWN, false},
-    {"sys.status", &s_meta_sys_status, s_from_sys_status, 2, s_to_sys_status, 5, SBX_MSG_SYS_STATUS_OK, false},
+    {"peer.unknown", &s_meta_peer_unknown, s_from_peer_unknown, 1, s_to_peer_unknown, 5, SBX_MSG__UNKNOWN, false},
+    {"peer.bye", &s_meta_peer_bye, s_from_peer_bye, 5, s_to_peer_bye, 1, SBX_MSG__UNKNOWN, false},
+    {"sys.status", &s_meta_sys_status, s_from_sys_status, 2, s_to_sys_status, 6, SBX_MSG_SYS_STATUS_OK, false},
     {"sys.status.ok", &s_meta_sys_status_ok, s_from_sys_status_ok, 1, s_to_sys_status_ok, 2, SBX_MSG__UNKNOWN, false},
     {"sys.metrics", &s_meta_sys_metrics, s_from_sys_metrics, 2, s_to_sys_metrics, 1, SBX_MSG_SYS_METRICS_OK, false},
     {"sys.metrics.ok", &s_meta_sys_metrics_ok, s_from_sys_metrics_ok, 1, s_to_sys_metrics_ok, 2, SBX_MSG__UNKNOWN, false},
@@ -2135,6 +2280,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"sandbox.port_changed", &s_meta_sandbox_port_changed, s_from_sandbox_port_changed, 1, s_to_sandbox_port_changed, 1, SBX_MSG__UNKNOWN, false},
     {"vm.port", &s_meta_vm_port, s_from_vm_port, 1, s_to_vm_port, 1, SBX_MSG_VM_PORT_OK, false},
     {"vm.port.ok", &s_meta_vm_port_ok, s_from_vm_port_ok, 1, s_to_vm_port_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"snapshot.saved", &s_meta_snapshot_saved, s_from_snapshot_saved, 1, s_to_snapshot_saved, 1, SBX_MSG__UNKNOWN, true},
+    {"snapshot.deleted", &s_meta_snapshot_deleted, s_from_snapshot_deleted, 1, s_to_snapshot_deleted, 1, SBX_MSG__UNKNOWN, true},
     {"snapshot.save", &s_meta_snapshot_save, s_from_snapshot_save, 2, s_to_snapshot_save, 1, SBX_MSG_SNAPSHOT_SAVE_OK, false},
     {"snapshot.save.ok", &s_meta_snapshot_save_ok, s_from_snapshot_save_ok, 1, s_to_snapshot_save_ok, 2, SBX_MSG__UNKNOWN, false},
     {"snapshot.list", &s_meta_snapshot_list, s_from_snapshot_list, 3, s_to_snapshot_list, 2, SBX_MSG_SNAPSHOT_LIST_OK, false},
@@ -2465,6 +2612,56 @@ sbx_peer_joined_t *sbx_msg_peer_joined (struct sbx_msg_s *msg)
 sbx_peer_left_t *sbx_msg_peer_left (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_PEER_LEFT ? (sbx_peer_left_t *) msg->body : NULL;
+}
+
+sbx_webhook_create_t *sbx_msg_webhook_create (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WEBHOOK_CREATE ? (sbx_webhook_create_t *) msg->body : NULL;
+}
+
+sbx_webhook_create_ok_t *sbx_msg_webhook_create_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WEBHOOK_CREATE_OK ? (sbx_webhook_create_ok_t *) msg->body : NULL;
+}
+
+sbx_webhook_list_t *sbx_msg_webhook_list (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WEBHOOK_LIST ? (sbx_webhook_list_t *) msg->body : NULL;
+}
+
+sbx_webhook_list_ok_t *sbx_msg_webhook_list_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WEBHOOK_LIST_OK ? (sbx_webhook_list_ok_t *) msg->body : NULL;
+}
+
+sbx_webhook_get_t *sbx_msg_webhook_get (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WEBHOOK_GET ? (sbx_webhook_get_t *) msg->body : NULL;
+}
+
+sbx_webhook_get_ok_t *sbx_msg_webhook_get_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WEBHOOK_GET_OK ? (sbx_webhook_get_ok_t *) msg->body : NULL;
+}
+
+sbx_webhook_delete_t *sbx_msg_webhook_delete (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WEBHOOK_DELETE ? (sbx_webhook_delete_t *) msg->body : NULL;
+}
+
+sbx_webhook_delete_ok_t *sbx_msg_webhook_delete_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WEBHOOK_DELETE_OK ? (sbx_webhook_delete_ok_t *) msg->body : NULL;
+}
+
+sbx_webhook_deliveries_t *sbx_msg_webhook_deliveries (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WEBHOOK_DELIVERIES ? (sbx_webhook_deliveries_t *) msg->body : NULL;
+}
+
+sbx_webhook_deliveries_ok_t *sbx_msg_webhook_deliveries_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_WEBHOOK_DELIVERIES_OK ? (sbx_webhook_deliveries_ok_t *) msg->body : NULL;
 }
 
 sbx_mcp_session_open_t *sbx_msg_mcp_session_open (struct sbx_msg_s *msg)
@@ -2852,6 +3049,16 @@ sbx_vm_port_ok_t *sbx_msg_vm_port_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_VM_PORT_OK ? (sbx_vm_port_ok_t *) msg->body : NULL;
 }
 
+sbx_snapshot_saved_t *sbx_msg_snapshot_saved (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAPSHOT_SAVED ? (sbx_snapshot_saved_t *) msg->body : NULL;
+}
+
+sbx_snapshot_deleted_t *sbx_msg_snapshot_deleted (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAPSHOT_DELETED ? (sbx_snapshot_deleted_t *) msg->body : NULL;
+}
+
 sbx_snapshot_save_t *sbx_msg_snapshot_save (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_SNAPSHOT_SAVE ? (sbx_snapshot_save_t *) msg->body : NULL;
@@ -2971,6 +3178,8 @@ static const size_t s_subject_at[SBX_MSG__COUNT] = {
     [SBX_MSG_SANDBOX_PORT_CHANGED] = offsetof (sbx_sandbox_port_changed_t, sandbox_id) + 1,
     [SBX_MSG_VM_PORT] = offsetof (sbx_vm_port_t, sandbox_id) + 1,
     [SBX_MSG_VM_PORT_OK] = offsetof (sbx_vm_port_ok_t, sandbox_id) + 1,
+    [SBX_MSG_SNAPSHOT_SAVED] = offsetof (sbx_snapshot_saved_t, sandbox_id) + 1,
+    [SBX_MSG_SNAPSHOT_DELETED] = offsetof (sbx_snapshot_deleted_t, sandbox_id) + 1,
     [SBX_MSG_SNAPSHOT_SAVE] = offsetof (sbx_snapshot_save_t, sandbox_id) + 1,
     [SBX_MSG_SNAP_BEGIN] = offsetof (sbx_snap_begin_t, sandbox_id) + 1,
     [SBX_MSG_SNAP_USE] = offsetof (sbx_snap_use_t, sandbox_id) + 1,
@@ -3050,6 +3259,16 @@ sbx_wallet_info_t *sbx_wallet_info_list_append (sbx_wallet_info_list_t *list)
 sbx_event_t *sbx_event_list_append (sbx_event_list_t *list)
 {
     return (sbx_event_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_event_t));
+}
+
+sbx_webhook_info_t *sbx_webhook_info_list_append (sbx_webhook_info_list_t *list)
+{
+    return (sbx_webhook_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_webhook_info_t));
+}
+
+sbx_webhook_delivery_t *sbx_webhook_delivery_list_append (sbx_webhook_delivery_list_t *list)
+{
+    return (sbx_webhook_delivery_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_webhook_delivery_t));
 }
 
 sbx_mcp_env_t *sbx_mcp_env_list_append (sbx_mcp_env_list_t *list)

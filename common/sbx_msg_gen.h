@@ -78,6 +78,7 @@ typedef enum {
     SBX_ROLE_SNAPSHOTD, //  "snapshotd"
     SBX_ROLE_BILLING,   //  "billing"
     SBX_ROLE_CLI,       //  "cli"
+    SBX_ROLE_HOOKS,     //  "hooks"
 } sbx_role_t;
 const char *sbx_role_name (sbx_role_t value);
 int sbx_role_from_name (const char *name, sbx_role_t *value_p);
@@ -244,6 +245,16 @@ typedef enum {
     SBX_MSG_EVENTS_REPLAY_OK,         //  events.replay.ok
     SBX_MSG_PEER_JOINED,              //  peer.joined
     SBX_MSG_PEER_LEFT,                //  peer.left
+    SBX_MSG_WEBHOOK_CREATE,           //  webhook.create
+    SBX_MSG_WEBHOOK_CREATE_OK,        //  webhook.create.ok
+    SBX_MSG_WEBHOOK_LIST,             //  webhook.list
+    SBX_MSG_WEBHOOK_LIST_OK,          //  webhook.list.ok
+    SBX_MSG_WEBHOOK_GET,              //  webhook.get
+    SBX_MSG_WEBHOOK_GET_OK,           //  webhook.get.ok
+    SBX_MSG_WEBHOOK_DELETE,           //  webhook.delete
+    SBX_MSG_WEBHOOK_DELETE_OK,        //  webhook.delete.ok
+    SBX_MSG_WEBHOOK_DELIVERIES,       //  webhook.deliveries
+    SBX_MSG_WEBHOOK_DELIVERIES_OK,    //  webhook.deliveries.ok
     SBX_MSG_MCP_SESSION_OPEN,         //  mcp.session.open
     SBX_MSG_MCP_SESSION_OPEN_OK,      //  mcp.session.open.ok
     SBX_MSG_MCP_SESSION_GET,          //  mcp.session.get
@@ -321,6 +332,8 @@ typedef enum {
     SBX_MSG_SANDBOX_PORT_CHANGED,     //  sandbox.port_changed
     SBX_MSG_VM_PORT,                  //  vm.port
     SBX_MSG_VM_PORT_OK,               //  vm.port.ok
+    SBX_MSG_SNAPSHOT_SAVED,           //  snapshot.saved
+    SBX_MSG_SNAPSHOT_DELETED,         //  snapshot.deleted
     SBX_MSG_SNAPSHOT_SAVE,            //  snapshot.save
     SBX_MSG_SNAPSHOT_SAVE_OK,         //  snapshot.save.ok
     SBX_MSG_SNAPSHOT_LIST,            //  snapshot.list
@@ -412,6 +425,18 @@ typedef struct sbx_events_replay_s sbx_events_replay_t;
 typedef struct sbx_events_replay_ok_s sbx_events_replay_ok_t;
 typedef struct sbx_peer_joined_s sbx_peer_joined_t;
 typedef struct sbx_peer_left_s sbx_peer_left_t;
+typedef struct sbx_webhook_info_s sbx_webhook_info_t;
+typedef struct sbx_webhook_delivery_s sbx_webhook_delivery_t;
+typedef struct sbx_webhook_create_s sbx_webhook_create_t;
+typedef struct sbx_webhook_create_ok_s sbx_webhook_create_ok_t;
+typedef struct sbx_webhook_list_s sbx_webhook_list_t;
+typedef struct sbx_webhook_list_ok_s sbx_webhook_list_ok_t;
+typedef struct sbx_webhook_get_s sbx_webhook_get_t;
+typedef struct sbx_webhook_get_ok_s sbx_webhook_get_ok_t;
+typedef struct sbx_webhook_delete_s sbx_webhook_delete_t;
+typedef struct sbx_webhook_delete_ok_s sbx_webhook_delete_ok_t;
+typedef struct sbx_webhook_deliveries_s sbx_webhook_deliveries_t;
+typedef struct sbx_webhook_deliveries_ok_s sbx_webhook_deliveries_ok_t;
 typedef struct sbx_mcp_env_s sbx_mcp_env_t;
 typedef struct sbx_mcp_session_s sbx_mcp_session_t;
 typedef struct sbx_mcp_session_open_s sbx_mcp_session_open_t;
@@ -498,6 +523,8 @@ typedef struct sbx_sandbox_port_changed_s sbx_sandbox_port_changed_t;
 typedef struct sbx_vm_port_s sbx_vm_port_t;
 typedef struct sbx_vm_port_ok_s sbx_vm_port_ok_t;
 typedef struct sbx_snapshot_info_s sbx_snapshot_info_t;
+typedef struct sbx_snapshot_saved_s sbx_snapshot_saved_t;
+typedef struct sbx_snapshot_deleted_s sbx_snapshot_deleted_t;
 typedef struct sbx_snapshot_save_s sbx_snapshot_save_t;
 typedef struct sbx_snapshot_save_ok_s sbx_snapshot_save_ok_t;
 typedef struct sbx_snapshot_list_s sbx_snapshot_list_t;
@@ -553,6 +580,16 @@ typedef struct {
     size_t count;
 } sbx_event_list_t;
 sbx_event_t *sbx_event_list_append (sbx_event_list_t *list);
+typedef struct {
+    sbx_webhook_info_t *items;
+    size_t count;
+} sbx_webhook_info_list_t;
+sbx_webhook_info_t *sbx_webhook_info_list_append (sbx_webhook_info_list_t *list);
+typedef struct {
+    sbx_webhook_delivery_t *items;
+    size_t count;
+} sbx_webhook_delivery_list_t;
+sbx_webhook_delivery_t *sbx_webhook_delivery_list_append (sbx_webhook_delivery_list_t *list);
 typedef struct {
     sbx_mcp_env_t *items;
     size_t count;
@@ -1442,7 +1479,7 @@ struct sbx_event_s {
     sbx_bytes_t payload;
 };
 
-//  message events.replay (events.json): cli, billing, gateway -> broker, reply
+//  message events.replay (events.json): cli, billing, gateway, hooks -> broker, reply
 //  events.replay.ok. Events after a sequence number, in order; how a subscriber catches up
 //  after it was away.
 struct sbx_events_replay_s {
@@ -1454,8 +1491,8 @@ struct sbx_events_replay_s {
     char *prefix;
 };
 
-//  message events.replay.ok (events.json): broker -> cli, billing, gateway. A batch of events
-//  in order. Ask again from the last one's seq while more is true.
+//  message events.replay.ok (events.json): broker -> cli, billing, gateway, hooks. A batch of
+//  events in order. Ask again from the last one's seq while more is true.
 struct sbx_events_replay_ok_s {
     //  The events, in seq order.
     sbx_event_list_t events;
@@ -1487,6 +1524,126 @@ struct sbx_peer_left_s {
     //  (required, max 256) bye, silent, or replaced; conflict when refused because a live
     //  worker of its role had its instance name first.
     char *reason;
+};
+
+//  struct webhook_info (hooks.json). One webhook, without its secret (shown once, at create).
+struct sbx_webhook_info_s {
+    //  (required, max 64) Its id (wh_…).
+    char *webhook_id;
+    //  (max 64) The account whose events it receives.
+    char *account_id;
+    //  (required, max 2048) Where deliveries are POSTed (http or https).
+    char *url;
+    //  The event types it receives (sandbox.created, …, snapshot.deleted); empty: all.
+    sbx_strlist_t events;
+    //  When it was made.
+    uint64_t created_ms;
+    //  Deliveries that got a 2xx answer.
+    uint64_t delivered;
+    //  Deliveries given up after the last retry.
+    uint64_t failed;
+    //  Deliveries waiting for their next attempt.
+    uint64_t pending;
+};
+
+//  struct webhook_delivery (hooks.json). One event's delivery to one webhook, as the delivery
+//  log keeps it.
+struct sbx_webhook_delivery_s {
+    //  (required, max 64) The event's id (evt_<seq>), the same in every attempt: the
+    //  Sbx-Event-Id header.
+    char *event_id;
+    //  (required, max 64) sandbox.ready, …
+    char *event_type;
+    //  (required, max 16) pending (an attempt is due or under way), delivered or failed
+    //  (retries exhausted).
+    char *state;
+    //  Attempts made so far.
+    uint64_t attempts;
+    //  HTTP status of the last answer; 0 for none (the connection failed).
+    uint64_t status_code;
+    //  (max 512) Why the last attempt failed, if it did.
+    char *last_error;
+    //  When the event was committed.
+    uint64_t created_ms;
+    //  When the next attempt is due (pending only).
+    uint64_t next_ms;
+    //  When it was delivered or given up.
+    uint64_t done_ms;
+};
+
+//  message webhook.create (hooks.json): cli, gateway -> hooks, reply webhook.create.ok.
+//  Register a URL for an account's events. The URL must be http(s) with a host that is not a
+//  private address unless webhooks.allow_private is on.
+struct sbx_webhook_create_s {
+    //  (max 254) Account id, for operators; keys act for their own account.
+    char *account;
+    //  (required, max 2048) Where to POST.
+    char *url;
+    //  Event types to receive; empty: all.
+    sbx_strlist_t events;
+};
+
+//  message webhook.create.ok (hooks.json): hooks -> cli, gateway. The new webhook and its
+//  signing secret (shown only now).
+struct sbx_webhook_create_ok_s {
+    //  (required) The webhook.
+    sbx_webhook_info_t *webhook;
+    //  (required, max 128) The HMAC-SHA256 key of its signatures (whsec_…).
+    char *secret;
+};
+
+//  message webhook.list (hooks.json): cli, gateway -> hooks, reply webhook.list.ok. An
+//  account's webhooks.
+struct sbx_webhook_list_s {
+    //  (max 254) Account id, for operators; keys see their own account's.
+    char *account;
+};
+
+//  message webhook.list.ok (hooks.json): hooks -> cli, gateway. The webhooks, oldest first.
+struct sbx_webhook_list_ok_s {
+    //  One entry per webhook.
+    sbx_webhook_info_list_t webhooks;
+};
+
+//  message webhook.get (hooks.json): cli, gateway -> hooks, reply webhook.get.ok. One webhook
+//  of the caller's account.
+struct sbx_webhook_get_s {
+    //  (required, max 64) Which.
+    char *webhook_id;
+};
+
+//  message webhook.get.ok (hooks.json): hooks -> cli, gateway. The webhook.
+struct sbx_webhook_get_ok_s {
+    //  (required) The webhook.
+    sbx_webhook_info_t *webhook;
+};
+
+//  message webhook.delete (hooks.json): cli, gateway -> hooks, reply webhook.delete.ok. Delete
+//  a webhook: nothing more is delivered to it; its delivery log goes with it.
+struct sbx_webhook_delete_s {
+    //  (required, max 64) Which.
+    char *webhook_id;
+};
+
+//  message webhook.delete.ok (hooks.json): hooks -> cli, gateway. Deleted.
+struct sbx_webhook_delete_ok_s {
+    //  (required, max 64) The deleted webhook.
+    char *webhook_id;
+};
+
+//  message webhook.deliveries (hooks.json): cli, gateway -> hooks, reply webhook.deliveries.ok.
+//  A webhook's delivery log, newest first.
+struct sbx_webhook_deliveries_s {
+    //  (required, max 64) Which.
+    char *webhook_id;
+    //  At most this many (default 100, at most 1000).
+    uint64_t limit;
+};
+
+//  message webhook.deliveries.ok (hooks.json): hooks -> cli, gateway. The deliveries.
+struct sbx_webhook_deliveries_ok_s {
+    //  Newest first.
+    sbx_webhook_delivery_list_t deliveries;
 };
 
 //  struct mcp_env (mcp.json). The env a session's create_sandbox gave one sandbox: added to
@@ -1787,7 +1944,7 @@ struct sbx_error_s {
     char *message;
 };
 
-//  message peer.hello (peer.json): gateway, vmd, snapshotd, billing -> broker, reply
+//  message peer.hello (peer.json): gateway, vmd, snapshotd, billing, hooks -> broker, reply
 //  peer.welcome. A worker announces itself; sent on connect, and again whenever the broker
 //  answers peer.unknown. A hello under a role and instance registered from another connection
 //  replaces that one at once (a restart); if the replaced connection then speaks again within
@@ -1810,8 +1967,8 @@ struct sbx_peer_hello_s {
     char *version;
 };
 
-//  message peer.welcome (peer.json): broker -> gateway, vmd, snapshotd, billing. The broker
-//  accepted a hello.
+//  message peer.welcome (peer.json): broker -> gateway, vmd, snapshotd, billing, hooks. The
+//  broker accepted a hello.
 struct sbx_peer_welcome_s {
     //  (required, max 128) Random id of this broker run; changes on restart.
     char *broker_instance;
@@ -1832,22 +1989,23 @@ struct sbx_peer_heartbeat_s {
     char *metrics;
 };
 
-//  message peer.unknown (peer.json): broker -> gateway, vmd, snapshotd, billing. The broker
-//  does not know this peer (it restarted, or dropped the peer as silent): say hello again.
+//  message peer.unknown (peer.json): broker -> gateway, vmd, snapshotd, billing, hooks. The
+//  broker does not know this peer (it restarted, or dropped the peer as silent): say hello
+//  again.
 struct sbx_peer_unknown_s {
     char unused_; //  C wants a member; this body has no fields
 };
 
-//  message peer.bye (peer.json): gateway, vmd, snapshotd, billing -> broker. A worker leaves
-//  cleanly.
+//  message peer.bye (peer.json): gateway, vmd, snapshotd, billing, hooks -> broker. A worker
+//  leaves cleanly.
 struct sbx_peer_bye_s {
     //  (max 256) Why it leaves (shutdown, restart).
     char *reason;
 };
 
 //  message sys.status (peer.json): cli, gateway -> broker, gateway, vmd, snapshotd, billing,
-//  reply sys.status.ok. Ask a process (the broker, or a worker routed by role and instance) how
-//  it is.
+//  hooks, reply sys.status.ok. Ask a process (the broker, or a worker routed by role and
+//  instance) how it is.
 struct sbx_sys_status_s {
     char unused_; //  C wants a member; this body has no fields
 };
@@ -2431,6 +2589,30 @@ struct sbx_snapshot_info_s {
     sbx_strlist_t users;
 };
 
+//  message snapshot.saved (snapshot.json): broker -> tap, event. A user's snapshot was saved
+//  and is ready (save_snapshot; automatic snapshots at stop are not told).
+struct sbx_snapshot_saved_s {
+    //  (required, max 64) Which.
+    char *snapshot_id;
+    //  (max 64) The sandbox it was saved from.
+    char *sandbox_id;
+    //  (max 128) Its name, if it has one.
+    char *name;
+    //  Size of its disk image.
+    uint64_t disk_bytes;
+    //  Size of its memory image.
+    uint64_t memory_bytes;
+};
+
+//  message snapshot.deleted (snapshot.json): broker -> tap, event. A user deleted a snapshot
+//  (delete_snapshot).
+struct sbx_snapshot_deleted_s {
+    //  (required, max 64) Which.
+    char *snapshot_id;
+    //  (max 64) The sandbox it was saved from.
+    char *sandbox_id;
+};
+
 //  message snapshot.save (snapshot.json): gateway, cli -> broker, reply snapshot.save.ok. Save
 //  a ready or stopped sandbox's disk and memory (a running guest is paused only during the
 //  capture); answered once the files are durable and the catalog says ready, or failed.
@@ -2676,6 +2858,16 @@ sbx_events_replay_t *sbx_msg_events_replay (struct sbx_msg_s *msg);
 sbx_events_replay_ok_t *sbx_msg_events_replay_ok (struct sbx_msg_s *msg);
 sbx_peer_joined_t *sbx_msg_peer_joined (struct sbx_msg_s *msg);
 sbx_peer_left_t *sbx_msg_peer_left (struct sbx_msg_s *msg);
+sbx_webhook_create_t *sbx_msg_webhook_create (struct sbx_msg_s *msg);
+sbx_webhook_create_ok_t *sbx_msg_webhook_create_ok (struct sbx_msg_s *msg);
+sbx_webhook_list_t *sbx_msg_webhook_list (struct sbx_msg_s *msg);
+sbx_webhook_list_ok_t *sbx_msg_webhook_list_ok (struct sbx_msg_s *msg);
+sbx_webhook_get_t *sbx_msg_webhook_get (struct sbx_msg_s *msg);
+sbx_webhook_get_ok_t *sbx_msg_webhook_get_ok (struct sbx_msg_s *msg);
+sbx_webhook_delete_t *sbx_msg_webhook_delete (struct sbx_msg_s *msg);
+sbx_webhook_delete_ok_t *sbx_msg_webhook_delete_ok (struct sbx_msg_s *msg);
+sbx_webhook_deliveries_t *sbx_msg_webhook_deliveries (struct sbx_msg_s *msg);
+sbx_webhook_deliveries_ok_t *sbx_msg_webhook_deliveries_ok (struct sbx_msg_s *msg);
 sbx_mcp_session_open_t *sbx_msg_mcp_session_open (struct sbx_msg_s *msg);
 sbx_mcp_session_open_ok_t *sbx_msg_mcp_session_open_ok (struct sbx_msg_s *msg);
 sbx_mcp_session_get_t *sbx_msg_mcp_session_get (struct sbx_msg_s *msg);
@@ -2753,6 +2945,8 @@ sbx_sandbox_resolve_ok_t *sbx_msg_sandbox_resolve_ok (struct sbx_msg_s *msg);
 sbx_sandbox_port_changed_t *sbx_msg_sandbox_port_changed (struct sbx_msg_s *msg);
 sbx_vm_port_t *sbx_msg_vm_port (struct sbx_msg_s *msg);
 sbx_vm_port_ok_t *sbx_msg_vm_port_ok (struct sbx_msg_s *msg);
+sbx_snapshot_saved_t *sbx_msg_snapshot_saved (struct sbx_msg_s *msg);
+sbx_snapshot_deleted_t *sbx_msg_snapshot_deleted (struct sbx_msg_s *msg);
 sbx_snapshot_save_t *sbx_msg_snapshot_save (struct sbx_msg_s *msg);
 sbx_snapshot_save_ok_t *sbx_msg_snapshot_save_ok (struct sbx_msg_s *msg);
 sbx_snapshot_list_t *sbx_msg_snapshot_list (struct sbx_msg_s *msg);

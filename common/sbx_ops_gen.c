@@ -188,6 +188,26 @@ static const sbx_op_arg_t s_revoke_key_args[] = {
     {"keyId", SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, false,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
 };
+static const sbx_op_arg_t s_create_webhook_args[] = {
+    {"url", SBX_OPS_REST, SBX_ARG_IN_BODY, SBX_ARG_STRING, 0, true, false,
+     false, false, 0LL, 0LL, 1, 2048, NULL, NULL, NULL},
+    {"events", SBX_OPS_REST, SBX_ARG_IN_BODY, SBX_ARG_ARRAY, SBX_ARG_STRING, false, false,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+};
+static const sbx_op_arg_t s_get_webhook_args[] = {
+    {"webhookId", SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, false,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+};
+static const sbx_op_arg_t s_delete_webhook_args[] = {
+    {"webhookId", SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, false,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+};
+static const sbx_op_arg_t s_list_webhook_deliveries_args[] = {
+    {"webhookId", SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, false,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+    {"limit", SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_INTEGER, 0, false, false,
+     true, true, 1LL, 1000LL, 0, -1, NULL, NULL, "100"},
+};
 
 const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
     [SBX_OP_CREATE_SANDBOX] = {"create_sandbox", true, "POST", "/v1/sandboxes",
@@ -359,6 +379,31 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                            SBX_OPS_BODY_NONE,
                            NULL,
                            s_revoke_key_args, 1},
+    [SBX_OP_CREATE_WEBHOOK] = {"create_webhook", false, "POST", "/v1/webhooks",
+                               false, false, SBX_MSG_WEBHOOK_CREATE, 30000,
+                               SBX_OPS_BODY_JSON_REQUIRED,
+                               NULL,
+                               s_create_webhook_args, 2},
+    [SBX_OP_LIST_WEBHOOKS] = {"list_webhooks", false, "GET", "/v1/webhooks",
+                              true, false, SBX_MSG_WEBHOOK_LIST, 30000,
+                              SBX_OPS_BODY_NONE,
+                              NULL,
+                              NULL, 0},
+    [SBX_OP_GET_WEBHOOK] = {"get_webhook", false, "GET", "/v1/webhooks/{webhookId}",
+                            true, false, SBX_MSG_WEBHOOK_GET, 30000,
+                            SBX_OPS_BODY_NONE,
+                            NULL,
+                            s_get_webhook_args, 1},
+    [SBX_OP_DELETE_WEBHOOK] = {"delete_webhook", false, "DELETE", "/v1/webhooks/{webhookId}",
+                               false, true, SBX_MSG_WEBHOOK_DELETE, 30000,
+                               SBX_OPS_BODY_NONE,
+                               NULL,
+                               s_delete_webhook_args, 1},
+    [SBX_OP_LIST_WEBHOOK_DELIVERIES] = {"list_webhook_deliveries", false, "GET", "/v1/webhooks/{webhookId}/deliveries",
+                                        true, false, SBX_MSG_WEBHOOK_DELIVERIES, 30000,
+                                        SBX_OPS_BODY_NONE,
+                                        NULL,
+                                        s_list_webhook_deliveries_args, 2},
     [SBX_OP_GET_OPENAPI] = {"get_openapi", false, "GET", "/v1/openapi.json",
                             true, false, SBX_MSG__UNKNOWN, 0,
                             SBX_OPS_BODY_NONE,
@@ -391,6 +436,11 @@ const sbx_ops_route_t sbx_ops_routes[] = {
     {"GET", "/v1/usage", SBX_OP_GET_USAGE},
     {"GET", "/v1/keys", SBX_OP_LIST_KEYS},
     {"DELETE", "/v1/keys/{keyId}", SBX_OP_REVOKE_KEY},
+    {"GET", "/v1/webhooks", SBX_OP_LIST_WEBHOOKS},
+    {"POST", "/v1/webhooks", SBX_OP_CREATE_WEBHOOK},
+    {"GET", "/v1/webhooks/{webhookId}", SBX_OP_GET_WEBHOOK},
+    {"DELETE", "/v1/webhooks/{webhookId}", SBX_OP_DELETE_WEBHOOK},
+    {"GET", "/v1/webhooks/{webhookId}/deliveries", SBX_OP_LIST_WEBHOOK_DELIVERIES},
     {"GET", "/v1/openapi.json", SBX_OP_GET_OPENAPI},
     {NULL, NULL, 0}};
 

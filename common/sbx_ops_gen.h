@@ -11,35 +11,40 @@
 
 //  The operations, in the order of schemas/operations.json.
 typedef enum {
-    SBX_OP_CREATE_SANDBOX,  //  create_sandbox: MCP, POST /v1/sandboxes
-    SBX_OP_LIST_SANDBOXES,  //  list_sandboxes: MCP, GET /v1/sandboxes
-    SBX_OP_GET_SANDBOX,     //  get_sandbox: MCP, GET /v1/sandboxes/{sandboxId}
-    SBX_OP_EXEC,            //  exec: MCP, POST /v1/sandboxes/{sandboxId}/exec
-    SBX_OP_COMMAND_STATUS,  //  command_status: MCP, GET /v1/sandboxes/{sandboxId}/processes/{processId}
-    SBX_OP_KILL_COMMAND,    //  kill_command: MCP, POST /v1/sandboxes/{sandboxId}/processes/{processId}/kill
-    SBX_OP_LIST_COMMANDS,   //  list_commands: MCP, GET /v1/sandboxes/{sandboxId}/processes
-    SBX_OP_OPEN_TERMINAL,   //  open_terminal: GET /v1/sandboxes/{sandboxId}/terminal
-    SBX_OP_READ_FILE,       //  read_file: MCP, GET /v1/sandboxes/{sandboxId}/files
-    SBX_OP_WRITE_FILE,      //  write_file: MCP, PUT /v1/sandboxes/{sandboxId}/files
-    SBX_OP_HOST_PORT,       //  host_port: MCP, POST /v1/sandboxes/{sandboxId}/ports
-    SBX_OP_UNPUBLISH_PORT,  //  unpublish_port: DELETE /v1/sandboxes/{sandboxId}/ports/{port}
-    SBX_OP_STOP_SANDBOX,    //  stop_sandbox: MCP, POST /v1/sandboxes/{sandboxId}/stop
-    SBX_OP_RESUME_SANDBOX,  //  resume_sandbox: MCP, POST /v1/sandboxes/{sandboxId}/resume
-    SBX_OP_EXTEND_SANDBOX,  //  extend_sandbox: MCP, POST /v1/sandboxes/{sandboxId}/extend
-    SBX_OP_RENAME_SANDBOX,  //  rename_sandbox: MCP
-    SBX_OP_LABEL_SANDBOX,   //  label_sandbox: MCP
-    SBX_OP_UPDATE_SANDBOX,  //  update_sandbox: PATCH /v1/sandboxes/{sandboxId}
-    SBX_OP_DELETE_SANDBOX,  //  delete_sandbox: MCP, DELETE /v1/sandboxes/{sandboxId}
-    SBX_OP_SAVE_SNAPSHOT,   //  save_snapshot: MCP, POST /v1/sandboxes/{sandboxId}/snapshots
-    SBX_OP_LIST_SNAPSHOTS,  //  list_snapshots: MCP, GET /v1/snapshots
-    SBX_OP_GET_SNAPSHOT,    //  get_snapshot: GET /v1/snapshots/{snapshotId}
-    SBX_OP_DELETE_SNAPSHOT, //  delete_snapshot: MCP, DELETE /v1/snapshots/{snapshotId}
-    SBX_OP_GET_USAGE,       //  get_usage: GET /v1/usage
-    SBX_OP_LIST_KEYS,       //  list_keys: GET /v1/keys
-    SBX_OP_REVOKE_KEY,      //  revoke_key: DELETE /v1/keys/{keyId}
-    SBX_OP_GET_OPENAPI,     //  get_openapi: GET /v1/openapi.json
+    SBX_OP_CREATE_SANDBOX,          //  create_sandbox: MCP, POST /v1/sandboxes
+    SBX_OP_LIST_SANDBOXES,          //  list_sandboxes: MCP, GET /v1/sandboxes
+    SBX_OP_GET_SANDBOX,             //  get_sandbox: MCP, GET /v1/sandboxes/{sandboxId}
+    SBX_OP_EXEC,                    //  exec: MCP, POST /v1/sandboxes/{sandboxId}/exec
+    SBX_OP_COMMAND_STATUS,          //  command_status: MCP, GET /v1/sandboxes/{sandboxId}/processes/{processId}
+    SBX_OP_KILL_COMMAND,            //  kill_command: MCP, POST /v1/sandboxes/{sandboxId}/processes/{processId}/kill
+    SBX_OP_LIST_COMMANDS,           //  list_commands: MCP, GET /v1/sandboxes/{sandboxId}/processes
+    SBX_OP_OPEN_TERMINAL,           //  open_terminal: GET /v1/sandboxes/{sandboxId}/terminal
+    SBX_OP_READ_FILE,               //  read_file: MCP, GET /v1/sandboxes/{sandboxId}/files
+    SBX_OP_WRITE_FILE,              //  write_file: MCP, PUT /v1/sandboxes/{sandboxId}/files
+    SBX_OP_HOST_PORT,               //  host_port: MCP, POST /v1/sandboxes/{sandboxId}/ports
+    SBX_OP_UNPUBLISH_PORT,          //  unpublish_port: DELETE /v1/sandboxes/{sandboxId}/ports/{port}
+    SBX_OP_STOP_SANDBOX,            //  stop_sandbox: MCP, POST /v1/sandboxes/{sandboxId}/stop
+    SBX_OP_RESUME_SANDBOX,          //  resume_sandbox: MCP, POST /v1/sandboxes/{sandboxId}/resume
+    SBX_OP_EXTEND_SANDBOX,          //  extend_sandbox: MCP, POST /v1/sandboxes/{sandboxId}/extend
+    SBX_OP_RENAME_SANDBOX,          //  rename_sandbox: MCP
+    SBX_OP_LABEL_SANDBOX,           //  label_sandbox: MCP
+    SBX_OP_UPDATE_SANDBOX,          //  update_sandbox: PATCH /v1/sandboxes/{sandboxId}
+    SBX_OP_DELETE_SANDBOX,          //  delete_sandbox: MCP, DELETE /v1/sandboxes/{sandboxId}
+    SBX_OP_SAVE_SNAPSHOT,           //  save_snapshot: MCP, POST /v1/sandboxes/{sandboxId}/snapshots
+    SBX_OP_LIST_SNAPSHOTS,          //  list_snapshots: MCP, GET /v1/snapshots
+    SBX_OP_GET_SNAPSHOT,            //  get_snapshot: GET /v1/snapshots/{snapshotId}
+    SBX_OP_DELETE_SNAPSHOT,         //  delete_snapshot: MCP, DELETE /v1/snapshots/{snapshotId}
+    SBX_OP_GET_USAGE,               //  get_usage: GET /v1/usage
+    SBX_OP_LIST_KEYS,               //  list_keys: GET /v1/keys
+    SBX_OP_REVOKE_KEY,              //  revoke_key: DELETE /v1/keys/{keyId}
+    SBX_OP_CREATE_WEBHOOK,          //  create_webhook: POST /v1/webhooks
+    SBX_OP_LIST_WEBHOOKS,           //  list_webhooks: GET /v1/webhooks
+    SBX_OP_GET_WEBHOOK,             //  get_webhook: GET /v1/webhooks/{webhookId}
+    SBX_OP_DELETE_WEBHOOK,          //  delete_webhook: DELETE /v1/webhooks/{webhookId}
+    SBX_OP_LIST_WEBHOOK_DELIVERIES, //  list_webhook_deliveries: GET /v1/webhooks/{webhookId}/deliveries
+    SBX_OP_GET_OPENAPI,             //  get_openapi: GET /v1/openapi.json
 } sbx_op_t;
-#define SBX_OP__COUNT 27
+#define SBX_OP__COUNT 32
 
 //  The surfaces (doors) an operation or argument is on.
 #define SBX_OPS_MCP  1
@@ -57,12 +62,13 @@ typedef enum {
     SBX_OPS_BODY_RAW
 } sbx_ops_body_t;
 
-//  JSON types an argument (or an object argument's values) may have.
+//  JSON types an argument (or an object argument's values, an array's items) may have.
 #define SBX_ARG_STRING  1
 #define SBX_ARG_INTEGER 2
 #define SBX_ARG_BOOLEAN 4
 #define SBX_ARG_OBJECT  8
 #define SBX_ARG_NULL    16
+#define SBX_ARG_ARRAY   32
 
 //  One argument of an operation, the same on every surface (the generator refuses
 //  other limits on one door): what sbx_args checks and takes defaults from.
@@ -71,7 +77,7 @@ typedef struct {
     unsigned surfaces;              //  SBX_OPS_MCP | SBX_OPS_REST
     sbx_arg_in_t in;                //  where REST takes it
     unsigned types;                 //  SBX_ARG_* it may be
-    unsigned values;                //  an object's values: SBX_ARG_* they may be
+    unsigned values;                //  an object's values or an array's items: SBX_ARG_* they may be
     bool required;                  //  on REST (and MCP unless mcp_optional)
     bool mcp_optional;              //  MCP may leave it out (the session's default sandbox)
     bool has_min, has_max;          //  integer bounds

@@ -150,6 +150,20 @@ bool sbx_secret_mac_verify (const char *key, const char *message, const char *ma
     return expected[0] && sbx_secret_equal (expected, mac);
 }
 
+void sbx_secret_hmac_sha256_hex (const char *key, const void *data, size_t size, char out[65])
+{
+    assert (key && out);
+    out[0] = 0;
+    if (sbx_secret_init ())
+        return;
+    crypto_auth_hmacsha256_state state;
+    uint8_t mac[crypto_auth_hmacsha256_BYTES];
+    crypto_auth_hmacsha256_init (&state, (const uint8_t *) key, strlen (key));
+    crypto_auth_hmacsha256_update (&state, data, size);
+    crypto_auth_hmacsha256_final (&state, mac);
+    sodium_bin2hex (out, 65, mac, sizeof mac);
+}
+
 bool sbx_secret_equal (const char *a, const char *b)
 {
     if (!a || !b)
@@ -289,6 +303,13 @@ uint32_t sbx_secret_uniform (uint32_t upper)
 
 void sbx_secret_test (bool verbose)
 {
+    {
+        //  RFC 4231, test case 2.
+        char hex[65];
+        sbx_secret_hmac_sha256_hex ("Jefe", "what do ya want for nothing?", 28, hex);
+        assert (strcmp (hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843") ==
+                0);
+    }
     assert (sbx_secret_init () == 0);
     assert (sbx_secret_init () == 0);
 

@@ -75,6 +75,9 @@ void sbx_secret_s256 (const char *verifier, char out[44]);
 //  under key (any text; its SHA-256 is the MAC key), as base64url into out (43 + NUL):
 //  for signed cookies and CSRF tokens. sbx_secret_mac_verify compares in constant time.
 void sbx_secret_mac (const char *key, const char *message, char out[44]);
+//  Standard HMAC-SHA256 (RFC 2104) of size bytes of data under key, as 64 lower-case hex
+//  digits: what any language's hmac module computes (webhook signatures, docs/webhooks.md).
+void sbx_secret_hmac_sha256_hex (const char *key, const void *data, size_t size, char out[65]);
 bool sbx_secret_mac_verify (const char *key, const char *message, const char *mac);
 
 //  Fills buf with size random bytes (WebSocket masks and keys). -1 when libsodium

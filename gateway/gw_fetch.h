@@ -42,9 +42,6 @@ uint64_t gw_fetch_get (gw_fetch_t *self, const char *url, gw_fetch_fn *fn, void 
 //  Forgets a pending fetch: its callback is not called.
 void gw_fetch_cancel (gw_fetch_t *self, uint64_t handle);
 
-//  True when a textual IP address (v4 or v6) is public: not loopback, private, link-local,
-//  shared, multicast, unspecified or reserved.
-bool gw_fetch_public_ip (const char *ip);
 
 void gw_fetch_test (bool verbose);
 

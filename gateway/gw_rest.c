@@ -299,10 +299,15 @@ static void s_on_done (const gw_ops_result_t *result, void *arg)
     }
     int status = 200;
     const char *id = json_string_value (json_object_get (result->answer, "id"));
-    if ((job->op == SBX_OP_CREATE_SANDBOX || job->op == SBX_OP_SAVE_SNAPSHOT) && id) {
+    if ((job->op == SBX_OP_CREATE_SANDBOX || job->op == SBX_OP_SAVE_SNAPSHOT ||
+         job->op == SBX_OP_CREATE_WEBHOOK) &&
+        id) {
         char location[200];
         snprintf (location, sizeof location, "/v1/%s/%s",
-                  job->op == SBX_OP_CREATE_SANDBOX ? "sandboxes" : "snapshots", id);
+                  job->op == SBX_OP_CREATE_SANDBOX   ? "sandboxes"
+                  : job->op == SBX_OP_CREATE_WEBHOOK ? "webhooks"
+                                                     : "snapshots",
+                  id);
         gw_request_add_header (req, "Location", location);
         status = 201;
     }

@@ -1397,7 +1397,7 @@ def rest_routes(o):
 
 
 
-ARG_TYPES = ("string", "integer", "boolean", "object", "null")
+ARG_TYPES = ("string", "integer", "boolean", "object", "null", "array")
 
 
 def op_arguments(o, op):
@@ -1428,6 +1428,9 @@ def op_arguments(o, op):
         if "object" in types:
             ap = schema.get("additionalProperties", {})
             values = ap.get("type", []) if isinstance(ap, dict) else []
+            values = values if isinstance(values, list) else [values]
+        if "array" in types:
+            values = schema.get("items", {}).get("type", [])
             values = values if isinstance(values, list) else [values]
         #  What the argument says before a surface's difference: REST's required, also on
         #  an operation REST does not have.
@@ -1490,12 +1493,13 @@ def gen_ops_header(o):
     w.append("    SBX_OPS_BODY_RAW")
     w.append("} sbx_ops_body_t;")
     w.append("")
-    w.append("//  JSON types an argument (or an object argument's values) may have.")
+    w.append("//  JSON types an argument (or an object argument's values, an array's items) may have.")
     w.append("#define SBX_ARG_STRING  1")
     w.append("#define SBX_ARG_INTEGER 2")
     w.append("#define SBX_ARG_BOOLEAN 4")
     w.append("#define SBX_ARG_OBJECT  8")
     w.append("#define SBX_ARG_NULL    16")
+    w.append("#define SBX_ARG_ARRAY   32")
     w.append("")
     w.append("//  One argument of an operation, the same on every surface (the generator refuses")
     w.append("//  other limits on one door): what sbx_args checks and takes defaults from.")
@@ -1505,7 +1509,7 @@ def gen_ops_header(o):
         ("unsigned surfaces;", "SBX_OPS_MCP | SBX_OPS_REST"),
         ("sbx_arg_in_t in;", "where REST takes it"),
         ("unsigned types;", "SBX_ARG_* it may be"),
-        ("unsigned values;", "an object's values: SBX_ARG_* they may be"),
+        ("unsigned values;", "an object's values or an array's items: SBX_ARG_* they may be"),
         ("bool required;", "on REST (and MCP unless mcp_optional)"),
         ("bool mcp_optional;", "MCP may leave it out (the session's default sandbox)"),
         ("bool has_min, has_max;", "integer bounds"),

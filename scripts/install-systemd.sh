@@ -14,7 +14,7 @@ usage() {
 usage: scripts/install-systemd.sh [--bin-dir DIR] [--data-dir DIR] [--unit-dir DIR]
                                   [--no-reload]
 
-Writes sbx.target, sbx-guests.service and sbx-{broker,vmd,snapshotd,billing,gateway}.service
+Writes sbx.target, sbx-guests.service and sbx-{broker,vmd,snapshotd,billing,hookd,gateway}.service
 from packaging/systemd/ into the unit directory, with the paths below filled in, then
 runs systemctl daemon-reload (when systemd runs this machine). Start everything with
   systemctl enable --now sbx.target
@@ -61,7 +61,7 @@ for pair in "bin-dir:$bin_dir" "data-dir:$data_dir" "unit-dir:$unit_dir"; do
       exit 2 ;;
   esac
 done
-for exe in sbx sbx-broker sbx-vmd sbx-snapshotd sbx-billing sbx-gateway; do
+for exe in sbx sbx-broker sbx-vmd sbx-snapshotd sbx-billing sbx-hookd sbx-gateway; do
   if [ ! -x "$bin_dir/$exe" ]; then
     echo "install-systemd.sh: $bin_dir/$exe is missing: build sbx first (cmake --build build) or give --bin-dir" >&2
     exit 1

@@ -60,7 +60,8 @@ class BackupTest(unittest.TestCase):
         self.assertEqual(manifest["format"], "sbx-backup")
         self.assertEqual(manifest["data_dir"], os.path.realpath(s.dir))
         self.assertEqual(set(manifest["stores"]),
-                         {"broker/control.db", "billing/billing.db", "snapshotd/snapshots.db"})
+                         {"broker/control.db", "billing/billing.db", "snapshotd/snapshots.db",
+                          "hooks/hooks.db"})
         self.assertTrue(all(v >= 1 for v in manifest["stores"].values()), manifest["stores"])
         paths = {e["path"]: e for e in manifest["entries"]}
         for p in ("sbx.conf", "tls/ca.key", "gateway/secret", f"vms/{sb}/memory.state",

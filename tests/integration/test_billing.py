@@ -70,7 +70,7 @@ class BillingTest(unittest.TestCase):
         # The broker dies while both run.
         old = self.kill(s, "sbx-broker")
         self.wait_back(s, "sbx-broker", old)
-        wait_for(lambda: len(s.status()["peers"]) == 4, 30, "all four workers back")
+        wait_for(lambda: len(s.status()["peers"]) == 5, 30, "all five workers back")
         time.sleep(1)
 
         # vmd dies while both run: the guests keep running and the new vmd re-adopts them.
@@ -78,7 +78,7 @@ class BillingTest(unittest.TestCase):
         before = len(s.cli("tap", "--since", "0", "--once").stdout.splitlines())
         old = self.kill(s, "sbx-vmd")
         self.wait_back(s, "sbx-vmd", old)
-        wait_for(lambda: len(s.status()["peers"]) == 4, 30, "all four workers back")
+        wait_for(lambda: len(s.status()["peers"]) == 5, 30, "all five workers back")
         for sid in (a, b):
             self.assertEqual(s.cli_json("sandbox", "get", sid)["state"], "ready", sid)
         s.cli("sandbox", "exec", a, "--", "true", timeout=120)  # re-adopted, answering

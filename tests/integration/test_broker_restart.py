@@ -46,7 +46,7 @@ class BrokerRestartTest(unittest.TestCase):
         wait_for(lambda: (s.daemon_pid("sbx-broker") not in (None, broker)) and
                  all(d["ready"] for d in s.status()["daemons"]), 60, "the broker restarted")
         # Every worker notices the new broker (peer.unknown or silence) and says hello.
-        wait_for(lambda: len(s.status()["peers"]) == 4, 30, "all four workers back")
+        wait_for(lambda: len(s.status()["peers"]) == 5, 30, "all five workers back")
         mark = len(created)
         wait_for(lambda: len(created) >= mark + 15, 60, "keys created after the restart")
         stop.set()

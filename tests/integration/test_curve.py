@@ -15,7 +15,7 @@ class CurveTest(unittest.TestCase):
         s = Sbx(self, "curve", settings=endpoints)
         s.up()
         st = s.status()
-        self.assertEqual(len(st["peers"]), 4)  # every worker came in over CURVE
+        self.assertEqual(len(st["peers"]), 5)  # every worker came in over CURVE
         s.cli_json("account", "create", "--email", "remote@example.com")
         with open(os.path.join(s.dir, "keys", "broker.cert")) as f:
             public = re.search(r'public-key = "(.{40})"', f.read()).group(1)

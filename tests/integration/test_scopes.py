@@ -53,6 +53,11 @@ OPS = {
     "usage":            ("account", None, "GET /v1/usage", None),
     "list_keys":        ("account", None, "GET /v1/keys", None),
     "revoke_key":       ("keys", None, "DELETE /v1/keys/{keyId}", None),
+    "list_webhooks":    ("account", None, "GET /v1/webhooks", None),
+    "get_webhook":      ("account", None, "GET /v1/webhooks/{webhookId}", None),
+    "list_webhook_deliveries": ("account", None, "GET /v1/webhooks/{webhookId}/deliveries", None),
+    "create_webhook":   ("keys", None, "POST /v1/webhooks", None),
+    "delete_webhook":   ("keys", None, "DELETE /v1/webhooks/{webhookId}", None),
     "openapi":          ("public", None, "GET /v1/openapi.json", None),
 }
 # Sandbox ops in the order they run on one object: reads and harmless writes first, the
@@ -103,6 +108,11 @@ class ScopesTest(unittest.TestCase):
         a = cls.s.cli_json("account", "create", "--email", "alice@example.com")
         b = cls.s.cli_json("account", "create", "--email", "bob@example.com")
         cls.admin_a, cls.key_b = a["api_key"], b["api_key"]
+        cls.account_a = a["account_id"]
+        # A webhook the account-wide reads look at (.example never resolves: its
+        # deliveries fail at once and stay out of the way).
+        cls.webhook = cls.s.cli_json("webhook", "create", "https://hooks.example/scopes",
+                                     "--events", "sandbox.error", "--account", cls.account_a)["id"]
         cls.keys = {p: cls.s.cli_json("key", "create", "--account", "alice@example.com",
                                       "--preset", p)["key"] for p in PRESETS}
         cls.other_key = cls.s.cli_json("key", "create", "--account", "alice@example.com",
@@ -225,6 +235,13 @@ class ScopesTest(unittest.TestCase):
                 victim = self.s.cli_json("key", "create", "--account", "alice@example.com",
                                          "--preset", "full")
                 path = route.split(" ")[1].replace("{keyId}", victim["key_id"])
+            elif op == "create_webhook":
+                body = {"url": "https://hooks.example/scoped", "events": ["sandbox.error"]}
+            elif op == "delete_webhook":
+                victim = self.s.cli_json("webhook", "create", "https://hooks.example/victim",
+                                         "--events", "sandbox.error", "--account", self.account_a)
+                path = path.replace("{webhookId}", victim["id"])
+            path = path.replace("{webhookId}", self.webhook)
             if op == "open_terminal":
                 # The WebSocket handshake: 101 is the terminal opened (closing it ends it).
                 status, _, data = self.http(method, path + "?command=true", key, headers={
@@ -309,7 +326,9 @@ class ScopesTest(unittest.TestCase):
                     if outcome != "ok" and victim != sid:
                         self.cleanup_sandbox(victim)
             # Account-wide routes and tools.
-            for op in ("create_sandbox", "usage", "list_keys", "revoke_key", "openapi"):
+            for op in ("create_sandbox", "usage", "list_keys", "revoke_key", "openapi",
+                       "list_webhooks", "get_webhook", "list_webhook_deliveries",
+                       "create_webhook", "delete_webhook"):
                 for door in ("rest", "mcp"):
                     if (door == "rest" and OPS[op][2] is None) or \
                             (door == "mcp" and OPS[op][3] is None):

@@ -22,7 +22,7 @@ from sbxtest import BIN, Sbx, binary, main, pid_alive, wait_for
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 INSTALL = os.path.join(REPO, "scripts", "install-systemd.sh")
-DAEMONS = ["sbx-broker", "sbx-vmd", "sbx-snapshotd", "sbx-billing", "sbx-gateway"]
+DAEMONS = ["sbx-broker", "sbx-vmd", "sbx-snapshotd", "sbx-billing", "sbx-hookd", "sbx-gateway"]
 ADMIN = "admin@localhost"
 
 

@@ -9,7 +9,7 @@ import unittest
 
 from sbxtest import Sbx, binary, main, pid_alive, wait_for
 
-DAEMONS = ["sbx-broker", "sbx-vmd", "sbx-snapshotd", "sbx-billing", "sbx-gateway"]
+DAEMONS = ["sbx-broker", "sbx-vmd", "sbx-snapshotd", "sbx-billing", "sbx-hookd", "sbx-gateway"]
 
 
 class UpTest(unittest.TestCase):
@@ -103,7 +103,7 @@ class UpTest(unittest.TestCase):
         self.assertEqual(st["rest_url"], "https://sbx.test:18443/v1")
         self.assertEqual(st["ca_cert"], os.path.join(os.path.realpath(s.dir), "tls", "ca.crt"))
         self.assertEqual(sorted(p["role"] for p in st["peers"]),
-                         ["billing", "gateway", "snapshotd", "vmd"])
+                         ["billing", "gateway", "hooks", "snapshotd", "vmd"])
         # The first run made the admin account and printed its key, once.
         out = wait_for(lambda: "admin API key" in s.output() and s.output(), 10, "the banner")
         self.assertIn("admin account:   admin@sbx.test", out)

@@ -82,6 +82,45 @@ export interface KeyList {
   keys: Array<Key>;
 }
 
+export interface Webhook {
+  id: string;
+  url: string;
+  /** The event types it takes; empty: all. */
+  events: Array<string>;
+  createdAt: string | null;
+  /** Deliveries a 2xx answered. */
+  delivered: number;
+  /** Deliveries given up after the last retry. */
+  failed: number;
+  /** Deliveries waiting for an attempt. */
+  pending: number;
+  /** Only in create's answer: the HMAC-SHA256 key of its signatures (whsec_…). It is never shown again. */
+  secret?: string;
+}
+
+export interface WebhookList {
+  webhooks: Array<Webhook>;
+}
+
+export interface WebhookDelivery {
+  /** The Sbx-Event-Id of every attempt. */
+  eventId: string;
+  eventType: string;
+  state: "pending" | "delivered" | "failed";
+  attempts: number;
+  /** HTTP status of the last answer; null when none came. */
+  statusCode?: number | null;
+  /** Why the last attempt failed. */
+  lastError?: string | null;
+  createdAt?: string | null;
+  nextAttemptAt?: string | null;
+  doneAt?: string | null;
+}
+
+export interface WebhookDeliveryList {
+  deliveries: Array<WebhookDelivery>;
+}
+
 export interface Snapshot {
   id: string;
   name?: string | null;
@@ -192,6 +231,13 @@ export interface UpdateSandbox {
 export interface SaveSnapshot {
   name?: string;
   labels?: Record<string, string>;
+}
+
+export interface CreateWebhook {
+  /** Where to POST each event: http or https, a public address (see docs/webhooks.md). */
+  url: string;
+  /** The event types to deliver (default: all). */
+  events?: Array<"sandbox.created" | "sandbox.ready" | "sandbox.stopped" | "sandbox.resumed" | "sandbox.deleted" | "sandbox.error" | "sandbox.ttl_expired" | "snapshot.saved" | "snapshot.deleted">;
 }
 
 /** The service's error codes, with their HTTP status. */
