@@ -419,11 +419,11 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
                      sbx_args_string (op, args, "webhookId"));
         sbx_msg_webhook_deliveries (msg)->limit = (uint64_t) sbx_args_int (op, args, "limit");
         break;
-    case SBX_OP_LIST_WEBHOOKS:
     case SBX_OP_LIST_SANDBOXES:
         sbx_msg_sandbox_list (msg)->limit = (uint64_t) sbx_args_int (op, args, "limit");
         sbx_str_set (&sbx_msg_sandbox_list (msg)->cursor, sbx_args_string (op, args, "cursor"));
         break;
+    case SBX_OP_LIST_WEBHOOKS:
     case SBX_OP_GET_SANDBOX:
     case SBX_OP_STOP_SANDBOX:
     case SBX_OP_RESUME_SANDBOX:

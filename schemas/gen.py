@@ -2262,7 +2262,7 @@ METRIC_RE = re.compile(r"^sbx_[a-z0-9_]+$")
 METRIC_TYPES = ("counter", "gauge", "histogram")
 #  Labels every series carries, set by the process (common/sbx_metrics.c).
 METRIC_BASE_LABELS = ("daemon", "instance")
-METRIC_ROLES = ("broker", "gateway", "vmd", "snapshotd", "billing")
+METRIC_ROLES = ("broker", "gateway", "vmd", "snapshotd", "billing", "hookd")
 
 
 def load_metrics(path):

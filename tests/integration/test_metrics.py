@@ -173,7 +173,7 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(value('sbx_sandboxes{state="ready",type="small"}'), 1)
         self.assertGreaterEqual(value('sbx_agent_seconds_count{request="exec"}'), 1)
         self.assertEqual(value('sbx_operation_seconds_count{op="exec"}'), 1)
-        self.assertEqual(value('count(sbx_up == 1)'), 5)
+        self.assertEqual(value('count(sbx_up == 1)'), 6)
         # honor_labels keeps sbx's instance label (the daemon's name, not the target's).
         broker = query('sbx_up{daemon="broker"}')
         self.assertEqual([(m["instance"], v) for m, v in broker],
