@@ -255,6 +255,8 @@ static void s_render (s_job_t *job, gw_request_t *req)
                               .today = today,
                               .usage = &usage,
                               .sandboxes = sandboxes,
+                              .sandboxes_more =
+                                  json_object_get (job->sandboxes, "nextCursor") != NULL,
                               .sandboxes_error = s_part_why (job->sandboxes),
                               .snapshots = json_object_get (job->snapshots, "snapshots"),
                               .snapshots_error = s_part_why (job->snapshots),

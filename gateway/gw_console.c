@@ -135,7 +135,13 @@ static void s_sandboxes (FILE *out, const gw_console_page_t *p)
                       "Delete this sandbox? Its disk and memory are removed for good.");
         fputs ("</td></tr>\n", out);
     }
-    fputs ("</table>\n<p class=\"muted\">Stopped sandboxes keep their memory and bill "
+    fputs ("</table>\n", out);
+    if (p->sandboxes_more)
+        fprintf (out,
+                 "<p class=\"more\">The newest %zu are shown; <code>sbx sandbox list</code> "
+                 "and the REST API list every one.</p>\n",
+                 json_array_size (p->sandboxes));
+    fputs ("<p class=\"muted\">Stopped sandboxes keep their memory and bill "
            "nothing until resumed. A sandbox's URL shows its published ports to you.</p>"
            "</section>\n",
            out);
@@ -432,6 +438,12 @@ void gw_console_test (bool verbose)
     assert (strstr (page, "&quot;url&quot;: &quot;https://sbx.example.com/mcp&quot;"));
     assert (strstr (page, "SBX_URL=https://sbx.example.com SBX_API_KEY"));
     assert (strstr (page, "<script src=\"/account/console.js\" defer></script>"));
+    assert (!strstr (page, "The newest"));
+    free (page);
+    //  More than the first page: said, with where to see them all.
+    p.sandboxes_more = true;
+    page = gw_console_page (&p);
+    assert (strstr (page, "The newest 2 are shown"));
     free (page);
     //  Lists that could not be had say why; the rest of the page is still there.
     p = (gw_console_page_t){.csrf = "t",

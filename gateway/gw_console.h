@@ -57,6 +57,7 @@ typedef struct {
     const char *today;    //  "2026-11-30" (UTC): the charts' last day
     const gw_console_usage_t *usage;
     const json_t *sandboxes; //  list_sandboxes' items; "ownerUrl": where the URL links
+    bool sandboxes_more;     //  its first page only: there are more (nextCursor)
     const char *sandboxes_error;
     const json_t *snapshots; //  list_snapshots' items
     const char *snapshots_error;
