@@ -1,6 +1,7 @@
 /*  brk_selftest - the broker modules' self-tests (see sbx_testrun.h). */
 #include "brk_admin.h"
 #include "brk_limits.h"
+#include "brk_metrics.h"
 #include "brk_names.h"
 #include "brk_oauth.h"
 #include "brk_pending.h"
@@ -20,6 +21,7 @@ static const sbx_test_t s_tests[] = {{"brk_store", brk_store_test},
                                      {"brk_server", brk_server_test},
                                      {"brk_sandbox", brk_sandbox_test},
                                      {"brk_ports", brk_ports_test},
+                                     {"brk_metrics", brk_metrics_test},
                                      {"brk_limits", brk_limits_test},
                                      {"brk_oauth", brk_oauth_test},
                                      {"brk_store_oauth", brk_store_oauth_test},

@@ -8,6 +8,7 @@
 #include "brk_limits.h"
 #include "brk_pending.h"
 #include "brk_registry.h"
+#include "brk_metrics.h"
 #include "brk_ports.h"
 #include "brk_rates.h"
 #include "brk_sandbox.h"
@@ -822,6 +823,9 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         break;
     case SBX_MSG_SANDBOX_PORT:
         reply = brk_ports_port (&self->ctx, address, msg);
+        break;
+    case SBX_MSG_SANDBOX_METRICS:
+        reply = brk_metrics_get (&self->ctx, address, msg);
         break;
     case SBX_MSG_SANDBOX_RESOLVE:
         reply = brk_ports_resolve (&self->ctx, msg, peer && peer->role == SBX_ROLE_GATEWAY);

@@ -352,6 +352,12 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
         m->remove = op == SBX_OP_UNPUBLISH_PORT || sbx_args_bool (op, args, "remove");
         break;
     }
+    case SBX_OP_GET_SANDBOX_METRICS: {
+        sbx_sandbox_metrics_t *m = sbx_msg_sandbox_metrics (msg);
+        m->since_ms = (uint64_t) sbx_args_int (op, args, "sinceMs");
+        m->limit = (uint64_t) sbx_args_int (op, args, "limit");
+        break;
+    }
     case SBX_OP_EXTEND_SANDBOX:
         sbx_msg_sandbox_extend (msg)->ttl_s = (uint64_t) sbx_args_int (op, args, "ttlSeconds");
         break;
@@ -485,6 +491,46 @@ static json_t *s_usage (const sbx_usage_get_ok_t *ok)
         "wallets", wallets, "sandboxes", sandboxes, "days", days);
 }
 
+//  A sample's figures, under the names every sample and the answer's latest share.
+static void s_figures (json_t *into, const sbx_metrics_sample_t *s)
+{
+    json_object_set_new (into, "cpuPercent", json_real ((double) s->cpu_permille / 10.0));
+    json_object_set_new (into, "memoryUsedBytes", json_integer ((json_int_t) s->memory_used_bytes));
+    json_object_set_new (into, "memoryTotalBytes",
+                         json_integer ((json_int_t) s->memory_total_bytes));
+    json_object_set_new (into, "diskUsedBytes", json_integer ((json_int_t) s->disk_used_bytes));
+    json_object_set_new (into, "diskTotalBytes", json_integer ((json_int_t) s->disk_total_bytes));
+    json_object_set_new (into, "networkInBytes", json_integer ((json_int_t) s->net_rx_bytes));
+    json_object_set_new (into, "networkOutBytes", json_integer ((json_int_t) s->net_tx_bytes));
+}
+
+//  get_sandbox_metrics: the latest sample's figures at the top (zeros before the first),
+//  and the series, oldest first.
+static json_t *s_metrics (const sbx_sandbox_metrics_ok_t *ok)
+{
+    static const sbx_metrics_sample_t none = {0};
+    const sbx_metrics_sample_list_t *list = &ok->samples;
+    const sbx_metrics_sample_t *last = list->count ? &list->items[list->count - 1] : &none;
+    json_t *samples = json_array ();
+    for (size_t i = 0; i < list->count; i++) {
+        json_t *sample = json_pack ("{s:o, s:I}", "time", sbx_api_time (list->items[i].time_ms),
+                                    "timeMs", (json_int_t) list->items[i].time_ms);
+        s_figures (sample, &list->items[i]);
+        json_array_append_new (samples, sample);
+    }
+    uint64_t span = list->count ? (last->time_ms - list->items[0].time_ms) / 1000 : 0;
+    json_t *answer =
+        json_pack ("{s:s, s:s, s:I, s:b, s:f, s:o, s:I, s:o}", "sandboxId",
+                   ok->sandbox_id ? ok->sandbox_id : "", "state",
+                   ok->state ? sbx_sandbox_state_name (ok->state) : "ready", "vcpus",
+                   (json_int_t) ok->vcpus, "sampling", ok->interval_ms > 0, "intervalSeconds",
+                   (double) ok->interval_ms / 1000.0, "sampledAt", sbx_api_time (last->time_ms),
+                   "spanSeconds", (json_int_t) span, "samples", samples);
+    if (answer)
+        s_figures (answer, last);
+    return answer;
+}
+
 json_t *sbx_api_key (const sbx_key_info_t *k)
 {
     json_t *key = json_pack ("{s:s, s:s}", "id", k->key_id ? k->key_id : "", "kind",
@@ -580,6 +626,8 @@ json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *r
         }
         return json_pack ("{s:o}", "processes", all);
     }
+    case SBX_OP_GET_SANDBOX_METRICS:
+        return s_metrics (sbx_msg_sandbox_metrics_ok (reply));
     case SBX_OP_KILL_COMMAND:
         return json_pack ("{s:I, s:i}", "processId",
                           (json_int_t) sbx_args_int (op, args, "processId"), "signal",

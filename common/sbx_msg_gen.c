@@ -33,6 +33,7 @@ _Static_assert (offsetof (sbx_rate_share_list_t, count) == sizeof (void *), "lis
 _Static_assert (offsetof (sbx_sandbox_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_vm_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_port_info_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_metrics_sample_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_snapshot_info_list_t, count) == sizeof (void *), "list layout");
 
 //  Error catalogue.
@@ -336,6 +337,8 @@ static const sbx_meta_struct_t s_meta_agent_resize;
 static const sbx_meta_struct_t s_meta_agent_resize_ok;
 static const sbx_meta_struct_t s_meta_agent_ps;
 static const sbx_meta_struct_t s_meta_agent_ps_ok;
+static const sbx_meta_struct_t s_meta_agent_stats;
+static const sbx_meta_struct_t s_meta_agent_stats_ok;
 static const sbx_meta_struct_t s_meta_agent_file_write;
 static const sbx_meta_struct_t s_meta_agent_file_write_ok;
 static const sbx_meta_struct_t s_meta_agent_file_read;
@@ -416,6 +419,7 @@ static const sbx_meta_struct_t s_meta_rate_report_ok;
 static const sbx_meta_struct_t s_meta_sandbox_info;
 static const sbx_meta_struct_t s_meta_vm_info;
 static const sbx_meta_struct_t s_meta_port_info;
+static const sbx_meta_struct_t s_meta_metrics_sample;
 static const sbx_meta_struct_t s_meta_sandbox_create;
 static const sbx_meta_struct_t s_meta_sandbox_create_ok;
 static const sbx_meta_struct_t s_meta_sandbox_get;
@@ -450,6 +454,10 @@ static const sbx_meta_struct_t s_meta_vm_agent_ok;
 static const sbx_meta_struct_t s_meta_vm_list;
 static const sbx_meta_struct_t s_meta_vm_list_ok;
 static const sbx_meta_struct_t s_meta_vm_failed;
+static const sbx_meta_struct_t s_meta_sandbox_metrics;
+static const sbx_meta_struct_t s_meta_sandbox_metrics_ok;
+static const sbx_meta_struct_t s_meta_vm_metrics;
+static const sbx_meta_struct_t s_meta_vm_metrics_ok;
 static const sbx_meta_struct_t s_meta_sandbox_port;
 static const sbx_meta_struct_t s_meta_sandbox_port_ok;
 static const sbx_meta_struct_t s_meta_sandbox_resolve;
@@ -818,6 +826,18 @@ static const sbx_meta_field_t s_fields_agent_ps_ok[] = {
     {"processes", SBX_META_LIST, offsetof (sbx_agent_ps_ok_t, processes), false, 0, NULL, &s_meta_agent_proc},
 };
 static const sbx_meta_struct_t s_meta_agent_ps_ok = {"agent.ps.ok", sizeof (sbx_agent_ps_ok_t), s_fields_agent_ps_ok, 1};
+
+static const sbx_meta_struct_t s_meta_agent_stats = {"agent.stats", sizeof (sbx_agent_stats_t), NULL, 0};
+
+static const sbx_meta_field_t s_fields_agent_stats_ok[] = {
+    {"memory_total_bytes", SBX_META_UINT, offsetof (sbx_agent_stats_ok_t, memory_total_bytes), false, 0, NULL, NULL},
+    {"memory_used_bytes", SBX_META_UINT, offsetof (sbx_agent_stats_ok_t, memory_used_bytes), false, 0, NULL, NULL},
+    {"disk_total_bytes", SBX_META_UINT, offsetof (sbx_agent_stats_ok_t, disk_total_bytes), false, 0, NULL, NULL},
+    {"disk_used_bytes", SBX_META_UINT, offsetof (sbx_agent_stats_ok_t, disk_used_bytes), false, 0, NULL, NULL},
+    {"net_rx_bytes", SBX_META_UINT, offsetof (sbx_agent_stats_ok_t, net_rx_bytes), false, 0, NULL, NULL},
+    {"net_tx_bytes", SBX_META_UINT, offsetof (sbx_agent_stats_ok_t, net_tx_bytes), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_agent_stats_ok = {"agent.stats.ok", sizeof (sbx_agent_stats_ok_t), s_fields_agent_stats_ok, 6};
 
 static const sbx_meta_field_t s_fields_agent_file_write[] = {
     {"path", SBX_META_STRING, offsetof (sbx_agent_file_write_t, path), true, 4096, NULL, NULL},
@@ -1382,6 +1402,18 @@ static const sbx_meta_field_t s_fields_port_info[] = {
 };
 static const sbx_meta_struct_t s_meta_port_info = {"port_info", sizeof (sbx_port_info_t), s_fields_port_info, 2};
 
+static const sbx_meta_field_t s_fields_metrics_sample[] = {
+    {"time_ms", SBX_META_UINT, offsetof (sbx_metrics_sample_t, time_ms), true, 0, NULL, NULL},
+    {"cpu_permille", SBX_META_UINT, offsetof (sbx_metrics_sample_t, cpu_permille), false, 0, NULL, NULL},
+    {"memory_used_bytes", SBX_META_UINT, offsetof (sbx_metrics_sample_t, memory_used_bytes), false, 0, NULL, NULL},
+    {"memory_total_bytes", SBX_META_UINT, offsetof (sbx_metrics_sample_t, memory_total_bytes), false, 0, NULL, NULL},
+    {"disk_used_bytes", SBX_META_UINT, offsetof (sbx_metrics_sample_t, disk_used_bytes), false, 0, NULL, NULL},
+    {"disk_total_bytes", SBX_META_UINT, offsetof (sbx_metrics_sample_t, disk_total_bytes), false, 0, NULL, NULL},
+    {"net_rx_bytes", SBX_META_UINT, offsetof (sbx_metrics_sample_t, net_rx_bytes), false, 0, NULL, NULL},
+    {"net_tx_bytes", SBX_META_UINT, offsetof (sbx_metrics_sample_t, net_tx_bytes), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_metrics_sample = {"metrics_sample", sizeof (sbx_metrics_sample_t), s_fields_metrics_sample, 8};
+
 static const sbx_meta_field_t s_fields_sandbox_create[] = {
     {"name", SBX_META_STRING, offsetof (sbx_sandbox_create_t, name), false, 128, NULL, NULL},
     {"type", SBX_META_ENUM, offsetof (sbx_sandbox_create_t, type), false, 0, &s_enum_sandbox_type, NULL},
@@ -1583,6 +1615,38 @@ static const sbx_meta_field_t s_fields_vm_failed[] = {
     {"reason", SBX_META_STRING, offsetof (sbx_vm_failed_t, reason), true, 1024, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_vm_failed = {"vm.failed", sizeof (sbx_vm_failed_t), s_fields_vm_failed, 2};
+
+static const sbx_meta_field_t s_fields_sandbox_metrics[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_metrics_t, sandbox_id), true, 64, NULL, NULL},
+    {"since_ms", SBX_META_UINT, offsetof (sbx_sandbox_metrics_t, since_ms), false, 0, NULL, NULL},
+    {"limit", SBX_META_UINT, offsetof (sbx_sandbox_metrics_t, limit), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_metrics = {"sandbox.metrics", sizeof (sbx_sandbox_metrics_t), s_fields_sandbox_metrics, 3};
+
+static const sbx_meta_field_t s_fields_sandbox_metrics_ok[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_metrics_ok_t, sandbox_id), true, 64, NULL, NULL},
+    {"state", SBX_META_ENUM, offsetof (sbx_sandbox_metrics_ok_t, state), false, 0, &s_enum_sandbox_state, NULL},
+    {"vcpus", SBX_META_UINT, offsetof (sbx_sandbox_metrics_ok_t, vcpus), false, 0, NULL, NULL},
+    {"interval_ms", SBX_META_UINT, offsetof (sbx_sandbox_metrics_ok_t, interval_ms), false, 0, NULL, NULL},
+    {"samples", SBX_META_LIST, offsetof (sbx_sandbox_metrics_ok_t, samples), false, 720, NULL, &s_meta_metrics_sample},
+};
+static const sbx_meta_struct_t s_meta_sandbox_metrics_ok = {"sandbox.metrics.ok", sizeof (sbx_sandbox_metrics_ok_t), s_fields_sandbox_metrics_ok, 5};
+
+static const sbx_meta_field_t s_fields_vm_metrics[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_metrics_t, sandbox_id), true, 64, NULL, NULL},
+    {"since_ms", SBX_META_UINT, offsetof (sbx_vm_metrics_t, since_ms), false, 0, NULL, NULL},
+    {"limit", SBX_META_UINT, offsetof (sbx_vm_metrics_t, limit), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_metrics = {"vm.metrics", sizeof (sbx_vm_metrics_t), s_fields_vm_metrics, 3};
+
+static const sbx_meta_field_t s_fields_vm_metrics_ok[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_metrics_ok_t, sandbox_id), true, 64, NULL, NULL},
+    {"state", SBX_META_ENUM, offsetof (sbx_vm_metrics_ok_t, state), false, 0, &s_enum_sandbox_state, NULL},
+    {"vcpus", SBX_META_UINT, offsetof (sbx_vm_metrics_ok_t, vcpus), false, 0, NULL, NULL},
+    {"interval_ms", SBX_META_UINT, offsetof (sbx_vm_metrics_ok_t, interval_ms), false, 0, NULL, NULL},
+    {"samples", SBX_META_LIST, offsetof (sbx_vm_metrics_ok_t, samples), false, 720, NULL, &s_meta_metrics_sample},
+};
+static const sbx_meta_struct_t s_meta_vm_metrics_ok = {"vm.metrics.ok", sizeof (sbx_vm_metrics_ok_t), s_fields_vm_metrics_ok, 5};
 
 static const sbx_meta_field_t s_fields_sandbox_port[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_port_t, sandbox_id), true, 64, NULL, NULL},
@@ -1874,6 +1938,10 @@ static const char *const s_from_agent_ps[] = {"vmd"};
 static const char *const s_to_agent_ps[] = {"agent"};
 static const char *const s_from_agent_ps_ok[] = {"agent"};
 static const char *const s_to_agent_ps_ok[] = {"vmd"};
+static const char *const s_from_agent_stats[] = {"vmd"};
+static const char *const s_to_agent_stats[] = {"agent"};
+static const char *const s_from_agent_stats_ok[] = {"agent"};
+static const char *const s_to_agent_stats_ok[] = {"vmd"};
 static const char *const s_from_agent_file_write[] = {"vmd"};
 static const char *const s_to_agent_file_write[] = {"agent"};
 static const char *const s_from_agent_file_write_ok[] = {"agent"};
@@ -2074,6 +2142,14 @@ static const char *const s_from_vm_list_ok[] = {"vmd"};
 static const char *const s_to_vm_list_ok[] = {"broker"};
 static const char *const s_from_vm_failed[] = {"vmd"};
 static const char *const s_to_vm_failed[] = {"broker"};
+static const char *const s_from_sandbox_metrics[] = {"gateway", "cli"};
+static const char *const s_to_sandbox_metrics[] = {"broker"};
+static const char *const s_from_sandbox_metrics_ok[] = {"broker"};
+static const char *const s_to_sandbox_metrics_ok[] = {"gateway", "cli"};
+static const char *const s_from_vm_metrics[] = {"broker"};
+static const char *const s_to_vm_metrics[] = {"vmd"};
+static const char *const s_from_vm_metrics_ok[] = {"vmd"};
+static const char *const s_to_vm_metrics_ok[] = {"broker"};
 static const char *const s_from_sandbox_port[] = {"gateway", "cli"};
 static const char *const s_to_sandbox_port[] = {"broker"};
 static const char *const s_from_sandbox_port_ok[] = {"broker"};
@@ -2173,6 +2249,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"agent.resize.ok", &s_meta_agent_resize_ok, s_from_agent_resize_ok, 1, s_to_agent_resize_ok, 1, SBX_MSG__UNKNOWN, false},
     {"agent.ps", &s_meta_agent_ps, s_from_agent_ps, 1, s_to_agent_ps, 1, SBX_MSG_AGENT_PS_OK, false},
     {"agent.ps.ok", &s_meta_agent_ps_ok, s_from_agent_ps_ok, 1, s_to_agent_ps_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"agent.stats", &s_meta_agent_stats, s_from_agent_stats, 1, s_to_agent_stats, 1, SBX_MSG_AGENT_STATS_OK, false},
+    {"agent.stats.ok", &s_meta_agent_stats_ok, s_from_agent_stats_ok, 1, s_to_agent_stats_ok, 1, SBX_MSG__UNKNOWN, false},
     {"agent.file.write", &s_meta_agent_file_write, s_from_agent_file_write, 1, s_to_agent_file_write, 1, SBX_MSG_AGENT_FILE_WRITE_OK, false},
     {"agent.file.write.ok", &s_meta_agent_file_write_ok, s_from_agent_file_write_ok, 1, s_to_agent_file_write_ok, 1, SBX_MSG__UNKNOWN, false},
     {"agent.file.read", &s_meta_agent_file_read, s_from_agent_file_read, 1, s_to_agent_file_read, 1, SBX_MSG_AGENT_FILE_READ_OK, false},
@@ -2273,6 +2351,10 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"vm.list", &s_meta_vm_list, s_from_vm_list, 1, s_to_vm_list, 1, SBX_MSG_VM_LIST_OK, false},
     {"vm.list.ok", &s_meta_vm_list_ok, s_from_vm_list_ok, 1, s_to_vm_list_ok, 1, SBX_MSG__UNKNOWN, false},
     {"vm.failed", &s_meta_vm_failed, s_from_vm_failed, 1, s_to_vm_failed, 1, SBX_MSG__UNKNOWN, false},
+    {"sandbox.metrics", &s_meta_sandbox_metrics, s_from_sandbox_metrics, 2, s_to_sandbox_metrics, 1, SBX_MSG_SANDBOX_METRICS_OK, false},
+    {"sandbox.metrics.ok", &s_meta_sandbox_metrics_ok, s_from_sandbox_metrics_ok, 1, s_to_sandbox_metrics_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"vm.metrics", &s_meta_vm_metrics, s_from_vm_metrics, 1, s_to_vm_metrics, 1, SBX_MSG_VM_METRICS_OK, false},
+    {"vm.metrics.ok", &s_meta_vm_metrics_ok, s_from_vm_metrics_ok, 1, s_to_vm_metrics_ok, 1, SBX_MSG__UNKNOWN, false},
     {"sandbox.port", &s_meta_sandbox_port, s_from_sandbox_port, 2, s_to_sandbox_port, 1, SBX_MSG_SANDBOX_PORT_OK, false},
     {"sandbox.port.ok", &s_meta_sandbox_port_ok, s_from_sandbox_port_ok, 1, s_to_sandbox_port_ok, 2, SBX_MSG__UNKNOWN, false},
     {"sandbox.resolve", &s_meta_sandbox_resolve, s_from_sandbox_resolve, 1, s_to_sandbox_resolve, 1, SBX_MSG_SANDBOX_RESOLVE_OK, false},
@@ -2512,6 +2594,16 @@ sbx_agent_ps_t *sbx_msg_agent_ps (struct sbx_msg_s *msg)
 sbx_agent_ps_ok_t *sbx_msg_agent_ps_ok (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_AGENT_PS_OK ? (sbx_agent_ps_ok_t *) msg->body : NULL;
+}
+
+sbx_agent_stats_t *sbx_msg_agent_stats (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_AGENT_STATS ? (sbx_agent_stats_t *) msg->body : NULL;
+}
+
+sbx_agent_stats_ok_t *sbx_msg_agent_stats_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_AGENT_STATS_OK ? (sbx_agent_stats_ok_t *) msg->body : NULL;
 }
 
 sbx_agent_file_write_t *sbx_msg_agent_file_write (struct sbx_msg_s *msg)
@@ -3014,6 +3106,26 @@ sbx_vm_failed_t *sbx_msg_vm_failed (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_VM_FAILED ? (sbx_vm_failed_t *) msg->body : NULL;
 }
 
+sbx_sandbox_metrics_t *sbx_msg_sandbox_metrics (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_METRICS ? (sbx_sandbox_metrics_t *) msg->body : NULL;
+}
+
+sbx_sandbox_metrics_ok_t *sbx_msg_sandbox_metrics_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_METRICS_OK ? (sbx_sandbox_metrics_ok_t *) msg->body : NULL;
+}
+
+sbx_vm_metrics_t *sbx_msg_vm_metrics (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_METRICS ? (sbx_vm_metrics_t *) msg->body : NULL;
+}
+
+sbx_vm_metrics_ok_t *sbx_msg_vm_metrics_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_METRICS_OK ? (sbx_vm_metrics_ok_t *) msg->body : NULL;
+}
+
 sbx_sandbox_port_t *sbx_msg_sandbox_port (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_SANDBOX_PORT ? (sbx_sandbox_port_t *) msg->body : NULL;
@@ -3173,6 +3285,10 @@ static const size_t s_subject_at[SBX_MSG__COUNT] = {
     [SBX_MSG_SANDBOX_AGENT] = offsetof (sbx_sandbox_agent_t, sandbox_id) + 1,
     [SBX_MSG_VM_AGENT] = offsetof (sbx_vm_agent_t, sandbox_id) + 1,
     [SBX_MSG_VM_FAILED] = offsetof (sbx_vm_failed_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_METRICS] = offsetof (sbx_sandbox_metrics_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_METRICS_OK] = offsetof (sbx_sandbox_metrics_ok_t, sandbox_id) + 1,
+    [SBX_MSG_VM_METRICS] = offsetof (sbx_vm_metrics_t, sandbox_id) + 1,
+    [SBX_MSG_VM_METRICS_OK] = offsetof (sbx_vm_metrics_ok_t, sandbox_id) + 1,
     [SBX_MSG_SANDBOX_PORT] = offsetof (sbx_sandbox_port_t, sandbox_id) + 1,
     [SBX_MSG_SANDBOX_RESOLVE_OK] = offsetof (sbx_sandbox_resolve_ok_t, sandbox_id) + 1,
     [SBX_MSG_SANDBOX_PORT_CHANGED] = offsetof (sbx_sandbox_port_changed_t, sandbox_id) + 1,
@@ -3304,6 +3420,11 @@ sbx_vm_info_t *sbx_vm_info_list_append (sbx_vm_info_list_t *list)
 sbx_port_info_t *sbx_port_info_list_append (sbx_port_info_list_t *list)
 {
     return (sbx_port_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_port_info_t));
+}
+
+sbx_metrics_sample_t *sbx_metrics_sample_list_append (sbx_metrics_sample_list_t *list)
+{
+    return (sbx_metrics_sample_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_metrics_sample_t));
 }
 
 sbx_snapshot_info_t *sbx_snapshot_info_list_append (sbx_snapshot_info_list_t *list)

@@ -225,6 +225,8 @@ typedef enum {
     SBX_MSG_AGENT_RESIZE_OK,          //  agent.resize.ok
     SBX_MSG_AGENT_PS,                 //  agent.ps
     SBX_MSG_AGENT_PS_OK,              //  agent.ps.ok
+    SBX_MSG_AGENT_STATS,              //  agent.stats
+    SBX_MSG_AGENT_STATS_OK,           //  agent.stats.ok
     SBX_MSG_AGENT_FILE_WRITE,         //  agent.file.write
     SBX_MSG_AGENT_FILE_WRITE_OK,      //  agent.file.write.ok
     SBX_MSG_AGENT_FILE_READ,          //  agent.file.read
@@ -325,6 +327,10 @@ typedef enum {
     SBX_MSG_VM_LIST,                  //  vm.list
     SBX_MSG_VM_LIST_OK,               //  vm.list.ok
     SBX_MSG_VM_FAILED,                //  vm.failed
+    SBX_MSG_SANDBOX_METRICS,          //  sandbox.metrics
+    SBX_MSG_SANDBOX_METRICS_OK,       //  sandbox.metrics.ok
+    SBX_MSG_VM_METRICS,               //  vm.metrics
+    SBX_MSG_VM_METRICS_OK,            //  vm.metrics.ok
     SBX_MSG_SANDBOX_PORT,             //  sandbox.port
     SBX_MSG_SANDBOX_PORT_OK,          //  sandbox.port.ok
     SBX_MSG_SANDBOX_RESOLVE,          //  sandbox.resolve
@@ -401,6 +407,8 @@ typedef struct sbx_agent_resize_s sbx_agent_resize_t;
 typedef struct sbx_agent_resize_ok_s sbx_agent_resize_ok_t;
 typedef struct sbx_agent_ps_s sbx_agent_ps_t;
 typedef struct sbx_agent_ps_ok_s sbx_agent_ps_ok_t;
+typedef struct sbx_agent_stats_s sbx_agent_stats_t;
+typedef struct sbx_agent_stats_ok_s sbx_agent_stats_ok_t;
 typedef struct sbx_agent_file_write_s sbx_agent_file_write_t;
 typedef struct sbx_agent_file_write_ok_s sbx_agent_file_write_ok_t;
 typedef struct sbx_agent_file_read_s sbx_agent_file_read_t;
@@ -481,6 +489,7 @@ typedef struct sbx_rate_report_ok_s sbx_rate_report_ok_t;
 typedef struct sbx_sandbox_info_s sbx_sandbox_info_t;
 typedef struct sbx_vm_info_s sbx_vm_info_t;
 typedef struct sbx_port_info_s sbx_port_info_t;
+typedef struct sbx_metrics_sample_s sbx_metrics_sample_t;
 typedef struct sbx_sandbox_create_s sbx_sandbox_create_t;
 typedef struct sbx_sandbox_create_ok_s sbx_sandbox_create_ok_t;
 typedef struct sbx_sandbox_get_s sbx_sandbox_get_t;
@@ -515,6 +524,10 @@ typedef struct sbx_vm_agent_ok_s sbx_vm_agent_ok_t;
 typedef struct sbx_vm_list_s sbx_vm_list_t;
 typedef struct sbx_vm_list_ok_s sbx_vm_list_ok_t;
 typedef struct sbx_vm_failed_s sbx_vm_failed_t;
+typedef struct sbx_sandbox_metrics_s sbx_sandbox_metrics_t;
+typedef struct sbx_sandbox_metrics_ok_s sbx_sandbox_metrics_ok_t;
+typedef struct sbx_vm_metrics_s sbx_vm_metrics_t;
+typedef struct sbx_vm_metrics_ok_s sbx_vm_metrics_ok_t;
 typedef struct sbx_sandbox_port_s sbx_sandbox_port_t;
 typedef struct sbx_sandbox_port_ok_s sbx_sandbox_port_ok_t;
 typedef struct sbx_sandbox_resolve_s sbx_sandbox_resolve_t;
@@ -625,6 +638,11 @@ typedef struct {
     size_t count;
 } sbx_port_info_list_t;
 sbx_port_info_t *sbx_port_info_list_append (sbx_port_info_list_t *list);
+typedef struct {
+    sbx_metrics_sample_t *items;
+    size_t count;
+} sbx_metrics_sample_list_t;
+sbx_metrics_sample_t *sbx_metrics_sample_list_append (sbx_metrics_sample_list_t *list);
 typedef struct {
     sbx_snapshot_info_t *items;
     size_t count;
@@ -1209,6 +1227,32 @@ struct sbx_agent_ps_s {
 struct sbx_agent_ps_ok_s {
     //  One entry per process.
     sbx_agent_proc_list_t processes;
+};
+
+//  message agent.stats (agent.json): vmd -> agent, reply agent.stats.ok. The guest's resource
+//  figures now (vmd asks every vmd.metrics_interval_ms for its samples): memory from
+//  /proc/meminfo, the root filesystem from statvfs, network bytes from /proc/net/dev. Guests
+//  whose agent predates it answer invalid_argument: vmd then samples CPU only.
+struct sbx_agent_stats_s {
+    char unused_; //  C wants a member; this body has no fields
+};
+
+//  message agent.stats.ok (agent.json): agent -> vmd. The figures. Untrusted like all the guest
+//  says: vmd drops an answer whose used exceeds its total or whose totals are beyond any
+//  guest's.
+struct sbx_agent_stats_ok_s {
+    //  MemTotal.
+    uint64_t memory_total_bytes;
+    //  MemTotal minus MemAvailable.
+    uint64_t memory_used_bytes;
+    //  The root filesystem's size (f_blocks x f_frsize).
+    uint64_t disk_total_bytes;
+    //  Its blocks in use ((f_blocks - f_bfree) x f_frsize).
+    uint64_t disk_used_bytes;
+    //  Bytes received on the guest's interface (eth0) since boot.
+    uint64_t net_rx_bytes;
+    //  Bytes sent on it since boot.
+    uint64_t net_tx_bytes;
 };
 
 //  message agent.file.write (agent.json): vmd -> agent, reply agent.file.write.ok. Write bytes
@@ -2155,6 +2199,28 @@ struct sbx_port_info_s {
     bool public;
 };
 
+//  struct metrics_sample (sandbox.json). One sample of a running guest's resources, taken by
+//  its vmd every vmd.metrics_interval_ms (5 s by default).
+struct sbx_metrics_sample_s {
+    //  (required) When it was taken, ms since the epoch (vmd's clock).
+    uint64_t time_ms;
+    //  QEMU's CPU time over the interval before it, in thousandths of the sandbox's vCPUs
+    //  (0-1000: 1000 is every vCPU busy).
+    uint64_t cpu_permille;
+    //  The guest's memory in use (MemTotal - MemAvailable).
+    uint64_t memory_used_bytes;
+    //  The guest's memory (MemTotal); 0 when the agent gave no figures.
+    uint64_t memory_total_bytes;
+    //  Used on the guest's root filesystem.
+    uint64_t disk_used_bytes;
+    //  The root filesystem's size.
+    uint64_t disk_total_bytes;
+    //  Bytes the guest received since it booted.
+    uint64_t net_rx_bytes;
+    //  Bytes the guest sent since it booted.
+    uint64_t net_tx_bytes;
+};
+
 //  message sandbox.create (sandbox.json): gateway, cli -> broker, reply sandbox.create.ok.
 //  Create a sandbox for the caller's account on a vmd with room; answered once it is ready (its
 //  agent answers) or failed.
@@ -2455,6 +2521,61 @@ struct sbx_vm_failed_s {
     char *sandbox_id;
     //  (required, max 1024) What happened, for the user and the log.
     char *reason;
+};
+
+//  message sandbox.metrics (sandbox.json): gateway, cli -> broker, reply sandbox.metrics.ok. A
+//  sandbox's resource samples (CPU, memory, disk, network), kept by its vmd for an hour.
+//  Checked like sandbox.get (another account's is not_found; a read-only key may read); the
+//  broker asks the sandbox's vmd (vm.metrics) in any state but deleted.
+struct sbx_sandbox_metrics_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  Only samples taken after this (ms since the epoch); 0 for all that are kept.
+    uint64_t since_ms;
+    //  At most this many samples, the newest (1..720); 0 for all.
+    uint64_t limit;
+};
+
+//  message sandbox.metrics.ok (sandbox.json): broker -> gateway, cli. The samples, as its vmd
+//  keeps them.
+struct sbx_sandbox_metrics_ok_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  The guest's state on its vmd: only ready guests are sampled; a stopped one keeps the
+    //  samples of when it ran.
+    sbx_sandbox_state_t state;
+    //  The sandbox's vCPUs (what cpu_permille is a share of).
+    uint64_t vcpus;
+    //  How often vmd samples (0: sampling is off).
+    uint64_t interval_ms;
+    //  (max 720) Oldest first; the last is the latest.
+    sbx_metrics_sample_list_t samples;
+};
+
+//  message vm.metrics (sandbox.json): broker -> vmd, reply vm.metrics.ok. The samples vmd keeps
+//  of one guest (720: an hour at the default interval).
+struct sbx_vm_metrics_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  Only samples taken after this (ms since the epoch); 0 for all that are kept.
+    uint64_t since_ms;
+    //  At most this many samples, the newest (1..720); 0 for all.
+    uint64_t limit;
+};
+
+//  message vm.metrics.ok (sandbox.json): vmd -> broker. The samples.
+struct sbx_vm_metrics_ok_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  The guest's state on its vmd: only ready guests are sampled; a stopped one keeps the
+    //  samples of when it ran.
+    sbx_sandbox_state_t state;
+    //  The sandbox's vCPUs (what cpu_permille is a share of).
+    uint64_t vcpus;
+    //  How often vmd samples (0: sampling is off).
+    uint64_t interval_ms;
+    //  (max 720) Oldest first; the last is the latest.
+    sbx_metrics_sample_list_t samples;
 };
 
 //  message sandbox.port (sandbox.json): gateway, cli -> broker, reply sandbox.port.ok. Publish
@@ -2838,6 +2959,8 @@ sbx_agent_resize_t *sbx_msg_agent_resize (struct sbx_msg_s *msg);
 sbx_agent_resize_ok_t *sbx_msg_agent_resize_ok (struct sbx_msg_s *msg);
 sbx_agent_ps_t *sbx_msg_agent_ps (struct sbx_msg_s *msg);
 sbx_agent_ps_ok_t *sbx_msg_agent_ps_ok (struct sbx_msg_s *msg);
+sbx_agent_stats_t *sbx_msg_agent_stats (struct sbx_msg_s *msg);
+sbx_agent_stats_ok_t *sbx_msg_agent_stats_ok (struct sbx_msg_s *msg);
 sbx_agent_file_write_t *sbx_msg_agent_file_write (struct sbx_msg_s *msg);
 sbx_agent_file_write_ok_t *sbx_msg_agent_file_write_ok (struct sbx_msg_s *msg);
 sbx_agent_file_read_t *sbx_msg_agent_file_read (struct sbx_msg_s *msg);
@@ -2938,6 +3061,10 @@ sbx_vm_agent_ok_t *sbx_msg_vm_agent_ok (struct sbx_msg_s *msg);
 sbx_vm_list_t *sbx_msg_vm_list (struct sbx_msg_s *msg);
 sbx_vm_list_ok_t *sbx_msg_vm_list_ok (struct sbx_msg_s *msg);
 sbx_vm_failed_t *sbx_msg_vm_failed (struct sbx_msg_s *msg);
+sbx_sandbox_metrics_t *sbx_msg_sandbox_metrics (struct sbx_msg_s *msg);
+sbx_sandbox_metrics_ok_t *sbx_msg_sandbox_metrics_ok (struct sbx_msg_s *msg);
+sbx_vm_metrics_t *sbx_msg_vm_metrics (struct sbx_msg_s *msg);
+sbx_vm_metrics_ok_t *sbx_msg_vm_metrics_ok (struct sbx_msg_s *msg);
 sbx_sandbox_port_t *sbx_msg_sandbox_port (struct sbx_msg_s *msg);
 sbx_sandbox_port_ok_t *sbx_msg_sandbox_port_ok (struct sbx_msg_s *msg);
 sbx_sandbox_resolve_t *sbx_msg_sandbox_resolve (struct sbx_msg_s *msg);

@@ -31,6 +31,14 @@ static const sbx_op_arg_t s_get_sandbox_args[] = {
     {"sandboxId", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, true,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
 };
+static const sbx_op_arg_t s_get_sandbox_metrics_args[] = {
+    {"sandboxId", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, true,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+    {"sinceMs", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_INTEGER, 0, false, false,
+     true, false, 0LL, 0LL, 0, -1, NULL, NULL, "0"},
+    {"limit", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_INTEGER, 0, false, false,
+     true, true, 1LL, 720LL, 0, -1, NULL, NULL, "720"},
+};
 static const char *const s_exec_stdinencoding_choices[] = {"utf-8", "base64", NULL};
 static const sbx_op_arg_t s_exec_args[] = {
     {"command", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_BODY, SBX_ARG_STRING, 0, true, false,
@@ -232,6 +240,16 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                             "at {expiresAt}.{/expiresAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note"
                             "}{?runningSeconds} Running time so far: {runningSeconds} s, ${costUsd}.{/runningSeconds}",
                             s_get_sandbox_args, 1},
+    [SBX_OP_GET_SANDBOX_METRICS] = {"get_sandbox_metrics", true, "GET", "/v1/sandboxes/{sandboxId}/metrics",
+                                    true, false, SBX_MSG_SANDBOX_METRICS, 30000,
+                                    SBX_OPS_BODY_NONE,
+                                    "{^samples}No samples of {sandboxId} yet.{?sampling} Its host samples it every {intervalSec"
+                                    "onds} s while it runs.{/sampling}{^sampling} Sampling is off on its host.{/sampling}{/samp"
+                                    "les}{?samples}Sandbox {sandboxId} {state:words.sandboxState}. CPU {cpuPercent}%,"
+                                    " memory {memoryUsedBytes:bytes} of {memoryTotalBytes:bytes}, disk {diskUsedBytes:bytes} "
+                                    "of {diskTotalBytes:bytes}, network in {networkInBytes:bytes} out {networkOutBytes:bytes}; "
+                                    "{samples:plural.sample.samples} over {spanSeconds} s, the latest at {sampledAt}.{/samples}",
+                                    s_get_sandbox_metrics_args, 3},
     [SBX_OP_EXEC] = {"exec", true, "POST", "/v1/sandboxes/{sandboxId}/exec",
                      false, true, SBX_MSG_AGENT_EXEC, 30000,
                      SBX_OPS_BODY_JSON_REQUIRED,
@@ -417,6 +435,7 @@ const sbx_ops_route_t sbx_ops_routes[] = {
     {"GET", "/v1/sandboxes/{sandboxId}", SBX_OP_GET_SANDBOX},
     {"PATCH", "/v1/sandboxes/{sandboxId}", SBX_OP_UPDATE_SANDBOX},
     {"DELETE", "/v1/sandboxes/{sandboxId}", SBX_OP_DELETE_SANDBOX},
+    {"GET", "/v1/sandboxes/{sandboxId}/metrics", SBX_OP_GET_SANDBOX_METRICS},
     {"POST", "/v1/sandboxes/{sandboxId}/exec", SBX_OP_EXEC},
     {"GET", "/v1/sandboxes/{sandboxId}/processes/{processId}", SBX_OP_COMMAND_STATUS},
     {"POST", "/v1/sandboxes/{sandboxId}/processes/{processId}/kill", SBX_OP_KILL_COMMAND},
@@ -545,6 +564,36 @@ const char sbx_ops_tools_json[] =
     "ct\",\"required\":[\"port\",\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integ"
     "er\",\"minimum\":1,\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\""
     "boolean\"}}}}}},\"annotations\":{\"title\":\"Get sandbox\",\"readOnlyHint\":true}},"
+    //  get_sandbox_metrics
+    "{\"name\":\"get_sandbox_metrics\",\"title\":\"Sandbox metrics\",\"description\":\"CPU,"
+    " memory, disk and network of one sandbox: the latest figures and the samples its host "
+    "took every 5 s over the last hour (oldest first). CPU is a percent of the sandbox's "
+    "vCPUs (100: all of them busy). A stopped sandbox answers the samples of when it last "
+    "ran.\",\"inputSchema\":{\"type\":\"object\",\"properties\":{\"sandboxId\":{\"type\":\"stri"
+    "ng\",\"description\":\"The sandbox (sb_...). Default: the one this session created "
+    "or used last.\"},\"sinceMs\":{\"type\":\"integer\",\"minimum\":0,\"description\":\"Only "
+    "samples taken after this time (ms since the epoch: a sample's timeMs); 0 for all that "
+    "are kept.\"},\"limit\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":720,"
+    "\"description\":\"At most this many samples, the newest (720, an hour at 5 s,"
+    " is all that are kept).\"}},\"additionalProperties\":false},\"outputSchema\":{\"type\":\"o"
+    "bject\",\"required\":[\"sandboxId\",\"state\",\"vcpus\",\"sampling\",\"intervalSeconds\","
+    "\"cpuPercent\",\"memoryUsedBytes\",\"memoryTotalBytes\",\"diskUsedBytes\","
+    "\"diskTotalBytes\",\"networkInBytes\",\"networkOutBytes\",\"spanSeconds\","
+    "\"samples\"],\"properties\":{\"sandboxId\":{\"type\":\"string\"},\"state\":{\"type\":\"str"
+    "ing\"},\"vcpus\":{\"type\":\"integer\"},\"sampling\":{\"type\":\"boolean\"},"
+    "\"intervalSeconds\":{\"type\":\"number\"},\"sampledAt\":{\"type\":[\"string\","
+    "\"null\"]},\"cpuPercent\":{\"type\":\"number\"},\"memoryUsedBytes\":{\"type\":\"integer\"}"
+    ",\"memoryTotalBytes\":{\"type\":\"integer\"},\"diskUsedBytes\":{\"type\":\"integer\"},"
+    "\"diskTotalBytes\":{\"type\":\"integer\"},\"networkInBytes\":{\"type\":\"integer\"},"
+    "\"networkOutBytes\":{\"type\":\"integer\"},\"spanSeconds\":{\"type\":\"integer\"},"
+    "\"samples\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"required\":[\"time\","
+    "\"timeMs\",\"cpuPercent\",\"memoryUsedBytes\",\"memoryTotalBytes\",\"diskUsedBytes\","
+    "\"diskTotalBytes\",\"networkInBytes\",\"networkOutBytes\"],\"properties\":{\"time\":{\"typ"
+    "e\":\"string\"},\"timeMs\":{\"type\":\"integer\"},\"cpuPercent\":{\"type\":\"number\"},"
+    "\"memoryUsedBytes\":{\"type\":\"integer\"},\"memoryTotalBytes\":{\"type\":\"integer\"},"
+    "\"diskUsedBytes\":{\"type\":\"integer\"},\"diskTotalBytes\":{\"type\":\"integer\"},"
+    "\"networkInBytes\":{\"type\":\"integer\"},\"networkOutBytes\":{\"type\":\"integer\"}}}}}},"
+    "\"annotations\":{\"title\":\"Sandbox metrics\",\"readOnlyHint\":true}},"
     //  exec
     "{\"name\":\"exec\",\"title\":\"Run command\",\"description\":\"Run a shell command "
     "(/bin/sh -c, as root) in the sandbox and return its exit code, stdout and stderr. "

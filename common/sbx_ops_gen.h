@@ -14,6 +14,7 @@ typedef enum {
     SBX_OP_CREATE_SANDBOX,          //  create_sandbox: MCP, POST /v1/sandboxes
     SBX_OP_LIST_SANDBOXES,          //  list_sandboxes: MCP, GET /v1/sandboxes
     SBX_OP_GET_SANDBOX,             //  get_sandbox: MCP, GET /v1/sandboxes/{sandboxId}
+    SBX_OP_GET_SANDBOX_METRICS,     //  get_sandbox_metrics: MCP, GET /v1/sandboxes/{sandboxId}/metrics
     SBX_OP_EXEC,                    //  exec: MCP, POST /v1/sandboxes/{sandboxId}/exec
     SBX_OP_COMMAND_STATUS,          //  command_status: MCP, GET /v1/sandboxes/{sandboxId}/processes/{processId}
     SBX_OP_KILL_COMMAND,            //  kill_command: MCP, POST /v1/sandboxes/{sandboxId}/processes/{processId}/kill
@@ -44,7 +45,7 @@ typedef enum {
     SBX_OP_LIST_WEBHOOK_DELIVERIES, //  list_webhook_deliveries: GET /v1/webhooks/{webhookId}/deliveries
     SBX_OP_GET_OPENAPI,             //  get_openapi: GET /v1/openapi.json
 } sbx_op_t;
-#define SBX_OP__COUNT 32
+#define SBX_OP__COUNT 33
 
 //  The surfaces (doors) an operation or argument is on.
 #define SBX_OPS_MCP  1

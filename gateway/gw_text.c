@@ -118,6 +118,18 @@ static void s_value (gw_text_t *self, zchunk_t *out, json_t *v, const char *fmt)
         int n =
             snprintf (buf, sizeof buf, "%.1f", (double) json_integer_value (v) / (1024.0 * 1024.0));
         zchunk_extend (out, buf, (size_t) n);
+    } else if (streq (fmt, "bytes")) {
+        //  As people read sizes: 512 B, 12 KiB, 120 MiB, 1.1 GiB (one decimal under 10).
+        double size = (double) json_integer_value (v);
+        const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+        size_t unit = 0;
+        while (size >= 1024 && unit < 4) {
+            size /= 1024;
+            unit++;
+        }
+        int n = unit && size < 10 ? snprintf (buf, sizeof buf, "%.1f %s", size, units[unit])
+                                  : snprintf (buf, sizeof buf, "%.0f %s", size, units[unit]);
+        zchunk_extend (out, buf, (size_t) n);
     } else if (streq (fmt, "signal")) {
         int number = (int) json_integer_value (v);
         const char *name = sbx_api_signal_name (number);
@@ -316,6 +328,23 @@ void gw_text_test (bool verbose)
               "\"costUsd\":\"0.000000\"}",
               NULL, "Sandbox sb_1 is ready. URL: u. Running time so far: 0 s, $0.000000.");
     s_expect (text, SBX_OP_LIST_SANDBOXES, "{\"sandboxes\":[]}", NULL, "No sandboxes.");
+    //  Sizes as people read them.
+    s_expect (text, SBX_OP_GET_SANDBOX_METRICS,
+              "{\"sandboxId\":\"sb_1\",\"state\":\"ready\",\"sampling\":true,"
+              "\"intervalSeconds\":5,\"cpuPercent\":3.5,\"memoryUsedBytes\":125829120,"
+              "\"memoryTotalBytes\":503316480,\"diskUsedBytes\":1181116006,"
+              "\"diskTotalBytes\":2147483648,\"networkInBytes\":12288,\"networkOutBytes\":700,"
+              "\"spanSeconds\":205,\"sampledAt\":\"2026-12-02T03:00:00Z\",\"samples\":[{},{}]}",
+              NULL,
+              "Sandbox sb_1 is ready. CPU 3.5%, memory 120 MiB of 480 MiB, disk 1.1 GiB of 2.0 "
+              "GiB, network in 12 KiB out 700 B; 2 samples over 205 s, the latest at "
+              "2026-12-02T03:00:00Z.");
+    s_expect (text, SBX_OP_GET_SANDBOX_METRICS,
+              "{\"sandboxId\":\"sb_1\",\"sampling\":true,\"intervalSeconds\":5,\"samples\":[]}",
+              NULL, "No samples of sb_1 yet. Its host samples it every 5 s while it runs.");
+    s_expect (text, SBX_OP_GET_SANDBOX_METRICS,
+              "{\"sandboxId\":\"sb_1\",\"sampling\":false,\"intervalSeconds\":0,\"samples\":[]}",
+              NULL, "No samples of sb_1 yet. Sampling is off on its host.");
     s_expect (text, SBX_OP_LIST_SANDBOXES,
               "{\"sandboxes\":[{\"id\":\"sb_1\",\"state\":\"ready\",\"name\":\"n\",\"type\":"
               "\"small\",\"url\":\"u\",\"expiresAt\":\"t\"}]}",

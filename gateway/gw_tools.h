@@ -1,11 +1,11 @@
-/*  gw_tools - the 19 MCP tools: their handlers, which map each call to broker messages.
+/*  gw_tools - the 20 MCP tools: their handlers, which map each call to broker messages.
     Their definitions (schemas, annotations) are schemas/operations.json's, generated
     into sbx_ops_gen (sbx_ops_tools_json, the sbx_op_t table).
 
     Definitions follow the reference documents: names and order, inputSchema,
     outputSchema (structuredContent conforms to it), and annotations: readOnlyHint true
-    on list_sandboxes, get_sandbox, command_status, list_commands, read_file and
-    list_snapshots,
+    on list_sandboxes, get_sandbox, get_sandbox_metrics, command_status, list_commands,
+    read_file and list_snapshots,
     destructiveHint true on exec, kill_command, write_file, delete_sandbox and
     delete_snapshot, readOnlyHint false on every other.
 

@@ -1127,11 +1127,11 @@ def _schema(o, node, surface, where):
 #  {x} a field of the answer, {x:fmt} formatted, {@a} an argument (its default when not
 #  given), {#x}...{/x} once per element of an array (or once when x is set), {?x}...{/x}
 #  once when x is set, {^x}...{/x} once when it is not (absent, null, false, "" or []),
-#  {>name} a text of components.texts. Formats: chomp, mib, signal, words.TABLE,
+#  {>name} a text of components.texts. Formats: chomp, mib, bytes, signal, words.TABLE,
 #  plural.ONE.MANY, or.TEXT, cut.N (the first line, at most N bytes, … when cut).
 
 TEXT_TOKEN_RE = re.compile(r"\{([#?^/>@]?)([A-Za-z][A-Za-z0-9]*)(?::([^{}]*))?\}")
-TEXT_FORMATS = ("chomp", "mib", "signal", "words", "plural", "or", "cut")
+TEXT_FORMATS = ("chomp", "mib", "bytes", "signal", "words", "plural", "or", "cut")
 
 
 def _expand(o, text, where, seen=()):

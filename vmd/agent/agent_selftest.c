@@ -10,6 +10,7 @@
 */
 #include "agent_buf.h"
 #include "agent_frame.h"
+#include "agent_stats.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -933,6 +934,21 @@ static sbx_msg_t *s_read_msg (const char *path, uint64_t offset, uint64_t length
     return msg;
 }
 
+//  agent.stats from the real agent, on this host: memory and the root filesystem's
+//  figures, and lo's bytes (the test runs it with --netdev lo).
+static void s_test_stats (void)
+{
+    client_t *agent = s_start (false, NULL, NULL);
+    sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_STATS);
+    sbx_msg_t *reply = s_call (agent, &msg);
+    assert (reply->type == SBX_MSG_AGENT_STATS_OK);
+    sbx_agent_stats_ok_t *ok = sbx_msg_agent_stats_ok (reply);
+    assert (ok->memory_total_bytes > 0 && ok->memory_used_bytes <= ok->memory_total_bytes);
+    assert (ok->disk_total_bytes > 0 && ok->disk_used_bytes <= ok->disk_total_bytes);
+    sbx_msg_destroy (&reply);
+    s_stop (&agent);
+}
+
 static void s_test_files (void)
 {
     client_t *agent = s_start (false, NULL, NULL);
@@ -1333,7 +1349,10 @@ int main (int argc, char *argv[])
         s_test_fuzz ();
     else if (!strcmp (test, "agent_setup"))
         s_test_setup ();
-    else {
+    else if (!strcmp (test, "agent_stats")) {
+        agent_stats_test (true);
+        s_test_stats ();
+    } else {
         fprintf (stderr, "unknown test %s\n", test);
         return 2;
     }

@@ -2,6 +2,7 @@
 #include "agent_server.h"
 #include "agent_frame.h"
 #include "agent_ptab.h"
+#include "agent_stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -805,6 +806,27 @@ static void s_handle_ps (server_t *self, sbx_msg_t *req)
     s_send (self, &reply);
 }
 
+//  The guest's figures for vmd's samples: read from /proc each time (a few small files).
+static void s_handle_stats (server_t *self, sbx_msg_t *req)
+{
+    agent_stats_t stats;
+    if (agent_stats_collect ("/proc", "/", self->config->netdev, &stats)) {
+        s_send_error (self, req->rid, SBX_E_INTERNAL, "cannot read /proc/meminfo");
+        return;
+    }
+    sbx_msg_t *reply = sbx_msg_new_reply (req, SBX_MSG_AGENT_STATS_OK);
+    if (!reply)
+        return;
+    sbx_agent_stats_ok_t *ok = sbx_msg_agent_stats_ok (reply);
+    ok->memory_total_bytes = stats.memory_total_bytes;
+    ok->memory_used_bytes = stats.memory_used_bytes;
+    ok->disk_total_bytes = stats.disk_total_bytes;
+    ok->disk_used_bytes = stats.disk_used_bytes;
+    ok->net_rx_bytes = stats.net_rx_bytes;
+    ok->net_tx_bytes = stats.net_tx_bytes;
+    s_send (self, &reply);
+}
+
 static sbx_code_t s_errno_code (int e)
 {
     switch (e) {
@@ -1045,6 +1067,9 @@ static void s_dispatch (server_t *self, sbx_msg_t *req)
         break;
     case SBX_MSG_AGENT_PS:
         s_handle_ps (self, req);
+        break;
+    case SBX_MSG_AGENT_STATS:
+        s_handle_stats (self, req);
         break;
     case SBX_MSG_AGENT_FILE_WRITE:
         s_handle_file_write (self, req);
