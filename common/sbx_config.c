@@ -62,6 +62,7 @@ static const s_known_t s_known[] = {
     {"vmd.templates", "small", K_ANY}, //  types restored from a booted template (docs/snapshots.md)
     {"vmd.restore_timeout_ms", "30000", K_ANY},     //  a restore's deadline (docs/vmd.md)
     {"vmd.agent_frame_timeout_ms", "10000", K_ANY}, //  an agent frame's deadline (docs/vmd.md)
+    {"vmd.metrics_interval_ms", "5000", K_ANY},     //  guests' samples; 0 = off (docs/metrics.md)
     {"rate.small", "10", K_ANY}, //  µ$ per second of running time: $0.036 an hour
     {"rate.medium", "20", K_ANY},
     {"rate.large", "40", K_ANY},

@@ -1666,6 +1666,11 @@ sbx_sandbox_state_t vmd_guest_state (vmd_guest_t *self)
     return self->lc.guest;
 }
 
+sbx_sandbox_type_t vmd_guest_type (vmd_guest_t *self)
+{
+    return self->type;
+}
+
 pid_t vmd_guest_pid (vmd_guest_t *self)
 {
     return self->pid;

@@ -129,6 +129,7 @@ const char *vmd_guest_image (vmd_guest_t *self);
 
 const char *vmd_guest_id (vmd_guest_t *self);
 sbx_sandbox_state_t vmd_guest_state (vmd_guest_t *self);
+sbx_sandbox_type_t vmd_guest_type (vmd_guest_t *self);
 //  QEMU's pid while it runs, else 0.
 pid_t vmd_guest_pid (vmd_guest_t *self);
 //  Why it is in error, or NULL.

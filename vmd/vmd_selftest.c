@@ -5,6 +5,7 @@
 #include "vmd_lifecycle.h"
 #include "vmd_qemu.h"
 #include "vmd_qmp.h"
+#include "vmd_samples.h"
 #include "vmd_server.h"
 
 static const sbx_test_t s_tests[] = {{"vmd_qmp", vmd_qmp_test},
@@ -12,6 +13,7 @@ static const sbx_test_t s_tests[] = {{"vmd_qmp", vmd_qmp_test},
                                      {"vmd_firewall", vmd_firewall_test},
                                      {"vmd_lifecycle", vmd_lifecycle_test},
                                      {"vmd_agentlink", vmd_agentlink_test},
+                                     {"vmd_samples", vmd_samples_test},
                                      {"vmd_server", vmd_server_test},
                                      {NULL, NULL}};
 

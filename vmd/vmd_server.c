@@ -6,6 +6,7 @@
 #include "sbx_log.h"
 #include "vmd_guest.h"
 #include "vmd_qemu.h"
+#include "vmd_sampler.h"
 #include "vmd_template.h"
 
 #include <ctype.h>
@@ -39,6 +40,7 @@ struct _vmd_server_t {
     int sweep;
     int wake_fd;              //  eventfd: guests have something to collect
     vmd_firewall_t *firewall; //  the guests' egress policy, kept current (NULL: open)
+    vmd_sampler_t *sampler;   //  the guests' resource samples (vm.metrics)
 };
 
 //  --------------------------------------------------------------------------
@@ -295,8 +297,10 @@ static int s_on_wake (zloop_t *loop, zmq_pollitem_t *item, void *arg)
         if (vmd_guest_state (g) == SBX_SANDBOX_STATE_DELETED)
             zlistx_add_end (gone, (void *) zhashx_cursor (self->guests));
     }
-    for (const char *id = zlistx_first (gone); id; id = zlistx_next (gone))
+    for (const char *id = zlistx_first (gone); id; id = zlistx_next (gone)) {
+        vmd_sampler_forget (self->sampler, id); //  (its pending asks go with its link)
         zhashx_delete (self->guests, id);
+    }
     zlistx_destroy (&gone);
     char *key;
     while ((key = zlistx_detach (self->cold, NULL))) {
@@ -724,6 +728,9 @@ void vmd_server_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
     case SBX_MSG_VM_SNAPSHOT:
         reply = s_on_snapshot (self, request);
         break;
+    case SBX_MSG_VM_METRICS:
+        reply = vmd_sampler_answer (self->sampler, request);
+        break;
     default:
         reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "vmd does not serve %s",
                                    sbx_msg_type_name (request->type));
@@ -861,6 +868,13 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
         closedir (dir);
     sbx_info ("%zu guests found in %s; image %s", zhashx_size (self->guests), self->vms_dir,
               self->image_dir);
+    self->sampler =
+        vmd_sampler_new (loop, self->guests, self->vms_dir,
+                         (uint32_t) sbx_config_get_uint (config, "vmd.metrics_interval_ms", 5000));
+    if (!self->sampler) {
+        vmd_server_destroy (&self);
+        return NULL;
+    }
     self->sweep = zloop_timer (loop, S_SWEEP_MS, 0, s_on_sweep, self);
     zmq_pollitem_t item = {NULL, self->wake_fd, ZMQ_POLLIN, 0};
     zloop_poller (loop, &item, s_on_wake, self);
@@ -882,6 +896,7 @@ void vmd_server_destroy (vmd_server_t **self_p)
     vmd_template_destroy (&self->templates);
     vmd_firewall_destroy (&self->firewall);
     zhashx_destroy (&self->guests);
+    vmd_sampler_destroy (&self->sampler); //  after the guests: their asks point into it
     if (self->wake_fd >= 0) {
         zmq_pollitem_t item = {NULL, self->wake_fd, ZMQ_POLLIN, 0};
         zloop_poller_end (self->loop, &item);

@@ -3,12 +3,13 @@
     Owns <data-dir>/vms/ (one vmd_guest per sandbox) and <data-dir>/images/<input_hash>/
     (hard links to, or copies of, the base image the guests' overlays name, so that a
     rebuilt image never changes under a guest). At start it re-adopts the guests it
-    finds there. Answers vm.create, vm.stop, vm.resume, vm.delete, vm.agent, vm.port and
-    vm.list;
+    finds there. Answers vm.create, vm.stop, vm.resume, vm.delete, vm.agent, vm.port,
+    vm.list and vm.metrics (the guests' samples, vmd_sampler);
     tells the broker vm.failed when a guest dies on its own.
 
     Config keys: image_dir (default <exe dir>/../image), vmd.capacity (8),
-    vmd.qemu_user (whom QEMU runs as when vmd is root; default sbx-qemu, else nobody).
+    vmd.qemu_user (whom QEMU runs as when vmd is root; default sbx-qemu, else nobody),
+    vmd.metrics_interval_ms (5000; 0: no samples).
 */
 #ifndef VMD_SERVER_H_INCLUDED
 #define VMD_SERVER_H_INCLUDED
