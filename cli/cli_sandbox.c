@@ -47,6 +47,7 @@ static void s_usage (FILE *out)
         "       sbx sandbox read ID PATH > FILE\n"
         "       sbx sandbox cp LOCAL ID:/PATH | ID:/PATH LOCAL\n"
         "       sbx sandbox shell ID [--cwd DIR] [-- COMMAND [ARG]...]\n"
+        "       sbx sandbox top [ID] [--interval SECONDS] [--once]\n"
         "every subcommand takes --data-dir DIR and --json.\n\n"
         "Where: after `sbx login URL` (or with SBX_URL and SBX_API_KEY set) the commands go\n"
         "to that service's REST API as the key's account, from any machine and user. On the\n"
@@ -74,6 +75,11 @@ static void s_usage (FILE *out)
         "shell opens an interactive terminal in the guest (a login shell, or COMMAND) and\n"
         "exits with its exit code: every key goes to the guest, Ctrl-C and Ctrl-D too, and\n"
         "the window's size follows ours. Leave it as the shell is left (exit, Ctrl-D).\n"
+        "top shows CPU (a percent of the sandbox's vCPUs), memory, disk and network of\n"
+        "one sandbox, or of every ready one, from the samples its host takes every 5 s,\n"
+        "refreshed every --interval seconds (default 5) until Ctrl-C; --once prints them\n"
+        "once. On a terminal it redraws the screen; otherwise (or with --json: REST's\n"
+        "get_sandbox_metrics answer, one line per sandbox) it prints lines.\n"
         "create --snapshot starts from one of the account's snapshots (sbx snapshot list).\n"
         "list prints every sandbox, newest first, fetching a page at a time; --limit N\n"
         "prints one page of N (1 to 1000) and the cursor of the next, which --cursor takes.\n");
@@ -83,8 +89,8 @@ typedef struct {
     const char *data_dir;
     bool json;
     const char *account, *name, *type, *ttl, *cwd, *timeout, *mode, *snapshot, *signal;
-    const char *stdout_offset, *stderr_offset, *limit, *cursor;
-    bool no_network, detach, public, remove, no_stdin;
+    const char *stdout_offset, *stderr_offset, *limit, *cursor, *interval;
+    bool no_network, detach, public, remove, no_stdin, once;
     zlist_t *labels; //  "K=V"
     zlist_t *env;    //  "K=V"
 } s_opts_t;
@@ -454,6 +460,120 @@ static int s_process (cli_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o, co
     return 0;
 }
 
+//  The last samples' CPU as a sparkline (▁ idle … █ every vCPU busy).
+static void s_spark (json_t *samples, char *out, size_t size)
+{
+    static const char *bars[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+    size_t n = json_array_size (samples), from = n > 30 ? n - 30 : 0, at = 0;
+    out[0] = 0;
+    for (size_t i = from; i < n && at + 4 < size; i++) {
+        double cpu =
+            json_number_value (json_object_get (json_array_get (samples, i), "cpuPercent"));
+        int bar = cpu <= 0 ? 0 : cpu >= 100 ? 7 : (int) (cpu / 12.5);
+        at += (size_t) snprintf (out + at, size - at, "%s", bars[bar]);
+    }
+}
+
+//  top without --json: one line per sandbox.
+static void s_print_top (json_t *m)
+{
+    char mem[2][24], disk[2][24], net[2][24], spark[160];
+    const char *names[] = {"memoryUsedBytes", "memoryTotalBytes", "diskUsedBytes",
+                           "diskTotalBytes",  "networkInBytes",   "networkOutBytes"};
+    char (*into[])[24] = {&mem[0], &mem[1], &disk[0], &disk[1], &net[0], &net[1]};
+    for (size_t i = 0; i < 6; i++)
+        sbx_api_bytes ((uint64_t) json_integer_value (json_object_get (m, names[i])), *into[i],
+                       sizeof mem[0]);
+    json_t *samples = json_object_get (m, "samples");
+    s_spark (samples, spark, sizeof spark);
+    if (!json_array_size (samples))
+        printf ("%s  %-8s no samples yet%s\n", cli_json_str (m, "sandboxId", "?"),
+                cli_json_str (m, "state", "?"),
+                json_is_true (json_object_get (m, "sampling")) ? "" : " (sampling is off)");
+    else
+        printf ("%s  %-8s CPU %5.1f%%  mem %s / %s  disk %s / %s  net in %s out %s  %s\n",
+                cli_json_str (m, "sandboxId", "?"), cli_json_str (m, "state", "?"),
+                json_number_value (json_object_get (m, "cpuPercent")), mem[0], mem[1], disk[0],
+                disk[1], net[0], net[1], spark);
+}
+
+//  The ids top shows: the one given, or every ready sandbox (the first 100).
+static json_t *s_top_ids (cli_where_t *w, s_opts_t *o, const char *id)
+{
+    json_t *ids = json_array ();
+    if (id) {
+        json_array_append_new (ids, json_string (id));
+        return ids;
+    }
+    cli_op_t *list = cli_op_new ("sbx sandbox top", SBX_OP_LIST_SANDBOXES);
+    json_t *answer = NULL;
+    int rc = list
+                 ? cli_where_call (w, list, SBX_OP_LIST_SANDBOXES, o->account, false, &answer, NULL)
+                 : 1;
+    cli_op_destroy (&list);
+    size_t i;
+    json_t *s;
+    json_array_foreach (json_object_get (answer, "sandboxes"), i, s)
+    {
+        if (streq (cli_json_str (s, "state", ""), "ready"))
+            json_array_append (ids, json_object_get (s, "id"));
+    }
+    json_decref (answer);
+    if (rc) {
+        json_decref (ids);
+        return NULL;
+    }
+    return ids;
+}
+
+//  top: get_sandbox_metrics of each, every interval (once with --once).
+static int s_top (cli_where_t *w, s_opts_t *o, const char *id)
+{
+    double interval = o->interval ? strtod (o->interval, NULL) : 5;
+    if (!(interval >= 0.5 && interval <= 3600)) {
+        fprintf (stderr, "sbx sandbox top: --interval is seconds, 0.5 to 3600\n");
+        return 2;
+    }
+    bool screen = !o->json && !o->once && isatty (STDOUT_FILENO);
+    while (true) {
+        json_t *ids = s_top_ids (w, o, id);
+        if (!ids)
+            return 1;
+        if (screen)
+            printf ("\033[H\033[2J");
+        if (!o->json && !json_array_size (ids))
+            printf ("no ready sandboxes\n");
+        size_t i;
+        json_t *one;
+        json_array_foreach (ids, i, one)
+        {
+            cli_op_t *op = cli_op_new ("sbx sandbox top", SBX_OP_GET_SANDBOX_METRICS);
+            json_t *answer = NULL;
+            int rc =
+                op && !cli_op_set_text (op, "sandboxId", json_string_value (one), "ID") &&
+                        (o->json || !cli_op_set_text (op, "limit", "30", "--limit"))
+                    ? cli_where_call (w, op, SBX_OP_GET_SANDBOX_METRICS, NULL, false, &answer, NULL)
+                    : 2;
+            cli_op_destroy (&op);
+            if (rc && id) {
+                json_decref (ids);
+                return rc;
+            }
+            if (rc == 0 && o->json)
+                cli_print_json (answer); //  (takes it)
+            else if (rc == 0) {
+                s_print_top (answer);
+                json_decref (answer);
+            }
+        }
+        json_decref (ids);
+        fflush (stdout);
+        if (o->once)
+            return 0;
+        usleep ((useconds_t) (interval * 1e6));
+    }
+}
+
 //  write: stdin (at most write_file's 16 MiB) to the guest.
 static int s_write (cli_where_t *w, cli_op_t *op, s_opts_t *o, const char *path)
 {
@@ -511,6 +631,7 @@ static const struct {
                {"port", SBX_OP_HOST_PORT, 2},
                {"cp", SBX_OP__COUNT, 2},
                {"shell", SBX_OP_OPEN_TERMINAL, 1},
+               {"top", SBX_OP_GET_SANDBOX_METRICS, 1},
                {NULL, 0, 0}};
 
 int cli_sandbox_main (int argc, char **argv)
@@ -542,6 +663,8 @@ int cli_sandbox_main (int argc, char **argv)
                                       {"public", no_argument, 0, 'P'},
                                       {"remove", no_argument, 0, 'R'},
                                       {"no-stdin", no_argument, 0, 'I'},
+                                      {"interval", required_argument, 0, 'i'},
+                                      {"once", no_argument, 0, '1'},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
     s_opts_t o = {.labels = zlist_new (), .env = zlist_new ()};
@@ -617,6 +740,12 @@ int cli_sandbox_main (int argc, char **argv)
         case 'I':
             o.no_stdin = true;
             break;
+        case 'i':
+            o.interval = optarg;
+            break;
+        case '1':
+            o.once = true;
+            break;
         case 'h':
             s_usage (stdout);
             rc = 0;
@@ -639,7 +768,8 @@ int cli_sandbox_main (int argc, char **argv)
     int v = 0;
     while (s_verbs[v].verb && !streq (s_verbs[v].verb, verb))
         v++;
-    if (rc < 0 && (!s_verbs[v].verb || npos != s_verbs[v].npos)) {
+    bool is_top = streq (verb, "top"); //  its ID is optional
+    if (rc < 0 && (!s_verbs[v].verb || (npos != s_verbs[v].npos && !(is_top && npos == 0)))) {
         fprintf (stderr, "sbx sandbox: '%s' with %d argument%s is not a command (see --help)\n",
                  verb, npos, npos == 1 ? "" : "s");
         rc = 2;
@@ -662,6 +792,18 @@ int cli_sandbox_main (int argc, char **argv)
         fprintf (stderr, "%s: %s\n", name,
                  o.account ? "--account goes with create and list" : "--account is required");
         rc = 2;
+    }
+    if (rc < 0 && is_top) {
+        //  Several operations (list, then each one's metrics), on one side.
+        if (!where.rest) {
+            where.config = sbx_config_new (o.data_dir);
+            where.api = where.config ? sbx_api_new (where.config) : NULL;
+        }
+        rc = where.rest || where.api ? s_top (&where, &o, npos ? pos[0] : NULL) : 1;
+        cli_where_close (&where);
+        zlist_destroy (&o.labels);
+        zlist_destroy (&o.env);
+        return rc;
     }
     if (rc < 0 && streq (verb, "cp")) {
         //  Not one operation: several (cp's own), on the same side as the others.

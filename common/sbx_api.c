@@ -82,6 +82,19 @@ json_t *sbx_api_webhook (const sbx_webhook_info_t *info)
                       (json_int_t) info->failed, "pending", (json_int_t) info->pending);
 }
 
+const char *sbx_api_bytes (uint64_t bytes, char *buf, size_t size)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double value = (double) bytes;
+    size_t unit = 0;
+    while (value >= 1024 && unit < 4) {
+        value /= 1024;
+        unit++;
+    }
+    snprintf (buf, size, unit && value < 10 ? "%.1f %s" : "%.0f %s", value, units[unit]);
+    return buf;
+}
+
 json_t *sbx_api_time (uint64_t ms)
 {
     if (!ms)

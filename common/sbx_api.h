@@ -70,6 +70,10 @@ json_t *sbx_api_snapshot (const sbx_snapshot_info_t *info);
 json_t *sbx_api_key (const sbx_key_info_t *info);
 //  Milliseconds since the epoch as "2026-10-27T02:26:10Z", or null for 0.
 json_t *sbx_api_time (uint64_t ms);
+
+//  A size as people read it into buf: "512 B", "12 KiB", "120 MiB", "1.1 GiB" (one
+//  decimal under 10 of a unit). Returns buf.
+const char *sbx_api_bytes (uint64_t bytes, char *buf, size_t size);
 //  A webhook as REST shows it (the Webhook schema, without the secret).
 json_t *sbx_api_webhook (const sbx_webhook_info_t *info);
 //  Bytes as a JSON string: invalid UTF-8 sequences become U+FFFD.

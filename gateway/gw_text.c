@@ -119,17 +119,9 @@ static void s_value (gw_text_t *self, zchunk_t *out, json_t *v, const char *fmt)
             snprintf (buf, sizeof buf, "%.1f", (double) json_integer_value (v) / (1024.0 * 1024.0));
         zchunk_extend (out, buf, (size_t) n);
     } else if (streq (fmt, "bytes")) {
-        //  As people read sizes: 512 B, 12 KiB, 120 MiB, 1.1 GiB (one decimal under 10).
-        double size = (double) json_integer_value (v);
-        const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-        size_t unit = 0;
-        while (size >= 1024 && unit < 4) {
-            size /= 1024;
-            unit++;
-        }
-        int n = unit && size < 10 ? snprintf (buf, sizeof buf, "%.1f %s", size, units[unit])
-                                  : snprintf (buf, sizeof buf, "%.0f %s", size, units[unit]);
-        zchunk_extend (out, buf, (size_t) n);
+        //  As people read sizes: 512 B, 12 KiB, 120 MiB, 1.1 GiB.
+        sbx_api_bytes ((uint64_t) json_integer_value (v), buf, sizeof buf);
+        zchunk_extend (out, buf, strlen (buf));
     } else if (streq (fmt, "signal")) {
         int number = (int) json_integer_value (v);
         const char *name = sbx_api_signal_name (number);

@@ -8,6 +8,8 @@
 
 #include <unistd.h>
 
+#define S_ASK_MS 4000 //  agent.stats's deadline, at least (a busy guest under TCG)
+
 struct _vmd_sampler_t {
     zloop_t *loop;
     zhashx_t *guests; //  the server's
@@ -126,15 +128,18 @@ static void s_sample (vmd_sampler_t *self, vmd_guest_t *guest, uint64_t now_mono
     state->ticks_mono = now_mono;
     if (!baseline)
         return; //  the first reading: CPU needs two
-    //  An ask the link dropped (it reconnected) never answers: not waited on forever.
-    if (state->asking && now_mono - state->asked_mono < 2ull * self->interval_ms + 1000)
+    //  A guest slower than that to answer gives fewer samples, not CPU-only ones; an ask
+    //  the link dropped (it reconnected) never answers, and is not waited on forever.
+    uint32_t timeout = self->interval_ms < S_ASK_MS ? S_ASK_MS : self->interval_ms;
+    if (state->asking &&
+        now_mono - state->asked_mono < (uint64_t) timeout + self->interval_ms + 1000)
         return;
     state->asking = true;
     state->asked_mono = now_mono;
     state->pending = sample;
     sbx_msg_t *ask = sbx_msg_new (SBX_MSG_AGENT_STATS);
     sbx_err_t err = {0};
-    if (!ask || vmd_guest_agent (guest, &ask, self->interval_ms, s_on_stats, state, &err)) {
+    if (!ask || vmd_guest_agent (guest, &ask, timeout, s_on_stats, state, &err)) {
         state->asking = false;
         vmd_samples_add (state->ring, &sample);
     }

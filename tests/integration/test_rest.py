@@ -10,12 +10,13 @@ import subprocess
 import time
 import unittest
 
-from sbxtest import BIN, Sbx, main, wait_for
+from sbxtest import BIN, Sbx, main, mcp_call, mcp_post, mcp_session, wait_for
 
 ROUTES = {
     "/v1/openapi.json": {"get"},
     "/v1/sandboxes": {"get", "post"},
     "/v1/sandboxes/{sandboxId}": {"get", "patch", "delete"},
+    "/v1/sandboxes/{sandboxId}/metrics": {"get"},
     "/v1/sandboxes/{sandboxId}/stop": {"post"},
     "/v1/sandboxes/{sandboxId}/resume": {"post"},
     "/v1/sandboxes/{sandboxId}/extend": {"post"},
@@ -42,8 +43,9 @@ ROUTES = {
 class RestTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        # Guests sampled every second (5 s by default): test_metrics waits for a few.
         cls.s = Sbx(cls, "rest", settings={"image_dir": os.path.realpath(
-            os.path.join(BIN, "..", "image"))})
+            os.path.join(BIN, "..", "image")), "vmd.metrics_interval_ms": 1000})
         cls.s.up()
         a = cls.s.cli_json("account", "create", "--email", "alice@example.com")
         b = cls.s.cli_json("account", "create", "--email", "bob@example.com")
@@ -408,6 +410,104 @@ class RestTest(unittest.TestCase):
         self.assertEqual(sb["id"], sid)
         self.assertIn(sb["state"], ("deleted", "deleting"))
         self.assertError(self.req("GET", base), 404, "not_found", "Sandbox not found")
+
+
+    def test_metrics(self):
+        """get_sandbox_metrics on a real guest: CPU rises while it burns, the disk grows by
+        a file written, memory is a guest's; REST, MCP (annotations, structuredContent,
+        text) and `sbx sandbox top`; a stopped sandbox keeps its samples."""
+        status, _, sb = self.req("POST", "/v1/sandboxes", {"name": "metrics"})
+        self.assertEqual(status, 201, sb)
+        sid = sb["id"]
+        path = f"/v1/sandboxes/{sid}/metrics"
+
+        def metrics(query="", key="a"):
+            status, _, m = self.req("GET", path + query, key=key)
+            self.assertEqual(status, 200, m)
+            return m
+
+        def samples_after(ms, count):
+            m = metrics()
+            return m if len([x for x in m["samples"] if x["timeMs"] > ms]) >= count else None
+
+        idle = wait_for(lambda: samples_after(0, 2), 90, "two samples of the new guest")
+        self.assertEqual((idle["sandboxId"], idle["state"], idle["vcpus"]), (sid, "ready", 1))
+        self.assertEqual((idle["sampling"], idle["intervalSeconds"]), (True, 1))
+        disk_before = idle["diskUsedBytes"]
+        idle_cpu = max(x["cpuPercent"] for x in idle["samples"])
+
+        # 64 MiB on the root disk, then a busy loop for 10 s in the background.
+        r = self.req("POST", f"/v1/sandboxes/{sid}/exec",
+                     {"command": "dd if=/dev/zero of=/root/big.bin bs=1M count=64 conv=fsync "
+                                 "2>/dev/null && timeout 10 sh -c 'while :; do :; done'",
+                      "detached": True})
+        self.assertEqual(r[0], 202, r)
+        started = idle["samples"][-1]["timeMs"]
+
+        def busy():
+            m = metrics()
+            later = [x for x in m["samples"] if x["timeMs"] > started]
+            grown = m["diskUsedBytes"] >= disk_before + 60 * 2**20
+            hot = any(x["cpuPercent"] > idle_cpu and x["cpuPercent"] >= 50 for x in later)
+            return m if grown and hot else None
+        m = wait_for(busy, 120, "CPU to rise and the disk to grow by 64 MiB")
+        print(f"\nidle CPU at most {idle_cpu}%, busy {max(x['cpuPercent'] for x in m['samples'])}"
+              f"%; disk {disk_before} → {m['diskUsedBytes']}")
+        # The figures are a guest's: 512 MiB small sandbox, a root disk, network counters.
+        self.assertTrue(0 < m["memoryUsedBytes"] < m["memoryTotalBytes"] <= 512 * 2**20, m)
+        self.assertGreater(m["memoryTotalBytes"], 256 * 2**20)
+        self.assertTrue(0 < m["diskUsedBytes"] <= m["diskTotalBytes"], m)
+        self.assertGreaterEqual(m["networkInBytes"], 0)
+        times = [x["timeMs"] for x in m["samples"]]
+        self.assertEqual(times, sorted(set(times)))
+        self.assertTrue(all(0 <= x["cpuPercent"] <= 100 for x in m["samples"]))
+        last = m["samples"][-1]
+        self.assertEqual(m["sampledAt"], last["time"])
+        for k in ("cpuPercent", "memoryUsedBytes", "diskUsedBytes", "networkOutBytes"):
+            self.assertEqual(m[k], last[k])
+        self.assertEqual(m["spanSeconds"], (times[-1] - times[0]) // 1000)
+        # sinceMs and limit; a read-only key reads, another account is told it does not exist.
+        self.assertTrue(all(x["timeMs"] > times[-2]
+                            for x in metrics(f"?sinceMs={times[-2]}")["samples"]))
+        self.assertEqual(len(metrics("?limit=1")["samples"]), 1)
+        self.assertEqual(metrics(key="ro")["sandboxId"], sid)
+        self.assertError(self.req("GET", path, key="b"), 404, "not_found")
+        self.assertError(self.req("GET", path + "?limit=0"), 400, "invalid_argument")
+
+        # MCP: the tool's annotations, its structuredContent (REST's shape) and its text.
+        msid = mcp_session(self.s, self.key_a)
+        _, _, listed = mcp_post(self.s, self.key_a, {"jsonrpc": "2.0", "id": 2,
+                                                     "method": "tools/list"}, msid)
+        tool = [x for x in listed["result"]["tools"] if x["name"] == "get_sandbox_metrics"][0]
+        self.assertEqual(tool["annotations"], {"title": "Sandbox metrics", "readOnlyHint": True})
+        r, text = mcp_call(self, self.s, self.key_a, msid, "get_sandbox_metrics",
+                           {"sandboxId": sid})
+        sc = r["structuredContent"]
+        for k in ("cpuPercent", "memoryUsedBytes", "memoryTotalBytes", "diskUsedBytes",
+                  "diskTotalBytes", "samples"):
+            self.assertIn(k, sc)
+        self.assertEqual(sc["sandboxId"], sid)
+        self.assertRegex(text, rf"^Sandbox {sid} is ready\. CPU [0-9.]+%, memory [0-9.]+ MiB of "
+                               r"[0-9.]+ MiB, disk [0-9.]+ [MG]iB of [0-9.]+ [MG]iB, network in "
+                               r"[0-9.]+ [KMG]?i?B out [0-9.]+ [KMG]?i?B; \d+ samples over \d+ s, "
+                               r"the latest at \d{4}-")
+
+        # The CLI on the host: sbx sandbox top, as JSON and as lines.
+        top = self.s.cli_json("sandbox", "top", sid, "--once")
+        self.assertEqual(top["sandboxId"], sid)
+        self.assertGreaterEqual(len(top["samples"]), 2)
+        lines = self.s.cli("sandbox", "top", "--once").stdout
+        self.assertRegex(lines, rf"{sid}  ready +CPU +[0-9.]+%  mem ")
+
+        # Stopped: not sampled, its samples kept; deleted: gone.
+        kept = len(metrics()["samples"])
+        status, _, sb = self.req("POST", f"/v1/sandboxes/{sid}/stop")
+        self.assertEqual((status, sb["state"]), (200, "stopped"), sb)
+        m = metrics()
+        self.assertEqual(m["state"], "stopped")
+        self.assertGreaterEqual(len(m["samples"]), kept)
+        self.assertEqual(self.req("DELETE", f"/v1/sandboxes/{sid}")[0], 200)
+        self.assertError(self.req("GET", path), 404, "not_found")
 
 
 if __name__ == "__main__":
