@@ -39,6 +39,7 @@ typedef struct {
     //  The page's parts as they come (usage, keys, sandboxes, snapshots), each its
     //  figures or {"error": why}.
     json_t *usage, *keys, *sandboxes, *snapshots;
+    size_t metrics_next; //  the sandbox whose samples are asked for next (s_next_metrics)
     uint64_t broker_handle;
     uint64_t signin_handle;
     uint64_t ops_handle;
@@ -286,18 +287,64 @@ static void s_on_snapshots (const gw_ops_result_t *result, void *arg)
     s_job_end (job);
 }
 
+//  The snapshots, after the sandboxes and their samples.
+static void s_snapshots (s_job_t *job)
+{
+    GW_KEEP (job->ops_handle, gw_ops_call (job->account->ops, SBX_OP_LIST_SNAPSHOTS, SBX_OPS_REST,
+                                           &job->caller, NULL, NULL, 0, s_on_snapshots, job));
+}
+
+static void s_on_metrics (const gw_ops_result_t *result, void *arg);
+
+//  The next ready sandbox's last 5 minutes of samples (60 at 5 s; S_SPARKS of them at
+//  most), for its sparklines; then the snapshots. A sandbox whose samples cannot be had
+//  shows none.
+#define S_SPARKS 20
+static void s_next_metrics (s_job_t *job)
+{
+    json_t *list = json_object_get (job->sandboxes, "sandboxes");
+    for (; job->metrics_next < json_array_size (list) && job->metrics_next < S_SPARKS;
+         job->metrics_next++) {
+        json_t *s = json_array_get (list, job->metrics_next);
+        const char *state = json_string_value (json_object_get (s, "state"));
+        if (!state || !streq (state, "ready"))
+            continue;
+        json_t *args =
+            json_pack ("{s:O, s:i}", "sandboxId", json_object_get (s, "id"), "limit", 60);
+        uint64_t handle = gw_ops_call (job->account->ops, SBX_OP_GET_SANDBOX_METRICS, SBX_OPS_REST,
+                                       &job->caller, args, NULL, 0, s_on_metrics, job);
+        json_decref (args);
+        GW_KEEP (job->ops_handle, handle);
+        return;
+    }
+    s_snapshots (job);
+}
+
+static void s_on_metrics (const gw_ops_result_t *result, void *arg)
+{
+    s_job_t *job = arg;
+    job->ops_handle = 0;
+    if (!s_job_req (job))
+        return;
+    json_t *s = json_array_get (json_object_get (job->sandboxes, "sandboxes"), job->metrics_next);
+    if (s && result->code == SBX_OK)
+        json_object_set (s, "metrics", result->answer);
+    job->metrics_next++;
+    s_next_metrics (job);
+}
+
 static void s_on_sandboxes (const gw_ops_result_t *result, void *arg)
 {
     s_job_t *job = arg;
     job->ops_handle = 0;
     if (!s_job_req (job))
         return;
-    //  A copy: the console adds where each URL links.
+    //  A copy: the console adds where each URL links, and the samples.
     job->sandboxes = result->code == SBX_OK ? json_deep_copy (result->answer)
                                             : s_part_error ("Sandboxes cannot be listed now",
                                                             result->code, result->message);
-    GW_KEEP (job->ops_handle, gw_ops_call (job->account->ops, SBX_OP_LIST_SNAPSHOTS, SBX_OPS_REST,
-                                           &job->caller, NULL, NULL, 0, s_on_snapshots, job));
+    job->metrics_next = 0;
+    s_next_metrics (job);
 }
 
 static void s_on_list (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
@@ -367,7 +414,8 @@ static void s_on_usage (sbx_msg_t *reply, sbx_code_t code, const char *message, 
     s_job_send (job, &request, s_on_list);
 }
 
-//  The console's parts one after the other (usage, keys, sandboxes, snapshots), then
+//  The console's parts one after the other (usage, keys, sandboxes and the ready ones'
+//  samples, snapshots), then
 //  the page: one request in flight per job, cancelled with it.
 static void s_list (s_job_t *job)
 {

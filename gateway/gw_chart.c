@@ -139,6 +139,34 @@ int gw_chart_write (FILE *out, const char *id, const char *title, const gw_chart
     return 0;
 }
 
+#define S_SPARK_W 120
+#define S_SPARK_H 24
+
+int gw_chart_spark (FILE *out, const char *kind, const char *label, const double *values,
+                    size_t count, double max)
+{
+    if (!count)
+        return 0;
+    if (max <= 0)
+        return -1;
+    fputs ("<span class=\"spark ", out);
+    gw_pages_put (out, kind);
+    fprintf (out, "\"><svg viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\">",
+             S_SPARK_W, S_SPARK_H, S_SPARK_W, S_SPARK_H);
+    fputs ("<title>", out);
+    gw_pages_put (out, label);
+    fputs ("</title><polyline fill=\"none\" stroke=\"currentColor\" points=\"", out);
+    for (size_t i = 0; i < count; i++) {
+        double v = values[i] < 0 ? 0 : values[i] > max ? max : values[i];
+        double x = count > 1 ? (double) i * S_SPARK_W / (double) (count - 1) : S_SPARK_W;
+        fprintf (out, "%s%.1f,%.1f", i ? " " : "", x, S_SPARK_H - 1 - v * (S_SPARK_H - 2) / max);
+    }
+    fputs ("\"/></svg> ", out);
+    gw_pages_put (out, label);
+    fputs ("</span>", out);
+    return 0;
+}
+
 void gw_chart_test (bool verbose)
 {
     (void) verbose;
@@ -182,5 +210,17 @@ void gw_chart_test (bool verbose)
     assert (gw_chart_write (out, "c", "t", NULL, 0, "2026-11-30", 0) == -1);
     fclose (out);
     assert (strstr (html, "No running time in these days."));
+    free (html);
+
+    //  A sparkline: the points span the width, 0 at the bottom, max at the top.
+    double cpu[] = {0, 50, 100, 250};
+    out = open_memstream (&html, &size);
+    assert (gw_chart_spark (out, "cpu", "CPU <100>%", cpu, 4, 100) == 0);
+    assert (gw_chart_spark (out, "memory", "none", NULL, 0, 100) == 0);
+    assert (gw_chart_spark (out, "memory", "bad", cpu, 4, 0) == -1);
+    fclose (out);
+    assert (strstr (html, "<span class=\"spark cpu\"><svg "));
+    assert (strstr (html, "points=\"0.0,23.0 40.0,12.0 80.0,1.0 120.0,1.0\""));
+    assert (strstr (html, "<title>CPU &lt;100&gt;%</title>") && !strstr (html, ">none"));
     free (html);
 }

@@ -24,6 +24,12 @@ typedef struct {
 int gw_chart_write (FILE *out, const char *id, const char *title, const gw_chart_day_t *days,
                     size_t count, const char *today, int span);
 
+//  A sparkline: values (oldest first, each 0..max) as a small inline SVG polyline of class
+//  "spark <kind>" (kind: "cpu", "memory"), the newest value as its text (label: "CPU
+//  3.5%") in a <title> and beside it. Nothing is written for no values. 0, or -1.
+int gw_chart_spark (FILE *out, const char *kind, const char *label, const double *values,
+                    size_t count, double max);
+
 void gw_chart_test (bool verbose);
 
 #endif

@@ -1,6 +1,7 @@
 /*  gw_console - see gw_console.h */
 #include "gw_console.h"
 #include "gw_pages.h"
+#include "sbx_api.h"
 
 #include <assert.h>
 
@@ -53,6 +54,43 @@ static void s_duration (FILE *out, json_int_t seconds)
         fprintf (out, "%lld s", (long long) seconds);
 }
 
+//  A sandbox's last samples (get_sandbox_metrics' answer) as CPU and memory sparklines.
+static void s_sparks (FILE *out, const json_t *metrics)
+{
+    json_t *samples = json_object_get (metrics, "samples");
+    size_t count = json_array_size (samples);
+    if (!count) {
+        fputs ("<span class=\"muted\">—</span>", out);
+        return;
+    }
+    double *cpu = calloc (count, sizeof *cpu), *memory = calloc (count, sizeof *memory);
+    size_t i;
+    json_t *sample;
+    json_array_foreach (samples, i, sample)
+    {
+        if (!cpu || !memory)
+            break;
+        cpu[i] = json_number_value (json_object_get (sample, "cpuPercent"));
+        memory[i] = (double) json_integer_value (json_object_get (sample, "memoryUsedBytes"));
+    }
+    double total = (double) json_integer_value (json_object_get (metrics, "memoryTotalBytes"));
+    char label[96], used[24], of[24];
+    if (cpu && memory) {
+        snprintf (label, sizeof label, "CPU %.1f%%",
+                  json_number_value (json_object_get (metrics, "cpuPercent")));
+        gw_chart_spark (out, "cpu", label, cpu, count, 100);
+        if (total > 0) {
+            snprintf (label, sizeof label, "memory %s of %s",
+                      sbx_api_bytes ((uint64_t) memory[count - 1], used, sizeof used),
+                      sbx_api_bytes ((uint64_t) total, of, sizeof of));
+            fputs ("<br>", out);
+            gw_chart_spark (out, "memory", label, memory, count, total);
+        }
+    }
+    free (cpu);
+    free (memory);
+}
+
 static void s_sandboxes (FILE *out, const gw_console_page_t *p)
 {
     fputs ("<section id=\"sandboxes\"><h2>Sandboxes</h2>\n", out);
@@ -70,7 +108,7 @@ static void s_sandboxes (FILE *out, const gw_console_page_t *p)
         return;
     }
     fputs ("<table><tr><th>Name</th><th>State</th><th>Type</th><th>URL and ports</th>"
-           "<th>Running time</th><th>Cost so far</th><th></th></tr>\n",
+           "<th>CPU and memory</th><th>Running time</th><th>Cost so far</th><th></th></tr>\n",
            out);
     size_t i;
     const json_t *s;
@@ -116,6 +154,8 @@ static void s_sandboxes (FILE *out, const gw_console_page_t *p)
             fprintf (out, "</a> (%s)</span>",
                      json_is_true (json_object_get (port, "public")) ? "public" : "private");
         }
+        fputs ("</td><td class=\"metrics\">", out);
+        s_sparks (out, json_object_get (s, "metrics"));
         json_t *seconds = json_object_get (s, "runningSeconds");
         if (json_is_integer (seconds)) {
             fprintf (out, "</td><td class=\"running\" data-seconds=\"%lld\">",
@@ -358,6 +398,7 @@ char *gw_console_page (const gw_console_page_t *p)
            ".snippet pre{flex:1;background:#f4f4f4;padding:.5rem;margin:.3rem 0;overflow-x:auto}"
            ".snippet button{margin:.3rem 0}.charts{display:flex;flex-wrap:wrap;gap:1rem}"
            ".chart{flex:1 1 30rem;margin:0}.chart svg{width:100%;height:auto}"
+           ".spark{white-space:nowrap}.spark svg{vertical-align:middle;color:#3b7dd8}"
            ".new-key{border:2px solid #3b7dd8;padding:.5rem 1rem;margin:1rem 0}</style>\n"
            "<script src=\"/account/console.js\" defer></script>\n",
            out);
@@ -405,6 +446,12 @@ void gw_console_test (bool verbose)
         "costUsd", "0.037250", "ports", "port", 8000, "url",
         "https://calm-otter-8000.box.localhost", "public", 1, "id", "sb_stopped00", "state",
         "stopped", "name", "other");
+    //  The ready one's last samples: CPU and memory sparklines, the newest figures beside.
+    json_object_set_new (json_array_get (sandboxes, 0), "metrics",
+                         json_pack ("{s:f, s:I, s:[{s:f, s:I}, {s:f, s:I}]}", "cpuPercent", 12.5,
+                                    "memoryTotalBytes", (json_int_t) 512 << 20, "samples",
+                                    "cpuPercent", 3.0, "memoryUsedBytes", (json_int_t) 100 << 20,
+                                    "cpuPercent", 12.5, "memoryUsedBytes", (json_int_t) 120 << 20));
     json_t *snapshots =
         json_pack ("[{s:s, s:s, s:s, s:I}]", "id", "snap_0123456789", "name", "after setup",
                    "state", "ready", "sizeBytes", (json_int_t) 2097152);
@@ -428,6 +475,8 @@ void gw_console_test (bool verbose)
     assert (strstr (page, "&lt;b&gt;demo&lt;/b&gt;") && !strstr (page, "<b>demo"));
     assert (strstr (page, "value=\"tok&quot;\""));
     assert (strstr (page, "data-state=\"ready\"") && strstr (page, "value=\"stop\""));
+    assert (strstr (page, "<span class=\"spark cpu\">") && strstr (page, "CPU 12.5%</span>"));
+    assert (strstr (page, "<title>memory 120 MiB of 512 MiB</title>"));
     assert (strstr (page, "data-state=\"stopped\"") && strstr (page, "value=\"resume\""));
     assert (strstr (page, "href=\"https://calm-otter.box.localhost/?sbx_owner=t\""));
     assert (strstr (page, "data-seconds=\"3725\">1 h 02 min") && strstr (page, "$0.037250"));

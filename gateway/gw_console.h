@@ -1,5 +1,6 @@
 /*  gw_console - the account console, /account's page for a signed-in person: their
-    sandboxes (state, type, URL, running time, cost so far; Stop, Resume, Delete), their
+    sandboxes (state, type, URL, CPU and memory sparklines of their last 5 minutes'
+    samples, running time, cost so far; Stop, Resume, Delete), their
     snapshots (Delete), usage over the last 14 and 30 days (gw_chart) with the wallets,
     API keys and OAuth connections (Create, Revoke, Disconnect; a new key shown once
     with a Copy button), and "Connect": copy-ready snippets for Claude, ChatGPT, Claude
@@ -56,8 +57,10 @@ typedef struct {
     const char *base_url; //  where clients reach this service: "https://sbx.example.com"
     const char *today;    //  "2026-11-30" (UTC): the charts' last day
     const gw_console_usage_t *usage;
-    const json_t *sandboxes; //  list_sandboxes' items; "ownerUrl": where the URL links
-    bool sandboxes_more;     //  its first page only: there are more (nextCursor)
+    //  list_sandboxes' items; "ownerUrl": where the URL links, "metrics": the ready ones'
+    //  get_sandbox_metrics answers (absent: no sparkline)
+    const json_t *sandboxes;
+    bool sandboxes_more; //  its first page only: there are more (nextCursor)
     const char *sandboxes_error;
     const json_t *snapshots; //  list_snapshots' items
     const char *snapshots_error;

@@ -27,8 +27,9 @@ NASTY = [None, True, False, 0, -1, 1 << 53, -(1 << 63), 1 << 64, 1.5e308, -0.0, 
          "sb_", "sb_0000000000", "snap_x", "%00", "${jndi:x}", "<script>", "\r\nX: y",
          [], [[[[]]]], {}, {"": None}, ["a"] * 300, {"k" * 300: "v"}, "0x10", "1e400",
          "SIGKILL", "SIG", "-9", "4294967296"]
-TOOLS = ["create_sandbox", "list_sandboxes", "get_sandbox", "exec", "command_status",
-         "kill_command", "list_commands", "read_file", "write_file", "host_port", "stop_sandbox",
+TOOLS = ["create_sandbox", "list_sandboxes", "get_sandbox", "get_sandbox_metrics", "exec",
+         "command_status", "kill_command", "list_commands", "read_file", "write_file", "host_port",
+         "stop_sandbox",
          "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
          "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot", "nope"]
 ARG_NAMES = ["sandboxId", "name", "type", "ttlSeconds", "snapshotId", "env", "labels",

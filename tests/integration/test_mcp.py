@@ -11,11 +11,13 @@ from sbxtest import BIN, Sbx, main, reference_scenarios, run_sdk
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                    "clientInfo": {"name": "test", "version": "0"}}}
-NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "exec", "command_status",
-         "kill_command", "list_commands", "read_file", "write_file", "host_port", "stop_sandbox",
+NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "get_sandbox_metrics", "exec",
+         "command_status", "kill_command", "list_commands", "read_file", "write_file", "host_port",
+         "stop_sandbox",
          "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
          "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot"]
-READ_ONLY = {"list_sandboxes", "get_sandbox", "command_status", "list_commands", "read_file",
+READ_ONLY = {"list_sandboxes", "get_sandbox", "get_sandbox_metrics", "command_status",
+             "list_commands", "read_file",
              "list_snapshots"}
 DESTRUCTIVE = {"exec", "kill_command", "write_file", "delete_sandbox", "delete_snapshot"}
 UNAUTHORIZED = ('{"error":{"code":-32001,"message":"Unauthorized: send Authorization: Bearer '

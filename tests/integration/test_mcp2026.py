@@ -12,8 +12,9 @@ import unittest
 from sbxtest import BIN, Sbx, main, reference_scenarios, run_sdk, wait_for
 
 V = "2026-07-28"
-NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "exec", "command_status",
-         "kill_command", "list_commands", "read_file", "write_file", "host_port", "stop_sandbox",
+NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "get_sandbox_metrics", "exec",
+         "command_status", "kill_command", "list_commands", "read_file", "write_file", "host_port",
+         "stop_sandbox",
          "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
          "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot"]
 

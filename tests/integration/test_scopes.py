@@ -25,6 +25,8 @@ OWNERS = ["own", "other_key", "other_account"]
 # Objects: sandbox, snapshot or none. The route and tool are what the op exercises.
 OPS = {
     "get_sandbox":      ("read", "sandbox", "GET /v1/sandboxes/{sandboxId}", "get_sandbox"),
+    "get_sandbox_metrics": ("read", "sandbox", "GET /v1/sandboxes/{sandboxId}/metrics",
+                            "get_sandbox_metrics"),
     "list_sandboxes":   ("list", "sandbox", "GET /v1/sandboxes", "list_sandboxes"),
     "exec":             ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/exec", "exec"),
     "command_status":   ("read", "sandbox", "GET /v1/sandboxes/{sandboxId}/processes/{processId}",
@@ -62,7 +64,7 @@ OPS = {
 }
 # Sandbox ops in the order they run on one object: reads and harmless writes first, the
 # stop and resume pair, then the save; deletes run on objects made for them.
-SANDBOX_ORDER = ["get_sandbox", "list_sandboxes", "exec", "command_status", "kill_command",
+SANDBOX_ORDER = ["get_sandbox", "get_sandbox_metrics", "list_sandboxes", "exec", "command_status", "kill_command",
                  "list_commands", "open_terminal",
                  "read_file", "write_file", "host_port", "unpublish_port", "extend_sandbox",
                  "rename_sandbox", "label_sandbox", "stop_sandbox", "resume_sandbox",
