@@ -684,6 +684,42 @@ def part_density(sbx, mcp, want, idle_s, res):
     return ids
 
 
+def part_sampling(bdir, n, idle_s, res):
+    """What sampling guests costs (vmd_sampler): the same N idle small sandboxes under two
+    sbx ups, one with vmd.metrics_interval_ms = 0 (the baseline: no samples) and one with
+    the default 5000; over idle_s, vmd's CPU (utime + stime) and RSS, and its guests'
+    QEMU CPU (the agent answers agent.stats inside them)."""
+    for label, interval in (("off", 0), ("on", 5000)):
+        sbx = Sbx(bdir, settings={"vmd.metrics_interval_ms": interval})
+        try:
+            mcp = Mcp(sbx.port, sbx.key, sbx.st.get("ca_cert"))
+            ids = [mcp.call("create_sandbox", {"name": f"idle{i}", "ttlSeconds": 3600})
+                   ["structuredContent"]["id"] for i in range(n)]
+            vmd = [d["pid"] for d in sbx.status()["daemons"] if d["name"] == "vmd"][0]
+            qemus = []
+            for sb in ids:
+                with open(os.path.join(sbx.dir, "vms", sb, "qemu.pid")) as f:
+                    qemus.append(int(f.read().strip()))
+            time.sleep(12)  # boots settle; two samples' worth of the interval
+            hz = os.sysconf("SC_CLK_TCK")
+            v0, q0 = cpu_ticks(vmd), [cpu_ticks(q) for q in qemus]
+            time.sleep(idle_s)
+            v1, q1 = cpu_ticks(vmd), [cpu_ticks(q) for q in qemus]
+            samples = None
+            if interval:
+                r = mcp.call("get_sandbox_metrics", {"sandboxId": ids[0]})
+                samples = len(r["structuredContent"]["samples"])
+            res[f"sampling_{label}"] = {
+                "vmd_cpu_pct": 100 * (v1 - v0) / hz / idle_s,
+                "vmd_rss_mib": proc_mem(vmd)["rss_mib"],
+                "qemu_cpu_pct": med([100 * (b - a) / hz / idle_s for a, b in zip(q0, q1)]),
+                "samples_of_one": samples}
+            log(f"sampling {label}: {res[f'sampling_{label}']}")
+        finally:
+            sbx.close()
+    res["sampling_n"], res["sampling_idle_s"] = n, idle_s
+
+
 # -- the report -------------------------------------------------------------------------
 def fmt(v, unit="", nd=3):
     if v is None:
@@ -806,6 +842,27 @@ def rows(res):
         out.append((f"idle CPU per sandbox over {res['density_idle_s']} s", n,
                     fmt(med([p['idle_cpu_pct'] for p in d]), " % of a core", 2),
                     f"max {fmt(max(p['idle_cpu_pct'] for p in d), ' %', 2)}", "—", "—", "—"))
+    if res.get("sampling_on") and res.get("sampling_off"):
+        on, off, n = res["sampling_on"], res["sampling_off"], res["sampling_n"]
+        w = res["sampling_idle_s"]
+
+        def over(a, b):
+            return fmt(a / b, "×", 2) if b else "—"
+        out.append((f"vmd CPU, {n} idle guests sampled every 5 s, over {w} s", n,
+                    fmt(on["vmd_cpu_pct"], " % of a core", 3),
+                    f"{fmt(off['vmd_cpu_pct'], ' %', 3)} with sampling off",
+                    over(on["vmd_cpu_pct"], off["vmd_cpu_pct"]), "—",
+                    f"{fmt((on['vmd_cpu_pct'] - off['vmd_cpu_pct']) / n, ' %', 4)} per guest"))
+        out.append((f"vmd RSS, {n} idle guests sampled (an hour of samples: 720 × 64 B each)", n,
+                    fmt(on["vmd_rss_mib"], " MiB", 2),
+                    f"{fmt(off['vmd_rss_mib'], ' MiB', 2)} with sampling off",
+                    over(on["vmd_rss_mib"], off["vmd_rss_mib"]), "—",
+                    f"{fmt((on['vmd_rss_mib'] - off['vmd_rss_mib']) * 1024 / n, ' KiB', 0)} per guest"))
+        out.append((f"QEMU CPU per idle guest, sampled (agent.stats every 5 s)", n,
+                    fmt(on["qemu_cpu_pct"], " % of a core", 3),
+                    f"{fmt(off['qemu_cpu_pct'], ' %', 3)} with sampling off",
+                    over(on["qemu_cpu_pct"], off["qemu_cpu_pct"]), "—",
+                    f"{on['samples_of_one']} samples of one guest in the run"))
     if "billed_running_ms" in res and res["billed_running_ms"] is not None:
         billed = res["billed_running_ms"] / 1000
         ev = res["event_running_s"]
@@ -855,7 +912,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--build")
-    ap.add_argument("--only", default="lifecycle,template,exec,gateway,density,billing")
+    ap.add_argument("--only",
+                    default="lifecycle,template,exec,gateway,density,billing,sampling")
     ap.add_argument("--no-doc", action="store_true")
     ap.add_argument("--render", metavar="JSON", help="rewrite docs/benchmarks.md from a result")
     args = ap.parse_args()
@@ -870,6 +928,7 @@ def main():
     N_COLD, N_EXEC, CYCLES = (3, 50, 10) if q else (7, 200, 10)
     GW_S, GW_R, CONNS = 3, (1 if q else 3), [1, 8, 64]
     DENSITY, IDLE_S = 10, (5 if q else 10)
+    SAMPLED, SAMPLED_S = (4, 30) if q else (8, 60)
     started = datetime.datetime.now(datetime.timezone.utc)
     t_start = time.monotonic()
     prerequisites(args, parts)
@@ -914,6 +973,9 @@ def main():
             sbx.close()
     if "template" in parts:
         part_template(bdir, N_COLD, res)
+        sample()
+    if "sampling" in parts:
+        part_sampling(bdir, SAMPLED, SAMPLED_S, res)
         sample()
     load["after"] = loadavg()
     sample()
