@@ -499,6 +499,19 @@ class RestTest(unittest.TestCase):
         lines = self.s.cli("sandbox", "top", "--once").stdout
         self.assertRegex(lines, rf"{sid}  ready +CPU +[0-9.]+%  mem ")
 
+        # A clean vmd restart keeps them (the guest's metrics.bin), and sampling goes on.
+        before = metrics()["samples"]
+        vmd = self.s.daemon_pid("sbx-vmd")
+        os.kill(vmd, signal.SIGTERM)
+        wait_for(lambda: self.s.daemon_pid("sbx-vmd") not in (None, vmd) and
+                 all(d["ready"] for d in self.s.status()["daemons"]), 60, "vmd restarted")
+
+        def more():
+            status, _, m = self.req("GET", path)
+            return m if status == 200 and len(m["samples"]) > len(before) else None
+        after = wait_for(more, 60, "samples after the vmd restart")
+        self.assertEqual(after["samples"][:len(before)], before)
+
         # Stopped: not sampled, its samples kept; deleted: gone.
         kept = len(metrics()["samples"])
         status, _, sb = self.req("POST", f"/v1/sandboxes/{sid}/stop")
