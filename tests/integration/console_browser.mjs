@@ -63,6 +63,8 @@ try {
     running: await page.getAttribute(`${row} td.running`, "data-seconds"),
     cost: await page.textContent(`${row} td.cost`),
     ports: await page.$$eval(`${row} .port`, (ps) => ps.map((p) => p.textContent)),
+    sparks: await page.$$eval(`${row} .spark`, (ss) => ss.map((s) => (
+      { kind: s.className, text: s.lastChild.textContent.trim() }))),
   });
   out("console", { url: page.url(), signedIn: await page.textContent("#signed-in"),
                    sandbox: await sandbox() });

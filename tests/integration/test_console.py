@@ -21,7 +21,7 @@ import subprocess
 import unittest
 
 from browsertest import browser_script
-from sbxtest import BIN, Sbx, main
+from sbxtest import BIN, Sbx, main, wait_for
 
 DOMAIN = "sbx.test"
 PASSWORD = "correct horse battery"
@@ -36,7 +36,8 @@ class ConsoleTest(unittest.TestCase):
 
     def test_console(self):
         s = Sbx(self, "console", settings={
-            "image_dir": os.path.realpath(os.path.join(BIN, "..", "image")), "domain": DOMAIN})
+            "image_dir": os.path.realpath(os.path.join(BIN, "..", "image")), "domain": DOMAIN,
+            "vmd.metrics_interval_ms": 1000})  # samples for the sparklines, soon
         s.up()
         base = f"https://{DOMAIN}:{s.listen_port()}"
         email = "carol@example.com"
@@ -49,6 +50,9 @@ class ConsoleTest(unittest.TestCase):
             status, body = self.rest(s, key, "POST", f"/v1/sandboxes/{sid}/ports",
                                      {"port": port, "public": public})
             self.assertEqual(status, 200, body)
+        # Samples for its sparklines before the page is seen.
+        wait_for(lambda: self.rest(s, key, "GET", f"/v1/sandboxes/{sid}/metrics")[1]["samples"],
+                 60, "the sandbox's first samples")
         shots = os.path.realpath(os.path.join(os.environ.get("SBX_BIN", os.getcwd()), "..",
                                               "test-output", "console"))
         shutil.rmtree(shots, ignore_errors=True)
@@ -130,6 +134,11 @@ class ConsoleTest(unittest.TestCase):
         self.assertGreaterEqual(int(shown["running"]), 0)
         self.assertTrue(shown["cost"].startswith("$0."), shown)
         self.assertEqual(len(shown["ports"]), 2, shown)
+        # CPU and memory sparklines of its last samples, the newest figures beside them.
+        self.assertEqual([x["kind"] for x in shown["sparks"]], ["spark cpu", "spark memory"],
+                         shown)
+        self.assertRegex(shown["sparks"][0]["text"], r"^CPU [0-9.]+%$")
+        self.assertRegex(shown["sparks"][1]["text"], r"^memory [0-9.]+ MiB of [0-9.]+ MiB$")
         self.assertIn("(public)", shown["ports"][0])
         self.assertIn("(private)", shown["ports"][1])
 
