@@ -695,7 +695,7 @@ def part_sampling(bdir, n, idle_s, res):
             mcp = Mcp(sbx.port, sbx.key, sbx.st.get("ca_cert"))
             ids = [mcp.call("create_sandbox", {"name": f"idle{i}", "ttlSeconds": 3600})
                    ["structuredContent"]["id"] for i in range(n)]
-            vmd = [d["pid"] for d in sbx.status()["daemons"] if d["name"] == "vmd"][0]
+            vmd = [d["pid"] for d in sbx.status()["daemons"] if d["name"] == "sbx-vmd"][0]
             qemus = []
             for sb in ids:
                 with open(os.path.join(sbx.dir, "vms", sb, "qemu.pid")) as f:

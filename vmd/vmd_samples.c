@@ -3,9 +3,11 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define S_MAGIC   "sbxsmp1\n" //  the file's first 8 bytes: format version 1
@@ -94,9 +96,16 @@ int vmd_samples_save (vmd_samples_t *self, const char *path)
     char tmp[4096];
     if (snprintf (tmp, sizeof tmp, "%s.tmp", path) >= (int) sizeof tmp)
         return -1;
-    FILE *file = fopen (tmp, "we");
-    if (!file)
+    //  The guest's directory belongs to QEMU's user: never follow what it may have put
+    //  there (a link to a file of root's), never write into a file it made.
+    unlink (tmp);
+    int fd = open (tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    FILE *file = fd >= 0 ? fdopen (fd, "w") : NULL;
+    if (!file) {
+        if (fd >= 0)
+            close (fd);
         return -1;
+    }
     uint64_t count = self->count;
     bool ok = fwrite (S_MAGIC, 8, 1, file) == 1 && fwrite (&count, sizeof count, 1, file) == 1;
     for (size_t i = 0; ok && i < self->count; i++) {
@@ -113,9 +122,15 @@ int vmd_samples_save (vmd_samples_t *self, const char *path)
 
 int vmd_samples_load (vmd_samples_t *self, const char *path)
 {
-    FILE *file = fopen (path, "re");
-    if (!file)
+    //  A plain file only: not a link (to a file of root's), not a FIFO that blocks vmd.
+    int fd = open (path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    FILE *file = fd >= 0 && fstat (fd, &st) == 0 && S_ISREG (st.st_mode) ? fdopen (fd, "r") : NULL;
+    if (!file) {
+        if (fd >= 0)
+            close (fd);
         return -1;
+    }
     char magic[8];
     uint64_t count = 0;
     bool ok = fread (magic, 8, 1, file) == 1 && memcmp (magic, S_MAGIC, 8) == 0 &&
@@ -136,7 +151,8 @@ int vmd_samples_load (vmd_samples_t *self, const char *path)
                                   .disk_total_bytes = v[5],
                                   .net_rx_bytes = v[6],
                                   .net_tx_bytes = v[7]};
-        ok = ok && s.cpu_permille <= 1000 && vmd_samples_add (self, &s) == 0;
+        ok = ok && s.cpu_permille <= 1000 && s.memory_used_bytes <= s.memory_total_bytes &&
+             s.disk_used_bytes <= s.disk_total_bytes && vmd_samples_add (self, &s) == 0;
     }
     ok = ok && fgetc (file) == EOF;
     fclose (file);
@@ -249,6 +265,24 @@ void vmd_samples_test (bool verbose)
     assert (other && fputs ("not a metrics file at all, no\n", other) >= 0 && fclose (other) == 0);
     assert (vmd_samples_load (back, path) == -1 && vmd_samples_size (back) == 0);
     assert (vmd_samples_load (back, "/nonexistent/metrics.bin") == -1);
+    //  What QEMU's user could leave in the guest's directory: a link is not followed
+    //  (neither read nor written through), a FIFO is not waited on.
+    char target[160], tmp[160];
+    snprintf (target, sizeof target, "%s/root-only", dir);
+    snprintf (tmp, sizeof tmp, "%s.tmp", path);
+    unlink (path);
+    assert (symlink (target, path) == 0);
+    assert (vmd_samples_save (ring, target) == 0); //  a real ring file the link points to
+    assert (vmd_samples_load (back, path) == -1 && vmd_samples_size (back) == 0);
+    unlink (path);
+    assert (symlink (target, tmp) == 0);
+    assert (vmd_samples_save (ring, path) == 0);
+    struct stat st;
+    assert (lstat (tmp, &st) == -1 && lstat (path, &st) == 0 && S_ISREG (st.st_mode));
+    unlink (path);
+    assert (mkfifo (path, 0600) == 0);
+    assert (vmd_samples_load (back, path) == -1);
+    unlink (target);
     vmd_samples_destroy (&back);
     unlink (path);
     rmdir (dir);
