@@ -198,6 +198,7 @@ sbx_msg_t *brk_ports_resolve (brk_ctx_t *ctx, sbx_msg_t *request, bool trusted)
         sbx_str_set (&ok->account, record.account_id);
         sbx_sandbox_state_from_name (record.state, &ok->state);
         ok->public = port.public;
+        ok->auto_resume = !record.no_auto_resume;
         sbx_str_set (&ok->host, port.host);
         ok->host_port = port.host_port;
         brk_port_clear (&port);
@@ -360,7 +361,29 @@ void brk_ports_test (bool verbose)
     sbx_msg_destroy (&reply);
     reply = s_test_resolve (client, label, 8000, NULL);
     assert (sbx_msg_sandbox_resolve_ok (reply)->state == SBX_SANDBOX_STATE_STOPPED);
+    assert (sbx_msg_sandbox_resolve_ok (reply)->auto_resume); //  the default
     sbx_msg_destroy (&reply);
+    //  Only a gateway's port proxy may wake it (tests/integration/test_ports.py wakes one).
+    request = sbx_msg_new (SBX_MSG_SANDBOX_WAKE);
+    sbx_str_set (&sbx_msg_sandbox_wake (request)->sandbox_id, id);
+    sbx_msg_sandbox_wake (request)->port = 8000;
+    reply = brk_testkit_call (client, request, ++s_rid);
+    assert (brk_testkit_code (reply) == SBX_E_PERMISSION_DENIED);
+    sbx_msg_destroy (&reply);
+    //  autoResume switched off and on again (sandbox.update): the sandbox and resolve say so.
+    for (int off = 1; off >= 0; off--) {
+        request = sbx_msg_new (SBX_MSG_SANDBOX_UPDATE);
+        request->caller = ALICE;
+        sbx_str_set (&sbx_msg_sandbox_update (request)->sandbox_id, id);
+        sbx_msg_sandbox_update (request)->auto_resume = off ? SBX_TOGGLE_OFF : SBX_TOGGLE_ON;
+        reply = brk_testkit_call (client, request, ++s_rid);
+        assert (reply->type == SBX_MSG_SANDBOX_UPDATE_OK);
+        assert (sbx_msg_sandbox_update_ok (reply)->sandbox->no_auto_resume == (bool) off);
+        sbx_msg_destroy (&reply);
+        reply = s_test_resolve (client, label, 8000, NULL);
+        assert (sbx_msg_sandbox_resolve_ok (reply)->auto_resume == !off);
+        sbx_msg_destroy (&reply);
+    }
     reply = s_test_port (client, ALICE, id, 9000, true, false);
     assert (brk_testkit_code (reply) == SBX_E_FAILED_PRECONDITION &&
             strstr (sbx_msg_error (reply)->message, "resume it first"));

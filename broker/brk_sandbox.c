@@ -126,6 +126,7 @@ static void s_info (brk_ctx_t *ctx, const brk_sandbox_t *record, sbx_sandbox_inf
     sbx_str_set (&info->account, record->account_id);
     sbx_str_set (&info->vmd, record->vmd);
     info->no_network = record->no_network;
+    info->no_auto_resume = record->no_auto_resume;
     info->created_ms = record->created_ms;
     info->expires_ms = record->expires_ms;
     info->changed_ms = record->changed_ms;
@@ -485,6 +486,7 @@ static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
                             .vmd = vmd->instance,
                             .key_id = caller->key_id,
                             .no_network = args->no_network,
+                            .no_auto_resume = args->no_auto_resume,
                             .created_ms = now,
                             .expires_ms = ttl_s ? now + ttl_s * 1000 : 0,
                             .ttl_s = ttl_s,
@@ -666,9 +668,8 @@ sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request)
         return sbx_msg_new_error (request->rid, SBX_E_UNAUTHENTICATED,
                                   "sandbox.list carries no caller identity");
     sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_SANDBOX_LIST_OK);
-    s_list_t list = {.ctx = ctx,
-                     .caller = request->caller,
-                     .list = &sbx_msg_sandbox_list_ok (reply)->sandboxes};
+    s_list_t list = {
+        .ctx = ctx, .caller = request->caller, .list = &sbx_msg_sandbox_list_ok (reply)->sandboxes};
     const char *account = s_operator (request->caller) ? NULL : request->caller->account_id;
     if (!s_operator (request->caller) && !account)
         return reply; //  no account, no sandboxes
@@ -799,6 +800,63 @@ static sbx_msg_t *s_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
     return reply;
 }
 
+sbx_msg_t *brk_sandbox_wake (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request, bool trusted)
+{
+    sbx_sandbox_wake_t *args = sbx_msg_sandbox_wake (request);
+    if (!trusted)
+        return sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
+                                  "sandbox.wake is for gateways (their port proxy)");
+    brk_sandbox_t record;
+    int rc = brk_store_sandbox_find (ctx->store, args->sandbox_id, &record);
+    if (rc != 0)
+        return sbx_msg_new_error (request->rid, rc < 0 ? SBX_E_INTERNAL : SBX_E_NOT_FOUND,
+                                  "no sandbox %s", args->sandbox_id);
+    sbx_sandbox_state_t state = SBX_SANDBOX_STATE__UNSET;
+    sbx_sandbox_state_from_name (record.state, &state);
+    //  Only a published port wakes it: the proxy asks for the port it resolved.
+    brk_port_t port;
+    sbx_msg_t *reply = NULL;
+    rc = brk_store_port_find (ctx->store, record.id, args->port, &port);
+    if (rc == 0)
+        brk_port_clear (&port);
+    else
+        reply = sbx_msg_new_error (request->rid, rc < 0 ? SBX_E_INTERNAL : SBX_E_NOT_FOUND,
+                                   "port %llu of sandbox %s is not published",
+                                   (unsigned long long) args->port, record.id);
+    const s_transition_t *t = s_lookup (state, S_EV_RESUME);
+    if (reply)
+        ;
+    else if (record.no_auto_resume)
+        reply = sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION,
+                                   "sandbox %s has autoResume off: resume it (resume_sandbox), or "
+                                   "switch autoResume on",
+                                   record.id);
+    else if (state == SBX_SANDBOX_STATE_READY)
+        reply = s_reply (ctx, request->rid, SBX_MSG_SANDBOX_WAKE_OK, &record);
+    else if (!t)
+        reply = sbx_msg_new_error (
+            request->rid, SBX_E_FAILED_PRECONDITION, "sandbox %s is %s%s", record.id, record.state,
+            state == SBX_SANDBOX_STATE_STOPPING || state == SBX_SANDBOX_STATE_RESUMING
+                ? " (try again in a moment)"
+                : "");
+    else if ((reply = s_refuse_start (ctx, request, &record)))
+        s_count ("resume", reply); //  the owner's plan or wallet says no
+    else {
+        char why[96];
+        snprintf (why, sizeof why, "woken by a request to port %llu",
+                  (unsigned long long) args->port);
+        reply =
+            s_ask_vmd (ctx, client, request, &record, t->ask, SBX_MSG_SANDBOX_WAKE_OK, "resume");
+        if (!reply) {
+            sbx_info ("rid=%llu sandbox=%s account=%s %s: resuming",
+                      (unsigned long long) request->rid, record.id, record.account_id, why);
+            s_move (ctx, &record, t->to, NULL, why);
+        }
+    }
+    brk_sandbox_clear (&record);
+    return reply;
+}
+
 //  sbx.updated carries the sandbox's name, labels and deadline as they are now.
 static sbx_msg_t *s_updated_event (brk_ctx_t *ctx, const brk_sandbox_t *record)
 {
@@ -886,6 +944,10 @@ sbx_msg_t *brk_sandbox_update (brk_ctx_t *ctx, sbx_msg_t *request)
             rc = brk_store_sandbox_set_name (ctx->store, record.id, args->name);
             free (record.name);
             record.name = strdup (args->name);
+        }
+        if (rc == 0 && args->auto_resume) {
+            record.no_auto_resume = args->auto_resume == SBX_TOGGLE_OFF;
+            rc = brk_store_sandbox_set_auto_resume (ctx->store, record.id, !record.no_auto_resume);
         }
         for (size_t i = 0; rc == 0 && i < args->remove_labels.count; i++)
             rc = brk_store_sandbox_label_set (ctx->store, record.id, args->remove_labels.items[i],

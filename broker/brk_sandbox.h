@@ -52,6 +52,12 @@ sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
 sbx_msg_t *brk_sandbox_extend (brk_ctx_t *ctx, sbx_msg_t *request);
 sbx_msg_t *brk_sandbox_update (brk_ctx_t *ctx, sbx_msg_t *request);
 
+//  sandbox.wake from a gateway's port proxy (trusted: the peer is a gateway): resumes a
+//  stopped sandbox whose autoResume is on, for a published port, as its owner (plan and
+//  wallet checked); answered once it is ready, at once when it already is. NULL when
+//  the answer comes later.
+sbx_msg_t *brk_sandbox_wake (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request, bool trusted);
+
 //  Stops every ready sandbox whose TTL deadline has passed (ttl.expired events), whose
 //  account's wallet is empty, or whose account is disabled. The broker calls it four
 //  times a second.

@@ -830,6 +830,9 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     case SBX_MSG_SANDBOX_RESOLVE:
         reply = brk_ports_resolve (&self->ctx, msg, peer && peer->role == SBX_ROLE_GATEWAY);
         break;
+    case SBX_MSG_SANDBOX_WAKE:
+        reply = brk_sandbox_wake (&self->ctx, address, msg, peer && peer->role == SBX_ROLE_GATEWAY);
+        break;
     case SBX_MSG_VM_FAILED:
         if (peer && peer->role == SBX_ROLE_VMD)
             brk_sandbox_vm_failed (&self->ctx, peer->instance, msg);

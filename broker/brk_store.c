@@ -144,6 +144,8 @@ static const char *s_migrations[] = {
     //  (its sandboxes' records and the log name it) that lookups skip.
     "ALTER TABLE accounts ADD COLUMN disabled_ms INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE accounts ADD COLUMN deleted_ms INTEGER NOT NULL DEFAULT 0;",
+    //  8: autoResume off (a request to a port URL does not wake the sandbox).
+    "ALTER TABLE sandboxes ADD COLUMN no_auto_resume INTEGER NOT NULL DEFAULT 0;",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
@@ -160,7 +162,7 @@ static const char *s_migrations[] = {
 
 #define SANDBOX_COLUMNS                                                                            \
     "id, account_id, name, label, state, type, vmd, no_network, created_ms, expires_ms, "          \
-    "changed_ms, reason, key_id, ttl_s"
+    "changed_ms, reason, key_id, ttl_s, no_auto_resume"
 
 #define TOKEN_COLUMNS                                                                              \
     "hash, kind, grant_id, client_id, redirect_uri, challenge, resource, scope, created_ms, "      \
@@ -218,8 +220,9 @@ static const char *s_sql[ST_COUNT] = {
     [ST_META_SET] = "INSERT INTO meta (key, value) VALUES (?1, ?2) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     [ST_META_DELETE] = "DELETE FROM meta WHERE key = ?1",
-    [ST_SANDBOX_INSERT] = "INSERT INTO sandboxes (" SANDBOX_COLUMNS ") "
-                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+    [ST_SANDBOX_INSERT] =
+        "INSERT INTO sandboxes (" SANDBOX_COLUMNS ") "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     [ST_SANDBOX_FIND] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE id = ?1",
 //  Newest first, not deleted; keyset pages: after (?3, ?4), at most ?5 (sandboxes_by_account).
 #define SANDBOX_PAGE_TAIL                                                                          \
@@ -241,6 +244,7 @@ static const char *s_sql[ST_COUNT] = {
                            "AND expires_ms > 0 AND expires_ms <= ?1 ORDER BY expires_ms LIMIT ?2",
     [ST_SANDBOX_EXPIRY] = "UPDATE sandboxes SET expires_ms = ?2, ttl_s = ?3 WHERE id = ?1",
     [ST_SANDBOX_NAME] = "UPDATE sandboxes SET name = ?2 WHERE id = ?1",
+    [ST_SANDBOX_AUTO_RESUME] = "UPDATE sandboxes SET no_auto_resume = ?2 WHERE id = ?1",
     [ST_LABEL_SET] = "INSERT INTO sandbox_labels (sandbox_id, key, value) VALUES (?1, ?2, ?3) "
                      "ON CONFLICT (sandbox_id, key) DO UPDATE SET value = excluded.value",
     [ST_LABEL_DELETE] = "DELETE FROM sandbox_labels WHERE sandbox_id = ?1 AND key = ?2",
@@ -879,6 +883,7 @@ int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox)
     sbx_db_bind_text (stmt, 12, sandbox->reason);
     sbx_db_bind_text (stmt, 13, sandbox->key_id);
     sqlite3_bind_int64 (stmt, 14, (sqlite3_int64) sandbox->ttl_s);
+    sqlite3_bind_int (stmt, 15, sandbox->no_auto_resume ? 1 : 0);
     int rc = sbx_db_try (self->db, ST_SANDBOX_INSERT, "sandbox insert");
     //  The label's unique index is the only UNIQUE constraint (the id is the key).
     if (rc == SQLITE_CONSTRAINT_UNIQUE)
@@ -904,6 +909,7 @@ static int s_sandbox_from_row (sqlite3_stmt *stmt, void *row)
     out->reason = sbx_db_column_dup (stmt, 11, &failed);
     out->key_id = sbx_db_column_dup (stmt, 12, &failed);
     out->ttl_s = sbx_db_column_u64 (stmt, 13);
+    out->no_auto_resume = sqlite3_column_int (stmt, 14) != 0;
     if (failed)
         brk_sandbox_clear (out);
     return failed ? -1 : 0;
@@ -943,7 +949,7 @@ int brk_store_sandbox_page (brk_store_t *self, const char *account_id, const cha
             break;
         }
         mark->created_ms = sandbox.created_ms;
-        mark->row = sqlite3_column_int64 (stmt, 14);
+        mark->row = sqlite3_column_int64 (stmt, 15);
         fn (&sandbox, arg);
         brk_sandbox_clear (&sandbox);
         count++;
@@ -1116,6 +1122,19 @@ int brk_store_sandbox_set_expiry (brk_store_t *self, const char *id, uint64_t ex
     sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) expires_ms);
     sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) ttl_s);
     return sbx_db_try (self->db, ST_SANDBOX_EXPIRY, "sandbox expiry") == SQLITE_DONE ? 0 : -1;
+}
+
+int brk_store_sandbox_set_auto_resume (brk_store_t *self, const char *id, bool on)
+{
+    if (!self || !id)
+        return -1;
+    if (!sbx_db_require_transaction (self->db, "sandbox autoResume"))
+        return -1;
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_AUTO_RESUME);
+    sbx_db_bind_text (stmt, 1, id);
+    sqlite3_bind_int (stmt, 2, on ? 0 : 1);
+    return sbx_db_try (self->db, ST_SANDBOX_AUTO_RESUME, "sandbox autoResume") == SQLITE_DONE ? 0
+                                                                                              : -1;
 }
 
 int brk_store_sandbox_set_name (brk_store_t *self, const char *id, const char *name)

@@ -109,6 +109,7 @@ typedef struct {
     char *reason; //  why it is in error, or NULL
     char *key_id; //  the API key that created it, or NULL
     bool no_network;
+    bool no_auto_resume; //  autoResume off: port requests do not wake it
     uint64_t created_ms;
     uint64_t expires_ms; //  0: never
     uint64_t changed_ms; //  when it entered its state
@@ -306,6 +307,10 @@ int brk_store_account_funds_exhausted (brk_store_t *self, const char *account_id
 int brk_store_sandbox_set_expiry (brk_store_t *self, const char *id, uint64_t expires_ms,
                                   uint64_t ttl_s);
 int brk_store_sandbox_set_name (brk_store_t *self, const char *id, const char *name);
+
+//  Switches autoResume (a request to a published port wakes the stopped sandbox).
+//  Inside the caller's transaction. 0 or -1.
+int brk_store_sandbox_set_auto_resume (brk_store_t *self, const char *id, bool on);
 //  Sets a label (value NULL removes it), in a transaction; lists them by key.
 int brk_store_sandbox_label_set (brk_store_t *self, const char *id, const char *key,
                                  const char *value);

@@ -33,10 +33,11 @@ static void s_usage (FILE *out)
         out,
         "usage: sbx sandbox create [--account ACCOUNT] [--name N] [--type small|medium|large]\n"
         "                          [--ttl DURATION] [--no-network] [--label K=V]...\n"
-        "                          [--snapshot SNAPSHOT_ID]\n"
+        "                          [--snapshot SNAPSHOT_ID] [--auto-resume on|off]\n"
         "       sbx sandbox list [--account ACCOUNT] [--limit N] [--cursor C]\n"
         "       sbx sandbox get|stop|resume|delete ID\n"
         "       sbx sandbox extend ID --ttl DURATION\n"
+        "       sbx sandbox update ID [--name N] [--label K=V]... [--auto-resume on|off]\n"
         "       sbx sandbox exec ID [--detach] [--timeout DURATION] [--cwd DIR] [--env K=V]...\n"
         "                        [--no-stdin] -- COMMAND [ARG]...\n"
         "       sbx sandbox status ID PID [--stdout-offset N] [--stderr-offset N]\n"
@@ -81,6 +82,10 @@ static void s_usage (FILE *out)
         "once. On a terminal it redraws the screen; otherwise (or with --json: REST's\n"
         "get_sandbox_metrics answer, one line per sandbox) it prints lines.\n"
         "create --snapshot starts from one of the account's snapshots (sbx snapshot list).\n"
+        "--auto-resume (default on): a request to a published port of the stopped sandbox\n"
+        "resumes it and is answered once the guest serves it (a private port: only with\n"
+        "the owner's key); off, the request gets 503 until it is resumed. update renames,\n"
+        "relabels or switches it.\n"
         "list prints every sandbox, newest first, fetching a page at a time; --limit N\n"
         "prints one page of N (1 to 1000) and the cursor of the next, which --cursor takes.\n");
 }
@@ -89,7 +94,7 @@ typedef struct {
     const char *data_dir;
     bool json;
     const char *account, *name, *type, *ttl, *cwd, *timeout, *mode, *snapshot, *signal;
-    const char *stdout_offset, *stderr_offset, *limit, *cursor, *interval;
+    const char *stdout_offset, *stderr_offset, *limit, *cursor, *auto_resume, *interval;
     bool no_network, detach, public, remove, no_stdin, once;
     zlist_t *labels; //  "K=V"
     zlist_t *env;    //  "K=V"
@@ -113,6 +118,12 @@ static int s_set_options (cli_op_t *op, s_opts_t *o)
         rc |= cli_op_set_pairs (op, "labels", o->labels, "--label");
     if (o->no_network)
         rc |= cli_op_set_text (op, "network", "false", "--no-network");
+    if (o->auto_resume && !streq (o->auto_resume, "on") && !streq (o->auto_resume, "off")) {
+        fprintf (stderr, "--auto-resume is on or off, not '%s'\n", o->auto_resume);
+        rc = -1;
+    } else if (o->auto_resume)
+        rc |= cli_op_set_text (op, "autoResume", streq (o->auto_resume, "on") ? "true" : "false",
+                               "--auto-resume");
     if (o->detach)
         rc |= cli_op_set_text (op, "detached", "true", "--detach");
     if (o->timeout)
@@ -619,6 +630,7 @@ static const struct {
                {"list", SBX_OP_LIST_SANDBOXES, 0},
                {"get", SBX_OP_GET_SANDBOX, 1},
                {"extend", SBX_OP_EXTEND_SANDBOX, 1},
+               {"update", SBX_OP_UPDATE_SANDBOX, 1},
                {"stop", SBX_OP_STOP_SANDBOX, 1},
                {"resume", SBX_OP_RESUME_SANDBOX, 1},
                {"delete", SBX_OP_DELETE_SANDBOX, 1},
@@ -648,6 +660,7 @@ int cli_sandbox_main (int argc, char **argv)
                                       {"type", required_argument, 0, 't'},
                                       {"ttl", required_argument, 0, 'T'},
                                       {"no-network", no_argument, 0, 'N'},
+                                      {"auto-resume", required_argument, 0, 'A'},
                                       {"label", required_argument, 0, 'l'},
                                       {"detach", no_argument, 0, 'D'},
                                       {"timeout", required_argument, 0, 'o'},
@@ -694,6 +707,9 @@ int cli_sandbox_main (int argc, char **argv)
             break;
         case 'N':
             o.no_network = true;
+            break;
+        case 'A':
+            o.auto_resume = optarg;
             break;
         case 'l':
             zlist_append (o.labels, optarg);

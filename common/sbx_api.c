@@ -162,12 +162,13 @@ json_t *sbx_api_sandbox (sbx_api_t *self, const sbx_sandbox_info_t *s)
     for (size_t i = 0; i < s->labels.count; i++)
         json_object_set_new (labels, s->labels.keys[i], json_string (s->labels.values[i]));
     char *url = sbx_api_url (self, s->label);
-    json_t *json = json_pack (
-        "{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:o, s:o, s:o}", "id", s->id, "name",
-        s->name ? s->name : (s->label ? s->label : s->id), "label", s->label ? s->label : "",
-        "state", sbx_sandbox_state_name (s->state), "type", sbx_sandbox_type_name (s->type), "url",
-        url ? url : "", "network", !s->no_network, "labels", labels, "createdAt",
-        sbx_api_time (s->created_ms), "expiresAt", sbx_api_time (s->expires_ms));
+    json_t *json =
+        json_pack ("{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:b, s:o, s:o, s:o}", "id", s->id, "name",
+                   s->name ? s->name : (s->label ? s->label : s->id), "label",
+                   s->label ? s->label : "", "state", sbx_sandbox_state_name (s->state), "type",
+                   sbx_sandbox_type_name (s->type), "url", url ? url : "", "network",
+                   !s->no_network, "autoResume", !s->no_auto_resume, "labels", labels, "createdAt",
+                   sbx_api_time (s->created_ms), "expiresAt", sbx_api_time (s->expires_ms));
     if (json && s->reason)
         json_object_set_new (json, "reason", json_string (s->reason));
     //  Published ports, each with its URL (https://<label>-<port>.box.<domain>).
@@ -284,6 +285,7 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
         sbx_sandbox_type_from_name (sbx_args_string (op, args, "type"), &m->type);
         m->ttl_s = (uint64_t) sbx_args_int (op, args, "ttlSeconds");
         m->no_network = !sbx_args_bool (op, args, "network");
+        m->no_auto_resume = !sbx_args_bool (op, args, "autoResume");
         sbx_str_set (&m->snapshot_id, snapshot && *snapshot ? snapshot : NULL);
         s_strmap (&m->labels, NULL, sbx_args_object (args, "labels"));
         break;
@@ -380,11 +382,16 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
         sbx_sandbox_update_t *m = sbx_msg_sandbox_update (msg);
         const char *name = sbx_args_string (op, args, "name");
         json_t *labels = sbx_args_object (args, "labels");
-        if (!name && !labels) {
-            s_refuse (why, why_size, "give name, labels or both");
+        json_t *wake = op == SBX_OP_UPDATE_SANDBOX ? json_object_get (args, "autoResume") : NULL;
+        if (!name && !labels && !json_is_boolean (wake)) {
+            s_refuse (why, why_size,
+                      op == SBX_OP_UPDATE_SANDBOX ? "give name, labels, autoResume or several"
+                                                  : "give name, labels or both");
             sbx_msg_destroy (&msg);
             return NULL;
         }
+        if (json_is_boolean (wake))
+            m->auto_resume = json_is_true (wake) ? SBX_TOGGLE_ON : SBX_TOGGLE_OFF;
         sbx_str_set (&m->name, name);
         s_strmap (&m->labels, &m->remove_labels, labels);
         break;
@@ -839,6 +846,18 @@ void sbx_api_test (bool verbose)
     sbx_sandbox_create_t *create = sbx_msg_sandbox_create (msg);
     assert (streq (create->name, "demo") && create->ttl_s == 3600 && !create->no_network);
     assert (create->type == SBX_SANDBOX_TYPE_SMALL && create->labels.count == 1);
+    assert (!create->no_auto_resume); //  autoResume's default: on
+    sbx_msg_destroy (&msg);
+    json_decref (args);
+    //  autoResume alone is an update; absent, it is left as it is.
+    args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"autoResume\": false}");
+    msg = sbx_api_request (SBX_OP_UPDATE_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why);
+    assert (msg && sbx_msg_sandbox_update (msg)->auto_resume == SBX_TOGGLE_OFF);
+    sbx_msg_destroy (&msg);
+    json_decref (args);
+    args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"name\": \"n\"}");
+    msg = sbx_api_request (SBX_OP_UPDATE_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why);
+    assert (msg && sbx_msg_sandbox_update (msg)->auto_resume == SBX_TOGGLE__UNSET);
     sbx_msg_destroy (&msg);
     json_decref (args);
     args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"command\": \"true\", \"timeout\": 5}");
@@ -871,7 +890,7 @@ void sbx_api_test (bool verbose)
     sbx_msg_destroy (&msg);
     assert (
         !sbx_api_request (SBX_OP_UPDATE_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why));
-    assert (streq (why, "give name, labels or both"));
+    assert (streq (why, "give name, labels, autoResume or several"));
     json_decref (args);
     args = s_args ("{\"processId\": 7, \"signal\": \"SIGNOPE\"}");
     assert (!sbx_api_request (SBX_OP_KILL_COMMAND, args, NULL, &agent, &deadline, why, sizeof why));

@@ -15,6 +15,7 @@ _Static_assert (sizeof (sbx_key_preset_t) == sizeof (int), "enums are int-sized"
 _Static_assert (sizeof (sbx_key_kind_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_sandbox_state_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_sandbox_type_t) == sizeof (int), "enums are int-sized");
+_Static_assert (sizeof (sbx_toggle_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_snapshot_state_t) == sizeof (int), "enums are int-sized");
 _Static_assert (sizeof (sbx_snapshot_kind_t) == sizeof (int), "enums are int-sized");
 _Static_assert (offsetof (sbx_key_info_list_t, count) == sizeof (void *), "list layout");
@@ -246,6 +247,28 @@ int sbx_sandbox_type_from_name (const char *name, sbx_sandbox_type_t *value_p)
     return 0;
 }
 
+static const char *const s_enum_toggle_values[] = {
+    NULL,
+    "on",
+    "off",
+};
+static const sbx_meta_enum_t s_enum_toggle = {"toggle", s_enum_toggle_values, 3};
+
+const char *sbx_toggle_name (sbx_toggle_t value)
+{
+    return sbx_meta_enum_name (&s_enum_toggle, (int) value);
+}
+
+int sbx_toggle_from_name (const char *name, sbx_toggle_t *value_p)
+{
+    int value;
+    if (sbx_meta_enum_from_name (&s_enum_toggle, name, &value))
+        return -1;
+    if (value_p)
+        *value_p = (sbx_toggle_t) value;
+    return 0;
+}
+
 static const char *const s_enum_snapshot_state_values[] = {
     NULL,
     "saving",
@@ -462,6 +485,8 @@ static const sbx_meta_struct_t s_meta_sandbox_port;
 static const sbx_meta_struct_t s_meta_sandbox_port_ok;
 static const sbx_meta_struct_t s_meta_sandbox_resolve;
 static const sbx_meta_struct_t s_meta_sandbox_resolve_ok;
+static const sbx_meta_struct_t s_meta_sandbox_wake;
+static const sbx_meta_struct_t s_meta_sandbox_wake_ok;
 static const sbx_meta_struct_t s_meta_sandbox_port_changed;
 static const sbx_meta_struct_t s_meta_vm_port;
 static const sbx_meta_struct_t s_meta_vm_port_ok;
@@ -1379,6 +1404,7 @@ static const sbx_meta_field_t s_fields_sandbox_info[] = {
     {"account", SBX_META_STRING, offsetof (sbx_sandbox_info_t, account), false, 64, NULL, NULL},
     {"vmd", SBX_META_STRING, offsetof (sbx_sandbox_info_t, vmd), false, 128, NULL, NULL},
     {"no_network", SBX_META_BOOL, offsetof (sbx_sandbox_info_t, no_network), false, 0, NULL, NULL},
+    {"no_auto_resume", SBX_META_BOOL, offsetof (sbx_sandbox_info_t, no_auto_resume), false, 0, NULL, NULL},
     {"labels", SBX_META_STRMAP, offsetof (sbx_sandbox_info_t, labels), false, 64, NULL, NULL},
     {"created_ms", SBX_META_UINT, offsetof (sbx_sandbox_info_t, created_ms), false, 0, NULL, NULL},
     {"expires_ms", SBX_META_UINT, offsetof (sbx_sandbox_info_t, expires_ms), false, 0, NULL, NULL},
@@ -1386,7 +1412,7 @@ static const sbx_meta_field_t s_fields_sandbox_info[] = {
     {"reason", SBX_META_STRING, offsetof (sbx_sandbox_info_t, reason), false, 1024, NULL, NULL},
     {"ports", SBX_META_LIST, offsetof (sbx_sandbox_info_t, ports), false, 64, NULL, &s_meta_port_info},
 };
-static const sbx_meta_struct_t s_meta_sandbox_info = {"sandbox_info", sizeof (sbx_sandbox_info_t), s_fields_sandbox_info, 14};
+static const sbx_meta_struct_t s_meta_sandbox_info = {"sandbox_info", sizeof (sbx_sandbox_info_t), s_fields_sandbox_info, 15};
 
 static const sbx_meta_field_t s_fields_vm_info[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_info_t, sandbox_id), true, 64, NULL, NULL},
@@ -1419,10 +1445,11 @@ static const sbx_meta_field_t s_fields_sandbox_create[] = {
     {"type", SBX_META_ENUM, offsetof (sbx_sandbox_create_t, type), false, 0, &s_enum_sandbox_type, NULL},
     {"ttl_s", SBX_META_UINT, offsetof (sbx_sandbox_create_t, ttl_s), false, 0, NULL, NULL},
     {"no_network", SBX_META_BOOL, offsetof (sbx_sandbox_create_t, no_network), false, 0, NULL, NULL},
+    {"no_auto_resume", SBX_META_BOOL, offsetof (sbx_sandbox_create_t, no_auto_resume), false, 0, NULL, NULL},
     {"labels", SBX_META_STRMAP, offsetof (sbx_sandbox_create_t, labels), false, 64, NULL, NULL},
     {"snapshot_id", SBX_META_STRING, offsetof (sbx_sandbox_create_t, snapshot_id), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_sandbox_create = {"sandbox.create", sizeof (sbx_sandbox_create_t), s_fields_sandbox_create, 6};
+static const sbx_meta_struct_t s_meta_sandbox_create = {"sandbox.create", sizeof (sbx_sandbox_create_t), s_fields_sandbox_create, 7};
 
 static const sbx_meta_field_t s_fields_sandbox_create_ok[] = {
     {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_create_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
@@ -1573,8 +1600,9 @@ static const sbx_meta_field_t s_fields_sandbox_update[] = {
     {"name", SBX_META_STRING, offsetof (sbx_sandbox_update_t, name), false, 128, NULL, NULL},
     {"labels", SBX_META_STRMAP, offsetof (sbx_sandbox_update_t, labels), false, 64, NULL, NULL},
     {"remove_labels", SBX_META_STRLIST, offsetof (sbx_sandbox_update_t, remove_labels), false, 64, NULL, NULL},
+    {"auto_resume", SBX_META_ENUM, offsetof (sbx_sandbox_update_t, auto_resume), false, 0, &s_enum_toggle, NULL},
 };
-static const sbx_meta_struct_t s_meta_sandbox_update = {"sandbox.update", sizeof (sbx_sandbox_update_t), s_fields_sandbox_update, 4};
+static const sbx_meta_struct_t s_meta_sandbox_update = {"sandbox.update", sizeof (sbx_sandbox_update_t), s_fields_sandbox_update, 5};
 
 static const sbx_meta_field_t s_fields_sandbox_update_ok[] = {
     {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_update_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
@@ -1677,8 +1705,20 @@ static const sbx_meta_field_t s_fields_sandbox_resolve_ok[] = {
     {"public", SBX_META_BOOL, offsetof (sbx_sandbox_resolve_ok_t, public), false, 0, NULL, NULL},
     {"host", SBX_META_STRING, offsetof (sbx_sandbox_resolve_ok_t, host), false, 256, NULL, NULL},
     {"host_port", SBX_META_UINT, offsetof (sbx_sandbox_resolve_ok_t, host_port), false, 0, NULL, NULL},
+    {"auto_resume", SBX_META_BOOL, offsetof (sbx_sandbox_resolve_ok_t, auto_resume), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_sandbox_resolve_ok = {"sandbox.resolve.ok", sizeof (sbx_sandbox_resolve_ok_t), s_fields_sandbox_resolve_ok, 6};
+static const sbx_meta_struct_t s_meta_sandbox_resolve_ok = {"sandbox.resolve.ok", sizeof (sbx_sandbox_resolve_ok_t), s_fields_sandbox_resolve_ok, 7};
+
+static const sbx_meta_field_t s_fields_sandbox_wake[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_wake_t, sandbox_id), true, 64, NULL, NULL},
+    {"port", SBX_META_UINT, offsetof (sbx_sandbox_wake_t, port), true, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_wake = {"sandbox.wake", sizeof (sbx_sandbox_wake_t), s_fields_sandbox_wake, 2};
+
+static const sbx_meta_field_t s_fields_sandbox_wake_ok[] = {
+    {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_wake_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
+};
+static const sbx_meta_struct_t s_meta_sandbox_wake_ok = {"sandbox.wake.ok", sizeof (sbx_sandbox_wake_ok_t), s_fields_sandbox_wake_ok, 1};
 
 static const sbx_meta_field_t s_fields_sandbox_port_changed[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_port_changed_t, sandbox_id), true, 64, NULL, NULL},
@@ -2158,6 +2198,10 @@ static const char *const s_from_sandbox_resolve[] = {"gateway"};
 static const char *const s_to_sandbox_resolve[] = {"broker"};
 static const char *const s_from_sandbox_resolve_ok[] = {"broker"};
 static const char *const s_to_sandbox_resolve_ok[] = {"gateway"};
+static const char *const s_from_sandbox_wake[] = {"gateway"};
+static const char *const s_to_sandbox_wake[] = {"broker"};
+static const char *const s_from_sandbox_wake_ok[] = {"broker"};
+static const char *const s_to_sandbox_wake_ok[] = {"gateway"};
 static const char *const s_from_sandbox_port_changed[] = {"broker"};
 static const char *const s_to_sandbox_port_changed[] = {"tap"};
 static const char *const s_from_vm_port[] = {"broker"};
@@ -2359,6 +2403,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"sandbox.port.ok", &s_meta_sandbox_port_ok, s_from_sandbox_port_ok, 1, s_to_sandbox_port_ok, 2, SBX_MSG__UNKNOWN, false},
     {"sandbox.resolve", &s_meta_sandbox_resolve, s_from_sandbox_resolve, 1, s_to_sandbox_resolve, 1, SBX_MSG_SANDBOX_RESOLVE_OK, false},
     {"sandbox.resolve.ok", &s_meta_sandbox_resolve_ok, s_from_sandbox_resolve_ok, 1, s_to_sandbox_resolve_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"sandbox.wake", &s_meta_sandbox_wake, s_from_sandbox_wake, 1, s_to_sandbox_wake, 1, SBX_MSG_SANDBOX_WAKE_OK, false},
+    {"sandbox.wake.ok", &s_meta_sandbox_wake_ok, s_from_sandbox_wake_ok, 1, s_to_sandbox_wake_ok, 1, SBX_MSG__UNKNOWN, false},
     {"sandbox.port_changed", &s_meta_sandbox_port_changed, s_from_sandbox_port_changed, 1, s_to_sandbox_port_changed, 1, SBX_MSG__UNKNOWN, false},
     {"vm.port", &s_meta_vm_port, s_from_vm_port, 1, s_to_vm_port, 1, SBX_MSG_VM_PORT_OK, false},
     {"vm.port.ok", &s_meta_vm_port_ok, s_from_vm_port_ok, 1, s_to_vm_port_ok, 1, SBX_MSG__UNKNOWN, false},
@@ -3146,6 +3192,16 @@ sbx_sandbox_resolve_ok_t *sbx_msg_sandbox_resolve_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_SANDBOX_RESOLVE_OK ? (sbx_sandbox_resolve_ok_t *) msg->body : NULL;
 }
 
+sbx_sandbox_wake_t *sbx_msg_sandbox_wake (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_WAKE ? (sbx_sandbox_wake_t *) msg->body : NULL;
+}
+
+sbx_sandbox_wake_ok_t *sbx_msg_sandbox_wake_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_WAKE_OK ? (sbx_sandbox_wake_ok_t *) msg->body : NULL;
+}
+
 sbx_sandbox_port_changed_t *sbx_msg_sandbox_port_changed (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_SANDBOX_PORT_CHANGED ? (sbx_sandbox_port_changed_t *) msg->body : NULL;
@@ -3291,6 +3347,7 @@ static const size_t s_subject_at[SBX_MSG__COUNT] = {
     [SBX_MSG_VM_METRICS_OK] = offsetof (sbx_vm_metrics_ok_t, sandbox_id) + 1,
     [SBX_MSG_SANDBOX_PORT] = offsetof (sbx_sandbox_port_t, sandbox_id) + 1,
     [SBX_MSG_SANDBOX_RESOLVE_OK] = offsetof (sbx_sandbox_resolve_ok_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_WAKE] = offsetof (sbx_sandbox_wake_t, sandbox_id) + 1,
     [SBX_MSG_SANDBOX_PORT_CHANGED] = offsetof (sbx_sandbox_port_changed_t, sandbox_id) + 1,
     [SBX_MSG_VM_PORT] = offsetof (sbx_vm_port_t, sandbox_id) + 1,
     [SBX_MSG_VM_PORT_OK] = offsetof (sbx_vm_port_ok_t, sandbox_id) + 1,
@@ -3312,6 +3369,7 @@ static const size_t s_sandbox_at[SBX_MSG__COUNT] = {
     [SBX_MSG_SANDBOX_EXTEND_OK] = offsetof (sbx_sandbox_extend_ok_t, sandbox) + 1,
     [SBX_MSG_SANDBOX_UPDATE_OK] = offsetof (sbx_sandbox_update_ok_t, sandbox) + 1,
     [SBX_MSG_SANDBOX_PORT_OK] = offsetof (sbx_sandbox_port_ok_t, sandbox) + 1,
+    [SBX_MSG_SANDBOX_WAKE_OK] = offsetof (sbx_sandbox_wake_ok_t, sandbox) + 1,
 };
 
 static void *s_at (const struct sbx_msg_s *msg, const size_t *table)

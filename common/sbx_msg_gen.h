@@ -143,6 +143,15 @@ typedef enum {
 const char *sbx_sandbox_type_name (sbx_sandbox_type_t value);
 int sbx_sandbox_type_from_name (const char *name, sbx_sandbox_type_t *value_p);
 
+//  toggle (sandbox.json): A setting to switch: on or off (absent: left as it is).
+typedef enum {
+    SBX_TOGGLE__UNSET = 0,
+    SBX_TOGGLE_ON,  //  "on"
+    SBX_TOGGLE_OFF, //  "off"
+} sbx_toggle_t;
+const char *sbx_toggle_name (sbx_toggle_t value);
+int sbx_toggle_from_name (const char *name, sbx_toggle_t *value_p);
+
 //  snapshot_state (snapshot.json): A snapshot's life: saving (files being written), ready
 //  (usable), failed (the save did not finish; no files).
 typedef enum {
@@ -335,6 +344,8 @@ typedef enum {
     SBX_MSG_SANDBOX_PORT_OK,          //  sandbox.port.ok
     SBX_MSG_SANDBOX_RESOLVE,          //  sandbox.resolve
     SBX_MSG_SANDBOX_RESOLVE_OK,       //  sandbox.resolve.ok
+    SBX_MSG_SANDBOX_WAKE,             //  sandbox.wake
+    SBX_MSG_SANDBOX_WAKE_OK,          //  sandbox.wake.ok
     SBX_MSG_SANDBOX_PORT_CHANGED,     //  sandbox.port_changed
     SBX_MSG_VM_PORT,                  //  vm.port
     SBX_MSG_VM_PORT_OK,               //  vm.port.ok
@@ -532,6 +543,8 @@ typedef struct sbx_sandbox_port_s sbx_sandbox_port_t;
 typedef struct sbx_sandbox_port_ok_s sbx_sandbox_port_ok_t;
 typedef struct sbx_sandbox_resolve_s sbx_sandbox_resolve_t;
 typedef struct sbx_sandbox_resolve_ok_s sbx_sandbox_resolve_ok_t;
+typedef struct sbx_sandbox_wake_s sbx_sandbox_wake_t;
+typedef struct sbx_sandbox_wake_ok_s sbx_sandbox_wake_ok_t;
 typedef struct sbx_sandbox_port_changed_s sbx_sandbox_port_changed_t;
 typedef struct sbx_vm_port_s sbx_vm_port_t;
 typedef struct sbx_vm_port_ok_s sbx_vm_port_ok_t;
@@ -2164,6 +2177,8 @@ struct sbx_sandbox_info_s {
     char *vmd;
     //  Created without network access.
     bool no_network;
+    //  A request to one of its port URLs does not resume it when stopped (autoResume false).
+    bool no_auto_resume;
     //  (max 64) The user's key/value labels.
     sbx_strmap_t labels;
     //  When it was created, ms since the epoch.
@@ -2233,6 +2248,9 @@ struct sbx_sandbox_create_s {
     uint64_t ttl_s;
     //  No network access at all.
     bool no_network;
+    //  Do not resume it when a request reaches one of its port URLs while it is stopped
+    //  (autoResume false).
+    bool no_auto_resume;
     //  (max 64) Key/value labels.
     sbx_strmap_t labels;
     //  (max 64) Start from this snapshot (snap_…) of the caller's account: its disk and memory,
@@ -2451,7 +2469,7 @@ struct sbx_sandbox_extend_ok_s {
 };
 
 //  message sandbox.update (sandbox.json): gateway, cli -> broker, reply sandbox.update.ok.
-//  Rename a sandbox and/or set and remove its labels.
+//  Rename a sandbox, set and remove its labels, and/or switch its autoResume.
 struct sbx_sandbox_update_s {
     //  (required, max 64) sb_… id.
     char *sandbox_id;
@@ -2461,6 +2479,8 @@ struct sbx_sandbox_update_s {
     sbx_strmap_t labels;
     //  (max 64) Label keys to remove.
     sbx_strlist_t remove_labels;
+    //  Switch autoResume on or off; absent: unchanged.
+    sbx_toggle_t auto_resume;
 };
 
 //  message sandbox.update.ok (sandbox.json): broker -> gateway, cli. The sandbox as it is now.
@@ -2630,6 +2650,26 @@ struct sbx_sandbox_resolve_ok_s {
     char *host;
     //  The forward's host port.
     uint64_t host_port;
+    //  A request may wake it (sandbox.wake) when it is stopped.
+    bool auto_resume;
+};
+
+//  message sandbox.wake (sandbox.json): gateway -> broker, reply sandbox.wake.ok. The port
+//  proxy got a request for a published port of a stopped sandbox whose autoResume is on (for a
+//  private port, from its owner): resume it, as its owner would, and answer once it is ready.
+//  Only gateways may ask. A sandbox that is ready answers at once; one that is stopping or
+//  resuming answers failed_precondition (the proxy asks again).
+struct sbx_sandbox_wake_s {
+    //  (required, max 64) sb_… id (from sandbox.resolve.ok).
+    char *sandbox_id;
+    //  (required) The published guest port the request came for: it must be published.
+    uint64_t port;
+};
+
+//  message sandbox.wake.ok (sandbox.json): broker -> gateway. The sandbox, ready.
+struct sbx_sandbox_wake_ok_s {
+    //  (required) The sandbox.
+    sbx_sandbox_info_t *sandbox;
 };
 
 //  message sandbox.port_changed (sandbox.json): broker -> tap. A port was published, changed or
@@ -3069,6 +3109,8 @@ sbx_sandbox_port_t *sbx_msg_sandbox_port (struct sbx_msg_s *msg);
 sbx_sandbox_port_ok_t *sbx_msg_sandbox_port_ok (struct sbx_msg_s *msg);
 sbx_sandbox_resolve_t *sbx_msg_sandbox_resolve (struct sbx_msg_s *msg);
 sbx_sandbox_resolve_ok_t *sbx_msg_sandbox_resolve_ok (struct sbx_msg_s *msg);
+sbx_sandbox_wake_t *sbx_msg_sandbox_wake (struct sbx_msg_s *msg);
+sbx_sandbox_wake_ok_t *sbx_msg_sandbox_wake_ok (struct sbx_msg_s *msg);
 sbx_sandbox_port_changed_t *sbx_msg_sandbox_port_changed (struct sbx_msg_s *msg);
 sbx_vm_port_t *sbx_msg_vm_port (struct sbx_msg_s *msg);
 sbx_vm_port_ok_t *sbx_msg_vm_port_ok (struct sbx_msg_s *msg);

@@ -6,9 +6,14 @@
     poller whose events follow what the connection can do now (s_update), so a full
     buffer stops reading its source: that is the backpressure.
 
-    A connection is freed only from a poller or peer callback, never from a timer: zloop
-    stops its pass over the pollers after one of them changes the poller set, and runs
-    timers before pollers, so no handler is called for a freed connection.
+    A stopped sandbox with autoResume on is woken (sandbox.wake) and the request waits
+    (resolving again every 250 ms while it stops or resumes) until the guest serves it; a
+    guest just woken may refuse for a second, then it is asked again.
+
+    A connection is freed only from a poller or peer callback, or from a timer while it
+    has no poller (waiting for a wake, or to connect again): zloop stops its pass over the
+    pollers after one of them changes the poller set, and runs timers before pollers, so
+    no handler is called for a freed connection.
 */
 #include "gw_proxy.h"
 #include "gw_auth.h"
@@ -31,6 +36,13 @@
 #define S_BUF_LIMIT   (256 * 1024) //  per direction: stop reading the source above this
 #define S_READ_SIZE   (64 * 1024)
 #define S_CACHE_LIMIT 10000
+//  Auto-resume: how long a request waits for its stopped sandbox (a resume under TCG takes
+//  seconds; a stop in progress ends first), how often it looks again meanwhile, and how
+//  long after the wake the guest's server may still refuse (then it is asked again).
+#define S_WAKE_HOLD_MS  120000
+#define S_WAKE_POLL_MS  250
+#define S_SERVE_MS      1000
+#define S_SERVE_POLL_MS 100
 
 typedef struct {
     char *sandbox_id;
@@ -39,6 +51,7 @@ typedef struct {
     int host_port;
     sbx_sandbox_state_t state;
     bool public;
+    bool auto_resume;
     int64_t expires; //  zclock_mono
 } s_target_t;
 
@@ -85,6 +98,11 @@ typedef struct {
     bool in_request;  //  inside sbx_peer_request
     sbx_msg_t *early; //  its answer, given before it returned
     bool auth_pending, dead;
+    bool authed;           //  the owner's credentials were checked (a private port)
+    int64_t hold_until;    //  waiting for a wake until then (zclock_mono); 0: not waiting
+    int64_t serve_until;   //  woken: the guest's server may refuse until then
+    int timer;             //  the wait's zloop timer, 0 for none
+    bool connect_on_timer; //  the timer connects again (else it resolves again)
     int up, up_events;
     int client, client_events; //  the upgraded socket (P_PIPE)
     s_buf_t to_up, from_up, pending;
@@ -99,6 +117,7 @@ typedef struct {
 static void s_update (s_conn_t *c);
 static void s_free (s_conn_t *c);
 static void s_resolve (s_conn_t *c);
+static void s_start_connect (s_conn_t *c);
 
 //  --------------------------------------------------------------------------
 //  Small helpers
@@ -345,6 +364,8 @@ static void s_free (s_conn_t *c)
         close (c->up);
     if (c->rid)
         sbx_peer_cancel (c->proxy->peer, c->rid);
+    if (c->timer)
+        zloop_timer_end (c->proxy->loop, c->timer);
     sbx_msg_destroy (&c->early);
     if (c->req) {
         //  Still held: release it (the closed callback is not called for this).
@@ -656,7 +677,76 @@ static int s_recv_buf (int fd, s_buf_t *buf)
     return s_buf_add (buf, data, (size_t) got);
 }
 
-static void s_start_connect (s_conn_t *c);
+//  --------------------------------------------------------------------------
+//  Waiting: for a sandbox that is waking, or for a woken guest's server
+
+static int s_on_timer (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_conn_t *c = arg;
+    c->timer = 0;
+    if (c->connect_on_timer)
+        s_start_connect (c);
+    else
+        s_resolve (c);
+    return 0;
+}
+
+//  Connects (connect) or resolves again in `ms`. A waiting connection has no socket to
+//  the guest, so none of its pollers is registered: the timer may end it.
+static void s_later (s_conn_t *c, int ms, bool connect)
+{
+    assert (c->up < 0 && c->client < 0 && !c->timer);
+    c->phase = P_RESOLVE;
+    c->connect_on_timer = connect;
+    int timer = zloop_timer (c->proxy->loop, (size_t) ms, 1, s_on_timer, c);
+    if (timer < 0) {
+        s_error (c, 503, SBX_E_UNAVAILABLE, "cannot wait for sandbox %s: out of timers",
+                 c->target.sandbox_id);
+        s_end (c);
+        return;
+    }
+    c->timer = timer;
+}
+
+//  Just woken, its server may still refuse (or the forward close at once): try again
+//  for a moment. The request had not reached a server that answered.
+static bool s_retry_woken (s_conn_t *c)
+{
+    if (!c->serve_until || zclock_mono () >= c->serve_until)
+        return false;
+    s_watch (c, c->up, &c->up_events, 0, s_on_up);
+    if (c->up >= 0)
+        close (c->up);
+    c->up = -1;
+    c->up_eof = false;
+    c->from_up.size = 0;
+    s_later (c, S_SERVE_POLL_MS, true);
+    return true;
+}
+
+//  The guest's forward refused or closed at once: a cached answer may be stale (the port
+//  moved, the sandbox stopped), or the sandbox began to stop after the broker answered
+//  (an autoResume one then waits for its wake): ask the broker once more. The request
+//  had not reached a server that answered.
+static bool s_resolve_again (s_conn_t *c)
+{
+    if (c->retried || !(c->from_cache || c->target.auto_resume))
+        return false;
+    c->retried = true;
+    s_watch (c, c->up, &c->up_events, 0, s_on_up);
+    if (c->up >= 0)
+        close (c->up);
+    c->up = -1;
+    c->up_eof = false;
+    c->from_up.size = 0;
+    char key[96];
+    snprintf (key, sizeof key, "%s:%d", c->label, c->port);
+    zhashx_delete (c->proxy->cache, key);
+    s_resolve (c);
+    return true;
+}
 
 //  Connecting failed: a cached answer may be stale (the port moved, the sandbox
 //  stopped): ask the broker once more; else tell the client.
@@ -665,14 +755,8 @@ static void s_connect_failed (s_conn_t *c, int error)
     close (c->up);
     c->up_events = 0;
     c->up = -1;
-    if (c->from_cache && !c->retried) {
-        c->retried = true;
-        char key[96];
-        snprintf (key, sizeof key, "%s:%d", c->label, c->port);
-        zhashx_delete (c->proxy->cache, key);
-        s_resolve (c);
+    if (s_retry_woken (c) || s_resolve_again (c))
         return;
-    }
     s_error (c, 502, SBX_E_UNAVAILABLE,
              "port %d of sandbox %s is not answering (%s): is a server listening on it in the "
              "guest? If the sandbox was resumed on a new host port, call host_port again",
@@ -696,6 +780,9 @@ static int s_on_up (zloop_t *loop, zmq_pollitem_t *item, void *arg)
     }
     if ((item->revents & ZMQ_POLLOUT) || c->to_up.size) {
         if (s_send_buf (c->up, &c->to_up)) {
+            if (c->phase == P_HEAD && c->from_up.size == 0 &&
+                (s_retry_woken (c) || s_resolve_again (c)))
+                return 0;
             if (c->phase == P_HEAD)
                 s_error (c, 502, SBX_E_UNAVAILABLE, "the connection to port %d of sandbox %s broke",
                          c->port, c->target.sandbox_id);
@@ -706,6 +793,9 @@ static int s_on_up (zloop_t *loop, zmq_pollitem_t *item, void *arg)
     if (item->revents & (ZMQ_POLLIN | ZMQ_POLLERR)) {
         s_buf_t *into = &c->from_up;
         int rc = c->up_eof ? 1 : s_recv_buf (c->up, into);
+        if (rc < 0 && c->phase == P_HEAD && c->from_up.size == 0 &&
+            (s_retry_woken (c) || s_resolve_again (c)))
+            return 0;
         if (rc < 0 && c->phase != P_BODY && c->phase != P_PIPE) {
             s_error (c, 502, SBX_E_UNAVAILABLE, "the connection to port %d of sandbox %s broke",
                      c->port, c->target.sandbox_id);
@@ -717,6 +807,9 @@ static int s_on_up (zloop_t *loop, zmq_pollitem_t *item, void *arg)
         if (c->phase == P_HEAD) {
             byte *end =
                 c->from_up.size ? memmem (c->from_up.data, c->from_up.size, "\r\n\r\n", 4) : NULL;
+            if (!end && c->up_eof && c->from_up.size == 0 &&
+                (s_retry_woken (c) || s_resolve_again (c)))
+                return 0;
             if (!end && (c->up_eof || c->from_up.size > S_MAX_HEAD)) {
                 s_error (c, 502, SBX_E_UNAVAILABLE, "port %d of sandbox %s %s", c->port,
                          c->target.sandbox_id,
@@ -865,6 +958,8 @@ static void s_to_box (s_conn_t *c)
     s_end (c);
 }
 
+static void s_proceed (s_conn_t *c);
+
 static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *message, void *arg)
 {
     s_conn_t *c = arg;
@@ -890,7 +985,98 @@ static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *
         s_end (c);
         return;
     }
-    s_start_connect (c);
+    c->authed = true;
+    s_proceed (c);
+}
+
+static void s_on_woken (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg);
+
+//  An answer given inside sbx_peer_request (s_ask) is kept for after the call: true.
+//  Else the request is answered: false.
+static bool s_keep_early (s_conn_t *c, sbx_msg_t **reply_p)
+{
+    if (c->in_request) {
+        c->early = *reply_p;
+        *reply_p = NULL;
+        return true;
+    }
+    c->rid = 0;
+    return false;
+}
+
+//  Sends request to the broker; reply_fn gets its answer, even one given at once (a
+//  request that cannot go out is answered inside sbx_peer_request: that answer is kept
+//  for after the call, which must not see the connection freed).
+static void s_ask (s_conn_t *c, sbx_msg_t **request_p, uint32_t deadline_ms, sbx_peer_reply_fn *fn)
+{
+    c->in_request = true;
+    uint64_t rid = sbx_peer_request (c->proxy->peer, request_p, deadline_ms, fn, c);
+    c->in_request = false;
+    if (!c->early) {
+        c->rid = rid;
+        return;
+    }
+    sbx_msg_t *early = c->early;
+    c->early = NULL;
+    fn (c->proxy->peer, &early, c);
+    sbx_msg_destroy (&early);
+}
+
+//  A stopped sandbox with autoResume on (a private port's owner asking): hold the
+//  request, wake the sandbox (a stop in progress ends first), then serve it.
+static void s_hold (s_conn_t *c)
+{
+    int64_t now = zclock_mono ();
+    const char *state = sbx_sandbox_state_name (c->target.state);
+    if (!c->hold_until) {
+        c->hold_until = now + S_WAKE_HOLD_MS;
+        sbx_info ("proxy %s-%d: sandbox=%s is %s: the request waits for it to wake", c->label,
+                  c->port, c->target.sandbox_id, state);
+    }
+    if (now >= c->hold_until) {
+        s_error (c, 504, SBX_E_TIMEOUT,
+                 "sandbox %s did not wake within %d s of this request (it is %s); try again, or "
+                 "resume it (resume_sandbox)",
+                 c->target.sandbox_id, S_WAKE_HOLD_MS / 1000, state);
+        s_end (c);
+        return;
+    }
+    if (c->target.state != SBX_SANDBOX_STATE_STOPPED) {
+        s_later (c, S_WAKE_POLL_MS, false); //  stopping or resuming: look again soon
+        return;
+    }
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_WAKE);
+    sbx_str_set (&sbx_msg_sandbox_wake (request)->sandbox_id, c->target.sandbox_id);
+    sbx_msg_sandbox_wake (request)->port = (uint64_t) c->port;
+    sbx_msg_set_subject (request, c->target.sandbox_id);
+    c->phase = P_RESOLVE;
+    int64_t left = c->hold_until - now;
+    s_ask (c, &request, (uint32_t) (left > 1000 ? left : 1000), s_on_woken);
+}
+
+static void s_on_woken (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
+{
+    (void) peer;
+    s_conn_t *c = arg;
+    if (s_keep_early (c, reply_p))
+        return;
+    sbx_msg_t *reply = *reply_p;
+    if (reply->type == SBX_MSG_ERROR) {
+        sbx_code_t code = sbx_msg_error (reply)->code;
+        //  It moved meanwhile (a stop not yet ended, someone resumed it, autoResume
+        //  switched off), or its vmd is away for a moment: what it is now decides.
+        if (code == SBX_E_FAILED_PRECONDITION || code == SBX_E_UNAVAILABLE) {
+            s_later (c, S_WAKE_POLL_MS, false);
+            return;
+        }
+        s_error (c, sbx_code_http_status (code), code,
+                 "port %d of sandbox %s: the sandbox is stopped and could not be resumed: %s",
+                 c->port, c->target.sandbox_id, sbx_msg_error (reply)->message);
+        s_end (c);
+        return;
+    }
+    sbx_info ("proxy %s-%d: sandbox=%s woke", c->label, c->port, c->target.sandbox_id);
+    s_resolve (c); //  its forward may listen on a new host port now
 }
 
 //  The target is known: check it, then connect.
@@ -900,45 +1086,51 @@ static void s_proceed (s_conn_t *c)
         s_to_box (c);
         return;
     }
-    if (c->target.state != SBX_SANDBOX_STATE_READY) {
-        const char *state = sbx_sandbox_state_name (c->target.state);
-        if (c->target.state == SBX_SANDBOX_STATE_STOPPED)
-            s_error (c, 503, SBX_E_UNAVAILABLE, "sandbox %s is stopped; resume it to reach port %d",
-                     c->target.sandbox_id, c->port);
-        else
-            s_error (c, 503, SBX_E_UNAVAILABLE,
-                     "sandbox %s is %s; port %d answers once it is ready", c->target.sandbox_id,
-                     state, c->port);
-        s_end (c);
+    //  A private port's owner is known before its state is told or it is woken.
+    if (!c->target.public && !c->authed) {
+        const char *token = gw_auth_bearer (gw_request_header (c->req, "Authorization"));
+        if (!token) {
+            s_error (c, 401, SBX_E_UNAUTHENTICATED,
+                     "port %d of sandbox %s is private: send Authorization: Bearer <API key of "
+                     "its owner>, or publish it with host_port public: true",
+                     c->port, c->target.sandbox_id);
+            s_end (c);
+            return;
+        }
+        c->auth_pending = true;
+        gw_auth_check (c->proxy->auth, token, s_on_auth, c);
         return;
     }
-    if (c->target.public) {
+    sbx_sandbox_state_t state = c->target.state;
+    if (state == SBX_SANDBOX_STATE_READY) {
+        if (c->hold_until && !c->serve_until)
+            c->serve_until = zclock_mono () + S_SERVE_MS;
         s_start_connect (c);
         return;
     }
-    const char *token = gw_auth_bearer (gw_request_header (c->req, "Authorization"));
-    if (!token) {
-        s_error (c, 401, SBX_E_UNAUTHENTICATED,
-                 "port %d of sandbox %s is private: send Authorization: Bearer <API key of its "
-                 "owner>, or publish it with host_port public: true",
-                 c->port, c->target.sandbox_id);
-        s_end (c);
+    if (c->target.auto_resume &&
+        (state == SBX_SANDBOX_STATE_STOPPED || state == SBX_SANDBOX_STATE_STOPPING ||
+         state == SBX_SANDBOX_STATE_RESUMING)) {
+        s_hold (c);
         return;
     }
-    c->auth_pending = true;
-    gw_auth_check (c->proxy->auth, token, s_on_auth, c);
+    if (state == SBX_SANDBOX_STATE_STOPPED)
+        s_error (c, 503, SBX_E_UNAVAILABLE,
+                 "sandbox %s is stopped and its autoResume is off; resume it (resume_sandbox) to "
+                 "reach port %d",
+                 c->target.sandbox_id, c->port);
+    else
+        s_error (c, 503, SBX_E_UNAVAILABLE, "sandbox %s is %s; port %d answers once it is ready",
+                 c->target.sandbox_id, sbx_sandbox_state_name (state), c->port);
+    s_end (c);
 }
 
 static void s_on_resolved (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
 {
     (void) peer;
     s_conn_t *c = arg;
-    if (c->in_request) {
-        c->early = *reply_p;
-        *reply_p = NULL;
+    if (s_keep_early (c, reply_p))
         return;
-    }
-    c->rid = 0;
     sbx_msg_t *reply = *reply_p;
     if (reply->type == SBX_MSG_ERROR) {
         sbx_code_t code = sbx_msg_error (reply)->code;
@@ -966,6 +1158,7 @@ static void s_on_resolved (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
         t->host_port = (int) ok->host_port;
         t->state = ok->state;
         t->public = ok->public;
+        t->auto_resume = ok->auto_resume;
         t->expires = zclock_mono () + S_CACHE_MS;
         char key[96];
         snprintf (key, sizeof key, "%s:%d", c->label, c->port);
@@ -985,19 +1178,7 @@ static void s_resolve (s_conn_t *c)
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_RESOLVE);
     sbx_str_set (&sbx_msg_sandbox_resolve (request)->label, c->label);
     sbx_msg_sandbox_resolve (request)->port = (uint64_t) c->port;
-    //  A request that can't go out is answered inside sbx_peer_request: keep that answer
-    //  for after the call, which must not see the connection freed.
-    c->in_request = true;
-    uint64_t rid = sbx_peer_request (c->proxy->peer, &request, S_RESOLVE_MS, s_on_resolved, c);
-    c->in_request = false;
-    if (!c->early) {
-        c->rid = rid;
-        return;
-    }
-    sbx_msg_t *early = c->early;
-    c->early = NULL;
-    s_on_resolved (c->proxy->peer, &early, c);
-    sbx_msg_destroy (&early);
+    s_ask (c, &request, S_RESOLVE_MS, s_on_resolved);
 }
 
 bool gw_proxy_handle (gw_proxy_t *self, gw_request_t *req)

@@ -1,7 +1,9 @@
 """Guest ports at https://<label>-<port>.box.<domain> (issues 3 and 4): host_port over MCP,
 then real HTTP(S) through the gateway's port proxy into a real guest under `sbx up`:
 a directory listing, private ports and whose keys open them, a streamed response, a
-WebSocket echo, unknown hosts, a stopped sandbox (503), resume, removal and delete."""
+WebSocket echo, unknown hosts, auto-resume (issue 20 item 1: a request to a stopped
+sandbox's port wakes it, HTTP and WebSocket, public and private, one that arrives while it
+is stopping; autoResume off: 503), removal and delete."""
 import base64
 import hashlib
 import json
@@ -10,11 +12,13 @@ import signal
 import socket
 import ssl
 import struct
+import threading
 import time
 import unittest
 import http.client
 
 from sbxtest import BIN, MCP_INIT as INIT, Sbx, main, mcp_call, mcp_post, wait_for
+from test_billing import ready_ms
 
 # A chunked stream: one line a second, five lines.
 STREAM_PY = r'''
@@ -134,6 +138,125 @@ class PortsTest(unittest.TestCase):
     def error_of(self, body):
         return json.loads(body)["error"]
 
+    def ws_echo(self, name):
+        """A WebSocket handshake through the proxy to WS_PY's echo, and two frames back."""
+        ws = self.connect(name)
+        key = base64.b64encode(os.urandom(16)).decode()
+        ws.sendall((f"GET /chat HTTP/1.1\r\nHost: {name}:{self.port}\r\n"
+                    "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                    f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = ws.recv(4096)
+            self.assertTrue(chunk, f"closed during the handshake: {head!r}")
+            head += chunk
+        head, extra = head.split(b"\r\n\r\n", 1)
+        self.assertTrue(head.startswith(b"HTTP/1.1 101"), head)
+        accept = base64.b64encode(hashlib.sha1(
+            (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+        fields = dict(line.split(": ", 1) for line in head.decode().split("\r\n")[1:])
+        self.assertEqual({k.lower(): v for k, v in fields.items()}["sec-websocket-accept"], accept)
+        for word in (b"hello", b"again"):
+            mask = os.urandom(4)
+            ws.sendall(bytes([0x81, 0x80 | len(word)]) + mask +
+                       bytes(c ^ mask[i % 4] for i, c in enumerate(word)))
+            data = extra
+            while len(data) < 2 or len(data) < 2 + data[1]:
+                chunk = ws.recv(4096)
+                self.assertTrue(chunk, "closed before the echo")
+                data += chunk
+            self.assertEqual(data[0], 0x81)
+            self.assertEqual(data[2:2 + data[1]], b"echo: " + word)
+            extra = data[2 + data[1]:]
+        ws.close()
+
+    def state(self, sb):
+        status, _, body = self.s.https("GET", f"/v1/sandboxes/{sb}",
+                                       headers={"Authorization": f"Bearer {self.key_a}"})
+        self.assertEqual(status, 200, body)
+        return json.loads(body)
+
+    def auto_resume(self, sid, sb, host):
+        """A stopped sandbox wakes for a request to its port (autoResume, on by default)."""
+        s = self.s
+        self.assertTrue(self.state(sb)["autoResume"])
+        self.call(sid, "host_port", {"port": 8000, "public": True})
+        before = len(s.cli("tap", "--since", "0", "--once").stdout.splitlines())
+
+        # Public, HTTP: the request is held while it resumes, then the same server answers
+        # (it was in memory).
+        self.call(sid, "stop_sandbox")
+        started = time.monotonic()
+        status, body = self.fetch(host(8000))
+        print(f"  auto-resume: answered {time.monotonic() - started:.2f} s after the request")
+        self.assertEqual(status, 200, body)
+        self.assertIn(b"Directory listing", body)
+        self.assertEqual(self.state(sb)["state"], "ready")
+        # The tap: stopped, then resuming because of the request, then ready; billing counts
+        # ready time only (sandbox.changed), so the stopped time is not billed.
+        events = [json.loads(line) for line in
+                  s.cli("tap", "--since", "0", "--once").stdout.splitlines()][before:]
+        moves = [(e["to"], e.get("reason")) for e in events
+                 if e["type"] == "sandbox.changed" and e["sandbox_id"] == sb]
+        self.assertEqual(moves, [("stopping", None), ("stopped", None),
+                                 ("resuming", "woken by a request to port 8000"),
+                                 ("ready", None)], events)
+        _, running = ready_ms([e for e in events if e["type"] == "sandbox.changed"])
+        self.assertIn(sb, running)  # billed again from the resume on
+
+        # WebSocket: the upgrade wakes it too.
+        self.call(sid, "stop_sandbox")
+        self.ws_echo(host(8003))
+        self.assertEqual(self.state(sb)["state"], "ready")
+
+        # Private: neither an anonymous request nor another account's key wakes it (401,
+        # 403, still stopped); its owner's key does.
+        self.call(sid, "host_port", {"port": 8000})
+        self.call(sid, "stop_sandbox")
+        status, body = self.fetch(host(8000))
+        self.assertEqual(status, 401, body)
+        status, body = self.fetch(host(8000), key=self.key_b)
+        self.assertEqual(status, 403, body)
+        self.assertEqual(self.state(sb)["state"], "stopped")
+        status, body = self.fetch(host(8000), key=self.key_a)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(self.state(sb)["state"], "ready")
+        self.call(sid, "host_port", {"port": 8000, "public": True})
+        self.fetch_until(host(8000), 200)  # the proxy caches answers for two seconds
+
+        # A request that arrives while it is stopping waits for the stop to end, then wakes
+        # it: the stop itself succeeds.
+        stopped = {}
+        stopper = threading.Thread(target=lambda: stopped.update(
+            r=self.call(sid, "stop_sandbox")[0]["structuredContent"]))
+        stopper.start()
+        wait_for(lambda: self.state(sb)["state"] == "stopping", 60, "the stop began",
+                 interval=0.05)
+        status, body = self.fetch(host(8000))
+        stopper.join(300)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(stopped["r"]["state"], "stopped")
+        self.assertEqual(self.state(sb)["state"], "ready")
+        self.assertIn(f"sandbox={sb} is stopping: the request waits", s.log("sbx-gateway"))
+
+        # autoResume off (REST PATCH): a clear 503 until someone resumes it; the CLI
+        # switches it on again.
+        status, _, body = s.https("PATCH", f"/v1/sandboxes/{sb}", json.dumps({"autoResume": False}),
+                                  {"Authorization": f"Bearer {self.key_a}",
+                                   "Content-Type": "application/json"})
+        self.assertEqual((status, json.loads(body)["autoResume"]), (200, False), body)
+        self.call(sid, "stop_sandbox")
+        status, body = self.fetch(host(8000))
+        self.assertEqual(status, 503, body)
+        self.assertEqual(self.error_of(body)["message"],
+                         f"sandbox {sb} is stopped and its autoResume is off; resume it "
+                         "(resume_sandbox) to reach port 8000")
+        self.assertEqual(self.state(sb)["state"], "stopped")
+        self.call(sid, "resume_sandbox")
+        body = self.fetch_until(host(8000), 200)
+        self.assertIn(b"Directory listing", body)
+        self.assertTrue(s.cli_json("sandbox", "update", sb, "--auto-resume", "on")["autoResume"])
+
     def test_ports(self):
         s = self.s
         _, hdrs, _ = self.post(INIT)
@@ -224,35 +347,7 @@ class PortsTest(unittest.TestCase):
 
         # WebSocket: the upgrade goes through, frames echo both ways.
         self.call(sid, "host_port", {"port": 8003, "public": True})
-        ws = self.connect(host(8003))
-        key = base64.b64encode(os.urandom(16)).decode()
-        ws.sendall((f"GET /chat HTTP/1.1\r\nHost: {host(8003)}:{self.port}\r\n"
-                    "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                    f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = ws.recv(4096)
-            self.assertTrue(chunk, f"closed during the handshake: {head!r}")
-            head += chunk
-        head, extra = head.split(b"\r\n\r\n", 1)
-        self.assertTrue(head.startswith(b"HTTP/1.1 101"), head)
-        accept = base64.b64encode(hashlib.sha1(
-            (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
-        fields = dict(line.split(": ", 1) for line in head.decode().split("\r\n")[1:])
-        self.assertEqual({k.lower(): v for k, v in fields.items()}["sec-websocket-accept"], accept)
-        for word in (b"hello", b"again"):
-            mask = os.urandom(4)
-            ws.sendall(bytes([0x81, 0x80 | len(word)]) + mask +
-                       bytes(c ^ mask[i % 4] for i, c in enumerate(word)))
-            data = extra
-            while len(data) < 2 or len(data) < 2 + data[1]:
-                chunk = ws.recv(4096)
-                self.assertTrue(chunk, "closed before the echo")
-                data += chunk
-            self.assertEqual(data[0], 0x81)
-            self.assertEqual(data[2:2 + data[1]], b"echo: " + word)
-            extra = data[2 + data[1]:]
-        ws.close()
+        self.ws_echo(host(8003))
 
         # Unknown hosts and unpublished ports: 404.
         status, body = self.fetch("no-such-sandbox-8000.box.localhost")
@@ -261,15 +356,7 @@ class PortsTest(unittest.TestCase):
         status, body = self.fetch(host(9999))
         self.assertEqual(status, 404, body)
 
-        # Stopped: a clear 503; resumed: the same server answers again (it was in memory).
-        self.call(sid, "host_port", {"port": 8000, "public": True})
-        self.call(sid, "stop_sandbox")
-        body = self.fetch_until(host(8000), 503)
-        self.assertEqual(self.error_of(body)["message"],
-                         f"sandbox {sb} is stopped; resume it to reach port 8000")
-        self.call(sid, "resume_sandbox")
-        body = self.fetch_until(host(8000), 200)
-        self.assertIn(b"Directory listing", body)
+        self.auto_resume(sid, sb, host)
 
         # kill -9 vmd: the restarted vmd re-adopts the guest with its forwards.
         vmd = s.daemon_pid("sbx-vmd")

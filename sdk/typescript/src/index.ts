@@ -343,6 +343,8 @@ export interface CreateOptions extends ConnectionOptions {
   /** Seconds before it stops by itself (the plan's default when absent). */
   ttl?: number;
   network?: boolean;
+  /** A request to one of its port URLs resumes it when stopped (default true). */
+  autoResume?: boolean;
   labels?: Record<string, string>;
   snapshotId?: string;
 }
@@ -362,7 +364,7 @@ export class Sandbox {
   /** A new sandbox, ready. */
   static async create(o: CreateOptions = {}): Promise<Sandbox> {
     const client = new Client(o);
-    const body: Record<string, unknown> = { network: o.network ?? true };
+    const body: Record<string, unknown> = { network: o.network ?? true, autoResume: o.autoResume ?? true };
     if (o.name) body.name = o.name;
     if (o.type) body.type = o.type;
     if (o.ttl) body.ttlSeconds = o.ttl;
@@ -398,6 +400,11 @@ export class Sandbox {
   /** It now stops ttl seconds from now. */
   async extend(ttl: number) {
     this.info = await this.client.json<SandboxInfo>("POST", `/v1/sandboxes/${this.id}/extend`, { body: { ttlSeconds: ttl } });
+    return this;
+  }
+  /** Switches autoResume: whether a request to one of its port URLs resumes it. */
+  async setAutoResume(on: boolean) {
+    this.info = await this.client.json<SandboxInfo>("PATCH", `/v1/sandboxes/${this.id}`, { body: { autoResume: on } });
     return this;
   }
   /** Deletes it: its disk, memory and automatic snapshots go. */

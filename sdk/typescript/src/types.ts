@@ -58,6 +58,8 @@ export interface Sandbox {
   type: "small" | "medium" | "large";
   url: string;
   network: boolean;
+  /** When stopped, a request to one of its port URLs resumes it (for a private port, a request with its owner's API key). */
+  autoResume: boolean;
   labels: Record<string, string>;
   createdAt: string | null;
   /** When it stops by itself. */
@@ -236,6 +238,8 @@ export interface CreateSandbox {
   labels?: Record<string, string>;
   /** Network access (default true). */
   network?: boolean;
+  /** When it is stopped, a request to one of its published port URLs resumes it and is answered once the guest serves it (default true; for a private port only a request with its owner's API key wakes it). Billing starts at the resume. */
+  autoResume?: boolean;
 }
 
 export interface Exec {
@@ -273,6 +277,8 @@ export interface UpdateSandbox {
   name?: string;
   /** Labels to set; null removes one. */
   labels?: Record<string, string | null>;
+  /** Switch autoResume on or off. */
+  autoResume?: boolean;
 }
 
 export interface SaveSnapshot {

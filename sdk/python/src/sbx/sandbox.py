@@ -251,11 +251,12 @@ class Sandbox:
 
     @classmethod
     def create(cls, name=None, type=None, ttl=None, network=True, labels=None, snapshot_id=None,
-               url=None, api_key=None, ca_cert=None, timeout=300.0):
+               url=None, api_key=None, ca_cert=None, timeout=300.0, auto_resume=True):
         """A new sandbox, ready. ttl: seconds before it stops by itself (the plan's default
-        when None). url, api_key, ca_cert: else SBX_URL, SBX_API_KEY, SBX_CA_CERT."""
+        when None). auto_resume: a request to one of its port URLs resumes it when stopped.
+        url, api_key, ca_cert: else SBX_URL, SBX_API_KEY, SBX_CA_CERT."""
         client = Client(url, api_key, ca_cert)
-        body = {"network": bool(network)}
+        body = {"network": bool(network), "autoResume": bool(auto_resume)}
         for key, value in (("name", name), ("type", type), ("ttlSeconds", ttl),
                            ("labels", labels), ("snapshotId", snapshot_id)):
             if value is not None:
@@ -300,6 +301,12 @@ class Sandbox:
         """It now stops ttl seconds from now."""
         self.info = self._client.request("POST", f"/v1/sandboxes/{self.id}/extend",
                                          body={"ttlSeconds": int(ttl)})
+        return self
+
+    def set_auto_resume(self, on):
+        """Switches autoResume: whether a request to one of its port URLs resumes it."""
+        self.info = self._client.request("PATCH", f"/v1/sandboxes/{self.id}",
+                                         body={"autoResume": bool(on)})
         return self
 
     def kill(self):
