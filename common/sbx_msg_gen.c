@@ -490,6 +490,8 @@ static const sbx_meta_struct_t s_meta_sandbox_wake_ok;
 static const sbx_meta_struct_t s_meta_sandbox_port_changed;
 static const sbx_meta_struct_t s_meta_vm_port;
 static const sbx_meta_struct_t s_meta_vm_port_ok;
+static const sbx_meta_struct_t s_meta_vm_egress;
+static const sbx_meta_struct_t s_meta_vm_egress_ok;
 static const sbx_meta_struct_t s_meta_snapshot_info;
 static const sbx_meta_struct_t s_meta_snapshot_saved;
 static const sbx_meta_struct_t s_meta_snapshot_deleted;
@@ -1405,6 +1407,8 @@ static const sbx_meta_field_t s_fields_sandbox_info[] = {
     {"vmd", SBX_META_STRING, offsetof (sbx_sandbox_info_t, vmd), false, 128, NULL, NULL},
     {"no_network", SBX_META_BOOL, offsetof (sbx_sandbox_info_t, no_network), false, 0, NULL, NULL},
     {"no_auto_resume", SBX_META_BOOL, offsetof (sbx_sandbox_info_t, no_auto_resume), false, 0, NULL, NULL},
+    {"egress_allow", SBX_META_STRLIST, offsetof (sbx_sandbox_info_t, egress_allow), false, 64, NULL, NULL},
+    {"egress_deny", SBX_META_STRLIST, offsetof (sbx_sandbox_info_t, egress_deny), false, 64, NULL, NULL},
     {"labels", SBX_META_STRMAP, offsetof (sbx_sandbox_info_t, labels), false, 64, NULL, NULL},
     {"created_ms", SBX_META_UINT, offsetof (sbx_sandbox_info_t, created_ms), false, 0, NULL, NULL},
     {"expires_ms", SBX_META_UINT, offsetof (sbx_sandbox_info_t, expires_ms), false, 0, NULL, NULL},
@@ -1412,7 +1416,7 @@ static const sbx_meta_field_t s_fields_sandbox_info[] = {
     {"reason", SBX_META_STRING, offsetof (sbx_sandbox_info_t, reason), false, 1024, NULL, NULL},
     {"ports", SBX_META_LIST, offsetof (sbx_sandbox_info_t, ports), false, 64, NULL, &s_meta_port_info},
 };
-static const sbx_meta_struct_t s_meta_sandbox_info = {"sandbox_info", sizeof (sbx_sandbox_info_t), s_fields_sandbox_info, 15};
+static const sbx_meta_struct_t s_meta_sandbox_info = {"sandbox_info", sizeof (sbx_sandbox_info_t), s_fields_sandbox_info, 17};
 
 static const sbx_meta_field_t s_fields_vm_info[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_info_t, sandbox_id), true, 64, NULL, NULL},
@@ -1446,10 +1450,12 @@ static const sbx_meta_field_t s_fields_sandbox_create[] = {
     {"ttl_s", SBX_META_UINT, offsetof (sbx_sandbox_create_t, ttl_s), false, 0, NULL, NULL},
     {"no_network", SBX_META_BOOL, offsetof (sbx_sandbox_create_t, no_network), false, 0, NULL, NULL},
     {"no_auto_resume", SBX_META_BOOL, offsetof (sbx_sandbox_create_t, no_auto_resume), false, 0, NULL, NULL},
+    {"egress_allow", SBX_META_STRLIST, offsetof (sbx_sandbox_create_t, egress_allow), false, 64, NULL, NULL},
+    {"egress_deny", SBX_META_STRLIST, offsetof (sbx_sandbox_create_t, egress_deny), false, 64, NULL, NULL},
     {"labels", SBX_META_STRMAP, offsetof (sbx_sandbox_create_t, labels), false, 64, NULL, NULL},
     {"snapshot_id", SBX_META_STRING, offsetof (sbx_sandbox_create_t, snapshot_id), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_sandbox_create = {"sandbox.create", sizeof (sbx_sandbox_create_t), s_fields_sandbox_create, 7};
+static const sbx_meta_struct_t s_meta_sandbox_create = {"sandbox.create", sizeof (sbx_sandbox_create_t), s_fields_sandbox_create, 9};
 
 static const sbx_meta_field_t s_fields_sandbox_create_ok[] = {
     {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_create_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
@@ -1541,11 +1547,13 @@ static const sbx_meta_field_t s_fields_vm_create[] = {
     {"hostname", SBX_META_STRING, offsetof (sbx_vm_create_t, hostname), true, 64, NULL, NULL},
     {"type", SBX_META_ENUM, offsetof (sbx_vm_create_t, type), true, 0, &s_enum_sandbox_type, NULL},
     {"no_network", SBX_META_BOOL, offsetof (sbx_vm_create_t, no_network), false, 0, NULL, NULL},
+    {"egress_allow", SBX_META_STRLIST, offsetof (sbx_vm_create_t, egress_allow), false, 64, NULL, NULL},
+    {"egress_deny", SBX_META_STRLIST, offsetof (sbx_vm_create_t, egress_deny), false, 64, NULL, NULL},
     {"snapshot_dir", SBX_META_STRING, offsetof (sbx_vm_create_t, snapshot_dir), false, 1024, NULL, NULL},
     {"snapshot_qemu", SBX_META_STRING, offsetof (sbx_vm_create_t, snapshot_qemu), false, 128, NULL, NULL},
     {"image", SBX_META_STRING, offsetof (sbx_vm_create_t, image), false, 1024, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_vm_create = {"vm.create", sizeof (sbx_vm_create_t), s_fields_vm_create, 7};
+static const sbx_meta_struct_t s_meta_vm_create = {"vm.create", sizeof (sbx_vm_create_t), s_fields_vm_create, 9};
 
 static const sbx_meta_field_t s_fields_vm_create_ok[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_create_ok_t, sandbox_id), true, 64, NULL, NULL},
@@ -1566,8 +1574,10 @@ static const sbx_meta_struct_t s_meta_vm_stop_ok = {"vm.stop.ok", sizeof (sbx_vm
 
 static const sbx_meta_field_t s_fields_vm_resume[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_resume_t, sandbox_id), true, 64, NULL, NULL},
+    {"egress_allow", SBX_META_STRLIST, offsetof (sbx_vm_resume_t, egress_allow), false, 64, NULL, NULL},
+    {"egress_deny", SBX_META_STRLIST, offsetof (sbx_vm_resume_t, egress_deny), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_vm_resume = {"vm.resume", sizeof (sbx_vm_resume_t), s_fields_vm_resume, 1};
+static const sbx_meta_struct_t s_meta_vm_resume = {"vm.resume", sizeof (sbx_vm_resume_t), s_fields_vm_resume, 3};
 
 static const sbx_meta_field_t s_fields_vm_resume_ok[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_resume_ok_t, sandbox_id), true, 64, NULL, NULL},
@@ -1601,8 +1611,11 @@ static const sbx_meta_field_t s_fields_sandbox_update[] = {
     {"labels", SBX_META_STRMAP, offsetof (sbx_sandbox_update_t, labels), false, 64, NULL, NULL},
     {"remove_labels", SBX_META_STRLIST, offsetof (sbx_sandbox_update_t, remove_labels), false, 64, NULL, NULL},
     {"auto_resume", SBX_META_ENUM, offsetof (sbx_sandbox_update_t, auto_resume), false, 0, &s_enum_toggle, NULL},
+    {"egress_set", SBX_META_BOOL, offsetof (sbx_sandbox_update_t, egress_set), false, 0, NULL, NULL},
+    {"egress_allow", SBX_META_STRLIST, offsetof (sbx_sandbox_update_t, egress_allow), false, 64, NULL, NULL},
+    {"egress_deny", SBX_META_STRLIST, offsetof (sbx_sandbox_update_t, egress_deny), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_sandbox_update = {"sandbox.update", sizeof (sbx_sandbox_update_t), s_fields_sandbox_update, 5};
+static const sbx_meta_struct_t s_meta_sandbox_update = {"sandbox.update", sizeof (sbx_sandbox_update_t), s_fields_sandbox_update, 8};
 
 static const sbx_meta_field_t s_fields_sandbox_update_ok[] = {
     {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_update_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
@@ -1743,6 +1756,18 @@ static const sbx_meta_field_t s_fields_vm_port_ok[] = {
     {"host_port", SBX_META_UINT, offsetof (sbx_vm_port_ok_t, host_port), false, 0, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_vm_port_ok = {"vm.port.ok", sizeof (sbx_vm_port_ok_t), s_fields_vm_port_ok, 3};
+
+static const sbx_meta_field_t s_fields_vm_egress[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_egress_t, sandbox_id), true, 64, NULL, NULL},
+    {"egress_allow", SBX_META_STRLIST, offsetof (sbx_vm_egress_t, egress_allow), false, 64, NULL, NULL},
+    {"egress_deny", SBX_META_STRLIST, offsetof (sbx_vm_egress_t, egress_deny), false, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_egress = {"vm.egress", sizeof (sbx_vm_egress_t), s_fields_vm_egress, 3};
+
+static const sbx_meta_field_t s_fields_vm_egress_ok[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_egress_ok_t, sandbox_id), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_egress_ok = {"vm.egress.ok", sizeof (sbx_vm_egress_ok_t), s_fields_vm_egress_ok, 1};
 
 static const sbx_meta_field_t s_fields_snapshot_info[] = {
     {"id", SBX_META_STRING, offsetof (sbx_snapshot_info_t, id), true, 64, NULL, NULL},
@@ -2208,6 +2233,10 @@ static const char *const s_from_vm_port[] = {"broker"};
 static const char *const s_to_vm_port[] = {"vmd"};
 static const char *const s_from_vm_port_ok[] = {"vmd"};
 static const char *const s_to_vm_port_ok[] = {"broker"};
+static const char *const s_from_vm_egress[] = {"broker"};
+static const char *const s_to_vm_egress[] = {"vmd"};
+static const char *const s_from_vm_egress_ok[] = {"vmd"};
+static const char *const s_to_vm_egress_ok[] = {"broker"};
 static const char *const s_from_snapshot_saved[] = {"broker"};
 static const char *const s_to_snapshot_saved[] = {"tap"};
 static const char *const s_from_snapshot_deleted[] = {"broker"};
@@ -2408,6 +2437,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"sandbox.port_changed", &s_meta_sandbox_port_changed, s_from_sandbox_port_changed, 1, s_to_sandbox_port_changed, 1, SBX_MSG__UNKNOWN, false},
     {"vm.port", &s_meta_vm_port, s_from_vm_port, 1, s_to_vm_port, 1, SBX_MSG_VM_PORT_OK, false},
     {"vm.port.ok", &s_meta_vm_port_ok, s_from_vm_port_ok, 1, s_to_vm_port_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"vm.egress", &s_meta_vm_egress, s_from_vm_egress, 1, s_to_vm_egress, 1, SBX_MSG_VM_EGRESS_OK, false},
+    {"vm.egress.ok", &s_meta_vm_egress_ok, s_from_vm_egress_ok, 1, s_to_vm_egress_ok, 1, SBX_MSG__UNKNOWN, false},
     {"snapshot.saved", &s_meta_snapshot_saved, s_from_snapshot_saved, 1, s_to_snapshot_saved, 1, SBX_MSG__UNKNOWN, true},
     {"snapshot.deleted", &s_meta_snapshot_deleted, s_from_snapshot_deleted, 1, s_to_snapshot_deleted, 1, SBX_MSG__UNKNOWN, true},
     {"snapshot.save", &s_meta_snapshot_save, s_from_snapshot_save, 2, s_to_snapshot_save, 1, SBX_MSG_SNAPSHOT_SAVE_OK, false},
@@ -3217,6 +3248,16 @@ sbx_vm_port_ok_t *sbx_msg_vm_port_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_VM_PORT_OK ? (sbx_vm_port_ok_t *) msg->body : NULL;
 }
 
+sbx_vm_egress_t *sbx_msg_vm_egress (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_EGRESS ? (sbx_vm_egress_t *) msg->body : NULL;
+}
+
+sbx_vm_egress_ok_t *sbx_msg_vm_egress_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_EGRESS_OK ? (sbx_vm_egress_ok_t *) msg->body : NULL;
+}
+
 sbx_snapshot_saved_t *sbx_msg_snapshot_saved (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_SNAPSHOT_SAVED ? (sbx_snapshot_saved_t *) msg->body : NULL;
@@ -3351,6 +3392,8 @@ static const size_t s_subject_at[SBX_MSG__COUNT] = {
     [SBX_MSG_SANDBOX_PORT_CHANGED] = offsetof (sbx_sandbox_port_changed_t, sandbox_id) + 1,
     [SBX_MSG_VM_PORT] = offsetof (sbx_vm_port_t, sandbox_id) + 1,
     [SBX_MSG_VM_PORT_OK] = offsetof (sbx_vm_port_ok_t, sandbox_id) + 1,
+    [SBX_MSG_VM_EGRESS] = offsetof (sbx_vm_egress_t, sandbox_id) + 1,
+    [SBX_MSG_VM_EGRESS_OK] = offsetof (sbx_vm_egress_ok_t, sandbox_id) + 1,
     [SBX_MSG_SNAPSHOT_SAVED] = offsetof (sbx_snapshot_saved_t, sandbox_id) + 1,
     [SBX_MSG_SNAPSHOT_DELETED] = offsetof (sbx_snapshot_deleted_t, sandbox_id) + 1,
     [SBX_MSG_SNAPSHOT_SAVE] = offsetof (sbx_snapshot_save_t, sandbox_id) + 1,

@@ -349,6 +349,8 @@ typedef enum {
     SBX_MSG_SANDBOX_PORT_CHANGED,     //  sandbox.port_changed
     SBX_MSG_VM_PORT,                  //  vm.port
     SBX_MSG_VM_PORT_OK,               //  vm.port.ok
+    SBX_MSG_VM_EGRESS,                //  vm.egress
+    SBX_MSG_VM_EGRESS_OK,             //  vm.egress.ok
     SBX_MSG_SNAPSHOT_SAVED,           //  snapshot.saved
     SBX_MSG_SNAPSHOT_DELETED,         //  snapshot.deleted
     SBX_MSG_SNAPSHOT_SAVE,            //  snapshot.save
@@ -548,6 +550,8 @@ typedef struct sbx_sandbox_wake_ok_s sbx_sandbox_wake_ok_t;
 typedef struct sbx_sandbox_port_changed_s sbx_sandbox_port_changed_t;
 typedef struct sbx_vm_port_s sbx_vm_port_t;
 typedef struct sbx_vm_port_ok_s sbx_vm_port_ok_t;
+typedef struct sbx_vm_egress_s sbx_vm_egress_t;
+typedef struct sbx_vm_egress_ok_s sbx_vm_egress_ok_t;
 typedef struct sbx_snapshot_info_s sbx_snapshot_info_t;
 typedef struct sbx_snapshot_saved_s sbx_snapshot_saved_t;
 typedef struct sbx_snapshot_deleted_s sbx_snapshot_deleted_t;
@@ -2179,6 +2183,13 @@ struct sbx_sandbox_info_s {
     bool no_network;
     //  A request to one of its port URLs does not resume it when stopped (autoResume false).
     bool no_auto_resume;
+    //  (max 64) Egress allow list: CIDRs (an address alone is /32 or /128) and domain names (a
+    //  name matches itself and its subdomains). Not empty: only these destinations (and DNS)
+    //  are reachable.
+    sbx_strlist_t egress_allow;
+    //  (max 64) Egress deny list: CIDRs and domain names that are never reachable (checked
+    //  before the allow list).
+    sbx_strlist_t egress_deny;
     //  (max 64) The user's key/value labels.
     sbx_strmap_t labels;
     //  When it was created, ms since the epoch.
@@ -2251,6 +2262,13 @@ struct sbx_sandbox_create_s {
     //  Do not resume it when a request reaches one of its port URLs while it is stopped
     //  (autoResume false).
     bool no_auto_resume;
+    //  (max 64) Egress allow list: CIDRs (an address alone is /32 or /128) and domain names (a
+    //  name matches itself and its subdomains). Not empty: only these destinations (and DNS)
+    //  are reachable.
+    sbx_strlist_t egress_allow;
+    //  (max 64) Egress deny list: CIDRs and domain names that are never reachable (checked
+    //  before the allow list).
+    sbx_strlist_t egress_deny;
     //  (max 64) Key/value labels.
     sbx_strmap_t labels;
     //  (max 64) Start from this snapshot (snap_…) of the caller's account: its disk and memory,
@@ -2393,6 +2411,13 @@ struct sbx_vm_create_s {
     sbx_sandbox_type_t type;
     //  No network access at all.
     bool no_network;
+    //  (max 64) Egress allow list: CIDRs (an address alone is /32 or /128) and domain names (a
+    //  name matches itself and its subdomains). Not empty: only these destinations (and DNS)
+    //  are reachable.
+    sbx_strlist_t egress_allow;
+    //  (max 64) Egress deny list: CIDRs and domain names that are never reachable (checked
+    //  before the allow list).
+    sbx_strlist_t egress_deny;
     //  (max 1024) Start from the snapshot in this directory (of snapshotd's store): the new
     //  disk stands on its disk.qcow2 and the memory is restored from its memory.state.
     char *snapshot_dir;
@@ -2431,6 +2456,11 @@ struct sbx_vm_stop_ok_s {
 struct sbx_vm_resume_s {
     //  (required, max 64) Which sandbox.
     char *sandbox_id;
+    //  (max 64) The egress allow list the resumed guest runs under (it may have changed while
+    //  stopped).
+    sbx_strlist_t egress_allow;
+    //  (max 64) The egress deny list the resumed guest runs under.
+    sbx_strlist_t egress_deny;
 };
 
 //  message vm.resume.ok (sandbox.json): vmd -> broker. Running again; its agent answered.
@@ -2469,7 +2499,8 @@ struct sbx_sandbox_extend_ok_s {
 };
 
 //  message sandbox.update (sandbox.json): gateway, cli -> broker, reply sandbox.update.ok.
-//  Rename a sandbox, set and remove its labels, and/or switch its autoResume.
+//  Rename a sandbox, set and remove its labels, switch its autoResume, and/or replace its
+//  egress rules.
 struct sbx_sandbox_update_s {
     //  (required, max 64) sb_… id.
     char *sandbox_id;
@@ -2481,6 +2512,16 @@ struct sbx_sandbox_update_s {
     sbx_strlist_t remove_labels;
     //  Switch autoResume on or off; absent: unchanged.
     sbx_toggle_t auto_resume;
+    //  Replace the egress rules with egress_allow and egress_deny (both empty: no rules beyond
+    //  the fixed policy); false: unchanged.
+    bool egress_set;
+    //  (max 64) Egress allow list: CIDRs (an address alone is /32 or /128) and domain names (a
+    //  name matches itself and its subdomains). Not empty: only these destinations (and DNS)
+    //  are reachable.
+    sbx_strlist_t egress_allow;
+    //  (max 64) Egress deny list: CIDRs and domain names that are never reachable (checked
+    //  before the allow list).
+    sbx_strlist_t egress_deny;
 };
 
 //  message sandbox.update.ok (sandbox.json): broker -> gateway, cli. The sandbox as it is now.
@@ -2711,6 +2752,26 @@ struct sbx_vm_port_ok_s {
     char *host;
     //  Host port the forward listens on.
     uint64_t host_port;
+};
+
+//  message vm.egress (sandbox.json): broker -> vmd, reply vm.egress.ok. Replace a running
+//  guest's egress rules (vmd loads them into the host's firewall before it answers).
+struct sbx_vm_egress_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
+    //  (max 64) Egress allow list: CIDRs (an address alone is /32 or /128) and domain names (a
+    //  name matches itself and its subdomains). Not empty: only these destinations (and DNS)
+    //  are reachable.
+    sbx_strlist_t egress_allow;
+    //  (max 64) Egress deny list: CIDRs and domain names that are never reachable (checked
+    //  before the allow list).
+    sbx_strlist_t egress_deny;
+};
+
+//  message vm.egress.ok (sandbox.json): vmd -> broker. The rules are in force.
+struct sbx_vm_egress_ok_s {
+    //  (required, max 64) Which sandbox.
+    char *sandbox_id;
 };
 
 //  struct snapshot_info (snapshot.json). A snapshot as clients see it.
@@ -3114,6 +3175,8 @@ sbx_sandbox_wake_ok_t *sbx_msg_sandbox_wake_ok (struct sbx_msg_s *msg);
 sbx_sandbox_port_changed_t *sbx_msg_sandbox_port_changed (struct sbx_msg_s *msg);
 sbx_vm_port_t *sbx_msg_vm_port (struct sbx_msg_s *msg);
 sbx_vm_port_ok_t *sbx_msg_vm_port_ok (struct sbx_msg_s *msg);
+sbx_vm_egress_t *sbx_msg_vm_egress (struct sbx_msg_s *msg);
+sbx_vm_egress_ok_t *sbx_msg_vm_egress_ok (struct sbx_msg_s *msg);
 sbx_snapshot_saved_t *sbx_msg_snapshot_saved (struct sbx_msg_s *msg);
 sbx_snapshot_deleted_t *sbx_msg_snapshot_deleted (struct sbx_msg_s *msg);
 sbx_snapshot_save_t *sbx_msg_snapshot_save (struct sbx_msg_s *msg);
