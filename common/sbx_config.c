@@ -63,6 +63,8 @@ static const s_known_t s_known[] = {
     {"vmd.restore_timeout_ms", "30000", K_ANY},     //  a restore's deadline (docs/vmd.md)
     {"vmd.agent_frame_timeout_ms", "10000", K_ANY}, //  an agent frame's deadline (docs/vmd.md)
     {"vmd.metrics_interval_ms", "5000", K_ANY},     //  guests' samples; 0 = off (docs/metrics.md)
+    {"vmd.guest_uid_first", "1879048192", K_ANY},   //  each guest's own QEMU uid (docs/vmd.md)
+    {"vmd.guest_uid_count", "65536", K_ANY},        //  0: every QEMU runs as vmd.qemu_user
     {"rate.small", "10", K_ANY}, //  µ$ per second of running time: $0.036 an hour
     {"rate.medium", "20", K_ANY},
     {"rate.large", "40", K_ANY},

@@ -261,8 +261,9 @@ static int s_host_networks (const struct ifaddrs *ifaddrs, s_prefixes_t *list)
 //  finds it: the first "nameserver" line of the family in resolv.conf (the word at the
 //  start of the line, then blanks, then the address; a %zone is dropped), else loopback.
 //  Only inet_pton's output reaches the rules.
-static void s_resolver (const char *path, int family, char *out, size_t size)
+void vmd_firewall_resolver (const char *resolv_conf, int family, char *out, size_t size)
 {
+    const char *path = resolv_conf ? resolv_conf : "/etc/resolv.conf";
     snprintf (out, size, "%s", family == AF_INET ? "127.0.0.1" : "::1");
     FILE *file = fopen (path, "r");
     if (!file)
@@ -285,10 +286,16 @@ static void s_resolver (const char *path, int family, char *out, size_t size)
 
 char *vmd_firewall_ruleset_for (uid_t uid, const char *resolv_conf, const struct ifaddrs *ifaddrs)
 {
+    return vmd_firewall_ruleset_range (uid, 0, 0, resolv_conf, ifaddrs);
+}
+
+char *vmd_firewall_ruleset_range (uid_t uid, uid_t first, uint32_t count, const char *resolv_conf,
+                                  const struct ifaddrs *ifaddrs)
+{
     const char *path = resolv_conf ? resolv_conf : "/etc/resolv.conf";
     char dns4[INET6_ADDRSTRLEN], dns6[INET6_ADDRSTRLEN];
-    s_resolver (path, AF_INET, dns4, sizeof dns4);
-    s_resolver (path, AF_INET6, dns6, sizeof dns6);
+    vmd_firewall_resolver (path, AF_INET, dns4, sizeof dns4);
+    vmd_firewall_resolver (path, AF_INET6, dns6, sizeof dns6);
     s_prefixes_t special = {0}, host = {0};
     int rc = 0;
     for (size_t i = 0; i < S_SPECIALS && rc == 0; i++) {
@@ -318,7 +325,11 @@ char *vmd_firewall_ruleset_for (uid_t uid, const char *resolv_conf, const struct
         //  The first two lines make the load idempotent and atomic: one nft transaction
         //  replaces whatever an earlier vmd left. Order matters: the resolver's DNS
         //  passes before the rules that would refuse a loopback or private resolver.
-        if (host4_rule && host6_rule)
+        //  Each guest's own uid (vmd_guest_set_uid) goes through the same chain.
+        char *range_rule = count ? zsys_sprintf ("\t\tmeta skuid %u-%u jump guest\n",
+                                                 (unsigned) first, (unsigned) (first + count - 1))
+                                 : strdup ("");
+        if (host4_rule && host6_rule && range_rule)
             rules = zsys_sprintf (
                 "table inet " VMD_FIREWALL_TABLE "\n"
                 "delete table inet " VMD_FIREWALL_TABLE "\n"
@@ -326,6 +337,7 @@ char *vmd_firewall_ruleset_for (uid_t uid, const char *resolv_conf, const struct
                 "\tchain output {\n"
                 "\t\ttype filter hook output priority filter; policy accept;\n"
                 "\t\tmeta skuid %u jump guest\n"
+                "%s"
                 "\t}\n"
                 "\tchain guest {\n"
                 "\t\tct state established,related accept\n"
@@ -343,7 +355,8 @@ char *vmd_firewall_ruleset_for (uid_t uid, const char *resolv_conf, const struct
                 "\"not global unicast\"\n"
                 "\t}\n"
                 "}\n",
-                (unsigned) uid, dns4, dns6, host4_rule, host6_rule, special4, special6);
+                (unsigned) uid, range_rule, dns4, dns6, host4_rule, host6_rule, special4, special6);
+        free (range_rule);
         free (host4_rule);
         free (host6_rule);
     }
@@ -356,12 +369,19 @@ char *vmd_firewall_ruleset_for (uid_t uid, const char *resolv_conf, const struct
     return rules;
 }
 
+static char *s_ruleset_now (uid_t uid, uid_t first, uint32_t count, const char *resolv_conf);
+
 char *vmd_firewall_ruleset (uid_t uid, const char *resolv_conf)
+{
+    return s_ruleset_now (uid, 0, 0, resolv_conf);
+}
+
+static char *s_ruleset_now (uid_t uid, uid_t first, uint32_t count, const char *resolv_conf)
 {
     struct ifaddrs *ifaddrs = NULL;
     if (getifaddrs (&ifaddrs) == -1)
         return NULL;
-    char *rules = vmd_firewall_ruleset_for (uid, resolv_conf, ifaddrs);
+    char *rules = vmd_firewall_ruleset_range (uid, first, count, resolv_conf, ifaddrs);
     freeifaddrs (ifaddrs);
     return rules;
 }
@@ -462,6 +482,8 @@ int vmd_firewall_apply (uid_t uid, const char *resolv_conf, const char *nft_path
 struct _vmd_firewall_t {
     zloop_t *loop;
     uid_t uid;
+    uid_t uid_first; //  each guest's own uids (vmd_guest_set_uid): uid_count of them
+    uint32_t uid_count;
     char *resolv_conf; //  NULL: /etc/resolv.conf
     char *nft_path;    //  NULL: found on PATH
     char *loaded;      //  the rules in the kernel now
@@ -475,7 +497,7 @@ struct _vmd_firewall_t {
 //  table (still in force) and is tried again at the next refresh.
 static void s_refresh (vmd_firewall_t *self)
 {
-    char *rules = vmd_firewall_ruleset (self->uid, self->resolv_conf);
+    char *rules = s_ruleset_now (self->uid, self->uid_first, self->uid_count, self->resolv_conf);
     if (!rules)
         sbx_error ("vmd_firewall: cannot read the host's networks (getifaddrs: %s)%s",
                    strerror (errno), self->loaded ? "; the loaded policy stays" : "");
@@ -542,14 +564,16 @@ static int s_netlink_open (void)
     return -1;
 }
 
-vmd_firewall_t *vmd_firewall_new (zloop_t *loop, uid_t uid, const char *resolv_conf,
-                                  const char *nft_path)
+vmd_firewall_t *vmd_firewall_new (zloop_t *loop, uid_t uid, uid_t uid_first, uint32_t uid_count,
+                                  const char *resolv_conf, const char *nft_path)
 {
     vmd_firewall_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     self->loop = loop;
     self->uid = uid;
+    self->uid_first = uid_first;
+    self->uid_count = uid_count;
     self->resolv_conf = resolv_conf ? strdup (resolv_conf) : NULL;
     self->nft_path = nft_path ? strdup (nft_path) : NULL;
     self->netlink = -1;
@@ -694,11 +718,12 @@ void vmd_firewall_test (bool verbose)
     ifs = s_test_if (ifs, "fe80::fc:ff:fe00:1", "ffff:ffff:ffff:ffff::");
     ifs = s_test_if (ifs, "127.0.0.1", "255.0.0.0");
     ifs = s_test_if (ifs, "::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");
-    char *rules = vmd_firewall_ruleset_for (999, path, ifs);
+    char *rules = vmd_firewall_ruleset_range (999, 1879048192, 65536, path, ifs);
     assert (rules);
     if (verbose)
         printf ("\n%s", rules);
     assert (strstr (rules, "meta skuid 999 jump guest\n"));
+    assert (strstr (rules, "meta skuid 1879048192-1879113727 jump guest\n"));
     assert (strstr (rules, "th dport 53 ip daddr 10.255.255.53 accept"));
     assert (strstr (rules, "th dport 53 ip6 daddr fe80::1 accept"));
     assert (!strstr (rules, "127.0.0.53") && !strstr (rules, "2001:db8::53"));
@@ -806,7 +831,7 @@ void vmd_firewall_test (bool verbose)
     //  A missing nft is a clear error, not a crash, and no firewall object without it.
     assert (vmd_firewall_apply (1000, path, "/nonexistent/nft") == -1);
     zloop_t *loop = zloop_new ();
-    vmd_firewall_t *fw = vmd_firewall_new (loop, 1000, path, "/nonexistent/nft");
+    vmd_firewall_t *fw = vmd_firewall_new (loop, 1000, 0, 0, path, "/nonexistent/nft");
     assert (!fw);
     vmd_firewall_destroy (&fw);
     zloop_destroy (&loop);

@@ -1,8 +1,9 @@
 /*  vmd_firewall - what guests may reach: nftables rules on the QEMU user's sockets.
 
     Guests use QEMU's user networking, so every connection a guest makes is a socket of
-    its QEMU process on the host, owned by the QEMU user (vmd_qemu). One nftables table
-    matching that uid on the output hook is the whole egress policy. New connections are
+    its QEMU process on the host, owned by the QEMU user (vmd_qemu) or by the guest's
+    own uid from vmd's range (vmd_guest_set_uid). One nftables table matching those uids
+    on the output hook is the whole egress policy. New connections are
     rejected to:
       - the host itself, any of its addresses (loopback included: the daemons, the
         gateway, other guests' forwards), and the host's own networks (each interface's
@@ -25,7 +26,7 @@
     re-reads it at most once a second) and anything netlink missed. The table is
     reloaded only when the rules it would have differ from those loaded.
 
-        vmd_firewall_t *fw = vmd_firewall_new (loop, uid, NULL, NULL);
+        vmd_firewall_t *fw = vmd_firewall_new (loop, uid, first, count, NULL, NULL);
         ...
         vmd_firewall_destroy (&fw);     //  the table stays
 */
@@ -50,14 +51,25 @@ char *vmd_firewall_ruleset (uid_t uid, const char *resolv_conf);
 //  The same for the interfaces in ifaddrs (a getifaddrs list, or one a test made).
 char *vmd_firewall_ruleset_for (uid_t uid, const char *resolv_conf, const struct ifaddrs *ifaddrs);
 
+//  The same, with every uid of first..first+count-1 (each guest's own QEMU uid) confined
+//  like uid.
+char *vmd_firewall_ruleset_range (uid_t uid, uid_t first, uint32_t count, const char *resolv_conf,
+                                  const struct ifaddrs *ifaddrs);
+
+//  The resolver slirp relays a guest's DNS to, for family (AF_INET, AF_INET6), as text:
+//  the first nameserver of that family in resolv_conf (NULL: /etc/resolv.conf), else
+//  loopback.
+void vmd_firewall_resolver (const char *resolv_conf, int family, char *out, size_t size);
+
 //  Loads vmd_firewall_ruleset with nft (nft_path NULL: "nft" on PATH, then
 //  /usr/sbin/nft). Waits for nft. Returns 0, or -1 with the reason (nft's message) logged.
 int vmd_firewall_apply (uid_t uid, const char *resolv_conf, const char *nft_path);
 
 //  Loads the table now (NULL, with the reason logged, when that fails: vmd must not run
 //  guests unconfined) and keeps it current from loop, as described above.
-vmd_firewall_t *vmd_firewall_new (zloop_t *loop, uid_t uid, const char *resolv_conf,
-                                  const char *nft_path);
+//  uid_first..uid_first+uid_count-1 are confined like uid (none when uid_count is 0).
+vmd_firewall_t *vmd_firewall_new (zloop_t *loop, uid_t uid, uid_t uid_first, uint32_t uid_count,
+                                  const char *resolv_conf, const char *nft_path);
 //  Stops watching; the table stays loaded.
 void vmd_firewall_destroy (vmd_firewall_t **self_p);
 

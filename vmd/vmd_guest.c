@@ -76,6 +76,7 @@ struct _vmd_guest_t {
     char *image_dir; //  the base this guest's overlay names
     sbx_sandbox_type_t type;
     bool no_network;
+    uid_t uid;          //  its QEMU's own (0: env's qemu_user)
     vmd_lifecycle_t lc; //  where it is: its state, and its capture's and restore's
     unsigned moves[3];  //  transitions per machine (vmd_lifecycle_machine_t)
     char *reason;       //  why in error
@@ -169,7 +170,12 @@ static void s_save (vmd_guest_t *self)
     char *text = root ? json_dumps (root, JSON_INDENT (2)) : NULL;
     json_decref (root);
     char *tmp = s_path (self, "guest.json.tmp"), *path = s_path (self, "guest.json");
-    int fd = text && tmp ? open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+    //  The directory is QEMU's user's: a guest.json.tmp there may be its link or FIFO,
+    //  so a new file is made (O_EXCL never follows a link) after whatever was there goes.
+    if (tmp)
+        unlink (tmp);
+    int fd =
+        text && tmp ? open (tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
     bool ok = fd >= 0;
     if (ok) {
         size_t size = strlen (text);
@@ -727,6 +733,8 @@ static int s_spawn (vmd_guest_t *self, int incoming_fd)
     config.no_network = self->no_network;
     config.incoming_fd = incoming_fd;
     config.user = self->env->qemu_user;
+    config.uid = self->uid;
+    config.gid = self->env->gid;
     self->kill_at = 0;
     self->exit_status = -1;
     self->qmp_lost_at = 0;
@@ -1387,7 +1395,17 @@ vmd_guest_t *vmd_guest_load (const vmd_guest_env_t *env, const char *id)
         return NULL;
     char *path = s_path (self, "guest.json");
     json_error_t jerr;
-    json_t *root = path ? json_load_file (path, 0, &jerr) : NULL;
+    //  Not through a link (QEMU's user owns the directory), nor a FIFO that never ends.
+    int fd = path ? open (path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1;
+    struct stat fst;
+    json_t *root = NULL;
+    if (fd >= 0 && fstat (fd, &fst) == 0 && S_ISREG (fst.st_mode))
+        root = json_loadfd (fd, 0, &jerr);
+    else
+        snprintf (jerr.text, sizeof jerr.text, "%s",
+                  fd >= 0 ? "not a regular file" : strerror (errno));
+    if (fd >= 0)
+        close (fd);
     const char *sid = NULL, *hostname = NULL, *type = NULL, *state = NULL, *image = NULL,
                *reason = NULL;
     int no_network = 0;
@@ -1424,6 +1442,11 @@ vmd_guest_t *vmd_guest_load (const vmd_guest_env_t *env, const char *id)
     }
     json_decref (root);
 
+    //  Only root can give a directory away: its owner is the uid vmd gave the guest.
+    struct stat st;
+    if (env->uid_count && stat (self->dir, &st) == 0 && st.st_uid >= env->uid_first &&
+        st.st_uid - env->uid_first < env->uid_count)
+        self->uid = st.st_uid;
     pid_t pid = vmd_qemu_adopt (self->dir);
     char *state_path = s_path (self, "memory.state");
     bool saved = state_path && access (state_path, F_OK) == 0;
@@ -1654,6 +1677,16 @@ int vmd_guest_agent (vmd_guest_t *self, sbx_msg_t **request_p, uint32_t timeout_
     }
     vmd_agentlink_request (self->link, request_p, timeout_ms, fn, arg);
     return 0;
+}
+
+void vmd_guest_set_uid (vmd_guest_t *self, uid_t uid)
+{
+    self->uid = uid;
+}
+
+uid_t vmd_guest_uid (vmd_guest_t *self)
+{
+    return self->uid;
 }
 
 const char *vmd_guest_id (vmd_guest_t *self)

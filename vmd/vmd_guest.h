@@ -44,6 +44,12 @@ typedef struct {
     const char *vms_dir;   //  <data-dir>/vms
     const char *image_dir; //  base image for new guests (vmlinux, initrd.img, rootfs.ext4)
     const char *qemu_user; //  whom QEMU runs as when vmd is root (NULL: vmd_qemu's default)
+    //  A uid of its own for each guest's QEMU (vmd_guest_set_uid), from this range, with
+    //  the QEMU user's group: the host's firewall tells guests apart by it (egress rules)
+    //  and no guest's QEMU can touch another's files. uid_count 0: all run as qemu_user.
+    uid_t uid_first;
+    uint32_t uid_count;
+    gid_t gid; //  the QEMU user's group
     //  A restore (QEMU started with -incoming: from a snapshot, a template, or a resume)
     //  must end with the agent's answer within this, else QEMU is killed and the
     //  operation fails (0: VMD_GUEST_RESTORE_MS).
@@ -123,6 +129,11 @@ typedef void (vmd_guest_snapshot_fn) (vmd_guest_t *guest, sbx_code_t code, const
 //  does not allow it. Stop and resume wait for its end; delete ends it with an error.
 int vmd_guest_snapshot (vmd_guest_t *self, const char *dir, uint32_t timeout_ms,
                         vmd_guest_snapshot_fn *fn, void *arg, sbx_err_t *err);
+
+//  Before vmd_guest_create: the uid its QEMU runs as (from env's range; 0: qemu_user).
+//  A loaded guest has the uid that owns its directory when that is in the range.
+void vmd_guest_set_uid (vmd_guest_t *self, uid_t uid);
+uid_t vmd_guest_uid (vmd_guest_t *self);
 
 //  The image directory its disk stands on (recorded with a snapshot of it).
 const char *vmd_guest_image (vmd_guest_t *self);

@@ -245,6 +245,8 @@ static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const 
     s_reply (self, rid, vmd_guest_id (guest), code, message);
 }
 
+static void s_assign_uid (vmd_server_t *self, vmd_guest_t *guest);
+
 //  From the collector, once the failed template create's guest is dropped.
 static void s_boot_cold (vmd_server_t *self, const char *key)
 {
@@ -261,6 +263,7 @@ static void s_boot_cold (vmd_server_t *self, const char *key)
         zhashx_lookup (self->guests, op->id)
             ? NULL
             : vmd_guest_new (&self->env, op->id, op->hostname, op->sandbox_type, op->no_network);
+    s_assign_uid (self, guest);
     if (!guest)
         sbx_err_set (&err, SBX_E_CONFLICT, "sandbox %s exists on this vmd", op->id);
     else if (vmd_guest_create (guest, rid, left, &err) == 0) {
@@ -356,6 +359,31 @@ static bool s_under (vmd_server_t *self, const char *path, const char *below)
            strlen (path) > strlen (prefix) && strlen (path) < 200;
 }
 
+//  A uid of its own for a new guest's QEMU: the lowest of the range no guest here has
+//  (stopped ones keep theirs: their directory is owned by it). None when the range is
+//  off or full (then it runs as the QEMU user, confined all the same).
+static void s_assign_uid (vmd_server_t *self, vmd_guest_t *guest)
+{
+    uint32_t count = self->env.uid_count;
+    if (!count || !guest)
+        return;
+    size_t words = (count + 63) / 64;
+    uint64_t *used = calloc (words, sizeof *used);
+    if (!used)
+        return;
+    for (vmd_guest_t *g = zhashx_first (self->guests); g; g = zhashx_next (self->guests)) {
+        uid_t uid = vmd_guest_uid (g);
+        if (uid >= self->env.uid_first && uid - self->env.uid_first < count)
+            used[(uid - self->env.uid_first) / 64] |= 1ull << ((uid - self->env.uid_first) % 64);
+    }
+    for (uint32_t i = 0; i < count; i++)
+        if (!(used[i / 64] & (1ull << (i % 64)))) {
+            vmd_guest_set_uid (guest, self->env.uid_first + i);
+            break;
+        }
+    free (used);
+}
+
 static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
 {
     sbx_vm_create_t *args = sbx_msg_vm_create (request);
@@ -412,6 +440,7 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
             op->started = sbx_clock_mono_ms ();
         }
     }
+    s_assign_uid (self, guest);
     int rc = vmd_guest_create (guest, request->rid, request->timeout_ms, &err);
     if (rc && op && op->template) {
         //  The template can't be used now (its files gone?): boot cold, as without one.
@@ -423,6 +452,7 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
         err = (sbx_err_t){0};
         guest = vmd_guest_new (&self->env, args->sandbox_id, args->hostname, args->type,
                                args->no_network);
+        s_assign_uid (self, guest);
         rc = guest ? vmd_guest_create (guest, request->rid, request->timeout_ms, &err)
                    : sbx_err_set (&err, SBX_E_INTERNAL, "out of memory");
     }
@@ -786,7 +816,8 @@ static int s_network_setup (vmd_server_t *self)
                    "vmd.network = open to run guests without network isolation");
         return -1;
     }
-    self->firewall = vmd_firewall_new (self->loop, uid, NULL, NULL);
+    self->firewall =
+        vmd_firewall_new (self->loop, uid, self->env.uid_first, self->env.uid_count, NULL, NULL);
     return self->firewall ? 0 : -1;
 }
 
@@ -832,11 +863,38 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
     }
     //  Found once now (a short popen), not in the loop later: snapshots record it.
     sbx_info ("QEMU here: %s", *vmd_qemu_version () ? vmd_qemu_version () : "unknown");
+    //  Each guest's QEMU a uid of its own (with the QEMU user's group), when vmd is root
+    //  and drops to a user: guests can't reach each other's files, and the firewall can
+    //  tell them apart.
+    gid_t gid = 0;
+    uid_t qemu_uid = 0;
+    const char *qemu_user = sbx_config_get (config, "vmd.qemu_user", NULL);
+    if (geteuid () == 0 && vmd_qemu_user (qemu_user, &qemu_uid) == 1 &&
+        vmd_qemu_group (qemu_user, &gid) == 0) {
+        self->env.uid_first =
+            (uid_t) sbx_config_get_uint (config, "vmd.guest_uid_first", VMD_SERVER_GUEST_UID_FIRST);
+        self->env.uid_count = (uint32_t) sbx_config_get_uint (config, "vmd.guest_uid_count", 65536);
+        self->env.gid = gid;
+        if (self->env.uid_count &&
+            (self->env.uid_first < 65536 ||
+             (uint64_t) self->env.uid_first + self->env.uid_count > 0xFFFFFFFEull)) {
+            sbx_error ("vmd.guest_uid_first %u with vmd.guest_uid_count %u: the range must lie "
+                       "above 65535 and below 4294967294 (or set the count to 0)",
+                       (unsigned) self->env.uid_first, (unsigned) self->env.uid_count);
+            vmd_server_destroy (&self);
+            return NULL;
+        }
+    }
     if (s_network_setup (self) == -1) {
         vmd_server_destroy (&self);
         return NULL;
     }
+    uid_t uid_first = self->env.uid_first;
+    uint32_t uid_count = self->env.uid_count;
     self->env = (vmd_guest_env_t){
+        .uid_first = uid_first,
+        .uid_count = uid_count,
+        .gid = gid,
         .loop = loop,
         .vms_dir = self->vms_dir,
         .image_dir = self->image_dir,

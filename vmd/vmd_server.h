@@ -14,6 +14,9 @@
 #ifndef VMD_SERVER_H_INCLUDED
 #define VMD_SERVER_H_INCLUDED
 
+//  Guests' own QEMU uids start here (vmd.guest_uid_first), far above any account.
+#define VMD_SERVER_GUEST_UID_FIRST 1879048192u
+
 #include <czmq.h>
 #include <stdbool.h>
 

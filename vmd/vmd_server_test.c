@@ -348,6 +348,28 @@ void vmd_server_test (bool verbose)
         ids[i] = strdup (sbx_msg_sandbox_create_ok (reply)->sandbox->id);
         sbx_msg_destroy (&reply);
     }
+    //  As root, each guest's QEMU runs as a uid of its own from the range, which owns its
+    //  directory: no guest's QEMU can open another's disk or sockets.
+    if (geteuid () == 0) {
+        uid_t uids[3];
+        for (int i = 0; i < 3; i++) {
+            char path[PATH_MAX], line[256];
+            snprintf (path, sizeof path, "/proc/%d/status", (int) s_test_qemu_pid (dir, ids[i]));
+            FILE *status = fopen (path, "r");
+            assert (status);
+            unsigned real = 0, effective = 0;
+            while (fgets (line, sizeof line, status))
+                sscanf (line, "Uid: %u %u", &real, &effective);
+            fclose (status);
+            snprintf (path, sizeof path, "%s/vms/%s", dir, ids[i]);
+            struct stat st;
+            assert (stat (path, &st) == 0 && st.st_uid == real && real == effective);
+            assert (real >= VMD_SERVER_GUEST_UID_FIRST &&
+                    real < VMD_SERVER_GUEST_UID_FIRST + 65536);
+            uids[i] = real;
+        }
+        assert (uids[0] != uids[1] && uids[1] != uids[2] && uids[0] != uids[2]);
+    }
     reply = s_test_sandbox (client, SBX_MSG_SANDBOX_STOP, ids[1], CALLER);
     assert (reply->type == SBX_MSG_SANDBOX_STOP_OK);
     sbx_msg_destroy (&reply);
