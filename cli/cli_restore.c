@@ -31,18 +31,25 @@ static int s_ids (json_t *entry, uid_t *uid, gid_t *gid, char *err, size_t err_s
 {
     const char *user = json_string_value (json_object_get (entry, "user"));
     const char *group = json_string_value (json_object_get (entry, "group"));
+    json_t *nuid = json_object_get (entry, "uid");
+    json_t *ngid = json_object_get (entry, "gid");
     struct passwd *pw = user && *user ? getpwnam (user) : NULL;
     struct group *gr = group && *group ? getgrnam (group) : NULL;
-    if (!pw || !gr) {
+    //  A guest's QEMU runs as a uid with no passwd entry: that one is kept by number.
+    bool by_uid = (!user || !*user) && json_is_integer (nuid) && json_integer_value (nuid) > 0 &&
+                  json_integer_value (nuid) < (json_int_t) UINT32_MAX;
+    bool by_gid = (!group || !*group) && json_is_integer (ngid) && json_integer_value (ngid) > 0 &&
+                  json_integer_value (ngid) < (json_int_t) UINT32_MAX;
+    if ((!pw && !by_uid) || (!gr && !by_gid)) {
         snprintf (err, err_size,
                   "%s belongs to %s:%s, and this machine has no such %s (sbx-qemu comes with "
                   "scripts/install-deps.sh)",
                   json_string_value (json_object_get (entry, "path")), user ? user : "?",
-                  group ? group : "?", pw ? "group" : "user");
+                  group ? group : "?", pw || by_uid ? "group" : "user");
         return -1;
     }
-    *uid = pw->pw_uid;
-    *gid = gr->gr_gid;
+    *uid = pw ? pw->pw_uid : (uid_t) json_integer_value (nuid);
+    *gid = gr ? gr->gr_gid : (gid_t) json_integer_value (ngid);
     return 0;
 }
 

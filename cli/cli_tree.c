@@ -85,6 +85,8 @@ json_t *cli_tree_owner (const struct stat *st)
 {
     struct passwd *pw = getpwuid (st->st_uid);
     struct group *gr = getgrgid (st->st_gid);
-    return json_pack ("{s:i, s:s, s:s}", "mode", (int) (st->st_mode & 07777), "user",
-                      pw ? pw->pw_name : "", "group", gr ? gr->gr_name : "");
+    //  Names carry across machines; a guest's own uid has none, so the number goes too.
+    return json_pack ("{s:i, s:s, s:s, s:I, s:I}", "mode", (int) (st->st_mode & 07777), "user",
+                      pw ? pw->pw_name : "", "group", gr ? gr->gr_name : "", "uid",
+                      (json_int_t) st->st_uid, "gid", (json_int_t) st->st_gid);
 }

@@ -82,6 +82,7 @@ class BackupTest(unittest.TestCase):
         snapshots = s.cli_json("snapshot", "list")["snapshots"]
         self.assertTrue(snapshots, "the stop's snapshot")
 
+        guest_uid = os.stat(os.path.join(s.dir, "vms", sb)).st_uid
         # The original goes away: nothing restored may still lean on it.
         self.assertEqual(s.stop(), 0)
         moved = s.dir + "-moved"
@@ -112,6 +113,9 @@ class BackupTest(unittest.TestCase):
 
         res = r.cli("restore", dest, timeout=300)
         self.assertIn(f"sbx up --data-dir {os.path.realpath(r.dir)}", res.stdout)
+        # The guest's QEMU uid has no passwd entry: kept by number.
+        self.assertEqual(os.stat(os.path.join(r.dir, "vms", sb)).st_uid, guest_uid)
+        self.assertEqual(paths[f"vms/{sb}"]["uid"], guest_uid)
         with open(os.path.join(r.dir, "vms", sb, "guest.json")) as f:
             self.assertTrue(json.load(f)["image"].startswith(os.path.realpath(r.dir) + "/"))
         r.up()
