@@ -1,5 +1,6 @@
 /*  brk_sandbox - see brk_sandbox.h */
 #include "brk_sandbox.h"
+#include "brk_egress.h"
 #include "brk_limits.h"
 #include "brk_names.h"
 #include "sbx_lifecycle_gen.h"
@@ -127,6 +128,8 @@ static void s_info (brk_ctx_t *ctx, const brk_sandbox_t *record, sbx_sandbox_inf
     sbx_str_set (&info->vmd, record->vmd);
     info->no_network = record->no_network;
     info->no_auto_resume = record->no_auto_resume;
+    brk_egress_split (record->egress_allow, &info->egress_allow);
+    brk_egress_split (record->egress_deny, &info->egress_deny);
     info->created_ms = record->created_ms;
     info->expires_ms = record->expires_ms;
     info->changed_ms = record->changed_ms;
@@ -340,6 +343,8 @@ static sbx_msg_t *s_ask_vmd_ex (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_
         sbx_str_set (&create->hostname, record->label);
         sbx_sandbox_type_from_name (record->type, &create->type);
         create->no_network = record->no_network;
+        brk_egress_split (record->egress_allow, &create->egress_allow);
+        brk_egress_split (record->egress_deny, &create->egress_deny);
         if (origin) {
             sbx_str_set (&create->snapshot_dir, origin->dir);
             sbx_str_set (&create->snapshot_qemu, origin->qemu_version);
@@ -347,8 +352,16 @@ static sbx_msg_t *s_ask_vmd_ex (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_
         }
         break;
     }
+    case SBX_MSG_VM_RESUME: {
+        //  The rules of the record, which may have changed while it was stopped.
+        sbx_vm_resume_t *resume = sbx_msg_vm_resume (vm);
+        sbx_str_set (&resume->sandbox_id, record->id);
+        brk_egress_split (record->egress_allow, &resume->egress_allow);
+        brk_egress_split (record->egress_deny, &resume->egress_deny);
+        break;
+    }
     default:
-        //  vm.stop, vm.resume, vm.delete: the sandbox is all they say.
+        //  vm.stop, vm.delete: the sandbox is all they say.
         if (sbx_msg_set_subject (vm, record->id))
             assert (false);
     }
@@ -450,6 +463,8 @@ static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
     if (refused)
         return refused;
     refused = s_check_text (request, args->name, &args->labels);
+    if (!refused)
+        refused = brk_egress_check (request, &args->egress_allow, &args->egress_deny);
     if (refused)
         return refused;
     if (args->ttl_s > 10ULL * 365 * 86400)
@@ -487,6 +502,8 @@ static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
                             .key_id = caller->key_id,
                             .no_network = args->no_network,
                             .no_auto_resume = args->no_auto_resume,
+                            .egress_allow = brk_egress_join (&args->egress_allow),
+                            .egress_deny = brk_egress_join (&args->egress_deny),
                             .created_ms = now,
                             .expires_ms = ttl_s ? now + ttl_s * 1000 : 0,
                             .ttl_s = ttl_s,
@@ -534,6 +551,8 @@ static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
         }
     }
     free (record.label);
+    free (record.egress_allow);
+    free (record.egress_deny);
     free (id);
     brk_account_clear (&owner);
     return reply;
@@ -924,7 +943,120 @@ sbx_msg_t *brk_sandbox_extend (brk_ctx_t *ctx, sbx_msg_t *request)
     return reply;
 }
 
-sbx_msg_t *brk_sandbox_update (brk_ctx_t *ctx, sbx_msg_t *request)
+//  The store's part of an update, in one transaction with its event; the answer.
+static sbx_msg_t *s_update_apply (brk_ctx_t *ctx, sbx_msg_t *request, brk_sandbox_t *record)
+{
+    sbx_sandbox_update_t *args = sbx_msg_sandbox_update (request);
+    sbx_msg_t *reply = NULL;
+    int rc = brk_events_begin (ctx->events) ? -1 : 0;
+    if (rc == 0 && args->name) {
+        rc = brk_store_sandbox_set_name (ctx->store, record->id, args->name);
+        free (record->name);
+        record->name = strdup (args->name);
+    }
+    if (rc == 0 && args->auto_resume) {
+        record->no_auto_resume = args->auto_resume == SBX_TOGGLE_OFF;
+        rc = brk_store_sandbox_set_auto_resume (ctx->store, record->id, !record->no_auto_resume);
+    }
+    if (rc == 0 && args->egress_set) {
+        free (record->egress_allow);
+        free (record->egress_deny);
+        record->egress_allow = brk_egress_join (&args->egress_allow);
+        record->egress_deny = brk_egress_join (&args->egress_deny);
+        rc = brk_store_sandbox_set_egress (ctx->store, record->id, record->egress_allow,
+                                           record->egress_deny);
+    }
+    for (size_t i = 0; rc == 0 && i < args->remove_labels.count; i++)
+        rc = brk_store_sandbox_label_set (ctx->store, record->id, args->remove_labels.items[i],
+                                          NULL);
+    for (size_t i = 0; rc == 0 && i < args->labels.count; i++)
+        rc = brk_store_sandbox_label_set (ctx->store, record->id, args->labels.keys[i],
+                                          args->labels.values[i]);
+    uint64_t count = 0;
+    if (rc == 0 &&
+        brk_store_sandbox_labels (ctx->store, record->id, s_count_label, &count) > S_MAX_LABELS)
+        rc = 1;
+    if (rc == 1) {
+        brk_events_rollback (ctx->events);
+        reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "at most %d labels",
+                                   S_MAX_LABELS);
+    } else
+        reply = s_commit_update (ctx, request, record, SBX_MSG_SANDBOX_UPDATE_OK, rc);
+    return reply;
+}
+
+//  An update with new egress rules for a running guest, waiting for its vmd.
+typedef struct {
+    zframe_t *client;
+    sbx_msg_t *request;
+} s_egress_op_t;
+
+static void s_on_egress_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
+{
+    s_egress_op_t *op = arg;
+    sbx_msg_t *answer = *answer_p;
+    const char *id = sbx_msg_sandbox_update (op->request)->sandbox_id;
+    sbx_msg_t *reply = NULL;
+    brk_sandbox_t record;
+    if (answer->type == SBX_MSG_ERROR) //  the rules in force are still the old ones
+        reply = sbx_msg_new_error (op->request->rid, sbx_msg_error (answer)->code,
+                                   "sandbox %s kept its egress rules: %s", id,
+                                   sbx_msg_error (answer)->message);
+    else if (brk_store_sandbox_find (ctx->store, id, &record) != 0)
+        reply = sbx_msg_new_error (op->request->rid, SBX_E_INTERNAL,
+                                   "sandbox %s vanished from the store", id);
+    else {
+        reply = s_update_apply (ctx, op->request, &record);
+        if (reply && reply->type != SBX_MSG_ERROR)
+            sbx_info ("rid=%llu sandbox=%s egress rules replaced (%zu allowed, %zu denied)",
+                      (unsigned long long) op->request->rid, id,
+                      sbx_msg_sandbox_update (op->request)->egress_allow.count,
+                      sbx_msg_sandbox_update (op->request)->egress_deny.count);
+        brk_sandbox_clear (&record);
+    }
+    ctx->send (ctx, op->client, &reply);
+    zframe_destroy (&op->client);
+    sbx_msg_destroy (&op->request);
+    free (op);
+}
+
+//  Asks the guest's vmd to load the new rules; NULL when asked (the answer follows).
+static sbx_msg_t *s_ask_egress (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request,
+                                const brk_sandbox_t *record)
+{
+    sbx_sandbox_update_t *args = sbx_msg_sandbox_update (request);
+    s_egress_op_t *op = calloc (1, sizeof *op);
+    sbx_msg_t *vm = sbx_msg_new (SBX_MSG_VM_EGRESS);
+    if (op) {
+        op->client = zframe_dup (client);
+        op->request = sbx_msg_dup (request);
+    }
+    sbx_vm_egress_t *body = vm ? sbx_msg_vm_egress (vm) : NULL;
+    if (!op || !op->client || !op->request || !body ||
+        sbx_str_set (&body->sandbox_id, record->id) ||
+        brk_egress_copy (&args->egress_allow, &body->egress_allow) ||
+        brk_egress_copy (&args->egress_deny, &body->egress_deny)) {
+        sbx_msg_destroy (&vm);
+        if (op) {
+            zframe_destroy (&op->client);
+            sbx_msg_destroy (&op->request);
+        }
+        free (op);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    }
+    uint32_t timeout = request->timeout_ms > 1000 ? request->timeout_ms - 500 : S_VM_TIMEOUT_MS;
+    if (ctx->call (ctx, SBX_ROLE_VMD, record->vmd, &vm, timeout, s_on_egress_answer, op) == 0)
+        return NULL;
+    zframe_destroy (&op->client);
+    sbx_msg_destroy (&op->request);
+    free (op);
+    return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                              "sandbox %s is on vmd %s, which is not connected; retry when it is "
+                              "back",
+                              record->id, record->vmd ? record->vmd : "(none)");
+}
+
+sbx_msg_t *brk_sandbox_update (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
 {
     sbx_sandbox_update_t *args = sbx_msg_sandbox_update (request);
     brk_sandbox_t record;
@@ -938,34 +1070,27 @@ sbx_msg_t *brk_sandbox_update (brk_ctx_t *ctx, sbx_msg_t *request)
         reply = s_check_text (request, args->name, &args->labels);
     if (!reply && args->name && !*args->name)
         reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "name is empty");
-    if (!reply) {
-        int rc = brk_events_begin (ctx->events) ? -1 : 0;
-        if (rc == 0 && args->name) {
-            rc = brk_store_sandbox_set_name (ctx->store, record.id, args->name);
-            free (record.name);
-            record.name = strdup (args->name);
-        }
-        if (rc == 0 && args->auto_resume) {
-            record.no_auto_resume = args->auto_resume == SBX_TOGGLE_OFF;
-            rc = brk_store_sandbox_set_auto_resume (ctx->store, record.id, !record.no_auto_resume);
-        }
-        for (size_t i = 0; rc == 0 && i < args->remove_labels.count; i++)
-            rc = brk_store_sandbox_label_set (ctx->store, record.id, args->remove_labels.items[i],
-                                              NULL);
-        for (size_t i = 0; rc == 0 && i < args->labels.count; i++)
-            rc = brk_store_sandbox_label_set (ctx->store, record.id, args->labels.keys[i],
-                                              args->labels.values[i]);
-        uint64_t count = 0;
-        if (rc == 0 &&
-            brk_store_sandbox_labels (ctx->store, record.id, s_count_label, &count) > S_MAX_LABELS)
-            rc = 1;
-        if (rc == 1) {
-            brk_events_rollback (ctx->events);
-            reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "at most %d labels",
-                                       S_MAX_LABELS);
-        } else
-            reply = s_commit_update (ctx, request, &record, SBX_MSG_SANDBOX_UPDATE_OK, rc);
+    if (!reply && !args->egress_set && (args->egress_allow.count || args->egress_deny.count))
+        reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                   "egress lists without egress_set change nothing");
+    if (!reply && args->egress_set)
+        reply = brk_egress_check (request, &args->egress_allow, &args->egress_deny);
+    sbx_sandbox_state_t state = SBX_SANDBOX_STATE__UNSET;
+    sbx_sandbox_state_from_name (record.state, &state);
+    if (!reply && args->egress_set && state == SBX_SANDBOX_STATE_READY && client) {
+        //  The firewall first: the record says what is in force.
+        reply = s_ask_egress (ctx, client, request, &record);
+        brk_sandbox_clear (&record);
+        return reply;
     }
+    if (!reply && args->egress_set && state != SBX_SANDBOX_STATE_STOPPED)
+        reply = sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION,
+                                   "sandbox %s is %s: its egress rules change when it is ready "
+                                   "or stopped; try again then",
+                                   record.id, record.state);
+    //  Stopped: the record alone; the next vm.resume carries the rules.
+    if (!reply)
+        reply = s_update_apply (ctx, request, &record);
     brk_sandbox_clear (&record);
     return reply;
 }
@@ -1157,12 +1282,32 @@ void brk_sandbox_vm_failed (brk_ctx_t *ctx, const char *vmd, sbx_msg_t *msg)
 
 //  How the test vmd answers: 0 ok, 1 an error, 2 not at all. Read in its thread.
 static int s_vmd_mode = 0;
+//  The egress lists of the last vm.create, vm.resume or vm.egress the test vmd got.
+static char s_vmd_egress[512];
 
 static void s_test_vmd (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
 {
     (void) arg;
     sbx_msg_t *request = *request_p;
     int mode = __atomic_load_n (&s_vmd_mode, __ATOMIC_SEQ_CST);
+    sbx_strlist_t *allow = NULL, *deny = NULL;
+    if (request->type == SBX_MSG_VM_CREATE)
+        allow = &sbx_msg_vm_create (request)->egress_allow,
+        deny = &sbx_msg_vm_create (request)->egress_deny;
+    else if (request->type == SBX_MSG_VM_RESUME)
+        allow = &sbx_msg_vm_resume (request)->egress_allow,
+        deny = &sbx_msg_vm_resume (request)->egress_deny;
+    else if (request->type == SBX_MSG_VM_EGRESS)
+        allow = &sbx_msg_vm_egress (request)->egress_allow,
+        deny = &sbx_msg_vm_egress (request)->egress_deny;
+    if (allow) {
+        //  What the guest was told, read by the test after the answer it waits for.
+        char *a = brk_egress_join (allow), *d = brk_egress_join (deny);
+        snprintf (s_vmd_egress, sizeof s_vmd_egress, "%s %s|%s", sbx_msg_type_name (request->type),
+                  a ? a : "", d ? d : "");
+        free (a);
+        free (d);
+    }
     if (request->type == SBX_MSG_VM_AGENT) {
         //  Play the agent: an exec answers with its command as stdout.
         sbx_bytes_t *bytes = &sbx_msg_vm_agent (request)->request;
@@ -1435,6 +1580,73 @@ void brk_sandbox_test (bool verbose)
     sbx_msg_destroy (&reply);
     free (data);
     sbx_msg_destroy (&exec);
+
+    //  Egress rules: checked, carried at create, changed on a ready guest through its vmd
+    //  (an error there keeps the old rules), stored alone while stopped, given at resume.
+    sbx_msg_t *fenced = sbx_msg_new (SBX_MSG_SANDBOX_CREATE);
+    fenced->caller = ALICE;
+    sbx_strlist_append (&sbx_msg_sandbox_create (fenced)->egress_deny, "bad..name");
+    reply = brk_testkit_call (client, fenced, ++s_rid);
+    assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
+    assert (strstr (sbx_msg_error (reply)->message, "egress.deny[0]"));
+    sbx_msg_destroy (&reply);
+    fenced = sbx_msg_new (SBX_MSG_SANDBOX_CREATE);
+    fenced->caller = ALICE;
+    sbx_strlist_append (&sbx_msg_sandbox_create (fenced)->egress_allow, "203.0.113.0/24");
+    sbx_strlist_append (&sbx_msg_sandbox_create (fenced)->egress_allow, "example.com");
+    sbx_strlist_append (&sbx_msg_sandbox_create (fenced)->egress_deny, "198.51.100.7");
+    reply = brk_testkit_call (client, fenced, ++s_rid);
+    assert (reply->type == SBX_MSG_SANDBOX_CREATE_OK);
+    assert (streq (s_vmd_egress, "vm.create 203.0.113.0/24\nexample.com|198.51.100.7"));
+    info = s_sandbox (reply);
+    assert (info->egress_allow.count == 2 && info->egress_deny.count == 1);
+    assert (streq (info->egress_allow.items[1], "example.com"));
+    char *walled = strdup (info->id);
+    sbx_msg_destroy (&reply);
+    sbx_msg_t *change = sbx_msg_new (SBX_MSG_SANDBOX_UPDATE);
+    change->caller = ALICE;
+    sbx_str_set (&sbx_msg_sandbox_update (change)->sandbox_id, walled);
+    sbx_msg_sandbox_update (change)->egress_set = true;
+    sbx_strlist_append (&sbx_msg_sandbox_update (change)->egress_deny, "example.org");
+    reply = brk_testkit_call (client, change, ++s_rid);
+    assert (reply->type == SBX_MSG_SANDBOX_UPDATE_OK);
+    assert (streq (s_vmd_egress, "vm.egress |example.org"));
+    info = sbx_msg_sandbox_update_ok (reply)->sandbox;
+    assert (info->egress_allow.count == 0 && info->egress_deny.count == 1);
+    sbx_msg_destroy (&reply);
+    __atomic_store_n (&s_vmd_mode, 1, __ATOMIC_SEQ_CST);
+    change = sbx_msg_new (SBX_MSG_SANDBOX_UPDATE);
+    change->caller = ALICE;
+    sbx_str_set (&sbx_msg_sandbox_update (change)->sandbox_id, walled);
+    sbx_msg_sandbox_update (change)->egress_set = true;
+    reply = brk_testkit_call (client, change, ++s_rid);
+    assert (brk_testkit_code (reply) == SBX_E_INTERNAL);
+    assert (strstr (sbx_msg_error (reply)->message, "kept its egress rules"));
+    sbx_msg_destroy (&reply);
+    __atomic_store_n (&s_vmd_mode, 0, __ATOMIC_SEQ_CST);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, walled, ALICE);
+    assert (s_sandbox (reply)->egress_deny.count == 1);
+    assert (streq (s_sandbox (reply)->egress_deny.items[0], "example.org"));
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_STOP, walled, ALICE);
+    sbx_msg_destroy (&reply);
+    snprintf (s_vmd_egress, sizeof s_vmd_egress, "untouched");
+    change = sbx_msg_new (SBX_MSG_SANDBOX_UPDATE);
+    change->caller = ALICE;
+    sbx_str_set (&sbx_msg_sandbox_update (change)->sandbox_id, walled);
+    sbx_msg_sandbox_update (change)->egress_set = true;
+    sbx_strlist_append (&sbx_msg_sandbox_update (change)->egress_allow, "2001:db8::/32");
+    reply = brk_testkit_call (client, change, ++s_rid);
+    assert (reply->type == SBX_MSG_SANDBOX_UPDATE_OK && streq (s_vmd_egress, "untouched"));
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_RESUME, walled, ALICE);
+    assert (reply->type == SBX_MSG_SANDBOX_RESUME_OK);
+    assert (streq (s_vmd_egress, "vm.resume 2001:db8::/32|"));
+    sbx_msg_destroy (&reply);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_DELETE, walled, ALICE);
+    assert (reply->type == SBX_MSG_SANDBOX_DELETE_OK);
+    sbx_msg_destroy (&reply);
+    free (walled);
 
     //  Capacity 2: a second fits, a third doesn't.
     reply = s_test_create (client, ALICE, NULL, 0);

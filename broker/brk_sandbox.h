@@ -48,9 +48,11 @@ sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request);
 //  sandbox.stop, sandbox.resume, sandbox.delete: the reply, or NULL when it waits on vmd.
 sbx_msg_t *brk_sandbox_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
 
-//  sandbox.extend (a new TTL from now) and sandbox.update (name, labels): at once.
+//  sandbox.extend (a new TTL from now) and sandbox.update (name, labels, autoResume,
+//  egress rules): at once, but new egress rules for a ready guest wait on its vmd
+//  (vm.egress; NULL then, and the answer follows). Other states but stopped refuse them.
 sbx_msg_t *brk_sandbox_extend (brk_ctx_t *ctx, sbx_msg_t *request);
-sbx_msg_t *brk_sandbox_update (brk_ctx_t *ctx, sbx_msg_t *request);
+sbx_msg_t *brk_sandbox_update (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request);
 
 //  sandbox.wake from a gateway's port proxy (trusted: the peer is a gateway): resumes a
 //  stopped sandbox whose autoResume is on, for a published port, as its owner (plan and

@@ -1,5 +1,6 @@
 /*  brk_selftest - the broker modules' self-tests (see sbx_testrun.h). */
 #include "brk_admin.h"
+#include "brk_egress.h"
 #include "brk_limits.h"
 #include "brk_metrics.h"
 #include "brk_names.h"
@@ -15,6 +16,7 @@
 #include "sbx_testrun.h"
 
 static const sbx_test_t s_tests[] = {{"brk_store", brk_store_test},
+                                     {"brk_egress", brk_egress_test},
                                      {"brk_registry", brk_registry_test},
                                      {"brk_pending", brk_pending_test},
                                      {"brk_names", brk_names_test},

@@ -816,7 +816,7 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         reply = brk_sandbox_extend (&self->ctx, msg);
         break;
     case SBX_MSG_SANDBOX_UPDATE:
-        reply = brk_sandbox_update (&self->ctx, msg);
+        reply = brk_sandbox_update (&self->ctx, address, msg);
         break;
     case SBX_MSG_SANDBOX_AGENT:
         reply = brk_sandbox_agent (&self->ctx, address, msg);

@@ -146,6 +146,9 @@ static const char *s_migrations[] = {
     "ALTER TABLE accounts ADD COLUMN deleted_ms INTEGER NOT NULL DEFAULT 0;",
     //  8: autoResume off (a request to a port URL does not wake the sandbox).
     "ALTER TABLE sandboxes ADD COLUMN no_auto_resume INTEGER NOT NULL DEFAULT 0;",
+    //  9: egress rules, each list its entries one per line (an entry has no newline).
+    "ALTER TABLE sandboxes ADD COLUMN egress_allow TEXT;"
+    "ALTER TABLE sandboxes ADD COLUMN egress_deny TEXT;",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
@@ -162,7 +165,7 @@ static const char *s_migrations[] = {
 
 #define SANDBOX_COLUMNS                                                                            \
     "id, account_id, name, label, state, type, vmd, no_network, created_ms, expires_ms, "          \
-    "changed_ms, reason, key_id, ttl_s, no_auto_resume"
+    "changed_ms, reason, key_id, ttl_s, no_auto_resume, egress_allow, egress_deny"
 
 #define TOKEN_COLUMNS                                                                              \
     "hash, kind, grant_id, client_id, redirect_uri, challenge, resource, scope, created_ms, "      \
@@ -222,7 +225,7 @@ static const char *s_sql[ST_COUNT] = {
     [ST_META_DELETE] = "DELETE FROM meta WHERE key = ?1",
     [ST_SANDBOX_INSERT] =
         "INSERT INTO sandboxes (" SANDBOX_COLUMNS ") "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     [ST_SANDBOX_FIND] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE id = ?1",
 //  Newest first, not deleted; keyset pages: after (?3, ?4), at most ?5 (sandboxes_by_account).
 #define SANDBOX_PAGE_TAIL                                                                          \
@@ -245,6 +248,7 @@ static const char *s_sql[ST_COUNT] = {
     [ST_SANDBOX_EXPIRY] = "UPDATE sandboxes SET expires_ms = ?2, ttl_s = ?3 WHERE id = ?1",
     [ST_SANDBOX_NAME] = "UPDATE sandboxes SET name = ?2 WHERE id = ?1",
     [ST_SANDBOX_AUTO_RESUME] = "UPDATE sandboxes SET no_auto_resume = ?2 WHERE id = ?1",
+    [ST_SANDBOX_EGRESS] = "UPDATE sandboxes SET egress_allow = ?2, egress_deny = ?3 WHERE id = ?1",
     [ST_LABEL_SET] = "INSERT INTO sandbox_labels (sandbox_id, key, value) VALUES (?1, ?2, ?3) "
                      "ON CONFLICT (sandbox_id, key) DO UPDATE SET value = excluded.value",
     [ST_LABEL_DELETE] = "DELETE FROM sandbox_labels WHERE sandbox_id = ?1 AND key = ?2",
@@ -884,6 +888,8 @@ int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox)
     sbx_db_bind_text (stmt, 13, sandbox->key_id);
     sqlite3_bind_int64 (stmt, 14, (sqlite3_int64) sandbox->ttl_s);
     sqlite3_bind_int (stmt, 15, sandbox->no_auto_resume ? 1 : 0);
+    sbx_db_bind_text (stmt, 16, sandbox->egress_allow);
+    sbx_db_bind_text (stmt, 17, sandbox->egress_deny);
     int rc = sbx_db_try (self->db, ST_SANDBOX_INSERT, "sandbox insert");
     //  The label's unique index is the only UNIQUE constraint (the id is the key).
     if (rc == SQLITE_CONSTRAINT_UNIQUE)
@@ -910,6 +916,8 @@ static int s_sandbox_from_row (sqlite3_stmt *stmt, void *row)
     out->key_id = sbx_db_column_dup (stmt, 12, &failed);
     out->ttl_s = sbx_db_column_u64 (stmt, 13);
     out->no_auto_resume = sqlite3_column_int (stmt, 14) != 0;
+    out->egress_allow = sbx_db_column_dup (stmt, 15, &failed);
+    out->egress_deny = sbx_db_column_dup (stmt, 16, &failed);
     if (failed)
         brk_sandbox_clear (out);
     return failed ? -1 : 0;
@@ -949,7 +957,7 @@ int brk_store_sandbox_page (brk_store_t *self, const char *account_id, const cha
             break;
         }
         mark->created_ms = sandbox.created_ms;
-        mark->row = sqlite3_column_int64 (stmt, 15);
+        mark->row = sqlite3_column_int64 (stmt, 17);
         fn (&sandbox, arg);
         brk_sandbox_clear (&sandbox);
         count++;
@@ -1137,6 +1145,20 @@ int brk_store_sandbox_set_auto_resume (brk_store_t *self, const char *id, bool o
                                                                                               : -1;
 }
 
+int brk_store_sandbox_set_egress (brk_store_t *self, const char *id, const char *allow,
+                                  const char *deny)
+{
+    if (!self || !id)
+        return -1;
+    if (!sbx_db_require_transaction (self->db, "sandbox egress"))
+        return -1;
+    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_EGRESS);
+    sbx_db_bind_text (stmt, 1, id);
+    sbx_db_bind_text (stmt, 2, allow && *allow ? allow : NULL);
+    sbx_db_bind_text (stmt, 3, deny && *deny ? deny : NULL);
+    return sbx_db_try (self->db, ST_SANDBOX_EGRESS, "sandbox egress") == SQLITE_DONE ? 0 : -1;
+}
+
 int brk_store_sandbox_set_name (brk_store_t *self, const char *id, const char *name)
 {
     if (!self || !id)
@@ -1299,6 +1321,8 @@ void brk_sandbox_clear (brk_sandbox_t *self)
     free (self->vmd);
     free (self->reason);
     free (self->key_id);
+    free (self->egress_allow);
+    free (self->egress_deny);
     memset (self, 0, sizeof *self);
 }
 
@@ -1618,7 +1642,10 @@ void brk_store_test (bool verbose)
     assert (brk_store_sandbox_insert (store, &twin) == -1);
     twin.state = "creating";
     twin.created_ms = 200;
+    twin.egress_allow = "10.0.0.0/8\nexample.com";
     assert (brk_store_sandbox_insert (store, &twin) == 0);
+    twin.egress_allow = NULL;
+    assert (brk_store_sandbox_set_egress (store, "sb_one", "", "1.2.3.4") == 0);
     assert (brk_store_sandbox_label_set (store, "sb_one", "team", "red") == 0);
     assert (brk_store_sandbox_label_set (store, "sb_one", "team", "blue") == 0);
     assert (brk_store_sandbox_label_set (store, "sb_one", "env", "dev") == 0);
@@ -1635,6 +1662,10 @@ void brk_store_test (bool verbose)
     assert (brk_store_sandbox_find (store, "sb_one", &sbf) == 0);
     assert (strcmp (sbf.state, "ready") == 0 && strcmp (sbf.vmd, "host-a") == 0);
     assert (sbf.expires_ms == 3700 && sbf.changed_ms == 150 && !sbf.reason);
+    assert (!sbf.egress_allow && strcmp (sbf.egress_deny, "1.2.3.4") == 0);
+    brk_sandbox_clear (&sbf);
+    assert (brk_store_sandbox_find (store, "sb_two", &sbf) == 0);
+    assert (strcmp (sbf.egress_allow, "10.0.0.0/8\nexample.com") == 0 && !sbf.egress_deny);
     brk_sandbox_clear (&sbf);
     assert (brk_store_sandbox_find (store, "sb_none", &sbf) == 1);
     test_labels_t labels = {0};

@@ -110,6 +110,8 @@ typedef struct {
     char *key_id; //  the API key that created it, or NULL
     bool no_network;
     bool no_auto_resume; //  autoResume off: port requests do not wake it
+    char *egress_allow;  //  egress rules, an entry a line (brk_egress); NULL: none
+    char *egress_deny;
     uint64_t created_ms;
     uint64_t expires_ms; //  0: never
     uint64_t changed_ms; //  when it entered its state
@@ -311,6 +313,9 @@ int brk_store_sandbox_set_name (brk_store_t *self, const char *id, const char *n
 //  Switches autoResume (a request to a published port wakes the stopped sandbox).
 //  Inside the caller's transaction. 0 or -1.
 int brk_store_sandbox_set_auto_resume (brk_store_t *self, const char *id, bool on);
+//  Replaces the egress lists (an entry a line; NULL or "" for none). In a transaction.
+int brk_store_sandbox_set_egress (brk_store_t *self, const char *id, const char *allow,
+                                  const char *deny);
 //  Sets a label (value NULL removes it), in a transaction; lists them by key.
 int brk_store_sandbox_label_set (brk_store_t *self, const char *id, const char *key,
                                  const char *value);

@@ -192,6 +192,10 @@ sbx_msg_t *brk_testkit_vm_ok (const sbx_msg_t *request)
         reply = sbx_msg_new_reply (request, SBX_MSG_VM_DELETE_OK);
         sbx_str_set (&sbx_msg_vm_delete_ok (reply)->sandbox_id, sbx_msg_vm_delete (in)->sandbox_id);
         break;
+    case SBX_MSG_VM_EGRESS:
+        reply = sbx_msg_new_reply (request, SBX_MSG_VM_EGRESS_OK);
+        sbx_str_set (&sbx_msg_vm_egress_ok (reply)->sandbox_id, sbx_msg_vm_egress (in)->sandbox_id);
+        break;
     default:
         break;
     }

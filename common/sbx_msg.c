@@ -414,6 +414,15 @@ int sbx_strlist_append (sbx_strlist_t *list, const char *value)
     return 0;
 }
 
+void sbx_strlist_clear (sbx_strlist_t *list)
+{
+    for (size_t i = 0; i < list->count; i++)
+        free (list->items[i]);
+    free (list->items);
+    list->items = NULL;
+    list->count = 0;
+}
+
 //  A NULL value removes the key.
 int sbx_strmap_set (sbx_strmap_t *map, const char *key, const char *value)
 {
@@ -2175,6 +2184,9 @@ void sbx_meta_codec_test (bool verbose)
     assert (sbx_strmap_set (&map, "a", NULL) == 0 && map.count == 1);
     assert (streq (map.keys[0], "b"));
     sbx_strlist_t list = {NULL, 0};
+    assert (sbx_strlist_append (&list, "x") == 0 && list.count == 1);
+    sbx_strlist_clear (&list);
+    assert (list.count == 0 && list.items == NULL);
     assert (sbx_strlist_append (&list, "x") == 0 && list.count == 1);
     sbx_bytes_t bytes = {NULL, 0};
     assert (sbx_bytes_set (&bytes, "", 0) == 0 && bytes.data && bytes.size == 0);

@@ -107,6 +107,7 @@ int sbx_code_http_status (sbx_code_t code);
 int sbx_str_set (char **field, const char *value); //  NULL clears
 int sbx_bytes_set (sbx_bytes_t *field, const void *data, size_t size);
 int sbx_strlist_append (sbx_strlist_t *list, const char *value);
+void sbx_strlist_clear (sbx_strlist_t *list); //  frees the items; an empty list after
 int sbx_strmap_set (sbx_strmap_t *map, const char *key, const char *value); //  NULL removes
 const char *sbx_strmap_get (const sbx_strmap_t *map, const char *key);
 
