@@ -1,6 +1,7 @@
 /*  sbx_api - see sbx_api.h */
 #include "sbx_api.h"
 #include "sbx_args.h"
+#include "sbx_egress.h"
 #include "sbx_secret.h"
 #include "sbx_urls.h"
 
@@ -169,6 +170,17 @@ json_t *sbx_api_sandbox (sbx_api_t *self, const sbx_sandbox_info_t *s)
                    sbx_sandbox_type_name (s->type), "url", url ? url : "", "network",
                    !s->no_network, "autoResume", !s->no_auto_resume, "labels", labels, "createdAt",
                    sbx_api_time (s->created_ms), "expiresAt", sbx_api_time (s->expires_ms));
+    if (json) {
+        //  Always there (both lists empty: no rules of its own), so a client reads it
+        //  without looking first.
+        json_t *allow = json_array (), *deny = json_array ();
+        for (size_t i = 0; i < s->egress_allow.count; i++)
+            json_array_append_new (allow, json_string (s->egress_allow.items[i]));
+        for (size_t i = 0; i < s->egress_deny.count; i++)
+            json_array_append_new (deny, json_string (s->egress_deny.items[i]));
+        json_object_set_new (json, "egress",
+                             json_pack ("{s:o, s:o}", "allow", allow, "deny", deny));
+    }
     if (json && s->reason)
         json_object_set_new (json, "reason", json_string (s->reason));
     //  Published ports, each with its URL (https://<label>-<port>.box.<domain>).
@@ -257,6 +269,50 @@ static int s_refuse (char *why, size_t why_size, const char *text)
     return -1;
 }
 
+//  The egress argument ({allow, deny}) into the message's two lists, each entry checked
+//  as the broker and vmd will read it (sbx_egress), so a bad one is refused here with
+//  its place and reason. The operation table checks only that it is an object. A list
+//  left out is empty. 0, or -1 with why.
+static int s_egress (json_t *egress, sbx_strlist_t *allow, sbx_strlist_t *deny, char *why,
+                     size_t why_size)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach (egress, key, value)
+    {
+        if (!streq (key, "allow") && !streq (key, "deny")) {
+            snprintf (why, why_size, "unknown field \"egress.%.60s\" (egress takes: allow, deny)",
+                      key);
+            return -1;
+        }
+        if (!json_is_array (value)) {
+            snprintf (why, why_size, "egress.%s must be an array of strings", key);
+            return -1;
+        }
+        if (json_array_size (value) > SBX_EGRESS_MAX) {
+            snprintf (why, why_size, "egress.%s has %zu entries; at most %d", key,
+                      json_array_size (value), SBX_EGRESS_MAX);
+            return -1;
+        }
+        sbx_strlist_t *list = streq (key, "allow") ? allow : deny;
+        size_t i;
+        json_t *item;
+        json_array_foreach (value, i, item)
+        {
+            if (!json_is_string (item) ||
+                strlen (json_string_value (item)) != json_string_length (item)) {
+                snprintf (why, why_size, "egress.%s[%zu] must be a string", key, i);
+                return -1;
+            }
+            if (sbx_strlist_append (list, json_string_value (item)))
+                return s_refuse (why, why_size, "out of memory");
+        }
+        if (sbx_egress_check (key, list->items, list->count, why, why_size))
+            return -1;
+    }
+    return 0;
+}
+
 sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool *agent,
                             uint32_t *deadline_ms, char *why, size_t why_size)
 {
@@ -288,6 +344,11 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
         m->no_auto_resume = !sbx_args_bool (op, args, "autoResume");
         sbx_str_set (&m->snapshot_id, snapshot && *snapshot ? snapshot : NULL);
         s_strmap (&m->labels, NULL, sbx_args_object (args, "labels"));
+        json_t *egress = sbx_args_object (args, "egress");
+        if (egress && s_egress (egress, &m->egress_allow, &m->egress_deny, why, why_size)) {
+            sbx_msg_destroy (&msg);
+            return NULL;
+        }
         break;
     }
     case SBX_OP_EXEC: {
@@ -378,15 +439,25 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
         break;
     case SBX_OP_RENAME_SANDBOX:
     case SBX_OP_LABEL_SANDBOX:
-    case SBX_OP_UPDATE_SANDBOX: {
+    case SBX_OP_UPDATE_SANDBOX:
+    case SBX_OP_SET_SANDBOX_EGRESS: {
         sbx_sandbox_update_t *m = sbx_msg_sandbox_update (msg);
         const char *name = sbx_args_string (op, args, "name");
         json_t *labels = sbx_args_object (args, "labels");
         json_t *wake = op == SBX_OP_UPDATE_SANDBOX ? json_object_get (args, "autoResume") : NULL;
-        if (!name && !labels && !json_is_boolean (wake)) {
+        json_t *egress = sbx_args_object (args, "egress");
+        if (!name && !labels && !json_is_boolean (wake) && !egress) {
             s_refuse (why, why_size,
-                      op == SBX_OP_UPDATE_SANDBOX ? "give name, labels, autoResume or several"
-                                                  : "give name, labels or both");
+                      op == SBX_OP_UPDATE_SANDBOX
+                          ? "give name, labels, autoResume, egress or several"
+                      : op == SBX_OP_SET_SANDBOX_EGRESS ? "egress is required"
+                                                        : "give name, labels or both");
+            sbx_msg_destroy (&msg);
+            return NULL;
+        }
+        //  egress replaces both lists: {"allow": [], "deny": []} clears them.
+        m->egress_set = egress != NULL;
+        if (egress && s_egress (egress, &m->egress_allow, &m->egress_deny, why, why_size)) {
             sbx_msg_destroy (&msg);
             return NULL;
         }
@@ -594,6 +665,7 @@ json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *r
     case SBX_OP_RENAME_SANDBOX:
     case SBX_OP_LABEL_SANDBOX:
     case SBX_OP_UPDATE_SANDBOX:
+    case SBX_OP_SET_SANDBOX_EGRESS:
     case SBX_OP_DELETE_SANDBOX: {
         sbx_sandbox_info_t *info = sbx_api_sandbox_info (reply);
         if (!info)
@@ -834,7 +906,19 @@ void sbx_api_test (bool verbose)
     assert (json_is_true (json_object_get (json, "network")));
     assert (json_is_null (json_object_get (json, "expiresAt")));
     assert (!json_object_get (json, "reason"));
+    //  egress is always there; empty lists: no rules of its own.
+    json_t *egress = json_object_get (json, "egress");
+    assert (json_array_size (json_object_get (egress, "allow")) == 0);
+    assert (json_array_size (json_object_get (egress, "deny")) == 0);
     json_decref (json);
+    char *allow_items[] = {"pypi.org", "203.0.113.0/24"};
+    info.egress_allow = (sbx_strlist_t){.items = allow_items, .count = 2};
+    json = sbx_api_sandbox (api, &info);
+    egress = json_object_get (json, "egress");
+    assert (streq (json_string_value (json_array_get (json_object_get (egress, "allow"), 1)),
+                   "203.0.113.0/24"));
+    json_decref (json);
+    info.egress_allow = (sbx_strlist_t){0};
     //  Requests from arguments, with the table's defaults.
     char why[300];
     bool agent;
@@ -858,7 +942,66 @@ void sbx_api_test (bool verbose)
     args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"name\": \"n\"}");
     msg = sbx_api_request (SBX_OP_UPDATE_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why);
     assert (msg && sbx_msg_sandbox_update (msg)->auto_resume == SBX_TOGGLE__UNSET);
+    assert (!sbx_msg_sandbox_update (msg)->egress_set); //  absent: egress unchanged
     sbx_msg_destroy (&msg);
+    json_decref (args);
+    //  egress: at create, and as an update that replaces both lists (a list left out is
+    //  empty); every entry checked here, its place and reason in the refusal.
+    args = s_args ("{\"egress\": {\"allow\": [\"pypi.org\", \"1.1.1.1\"], \"deny\": []}}");
+    msg = sbx_api_request (SBX_OP_CREATE_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why);
+    create = sbx_msg_sandbox_create (msg);
+    assert (msg && create->egress_allow.count == 2 && create->egress_deny.count == 0);
+    assert (streq (create->egress_allow.items[1], "1.1.1.1"));
+    sbx_msg_destroy (&msg);
+    json_decref (args);
+    args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"egress\": {\"deny\": [\"x.com\"]}}");
+    for (int tool = 0; tool < 2; tool++) {
+        sbx_op_t op = tool ? SBX_OP_SET_SANDBOX_EGRESS : SBX_OP_UPDATE_SANDBOX;
+        msg = sbx_api_request (op, args, NULL, &agent, &deadline, why, sizeof why);
+        sbx_sandbox_update_t *update = sbx_msg_sandbox_update (msg);
+        assert (msg && update->egress_set && update->egress_allow.count == 0);
+        assert (update->egress_deny.count == 1 && !update->name && !update->labels.count);
+        sbx_msg_destroy (&msg);
+    }
+    json_decref (args);
+    args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"egress\": {}}");
+    msg =
+        sbx_api_request (SBX_OP_SET_SANDBOX_EGRESS, args, NULL, &agent, &deadline, why, sizeof why);
+    assert (msg && sbx_msg_sandbox_update (msg)->egress_set); //  clears both
+    sbx_msg_destroy (&msg);
+    json_decref (args);
+    const struct {
+        const char *egress, *why;
+    } bad[] = {
+        {"{\"allow\": [\"ok.com\", \"1.1.1.1\", \"a..b\"]}",
+         "egress.allow[2] (\"a..b\"): a domain name has no empty label"},
+        {"{\"deny\": [\"10.0.0.0/33\"]}", "egress.deny[0] (\"10.0.0.0/33\")"},
+        {"{\"allow\": \"x.com\"}", "egress.allow must be an array of strings"},
+        {"{\"allow\": [7]}", "egress.allow[0] must be a string"},
+        {"{\"block\": []}", "unknown field \"egress.block\" (egress takes: allow, deny)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        for (int op = 0; op < 2; op++) {
+            char text[200];
+            snprintf (text, sizeof text, "{\"sandboxId\": \"sb_0123456789\", \"egress\": %s}",
+                      bad[i].egress);
+            args = s_args (text);
+            why[0] = 0;
+            assert (!sbx_api_request (op ? SBX_OP_CREATE_SANDBOX : SBX_OP_UPDATE_SANDBOX, args,
+                                      NULL, &agent, &deadline, why, sizeof why));
+            if (!strstr (why, bad[i].why))
+                fprintf (stderr, "sbx_api: egress %s: got %s\n", bad[i].egress, why);
+            assert (strstr (why, bad[i].why));
+            json_decref (args);
+        }
+    }
+    args = json_pack ("{s:s, s:{s:[]}}", "sandboxId", "sb_0123456789", "egress", "allow");
+    for (int i = 0; i <= SBX_EGRESS_MAX; i++)
+        json_array_append_new (json_object_get (json_object_get (args, "egress"), "allow"),
+                               json_string ("x.com"));
+    assert (
+        !sbx_api_request (SBX_OP_UPDATE_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why));
+    assert (streq (why, "egress.allow has 65 entries; at most 64"));
     json_decref (args);
     args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"command\": \"true\", \"timeout\": 5}");
     msg = sbx_api_request (SBX_OP_EXEC, args, NULL, &agent, &deadline, why, sizeof why);
@@ -890,7 +1033,7 @@ void sbx_api_test (bool verbose)
     sbx_msg_destroy (&msg);
     assert (
         !sbx_api_request (SBX_OP_UPDATE_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why));
-    assert (streq (why, "give name, labels, autoResume or several"));
+    assert (streq (why, "give name, labels, autoResume, egress or several"));
     json_decref (args);
     args = s_args ("{\"processId\": 7, \"signal\": \"SIGNOPE\"}");
     assert (!sbx_api_request (SBX_OP_KILL_COMMAND, args, NULL, &agent, &deadline, why, sizeof why));

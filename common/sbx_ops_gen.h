@@ -35,6 +35,7 @@ typedef enum {
     SBX_OP_LIST_SNAPSHOTS,          //  list_snapshots: MCP, GET /v1/snapshots
     SBX_OP_GET_SNAPSHOT,            //  get_snapshot: GET /v1/snapshots/{snapshotId}
     SBX_OP_DELETE_SNAPSHOT,         //  delete_snapshot: MCP, DELETE /v1/snapshots/{snapshotId}
+    SBX_OP_SET_SANDBOX_EGRESS,      //  set_sandbox_egress: MCP
     SBX_OP_GET_USAGE,               //  get_usage: GET /v1/usage
     SBX_OP_LIST_KEYS,               //  list_keys: GET /v1/keys
     SBX_OP_REVOKE_KEY,              //  revoke_key: DELETE /v1/keys/{keyId}
@@ -45,7 +46,7 @@ typedef enum {
     SBX_OP_LIST_WEBHOOK_DELIVERIES, //  list_webhook_deliveries: GET /v1/webhooks/{webhookId}/deliveries
     SBX_OP_GET_OPENAPI,             //  get_openapi: GET /v1/openapi.json
 } sbx_op_t;
-#define SBX_OP__COUNT 33
+#define SBX_OP__COUNT 34
 
 //  The surfaces (doors) an operation or argument is on.
 #define SBX_OPS_MCP  1

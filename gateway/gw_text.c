@@ -71,12 +71,21 @@ static bool s_set (json_t *v)
            !(json_is_array (v) && json_array_size (v) == 0);
 }
 
-//  A value as text.
+//  A value as text; an array of strings as "a, b" (a sandbox's egress lists).
 static void s_plain (zchunk_t *out, json_t *v)
 {
     char buf[64];
     int n = 0;
-    if (json_is_string (v))
+    if (json_is_array (v)) {
+        size_t i;
+        json_t *item;
+        json_array_foreach (v, i, item)
+        {
+            if (i)
+                zchunk_extend (out, ", ", 2);
+            s_plain (out, item);
+        }
+    } else if (json_is_string (v))
         zchunk_extend (out, json_string_value (v), json_string_length (v));
     else if (json_is_integer (v))
         n = snprintf (buf, sizeof buf, "%lld", (long long) json_integer_value (v));
@@ -237,7 +246,9 @@ static void s_render (s_render_t *r, const char *from, const char *to, json_t *s
                 size_t i;
                 json_t *item;
                 json_array_foreach (v, i, item) s_render (r, p, end, item);
-            } else if (s_set (v))
+            } else if (token.kind == '#' && json_is_object (v))
+                s_render (r, p, end, v); //  once, its fields in scope
+            else if (s_set (v))
                 s_render (r, p, end, scope);
             p = end + close_length;
         }
@@ -392,6 +403,18 @@ void gw_text_test (bool verbose)
               NULL,
               "2 snapshots:\na  ready  -  from -  0.0 MiB  \nb  failed  n  from s  0.0 MiB  t  "
               "disk full");
+    //  Egress: the object's fields in scope, its lists joined.
+    s_expect (text, SBX_OP_SET_SANDBOX_EGRESS,
+              "{\"id\":\"sb_1\",\"url\":\"u\",\"egress\":{\"allow\":[\"pypi.org\","
+              "\"1.1.1.1/32\"],\"deny\":[\"evil.com\"]}}",
+              NULL,
+              "Sandbox sb_1 egress rules: deny evil.com; only pypi.org, 1.1.1.1/32 (and DNS) "
+              "reachable; the fixed policy (no host, private or special-purpose addresses) "
+              "always applies. URL: u.");
+    s_expect (text, SBX_OP_SET_SANDBOX_EGRESS,
+              "{\"id\":\"sb_1\",\"url\":\"u\",\"egress\":{\"allow\":[],\"deny\":[]}}", NULL,
+              "Sandbox sb_1 egress rules: none of its own; the fixed policy (no host, private or "
+              "special-purpose addresses) always applies. URL: u.");
     //  Templates of one's own: nested sections, a stray brace as text.
     json_t *answer = json_pack ("{s:[{s:b},{s:b}]}", "xs", "on", 1, "on", 0);
     char *s =

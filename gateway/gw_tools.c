@@ -488,19 +488,34 @@ void gw_tools_test (bool verbose)
     gw_tools_t *tools = ctx ? gw_tools_new (ctx) : NULL;
     assert (tools);
     json_t *list = gw_tools_list (tools);
-    static const char *names[] = {
-        "create_sandbox", "list_sandboxes", "get_sandbox",    "get_sandbox_metrics",
-        "exec",           "command_status", "kill_command",   "list_commands",
-        "read_file",      "write_file",     "host_port",      "stop_sandbox",
-        "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
-        "delete_sandbox", "save_snapshot",  "list_snapshots", "delete_snapshot"};
+    static const char *names[] = {"create_sandbox",
+                                  "list_sandboxes",
+                                  "get_sandbox",
+                                  "get_sandbox_metrics",
+                                  "exec",
+                                  "command_status",
+                                  "kill_command",
+                                  "list_commands",
+                                  "read_file",
+                                  "write_file",
+                                  "host_port",
+                                  "stop_sandbox",
+                                  "resume_sandbox",
+                                  "extend_sandbox",
+                                  "rename_sandbox",
+                                  "label_sandbox",
+                                  "delete_sandbox",
+                                  "save_snapshot",
+                                  "list_snapshots",
+                                  "delete_snapshot",
+                                  "set_sandbox_egress"};
     static const char *read_only[] = {"list_sandboxes", "get_sandbox",   "get_sandbox_metrics",
                                       "command_status", "list_commands", "read_file",
                                       "list_snapshots"};
     static const char *destructive[] = {"exec", "kill_command", "write_file", "delete_sandbox",
                                         "delete_snapshot"};
-    assert (json_array_size (list) == 20);
-    for (size_t i = 0; i < 20; i++) {
+    assert (json_array_size (list) == sizeof names / sizeof *names);
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         json_t *tool = json_array_get (list, i);
         const char *name = json_string_value (json_object_get (tool, "name"));
         assert (streq (name, names[i]));
@@ -536,6 +551,14 @@ void gw_tools_test (bool verbose)
         assert (gw_tools_read_only (tools, name) == ro);
     }
     assert (sbx_ops_tool ("update_sandbox", NULL) == -1); //  REST's, not a tool
+    //  Setting egress rules twice is setting them once.
+    json_t *egress_tool = json_array_get (list, 20);
+    assert (json_is_true (
+        json_object_get (json_object_get (egress_tool, "annotations"), "idempotentHint")));
+    assert (
+        streq (json_string_value (json_array_get (
+                   json_object_get (json_object_get (egress_tool, "inputSchema"), "required"), 0)),
+               "egress"));
     assert (streq (json_string_value (json_array_get (
                        json_object_get (json_object_get (json_array_get (list, 16), "inputSchema"),
                                         "required"),

@@ -900,8 +900,10 @@ def _check_operation(o, op, fname, i, seen):
     if not surfaces or any(x not in OPS_SURFACES for x in surfaces) or len(set(surfaces)) != len(surfaces):
         raise SchemaError(f"{where}: surfaces is a list of mcp and/or rest")
     notes = _need(op, "annotations", dict, where)
-    _only(notes, ("readOnlyHint", "destructiveHint"), f"{where}: annotations")
+    _only(notes, ("readOnlyHint", "destructiveHint", "idempotentHint"), f"{where}: annotations")
     ro = _need(notes, "readOnlyHint", bool, where)
+    if not isinstance(notes.get("idempotentHint", False), bool):
+        raise SchemaError(f"{where}: idempotentHint is true or false")
     #  As the MCP reference has it: destructiveHint only when not read-only.
     if ro == ("destructiveHint" in notes) or not isinstance(notes.get("destructiveHint", False), bool):
         raise SchemaError(f"{where}: destructiveHint (true or false) exactly when not readOnlyHint")
@@ -1125,9 +1127,10 @@ def _schema(o, node, surface, where):
 
 #  -- MCP's wording: mustache-like templates (gateway/gw_text.c renders them) ---------------
 #  {x} a field of the answer, {x:fmt} formatted, {@a} an argument (its default when not
-#  given), {#x}...{/x} once per element of an array (or once when x is set), {?x}...{/x}
-#  once when x is set, {^x}...{/x} once when it is not (absent, null, false, "" or []),
-#  {>name} a text of components.texts. Formats: chomp, mib, bytes, signal, words.TABLE,
+#  given), {#x}...{/x} once per element of an array (or once inside x when it is an
+#  object, or once when x is set), {?x}...{/x} once when x is set, {^x}...{/x} once when it
+#  is not (absent, null, false, "" or []), {>name} a text of components.texts. An array
+#  of strings as {x} reads "a, b". Formats: chomp, mib, bytes, signal, words.TABLE,
 #  plural.ONE.MANY, or.TEXT, cut.N (the first line, at most N bytes, … when cut).
 
 TEXT_TOKEN_RE = re.compile(r"\{([#?^/>@]?)([A-Za-z][A-Za-z0-9]*)(?::([^{}]*))?\}")
@@ -1185,6 +1188,8 @@ def op_text(o, op):
             if kind == "#" and fields[name].get("type") == "array":
                 items = fields[name].get("items", {})
                 inner = _props(o, items)
+            elif kind == "#" and fields[name].get("type") == "object":
+                inner = _props(o, fields[name])  # once, inside the object
             stack.append((name, inner))
         if fmt is not None:
             head = fmt.split(".")[0]

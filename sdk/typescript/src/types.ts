@@ -60,6 +60,8 @@ export interface Sandbox {
   network: boolean;
   /** When stopped, a request to one of its port URLs resumes it (for a private port, a request with its owner's API key). */
   autoResume: boolean;
+  /** Its egress rules (both lists empty: none beyond the fixed policy). deny is checked first; a non-empty allow list means only those destinations (and DNS) are reachable. */
+  egress: { allow: Array<string>; deny: Array<string> };
   labels: Record<string, string>;
   createdAt: string | null;
   /** When it stops by itself. */
@@ -240,6 +242,8 @@ export interface CreateSandbox {
   network?: boolean;
   /** When it is stopped, a request to one of its published port URLs resumes it and is answered once the guest serves it (default true; for a private port only a request with its owner's API key wakes it). Billing starts at the resume. */
   autoResume?: boolean;
+  /** Egress rules: lists of CIDRs (203.0.113.0/24, 2001:db8::/32), bare addresses (a /32 or /128) and domain names (a domain matches itself and its subdomains; "*.example.com" is the same as "example.com"), at most 64 in each; a list left out is empty. deny is checked first; a non-empty allow list means only those destinations (plus DNS) are reachable. The fixed policy (no host, private or special-purpose addresses) always wins. */
+  egress?: { allow?: Array<string>; deny?: Array<string> };
 }
 
 export interface Exec {
@@ -279,6 +283,8 @@ export interface UpdateSandbox {
   labels?: Record<string, string | null>;
   /** Switch autoResume on or off. */
   autoResume?: boolean;
+  /** Replace its egress rules (both lists; {"allow": [], "deny": []} clears them). A ready sandbox's firewall changes before the answer; a stopped one's when it resumes. */
+  egress?: { allow?: Array<string>; deny?: Array<string> };
 }
 
 export interface SaveSnapshot {
