@@ -1,4 +1,4 @@
-/*  gw_tools - the 20 MCP tools: their handlers, which map each call to broker messages.
+/*  gw_tools - the 21 MCP tools: their handlers, which map each call to broker messages.
     Their definitions (schemas, annotations) are schemas/operations.json's, generated
     into sbx_ops_gen (sbx_ops_tools_json, the sbx_op_t table).
 

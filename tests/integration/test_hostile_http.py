@@ -31,7 +31,8 @@ TOOLS = ["create_sandbox", "list_sandboxes", "get_sandbox", "get_sandbox_metrics
          "command_status", "kill_command", "list_commands", "read_file", "write_file", "host_port",
          "stop_sandbox",
          "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
-         "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot", "nope"]
+         "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot",
+         "set_sandbox_egress", "nope"]
 ARG_NAMES = ["sandboxId", "name", "type", "ttlSeconds", "snapshotId", "env", "labels",
              "network", "command", "detached", "timeout", "cwd", "processId", "stdoutOffset",
              "stderrOffset", "signal", "path", "content", "encoding", "mode", "port", "public",

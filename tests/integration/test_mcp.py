@@ -15,7 +15,8 @@ NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "get_sandbox_metrics
          "command_status", "kill_command", "list_commands", "read_file", "write_file", "host_port",
          "stop_sandbox",
          "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
-         "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot"]
+         "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot",
+         "set_sandbox_egress"]
 READ_ONLY = {"list_sandboxes", "get_sandbox", "get_sandbox_metrics", "command_status",
              "list_commands", "read_file",
              "list_snapshots"}

@@ -20,7 +20,8 @@ NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "get_sandbox_metrics
          "command_status", "kill_command", "list_commands", "read_file", "write_file", "host_port",
          "stop_sandbox",
          "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
-         "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot"]
+         "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot",
+         "set_sandbox_egress"]
 SNIPPETS = {"claude-desktop": "json", "claude-desktop-mcp-remote": "json", "cursor": "json",
             "claude-code-stdio": "sh", "claude-code-http": "sh", "typescript-sdk": "js"}
 

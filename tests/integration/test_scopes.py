@@ -43,6 +43,7 @@ OPS = {
     "extend_sandbox":   ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/extend", "extend_sandbox"),
     "rename_sandbox":   ("write", "sandbox", "PATCH /v1/sandboxes/{sandboxId}", "rename_sandbox"),
     "label_sandbox":    ("write", "sandbox", "PATCH /v1/sandboxes/{sandboxId}", "label_sandbox"),
+    "set_sandbox_egress": ("write", "sandbox", "PATCH /v1/sandboxes/{sandboxId}", "set_sandbox_egress"),
     "stop_sandbox":     ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/stop", "stop_sandbox"),
     "resume_sandbox":   ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/resume", "resume_sandbox"),
     "save_snapshot":    ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/snapshots", "save_snapshot"),
@@ -67,7 +68,8 @@ OPS = {
 SANDBOX_ORDER = ["get_sandbox", "get_sandbox_metrics", "list_sandboxes", "exec", "command_status", "kill_command",
                  "list_commands", "open_terminal",
                  "read_file", "write_file", "host_port", "unpublish_port", "extend_sandbox",
-                 "rename_sandbox", "label_sandbox", "stop_sandbox", "resume_sandbox",
+                 "rename_sandbox", "label_sandbox", "stop_sandbox", "set_sandbox_egress",
+                 "resume_sandbox",
                  "save_snapshot"]
 SNAPSHOT_ORDER = ["get_snapshot", "list_snapshots", "copy_snapshot"]
 
@@ -229,6 +231,8 @@ class ScopesTest(unittest.TestCase):
                 body = {"name": "renamed"}
             elif op == "label_sandbox":
                 body = {"labels": {"scope": "yes"}}
+            elif op == "set_sandbox_egress":
+                body = {"egress": {"deny": ["example.com"]}}
             elif op in ("save_snapshot", "create_sandbox"):
                 body = {}
             elif op == "copy_snapshot":
@@ -265,6 +269,7 @@ class ScopesTest(unittest.TestCase):
                 "extend_sandbox": {"ttlSeconds": 3600},
                 "rename_sandbox": {"name": "renamed"},
                 "label_sandbox": {"labels": {"scope": "yes"}},
+                "set_sandbox_egress": {"egress": {"deny": ["example.com"]}},
                 "save_snapshot": {"name": "scoped"},
                 "copy_snapshot": {"snapshotId": snap},
                 "delete_snapshot": {"snapshotId": snap},
