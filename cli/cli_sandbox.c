@@ -34,10 +34,12 @@ static void s_usage (FILE *out)
         "usage: sbx sandbox create [--account ACCOUNT] [--name N] [--type small|medium|large]\n"
         "                          [--ttl DURATION] [--no-network] [--label K=V]...\n"
         "                          [--snapshot SNAPSHOT_ID] [--auto-resume on|off]\n"
+        "                          [--allow-out ENTRY]... [--deny-out ENTRY]...\n"
         "       sbx sandbox list [--account ACCOUNT] [--limit N] [--cursor C]\n"
         "       sbx sandbox get|stop|resume|delete ID\n"
         "       sbx sandbox extend ID --ttl DURATION\n"
         "       sbx sandbox update ID [--name N] [--label K=V]... [--auto-resume on|off]\n"
+        "                          [--allow-out ENTRY]... [--deny-out ENTRY]... | [--no-egress]\n"
         "       sbx sandbox exec ID [--detach] [--timeout DURATION] [--cwd DIR] [--env K=V]...\n"
         "                        [--no-stdin] -- COMMAND [ARG]...\n"
         "       sbx sandbox status ID PID [--stdout-offset N] [--stderr-offset N]\n"
@@ -86,6 +88,13 @@ static void s_usage (FILE *out)
         "resumes it and is answered once the guest serves it (a private port: only with\n"
         "the owner's key); off, the request gets 503 until it is resumed. update renames,\n"
         "relabels or switches it.\n"
+        "--allow-out and --deny-out (each repeatable, at most 64) are its egress rules: a\n"
+        "CIDR (203.0.113.0/24), an address or a domain name (example.com: itself and its\n"
+        "subdomains; *.example.com is the same). Deny is checked first; with any\n"
+        "--allow-out only those destinations (and DNS) are reachable. Host, private and\n"
+        "special-purpose addresses never are, whatever the rules. update replaces both\n"
+        "lists (a list not given becomes empty); --no-egress clears them. get and list\n"
+        "show them (--json: egress {allow, deny}).\n"
         "list prints every sandbox, newest first, fetching a page at a time; --limit N\n"
         "prints one page of N (1 to 1000) and the cursor of the next, which --cursor takes.\n");
 }
@@ -95,9 +104,11 @@ typedef struct {
     bool json;
     const char *account, *name, *type, *ttl, *cwd, *timeout, *mode, *snapshot, *signal;
     const char *stdout_offset, *stderr_offset, *limit, *cursor, *auto_resume, *interval;
-    bool no_network, detach, public, remove, no_stdin, once;
-    zlist_t *labels; //  "K=V"
-    zlist_t *env;    //  "K=V"
+    bool no_network, detach, public, remove, no_stdin, once, no_egress;
+    zlist_t *labels;    //  "K=V"
+    zlist_t *env;       //  "K=V"
+    zlist_t *allow_out; //  egress entries, as typed (the gateway or broker checks them)
+    zlist_t *deny_out;  //
 } s_opts_t;
 
 //  The options as the operation's arguments, named as REST names them; those the
@@ -124,6 +135,23 @@ static int s_set_options (cli_op_t *op, s_opts_t *o)
     } else if (o->auto_resume)
         rc |= cli_op_set_text (op, "autoResume", streq (o->auto_resume, "on") ? "true" : "false",
                                "--auto-resume");
+    if (o->no_egress && (zlist_size (o->allow_out) || zlist_size (o->deny_out))) {
+        fprintf (stderr, "--no-egress clears the rules: it does not go with --allow-out or "
+                         "--deny-out\n");
+        rc = -1;
+    } else if (o->no_egress || zlist_size (o->allow_out) || zlist_size (o->deny_out)) {
+        //  Both lists, always: an update replaces the two together.
+        json_t *allow = json_array (), *deny = json_array ();
+        for (char *e = zlist_first (o->allow_out); e; e = zlist_next (o->allow_out))
+            json_array_append_new (allow, json_string (e));
+        for (char *e = zlist_first (o->deny_out); e; e = zlist_next (o->deny_out))
+            json_array_append_new (deny, json_string (e));
+        cli_op_option (op, "egress",
+                       o->no_egress                ? "--no-egress"
+                       : zlist_size (o->allow_out) ? "--allow-out"
+                                                   : "--deny-out");
+        cli_op_set (op, "egress", json_pack ("{s:o, s:o}", "allow", allow, "deny", deny));
+    }
     if (o->detach)
         rc |= cli_op_set_text (op, "detached", "true", "--detach");
     if (o->timeout)
@@ -162,13 +190,27 @@ static void s_add_operator (json_t *sandbox, const sbx_sandbox_info_t *s)
         json_object_set_new (sandbox, "vmd", json_string (s->vmd));
 }
 
+//  "  allow-out a,b" for an egress list that is not empty.
+static void s_print_egress (json_t *egress, const char *list, const char *word)
+{
+    json_t *items = json_object_get (egress, list);
+    size_t i;
+    json_t *item;
+    json_array_foreach (items, i, item)
+        printf ("%s%s", i ? "," : word, json_string_value (item) ? json_string_value (item) : "?");
+}
+
 static void s_print_sandbox (json_t *s)
 {
     const char *reason = cli_json_str (s, "reason", NULL);
-    printf ("%s  %-9s %-6s %-28s %s%s%s\n", cli_json_str (s, "id", "?"),
+    printf ("%s  %-9s %-6s %-28s %s%s%s", cli_json_str (s, "id", "?"),
             cli_json_str (s, "state", "?"), cli_json_str (s, "type", "?"),
             cli_json_str (s, "label", "-"), cli_json_str (s, "name", ""), reason ? "  " : "",
             reason ? reason : "");
+    json_t *egress = json_object_get (s, "egress");
+    s_print_egress (egress, "allow", "  allow-out ");
+    s_print_egress (egress, "deny", "  deny-out ");
+    printf ("\n");
 }
 
 //  create, list, get, extend, stop, resume, delete: a sandbox (or all) in the answer.
@@ -661,6 +703,9 @@ int cli_sandbox_main (int argc, char **argv)
                                       {"ttl", required_argument, 0, 'T'},
                                       {"no-network", no_argument, 0, 'N'},
                                       {"auto-resume", required_argument, 0, 'A'},
+                                      {"allow-out", required_argument, 0, 'W'},
+                                      {"deny-out", required_argument, 0, 'X'},
+                                      {"no-egress", no_argument, 0, 'Z'},
                                       {"label", required_argument, 0, 'l'},
                                       {"detach", no_argument, 0, 'D'},
                                       {"timeout", required_argument, 0, 'o'},
@@ -680,7 +725,10 @@ int cli_sandbox_main (int argc, char **argv)
                                       {"once", no_argument, 0, '1'},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
-    s_opts_t o = {.labels = zlist_new (), .env = zlist_new ()};
+    s_opts_t o = {.labels = zlist_new (),
+                  .env = zlist_new (),
+                  .allow_out = zlist_new (),
+                  .deny_out = zlist_new ()};
     int c, rc = -1;
     optind = 1;
     //  Options may come before or after the positional arguments; everything after `--`
@@ -710,6 +758,15 @@ int cli_sandbox_main (int argc, char **argv)
             break;
         case 'A':
             o.auto_resume = optarg;
+            break;
+        case 'W':
+            zlist_append (o.allow_out, optarg);
+            break;
+        case 'X':
+            zlist_append (o.deny_out, optarg);
+            break;
+        case 'Z':
+            o.no_egress = true;
             break;
         case 'l':
             zlist_append (o.labels, optarg);
@@ -819,6 +876,8 @@ int cli_sandbox_main (int argc, char **argv)
         cli_where_close (&where);
         zlist_destroy (&o.labels);
         zlist_destroy (&o.env);
+        zlist_destroy (&o.allow_out);
+        zlist_destroy (&o.deny_out);
         return rc;
     }
     if (rc < 0 && streq (verb, "cp")) {
@@ -831,6 +890,8 @@ int cli_sandbox_main (int argc, char **argv)
         cli_where_close (&where);
         zlist_destroy (&o.labels);
         zlist_destroy (&o.env);
+        zlist_destroy (&o.allow_out);
+        zlist_destroy (&o.deny_out);
         return rc;
     }
     cli_op_t *op = rc < 0 ? cli_op_new (name, s_verbs[v].op) : NULL;
@@ -900,5 +961,7 @@ int cli_sandbox_main (int argc, char **argv)
     cli_op_destroy (&op);
     zlist_destroy (&o.labels);
     zlist_destroy (&o.env);
+    zlist_destroy (&o.allow_out);
+    zlist_destroy (&o.deny_out);
     return rc;
 }

@@ -271,7 +271,7 @@ static int s_refuse (char *why, size_t why_size, const char *text)
 
 //  The egress argument ({allow, deny}) into the message's two lists, each entry checked
 //  as the broker and vmd will read it (sbx_egress), so a bad one is refused here with
-//  its place and reason. The operation table checks only that it is an object. A list
+//  its place and reason, and written in its canonical form. The operation table checks only that it is an object. A list
 //  left out is empty. 0, or -1 with why.
 static int s_egress (json_t *egress, sbx_strlist_t *allow, sbx_strlist_t *deny, char *why,
                      size_t why_size)
@@ -309,6 +309,12 @@ static int s_egress (json_t *egress, sbx_strlist_t *allow, sbx_strlist_t *deny, 
         }
         if (sbx_egress_check (key, list->items, list->count, why, why_size))
             return -1;
+        //  Kept and answered as the rules read ("*.PyPI.org" is pypi.org, an address a /32).
+        for (size_t k = 0; k < list->count; k++) {
+            sbx_egress_entry_t entry;
+            if (sbx_egress_parse (list->items[k], &entry, NULL, 0) == 0)
+                sbx_str_set (&list->items[k], entry.text);
+        }
     }
     return 0;
 }
@@ -947,11 +953,12 @@ void sbx_api_test (bool verbose)
     json_decref (args);
     //  egress: at create, and as an update that replaces both lists (a list left out is
     //  empty); every entry checked here, its place and reason in the refusal.
-    args = s_args ("{\"egress\": {\"allow\": [\"pypi.org\", \"1.1.1.1\"], \"deny\": []}}");
+    args = s_args ("{\"egress\": {\"allow\": [\"*.PyPI.org\", \"1.1.1.1\"], \"deny\": []}}");
     msg = sbx_api_request (SBX_OP_CREATE_SANDBOX, args, NULL, &agent, &deadline, why, sizeof why);
     create = sbx_msg_sandbox_create (msg);
     assert (msg && create->egress_allow.count == 2 && create->egress_deny.count == 0);
-    assert (streq (create->egress_allow.items[1], "1.1.1.1"));
+    assert (streq (create->egress_allow.items[0], "pypi.org"));
+    assert (streq (create->egress_allow.items[1], "1.1.1.1/32"));
     sbx_msg_destroy (&msg);
     json_decref (args);
     args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"egress\": {\"deny\": [\"x.com\"]}}");
