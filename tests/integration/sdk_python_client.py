@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import sbx
 from sbx import NotFoundError, Sandbox, SbxError
@@ -15,8 +16,8 @@ def say(step, **fields):
     print(json.dumps({"step": step, **fields}), flush=True)
 
 
-with Sandbox.create(name="sdk-py", ttl=1800) as sb:
-    say("create", id=sb.id, state=sb.state, url=sb.url)
+with Sandbox.create(name="sdk-py", ttl=1800, egress={"deny": ["Evil.Example"]}) as sb:
+    say("create", id=sb.id, state=sb.state, url=sb.url, egress=sb.egress)
     r = sb.commands.run("python3 -c 'print(2**100)'")
     say("python", exit_code=r.exit_code, stdout=r.stdout)
     handle = sb.commands.run("sleep 30; echo done", background=True)
@@ -62,6 +63,10 @@ with Sandbox.create(name="sdk-py", ttl=1800) as sb:
                            f"{host}:{port}:127.0.0.1", url], capture_output=True, text=True)
     say("port", url=url, listing="Directory listing" in page.stdout)
     say("processes", count=len(sb.commands.list()))
+    m = sb.metrics(limit=2)
+    say("metrics", sandbox_id=m["sandboxId"], vcpus=m["vcpus"], sampling=m["sampling"],
+        at_most=len(m["samples"]) <= 2,
+        newer=len(sb.metrics(since_ms=int(time.time() * 1000) + 3600_000)["samples"]))
     # Typed errors that carry the catalogued codes.
     try:
         sb.commands.run("true", timeout=0)
@@ -71,6 +76,9 @@ with Sandbox.create(name="sdk-py", ttl=1800) as sb:
     sid = sb.id
     sb.extend(3600)
     say("stop", state=sb.stop().state)
+    # Egress rules of the stopped sandbox: both lists replaced, then cleared.
+    egress_set = sb.set_egress(allow=["*.PyPI.org", "203.0.113.7"]).egress
+    say("egress", set=egress_set, got=sb.refresh().egress, cleared=sb.set_egress().egress)
     say("resume", state=sb.resume().state, still=sb.commands.run("cat /tmp/go && echo kept").stdout)
 try:
     Sandbox.connect(sid)

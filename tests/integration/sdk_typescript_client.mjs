@@ -9,8 +9,8 @@ import { Sandbox, SbxError } from "sbx-sdk";
 
 const say = (step, fields = {}) => console.log(JSON.stringify({ step, ...fields }));
 
-const sb = await Sandbox.create({ name: "sdk-ts", ttl: 1800 });
-say("create", { id: sb.id, state: sb.state });
+const sb = await Sandbox.create({ name: "sdk-ts", ttl: 1800, egress: { deny: ["Evil.Example"] } });
+say("create", { id: sb.id, state: sb.state, egress: sb.info.egress });
 try {
   let r = await sb.commands.run("python3 -c 'print(2**100)'");
   say("python", { exitCode: r.exitCode, stdout: r.stdout });
@@ -51,6 +51,10 @@ try {
                                      `${host}:${port}:127.0.0.1`, url]).toString();
   say("port", { url, listing: page.includes("Directory listing") });
   say("processes", { count: (await sb.commands.list()).length });
+  const m = await sb.metrics({ limit: 2 });
+  say("metrics", { sandboxId: m.sandboxId, vcpus: m.vcpus, sampling: m.sampling,
+                   atMost: m.samples.length <= 2,
+                   newer: (await sb.metrics({ sinceMs: Date.now() + 3600e3 })).samples.length });
   try {
     await sb.commands.run("true", { timeout: 0 });
   } catch (e) {
@@ -59,6 +63,10 @@ try {
   say("listed", { ids: (await Sandbox.list()).map((s) => s.id) });
   await sb.extend(3600);
   say("stop", { state: (await sb.stop()).state });
+  // Egress rules of the stopped sandbox: both lists replaced, then cleared.
+  const set = (await sb.setEgress({ allow: ["*.PyPI.org", "203.0.113.7"] })).info.egress;
+  say("egress", { set, got: (await sb.refresh()).info.egress,
+                  cleared: (await sb.setEgress({})).info.egress });
   say("resume", { state: (await sb.resume()).state,
                   still: (await sb.commands.run("cat /tmp/go && echo kept")).stdout });
 } finally {

@@ -303,6 +303,27 @@ class McpTest(unittest.TestCase):
         r, text = self.call(sid, "exec", {"command": "true"})
         self.assertTrue(r["isError"])
         self.assertIn("(failed_precondition)", text)
+        # Egress rules of the stopped sandbox (its record; the resume carries them): the
+        # text names the rules in force, a bad entry is refused naming it, empty lists
+        # clear them.
+        r, text = self.call(sid, "set_sandbox_egress",
+                            {"egress": {"allow": ["*.PyPI.org", "203.0.113.7"], "deny": ["x.com"]}})
+        self.assertFalse(r.get("isError"), text)
+        self.assertEqual(r["structuredContent"]["egress"],
+                         {"allow": ["pypi.org", "203.0.113.7/32"], "deny": ["x.com"]})
+        self.assertTrue(text.startswith(f"Sandbox {sb} egress rules: deny x.com; only pypi.org, "
+                                        "203.0.113.7/32 (and DNS) reachable; the fixed policy"),
+                        text)
+        r, text = self.call(sid, "set_sandbox_egress", {"egress": {"allow": ["a..b"]}})
+        self.assertEqual(text, 'egress.allow[0] ("a..b"): a domain name has no empty label '
+                               '(invalid_argument)')
+        r, text = self.call(sid, "set_sandbox_egress", {})
+        self.assertEqual(text, "egress is required (invalid_argument)")
+        r, text = self.call(sid, "get_sandbox", {})
+        self.assertEqual(r["structuredContent"]["egress"]["deny"], ["x.com"])
+        r, text = self.call(sid, "set_sandbox_egress", {"egress": {"allow": [], "deny": []}})
+        self.assertEqual(r["structuredContent"]["egress"], {"allow": [], "deny": []})
+        self.assertIn("egress rules: none of its own;", text)
         r, text = self.call(sid, "resume_sandbox", {})
         self.assertEqual(r["structuredContent"]["state"], "ready", text)
         r, text = self.call(sid, "command_status", {"processId": sleeper})

@@ -210,9 +210,18 @@ class RestTest(unittest.TestCase):
         self.assertError(self.req("GET", path), 404, "not_found")
 
     def test_sandbox(self):
+        # A bad egress entry is refused before anything is made, naming it.
+        self.assertError(self.req("POST", "/v1/sandboxes", {"egress": {"allow": ["ok.com", "a..b"]}}),
+                         400, "invalid_argument",
+                         'egress.allow[1] ("a..b"): a domain name has no empty label')
+        self.assertError(self.req("POST", "/v1/sandboxes", {"egress": {"drop": []}}), 400,
+                         "invalid_argument", 'unknown field "egress.drop" (egress takes: allow, deny)')
         status, hdrs, sb = self.req("POST", "/v1/sandboxes",
-                                    {"name": "rest-demo", "labels": {"team": "a"}})
+                                    {"name": "rest-demo", "labels": {"team": "a"},
+                                     "egress": {"deny": ["*.Example.COM", "198.51.100.7"]}})
         self.assertEqual(status, 201, sb)
+        # Egress rules as they read: canonical, both lists there.
+        self.assertEqual(sb["egress"], {"allow": [], "deny": ["example.com", "198.51.100.7/32"]})
         sid = sb["id"]
         self.assertRegex(sid, r"^sb_[0-9a-z]{10}$")
         self.assertEqual(hdrs["location"], f"/v1/sandboxes/{sid}")
@@ -224,6 +233,7 @@ class RestTest(unittest.TestCase):
         for field in ("type", "createdAt", "expiresAt"):
             self.assertIn(field, sb)
         base = f"/v1/sandboxes/{sid}"
+        self.assertEqual(self.req("GET", base)[2]["egress"], sb["egress"])
 
         # Usage from billing: the new sandbox runs and costs, per the key's account.
         import time
@@ -398,6 +408,22 @@ class RestTest(unittest.TestCase):
         self.assertEqual((status, sb["state"]), (200, "stopped"), sb)
         self.assertError(self.req("POST", base + "/exec", {"command": "true"}), 409,
                          "failed_precondition")
+        # Egress rules of a stopped sandbox: PATCH replaces both lists (one left out is
+        # empty), a bad entry changes nothing, empty lists clear them.
+        status, _, sb = self.req("PATCH", base, {"egress": {"allow": ["pypi.org", "203.0.113.0/24"]}})
+        self.assertEqual(status, 200, sb)
+        self.assertEqual(sb["egress"], {"allow": ["pypi.org", "203.0.113.0/24"], "deny": []})
+        answer = self.req("PATCH", base, {"egress": {"deny": ["10.0.0.0/33"]}})
+        self.assertError(answer, 400, "invalid_argument")
+        self.assertTrue(answer[2]["error"]["message"].startswith('egress.deny[0] ("10.0.0.0/33"): '),
+                        answer)
+        self.assertError(self.req("PATCH", base, {"egress": {"allow": ["x.com"] * 65}}), 400,
+                         "invalid_argument", "egress.allow has 65 entries; at most 64")
+        self.assertEqual(self.req("GET", base)[2]["egress"]["allow"], ["pypi.org", "203.0.113.0/24"])
+        listed = self.req("GET", "/v1/sandboxes")[2]["sandboxes"]
+        self.assertEqual([x["egress"] for x in listed if x["id"] == sid], [sb["egress"]])
+        status, _, sb = self.req("PATCH", base, {"egress": {"allow": [], "deny": []}})
+        self.assertEqual((status, sb["egress"]), (200, {"allow": [], "deny": []}), sb)
         status, _, sb = self.req("POST", base + "/resume")
         self.assertEqual((status, sb["state"]), (200, "ready"), sb)
         self.assertEqual(self.req("POST", base + "/exec", {"command": "echo back"})[2]["stdout"],

@@ -37,7 +37,9 @@ class SandboxTest(unittest.TestCase):
         s = Sbx(self, "sandbox")
         s.up()
         t0 = time.monotonic()
-        sb = s.cli_json("sandbox", "create", "--account", ADMIN, "--name", "demo", timeout=300)
+        sb = s.cli_json("sandbox", "create", "--account", ADMIN, "--name", "demo",
+                        "--deny-out", "*.Example.com", "--deny-out", "198.51.100.0/24",
+                        timeout=300)
         print(f"\ncreate → ready: {time.monotonic() - t0:.1f}s")
         sid = sb["id"]
         # An operator's list of one account (by email), or of every account's.
@@ -49,6 +51,7 @@ class SandboxTest(unittest.TestCase):
         self.assertRegex(sid, r"^sb_[a-z0-9]{10}$")
         self.assertEqual(sb["state"], "ready")
         self.assertEqual(sb["name"], "demo")
+        self.assertEqual(sb["egress"], {"allow": [], "deny": ["example.com", "198.51.100.0/24"]})
 
         # Foreground exec: the guest's python, the sandbox's hostname.
         r = self.exec(s, sid, "python3 -c 'print(2**100)'")
@@ -113,6 +116,18 @@ class SandboxTest(unittest.TestCase):
         res = s.cli("sandbox", "exec", sid, "--", "true", check=False)
         self.assertEqual(res.returncode, 1)
         self.assertIn("resume it first", res.stderr)
+        # Egress rules of the stopped sandbox: update replaces both lists; get shows them;
+        # a bad entry is refused naming it; --no-egress clears them.
+        sb = s.cli_json("sandbox", "update", sid, "--allow-out", "pypi.org", "--allow-out",
+                        "203.0.113.7")
+        self.assertEqual(sb["egress"], {"allow": ["pypi.org", "203.0.113.7/32"], "deny": []})
+        line = s.cli("sandbox", "get", sid).stdout
+        self.assertIn("allow-out pypi.org,203.0.113.7/32", line)
+        res = s.cli("sandbox", "update", sid, "--deny-out", "a..b", check=False)
+        self.assertEqual(res.returncode, 2, res.stderr)
+        self.assertIn('egress.deny[0] ("a..b"): a domain name has no empty label', res.stderr)
+        self.assertEqual(s.cli_json("sandbox", "update", sid, "--no-egress")["egress"],
+                         {"allow": [], "deny": []})
         t0 = time.monotonic()
         self.assertEqual(s.cli_json("sandbox", "resume", sid, timeout=300)["state"], "ready")
         print(f"resume: {time.monotonic() - t0:.1f}s")

@@ -55,6 +55,13 @@ class SdkPythonTest(unittest.TestCase):
             step = json.loads(line)
             steps[step.pop("step")] = step
         self.assertEqual(steps["create"]["state"], "ready")
+        self.assertEqual(steps["create"]["egress"], {"allow": [], "deny": ["evil.example"]})
+        self.assertEqual(steps["metrics"], {"sandbox_id": steps["create"]["id"], "vcpus": 1,
+                                            "sampling": True, "at_most": True, "newer": 0})
+        self.assertEqual(steps["egress"], {
+            "set": {"allow": ["pypi.org", "203.0.113.7/32"], "deny": []},
+            "got": {"allow": ["pypi.org", "203.0.113.7/32"], "deny": []},
+            "cleared": {"allow": [], "deny": []}})
         self.assertEqual(steps["python"], {"exit_code": 0,
                                            "stdout": "1267650600228229401496703205376\n"})
         self.assertIsNone(steps["detached"]["first"])

@@ -9,11 +9,19 @@
 import { readFileSync } from "node:fs";
 import * as http from "node:http";
 import * as https from "node:https";
-import type { Output, Port, Process, Sandbox as SandboxInfo, Snapshot, Usage } from "./types.js";
+import type { Output, Port, Process, Sandbox as SandboxInfo, SandboxMetrics, Snapshot, Usage } from "./types.js";
 import { ERROR_CODES, type ErrorCode } from "./types.js";
 import { pack, unpack } from "./tar.js";
 
-export type { Output, Port, Process, SandboxInfo, Snapshot, Usage, ErrorCode };
+export type { Output, Port, Process, SandboxInfo, SandboxMetrics, Snapshot, Usage, ErrorCode };
+
+/** Egress rules: CIDRs, addresses and domain names (a domain matches its subdomains too).
+ * deny is checked first; a non-empty allow list means only those (and DNS) are reachable;
+ * host, private and special-purpose addresses never are. A list left out is empty. */
+export interface Egress {
+  allow?: string[];
+  deny?: string[];
+}
 export { ERROR_CODES };
 
 /** A failure the service (or the way to it) reported. */
@@ -347,6 +355,8 @@ export interface CreateOptions extends ConnectionOptions {
   autoResume?: boolean;
   labels?: Record<string, string>;
   snapshotId?: string;
+  /** Its egress rules (none beyond the fixed policy when absent). */
+  egress?: Egress;
 }
 
 /** One sandbox. `await using sb = await Sandbox.create()` deletes it at the end. */
@@ -370,6 +380,7 @@ export class Sandbox {
     if (o.ttl) body.ttlSeconds = o.ttl;
     if (o.labels) body.labels = o.labels;
     if (o.snapshotId) body.snapshotId = o.snapshotId;
+    if (o.egress) body.egress = { allow: o.egress.allow ?? [], deny: o.egress.deny ?? [] };
     return new Sandbox(client, await client.json<SandboxInfo>("POST", "/v1/sandboxes", { body, timeout: 300 }));
   }
 
@@ -406,6 +417,19 @@ export class Sandbox {
   async setAutoResume(on: boolean) {
     this.info = await this.client.json<SandboxInfo>("PATCH", `/v1/sandboxes/${this.id}`, { body: { autoResume: on } });
     return this;
+  }
+  /** Replaces its egress rules (both lists; `setEgress({})` clears them). A ready sandbox's
+   * firewall changes before the answer; a stopped one's when it resumes. */
+  async setEgress(rules: Egress) {
+    const body = { egress: { allow: rules.allow ?? [], deny: rules.deny ?? [] } };
+    this.info = await this.client.json<SandboxInfo>("PATCH", `/v1/sandboxes/${this.id}`, { body });
+    return this;
+  }
+  /** CPU, memory, disk and network: the latest figures and its host's samples (oldest
+   * first); sinceMs: only samples after it (a sample's timeMs), limit: the newest that many. */
+  metrics(o: { sinceMs?: number; limit?: number } = {}) {
+    return this.client.json<SandboxMetrics>("GET", `/v1/sandboxes/${this.id}/metrics`,
+                                            { query: { sinceMs: o.sinceMs, limit: o.limit } });
   }
   /** Deletes it: its disk, memory and automatic snapshots go. */
   async kill() {

@@ -251,12 +251,17 @@ class Sandbox:
 
     @classmethod
     def create(cls, name=None, type=None, ttl=None, network=True, labels=None, snapshot_id=None,
-               url=None, api_key=None, ca_cert=None, timeout=300.0, auto_resume=True):
+               url=None, api_key=None, ca_cert=None, timeout=300.0, auto_resume=True,
+               egress=None):
         """A new sandbox, ready. ttl: seconds before it stops by itself (the plan's default
         when None). auto_resume: a request to one of its port URLs resumes it when stopped.
+        egress: its egress rules, {"allow": [...], "deny": [...]} (see set_egress).
         url, api_key, ca_cert: else SBX_URL, SBX_API_KEY, SBX_CA_CERT."""
         client = Client(url, api_key, ca_cert)
         body = {"network": bool(network), "autoResume": bool(auto_resume)}
+        if egress is not None:
+            body["egress"] = {"allow": list(egress.get("allow", ())),
+                              "deny": list(egress.get("deny", ()))}
         for key, value in (("name", name), ("type", type), ("ttlSeconds", ttl),
                            ("labels", labels), ("snapshotId", snapshot_id)):
             if value is not None:
@@ -308,6 +313,29 @@ class Sandbox:
         self.info = self._client.request("PATCH", f"/v1/sandboxes/{self.id}",
                                          body={"autoResume": bool(on)})
         return self
+
+    def set_egress(self, allow=(), deny=()):
+        """Replaces its egress rules, both lists (set_egress() clears them). Entries are
+        CIDRs, addresses and domain names (a domain matches its subdomains too); deny is
+        checked first; a non-empty allow means only those (and DNS) are reachable; host,
+        private and special-purpose addresses never are. A ready sandbox's firewall
+        changes before the answer, a stopped one's when it resumes."""
+        self.info = self._client.request(
+            "PATCH", f"/v1/sandboxes/{self.id}",
+            body={"egress": {"allow": list(allow), "deny": list(deny)}})
+        return self
+
+    @property
+    def egress(self):
+        """Its egress rules as last answered: {"allow": [...], "deny": [...]}."""
+        return self.info.get("egress", {"allow": [], "deny": []})
+
+    def metrics(self, since_ms=None, limit=None):
+        """CPU, memory, disk and network: the latest figures and its host's samples, oldest
+        first (get_sandbox_metrics). since_ms: only samples after it (a sample's timeMs);
+        limit: the newest that many."""
+        query = {k: v for k, v in (("sinceMs", since_ms), ("limit", limit)) if v is not None}
+        return self._client.request("GET", f"/v1/sandboxes/{self.id}/metrics", query=query)
 
     def kill(self):
         """Deletes it: its disk, memory and automatic snapshots go."""
