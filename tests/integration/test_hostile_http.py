@@ -36,7 +36,7 @@ TOOLS = ["create_sandbox", "list_sandboxes", "get_sandbox", "get_sandbox_metrics
 ARG_NAMES = ["sandboxId", "name", "type", "ttlSeconds", "snapshotId", "env", "labels",
              "network", "command", "detached", "timeout", "cwd", "processId", "stdoutOffset",
              "stderrOffset", "signal", "path", "content", "encoding", "mode", "port", "public",
-             "label", "extra"]
+             "label", "egress", "allow", "deny", "extra"]
 REST = [("GET", "/v1/sandboxes"), ("POST", "/v1/sandboxes"), ("GET", "/v1/sandboxes/{id}"),
         ("PATCH", "/v1/sandboxes/{id}"), ("DELETE", "/v1/sandboxes/{id}"),
         ("POST", "/v1/sandboxes/{id}/stop"), ("POST", "/v1/sandboxes/{id}/resume"),
