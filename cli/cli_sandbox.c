@@ -108,7 +108,7 @@ typedef struct {
     zlist_t *labels;    //  "K=V"
     zlist_t *env;       //  "K=V"
     zlist_t *allow_out; //  egress entries, as typed (the gateway or broker checks them)
-    zlist_t *deny_out;  //
+    zlist_t *deny_out;  //  the same
 } s_opts_t;
 
 //  The options as the operation's arguments, named as REST names them; those the

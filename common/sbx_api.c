@@ -271,8 +271,8 @@ static int s_refuse (char *why, size_t why_size, const char *text)
 
 //  The egress argument ({allow, deny}) into the message's two lists, each entry checked
 //  as the broker and vmd will read it (sbx_egress), so a bad one is refused here with
-//  its place and reason, and written in its canonical form. The operation table checks only that it is an object. A list
-//  left out is empty. 0, or -1 with why.
+//  its place and reason, and written in its canonical form. The operation table checks
+//  only that it is an object. A list left out is empty. 0, or -1 with why.
 static int s_egress (json_t *egress, sbx_strlist_t *allow, sbx_strlist_t *deny, char *why,
                      size_t why_size)
 {
