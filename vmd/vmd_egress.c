@@ -126,8 +126,8 @@ static int s_chain (zchunk_t *chains, uid_t uid, const s_rules_t *r)
     char *lines[4] = {NULL};
     int rc = d4 && d6 && a4 && a6 ? 0 : -1;
     if (rc == 0) {
-        lines[0] = s_match (AF_INET, d4, "reject comment \"deny\"");
-        lines[1] = s_match (AF_INET6, d6, "reject comment \"deny\"");
+        lines[0] = s_match (AF_INET, d4, "jump refuse comment \"deny\"");
+        lines[1] = s_match (AF_INET6, d6, "jump refuse comment \"deny\"");
         lines[2] = s_match (AF_INET, a4, "accept comment \"allow\"");
         lines[3] = s_match (AF_INET6, a6, "accept comment \"allow\"");
     }
@@ -139,8 +139,8 @@ static int s_chain (zchunk_t *chains, uid_t uid, const s_rules_t *r)
                                      "%s%s%s%s%s"
                                      "\t}\n",
                                      (unsigned) uid, lines[0], lines[1], lines[2], lines[3],
-                                     r->allow.count ? "\t\treject comment \"not in the allow "
-                                                      "list\"\n"
+                                     r->allow.count ? "\t\tjump refuse comment \"not in the "
+                                                      "allow list\"\n"
                                                     : "")
                      : NULL;
     if (text)
@@ -182,6 +182,10 @@ char *vmd_egress_ruleset (vmd_egress_t *self)
                                           "\t\ttype filter hook output priority filter + 10; "
                                           "policy accept;\n"
                                           "%.*s"
+                                          "\t}\n"
+                                          "\tchain refuse {\n"
+                                          "\t\tmeta l4proto tcp reject with tcp reset\n"
+                                          "\t\treject\n"
                                           "\t}\n"
                                           "%.*s"
                                           "}\n",
@@ -584,16 +588,18 @@ void vmd_egress_test (bool verbose)
     if (verbose)
         printf ("\n%s", rules);
     assert (strstr (rules, "meta skuid 4000000001 jump g_4000000001 comment \"sb-1\"\n"));
-    assert (strstr (rules, "ip daddr { 198.51.100.9/32 } reject comment \"deny\"\n"));
-    assert (strstr (rules, "ip6 daddr { 2001:db8::/32 } reject comment \"deny\"\n"));
+    assert (strstr (rules, "ip daddr { 198.51.100.9/32 } jump refuse comment \"deny\"\n"));
+    assert (strstr (rules, "ip6 daddr { 2001:db8::/32 } jump refuse comment \"deny\"\n"));
     assert (strstr (rules, "ip daddr { 198.51.100.0/24, 8.8.8.8/32 } accept comment \"allow\"\n"));
-    assert (strstr (rules, "reject comment \"not in the allow list\"\n"));
-    assert (strstr (rules, "reject comment \"deny\"") < strstr (rules, "accept comment \"allow\""));
+    assert (strstr (rules, "jump refuse comment \"not in the allow list\"\n"));
+    assert (strstr (rules, "jump refuse comment \"deny\"") <
+            strstr (rules, "accept comment \"allow\""));
+    assert (strstr (rules, "meta l4proto tcp reject with tcp reset\n"));
     assert (strstr (rules, "priority filter + 10;"));
     //  Loaded in the kernel, as written.
     char *listed = s_test_list (table);
     assert (strstr (listed, "meta skuid 4000000001 jump g_4000000001"));
-    assert (strstr (listed, "ip daddr 198.51.100.9 reject"));
+    assert (strstr (listed, "ip daddr 198.51.100.9 jump refuse"));
     assert (strstr (listed, "not in the allow list"));
     free (listed);
 
