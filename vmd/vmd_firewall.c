@@ -388,7 +388,7 @@ static char *s_ruleset_now (uid_t uid, uid_t first, uint32_t count, const char *
 
 //  Runs nft -f - (check: nft -c -f -, which validates in the kernel and commits
 //  nothing) with rules on its stdin; its output (errors) lands in out.
-static int s_nft_run (const char *nft_path, const char *rules, bool check, char *out, size_t size)
+int vmd_firewall_nft (const char *nft_path, const char *rules, bool check, char *out, size_t size)
 {
     int in[2], back[2];
     out[0] = 0;
@@ -445,7 +445,7 @@ static int s_nft_run (const char *nft_path, const char *rules, bool check, char 
 
 static int s_nft (const char *nft_path, const char *rules, char *out, size_t size)
 {
-    return s_nft_run (nft_path, rules, false, out, size);
+    return vmd_firewall_nft (nft_path, rules, false, out, size);
 }
 
 //  Loads rules; on failure logs why (nft's message, on one line) and returns -1.
@@ -804,7 +804,7 @@ void vmd_firewall_test (bool verbose)
     //  nft reads them (validated by the kernel, committed nowhere): needs root.
     char out[2048];
     if (geteuid () == 0 && access ("/usr/sbin/nft", X_OK) == 0) {
-        int rc = s_nft_run (NULL, rules, true, out, sizeof out);
+        int rc = vmd_firewall_nft (NULL, rules, true, out, sizeof out);
         if (rc != 0)
             fprintf (stderr, "nft -c says: %s\n", out);
         assert (rc == 0);

@@ -65,6 +65,10 @@ void vmd_firewall_resolver (const char *resolv_conf, int family, char *out, size
 //  /usr/sbin/nft). Waits for nft. Returns 0, or -1 with the reason (nft's message) logged.
 int vmd_firewall_apply (uid_t uid, const char *resolv_conf, const char *nft_path);
 
+//  Runs nft on rules (`nft -f -`, or `nft -cf -` to check only), waiting for it. 0, or -1
+//  with nft's message (or the reason nft could not run) in out.
+int vmd_firewall_nft (const char *nft_path, const char *rules, bool check, char *out, size_t size);
+
 //  Loads the table now (NULL, with the reason logged, when that fails: vmd must not run
 //  guests unconfined) and keeps it current from loop, as described above.
 //  uid_first..uid_first+uid_count-1 are confined like uid (none when uid_count is 0).

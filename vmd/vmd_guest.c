@@ -1334,7 +1334,7 @@ const char *vmd_guest_image (vmd_guest_t *self)
 //  --------------------------------------------------------------------------
 //  Construction
 
-static bool s_id_valid (const char *id)
+bool vmd_guest_id_valid (const char *id)
 {
     size_t size = id ? strlen (id) : 0;
     if (size == 0 || size > 64)
@@ -1347,7 +1347,7 @@ static bool s_id_valid (const char *id)
 
 static vmd_guest_t *s_new (const vmd_guest_env_t *env, const char *id)
 {
-    if (!s_id_valid (id))
+    if (!vmd_guest_id_valid (id))
         return NULL;
     vmd_guest_t *self = calloc (1, sizeof *self);
     if (!self)

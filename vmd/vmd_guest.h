@@ -130,6 +130,9 @@ typedef void (vmd_guest_snapshot_fn) (vmd_guest_t *guest, sbx_code_t code, const
 int vmd_guest_snapshot (vmd_guest_t *self, const char *dir, uint32_t timeout_ms,
                         vmd_guest_snapshot_fn *fn, void *arg, sbx_err_t *err);
 
+//  True when id is usable as a sandbox id here ([A-Za-z0-9_-]{1,64}: it names files).
+bool vmd_guest_id_valid (const char *id);
+
 //  Before vmd_guest_create: the uid its QEMU runs as (from env's range; 0: qemu_user).
 //  A loaded guest has the uid that owns its directory when that is in the range.
 void vmd_guest_set_uid (vmd_guest_t *self, uid_t uid);

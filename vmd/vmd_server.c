@@ -1,6 +1,7 @@
 /*  vmd_server - see vmd_server.h */
 #include "vmd_server.h"
 #include "sbx_metrics.h"
+#include "vmd_egress.h"
 #include "vmd_firewall.h"
 #include "sbx_clock.h"
 #include "sbx_log.h"
@@ -40,6 +41,7 @@ struct _vmd_server_t {
     int sweep;
     int wake_fd;              //  eventfd: guests have something to collect
     vmd_firewall_t *firewall; //  the guests' egress policy, kept current (NULL: open)
+    vmd_egress_t *egress;     //  each guest's own egress rules, on top of that policy
     vmd_sampler_t *sampler;   //  the guests' resource samples (vm.metrics)
 };
 
@@ -266,10 +268,13 @@ static void s_boot_cold (vmd_server_t *self, const char *key)
     s_assign_uid (self, guest);
     if (!guest)
         sbx_err_set (&err, SBX_E_CONFLICT, "sandbox %s exists on this vmd", op->id);
-    else if (vmd_guest_create (guest, rid, left, &err) == 0) {
+    else if (vmd_egress_move (self->egress, op->id, vmd_guest_uid (guest), &err) == 0 &&
+             vmd_guest_create (guest, rid, left, &err) == 0) {
         zhashx_insert (self->guests, op->id, guest);
         return;
     }
+    if (guest)
+        vmd_egress_forget (self->egress, op->id);
     vmd_guest_destroy (&guest);
     char id[72];
     snprintf (id, sizeof id, "%s", op->id);
@@ -302,6 +307,7 @@ static int s_on_wake (zloop_t *loop, zmq_pollitem_t *item, void *arg)
     }
     for (const char *id = zlistx_first (gone); id; id = zlistx_next (gone)) {
         vmd_sampler_forget (self->sampler, id); //  (its pending asks go with its link)
+        vmd_egress_forget (self->egress, id);
         zhashx_delete (self->guests, id);
     }
     zlistx_destroy (&gone);
@@ -441,8 +447,13 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
         }
     }
     s_assign_uid (self, guest);
-    int rc = vmd_guest_create (guest, request->rid, request->timeout_ms, &err);
-    if (rc && op && op->template) {
+    //  Its rules are in the kernel before its QEMU can open a socket.
+    int rc = vmd_egress_set (self->egress, args->sandbox_id, vmd_guest_uid (guest),
+                             &args->egress_allow, &args->egress_deny, &err);
+    bool ruled = rc == 0;
+    if (rc == 0)
+        rc = vmd_guest_create (guest, request->rid, request->timeout_ms, &err);
+    if (rc && ruled && op && op->template) {
         //  The template can't be used now (its files gone?): boot cold, as without one.
         sbx_warn ("sandbox=%s cannot restore the %s template (%s): booting it cold instead",
                   args->sandbox_id, sbx_sandbox_type_name (args->type), err.message);
@@ -453,10 +464,14 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
         guest = vmd_guest_new (&self->env, args->sandbox_id, args->hostname, args->type,
                                args->no_network);
         s_assign_uid (self, guest);
-        rc = guest ? vmd_guest_create (guest, request->rid, request->timeout_ms, &err)
-                   : sbx_err_set (&err, SBX_E_INTERNAL, "out of memory");
+        rc = !guest ? sbx_err_set (&err, SBX_E_INTERNAL, "out of memory")
+             : vmd_egress_move (self->egress, args->sandbox_id, vmd_guest_uid (guest), &err)
+                 ? -1
+                 : vmd_guest_create (guest, request->rid, request->timeout_ms, &err);
     }
     if (rc) {
+        if (ruled)
+            vmd_egress_forget (self->egress, args->sandbox_id);
         char key[32];
         snprintf (key, sizeof key, "%llu", (unsigned long long) request->rid);
         zhashx_delete (self->ops, key);
@@ -487,10 +502,16 @@ static sbx_msg_t *s_on_change (vmd_server_t *self, sbx_msg_t *request, const cha
         s_op_remember (self, request->rid, SBX_MSG_VM_STOP_OK);
         rc = vmd_guest_stop (guest, request->rid, request->timeout_ms, &err);
         break;
-    case SBX_MSG_VM_RESUME:
+    case SBX_MSG_VM_RESUME: {
+        //  The rules may have changed while it was stopped: in force before it runs.
+        sbx_vm_resume_t *args = sbx_msg_vm_resume (request);
         s_op_remember (self, request->rid, SBX_MSG_VM_RESUME_OK);
-        rc = vmd_guest_resume (guest, request->rid, request->timeout_ms, &err);
+        rc = vmd_egress_set (self->egress, id, vmd_guest_uid (guest), &args->egress_allow,
+                             &args->egress_deny, &err);
+        if (rc == 0)
+            rc = vmd_guest_resume (guest, request->rid, request->timeout_ms, &err);
         break;
+    }
     default:
         s_op_remember (self, request->rid, SBX_MSG_VM_DELETE_OK);
         rc = vmd_guest_delete (guest, request->rid, request->timeout_ms, &err);
@@ -712,6 +733,24 @@ static sbx_msg_t *s_on_port (vmd_server_t *self, sbx_msg_t *request)
     return rc < 0 ? s_error (request, &err) : s_port_ok (request->rid, args->sandbox_id, host_port);
 }
 
+//  vm.egress: a guest's new rules, in the kernel before the answer (new connections
+//  follow them; established ones keep going).
+static sbx_msg_t *s_on_egress (vmd_server_t *self, sbx_msg_t *request)
+{
+    sbx_vm_egress_t *args = sbx_msg_vm_egress (request);
+    vmd_guest_t *guest = s_find (self, args->sandbox_id);
+    if (!guest)
+        return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "sandbox %s is not on this vmd",
+                                  args->sandbox_id);
+    sbx_err_t err = {0};
+    if (vmd_egress_set (self->egress, args->sandbox_id, vmd_guest_uid (guest), &args->egress_allow,
+                        &args->egress_deny, &err) == -1)
+        return s_error (request, &err);
+    sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_VM_EGRESS_OK);
+    sbx_str_set (&sbx_msg_vm_egress_ok (reply)->sandbox_id, args->sandbox_id);
+    return reply;
+}
+
 static sbx_msg_t *s_on_list (vmd_server_t *self, sbx_msg_t *request)
 {
     sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_VM_LIST_OK);
@@ -760,6 +799,9 @@ void vmd_server_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
         break;
     case SBX_MSG_VM_METRICS:
         reply = vmd_sampler_answer (self->sampler, request);
+        break;
+    case SBX_MSG_VM_EGRESS:
+        reply = s_on_egress (self, request);
         break;
     default:
         reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "vmd does not serve %s",
@@ -819,6 +861,12 @@ static int s_network_setup (vmd_server_t *self)
     self->firewall =
         vmd_firewall_new (self->loop, uid, self->env.uid_first, self->env.uid_count, NULL, NULL);
     return self->firewall ? 0 : -1;
+}
+
+static bool s_has_guest (const char *id, void *arg)
+{
+    vmd_server_t *self = arg;
+    return zhashx_lookup (self->guests, id) != NULL;
 }
 
 vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
@@ -926,6 +974,16 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
         closedir (dir);
     sbx_info ("%zu guests found in %s; image %s", zhashx_size (self->guests), self->vms_dir,
               self->image_dir);
+    //  Kept apart from the guests' directories, which their QEMU's uid owns.
+    char *egress_dir = sbx_config_path (config, "egress");
+    self->egress = egress_dir ? vmd_egress_new (egress_dir, NULL, NULL) : NULL;
+    free (egress_dir);
+    if (!self->egress) {
+        sbx_error ("cannot keep the guests' egress rules (see above): vmd does not start");
+        vmd_server_destroy (&self);
+        return NULL;
+    }
+    vmd_egress_prune (self->egress, s_has_guest, self);
     self->sampler =
         vmd_sampler_new (loop, self->guests, self->vms_dir,
                          (uint32_t) sbx_config_get_uint (config, "vmd.metrics_interval_ms", 5000));
@@ -953,6 +1011,7 @@ void vmd_server_destroy (vmd_server_t **self_p)
         zloop_timer_end (self->loop, self->sweep);
     vmd_template_destroy (&self->templates);
     vmd_firewall_destroy (&self->firewall);
+    vmd_egress_destroy (&self->egress);
     zhashx_destroy (&self->guests);
     vmd_sampler_destroy (&self->sampler); //  after the guests: their asks point into it
     if (self->wake_fd >= 0) {

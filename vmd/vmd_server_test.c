@@ -3,6 +3,7 @@
     process, real guests. */
 #include "sbx_secret.h"
 #include "vmd_server.h"
+#include "vmd_egress.h"
 
 #include <assert.h>
 #include <libgen.h>
@@ -132,6 +133,35 @@ static sbx_msg_t *s_test_status (zsock_t *client, const char *id, sbx_caller_t *
     sbx_msg_agent_status (status)->pid = pid;
     sbx_msg_agent_status (status)->stdout_offset = offset;
     return s_test_agent (client, id, caller, &status);
+}
+
+//  sandbox.update replacing a sandbox's egress rules with one denied address.
+static sbx_msg_t *s_test_egress (zsock_t *client, const char *id, sbx_caller_t *caller,
+                                 const char *deny)
+{
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_UPDATE);
+    request->caller = caller;
+    sbx_sandbox_update_t *args = sbx_msg_sandbox_update (request);
+    sbx_str_set (&args->sandbox_id, id);
+    args->egress_set = true;
+    if (deny)
+        sbx_strlist_append (&args->egress_deny, deny);
+    return brk_testkit_call (client, request, ++s_test_rid);
+}
+
+//  True when the loaded egress table sends uid to a chain of its own.
+static bool s_test_egress_loaded (uid_t uid)
+{
+    char cmd[128], line[512], want[64];
+    snprintf (cmd, sizeof cmd, "nft list table inet %s 2>/dev/null", VMD_EGRESS_TABLE);
+    snprintf (want, sizeof want, "meta skuid %u jump g_%u", (unsigned) uid, (unsigned) uid);
+    FILE *p = popen (cmd, "r");
+    bool found = false;
+    while (p && fgets (line, sizeof line, p))
+        found = found || strstr (line, want);
+    if (p)
+        pclose (p);
+    return found;
 }
 
 static pid_t s_test_qemu_pid (const char *dir, const char *id)
@@ -342,6 +372,7 @@ void vmd_server_test (bool verbose)
     //  vmd crashes with a guest running, one stopped, and one whose QEMU then dies: the
     //  next vmd adopts the first, keeps the second stopped, reports the third.
     char *ids[3];
+    uid_t egress_uid = 0, egress_uid_stopped = 0;
     for (int i = 0; i < 3; i++) {
         reply = s_test_sandbox (client, SBX_MSG_SANDBOX_CREATE, NULL, CALLER);
         assert (reply->type == SBX_MSG_SANDBOX_CREATE_OK);
@@ -369,10 +400,23 @@ void vmd_server_test (bool verbose)
             uids[i] = real;
         }
         assert (uids[0] != uids[1] && uids[1] != uids[2] && uids[0] != uids[2]);
+        //  Egress rules for a running guest are in the kernel when the update answers;
+        //  those of the one about to stop come back at its resume (from the broker).
+        for (int i = 0; i < 2; i++) {
+            reply = s_test_egress (client, ids[i], CALLER, "198.51.100.9");
+            assert (reply->type == SBX_MSG_SANDBOX_UPDATE_OK);
+            sbx_msg_destroy (&reply);
+            assert (s_test_egress_loaded (uids[i]));
+        }
+        assert (!s_test_egress_loaded (uids[2]));
+        egress_uid = uids[0];
+        egress_uid_stopped = uids[1];
     }
     reply = s_test_sandbox (client, SBX_MSG_SANDBOX_STOP, ids[1], CALLER);
     assert (reply->type == SBX_MSG_SANDBOX_STOP_OK);
     sbx_msg_destroy (&reply);
+    //  Stopped, its rules are kept; with new ones (the record only) it resumes under them.
+    assert (!egress_uid_stopped || s_test_egress_loaded (egress_uid_stopped));
     kill (vmd, SIGKILL);
     assert (waitpid (vmd, NULL, 0) == vmd);
     qemu = s_test_qemu_pid (dir, ids[2]);
@@ -406,9 +450,18 @@ void vmd_server_test (bool verbose)
             zclock_sleep (50);
     }
     assert (reason);
+    //  The new vmd loaded the rules it kept before the first guest could connect anew.
+    assert (!egress_uid || s_test_egress_loaded (egress_uid));
+    if (egress_uid_stopped) {
+        reply = s_test_egress (client, ids[1], CALLER, NULL); //  stopped: cleared in the record
+        assert (reply->type == SBX_MSG_SANDBOX_UPDATE_OK);
+        sbx_msg_destroy (&reply);
+        assert (s_test_egress_loaded (egress_uid_stopped)); //  vmd hears at the resume
+    }
     reply = s_test_sandbox (client, SBX_MSG_SANDBOX_RESUME, ids[1], CALLER);
     assert (reply->type == SBX_MSG_SANDBOX_RESUME_OK);
     sbx_msg_destroy (&reply);
+    assert (!egress_uid_stopped || !s_test_egress_loaded (egress_uid_stopped));
     answer = s_test_exec (client, ids[1], CALLER, "echo resumed", false);
     assert (answer->type == SBX_MSG_AGENT_EXEC_OK);
     sbx_msg_destroy (&answer);
@@ -419,6 +472,16 @@ void vmd_server_test (bool verbose)
         assert (!s_test_exists (dir, ids[i]));
         free (ids[i]);
     }
+    //  Deleted, their rules are gone from the table and the disk.
+    assert (!egress_uid || !s_test_egress_loaded (egress_uid));
+    char *egress = zsys_sprintf ("%s/egress", dir);
+    DIR *egress_dir = opendir (egress);
+    assert (egress_dir);
+    struct dirent *rules;
+    while ((rules = readdir (egress_dir)))
+        assert (rules->d_name[0] == '.');
+    closedir (egress_dir);
+    free (egress);
     //  Nothing of any sandbox is left: vms/ is empty.
     char *vms = zsys_sprintf ("%s/vms", dir);
     DIR *vms_dir = opendir (vms);
