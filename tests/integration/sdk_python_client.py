@@ -16,7 +16,7 @@ def say(step, **fields):
     print(json.dumps({"step": step, **fields}), flush=True)
 
 
-with Sandbox.create(name="sdk-py", ttl=1800, egress={"deny": ["Evil.Example"]}) as sb:
+with Sandbox.create(name="sdk-py", ttl=1800, egress={"deny": ["198.51.100.7"]}) as sb:
     say("create", id=sb.id, state=sb.state, url=sb.url, egress=sb.egress)
     r = sb.commands.run("python3 -c 'print(2**100)'")
     say("python", exit_code=r.exit_code, stdout=r.stdout)
@@ -77,7 +77,7 @@ with Sandbox.create(name="sdk-py", ttl=1800, egress={"deny": ["Evil.Example"]}) 
     sb.extend(3600)
     say("stop", state=sb.stop().state)
     # Egress rules of the stopped sandbox: both lists replaced, then cleared.
-    egress_set = sb.set_egress(allow=["*.PyPI.org", "203.0.113.7"]).egress
+    egress_set = sb.set_egress(allow=["2001:DB8::1/32", "203.0.113.7"]).egress
     say("egress", set=egress_set, got=sb.refresh().egress, cleared=sb.set_egress().egress)
     say("resume", state=sb.resume().state, still=sb.commands.run("cat /tmp/go && echo kept").stdout)
 try:

@@ -9,7 +9,7 @@ import { Sandbox, SbxError } from "sbx-sdk";
 
 const say = (step, fields = {}) => console.log(JSON.stringify({ step, ...fields }));
 
-const sb = await Sandbox.create({ name: "sdk-ts", ttl: 1800, egress: { deny: ["Evil.Example"] } });
+const sb = await Sandbox.create({ name: "sdk-ts", ttl: 1800, egress: { deny: ["198.51.100.7"] } });
 say("create", { id: sb.id, state: sb.state, egress: sb.info.egress });
 try {
   let r = await sb.commands.run("python3 -c 'print(2**100)'");
@@ -64,7 +64,7 @@ try {
   await sb.extend(3600);
   say("stop", { state: (await sb.stop()).state });
   // Egress rules of the stopped sandbox: both lists replaced, then cleared.
-  const set = (await sb.setEgress({ allow: ["*.PyPI.org", "203.0.113.7"] })).info.egress;
+  const set = (await sb.setEgress({ allow: ["2001:DB8::1/32", "203.0.113.7"] })).info.egress;
   say("egress", { set, got: (await sb.refresh()).info.egress,
                   cleared: (await sb.setEgress({})).info.egress });
   say("resume", { state: (await sb.resume()).state,

@@ -218,10 +218,10 @@ class RestTest(unittest.TestCase):
                          "invalid_argument", 'unknown field "egress.drop" (egress takes: allow, deny)')
         status, hdrs, sb = self.req("POST", "/v1/sandboxes",
                                     {"name": "rest-demo", "labels": {"team": "a"},
-                                     "egress": {"deny": ["*.Example.COM", "198.51.100.7"]}})
+                                     "egress": {"deny": ["2001:DB8::1/32", "198.51.100.7"]}})
         self.assertEqual(status, 201, sb)
         # Egress rules as they read: canonical, both lists there.
-        self.assertEqual(sb["egress"], {"allow": [], "deny": ["example.com", "198.51.100.7/32"]})
+        self.assertEqual(sb["egress"], {"allow": [], "deny": ["2001:db8::/32", "198.51.100.7/32"]})
         sid = sb["id"]
         self.assertRegex(sid, r"^sb_[0-9a-z]{10}$")
         self.assertEqual(hdrs["location"], f"/v1/sandboxes/{sid}")
@@ -410,16 +410,20 @@ class RestTest(unittest.TestCase):
                          "failed_precondition")
         # Egress rules of a stopped sandbox: PATCH replaces both lists (one left out is
         # empty), a bad entry changes nothing, empty lists clear them.
-        status, _, sb = self.req("PATCH", base, {"egress": {"allow": ["pypi.org", "203.0.113.0/24"]}})
+        status, _, sb = self.req("PATCH", base, {"egress": {"allow": ["192.0.2.1", "203.0.113.0/24"]}})
         self.assertEqual(status, 200, sb)
-        self.assertEqual(sb["egress"], {"allow": ["pypi.org", "203.0.113.0/24"], "deny": []})
+        self.assertEqual(sb["egress"], {"allow": ["192.0.2.1/32", "203.0.113.0/24"], "deny": []})
         answer = self.req("PATCH", base, {"egress": {"deny": ["10.0.0.0/33"]}})
         self.assertError(answer, 400, "invalid_argument")
         self.assertTrue(answer[2]["error"]["message"].startswith('egress.deny[0] ("10.0.0.0/33"): '),
                         answer)
+        # A domain name is well formed but not enforced yet: the broker refuses it.
+        answer = self.req("PATCH", base, {"egress": {"deny": ["example.com"]}})
+        self.assertError(answer, 409, "failed_precondition")
+        self.assertIn('egress.deny[0] ("example.com") is a domain name', answer[2]["error"]["message"])
         self.assertError(self.req("PATCH", base, {"egress": {"allow": ["x.com"] * 65}}), 400,
                          "invalid_argument", "egress.allow has 65 entries; at most 64")
-        self.assertEqual(self.req("GET", base)[2]["egress"]["allow"], ["pypi.org", "203.0.113.0/24"])
+        self.assertEqual(self.req("GET", base)[2]["egress"]["allow"], ["192.0.2.1/32", "203.0.113.0/24"])
         listed = self.req("GET", "/v1/sandboxes")[2]["sandboxes"]
         self.assertEqual([x["egress"] for x in listed if x["id"] == sid], [sb["egress"]])
         status, _, sb = self.req("PATCH", base, {"egress": {"allow": [], "deny": []}})

@@ -232,7 +232,7 @@ class ScopesTest(unittest.TestCase):
             elif op == "label_sandbox":
                 body = {"labels": {"scope": "yes"}}
             elif op == "set_sandbox_egress":
-                body = {"egress": {"deny": ["example.com"]}}
+                body = {"egress": {"deny": ["198.51.100.7"]}}
             elif op in ("save_snapshot", "create_sandbox"):
                 body = {}
             elif op == "copy_snapshot":
@@ -269,7 +269,7 @@ class ScopesTest(unittest.TestCase):
                 "extend_sandbox": {"ttlSeconds": 3600},
                 "rename_sandbox": {"name": "renamed"},
                 "label_sandbox": {"labels": {"scope": "yes"}},
-                "set_sandbox_egress": {"egress": {"deny": ["example.com"]}},
+                "set_sandbox_egress": {"egress": {"deny": ["198.51.100.7"]}},
                 "save_snapshot": {"name": "scoped"},
                 "copy_snapshot": {"snapshotId": snap},
                 "delete_snapshot": {"snapshotId": snap},

@@ -55,12 +55,12 @@ class SdkPythonTest(unittest.TestCase):
             step = json.loads(line)
             steps[step.pop("step")] = step
         self.assertEqual(steps["create"]["state"], "ready")
-        self.assertEqual(steps["create"]["egress"], {"allow": [], "deny": ["evil.example"]})
+        self.assertEqual(steps["create"]["egress"], {"allow": [], "deny": ["198.51.100.7/32"]})
         self.assertEqual(steps["metrics"], {"sandbox_id": steps["create"]["id"], "vcpus": 1,
                                             "sampling": True, "at_most": True, "newer": 0})
         self.assertEqual(steps["egress"], {
-            "set": {"allow": ["pypi.org", "203.0.113.7/32"], "deny": []},
-            "got": {"allow": ["pypi.org", "203.0.113.7/32"], "deny": []},
+            "set": {"allow": ["2001:db8::/32", "203.0.113.7/32"], "deny": []},
+            "got": {"allow": ["2001:db8::/32", "203.0.113.7/32"], "deny": []},
             "cleared": {"allow": [], "deny": []}})
         self.assertEqual(steps["python"], {"exit_code": 0,
                                            "stdout": "1267650600228229401496703205376\n"})
