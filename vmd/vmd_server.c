@@ -244,6 +244,10 @@ static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const 
         s_wake (self);
         return;
     }
+    //  A deleted guest's rules are gone when the delete answers (the collector would
+    //  drop them a moment later).
+    if (code == SBX_OK && op && op->type == SBX_MSG_VM_DELETE_OK)
+        vmd_egress_forget (self->egress, vmd_guest_id (guest));
     s_reply (self, rid, vmd_guest_id (guest), code, message);
 }
 
