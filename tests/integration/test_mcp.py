@@ -21,6 +21,7 @@ READ_ONLY = {"list_sandboxes", "get_sandbox", "get_sandbox_metrics", "command_st
              "list_commands", "read_file",
              "list_snapshots"}
 DESTRUCTIVE = {"exec", "kill_command", "write_file", "delete_sandbox", "delete_snapshot"}
+IDEMPOTENT = {"set_sandbox_egress"}
 UNAUTHORIZED = ('{"error":{"code":-32001,"message":"Unauthorized: send Authorization: Bearer '
                 '<sbx API key>, or sign in with OAuth."},"id":null,"jsonrpc":"2.0"}')
 
@@ -150,11 +151,16 @@ class McpTest(unittest.TestCase):
         self.assertEqual(status, 200)
         tools = body["result"]["tools"]
         self.assertEqual([t["name"] for t in tools], NAMES)
+        # The annotations exactly: no hint missing, none extra (issue 20 item 5).
         for t in tools:
-            a = t["annotations"]
-            self.assertIs(a["readOnlyHint"], t["name"] in READ_ONLY, t["name"])
+            a = dict(t["annotations"])
+            want = {"readOnlyHint": t["name"] in READ_ONLY}
             if t["name"] not in READ_ONLY:
-                self.assertIs(a["destructiveHint"], t["name"] in DESTRUCTIVE, t["name"])
+                want["destructiveHint"] = t["name"] in DESTRUCTIVE
+            if t["name"] in IDEMPOTENT:
+                want["idempotentHint"] = True
+            self.assertEqual(a.pop("title", None), t.get("title"), t["name"])
+            self.assertEqual(a, want, t["name"])
             self.assertEqual(t["inputSchema"]["type"], "object")
             self.assertEqual(t["outputSchema"]["type"], "object")
 
