@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import unittest
 
 from sbxtest import BIN, Sbx, free_port, main, mcp_call, mcp_session, pid_alive, wait_for
@@ -44,20 +45,6 @@ def rules(sandbox):
     """A Sandbox's egress rules, both lists (absent ones empty)."""
     e = sandbox.get("egress") or {}
     return {"allow": e.get("allow", []), "deny": e.get("deny", [])}
-
-
-# Runs in the namespace: an HTTP listener on port 80 of every address there.
-NS_SERVER = r'''
-import http.server
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"public\n")
-    def log_message(self, *a):
-        pass
-http.server.ThreadingHTTPServer(("0.0.0.0", 80), H).serve_forever()
-'''
 
 
 class EgressTest(unittest.TestCase):
@@ -84,8 +71,10 @@ class EgressTest(unittest.TestCase):
             ip("-n", cls.ns, "addr", "add", f"{a}/32", "dev", "lo")
             ip("route", "add", f"{a}/32", "via", ns_addr)
             cls.addClassCleanup(lambda a=a: ip("route", "del", f"{a}/32", check=False))
-        cls.server = subprocess.Popen(["ip", "netns", "exec", cls.ns, "python3", "-c",
-                                       NS_SERVER])
+        # An HTTP listener on port 80 of every address in the namespace.
+        cls.server = subprocess.Popen(["ip", "netns", "exec", cls.ns, "python3", "-m",
+                                       "http.server", "80", "--directory", tempfile.mkdtemp()],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cls.addClassCleanup(lambda: (cls.server.kill(), cls.server.wait()))
         cls.s.up()
         cls.key = cls.s.cli_json("account", "create", "--email", "egress@example.com")["api_key"]
