@@ -1,6 +1,7 @@
 /*  vmd_selftest - the vmd modules' self-tests (see sbx_testrun.h). */
 #include "sbx_testrun.h"
 #include "vmd_agentlink.h"
+#include "vmd_dns.h"
 #include "vmd_egress.h"
 #include "vmd_firewall.h"
 #include "vmd_lifecycle.h"
@@ -13,6 +14,7 @@ static const sbx_test_t s_tests[] = {{"vmd_qmp", vmd_qmp_test},
                                      {"vmd_qemu", vmd_qemu_test},
                                      {"vmd_firewall", vmd_firewall_test},
                                      {"vmd_egress", vmd_egress_test},
+                                     {"vmd_dns", vmd_dns_test},
                                      {"vmd_lifecycle", vmd_lifecycle_test},
                                      {"vmd_agentlink", vmd_agentlink_test},
                                      {"vmd_samples", vmd_samples_test},
