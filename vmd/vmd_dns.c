@@ -1,7 +1,11 @@
 /*  vmd_dns - see vmd_dns.h
 
     Queries that are responses (QR=1) are dropped, so that two relays can never answer
-    each other in a loop; other opcodes than QUERY get NOTIMP. The policy and learn
+    each other in a loop; other opcodes than QUERY get NOTIMP. An answer upstream whose
+    question does not parse is dropped like a spoof; one to a LEARN query whose answer
+    section does not parse gets SERVFAIL (nothing could be learned from it); PASS answers
+    go on as they are past their question. The counts are of answers sent: REFUSED ones,
+    relayed PASS ones, relayed LEARN ones (after learn said 0). The policy and learn
     callbacks run inside the loop's handlers and must not destroy the relay.
 */
 #include "vmd_dns.h"
