@@ -53,7 +53,6 @@ struct _vmd_dns_t {
     vmd_dns_policy_fn *policy;
     vmd_dns_learn_fn *learn;
     void *arg;
-    int timer_id;
     int timeout_ms; //  VMD_DNS_TIMEOUT_MS; the test shortens it
     s_pending_t pending[VMD_DNS_PENDING];
     size_t in_flight;
@@ -353,10 +352,24 @@ static void s_answer (vmd_dns_t *self, uint8_t *msg, size_t len, const struct so
     s_pending_free (self, p);
 }
 
+//  Drops the queries whose answer did not come in time. Done as datagrams arrive, not
+//  from a timer: a zloop timer ended inside the loop still fires in that pass, after
+//  its relay is gone.
+static void s_expire (vmd_dns_t *self)
+{
+    int64_t now = zclock_mono ();
+    for (size_t i = 0; i < VMD_DNS_PENDING && self->in_flight; i++)
+        if (self->pending[i].used && now > self->pending[i].deadline)
+            s_pending_free (self, &self->pending[i]);
+}
+
 static int s_on_socket (zloop_t *loop, zmq_pollitem_t *item, void *arg)
 {
     (void) loop;
     vmd_dns_t *self = arg;
+    if (item->fd < 0 || (item->fd != self->guest_fd && item->fd != self->upstream_fd))
+        return 0; //  closed (vmd_dns_close) in this pass of the loop
+    s_expire (self);
     bool guest = item->fd == self->guest_fd;
     for (int i = 0; i < BATCH; i++) {
         struct sockaddr_in from;
@@ -375,18 +388,6 @@ static int s_on_socket (zloop_t *loop, zmq_pollitem_t *item, void *arg)
         else
             s_answer (self, self->buf, (size_t) n, &from);
     }
-    return 0;
-}
-
-//  Drops the queries whose answer did not come in time.
-static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
-{
-    (void) loop, (void) timer_id;
-    vmd_dns_t *self = arg;
-    int64_t now = zclock_mono ();
-    for (size_t i = 0; i < VMD_DNS_PENDING; i++)
-        if (self->pending[i].used && now > self->pending[i].deadline)
-            s_pending_free (self, &self->pending[i]);
     return 0;
 }
 
@@ -423,7 +424,7 @@ vmd_dns_t *vmd_dns_new (zloop_t *loop, const char *upstream, uint16_t upstream_p
     self->learn = learn;
     self->arg = arg;
     self->timeout_ms = VMD_DNS_TIMEOUT_MS;
-    self->guest_fd = self->upstream_fd = self->timer_id = -1;
+    self->guest_fd = self->upstream_fd = -1;
     self->upstream.sin_family = AF_INET;
     self->upstream.sin_port = htons (upstream_port ? upstream_port : 53);
     struct sockaddr_in local = {.sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK)};
@@ -444,9 +445,6 @@ vmd_dns_t *vmd_dns_new (zloop_t *loop, const char *upstream, uint16_t upstream_p
     self->port = ntohs (local.sin_port);
     if (s_watch (self, self->guest_fd) == -1 || s_watch (self, self->upstream_fd) == -1)
         goto fail;
-    self->timer_id = zloop_timer (loop, 1000, 0, s_on_tick, self);
-    if (self->timer_id == -1)
-        goto fail;
     return self;
 fail:
     sbx_error ("dns upstream=%s: the relay can't start: %s", upstream, strerror (errno));
@@ -454,20 +452,24 @@ fail:
     return NULL;
 }
 
+void vmd_dns_close (vmd_dns_t *self)
+{
+    int *fds[] = {&self->guest_fd, &self->upstream_fd};
+    for (size_t i = 0; i < 2; i++)
+        if (*fds[i] >= 0) {
+            zmq_pollitem_t item = {NULL, *fds[i], ZMQ_POLLIN, 0};
+            zloop_poller_end (self->loop, &item);
+            close (*fds[i]);
+            *fds[i] = -1;
+        }
+}
+
 void vmd_dns_destroy (vmd_dns_t **self_p)
 {
     vmd_dns_t *self = self_p ? *self_p : NULL;
     if (!self)
         return;
-    int fds[] = {self->guest_fd, self->upstream_fd};
-    for (size_t i = 0; i < 2; i++)
-        if (fds[i] >= 0) {
-            zmq_pollitem_t item = {NULL, fds[i], ZMQ_POLLIN, 0};
-            zloop_poller_end (self->loop, &item);
-            close (fds[i]);
-        }
-    if (self->timer_id != -1)
-        zloop_timer_end (self->loop, self->timer_id);
+    vmd_dns_close (self);
     free (self);
     *self_p = NULL;
 }
@@ -887,12 +889,21 @@ void vmd_dns_test (bool verbose)
     assert (n > 0 && s_get16 (r) == free_slots && r[3] == (0x80 | RCODE_SERVFAIL));
     assert (dns->in_flight == VMD_DNS_PENDING);
     assert (s_test_wait (loop, s_t.client_fd, r, sizeof r, 2500) == -1);
-    assert (dns->in_flight == 0 && s_t.queries == queries + (int) free_slots);
-    //  The table is free again.
+    assert (s_t.queries == queries + (int) free_slots);
+    //  The table is free again: the next datagram finds them all expired.
     s_t.mode = T_ANSWER;
     qlen = s_test_query (q, 0x7000, "plain.test", TYPE_A);
     n = s_test_ask (loop, dns, q, qlen, r, sizeof r, 2000);
     assert (n > 0 && s_get16 (r) == 0x7000 && (r[3] & 0x0f) == 0);
+    assert (dns->in_flight == 0);
+    //  Closed: its sockets are off the loop and its port answers no more.
+    uint16_t port = vmd_dns_port (dns);
+    vmd_dns_close (dns);
+    assert (dns->guest_fd == -1 && dns->upstream_fd == -1);
+    to.sin_port = htons (port);
+    assert (sendto (s_t.client_fd, q, qlen, 0, (struct sockaddr *) &to, sizeof to) ==
+            (ssize_t) qlen);
+    assert (s_test_wait (loop, s_t.client_fd, r, sizeof r, 200) == -1);
 
     vmd_dns_destroy (&dns);
     assert (!dns);

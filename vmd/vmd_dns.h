@@ -54,7 +54,12 @@ typedef int (vmd_dns_learn_fn) (const char *name, const vmd_dns_addr_t *addrs, s
 //  (0: 53). NULL when a socket can't be made or upstream is not an IPv4 address.
 vmd_dns_t *vmd_dns_new (zloop_t *loop, const char *upstream, uint16_t upstream_port,
                         vmd_dns_policy_fn *policy, vmd_dns_learn_fn *learn, void *arg);
-//  Closes the sockets and takes them off the loop; queries in flight are dropped.
+//  Closes the sockets and takes them off the loop; queries in flight are dropped. Safe
+//  from any handler of the loop; the relay stays allocated until vmd_dns_destroy.
+void vmd_dns_close (vmd_dns_t *self);
+//  Closes and frees it. Not from a handler of the loop in the pass that may still call
+//  one of the relay's (czmq calls a poller ended in that pass): close it then, destroy
+//  it later (vmd_egress retires relays for a while).
 void vmd_dns_destroy (vmd_dns_t **self_p);
 //  The UDP port it listens on (127.0.0.1).
 uint16_t vmd_dns_port (vmd_dns_t *self);
