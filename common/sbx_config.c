@@ -65,6 +65,7 @@ static const s_known_t s_known[] = {
     {"vmd.metrics_interval_ms", "5000", K_ANY},     //  guests' samples; 0 = off (docs/metrics.md)
     {"vmd.guest_uid_first", "1879048192", K_ANY},   //  each guest's own QEMU uid (docs/vmd.md)
     {"vmd.guest_uid_count", "65536", K_ANY},        //  0: every QEMU runs as vmd.qemu_user
+    {"vmd.egress_resolver", NULL, K_ANY},           //  domain rules' DNS upstream (docs/vmd.md)
     {"rate.small", "10", K_ANY}, //  µ$ per second of running time: $0.036 an hour
     {"rate.medium", "20", K_ANY},
     {"rate.large", "40", K_ANY},

@@ -11,9 +11,17 @@
         connections);
       - DNS passes (the fixed policy already limits it to the resolver slirp relays to);
       - the deny list's CIDRs are refused;
-      - with an allow list: its CIDRs pass, everything else is refused.
-    Domain names in the lists are refused here (failed_precondition) until vmd can
-    enforce them: a rule that silently did nothing would be worse than none.
+      - with an allow list: its CIDRs pass, and the addresses its names resolved to,
+        and everything else is refused.
+    Domain names are enforced through DNS (vmd_dns): a guest with names in its rules has
+    its UDP DNS redirected (a nat output rule on its uid) to a relay of its own, which
+    answers REFUSED for a denied name and, when the allow list has names, for any name
+    outside it; an allowed name's A and AAAA answers join the guest's sets (l4_<uid>,
+    l6_<uid>) before the guest sees them, for the answer's TTL (5 minutes at least). Its
+    DNS over TCP or IPv6 is refused (the relay answers UDP over IPv4). What this can't
+    see: a connection to an address the guest knows without asking (a denied name's
+    address still passes a deny list), and names resolved over another channel (DoH),
+    which an allow list refuses anyway as it refuses every address it did not learn.
 
     The rules of each guest are kept, root's only, in <dir>/<sandbox id>.json, so a
     restarted vmd loads them again before any guest of the range can make a new
@@ -34,7 +42,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-#define VMD_EGRESS_TABLE "sbx_egress"
+#define VMD_EGRESS_TABLE   "sbx_egress"
+#define VMD_EGRESS_LEARNED 1024 //  addresses of allowed names kept per guest at most
 
 typedef struct _vmd_egress_t vmd_egress_t;
 
@@ -45,13 +54,21 @@ typedef struct _vmd_egress_t vmd_egress_t;
 //  NULL when dir can't be made or the table can't be loaded: vmd must not run guests
 //  with rules it did not load.
 vmd_egress_t *vmd_egress_new (const char *dir, const char *table, const char *nft_path);
-//  Stops keeping the rules; the table stays loaded.
+//  Enforces domain names from now on: each guest with names gets a DNS relay on loop to
+//  upstream ("a.b.c.d" or "a.b.c.d:port"; NULL or "": the first IPv4 nameserver of
+//  /etc/resolv.conf when the relay starts, which is where slirp sends the guest's DNS).
+//  Until then names are refused (failed_precondition), and guests whose kept rules have
+//  names can't resolve any. 0, or -1 (logged) when upstream is not usable or a relay
+//  can't start.
+int vmd_egress_set_dns (vmd_egress_t *self, zloop_t *loop, const char *upstream);
+//  Stops keeping the rules and the relays; the table stays loaded.
 void vmd_egress_destroy (vmd_egress_t **self_p);
 
 //  Replaces the rules of guest id, whose QEMU runs as uid (0 or a uid it shares: rules
 //  can't be told apart, refused unless both lists are empty). Both empty: the guest has
 //  none. The file is written and the table loaded before it returns. 0, or -1 with err
-//  (invalid_argument: a bad entry; failed_precondition: a domain, or no uid of its own;
+//  (invalid_argument: a bad entry; failed_precondition: a domain before
+//  vmd_egress_set_dns, or no uid of its own;
 //  internal: nft or the disk failed, the rules in force unchanged).
 int vmd_egress_set (vmd_egress_t *self, const char *id, uid_t uid, const sbx_strlist_t *allow,
                     const sbx_strlist_t *deny, sbx_err_t *err);

@@ -341,6 +341,8 @@ char *vmd_firewall_ruleset_range (uid_t uid, uid_t first, uint32_t count, const 
                 "\t}\n"
                 "\tchain guest {\n"
                 "\t\tct state established,related accept\n"
+                "\t\tmeta l4proto udp ip daddr 127.0.0.1 ct status dnat ct original proto-dst 53 "
+                "accept comment \"dns redirected to the guest's relay (vmd_egress)\"\n"
                 "\t\tmeta l4proto { tcp, udp } th dport 53 ip daddr %s accept comment "
                 "\"dns: the resolver slirp relays 10.0.2.3 to\"\n"
                 "\t\tmeta l4proto { tcp, udp } th dport 53 ip6 daddr %s accept comment "
@@ -725,6 +727,9 @@ void vmd_firewall_test (bool verbose)
     assert (strstr (rules, "meta skuid 999 jump guest\n"));
     assert (strstr (rules, "meta skuid 1879048192-1879113727 jump guest\n"));
     assert (strstr (rules, "th dport 53 ip daddr 10.255.255.53 accept"));
+    //  A guest's DNS redirected to its relay (vmd_egress) passes before any refusal.
+    assert (strstr (rules, "ip daddr 127.0.0.1 ct status dnat ct original proto-dst 53 accept"));
+    assert (strstr (rules, "ct original proto-dst 53 accept") < strstr (rules, "reject"));
     assert (strstr (rules, "th dport 53 ip6 daddr fe80::1 accept"));
     assert (!strstr (rules, "127.0.0.53") && !strstr (rules, "2001:db8::53"));
     assert (!strstr (rules, "9.9.9.9") && !strstr (rules, "1.2.3.4") && !strstr (rules, "chain x"));

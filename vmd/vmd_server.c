@@ -988,6 +988,13 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
         return NULL;
     }
     vmd_egress_prune (self->egress, s_has_guest, self);
+    if (vmd_egress_set_dns (self->egress, loop,
+                            sbx_config_get (config, "vmd.egress_resolver", NULL)) == -1) {
+        sbx_error ("cannot enforce the domain names of the guests' egress rules (see above): vmd "
+                   "does not start");
+        vmd_server_destroy (&self);
+        return NULL;
+    }
     self->sampler =
         vmd_sampler_new (loop, self->guests, self->vms_dir,
                          (uint32_t) sbx_config_get_uint (config, "vmd.metrics_interval_ms", 5000));

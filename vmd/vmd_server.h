@@ -9,7 +9,8 @@
 
     Config keys: image_dir (default <exe dir>/../image), vmd.capacity (8),
     vmd.qemu_user (whom QEMU runs as when vmd is root; default sbx-qemu, else nobody),
-    vmd.metrics_interval_ms (5000; 0: no samples).
+    vmd.metrics_interval_ms (5000; 0: no samples), vmd.egress_resolver (where the DNS
+    relays of guests with domain rules ask; default: resolv.conf's first IPv4 resolver).
 */
 #ifndef VMD_SERVER_H_INCLUDED
 #define VMD_SERVER_H_INCLUDED
