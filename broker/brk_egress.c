@@ -15,19 +15,6 @@ sbx_msg_t *brk_egress_check (const sbx_msg_t *request, const sbx_strlist_t *allo
     if (sbx_egress_check ("allow", allow->items, allow->count, why, sizeof why) ||
         sbx_egress_check ("deny", deny->items, deny->count, why, sizeof why))
         return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "%s", why);
-    //  vmd enforces CIDRs only (vmd_egress): a domain rule that did nothing would be worse
-    //  than none, so it is refused here, before anything is created or changed.
-    const sbx_strlist_t *lists[2] = {allow, deny};
-    for (int l = 0; l < 2; l++)
-        for (size_t i = 0; i < lists[l]->count; i++) {
-            sbx_egress_entry_t entry;
-            if (sbx_egress_parse (lists[l]->items[i], &entry, why, sizeof why) == 0 && entry.domain)
-                return sbx_msg_new_error (
-                    request->rid, SBX_E_FAILED_PRECONDITION,
-                    "egress.%s[%zu] (\"%s\") is a domain name: this service enforces CIDRs and "
-                    "addresses only for now, so name the domain's addresses instead",
-                    l ? "deny" : "allow", i, lists[l]->items[i]);
-        }
     return NULL;
 }
 
@@ -96,13 +83,7 @@ void brk_egress_test (bool verbose)
     request->rid = 7;
     sbx_msg_t *reply;
     sbx_strlist_t none = {0};
-    reply = brk_egress_check (request, &list, &none); //  example.com: not enforced
-    assert (reply && sbx_msg_error (reply)->code == SBX_E_FAILED_PRECONDITION);
-    assert (strstr (sbx_msg_error (reply)->message, "egress.allow[1] (\"example.com\")"));
-    sbx_msg_destroy (&reply);
-    sbx_strlist_clear (&list);
-    sbx_strlist_append (&list, "10.0.0.0/8");
-    assert (brk_egress_check (request, &list, &none) == NULL);
+    assert (brk_egress_check (request, &list, &none) == NULL); //  names are enforced (vmd)
     sbx_strlist_append (&none, "bad..name");
     reply = brk_egress_check (request, &list, &none);
     assert (reply && reply->type == SBX_MSG_ERROR && reply->rid == 7);

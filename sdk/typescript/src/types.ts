@@ -242,7 +242,7 @@ export interface CreateSandbox {
   network?: boolean;
   /** When it is stopped, a request to one of its published port URLs resumes it and is answered once the guest serves it (default true; for a private port only a request with its owner's API key wakes it). Billing starts at the resume. */
   autoResume?: boolean;
-  /** Egress rules: lists of CIDRs (203.0.113.0/24, 2001:db8::/32), bare addresses (a /32 or /128) and domain names (a domain matches itself and its subdomains; "*.example.com" is the same as "example.com"), at most 64 in each; a list left out is empty. deny is checked first; a non-empty allow list means only those destinations (plus DNS) are reachable. The fixed policy (no host, private or special-purpose addresses) always wins. Domain names are refused (failed_precondition) until this service enforces them: name their addresses. */
+  /** Egress rules: lists of CIDRs (203.0.113.0/24, 2001:db8::/32), bare addresses (a /32 or /128) and domain names (a domain matches itself and its subdomains; "*.example.com" is the same as "example.com"), at most 64 in each; a list left out is empty. deny is checked first; a non-empty allow list means only those destinations (plus DNS) are reachable. The fixed policy (no host, private or special-purpose addresses) always wins. Domain names are enforced through the sandbox's DNS: a denied name does not resolve; with a name in allow, only allowed names resolve and their answers' addresses become reachable (a denied name's address reached without DNS is not refused; DNS over TCP or to other resolvers is refused). */
   egress?: { allow?: Array<string>; deny?: Array<string> };
 }
 
