@@ -76,6 +76,11 @@ class RestTest(unittest.TestCase):
             hdrs = {k.lower(): v for k, v in res.getheaders()}
         finally:
             conn.close()
+        # The plan allows 20 requests a second and this test makes them back to back: like
+        # any client, wait as told and try again (test_rates covers the limit itself).
+        if res.status == 429 and "retry-after" in hdrs:
+            time.sleep(float(hdrs["retry-after"]))
+            return self.req(method, path, body, key, headers, raw)
         if raw:
             return res.status, hdrs, data
         return res.status, hdrs, json.loads(data) if data else None
@@ -417,19 +422,18 @@ class RestTest(unittest.TestCase):
         self.assertError(answer, 400, "invalid_argument")
         self.assertTrue(answer[2]["error"]["message"].startswith('egress.deny[0] ("10.0.0.0/33"): '),
                         answer)
-        # A domain name is well formed but not enforced yet: the broker refuses it.
-        answer = self.req("PATCH", base, {"egress": {"deny": ["example.com"]}})
-        self.assertError(answer, 409, "failed_precondition")
-        self.assertIn('egress.deny[0] ("example.com") is a domain name', answer[2]["error"]["message"])
         self.assertError(self.req("PATCH", base, {"egress": {"allow": ["x.com"] * 65}}), 400,
                          "invalid_argument", "egress.allow has 65 entries; at most 64")
         self.assertEqual(self.req("GET", base)[2]["egress"]["allow"], ["192.0.2.1/32", "203.0.113.0/24"])
         listed = self.req("GET", "/v1/sandboxes")[2]["sandboxes"]
         self.assertEqual([x["egress"] for x in listed if x["id"] == sid], [sb["egress"]])
+        # Domain names are kept in canonical form (lower case, no trailing dot).
+        status, _, sb = self.req("PATCH", base, {"egress": {"deny": ["Ads.Example.COM."]}})
+        self.assertEqual((status, sb["egress"]), (200, {"allow": [], "deny": ["ads.example.com"]}), sb)
         status, _, sb = self.req("PATCH", base, {"egress": {"allow": [], "deny": []}})
-        self.assertEqual((status, sb["egress"]), (200, {"allow": [], "deny": []}), sb)
+        self.assertEqual((status, sb.get("egress")), (200, {"allow": [], "deny": []}), sb)
         status, _, sb = self.req("POST", base + "/resume")
-        self.assertEqual((status, sb["state"]), (200, "ready"), sb)
+        self.assertEqual((status, sb.get("state")), (200, "ready"), sb)
         self.assertEqual(self.req("POST", base + "/exec", {"command": "echo back"})[2]["stdout"],
                          "back\n")
 
