@@ -36,6 +36,7 @@ struct _hook_server_t {
     zhashx_t *in_flight; //  delivery id ("%lld") → attempts made before this one (uint64_t *)
     bool allow_private;
     bool failed;
+    bool kicked; //  a scan for due deliveries is coming on the next loop turn
 };
 
 hook_server_t *hook_server_new (sbx_config_t *config)
@@ -430,7 +431,9 @@ static int s_on_event (const sbx_event_t *event, void *arg)
 }
 
 //  --------------------------------------------------------------------------
-//  Deliveries
+//  Deliveries: one at a time per webhook, in the log's order (hook_store_due gives each
+//  webhook's first due delivery only, and one in flight is not sent again), so a receiver
+//  sees a webhook's events as they were committed unless one needed a retry.
 
 static void s_send_due (const hook_due_t *due, void *arg)
 {
@@ -486,6 +489,13 @@ static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
+static int s_on_kick (zloop_t *loop, int timer_id, void *arg)
+{
+    hook_server_t *self = arg;
+    self->kicked = false;
+    return s_on_tick (loop, timer_id, arg);
+}
+
 static void s_on_sent (int64_t tag, long status, const char *error, void *arg)
 {
     hook_server_t *self = arg;
@@ -519,6 +529,9 @@ static void s_on_sent (int64_t tag, long status, const char *error, void *arg)
     }
     if (rc)
         sbx_error ("delivery %lld: its outcome could not be recorded", (long long) tag);
+    //  The webhook's next delivery may go now, not at the next tick.
+    if (!self->kicked && zloop_timer (self->loop, 1, 1, s_on_kick, self) >= 0)
+        self->kicked = true;
 }
 
 int hook_server_start (hook_server_t *self, sbx_peer_t *peer, zloop_t *loop)

@@ -83,9 +83,13 @@ static const char *s_sql[ST__COUNT] = {
     [ST_DELIVERIES] = "SELECT event_id, event_type, state, attempts, status_code, last_error, "
                       "created_ms, next_ms, done_ms FROM deliveries WHERE webhook_id = ?1 "
                       "ORDER BY id DESC LIMIT ?2",
+    //  Each webhook's first due delivery only (the lowest id: the log's order): the next
+    //  one becomes due for sending when this one is done, or waits for a retry.
     [ST_DUE] = "SELECT d.id, d.webhook_id, w.url, w.secret, d.event_id, d.body, d.attempts "
                "FROM deliveries d JOIN webhooks w ON w.id = d.webhook_id "
-               "WHERE d.state = 'pending' AND d.next_ms <= ?1 ORDER BY d.next_ms, d.id LIMIT ?2",
+               "WHERE d.id IN (SELECT min (id) FROM deliveries "
+               "WHERE state = 'pending' AND next_ms <= ?1 GROUP BY webhook_id) "
+               "ORDER BY d.next_ms, d.id LIMIT ?2",
     [ST_RECORD] = "UPDATE deliveries SET state = ?2, attempts = ?3, status_code = ?4, "
                   "last_error = ?5, next_ms = ?6, done_ms = ?7 WHERE id = ?1",
 };
@@ -304,10 +308,21 @@ int hook_store_record (hook_store_t *self, int64_t id, const char *state, uint64
 //  --------------------------------------------------------------------------
 //  Self test
 
+typedef struct {
+    int count;
+    int64_t ids[4];
+    char events[4][16];
+} s_due_seen_t;
+
 static void s_count_due (const hook_due_t *due, void *arg)
 {
     assert (streq (due->secret, "whsec_x"));
-    (*(int *) arg)++;
+    s_due_seen_t *seen = arg;
+    if (seen->count < 4) {
+        seen->ids[seen->count] = due->id;
+        snprintf (seen->events[seen->count], sizeof seen->events[0], "%s", due->event_id);
+    }
+    seen->count++;
 }
 
 void hook_store_test (bool verbose)
@@ -333,9 +348,30 @@ void hook_store_test (bool verbose)
     assert (hook_store_apply (store, 4, "acc_1", "sandbox.ready", "evt_4", "{}", 9) == 0);
     assert (hook_store_apply (store, 8, NULL, NULL, NULL, NULL, 0) == 0);
     assert (hook_store_last_seq (store) == 8);
-    int due = 0;
-    assert (hook_store_due (store, 99, 10, s_count_due, &due) == 0 && due == 0);
-    assert (hook_store_due (store, 100, 10, s_count_due, &due) == 0 && due == 3);
+    s_due_seen_t due = {0};
+    assert (hook_store_due (store, 99, 10, s_count_due, &due) == 0 && due.count == 0);
+    //  Three pending, but one at a time per webhook, in the log's order: wh_b's evt_6
+    //  waits for its evt_5 (sent together, the receiver could see evt_6 first).
+    assert (hook_store_due (store, 100, 10, s_count_due, &due) == 0 && due.count == 2);
+    assert (streq (due.events[0], "evt_5") && streq (due.events[1], "evt_5"));
+    int64_t wh_b_first = due.ids[1];
+    //  Still pending (in flight, say): still the only one of wh_b.
+    due = (s_due_seen_t){0};
+    assert (hook_store_due (store, 100, 10, s_count_due, &due) == 0 && due.count == 2);
+    assert (due.ids[1] == wh_b_first);
+    //  Delivered: evt_6 is next.
+    assert (hook_store_record (store, wh_b_first, "delivered", 1, 200, NULL, 0, 101) == 0);
+    due = (s_due_seen_t){0};
+    assert (hook_store_due (store, 101, 10, s_count_due, &due) == 0 && due.count == 2);
+    assert (streq (due.events[1], "evt_6"));
+    //  A failed first attempt waits for its retry; the ones after it go on meanwhile.
+    int64_t wh_a_first = due.ids[0];
+    assert (hook_store_record (store, wh_a_first, "pending", 1, 500, "HTTP 500", 1101, 0) == 0);
+    due = (s_due_seen_t){0};
+    assert (hook_store_due (store, 101, 10, s_count_due, &due) == 0 && due.count == 1);
+    assert (streq (due.events[0], "evt_6"));
+    //  Back as it was for the counts below: wh_a's evt_5 and wh_b's evt_6 pending.
+    assert (hook_store_record (store, wh_a_first, "pending", 0, 0, NULL, 100, 0) == 0);
     //  The lists live in messages, which own and free them.
     sbx_msg_t *got = sbx_msg_new (SBX_MSG_WEBHOOK_GET_OK);
     sbx_webhook_info_t *info = calloc (1, sizeof *info);

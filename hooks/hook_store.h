@@ -54,7 +54,10 @@ int hook_store_delete_account (hook_store_t *self, const char *account);
 int hook_store_deliveries (hook_store_t *self, const char *webhook_id, uint64_t limit,
                            sbx_webhook_delivery_list_t *out);
 
-//  Calls fn for up to limit pending deliveries due at now_ms, oldest first.
+//  Calls fn for up to limit pending deliveries due at now_ms, oldest first, at most one
+//  per webhook: its due delivery of the lowest id (the earliest event), so that sending
+//  only what this returns (and not what is in flight again) delivers a webhook's events
+//  one at a time, in order; one waiting for a retry lets the next go.
 int hook_store_due (hook_store_t *self, uint64_t now_ms, int limit, hook_due_fn *fn, void *arg);
 //  Records an attempt's outcome: state "pending" (again at next_ms), "delivered" or
 //  "failed". 0 or -1.

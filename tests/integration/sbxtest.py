@@ -32,7 +32,8 @@ def free_port():
 
 
 def wait_for(predicate, timeout, what, interval=0.1):
-    """Polls predicate until it returns a truthy value; fails the test with `what`."""
+    """Polls predicate until it returns a truthy value; fails the test with `what` (a
+    callable is called then, to say what was seen at the end rather than at the start)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -43,6 +44,8 @@ def wait_for(predicate, timeout, what, interval=0.1):
         except Exception as exc:  # the thing may not be up yet
             last = exc
         time.sleep(interval)
+    if callable(what):
+        what = what()
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
