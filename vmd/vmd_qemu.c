@@ -69,6 +69,7 @@ void vmd_qemu_config_init (vmd_qemu_config_t *config)
     memset (config, 0, sizeof *config);
     config->type = &s_types[0];
     config->incoming_fd = -1;
+    config->mem_fd = -1;
 }
 
 //  --------------------------------------------------------------------------
@@ -261,8 +262,14 @@ char **vmd_qemu_argv (const vmd_qemu_config_t *config)
     } while (0)
     const char *dir = config->dir, *img = config->image_dir;
     ARG ("%s", s_qemu_binary (config));
+    if (config->mem_fd >= 0) {
+        ARG ("-object");
+        ARG ("memory-backend-file,id=microvm.ram,size=%dM,mem-path=/proc/self/fd/4,share=%s",
+             config->type->memory_mib, config->mem_shared ? "on" : "off");
+    }
     ARG ("-M");
-    ARG ("microvm,x-option-roms=off,pit=off,pic=off,isa-serial=on,rtc=on");
+    ARG ("microvm,x-option-roms=off,pit=off,pic=off,isa-serial=on,rtc=on%s",
+         config->mem_fd >= 0 ? ",memory-backend=microvm.ram" : "");
     ARG ("-nodefaults");
     ARG ("-no-user-config");
     ARG ("-display");
@@ -310,12 +317,12 @@ char **vmd_qemu_argv (const vmd_qemu_config_t *config)
     ARG ("virtserialport,chardev=c0,name=agent");
     //  Free page reporting: the guest hands back the 2 MiB blocks it frees (≈ 2 s after)
     //  and QEMU drops them from its RSS, so a sandbox that ran something big shrinks
-    //  back when idle. Safe only because guest RAM is anonymous: QEMU 7.2 discards
-    //  file-backed RAM by punching holes in the file, share=on or not, which would
-    //  zero a RAM file that clones restore from. Snapshots and templates load memory
-    //  as a migration stream (fd:3), never as a memory-backend-file; keep it so, or
-    //  drop this device for such guests. The last device, so that the others keep
-    //  their virtio-mmio slots and states saved without it still load.
+    //  back when idle. QEMU 7.2 discards file-backed RAM by punching holes in the file,
+    //  share=on or not: in a clone (mem_fd, share=off) that fails on the sealed memfd
+    //  (vmd_ramfile), so the template stays whole and a clone gives nothing back; only
+    //  ever hand QEMU a RAM file that is sealed or the guest's own. The last device,
+    //  so that the others keep their virtio-mmio slots and states saved without it
+    //  still load.
     ARG ("-device");
     ARG ("virtio-balloon-device,free-page-reporting=on");
     ARG ("-chardev");
@@ -357,6 +364,9 @@ void vmd_qemu_argv_destroy (char ***argv_p)
 //  --------------------------------------------------------------------------
 //  Spawning
 
+//  The fds a child gets: stdin, stdout, stderr, a memory state, guest RAM.
+#define S_FDS 5
+
 typedef struct {
     bool drop;
     uid_t uid;
@@ -395,15 +405,15 @@ static int s_user_find (const vmd_qemu_config_t *config, s_user_t *user)
     return 0;
 }
 
-//  The child's side of fork: fds[0..3] become fds 0-3 (-1: /dev/null for 0-2, nothing
-//  for 3), nothing else stays open. Only async-signal-safe calls until exec.
-static void s_child (char **argv, const int fds[4], bool new_session, const s_user_t *user)
+//  The child's side of fork: fds[0..4] become fds 0-4 (-1: /dev/null for 0-2, nothing
+//  for 3 and 4), nothing else stays open. Only async-signal-safe calls until exec.
+static void s_child (char **argv, const int fds[S_FDS], bool new_session, const s_user_t *user)
 {
     if (new_session)
         setsid ();
-    //  Out of the way of 0-3 first: one may sit where another must go.
-    int moved[4];
-    for (int i = 0; i < 4; i++)
+    //  Out of the way of 0-4 first: one may sit where another must go.
+    int moved[S_FDS];
+    for (int i = 0; i < S_FDS; i++)
         if ((moved[i] = fds[i] >= 0 ? fcntl (fds[i], F_DUPFD, 10) : -1) == -1 && fds[i] >= 0)
             _exit (126);
     int null_fd = open ("/dev/null", O_RDWR);
@@ -412,9 +422,18 @@ static void s_child (char **argv, const int fds[4], bool new_session, const s_us
     for (int i = 0; i < 3; i++)
         if (dup2 (moved[i] >= 0 ? moved[i] : null_fd, i) == -1)
             _exit (126);
-    if (moved[3] >= 0 && dup2 (moved[3], 3) == -1) //  dup2 clears FD_CLOEXEC
-        _exit (126);
-    close_range (moved[3] >= 0 ? 4 : 3, ~0U, 0);
+    for (int i = 3; i < S_FDS; i++)
+        if (moved[i] >= 0 && dup2 (moved[i], i) == -1) //  dup2 clears FD_CLOEXEC
+            _exit (126);
+    //  Nothing above the last fd handed on; a gap below it (fd 3 without a state) is
+    //  closed too.
+    int last = S_FDS - 1;
+    while (last >= 3 && moved[last] < 0)
+        last--;
+    for (int i = 3; i < last; i++)
+        if (moved[i] < 0)
+            close (i);
+    close_range ((unsigned) last + 1, ~0U, 0);
     sigset_t none;
     sigemptyset (&none);
     sigprocmask (SIG_SETMASK, &none, NULL);
@@ -427,7 +446,7 @@ static void s_child (char **argv, const int fds[4], bool new_session, const s_us
     _exit (127);
 }
 
-static pid_t s_fork (char **argv, const int fds[4], bool new_session, const s_user_t *user)
+static pid_t s_fork (char **argv, const int fds[S_FDS], bool new_session, const s_user_t *user)
 {
     pid_t pid = fork ();
     if (pid == 0)
@@ -437,15 +456,17 @@ static pid_t s_fork (char **argv, const int fds[4], bool new_session, const s_us
     return pid;
 }
 
-//  argv with stdout and stderr appended to log_path and incoming_fd as fd 3.
-static pid_t s_spawn (char **argv, const char *log_path, int incoming_fd, const s_user_t *user)
+//  argv with stdout and stderr appended to log_path, incoming_fd as fd 3 and mem_fd
+//  as fd 4.
+static pid_t s_spawn (char **argv, const char *log_path, int incoming_fd, int mem_fd,
+                      const s_user_t *user)
 {
     int log_fd = open (log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
     if (log_fd == -1) {
         sbx_error ("vmd_qemu: cannot open %s: %s", log_path, strerror (errno));
         return -1;
     }
-    int fds[4] = {-1, log_fd, log_fd, incoming_fd};
+    int fds[S_FDS] = {-1, log_fd, log_fd, incoming_fd, mem_fd};
     pid_t pid = s_fork (argv, fds, true, user);
     close (log_fd);
     return pid;
@@ -463,7 +484,7 @@ pid_t vmd_qemu_zstd_spawn (bool compress, int in_fd, int out_fd)
     s_user_t user;
     if (s_user_find (&config, &user) == -1)
         return -1;
-    int fds[4] = {in_fd, out_fd, -1, -1};
+    int fds[S_FDS] = {in_fd, out_fd, -1, -1, -1};
     return s_fork (compress ? compress_argv : decompress_argv, fds, false, &user);
 }
 
@@ -502,7 +523,7 @@ pid_t vmd_qemu_spawn (const vmd_qemu_config_t *config)
                        strerror (errno));
         else {
             snprintf (path, sizeof path, "%s/qemu.log", config->dir);
-            pid = s_spawn (argv, path, config->incoming_fd, &user);
+            pid = s_spawn (argv, path, config->incoming_fd, config->mem_fd, &user);
         }
     }
     vmd_qemu_argv_destroy (&argv);
@@ -561,13 +582,13 @@ pid_t vmd_qemu_overlay_spawn (const vmd_qemu_config_t *config)
                     base,       "-F",     config->backing ? "qcow2" : "raw",
                     overlay,    NULL};
     s_user_t user = {.drop = false};
-    return s_spawn (argv, log, -1, &user);
+    return s_spawn (argv, log, -1, -1, &user);
 }
 
 pid_t vmd_qemu_helper_spawn (char **argv, const char *log_path)
 {
     s_user_t user = {.drop = false};
-    return argv && argv[0] && log_path ? s_spawn (argv, log_path, -1, &user) : -1;
+    return argv && argv[0] && log_path ? s_spawn (argv, log_path, -1, -1, &user) : -1;
 }
 
 const char *vmd_qemu_version (void)
@@ -620,6 +641,7 @@ int vmd_qemu_overlay_create (const vmd_qemu_config_t *config)
 //  vmd_qmp from a zloop: boot, hostfwd, stop with memory, resume, memory kept.
 
 #include "vmd_qmp.h"
+#include "vmd_ramfile.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -1017,6 +1039,14 @@ static double s_resume_from_fd (s_ctx_t *ctx, vmd_qemu_config_t *config, int fd,
     assert (ctx->pid > 0);
     s_qmp_open (ctx);
     s_assert_user (ctx, config->uid);
+    //  A clone: the state leaves out the RAM (in the memfd) only with x-ignore-shared
+    //  on, and that must be off again before the clone's own state is saved (which
+    //  carries its RAM, loadable without the memfd).
+    bool clone = config->mem_fd >= 0 && !config->mem_shared;
+    assert (defer || !clone);
+    if (clone)
+        assert (S_CALL (
+            ctx, vmd_qmp_set_capability (ctx->qmp, "x-ignore-shared", true, s_on_reply, ctx)));
     if (defer)
         assert (S_CALL (ctx, vmd_qmp_migrate_incoming_fd (ctx->qmp, fd, s_on_reply, ctx)));
     const char *status = "?";
@@ -1027,12 +1057,164 @@ static double s_resume_from_fd (s_ctx_t *ctx, vmd_qemu_config_t *config, int fd,
         s_wait (ctx, s_done_never, NULL, 10);
     }
     assert (streq (status, "paused"));
+    if (clone)
+        assert (S_CALL (
+            ctx, vmd_qmp_set_capability (ctx->qmp, "x-ignore-shared", false, s_on_reply, ctx)));
     assert (S_CALL (ctx, vmd_qmp_cont (ctx->qmp, s_on_reply, ctx)));
     assert (streq (s_status (ctx), "running"));
     return s_secs (t_resume);
 }
 
 //  The same shell, the same memory: what was set before the stop is still there.
+static void s_check_memory (s_ctx_t *ctx);
+
+static void s_copy_file (const char *from, const char *to)
+{
+    int in = open (from, O_RDONLY | O_CLOEXEC), out = open (to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert (in >= 0 && out >= 0);
+    char buffer[65536];
+    ssize_t n;
+    while ((n = read (in, buffer, sizeof buffer)) > 0)
+        assert (write (out, buffer, (size_t) n) == n);
+    assert (n == 0);
+    close (in);
+    close (out);
+}
+
+//  FNV-1a of fd's whole contents: whether a memfd changed.
+static uint64_t s_digest (int fd)
+{
+    uint64_t hash = 1469598103934665603ULL;
+    static char buffer[1 << 20];
+    ssize_t n;
+    for (off_t at = 0; (n = pread (fd, buffer, sizeof buffer, at)) > 0; at += n)
+        for (ssize_t i = 0; i < n; i++)
+            hash = (hash ^ (unsigned char) buffer[i]) * 1099511628211ULL;
+    return hash;
+}
+
+//  Quits QEMU and waits for it to be gone.
+static void s_quit (s_ctx_t *ctx)
+{
+    assert (S_CALL (ctx, vmd_qmp_quit (ctx->qmp, s_on_reply, ctx)));
+    assert (s_wait (ctx, s_done_exited, NULL, 10000));
+    vmd_qmp_destroy (&ctx->qmp);
+}
+
+//  A template and its clones (vmd_ramfile): the template guest's RAM in a memfd
+//  (share=on), its state saved without that RAM (x-ignore-shared); each clone maps the
+//  sealed memfd copy-on-write (share=off) and sees the template's memory, never
+//  another clone's writes, and cannot change the memfd (not even by its balloon's
+//  discards). A clone's own state carries its RAM and loads without the memfd.
+static void s_test_clones (s_ctx_t *ctx, vmd_qemu_config_t *config, const char *dir)
+{
+    char tdir[256], c1[256], c2[256], path[512], to[512];
+    snprintf (tdir, sizeof tdir, "%s/template", dir);
+    snprintf (c1, sizeof c1, "%s/clone1", dir);
+    snprintf (c2, sizeof c2, "%s/clone2", dir);
+    //  The test's directory belongs to the last guest's uid: others pass through it.
+    assert (chmod (dir, 0711) == 0);
+    assert (mkdir (tdir, 0755) == 0 && mkdir (c1, 0755) == 0 && mkdir (c2, 0755) == 0);
+    config->uid = 0;
+    config->dir = ctx->dir = tdir;
+    assert (vmd_qemu_overlay_create (config) == 0);
+    int mem = vmd_ramfile_new ((uint64_t) config->type->memory_mib << 20);
+    assert (mem >= 0);
+    config->mem_fd = mem;
+    config->mem_shared = true;
+    char **argv = vmd_qemu_argv (config);
+    char want[160];
+    snprintf (want, sizeof want,
+              "memory-backend-file,id=microvm.ram,size=%dM,mem-path=/proc/self/fd/4,share=on",
+              config->type->memory_mib);
+    bool backend = false, machine = false;
+    for (char **arg = argv; *arg; arg++) {
+        backend = backend || streq (*arg, want);
+        machine =
+            machine || (strstr (*arg, "microvm,") && strstr (*arg, ",memory-backend=microvm.ram"));
+    }
+    assert (backend && machine);
+    vmd_qemu_argv_destroy (&argv);
+
+    ctx->exited = false;
+    ctx->pid = vmd_qemu_spawn (config);
+    s_test_pid = ctx->pid;
+    assert (ctx->pid > 0);
+    s_qmp_open (ctx);
+    assert (s_wait (ctx, s_done_log, "sbx-init: ready", 60000));
+    s_console_open (ctx);
+    char *out = s_console_run (ctx, "MARK=m$((1000+234)); echo f$((2000+345)) >/dev/shm/marker; "
+                                    "sleep 1000 & SLEEPER=$!; echo started");
+    assert (out && strstr (out, "started"));
+    free (out);
+    //  The template's state: device state only.
+    assert (
+        S_CALL (ctx, vmd_qmp_set_capability (ctx->qmp, "x-ignore-shared", true, s_on_reply, ctx)));
+    snprintf (path, sizeof path, "%s/memory.state", tdir);
+    int state_fd = open (path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    double save_s, stop_s = s_stop_to_fd (ctx, state_fd, &save_s);
+    (void) stop_s;
+    close (state_fd);
+    struct stat st;
+    assert (stat (path, &st) == 0 && st.st_size > 1024 && st.st_size < (1 << 20));
+    double template_kib = (double) st.st_size / 1024;
+    assert (vmd_ramfile_seal (mem) == 0);
+    uint64_t digest = s_digest (mem);
+    char overlay[512];
+    snprintf (overlay, sizeof overlay, "%s/overlay.qcow2", tdir);
+    snprintf (to, sizeof to, "%s/overlay.qcow2", c1);
+    s_copy_file (overlay, to);
+    snprintf (to, sizeof to, "%s/overlay.qcow2", c2);
+    s_copy_file (overlay, to);
+
+    //  Clone 1: the template's memory; it writes and frees 64 MiB (its balloon reports
+    //  them) and changes the marker: the memfd stays as it was.
+    config->mem_shared = false;
+    config->dir = ctx->dir = c1;
+    state_fd = open (path, O_RDONLY | O_CLOEXEC);
+    double clone_s = s_resume_from_fd (ctx, config, state_fd, true);
+    close (state_fd);
+    s_check_memory (ctx);
+    int clone_rss = s_ram_rss_mib (ctx->pid, config->type->memory_mib);
+    out = s_console_run (ctx, "echo c$((9000+876)) >/dev/shm/marker; head -c 67108864 /dev/urandom "
+                              ">/dev/shm/big; rm /dev/shm/big; echo W$((40+2))");
+    assert (out && strstr (out, "W42"));
+    free (out);
+    s_wait (ctx, s_done_never, NULL, 4000); //  free page reporting's delay is ≈ 2 s
+    assert (s_digest (mem) == digest && vmd_ramfile_sealed (mem));
+    //  Its own state has its RAM (x-ignore-shared is off again).
+    char saved[512];
+    snprintf (saved, sizeof saved, "%s/memory.state", c1);
+    state_fd = open (saved, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    s_stop_to_fd (ctx, state_fd, &save_s);
+    close (state_fd);
+    assert (stat (saved, &st) == 0 && st.st_size > (16 << 20));
+
+    //  Clone 2: the template's memory still, not clone 1's.
+    config->dir = ctx->dir = c2;
+    state_fd = open (path, O_RDONLY | O_CLOEXEC);
+    s_resume_from_fd (ctx, config, state_fd, true);
+    close (state_fd);
+    s_check_memory (ctx);
+    s_quit (ctx);
+
+    //  Clone 1 resumed from its own state into anonymous RAM: its marker.
+    config->mem_fd = -1;
+    config->dir = ctx->dir = c1;
+    state_fd = open (saved, O_RDONLY | O_CLOEXEC);
+    s_resume_from_fd (ctx, config, state_fd, false);
+    close (state_fd);
+    s_console_open (ctx);
+    out = s_console_run (ctx, "cat /dev/shm/marker; kill -0 $SLEEPER && echo ALIVE");
+    assert (out && strstr (out, "c9876") && strstr (out, "ALIVE"));
+    free (out);
+    s_quit (ctx);
+    close (mem);
+    printf ("\n    template state %.0f KiB (RAM in the memfd); clone spawn->running %.2f s, "
+            "its RAM's RSS %d MiB of %d",
+            template_kib, clone_s, clone_rss, config->type->memory_mib);
+}
+
 static void s_check_memory (s_ctx_t *ctx)
 {
     s_console_open (ctx);
@@ -1242,6 +1424,7 @@ void vmd_qemu_test (bool verbose)
         snprintf (path, sizeof path, "%s/%s", dir, *file);
         assert (stat (path, &st) == 0);
     }
+    s_test_clones (&ctx, &config, dir);
     printf ("\n    spawn->QMP ready %.2f s, spawn->sbx-init ready %.2f s"
             "\n    stop: save %.2f s, QEMU gone %.2f s, state %.1f MiB; resume (spawn->running) "
             "%.2f s"

@@ -45,6 +45,12 @@ typedef struct {
     //  vmd_qmp_migrate_incoming_fd.
     int incoming_fd; //  -1 for none
     bool incoming_defer;
+    //  Guest RAM in a memfd (vmd_ramfile), handed to QEMU as fd 4 and named by the
+    //  backend id microvm's own RAM has (microvm.ram), so that states saved with and
+    //  without it load into each other. mem_shared: the template's own guest writes into
+    //  the memfd; else a clone maps the sealed memfd private and copy-on-write.
+    int mem_fd; //  -1 for none: anonymous RAM
+    bool mem_shared;
     const char *qemu; //  binary; NULL: $SBX_QEMU or qemu-system-x86_64
     //  The overlay's base: a qcow2 (a snapshot's disk) instead of IMAGE_DIR/rootfs.ext4.
     const char *backing;
@@ -56,7 +62,7 @@ typedef struct {
     const char *user;
 } vmd_qemu_config_t;
 
-//  A config with incoming_fd = -1 and the small type.
+//  A config with incoming_fd and mem_fd -1 and the small type.
 void vmd_qemu_config_init (vmd_qemu_config_t *config);
 
 //  The NULL-terminated argv for config, or NULL if config is invalid. Destroy with
@@ -66,7 +72,7 @@ void vmd_qemu_argv_destroy (char ***argv_p);
 
 //  Forks and execs argv (argv[0] looked up in PATH) in a new session with stdin
 //  /dev/null, stdout and stderr appended to DIR/qemu.log, no other fds but
-//  config->incoming_fd as fd 3, default signal mask and handlers, and, when root,
+//  config->incoming_fd as fd 3 and config->mem_fd as fd 4, default signal mask and handlers, and, when root,
 //  privileges dropped to config's user (see vmd_qemu.c for why not -runas). Returns
 //  the pid, or -1. Blocks only for fork.
 pid_t vmd_qemu_spawn (const vmd_qemu_config_t *config);

@@ -651,6 +651,17 @@ int vmd_qmp_set_max_bandwidth (vmd_qmp_t *self, int64_t bytes_per_sec, vmd_qmp_r
                             arg);
 }
 
+int vmd_qmp_set_capability (vmd_qmp_t *self, const char *capability, bool state,
+                            vmd_qmp_reply_fn *fn, void *arg)
+{
+    if (!capability)
+        return -1;
+    return vmd_qmp_execute (
+        self, "migrate-set-capabilities",
+        json_pack ("{s:[{s:s, s:b}]}", "capabilities", "capability", capability, "state", state),
+        fn, arg);
+}
+
 //  A helper's own context: the caller's callback, answered after one or two commands.
 typedef struct {
     vmd_qmp_reply_fn *fn;

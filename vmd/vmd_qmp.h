@@ -80,6 +80,10 @@ int vmd_qmp_hostfwd_remove (vmd_qmp_t *self, const char *netdev, const char *hos
 //  migrate-set-parameters max-bandwidth (bytes/s).
 int vmd_qmp_set_max_bandwidth (vmd_qmp_t *self, int64_t bytes_per_sec, vmd_qmp_reply_fn *fn,
                                void *arg);
+//  migrate-set-capabilities for one capability, e.g. "x-ignore-shared": a memory state
+//  without the RAM that lives in a shared memory backend (templates' clones).
+int vmd_qmp_set_capability (vmd_qmp_t *self, const char *capability, bool state,
+                            vmd_qmp_reply_fn *fn, void *arg);
 //  Outgoing migration into fd (a file or pipe; dup'ed, the caller keeps its own):
 //  getfd then migrate "fd:NAME". fn answers the migrate command (it only starts the
 //  migration); poll vmd_qmp_query_migrate until "status" is "completed" or "failed".

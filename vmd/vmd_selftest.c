@@ -7,10 +7,12 @@
 #include "vmd_lifecycle.h"
 #include "vmd_qemu.h"
 #include "vmd_qmp.h"
+#include "vmd_ramfile.h"
 #include "vmd_samples.h"
 #include "vmd_server.h"
 
 static const sbx_test_t s_tests[] = {{"vmd_qmp", vmd_qmp_test},
+                                     {"vmd_ramfile", vmd_ramfile_test},
                                      {"vmd_qemu", vmd_qemu_test},
                                      {"vmd_firewall", vmd_firewall_test},
                                      {"vmd_egress", vmd_egress_test},
