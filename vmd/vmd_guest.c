@@ -110,6 +110,12 @@ struct _vmd_guest_t {
     //  Made from a snapshot: its directory, and whether its memory is restored.
     char *origin_dir;
     bool origin_restore;
+    //  Guest RAM in a memfd (vmd_guest_set_ram): the fd, borrowed for the next spawn
+    //  only; shared for a template's own guest (its memory states leave the RAM out),
+    //  else a clone that maps it copy-on-write; ram_clone until the clone continues.
+    int ram_fd;
+    bool ram_shared;
+    bool ram_clone;
     //  The snapshot the capture takes (vm.snapshot), and what waits for its end.
     struct {
         char *dir;
@@ -722,16 +728,31 @@ static int s_open_channels (vmd_guest_t *self)
     return 0;
 }
 
+static void s_on_incoming (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    (void) qmp;
+    (void) result;
+    if (error)
+        s_fire (arg, SBX_VMD_EV_FAIL, SBX_E_INTERNAL, "could not restore the guest: %s", error);
+}
+
 static int s_spawn (vmd_guest_t *self, int incoming_fd)
 {
     vmd_qemu_config_t config;
     vmd_qemu_config_init (&config);
+    //  A clone loads its device state only once x-ignore-shared is on (QEMU 7.2 has no
+    //  command-line switch for it): -incoming defer, then the capability, then the fd.
+    bool clone = self->ram_fd >= 0 && !self->ram_shared && incoming_fd >= 0;
+    config.mem_fd = self->ram_fd;
+    config.mem_shared = self->ram_shared;
+    config.incoming_defer = clone;
+    self->ram_fd = -1;
     config.image_dir = self->image_dir;
     config.dir = self->dir;
     config.hostname = self->hostname;
     config.type = vmd_qemu_type (sbx_sandbox_type_name (self->type));
     config.no_network = self->no_network;
-    config.incoming_fd = incoming_fd;
+    config.incoming_fd = clone ? -1 : incoming_fd;
     config.user = self->env->qemu_user;
     config.uid = self->uid;
     config.gid = self->env->gid;
@@ -745,8 +766,16 @@ static int s_spawn (vmd_guest_t *self, int incoming_fd)
     }
     self->is_child = true;
     self->spawned_mono = sbx_clock_mono_ms ();
-    sbx_info ("sandbox=%s QEMU pid %d", self->id, (int) self->pid);
-    return s_open_channels (self);
+    sbx_info ("sandbox=%s QEMU pid %d%s", self->id, (int) self->pid,
+              clone ? " (RAM copy-on-write from its template)" : "");
+    int rc = s_open_channels (self);
+    //  Queued until QMP is up; before the restore's first status poll.
+    if (rc == 0 && clone) {
+        self->ram_clone = true;
+        vmd_qmp_set_capability (self->qmp, "x-ignore-shared", true, s_on_incoming, self);
+        vmd_qmp_migrate_incoming_fd (self->qmp, incoming_fd, s_on_incoming, self);
+    }
+    return rc;
 }
 
 //  --------------------------------------------------------------------------
@@ -848,6 +877,11 @@ static void s_spawn_from_memory (vmd_guest_t *self)
 
 static void s_cont (vmd_guest_t *self)
 {
+    //  A clone's own states carry all its RAM (they load without the template's memfd):
+    //  x-ignore-shared off again (it sticks after an incoming migration).
+    if (self->qmp && self->ram_clone)
+        vmd_qmp_set_capability (self->qmp, "x-ignore-shared", false, NULL, NULL);
+    self->ram_clone = false;
     if (!self->qmp || vmd_qmp_cont (self->qmp, s_on_cont, self))
         s_fire (self, SBX_VMD_EV_CONT_FAILED, SBX_E_INTERNAL,
                 "the guest did not continue: no QEMU monitor connection");
@@ -868,6 +902,9 @@ static void s_migrate_out (vmd_guest_t *self, char *path, mode_t mode, int *fd)
     }
     free (path);
     vmd_qmp_set_max_bandwidth (self->qmp, S_MAX_BANDWIDTH, NULL, NULL);
+    //  A template's guest: its RAM stays in the memfd, the state holds the devices.
+    if (self->ram_shared)
+        vmd_qmp_set_capability (self->qmp, "x-ignore-shared", true, s_on_paused, self);
     vmd_qmp_stop (self->qmp, s_on_paused, self);
     vmd_qmp_migrate_to_fd (self->qmp, *fd, s_on_migrate, self);
 }
@@ -1305,6 +1342,12 @@ static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
+void vmd_guest_set_ram (vmd_guest_t *self, int fd, bool shared)
+{
+    self->ram_fd = fd;
+    self->ram_shared = fd >= 0 && shared;
+}
+
 int vmd_guest_set_origin (vmd_guest_t *self, const char *dir, const char *image_dir, bool restore)
 {
     if (!dir || dir[0] != '/' || strstr (dir, "..") || strlen (dir) > 180)
@@ -1356,6 +1399,7 @@ static vmd_guest_t *s_new (const vmd_guest_env_t *env, const char *id)
     self->id = strdup (id);
     self->dir = zsys_sprintf ("%s/%s", env->vms_dir, id);
     self->state_fd = -1;
+    self->ram_fd = -1;
     self->snap.fd = -1;
     self->snap.deferred = SBX_VMD_EV__NONE;
     self->exit_status = -1;

@@ -86,6 +86,12 @@ void vmd_guest_collect (vmd_guest_t *self);
 //  image the snapshot's disk stands on, whose kernel the guest keeps. 0, or -1.
 int vmd_guest_set_origin (vmd_guest_t *self, const char *dir, const char *image_dir, bool restore);
 
+//  Before vmd_guest_create: the guest's RAM is the memfd fd (vmd_ramfile; borrowed, used
+//  by the create's spawn only). shared: a template's own guest, whose memory states
+//  then leave the RAM out; else a clone of the template whose origin (set_origin) has
+//  that state: it maps the sealed memfd copy-on-write. -1: anonymous RAM (the default).
+void vmd_guest_set_ram (vmd_guest_t *self, int fd, bool shared);
+
 //  Operations. Each returns 0 when started (done follows), or -1 with err set when the
 //  guest's state does not allow it or it could not start (nothing is left behind).
 int vmd_guest_create (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_err_t *err);

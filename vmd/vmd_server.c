@@ -441,6 +441,7 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
         if (template && op && vmd_guest_set_origin (guest, template, NULL, true) == 0) {
             sbx_info ("sandbox=%s from the %s template", args->sandbox_id,
                       sbx_sandbox_type_name (args->type));
+            vmd_guest_set_ram (guest, vmd_template_ram (self->templates, args->type), false);
             op->template = true;
             snprintf (op->id, sizeof op->id, "%s", args->sandbox_id);
             snprintf (op->hostname, sizeof op->hostname, "%s", args->hostname);

@@ -2,6 +2,7 @@
 #include "vmd_template.h"
 #include "sbx_log.h"
 #include "vmd_qemu.h"
+#include "vmd_ramfile.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -16,7 +17,7 @@
 #define S_BOOT_MS    180000
 #define S_CAPTURE_MS 120000
 
-typedef enum { S_IDLE, S_BOOTING, S_CAPTURING, S_DELETING } s_phase_t;
+typedef enum { S_IDLE, S_BOOTING, S_STOPPING, S_CAPTURING, S_DELETING } s_phase_t;
 
 struct _vmd_template_t {
     char *root;  //  <data-dir>/templates/<instance>: this vmd's alone
@@ -29,6 +30,8 @@ struct _vmd_template_t {
     bool gave_up[S_TYPES];
     char *ready[S_TYPES];  //  the directory, once complete
     int failures[S_TYPES]; //  restores of it that failed in a row
+    int ram[S_TYPES];      //  its RAM, a sealed memfd (vmd_ramfile), or -1
+    int building_ram;      //  the hidden guest's RAM, shared with it until it stops
     vmd_guest_t *guest;    //  the hidden guest being made into a template
     sbx_sandbox_type_t building;
     s_phase_t phase;
@@ -106,8 +109,18 @@ static int s_write_version (const char *dir)
     return ok ? 0 : -1;
 }
 
+//  The RAM size of type in bytes.
+static uint64_t s_ram_bytes (sbx_sandbox_type_t type)
+{
+    const vmd_qemu_type_t *qtype = vmd_qemu_type (sbx_sandbox_type_name (type));
+    return qtype ? (uint64_t) qtype->memory_mib << 20 : 0;
+}
+
 static void s_give_up (vmd_template_t *self, const char *why)
 {
+    if (self->building_ram >= 0)
+        close (self->building_ram);
+    self->building_ram = -1;
     sbx_warn ("template %s: %s; %s sandboxes boot cold", sbx_sandbox_type_name (self->building),
               why, sbx_sandbox_type_name (self->building));
     self->gave_up[self->building] = true;
@@ -131,15 +144,24 @@ static void s_on_captured (vmd_guest_t *guest, sbx_code_t code, const char *mess
     (void) guest;
     vmd_template_t *self = arg;
     char *dir = s_dir (self, self->building);
-    if (code == SBX_OK && dir && s_write_version (dir) == 0) {
-        sbx_info ("template %s ready in %s (disk %llu, memory %llu bytes)",
+    //  Its QEMU is gone: nothing maps the RAM shared any more, it can be sealed. Saved
+    //  before qemu.version, which says the template is complete.
+    char *ram = dir ? zsys_sprintf ("%s/memory.ram", dir) : NULL;
+    if (code == SBX_OK && ram && vmd_ramfile_seal (self->building_ram) == 0 &&
+        vmd_ramfile_save (self->building_ram, ram) == 0 && s_write_version (dir) == 0) {
+        sbx_info ("template %s ready in %s (disk %llu, memory state %llu bytes, RAM %llu MiB "
+                  "that its sandboxes map copy-on-write)",
                   sbx_sandbox_type_name (self->building), dir, (unsigned long long) disk_bytes,
-                  (unsigned long long) memory_bytes);
+                  (unsigned long long) memory_bytes,
+                  (unsigned long long) (s_ram_bytes (self->building) >> 20));
         self->ready[self->building] = dir;
+        self->ram[self->building] = self->building_ram;
+        self->building_ram = -1;
         dir = NULL;
     } else
         s_give_up (self, message ? message : "cannot keep its files");
     free (dir);
+    free (ram);
     s_delete_guest (self);
 }
 
@@ -149,16 +171,31 @@ static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const 
 {
     (void) rid;
     vmd_template_t *self = arg;
-    if (self->phase != S_BOOTING)
+    if (self->phase != S_BOOTING && self->phase != S_STOPPING)
         return; //  the delete: collect drops the guest
-    if (code != SBX_OK) {
+    if (code != SBX_OK && self->phase == S_BOOTING) {
         s_give_up (self, message ? message : "its guest did not boot");
         self->phase = S_DELETING; //  a failed create deletes itself
         return;
     }
-    //  Booted and its agent answered: capture it now, idle.
-    char *dir = s_dir (self, self->building);
+    if (code != SBX_OK) {
+        s_give_up (self, message ? message : "its guest did not stop");
+        s_delete_guest (self);
+        return;
+    }
     sbx_err_t err = {0};
+    if (self->phase == S_BOOTING) {
+        //  Booted and its agent answered: stopped now, idle, its RAM left in the memfd
+        //  (a capture that went on running would change it under the saved state).
+        self->phase = S_STOPPING;
+        if (vmd_guest_stop (guest, 2, S_CAPTURE_MS, &err)) {
+            s_give_up (self, err.message);
+            s_delete_guest (self);
+        }
+        return;
+    }
+    //  Stopped: its disk and device state into the template's directory.
+    char *dir = s_dir (self, self->building);
     self->phase = S_CAPTURING;
     if (!dir || (mkdir (dir, 0711) == -1 && errno != EEXIST) ||
         vmd_guest_snapshot (guest, dir, S_CAPTURE_MS, s_on_captured, self, &err)) {
@@ -197,9 +234,13 @@ static void s_next (vmd_template_t *self)
         snprintf (id, sizeof id, "tpl-%s", sbx_sandbox_type_name ((sbx_sandbox_type_t) type));
         self->building = (sbx_sandbox_type_t) type;
         self->guest = vmd_guest_new (&self->env, id, "sbx-template", self->building, false);
+        self->building_ram = vmd_ramfile_new (s_ram_bytes (self->building));
+        if (self->guest)
+            vmd_guest_set_ram (self->guest, self->building_ram, true);
         sbx_err_t err = {0};
         self->phase = S_BOOTING;
-        if (!self->guest || vmd_guest_create (self->guest, 1, S_BOOT_MS, &err)) {
+        if (!self->guest || self->building_ram < 0 ||
+            vmd_guest_create (self->guest, 1, S_BOOT_MS, &err)) {
             vmd_guest_destroy (&self->guest);
             self->phase = S_IDLE;
             s_give_up (self, *err.message ? err.message : "cannot start its guest");
@@ -238,6 +279,9 @@ vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const cha
     vmd_template_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
+    self->building_ram = -1;
+    for (int type = 0; type < S_TYPES; type++)
+        self->ram[type] = -1;
     char *list = strdup (types);
     int wanted = 0;
     for (char *save = NULL, *name = strtok_r (list, " ,", &save); name;
@@ -291,7 +335,16 @@ vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const cha
         if (!self->want[type])
             continue;
         char *dir = s_dir (self, (sbx_sandbox_type_t) type);
-        if (dir && s_complete (dir)) {
+        //  Its RAM back into a sealed memfd (≈ 0.1-0.3 s of copying, once per type at
+        //  start); a template without memory.ram has its RAM in memory.state.
+        char *ram = dir ? zsys_sprintf ("%s/memory.ram", dir) : NULL;
+        bool complete = dir && ram && s_complete (dir);
+        if (complete && access (ram, F_OK) == 0) {
+            self->ram[type] = vmd_ramfile_load (ram, s_ram_bytes ((sbx_sandbox_type_t) type));
+            complete = self->ram[type] >= 0;
+        }
+        free (ram);
+        if (complete) {
             self->ready[type] = dir;
             sbx_info ("template %s ready in %s", sbx_sandbox_type_name ((sbx_sandbox_type_t) type),
                       dir);
@@ -319,8 +372,13 @@ void vmd_template_destroy (vmd_template_t **self_p)
     vmd_guest_destroy (&self->guest);
     if (capturing && self->work)
         s_remove (self->work);
-    for (int type = 0; type < S_TYPES; type++)
+    for (int type = 0; type < S_TYPES; type++) {
         free (self->ready[type]);
+        if (self->ram[type] >= 0)
+            close (self->ram[type]);
+    }
+    if (self->building_ram >= 0)
+        close (self->building_ram);
     free (self->root);
     free (self->work);
     free (self->image);
@@ -336,6 +394,11 @@ const char *vmd_template_dir (vmd_template_t *self, sbx_sandbox_type_t type, con
     return self->ready[type];
 }
 
+int vmd_template_ram (vmd_template_t *self, sbx_sandbox_type_t type)
+{
+    return self && type > 0 && type < S_TYPES && self->ready[type] ? self->ram[type] : -1;
+}
+
 void vmd_template_restored (vmd_template_t *self, sbx_sandbox_type_t type, bool ok)
 {
     if (!self || type <= 0 || type >= S_TYPES || !self->ready[type])
@@ -349,6 +412,9 @@ void vmd_template_restored (vmd_template_t *self, sbx_sandbox_type_t type, bool 
               sbx_sandbox_type_name (type), self->failures[type], self->ready[type],
               sbx_sandbox_type_name (type));
     zstr_free (&self->ready[type]);
+    if (self->ram[type] >= 0)
+        close (self->ram[type]); //  its sandboxes keep their own mappings
+    self->ram[type] = -1;
     self->gave_up[type] = true;
 }
 

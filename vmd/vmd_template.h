@@ -4,10 +4,13 @@
 
     Kept per vmd instance (several vmds may share a data directory) under
     <data-dir>/templates/<instance>/<image hash>-<type>-<QEMU version hash>/: disk.qcow2,
-    memory.state, and qemu.version written last (a template without it is incomplete and
-    made again). Each is made once per image, type and QEMU version, in the background:
-    a hidden guest boots under templates/<instance>/work/ (never vms/, so re-adoption
-    does not see it), is captured as soon as its agent answers, and is deleted.
+    memory.state (devices only), memory.ram (the guest's RAM, sparse) and qemu.version
+    written last (a template without it is incomplete and made again). Each is made once
+    per image, type and QEMU version, in the background: a hidden guest boots under
+    templates/<instance>/work/ (never vms/, so re-adoption does not see it) with its RAM
+    in a memfd (vmd_ramfile), is stopped as soon as its agent answers, its files are
+    copied, and it is deleted. The memfd, sealed, stays open for the sandboxes made from
+    the template: they map it copy-on-write and share every page none of them wrote.
     Sandboxes restored from a template stand on its disk, so complete templates are
     never removed (like images/; another QEMU's stay too). Until one is ready, creates
     boot cold; a restore that fails or passes its deadline boots cold (vmd_server).
@@ -31,6 +34,10 @@ void vmd_template_destroy (vmd_template_t **self_p);
 
 //  The directory of the ready template of `type` for image_dir, or NULL.
 const char *vmd_template_dir (vmd_template_t *self, sbx_sandbox_type_t type, const char *image_dir);
+
+//  The ready template's RAM for vmd_guest_set_ram (a sealed memfd, the template's), or
+//  -1 when it has none (its memory.state then holds the RAM).
+int vmd_template_ram (vmd_template_t *self, sbx_sandbox_type_t type);
 
 //  A create restored the template of `type` (ok), or could not (it booted cold). After
 //  VMD_TEMPLATE_FAILURES failures in a row the template is set aside: creates of that
