@@ -372,6 +372,36 @@ def guest_ram(pid):
     return best
 
 
+def tcg_cache(pid):
+    """Pss (MiB) of TCG's translation cache: the QEMU's anonymous rwx mapping (none
+    under KVM: 0)."""
+    pss, cur = 0.0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            m = re.match(r"^[0-9a-f]+-[0-9a-f]+ (\S+) \S+ \S+ \d+\s*(\S*)", line)
+            if m:
+                cur = m.group(1) == "rwxp" and not m.group(2)
+            elif cur and line.startswith("Pss:"):
+                pss += int(line.split()[1]) / 1024
+    return pss
+
+
+def template_memfd_mib(sbx):
+    """What vmd's sealed memfds of template RAM hold (MiB): shared by its clones, counted
+    once on top of their PSS for the host's total."""
+    with open(os.path.join(sbx.dir, "run", "up.json")) as f:
+        pid = [d["pid"] for d in json.load(f)["daemons"] if d["name"] == "sbx-vmd"][0]
+    total = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        path = f"/proc/{pid}/fd/{fd}"
+        try:
+            if os.readlink(path).startswith("/memfd:sbx-template-ram"):
+                total += os.stat(path).st_blocks * 512
+        except OSError:
+            pass
+    return total / (1 << 20)
+
+
 def cpu_ticks(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -414,7 +444,7 @@ def part_lifecycle(sbx, bdir, n, res):
     return mcp, sb
 
 
-def part_template(bdir, n, res):
+def part_template(bdir, n, res, density=0, idle_s=10):
     """create_sandbox restoring vmd's booted template of the small type (vmd.templates =
     small, docs/snapshots.md) instead of booting: its own sbx, after the template is made.
     Each create must say so in vmd's log, or the figure is not taken."""
@@ -440,6 +470,10 @@ def part_template(bdir, n, res):
             mcp.call("delete_sandbox", {"sandboxId": sb})
             wait_gone(sbx, sb)
         res["template_s"] = times
+        if density:
+            # Clones of the template map its RAM copy-on-write (docs/snapshots.md).
+            part_density(sbx, mcp, density, idle_s, res, key="density_clones")
+            res["density_clones_memfd_mib"] = template_memfd_mib(sbx)
     finally:
         sbx.close()
 
@@ -646,18 +680,20 @@ def part_gateway(sbx, mcp, sb, conns_list, seconds, repeats, res):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def part_density(sbx, mcp, want, idle_s, res):
+def part_density(sbx, mcp, want, idle_s, res, key="density"):
+    """want idle small sandboxes at once; per QEMU its PSS, RSS, guest RAM mapping, TCG
+    cache and the guest's own used memory (res[key])."""
     ids = []
     t0 = time.monotonic()
     try:
         for i in range(want):
-            r = mcp.call("create_sandbox", {"name": f"dense{i}", "ttlSeconds": 3600})
+            r = mcp.call("create_sandbox", {"name": f"{key}{i}", "ttlSeconds": 3600})
             ids.append(r["structuredContent"]["id"])
             log(f"density: {len(ids)} running")
     except Exception as exc:
-        res["density_stopped_because"] = str(exc)
+        res[key + "_stopped_because"] = str(exc)
         log(f"density: stopped at {len(ids)}: {exc}")
-    res["density_create_all_s"] = time.monotonic() - t0
+    res[key + "_create_all_s"] = time.monotonic() - t0
     time.sleep(5)  # let boots settle
     per = []
     for sb in ids:
@@ -670,6 +706,7 @@ def part_density(sbx, mcp, want, idle_s, res):
         ram = guest_ram(pid)
         per.append(dict(sandbox=sb, pid=pid, guest_used_mib=used, guest_ram_rss_mib=ram["Rss"],
                         guest_ram_pss_mib=ram["Pss"], guest_ram_size_mib=ram["Size"],
+                        tcg_cache_pss_mib=tcg_cache(pid),
                         **proc_mem(pid)))
     ticks0 = {p["pid"]: cpu_ticks(p["pid"]) for p in per}
     time.sleep(idle_s)
@@ -679,8 +716,9 @@ def part_density(sbx, mcp, want, idle_s, res):
         p["overhead_pss_mib"] = p["pss_mib"] - p["guest_used_mib"]
         p["overhead_rss_mib"] = p["rss_mib"] - p["guest_used_mib"]
         p["overhead_vs_ram_pss_mib"] = p["pss_mib"] - p["guest_ram_pss_mib"]
-    res["density"] = per
-    res["density_idle_s"] = idle_s
+        p["beyond_used_and_tcg_mib"] = p["overhead_pss_mib"] - p["tcg_cache_pss_mib"]
+    res[key] = per
+    res[key + "_idle_s"] = idle_s
     return ids
 
 
@@ -842,6 +880,31 @@ def rows(res):
         out.append((f"idle CPU per sandbox over {res['density_idle_s']} s", n,
                     fmt(med([p['idle_cpu_pct'] for p in d]), " % of a core", 2),
                     f"max {fmt(max(p['idle_cpu_pct'] for p in d), ' %', 2)}", "—", "—", "—"))
+    if res.get("density_clones"):
+        c, d = res["density_clones"], res.get("density")
+        n = len(c)
+        beyond = med([p["beyond_used_and_tcg_mib"] for p in c])
+        cold = med([p["beyond_used_and_tcg_mib"] for p in d]) if d else None
+        out.append((f"PSS per idle clone of the template beyond guest-used and TCG cache, {n} running", n,
+                    fmt(beyond, " MiB", 1),
+                    (f"{fmt(cold, ' MiB', 1)} per cold-booted sandbox, {len(d)} running" if d else
+                     "cold not run (--only density runs both)") +
+                    f"; spread {fmt(min(p['beyond_used_and_tcg_mib'] for p in c), '', 1)}–"
+                    f"{fmt(max(p['beyond_used_and_tcg_mib'] for p in c), ' MiB', 1)}",
+                    fmt(beyond / cold, "×", 2) if d and cold > 0 else "—",
+                    "≤ 20 MiB", "met" if beyond <= 20 else "**MISSED**"))
+        out.append(("TCG translation cache PSS per clone (none under KVM)", n,
+                    fmt(med([p["tcg_cache_pss_mib"] for p in c]), " MiB", 1),
+                    f"guest RAM mapping PSS {fmt(med([p['guest_ram_pss_mib'] for p in c]), ' MiB', 1)}"
+                    f" of {fmt(med([p['guest_ram_size_mib'] for p in c]), ' MiB', 0)}", "—", "—", "—"))
+        if d:
+            host_c = sum(p["pss_mib"] for p in c) + res.get("density_clones_memfd_mib", 0)
+            host_d = sum(p["pss_mib"] for p in d)
+            out.append((f"host memory for {n} idle clones (their PSS + the template's memfd) vs "
+                        f"{len(d)} cold boots", n, fmt(host_c, " MiB", 0),
+                        f"{fmt(host_d, ' MiB', 0)} cold (PSS sum); memfd "
+                        f"{fmt(res.get('density_clones_memfd_mib', 0), ' MiB', 0)}",
+                        fmt(host_c / host_d, "×", 2), "—", "—"))
     if res.get("sampling_on") and res.get("sampling_off"):
         on, off, n = res["sampling_on"], res["sampling_off"], res["sampling_n"]
         w = res["sampling_idle_s"]
@@ -971,8 +1034,9 @@ def main():
             raw.close()
         if sbx:
             sbx.close()
-    if "template" in parts:
-        part_template(bdir, N_COLD, res)
+    if parts & {"template", "density"}:
+        part_template(bdir, N_COLD if "template" in parts else 1, res,
+                      DENSITY if "density" in parts else 0, IDLE_S)
         sample()
     if "sampling" in parts:
         part_sampling(bdir, SAMPLED, SAMPLED_S, res)
