@@ -19,7 +19,7 @@
 
 #define SBX_XFER_CHUNK  (1024 * 1024)      //  the agent's per-request limit
 #define SBX_XFER_MAX    (16 * 1024 * 1024) //  read_file's and write_file's limit
-#define SBX_XFER_WINDOW 4                  //  chunks in flight at most
+#define SBX_XFER_WINDOW 8                  //  chunks in flight at most
 
 typedef struct sbx_xfer_t sbx_xfer_t;
 
