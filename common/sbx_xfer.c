@@ -70,6 +70,19 @@ void sbx_xfer_destroy (sbx_xfer_t **self_p)
     }
 }
 
+//  A write's chunk at offset: how long it is, and its number (the bit in acked). The
+//  first is short (SBX_XFER_FIRST), so that the round trip the others wait for is.
+static size_t s_write_len (sbx_xfer_t *self, size_t offset)
+{
+    size_t n = offset == 0 ? SBX_XFER_FIRST : SBX_XFER_CHUNK;
+    return n < self->size - offset ? n : self->size - offset;
+}
+
+static uint32_t s_write_bit (size_t offset)
+{
+    return 1u << (offset == 0 ? 0 : 1 + (offset - SBX_XFER_FIRST) / SBX_XFER_CHUNK);
+}
+
 //  Which chunk goes next, if one may go now: its offset, or -1.
 static int64_t s_plan (sbx_xfer_t *self)
 {
@@ -111,8 +124,7 @@ sbx_msg_t *sbx_xfer_next (sbx_xfer_t *self, uint64_t *offset_p)
         m->length = SBX_XFER_CHUNK;
     } else {
         //  An empty file is one write too: it truncates (or creates) the file.
-        if (n > self->size - offset)
-            n = self->size - offset;
+        n = s_write_len (self, offset);
         msg = sbx_msg_new (SBX_MSG_AGENT_FILE_WRITE);
         sbx_agent_file_write_t *m = sbx_msg_agent_file_write (msg);
         sbx_str_set (&m->path, self->path);
@@ -194,7 +206,7 @@ int sbx_xfer_take (sbx_xfer_t *self, uint64_t offset, const sbx_msg_t *reply, sb
                        "unexpected answer %s to a file chunk",
                        reply ? sbx_msg_type_name (reply->type) : "(none)");
     if (self->write)
-        self->acked |= 1u << (offset / SBX_XFER_CHUNK);
+        self->acked |= s_write_bit (offset);
     else if (s_take_read (self, offset, sbx_msg_agent_file_read_ok ((sbx_msg_t *) reply), code, why,
                           why_size))
         return -1;
@@ -226,11 +238,9 @@ sbx_msg_t *sbx_xfer_cut (sbx_xfer_t *self)
     if (!self->write || !self->first_done || self->done)
         return NULL;
     size_t prefix = 0;
-    while (prefix < self->size && (self->acked & (1u << (prefix / SBX_XFER_CHUNK))))
-        prefix += SBX_XFER_CHUNK;
-    if (prefix > self->size)
-        prefix = self->size;
-    if (self->planned <= prefix + SBX_XFER_CHUNK)
+    while (prefix < self->size && (self->acked & s_write_bit (prefix)))
+        prefix += s_write_len (self, prefix);
+    if (self->planned <= prefix + s_write_len (self, prefix))
         return NULL; //  nothing was sent past the first chunk missing
     sbx_msg_t *msg = sbx_msg_new (SBX_MSG_AGENT_FILE_WRITE);
     if (msg) {
@@ -318,7 +328,7 @@ void sbx_xfer_test (bool verbose)
         sbx_msg_destroy (&ok);
         sbx_msg_destroy (&msg);
     }
-    assert (chunks == 3 && seen == size && sbx_xfer_done (xfer));
+    assert (chunks == 4 && seen == size && sbx_xfer_done (xfer)); //  64 KiB, 1, 1, the rest
     sbx_xfer_destroy (&xfer);
 
     //  10 MiB pipelined: the first chunk alone, then SBX_XFER_WINDOW at once, answered
@@ -339,10 +349,10 @@ void sbx_xfer_test (bool verbose)
         int n = 0;
         while ((msg = sbx_xfer_next (xfer, &at))) {
             sbx_agent_file_write_t *m = sbx_msg_agent_file_write (msg);
-            assert (!m->truncate && m->offset == at && at % SBX_XFER_CHUNK == 0);
+            assert (!m->truncate && m->offset == at && (at - SBX_XFER_FIRST) % SBX_XFER_CHUNK == 0);
             assert (memcmp (m->data.data, file + at, m->data.size) == 0);
-            assert (!(covered & (1u << (at / SBX_XFER_CHUNK))));
-            covered |= 1u << (at / SBX_XFER_CHUNK);
+            assert (!(covered & s_write_bit (at)));
+            covered |= s_write_bit (at);
             batch[n++] = at;
             sbx_msg_destroy (&msg);
         }
@@ -350,13 +360,13 @@ void sbx_xfer_test (bool verbose)
         for (int i = n - 1; i >= 0; i--) //  the last sent answered first
             assert (sbx_xfer_take (xfer, batch[i], ok, &code, why, sizeof why) == 0);
     }
-    assert (covered == (1u << 10) - 1 && !sbx_xfer_cut (xfer));
+    assert (covered == (1u << 11) - 1 && !sbx_xfer_cut (xfer)); //  64 KiB, then 10
     //  An answer for no chunk in flight is an error, not a silent success.
     assert (sbx_xfer_take (xfer, 0, ok, &code, why, sizeof why) == -1 && code == SBX_E_INTERNAL);
     sbx_xfer_destroy (&xfer);
 
     //  A chunk that fails mid-transfer while later ones were written: the cut takes the
-    //  file back to the chunks written without a gap (chunk 0 and 1 of 10 here).
+    //  file back to the chunks written without a gap (the first two here).
     xfer = sbx_xfer_new_write ("/root/big", file, big, 0);
     msg = sbx_xfer_next (xfer, &at);
     sbx_msg_destroy (&msg);
@@ -364,20 +374,22 @@ void sbx_xfer_test (bool verbose)
     assert (sbx_xfer_take (xfer, 0, ok, &code, why, sizeof why) == 0);
     for (int i = 0; i < SBX_XFER_WINDOW; i++) {
         msg = sbx_xfer_next (xfer, &at);
-        assert (msg && at == (uint64_t) (i + 1) * SBX_XFER_CHUNK);
+        assert (msg && at == SBX_XFER_FIRST + (uint64_t) i * SBX_XFER_CHUNK);
         sbx_msg_destroy (&msg);
     }
-    assert (sbx_xfer_take (xfer, SBX_XFER_CHUNK, ok, &code, why, sizeof why) == 0);
-    assert (sbx_xfer_take (xfer, 3 * SBX_XFER_CHUNK, ok, &code, why, sizeof why) == 0);
-    //  Chunk 2 failed (its answer an error: the door ends the call).
+    assert (sbx_xfer_take (xfer, SBX_XFER_FIRST, ok, &code, why, sizeof why) == 0);
+    assert (sbx_xfer_take (xfer, SBX_XFER_FIRST + 2 * SBX_XFER_CHUNK, ok, &code, why, sizeof why) ==
+            0);
+    //  The third failed (its answer an error: the door ends the call).
     sbx_msg_t *err = sbx_msg_new_error (1, SBX_E_UNAVAILABLE, "gone");
-    assert (sbx_xfer_take (xfer, 2 * SBX_XFER_CHUNK, err, &code, why, sizeof why) == -1);
+    assert (sbx_xfer_take (xfer, SBX_XFER_FIRST + SBX_XFER_CHUNK, err, &code, why, sizeof why) ==
+            -1);
     assert (code == SBX_E_INTERNAL && !sbx_xfer_next (xfer, NULL) && !sbx_xfer_done (xfer));
     sbx_msg_destroy (&err);
     msg = sbx_xfer_cut (xfer);
     assert (msg && msg->type == SBX_MSG_AGENT_FILE_WRITE);
     assert (sbx_msg_agent_file_write (msg)->truncate);
-    assert (sbx_msg_agent_file_write (msg)->offset == 2 * SBX_XFER_CHUNK);
+    assert (sbx_msg_agent_file_write (msg)->offset == SBX_XFER_FIRST + SBX_XFER_CHUNK);
     assert (sbx_msg_agent_file_write (msg)->data.size == 0);
     assert (streq (sbx_msg_agent_file_write (msg)->path, "/root/big"));
     sbx_msg_destroy (&msg);
@@ -391,7 +403,7 @@ void sbx_xfer_test (bool verbose)
         msg = sbx_xfer_next (xfer, &at);
         sbx_msg_destroy (&msg);
     }
-    assert (sbx_xfer_take (xfer, SBX_XFER_CHUNK, ok, &code, why, sizeof why) == 0);
+    assert (sbx_xfer_take (xfer, SBX_XFER_FIRST, ok, &code, why, sizeof why) == 0);
     assert (!sbx_xfer_cut (xfer));
     sbx_xfer_destroy (&xfer);
     sbx_msg_destroy (&ok);

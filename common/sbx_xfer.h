@@ -5,8 +5,9 @@
     and gathers the answers, for every door that moves files (REST, MCP, the CLI), which
     only sends what sbx_xfer_next gives and hands back each answer with its offset.
 
-    The first chunk goes alone (a write's truncates and sets the mode; a read's says the
-    file's size); then up to SBX_XFER_WINDOW chunks are in flight at once, each naming
+    A write's first chunk goes alone, and short (SBX_XFER_FIRST: it truncates and sets
+    the mode); a read sends a window at once (past the end a chunk comes back empty);
+    then up to SBX_XFER_WINDOW chunks are in flight at once, each naming
     its offset, so that the hops between the door and the guest all work at the same
     time and the answers may come in any order. Memory stays bounded: a write holds its
     file, a read the file read so far. A caller that sends one request at a time and
@@ -19,6 +20,7 @@
 
 #define SBX_XFER_CHUNK  (1024 * 1024)      //  the agent's per-request limit
 #define SBX_XFER_MAX    (16 * 1024 * 1024) //  read_file's and write_file's limit
+#define SBX_XFER_FIRST  (64 * 1024)        //  a write's first chunk, which goes alone
 #define SBX_XFER_WINDOW 8                  //  chunks in flight at most
 
 typedef struct sbx_xfer_t sbx_xfer_t;
