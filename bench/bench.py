@@ -580,21 +580,22 @@ def part_files(sbx, mcp, sb, bdir, n, res):
 
 
 def s_bigout(mcp, sb):
-    """10 MiB of stdout: detached, then command_status from the offsets (1 MiB an answer)."""
+    """10 MiB of stdout: detached, then command_status from the offsets (1 MiB an answer),
+    waiting up to 5 s for output when none is new (waitSeconds, as the raw side's
+    agent.status wait_ms)."""
     t0 = time.monotonic()
     r = mcp.call("exec", {"sandboxId": sb, "command": BIGOUT_CMD, "detached": True})
     pid = r["structuredContent"]["processId"]
     off, got = 0, 0
     while True:
-        r = mcp.call("command_status", {"sandboxId": sb, "processId": pid, "stdoutOffset": off})
+        r = mcp.call("command_status", {"sandboxId": sb, "processId": pid, "stdoutOffset": off,
+                                        "waitSeconds": 5})
         sc = r["structuredContent"]
         chunk = sc.get("stdout") or ""
         got += len(chunk.encode())
         nxt = sc.get("stdoutNextOffset", off)
         if not sc.get("running") and nxt == off:
             break
-        if nxt == off:
-            time.sleep(0.005)
         off = nxt
     return time.monotonic() - t0, got
 
@@ -958,6 +959,11 @@ def write_doc(res, path, cmdline):
              f"(JSON in `bench/results/`).\n")
     if res.get("source"):
         L.append(f"sbx built from: {res['source']}.\n")
+    for p in res.get("partial", []):
+        L.append(f"Rows of `{p['parts']}` rerun {p['started']} (`{p['cmdline']}`, sbx built from "
+                 f"{p['source']}, load average {p['load']['before'][0]:.2f} before, "
+                 f"{p['load']['after'][0]:.2f} after, max {p['load']['max']:.2f}); the other "
+                 f"rows are from the run above.\n")
     L.append(f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, "
              f"kernel {m['kernel']}, {m['qemu']}, **{m['accel']}**.\n")
     la = res["load"]
@@ -987,6 +993,9 @@ def main():
     ap.add_argument("--only",
                     default="lifecycle,template,exec,files,gateway,density,billing,sampling")
     ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument("--keep", metavar="JSON",
+                    help="with --only: the rows of the parts not run come from JSON (an earlier "
+                         "full run's results), and the doc says which rows are from when")
     ap.add_argument("--render", metavar="JSON", help="rewrite docs/benchmarks.md from a result")
     args = ap.parse_args()
     if args.render:
@@ -1063,6 +1072,21 @@ def main():
         json.dump(res, f, indent=1)
     log("wrote", out)
     cmdline = "bench/run" + (" --quick" if q else "")
+    if args.keep:
+        with open(args.keep) as f:
+            kept = json.load(f)
+        run_keys = [k for k in res if k.startswith(("raw_bigout", "raw_write", "raw_read",
+                                                    "mcp_bigout", "mcp_write", "mcp_read",
+                                                    "mcp_rest", "files_ok"))]
+        if parts != {"files"}:
+            sys.exit("--keep takes the files part alone (--only files)")
+        cmdline += f" --only files --keep {os.path.relpath(args.keep, ROOT)}"
+        kept.update({k: res[k] for k in run_keys})
+        kept.setdefault("partial", []).append(
+            {"parts": "files", "started": res["started"], "source": res.get("source", ""),
+             "load": res["load"], "cmdline": cmdline})
+        res = kept
+        cmdline = "bench/run" + (" --quick" if res["quick"] else "")
     for r in rows(res):
         print(" | ".join(str(x) for x in r))
     if not args.no_doc:

@@ -333,6 +333,15 @@ class RestTest(unittest.TestCase):
         self.assertEqual(last["stdout"], "")
         self.assertError(self.req("GET", f"{base}/processes/{pid}?stdoutOffset=-1"), 400,
                          "invalid_argument")
+        # waitSeconds: held until there is output past the offset (or the end), not
+        # answered empty at once; over 25 refused.
+        pid = self.req("POST", base + "/exec", {"command": "sleep 1; echo late",
+                                                "detached": True})[2]["processId"]
+        st = self.req("GET", f"{base}/processes/{pid}?waitSeconds=20")[2]
+        if st["stdout"] == "" and st["running"]:
+            self.fail(f"waitSeconds answered with nothing new while the process ran: {st}")
+        self.assertError(self.req("GET", f"{base}/processes/{pid}?waitSeconds=26"), 400,
+                         "invalid_argument")
         # kill.
         pid = self.req("POST", base + "/exec", {"command": "sleep 300", "detached": True})[2][
             "processId"]
