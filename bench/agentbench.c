@@ -151,8 +151,8 @@ static int s_client (int argc, char **argv)
         //  nothing is left: every byte the agent still holds, 8 MiB a reply at most, each
         //  held up to 5 s until there is output (wait_ms; MCP's waitSeconds the same).
         double t0 = s_now ();
-        sbx_msg_t *reply = s_exec (
-            "head -c 10485760 /dev/zero | base64 -w0 | head -c 10485760", true);
+        sbx_msg_t *reply =
+            s_exec ("head -c 10485760 /dev/zero | base64 -w0 | head -c 10485760", true);
         uint64_t pid = sbx_msg_agent_exec_ok (reply)->pid;
         sbx_msg_destroy (&reply);
         uint64_t offset = 0, bytes = 0;
@@ -217,8 +217,8 @@ static int s_client (int argc, char **argv)
             if (eof || got >= total)
                 break;
         }
-        printf ("{\"write_s\":%.6f,\"read_s\":%.6f,\"file_bytes\":%llu}\n", t1 - t0,
-                s_now () - t1, (unsigned long long) got);
+        printf ("{\"write_s\":%.6f,\"read_s\":%.6f,\"file_bytes\":%llu}\n", t1 - t0, s_now () - t1,
+                (unsigned long long) got);
         free (data);
     }
     agent_frame_destroy (&s_frame);
