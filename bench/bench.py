@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """sbx benchmarks (issue 8): every figure a ratio against a baseline measured in the same run.
 
-bench/run [--quick] [--build DIR] [--only PART,...]
+bench/run [--quick] [--build DIR] [--only PART,...] [--keep JSON]
+
+--only files --keep bench/results/<full run>.json reruns the file and stdout rows alone
+and writes the doc from the earlier full run with those rows replaced (its header says
+which rows are from when); --render JSON [--keep JSON] rewrites the doc from results.
 
 Builds the project (unless --build names a built tree), the bench's own programs
 (bench/agentbench.c, bench/mhd_bare.c) and the TypeScript SDK server (npm, into
@@ -986,6 +990,22 @@ def write_doc(res, path, cmdline):
         f.write("\n".join(L).rstrip() + "\n")
 
 
+def keep_rows(res, kept_path, cmdline):
+    """A files-only run's rows over an earlier run's results (kept_path): the merged
+    results and the command line for the doc's header."""
+    with open(kept_path) as f:
+        kept = json.load(f)
+    run_keys = [k for k in res if k.startswith(("raw_bigout", "raw_write", "raw_read",
+                                                "mcp_bigout", "mcp_write", "mcp_read",
+                                                "mcp_rest", "files_ok"))]
+    cmdline += f" --only files --keep {os.path.relpath(kept_path, ROOT)}"
+    kept.update({k: res[k] for k in run_keys})
+    kept.setdefault("partial", []).append(
+        {"parts": "files", "started": res["started"], "source": res.get("source", ""),
+         "load": res["load"], "cmdline": cmdline})
+    return kept, "bench/run" + (" --quick" if kept["quick"] else "")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -1001,10 +1021,14 @@ def main():
     if args.render:
         with open(args.render) as f:
             res = json.load(f)
-        write_doc(res, os.path.join(ROOT, "docs", "benchmarks.md"),
-                  "bench/run" + (" --quick" if res["quick"] else ""))
+        cmdline = "bench/run" + (" --quick" if res["quick"] else "")
+        if args.keep:
+            res, cmdline = keep_rows(res, args.keep, cmdline)
+        write_doc(res, os.path.join(ROOT, "docs", "benchmarks.md"), cmdline)
         return
     parts = set(args.only.split(","))
+    if args.keep and parts != {"files"}:
+        sys.exit("--keep takes the files part alone (--only files)")
     q = args.quick
     N_COLD, N_EXEC, CYCLES = (3, 50, 10) if q else (7, 200, 10)
     N_FILES = 3 if q else 5
@@ -1073,20 +1097,7 @@ def main():
     log("wrote", out)
     cmdline = "bench/run" + (" --quick" if q else "")
     if args.keep:
-        with open(args.keep) as f:
-            kept = json.load(f)
-        run_keys = [k for k in res if k.startswith(("raw_bigout", "raw_write", "raw_read",
-                                                    "mcp_bigout", "mcp_write", "mcp_read",
-                                                    "mcp_rest", "files_ok"))]
-        if parts != {"files"}:
-            sys.exit("--keep takes the files part alone (--only files)")
-        cmdline += f" --only files --keep {os.path.relpath(args.keep, ROOT)}"
-        kept.update({k: res[k] for k in run_keys})
-        kept.setdefault("partial", []).append(
-            {"parts": "files", "started": res["started"], "source": res.get("source", ""),
-             "load": res["load"], "cmdline": cmdline})
-        res = kept
-        cmdline = "bench/run" + (" --quick" if res["quick"] else "")
+        res, cmdline = keep_rows(res, args.keep, cmdline)
     for r in rows(res):
         print(" | ".join(str(x) for x in r))
     if not args.no_doc:
