@@ -148,10 +148,11 @@ static int s_client (int argc, char **argv)
     }
     if (bigout) {
         //  Detached, then agent.status from the offsets until the process ended and
-        //  nothing is left: every byte the agent still holds, 8 MiB a reply at most.
+        //  nothing is left: every byte the agent still holds, 8 MiB a reply at most, each
+        //  held up to 5 s until there is output (wait_ms; MCP's waitSeconds the same).
         double t0 = s_now ();
-        sbx_msg_t *reply = s_exec (
-            "head -c 10485760 /dev/zero | base64 -w0 | head -c 10485760", true);
+        sbx_msg_t *reply =
+            s_exec ("head -c 10485760 /dev/zero | base64 -w0 | head -c 10485760", true);
         uint64_t pid = sbx_msg_agent_exec_ok (reply)->pid;
         sbx_msg_destroy (&reply);
         uint64_t offset = 0, bytes = 0;
@@ -161,18 +162,16 @@ static int s_client (int argc, char **argv)
             sbx_msg_agent_status (msg)->pid = pid;
             sbx_msg_agent_status (msg)->stdout_offset = offset;
             sbx_msg_agent_status (msg)->max_bytes = 8 * 1024 * 1024;
+            sbx_msg_agent_status (msg)->wait_ms = 5000;
             sbx_msg_t *st = s_call (msg, 120000);
             sbx_agent_status_ok_t *ok = sbx_msg_agent_status_ok (st);
             bytes += ok->stdout.size;
             truncated = truncated || ok->stdout_truncated;
             offset = ok->stdout_next_offset;
             bool done = !ok->running && !ok->stdout_more;
-            bool idle = ok->stdout.size == 0;
             sbx_msg_destroy (&st);
             if (done)
                 break;
-            if (idle)
-                usleep (5000);
         }
         printf ("{\"bigout_s\":%.6f,\"bigout_bytes\":%llu,\"bigout_truncated\":%s}\n",
                 s_now () - t0, (unsigned long long) bytes, truncated ? "true" : "false");
@@ -218,8 +217,8 @@ static int s_client (int argc, char **argv)
             if (eof || got >= total)
                 break;
         }
-        printf ("{\"write_s\":%.6f,\"read_s\":%.6f,\"file_bytes\":%llu}\n", t1 - t0,
-                s_now () - t1, (unsigned long long) got);
+        printf ("{\"write_s\":%.6f,\"read_s\":%.6f,\"file_bytes\":%llu}\n", t1 - t0, s_now () - t1,
+                (unsigned long long) got);
         free (data);
     }
     agent_frame_destroy (&s_frame);

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """sbx benchmarks (issue 8): every figure a ratio against a baseline measured in the same run.
 
-bench/run [--quick] [--build DIR] [--only PART,...]
+bench/run [--quick] [--build DIR] [--only PART,...] [--keep JSON]
+
+--only files --keep bench/results/<full run>.json reruns the file and stdout rows alone
+and writes the doc from the earlier full run with those rows replaced (its header says
+which rows are from when); --render JSON [--keep JSON] rewrites the doc from results.
 
 Builds the project (unless --build names a built tree), the bench's own programs
 (bench/agentbench.c, bench/mhd_bare.c) and the TypeScript SDK server (npm, into
@@ -333,14 +337,12 @@ class Mcp:
 
 # -- the parts --------------------------------------------------------------------------
 def part_raw_exec(bdir, res):
-    """A raw guest for the exec baselines: bulk figures now; it stays up so that the
+    """A raw guest for the exec baselines; it stays up so that the
     `true` round trips can be measured in batches interleaved with the MCP ones."""
     g = RawGuest(bdir)
     try:
         g.boot()
         time.sleep(3)
-        for line in g.client("--bigout", "--files"):
-            res.update({"raw_" + k: v for k, v in line.items()})
     except BaseException:
         g.close()
         raise
@@ -561,36 +563,96 @@ def part_exec(mcp, sb, n, res, raw):
             lat.append(time.monotonic() - t0)
     res["mcp_exec_true_s"] = lat
     res["raw_exec_true_s"] = base
-    # 10 MiB of stdout: detached, then command_status from the offsets (1 MiB an answer).
+
+
+def part_files(sbx, mcp, sb, bdir, n, res):
+    """10 MiB of stdout and 10 MiB files, N rounds, each round the raw agent first
+    (agentbench --bigout --files on a raw guest), then MCP (command_status from the
+    offsets, write_file and read_file with base64) and REST (PUT and GET of the raw
+    bytes), so that the load of the moment weighs on all alike."""
+    raw = RawGuest(bdir)
+    try:
+        raw.boot()
+        time.sleep(3)
+        blob = bytes((i * 7 + 3) & 255 for i in range(MiB)) * 10
+        b64 = base64.b64encode(blob).decode()
+        rest = Rest(sbx.port, sbx.key, sbx.st.get("ca_cert"))
+        path = f"/v1/sandboxes/{sb}/files?path=/root/bench.bin"
+        for k in ("bigout_s", "bigout_bytes", "write_s", "read_s"):
+            res.setdefault("raw_" + k, [])
+        for k in ("bigout_s", "bigout_bytes", "write_s", "read_s", "rest_write_s", "rest_read_s"):
+            res.setdefault("mcp_" + k, [])
+        res["files_ok"] = True
+        for i in range(n):
+            for line in raw.client("--bigout", "--files"):
+                for k, v in line.items():
+                    if "raw_" + k in res:
+                        res["raw_" + k].append(v)
+            s, got = s_bigout(mcp, sb)
+            res["mcp_bigout_s"].append(s)
+            res["mcp_bigout_bytes"].append(got)
+            t0 = time.monotonic()
+            mcp.call("write_file", {"sandboxId": sb, "path": "/root/bench.bin",
+                                    "encoding": "base64", "content": b64})
+            res["mcp_write_s"].append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            r = mcp.call("read_file", {"sandboxId": sb, "path": "/root/bench.bin",
+                                       "encoding": "base64"})
+            res["mcp_read_s"].append(time.monotonic() - t0)
+            res["files_ok"] &= base64.b64decode(r["structuredContent"]["content"]) == blob
+            t0 = time.monotonic()
+            status, _ = rest.request("PUT", path, blob)
+            res["mcp_rest_write_s"].append(time.monotonic() - t0)
+            res["files_ok"] &= status == 200
+            t0 = time.monotonic()
+            status, body = rest.request("GET", path)
+            res["mcp_rest_read_s"].append(time.monotonic() - t0)
+            res["files_ok"] &= status == 200 and body == blob
+            log(f"files {i + 1}/{n}: raw write {res['raw_write_s'][-1]:.3f} s read "
+                f"{res['raw_read_s'][-1]:.3f} s; MCP {res['mcp_write_s'][-1]:.3f} / "
+                f"{res['mcp_read_s'][-1]:.3f} s; REST {res['mcp_rest_write_s'][-1]:.3f} / "
+                f"{res['mcp_rest_read_s'][-1]:.3f} s; stdout raw {res['raw_bigout_s'][-1]:.3f} "
+                f"MCP {s:.3f} s")
+    finally:
+        raw.close()
+
+
+def s_bigout(mcp, sb):
+    """10 MiB of stdout: detached, then command_status from the offsets (1 MiB an answer),
+    waiting up to 5 s for output when none is new (waitSeconds, as the raw side's
+    agent.status wait_ms)."""
     t0 = time.monotonic()
     r = mcp.call("exec", {"sandboxId": sb, "command": BIGOUT_CMD, "detached": True})
     pid = r["structuredContent"]["processId"]
-    off, got, truncated = 0, 0, False
+    off, got = 0, 0
     while True:
-        r = mcp.call("command_status", {"sandboxId": sb, "processId": pid, "stdoutOffset": off})
+        r = mcp.call("command_status", {"sandboxId": sb, "processId": pid, "stdoutOffset": off,
+                                        "waitSeconds": 5})
         sc = r["structuredContent"]
         chunk = sc.get("stdout") or ""
         got += len(chunk.encode())
-        truncated = truncated or bool(sc.get("stdoutTruncated"))
         nxt = sc.get("stdoutNextOffset", off)
         if not sc.get("running") and nxt == off:
             break
-        if nxt == off:
-            time.sleep(0.005)
         off = nxt
-    res["mcp_bigout_s"] = time.monotonic() - t0
-    res["mcp_bigout_bytes"] = got
-    res["mcp_bigout_truncated"] = truncated
-    blob = bytes((i * 7 + 3) & 255 for i in range(MiB)) * 10
-    b64 = base64.b64encode(blob).decode()
-    t0 = time.monotonic()
-    mcp.call("write_file", {"sandboxId": sb, "path": "/root/bench.bin", "encoding": "base64",
-                            "content": b64})
-    res["mcp_write_s"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    r = mcp.call("read_file", {"sandboxId": sb, "path": "/root/bench.bin", "encoding": "base64"})
-    res["mcp_read_s"] = time.monotonic() - t0
-    res["mcp_read_ok"] = base64.b64decode(r["structuredContent"]["content"]) == blob
+    return time.monotonic() - t0, got
+
+
+class Rest:
+    """One kept-alive HTTPS connection to the REST API."""
+
+    def __init__(self, port, key, cafile=None, host="localhost"):
+        ctx = ssl.create_default_context(cafile=cafile) if cafile else ssl._create_unverified_context()
+        self.conn = http.client.HTTPSConnection(host, port, context=ctx, timeout=900)
+        self.key = key
+
+    def request(self, method, path, body=None):
+        h = {"Authorization": f"Bearer {self.key}"}
+        if body is not None:
+            h["Content-Type"] = "application/octet-stream"
+        self.conn.request(method, path, body=body, headers=h)
+        res = self.conn.getresponse()
+        return res.status, res.read()
 
 
 MODERN = "2026-07-28"
@@ -815,16 +877,31 @@ def rows(res):
         row("exec `true` p99", len(m), pct(m, 99) * 1000,
             f"{fmt(pct(r, 99) * 1000, ' ms')} agent direct p99", None, unit=" ms", nd=1,
             ratio=pct(m, 99) / pct(r, 99))
-    if "mcp_bigout_s" in res and "raw_bigout_s" in res:
-        mt = res["mcp_bigout_bytes"] / MiB / res["mcp_bigout_s"]
-        rt = res["raw_bigout_bytes"] / MiB / res["raw_bigout_s"]
-        row(f"10 MiB stdout ({res['mcp_bigout_bytes'] / MiB:.1f} MiB delivered)", 1, mt,
-            f"{rt:.1f} MiB/s raw channel", None, unit=" MiB/s", nd=1, ratio=mt / rt)
-        for k, label in (("write", "write_file 10 MiB"), ("read", "read_file 10 MiB")):
-            mt = 10 / res[f"mcp_{k}_s"]
-            rt = 10 / res[f"raw_{k}_s"]
-            row(label, 1, mt, f"{rt:.1f} MiB/s agent.file.{k} 1 MiB chunks", None, unit=" MiB/s",
-                nd=1, ratio=mt / rt)
+    if res.get("mcp_bigout_s") and res.get("raw_bigout_s"):
+        def rate(mib, secs):
+            return [mib / s for s in secs]
+
+        def spread(v):
+            return f"{min(v):.1f}–{max(v):.1f}"
+
+        mb, rb_ = res["mcp_bigout_bytes"], res["raw_bigout_bytes"]
+        mt = [b / MiB / s for b, s in zip(mb, res["mcp_bigout_s"])]
+        rt = [b / MiB / s for b, s in zip(rb_, res["raw_bigout_s"])]
+        row(f"10 MiB stdout, MCP command_status ({med(mb) / MiB:.1f} MiB delivered; "
+            f"{spread(mt)})", len(mt), med(mt),
+            f"{med(rt):.1f} MiB/s raw channel ({spread(rt)})", 0.9, le=False, unit=" MiB/s",
+            nd=1, ratio=med(mt) / med(rt))
+        for k, label, base in (("write", "write_file 10 MiB (MCP, base64)", "write"),
+                               ("read", "read_file 10 MiB (MCP, base64)", "read"),
+                               ("rest_write", "PUT /files 10 MiB (REST, raw body)", "write"),
+                               ("rest_read", "GET /files 10 MiB (REST, raw body)", "read")):
+            if not res.get(f"mcp_{k}_s"):
+                continue
+            mt = rate(10, res[f"mcp_{k}_s"])
+            rt = rate(10, res[f"raw_{base}_s"])
+            row(f"{label} ({spread(mt)})", len(mt), med(mt),
+                f"{med(rt):.1f} MiB/s agent.file.{base} 1 MiB chunks one at a time ({spread(rt)})",
+                0.7, le=False, unit=" MiB/s", nd=1, ratio=med(mt) / med(rt))
     gw = res.get("gateway", {})
     for conns in res.get("gw_conns", []):
         bare = gw.get(f"bare mhd c{conns}")
@@ -949,6 +1026,11 @@ def write_doc(res, path, cmdline):
              f"(JSON in `bench/results/`).\n")
     if res.get("source"):
         L.append(f"sbx built from: {res['source']}.\n")
+    for p in res.get("partial", []):
+        L.append(f"Rows of `{p['parts']}` rerun {p['started']} (`{p['cmdline']}`, sbx built from "
+                 f"{p['source']}, load average {p['load']['before'][0]:.2f} before, "
+                 f"{p['load']['after'][0]:.2f} after, max {p['load']['max']:.2f}); the other "
+                 f"rows are from the run above.\n")
     L.append(f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, "
              f"kernel {m['kernel']}, {m['qemu']}, **{m['accel']}**.\n")
     la = res["load"]
@@ -971,24 +1053,48 @@ def write_doc(res, path, cmdline):
         f.write("\n".join(L).rstrip() + "\n")
 
 
+def keep_rows(res, kept_path, cmdline):
+    """A files-only run's rows over an earlier run's results (kept_path): the merged
+    results and the command line for the doc's header."""
+    with open(kept_path) as f:
+        kept = json.load(f)
+    run_keys = [k for k in res if k.startswith(("raw_bigout", "raw_write", "raw_read",
+                                                "mcp_bigout", "mcp_write", "mcp_read",
+                                                "mcp_rest", "files_ok"))]
+    cmdline += f" --only files --keep {os.path.relpath(kept_path, ROOT)}"
+    kept.update({k: res[k] for k in run_keys})
+    kept.setdefault("partial", []).append(
+        {"parts": "files", "started": res["started"], "source": res.get("source", ""),
+         "load": res["load"], "cmdline": cmdline})
+    return kept, "bench/run" + (" --quick" if kept["quick"] else "")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--build")
     ap.add_argument("--only",
-                    default="lifecycle,template,exec,gateway,density,billing,sampling")
+                    default="lifecycle,template,exec,files,gateway,density,billing,sampling")
     ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument("--keep", metavar="JSON",
+                    help="with --only: the rows of the parts not run come from JSON (an earlier "
+                         "full run's results), and the doc says which rows are from when")
     ap.add_argument("--render", metavar="JSON", help="rewrite docs/benchmarks.md from a result")
     args = ap.parse_args()
     if args.render:
         with open(args.render) as f:
             res = json.load(f)
-        write_doc(res, os.path.join(ROOT, "docs", "benchmarks.md"),
-                  "bench/run" + (" --quick" if res["quick"] else ""))
+        cmdline = "bench/run" + (" --quick" if res["quick"] else "")
+        if args.keep:
+            res, cmdline = keep_rows(res, args.keep, cmdline)
+        write_doc(res, os.path.join(ROOT, "docs", "benchmarks.md"), cmdline)
         return
     parts = set(args.only.split(","))
+    if args.keep and parts != {"files"}:
+        sys.exit("--keep takes the files part alone (--only files)")
     q = args.quick
     N_COLD, N_EXEC, CYCLES = (3, 50, 10) if q else (7, 200, 10)
+    N_FILES = 3 if q else 5
     GW_S, GW_R, CONNS = 3, (1 if q else 3), [1, 8, 64]
     DENSITY, IDLE_S = 10, (5 if q else 10)
     SAMPLED, SAMPLED_S = (4, 30) if q else (8, 60)
@@ -1006,7 +1112,7 @@ def main():
 
     raw = sbx = None
     try:
-        if parts & {"lifecycle", "exec", "gateway", "density", "billing"}:
+        if parts & {"lifecycle", "exec", "files", "gateway", "density", "billing"}:
             # Cold creates (the baseline against raw boots): templates off, explicitly,
             # since vmd.templates = small is the default.
             sbx = Sbx(bdir, settings={"vmd.templates": ""})
@@ -1017,6 +1123,9 @@ def main():
                 part_exec(mcp, sb, N_EXEC, res, raw)
                 raw.close()
                 raw = None
+                sample()
+            if "files" in parts:
+                part_files(sbx, mcp, sb, bdir, N_FILES, res)
                 sample()
             if "gateway" in parts:
                 part_gateway(sbx, mcp, sb, CONNS, GW_S, GW_R, res)
@@ -1051,6 +1160,8 @@ def main():
         json.dump(res, f, indent=1)
     log("wrote", out)
     cmdline = "bench/run" + (" --quick" if q else "")
+    if args.keep:
+        res, cmdline = keep_rows(res, args.keep, cmdline)
     for r in rows(res):
         print(" | ".join(str(x) for x in r))
     if not args.no_doc:

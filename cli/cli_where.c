@@ -62,11 +62,12 @@ static int s_chunks (cli_where_t *w, const char *sandbox_id, sbx_op_t id, sbx_xf
 {
     int rc = 0;
     sbx_msg_t *inner;
-    while (rc == 0 && (inner = sbx_xfer_next (xfer))) {
+    uint64_t at;
+    while (rc == 0 && (inner = sbx_xfer_next (xfer, &at))) {
         sbx_err_t err;
         sbx_msg_t *reply =
             cli_op_agent (w->config, sandbox_id, &inner, (int) sbx_ops[id].deadline_ms, &err);
-        if (!reply || sbx_xfer_take (xfer, reply, &err.code, err.message, sizeof err.message))
+        if (!reply || sbx_xfer_take (xfer, at, reply, &err.code, err.message, sizeof err.message))
             rc = cli_fail (&err);
         sbx_msg_destroy (&reply);
     }

@@ -407,6 +407,8 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
         m->stdout_offset = (uint64_t) sbx_args_int (op, args, "stdoutOffset");
         m->stderr_offset = (uint64_t) sbx_args_int (op, args, "stderrOffset");
         m->max_bytes = SBX_API_OUTPUT_MAX;
+        //  Held by the agent until output comes (within the operation's 30 s deadline).
+        m->wait_ms = (uint64_t) sbx_args_int (op, args, "waitSeconds") * 1000;
         *agent = true;
         break;
     }
@@ -1015,6 +1017,20 @@ void sbx_api_test (bool verbose)
     assert (msg && agent && deadline == 5000 + SBX_API_EXEC_MARGIN_MS);
     assert (sbx_msg_agent_exec (msg)->timeout_ms == 5000);
     assert (sbx_msg_agent_exec (msg)->stdin.size == 0); //  none: /dev/null
+    sbx_msg_destroy (&msg);
+    json_decref (args);
+    //  command_status: waitSeconds held by the agent (wait_ms), within the deadline.
+    args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"processId\": 7, \"stdoutOffset\": 3, "
+                   "\"waitSeconds\": 5}");
+    msg = sbx_api_request (SBX_OP_COMMAND_STATUS, args, NULL, &agent, &deadline, why, sizeof why);
+    assert (msg && agent && deadline > 25000);
+    assert (sbx_msg_agent_status (msg)->wait_ms == 5000);
+    assert (sbx_msg_agent_status (msg)->stdout_offset == 3);
+    sbx_msg_destroy (&msg);
+    json_decref (args);
+    args = s_args ("{\"sandboxId\": \"sb_0123456789\", \"processId\": 7}");
+    msg = sbx_api_request (SBX_OP_COMMAND_STATUS, args, NULL, &agent, &deadline, why, sizeof why);
+    assert (msg && sbx_msg_agent_status (msg)->wait_ms == 0); //  at once by default
     sbx_msg_destroy (&msg);
     json_decref (args);
     //  stdin as text, and as base64 bytes; bad base64 refused.

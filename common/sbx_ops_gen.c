@@ -69,6 +69,8 @@ static const sbx_op_arg_t s_command_status_args[] = {
      true, false, 0LL, 0LL, 0, -1, NULL, NULL, "0"},
     {"stderrOffset", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_INTEGER, 0, false, false,
      true, false, 0LL, 0LL, 0, -1, NULL, NULL, "0"},
+    {"waitSeconds", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_INTEGER, 0, false, false,
+     true, true, 0LL, 25LL, 0, -1, NULL, NULL, "0"},
     {"sandboxId", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, true,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
 };
@@ -289,7 +291,7 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                                "runcated}{^stdoutTruncated}{?stderrTruncated}\012(Output was cut: call command_status "
                                "with processId {processId}, stdoutOffset {stdoutNextOffset} and stderrOffset {stderrNextOf"
                                "fset} for more.){/stderrTruncated}{/stdoutTruncated}",
-                               s_command_status_args, 4},
+                               s_command_status_args, 5},
     [SBX_OP_KILL_COMMAND] = {"kill_command", true, "POST", "/v1/sandboxes/{sandboxId}/processes/{processId}/kill",
                              false, true, SBX_MSG_AGENT_KILL, 30000,
                              SBX_OPS_BODY_JSON,
@@ -681,17 +683,21 @@ const char sbx_ops_tools_json[] =
     "object\",\"properties\":{\"processId\":{\"type\":\"integer\",\"minimum\":1,"
     "\"description\":\"The processId exec returned.\",\"maximum\":2147483647},"
     "\"stdoutOffset\":{\"type\":\"integer\",\"minimum\":0},\"stderrOffset\":{\"type\":\"integer"
-    "\",\"minimum\":0},\"sandboxId\":{\"type\":\"string\",\"description\":\"The sandbox "
-    "(sb_...). Default: the one this session created or used last.\"}},\"additionalProperties\""
-    ":false,\"required\":[\"processId\"]},\"outputSchema\":{\"type\":\"object\","
-    "\"properties\":{\"processId\":{\"type\":\"integer\"},\"exitCode\":{\"type\":[\"integer\","
-    "\"null\"]},\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},"
-    "\"stdoutNextOffset\":{\"type\":\"integer\"},\"stderrNextOffset\":{\"type\":\"integer\"},"
-    "\"stdoutTruncated\":{\"type\":\"boolean\"},\"stderrTruncated\":{\"type\":\"boolean\"},"
-    "\"timedOut\":{\"type\":\"boolean\"},\"running\":{\"type\":\"boolean\"}},"
-    "\"required\":[\"processId\",\"exitCode\",\"stdout\",\"stderr\",\"stdoutNextOffset\","
-    "\"stderrNextOffset\",\"timedOut\",\"running\"]},\"annotations\":{\"title\":\"Command "
-    "status\",\"readOnlyHint\":true}},"
+    "\",\"minimum\":0},\"waitSeconds\":{\"type\":\"integer\",\"minimum\":0,"
+    "\"maximum\":25,\"description\":\"When the process runs and has no output past the "
+    "offsets yet, wait up to this many seconds for some (or for its end) before answering,"
+    " instead of polling again and again (default 0: answer at once; at most 25).\"},"
+    "\"sandboxId\":{\"type\":\"string\",\"description\":\"The sandbox (sb_...). Default: "
+    "the one this session created or used last.\"}},\"additionalProperties\":false,"
+    "\"required\":[\"processId\"]},\"outputSchema\":{\"type\":\"object\",\"properties\":{\"proc"
+    "essId\":{\"type\":\"integer\"},\"exitCode\":{\"type\":[\"integer\",\"null\"]},"
+    "\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},\"stdoutNextOffset\":{\""
+    "type\":\"integer\"},\"stderrNextOffset\":{\"type\":\"integer\"},\"stdoutTruncated\":{\"typ"
+    "e\":\"boolean\"},\"stderrTruncated\":{\"type\":\"boolean\"},\"timedOut\":{\"type\":\"boole"
+    "an\"},\"running\":{\"type\":\"boolean\"}},\"required\":[\"processId\","
+    "\"exitCode\",\"stdout\",\"stderr\",\"stdoutNextOffset\",\"stderrNextOffset\","
+    "\"timedOut\",\"running\"]},\"annotations\":{\"title\":\"Command status\","
+    "\"readOnlyHint\":true}},"
     //  kill_command
     "{\"name\":\"kill_command\",\"title\":\"Kill command\",\"description\":\"Send a signal "
     "(default SIGTERM) to a process started with exec, and its children.\","

@@ -22,23 +22,33 @@ struct gw_ops_t {
     char *instance; //  names this gateway's foreground execs (their tags): unique per run
 };
 
+typedef struct s_call_t s_call_t;
+
+//  A file chunk in flight: its broker request and its offset in the file.
 typedef struct {
+    s_call_t *call;
+    uint64_t handle; //  0: the slot is free
+    uint64_t offset;
+} s_chunk_t;
+
+struct s_call_t {
     gw_ops_t *ops;
     uint64_t serial;
     uint64_t handle; //  the broker request in flight
     sbx_op_t op;
     sbx_caller_t *caller;
     json_t *args;
-    char *tag;         //  a foreground exec's, for agent.kill when abandoned
-    sbx_xfer_t *xfer;  //  read_file, write_file
-    json_t *answer;    //  made, waiting for billing's figures
-    sbx_msg_t *reply;  //  what it was made from, meanwhile
-    uint64_t tick;     //  get_sandbox: the read copy's drops when it began
-    uint32_t deadline; //  each file chunk's
+    char *tag;                         //  a foreground exec's, for agent.kill when abandoned
+    sbx_xfer_t *xfer;                  //  read_file, write_file
+    s_chunk_t chunks[SBX_XFER_WINDOW]; //  its chunks in flight
+    json_t *answer;                    //  made, waiting for billing's figures
+    sbx_msg_t *reply;                  //  what it was made from, meanwhile
+    uint64_t tick;                     //  get_sandbox: the read copy's drops when it began
+    uint32_t deadline;                 //  each file chunk's
     uint64_t started_mono;
     gw_ops_done_fn *done;
     void *arg;
-} s_call_t;
+};
 
 gw_ops_t *gw_ops_new (sbx_api_t *api, gw_broker_t *broker, gw_cache_t *cache, gw_auth_t *auth)
 {
@@ -56,6 +66,17 @@ gw_ops_t *gw_ops_new (sbx_api_t *api, gw_broker_t *broker, gw_cache_t *cache, gw
     if (!self->calls || !self->instance)
         gw_ops_destroy (&self);
     return self;
+}
+
+//  Forgets the call's requests in flight (their answers will be dropped).
+static void s_call_cancel (s_call_t *call)
+{
+    gw_broker_cancel (call->ops->broker, call->handle);
+    call->handle = 0;
+    for (int i = 0; i < SBX_XFER_WINDOW; i++) {
+        gw_broker_cancel (call->ops->broker, call->chunks[i].handle);
+        call->chunks[i].handle = 0;
+    }
 }
 
 static void s_call_free (s_call_t *call)
@@ -77,7 +98,7 @@ void gw_ops_destroy (gw_ops_t **self_p)
         return;
     if (self->calls) {
         for (s_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls)) {
-            gw_broker_cancel (self->broker, call->handle);
+            s_call_cancel (call);
             s_call_free (call);
         }
         zhashx_destroy (&self->calls);
@@ -93,7 +114,7 @@ void gw_ops_cancel (gw_ops_t *self, uint64_t handle)
     if (!call)
         return;
     zhashx_delete (self->calls, (void *) (uintptr_t) handle);
-    gw_broker_cancel (self->broker, call->handle);
+    s_call_cancel (call);
     s_call_free (call);
 }
 
@@ -182,18 +203,80 @@ static void s_send (s_call_t *call, sbx_msg_t **request_p, bool agent, uint32_t 
                                                s_on_answer, call));
 }
 
+static void s_on_chunk (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg);
+
+static void s_on_cut (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+{
+    char *path = arg;
+    if (!reply)
+        sbx_info ("write of %s failed, and cutting it back to what was written without a gap "
+                  "failed too: %s (%s)",
+                  path, message ? message : "", sbx_code_name (code));
+    free (path);
+}
+
+//  A file call failed: the chunks still in flight forgotten, a write cut back to what it
+//  wrote without a gap (sbx_xfer_cut: its own request, after them on the same path).
+static void s_file_fail (s_call_t *call, sbx_code_t code, const char *message)
+{
+    s_call_cancel (call);
+    sbx_msg_t *cut = sbx_xfer_cut (call->xfer);
+    const char *sandbox_id = sbx_api_sandbox_id (call->args);
+    char *path = cut ? strdup (sbx_xfer_path (call->xfer)) : NULL;
+    if (cut && path && sandbox_id)
+        gw_broker_send_agent (call->ops->broker, call->caller, sandbox_id, &cut, call->deadline,
+                              s_on_cut, path);
+    else
+        free (path);
+    sbx_msg_destroy (&cut);
+    s_fail (call, code, message);
+}
+
+//  Sends every chunk that may go now (up to SBX_XFER_WINDOW in flight); ends the call
+//  once all are answered.
 static void s_file_step (s_call_t *call)
 {
-    sbx_msg_t *chunk = sbx_xfer_next (call->xfer);
-    if (chunk) {
-        s_send (call, &chunk, true, call->deadline);
-        return;
+    for (int i = 0; i < SBX_XFER_WINDOW; i++) {
+        s_chunk_t *slot = &call->chunks[i];
+        if (slot->handle)
+            continue;
+        uint64_t offset;
+        sbx_msg_t *chunk = sbx_xfer_next (call->xfer, &offset);
+        if (!chunk)
+            break;
+        slot->call = call;
+        slot->offset = offset;
+        //  A send that fails answers at once (s_on_chunk, with the call failed and freed).
+        uint64_t serial = call->serial;
+        gw_ops_t *ops = call->ops;
+        uint64_t handle =
+            gw_broker_send_agent (ops->broker, call->caller, sbx_api_sandbox_id (call->args),
+                                  &chunk, call->deadline, s_on_chunk, slot);
+        if (!zhashx_lookup (ops->calls, (void *) (uintptr_t) serial))
+            return;
+        slot->handle = handle;
     }
+    if (!sbx_xfer_done (call->xfer))
+        return;
     json_t *answer = json_pack ("{s:s, s:I}", "path", sbx_xfer_path (call->xfer), "size",
                                 (json_int_t) sbx_xfer_size (call->xfer));
     s_succeed (call, answer, NULL);
     //  s_succeed freed the call; answer was borrowed by done.
     json_decref (answer);
+}
+
+static void s_on_chunk (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+{
+    s_chunk_t *slot = arg;
+    s_call_t *call = slot->call;
+    slot->handle = 0;
+    char why[400];
+    if (!reply)
+        s_file_fail (call, code, message);
+    else if (sbx_xfer_take (call->xfer, slot->offset, reply, &code, why, sizeof why))
+        s_file_fail (call, code, why);
+    else
+        s_file_step (call);
 }
 
 static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
@@ -218,13 +301,6 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
     }
     if (!reply) {
         s_fail (call, code, message);
-        return;
-    }
-    if (call->xfer) {
-        if (sbx_xfer_take (call->xfer, reply, &code, why, sizeof why))
-            s_fail (call, code, why);
-        else
-            s_file_step (call);
         return;
     }
     json_t *answer = sbx_api_answer (self->api, call->op, call->args, reply, why, sizeof why);

@@ -333,6 +333,15 @@ class RestTest(unittest.TestCase):
         self.assertEqual(last["stdout"], "")
         self.assertError(self.req("GET", f"{base}/processes/{pid}?stdoutOffset=-1"), 400,
                          "invalid_argument")
+        # waitSeconds: held until there is output past the offset (or the end), not
+        # answered empty at once; over 25 refused.
+        pid = self.req("POST", base + "/exec", {"command": "sleep 1; echo late",
+                                                "detached": True})[2]["processId"]
+        st = self.req("GET", f"{base}/processes/{pid}?waitSeconds=20")[2]
+        if st["stdout"] == "" and st["running"]:
+            self.fail(f"waitSeconds answered with nothing new while the process ran: {st}")
+        self.assertError(self.req("GET", f"{base}/processes/{pid}?waitSeconds=26"), 400,
+                         "invalid_argument")
         # kill.
         pid = self.req("POST", base + "/exec", {"command": "sleep 300", "detached": True})[2][
             "processId"]
@@ -370,6 +379,33 @@ class RestTest(unittest.TestCase):
         import hashlib
         self.assertEqual(out[2]["stdout"].split()[0:2],
                          ["600", hashlib.sha256(blob).hexdigest()])
+        # 12 MiB and a bit: more chunks than sbx_xfer keeps in flight (8), answered in
+        # whatever order they come; the same bytes back.
+        big = os.urandom(12 * 1024 * 1024 + 345)
+        status, _, put = self.req("PUT", base + "/files?path=/root/big.bin", big,
+                                  headers={"Content-Type": "application/octet-stream"})
+        self.assertEqual((status, put), (200, {"path": "/root/big.bin", "size": len(big)}))
+        status, _, back = self.req("GET", base + "/files?path=/root/big.bin", raw=True)
+        self.assertEqual((status, len(back)), (200, len(big)))
+        self.assertTrue(back == big)
+        out = self.req("POST", base + "/exec", {"command": "sha256sum /root/big.bin"})
+        self.assertEqual(out[2]["stdout"].split()[0], hashlib.sha256(big).hexdigest())
+        # A chunk that fails mid-transfer (a 3 MiB tmpfs fills up while later chunks are
+        # in flight): a catalogued error that says why, and what stays is a prefix of the
+        # file, never a file of its full size with a hole.
+        out = self.req("POST", base + "/exec", {
+            "command": "mkdir -p /mnt/small && mount -t tmpfs -o size=3m tmpfs /mnt/small"})
+        self.assertEqual(out[2]["exitCode"], 0, out)
+        answer = self.req("PUT", base + "/files?path=/mnt/small/f.bin", big[:8 * 1024 * 1024],
+                          headers={"Content-Type": "application/octet-stream"})
+        self.assertError(answer, 413, "too_large")
+        self.assertIn("/mnt/small/f.bin", answer[2]["error"]["message"])
+        self.assertIn("No space left", answer[2]["error"]["message"])
+        out = self.req("POST", base + "/exec",
+                       {"command": "stat -c %s /mnt/small/f.bin; sha256sum /mnt/small/f.bin"})
+        size, digest = out[2]["stdout"].split()[0:2]
+        self.assertLessEqual(int(size), 3 * 1024 * 1024)
+        self.assertEqual(digest, hashlib.sha256(big[:int(size)]).hexdigest())
         self.assertEqual(self.req("PUT", base + "/files?path=/root/empty", b"")[2]["size"], 0)
         self.assertEqual(self.req("GET", base + "/files?path=/root/empty", raw=True)[2], b"")
         self.assertError(self.req("GET", base + "/files?path=/no/such/file"), 404, "not_found")
