@@ -471,6 +471,17 @@ static void s_on_paused (vmd_qmp_t *qmp, json_t *result, const char *error, void
                 error);
 }
 
+//  A template's guest saves its devices only (x-ignore-shared): without it the state
+//  would carry the RAM too and clones would load it for nothing.
+static void s_on_ignore_shared (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
+{
+    (void) qmp;
+    (void) result;
+    if (error)
+        s_fire (arg, SBX_VMD_EV_CAPTURE_FAILED, SBX_E_INTERNAL,
+                "could not leave the template's RAM out of its memory state: %s", error);
+}
+
 static void s_on_migrate (vmd_qmp_t *qmp, json_t *result, const char *error, void *arg)
 {
     (void) qmp;
@@ -904,7 +915,7 @@ static void s_migrate_out (vmd_guest_t *self, char *path, mode_t mode, int *fd)
     vmd_qmp_set_max_bandwidth (self->qmp, S_MAX_BANDWIDTH, NULL, NULL);
     //  A template's guest: its RAM stays in the memfd, the state holds the devices.
     if (self->ram_shared)
-        vmd_qmp_set_capability (self->qmp, "x-ignore-shared", true, s_on_paused, self);
+        vmd_qmp_set_capability (self->qmp, "x-ignore-shared", true, s_on_ignore_shared, self);
     vmd_qmp_stop (self->qmp, s_on_paused, self);
     vmd_qmp_migrate_to_fd (self->qmp, *fd, s_on_migrate, self);
 }
