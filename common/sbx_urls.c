@@ -52,7 +52,8 @@ static int s_public (sbx_config_t *config, s_public_t *out, char *why, size_t wh
     for (size_t i = 0; i < len; i++)
         out->host[i] = (char) tolower ((unsigned char) host[i]);
     if (port && port != (out->https ? 443u : 80u))
-        snprintf (out->port, sizeof out->port, ":%lu", port);
+        snprintf (out->port, sizeof out->port, ":%u",
+                  (unsigned) (uint16_t) port); //  checked ≤ 65535 above
     return 0;
 }
 
