@@ -35,12 +35,20 @@
 //  alone would allow 24 times the frame size. A replay of 10000 events is ~150k values.
 #define S_MAX_VALUES (1u << 20)
 
-//  Scratch space for the path of the field at fault ("peers[2].role").
+//  How many steps of the path to the field at fault ("peers[2].role") are kept.
+#define S_WHERE_STEPS 16
+
 typedef struct {
     sbx_err_t *err;
     const char *what; //  message type name, for error messages
-    char path[160];
-    size_t path_len;
+    //  Where in the message: kept as steps and written out only for an error (every
+    //  field of every message passes through here; formatting each was a quarter of
+    //  the broker's time on lists).
+    struct {
+        const char *name; //  a field name (static: from the schema), or NULL: index
+        size_t index;
+    } steps[S_WHERE_STEPS];
+    size_t depth; //  may pass S_WHERE_STEPS: the deeper steps are not kept
 } s_where_t;
 
 int sbx_err_set (sbx_err_t *err, sbx_code_t code, const char *format, ...)
@@ -64,31 +72,43 @@ static void s_err_reset (sbx_err_t *err)
     }
 }
 
-//  Appends ".name" or "[index]" to the path; returns the length to restore with s_pop.
+//  Enters field `name` (static) or list item `index`; returns what s_pop restores.
 static size_t s_push (s_where_t *w, const char *name)
 {
-    size_t saved = w->path_len;
-    int n = snprintf (w->path + saved, sizeof w->path - saved, "%s%s", saved ? "." : "", name);
-    w->path_len = n < 0 ? saved : saved + (size_t) n;
-    if (w->path_len >= sizeof w->path)
-        w->path_len = sizeof w->path - 1;
-    return saved;
+    if (w->depth < S_WHERE_STEPS) {
+        w->steps[w->depth].name = name;
+        w->steps[w->depth].index = 0;
+    }
+    return w->depth++;
 }
 
 static size_t s_push_index (s_where_t *w, size_t index)
 {
-    size_t saved = w->path_len;
-    int n = snprintf (w->path + saved, sizeof w->path - saved, "[%zu]", index);
-    w->path_len = n < 0 ? saved : saved + (size_t) n;
-    if (w->path_len >= sizeof w->path)
-        w->path_len = sizeof w->path - 1;
-    return saved;
+    if (w->depth < S_WHERE_STEPS) {
+        w->steps[w->depth].name = NULL;
+        w->steps[w->depth].index = index;
+    }
+    return w->depth++;
 }
 
 static void s_pop (s_where_t *w, size_t saved)
 {
-    w->path_len = saved;
-    w->path[saved] = 0;
+    w->depth = saved;
+}
+
+//  The path as people read it: "sandbox.ports[2].port".
+static void s_path (const s_where_t *w, char *out, size_t size)
+{
+    size_t len = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < w->depth && i < S_WHERE_STEPS && len < size; i++) {
+        int n = w->steps[i].name
+                    ? snprintf (out + len, size - len, "%s%s", i ? "." : "", w->steps[i].name)
+                    : snprintf (out + len, size - len, "[%zu]", w->steps[i].index);
+        len = n < 0 ? len : len + (size_t) n;
+    }
+    if (w->depth > S_WHERE_STEPS && len < size)
+        snprintf (out + len, size - len, "...");
 }
 
 //  Sets err to "<type>: field '<path>' <detail>" and returns -1.
@@ -102,8 +122,11 @@ static int s_fail (s_where_t *w, sbx_code_t code, const char *format, ...)
     va_start (args, format);
     vsnprintf (detail, sizeof detail, format, args);
     va_end (args);
-    if (w->path_len)
-        return sbx_err_set (w->err, code, "%s: field '%s' %s", w->what, w->path, detail);
+    if (w->depth) {
+        char path[160];
+        s_path (w, path, sizeof path);
+        return sbx_err_set (w->err, code, "%s: field '%s' %s", w->what, path, detail);
+    }
     return sbx_err_set (w->err, code, "%s: body %s", w->what, detail);
 }
 
