@@ -138,12 +138,12 @@ typedef struct {
 
 int bill_store_charge_add (bill_store_t *self, const bill_charge_t *charge);
 
-//  Sum of the ledger for an account (NULL: all): ms and µ$. Returns 0 or -1.
 //  Calls fn with each account's id (ids are collected first: fn may use the store).
 //  Returns how many, or -1.
 typedef void (bill_store_account_fn) (const char *account, void *arg);
 int bill_store_accounts (bill_store_t *self, bill_store_account_fn *fn, void *arg);
 
+//  Sum of an account's ledger: ms and µ$. Returns 0, or -1 (no account, store error).
 int bill_store_ledger_totals (bill_store_t *self, const char *account, uint64_t *ms_p,
                               uint64_t *micro_p);
 

@@ -99,6 +99,38 @@ sqlite3_stmt *sbx_db_stmt (sbx_db_t *self, int index)
     return self->stmt[index];
 }
 
+int sbx_db_whole_reads (sbx_db_t *self, sbx_db_allow_fn *allow)
+{
+    if (!self)
+        return -1;
+    int found = 0;
+    for (int i = 0; i < self->statements; i++) {
+        char *sql = sqlite3_mprintf ("EXPLAIN QUERY PLAN %s", sqlite3_sql (self->stmt[i]));
+        sqlite3_stmt *plan = NULL;
+        if (!sql || sqlite3_prepare_v2 (self->db, sql, -1, &plan, NULL) != SQLITE_OK) {
+            sqlite3_free (sql);
+            return -1;
+        }
+        while (sqlite3_step (plan) == SQLITE_ROW) {
+            //  "SCAN t" reads all of t; "SCAN t USING INDEX i" all of an index: as bad.
+            //  A covering index scan with a range, or a SEARCH, is what an index is for.
+            const char *step = (const char *) sqlite3_column_text (plan, 3);
+            char table[128];
+            if (!step || sscanf (step, "SCAN %127s", table) != 1 ||
+                strcmp (table, "CONSTANT") == 0 || strcmp (table, "sqlite_sequence") == 0)
+                continue;
+            if (allow && allow (i, table))
+                continue;
+            fprintf (stderr, "%s: statement %d reads all of %s (%s):\n  %s\n", self->path, i, table,
+                     step, sqlite3_sql (self->stmt[i]));
+            found++;
+        }
+        sqlite3_finalize (plan);
+        sqlite3_free (sql);
+    }
+    return found;
+}
+
 int sbx_db_changes (sbx_db_t *self)
 {
     return sqlite3_changes (self->db);

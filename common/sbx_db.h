@@ -52,6 +52,14 @@ int sbx_db_schema_version (sbx_db_t *self);
 //  The store's prepared statement number index.
 sqlite3_stmt *sbx_db_stmt (sbx_db_t *self, int index);
 
+//  For the stores' self tests: how many steps of the statements' query plans (EXPLAIN
+//  QUERY PLAN) read a whole table ("SCAN t", with or without an index), each printed
+//  with its statement, leaving out those allow says are meant (the statement's index,
+//  the table; allow may be NULL). -1 when a plan could not be made. A statement that a
+//  sweep runs each second over a table that grows with use is what this catches.
+typedef bool (sbx_db_allow_fn) (int index, const char *table);
+int sbx_db_whole_reads (sbx_db_t *self, sbx_db_allow_fn *allow);
+
 //  BEGIN IMMEDIATE: takes the write lock now, so the transaction cannot fail later for
 //  want of it. Transactions do not nest. 0, or -1 (one is open: warned; busy: logged).
 int sbx_db_begin (sbx_db_t *self);
