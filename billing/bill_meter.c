@@ -362,6 +362,46 @@ static void s_on_wallet (const char *name, int64_t balance, bool active, void *a
     }
 }
 
+//  usage.get with sandbox_ids: each one's whole figures from its running totals (the
+//  closed intervals, as the ledger charged them) and its open interval, if any; a page
+//  of a list costs its size, not the account's history.
+static int s_usage_totals (bill_meter_t *self, const char *account, const sbx_strlist_t *ids,
+                           uint64_t now_ms, sbx_usage_get_ok_t *ok)
+{
+    for (size_t i = 0; i < ids->count; i++) {
+        bill_sandbox_t sandbox = {0};
+        int rc = bill_store_sandbox_find (self->store, ids->items[i], &sandbox);
+        if (rc < 0)
+            return -1;
+        if (rc == 1 || !streq (sandbox.account, account)) {
+            bill_sandbox_clear (&sandbox);
+            continue;
+        }
+        uint64_t start_ms = 0;
+        rc = bill_store_interval_open_find (self->store, sandbox.id, NULL, &start_ms);
+        sbx_usage_sandbox_t *u = rc >= 0 ? sbx_usage_sandbox_list_append (&ok->sandboxes) : NULL;
+        if (!u || sbx_str_set (&u->sandbox_id, sandbox.id)) {
+            bill_sandbox_clear (&sandbox);
+            return -1;
+        }
+        sbx_sandbox_type_from_name (sandbox.type, &u->type);
+        sbx_sandbox_state_from_name (sandbox.state, &u->state);
+        u->running_ms = sandbox.total_ms;
+        u->micro_usd = sandbox.total_micro;
+        if (rc == 0) {
+            //  Priced as s_on_open prices it.
+            uint64_t rate = s_rate_of (self, sandbox.type);
+            uint64_t before = rate == sandbox.rate ? sandbox.rate_ms : 0;
+            uint64_t ms = now_ms > start_ms ? now_ms - start_ms : 0;
+            u->running = true;
+            u->running_ms += ms;
+            u->micro_usd += bill_meter_cost (before, ms, rate);
+        }
+        bill_sandbox_clear (&sandbox);
+    }
+    return 0;
+}
+
 sbx_msg_t *bill_meter_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t now_ms)
 {
     assert (self && request && request->type == SBX_MSG_USAGE_GET);
@@ -375,6 +415,14 @@ sbx_msg_t *bill_meter_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t no
         return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND,
                                   "no account '%s' is known to billing", args->account);
     }
+    bool totals = args->sandbox_ids.count > 0;
+    if (totals && (args->since_ms || args->until_ms || (args->sandbox_id && *args->sandbox_id))) {
+        free (account);
+        free (email);
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "usage.get: sandbox_ids gives whole figures; leave since_ms, "
+                                  "until_ms and sandbox_id unset with it");
+    }
     sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_USAGE_GET_OK);
     sbx_usage_get_ok_t *ok = reply ? sbx_msg_usage_get_ok (reply) : NULL;
     s_usage_t u = {.meter = self,
@@ -383,12 +431,14 @@ sbx_msg_t *bill_meter_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t no
                    .until = args->until_ms ? args->until_ms : UINT64_MAX,
                    .now = now_ms};
     int64_t balance = 0;
-    bool failed =
-        !ok || sbx_str_set (&ok->account_id, account) || sbx_str_set (&ok->email, email) ||
-        bill_store_wallet_active (self->store, account, &ok->wallet, &balance) < 0 ||
-        bill_store_wallets (self->store, account, s_on_wallet, ok) < 0 ||
-        bill_store_intervals (self->store, account, args->sandbox_id, s_on_interval, &u) < 0 ||
-        u.failed;
+    bool failed = !ok || sbx_str_set (&ok->account_id, account) ||
+                  sbx_str_set (&ok->email, email) ||
+                  bill_store_wallet_active (self->store, account, &ok->wallet, &balance) < 0 ||
+                  bill_store_wallets (self->store, account, s_on_wallet, ok) < 0 ||
+                  (totals ? s_usage_totals (self, account, &args->sandbox_ids, now_ms, ok) < 0
+                          : bill_store_intervals (self->store, account, args->sandbox_id,
+                                                  s_on_interval, &u) < 0) ||
+                  u.failed;
     if (!failed) {
         ok->balance_micro_usd = balance;
         ok->as_of_ms = now_ms;
@@ -633,6 +683,40 @@ void bill_meter_test (bool verbose)
     assert (streq (ok->wallet, "wal_acc_a_main") && ok->balance_micro_usd == 1000000 - 73);
     assert (ok->last_seq == s_test_seq && ok->as_of_ms == S_DAY_MS + 8000);
     sbx_msg_destroy (&reply);
+
+    //  sandbox_ids (a list's page): each sandbox's figures from its totals are the walk's,
+    //  in the order asked, a stranger's or unknown id left out; not with a window.
+    for (uint64_t t = S_DAY_MS + 8000; t < S_DAY_MS + 8000 + 2 * S_DAY_MS; t += S_DAY_MS / 5) {
+        sbx_msg_t *walk = s_test_usage (meter, "acc_a", NULL, 0, 0,
+                                        s_test_caller (SBX_CALLER_KIND_ADMIN, NULL), t);
+        sbx_msg_t *request = sbx_msg_new (SBX_MSG_USAGE_GET);
+        request->rid = 9;
+        request->caller = s_test_caller (SBX_CALLER_KIND_API_KEY, "acc_a");
+        sbx_str_set (&sbx_msg_usage_get (request)->account, "acc_a");
+        const char *ids[] = {"sb_3", "sb_nope", "sb_1", "sb_2"};
+        for (size_t i = 0; i < 4; i++)
+            sbx_strlist_append (&sbx_msg_usage_get (request)->sandbox_ids, ids[i]);
+        sbx_msg_t *page = bill_meter_usage (meter, request, t);
+        assert (page->type == SBX_MSG_USAGE_GET_OK);
+        sbx_usage_get_ok_t *w = sbx_msg_usage_get_ok (walk), *p = sbx_msg_usage_get_ok (page);
+        assert (p->sandboxes.count == 3 && p->days.count == 0);
+        const size_t order[] = {2, 0, 1}; //  sb_3, sb_1, sb_2 in the walk's order
+        for (size_t i = 0; i < 3; i++) {
+            sbx_usage_sandbox_t *a = &p->sandboxes.items[i], *b = &w->sandboxes.items[order[i]];
+            assert (streq (a->sandbox_id, b->sandbox_id) && a->running_ms == b->running_ms &&
+                    a->micro_usd == b->micro_usd && a->running == b->running &&
+                    a->type == b->type && a->state == b->state && a->seconds == b->seconds);
+        }
+        assert (p->running_ms == w->running_ms && p->micro_usd == w->micro_usd);
+        sbx_msg_destroy (&page);
+        sbx_msg_destroy (&walk);
+        sbx_msg_usage_get (request)->since_ms = 1;
+        page = bill_meter_usage (meter, request, t);
+        assert (page->type == SBX_MSG_ERROR &&
+                sbx_msg_error (page)->code == SBX_E_INVALID_ARGUMENT);
+        sbx_msg_destroy (&page);
+        sbx_msg_destroy (&request);
+    }
 
     //  The wallet as the broker hears of it: the balance less the running sandbox's time
     //  so far (30 µ$, not charged yet); funded, so it is not post-paid.

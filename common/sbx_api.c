@@ -838,10 +838,15 @@ void sbx_api_add_usage (json_t *answer, const sbx_msg_t *usage)
             if (streq (json_string_value (json_object_get (answer, "id")), u->sandbox_id))
                 target = answer;
         } else {
+            //  Billing answers a page in its order: the same place first.
+            json_t *item = json_array_get (sandboxes, i);
+            if (item && streq (json_string_value (json_object_get (item, "id")), u->sandbox_id))
+                target = item;
             size_t j;
-            json_t *item;
             json_array_foreach (sandboxes, j, item)
             {
+                if (target)
+                    break;
                 if (streq (json_string_value (json_object_get (item, "id")), u->sandbox_id))
                     target = item;
             }

@@ -945,8 +945,9 @@ static const sbx_meta_field_t s_fields_usage_get[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_usage_get_t, sandbox_id), false, 64, NULL, NULL},
     {"since_ms", SBX_META_UINT, offsetof (sbx_usage_get_t, since_ms), false, 0, NULL, NULL},
     {"until_ms", SBX_META_UINT, offsetof (sbx_usage_get_t, until_ms), false, 0, NULL, NULL},
+    {"sandbox_ids", SBX_META_STRLIST, offsetof (sbx_usage_get_t, sandbox_ids), false, 1000, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_usage_get = {"usage.get", sizeof (sbx_usage_get_t), s_fields_usage_get, 4};
+static const sbx_meta_struct_t s_meta_usage_get = {"usage.get", sizeof (sbx_usage_get_t), s_fields_usage_get, 5};
 
 static const sbx_meta_field_t s_fields_usage_get_ok[] = {
     {"account_id", SBX_META_STRING, offsetof (sbx_usage_get_ok_t, account_id), true, 64, NULL, NULL},

@@ -1407,6 +1407,11 @@ struct sbx_usage_get_s {
     uint64_t since_ms;
     //  Only running time before this instant (0: up to the request).
     uint64_t until_ms;
+    //  (max 1000) Only these sandboxes (a page of a list): each one's whole running time and
+    //  cost, from billing's running totals and its open interval, in the order given. No days,
+    //  and since_ms, until_ms and sandbox_id must be unset. Sandboxes billing does not know for
+    //  the account are left out.
+    sbx_strlist_t sandbox_ids;
 };
 
 //  message usage.get.ok (billing.json): billing -> cli, gateway. The usage asked for. Totals

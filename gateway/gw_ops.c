@@ -316,8 +316,20 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
          json_array_size (json_object_get (answer, "sandboxes")))) {
         sbx_msg_t *usage = sbx_msg_new (SBX_MSG_USAGE_GET);
         sbx_str_set (&sbx_msg_usage_get (usage)->account, call->caller->account_id);
-        sbx_str_set (&sbx_msg_usage_get (usage)->sandbox_id,
-                     call->op == SBX_OP_GET_SANDBOX ? sbx_api_sandbox_id (call->args) : NULL);
+        if (call->op == SBX_OP_GET_SANDBOX)
+            sbx_str_set (&sbx_msg_usage_get (usage)->sandbox_id, sbx_api_sandbox_id (call->args));
+        else {
+            //  The page's sandboxes only, from billing's running totals: a list costs its
+            //  page, not the account's whole history.
+            size_t i;
+            json_t *item;
+            json_array_foreach (json_object_get (answer, "sandboxes"), i, item)
+            {
+                const char *id = json_string_value (json_object_get (item, "id"));
+                if (id)
+                    sbx_strlist_append (&sbx_msg_usage_get (usage)->sandbox_ids, id);
+            }
+        }
         call->answer = answer;
         call->reply = sbx_msg_dup (reply);
         s_send (call, &usage, false, S_USAGE_MS);
