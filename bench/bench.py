@@ -3,12 +3,14 @@
 
 bench/run [--quick] [--build DIR] [--only PART,...] [--keep JSON]
 
---only files --keep bench/results/<full run>.json reruns the file and stdout rows alone
-and writes the doc from the earlier full run with those rows replaced (its header says
-which rows are from when); --render JSON [--keep JSON] rewrites the doc from results.
+--only files (or scale, or files,scale) --keep bench/results/<full run>.json reruns those
+rows alone and writes the doc from the earlier full run with them replaced (its header
+says which rows are from when); --render JSON [--keep JSON] rewrites the doc from results.
+The scale part (bench/scale.py) is the control plane at 10,000 sandboxes.
 
 Builds the project (unless --build names a built tree), the bench's own programs
-(bench/agentbench.c, bench/mhd_bare.c) and the TypeScript SDK server (npm, into
+(bench/agentbench.c, bench/mhd_bare.c, bench/vmdsim.c, bench/ctlload.c) and the TypeScript
+SDK server (npm, into
 bench/node_modules), runs everything, writes bench/results/<timestamp>.json and rewrites
 docs/benchmarks.md. It prints; it never fails on a figure (exit 0 unless it could not run).
 Before anything it checks the tools it runs and says which are missing and how to install
@@ -141,6 +143,12 @@ def build(args):
          f"{bdir}/vmd/libvmd_lib.a", f"{bdir}/common/libsbx_common.a",
          f"{bdir}/common/libsbx_codec.a",
          *pc("--libs", "libczmq", "libzmq", "jansson", "libsodium", "msgpack")])
+    # The control-plane bench's vmd load generator and broker driver (bench/scale.py).
+    for prog in ("vmdsim", "ctlload"):
+        run(["gcc", "-O2", "-g", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
+             f"-I{src}/common", f"-I{bdir}/common", os.path.join(HERE, prog + ".c"), "-o",
+             f"{out}/{prog}", f"{bdir}/common/libsbx_common.a", f"{bdir}/common/libsbx_codec.a",
+             *pc("--libs", "libczmq", "libzmq", "jansson", "libsodium", "msgpack"), "-lm"])
     run(["gcc", "-O2", "-std=c11", "-D_GNU_SOURCE", os.path.join(HERE, "mhd_bare.c"), "-o",
          f"{out}/mhd_bare", *pc("--cflags", "--libs", "libmicrohttpd")])
     if not os.path.isdir(os.path.join(HERE, "node_modules", "@modelcontextprotocol")):
@@ -1003,6 +1011,8 @@ def rows(res):
                     f"{fmt(off['qemu_cpu_pct'], ' %', 3)} with sampling off",
                     over(on["qemu_cpu_pct"], off["qemu_cpu_pct"]), "—",
                     f"{on['samples_of_one']} samples of one guest in the run"))
+    if "scale" in res:
+        out.extend(scale_rows(res["scale"]))
     if "billed_running_ms" in res and res["billed_running_ms"] is not None:
         billed = res["billed_running_ms"] / 1000
         ev = res["event_running_s"]
@@ -1013,6 +1023,76 @@ def rows(res):
         out.append(("billing: billed vs own wall clock", 1, fmt(billed, " s", 3),
                     f"wall {lo:.3f}–{hi:.3f} s (ready answered → stop called/answered)",
                     "inside" if lo - 0.5 <= billed <= hi + 0.5 else "outside", "—", "—"))
+    return out
+
+
+def scale_rows(sc):
+    """The control plane at 10,000 records beside the same figure at 10 (bench/scale.py)."""
+    out = []
+    a, b = sc["at10k"], sc["at10"]
+    ra, rb = a["records"], b["records"]
+
+    def pair(name, key, unit_key, label, fmt_unit, higher_better, nd=0, target=None):
+        va, vb = a[key][unit_key], b[key][unit_key]
+        ratio = va / vb if vb else None
+        verdict = "—"
+        if target is not None and ratio is not None:
+            ok = ratio >= target if higher_better else ratio <= target
+            verdict = "met" if ok else "**MISSED**"
+        grow = (lambda m: f"{m['records']:,}→{m['records_after']:,}") if key == "create" else (
+            lambda m: f"{m['records']:,}")
+        runs = a[key].get("runs", [])
+        spread = f"; runs at {ra:,}: {', '.join(fmt(r[unit_key], '', nd) for r in runs)}" if runs \
+            else ""
+        out.append((f"{name} at {grow(a)} records ({label}; the median run of {len(runs) or 1})",
+                    a[key].get("n", a[key].get("requests")), fmt(va, fmt_unit, nd),
+                    f"{fmt(vb, fmt_unit, nd)} at {grow(b)} records{spread}",
+                    fmt(ratio, "×", 2),
+                    (("≥ " if higher_better else "≤ ") + f"{target}×") if target else "—", verdict))
+
+    for op, what in (("create", "sandbox.create"), ("get", "sandbox.get"),
+                     ("list", "sandbox.list, a page of 10")):
+        n = a[op]["inflight"]
+        pair(f"broker {what}: throughput", op, "per_s", f"{n} in flight", " /s", True,
+             target=0.8)
+        pair(f"broker {what}: p99", op, "p99_ms", f"{n} in flight", " ms", False, nd=2,
+             target=1.25)
+    for op, what in (("rest_get", "REST GET /v1/sandboxes/ID"),
+                     ("rest_list", "REST GET /v1/sandboxes?limit=10")):
+        pair(f"{what}: throughput", op, "rps", "wrk, 8 connections", " /s", True, target=0.8)
+        pair(f"{what}: p99", op, "p99_ms", "wrk, 8 connections", " ms", False, nd=2,
+             target=1.25)
+    after = sc["after"]
+    for name in a["memory"]:
+        if name not in after["memory"]:
+            continue
+        va, vb = after["memory"][name]["pss_mib"], b["memory"][name]["pss_mib"]
+        out.append((f"{name} PSS at {after['records']:,} records and {after['last_seq']:,} "
+                    f"events", 1, fmt(va, " MiB", 1), f"{fmt(vb, ' MiB', 1)} at {rb} records",
+                    fmt(va / vb if vb else None, "×", 2), "—", "—"))
+    for name in ("sbx-broker", "sbx-billing", "sbx-gateway"):
+        va, vb = after["idle_cpu"].get(name), b["idle_cpu"].get(name)
+        out.append((f"{name} CPU while idle at {after['records']:,} records and "
+                    f"{after['last_seq']:,} events", 1, fmt(va, " % of a core", 2),
+                    f"{fmt(vb, ' %', 2)} at {rb} records", fmt(va / vb if vb else None, "×", 2),
+                    "—", "—"))
+    ld = sc.get("load")
+    if ld:
+        out.append((f"event log growth under stop/resume load ({ld['inflight']} in flight)",
+                    ld["n"], fmt(ld["events_per_s"], " events/s", 0),
+                    f"{ld['events']:,} events in {ld['seconds']:.0f} s", "—", "—",
+                    f"billing {sc['billing_lag_s']:.1f} s behind at the end"))
+    t = sc["tap"]
+    out.append((f"tap replay of the whole log (sbx tap --since 0 --once)", t["events"],
+                fmt(t["per_s"], " events/s", 0), f"{t['seconds']:.1f} s", "—", "—", "—"))
+    br, bp = sc["billing_restart"], sc["billing_replay"]
+    out.append((f"billing catch-up after a restart, {br['behind']:,} events behind", 1,
+                fmt(br["seconds"], " s", 1), f"{fmt(br['behind'] / br['seconds'], ' events/s', 0)}",
+                "—", "—", "—"))
+    out.append((f"billing from an empty billing.db: the whole log", bp["events"],
+                fmt(bp["seconds"], " s", 1), fmt(bp["per_s"], " events/s", 0), "—", "—", "—"))
+    out.append(("database files at the end", 1, ", ".join(
+        f"{n} {v:.0f} MiB" for n, v in sc["files_mib"].items()), "—", "—", "—", "—"))
     return out
 
 
@@ -1053,18 +1133,25 @@ def write_doc(res, path, cmdline):
         f.write("\n".join(L).rstrip() + "\n")
 
 
-def keep_rows(res, kept_path, cmdline):
-    """A files-only run's rows over an earlier run's results (kept_path): the merged
-    results and the command line for the doc's header."""
+# The results each part that --keep can rerun alone writes.
+KEEP_PARTS = {"files": ("raw_bigout", "raw_write", "raw_read", "mcp_bigout", "mcp_write",
+                        "mcp_read", "mcp_rest", "files_ok"),
+              "density": ("density",),
+              "scale": ("scale",)}
+
+
+def keep_rows(res, kept_path, cmdline, parts):
+    """The rows of a run of some parts alone over an earlier run's results (kept_path):
+    the merged results and the command line for the doc's header."""
     with open(kept_path) as f:
         kept = json.load(f)
-    run_keys = [k for k in res if k.startswith(("raw_bigout", "raw_write", "raw_read",
-                                                "mcp_bigout", "mcp_write", "mcp_read",
-                                                "mcp_rest", "files_ok"))]
-    cmdline += f" --only files --keep {os.path.relpath(kept_path, ROOT)}"
+    prefixes = tuple(p for part in parts for p in KEEP_PARTS[part])
+    run_keys = [k for k in res if k.startswith(prefixes)]
+    only = ",".join(sorted(parts))
+    cmdline += f" --only {only} --keep {os.path.relpath(kept_path, ROOT)}"
     kept.update({k: res[k] for k in run_keys})
     kept.setdefault("partial", []).append(
-        {"parts": "files", "started": res["started"], "source": res.get("source", ""),
+        {"parts": only, "started": res["started"], "source": res.get("source", ""),
          "load": res["load"], "cmdline": cmdline})
     return kept, "bench/run" + (" --quick" if kept["quick"] else "")
 
@@ -1074,7 +1161,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--build")
     ap.add_argument("--only",
-                    default="lifecycle,template,exec,files,gateway,density,billing,sampling")
+                    default="lifecycle,template,exec,files,gateway,density,billing,sampling,scale")
     ap.add_argument("--no-doc", action="store_true")
     ap.add_argument("--keep", metavar="JSON",
                     help="with --only: the rows of the parts not run come from JSON (an earlier "
@@ -1086,12 +1173,13 @@ def main():
             res = json.load(f)
         cmdline = "bench/run" + (" --quick" if res["quick"] else "")
         if args.keep:
-            res, cmdline = keep_rows(res, args.keep, cmdline)
+            res, cmdline = keep_rows(res, args.keep, cmdline, {
+                p for p, pre in KEEP_PARTS.items() if any(k.startswith(pre) for k in res)})
         write_doc(res, os.path.join(ROOT, "docs", "benchmarks.md"), cmdline)
         return
     parts = set(args.only.split(","))
-    if args.keep and parts != {"files"}:
-        sys.exit("--keep takes the files part alone (--only files)")
+    if args.keep and not parts <= set(KEEP_PARTS):
+        sys.exit("--keep takes parts that can be rerun alone: --only " + ",".join(KEEP_PARTS))
     q = args.quick
     N_COLD, N_EXEC, CYCLES = (3, 50, 10) if q else (7, 200, 10)
     N_FILES = 3 if q else 5
@@ -1150,6 +1238,11 @@ def main():
     if "sampling" in parts:
         part_sampling(bdir, SAMPLED, SAMPLED_S, res)
         sample()
+    if "scale" in parts:
+        import scale
+
+        scale.part_scale(bdir, q, res)
+        sample()
     load["after"] = loadavg()
     sample()
     res["load"] = load
@@ -1161,7 +1254,7 @@ def main():
     log("wrote", out)
     cmdline = "bench/run" + (" --quick" if q else "")
     if args.keep:
-        res, cmdline = keep_rows(res, args.keep, cmdline)
+        res, cmdline = keep_rows(res, args.keep, cmdline, parts)
     for r in rows(res):
         print(" | ".join(str(x) for x in r))
     if not args.no_doc:
