@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #define S_MAX_TIMEOUT_MS   (20u * 60 * 1000) //  exec waits up to 600 s; leave room
+#define S_SEGMENT_SIZE     100000u           //  events.segment_size
+#define S_SEGMENT_CHUNK    5000u             //  events copied or deleted per 100 ms tick
 #define S_REPLAY_MAX       10000u
 #define S_REPLAY_DEFAULT   1000u
 #define S_REPLAY_MAX_BYTES (8u * 1024 * 1024) //  well under the frame limit
@@ -132,6 +134,14 @@ static s_server_t *s_server_new (sbx_config_t *config, zsock_t *pipe)
     if (dir)
         mkdir (dir, 0700);
     self->store = db ? brk_store_new (db) : NULL;
+    //  The event log's sealed segments (brk_store.h): control.db holds the recent log.
+    char *segments = sbx_config_path (config, "broker/events");
+    if (self->store &&
+        (!segments || brk_store_segments_open (
+                          self->store, segments,
+                          sbx_config_get_uint (config, "events.segment_size", S_SEGMENT_SIZE))))
+        brk_store_destroy (&self->store);
+    free (segments);
     free (dir);
     free (db);
     self->router = zsock_new (ZMQ_ROUTER);
@@ -929,6 +939,17 @@ static int s_on_deadlines (zloop_t *loop, int timer_id, void *arg)
 }
 
 //  Housekeeping: MCP sessions idle for a day, a few a minute.
+//  Sealing the event log's oldest events into a segment, a chunk per tick, so the loop
+//  never stops for long.
+static int s_on_seal (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_server_t *self = arg;
+    brk_store_segments_step (self->store, S_SEGMENT_CHUNK);
+    return 0;
+}
+
 static int s_on_sweep (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
@@ -977,6 +998,7 @@ void brk_server_actor (zsock_t *pipe, void *args)
     zloop_timer (self->loop, 100, 0, s_on_deadlines, self);
     zloop_timer (self->loop, 250, 0, s_on_ttl, self);
     zloop_timer (self->loop, 10000, 0, s_on_sweep, self);
+    zloop_timer (self->loop, 100, 0, s_on_seal, self);
     sbx_info ("broker %s ready: %llu events in the log", self->instance,
               (unsigned long long) brk_store_last_seq (self->store));
     zstr_send (pipe, "READY");

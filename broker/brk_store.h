@@ -170,6 +170,21 @@ uint64_t brk_store_last_seq (brk_store_t *self);
 int brk_store_events_after (brk_store_t *self, uint64_t after_seq, size_t limit,
                             const char *type_prefix, brk_store_event_fn *fn, void *arg);
 
+//  The event log's sealed segments. Once the live table holds 2 × segment_size events,
+//  the oldest segment_size move, a chunk at a time, to dir/events-<first>-<last>.db (a
+//  SQLite file written once, then only read): control.db stays the size of the recent
+//  log, whatever the history. brk_store_events_after reads segments as if their events
+//  were still in the live table. Open finds the segments there, drops a half-written
+//  one and finishes a move a crash interrupted. segment_size 0: nothing more is sealed
+//  (segments made before are still read). Returns 0, or -1 (dir unusable).
+int brk_store_segments_open (brk_store_t *self, const char *dir, uint64_t segment_size);
+//  One step of sealing: at most chunk events copied or deleted, outside any transaction.
+//  Returns 1 when more work waits, 0 when none, -1 on error (logged; the next step
+//  starts that segment again).
+int brk_store_segments_step (brk_store_t *self, size_t chunk);
+//  How many sealed segments there are, and the events they hold in *events_p.
+size_t brk_store_segments_count (brk_store_t *self, uint64_t *events_p);
+
 //  Inserts an account (inside a transaction). id, email and plan are required.
 //  Returns 0 inserted, 1 an account with this email (any case) exists, -1 error
 //  (bad argument, no transaction, duplicate id, database error).

@@ -90,9 +90,28 @@ typedef enum {
     ST_COUNT
 } stmt_id_t;
 
+//  A sealed segment of the event log: events first..last (brk_store_segments.c).
+typedef struct {
+    uint64_t first, last;
+} brk_segment_t;
+
 struct _brk_store_t {
     sbx_db_t *db;
+    //  The event log's sealed segments, oldest first, and the sealing under way.
+    char *seg_dir;     //  NULL: no segments (brk_store_segments_open not called)
+    uint64_t seg_size; //  events per segment; 0: no sealing
+    brk_segment_t *segs;
+    size_t seg_count, seg_max;
+    int seal_phase; //  0 idle, 1 copying into the .part file, 2 deleting from live
+    uint64_t seal_first, seal_last, seal_done; //  the segment's range; done up to seal_done
 };
+
+//  The part of brk_store_events_after that reads sealed segments: hands fn the events
+//  after *after_seq that they hold (up to limit), moves *after_seq past them, and
+//  returns how many (-1 on error). brk_store_segments.c.
+int brk_store_segments_after (brk_store_t *self, uint64_t *after_seq, size_t limit,
+                              const char *type_prefix, brk_store_event_fn *fn, void *arg);
+void brk_store_segments_close (brk_store_t *self);
 
 //  True when text is one of the NULL-terminated names.
 bool brk_store_one_of (const char *text, const char **names);

@@ -13,14 +13,15 @@
 #include <unistd.h>
 
 //  Never copied: sockets and locks (run/), the supervisor's logs, a template being
-//  built (vmd starts it again), SQLite's side files (the copy is whole without them).
+//  built (vmd starts it again), SQLite's side files (the copy is whole without them), an
+//  event segment being written (the broker writes it again).
 static bool s_skipped (const char *rel, const char *name)
 {
     static const char *dirs[] = {"run", "logs", "templates/vm/work"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
         if (streq (rel, dirs[i]))
             return true;
-    static const char *suffixes[] = {"-wal", "-shm", "-journal", ".tmp"};
+    static const char *suffixes[] = {"-wal", "-shm", "-journal", ".tmp", ".part"};
     size_t n = strlen (name);
     for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
         size_t s = strlen (suffixes[i]);

@@ -44,6 +44,7 @@ static const s_known_t s_known[] = {
     {"broker.public_key", NULL, K_ANY},
     {"instance", NULL, K_ANY}, //  = host name
     {"heartbeat_ms", "1000", K_ANY},
+    {"events.segment_size", "100000", K_ANY}, //  the broker's sealed log segments (0: none)
     {"request_timeout_ms", "30000", K_ANY},
     {"listen", "127.0.0.1:8443", K_HOSTPORT},
     {"domain", "localhost", K_ANY},

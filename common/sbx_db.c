@@ -93,6 +93,11 @@ int sbx_db_schema_version (sbx_db_t *self)
     return self ? self->version : -1;
 }
 
+sqlite3 *sbx_db_handle (sbx_db_t *self)
+{
+    return self ? self->db : NULL;
+}
+
 sqlite3_stmt *sbx_db_stmt (sbx_db_t *self, int index)
 {
     assert (index >= 0 && index < self->statements);

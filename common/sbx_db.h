@@ -49,6 +49,9 @@ const char *sbx_db_path (sbx_db_t *self);
 //  The schema version the database is at: the number of migrations applied.
 int sbx_db_schema_version (sbx_db_t *self);
 
+//  The SQLite handle, for what a store does beyond its prepared statements (attaching
+//  another file). Stores only.
+sqlite3 *sbx_db_handle (sbx_db_t *self);
 //  The store's prepared statement number index.
 sqlite3_stmt *sbx_db_stmt (sbx_db_t *self, int index);
 

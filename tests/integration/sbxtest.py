@@ -104,8 +104,20 @@ class Sbx:
         at = args.index("--") if "--" in args else len(args)
         cmd = [binary("sbx")] + args[:at] + ["--data-dir", self.dir] + args[at:]
         # No input: /dev/null, never the test runner's stdin (exec would take a pipe's).
-        res = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout,
-                             **({"stdin": subprocess.DEVNULL} if input is None else {}))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL)
+        try:
+            out, err = proc.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # A CLI that hangs is a bug to find: its threads' stacks go in the failure.
+            stacks = subprocess.run(["gdb", "-p", str(proc.pid), "-batch", "-ex",
+                                     "thread apply all bt"], capture_output=True, text=True,
+                                    timeout=60).stdout if shutil.which("gdb") else "(no gdb)"
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"{' '.join(cmd)} still running after {timeout} s:\n{err}\n"
+                                 f"its stacks:\n{stacks}")
+        res = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
         if check and res.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr}")
         return res
