@@ -1255,6 +1255,11 @@ def main():
     cmdline = "bench/run" + (" --quick" if q else "")
     if args.keep:
         res, cmdline = keep_rows(res, args.keep, cmdline, parts)
+        # The merged results too, so that the doc can be rendered again (--render).
+        merged = out[:-len(".json")] + "-merged.json"
+        with open(merged, "w") as f:
+            json.dump(res, f, indent=1)
+        log("wrote", merged)
     for r in rows(res):
         print(" | ".join(str(x) for x in r))
     if not args.no_doc:

@@ -273,6 +273,10 @@ class Scale:
                         "memory": self.memory(), "idle_cpu": self.idle_cpu(10 if q else 20)}
         out["files_mib"] = {n: os.path.getsize(os.path.join(self.sbx.dir, d, n)) / B.MiB
                             for d, n in (("broker", "control.db"), ("billing", "billing.db"))}
+        segdir = os.path.join(self.sbx.dir, "broker", "events")
+        segs = [n for n in os.listdir(segdir) if n.endswith(".db")] if os.path.isdir(segdir) else []
+        out["files_mib"][f"{len(segs)} event segments"] = sum(
+            os.path.getsize(os.path.join(segdir, n)) for n in segs) / B.MiB
         res["scale"] = out
 
     def close(self):
