@@ -171,6 +171,16 @@ static int s_ticket (gw_cache_ticket_t *ticket, int kind, const char *sandbox, c
     return 0;
 }
 
+//  The sandbox whose totals a usage.get asks for: sandbox_ids of one, what get_sandbox
+//  sends. Other forms are not kept (sandbox_id's answer has days, a totals one has none:
+//  one entry must not answer for the other).
+static const char *s_usage_sandbox (const sbx_usage_get_t *args)
+{
+    bool one = args->sandbox_ids.count == 1 && !(args->sandbox_id && *args->sandbox_id) &&
+               !args->since_ms && !args->until_ms;
+    return one ? args->sandbox_ids.items[0] : NULL;
+}
+
 sbx_msg_t *gw_cache_lookup (gw_cache_t *self, const sbx_caller_t *caller, const sbx_msg_t *request,
                             gw_cache_ticket_t *ticket)
 {
@@ -188,7 +198,7 @@ sbx_msg_t *gw_cache_lookup (gw_cache_t *self, const sbx_caller_t *caller, const 
     if ((!get && !usage) || !s_live (self) || !s_reader (caller))
         return NULL;
     const char *sandbox = get ? sbx_msg_sandbox_get ((sbx_msg_t *) request)->sandbox_id
-                              : sbx_msg_usage_get ((sbx_msg_t *) request)->sandbox_id;
+                              : s_usage_sandbox (sbx_msg_usage_get ((sbx_msg_t *) request));
     if (!sandbox || !*sandbox)
         return NULL;
     //  Usage of the caller's own account only (operators name others).
@@ -462,7 +472,7 @@ void gw_cache_test (bool verbose)
     //  Usage: the caller's own account, kept for usage_cache_ms.
     sbx_msg_t *usage = sbx_msg_new (SBX_MSG_USAGE_GET);
     sbx_str_set (&sbx_msg_usage_get (usage)->account, "acc_alice");
-    sbx_str_set (&sbx_msg_usage_get (usage)->sandbox_id, "sb_one");
+    sbx_strlist_append (&sbx_msg_usage_get (usage)->sandbox_ids, "sb_one");
     assert (!gw_cache_lookup (cache, &alice, usage, &ticket));
     assert (ticket.kind == S_USAGE);
     reply = sbx_msg_new (SBX_MSG_USAGE_GET_OK);
@@ -476,6 +486,12 @@ void gw_cache_test (bool verbose)
     sbx_msg_destroy (&answer);
     assert (!gw_cache_lookup (cache, &bob, usage, &ticket));
     gw_cache_answer (cache, &ticket, NULL);
+    //  The same sandbox asked by sandbox_id (with days) is not answered from the copy.
+    sbx_msg_t *days = sbx_msg_new (SBX_MSG_USAGE_GET);
+    sbx_str_set (&sbx_msg_usage_get (days)->account, "acc_alice");
+    sbx_str_set (&sbx_msg_usage_get (days)->sandbox_id, "sb_one");
+    assert (!gw_cache_lookup (cache, &alice, days, &ticket) && ticket.kind == S_NONE);
+    sbx_msg_destroy (&days);
     //  The sandbox's own answer is still there next to it.
     answer = gw_cache_lookup (cache, &alice, request, &ticket);
     assert (s_test_state (answer) == SBX_SANDBOX_STATE_STOPPED);

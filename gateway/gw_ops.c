@@ -317,10 +317,11 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
         sbx_msg_t *usage = sbx_msg_new (SBX_MSG_USAGE_GET);
         sbx_str_set (&sbx_msg_usage_get (usage)->account, call->caller->account_id);
         if (call->op == SBX_OP_GET_SANDBOX)
-            sbx_str_set (&sbx_msg_usage_get (usage)->sandbox_id, sbx_api_sandbox_id (call->args));
+            sbx_strlist_append (&sbx_msg_usage_get (usage)->sandbox_ids,
+                                sbx_api_sandbox_id (call->args));
         else {
-            //  The page's sandboxes only, from billing's running totals: a list costs its
-            //  page, not the account's whole history.
+            //  The page's sandboxes only (or the one asked for), from billing's running
+            //  totals: a get or a list costs its size, not the sandboxes' history.
             size_t i;
             json_t *item;
             json_array_foreach (json_object_get (answer, "sandboxes"), i, item)
