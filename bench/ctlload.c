@@ -99,6 +99,32 @@ static sbx_msg_t *s_request (const char *op, s_row_t *row, int step)
     return msg;
 }
 
+//  Sends slot `index`'s next request (its row, its step) and remembers its rid.
+//  Returns 0, or -1 when it could not be encoded.
+static int s_send (zsock_t *sock, zhashx_t *pending, const char *op, s_row_t *rows, s_slot_t *slots,
+                   size_t index, uint64_t rid)
+{
+    s_slot_t *slot = &slots[index];
+    slot->rid = rid;
+    slot->started = s_now ();
+    sbx_msg_t *msg = s_request (op, &rows[slot->row], slot->step);
+    msg->rid = rid;
+    uint8_t *data;
+    size_t size;
+    sbx_err_t err;
+    int rc = sbx_msg_encode (msg, &data, &size, &err);
+    sbx_msg_destroy (&msg);
+    if (rc)
+        return -1;
+    zframe_t *frame = zframe_new (data, size);
+    free (data);
+    zframe_send (&frame, sock, 0);
+    char key[24];
+    snprintf (key, sizeof key, "%llu", (unsigned long long) rid);
+    zhashx_insert (pending, key, (void *) (uintptr_t) (index + 1));
+    return 0;
+}
+
 int main (int argc, char **argv)
 {
     if (argc < 6 || streq (argv[1], "--help")) {
@@ -136,21 +162,9 @@ int main (int argc, char **argv)
     double t0 = s_now ();
     //  Each slot carries one row from start to end (a cycle's stop then its resume).
     for (size_t s = 0; s < inflight && sent < count; s++, sent++) {
-        slots[s] = (s_slot_t){.rid = rid++, .started = s_now (), .row = next_row++ % nrows};
-        sbx_msg_t *msg = s_request (op, &rows[slots[s].row], 0);
-        msg->rid = slots[s].rid;
-        uint8_t *data;
-        size_t size;
-        sbx_err_t err;
-        if (sbx_msg_encode (msg, &data, &size, &err))
+        slots[s] = (s_slot_t){.row = next_row++ % nrows};
+        if (s_send (sock, pending, op, rows, slots, s, rid++))
             return 1;
-        zframe_t *frame = zframe_new (data, size);
-        free (data);
-        zframe_send (&frame, sock, 0);
-        sbx_msg_destroy (&msg);
-        char key[24];
-        snprintf (key, sizeof key, "%llu", (unsigned long long) slots[s].rid);
-        zhashx_insert (pending, key, (void *) (uintptr_t) (s + 1));
     }
     size_t lats = 0;
     while (done < total) {
@@ -194,20 +208,8 @@ int main (int argc, char **argv)
             slot->step = 1;
         if (!more)
             continue;
-        slot->rid = rid++;
-        slot->started = s_now ();
-        sbx_msg_t *msg = s_request (op, &rows[slot->row], slot->step);
-        msg->rid = slot->rid;
-        uint8_t *data;
-        size_t size;
-        if (sbx_msg_encode (msg, &data, &size, &err))
+        if (s_send (sock, pending, op, rows, slots, at - 1, rid++))
             return 1;
-        frame = zframe_new (data, size);
-        free (data);
-        zframe_send (&frame, sock, 0);
-        sbx_msg_destroy (&msg);
-        snprintf (key, sizeof key, "%llu", (unsigned long long) slot->rid);
-        zhashx_insert (pending, key, (void *) (uintptr_t) (at));
     }
     double seconds = s_now () - t0;
     qsort (lat, lats, sizeof *lat, s_cmp);
