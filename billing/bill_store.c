@@ -225,12 +225,12 @@ uint64_t bill_store_last_seq (bill_store_t *self)
 {
     if (!self)
         return 0;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_META_GET);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_META_GET);
     sbx_db_bind_text (stmt, 1, "last_seq");
     uint64_t seq = 0;
-    int rc = sqlite3_step (stmt);
+    int rc = sbx_stmt_step (stmt);
     if (rc == SQLITE_ROW) {
-        const char *text = (const char *) sqlite3_column_text (stmt, 0);
+        const char *text = (const char *) sbx_stmt_column_text (stmt, 0);
         seq = text ? strtoull (text, NULL, 10) : 0;
     } else if (rc != SQLITE_DONE)
         sbx_db_log_error (self->db, "last seq");
@@ -244,7 +244,7 @@ int bill_store_set_last_seq (bill_store_t *self, uint64_t seq)
         return -1;
     char text[32];
     snprintf (text, sizeof text, "%llu", (unsigned long long) seq);
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_META_SET);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_META_SET);
     sbx_db_bind_text (stmt, 1, "last_seq");
     sbx_db_bind_text (stmt, 2, text);
     return sbx_db_run (self->db, ST_META_SET, "set last seq");
@@ -259,10 +259,10 @@ int bill_store_account_add (bill_store_t *self, const char *id, const char *emai
     if (!self || !sbx_db_nonempty (id) || !sbx_db_fits (ts_ms) ||
         !sbx_db_require_transaction (self->db, "account add"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_INSERT);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_INSERT);
     sbx_db_bind_text (stmt, 1, id);
     sbx_db_bind_text (stmt, 2, email);
-    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) ts_ms);
+    sbx_stmt_bind_int64 (stmt, 3, (sqlite3_int64) ts_ms);
     if (sbx_db_run (self->db, ST_ACCOUNT_INSERT, "account add"))
         return -1;
     //  The wallet id derives from the account: a replay makes the same one.
@@ -271,8 +271,8 @@ int bill_store_account_add (bill_store_t *self, const char *id, const char *emai
     stmt = sbx_db_stmt (self->db, ST_WALLET_INSERT);
     sbx_db_bind_text (stmt, 1, wallet);
     sbx_db_bind_text (stmt, 2, id);
-    sqlite3_bind_int64 (stmt, 3, initial);
-    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) ts_ms);
+    sbx_stmt_bind_int64 (stmt, 3, initial);
+    sbx_stmt_bind_int64 (stmt, 4, (sqlite3_int64) ts_ms);
     return sbx_db_run (self->db, ST_WALLET_INSERT, "wallet add");
 }
 
@@ -282,11 +282,11 @@ char *bill_store_account_resolve (bill_store_t *self, const char *id_or_email, c
         *email_p = NULL;
     if (!self || !sbx_db_nonempty (id_or_email))
         return NULL;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_RESOLVE);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_RESOLVE);
     sbx_db_bind_text (stmt, 1, id_or_email);
     char *id = NULL;
     bool failed = false;
-    int rc = sqlite3_step (stmt);
+    int rc = sbx_stmt_step (stmt);
     if (rc == SQLITE_ROW) {
         id = sbx_db_column_dup (stmt, 0, &failed);
         if (email_p)
@@ -302,16 +302,16 @@ int bill_store_wallet_active (bill_store_t *self, const char *account, char **wa
 {
     if (!self || !sbx_db_nonempty (account))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_WALLET_ACTIVE);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_WALLET_ACTIVE);
     sbx_db_bind_text (stmt, 1, account);
     int result = 1;
     bool failed = false;
-    int rc = sqlite3_step (stmt);
+    int rc = sbx_stmt_step (stmt);
     if (rc == SQLITE_ROW) {
         if (wallet_p)
             *wallet_p = sbx_db_column_dup (stmt, 0, &failed);
         if (balance_p)
-            *balance_p = sqlite3_column_int64 (stmt, 1);
+            *balance_p = sbx_stmt_column_int64 (stmt, 1);
         result = failed ? -1 : 0;
     } else if (rc != SQLITE_DONE) {
         sbx_db_log_error (self->db, "wallet active");
@@ -326,9 +326,9 @@ int bill_store_wallet_debit (bill_store_t *self, const char *wallet, uint64_t mi
     if (!self || !sbx_db_nonempty (wallet) || !sbx_db_fits (micro) ||
         !sbx_db_require_transaction (self->db, "wallet debit"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_WALLET_DEBIT);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_WALLET_DEBIT);
     sbx_db_bind_text (stmt, 1, wallet);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) micro);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) micro);
     if (sbx_db_run (self->db, ST_WALLET_DEBIT, "wallet debit"))
         return -1;
     return sbx_db_changes (self->db) == 1 ? 0 : -1;
@@ -339,9 +339,9 @@ int bill_store_wallet_credit (bill_store_t *self, const char *wallet, uint64_t m
     if (!self || !sbx_db_nonempty (wallet) || !sbx_db_fits (micro) ||
         !sbx_db_require_transaction (self->db, "wallet credit"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_WALLET_CREDIT);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_WALLET_CREDIT);
     sbx_db_bind_text (stmt, 1, wallet);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) micro);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) micro);
     if (sbx_db_run (self->db, ST_WALLET_CREDIT, "wallet credit"))
         return -1;
     return sbx_db_changes (self->db) == 1 ? 0 : -1;
@@ -356,11 +356,11 @@ int bill_store_wallet_ensure (bill_store_t *self, const char *account, const cha
         return -1;
     //  The id derives from account and name (as "main"'s does): a replay makes the same.
     char *wallet = zsys_sprintf ("wal_%s_%s", account, name);
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_WALLET_ENSURE);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_WALLET_ENSURE);
     sbx_db_bind_text (stmt, 1, wallet);
     sbx_db_bind_text (stmt, 2, account);
     sbx_db_bind_text (stmt, 3, name);
-    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) ts_ms);
+    sbx_stmt_bind_int64 (stmt, 4, (sqlite3_int64) ts_ms);
     if (!wallet || sbx_db_run (self->db, ST_WALLET_ENSURE, "wallet ensure")) {
         zstr_free (&wallet);
         return -1;
@@ -390,12 +390,12 @@ int bill_store_wallets (bill_store_t *self, const char *account, bill_store_wall
 {
     if (!self || !sbx_db_nonempty (account) || !fn)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_WALLETS);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_WALLETS);
     sbx_db_bind_text (stmt, 1, account);
     int rc, count = 0;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
-        const char *name = (const char *) sqlite3_column_text (stmt, 0);
-        fn (name ? name : "", sqlite3_column_int64 (stmt, 1), sqlite3_column_int (stmt, 2) != 0,
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
+        const char *name = (const char *) sbx_stmt_column_text (stmt, 0);
+        fn (name ? name : "", sbx_stmt_column_int64 (stmt, 1), sbx_stmt_column_int (stmt, 2) != 0,
             arg);
         count++;
     }
@@ -410,10 +410,10 @@ int bill_store_wallet_charged (bill_store_t *self, const char *account, const ch
 {
     if (!self || !sbx_db_nonempty (account) || !sbx_db_nonempty (wallet))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_WALLET_CHARGED);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_WALLET_CHARGED);
     sbx_db_bind_text (stmt, 1, account);
     sbx_db_bind_text (stmt, 2, wallet);
-    int rc = sqlite3_step (stmt);
+    int rc = sbx_stmt_step (stmt);
     if (rc == SQLITE_ROW)
         *micro_p = sbx_db_column_u64 (stmt, 0);
     else
@@ -441,11 +441,11 @@ int bill_store_sandbox_find (bill_store_t *self, const char *id, bill_sandbox_t 
     if (!self || !sbx_db_nonempty (id) || !out)
         return -1;
     memset (out, 0, sizeof *out);
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_FIND);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_FIND);
     sbx_db_bind_text (stmt, 1, id);
     int result = 1;
     bool failed = false;
-    int rc = sqlite3_step (stmt);
+    int rc = sbx_stmt_step (stmt);
     if (rc == SQLITE_ROW) {
         out->id = sbx_db_column_dup (stmt, 0, &failed);
         out->account = sbx_db_column_dup (stmt, 1, &failed);
@@ -473,15 +473,15 @@ int bill_store_sandbox_put (bill_store_t *self, const bill_sandbox_t *s)
         !sbx_db_fits (s->rate_ms) || !sbx_db_fits (s->total_ms) || !sbx_db_fits (s->total_micro) ||
         !sbx_db_require_transaction (self->db, "sandbox put"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_PUT);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_PUT);
     sbx_db_bind_text (stmt, 1, s->id);
     sbx_db_bind_text (stmt, 2, s->account);
     sbx_db_bind_text (stmt, 3, s->type);
     sbx_db_bind_text (stmt, 4, s->state);
-    sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) s->rate);
-    sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) s->rate_ms);
-    sqlite3_bind_int64 (stmt, 7, (sqlite3_int64) s->total_ms);
-    sqlite3_bind_int64 (stmt, 8, (sqlite3_int64) s->total_micro);
+    sbx_stmt_bind_int64 (stmt, 5, (sqlite3_int64) s->rate);
+    sbx_stmt_bind_int64 (stmt, 6, (sqlite3_int64) s->rate_ms);
+    sbx_stmt_bind_int64 (stmt, 7, (sqlite3_int64) s->total_ms);
+    sbx_stmt_bind_int64 (stmt, 8, (sqlite3_int64) s->total_micro);
     return sbx_db_run (self->db, ST_SANDBOX_PUT, "sandbox put");
 }
 
@@ -490,13 +490,13 @@ int bill_store_interval_open_find (bill_store_t *self, const char *sandbox_id, i
 {
     if (!self || !sbx_db_nonempty (sandbox_id))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_INTERVAL_OPEN_FIND);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_INTERVAL_OPEN_FIND);
     sbx_db_bind_text (stmt, 1, sandbox_id);
     int result = 1;
-    int rc = sqlite3_step (stmt);
+    int rc = sbx_stmt_step (stmt);
     if (rc == SQLITE_ROW) {
         if (id_p)
-            *id_p = sqlite3_column_int64 (stmt, 0);
+            *id_p = sbx_stmt_column_int64 (stmt, 0);
         if (start_ms_p)
             *start_ms_p = sbx_db_column_u64 (stmt, 1);
         result = 0;
@@ -514,10 +514,10 @@ int bill_store_interval_open (bill_store_t *self, const char *sandbox_id, uint64
     if (!self || !sbx_db_nonempty (sandbox_id) || !sbx_db_fits (start_seq) ||
         !sbx_db_fits (start_ms) || !sbx_db_require_transaction (self->db, "interval open"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_INTERVAL_OPEN);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_INTERVAL_OPEN);
     sbx_db_bind_text (stmt, 1, sandbox_id);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) start_seq);
-    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) start_ms);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) start_seq);
+    sbx_stmt_bind_int64 (stmt, 3, (sqlite3_int64) start_ms);
     return sbx_db_run (self->db, ST_INTERVAL_OPEN, "interval open");
 }
 
@@ -528,14 +528,14 @@ int bill_store_interval_close (bill_store_t *self, int64_t id, uint64_t end_seq,
         !sbx_db_fits (rate) || !sbx_db_fits (rate_ms_before) || !sbx_db_fits (micro) ||
         !sbx_db_require_transaction (self->db, "interval close"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_INTERVAL_CLOSE);
-    sqlite3_bind_int64 (stmt, 1, id);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) end_seq);
-    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) end_ms);
-    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) ms);
-    sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) rate);
-    sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) rate_ms_before);
-    sqlite3_bind_int64 (stmt, 7, (sqlite3_int64) micro);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_INTERVAL_CLOSE);
+    sbx_stmt_bind_int64 (stmt, 1, id);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) end_seq);
+    sbx_stmt_bind_int64 (stmt, 3, (sqlite3_int64) end_ms);
+    sbx_stmt_bind_int64 (stmt, 4, (sqlite3_int64) ms);
+    sbx_stmt_bind_int64 (stmt, 5, (sqlite3_int64) rate);
+    sbx_stmt_bind_int64 (stmt, 6, (sqlite3_int64) rate_ms_before);
+    sbx_stmt_bind_int64 (stmt, 7, (sqlite3_int64) micro);
     if (sbx_db_run (self->db, ST_INTERVAL_CLOSE, "interval close"))
         return -1;
     return sbx_db_changes (self->db) == 1 ? 0 : -1;
@@ -548,21 +548,21 @@ int bill_store_charge_add (bill_store_t *self, const bill_charge_t *c)
         !sbx_db_fits (c->ms) || !sbx_db_fits (c->micro) ||
         !sbx_db_require_transaction (self->db, "charge add"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_CHARGE_ADD);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_CHARGE_ADD);
     sbx_db_bind_text (stmt, 1, c->account);
     sbx_db_bind_text (stmt, 2, c->wallet);
     sbx_db_bind_text (stmt, 3, c->sandbox_id);
-    sqlite3_bind_int64 (stmt, 4, c->interval);
-    sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) c->seq);
-    sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) c->ts_ms);
-    sqlite3_bind_int64 (stmt, 7, (sqlite3_int64) (c->ms / 1000));
-    sqlite3_bind_int64 (stmt, 8, (sqlite3_int64) c->ms);
-    sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) c->micro);
+    sbx_stmt_bind_int64 (stmt, 4, c->interval);
+    sbx_stmt_bind_int64 (stmt, 5, (sqlite3_int64) c->seq);
+    sbx_stmt_bind_int64 (stmt, 6, (sqlite3_int64) c->ts_ms);
+    sbx_stmt_bind_int64 (stmt, 7, (sqlite3_int64) (c->ms / 1000));
+    sbx_stmt_bind_int64 (stmt, 8, (sqlite3_int64) c->ms);
+    sbx_stmt_bind_int64 (stmt, 9, (sqlite3_int64) c->micro);
     if (sbx_db_run (self->db, ST_CHARGE_ADD, "charge add"))
         return -1;
     stmt = sbx_db_stmt (self->db, ST_WALLET_CHARGE);
     sbx_db_bind_text (stmt, 1, c->wallet);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) c->micro);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) c->micro);
     return sbx_db_run (self->db, ST_WALLET_CHARGE, "wallet charge");
 }
 
@@ -571,9 +571,9 @@ int bill_store_ledger_totals (bill_store_t *self, const char *account, uint64_t 
 {
     if (!self || !sbx_db_nonempty (account))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_LEDGER_TOTALS);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_LEDGER_TOTALS);
     sbx_db_bind_text (stmt, 1, account);
-    int rc = sqlite3_step (stmt);
+    int rc = sbx_stmt_step (stmt);
     if (rc == SQLITE_ROW) {
         if (ms_p)
             *ms_p = sbx_db_column_u64 (stmt, 0);
@@ -592,10 +592,10 @@ int bill_store_accounts (bill_store_t *self, bill_store_account_fn *fn, void *ar
     //  Collected first, so fn may use the store.
     zlist_t *ids = zlist_new ();
     zlist_autofree (ids);
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNTS);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_ACCOUNTS);
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW)
-        zlist_append (ids, (void *) sqlite3_column_text (stmt, 0));
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW)
+        zlist_append (ids, (void *) sbx_stmt_column_text (stmt, 0));
     if (rc != SQLITE_DONE)
         sbx_db_log_error (self->db, "accounts");
     sbx_db_reset (stmt);
@@ -611,8 +611,8 @@ static int s_intervals (bill_store_t *self, stmt_id_t id, const char *account,
 {
     if (!self || !sbx_db_nonempty (account) || !fn)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
-    if (sqlite3_stmt_busy (stmt)) {
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, id);
+    if (sbx_stmt_busy (stmt)) {
         sbx_warn ("store %s: intervals called from its own callback", sbx_db_path (self->db));
         return -1;
     }
@@ -620,12 +620,12 @@ static int s_intervals (bill_store_t *self, stmt_id_t id, const char *account,
     sbx_db_bind_text (stmt, 2, sandbox_id && *sandbox_id ? sandbox_id : NULL);
     int count = 0;
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
         bill_interval_row_t row = {
-            .id = sqlite3_column_int64 (stmt, 0),
-            .sandbox_id = (const char *) sqlite3_column_text (stmt, 1),
-            .type = (const char *) sqlite3_column_text (stmt, 2),
-            .state = (const char *) sqlite3_column_text (stmt, 3),
+            .id = sbx_stmt_column_int64 (stmt, 0),
+            .sandbox_id = (const char *) sbx_stmt_column_text (stmt, 1),
+            .type = (const char *) sbx_stmt_column_text (stmt, 2),
+            .state = (const char *) sbx_stmt_column_text (stmt, 3),
             .start_seq = sbx_db_column_u64 (stmt, 4),
             .start_ms = sbx_db_column_u64 (stmt, 5),
             .end_seq = sbx_db_column_u64 (stmt, 6),

@@ -373,7 +373,7 @@ int brk_store_find (brk_store_t *self, stmt_id_t id, const char *key, sbx_db_row
 }
 
 //  Row functions for one-column rows. A text that is NULL counts as a failure.
-int brk_store_text_from_row (sqlite3_stmt *stmt, void *out)
+int brk_store_text_from_row (sbx_stmt_t *stmt, void *out)
 {
     bool failed = false;
     char **text = out;
@@ -381,20 +381,20 @@ int brk_store_text_from_row (sqlite3_stmt *stmt, void *out)
     return failed || !*text ? -1 : 0;
 }
 
-static int s_u64_from_row (sqlite3_stmt *stmt, void *out)
+static int s_u64_from_row (sbx_stmt_t *stmt, void *out)
 {
     *(uint64_t *) out = sbx_db_column_u64 (stmt, 0);
     return 0;
 }
 
-static int s_flag_from_row (sqlite3_stmt *stmt, void *out)
+static int s_flag_from_row (sbx_stmt_t *stmt, void *out)
 {
-    *(bool *) out = sqlite3_column_int (stmt, 0) != 0;
+    *(bool *) out = sbx_stmt_column_int (stmt, 0) != 0;
     return 0;
 }
 
 //  For "is there a row?" queries.
-static int s_any_row (sqlite3_stmt *stmt, void *out)
+static int s_any_row (sbx_stmt_t *stmt, void *out)
 {
     (void) stmt;
     (void) out;
@@ -472,15 +472,15 @@ int brk_store_event_append (brk_store_t *self, const char *type, const char *acc
         return -1;
     if (!sbx_db_require_transaction (self->db, "event append"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_EVENT_APPEND);
-    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) ts_ms);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_EVENT_APPEND);
+    sbx_stmt_bind_int64 (stmt, 1, (sqlite3_int64) ts_ms);
     sbx_db_bind_text (stmt, 2, type);
     sbx_db_bind_text (stmt, 3, account);
     sbx_db_bind_text (stmt, 4, subject);
     if (size > 0)
-        sqlite3_bind_blob (stmt, 5, payload, (int) size, SQLITE_STATIC);
+        sbx_stmt_bind_blob (stmt, 5, payload, size);
     else
-        sqlite3_bind_null (stmt, 5);
+        sbx_stmt_bind_null (stmt, 5);
     if (sbx_db_try (self->db, ST_EVENT_APPEND, "event append") != SQLITE_DONE)
         return -1;
     if (seq_p)
@@ -501,8 +501,8 @@ int brk_store_events_after (brk_store_t *self, uint64_t after_seq, size_t limit,
 {
     if (!self || !fn)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_EVENTS_AFTER);
-    if (sqlite3_stmt_busy (stmt)) {
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_EVENTS_AFTER);
+    if (sbx_stmt_busy (stmt)) {
         sbx_warn ("store %s: events_after called from its own callback", sbx_db_path (self->db));
         return -1;
     }
@@ -524,21 +524,21 @@ int brk_store_events_after (brk_store_t *self, uint64_t after_seq, size_t limit,
         if (after_seq < self->segs[self->seg_count - 1].last)
             after_seq = self->segs[self->seg_count - 1].last;
     }
-    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) after_seq);
+    sbx_stmt_bind_int64 (stmt, 1, (sqlite3_int64) after_seq);
     sbx_db_bind_text (stmt, 2, type_prefix && *type_prefix ? type_prefix : NULL);
-    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) limit);
+    sbx_stmt_bind_int64 (stmt, 3, (sqlite3_int64) limit);
     int count = 0;
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
         brk_event_row_t row = {
             .seq = sbx_db_column_u64 (stmt, 0),
             .ts_ms = sbx_db_column_u64 (stmt, 1),
-            .type = (const char *) sqlite3_column_text (stmt, 2),
-            .account = (const char *) sqlite3_column_text (stmt, 3),
-            .subject = (const char *) sqlite3_column_text (stmt, 4),
-            .payload = sqlite3_column_blob (stmt, 5),
+            .type = (const char *) sbx_stmt_column_text (stmt, 2),
+            .account = (const char *) sbx_stmt_column_text (stmt, 3),
+            .subject = (const char *) sbx_stmt_column_text (stmt, 4),
+            .payload = sbx_stmt_column_blob (stmt, 5),
         };
-        row.payload_size = (size_t) sqlite3_column_bytes (stmt, 5);
+        row.payload_size = (size_t) sbx_stmt_column_bytes (stmt, 5);
         if (!row.type || (!row.payload && row.payload_size > 0)) {
             rc = SQLITE_NOMEM;
             break;
@@ -562,13 +562,13 @@ int brk_store_account_insert (brk_store_t *self, const brk_account_t *account)
         return -1;
     if (!sbx_db_require_transaction (self->db, "account insert"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_INSERT);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_INSERT);
     sbx_db_bind_text (stmt, 1, account->id);
     sbx_db_bind_text (stmt, 2, account->email);
     sbx_db_bind_text (stmt, 3, account->password_hash);
     sbx_db_bind_text (stmt, 4, account->plan);
-    sqlite3_bind_int (stmt, 5, account->admin ? 1 : 0);
-    sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) account->created_ms);
+    sbx_stmt_bind_int (stmt, 5, account->admin ? 1 : 0);
+    sbx_stmt_bind_int64 (stmt, 6, (sqlite3_int64) account->created_ms);
     int rc = sbx_db_try (self->db, ST_ACCOUNT_INSERT, "account insert");
     //  email is the table's only UNIQUE constraint; a duplicate id is PRIMARYKEY.
     if (rc == SQLITE_CONSTRAINT_UNIQUE)
@@ -578,7 +578,7 @@ int brk_store_account_insert (brk_store_t *self, const brk_account_t *account)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
-static int s_account_from_row (sqlite3_stmt *stmt, void *row)
+static int s_account_from_row (sbx_stmt_t *stmt, void *row)
 {
     brk_account_t *out = row;
     bool failed = false;
@@ -586,7 +586,7 @@ static int s_account_from_row (sqlite3_stmt *stmt, void *row)
     out->email = sbx_db_column_dup (stmt, 1, &failed);
     out->password_hash = sbx_db_column_dup (stmt, 2, &failed);
     out->plan = sbx_db_column_dup (stmt, 3, &failed);
-    out->admin = sqlite3_column_int (stmt, 4) != 0;
+    out->admin = sbx_stmt_column_int (stmt, 4) != 0;
     out->created_ms = sbx_db_column_u64 (stmt, 5);
     out->disabled_ms = sbx_db_column_u64 (stmt, 6);
     if (failed)
@@ -611,14 +611,14 @@ int brk_store_account_list (brk_store_t *self, brk_store_account_fn *fn, void *a
 {
     if (!self || !fn)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_LIST);
-    if (sqlite3_stmt_busy (stmt)) {
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_LIST);
+    if (sbx_stmt_busy (stmt)) {
         sbx_warn ("store %s: account_list called from its own callback", sbx_db_path (self->db));
         return -1;
     }
     int count = 0;
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
         brk_account_t account = {0};
         if (s_account_from_row (stmt, &account)) {
             rc = SQLITE_NOMEM;
@@ -643,7 +643,7 @@ int brk_store_account_counts (brk_store_t *self, const char *account_id, uint64_
         return -1;
     sbx_db_bind_text (sbx_db_stmt (self->db, ST_ACCOUNT_SANDBOXES), 1, account_id);
     sbx_db_bind_text (sbx_db_stmt (self->db, ST_ACCOUNT_KEYS), 1, account_id);
-    sqlite3_bind_int64 (sbx_db_stmt (self->db, ST_ACCOUNT_KEYS), 2, (sqlite3_int64) now_ms);
+    sbx_stmt_bind_int64 (sbx_db_stmt (self->db, ST_ACCOUNT_KEYS), 2, (sqlite3_int64) now_ms);
     if (s_count (self, ST_ACCOUNT_SANDBOXES, &counts->sandboxes, "account sandboxes") ||
         s_count (self, ST_ACCOUNT_KEYS, &counts->keys, "account keys")) {
         sbx_db_reset (sbx_db_stmt (self->db, ST_ACCOUNT_KEYS));
@@ -690,7 +690,7 @@ int brk_store_account_set_password (brk_store_t *self, const char *account_id,
 {
     if (!self || !sbx_db_nonempty (account_id))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_PASSWORD);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_PASSWORD);
     sbx_db_bind_text (stmt, 1, account_id);
     sbx_db_bind_text (stmt, 2, password_hash);
     return s_account_update (self, ST_ACCOUNT_PASSWORD, "account password");
@@ -700,9 +700,9 @@ int brk_store_account_set_disabled (brk_store_t *self, const char *account_id, u
 {
     if (!self || !sbx_db_nonempty (account_id) || !sbx_db_fits (disabled_ms))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_DISABLE);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_DISABLE);
     sbx_db_bind_text (stmt, 1, account_id);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) disabled_ms);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) disabled_ms);
     return s_account_update (self, ST_ACCOUNT_DISABLE, "account disable");
 }
 
@@ -716,16 +716,16 @@ int brk_store_account_delete (brk_store_t *self, const char *account_id, uint64_
     //  Tokens before keys: the tokens are found through the account's keys.
     stmt_id_t steps[] = {ST_ACCOUNT_REVOKE_TOKENS, ST_ACCOUNT_REVOKE_KEYS, ST_ACCOUNT_END_SESSIONS};
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
-        sqlite3_stmt *stmt = sbx_db_stmt (self->db, steps[i]);
+        sbx_stmt_t *stmt = sbx_db_stmt (self->db, steps[i]);
         sbx_db_bind_text (stmt, 1, account_id);
         if (steps[i] != ST_ACCOUNT_END_SESSIONS)
-            sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
+            sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
         if (sbx_db_try (self->db, steps[i], "account delete") != SQLITE_DONE)
             return -1;
     }
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_TOMBSTONE);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_ACCOUNT_TOMBSTONE);
     sbx_db_bind_text (stmt, 1, account_id);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
     return s_account_update (self, ST_ACCOUNT_TOMBSTONE, "account delete");
 }
 
@@ -754,7 +754,7 @@ int brk_store_key_insert (brk_store_t *self, const brk_key_t *key)
         return -1;
     if (!sbx_db_require_transaction (self->db, "key insert"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_KEY_INSERT);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_KEY_INSERT);
     sbx_db_bind_text (stmt, 1, key->id);
     sbx_db_bind_text (stmt, 2, key->account_id);
     sbx_db_bind_text (stmt, 3, key->kind);
@@ -762,10 +762,10 @@ int brk_store_key_insert (brk_store_t *self, const brk_key_t *key)
     sbx_db_bind_text (stmt, 5, key->preset);
     sbx_db_bind_text (stmt, 6, key->prefix);
     sbx_db_bind_text (stmt, 7, key->hash);
-    sqlite3_bind_int64 (stmt, 8, (sqlite3_int64) key->created_ms);
-    sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) key->expires_ms);
-    sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) key->last_used_ms);
-    sqlite3_bind_int64 (stmt, 11, (sqlite3_int64) key->revoked_ms);
+    sbx_stmt_bind_int64 (stmt, 8, (sqlite3_int64) key->created_ms);
+    sbx_stmt_bind_int64 (stmt, 9, (sqlite3_int64) key->expires_ms);
+    sbx_stmt_bind_int64 (stmt, 10, (sqlite3_int64) key->last_used_ms);
+    sbx_stmt_bind_int64 (stmt, 11, (sqlite3_int64) key->revoked_ms);
     int rc = sbx_db_try (self->db, ST_KEY_INSERT, "key insert");
     //  hash is the only UNIQUE constraint; an unknown account is FOREIGNKEY.
     if (rc == SQLITE_CONSTRAINT_UNIQUE)
@@ -776,7 +776,7 @@ int brk_store_key_insert (brk_store_t *self, const brk_key_t *key)
 }
 
 //  Fills *out from the current row (columns in KEY_COLUMNS order). Returns 0 or -1.
-static int s_key_from_row (sqlite3_stmt *stmt, void *row)
+static int s_key_from_row (sbx_stmt_t *stmt, void *row)
 {
     brk_key_t *out = row;
     bool failed = false;
@@ -811,15 +811,15 @@ int brk_store_key_list (brk_store_t *self, const char *account_id, brk_store_key
 {
     if (!self || !account_id || !fn)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_KEY_LIST);
-    if (sqlite3_stmt_busy (stmt)) {
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_KEY_LIST);
+    if (sbx_stmt_busy (stmt)) {
         sbx_warn ("store %s: key_list called from its own callback", sbx_db_path (self->db));
         return -1;
     }
     sbx_db_bind_text (stmt, 1, account_id);
     int count = 0;
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
         brk_key_t key = {0};
         if (s_key_from_row (stmt, &key)) {
             rc = SQLITE_NOMEM;
@@ -846,9 +846,9 @@ int brk_store_key_revoke (brk_store_t *self, const char *key_id, uint64_t now_ms
         return -1;
     if (!sbx_db_require_transaction (self->db, "key revoke"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_KEY_REVOKE);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_KEY_REVOKE);
     sbx_db_bind_text (stmt, 1, key_id);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
     if (sbx_db_try (self->db, ST_KEY_REVOKE, "key revoke") != SQLITE_DONE)
         return -1;
     if (sbx_db_changes (self->db) > 0)
@@ -862,9 +862,9 @@ int brk_store_key_touch (brk_store_t *self, const char *key_id, uint64_t now_ms)
 {
     if (!self || !key_id || !sbx_db_fits (now_ms))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_KEY_TOUCH);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_KEY_TOUCH);
     sbx_db_bind_text (stmt, 1, key_id);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
     return sbx_db_try (self->db, ST_KEY_TOUCH, "key touch") == SQLITE_DONE ? 0 : -1;
 }
 
@@ -920,7 +920,7 @@ int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox)
         return -1;
     if (!sbx_db_require_transaction (self->db, "sandbox insert"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_INSERT);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_INSERT);
     sbx_db_bind_text (stmt, 1, sandbox->id);
     sbx_db_bind_text (stmt, 2, sandbox->account_id);
     sbx_db_bind_text (stmt, 3, sandbox->name);
@@ -928,14 +928,14 @@ int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox)
     sbx_db_bind_text (stmt, 5, sandbox->state);
     sbx_db_bind_text (stmt, 6, sandbox->type);
     sbx_db_bind_text (stmt, 7, sandbox->vmd);
-    sqlite3_bind_int (stmt, 8, sandbox->no_network ? 1 : 0);
-    sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) sandbox->created_ms);
-    sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) sandbox->expires_ms);
-    sqlite3_bind_int64 (stmt, 11, (sqlite3_int64) sandbox->changed_ms);
+    sbx_stmt_bind_int (stmt, 8, sandbox->no_network ? 1 : 0);
+    sbx_stmt_bind_int64 (stmt, 9, (sqlite3_int64) sandbox->created_ms);
+    sbx_stmt_bind_int64 (stmt, 10, (sqlite3_int64) sandbox->expires_ms);
+    sbx_stmt_bind_int64 (stmt, 11, (sqlite3_int64) sandbox->changed_ms);
     sbx_db_bind_text (stmt, 12, sandbox->reason);
     sbx_db_bind_text (stmt, 13, sandbox->key_id);
-    sqlite3_bind_int64 (stmt, 14, (sqlite3_int64) sandbox->ttl_s);
-    sqlite3_bind_int (stmt, 15, sandbox->no_auto_resume ? 1 : 0);
+    sbx_stmt_bind_int64 (stmt, 14, (sqlite3_int64) sandbox->ttl_s);
+    sbx_stmt_bind_int (stmt, 15, sandbox->no_auto_resume ? 1 : 0);
     sbx_db_bind_text (stmt, 16, sandbox->egress_allow);
     sbx_db_bind_text (stmt, 17, sandbox->egress_deny);
     int rc = sbx_db_try (self->db, ST_SANDBOX_INSERT, "sandbox insert");
@@ -945,7 +945,7 @@ int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
-static int s_sandbox_from_row (sqlite3_stmt *stmt, void *row)
+static int s_sandbox_from_row (sbx_stmt_t *stmt, void *row)
 {
     brk_sandbox_t *out = row;
     bool failed = false;
@@ -956,14 +956,14 @@ static int s_sandbox_from_row (sqlite3_stmt *stmt, void *row)
     out->state = sbx_db_column_dup (stmt, 4, &failed);
     out->type = sbx_db_column_dup (stmt, 5, &failed);
     out->vmd = sbx_db_column_dup (stmt, 6, &failed);
-    out->no_network = sqlite3_column_int (stmt, 7) != 0;
+    out->no_network = sbx_stmt_column_int (stmt, 7) != 0;
     out->created_ms = sbx_db_column_u64 (stmt, 8);
     out->expires_ms = sbx_db_column_u64 (stmt, 9);
     out->changed_ms = sbx_db_column_u64 (stmt, 10);
     out->reason = sbx_db_column_dup (stmt, 11, &failed);
     out->key_id = sbx_db_column_dup (stmt, 12, &failed);
     out->ttl_s = sbx_db_column_u64 (stmt, 13);
-    out->no_auto_resume = sqlite3_column_int (stmt, 14) != 0;
+    out->no_auto_resume = sbx_stmt_column_int (stmt, 14) != 0;
     out->egress_allow = sbx_db_column_dup (stmt, 15, &failed);
     out->egress_deny = sbx_db_column_dup (stmt, 16, &failed);
     if (failed)
@@ -990,23 +990,23 @@ int brk_store_sandbox_page (brk_store_t *self, const char *account_id, const cha
 {
     if (!self || !fn || !mark || !sbx_db_fits (mark->created_ms) || limit > INT32_MAX)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, account_id ? ST_SANDBOX_PAGE : ST_SANDBOX_PAGE_ALL);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, account_id ? ST_SANDBOX_PAGE : ST_SANDBOX_PAGE_ALL);
     sbx_db_bind_text (stmt, 1, account_id);
     sbx_db_bind_text (stmt, 2, key_id);
     bool first = mark->created_ms == 0;
-    sqlite3_bind_int64 (stmt, 3, first ? INT64_MAX : (sqlite3_int64) mark->created_ms);
-    sqlite3_bind_int64 (stmt, 4, first ? INT64_MAX : mark->row);
-    sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) limit);
+    sbx_stmt_bind_int64 (stmt, 3, first ? INT64_MAX : (sqlite3_int64) mark->created_ms);
+    sbx_stmt_bind_int64 (stmt, 4, first ? INT64_MAX : mark->row);
+    sbx_stmt_bind_int64 (stmt, 5, (sqlite3_int64) limit);
     int count = 0;
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
         brk_sandbox_t sandbox = {0};
         if (s_sandbox_from_row (stmt, &sandbox)) {
             rc = SQLITE_NOMEM;
             break;
         }
         mark->created_ms = sandbox.created_ms;
-        mark->row = sqlite3_column_int64 (stmt, 17);
+        mark->row = sbx_stmt_column_int64 (stmt, 17);
         fn (&sandbox, arg);
         brk_sandbox_clear (&sandbox);
         count++;
@@ -1024,12 +1024,12 @@ int brk_store_sandbox_set_state (brk_store_t *self, const char *id, const char *
         return -1;
     if (!sbx_db_require_transaction (self->db, "sandbox state"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_STATE);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_STATE);
     sbx_db_bind_text (stmt, 1, id);
     sbx_db_bind_text (stmt, 2, state);
     sbx_db_bind_text (stmt, 3, vmd);
     sbx_db_bind_text (stmt, 4, reason);
-    sqlite3_bind_int64 (stmt, 5, (sqlite3_int64) changed_ms);
+    sbx_stmt_bind_int64 (stmt, 5, (sqlite3_int64) changed_ms);
     if (sbx_db_try (self->db, ST_SANDBOX_STATE, "sandbox state") != SQLITE_DONE)
         return -1;
     return sbx_db_changes (self->db) == 1 ? 0 : 1;
@@ -1047,13 +1047,13 @@ int brk_store_sandbox_counts (brk_store_t *self, brk_store_count_fn *fn, void *a
 {
     if (!self || !fn)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_COUNTS);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_COUNTS);
     int groups = 0;
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
-        fn ((const char *) sqlite3_column_text (stmt, 0),
-            (const char *) sqlite3_column_text (stmt, 1), (uint64_t) sqlite3_column_int64 (stmt, 2),
-            arg);
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
+        fn ((const char *) sbx_stmt_column_text (stmt, 0),
+            (const char *) sbx_stmt_column_text (stmt, 1),
+            (uint64_t) sbx_stmt_column_int64 (stmt, 2), arg);
         groups++;
     }
     if (rc != SQLITE_DONE)
@@ -1063,16 +1063,16 @@ int brk_store_sandbox_counts (brk_store_t *self, brk_store_count_fn *fn, void *a
 }
 
 //  Hands the rows of a bound sandbox query to fn, at most 100.
-static int s_sandbox_collect (sqlite3_stmt *stmt, brk_store_sandbox_fn *fn, void *arg);
+static int s_sandbox_collect (sbx_stmt_t *stmt, brk_store_sandbox_fn *fn, void *arg);
 
 int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,
                                brk_store_sandbox_fn *fn, void *arg)
 {
     if (!self || !fn || !sbx_db_fits (now_ms))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_EXPIRED);
-    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) now_ms);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) (limit ? limit : 100));
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_EXPIRED);
+    sbx_stmt_bind_int64 (stmt, 1, (sqlite3_int64) now_ms);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) (limit ? limit : 100));
     return s_sandbox_collect (stmt, fn, arg);
 }
 
@@ -1081,8 +1081,8 @@ int brk_store_sandbox_unfunded (brk_store_t *self, size_t limit, brk_store_sandb
 {
     if (!self || !fn)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_UNFUNDED);
-    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) (limit && limit < 100 ? limit : 100));
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_UNFUNDED);
+    sbx_stmt_bind_int64 (stmt, 1, (sqlite3_int64) (limit && limit < 100 ? limit : 100));
     return s_sandbox_collect (stmt, fn, arg);
 }
 
@@ -1091,8 +1091,8 @@ int brk_store_sandbox_disabled (brk_store_t *self, size_t limit, brk_store_sandb
 {
     if (!self || !fn)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_DISABLED);
-    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) (limit && limit < 100 ? limit : 100));
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_DISABLED);
+    sbx_stmt_bind_int64 (stmt, 1, (sqlite3_int64) (limit && limit < 100 ? limit : 100));
     return s_sandbox_collect (stmt, fn, arg);
 }
 
@@ -1102,10 +1102,10 @@ int brk_store_start_add (brk_store_t *self, const char *account_id, const char *
     if (!self || !sbx_db_nonempty (account_id) || !sbx_db_nonempty (sandbox_id) ||
         !sbx_db_fits (ts_ms) || !sbx_db_require_transaction (self->db, "start add"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_START_ADD);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_START_ADD);
     sbx_db_bind_text (stmt, 1, account_id);
     sbx_db_bind_text (stmt, 2, sandbox_id);
-    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) ts_ms);
+    sbx_stmt_bind_int64 (stmt, 3, (sqlite3_int64) ts_ms);
     return sbx_db_try (self->db, ST_START_ADD, "start add") == SQLITE_DONE ? 0 : -1;
 }
 
@@ -1115,7 +1115,7 @@ int brk_store_starts_since (brk_store_t *self, const char *account_id, uint64_t 
     if (!self || !account_id || !count || !sbx_db_fits (since_ms))
         return -1;
     sbx_db_bind_text (sbx_db_stmt (self->db, ST_STARTS_SINCE), 1, account_id);
-    sqlite3_bind_int64 (sbx_db_stmt (self->db, ST_STARTS_SINCE), 2, (sqlite3_int64) since_ms);
+    sbx_stmt_bind_int64 (sbx_db_stmt (self->db, ST_STARTS_SINCE), 2, (sqlite3_int64) since_ms);
     return s_count (self, ST_STARTS_SINCE, count, "starts since");
 }
 
@@ -1132,9 +1132,9 @@ int brk_store_account_funds_set (brk_store_t *self, const char *account_id, bool
     if (!self || !sbx_db_nonempty (account_id) ||
         !sbx_db_require_transaction (self->db, "funds set"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_FUNDS_SET);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_FUNDS_SET);
     sbx_db_bind_text (stmt, 1, account_id);
-    sqlite3_bind_int (stmt, 2, exhausted ? 1 : 0);
+    sbx_stmt_bind_int (stmt, 2, exhausted ? 1 : 0);
     if (sbx_db_try (self->db, ST_FUNDS_SET, "funds set") != SQLITE_DONE)
         return -1;
     return sbx_db_changes (self->db) ? 0 : 1;
@@ -1147,14 +1147,14 @@ int brk_store_account_funds_exhausted (brk_store_t *self, const char *account_id
                      : -1;
 }
 
-static int s_sandbox_collect (sqlite3_stmt *stmt, brk_store_sandbox_fn *fn, void *arg)
+static int s_sandbox_collect (sbx_stmt_t *stmt, brk_store_sandbox_fn *fn, void *arg)
 {
     //  Collect first: the callback changes these rows, and SQLite must not be stepping
     //  over them meanwhile.
     brk_sandbox_t found[100];
     int count = 0;
     int rc;
-    while (count < 100 && (rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+    while (count < 100 && (rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
         memset (&found[count], 0, sizeof found[count]);
         if (s_sandbox_from_row (stmt, &found[count]) == 0)
             count++;
@@ -1174,10 +1174,10 @@ int brk_store_sandbox_set_expiry (brk_store_t *self, const char *id, uint64_t ex
         return -1;
     if (!sbx_db_require_transaction (self->db, "sandbox expiry"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_EXPIRY);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_EXPIRY);
     sbx_db_bind_text (stmt, 1, id);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) expires_ms);
-    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) ttl_s);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) expires_ms);
+    sbx_stmt_bind_int64 (stmt, 3, (sqlite3_int64) ttl_s);
     return sbx_db_try (self->db, ST_SANDBOX_EXPIRY, "sandbox expiry") == SQLITE_DONE ? 0 : -1;
 }
 
@@ -1187,9 +1187,9 @@ int brk_store_sandbox_set_auto_resume (brk_store_t *self, const char *id, bool o
         return -1;
     if (!sbx_db_require_transaction (self->db, "sandbox autoResume"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_AUTO_RESUME);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_AUTO_RESUME);
     sbx_db_bind_text (stmt, 1, id);
-    sqlite3_bind_int (stmt, 2, on ? 0 : 1);
+    sbx_stmt_bind_int (stmt, 2, on ? 0 : 1);
     return sbx_db_try (self->db, ST_SANDBOX_AUTO_RESUME, "sandbox autoResume") == SQLITE_DONE ? 0
                                                                                               : -1;
 }
@@ -1201,7 +1201,7 @@ int brk_store_sandbox_set_egress (brk_store_t *self, const char *id, const char 
         return -1;
     if (!sbx_db_require_transaction (self->db, "sandbox egress"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_EGRESS);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_EGRESS);
     sbx_db_bind_text (stmt, 1, id);
     sbx_db_bind_text (stmt, 2, allow && *allow ? allow : NULL);
     sbx_db_bind_text (stmt, 3, deny && *deny ? deny : NULL);
@@ -1214,7 +1214,7 @@ int brk_store_sandbox_set_name (brk_store_t *self, const char *id, const char *n
         return -1;
     if (!sbx_db_require_transaction (self->db, "sandbox name"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_SANDBOX_NAME);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_NAME);
     sbx_db_bind_text (stmt, 1, id);
     sbx_db_bind_text (stmt, 2, name);
     return sbx_db_try (self->db, ST_SANDBOX_NAME, "sandbox name") == SQLITE_DONE ? 0 : -1;
@@ -1239,13 +1239,13 @@ int brk_store_sandbox_labels (brk_store_t *self, const char *id, brk_store_label
 {
     if (!self || !id || !fn)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_LABEL_LIST);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_LABEL_LIST);
     sbx_db_bind_text (stmt, 1, id);
     int count = 0;
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
-        fn ((const char *) sqlite3_column_text (stmt, 0),
-            (const char *) sqlite3_column_text (stmt, 1), arg);
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
+        fn ((const char *) sbx_stmt_column_text (stmt, 0),
+            (const char *) sbx_stmt_column_text (stmt, 1), arg);
         count++;
     }
     if (rc != SQLITE_DONE)
@@ -1273,13 +1273,13 @@ int brk_store_port_set (brk_store_t *self, const brk_port_t *port)
         return -1;
     if (!sbx_db_require_transaction (self->db, "port set"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_PORT_SET);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_PORT_SET);
     sbx_db_bind_text (stmt, 1, port->sandbox_id);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) port->port);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) port->port);
     sbx_db_bind_text (stmt, 3, port->host);
-    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) port->host_port);
-    sqlite3_bind_int (stmt, 5, port->public ? 1 : 0);
-    sqlite3_bind_int64 (stmt, 6, (sqlite3_int64) port->created_ms);
+    sbx_stmt_bind_int64 (stmt, 4, (sqlite3_int64) port->host_port);
+    sbx_stmt_bind_int (stmt, 5, port->public ? 1 : 0);
+    sbx_stmt_bind_int64 (stmt, 6, (sqlite3_int64) port->created_ms);
     return sbx_db_try (self->db, ST_PORT_SET, "port set") == SQLITE_DONE ? 0 : -1;
 }
 
@@ -1289,15 +1289,15 @@ int brk_store_port_delete (brk_store_t *self, const char *sandbox_id, uint64_t p
         return -1;
     if (!sbx_db_require_transaction (self->db, "port delete"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_PORT_DELETE);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_PORT_DELETE);
     sbx_db_bind_text (stmt, 1, sandbox_id);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) port);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) port);
     if (sbx_db_try (self->db, ST_PORT_DELETE, "port delete") != SQLITE_DONE)
         return -1;
     return sbx_db_changes (self->db) == 1 ? 0 : 1;
 }
 
-static int s_port_from_row (sqlite3_stmt *stmt, void *row)
+static int s_port_from_row (sbx_stmt_t *stmt, void *row)
 {
     brk_port_t *out = row;
     bool failed = false;
@@ -1305,7 +1305,7 @@ static int s_port_from_row (sqlite3_stmt *stmt, void *row)
     out->port = sbx_db_column_u64 (stmt, 1);
     out->host = sbx_db_column_dup (stmt, 2, &failed);
     out->host_port = sbx_db_column_u64 (stmt, 3);
-    out->public = sqlite3_column_int (stmt, 4) != 0;
+    out->public = sbx_stmt_column_int (stmt, 4) != 0;
     out->created_ms = sbx_db_column_u64 (stmt, 5);
     if (failed)
         brk_port_clear (out);
@@ -1318,9 +1318,9 @@ int brk_store_port_find (brk_store_t *self, const char *sandbox_id, uint64_t por
         memset (out, 0, sizeof *out);
     if (!self || !out || !sandbox_id || !s_port_valid (port))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_PORT_FIND);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_PORT_FIND);
     sbx_db_bind_text (stmt, 1, sandbox_id);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) port);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) port);
     return sbx_db_row (self->db, ST_PORT_FIND, s_port_from_row, out, "port find");
 }
 
@@ -1328,11 +1328,11 @@ int brk_store_ports (brk_store_t *self, const char *sandbox_id, brk_store_port_f
 {
     if (!self || !sandbox_id || !fn)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_PORT_LIST);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_PORT_LIST);
     sbx_db_bind_text (stmt, 1, sandbox_id);
     int count = 0;
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
         brk_port_t port = {0};
         if (s_port_from_row (stmt, &port)) {
             rc = SQLITE_NOMEM;

@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void s_bind_opt (sqlite3_stmt *stmt, int index, const char *text)
+static void s_bind_opt (sbx_stmt_t *stmt, int index, const char *text)
 {
     if (text && *text)
         sbx_db_bind_text (stmt, index, text);
     else
-        sqlite3_bind_null (stmt, index);
+        sbx_stmt_bind_null (stmt, index);
 }
 
 int brk_store_mcp_session_insert (brk_store_t *self, const brk_mcp_session_t *session)
@@ -25,19 +25,19 @@ int brk_store_mcp_session_insert (brk_store_t *self, const brk_mcp_session_t *se
         return -1;
     if (!sbx_db_require_transaction (self->db, "mcp session insert"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_MCP_INSERT);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_MCP_INSERT);
     sbx_db_bind_text (stmt, 1, session->id);
     sbx_db_bind_text (stmt, 2, session->account_id);
     s_bind_opt (stmt, 3, session->key_id);
     s_bind_opt (stmt, 4, session->protocol);
     s_bind_opt (stmt, 5, session->client);
     s_bind_opt (stmt, 6, session->sandbox_id);
-    sqlite3_bind_int64 (stmt, 7, (sqlite3_int64) session->created_ms);
-    sqlite3_bind_int64 (stmt, 8, (sqlite3_int64) session->used_ms);
+    sbx_stmt_bind_int64 (stmt, 7, (sqlite3_int64) session->created_ms);
+    sbx_stmt_bind_int64 (stmt, 8, (sqlite3_int64) session->used_ms);
     return sbx_db_try (self->db, ST_MCP_INSERT, "mcp session insert") == SQLITE_DONE ? 0 : -1;
 }
 
-static int s_session_from_row (sqlite3_stmt *stmt, void *row)
+static int s_session_from_row (sbx_stmt_t *stmt, void *row)
 {
     brk_mcp_session_t *out = row;
     bool failed = false;
@@ -67,10 +67,10 @@ int brk_store_mcp_session_use (brk_store_t *self, const char *id, const char *sa
         return -1;
     if (!sbx_db_require_transaction (self->db, "mcp session use"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_MCP_USE);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_MCP_USE);
     sbx_db_bind_text (stmt, 1, id);
     s_bind_opt (stmt, 2, sandbox_id);
-    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) used_ms);
+    sbx_stmt_bind_int64 (stmt, 3, (sqlite3_int64) used_ms);
     return sbx_db_run (self->db, ST_MCP_USE, "mcp session use");
 }
 
@@ -86,7 +86,7 @@ int brk_store_mcp_session_delete (brk_store_t *self, const char *id)
     return sbx_db_changes (self->db) ? 0 : 1;
 }
 
-static int s_u64_from_row (sqlite3_stmt *stmt, void *out)
+static int s_u64_from_row (sbx_stmt_t *stmt, void *out)
 {
     *(uint64_t *) out = sbx_db_column_u64 (stmt, 0);
     return 0;
@@ -116,7 +116,7 @@ int brk_store_mcp_session_idle (brk_store_t *self, uint64_t before_ms, char **id
         *id = NULL;
     if (!self || !id || !sbx_db_fits (before_ms))
         return -1;
-    sqlite3_bind_int64 (sbx_db_stmt (self->db, ST_MCP_IDLE), 1, (sqlite3_int64) before_ms);
+    sbx_stmt_bind_int64 (sbx_db_stmt (self->db, ST_MCP_IDLE), 1, (sqlite3_int64) before_ms);
     return sbx_db_row (self->db, ST_MCP_IDLE, brk_store_text_from_row, id, "mcp session idle");
 }
 
@@ -127,7 +127,7 @@ int brk_store_mcp_env_set (brk_store_t *self, const char *session_id, const char
         return -1;
     if (!sbx_db_require_transaction (self->db, "mcp env set"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_MCP_ENV_CLEAR);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_MCP_ENV_CLEAR);
     sbx_db_bind_text (stmt, 1, session_id);
     sbx_db_bind_text (stmt, 2, sandbox_id);
     if (sbx_db_run (self->db, ST_MCP_ENV_CLEAR, "mcp env clear"))
@@ -151,14 +151,14 @@ int brk_store_mcp_env_list (brk_store_t *self, const char *session_id, brk_store
 {
     if (!self || !session_id || !fn)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_MCP_ENV_LIST);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_MCP_ENV_LIST);
     sbx_db_bind_text (stmt, 1, session_id);
     int count = 0;
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
-        fn ((const char *) sqlite3_column_text (stmt, 0),
-            (const char *) sqlite3_column_text (stmt, 1),
-            (const char *) sqlite3_column_text (stmt, 2), arg);
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
+        fn ((const char *) sbx_stmt_column_text (stmt, 0),
+            (const char *) sbx_stmt_column_text (stmt, 1),
+            (const char *) sbx_stmt_column_text (stmt, 2), arg);
         count++;
     }
     if (rc != SQLITE_DONE)

@@ -16,15 +16,15 @@ int brk_store_oauth_client_insert (brk_store_t *self, const brk_oauth_client_t *
         return -1;
     if (!sbx_db_require_transaction (self->db, "oauth client insert"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_CLIENT_INSERT);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_CLIENT_INSERT);
     sbx_db_bind_text (stmt, 1, client->client_id);
     sbx_db_bind_text (stmt, 2, client->name);
     sbx_db_bind_text (stmt, 3, client->redirect_uris);
-    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) client->created_ms);
+    sbx_stmt_bind_int64 (stmt, 4, (sqlite3_int64) client->created_ms);
     return sbx_db_try (self->db, ST_CLIENT_INSERT, "oauth client insert") == SQLITE_DONE ? 0 : -1;
 }
 
-static int s_client_from_row (sqlite3_stmt *stmt, void *row)
+static int s_client_from_row (sbx_stmt_t *stmt, void *row)
 {
     brk_oauth_client_t *out = row;
     bool failed = false;
@@ -64,7 +64,7 @@ int brk_store_oauth_token_insert (brk_store_t *self, const brk_oauth_token_t *to
         return -1;
     if (!sbx_db_require_transaction (self->db, "oauth token insert"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_TOKEN_INSERT);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_TOKEN_INSERT);
     sbx_db_bind_text (stmt, 1, token->hash);
     sbx_db_bind_text (stmt, 2, token->kind);
     sbx_db_bind_text (stmt, 3, token->grant_id);
@@ -73,14 +73,14 @@ int brk_store_oauth_token_insert (brk_store_t *self, const brk_oauth_token_t *to
     sbx_db_bind_text (stmt, 6, token->challenge);
     sbx_db_bind_text (stmt, 7, token->resource);
     sbx_db_bind_text (stmt, 8, token->scope);
-    sqlite3_bind_int64 (stmt, 9, (sqlite3_int64) token->created_ms);
-    sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) token->expires_ms);
-    sqlite3_bind_int64 (stmt, 11, 0);
-    sqlite3_bind_int64 (stmt, 12, 0);
+    sbx_stmt_bind_int64 (stmt, 9, (sqlite3_int64) token->created_ms);
+    sbx_stmt_bind_int64 (stmt, 10, (sqlite3_int64) token->expires_ms);
+    sbx_stmt_bind_int64 (stmt, 11, 0);
+    sbx_stmt_bind_int64 (stmt, 12, 0);
     return sbx_db_try (self->db, ST_TOKEN_INSERT, "oauth token insert") == SQLITE_DONE ? 0 : -1;
 }
 
-static int s_token_from_row (sqlite3_stmt *stmt, void *row)
+static int s_token_from_row (sbx_stmt_t *stmt, void *row)
 {
     brk_oauth_token_t *out = row;
     bool failed = false;
@@ -115,9 +115,9 @@ static int s_update_at (brk_store_t *self, stmt_id_t id, const char *key, uint64
         return -1;
     if (!sbx_db_require_transaction (self->db, what))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, id);
     sbx_db_bind_text (stmt, 1, key);
-    sqlite3_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
+    sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) now_ms);
     if (sbx_db_try (self->db, id, what) != SQLITE_DONE)
         return -1;
     return sbx_db_changes (self->db) > 0 ? 0 : 1;
@@ -143,8 +143,8 @@ int brk_store_oauth_purge (brk_store_t *self, uint64_t before_ms)
 {
     if (!self || !sbx_db_fits (before_ms) || !sbx_db_require_transaction (self->db, "oauth purge"))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_TOKEN_PURGE);
-    sqlite3_bind_int64 (stmt, 1, (sqlite3_int64) before_ms);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_TOKEN_PURGE);
+    sbx_stmt_bind_int64 (stmt, 1, (sqlite3_int64) before_ms);
     return sbx_db_try (self->db, ST_TOKEN_PURGE, "oauth purge") == SQLITE_DONE ? 0 : -1;
 }
 
@@ -155,7 +155,7 @@ int brk_store_oauth_grant_find (brk_store_t *self, const char *account_id, const
         *grant_id = NULL;
     if (!self || !account_id || !client_id || !grant_id)
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_GRANT_FIND);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_GRANT_FIND);
     sbx_db_bind_text (stmt, 1, account_id);
     sbx_db_bind_text (stmt, 2, client_id);
     return sbx_db_row (self->db, ST_GRANT_FIND, brk_store_text_from_row, grant_id,

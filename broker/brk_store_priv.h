@@ -123,6 +123,6 @@ int brk_store_find (brk_store_t *self, stmt_id_t id, const char *key, sbx_db_row
                     void *out, size_t size, const char *what);
 
 //  Row function: a one-column text row into *(char **) out (fresh; NULL text fails).
-int brk_store_text_from_row (sqlite3_stmt *stmt, void *out);
+int brk_store_text_from_row (sbx_stmt_t *stmt, void *out);
 
 #endif

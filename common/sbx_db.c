@@ -1,5 +1,6 @@
-/*  sbx_db - see sbx_db.h */
-#include "sbx_db.h"
+/*  sbx_db - see sbx_db.h. This file: SQLite, and what both engines share;
+    sbx_db_cluster.c: dqlite. */
+#include "sbx_db_priv.h"
 #include "sbx_clock.h"
 #include "sbx_log.h"
 
@@ -18,17 +19,7 @@
 //  wedged peer shows up as an error rather than a hung daemon.
 #define BUSY_TIMEOUT_MS 5000
 
-//  The transaction statements, prepared after the store's own.
-enum { TX_BEGIN, TX_COMMIT, TX_ROLLBACK, TX_COUNT };
-static const char *s_tx_sql[TX_COUNT] = {"BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"};
-
-struct _sbx_db_t {
-    sqlite3 *db;
-    char *path;
-    int version;
-    int statements;      //  the store's; the transaction ones follow
-    sqlite3_stmt **stmt; //  statements + TX_COUNT
-};
+const char *sbx_db_tx_sql[SBX_DB_TX_COUNT] = {"BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"};
 
 //  --------------------------------------------------------------------------
 //  Helpers
@@ -43,44 +34,165 @@ bool sbx_db_fits (uint64_t value)
     return value <= (uint64_t) INT64_MAX;
 }
 
-uint64_t sbx_db_column_u64 (sqlite3_stmt *stmt, int column)
+uint64_t sbx_db_column_u64 (sbx_stmt_t *stmt, int column)
 {
-    sqlite3_int64 value = sqlite3_column_int64 (stmt, column);
+    int64_t value = sbx_stmt_column_int64 (stmt, column);
     return value < 0 ? 0 : (uint64_t) value;
 }
 
-char *sbx_db_column_dup (sqlite3_stmt *stmt, int column, bool *failed)
+char *sbx_db_column_dup (sbx_stmt_t *stmt, int column, bool *failed)
 {
-    const unsigned char *text = sqlite3_column_text (stmt, column);
+    const char *text = sbx_stmt_column_text (stmt, column);
     //  SQLite answers NULL both for SQL NULL and when it could not convert the value.
     if (!text) {
-        if (failed && sqlite3_errcode (sqlite3_db_handle (stmt)) == SQLITE_NOMEM)
+        if (failed && stmt->lite &&
+            sqlite3_errcode (sqlite3_db_handle (stmt->lite)) == SQLITE_NOMEM)
             *failed = true;
         return NULL;
     }
-    char *copy = strdup ((const char *) text);
+    char *copy = strdup (text);
     if (!copy && failed)
         *failed = true;
     return copy;
 }
 
-int sbx_db_bind_text (sqlite3_stmt *stmt, int index, const char *text)
+//  --------------------------------------------------------------------------
+//  Statements: SQLite's own calls, or the dqlite engine's
+
+int sbx_db_bind_text (sbx_stmt_t *stmt, int index, const char *text)
 {
     if (!text)
-        return sqlite3_bind_null (stmt, index);
-    return sqlite3_bind_text (stmt, index, text, -1, SQLITE_STATIC);
+        return sbx_stmt_bind_null (stmt, index);
+    if (stmt->lite)
+        return sqlite3_bind_text (stmt->lite, index, text, -1, SQLITE_STATIC);
+    sbx_dqlite_value_t v = {.type = SBX_DQ_TEXT, .data = text, .size = strlen (text)};
+    return sbx_db_cl_bind (stmt, index, &v);
 }
 
-void sbx_db_reset (sqlite3_stmt *stmt)
+int sbx_stmt_bind_int64 (sbx_stmt_t *stmt, int index, int64_t value)
 {
-    sqlite3_reset (stmt);
-    sqlite3_clear_bindings (stmt);
+    if (stmt->lite)
+        return sqlite3_bind_int64 (stmt->lite, index, value);
+    sbx_dqlite_value_t v = {.type = SBX_DQ_INTEGER, .integer = value};
+    return sbx_db_cl_bind (stmt, index, &v);
+}
+
+int sbx_stmt_bind_int (sbx_stmt_t *stmt, int index, int value)
+{
+    return sbx_stmt_bind_int64 (stmt, index, value);
+}
+
+int sbx_stmt_bind_null (sbx_stmt_t *stmt, int index)
+{
+    if (stmt->lite)
+        return sqlite3_bind_null (stmt->lite, index);
+    sbx_dqlite_value_t v = {.type = SBX_DQ_NULL};
+    return sbx_db_cl_bind (stmt, index, &v);
+}
+
+int sbx_stmt_bind_blob (sbx_stmt_t *stmt, int index, const void *data, size_t size)
+{
+    if (size > INT_MAX)
+        return SQLITE_TOOBIG;
+    if (stmt->lite)
+        return sqlite3_bind_blob (stmt->lite, index, data, (int) size, SQLITE_STATIC);
+    sbx_dqlite_value_t v = {.type = SBX_DQ_BLOB, .data = data, .size = size};
+    return sbx_db_cl_bind (stmt, index, &v);
+}
+
+int sbx_stmt_step (sbx_stmt_t *stmt)
+{
+    if (stmt->lite) {
+        int rc = sqlite3_step (stmt->lite);
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+            rc = sqlite3_extended_errcode (stmt->db->db);
+        return rc;
+    }
+    return sbx_db_cl_step (stmt);
+}
+
+const char *sbx_stmt_column_text (sbx_stmt_t *stmt, int column)
+{
+    if (stmt->lite)
+        return (const char *) sqlite3_column_text (stmt->lite, column);
+    return sbx_db_cl_column_text (stmt, column);
+}
+
+int64_t sbx_stmt_column_int64 (sbx_stmt_t *stmt, int column)
+{
+    if (stmt->lite)
+        return sqlite3_column_int64 (stmt->lite, column);
+    const sbx_dqlite_value_t *v = sbx_db_cl_column (stmt, column);
+    if (!v)
+        return 0;
+    switch (v->type) {
+    case SBX_DQ_INTEGER:
+    case SBX_DQ_UNIXTIME:
+    case SBX_DQ_BOOLEAN:
+        return v->integer;
+    case SBX_DQ_FLOAT:
+        return (int64_t) v->real;
+    case SBX_DQ_TEXT:
+    case SBX_DQ_ISO8601:
+        return strtoll (v->data, NULL, 10);
+    default:
+        return 0;
+    }
+}
+
+int sbx_stmt_column_int (sbx_stmt_t *stmt, int column)
+{
+    if (stmt->lite)
+        return sqlite3_column_int (stmt->lite, column);
+    //  As SQLite: the low 32 bits.
+    return (int) (uint32_t) (uint64_t) sbx_stmt_column_int64 (stmt, column);
+}
+
+const void *sbx_stmt_column_blob (sbx_stmt_t *stmt, int column)
+{
+    if (stmt->lite)
+        return sqlite3_column_blob (stmt->lite, column);
+    const sbx_dqlite_value_t *v = sbx_db_cl_column (stmt, column);
+    if (v && v->type == SBX_DQ_BLOB)
+        return v->size ? v->data : NULL;
+    return sbx_db_cl_column_text (stmt, column);
+}
+
+int sbx_stmt_column_bytes (sbx_stmt_t *stmt, int column)
+{
+    if (stmt->lite)
+        return sqlite3_column_bytes (stmt->lite, column);
+    const sbx_dqlite_value_t *v = sbx_db_cl_column (stmt, column);
+    if (v && (v->type == SBX_DQ_BLOB || v->type == SBX_DQ_TEXT || v->type == SBX_DQ_ISO8601))
+        return (int) v->size;
+    const char *text = sbx_db_cl_column_text (stmt, column);
+    return text ? (int) strlen (text) : 0;
+}
+
+bool sbx_stmt_busy (sbx_stmt_t *stmt)
+{
+    if (stmt->lite)
+        return sqlite3_stmt_busy (stmt->lite) != 0;
+    return stmt->ran && !stmt->done && stmt->row > 0;
+}
+
+void sbx_db_reset (sbx_stmt_t *stmt)
+{
+    if (stmt->lite) {
+        sqlite3_reset (stmt->lite);
+        sqlite3_clear_bindings (stmt->lite);
+        return;
+    }
+    sbx_db_cl_reset (stmt);
 }
 
 void sbx_db_log_error (sbx_db_t *self, const char *what)
 {
-    sbx_error ("store %s: %s: %s (%d)", self->path, what, sqlite3_errmsg (self->db),
-               sqlite3_extended_errcode (self->db));
+    if (self->cluster)
+        sbx_error ("store %s: %s: %s (%d)", self->path, what, self->errmsg, self->errcode);
+    else
+        sbx_error ("store %s: %s: %s (%d)", self->path, what, sqlite3_errmsg (self->db),
+                   sqlite3_extended_errcode (self->db));
 }
 
 const char *sbx_db_path (sbx_db_t *self)
@@ -98,59 +210,102 @@ sqlite3 *sbx_db_handle (sbx_db_t *self)
     return self ? self->db : NULL;
 }
 
-sqlite3_stmt *sbx_db_stmt (sbx_db_t *self, int index)
+bool sbx_db_is_cluster (sbx_db_t *self)
+{
+    return self && self->cluster;
+}
+
+bool sbx_db_not_leader (sbx_db_t *self)
+{
+    return self && self->cluster &&
+           (self->errcode == SBX_DQ_NOT_LEADER || self->errcode == SBX_DQ_LEADERSHIP_LOST);
+}
+
+sbx_stmt_t *sbx_db_stmt (sbx_db_t *self, int index)
 {
     assert (index >= 0 && index < self->statements);
-    return self->stmt[index];
+    return &self->stmt[index];
+}
+
+//  The rows of "EXPLAIN QUERY PLAN sql", each step's detail (column 3) to fn.
+typedef void (s_plan_fn) (const char *detail, void *arg);
+static int s_query_plan (sbx_db_t *self, const char *sql, s_plan_fn *fn, void *arg)
+{
+    char *explain = NULL;
+    if (asprintf (&explain, "EXPLAIN QUERY PLAN %s", sql) < 0)
+        return -1;
+    int rc = 0;
+    if (self->cluster) {
+        sbx_dqlite_rows_t rows;
+        rc = sbx_db_cl_query (self, explain, &rows);
+        for (size_t r = 0; rc == 0 && r < rows.rows; r++) {
+            const sbx_dqlite_value_t *v = &rows.values[r * rows.columns + 3];
+            if (rows.columns > 3 && v->type == SBX_DQ_TEXT)
+                fn (v->data, arg);
+        }
+        if (rc == 0)
+            sbx_dqlite_rows_free (&rows);
+    } else {
+        sqlite3_stmt *plan = NULL;
+        if (sqlite3_prepare_v2 (self->db, explain, -1, &plan, NULL) != SQLITE_OK)
+            rc = -1;
+        while (rc == 0 && sqlite3_step (plan) == SQLITE_ROW)
+            fn ((const char *) sqlite3_column_text (plan, 3), arg);
+        sqlite3_finalize (plan);
+    }
+    free (explain);
+    return rc;
+}
+
+typedef struct {
+    sbx_db_t *db;
+    int index;
+    sbx_db_allow_fn *allow;
+    int found;
+} s_scan_t;
+
+static void s_scan_step (const char *step, void *arg)
+{
+    s_scan_t *scan = arg;
+    //  "SCAN t" reads all of t; "SCAN t USING INDEX i" all of an index: as bad.
+    //  A covering index scan with a range, or a SEARCH, is what an index is for.
+    char table[128];
+    if (!step || sscanf (step, "SCAN %127s", table) != 1 || strcmp (table, "CONSTANT") == 0 ||
+        strcmp (table, "sqlite_sequence") == 0)
+        return;
+    if (scan->allow && scan->allow (scan->index, table))
+        return;
+    fprintf (stderr, "%s: statement %d reads all of %s (%s):\n  %s\n", scan->db->path, scan->index,
+             table, step, scan->db->stmt[scan->index].sql);
+    scan->found++;
 }
 
 int sbx_db_whole_reads (sbx_db_t *self, sbx_db_allow_fn *allow)
 {
     if (!self)
         return -1;
-    int found = 0;
+    s_scan_t scan = {self, 0, allow, 0};
     for (int i = 0; i < self->statements; i++) {
-        char *sql = sqlite3_mprintf ("EXPLAIN QUERY PLAN %s", sqlite3_sql (self->stmt[i]));
-        sqlite3_stmt *plan = NULL;
-        if (!sql || sqlite3_prepare_v2 (self->db, sql, -1, &plan, NULL) != SQLITE_OK) {
-            sqlite3_free (sql);
+        scan.index = i;
+        if (s_query_plan (self, self->stmt[i].sql, s_scan_step, &scan))
             return -1;
-        }
-        while (sqlite3_step (plan) == SQLITE_ROW) {
-            //  "SCAN t" reads all of t; "SCAN t USING INDEX i" all of an index: as bad.
-            //  A covering index scan with a range, or a SEARCH, is what an index is for.
-            const char *step = (const char *) sqlite3_column_text (plan, 3);
-            char table[128];
-            if (!step || sscanf (step, "SCAN %127s", table) != 1 ||
-                strcmp (table, "CONSTANT") == 0 || strcmp (table, "sqlite_sequence") == 0)
-                continue;
-            if (allow && allow (i, table))
-                continue;
-            fprintf (stderr, "%s: statement %d reads all of %s (%s):\n  %s\n", self->path, i, table,
-                     step, sqlite3_sql (self->stmt[i]));
-            found++;
-        }
-        sqlite3_finalize (plan);
-        sqlite3_free (sql);
     }
-    return found;
+    return scan.found;
 }
 
 int sbx_db_changes (sbx_db_t *self)
 {
-    return sqlite3_changes (self->db);
+    return self->cluster ? self->changes : sqlite3_changes (self->db);
 }
 
 int64_t sbx_db_last_insert_rowid (sbx_db_t *self)
 {
-    return sqlite3_last_insert_rowid (self->db);
+    return self->cluster ? self->last_id : sqlite3_last_insert_rowid (self->db);
 }
 
-static int s_step (sbx_db_t *self, sqlite3_stmt *stmt, bool quiet_constraints, const char *what)
+static int s_step (sbx_db_t *self, sbx_stmt_t *stmt, bool quiet_constraints, const char *what)
 {
-    int rc = sqlite3_step (stmt);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        rc = sqlite3_extended_errcode (self->db);
+    int rc = sbx_stmt_step (stmt);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW &&
         !(quiet_constraints && (rc & 0xff) == SQLITE_CONSTRAINT))
         sbx_db_log_error (self, what);
@@ -170,8 +325,8 @@ int sbx_db_try (sbx_db_t *self, int index, const char *what)
 
 int sbx_db_row (sbx_db_t *self, int index, sbx_db_row_fn *fill, void *out, const char *what)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self, index);
-    int rc = sqlite3_step (stmt);
+    sbx_stmt_t *stmt = sbx_db_stmt (self, index);
+    int rc = sbx_stmt_step (stmt);
     int result = -1;
     if (rc == SQLITE_ROW)
         result = fill (stmt, out);
@@ -185,6 +340,12 @@ int sbx_db_row (sbx_db_t *self, int index, sbx_db_row_fn *fill, void *out, const
 
 int sbx_db_exec (sbx_db_t *self, const char *sql, const char *what)
 {
+    if (self->cluster) {
+        if (sbx_db_cl_exec (self, sql) == 0)
+            return 0;
+        sbx_db_log_error (self, what);
+        return -1;
+    }
     char *message = NULL;
     if (sqlite3_exec (self->db, sql, NULL, NULL, &message) == SQLITE_OK)
         return 0;
@@ -195,8 +356,19 @@ int sbx_db_exec (sbx_db_t *self, const char *sql, const char *what)
 
 int64_t sbx_db_query_int (sbx_db_t *self, const char *sql, const char *what)
 {
-    sqlite3_stmt *stmt = NULL;
     int64_t value = -1;
+    if (self->cluster) {
+        sbx_dqlite_rows_t rows;
+        if (sbx_db_cl_query (self, sql, &rows) == 0) {
+            if (rows.rows > 0 && rows.values[0].type == SBX_DQ_INTEGER)
+                value = rows.values[0].integer;
+            sbx_dqlite_rows_free (&rows);
+        }
+        if (value < 0)
+            sbx_db_log_error (self, what);
+        return value;
+    }
+    sqlite3_stmt *stmt = NULL;
     if (sqlite3_prepare_v2 (self->db, sql, -1, &stmt, NULL) == SQLITE_OK &&
         sqlite3_step (stmt) == SQLITE_ROW)
         value = sqlite3_column_int64 (stmt, 0);
@@ -206,17 +378,28 @@ int64_t sbx_db_query_int (sbx_db_t *self, const char *sql, const char *what)
     return value;
 }
 
+//  SQL run for its effect alone, its failure not logged (a rollback after a failure).
+static void s_exec_quiet (sbx_db_t *self, const char *sql)
+{
+    if (self->cluster)
+        sbx_db_cl_exec (self, sql);
+    else
+        sqlite3_exec (self->db, sql, NULL, NULL, NULL);
+}
+
 //  --------------------------------------------------------------------------
 //  Transactions
 
 bool sbx_db_in_transaction (sbx_db_t *self)
 {
-    return self && sqlite3_get_autocommit (self->db) == 0;
+    if (!self)
+        return false;
+    return self->cluster ? self->in_tx : sqlite3_get_autocommit (self->db) == 0;
 }
 
 bool sbx_db_require_transaction (sbx_db_t *self, const char *what)
 {
-    if (sqlite3_get_autocommit (self->db) == 0)
+    if (sbx_db_in_transaction (self))
         return true;
     sbx_warn ("store %s: %s outside a transaction refused", self->path, what);
     return false;
@@ -225,7 +408,17 @@ bool sbx_db_require_transaction (sbx_db_t *self, const char *what)
 //  Steps one of the transaction statements: 0, or -1 (logged).
 static int s_tx (sbx_db_t *self, int which, const char *what)
 {
-    sqlite3_stmt *stmt = self->stmt[self->statements + which];
+    if (self->cluster) {
+        int rc = which == SBX_DB_TX_BEGIN ? sbx_db_cl_begin (self, sbx_db_tx_sql[which])
+                                          : sbx_db_cl_end (self, sbx_db_tx_sql[which]);
+        if (rc)
+            sbx_db_log_error (self, what);
+        return rc;
+    }
+    sbx_stmt_t *stmt = &self->stmt[self->statements + which];
+    //  During the migrations the statements are not prepared yet.
+    if (!stmt->lite)
+        return sbx_db_exec (self, sbx_db_tx_sql[which], what);
     return s_step (self, stmt, false, what) == SQLITE_DONE ? 0 : -1;
 }
 
@@ -233,21 +426,21 @@ int sbx_db_begin (sbx_db_t *self)
 {
     if (!self)
         return -1;
-    if (sqlite3_get_autocommit (self->db) == 0) {
+    if (sbx_db_in_transaction (self)) {
         sbx_warn ("store %s: begin inside a transaction refused", self->path);
         return -1;
     }
-    return s_tx (self, TX_BEGIN, "begin");
+    return s_tx (self, SBX_DB_TX_BEGIN, "begin");
 }
 
 int sbx_db_commit (sbx_db_t *self)
 {
-    return sbx_db_in_transaction (self) ? s_tx (self, TX_COMMIT, "commit") : -1;
+    return sbx_db_in_transaction (self) ? s_tx (self, SBX_DB_TX_COMMIT, "commit") : -1;
 }
 
 int sbx_db_rollback (sbx_db_t *self)
 {
-    return sbx_db_in_transaction (self) ? s_tx (self, TX_ROLLBACK, "rollback") : -1;
+    return sbx_db_in_transaction (self) ? s_tx (self, SBX_DB_TX_ROLLBACK, "rollback") : -1;
 }
 
 //  --------------------------------------------------------------------------
@@ -308,7 +501,7 @@ static int s_configure (sbx_db_t *self)
 static int s_migrate (sbx_db_t *self, const char *daemon, const char *const *migrations, int count)
 {
     while (true) {
-        if (sbx_db_exec (self, "BEGIN IMMEDIATE", "begin migration"))
+        if (s_tx (self, SBX_DB_TX_BEGIN, "begin migration"))
             return -1;
         int64_t version = -1;
         //  This text is stored in the file's schema: never change it.
@@ -320,19 +513,19 @@ static int s_migrate (sbx_db_t *self, const char *daemon, const char *const *mig
                 sbx_db_query_int (self, "SELECT coalesce (max (version), 0) FROM schema_version",
                                   "read schema_version");
         if (version < 0) {
-            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+            sbx_db_rollback (self);
             return -1;
         }
         if (version > count) {
             sbx_error ("store %s: schema version %lld is newer than this %s knows (%d); "
                        "refusing to open (run a newer %s)",
                        self->path, (long long) version, daemon, count, daemon);
-            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+            sbx_db_rollback (self);
             return -1;
         }
         if (version == count) {
             self->version = (int) version;
-            return sbx_db_exec (self, "COMMIT", "commit");
+            return s_tx (self, SBX_DB_TX_COMMIT, "commit");
         }
         char record[128];
         snprintf (record, sizeof record,
@@ -340,8 +533,9 @@ static int s_migrate (sbx_db_t *self, const char *daemon, const char *const *mig
                   (int) version + 1, (unsigned long long) sbx_clock_now_ms ());
         if (sbx_db_exec (self, migrations[version], "migration") ||
             sbx_db_exec (self, record, "record migration") ||
-            sbx_db_exec (self, "COMMIT", "commit migration")) {
-            sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
+            s_tx (self, SBX_DB_TX_COMMIT, "commit migration")) {
+            if (sbx_db_in_transaction (self))
+                sbx_db_rollback (self);
             sbx_error ("store %s: migration to version %d failed", self->path, (int) version + 1);
             return -1;
         }
@@ -349,14 +543,55 @@ static int s_migrate (sbx_db_t *self, const char *daemon, const char *const *mig
     }
 }
 
-static int s_prepare (sbx_db_t *self, const char *sql, sqlite3_stmt **stmt_p)
+static int s_prepare (sbx_db_t *self, sbx_stmt_t *stmt, const char *sql)
 {
     assert (sql);
-    if (sqlite3_prepare_v3 (self->db, sql, -1, SQLITE_PREPARE_PERSISTENT, stmt_p, NULL) ==
+    stmt->db = self;
+    stmt->sql = sql;
+    if (self->cluster) {
+        //  Prepared on the node when first run (and again on each new connection).
+        const char *word = sql + strspn (sql, " \t\r\n(");
+        static const char *const readers[] = {"SELECT", "WITH", "VALUES", "EXPLAIN", "PRAGMA"};
+        for (size_t i = 0; i < sizeof readers / sizeof *readers; i++)
+            if (strncasecmp (word, readers[i], strlen (readers[i])) == 0)
+                stmt->returns_rows = true;
+        if (strcasestr (sql, "RETURNING")) {
+            sbx_error ("store %s: RETURNING is not replicated by dqlite: %s", self->path, sql);
+            return -1;
+        }
+        return 0;
+    }
+    if (sqlite3_prepare_v3 (self->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt->lite, NULL) ==
         SQLITE_OK)
         return 0;
     sbx_db_log_error (self, "prepare");
     return -1;
+}
+
+static sbx_db_t *s_new (const char *path, int statements)
+{
+    sbx_db_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->path = strdup (path);
+    self->statements = statements;
+    self->stmt = calloc ((size_t) statements + SBX_DB_TX_COUNT, sizeof *self->stmt);
+    if (!self->path || !self->stmt)
+        sbx_db_destroy (&self);
+    return self;
+}
+
+//  The store's statements and the transaction ones, once the schema is up to date.
+static int s_ready (sbx_db_t *self, const char *const *sql)
+{
+    for (int i = 0; i < self->statements; i++)
+        if (s_prepare (self, &self->stmt[i], sql[i]))
+            return -1;
+    for (int i = 0; i < SBX_DB_TX_COUNT; i++)
+        if (s_prepare (self, &self->stmt[self->statements + i], sbx_db_tx_sql[i]))
+            return -1;
+    sbx_debug ("store %s: open at schema version %d", self->path, self->version);
+    return 0;
 }
 
 sbx_db_t *sbx_db_new (const char *path, const char *daemon, const char *const *migrations,
@@ -365,14 +600,9 @@ sbx_db_t *sbx_db_new (const char *path, const char *daemon, const char *const *m
     assert (daemon && migration_count >= 0 && statements >= 0);
     if (!sbx_db_nonempty (path))
         return NULL;
-    sbx_db_t *self = calloc (1, sizeof *self);
-    if (!self)
-        return NULL;
-    self->path = strdup (path);
-    self->statements = statements;
-    self->stmt = calloc ((size_t) statements + TX_COUNT, sizeof *self->stmt);
+    sbx_db_t *self = s_new (path, statements);
     bool loose = false;
-    if (!self->path || !self->stmt || s_create_private (path, &loose))
+    if (!self || s_create_private (path, &loose))
         goto failed;
     int rc = sqlite3_open_v2 (path, &self->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
@@ -380,27 +610,46 @@ sbx_db_t *sbx_db_new (const char *path, const char *daemon, const char *const *m
                    self->db ? sqlite3_errmsg (self->db) : sqlite3_errstr (rc));
         goto failed;
     }
-    if (s_configure (self) || s_migrate (self, daemon, migrations, migration_count))
+    if (s_configure (self))
         goto failed;
-    //  Only now that it is known to be our database: stores hold what only their daemon
-    //  may read (password hashes, balances, every account's snapshots).
+    //  The schema is brought up to date before the mode is tightened, so that only a file
+    //  known to be a database of ours is touched: stores hold what only their daemon may
+    //  read (password hashes, balances, every account's snapshots).
+    if (s_migrate (self, daemon, migrations, migration_count))
+        goto failed;
     if (loose) {
         sbx_warn ("store %s: was readable by others, now mode 0600", path);
         if (chmod (path, 0600))
             sbx_warn ("store %s: chmod: %s", path, strerror (errno));
     }
-    for (int i = 0; i < statements; i++)
-        if (s_prepare (self, sql[i], &self->stmt[i]))
-            goto failed;
-    for (int i = 0; i < TX_COUNT; i++)
-        if (s_prepare (self, s_tx_sql[i], &self->stmt[statements + i]))
-            goto failed;
-    sbx_debug ("store %s: open at schema version %d", path, self->version);
+    if (s_ready (self, sql))
+        goto failed;
     return self;
 
 failed:
     sbx_db_destroy (&self);
     return NULL;
+}
+
+sbx_db_t *sbx_db_new_cluster (const sbx_db_cluster_t *cluster, const char *name, const char *daemon,
+                              const char *const *migrations, int migration_count,
+                              const char *const *sql, int statements)
+{
+    assert (daemon && migration_count >= 0 && statements >= 0);
+    if (!cluster || cluster->count == 0 || !sbx_db_nonempty (name))
+        return NULL;
+    char path[256];
+    snprintf (path, sizeof path, "dqlite:%s", name);
+    sbx_db_t *self = s_new (path, statements);
+    if (!self)
+        return NULL;
+    self->cluster = true;
+    if (sbx_db_cl_open (self, cluster, name) ||
+        s_migrate (self, daemon, migrations, migration_count) || s_ready (self, sql)) {
+        sbx_db_destroy (&self);
+        return NULL;
+    }
+    return self;
 }
 
 void sbx_db_destroy (sbx_db_t **self_p)
@@ -413,18 +662,24 @@ void sbx_db_destroy (sbx_db_t **self_p)
         sbx_warn ("store %s: closed inside a transaction; rolled back", self->path);
         sqlite3_exec (self->db, "ROLLBACK", NULL, NULL, NULL);
     }
+    if (self->cluster && self->in_tx) {
+        sbx_warn ("store %s: closed inside a transaction; rolled back", self->path);
+        s_exec_quiet (self, "ROLLBACK");
+    }
     if (self->stmt)
-        for (int i = 0; i < self->statements + TX_COUNT; i++)
-            sqlite3_finalize (self->stmt[i]); //  NULL (never prepared) is harmless
+        for (int i = 0; i < self->statements + SBX_DB_TX_COUNT; i++) {
+            sqlite3_finalize (self->stmt[i].lite); //  NULL (never prepared) is harmless
+            sbx_db_cl_stmt_free (&self->stmt[i]);
+        }
     if (self->db && sqlite3_close (self->db) != SQLITE_OK)
         sbx_db_log_error (self, "close");
+    sbx_db_cl_close (self);
     free (self->stmt);
     free (self->path);
     free (self);
     *self_p = NULL;
 }
 
-//  --------------------------------------------------------------------------
 //  Self-test
 
 #define streq(a, b) (strcmp ((a), (b)) == 0)
@@ -446,7 +701,7 @@ typedef struct {
     char *note;
 } test_item_t;
 
-static int s_test_item (sqlite3_stmt *stmt, void *arg)
+static int s_test_item (sbx_stmt_t *stmt, void *arg)
 {
     test_item_t *item = arg;
     bool failed = false;
@@ -465,9 +720,9 @@ static sbx_db_t *s_test_open (const char *path, int migrations)
 
 static int s_test_insert (sbx_db_t *db, const char *id, int64_t size)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (db, TEST_INSERT);
+    sbx_stmt_t *stmt = sbx_db_stmt (db, TEST_INSERT);
     sbx_db_bind_text (stmt, 1, id);
-    sqlite3_bind_int64 (stmt, 2, size);
+    sbx_stmt_bind_int64 (stmt, 2, size);
     sbx_db_bind_text (stmt, 3, NULL);
     return sbx_db_try (db, TEST_INSERT, "insert");
 }
@@ -676,12 +931,12 @@ void sbx_db_test (bool verbose)
     assert (s_test_insert (db, "a", 10) == SQLITE_DONE);
     assert (sbx_db_changes (db) == 1 && sbx_db_last_insert_rowid (db) == 1);
     assert (s_test_insert (db, "a", 11) == SQLITE_CONSTRAINT_PRIMARYKEY); //  the caller's
-    sqlite3_stmt *insert = sbx_db_stmt (db, TEST_INSERT);
+    sbx_stmt_t *insert = sbx_db_stmt (db, TEST_INSERT);
     sbx_db_bind_text (insert, 1, "a");
-    sqlite3_bind_int64 (insert, 2, 12);
+    sbx_stmt_bind_int64 (insert, 2, 12);
     assert (sbx_db_run (db, TEST_INSERT, "insert") == -1); //  logged
     sbx_db_bind_text (insert, 1, "d");
-    sqlite3_bind_int64 (insert, 2, 12);
+    sbx_stmt_bind_int64 (insert, 2, 12);
     assert (sbx_db_run (db, TEST_INSERT, "insert") == 0 && sbx_db_changes (db) == 1);
     assert (sbx_db_commit (db) == 0 && !sbx_db_in_transaction (db));
     assert (sbx_db_begin (db) == 0);

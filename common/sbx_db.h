@@ -1,23 +1,37 @@
-/*  sbx_db - one SQLite database as every store module opens it: the file made 0600
-    before SQLite touches it, WAL (required), synchronous=FULL, foreign keys, a busy
-    timeout, numbered migrations recorded in schema_version, and the store's statements
-    prepared once. Also the column and bind helpers the stores share.
+/*  sbx_db - one database as every store module opens it, on one of two engines:
 
-    Only store modules (brk_store, bill_store, snap_store) include this header: it
-    brings sqlite3.h, and SQLite stays behind them. A store keeps its own migrations,
-    statement enum and row functions, and binds and steps its statements itself:
+    - SQLite, a file of this host (sbx_db_new): the file made 0600 before SQLite touches
+      it, WAL (required), synchronous=FULL, foreign keys, a busy timeout;
+    - dqlite, a database replicated by a cluster of dqlite nodes (sbx_db_new_cluster):
+      the same SQL, run on the cluster's leader through dqlite's wire protocol
+      (sbx_dqlite), each commit on a quorum of the nodes' disks.
+
+    Either way: numbered migrations recorded in schema_version, the store's statements
+    prepared once, and the statement, column and bind functions the stores share, so a
+    store's code does not know which engine it runs on. Only store modules (brk_store,
+    bill_store, snap_store, hook_store) include this header: it brings sqlite3.h for
+    SQLite's result codes (SQLITE_DONE, SQLITE_CONSTRAINT_UNIQUE…), which both engines
+    answer. A store keeps its own migrations, statement enum and row functions, and binds
+    and steps its statements itself:
 
         static const char *s_migrations[] = {"CREATE TABLE t (...)", ...};
         enum { ST_FIND, ST_COUNT };
         static const char *s_sql[ST_COUNT] = {[ST_FIND] = "SELECT ... WHERE id = ?1"};
 
         sbx_db_t *db = sbx_db_new (path, "sbx-billing", s_migrations, 1, s_sql, ST_COUNT);
-        sqlite3_stmt *stmt = sbx_db_stmt (db, ST_FIND);
+        sbx_stmt_t *stmt = sbx_db_stmt (db, ST_FIND);
         sbx_db_bind_text (stmt, 1, id);
-        ... sqlite3_step, sbx_db_reset (stmt) ...
+        ... sbx_stmt_step, sbx_db_reset (stmt) ...
         sbx_db_destroy (&db);
 
     One sbx_db_t per process and database, used from one thread (NOMUTEX).
+
+    On dqlite a statement that returns rows (SELECT, WITH, VALUES, EXPLAIN, PRAGMA: the
+    first word says) is run whole at its first step and its rows read from memory after;
+    any other runs at its first step. RETURNING is refused there (dqlite 1.11 would not
+    replicate a write that returns rows). A database may be open on one connection at a
+    time per node, and a cluster database has no file: what works on the file (copy,
+    paths moved, EXPLAIN QUERY PLAN checks, ATTACH through the handle) is SQLite's only.
 */
 #ifndef SBX_DB_H_INCLUDED
 #define SBX_DB_H_INCLUDED
@@ -27,7 +41,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sbx_dqlite.h"
+
 typedef struct _sbx_db_t sbx_db_t;
+//  A prepared statement of a store, on either engine.
+typedef struct _sbx_stmt_t sbx_stmt_t;
 
 //  Opens or creates the database at path and brings its schema up to date:
 //  migrations[i] takes it from version i to i + 1, each in its own transaction with its
@@ -43,17 +61,65 @@ sbx_db_t *sbx_db_new (const char *path, const char *daemon, const char *const *m
 //  the database and sets *self_p to NULL. Safe on NULL.
 void sbx_db_destroy (sbx_db_t **self_p);
 
-//  The path given to new, for messages.
+//  Where a cluster database is: the nodes to ask (the first is tried first), how to
+//  reach them, and whether the store follows a new leader. A store that follows
+//  reconnects to whichever node leads, between transactions, when its node does not
+//  lead or its connection failed (a statement the node refused as not the leader is
+//  then run on the new one). One that does not (the broker, which leads only while its
+//  own node does) stays on addresses[0], and its statements fail while that node does
+//  not lead (sbx_db_not_leader).
+typedef struct {
+    const char *const *addresses;
+    size_t count;
+    sbx_dqlite_dial_fn *dial; //  NULL: TCP "host:port", or "@name" in this process
+    void *dial_arg;
+    int timeout_ms; //  each call's deadline; 0: 5000
+    bool follow;
+} sbx_db_cluster_t;
+
+//  Opens (or creates) database name of the cluster and brings its schema up to date, as
+//  sbx_db_new does for a file; daemon names the program as there. NULL (logged) when no
+//  leader answers, a migration or a statement fails, or the schema is newer.
+sbx_db_t *sbx_db_new_cluster (const sbx_db_cluster_t *cluster, const char *name, const char *daemon,
+                              const char *const *migrations, int migration_count,
+                              const char *const *sql, int statements);
+
+//  True on a cluster database whose last failure said its node does not lead (or lost
+//  the lead): nothing of that statement or its transaction was kept.
+bool sbx_db_not_leader (sbx_db_t *self);
+//  True when the database is a cluster's (dqlite), false for a file.
+bool sbx_db_is_cluster (sbx_db_t *self);
+
+//  The path given to new (a cluster database: "dqlite:<name>"), for messages.
 const char *sbx_db_path (sbx_db_t *self);
 
 //  The schema version the database is at: the number of migrations applied.
 int sbx_db_schema_version (sbx_db_t *self);
 
 //  The SQLite handle, for what a store does beyond its prepared statements (attaching
-//  another file). Stores only.
+//  another file). Stores only. NULL on a cluster database.
 sqlite3 *sbx_db_handle (sbx_db_t *self);
 //  The store's prepared statement number index.
-sqlite3_stmt *sbx_db_stmt (sbx_db_t *self, int index);
+sbx_stmt_t *sbx_db_stmt (sbx_db_t *self, int index);
+
+//  A statement's binds (index from 1), as sqlite3_bind_*: SQLITE_OK or an error code.
+//  On SQLite text and blobs are not copied (they must outlive the step); dqlite copies.
+int sbx_stmt_bind_int64 (sbx_stmt_t *stmt, int index, int64_t value);
+int sbx_stmt_bind_int (sbx_stmt_t *stmt, int index, int value);
+int sbx_stmt_bind_null (sbx_stmt_t *stmt, int index);
+int sbx_stmt_bind_blob (sbx_stmt_t *stmt, int index, const void *data, size_t size);
+//  Runs the statement, or moves to its next row: SQLITE_ROW, SQLITE_DONE, or an extended
+//  error code (sbx_db_log_error says more).
+int sbx_stmt_step (sbx_stmt_t *stmt);
+//  The current row's columns (from 0), as sqlite3_column_*: text and blobs valid until
+//  the next step or reset; NULL for SQL NULL.
+const char *sbx_stmt_column_text (sbx_stmt_t *stmt, int column);
+int64_t sbx_stmt_column_int64 (sbx_stmt_t *stmt, int column);
+int sbx_stmt_column_int (sbx_stmt_t *stmt, int column);
+const void *sbx_stmt_column_blob (sbx_stmt_t *stmt, int column);
+int sbx_stmt_column_bytes (sbx_stmt_t *stmt, int column);
+//  True between a step that gave a row and the reset: the statement is being read.
+bool sbx_stmt_busy (sbx_stmt_t *stmt);
 
 //  For the stores' self tests: how many steps of the statements' query plans (EXPLAIN
 //  QUERY PLAN) read a whole table ("SCAN t", with or without an index), each printed
@@ -84,7 +150,7 @@ int sbx_db_run (sbx_db_t *self, int index, const char *what);
 int sbx_db_try (sbx_db_t *self, int index, const char *what);
 
 //  Fills a row from a stepped statement into out. 0, or -1 (out of memory: out cleared).
-typedef int (sbx_db_row_fn) (sqlite3_stmt *stmt, void *out);
+typedef int (sbx_db_row_fn) (sbx_stmt_t *stmt, void *out);
 
 //  Steps statement index (bound by the caller) for one row and resets it. Returns 0
 //  when fill took the row, 1 when there is none, -1 when fill failed or on a database
@@ -100,7 +166,7 @@ int64_t sbx_db_query_int (sbx_db_t *self, const char *sql, const char *what);
 int sbx_db_changes (sbx_db_t *self);
 int64_t sbx_db_last_insert_rowid (sbx_db_t *self);
 
-//  Logs "store PATH: WHAT: SQLite's message (extended code)".
+//  Logs "store PATH: WHAT: the engine's message (extended code)".
 void sbx_db_log_error (sbx_db_t *self, const char *what);
 
 //  A required text argument: not NULL and not empty.
@@ -110,14 +176,14 @@ bool sbx_db_fits (uint64_t value);
 
 //  A text column's copy (caller frees), NULL for SQL NULL. Sets *failed (when not NULL)
 //  when out of memory.
-char *sbx_db_column_dup (sqlite3_stmt *stmt, int column, bool *failed);
+char *sbx_db_column_dup (sbx_stmt_t *stmt, int column, bool *failed);
 //  An integer column, negatives read as 0.
-uint64_t sbx_db_column_u64 (sqlite3_stmt *stmt, int column);
-//  Binds text, NULL as SQL NULL. Not copied: the text must outlive the step.
-int sbx_db_bind_text (sqlite3_stmt *stmt, int index, const char *text);
+uint64_t sbx_db_column_u64 (sbx_stmt_t *stmt, int column);
+//  Binds text, NULL as SQL NULL. On SQLite not copied: the text must outlive the step.
+int sbx_db_bind_text (sbx_stmt_t *stmt, int index, const char *text);
 //  Resets a statement after use, so it holds no read snapshot (which would keep WAL
-//  checkpoints from finishing) and no pointers to the caller's strings.
-void sbx_db_reset (sqlite3_stmt *stmt);
+//  checkpoints from finishing), no rows and no pointers to the caller's strings.
+void sbx_db_reset (sbx_stmt_t *stmt);
 
 //  For backups (cli_backup, the one user outside the stores): copies the database at
 //  from into a new file to (made 0600; it must not exist), consistent even while its
@@ -131,5 +197,8 @@ int sbx_db_file_move_paths (const char *path, const char *from, const char *to, 
                             size_t err_size);
 
 void sbx_db_test (bool verbose);
+//  The same store tests on a database of a cluster of three dqlite nodes of this process,
+//  with a failover (sbx_db_cluster_test.c: it links libdqlite, for the test runner only).
+void sbx_db_cluster_test (bool verbose);
 
 #endif

@@ -139,12 +139,12 @@ int hook_store_apply (hook_store_t *self, uint64_t seq, const char *account, con
         return -1;
     int rc = 0;
     if (type && account) {
-        sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_FANOUT);
+        sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_FANOUT);
         sbx_db_bind_text (stmt, 1, account);
         sbx_db_bind_text (stmt, 2, type);
         sbx_db_bind_text (stmt, 3, event_id);
         sbx_db_bind_text (stmt, 4, body);
-        sqlite3_bind_int64 (stmt, 5, (int64_t) ts_ms);
+        sbx_stmt_bind_int64 (stmt, 5, (int64_t) ts_ms);
         rc = sbx_db_run (self->db, ST_FANOUT, "deliveries of an event");
     }
     char text[24];
@@ -160,33 +160,33 @@ int hook_store_apply (hook_store_t *self, uint64_t seq, const char *account, con
 int hook_store_create (hook_store_t *self, const char *id, const char *account, const char *url,
                        const char *events, const char *secret, uint64_t now_ms)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_CREATE);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_CREATE);
     sbx_db_bind_text (stmt, 1, id);
     sbx_db_bind_text (stmt, 2, account);
     sbx_db_bind_text (stmt, 3, url);
     sbx_db_bind_text (stmt, 4, events ? events : "");
     sbx_db_bind_text (stmt, 5, secret);
-    sqlite3_bind_int64 (stmt, 6, (int64_t) now_ms);
+    sbx_stmt_bind_int64 (stmt, 6, (int64_t) now_ms);
     return sbx_db_run (self->db, ST_CREATE, "webhook create");
 }
 
 int hook_store_count (hook_store_t *self, const char *account)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_COUNT_ACCOUNT);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_COUNT_ACCOUNT);
     sbx_db_bind_text (stmt, 1, account);
-    int count = sqlite3_step (stmt) == SQLITE_ROW ? sqlite3_column_int (stmt, 0) : -1;
+    int count = sbx_stmt_step (stmt) == SQLITE_ROW ? sbx_stmt_column_int (stmt, 0) : -1;
     sbx_db_reset (stmt);
     return count;
 }
 
-static int s_fill_info (sqlite3_stmt *stmt, void *out)
+static int s_fill_info (sbx_stmt_t *stmt, void *out)
 {
     sbx_webhook_info_t *info = out;
     bool failed = false;
     info->webhook_id = sbx_db_column_dup (stmt, 0, &failed);
     info->account_id = sbx_db_column_dup (stmt, 1, &failed);
     info->url = sbx_db_column_dup (stmt, 2, &failed);
-    const char *events = (const char *) sqlite3_column_text (stmt, 3);
+    const char *events = (const char *) sbx_stmt_column_text (stmt, 3);
     char *copy = strdup (events ? events : "");
     char *save = NULL;
     for (char *name = copy ? strtok_r (copy, " ", &save) : NULL; name;
@@ -208,10 +208,10 @@ int hook_store_get (hook_store_t *self, const char *id, sbx_webhook_info_t *out)
 
 int hook_store_list (hook_store_t *self, const char *account, sbx_webhook_info_list_t *out)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_LIST);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_LIST);
     sbx_db_bind_text (stmt, 1, account);
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
         sbx_webhook_info_t *info = sbx_webhook_info_list_append (out);
         if (!info || s_fill_info (stmt, info))
             break;
@@ -239,11 +239,11 @@ int hook_store_delete_account (hook_store_t *self, const char *account)
 int hook_store_deliveries (hook_store_t *self, const char *webhook_id, uint64_t limit,
                            sbx_webhook_delivery_list_t *out)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_DELIVERIES);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_DELIVERIES);
     sbx_db_bind_text (stmt, 1, webhook_id);
-    sqlite3_bind_int64 (stmt, 2, (int64_t) limit);
+    sbx_stmt_bind_int64 (stmt, 2, (int64_t) limit);
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
         sbx_webhook_delivery_t *d = sbx_webhook_delivery_list_append (out);
         if (!d)
             break;
@@ -270,18 +270,18 @@ int hook_store_deliveries (hook_store_t *self, const char *webhook_id, uint64_t 
 
 int hook_store_due (hook_store_t *self, uint64_t now_ms, int limit, hook_due_fn *fn, void *arg)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_DUE);
-    sqlite3_bind_int64 (stmt, 1, (int64_t) now_ms);
-    sqlite3_bind_int (stmt, 2, limit);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_DUE);
+    sbx_stmt_bind_int64 (stmt, 1, (int64_t) now_ms);
+    sbx_stmt_bind_int (stmt, 2, limit);
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
         hook_due_t due = {
-            .id = sqlite3_column_int64 (stmt, 0),
-            .webhook_id = (const char *) sqlite3_column_text (stmt, 1),
-            .url = (const char *) sqlite3_column_text (stmt, 2),
-            .secret = (const char *) sqlite3_column_text (stmt, 3),
-            .event_id = (const char *) sqlite3_column_text (stmt, 4),
-            .body = (const char *) sqlite3_column_text (stmt, 5),
+            .id = sbx_stmt_column_int64 (stmt, 0),
+            .webhook_id = (const char *) sbx_stmt_column_text (stmt, 1),
+            .url = (const char *) sbx_stmt_column_text (stmt, 2),
+            .secret = (const char *) sbx_stmt_column_text (stmt, 3),
+            .event_id = (const char *) sbx_stmt_column_text (stmt, 4),
+            .body = (const char *) sbx_stmt_column_text (stmt, 5),
             .attempts = sbx_db_column_u64 (stmt, 6),
         };
         fn (&due, arg);
@@ -297,14 +297,14 @@ int hook_store_due (hook_store_t *self, uint64_t now_ms, int limit, hook_due_fn 
 int hook_store_record (hook_store_t *self, int64_t id, const char *state, uint64_t attempts,
                        uint64_t status_code, const char *error, uint64_t next_ms, uint64_t done_ms)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_RECORD);
-    sqlite3_bind_int64 (stmt, 1, id);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_RECORD);
+    sbx_stmt_bind_int64 (stmt, 1, id);
     sbx_db_bind_text (stmt, 2, state);
-    sqlite3_bind_int64 (stmt, 3, (int64_t) attempts);
-    sqlite3_bind_int64 (stmt, 4, (int64_t) status_code);
+    sbx_stmt_bind_int64 (stmt, 3, (int64_t) attempts);
+    sbx_stmt_bind_int64 (stmt, 4, (int64_t) status_code);
     sbx_db_bind_text (stmt, 5, error);
-    sqlite3_bind_int64 (stmt, 6, (int64_t) next_ms);
-    sqlite3_bind_int64 (stmt, 7, (int64_t) done_ms);
+    sbx_stmt_bind_int64 (stmt, 6, (int64_t) next_ms);
+    sbx_stmt_bind_int64 (stmt, 7, (int64_t) done_ms);
     return sbx_db_run (self->db, ST_RECORD, "delivery record");
 }
 

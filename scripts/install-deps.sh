@@ -12,7 +12,7 @@ PACKAGES=(
   # build
   build-essential cmake pkg-config git
   libzmq3-dev libczmq-dev libmsgpack-dev libmicrohttpd-dev libgnutls28-dev
-  libsqlite3-dev libjansson-dev libsodium-dev libcurl4-openssl-dev libpsl-dev publicsuffix
+  libsqlite3-dev libdqlite-dev libjansson-dev libsodium-dev libcurl4-openssl-dev libpsl-dev publicsuffix
   # guests and the guest image
   qemu-system-x86 qemu-utils busybox-static mmdebstrap e2fsprogs cpio kmod zstd lz4
   # tests and tools

@@ -109,7 +109,7 @@ struct _snap_store_t {
     sbx_db_t *db;
 };
 
-static void s_record_read (sqlite3_stmt *stmt, snap_record_t *record)
+static void s_record_read (sbx_stmt_t *stmt, snap_record_t *record)
 {
     char **strings[] = {&record->id,         &record->account, &record->name,
                         &record->sandbox_id, &record->type,    &record->state,
@@ -120,7 +120,7 @@ static void s_record_read (sqlite3_stmt *stmt, snap_record_t *record)
     record->disk_bytes = sbx_db_column_u64 (stmt, 11);
     record->memory_bytes = sbx_db_column_u64 (stmt, 12);
     record->created_ms = sbx_db_column_u64 (stmt, 13);
-    record->sandbox_deleted = sqlite3_column_int (stmt, 14) != 0;
+    record->sandbox_deleted = sbx_stmt_column_int (stmt, 14) != 0;
     record->key_id = sbx_db_column_dup (stmt, 15, NULL);
 }
 
@@ -177,7 +177,7 @@ int snap_store_insert (snap_store_t *self, const snap_record_t *record, char **k
 {
     if (sbx_db_begin (self->db))
         return -1;
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_INSERT);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_INSERT);
     sbx_db_bind_text (stmt, 1, record->id);
     sbx_db_bind_text (stmt, 2, record->account);
     sbx_db_bind_text (stmt, 3, record->name);
@@ -187,7 +187,7 @@ int snap_store_insert (snap_store_t *self, const snap_record_t *record, char **k
     sbx_db_bind_text (stmt, 7, record->image);
     sbx_db_bind_text (stmt, 8, record->qemu_version);
     sbx_db_bind_text (stmt, 9, record->parent);
-    sqlite3_bind_int64 (stmt, 10, (sqlite3_int64) record->created_ms);
+    sbx_stmt_bind_int64 (stmt, 10, (sqlite3_int64) record->created_ms);
     sbx_db_bind_text (stmt, 11, record->key_id);
     int rc = sbx_db_run (self->db, ST_INSERT, "insert snapshot");
     for (size_t i = 0; rc == 0 && i < labels; i++) {
@@ -206,9 +206,9 @@ int snap_store_insert (snap_store_t *self, const snap_record_t *record, char **k
 int snap_store_find (snap_store_t *self, const char *id, snap_record_t *record)
 {
     memset (record, 0, sizeof *record);
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_FIND);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_FIND);
     sbx_db_bind_text (stmt, 1, id);
-    int rc = sqlite3_step (stmt);
+    int rc = sbx_stmt_step (stmt);
     if (rc == SQLITE_ROW)
         s_record_read (stmt, record);
     else if (rc != SQLITE_DONE)
@@ -220,11 +220,11 @@ int snap_store_find (snap_store_t *self, const char *id, snap_record_t *record)
 int snap_store_finish (snap_store_t *self, const char *id, const char *reason, uint64_t disk_bytes,
                        uint64_t memory_bytes, const char *image, const char *qemu_version)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_FINISH);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_FINISH);
     sbx_db_bind_text (stmt, 1, id);
     sbx_db_bind_text (stmt, 2, reason);
-    sqlite3_bind_int64 (stmt, 3, (sqlite3_int64) (disk_bytes & INT64_MAX));
-    sqlite3_bind_int64 (stmt, 4, (sqlite3_int64) (memory_bytes & INT64_MAX));
+    sbx_stmt_bind_int64 (stmt, 3, (sqlite3_int64) (disk_bytes & INT64_MAX));
+    sbx_stmt_bind_int64 (stmt, 4, (sqlite3_int64) (memory_bytes & INT64_MAX));
     sbx_db_bind_text (stmt, 5, image);
     sbx_db_bind_text (stmt, 6, qemu_version);
     if (sbx_db_run (self->db, ST_FINISH, "finish snapshot"))
@@ -234,17 +234,17 @@ int snap_store_finish (snap_store_t *self, const char *id, const char *reason, u
 
 int snap_store_delete (snap_store_t *self, const char *id)
 {
-    sqlite3_bind_text (sbx_db_stmt (self->db, ST_DELETE), 1, id, -1, SQLITE_STATIC);
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_DELETE), 1, id);
     return sbx_db_run (self->db, ST_DELETE, "delete snapshot");
 }
 
 int snap_store_list (snap_store_t *self, const char *account, snap_store_record_fn *fn, void *arg)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, account ? ST_LIST : ST_LIST_ALL);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, account ? ST_LIST : ST_LIST_ALL);
     if (account)
         sbx_db_bind_text (stmt, 1, account);
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW) {
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
         snap_record_t record = {0};
         s_record_read (stmt, &record);
         fn (&record, arg);
@@ -258,12 +258,12 @@ int snap_store_list (snap_store_t *self, const char *account, snap_store_record_
 
 int snap_store_labels (snap_store_t *self, const char *id, snap_store_pair_fn *fn, void *arg)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_LABELS);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_LABELS);
     sbx_db_bind_text (stmt, 1, id);
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW)
-        fn ((const char *) sqlite3_column_text (stmt, 0),
-            (const char *) sqlite3_column_text (stmt, 1), arg);
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW)
+        fn ((const char *) sbx_stmt_column_text (stmt, 0),
+            (const char *) sbx_stmt_column_text (stmt, 1), arg);
     if (rc != SQLITE_DONE)
         sbx_db_log_error (self->db, "labels");
     sbx_db_reset (stmt);
@@ -272,7 +272,7 @@ int snap_store_labels (snap_store_t *self, const char *id, snap_store_pair_fn *f
 
 int snap_store_use_add (snap_store_t *self, const char *snapshot_id, const char *sandbox_id)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, ST_USE_ADD);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_USE_ADD);
     sbx_db_bind_text (stmt, 1, snapshot_id);
     sbx_db_bind_text (stmt, 2, sandbox_id);
     return sbx_db_run (self->db, ST_USE_ADD, "add use");
@@ -294,11 +294,11 @@ int snap_store_sandbox_deleted (snap_store_t *self, const char *sandbox_id)
 static int s_ids (snap_store_t *self, stmt_id_t id, const char *param, snap_store_id_fn *fn,
                   void *arg)
 {
-    sqlite3_stmt *stmt = sbx_db_stmt (self->db, id);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, id);
     sbx_db_bind_text (stmt, 1, param);
     int rc;
-    while ((rc = sqlite3_step (stmt)) == SQLITE_ROW)
-        fn ((const char *) sqlite3_column_text (stmt, 0), arg);
+    while ((rc = sbx_stmt_step (stmt)) == SQLITE_ROW)
+        fn ((const char *) sbx_stmt_column_text (stmt, 0), arg);
     if (rc != SQLITE_DONE)
         sbx_db_log_error (self->db, "query");
     sbx_db_reset (stmt);
