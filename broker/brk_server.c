@@ -34,6 +34,7 @@
 
 typedef struct {
     sbx_config_t *config; //  borrowed
+    const char *node;     //  a cluster's: this control node's address (borrowed)
     zsock_t *pipe;        //  borrowed
     zloop_t *loop;
     zsock_t *router;
@@ -111,7 +112,8 @@ static int s_ctx_call (brk_ctx_t *ctx, sbx_role_t role, const char *instance, sb
                        uint32_t timeout_ms, brk_call_fn *fn, void *arg);
 static void s_ctx_send (brk_ctx_t *ctx, zframe_t *address, sbx_msg_t **msg_p);
 
-static s_server_t *s_server_new (sbx_config_t *config, zsock_t *pipe)
+static s_server_t *s_server_new (sbx_config_t *config, const brk_server_args_t *cluster,
+                                 zsock_t *pipe)
 {
     s_server_t *self = calloc (1, sizeof *self);
     if (!self)
@@ -125,25 +127,31 @@ static s_server_t *s_server_new (sbx_config_t *config, zsock_t *pipe)
     if (self->heartbeat_ms < 50)
         self->heartbeat_ms = 50;
     self->default_timeout_ms = sbx_config_get_uint (config, "request_timeout_ms", 30000);
-    if (s_lock (self)) {
+    if (cluster) {
+        //  A control node's broker (brk_control holds the data directory's lock): the
+        //  store is the cluster's, on this node, while it leads.
+        self->node = cluster->node;
+        self->store = brk_store_new_cluster (cluster->cluster);
+    } else if (s_lock (self)) {
         s_server_destroy (&self);
         return NULL;
+    } else {
+        char *dir = sbx_config_path (config, "broker");
+        char *db = sbx_config_path (config, "broker/control.db");
+        if (dir)
+            mkdir (dir, 0700);
+        self->store = db ? brk_store_new (db) : NULL;
+        //  The event log's sealed segments (brk_store.h): control.db holds the recent log.
+        char *segments = sbx_config_path (config, "broker/events");
+        if (self->store &&
+            (!segments || brk_store_segments_open (
+                              self->store, segments,
+                              sbx_config_get_uint (config, "events.segment_size", S_SEGMENT_SIZE))))
+            brk_store_destroy (&self->store);
+        free (segments);
+        free (dir);
+        free (db);
     }
-    char *dir = sbx_config_path (config, "broker");
-    char *db = sbx_config_path (config, "broker/control.db");
-    if (dir)
-        mkdir (dir, 0700);
-    self->store = db ? brk_store_new (db) : NULL;
-    //  The event log's sealed segments (brk_store.h): control.db holds the recent log.
-    char *segments = sbx_config_path (config, "broker/events");
-    if (self->store &&
-        (!segments || brk_store_segments_open (
-                          self->store, segments,
-                          sbx_config_get_uint (config, "events.segment_size", S_SEGMENT_SIZE))))
-        brk_store_destroy (&self->store);
-    free (segments);
-    free (dir);
-    free (db);
     self->router = zsock_new (ZMQ_ROUTER);
     self->tap = zsock_new (ZMQ_PUB);
     self->registry = brk_registry_new ();
@@ -384,6 +392,11 @@ static void s_on_status (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
     status->pid = (uint64_t) getpid ();
     status->started_ms = self->started_ms;
     sbx_str_set (&status->version, SBX_VERSION);
+    if (self->node) {
+        sbx_str_set (&status->control, "leader");
+        sbx_str_set (&status->node, self->node);
+        sbx_str_set (&status->leader, self->node);
+    }
     s_send (self, address, &reply);
 }
 
@@ -979,10 +992,9 @@ static int s_on_pipe (zloop_t *loop, zsock_t *pipe, void *arg)
     return term ? -1 : 0;
 }
 
-void brk_server_actor (zsock_t *pipe, void *args)
+static void s_actor (zsock_t *pipe, sbx_config_t *config, const brk_server_args_t *cluster)
 {
-    sbx_config_t *config = args;
-    s_server_t *self = s_server_new (config, pipe);
+    s_server_t *self = s_server_new (config, cluster, pipe);
     zsock_signal (pipe, 0); //  zactor_new returns; the status line says how it went
     if (!self) {
         zstr_send (pipe, "FAILED");
@@ -1008,6 +1020,17 @@ void brk_server_actor (zsock_t *pipe, void *args)
     zloop_start (self->loop);
     sbx_metrics_off_collect (sbx_metrics_here (), s_collect, self);
     s_server_destroy (&self);
+}
+
+void brk_server_actor (zsock_t *pipe, void *args)
+{
+    s_actor (pipe, args, NULL);
+}
+
+void brk_server_cluster_actor (zsock_t *pipe, void *args)
+{
+    brk_server_args_t *server = args;
+    s_actor (pipe, server->config, server);
 }
 
 //  --------------------------------------------------------------------------

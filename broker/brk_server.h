@@ -18,6 +18,17 @@
 //  "FAILED" when it can't start (the reason is logged); "$TERM" on the pipe stops it.
 void brk_server_actor (zsock_t *pipe, void *args);
 
+//  The same broker on a control node of a cluster (brk_control starts it while the
+//  node leads): its store is the cluster's database on that node, and it takes no lock
+//  of the data directory (brk_control holds it). args is a brk_server_args_t (borrowed).
+struct sbx_db_cluster_t;
+typedef struct {
+    sbx_config_t *config;
+    const struct sbx_db_cluster_t *cluster; //  where the database is: this node
+    const char *node;                       //  this node's address, for sys.status
+} brk_server_args_t;
+void brk_server_cluster_actor (zsock_t *pipe, void *args);
+
 void brk_server_test (bool verbose);
 
 #endif

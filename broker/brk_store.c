@@ -421,6 +421,18 @@ brk_store_t *brk_store_new (const char *path)
     return self;
 }
 
+brk_store_t *brk_store_new_cluster (const struct sbx_db_cluster_t *cluster)
+{
+    brk_store_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->db = sbx_db_new_cluster (cluster, "control", "sbx-broker", s_migrations, MIGRATION_COUNT,
+                                   s_sql, ST_COUNT);
+    if (!self->db)
+        brk_store_destroy (&self);
+    return self;
+}
+
 void brk_store_destroy (brk_store_t **self_p)
 {
     assert (self_p);

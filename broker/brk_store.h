@@ -127,6 +127,13 @@ typedef void (brk_store_label_fn) (const char *key, const char *value, void *arg
 //  or was written by a newer broker (its schema version is unknown here).
 brk_store_t *brk_store_new (const char *path);
 
+//  The same store as database "control" of a dqlite cluster (sbx_db_new_cluster): the
+//  broker of a control node opens it on its own node, without following the leader, so
+//  that its writes fail once that node no longer leads. No sealed segments there: the
+//  whole log stays in the replicated database.
+struct sbx_db_cluster_t;
+brk_store_t *brk_store_new_cluster (const struct sbx_db_cluster_t *cluster);
+
 //  Rolls back an open transaction, closes the database, sets *self_p to NULL.
 void brk_store_destroy (brk_store_t **self_p);
 

@@ -1,4 +1,5 @@
 /*  sbx-broker - the control plane: accounts, keys, sandboxes, routing, event log, tap. */
+#include "brk_control.h"
 #include "brk_server.h"
 #include "sbx_daemon.h"
 #include "sbx_ready.h"
@@ -24,7 +25,10 @@ int main (int argc, char **argv)
         &code);
     if (!daemon)
         return code;
-    zactor_t *server = zactor_new (brk_server_actor, sbx_daemon_config (daemon));
+    //  A control node of a cluster runs its dqlite node and serves while it leads.
+    sbx_config_t *config = sbx_daemon_config (daemon);
+    zactor_t *server =
+        zactor_new (brk_control_enabled (config) ? brk_control_actor : brk_server_actor, config);
     char *status = server ? zstr_recv (server) : NULL;
     code = status && streq (status, "READY") ? 0 : 1;
     zstr_free (&status);

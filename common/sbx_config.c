@@ -42,6 +42,14 @@ static const s_known_t s_known[] = {
     {"tap.endpoint", "ipc://%D/run/tap.sock", K_ANY},
     {"tap.bind", NULL, K_ANY}, //  = tap.endpoint
     {"broker.public_key", NULL, K_ANY},
+    //  A control node of a cluster (broker/brk_control.h, docs/operations.md "Several
+    //  hosts"): this node's address; nodes to join through the first time (unset: the
+    //  first node of a new cluster); every control node's address, for the processes
+    //  that reach the cluster's databases; Raft's one-way latency, whence its timeouts.
+    {"control.address", NULL, K_ANY},
+    {"control.join", NULL, K_ANY},
+    {"control.nodes", NULL, K_ANY},
+    {"control.latency_ms", "20", K_ANY},
     {"instance", NULL, K_ANY}, //  = host name
     {"heartbeat_ms", "1000", K_ANY},
     {"events.segment_size", "100000", K_ANY}, //  the broker's sealed log segments (0: none)

@@ -68,7 +68,7 @@ void sbx_db_destroy (sbx_db_t **self_p);
 //  then run on the new one). One that does not (the broker, which leads only while its
 //  own node does) stays on addresses[0], and its statements fail while that node does
 //  not lead (sbx_db_not_leader).
-typedef struct {
+typedef struct sbx_db_cluster_t {
     const char *const *addresses;
     size_t count;
     sbx_dqlite_dial_fn *dial; //  NULL: TCP "host:port", or "@name" in this process

@@ -429,6 +429,7 @@ static const sbx_meta_struct_t s_meta_peer_welcome;
 static const sbx_meta_struct_t s_meta_peer_heartbeat;
 static const sbx_meta_struct_t s_meta_peer_unknown;
 static const sbx_meta_struct_t s_meta_peer_bye;
+static const sbx_meta_struct_t s_meta_peer_standby;
 static const sbx_meta_struct_t s_meta_sys_status;
 static const sbx_meta_struct_t s_meta_sys_status_ok;
 static const sbx_meta_struct_t s_meta_sys_metrics;
@@ -1345,6 +1346,12 @@ static const sbx_meta_field_t s_fields_peer_bye[] = {
 };
 static const sbx_meta_struct_t s_meta_peer_bye = {"peer.bye", sizeof (sbx_peer_bye_t), s_fields_peer_bye, 1};
 
+static const sbx_meta_field_t s_fields_peer_standby[] = {
+    {"node", SBX_META_STRING, offsetof (sbx_peer_standby_t, node), true, 256, NULL, NULL},
+    {"leader", SBX_META_STRING, offsetof (sbx_peer_standby_t, leader), false, 256, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_peer_standby = {"peer.standby", sizeof (sbx_peer_standby_t), s_fields_peer_standby, 2};
+
 static const sbx_meta_struct_t s_meta_sys_status = {"sys.status", sizeof (sbx_sys_status_t), NULL, 0};
 
 static const sbx_meta_field_t s_fields_sys_status_ok[] = {
@@ -1355,8 +1362,11 @@ static const sbx_meta_field_t s_fields_sys_status_ok[] = {
     {"version", SBX_META_STRING, offsetof (sbx_sys_status_ok_t, version), false, 64, NULL, NULL},
     {"capacity", SBX_META_UINT, offsetof (sbx_sys_status_ok_t, capacity), false, 0, NULL, NULL},
     {"used", SBX_META_UINT, offsetof (sbx_sys_status_ok_t, used), false, 0, NULL, NULL},
+    {"control", SBX_META_STRING, offsetof (sbx_sys_status_ok_t, control), false, 16, NULL, NULL},
+    {"node", SBX_META_STRING, offsetof (sbx_sys_status_ok_t, node), false, 256, NULL, NULL},
+    {"leader", SBX_META_STRING, offsetof (sbx_sys_status_ok_t, leader), false, 256, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_sys_status_ok = {"sys.status.ok", sizeof (sbx_sys_status_ok_t), s_fields_sys_status_ok, 7};
+static const sbx_meta_struct_t s_meta_sys_status_ok = {"sys.status.ok", sizeof (sbx_sys_status_ok_t), s_fields_sys_status_ok, 10};
 
 static const sbx_meta_struct_t s_meta_sys_metrics = {"sys.metrics", sizeof (sbx_sys_metrics_t), NULL, 0};
 
@@ -2124,6 +2134,8 @@ static const char *const s_from_peer_unknown[] = {"broker"};
 static const char *const s_to_peer_unknown[] = {"gateway", "vmd", "snapshotd", "billing", "hooks"};
 static const char *const s_from_peer_bye[] = {"gateway", "vmd", "snapshotd", "billing", "hooks"};
 static const char *const s_to_peer_bye[] = {"broker"};
+static const char *const s_from_peer_standby[] = {"broker"};
+static const char *const s_to_peer_standby[] = {"any"};
 static const char *const s_from_sys_status[] = {"cli", "gateway"};
 static const char *const s_to_sys_status[] = {"broker", "gateway", "vmd", "snapshotd", "billing", "hooks"};
 static const char *const s_from_sys_status_ok[] = {"any"};
@@ -2383,6 +2395,7 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"peer.heartbeat", &s_meta_peer_heartbeat, s_from_peer_heartbeat, 1, s_to_peer_heartbeat, 1, SBX_MSG__UNKNOWN, false},
     {"peer.unknown", &s_meta_peer_unknown, s_from_peer_unknown, 1, s_to_peer_unknown, 5, SBX_MSG__UNKNOWN, false},
     {"peer.bye", &s_meta_peer_bye, s_from_peer_bye, 5, s_to_peer_bye, 1, SBX_MSG__UNKNOWN, false},
+    {"peer.standby", &s_meta_peer_standby, s_from_peer_standby, 1, s_to_peer_standby, 1, SBX_MSG__UNKNOWN, false},
     {"sys.status", &s_meta_sys_status, s_from_sys_status, 2, s_to_sys_status, 6, SBX_MSG_SYS_STATUS_OK, false},
     {"sys.status.ok", &s_meta_sys_status_ok, s_from_sys_status_ok, 1, s_to_sys_status_ok, 2, SBX_MSG__UNKNOWN, false},
     {"sys.metrics", &s_meta_sys_metrics, s_from_sys_metrics, 2, s_to_sys_metrics, 1, SBX_MSG_SYS_METRICS_OK, false},
@@ -2972,6 +2985,11 @@ sbx_peer_unknown_t *sbx_msg_peer_unknown (struct sbx_msg_s *msg)
 sbx_peer_bye_t *sbx_msg_peer_bye (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_PEER_BYE ? (sbx_peer_bye_t *) msg->body : NULL;
+}
+
+sbx_peer_standby_t *sbx_msg_peer_standby (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_PEER_STANDBY ? (sbx_peer_standby_t *) msg->body : NULL;
 }
 
 sbx_sys_status_t *sbx_msg_sys_status (struct sbx_msg_s *msg)

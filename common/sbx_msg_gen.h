@@ -294,6 +294,7 @@ typedef enum {
     SBX_MSG_PEER_HEARTBEAT,           //  peer.heartbeat
     SBX_MSG_PEER_UNKNOWN,             //  peer.unknown
     SBX_MSG_PEER_BYE,                 //  peer.bye
+    SBX_MSG_PEER_STANDBY,             //  peer.standby
     SBX_MSG_SYS_STATUS,               //  sys.status
     SBX_MSG_SYS_STATUS_OK,            //  sys.status.ok
     SBX_MSG_SYS_METRICS,              //  sys.metrics
@@ -489,6 +490,7 @@ typedef struct sbx_peer_welcome_s sbx_peer_welcome_t;
 typedef struct sbx_peer_heartbeat_s sbx_peer_heartbeat_t;
 typedef struct sbx_peer_unknown_s sbx_peer_unknown_t;
 typedef struct sbx_peer_bye_s sbx_peer_bye_t;
+typedef struct sbx_peer_standby_s sbx_peer_standby_t;
 typedef struct sbx_sys_status_s sbx_sys_status_t;
 typedef struct sbx_sys_status_ok_s sbx_sys_status_ok_t;
 typedef struct sbx_sys_metrics_s sbx_sys_metrics_t;
@@ -2069,6 +2071,19 @@ struct sbx_peer_bye_s {
     char *reason;
 };
 
+//  message peer.standby (peer.json): broker -> any. The answer of a broker that stands by (on a
+//  control node of a cluster whose dqlite node does not lead) to every message but sys.status:
+//  nothing was done, send it to another control node's broker. rid echoes the message's (0 for
+//  a hello). A peer given several broker endpoints moves to the next one, or to the one this
+//  broker names as leading.
+struct sbx_peer_standby_s {
+    //  (required, max 256) This broker's control node address (host:port).
+    char *node;
+    //  (max 256) The control node address of the node that leads, as this one knows it; absent
+    //  during an election.
+    char *leader;
+};
+
 //  message sys.status (peer.json): cli, gateway -> broker, gateway, vmd, snapshotd, billing,
 //  hooks, reply sys.status.ok. Ask a process (the broker, or a worker routed by role and
 //  instance) how it is.
@@ -2092,6 +2107,13 @@ struct sbx_sys_status_ok_s {
     uint64_t capacity;
     //  Units in use.
     uint64_t used;
+    //  (max 16) A broker of a cluster: leader, or standby.
+    char *control;
+    //  (max 256) A broker of a cluster: its control node address (host:port).
+    char *node;
+    //  (max 256) A broker of a cluster: the control node address of the node that leads, as it
+    //  knows it.
+    char *leader;
 };
 
 //  message sys.metrics (peer.json): gateway, cli -> broker, reply sys.metrics.ok. The metrics
@@ -3125,6 +3147,7 @@ sbx_peer_welcome_t *sbx_msg_peer_welcome (struct sbx_msg_s *msg);
 sbx_peer_heartbeat_t *sbx_msg_peer_heartbeat (struct sbx_msg_s *msg);
 sbx_peer_unknown_t *sbx_msg_peer_unknown (struct sbx_msg_s *msg);
 sbx_peer_bye_t *sbx_msg_peer_bye (struct sbx_msg_s *msg);
+sbx_peer_standby_t *sbx_msg_peer_standby (struct sbx_msg_s *msg);
 sbx_sys_status_t *sbx_msg_sys_status (struct sbx_msg_s *msg);
 sbx_sys_status_ok_t *sbx_msg_sys_status_ok (struct sbx_msg_s *msg);
 sbx_sys_metrics_t *sbx_msg_sys_metrics (struct sbx_msg_s *msg);

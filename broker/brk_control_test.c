@@ -1,0 +1,161 @@
+/*  brk_control_test - three control nodes of one cluster, each a brk_control actor with
+    its own data directory, dqlite node and broker endpoint, in this process: one leads
+    and serves, the others stand by; an account made through the leader is there after
+    the leader stops (handing over) and after the next one is cut off without a word;
+    a stopped node comes back, as a follower, with its data.
+*/
+#include "brk_control.h"
+#include "brk_testkit.h"
+#include "sbx_testcluster.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define S_NODES 3
+
+typedef struct {
+    char dir[48];
+    char address[64];
+    sbx_config_t *config;
+    zactor_t *actor;
+    zsock_t *client;
+} s_node_t;
+
+static void s_start (s_node_t *node)
+{
+    node->actor = zactor_new (brk_control_actor, node->config);
+    char *status = zstr_recv (node->actor);
+    assert (status && streq (status, "READY"));
+    zstr_free (&status);
+    node->client = brk_testkit_dealer (node->config);
+}
+
+static void s_stop (s_node_t *node)
+{
+    zsock_destroy (&node->client);
+    zactor_destroy (&node->actor);
+}
+
+//  What a node's broker answers a status: 1 leads, 0 stands by, -1 nothing in time.
+static int s_leads (s_node_t *node, uint64_t rid)
+{
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SYS_STATUS);
+    request->rid = rid;
+    brk_testkit_send (node->client, &request);
+    sbx_msg_t *reply;
+    while ((reply = brk_testkit_recv (node->client, 1000))) {
+        if (reply->rid == rid)
+            break;
+        sbx_msg_destroy (&reply);
+    }
+    if (!reply)
+        return -1;
+    assert (reply->type == SBX_MSG_SYS_STATUS_OK);
+    sbx_sys_status_ok_t *status = sbx_msg_sys_status_ok (reply);
+    assert (status->control && status->node && streq (status->node, node->address));
+    int leads = streq (status->control, "leader") ? 1 : 0;
+    sbx_msg_destroy (&reply);
+    return leads;
+}
+
+//  The node that serves, waiting up to 10 s for one; asserts the others stand by.
+static int s_leader (s_node_t *nodes, uint64_t *rid)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        int leader = -1, standing = 0;
+        for (int i = 0; i < S_NODES; i++) {
+            if (!nodes[i].actor)
+                continue;
+            int leads = s_leads (&nodes[i], ++*rid);
+            if (leads == 1) {
+                assert (leader < 0); //  never two
+                leader = i;
+            } else if (leads == 0)
+                standing++;
+        }
+        if (leader >= 0)
+            return leader;
+        zclock_sleep (100);
+    }
+    return -1;
+}
+
+void brk_control_test (bool verbose)
+{
+    sbx_log_init ("brk_control_test", verbose ? SBX_LOG_DEBUG : SBX_LOG_ERROR);
+    s_node_t nodes[S_NODES];
+    char first[sizeof ((s_node_t *) 0)->address] = "";
+    for (int i = 0; i < S_NODES; i++) {
+        s_node_t *node = &nodes[i];
+        memset (node, 0, sizeof *node);
+        snprintf (node->dir, sizeof node->dir, "/tmp/brk_control_test.XXXXXX");
+        assert (mkdtemp (node->dir));
+        snprintf (node->address, sizeof node->address, "127.0.0.1:%d",
+                  sbx_testcluster_free_port ());
+        node->config = sbx_config_new (node->dir);
+        assert (node->config);
+        sbx_config_set (node->config, "heartbeat_ms", "100");
+        sbx_config_set (node->config, "control.address", node->address);
+        sbx_config_set (node->config, "control.latency_ms", "5");
+        if (i == 0)
+            memcpy (first, node->address, sizeof first);
+        else
+            sbx_config_set (node->config, "control.join", first);
+        assert (brk_control_enabled (node->config));
+        s_start (node);
+    }
+    uint64_t rid = 1000;
+    int leader = s_leader (nodes, &rid);
+    assert (leader == 0); //  the first node leads a new cluster
+
+    //  Anything but a status sent to a node that stands by: peer.standby, same rid.
+    int standby = leader == 0 ? 1 : 0;
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_ACCOUNT_LIST);
+    sbx_msg_t *reply = brk_testkit_call (nodes[standby].client, request, ++rid);
+    assert (reply->type == SBX_MSG_PEER_STANDBY);
+    assert (streq (sbx_msg_peer_standby (reply)->node, nodes[standby].address));
+    assert (streq (sbx_msg_peer_standby (reply)->leader, nodes[leader].address));
+    sbx_msg_destroy (&reply);
+
+    //  The leader serves: an account is made, on the cluster's database.
+    char *account = brk_testkit_account (nodes[leader].client, "a@example.com", ++rid);
+    assert (account);
+
+    //  The leader stops (handing over): another serves, with the account.
+    s_stop (&nodes[leader]);
+    int next = s_leader (nodes, &rid);
+    assert (next >= 0 && next != leader);
+    request = sbx_msg_new (SBX_MSG_ACCOUNT_GET);
+    sbx_str_set (&sbx_msg_account_get (request)->account, "a@example.com");
+    reply = brk_testkit_call (nodes[next].client, request, ++rid);
+    assert (reply->type == SBX_MSG_ACCOUNT_GET_OK);
+    assert (streq (sbx_msg_account_get_ok (reply)->account->account_id, account));
+    sbx_msg_destroy (&reply);
+
+    //  It comes back: a follower, with its data; the one leading now stops too: the third
+    //  serves, both accounts and all.
+    s_start (&nodes[leader]);
+    char *second = brk_testkit_account (nodes[next].client, "b@example.com", ++rid);
+    assert (second);
+    s_stop (&nodes[next]);
+    int third = s_leader (nodes, &rid);
+    assert (third >= 0 && third != next);
+    request = sbx_msg_new (SBX_MSG_ACCOUNT_GET);
+    sbx_str_set (&sbx_msg_account_get (request)->account, "b@example.com");
+    reply = brk_testkit_call (nodes[third].client, request, ++rid);
+    assert (reply->type == SBX_MSG_ACCOUNT_GET_OK);
+    sbx_msg_destroy (&reply);
+
+    free (account);
+    free (second);
+    for (int i = 0; i < S_NODES; i++) {
+        s_stop (&nodes[i]);
+        sbx_config_destroy (&nodes[i].config);
+        char *command = zsys_sprintf ("rm -rf '%s'", nodes[i].dir);
+        assert (command && system (command) == 0);
+        zstr_free (&command);
+    }
+    sbx_log_init ("sbx", SBX_LOG_INFO);
+}
