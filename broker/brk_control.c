@@ -420,44 +420,12 @@ static void s_control_destroy (s_control_t **self_p)
     sbx_dqlite_destroy (&self->local);
     sbx_dqnode_destroy (&self->node);
     zloop_destroy (&self->loop);
-    if (self->join)
-        for (char **a = self->join; *a; a++)
-            free (*a);
-    free (self->join);
+    sbx_config_list_free (&self->join);
     free (self->instance);
     if (self->lock_fd >= 0)
         close (self->lock_fd);
     free (self);
     *self_p = NULL;
-}
-
-//  A comma-separated list, NULL-terminated; NULL when empty.
-static char **s_split (const char *list)
-{
-    if (!list || !*list)
-        return NULL;
-    size_t count = 1;
-    for (const char *c = list; *c; c++)
-        count += *c == ',';
-    char **out = calloc (count + 1, sizeof *out);
-    if (!out)
-        return NULL;
-    size_t n = 0;
-    const char *start = list;
-    while (true) {
-        const char *end = strchr (start, ',');
-        size_t len = end ? (size_t) (end - start) : strlen (start);
-        while (len && (*start == ' '))
-            start++, len--;
-        while (len && start[len - 1] == ' ')
-            len--;
-        if (len)
-            out[n++] = strndup (start, len);
-        if (!end)
-            break;
-        start = end + 1;
-    }
-    return out;
 }
 
 static bool s_hostport (const char *value)
@@ -487,7 +455,7 @@ static s_control_t *s_control_new (sbx_config_t *config, zsock_t *pipe)
         return NULL;
     }
     snprintf (self->address, sizeof self->address, "%s", address);
-    self->join = s_split (sbx_config_get (config, "control.join", NULL));
+    self->join = sbx_config_list (config, "control.join", NULL);
     if (self->join)
         for (char **a = self->join; *a; a++)
             if (!s_hostport (*a)) {

@@ -361,6 +361,49 @@ uint64_t sbx_config_get_uint (sbx_config_t *self, const char *key, uint64_t dflt
     return value;
 }
 
+char **sbx_config_list (sbx_config_t *self, const char *key, size_t *count)
+{
+    size_t n = 0;
+    if (count)
+        *count = 0;
+    const char *list = sbx_config_get (self, key, NULL);
+    if (!list || !*list)
+        return NULL;
+    size_t most = 1;
+    for (const char *c = list; *c; c++)
+        most += *c == ',';
+    char **out = calloc (most + 1, sizeof *out);
+    const char *start = list;
+    while (out) {
+        const char *end = strchr (start, ',');
+        size_t len = end ? (size_t) (end - start) : strlen (start);
+        while (len && isspace ((unsigned char) *start))
+            start++, len--;
+        while (len && isspace ((unsigned char) start[len - 1]))
+            len--;
+        if (len && !(out[n++] = strndup (start, len)))
+            sbx_config_list_free (&out);
+        if (!end)
+            break;
+        start = end + 1;
+    }
+    if (out && n == 0)
+        sbx_config_list_free (&out);
+    if (out && count)
+        *count = n;
+    return out;
+}
+
+void sbx_config_list_free (char ***list_p)
+{
+    if (!list_p || !*list_p)
+        return;
+    for (char **item = *list_p; *item; item++)
+        free (*item);
+    free (*list_p);
+    *list_p = NULL;
+}
+
 uint64_t sbx_config_get_range (sbx_config_t *self, const char *key, uint64_t dflt, uint64_t min,
                                uint64_t max)
 {

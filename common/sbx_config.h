@@ -40,6 +40,12 @@ const char *sbx_config_data_dir (sbx_config_t *self);
 //  Value of key: the override, else the file's, else the built-in default, else dflt.
 const char *sbx_config_get (sbx_config_t *self, const char *key, const char *dflt);
 uint64_t sbx_config_get_uint (sbx_config_t *self, const char *key, uint64_t dflt);
+//  A comma-separated value as a list (blanks around items dropped, empty items skipped):
+//  a NULL-terminated array for sbx_config_list_free, NULL when unset, empty or out of
+//  memory; *count (may be NULL) gets the number of items. broker.endpoint and
+//  tap.endpoint name every control node's broker so, control.join some nodes.
+char **sbx_config_list (sbx_config_t *self, const char *key, size_t *count);
+void sbx_config_list_free (char ***list_p);
 //  A number within min..max; dflt (with a warning) when it is not one or is outside, and
 //  when self is NULL (self-tests) or the key is unset.
 uint64_t sbx_config_get_range (sbx_config_t *self, const char *key, uint64_t dflt, uint64_t min,

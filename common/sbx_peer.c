@@ -15,13 +15,34 @@ typedef struct {
     uint64_t deadline; //  monotonic ms
     sbx_peer_reply_fn *fn;
     void *arg;
+    //  With several broker endpoints (a cluster's control nodes): the request as sent,
+    //  and the connection it went out on, so that a broker that stands by and did
+    //  nothing with it (peer.standby) has it sent again to the one that leads.
+    uint64_t gen;
+    uint8_t *data;
+    size_t size;
+    bool resend;
 } s_pending_t;
+
+//  How long a worker waits for a welcome, and a client for any word from a broker while
+//  its requests wait, before trying the next control node's broker.
+#define S_SWITCH_MS 1000
+//  Moves from one endpoint to the next, at most this often (answers from the one left
+//  may still be arriving).
+#define S_MOVE_MS 100
 
 struct sbx_peer_t {
     sbx_config_t *config; //  borrowed
     sbx_role_t role;
     char *instance;
     zsock_t *sock;
+    //  broker.endpoint: one broker, or every control node's (comma-separated). The
+    //  socket is connected to one of them at a time: endpoints[current], since gen.
+    char **endpoints;
+    size_t count, current;
+    uint64_t gen;
+    uint64_t moved_at; //  monotonic ms
+    uint64_t pinged_at;
     zloop_t *loop;
     int sweep_timer;
     int beat_timer;
@@ -43,8 +64,16 @@ struct sbx_peer_t {
 
 static void s_pending_free (void **item)
 {
-    free (*item);
+    s_pending_t *pending = *item;
+    if (pending)
+        free (pending->data);
+    free (pending);
     *item = NULL;
+}
+
+static const char *s_endpoint (sbx_peer_t *self)
+{
+    return self->count ? self->endpoints[self->current] : "?";
 }
 
 static bool s_is_worker (sbx_role_t role)
@@ -79,17 +108,56 @@ sbx_peer_t *sbx_peer_new (sbx_config_t *config, sbx_role_t role, const char *ins
     //  Workers drop what can't be sent at once (hello is repeated anyway); a CLI queues
     //  its request until the broker is there, within the request's deadline.
     zsock_set_immediate (self->sock, s_is_worker (role) ? 1 : 0);
-    const char *endpoint = sbx_config_get (config, "broker.endpoint", NULL);
-    if (sbx_curve_needed (endpoint) && sbx_curve_client (config, self->sock)) {
+    self->endpoints = sbx_config_list (config, "broker.endpoint", &self->count);
+    if (!self->endpoints) {
+        sbx_error ("no broker.endpoint to connect to");
         sbx_peer_destroy (&self);
         return NULL;
     }
-    if (zsock_connect (self->sock, "%s", endpoint)) {
-        sbx_error ("cannot connect to broker at %s", endpoint);
+    //  Control nodes share the broker's key pair: one server key for all of them.
+    bool curve = false;
+    for (size_t i = 0; i < self->count; i++)
+        curve |= sbx_curve_needed (self->endpoints[i]);
+    if (curve && sbx_curve_client (config, self->sock)) {
         sbx_peer_destroy (&self);
         return NULL;
     }
+    //  Endpoints are checked at once, so that a typo is said now and not at a failover.
+    for (size_t i = 1; i < self->count; i++)
+        if (zsock_connect (self->sock, "%s", self->endpoints[i]) == 0)
+            zsock_disconnect (self->sock, "%s", self->endpoints[i]);
+        else {
+            sbx_error ("cannot connect to broker at %s", self->endpoints[i]);
+            sbx_peer_destroy (&self);
+            return NULL;
+        }
+    if (zsock_connect (self->sock, "%s", self->endpoints[0])) {
+        sbx_error ("cannot connect to broker at %s", self->endpoints[0]);
+        sbx_peer_destroy (&self);
+        return NULL;
+    }
+    self->moved_at = sbx_clock_mono_ms ();
     return self;
+}
+
+//  Leaves the broker connected now for the next endpoint (a cluster's control node
+//  that may lead). Nothing when there is one endpoint, or when the last move was too
+//  recent (answers from the broker just left are still coming in). True when it moved.
+static bool s_move (sbx_peer_t *self, const char *why)
+{
+    uint64_t now = sbx_clock_mono_ms ();
+    if (self->count < 2 || now - self->moved_at < S_MOVE_MS)
+        return false;
+    const char *from = self->endpoints[self->current];
+    zsock_disconnect (self->sock, "%s", from);
+    self->current = (self->current + 1) % self->count;
+    self->gen++;
+    self->moved_at = now;
+    self->last_heard = now;
+    if (zsock_connect (self->sock, "%s", self->endpoints[self->current]))
+        sbx_error ("cannot connect to broker at %s", self->endpoints[self->current]);
+    sbx_info ("broker at %s %s: trying %s", from, why, self->endpoints[self->current]);
+    return true;
 }
 
 //  Requests waiting on the broker: a queue that grows means a slow or stuck peer.
@@ -115,6 +183,7 @@ void sbx_peer_destroy (sbx_peer_t **self_p)
     }
     zsock_destroy (&self->sock);
     zhashx_destroy (&self->pending);
+    sbx_config_list_free (&self->endpoints);
     free (self->instance);
     free (self);
     *self_p = NULL;
@@ -158,10 +227,26 @@ const char *sbx_peer_instance (sbx_peer_t *self)
     return self->instance;
 }
 
+//  Sends encoded bytes on the connection of now. 0, or -1 with err unavailable.
+static int s_send_bytes (sbx_peer_t *self, const uint8_t *data, size_t size, uint64_t rid,
+                         sbx_err_t *err)
+{
+    zframe_t *frame = zframe_new (data, size);
+    int rc = frame ? zframe_send (&frame, self->sock, ZFRAME_DONTWAIT) : -1;
+    zframe_destroy (&frame);
+    if (rc) {
+        sbx_debug ("rid=%llu not sent: no broker connection", (unsigned long long) rid);
+        sbx_err_set (err, SBX_E_UNAVAILABLE, "no broker connection");
+    }
+    return rc;
+}
+
 //  Encodes and sends; takes the message. -1 with err's code invalid_argument when the
 //  message could not be encoded (a value out of its schema's bounds: the caller's input,
-//  so only a debug line), unavailable when there is no connection to send it on.
-static int s_send (sbx_peer_t *self, sbx_msg_t **msg_p, sbx_err_t *err)
+//  so only a debug line), unavailable when there is no connection to send it on. With
+//  keep, the encoded bytes are handed to *kept (the caller's), sent or not.
+static int s_send_keep (sbx_peer_t *self, sbx_msg_t **msg_p, sbx_err_t *err, uint8_t **kept,
+                        size_t *kept_size)
 {
     assert (msg_p);
     sbx_msg_t *msg = *msg_p;
@@ -176,19 +261,21 @@ static int s_send (sbx_peer_t *self, sbx_msg_t **msg_p, sbx_err_t *err)
         sbx_debug ("rid=%llu cannot encode %s: %s", (unsigned long long) msg->rid,
                    sbx_msg_type_name (msg->type), err->message);
         err->code = SBX_E_INVALID_ARGUMENT;
-    } else {
-        zframe_t *frame = zframe_new (data, size);
-        rc = frame ? zframe_send (&frame, self->sock, ZFRAME_DONTWAIT) : -1;
-        zframe_destroy (&frame);
-        if (rc) {
-            sbx_debug ("rid=%llu %s not sent: no broker connection", (unsigned long long) msg->rid,
-                       sbx_msg_type_name (msg->type));
-            sbx_err_set (err, SBX_E_UNAVAILABLE, "no broker connection");
-        }
+    } else
+        rc = s_send_bytes (self, data, size, msg->rid, err);
+    if (kept && (rc == 0 || err->code == SBX_E_UNAVAILABLE)) {
+        *kept = data;
+        *kept_size = size;
+        data = NULL;
     }
     free (data);
     sbx_msg_destroy (&msg);
     return rc;
+}
+
+static int s_send (sbx_peer_t *self, sbx_msg_t **msg_p, sbx_err_t *err)
+{
+    return s_send_keep (self, msg_p, err, NULL, NULL);
 }
 
 int sbx_peer_send (sbx_peer_t *self, sbx_msg_t **msg_p)
@@ -231,20 +318,26 @@ uint64_t sbx_peer_request (sbx_peer_t *self, sbx_msg_t **request_p, uint32_t tim
     pending->deadline = sbx_clock_mono_ms () + timeout_ms;
     pending->fn = fn;
     pending->arg = arg;
+    pending->gen = self->gen;
     zhashx_insert (self->pending, (void *) (uintptr_t) rid, pending);
     char what[600];
     snprintf (what, sizeof what, "%s could not be sent: the broker is not reachable at %s",
-              sbx_msg_type_name (request->type),
-              sbx_config_get (self->config, "broker.endpoint", "?"));
+              sbx_msg_type_name (request->type), s_endpoint (self));
     sbx_err_t err;
-    if (s_send (self, request_p, &err) == 0)
+    //  Several control nodes: the bytes are kept, to go to the next broker if this one
+    //  stands by (or is not connected yet: it goes out with the next sweep).
+    bool keep = self->count > 1;
+    int rc = s_send_keep (self, request_p, &err, keep ? &pending->data : NULL, &pending->size);
+    if (rc == 0)
         return rid;
     if (err.code == SBX_E_INVALID_ARGUMENT) {
         //  The encoder names the message and the field ("sandbox.create: field 'name' is
         //  longer than 128 bytes"); the caller knows the field, not our message names.
         const char *colon = strstr (err.message, ": ");
         s_fail (self, pending, SBX_E_INVALID_ARGUMENT, colon ? colon + 2 : err.message);
-    } else
+    } else if (keep && pending->data)
+        pending->resend = true;
+    else
         s_fail (self, pending, SBX_E_UNAVAILABLE, what);
     return rid;
 }
@@ -279,13 +372,30 @@ void sbx_peer_bye (sbx_peer_t *self, const char *reason)
     zsock_set_linger (self->sock, 500);
 }
 
-//  The broker is gone (silent) or forgot us: every request in flight is lost with it.
+//  Fails, with code and why, the requests in flight that a broker may have acted on:
+//  all but those a standby refused (they go to the next broker). Collected first:
+//  failing a request runs its callback, which may add requests.
+static void s_fail_sent (sbx_peer_t *self, sbx_code_t code, const char *why)
+{
+    zlistx_t *lost = zlistx_new ();
+    for (s_pending_t *p = zhashx_first (self->pending); p; p = zhashx_next (self->pending))
+        if (!p->resend)
+            zlistx_add_end (lost, (void *) (uintptr_t) p->rid);
+    for (void *key = zlistx_first (lost); key; key = zlistx_next (lost)) {
+        s_pending_t *p = zhashx_lookup (self->pending, key);
+        if (p)
+            s_fail (self, p, code, why);
+    }
+    zlistx_destroy (&lost);
+}
+
+//  The broker is gone (silent), forgot us, or stopped leading: every request in flight
+//  is lost with it. It may or may not have been done: the caller is told so, and never
+//  is it sent again (it could be done twice).
 static void s_lost_broker (sbx_peer_t *self, const char *why)
 {
     self->welcomed = false;
-    s_pending_t *pending;
-    while ((pending = zhashx_first (self->pending)))
-        s_fail (self, pending, SBX_E_UNAVAILABLE, why);
+    s_fail_sent (self, SBX_E_UNAVAILABLE, why);
 }
 
 //  The limit of peer.heartbeat's metrics, as schemas/peer.json sets it.
@@ -307,10 +417,16 @@ static int s_on_beat (zloop_t *loop, int timer_id, void *arg)
         return 0;
     uint64_t now = sbx_clock_mono_ms ();
     if (self->welcomed && now - self->last_heard > 3 * self->heartbeat_ms) {
-        sbx_warn ("broker silent for %llu ms; saying hello again",
+        sbx_warn ("broker at %s silent for %llu ms; saying hello again", s_endpoint (self),
                   (unsigned long long) (now - self->last_heard));
-        s_lost_broker (self, "the broker stopped answering (restarting?); retry shortly");
-    }
+        s_lost_broker (self, self->count > 1
+                                 ? "the control plane's leader stopped answering while this was "
+                                   "in flight: it may or may not have been done; check, then "
+                                   "retry"
+                                 : "the broker stopped answering (restarting?); retry shortly");
+        s_move (self, "is silent");
+    } else if (!self->welcomed && now - self->moved_at > S_SWITCH_MS)
+        s_move (self, "does not welcome this worker");
     if (self->welcomed) {
         sbx_msg_t *beat = sbx_msg_new (SBX_MSG_PEER_HEARTBEAT);
         sbx_msg_peer_heartbeat (beat)->used = self->used;
@@ -359,7 +475,70 @@ static int s_on_sweep (zloop_t *loop, int timer_id, void *arg)
             s_fail (self, p, SBX_E_TIMEOUT, "no answer before the request's deadline");
     }
     zlistx_destroy (&expired);
+    if (self->count < 2)
+        return 0;
+    //  A client waiting on a broker that says nothing asks whether it is there (any
+    //  answer will do: peer.unknown from a leader, peer.standby from the others), and
+    //  moves on when it is not.
+    if (!s_is_worker (self->role) && zhashx_size (self->pending) > 0) {
+        if (now - self->last_heard > S_SWITCH_MS) {
+            s_fail_sent (self, SBX_E_UNAVAILABLE,
+                         "the control plane's leader stopped answering while this was in flight: "
+                         "it may or may not have been done; check, then retry");
+            s_move (self, "is silent");
+        } else if (now - self->last_heard > S_SWITCH_MS / 2 && now - self->pinged_at > 200) {
+            self->pinged_at = now;
+            sbx_msg_t *ping = sbx_msg_new (SBX_MSG_PEER_HEARTBEAT);
+            sbx_peer_send (self, &ping);
+        }
+    }
+    //  What a standby refused goes to the broker of now, once a worker is welcomed there
+    //  (a client needs no welcome), and once the connection had a moment to be made.
+    if ((s_is_worker (self->role) && !self->welcomed) || now - self->moved_at < 20)
+        return 0;
+    for (s_pending_t *p = zhashx_first (self->pending); p; p = zhashx_next (self->pending))
+        if (p->resend && p->data) {
+            sbx_err_t err;
+            if (s_send_bytes (self, p->data, p->size, p->rid, &err) == 0) {
+                p->resend = false;
+                p->gen = self->gen;
+            }
+        }
     return 0;
+}
+
+//  A broker that stands by answered: nothing was done. A request goes again to the next
+//  one (the sweep sends it), a worker's hello or heartbeat moves the worker there.
+static void s_on_standby (sbx_peer_t *self, sbx_msg_t *msg)
+{
+    sbx_peer_standby_t *standby = sbx_msg_peer_standby (msg);
+    s_pending_t *pending =
+        msg->rid ? zhashx_lookup (self->pending, (void *) (uintptr_t) msg->rid) : NULL;
+    if (self->count < 2) {
+        char why[600];
+        snprintf (why, sizeof why,
+                  "the broker at %s stands by (control node %s of a cluster, which does not "
+                  "lead%s%s): give every control node's broker endpoint in broker.endpoint",
+                  s_endpoint (self), standby->node, standby->leader ? "; the leader is " : "",
+                  standby->leader ? standby->leader : "");
+        if (pending)
+            s_fail (self, pending, SBX_E_UNAVAILABLE, why);
+        else if (!self->welcomed)
+            sbx_warn ("%s", why);
+        return;
+    }
+    if (pending) {
+        pending->resend = true;
+        if (pending->gen == self->gen)
+            s_move (self, "stands by");
+        return;
+    }
+    if (!s_is_worker (self->role))
+        return;
+    if (self->welcomed)
+        s_lost_broker (self, "the control plane's leader changed while this was in flight: it "
+                             "may or may not have been done; check, then retry");
+    s_move (self, "stands by");
 }
 
 //  The broker refused our hello for good: another live worker of our role has our name,
@@ -396,6 +575,9 @@ static int s_handle (sbx_peer_t *self, sbx_msg_t **msg_p)
         return 0;
     }
     case SBX_MSG_PEER_HEARTBEAT:
+        return 0;
+    case SBX_MSG_PEER_STANDBY:
+        s_on_standby (self, msg);
         return 0;
     case SBX_MSG_PEER_UNKNOWN:
         if (s_is_worker (self->role)) {
@@ -564,6 +746,154 @@ static int s_test_on_deadline (zloop_t *loop, int timer_id, void *arg)
     return -1;
 }
 
+//  Two brokers of a cluster, in the test's loop: the first stands by (peer.standby to
+//  everything), the second leads (welcomes, answers requests, counts them). A worker
+//  given both moves to the leader; a request the standby refused is sent again to the
+//  leader and done there once; when the leader falls silent the worker moves on and its
+//  request in flight fails unavailable (never sent again: it may have been done).
+
+typedef struct {
+    zsock_t *standby, *leader;
+    int standby_answers, requests, welcomes;
+    bool silent; //  the leader stops answering
+    sbx_peer_t *peer;
+    uint64_t rid; //  the request in flight
+    int replies, unavailable;
+} s_cluster_t;
+
+static void s_cluster_send (zsock_t *router, zframe_t *to, sbx_msg_t **msg_p)
+{
+    uint8_t *data = NULL;
+    size_t size = 0;
+    sbx_err_t err;
+    assert (sbx_msg_encode (*msg_p, &data, &size, &err) == 0);
+    zmsg_t *out = zmsg_new ();
+    zmsg_append (out, &(zframe_t *){zframe_dup (to)});
+    zmsg_addmem (out, data, size);
+    assert (zmsg_send (&out, router) == 0);
+    free (data);
+    sbx_msg_destroy (msg_p);
+}
+
+static int s_cluster_on_router (zloop_t *loop, zsock_t *router, void *arg)
+{
+    (void) loop;
+    s_cluster_t *cluster = arg;
+    zmsg_t *in = zmsg_recv (router);
+    zframe_t *from = zmsg_pop (in);
+    zframe_t *body = zmsg_pop (in);
+    sbx_err_t err;
+    sbx_msg_t *msg = sbx_msg_decode (zframe_data (body), zframe_size (body), &err);
+    assert (msg);
+    sbx_msg_t *reply = NULL;
+    if (router == cluster->standby) {
+        cluster->standby_answers++;
+        reply = sbx_msg_new (SBX_MSG_PEER_STANDBY);
+        reply->rid = msg->rid;
+        sbx_str_set (&sbx_msg_peer_standby (reply)->node, "10.0.0.1:9001");
+    } else if (cluster->silent)
+        cluster->requests += msg->type == SBX_MSG_SYS_STATUS;
+    else if (msg->type == SBX_MSG_PEER_HELLO) {
+        cluster->welcomes++;
+        reply = sbx_msg_new_reply (msg, SBX_MSG_PEER_WELCOME);
+        sbx_str_set (&sbx_msg_peer_welcome (reply)->broker_instance, "leader");
+        sbx_msg_peer_welcome (reply)->heartbeat_ms = 100;
+    } else if (msg->type == SBX_MSG_SYS_STATUS) {
+        cluster->requests++;
+        reply = sbx_msg_new_reply (msg, SBX_MSG_SYS_STATUS_OK);
+        sbx_msg_sys_status_ok (reply)->role = SBX_ROLE_BROKER;
+        sbx_str_set (&sbx_msg_sys_status_ok (reply)->instance, "leader");
+    }
+    if (reply)
+        s_cluster_send (router, from, &reply);
+    sbx_msg_destroy (&msg);
+    zframe_destroy (&from);
+    zframe_destroy (&body);
+    zmsg_destroy (&in);
+    return 0;
+}
+
+static void s_cluster_on_reply (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
+{
+    (void) peer;
+    s_cluster_t *cluster = arg;
+    if ((*reply_p)->type == SBX_MSG_SYS_STATUS_OK)
+        cluster->replies++;
+    else if ((*reply_p)->type == SBX_MSG_ERROR &&
+             sbx_msg_error (*reply_p)->code == SBX_E_UNAVAILABLE)
+        cluster->unavailable++;
+}
+
+static int s_cluster_on_tick (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_cluster_t *cluster = arg;
+    //  Welcomed by the leader: one request, which goes out to the leader directly.
+    if (sbx_peer_welcomed (cluster->peer) && !cluster->rid) {
+        sbx_msg_t *request = sbx_msg_new (SBX_MSG_SYS_STATUS);
+        cluster->rid = sbx_peer_request (cluster->peer, &request, 5000, s_cluster_on_reply, arg);
+    }
+    if (cluster->replies == 1 && !cluster->silent) {
+        //  The leader falls silent with a second request in flight.
+        cluster->silent = true;
+        sbx_msg_t *request = sbx_msg_new (SBX_MSG_SYS_STATUS);
+        sbx_peer_request (cluster->peer, &request, 5000, s_cluster_on_reply, arg);
+    }
+    return cluster->unavailable ? -1 : 0;
+}
+
+static void s_test_cluster (const char *dir)
+{
+    sbx_config_t *config = sbx_config_new (dir);
+    char standby[200], leader[200], both[420];
+    snprintf (standby, sizeof standby, "ipc://%s/standby.sock", dir);
+    snprintf (leader, sizeof leader, "ipc://%s/leader.sock", dir);
+    snprintf (both, sizeof both, "%s, %s", standby, leader);
+    sbx_config_set (config, "broker.endpoint", both);
+    sbx_config_set (config, "heartbeat_ms", "100");
+    s_cluster_t cluster = {.standby = zsock_new (ZMQ_ROUTER), .leader = zsock_new (ZMQ_ROUTER)};
+    assert (zsock_bind (cluster.standby, "%s", standby) == 0);
+    assert (zsock_bind (cluster.leader, "%s", leader) == 0);
+    zloop_t *loop = zloop_new ();
+    zloop_reader (loop, cluster.standby, s_cluster_on_router, &cluster);
+    zloop_reader (loop, cluster.leader, s_cluster_on_router, &cluster);
+    cluster.peer = sbx_peer_new (config, SBX_ROLE_VMD, "w1");
+    assert (cluster.peer && sbx_peer_start (cluster.peer, loop) == 0);
+    int tick = zloop_timer (loop, 20, 0, s_cluster_on_tick, &cluster);
+    int deadline = zloop_timer (loop, 8000, 1, s_test_on_deadline, NULL);
+    zloop_start (loop);
+    zloop_timer_end (loop, tick);
+    zloop_timer_end (loop, deadline);
+    //  The standby refused the hello (and nothing else reached it); the leader welcomed
+    //  the worker, answered its first request once, and the one in flight when it fell
+    //  silent failed unavailable, never answered twice.
+    assert (cluster.standby_answers >= 1 && cluster.welcomes == 1);
+    assert (cluster.replies == 1 && cluster.requests == 2 && cluster.unavailable == 1);
+
+    //  A client (no hello) whose request the standby refuses: sent again to the leader,
+    //  answered once there.
+    sbx_peer_destroy (&cluster.peer);
+    cluster.silent = false;
+    cluster.standby_answers = cluster.requests = cluster.replies = cluster.unavailable = 0;
+    sbx_peer_t *client = sbx_peer_new (config, SBX_ROLE_CLI, NULL);
+    assert (client && sbx_peer_start (client, loop) == 0);
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SYS_STATUS);
+    sbx_peer_request (client, &request, 5000, s_cluster_on_reply, &cluster);
+    int64_t start = zclock_mono ();
+    while (cluster.replies == 0 && zclock_mono () - start < 5000) {
+        zloop_timer (loop, 50, 1, s_test_on_deadline, NULL);
+        zloop_start (loop);
+    }
+    //  (The standby may also have answered what the worker sent it before it went.)
+    assert (cluster.replies == 1 && cluster.standby_answers >= 1 && cluster.requests == 1);
+    sbx_peer_destroy (&client);
+    zloop_destroy (&loop);
+    zsock_destroy (&cluster.standby);
+    zsock_destroy (&cluster.leader);
+    sbx_config_destroy (&config);
+}
+
 void sbx_peer_test (bool verbose)
 {
     sbx_log_init ("sbx_peer_test", verbose ? SBX_LOG_DEBUG : SBX_LOG_ERROR);
@@ -609,6 +939,8 @@ void sbx_peer_test (bool verbose)
     zframe_destroy (&fake.worker);
     zsock_destroy (&fake.router);
     sbx_config_destroy (&config);
+
+    s_test_cluster (dir);
     char cmd[128];
     snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert (system (cmd) == 0);

@@ -96,18 +96,26 @@ sbx_tapreader_t *sbx_tapreader_new (sbx_config_t *config, sbx_peer_t *peer, uint
     zlistx_set_destructor (self->held, s_msg_free);
     zsock_set_rcvhwm (self->sub, 100000);
     zsock_set_rcvtimeo (self->sub, 0);
-    const char *endpoint = sbx_config_get (config, "tap.endpoint", NULL);
-    if (sbx_curve_needed (endpoint) && sbx_curve_client (config, self->sub)) {
+    //  A cluster's control nodes each have a tap: only the broker that leads publishes,
+    //  so the reader listens to all of them and takes what comes (seq tells any gap).
+    char **endpoints = sbx_config_list (config, "tap.endpoint", NULL);
+    bool curve = false;
+    for (char **e = endpoints; e && *e; e++)
+        curve |= sbx_curve_needed (*e);
+    if (!endpoints || (curve && sbx_curve_client (config, self->sub))) {
+        sbx_config_list_free (&endpoints);
         sbx_tapreader_destroy (&self);
         return NULL;
     }
     //  All topics: gaps are found by seq, which needs every event; filtering is the
     //  callback's business.
     zsock_set_subscribe (self->sub, "");
-    if (zsock_connect (self->sub, "%s", endpoint)) {
-        sbx_error ("cannot connect to the tap at %s", endpoint);
-        sbx_tapreader_destroy (&self);
-    }
+    for (char **e = endpoints; self && *e; e++)
+        if (zsock_connect (self->sub, "%s", *e)) {
+            sbx_error ("cannot connect to the tap at %s", *e);
+            sbx_tapreader_destroy (&self);
+        }
+    sbx_config_list_free (&endpoints);
     return self;
 }
 
