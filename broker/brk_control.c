@@ -4,6 +4,7 @@
 #include "sbx_db.h"
 #include "sbx_dqlite.h"
 #include "sbx_dqnode.h"
+#include "sbx_dqproxy.h"
 #include "sbx_secret.h"
 
 #include <assert.h>
@@ -33,8 +34,10 @@ typedef struct {
     bool joined;
     char **join; //  addresses to join through, NULL-terminated (NULL: none)
     sbx_dqnode_t *node;
-    sbx_dqlite_t *local; //  to this node, for LEADER
-    char leader[256];    //  the leader's address, as the node last said ("" none)
+    sbx_dqproxy_t *proxy; //  TLS with the cluster key, in front of the node and to peers
+    char bind[128];       //  the node's own socket (abstract: this process only)
+    sbx_dqlite_t *local;  //  to this node, for LEADER
+    char leader[256];     //  the leader's address, as the node last said ("" none)
     //  Standing by: broker.bind, answered here
     zsock_t *router;
     char *instance;
@@ -304,7 +307,7 @@ static int s_ask_leader (s_control_t *self)
 {
     if (!sbx_dqlite_usable (self->local)) {
         sbx_dqlite_destroy (&self->local);
-        self->local = sbx_dqlite_connect (self->address, S_CALL_MS, NULL, NULL);
+        self->local = sbx_dqlite_connect (self->bind, S_CALL_MS, NULL, NULL);
         if (!self->local)
             return -1;
     }
@@ -327,8 +330,8 @@ static void s_join (s_control_t *self)
     size_t count = 0;
     while (self->join[count])
         count++;
-    sbx_dqlite_t *leader =
-        sbx_dqlite_connect_leader ((const char *const *) self->join, count, S_CALL_MS, NULL, NULL);
+    sbx_dqlite_t *leader = sbx_dqlite_connect_leader ((const char *const *) self->join, count,
+                                                      S_CALL_MS, sbx_dqproxy_dial, self->proxy);
     if (!leader) {
         sbx_warn ("control: node %s: no node of %s leads or answers; will ask again", self->address,
                   sbx_config_get (self->config, "control.join", ""));
@@ -419,6 +422,7 @@ static void s_control_destroy (s_control_t **self_p)
     zactor_destroy (&self->auth);
     sbx_dqlite_destroy (&self->local);
     sbx_dqnode_destroy (&self->node);
+    sbx_dqproxy_destroy (&self->proxy);
     zloop_destroy (&self->loop);
     sbx_config_list_free (&self->join);
     free (self->instance);
@@ -481,17 +485,35 @@ static s_control_t *s_control_new (sbx_config_t *config, zsock_t *pipe)
     //  A node's peers may go away while it writes to them.
     signal (SIGPIPE, SIG_IGN);
     unsigned latency = (unsigned) sbx_config_get_range (config, "control.latency_ms", 20, 1, 10000);
-    if (!self->instance || !dir || !data || s_identity_load (self) ||
-        !(self->node = sbx_dqnode_new (self->id, self->address, data)) ||
-        sbx_dqnode_set_latency_ms (self->node, latency) || sbx_dqnode_start (self->node)) {
-        free (dir);
-        free (data);
+    //  The node listens only on a socket of this process; the proxy stands in front of it
+    //  on control.address, and is how it reaches the others (sbx_dqproxy.h). The first
+    //  node makes the cluster's key; the others are given it when they join.
+    unsigned char key[SBX_DQPROXY_KEY_SIZE];
+    char *key_path = sbx_config_path (config, "keys/cluster.key");
+    int rc = !self->instance || !dir || !data || !key_path || s_identity_load (self) ||
+             sbx_dqproxy_key_load (key_path, !self->join, key);
+    if (rc == 0 && !(self->proxy = sbx_dqproxy_new (key, sizeof key)))
+        rc = -1;
+    sbx_secret_wipe_bytes (key, sizeof key);
+    if (rc == 0 &&
+        ((self->node = sbx_dqnode_new (self->id, self->address, data)) == NULL ||
+         sbx_dqnode_set_bind (self->node, "@") ||
+         sbx_dqnode_set_dial (self->node, sbx_dqproxy_node_dial, self->proxy) ||
+         sbx_dqnode_set_latency_ms (self->node, latency) || sbx_dqnode_start (self->node)))
+        rc = -1;
+    if (rc == 0) {
+        snprintf (self->bind, sizeof self->bind, "%s", sbx_dqnode_bind_address (self->node));
+        rc = sbx_dqproxy_listen (self->proxy, self->address, self->bind);
+    }
+    free (key_path);
+    free (dir);
+    free (data);
+    if (rc) {
         s_control_destroy (&self);
         return NULL;
     }
-    free (dir);
-    free (data);
-    self->cluster_addresses[0] = self->address;
+    //  The broker's own connection goes to the node directly, not through TLS.
+    self->cluster_addresses[0] = self->bind;
     self->cluster = (sbx_db_cluster_t){self->cluster_addresses, 1, NULL, NULL, 5000, false};
     self->server_args = (brk_server_args_t){config, &self->cluster, self->address};
     self->loop = zloop_new ();

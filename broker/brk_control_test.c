@@ -101,8 +101,14 @@ void brk_control_test (bool verbose)
         sbx_config_set (node->config, "control.latency_ms", "5");
         if (i == 0)
             memcpy (first, node->address, sizeof first);
-        else
+        else {
             sbx_config_set (node->config, "control.join", first);
+            //  The cluster's key, as a join token hands it over.
+            char *command =
+                zsys_sprintf ("cp %s/keys/cluster.key %s/keys/", nodes[0].dir, node->dir);
+            assert (command && system (command) == 0);
+            zstr_free (&command);
+        }
         assert (brk_control_enabled (node->config));
         s_start (node);
     }

@@ -248,6 +248,12 @@ void sbx_secret_wipe (char *secret)
         sodium_memzero (secret, strlen (secret));
 }
 
+void sbx_secret_wipe_bytes (void *data, size_t size)
+{
+    if (data)
+        sodium_memzero (data, size);
+}
+
 //  --------------------------------------------------------------------------
 //  Self-test
 

@@ -87,6 +87,8 @@ int sbx_secret_random (void *buf, size_t size);
 //  Overwrites a secret string with zeros in place (a write the compiler cannot drop),
 //  before freeing it. NULL is fine.
 void sbx_secret_wipe (char *secret);
+//  The same for size bytes of key material.
+void sbx_secret_wipe_bytes (void *data, size_t size);
 
 //  A uniformly random number in [0, upper), upper > 0 (for labels, jitter).
 uint32_t sbx_secret_uniform (uint32_t upper);

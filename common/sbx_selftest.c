@@ -3,6 +3,7 @@
 #include "sbx_testrun.h"
 #include "sbx_db.h"
 #include "sbx_dqlite.h"
+#include "sbx_dqproxy.h"
 #include "sbx_idmap.h"
 #include "sbx_site.h"
 #include "sbx_urls.h"
@@ -34,6 +35,7 @@ static const sbx_test_t s_tests[] = {{"sbx_msg", sbx_msg_test},
                                      {"sbx_netaddr", sbx_netaddr_test},
                                      {"sbx_egress", sbx_egress_test},
                                      {"sbx_dqlite", sbx_dqlite_test},
+    {"sbx_dqproxy", sbx_dqproxy_test},
                                      {"sbx_db_cluster", sbx_db_cluster_test},
                                      {NULL, NULL}};
 

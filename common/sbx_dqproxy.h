@@ -1,0 +1,63 @@
+/*  sbx_dqproxy - dqlite's connections between hosts, over TLS with the cluster's key.
+
+    dqlite 1.11 speaks plain TCP and has no authentication: anyone who can reach a node's
+    port could read and write every database. So no node listens on the network. Each
+    node listens on an abstract Unix socket of its own process (which accepts only that
+    process's connections), and this proxy stands in front of it on the node's cluster
+    address: it accepts TLS 1.3 connections whose peer proves the cluster's pre-shared
+    key (PSK with ECDHE: forward secrecy), and relays their bytes to the node. The other
+    way, a node dialing a peer (Raft), or a client of the cluster (billing, the CLI),
+    gets one end of a socket pair whose other end the proxy relays over TLS to the peer's
+    proxy. A connection that fails the handshake is closed before a byte reaches a node.
+
+        sbx_dqproxy_t *proxy = sbx_dqproxy_new (key, 32);
+        sbx_dqproxy_listen (proxy, "10.0.0.1:9001", "@sbx-node");   //  in front of a node
+        int fd = sbx_dqproxy_dial ("10.0.0.2:9001", 2000, proxy);   //  to another one
+
+    One thread relays every connection of the process (poll), with bounded buffers in
+    each direction: a side that does not read slows the other down (TCP's own back
+    pressure), it never grows memory without bound. When either side closes or fails,
+    both are closed, as a TCP connection between them would be.
+
+    The key: 32 random bytes, DIR/keys/cluster.key (hex, 0600), made by the first node of
+    a cluster and handed to the others in the join token.
+*/
+#ifndef SBX_DQPROXY_H_INCLUDED
+#define SBX_DQPROXY_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define SBX_DQPROXY_KEY_SIZE 32
+
+typedef struct _sbx_dqproxy_t sbx_dqproxy_t;
+
+//  Starts the relay thread with the cluster key (exactly SBX_DQPROXY_KEY_SIZE bytes).
+//  NULL (logged) on failure.
+sbx_dqproxy_t *sbx_dqproxy_new (const unsigned char *key, size_t size);
+//  Closes every connection and stops the thread. Safe on NULL.
+void sbx_dqproxy_destroy (sbx_dqproxy_t **self_p);
+
+//  Accepts TLS connections on address (HOST:PORT) and relays each to target: "@name"
+//  (an abstract socket of this process) or HOST:PORT. 0, or -1 (logged) when address
+//  cannot be bound.
+int sbx_dqproxy_listen (sbx_dqproxy_t *self, const char *address, const char *target);
+
+//  A connection to the node at address through its proxy: a connected stream socket of
+//  this process (the caller's to close), or -1 when the peer cannot be reached or does
+//  not prove the cluster's key within timeout_ms. The argument order fits
+//  sbx_dqlite_dial_fn; arg is the proxy.
+int sbx_dqproxy_dial (const char *address, int timeout_ms, void *arg);
+//  The same for a dqlite node of this process dialing its peers (sbx_dqnode_dial_fn).
+int sbx_dqproxy_node_dial (const char *address, void *arg);
+
+//  Connections being relayed now, for tests and metrics.
+size_t sbx_dqproxy_connections (sbx_dqproxy_t *self);
+
+//  Reads the cluster key from path (64 hex digits), or makes a new one there (0600)
+//  when create is true and the file does not exist. 0, or -1 (logged).
+int sbx_dqproxy_key_load (const char *path, bool create, unsigned char *key);
+
+void sbx_dqproxy_test (bool verbose);
+
+#endif
