@@ -239,6 +239,12 @@ int bill_meter_apply (bill_meter_t *self, const sbx_event_t *event)
         sbx_msg_destroy (&msg);
         return -1;
     }
+    //  Again under the write lock: another billing process of a cluster may have applied
+    //  it since the check above (sbx_db's BEGIN IMMEDIATE serializes them).
+    if (event->seq <= bill_store_last_seq (self->store)) {
+        sbx_msg_destroy (&msg);
+        return bill_store_rollback (self->store) == 0 ? 0 : -1;
+    }
     int rc = 0;
     if (msg && msg->type == SBX_MSG_SANDBOX_CHANGED)
         rc = s_on_changed (self, event, msg);

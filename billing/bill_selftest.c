@@ -8,6 +8,8 @@
 #include "brk_testkit.h"
 #include "sbx_testrun.h"
 
+void bill_cluster_test (bool verbose); //  bill_cluster_test.c
+
 static uint64_t s_rid = 5000;
 
 //  Plays vmd at the protocol level: every vm.* succeeds at once.
@@ -250,6 +252,7 @@ static void s_server_test (bool verbose)
 static const sbx_test_t s_tests[] = {{"bill_store", bill_store_test},
                                      {"bill_meter", bill_meter_test},
                                      {"bill_server", s_server_test},
+                                     {"bill_cluster", bill_cluster_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)

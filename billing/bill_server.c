@@ -1,5 +1,7 @@
 /*  bill_server - see bill_server.h */
 #include "bill_server.h"
+#include "sbx_dqproxy.h"
+#include "sbx_secret.h"
 #include "sbx_metrics.h"
 
 #include <sys/stat.h>
@@ -10,14 +12,51 @@ struct _bill_server_t {
     bill_meter_t *meter;
     sbx_tapreader_t *reader;
     sbx_peer_t *peer;     //  borrowed, from start
+    zloop_t *loop;        //  borrowed, from start
     zhashx_t *exhausted;  //  account id → "1"/"0": what the broker was last told
     unsigned funds_ticks; //  every tenth tick repeats the state (a message may be lost)
     bool failed;
+    //  A cluster's billing (control.nodes set): its store is the cluster's, shared with
+    //  the billing processes of the other control nodes; the one holding the lease
+    //  follows the log, the others stand by (and answer usage.get all the same).
+    sbx_dqproxy_t *proxy;
+    char **nodes;
+    char *holder; //  this process, in the lease
+    bool leads;
+    uint64_t retry_at; //  monotonic ms: a reader that stopped on a store failure restarts
 };
 
 //  How often wallets are checked against running time, and repeated to the broker.
 #define S_FUNDS_TICK_MS 1000
 #define S_FUNDS_REPEAT  10
+//  The billing lease: renewed every second for three; a holder that stops renewing is
+//  replaced within three seconds.
+#define S_LEASE_TICK_MS 1000
+#define S_LEASE_MS      3000
+#define S_RETRY_MS      1000
+
+//  A cluster's store, through the cluster key's TLS to control.nodes. NULL (logged).
+static bill_store_t *s_cluster_store (bill_server_t *self)
+{
+    size_t count = 0;
+    self->nodes = sbx_config_list (self->config, "control.nodes", &count);
+    unsigned char key[SBX_DQPROXY_KEY_SIZE];
+    char *path = sbx_config_path (self->config, "keys/cluster.key");
+    if (path && sbx_dqproxy_key_load (path, false, key) == 0)
+        self->proxy = sbx_dqproxy_new (key, sizeof key);
+    sbx_secret_wipe_bytes (key, sizeof key);
+    free (path);
+    if (!self->nodes || !self->proxy)
+        return NULL;
+    sbx_dqlite_cluster_t where = {
+        (const char *const *) self->nodes, count, sbx_dqproxy_dial, self->proxy, 5000, true};
+    self->holder = sbx_secret_id ("bill_");
+    bill_store_t *store = self->holder ? bill_store_new_cluster (&where) : NULL;
+    if (store)
+        sbx_info ("billing on the cluster's database (control.nodes %s)",
+                  sbx_config_get (self->config, "control.nodes", ""));
+    return store;
+}
 
 bill_server_t *bill_server_new (sbx_config_t *config)
 {
@@ -35,7 +74,8 @@ bill_server_t *bill_server_new (sbx_config_t *config)
         sbx_error ("cannot make %s: %s", dir, strerror (errno));
     bill_rates_t rates;
     bill_meter_rates_from_config (config, &rates);
-    self->store = path ? bill_store_new (path) : NULL;
+    const char *nodes = sbx_config_get (config, "control.nodes", NULL);
+    self->store = nodes && *nodes ? s_cluster_store (self) : path ? bill_store_new (path) : NULL;
     self->meter = self->store ? bill_meter_new (self->store, &rates) : NULL;
     if (self->meter)
         sbx_info ("billing %s: last applied event %llu; rates µ$/s small %llu, medium %llu, "
@@ -70,6 +110,9 @@ void bill_server_destroy (bill_server_t **self_p)
     zhashx_destroy (&self->exhausted);
     bill_meter_destroy (&self->meter);
     bill_store_destroy (&self->store);
+    sbx_dqproxy_destroy (&self->proxy);
+    sbx_config_list_free (&self->nodes);
+    free (self->holder);
     free (self);
     *self_p = NULL;
 }
@@ -97,6 +140,16 @@ static int s_on_event (const sbx_event_t *event, void *arg)
     bill_server_t *self = arg;
     if (bill_meter_apply (self->meter, event) == 0)
         return 0;
+    if (bill_store_is_cluster (self->store)) {
+        //  The cluster's leader changed, or was out of reach: the reader stops (its loop
+        //  goes on), and starts again from the last seq committed, once the store
+        //  answers. A commit whose answer was lost is found there, never done twice.
+        sbx_warn ("billing pauses at event %llu: the cluster's store failed; following the "
+                  "log again from the last event committed in %d ms",
+                  (unsigned long long) event->seq, S_RETRY_MS);
+        self->retry_at = sbx_clock_mono_ms () + S_RETRY_MS;
+        return 1;
+    }
     self->failed = true;
     sbx_error ("billing stops at event %llu: its store failed; a restart replays from %llu",
                (unsigned long long) event->seq,
@@ -139,10 +192,46 @@ static int s_on_funds_tick (zloop_t *loop, int timer_id, void *arg)
     (void) timer_id;
     bill_server_t *self = arg;
     //  Only once the log is replayed: figures from behind would send false alarms.
-    if (self->failed || !sbx_peer_welcomed (self->peer) || !sbx_tapreader_caught_up (self->reader))
+    if (self->failed || !self->reader || !sbx_peer_welcomed (self->peer) ||
+        !sbx_tapreader_caught_up (self->reader))
         return 0;
     bill_store_accounts (self->store, s_check_funds, self);
     self->funds_ticks++;
+    return 0;
+}
+
+//  Follows the log from the last event the store has applied.
+static int s_reader_start (bill_server_t *self)
+{
+    self->reader = sbx_tapreader_new (self->config, self->peer, bill_store_last_seq (self->store),
+                                      s_on_event, self);
+    return self->reader ? sbx_tapreader_start (self->reader, self->loop) : -1;
+}
+
+//  A cluster's billing: takes or keeps the lease, follows the log while it has it, and
+//  starts following again after a store failure paused it.
+static int s_on_lease (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    bill_server_t *self = arg;
+    uint64_t now = sbx_clock_now_ms ();
+    int held = bill_store_lease (self->store, self->holder, now, now + S_LEASE_MS);
+    if (held == 1 && !self->leads) {
+        self->leads = true;
+        sbx_info ("billing %s holds the lease: follows the log from event %llu", self->holder,
+                  (unsigned long long) bill_store_last_seq (self->store));
+    } else if (held != 1 && self->leads) {
+        self->leads = false;
+        sbx_warn ("billing %s stands by: %s", self->holder,
+                  held == 0 ? "another billing process holds the lease"
+                            : "the cluster's store does not answer");
+    }
+    if (self->reader && (!self->leads || sbx_tapreader_stopped (self->reader)))
+        sbx_tapreader_destroy (&self->reader);
+    if (self->leads && !self->reader && sbx_clock_mono_ms () >= self->retry_at &&
+        s_reader_start (self))
+        sbx_tapreader_destroy (&self->reader);
     return 0;
 }
 
@@ -150,12 +239,16 @@ int bill_server_start (bill_server_t *self, sbx_peer_t *peer, zloop_t *loop)
 {
     assert (self && peer && loop && !self->reader);
     self->peer = peer;
+    self->loop = loop;
     sbx_metrics_on_collect (sbx_metrics_here (), s_collect, self);
     if (zloop_timer (loop, S_FUNDS_TICK_MS, 0, s_on_funds_tick, self) < 0)
         return -1;
-    self->reader =
-        sbx_tapreader_new (self->config, peer, bill_store_last_seq (self->store), s_on_event, self);
-    return self->reader ? sbx_tapreader_start (self->reader, loop) : -1;
+    if (bill_store_is_cluster (self->store)) {
+        if (zloop_timer (loop, S_LEASE_TICK_MS, 0, s_on_lease, self) < 0)
+            return -1;
+        return s_on_lease (loop, 0, self);
+    }
+    return s_reader_start (self);
 }
 
 uint64_t bill_server_last_seq (bill_server_t *self)

@@ -84,6 +84,7 @@ static const char *s_migrations[] = {
 typedef enum {
     ST_META_GET,
     ST_META_SET,
+    ST_LEASE_TAKE,
     ST_ACCOUNT_INSERT,
     ST_ACCOUNT_RESOLVE,
     ST_WALLET_INSERT,
@@ -112,6 +113,12 @@ typedef enum {
 static const char *s_sql[ST_COUNT] = {
     [ST_ACCOUNTS] = "SELECT id FROM accounts ORDER BY id",
     [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
+    //  The lease ("holder until_ms"): taken when free, expired or already ours; the row
+    //  changes (changes = 1) only then.
+    [ST_LEASE_TAKE] = "INSERT INTO meta (key, value) VALUES ('lease', ?1 || ' ' || ?2) "
+                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
+                      "WHERE substr (meta.value, 1, instr (meta.value, ' ') - 1) = ?1 "
+                      "OR CAST (substr (meta.value, instr (meta.value, ' ') + 1) AS INTEGER) < ?3",
     [ST_META_SET] = "INSERT INTO meta (key, value) VALUES (?1, ?2) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     [ST_ACCOUNT_INSERT] = "INSERT INTO accounts (id, email, created_ms) VALUES (?1, ?2, ?3) "
@@ -185,6 +192,38 @@ bill_store_t *bill_store_new (const char *path)
     if (!self->db)
         bill_store_destroy (&self);
     return self;
+}
+
+bill_store_t *bill_store_new_cluster (const sbx_dqlite_cluster_t *cluster)
+{
+    bill_store_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->db = sbx_db_new_cluster (cluster, "billing", "sbx-billing", s_migrations, MIGRATION_COUNT,
+                                   s_sql, ST_COUNT);
+    if (!self->db)
+        bill_store_destroy (&self);
+    return self;
+}
+
+bool bill_store_is_cluster (bill_store_t *self)
+{
+    return self && sbx_db_is_cluster (self->db);
+}
+
+int bill_store_lease (bill_store_t *self, const char *holder, uint64_t now_ms, uint64_t until_ms)
+{
+    if (!self || !sbx_db_nonempty (holder) || strchr (holder, ' ') || !sbx_db_fits (until_ms))
+        return -1;
+    char until[32];
+    snprintf (until, sizeof until, "%llu", (unsigned long long) until_ms);
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_LEASE_TAKE);
+    sbx_db_bind_text (stmt, 1, holder);
+    sbx_db_bind_text (stmt, 2, until);
+    sbx_stmt_bind_int64 (stmt, 3, (int64_t) now_ms);
+    if (sbx_db_run (self->db, ST_LEASE_TAKE, "lease"))
+        return -1;
+    return sbx_db_changes (self->db) == 1 ? 1 : 0;
 }
 
 void bill_store_destroy (bill_store_t **self_p)

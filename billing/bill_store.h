@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sbx_dqlite.h"
+
 typedef struct _bill_store_t bill_store_t;
 
 //  A sandbox's billing record. Strings are copies released by bill_sandbox_clear when
@@ -64,6 +66,18 @@ typedef void (bill_store_interval_fn) (const bill_interval_row_t *row, void *arg
 //  synchronous=FULL. Returns NULL (logged) on failure.
 bill_store_t *bill_store_new (const char *path);
 void bill_store_destroy (bill_store_t **self_p);
+
+//  The same store as database "billing" of a dqlite cluster (sbx_db_new_cluster,
+//  following the leader): the control plane's billing, replicated.
+bill_store_t *bill_store_new_cluster (const sbx_dqlite_cluster_t *cluster);
+bool bill_store_is_cluster (bill_store_t *self);
+
+//  Takes or keeps the billing lease for holder until until_ms, when it is free, ours, or
+//  expired by now_ms: 1 when holder has it now, 0 when another holds it, -1 on a store
+//  error. Several billing processes share a cluster's store; the one with the lease
+//  applies the log (each event's seq is checked inside its transaction too, so two
+//  that overlap for a moment still apply it once).
+int bill_store_lease (bill_store_t *self, const char *holder, uint64_t now_ms, uint64_t until_ms);
 
 int bill_store_schema_version (bill_store_t *self);
 

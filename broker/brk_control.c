@@ -1,7 +1,6 @@
 /*  brk_control - see brk_control.h */
 #include "brk_control.h"
 #include "brk_server.h"
-#include "sbx_db.h"
 #include "sbx_dqlite.h"
 #include "sbx_dqnode.h"
 #include "sbx_dqproxy.h"
@@ -44,7 +43,7 @@ typedef struct {
     uint64_t started_ms;
     //  Leading: the broker, on the cluster's database
     zactor_t *server;
-    sbx_db_cluster_t cluster;
+    sbx_dqlite_cluster_t cluster;
     const char *cluster_addresses[1];
     brk_server_args_t server_args;
     uint64_t retry_after; //  monotonic ms: a server that failed is not tried again before
@@ -514,7 +513,7 @@ static s_control_t *s_control_new (sbx_config_t *config, zsock_t *pipe)
     }
     //  The broker's own connection goes to the node directly, not through TLS.
     self->cluster_addresses[0] = self->bind;
-    self->cluster = (sbx_db_cluster_t){self->cluster_addresses, 1, NULL, NULL, 5000, false};
+    self->cluster = (sbx_dqlite_cluster_t){self->cluster_addresses, 1, NULL, NULL, 5000, false};
     self->server_args = (brk_server_args_t){config, &self->cluster, self->address};
     self->loop = zloop_new ();
     if (!self->loop || s_standby_start (self)) {

@@ -12,6 +12,7 @@
 #define BRK_SERVER_H_INCLUDED
 
 #include "sbx_common.h"
+#include "sbx_dqlite.h"
 
 //  The broker as a czmq actor: args is the sbx_config_t (borrowed). Once started it
 //  sends "READY" on the pipe when its sockets are bound and its store is open, or
@@ -21,11 +22,10 @@ void brk_server_actor (zsock_t *pipe, void *args);
 //  The same broker on a control node of a cluster (brk_control starts it while the
 //  node leads): its store is the cluster's database on that node, and it takes no lock
 //  of the data directory (brk_control holds it). args is a brk_server_args_t (borrowed).
-struct sbx_db_cluster_t;
 typedef struct {
     sbx_config_t *config;
-    const struct sbx_db_cluster_t *cluster; //  where the database is: this node
-    const char *node;                       //  this node's address, for sys.status
+    const sbx_dqlite_cluster_t *cluster; //  where the database is: this node
+    const char *node;                    //  this node's address, for sys.status
 } brk_server_args_t;
 void brk_server_cluster_actor (zsock_t *pipe, void *args);
 

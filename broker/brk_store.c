@@ -421,7 +421,7 @@ brk_store_t *brk_store_new (const char *path)
     return self;
 }
 
-brk_store_t *brk_store_new_cluster (const struct sbx_db_cluster_t *cluster)
+brk_store_t *brk_store_new_cluster (const sbx_dqlite_cluster_t *cluster)
 {
     brk_store_t *self = calloc (1, sizeof *self);
     if (!self)

@@ -32,6 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sbx_dqlite.h"
+
 #include "sbx_msg_gen.h"
 
 //  Limits of an event's fields, as in schemas/events.json; longer is refused.
@@ -131,8 +133,7 @@ brk_store_t *brk_store_new (const char *path);
 //  broker of a control node opens it on its own node, without following the leader, so
 //  that its writes fail once that node no longer leads. No sealed segments there: the
 //  whole log stays in the replicated database.
-struct sbx_db_cluster_t;
-brk_store_t *brk_store_new_cluster (const struct sbx_db_cluster_t *cluster);
+brk_store_t *brk_store_new_cluster (const sbx_dqlite_cluster_t *cluster);
 
 //  Rolls back an open transaction, closes the database, sets *self_p to NULL.
 void brk_store_destroy (brk_store_t **self_p);

@@ -631,7 +631,7 @@ failed:
     return NULL;
 }
 
-sbx_db_t *sbx_db_new_cluster (const sbx_db_cluster_t *cluster, const char *name, const char *daemon,
+sbx_db_t *sbx_db_new_cluster (const sbx_dqlite_cluster_t *cluster, const char *name, const char *daemon,
                               const char *const *migrations, int migration_count,
                               const char *const *sql, int statements)
 {

@@ -61,28 +61,12 @@ sbx_db_t *sbx_db_new (const char *path, const char *daemon, const char *const *m
 //  the database and sets *self_p to NULL. Safe on NULL.
 void sbx_db_destroy (sbx_db_t **self_p);
 
-//  Where a cluster database is: the nodes to ask (the first is tried first), how to
-//  reach them, and whether the store follows a new leader. A store that follows
-//  reconnects to whichever node leads, between transactions, when its node does not
-//  lead or its connection failed (a statement the node refused as not the leader is
-//  then run on the new one). One that does not (the broker, which leads only while its
-//  own node does) stays on addresses[0], and its statements fail while that node does
-//  not lead (sbx_db_not_leader).
-typedef struct sbx_db_cluster_t {
-    const char *const *addresses;
-    size_t count;
-    sbx_dqlite_dial_fn *dial; //  NULL: TCP "host:port", or "@name" in this process
-    void *dial_arg;
-    int timeout_ms; //  each call's deadline; 0: 5000
-    bool follow;
-} sbx_db_cluster_t;
-
 //  Opens (or creates) database name of the cluster and brings its schema up to date, as
 //  sbx_db_new does for a file; daemon names the program as there. NULL (logged) when no
 //  leader answers, a migration or a statement fails, or the schema is newer.
-sbx_db_t *sbx_db_new_cluster (const sbx_db_cluster_t *cluster, const char *name, const char *daemon,
-                              const char *const *migrations, int migration_count,
-                              const char *const *sql, int statements);
+sbx_db_t *sbx_db_new_cluster (const sbx_dqlite_cluster_t *cluster, const char *name,
+                              const char *daemon, const char *const *migrations,
+                              int migration_count, const char *const *sql, int statements);
 
 //  True on a cluster database whose last failure said its node does not lead (or lost
 //  the lead): nothing of that statement or its transaction was kept.
@@ -198,7 +182,7 @@ int sbx_db_file_move_paths (const char *path, const char *from, const char *to, 
 
 void sbx_db_test (bool verbose);
 //  The same store tests on a database of a cluster of three dqlite nodes of this process,
-//  with a failover (sbx_db_cluster_test.c: it links libdqlite, for the test runner only).
-void sbx_db_cluster_test (bool verbose);
+//  with a failover (sbx_dqlite_cluster_test.c: it links libdqlite, for the test runner only).
+void sbx_dqlite_cluster_test (bool verbose);
 
 #endif

@@ -7,7 +7,7 @@
     the unbound ones as NULL, since the node keeps a statement's old binds. A statement
     that returns rows is run whole at its first step; its rows are then read from memory.
 
-    Reconnecting: a store that follows the leader (sbx_db_cluster_t.follow) reconnects
+    Reconnecting: a store that follows the leader (sbx_dqlite_cluster_t.follow) reconnects
     between transactions when its connection failed or its node said it does not lead,
     and runs the statement there once more only in the second case: a statement whose
     connection broke while it ran may have been committed, and running it again could do
@@ -83,7 +83,7 @@ static int s_ensure (sbx_db_t *self)
     return s_connect (self);
 }
 
-int sbx_db_cl_open (sbx_db_t *self, const sbx_db_cluster_t *cluster, const char *name)
+int sbx_db_cl_open (sbx_db_t *self, const sbx_dqlite_cluster_t *cluster, const char *name)
 {
     self->name = strdup (name);
     self->addresses = calloc (cluster->count, sizeof *self->addresses);

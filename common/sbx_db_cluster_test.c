@@ -1,4 +1,4 @@
-/*  sbx_db_cluster_test - sbx_db on a real dqlite cluster: three nodes of this process on
+/*  sbx_dqlite_cluster_test - sbx_db on a real dqlite cluster: three nodes of this process on
     loopback, a store's life on it (migrations, statements, constraints, transactions),
     a store that does not follow the leader, and a failover in the middle of it all.
     Built into the test runner only (it links libdqlite through sbx_dqnode).
@@ -33,7 +33,7 @@ static sbx_db_t *s_open (sbx_testcluster_t *cluster, bool follow, int migrations
 {
     const char *addresses[SBX_TESTCLUSTER_MAX];
     size_t count = sbx_testcluster_addresses (cluster, addresses);
-    sbx_db_cluster_t where = {addresses, count, NULL, NULL, 2000, follow};
+    sbx_dqlite_cluster_t where = {addresses, count, NULL, NULL, 2000, follow};
     return sbx_db_new_cluster (&where, "items", "sbx-test", s_migrations, migrations, s_sql,
                                migrations == 2 ? T_COUNT : 0);
 }
@@ -77,7 +77,7 @@ static void s_item_free (s_item_t *item)
     memset (item, 0, sizeof *item);
 }
 
-void sbx_db_cluster_test (bool verbose)
+void sbx_dqlite_cluster_test (bool verbose)
 {
     (void) verbose;
     sbx_testcluster_t *cluster = sbx_testcluster_new (3);
@@ -165,14 +165,14 @@ void sbx_db_cluster_test (bool verbose)
     int follower = sbx_testcluster_follower (cluster);
     assert (follower >= 0);
     const char *addresses[1] = {sbx_testcluster_address (cluster, follower)};
-    sbx_db_cluster_t on_follower = {addresses, 1, NULL, NULL, 2000, false};
+    sbx_dqlite_cluster_t on_follower = {addresses, 1, NULL, NULL, 2000, false};
     sbx_db_t *standby =
         sbx_db_new_cluster (&on_follower, "items", "sbx-test", s_migrations, 2, s_sql, T_COUNT);
     assert (standby == NULL); //  its migrations cannot even be checked
     int leader = sbx_testcluster_leader (cluster);
     assert (leader >= 0);
     addresses[0] = sbx_testcluster_address (cluster, leader);
-    sbx_db_cluster_t on_leader = {addresses, 1, NULL, NULL, 2000, false};
+    sbx_dqlite_cluster_t on_leader = {addresses, 1, NULL, NULL, 2000, false};
     sbx_db_t *fixed =
         sbx_db_new_cluster (&on_leader, "items", "sbx-test", s_migrations, 2, s_sql, T_COUNT);
     assert (fixed && s_insert (fixed, "fixed", 4, NULL) == SQLITE_DONE);

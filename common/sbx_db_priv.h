@@ -55,7 +55,7 @@ struct _sbx_db_t {
 };
 
 //  The dqlite engine (sbx_db_cluster.c).
-int sbx_db_cl_open (sbx_db_t *self, const sbx_db_cluster_t *cluster, const char *name);
+int sbx_db_cl_open (sbx_db_t *self, const sbx_dqlite_cluster_t *cluster, const char *name);
 void sbx_db_cl_close (sbx_db_t *self);
 void sbx_db_cl_stmt_free (sbx_stmt_t *stmt);
 int sbx_db_cl_bind (sbx_stmt_t *stmt, int index, const sbx_dqlite_value_t *value);

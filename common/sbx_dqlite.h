@@ -168,6 +168,22 @@ int sbx_dqlite_dump (sbx_dqlite_t *self, const char *name, sbx_dqlite_file_t **f
                      size_t *count);
 void sbx_dqlite_files_free (sbx_dqlite_file_t **files_p, size_t count);
 
+//  Where a cluster's databases are, for sbx_db_new_cluster: the nodes to ask (the first is tried
+//  first), how to reach them, and whether the store follows a new leader. A store that follows
+//  reconnects to whichever node leads, between transactions, when its node does not
+//  lead or its connection failed (a statement the node refused as not the leader is
+//  then run on the new one). One that does not (the broker, which leads only while its
+//  own node does) stays on addresses[0], and its statements fail while that node does
+//  not lead (sbx_db_not_leader).
+typedef struct {
+    const char *const *addresses;
+    size_t count;
+    sbx_dqlite_dial_fn *dial; //  NULL: TCP "host:port", or "@name" in this process
+    void *dial_arg;
+    int timeout_ms; //  each call's deadline; 0: 5000
+    bool follow;
+} sbx_dqlite_cluster_t;
+
 void sbx_dqlite_test (bool verbose);
 
 #endif

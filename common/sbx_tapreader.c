@@ -27,6 +27,7 @@ struct sbx_tapreader_t {
     zlistx_t *held; //  live events (sbx_msg_t) that came during a replay
     int poll_timer;
     bool stopped;          //  the callback asked to stop
+    bool end_loop;         //  ... and to end the loop (it said -1, not 1)
     bool caught_up;        //  a replay reached the end of the log
     uint64_t head;         //  the newest seq heard of: a replay's last_seq, a live event's
     uint64_t behind_since; //  monotonic ms since last < head, or 0 while level
@@ -169,8 +170,11 @@ static void s_deliver (sbx_tapreader_t *self, const sbx_event_t *event)
         return;
     self->last = event->seq;
     s_track (self, event->seq);
-    if (self->fn (event, self->arg))
+    int rc = self->fn (event, self->arg);
+    if (rc) {
         self->stopped = true;
+        self->end_loop = rc < 0;
+    }
 }
 
 //  Applies a live event: the next one is delivered, an old one dropped, one past a gap
@@ -279,7 +283,7 @@ static int s_on_sub (zloop_t *loop, zsock_t *sub, void *arg)
         sbx_msg_destroy (&event);
         zmsg_destroy (&in);
     }
-    return self->stopped ? -1 : 0;
+    return self->end_loop ? -1 : 0;
 }
 
 static int s_on_poll (zloop_t *loop, int timer_id, void *arg)
@@ -287,9 +291,9 @@ static int s_on_poll (zloop_t *loop, int timer_id, void *arg)
     (void) loop;
     (void) timer_id;
     sbx_tapreader_t *self = arg;
-    if (!self->replaying)
+    if (!self->replaying && !self->stopped)
         s_replay (self);
-    return self->stopped ? -1 : 0;
+    return self->end_loop ? -1 : 0;
 }
 
 int sbx_tapreader_start (sbx_tapreader_t *self, zloop_t *loop)

@@ -24,7 +24,9 @@
 
 typedef struct sbx_tapreader_t sbx_tapreader_t;
 
-//  Called once per event, in seq order. Return 0 to go on, -1 to stop the loop.
+//  Called once per event, in seq order. Return 0 to go on, -1 to stop delivering and end
+//  the loop, 1 to stop delivering and leave the loop running (the owner will destroy
+//  the reader, and perhaps start another one from where it is sure to be).
 typedef int (sbx_tapreader_fn) (const sbx_event_t *event, void *arg);
 
 //  after_seq: deliver events with seq > after_seq (SBX_TAPREADER_NOW for live only).
