@@ -34,6 +34,7 @@ struct _bill_server_t {
 #define S_LEASE_TICK_MS 1000
 #define S_LEASE_MS      3000
 #define S_RETRY_MS      1000
+#define S_STORE_WAIT_MS 15000
 
 //  A cluster's store, through the cluster key's TLS to control.nodes. NULL (logged).
 static bill_store_t *s_cluster_store (bill_server_t *self)
@@ -51,7 +52,13 @@ static bill_store_t *s_cluster_store (bill_server_t *self)
     sbx_dqlite_cluster_t where = {
         (const char *const *) self->nodes, count, sbx_dqproxy_dial, self->proxy, 5000, true};
     self->holder = sbx_secret_id ("bill_");
-    bill_store_t *store = self->holder ? bill_store_new_cluster (&where) : NULL;
+    //  At a cluster's first start its nodes may still be electing a leader: wait a while
+    //  rather than fail (and be restarted) at once.
+    bill_store_t *store = NULL;
+    uint64_t until = sbx_clock_mono_ms () + S_STORE_WAIT_MS;
+    while (self->holder && !(store = bill_store_new_cluster (&where)) &&
+           sbx_clock_mono_ms () < until && !zsys_interrupted)
+        zclock_sleep (500);
     if (store)
         sbx_info ("billing on the cluster's database (control.nodes %s)",
                   sbx_config_get (self->config, "control.nodes", ""));

@@ -22,8 +22,50 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-static const char *s_daemons[] = {
-    "sbx-broker", "sbx-vmd", "sbx-snapshotd", "sbx-billing", "sbx-hookd", "sbx-gateway", NULL};
+//  The roles a host can have, each the daemon that plays it, in the order they start:
+//  the broker first (it binds what the others connect to), the gateway last.
+static const struct {
+    const char *role;
+    const char *daemon;
+} s_roles[] = {{"control", "sbx-broker"},
+               {"vmd", "sbx-vmd"},
+               {"snapshotd", "sbx-snapshotd"},
+               {"billing", "sbx-billing"},
+               {"hooks", "sbx-hookd"},
+               {"gateway", "sbx-gateway"},
+               {NULL, NULL}};
+
+//  Whether list (roles's comma-separated value) names role. -1 when it names one that
+//  is not a role, with it in *unknown.
+static int s_roles_check (sbx_config_t *config, const char **unknown)
+{
+    char **list = sbx_config_list (config, "roles", NULL);
+    static char bad[64];
+    int rc = list ? 0 : -1;
+    snprintf (bad, sizeof bad, "%s", list ? "" : "(none)");
+    for (char **item = list; item && *item && rc == 0; item++) {
+        bool known = false;
+        for (int i = 0; s_roles[i].role; i++)
+            known |= streq (*item, s_roles[i].role);
+        if (!known) {
+            snprintf (bad, sizeof bad, "%s", *item);
+            rc = -1;
+        }
+    }
+    sbx_config_list_free (&list);
+    *unknown = bad;
+    return rc;
+}
+
+static bool s_has_role (sbx_config_t *config, const char *role)
+{
+    char **list = sbx_config_list (config, "roles", NULL);
+    bool found = false;
+    for (char **item = list; item && *item; item++)
+        found |= streq (*item, role);
+    sbx_config_list_free (&list);
+    return found;
+}
 
 typedef struct {
     sbx_config_t *config;
@@ -117,7 +159,7 @@ static void s_usage (FILE *out)
     fprintf (out,
              "usage: sbx up [--data-dir DIR] [--listen HOST:PORT] [--domain DOMAIN]\n"
              "              [--box-domain DOMAIN] [--admin-email EMAIL] [--password-stdin]\n"
-             "              [--plain-http] [--log-level L]\n\n"
+             "              [--plain-http] [--roles LIST] [--log-level L]\n\n"
              "Runs the whole service on this machine: sbx-broker, sbx-vmd, sbx-snapshotd,\n"
              "sbx-billing, sbx-hookd and sbx-gateway, each started once the one before is\n"
              "ready, restarted with backoff when it crashes, all stopped cleanly on\n"
@@ -136,6 +178,9 @@ static void s_usage (FILE *out)
              "                     input (at least 8 characters) instead of a made one; used\n"
              "                     at the first run only\n"
              "  --plain-http       serve HTTP instead of HTTPS (tests, or behind a proxy)\n"
+             "  --roles LIST       what this host runs, comma-separated: control (the\n"
+             "                     broker), gateway, vmd, snapshotd, billing, hooks (default\n"
+             "                     all; saved in sbx.conf). Several hosts: docs/operations.md\n"
              "  --log-level L      debug, info, warn or error, for every daemon\n\n"
              "Logs: DIR/logs/<daemon>.log and sbx-up.log, in log.format (text or json),\n"
              "rotated at log.max_bytes keeping log.keep; SIGHUP reopens them all (for an\n"
@@ -197,10 +242,11 @@ int cli_up_main (int argc, char **argv)
                                       {"log-level", required_argument, 0, 'L'},
                                       {"box-domain", required_argument, 0, 'B'},
                                       {"password-stdin", no_argument, 0, 'P'},
+                                      {"roles", required_argument, 0, 'R'},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
     const char *data_dir = NULL, *listen = NULL, *domain = NULL, *admin = NULL, *level = NULL;
-    const char *box_domain = NULL;
+    const char *box_domain = NULL, *roles = NULL;
     bool plain = false, password_stdin = false;
     int c;
     optind = 1;
@@ -229,6 +275,9 @@ int cli_up_main (int argc, char **argv)
             break;
         case 'P':
             password_stdin = true;
+            break;
+        case 'R':
+            roles = optarg;
             break;
         case 'h':
             s_usage (stdout);
@@ -259,6 +308,17 @@ int cli_up_main (int argc, char **argv)
         sbx_config_set (up.config, "box_domain", box_domain);
     if (plain)
         sbx_config_set (up.config, "tls", "off");
+    if (roles)
+        sbx_config_set (up.config, "roles", roles);
+    const char *unknown = NULL;
+    if (s_roles_check (up.config, &unknown)) {
+        fprintf (stderr,
+                 "sbx up: roles: '%s' is not a role (invalid_argument): give any of control, "
+                 "gateway, vmd, snapshotd, billing, hooks, comma-separated\n",
+                 unknown);
+        sbx_config_destroy (&up.config);
+        return 2;
+    }
     //  Every setting by its kind, before anything starts or is written.
     char why[600];
     if (sbx_config_check (up.config, why, sizeof why)) {
@@ -304,7 +364,7 @@ int cli_up_main (int argc, char **argv)
     if (own_log)
         sbx_log_set_file (own_log, false);
     free (own_log);
-    if ((listen || domain || box_domain || plain) && sbx_config_save (up.config))
+    if ((listen || domain || box_domain || plain || roles) && sbx_config_save (up.config))
         sbx_warn ("cannot save %s/sbx.conf: %s", sbx_config_data_dir (up.config), strerror (errno));
     if (asprintf (&up.admin_email, "%s%s", admin ? "" : "admin@",
                   admin ? admin : sbx_config_get (up.config, "domain", "localhost")) < 0)
@@ -334,7 +394,10 @@ int cli_up_main (int argc, char **argv)
     free (log_dir);
     free (status);
     int rc = up.supervisor ? 0 : 1;
-    for (const char **name = s_daemons; rc == 0 && *name; name++) {
+    for (int i = 0; rc == 0 && s_roles[i].role; i++) {
+        if (!s_has_role (up.config, s_roles[i].role))
+            continue;
+        const char *const *name = &s_roles[i].daemon;
         char *path = s_daemon_path (*name);
         char *args[] = {path,
                         "--data-dir",

@@ -50,6 +50,8 @@ static const s_known_t s_known[] = {
     {"control.join", NULL, K_ANY},
     {"control.nodes", NULL, K_ANY},
     {"control.latency_ms", "20", K_ANY},
+    //  What sbx up runs on this host (docs/operations.md, "Several hosts").
+    {"roles", "control,gateway,vmd,snapshotd,billing,hooks", K_ANY},
     {"instance", NULL, K_ANY}, //  = host name
     {"heartbeat_ms", "1000", K_ANY},
     {"events.segment_size", "100000", K_ANY}, //  the broker's sealed log segments (0: none)

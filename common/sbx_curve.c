@@ -52,11 +52,31 @@ static int s_allow (sbx_config_t *config, zcert_t *cert, const char *name)
     char path[600], temp[640];
     snprintf (path, sizeof path, "%s/%s.cert", dir, name);
     snprintf (temp, sizeof temp, "%s/.%s.cert.%d", dir, name, (int) getpid ());
-    free (dir);
     zcert_t *present = zcert_load (path);
     bool same = present && streq (zcert_public_txt (present), zcert_public_txt (cert));
     zcert_destroy (&present);
-    if (same)
+    if (same) {
+        free (dir);
+        return 0;
+    }
+    //  The same key under another name (an operator's copy, a joined host's record):
+    //  czmq's certificate store aborts the process on a key it holds twice.
+    zdir_t *listing = zdir_new (dir, NULL);
+    free (dir);
+    bool elsewhere = false;
+    zfile_t **files = listing ? zdir_flatten (listing) : NULL;
+    for (size_t i = 0; files && files[i] && !elsewhere; i++) {
+        const char *name_i = zfile_filename (files[i], NULL);
+        if (!strstr (name_i, ".cert") || strstr (name_i, "_secret"))
+            continue;
+        zcert_t *other = zcert_load (name_i);
+        elsewhere = other && streq (zcert_public_txt (other), zcert_public_txt (cert));
+        zcert_destroy (&other);
+    }
+    if (files)
+        zdir_flatten_free (&files);
+    zdir_destroy (&listing);
+    if (elsewhere)
         return 0;
     if (zcert_save_public (cert, temp) || rename (temp, path)) {
         sbx_error ("cannot allow the local key in %s: %s", path, strerror (errno));
