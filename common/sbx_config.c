@@ -134,7 +134,15 @@ struct sbx_config_t {
     size_t count;
     char **expanded; //  defaults with %D expanded, parallel to s_known
     char hostname[256];
+    //  A cluster's endpoints made from control.nodes and control.address (s_derive),
+    //  kept until a setting changes: callers hold what get returned.
+    char *derived[4];
 };
+
+//  The keys whose defaults a cluster derives: a control node at HOST:PORT serves the
+//  broker at tcp://HOST:PORT+1 and the tap at tcp://HOST:PORT+2.
+static const char *s_derived_keys[4] = {"broker.endpoint", "tap.endpoint", "broker.bind",
+                                        "tap.bind"};
 
 //  plan.<name>.<field> is known for every plan name (plans are the operator's to name).
 static const s_known_t s_plan_key = {"plan.*", "0", K_ANY}; //  numbers, as the default
@@ -299,6 +307,8 @@ void sbx_config_destroy (sbx_config_t **self_p)
         for (size_t i = 0; s_known[i].key; i++)
             free (self->expanded[i]);
     free (self->expanded);
+    for (int i = 0; i < 4; i++)
+        free (self->derived[i]);
     free (self->data_dir);
     free (self);
     *self_p = NULL;
@@ -330,12 +340,67 @@ static const char *s_default (sbx_config_t *self, const char *key)
     return NULL;
 }
 
+//  "tcp://HOST:PORT+offset" for a control node's address (out: NULL when it is not
+//  HOST:PORT with room above the port).
+static char *s_node_endpoint (const char *address, int offset)
+{
+    const char *colon = strrchr (address, ':');
+    char *end = NULL;
+    long port = colon ? strtol (colon + 1, &end, 10) : 0;
+    if (!colon || colon == address || !end || *end || port < 1 || port + offset > 65535)
+        return NULL;
+    char *out = NULL;
+    if (asprintf (&out, "tcp://%.*s:%ld", (int) (colon - address), address, port + offset) < 0)
+        return NULL;
+    return out;
+}
+
+//  The default of a derived key on a cluster's host, or NULL (not a cluster's host, or
+//  a malformed address: the plain default stands).
+static const char *s_derive (sbx_config_t *self, int which)
+{
+    if (self->derived[which])
+        return self->derived[which];
+    int offset = which % 2 == 0 ? 1 : 2;
+    char *out = NULL;
+    if (which >= 2) {
+        //  Binds: this control node's own.
+        const char *address = sbx_config_get (self, "control.address", NULL);
+        out = address && *address ? s_node_endpoint (address, offset) : NULL;
+    } else {
+        char **nodes = sbx_config_list (self, "control.nodes", NULL);
+        for (char **node = nodes; node && *node; node++) {
+            char *one = s_node_endpoint (*node, offset);
+            char *joined = NULL;
+            if (!one || asprintf (&joined, "%s%s%s", out ? out : "", out ? "," : "", one) < 0) {
+                free (one);
+                free (out);
+                out = NULL;
+                break;
+            }
+            free (one);
+            free (out);
+            out = joined;
+        }
+        sbx_config_list_free (&nodes);
+    }
+    self->derived[which] = out;
+    return out;
+}
+
 const char *sbx_config_get (sbx_config_t *self, const char *key, const char *dflt)
 {
     assert (self && key);
     for (size_t i = 0; i < self->count; i++)
         if (strcmp (self->entries[i].key, key) == 0)
             return self->entries[i].value;
+    //  A cluster's host: the brokers and taps of control.nodes, this node's binds.
+    for (int i = 0; i < 4; i++)
+        if (strcmp (key, s_derived_keys[i]) == 0) {
+            const char *derived = s_derive (self, i);
+            if (derived)
+                return derived;
+        }
     //  Keys whose default is another key's value.
     if (strcmp (key, "broker.bind") == 0)
         return sbx_config_get (self, "broker.endpoint", dflt);
@@ -473,6 +538,12 @@ int sbx_config_set (sbx_config_t *self, const char *key, const char *value)
     assert (self && key && value);
     if (!s_lookup_known (key))
         return -1;
+    //  What was derived from the settings may change with them.
+    if (strncmp (key, "control.", 8) == 0)
+        for (int i = 0; i < 4; i++) {
+            free (self->derived[i]);
+            self->derived[i] = NULL;
+        }
     return s_put (self, key, value, false);
 }
 
@@ -504,12 +575,40 @@ int sbx_config_save (sbx_config_t *self)
     return rc;
 }
 
+#define streq(a, b) (strcmp ((a), (b)) == 0)
+
 void sbx_config_test (bool verbose)
 {
     (void) verbose;
     char dir[] = "/tmp/sbx_config_test.XXXXXX";
     assert (mkdtemp (dir));
     sbx_config_t *config = sbx_config_new (dir);
+    {
+        //  A cluster's host: brokers and taps from control.nodes (port + 1, + 2), a
+        //  control node's binds from its own address; lists read item by item.
+        sbx_config_t *host = sbx_config_new (dir);
+        assert (sbx_config_set (host, "control.nodes", " 10.0.0.1:9001, [fd00::2]:9001 ,") == 0);
+        assert (streq (sbx_config_get (host, "broker.endpoint", NULL),
+                       "tcp://10.0.0.1:9002,tcp://[fd00::2]:9002"));
+        assert (streq (sbx_config_get (host, "tap.endpoint", NULL),
+                       "tcp://10.0.0.1:9003,tcp://[fd00::2]:9003"));
+        //  Not a control node: binds follow the endpoints, as before (never bound there).
+        assert (sbx_config_set (host, "control.address", "10.0.0.1:9001") == 0);
+        assert (streq (sbx_config_get (host, "broker.bind", NULL), "tcp://10.0.0.1:9002"));
+        assert (streq (sbx_config_get (host, "tap.bind", NULL), "tcp://10.0.0.1:9003"));
+        size_t count = 0;
+        char **list = sbx_config_list (host, "broker.endpoint", &count);
+        assert (count == 2 && streq (list[1], "tcp://[fd00::2]:9002") && !list[2]);
+        sbx_config_list_free (&list);
+        assert (!list);
+        //  Set by hand, a value wins; a port at the top has no room above it.
+        assert (sbx_config_set (host, "broker.endpoint", "tcp://b:1") == 0);
+        assert (streq (sbx_config_get (host, "broker.endpoint", NULL), "tcp://b:1"));
+        assert (sbx_config_set (host, "control.address", "10.0.0.1:65535") == 0);
+        assert (!strstr (sbx_config_get (host, "tap.bind", ""), "65537"));
+        assert (sbx_config_list (host, "control.join", &count) == NULL && count == 0);
+        sbx_config_destroy (&host);
+    }
     {
         //  Each value is checked by its key's kind.
         char why[400];

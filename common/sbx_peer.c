@@ -140,17 +140,35 @@ sbx_peer_t *sbx_peer_new (sbx_config_t *config, sbx_role_t role, const char *ins
     return self;
 }
 
-//  Leaves the broker connected now for the next endpoint (a cluster's control node
-//  that may lead). Nothing when there is one endpoint, or when the last move was too
-//  recent (answers from the broker just left are still coming in). True when it moved.
-static bool s_move (sbx_peer_t *self, const char *why)
+//  The endpoint a standby names as leading: a control node at HOST:PORT serves its
+//  broker at tcp://HOST:PORT+1 (sbx_config), when that is one of ours; else -1.
+static int s_hinted (sbx_peer_t *self, const char *leader)
+{
+    const char *colon = leader ? strrchr (leader, ':') : NULL;
+    long port = colon ? strtol (colon + 1, NULL, 10) : 0;
+    if (!colon || port < 1 || port >= 65535)
+        return -1;
+    char endpoint[300];
+    snprintf (endpoint, sizeof endpoint, "tcp://%.*s:%ld", (int) (colon - leader), leader,
+              port + 1);
+    for (size_t i = 0; i < self->count; i++)
+        if (streq (self->endpoints[i], endpoint))
+            return (int) i;
+    return -1;
+}
+
+//  Leaves the broker connected now for another endpoint (a cluster's control node that
+//  may lead): the one at index to, or the next (-1). Nothing when there is one
+//  endpoint, or when the last move was too recent (answers from the broker just left
+//  are still coming in). True when it moved.
+static bool s_move_to (sbx_peer_t *self, int to, const char *why)
 {
     uint64_t now = sbx_clock_mono_ms ();
-    if (self->count < 2 || now - self->moved_at < S_MOVE_MS)
+    if (self->count < 2 || now - self->moved_at < S_MOVE_MS || (size_t) to == self->current)
         return false;
     const char *from = self->endpoints[self->current];
     zsock_disconnect (self->sock, "%s", from);
-    self->current = (self->current + 1) % self->count;
+    self->current = to >= 0 ? (size_t) to : (self->current + 1) % self->count;
     self->gen++;
     self->moved_at = now;
     self->last_heard = now;
@@ -158,6 +176,11 @@ static bool s_move (sbx_peer_t *self, const char *why)
         sbx_error ("cannot connect to broker at %s", self->endpoints[self->current]);
     sbx_info ("broker at %s %s: trying %s", from, why, self->endpoints[self->current]);
     return true;
+}
+
+static bool s_move (sbx_peer_t *self, const char *why)
+{
+    return s_move_to (self, -1, why);
 }
 
 //  Requests waiting on the broker: a queue that grows means a slow or stuck peer.
@@ -527,10 +550,12 @@ static void s_on_standby (sbx_peer_t *self, sbx_msg_t *msg)
             sbx_warn ("%s", why);
         return;
     }
+    //  Straight to the one it names as leading, when that is one of ours.
+    int to = s_hinted (self, standby->leader);
     if (pending) {
         pending->resend = true;
         if (pending->gen == self->gen)
-            s_move (self, "stands by");
+            s_move_to (self, to, "stands by");
         return;
     }
     if (!s_is_worker (self->role))
@@ -538,7 +563,7 @@ static void s_on_standby (sbx_peer_t *self, sbx_msg_t *msg)
     if (self->welcomed)
         s_lost_broker (self, "the control plane's leader changed while this was in flight: it "
                              "may or may not have been done; check, then retry");
-    s_move (self, "stands by");
+    s_move_to (self, to, "stands by");
 }
 
 //  The broker refused our hello for good: another live worker of our role has our name,
