@@ -1,6 +1,7 @@
 /*  brk_control - see brk_control.h */
 #include "brk_control.h"
 #include "brk_server.h"
+#include "brk_store.h"
 #include "sbx_dqlite.h"
 #include "sbx_dqnode.h"
 #include "sbx_dqproxy.h"
@@ -50,7 +51,14 @@ typedef struct {
     uint64_t leads;       //  terms led, for the log
     uint64_t last_join;   //  monotonic ms of the last request to be added
     zactor_t *auth;       //  CURVE's authenticator while standing by on tcp://
+    //  The hosts admitted by token, read from the cluster's database (following its
+    //  leader, wherever it is) into keys/allowed, every node alike.
+    brk_store_t *hosts;
+    sbx_dqlite_cluster_t hosts_where;
+    uint64_t synced_at; //  monotonic ms
 } s_control_t;
+
+#define S_SYNC_MS 2000 //  how often keys/allowed follows the hosts table
 
 //  --------------------------------------------------------------------------
 //  The node's identity: DIR/control/node, three lines (id, address, joined)
@@ -358,6 +366,39 @@ static void s_join (s_control_t *self)
     s_identity_save (self);
 }
 
+//  The node of this process directly; the others through the proxy.
+static int s_dial (const char *address, int timeout_ms, void *arg)
+{
+    s_control_t *self = arg;
+    return address[0] == '@' ? sbx_dqlite_dial (address, timeout_ms)
+                             : sbx_dqproxy_dial (address, timeout_ms, self->proxy);
+}
+
+static void s_sync_one (const brk_host_t *host, void *arg)
+{
+    s_control_t *self = arg;
+    char name[80];
+    snprintf (name, sizeof name, "host-%s", host->name);
+    if (host->removed_ms)
+        sbx_curve_disallow (self->config, name);
+    else
+        sbx_curve_allow (self->config, host->public_key, name);
+}
+
+//  keys/allowed follows the hosts table: an admitted host's key in, a removed one's out.
+static void s_sync_hosts (s_control_t *self)
+{
+    if (!self->hosts) {
+        self->hosts_where =
+            (sbx_dqlite_cluster_t){self->cluster_addresses, 1, s_dial, self, S_CALL_MS, true};
+        self->hosts = brk_store_new_cluster (&self->hosts_where);
+        if (!self->hosts)
+            return;
+    }
+    if (brk_store_host_list (self->hosts, s_sync_one, self) < 0)
+        sbx_debug ("control: the hosts table cannot be read now; again in %d ms", S_SYNC_MS);
+}
+
 static int s_on_poll (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
@@ -370,6 +411,10 @@ static int s_on_poll (zloop_t *loop, int timer_id, void *arg)
             s_join (self);
         }
         return 0;
+    }
+    if ((uint64_t) zclock_mono () - self->synced_at >= S_SYNC_MS) {
+        self->synced_at = (uint64_t) zclock_mono ();
+        s_sync_hosts (self);
     }
     int leads = s_ask_leader (self);
     if (leads == 1)
@@ -420,6 +465,7 @@ static void s_control_destroy (s_control_t **self_p)
     zsock_destroy (&self->router);
     zactor_destroy (&self->auth);
     sbx_dqlite_destroy (&self->local);
+    brk_store_destroy (&self->hosts);
     sbx_dqnode_destroy (&self->node);
     sbx_dqproxy_destroy (&self->proxy);
     zloop_destroy (&self->loop);
@@ -514,7 +560,7 @@ static s_control_t *s_control_new (sbx_config_t *config, zsock_t *pipe)
     //  The broker's own connection goes to the node directly, not through TLS.
     self->cluster_addresses[0] = self->bind;
     self->cluster = (sbx_dqlite_cluster_t){self->cluster_addresses, 1, NULL, NULL, 5000, false};
-    self->server_args = (brk_server_args_t){config, &self->cluster, self->address};
+    self->server_args = (brk_server_args_t){config, &self->cluster, self->address, self->bind};
     self->loop = zloop_new ();
     if (!self->loop || s_standby_start (self)) {
         s_control_destroy (&self);

@@ -82,6 +82,30 @@ static int s_leader (s_node_t *nodes, uint64_t *rid)
     return -1;
 }
 
+//  Whether every running node's keys/allowed/<name>.cert holds public_key (NULL: has
+//  no such file), within 10 s.
+static bool s_allowed_everywhere (s_node_t *nodes, const char *name, const char *public_key)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        int good = 0, running = 0;
+        for (int i = 0; i < S_NODES; i++) {
+            if (!nodes[i].actor)
+                continue;
+            running++;
+            char *path = zsys_sprintf ("%s/keys/allowed/%s.cert", nodes[i].dir, name);
+            zcert_t *cert = zcert_load (path);
+            if (public_key ? cert && streq (zcert_public_txt (cert), public_key) : !cert)
+                good++;
+            zcert_destroy (&cert);
+            zstr_free (&path);
+        }
+        if (good == running)
+            return true;
+        zclock_sleep (100);
+    }
+    return false;
+}
+
 void brk_control_test (bool verbose)
 {
     sbx_log_init ("brk_control_test", verbose ? SBX_LOG_DEBUG : SBX_LOG_ERROR);
@@ -99,6 +123,15 @@ void brk_control_test (bool verbose)
         sbx_config_set (node->config, "heartbeat_ms", "100");
         sbx_config_set (node->config, "control.address", node->address);
         sbx_config_set (node->config, "control.latency_ms", "5");
+        //  One process: its brokers on ipc:// (CURVE's authenticator is one a process).
+        char *endpoint = zsys_sprintf ("ipc://%s/run/broker.sock", node->dir);
+        char *tap = zsys_sprintf ("ipc://%s/run/tap.sock", node->dir);
+        sbx_config_set (node->config, "broker.endpoint", endpoint);
+        sbx_config_set (node->config, "broker.bind", endpoint);
+        sbx_config_set (node->config, "tap.endpoint", tap);
+        sbx_config_set (node->config, "tap.bind", tap);
+        zstr_free (&endpoint);
+        zstr_free (&tap);
         if (i == 0)
             memcpy (first, node->address, sizeof first);
         else {
@@ -124,6 +157,38 @@ void brk_control_test (bool verbose)
     assert (streq (sbx_msg_peer_standby (reply)->node, nodes[standby].address));
     assert (streq (sbx_msg_peer_standby (reply)->leader, nodes[leader].address));
     sbx_msg_destroy (&reply);
+
+    //  A join token admits a host: its key reaches every node's keys/allowed, standbys
+    //  too; removed, it leaves them all. The cluster's members, as its leader says.
+    request = sbx_msg_new (SBX_MSG_CLUSTER_TOKEN);
+    sbx_str_set (&sbx_msg_cluster_token (request)->name, "gw-9");
+    sbx_strlist_append (&sbx_msg_cluster_token (request)->roles, "gateway");
+    reply = brk_testkit_call (nodes[leader].client, request, ++rid);
+    assert (reply->type == SBX_MSG_CLUSTER_TOKEN_OK);
+    sbx_cluster_token_ok_t *token = sbx_msg_cluster_token_ok (reply);
+    assert (strlen (token->secret_key) == 40 && token->nodes.count == S_NODES);
+    assert (token->host->roles.count == 1 && streq (token->host->roles.items[0], "gateway"));
+    char public_key[41];
+    snprintf (public_key, sizeof public_key, "%s", token->host->public_key);
+    sbx_msg_destroy (&reply);
+    request = sbx_msg_new (SBX_MSG_CLUSTER_TOKEN);
+    sbx_str_set (&sbx_msg_cluster_token (request)->name, "gw-9");
+    reply = brk_testkit_call (nodes[leader].client, request, ++rid);
+    assert (brk_testkit_code (reply) == SBX_E_CONFLICT);
+    sbx_msg_destroy (&reply);
+    assert (s_allowed_everywhere (nodes, "host-gw-9", public_key));
+    reply = brk_testkit_call (nodes[leader].client, sbx_msg_new (SBX_MSG_CLUSTER_NODES), ++rid);
+    assert (reply->type == SBX_MSG_CLUSTER_NODES_OK);
+    assert (sbx_msg_cluster_nodes_ok (reply)->nodes.count == S_NODES);
+    assert (streq (sbx_msg_cluster_nodes_ok (reply)->leader, nodes[leader].address));
+    sbx_msg_destroy (&reply);
+    request = sbx_msg_new (SBX_MSG_HOST_REMOVE);
+    sbx_str_set (&sbx_msg_host_remove (request)->name, "gw-9");
+    reply = brk_testkit_call (nodes[leader].client, request, ++rid);
+    assert (reply->type == SBX_MSG_HOST_REMOVE_OK &&
+            sbx_msg_host_remove_ok (reply)->host->removed_ms);
+    sbx_msg_destroy (&reply);
+    assert (s_allowed_everywhere (nodes, "host-gw-9", NULL));
 
     //  The leader serves: an account is made, on the cluster's database.
     char *account = brk_testkit_account (nodes[leader].client, "a@example.com", ++rid);

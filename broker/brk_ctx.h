@@ -16,6 +16,10 @@ typedef void (brk_call_fn) (brk_ctx_t *ctx, sbx_msg_t **reply_p, void *arg);
 
 struct brk_ctx_t {
     sbx_config_t *config;
+    //  A control node's broker (brk_control): its node's cluster address, and the
+    //  socket its node listens on in this process; both NULL on one machine.
+    const char *control_node;
+    const char *control_local;
     brk_store_t *store;
     brk_events_t *events;
     brk_registry_t *registry;

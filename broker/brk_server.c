@@ -5,6 +5,7 @@
 #include "brk_oauth.h"
 #include "brk_ctx.h"
 #include "brk_events.h"
+#include "brk_hosts.h"
 #include "brk_limits.h"
 #include "brk_pending.h"
 #include "brk_registry.h"
@@ -181,6 +182,8 @@ static s_server_t *s_server_new (sbx_config_t *config, const brk_server_args_t *
         return NULL;
     }
     self->ctx.config = config;
+    self->ctx.control_node = cluster ? cluster->node : NULL;
+    self->ctx.control_local = cluster ? cluster->local : NULL;
     self->ctx.store = self->store;
     self->ctx.events = self->events;
     self->ctx.registry = self->registry;
@@ -741,6 +744,18 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         break;
     case SBX_MSG_ACCOUNT_LIST:
         reply = brk_admin_list (&self->ctx, msg);
+        break;
+    case SBX_MSG_CLUSTER_TOKEN:
+        reply = brk_hosts_token (&self->ctx, msg);
+        break;
+    case SBX_MSG_HOST_LIST:
+        reply = brk_hosts_list (&self->ctx, msg);
+        break;
+    case SBX_MSG_HOST_REMOVE:
+        reply = brk_hosts_remove (&self->ctx, msg);
+        break;
+    case SBX_MSG_CLUSTER_NODES:
+        reply = brk_hosts_nodes (&self->ctx, msg);
         break;
     case SBX_MSG_ACCOUNT_GET:
         reply = brk_admin_get (&self->ctx, msg);

@@ -26,6 +26,7 @@ typedef struct {
     sbx_config_t *config;
     const sbx_dqlite_cluster_t *cluster; //  where the database is: this node
     const char *node;                    //  this node's address, for sys.status
+    const char *local;                   //  the socket its node listens on (this process)
 } brk_server_args_t;
 void brk_server_cluster_actor (zsock_t *pipe, void *args);
 

@@ -182,6 +182,14 @@ static const char *s_migrations[] = {
     "CREATE TRIGGER vmd_load_delete AFTER DELETE ON sandboxes "
     "  WHEN OLD.vmd IS NOT NULL AND OLD.state IN " VMD_ACTIVE " BEGIN "
     "  UPDATE vmd_load SET active = active - 1 WHERE vmd = OLD.vmd; END;",
+    //  12: the hosts a join token admitted (brk_hosts): every control node admits their
+    //  CurveZMQ keys (brk_control writes them into keys/allowed).
+    "CREATE TABLE hosts ("
+    "  name TEXT NOT NULL PRIMARY KEY,"
+    "  roles TEXT NOT NULL,"
+    "  public_key TEXT NOT NULL UNIQUE,"
+    "  created_ms INTEGER NOT NULL,"
+    "  removed_ms INTEGER NOT NULL DEFAULT 0);",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
@@ -256,6 +264,17 @@ static const char *s_sql[ST_COUNT] = {
     [ST_META_SET] = "INSERT INTO meta (key, value) VALUES (?1, ?2) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     [ST_META_DELETE] = "DELETE FROM meta WHERE key = ?1",
+    //  A host's name is free again once it is removed: a new token replaces the record.
+    [ST_HOST_INSERT] =
+        "INSERT INTO hosts (name, roles, public_key, created_ms) VALUES (?1, ?2, ?3, ?4) "
+        "ON CONFLICT (name) DO UPDATE SET roles = excluded.roles, public_key = "
+        "excluded.public_key, created_ms = excluded.created_ms, removed_ms = 0 "
+        "WHERE hosts.removed_ms != 0",
+    [ST_HOST_FIND] =
+        "SELECT name, roles, public_key, created_ms, removed_ms FROM hosts WHERE name = ?1",
+    [ST_HOST_LIST] =
+        "SELECT name, roles, public_key, created_ms, removed_ms FROM hosts ORDER BY created_ms",
+    [ST_HOST_REMOVE] = "UPDATE hosts SET removed_ms = ?2 WHERE name = ?1 AND removed_ms = 0",
     [ST_SANDBOX_INSERT] =
         "INSERT INTO sandboxes (" SANDBOX_COLUMNS ") "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
@@ -1522,6 +1541,9 @@ static void s_test_by_state (const char *state, const char *type, uint64_t count
 //  that the sandboxes gauge counts when /metrics is scraped.
 static bool s_test_allow (int index, const char *table)
 {
+    //  The hosts of a cluster: a handful, listed by an operator.
+    if (strcmp (table, "hosts") == 0 && index == ST_HOST_LIST)
+        return true;
     return (strcmp (table, "accounts") == 0 &&
             (index == ST_ACCOUNT_COUNT || index == ST_ACCOUNT_LIST || index == ST_ADMIN_COUNT ||
              index == ST_SANDBOX_UNFUNDED || index == ST_SANDBOX_DISABLED)) ||
@@ -1657,6 +1679,25 @@ void brk_store_test (bool verbose)
     assert (sbx_db_query_int (store->db, "PRAGMA foreign_keys", "") == 1);
     assert (sbx_db_query_int (store->db, "SELECT count(*) FROM schema_version", "") ==
             MIGRATION_COUNT);
+    //  Hosts: a name is taken while its host is admitted, free again once removed.
+    brk_host_t host = {"gw-2", "gateway,vmd", "key-one-z85-40-chars-long-enough-aaaaaaa", 10, 0};
+    assert (brk_store_host_insert (store, &host) == 0);
+    host.public_key = "key-two-z85-40-chars-long-enough-bbbbbbb";
+    assert (brk_store_host_insert (store, &host) == 1);
+    brk_host_t seen = {0};
+    assert (brk_store_host_find (store, "gw-2", &seen) == 0);
+    assert (strcmp (seen.roles, "gateway,vmd") == 0);
+    assert (strncmp (seen.public_key, "key-one", 7) == 0 && seen.removed_ms == 0);
+    brk_host_clear (&seen);
+    assert (brk_store_host_remove (store, "gw-2", 20) == 0);
+    assert (brk_store_host_remove (store, "gw-2", 21) == 1);
+    assert (brk_store_host_remove (store, "nobody", 21) == 1);
+    assert (brk_store_host_insert (store, &host) == 0);
+    assert (brk_store_host_find (store, "gw-2", &seen) == 0 && seen.removed_ms == 0);
+    assert (strncmp (seen.public_key, "key-two", 7) == 0);
+    brk_host_clear (&seen);
+    assert (brk_store_host_find (store, "nobody", &seen) == 1);
+
     brk_store_destroy (&store);
     assert (store == NULL);
     brk_store_destroy (&store);

@@ -275,6 +275,27 @@ char *brk_store_meta_get (brk_store_t *self, const char *key);
 //  Returns 0 or -1.
 int brk_store_meta_set (brk_store_t *self, const char *key, const char *value);
 
+//  Hosts admitted by a join token (brk_store_hosts.c). Strings are the store's copies
+//  (brk_host_clear), or the caller's for insert.
+typedef struct {
+    char *name;
+    char *roles; //  comma-separated
+    char *public_key;
+    uint64_t created_ms;
+    uint64_t removed_ms; //  0 while admitted
+} brk_host_t;
+void brk_host_clear (brk_host_t *self);
+typedef void (brk_store_host_fn) (const brk_host_t *host, void *arg);
+//  0 recorded, 1 when the name is an admitted host's (or the key is taken), -1 error.
+//  A removed host's record is replaced.
+int brk_store_host_insert (brk_store_t *self, const brk_host_t *host);
+//  0 found, 1 not found, -1 error.
+int brk_store_host_find (brk_store_t *self, const char *name, brk_host_t *out);
+//  Every host, oldest first: how many, or -1.
+int brk_store_host_list (brk_store_t *self, brk_store_host_fn *fn, void *arg);
+//  0 removed now, 1 not admitted (unknown, or removed before), -1 error.
+int brk_store_host_remove (brk_store_t *self, const char *name, uint64_t now_ms);
+
 //  Sandboxes. insert: 0, 1 when the label is taken, -1 (in a transaction).
 int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox);
 //  0 found, 1 not found, -1 error.

@@ -37,14 +37,15 @@ static zcert_t *s_cert_load_or_create (sbx_config_t *config, const char *name)
     return cert;
 }
 
-//  Copies the public half into DIR/keys/allowed/<name>.cert so the local broker admits it.
-//  Every local worker does this at each start: the file is left alone when it already
-//  holds the key, and is otherwise written under a hidden name and renamed. Rewriting
-//  it in place let the broker's zauth reread the directory while the file was empty,
-//  then miss the finished file (same count, size and second), and refuse every local
-//  worker that connected afterwards.
-static int s_allow (sbx_config_t *config, zcert_t *cert, const char *name)
+//  Writes public_txt into DIR/keys/allowed/<name>.cert (see sbx_curve.h). The file is
+//  left alone when it already holds the key, and is otherwise written under a hidden
+//  name and renamed. Rewriting it in place let the broker's zauth reread the directory
+//  while the file was empty, then miss the finished file (same count, size and
+//  second), and refuse every local worker that connected afterwards.
+int sbx_curve_allow (sbx_config_t *config, const char *public_txt, const char *name)
 {
+    if (!public_txt || strlen (public_txt) != 40 || !name || !*name || strchr (name, '/'))
+        return -1;
     char *dir = sbx_config_path (config, "keys/allowed");
     if (!dir)
         return -1;
@@ -53,7 +54,7 @@ static int s_allow (sbx_config_t *config, zcert_t *cert, const char *name)
     snprintf (path, sizeof path, "%s/%s.cert", dir, name);
     snprintf (temp, sizeof temp, "%s/.%s.cert.%d", dir, name, (int) getpid ());
     zcert_t *present = zcert_load (path);
-    bool same = present && streq (zcert_public_txt (present), zcert_public_txt (cert));
+    bool same = present && streq (zcert_public_txt (present), public_txt);
     zcert_destroy (&present);
     if (same) {
         free (dir);
@@ -70,7 +71,7 @@ static int s_allow (sbx_config_t *config, zcert_t *cert, const char *name)
         if (!strstr (name_i, ".cert") || strstr (name_i, "_secret"))
             continue;
         zcert_t *other = zcert_load (name_i);
-        elsewhere = other && streq (zcert_public_txt (other), zcert_public_txt (cert));
+        elsewhere = other && streq (zcert_public_txt (other), public_txt);
         zcert_destroy (&other);
     }
     if (files)
@@ -78,12 +79,35 @@ static int s_allow (sbx_config_t *config, zcert_t *cert, const char *name)
     zdir_destroy (&listing);
     if (elsewhere)
         return 0;
-    if (zcert_save_public (cert, temp) || rename (temp, path)) {
-        sbx_error ("cannot allow the local key in %s: %s", path, strerror (errno));
+    //  A public certificate: the secret half is not ours to have.
+    byte public_key[32], none[32] = {0};
+    zcert_t *cert =
+        zmq_z85_decode (public_key, public_txt) ? zcert_new_from (public_key, none) : NULL;
+    if (!cert || zcert_save_public (cert, temp) || rename (temp, path)) {
+        sbx_error ("cannot allow the key in %s: %s", path, strerror (errno));
         unlink (temp);
+        zcert_destroy (&cert);
         return -1;
     }
+    zcert_destroy (&cert);
     return 0;
+}
+
+int sbx_curve_disallow (sbx_config_t *config, const char *name)
+{
+    if (!name || !*name || strchr (name, '/'))
+        return -1;
+    char relative[200];
+    snprintf (relative, sizeof relative, "keys/allowed/%s.cert", name);
+    char *path = sbx_config_path (config, relative);
+    int rc = path && unlink (path) != 0 && errno != ENOENT ? -1 : 0;
+    free (path);
+    return rc;
+}
+
+static int s_allow (sbx_config_t *config, zcert_t *cert, const char *name)
+{
+    return sbx_curve_allow (config, zcert_public_txt (cert), name);
 }
 
 zactor_t *sbx_curve_auth_new (sbx_config_t *config)

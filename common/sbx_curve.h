@@ -32,6 +32,12 @@ int sbx_curve_server (sbx_config_t *config, zsock_t *sock);
 //  public key from broker.public_key, else from DIR/keys/broker.cert. Returns 0 or -1.
 int sbx_curve_client (sbx_config_t *config, zsock_t *sock);
 
+//  Admits public_txt (z85, 40 characters) as DIR/keys/allowed/<name>.cert, unless some
+//  file there holds that key already (czmq aborts on a key it holds twice). 0 or -1.
+int sbx_curve_allow (sbx_config_t *config, const char *public_txt, const char *name);
+//  Removes DIR/keys/allowed/<name>.cert (none there is fine). 0 or -1.
+int sbx_curve_disallow (sbx_config_t *config, const char *name);
+
 void sbx_curve_test (bool verbose);
 
 #endif

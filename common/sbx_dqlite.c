@@ -671,6 +671,13 @@ failed:
 //  --------------------------------------------------------------------------
 //  Connection
 
+int sbx_dqlite_dial (const char *address, int timeout_ms)
+{
+    if (!address || !*address)
+        return -1;
+    return address[0] == '@' ? s_dial_unix (address, timeout_ms) : s_dial_tcp (address, timeout_ms);
+}
+
 sbx_dqlite_t *sbx_dqlite_connect (const char *address, int timeout_ms, sbx_dqlite_dial_fn *dial,
                                   void *arg)
 {

@@ -99,6 +99,10 @@ typedef int (sbx_dqlite_dial_fn) (const char *address, int timeout_ms, void *arg
 sbx_dqlite_t *sbx_dqlite_connect (const char *address, int timeout_ms, sbx_dqlite_dial_fn *dial,
                                   void *arg);
 
+//  The dialing sbx_dqlite_connect does without a dial function: a connected stream
+//  socket to "host:port" (TCP) or "@name" (an abstract socket), or -1.
+int sbx_dqlite_dial (const char *address, int timeout_ms);
+
 //  Asks each of addresses[0..count-1] in turn which node leads and connects to that
 //  one (a node that names no leader, or names one that does not answer, is passed
 //  over). NULL when no leader could be reached within about timeout_ms per address.

@@ -24,6 +24,8 @@ _Static_assert (offsetof (sbx_agent_proc_list_t, count) == sizeof (void *), "lis
 _Static_assert (offsetof (sbx_usage_sandbox_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_usage_day_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_wallet_info_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_host_info_list_t, count) == sizeof (void *), "list layout");
+_Static_assert (offsetof (sbx_control_node_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_event_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_webhook_info_list_t, count) == sizeof (void *), "list layout");
 _Static_assert (offsetof (sbx_webhook_delivery_list_t, count) == sizeof (void *), "list layout");
@@ -380,6 +382,16 @@ static const sbx_meta_struct_t s_meta_wallet_credited;
 static const sbx_meta_struct_t s_meta_wallet_activate;
 static const sbx_meta_struct_t s_meta_wallet_activate_ok;
 static const sbx_meta_struct_t s_meta_wallet_activated;
+static const sbx_meta_struct_t s_meta_host_info;
+static const sbx_meta_struct_t s_meta_control_node;
+static const sbx_meta_struct_t s_meta_cluster_token;
+static const sbx_meta_struct_t s_meta_cluster_token_ok;
+static const sbx_meta_struct_t s_meta_host_list;
+static const sbx_meta_struct_t s_meta_host_list_ok;
+static const sbx_meta_struct_t s_meta_host_remove;
+static const sbx_meta_struct_t s_meta_host_remove_ok;
+static const sbx_meta_struct_t s_meta_cluster_nodes;
+static const sbx_meta_struct_t s_meta_cluster_nodes_ok;
 static const sbx_meta_struct_t s_meta_caller;
 static const sbx_meta_struct_t s_meta_event;
 static const sbx_meta_struct_t s_meta_events_replay;
@@ -1007,6 +1019,60 @@ static const sbx_meta_field_t s_fields_wallet_activated[] = {
     {"wallet", SBX_META_STRING, offsetof (sbx_wallet_activated_t, wallet), true, 32, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_wallet_activated = {"wallet.activated", sizeof (sbx_wallet_activated_t), s_fields_wallet_activated, 2};
+
+static const sbx_meta_field_t s_fields_host_info[] = {
+    {"name", SBX_META_STRING, offsetof (sbx_host_info_t, name), true, 64, NULL, NULL},
+    {"roles", SBX_META_STRLIST, offsetof (sbx_host_info_t, roles), false, 0, NULL, NULL},
+    {"public_key", SBX_META_STRING, offsetof (sbx_host_info_t, public_key), true, 64, NULL, NULL},
+    {"created_ms", SBX_META_UINT, offsetof (sbx_host_info_t, created_ms), false, 0, NULL, NULL},
+    {"removed_ms", SBX_META_UINT, offsetof (sbx_host_info_t, removed_ms), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_host_info = {"host_info", sizeof (sbx_host_info_t), s_fields_host_info, 5};
+
+static const sbx_meta_field_t s_fields_control_node[] = {
+    {"id", SBX_META_UINT, offsetof (sbx_control_node_t, id), true, 0, NULL, NULL},
+    {"address", SBX_META_STRING, offsetof (sbx_control_node_t, address), true, 256, NULL, NULL},
+    {"role", SBX_META_STRING, offsetof (sbx_control_node_t, role), true, 16, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_control_node = {"control_node", sizeof (sbx_control_node_t), s_fields_control_node, 3};
+
+static const sbx_meta_field_t s_fields_cluster_token[] = {
+    {"name", SBX_META_STRING, offsetof (sbx_cluster_token_t, name), true, 64, NULL, NULL},
+    {"roles", SBX_META_STRLIST, offsetof (sbx_cluster_token_t, roles), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_cluster_token = {"cluster.token", sizeof (sbx_cluster_token_t), s_fields_cluster_token, 2};
+
+static const sbx_meta_field_t s_fields_cluster_token_ok[] = {
+    {"host", SBX_META_STRUCT, offsetof (sbx_cluster_token_ok_t, host), true, 0, NULL, &s_meta_host_info},
+    {"secret_key", SBX_META_STRING, offsetof (sbx_cluster_token_ok_t, secret_key), true, 64, NULL, NULL},
+    {"nodes", SBX_META_STRLIST, offsetof (sbx_cluster_token_ok_t, nodes), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_cluster_token_ok = {"cluster.token.ok", sizeof (sbx_cluster_token_ok_t), s_fields_cluster_token_ok, 3};
+
+static const sbx_meta_struct_t s_meta_host_list = {"host.list", sizeof (sbx_host_list_t), NULL, 0};
+
+static const sbx_meta_field_t s_fields_host_list_ok[] = {
+    {"hosts", SBX_META_LIST, offsetof (sbx_host_list_ok_t, hosts), false, 0, NULL, &s_meta_host_info},
+};
+static const sbx_meta_struct_t s_meta_host_list_ok = {"host.list.ok", sizeof (sbx_host_list_ok_t), s_fields_host_list_ok, 1};
+
+static const sbx_meta_field_t s_fields_host_remove[] = {
+    {"name", SBX_META_STRING, offsetof (sbx_host_remove_t, name), true, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_host_remove = {"host.remove", sizeof (sbx_host_remove_t), s_fields_host_remove, 1};
+
+static const sbx_meta_field_t s_fields_host_remove_ok[] = {
+    {"host", SBX_META_STRUCT, offsetof (sbx_host_remove_ok_t, host), true, 0, NULL, &s_meta_host_info},
+};
+static const sbx_meta_struct_t s_meta_host_remove_ok = {"host.remove.ok", sizeof (sbx_host_remove_ok_t), s_fields_host_remove_ok, 1};
+
+static const sbx_meta_struct_t s_meta_cluster_nodes = {"cluster.nodes", sizeof (sbx_cluster_nodes_t), NULL, 0};
+
+static const sbx_meta_field_t s_fields_cluster_nodes_ok[] = {
+    {"nodes", SBX_META_LIST, offsetof (sbx_cluster_nodes_ok_t, nodes), false, 0, NULL, &s_meta_control_node},
+    {"leader", SBX_META_STRING, offsetof (sbx_cluster_nodes_ok_t, leader), false, 256, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_cluster_nodes_ok = {"cluster.nodes.ok", sizeof (sbx_cluster_nodes_ok_t), s_fields_cluster_nodes_ok, 2};
 
 static const sbx_meta_field_t s_fields_caller[] = {
     {"kind", SBX_META_ENUM, offsetof (sbx_caller_t, kind), true, 0, &s_enum_caller_kind, NULL},
@@ -2048,6 +2114,22 @@ static const char *const s_from_wallet_activate_ok[] = {"broker"};
 static const char *const s_to_wallet_activate_ok[] = {"cli"};
 static const char *const s_from_wallet_activated[] = {"broker"};
 static const char *const s_to_wallet_activated[] = {"tap"};
+static const char *const s_from_cluster_token[] = {"cli"};
+static const char *const s_to_cluster_token[] = {"broker"};
+static const char *const s_from_cluster_token_ok[] = {"broker"};
+static const char *const s_to_cluster_token_ok[] = {"cli"};
+static const char *const s_from_host_list[] = {"cli"};
+static const char *const s_to_host_list[] = {"broker"};
+static const char *const s_from_host_list_ok[] = {"broker"};
+static const char *const s_to_host_list_ok[] = {"cli"};
+static const char *const s_from_host_remove[] = {"cli"};
+static const char *const s_to_host_remove[] = {"broker"};
+static const char *const s_from_host_remove_ok[] = {"broker"};
+static const char *const s_to_host_remove_ok[] = {"cli"};
+static const char *const s_from_cluster_nodes[] = {"cli"};
+static const char *const s_to_cluster_nodes[] = {"broker"};
+static const char *const s_from_cluster_nodes_ok[] = {"broker"};
+static const char *const s_to_cluster_nodes_ok[] = {"cli"};
 static const char *const s_from_event[] = {"broker"};
 static const char *const s_to_event[] = {"tap"};
 static const char *const s_from_events_replay[] = {"cli", "billing", "gateway", "hooks"};
@@ -2352,6 +2434,14 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"wallet.activate", &s_meta_wallet_activate, s_from_wallet_activate, 1, s_to_wallet_activate, 1, SBX_MSG_WALLET_ACTIVATE_OK, false},
     {"wallet.activate.ok", &s_meta_wallet_activate_ok, s_from_wallet_activate_ok, 1, s_to_wallet_activate_ok, 1, SBX_MSG__UNKNOWN, false},
     {"wallet.activated", &s_meta_wallet_activated, s_from_wallet_activated, 1, s_to_wallet_activated, 1, SBX_MSG__UNKNOWN, true},
+    {"cluster.token", &s_meta_cluster_token, s_from_cluster_token, 1, s_to_cluster_token, 1, SBX_MSG_CLUSTER_TOKEN_OK, false},
+    {"cluster.token.ok", &s_meta_cluster_token_ok, s_from_cluster_token_ok, 1, s_to_cluster_token_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"host.list", &s_meta_host_list, s_from_host_list, 1, s_to_host_list, 1, SBX_MSG_HOST_LIST_OK, false},
+    {"host.list.ok", &s_meta_host_list_ok, s_from_host_list_ok, 1, s_to_host_list_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"host.remove", &s_meta_host_remove, s_from_host_remove, 1, s_to_host_remove, 1, SBX_MSG_HOST_REMOVE_OK, false},
+    {"host.remove.ok", &s_meta_host_remove_ok, s_from_host_remove_ok, 1, s_to_host_remove_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"cluster.nodes", &s_meta_cluster_nodes, s_from_cluster_nodes, 1, s_to_cluster_nodes, 1, SBX_MSG_CLUSTER_NODES_OK, false},
+    {"cluster.nodes.ok", &s_meta_cluster_nodes_ok, s_from_cluster_nodes_ok, 1, s_to_cluster_nodes_ok, 1, SBX_MSG__UNKNOWN, false},
     {"event", &s_meta_event, s_from_event, 1, s_to_event, 1, SBX_MSG__UNKNOWN, false},
     {"events.replay", &s_meta_events_replay, s_from_events_replay, 4, s_to_events_replay, 1, SBX_MSG_EVENTS_REPLAY_OK, false},
     {"events.replay.ok", &s_meta_events_replay_ok, s_from_events_replay_ok, 1, s_to_events_replay_ok, 4, SBX_MSG__UNKNOWN, false},
@@ -2770,6 +2860,46 @@ sbx_wallet_activate_ok_t *sbx_msg_wallet_activate_ok (struct sbx_msg_s *msg)
 sbx_wallet_activated_t *sbx_msg_wallet_activated (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_WALLET_ACTIVATED ? (sbx_wallet_activated_t *) msg->body : NULL;
+}
+
+sbx_cluster_token_t *sbx_msg_cluster_token (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_CLUSTER_TOKEN ? (sbx_cluster_token_t *) msg->body : NULL;
+}
+
+sbx_cluster_token_ok_t *sbx_msg_cluster_token_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_CLUSTER_TOKEN_OK ? (sbx_cluster_token_ok_t *) msg->body : NULL;
+}
+
+sbx_host_list_t *sbx_msg_host_list (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_HOST_LIST ? (sbx_host_list_t *) msg->body : NULL;
+}
+
+sbx_host_list_ok_t *sbx_msg_host_list_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_HOST_LIST_OK ? (sbx_host_list_ok_t *) msg->body : NULL;
+}
+
+sbx_host_remove_t *sbx_msg_host_remove (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_HOST_REMOVE ? (sbx_host_remove_t *) msg->body : NULL;
+}
+
+sbx_host_remove_ok_t *sbx_msg_host_remove_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_HOST_REMOVE_OK ? (sbx_host_remove_ok_t *) msg->body : NULL;
+}
+
+sbx_cluster_nodes_t *sbx_msg_cluster_nodes (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_CLUSTER_NODES ? (sbx_cluster_nodes_t *) msg->body : NULL;
+}
+
+sbx_cluster_nodes_ok_t *sbx_msg_cluster_nodes_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_CLUSTER_NODES_OK ? (sbx_cluster_nodes_ok_t *) msg->body : NULL;
 }
 
 sbx_event_t *sbx_msg_event (struct sbx_msg_s *msg)
@@ -3490,6 +3620,16 @@ sbx_usage_day_t *sbx_usage_day_list_append (sbx_usage_day_list_t *list)
 sbx_wallet_info_t *sbx_wallet_info_list_append (sbx_wallet_info_list_t *list)
 {
     return (sbx_wallet_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_wallet_info_t));
+}
+
+sbx_host_info_t *sbx_host_info_list_append (sbx_host_info_list_t *list)
+{
+    return (sbx_host_info_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_host_info_t));
+}
+
+sbx_control_node_t *sbx_control_node_list_append (sbx_control_node_list_t *list)
+{
+    return (sbx_control_node_t *) sbx_meta_list_append ((void **) &list->items, &list->count, sizeof (sbx_control_node_t));
 }
 
 sbx_event_t *sbx_event_list_append (sbx_event_list_t *list)

@@ -251,6 +251,14 @@ typedef enum {
     SBX_MSG_WALLET_ACTIVATE,          //  wallet.activate
     SBX_MSG_WALLET_ACTIVATE_OK,       //  wallet.activate.ok
     SBX_MSG_WALLET_ACTIVATED,         //  wallet.activated
+    SBX_MSG_CLUSTER_TOKEN,            //  cluster.token
+    SBX_MSG_CLUSTER_TOKEN_OK,         //  cluster.token.ok
+    SBX_MSG_HOST_LIST,                //  host.list
+    SBX_MSG_HOST_LIST_OK,             //  host.list.ok
+    SBX_MSG_HOST_REMOVE,              //  host.remove
+    SBX_MSG_HOST_REMOVE_OK,           //  host.remove.ok
+    SBX_MSG_CLUSTER_NODES,            //  cluster.nodes
+    SBX_MSG_CLUSTER_NODES_OK,         //  cluster.nodes.ok
     SBX_MSG_EVENT,                    //  event
     SBX_MSG_EVENTS_REPLAY,            //  events.replay
     SBX_MSG_EVENTS_REPLAY_OK,         //  events.replay.ok
@@ -441,6 +449,16 @@ typedef struct sbx_wallet_credited_s sbx_wallet_credited_t;
 typedef struct sbx_wallet_activate_s sbx_wallet_activate_t;
 typedef struct sbx_wallet_activate_ok_s sbx_wallet_activate_ok_t;
 typedef struct sbx_wallet_activated_s sbx_wallet_activated_t;
+typedef struct sbx_host_info_s sbx_host_info_t;
+typedef struct sbx_control_node_s sbx_control_node_t;
+typedef struct sbx_cluster_token_s sbx_cluster_token_t;
+typedef struct sbx_cluster_token_ok_s sbx_cluster_token_ok_t;
+typedef struct sbx_host_list_s sbx_host_list_t;
+typedef struct sbx_host_list_ok_s sbx_host_list_ok_t;
+typedef struct sbx_host_remove_s sbx_host_remove_t;
+typedef struct sbx_host_remove_ok_s sbx_host_remove_ok_t;
+typedef struct sbx_cluster_nodes_s sbx_cluster_nodes_t;
+typedef struct sbx_cluster_nodes_ok_s sbx_cluster_nodes_ok_t;
 typedef struct sbx_caller_s sbx_caller_t;
 typedef struct sbx_event_s sbx_event_t;
 typedef struct sbx_events_replay_s sbx_events_replay_t;
@@ -607,6 +625,16 @@ typedef struct {
     size_t count;
 } sbx_wallet_info_list_t;
 sbx_wallet_info_t *sbx_wallet_info_list_append (sbx_wallet_info_list_t *list);
+typedef struct {
+    sbx_host_info_t *items;
+    size_t count;
+} sbx_host_info_list_t;
+sbx_host_info_t *sbx_host_info_list_append (sbx_host_info_list_t *list);
+typedef struct {
+    sbx_control_node_t *items;
+    size_t count;
+} sbx_control_node_list_t;
+sbx_control_node_t *sbx_control_node_list_append (sbx_control_node_list_t *list);
 typedef struct {
     sbx_event_t *items;
     size_t count;
@@ -1515,6 +1543,93 @@ struct sbx_wallet_activated_s {
     char *account_id;
     //  (required, max 32) The wallet now active.
     char *wallet;
+};
+
+//  struct host_info (cluster.json). A host admitted by a join token.
+struct sbx_host_info_s {
+    //  (required, max 64) Its name.
+    char *name;
+    //  What it was admitted to run.
+    sbx_strlist_t roles;
+    //  (required, max 64) Its CurveZMQ public key (z85).
+    char *public_key;
+    //  When its token was made.
+    uint64_t created_ms;
+    //  When it was removed; 0 while admitted.
+    uint64_t removed_ms;
+};
+
+//  struct control_node (cluster.json). One control node of the dqlite cluster.
+struct sbx_control_node_s {
+    //  (required) Its node id (1 for the first).
+    uint64_t id;
+    //  (required, max 256) Its address (HOST:PORT).
+    char *address;
+    //  (required, max 16) voter, standby or spare.
+    char *role;
+};
+
+//  message cluster.token (cluster.json): cli -> broker, reply cluster.token.ok. Admit a new
+//  host: the broker makes it a CurveZMQ key pair, records the public key (every control node
+//  admits it from then on) and answers the pair. The CLI adds what only a member host holds
+//  (the cluster key and, for a control node, the brokers' key pair) and prints the whole as the
+//  token `sbx up --join` takes. A name given before is refused (conflict) while that host is
+//  admitted.
+struct sbx_cluster_token_s {
+    //  (required, max 64) The new host's name (its instance name): letters, digits, - and .
+    char *name;
+    //  What it will run (control, gateway, vmd, snapshotd, billing, hooks); empty: all.
+    sbx_strlist_t roles;
+};
+
+//  message cluster.token.ok (cluster.json): broker -> cli. The admitted host and its key pair.
+struct sbx_cluster_token_ok_s {
+    //  (required) The host as recorded.
+    sbx_host_info_t *host;
+    //  (required, max 64) The secret half of its key pair (z85), shown only now.
+    char *secret_key;
+    //  The control nodes' addresses (HOST:PORT) as the cluster knows them now.
+    sbx_strlist_t nodes;
+};
+
+//  message host.list (cluster.json): cli -> broker, reply host.list.ok. The hosts admitted by
+//  token, removed ones included.
+struct sbx_host_list_s {
+    char unused_; //  C wants a member; this body has no fields
+};
+
+//  message host.list.ok (cluster.json): broker -> cli. Every host, oldest first.
+struct sbx_host_list_ok_s {
+    //  One entry per host.
+    sbx_host_info_list_t hosts;
+};
+
+//  message host.remove (cluster.json): cli -> broker, reply host.remove.ok. Stop admitting a
+//  host's key: its processes are refused at their next connection (control nodes drop it from
+//  keys/allowed within seconds). Its record stays, marked removed.
+struct sbx_host_remove_s {
+    //  (required, max 64) The host's name.
+    char *name;
+};
+
+//  message host.remove.ok (cluster.json): broker -> cli. The host as it is now.
+struct sbx_host_remove_ok_s {
+    //  (required) The host, removed.
+    sbx_host_info_t *host;
+};
+
+//  message cluster.nodes (cluster.json): cli -> broker, reply cluster.nodes.ok. The control
+//  nodes of the dqlite cluster, as the leading node knows them.
+struct sbx_cluster_nodes_s {
+    char unused_; //  C wants a member; this body has no fields
+};
+
+//  message cluster.nodes.ok (cluster.json): broker -> cli. Each node, and which one leads.
+struct sbx_cluster_nodes_ok_s {
+    //  The members of the cluster's configuration.
+    sbx_control_node_list_t nodes;
+    //  (max 256) The leading node's address.
+    char *leader;
 };
 
 //  struct caller (common.json). Who asks: set by the process that authenticated the request,
@@ -3104,6 +3219,14 @@ sbx_wallet_credited_t *sbx_msg_wallet_credited (struct sbx_msg_s *msg);
 sbx_wallet_activate_t *sbx_msg_wallet_activate (struct sbx_msg_s *msg);
 sbx_wallet_activate_ok_t *sbx_msg_wallet_activate_ok (struct sbx_msg_s *msg);
 sbx_wallet_activated_t *sbx_msg_wallet_activated (struct sbx_msg_s *msg);
+sbx_cluster_token_t *sbx_msg_cluster_token (struct sbx_msg_s *msg);
+sbx_cluster_token_ok_t *sbx_msg_cluster_token_ok (struct sbx_msg_s *msg);
+sbx_host_list_t *sbx_msg_host_list (struct sbx_msg_s *msg);
+sbx_host_list_ok_t *sbx_msg_host_list_ok (struct sbx_msg_s *msg);
+sbx_host_remove_t *sbx_msg_host_remove (struct sbx_msg_s *msg);
+sbx_host_remove_ok_t *sbx_msg_host_remove_ok (struct sbx_msg_s *msg);
+sbx_cluster_nodes_t *sbx_msg_cluster_nodes (struct sbx_msg_s *msg);
+sbx_cluster_nodes_ok_t *sbx_msg_cluster_nodes_ok (struct sbx_msg_s *msg);
 sbx_event_t *sbx_msg_event (struct sbx_msg_s *msg);
 sbx_events_replay_t *sbx_msg_events_replay (struct sbx_msg_s *msg);
 sbx_events_replay_ok_t *sbx_msg_events_replay_ok (struct sbx_msg_s *msg);
