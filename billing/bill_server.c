@@ -4,7 +4,9 @@
 #include "sbx_secret.h"
 #include "sbx_metrics.h"
 
+#include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 struct _bill_server_t {
     sbx_config_t *config; //  borrowed
@@ -62,6 +64,28 @@ static bill_store_t *s_cluster_store (bill_server_t *self)
     if (store)
         sbx_info ("billing on the cluster's database (control.nodes %s)",
                   sbx_config_get (self->config, "control.nodes", ""));
+    //  The first node of a cluster made from one machine: its ledger is copied in once.
+    char *file = sbx_config_path (self->config, "billing/billing.db");
+    char err[512] = "";
+    int copied = store && file && access (file, F_OK) == 0
+                     ? bill_store_import (store, file, err, sizeof err)
+                     : 0;
+    if (copied < 0) {
+        sbx_error ("cannot copy this machine's billing into the cluster: %s", err);
+        bill_store_destroy (&store);
+    } else if (copied > 0) {
+        char aside[PATH_MAX];
+        const char *suffixes[] = {"", "-wal", "-shm"};
+        for (size_t i = 0; i < 3; i++) {
+            char from[PATH_MAX];
+            snprintf (from, sizeof from, "%s%s", file, suffixes[i]);
+            snprintf (aside, sizeof aside, "%s.imported%s", file, suffixes[i]);
+            rename (from, aside);
+        }
+        sbx_info ("this machine's billing is in the cluster now: %s set aside as %s.imported", file,
+                  file);
+    }
+    free (file);
     return store;
 }
 

@@ -206,6 +206,61 @@ bill_store_t *bill_store_new_cluster (const sbx_dqlite_cluster_t *cluster)
     return self;
 }
 
+//  The meta row of the copy: "started" while it runs, "done" after.
+static char *s_meta (bill_store_t *self, const char *key)
+{
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_META_GET);
+    sbx_db_bind_text (stmt, 1, key);
+    char *value = NULL;
+    if (sbx_stmt_step (stmt) == SQLITE_ROW)
+        value = sbx_db_column_dup (stmt, 0, NULL);
+    sbx_db_reset (stmt);
+    return value;
+}
+
+static int s_meta_set (bill_store_t *self, const char *key, const char *value)
+{
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_META_SET);
+    sbx_db_bind_text (stmt, 1, key);
+    sbx_db_bind_text (stmt, 2, value);
+    return sbx_db_run (self->db, ST_META_SET, "meta set");
+}
+
+int bill_store_import (bill_store_t *self, const char *path, char *err, size_t err_size)
+{
+    char *state = s_meta (self, "import");
+    bool resume = state && strcmp (state, "started") == 0, done = state && !resume;
+    free (state);
+    if (done)
+        return 0;
+    if (!resume && bill_store_last_seq (self) > 0) {
+        sbx_warn ("store %s: %s is not copied in: the cluster has billing already (this node "
+                  "joined one; move the file away)",
+                  sbx_db_path (self->db), path);
+        return 0;
+    }
+    bill_store_t *file = bill_store_new (path); //  at this billing's schema first
+    if (!file) {
+        snprintf (err, err_size, "cannot open %s (its log says why)", path);
+        return -1;
+    }
+    bill_store_destroy (&file);
+    uint64_t rows = 0;
+    //  The lease is this cluster's, not the file's.
+    const char *skip[] = {NULL};
+    if (s_meta_set (self, "import", "started") ||
+        sbx_db_import (self->db, path, skip, &rows, err, err_size) ||
+        sbx_db_exec (self->db, "DELETE FROM meta WHERE key = 'lease'", "lease") ||
+        s_meta_set (self, "import", "done")) {
+        if (!*err)
+            snprintf (err, err_size, "the cluster's store does not answer");
+        return -1;
+    }
+    sbx_info ("store %s: %llu rows of %s copied in", sbx_db_path (self->db),
+              (unsigned long long) rows, path);
+    return 1;
+}
+
 bool bill_store_is_cluster (bill_store_t *self)
 {
     return self && sbx_db_is_cluster (self->db);

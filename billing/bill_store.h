@@ -72,6 +72,11 @@ void bill_store_destroy (bill_store_t **self_p);
 bill_store_t *bill_store_new_cluster (const sbx_dqlite_cluster_t *cluster);
 bool bill_store_is_cluster (bill_store_t *self);
 
+//  A cluster's first node (sbx cluster init): copies the one-machine billing.db at path
+//  into this cluster store once (as brk_store_import: only into a fresh store, finishing
+//  a copy that stopped midway). 1 copied now, 0 nothing to do, -1 with err.
+int bill_store_import (bill_store_t *self, const char *path, char *err, size_t err_size);
+
 //  Takes or keeps the billing lease for holder until until_ms, when it is free, ours, or
 //  expired by now_ms: 1 when holder has it now, 0 when another holds it, -1 on a store
 //  error. Several billing processes share a cluster's store; the one with the lease

@@ -56,6 +56,7 @@ typedef struct {
     brk_store_t *hosts;
     sbx_dqlite_cluster_t hosts_where;
     uint64_t synced_at; //  monotonic ms
+    bool registered;    //  this host's own client key is in the hosts table
 } s_control_t;
 
 #define S_SYNC_MS 2000 //  how often keys/allowed follows the hosts table
@@ -394,6 +395,24 @@ static void s_sync_hosts (s_control_t *self)
         self->hosts = brk_store_new_cluster (&self->hosts_where);
         if (!self->hosts)
             return;
+    }
+    //  This node's own processes (its billing, its CLI) reach the other control nodes'
+    //  brokers with this host's client key: recorded as a host too (the first node was
+    //  admitted by no token; a joined one is already, under its name).
+    if (!self->registered) {
+        char *path = sbx_config_path (self->config, "keys/client.cert");
+        zcert_t *own = path ? zcert_load (path) : NULL;
+        free (path);
+        if (own) {
+            brk_host_t host = {(char *) sbx_config_get (self->config, "instance", "control"),
+                               (char *) sbx_config_get (self->config, "roles", ""),
+                               (char *) zcert_public_txt (own), sbx_clock_now_ms (), 0};
+            int rc = brk_store_host_insert (self->hosts, &host);
+            self->registered = rc >= 0;
+            if (rc == 0)
+                sbx_info ("control: this host (%s) admitted to every control node", host.name);
+        }
+        zcert_destroy (&own);
     }
     if (brk_store_host_list (self->hosts, s_sync_one, self) < 0)
         sbx_debug ("control: the hosts table cannot be read now; again in %d ms", S_SYNC_MS);

@@ -5,6 +5,7 @@
     a stopped node comes back, as a follower, with its data.
 */
 #include "brk_control.h"
+#include "brk_server.h"
 #include "brk_testkit.h"
 #include "sbx_testcluster.h"
 
@@ -142,6 +143,22 @@ void brk_control_test (bool verbose)
             assert (command && system (command) == 0);
             zstr_free (&command);
         }
+        if (i == 0) {
+            //  The first node was one machine before (sbx cluster init): an account and
+            //  the events of its making, in its own control.db.
+            sbx_config_t *alone = sbx_config_new (node->dir);
+            sbx_config_set (alone, "heartbeat_ms", "100");
+            zactor_t *broker = zactor_new (brk_server_actor, alone);
+            char *status = zstr_recv (broker);
+            assert (status && streq (status, "READY"));
+            zstr_free (&status);
+            zsock_t *client = brk_testkit_dealer (alone);
+            char *old = brk_testkit_account (client, "old@example.com", 1);
+            free (old);
+            zsock_destroy (&client);
+            zactor_destroy (&broker);
+            sbx_config_destroy (&alone);
+        }
         assert (brk_control_enabled (node->config));
         s_start (node);
     }
@@ -149,10 +166,22 @@ void brk_control_test (bool verbose)
     int leader = s_leader (nodes, &rid);
     assert (leader == 0); //  the first node leads a new cluster
 
+    //  What the first node had as one machine is the cluster's now; its file set aside.
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_ACCOUNT_GET);
+    sbx_str_set (&sbx_msg_account_get (request)->account, "old@example.com");
+    sbx_msg_t *reply = brk_testkit_call (nodes[leader].client, request, ++rid);
+    assert (reply->type == SBX_MSG_ACCOUNT_GET_OK);
+    sbx_msg_destroy (&reply);
+    char *aside = zsys_sprintf ("%s/broker/control.db.imported", nodes[0].dir);
+    char *gone = zsys_sprintf ("%s/broker/control.db", nodes[0].dir);
+    assert (access (aside, F_OK) == 0 && access (gone, F_OK) != 0);
+    zstr_free (&aside);
+    zstr_free (&gone);
+
     //  Anything but a status sent to a node that stands by: peer.standby, same rid.
     int standby = leader == 0 ? 1 : 0;
-    sbx_msg_t *request = sbx_msg_new (SBX_MSG_ACCOUNT_LIST);
-    sbx_msg_t *reply = brk_testkit_call (nodes[standby].client, request, ++rid);
+    request = sbx_msg_new (SBX_MSG_ACCOUNT_LIST);
+    reply = brk_testkit_call (nodes[standby].client, request, ++rid);
     assert (reply->type == SBX_MSG_PEER_STANDBY);
     assert (streq (sbx_msg_peer_standby (reply)->node, nodes[standby].address));
     assert (streq (sbx_msg_peer_standby (reply)->leader, nodes[leader].address));

@@ -98,6 +98,11 @@ static int s_members (brk_ctx_t *ctx, sbx_control_node_list_t *nodes, sbx_strlis
     return rc;
 }
 
+int brk_hosts_members (brk_ctx_t *ctx, sbx_strlist_t *addresses)
+{
+    return ctx->control_local ? s_members (ctx, NULL, addresses, NULL) : 0;
+}
+
 sbx_msg_t *brk_hosts_token (brk_ctx_t *ctx, sbx_msg_t *request)
 {
     sbx_msg_t *reply = s_refuse (ctx, request);

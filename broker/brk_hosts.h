@@ -15,6 +15,10 @@ sbx_msg_t *brk_hosts_list (brk_ctx_t *ctx, sbx_msg_t *request);
 sbx_msg_t *brk_hosts_remove (brk_ctx_t *ctx, sbx_msg_t *request);
 sbx_msg_t *brk_hosts_nodes (brk_ctx_t *ctx, sbx_msg_t *request);
 
+//  A cluster's members' addresses (HOST:PORT), appended to addresses: nothing on one
+//  machine. 0, or -1 when this node does not answer.
+int brk_hosts_members (brk_ctx_t *ctx, sbx_strlist_t *addresses);
+
 //  Whether name can name a host: 1 to 64 letters, digits, - and ., not starting with
 //  either of those two.
 bool brk_hosts_valid_name (const char *name);

@@ -23,6 +23,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -113,6 +114,27 @@ static int s_ctx_call (brk_ctx_t *ctx, sbx_role_t role, const char *instance, sb
                        uint32_t timeout_ms, brk_call_fn *fn, void *arg);
 static void s_ctx_send (brk_ctx_t *ctx, zframe_t *address, sbx_msg_t **msg_p);
 
+//  A one-machine control plane copied into a cluster: its files renamed *.imported,
+//  kept for a person to look at or remove, never read again.
+static void s_set_aside (const char *file, const char *segments)
+{
+    const char *suffixes[] = {"", "-wal", "-shm"};
+    for (size_t i = 0; i < 3; i++) {
+        char from[PATH_MAX], to[PATH_MAX];
+        snprintf (from, sizeof from, "%s%s", file, suffixes[i]);
+        snprintf (to, sizeof to, "%s.imported%s", file, suffixes[i]);
+        if (rename (from, to) && errno != ENOENT)
+            sbx_warn ("cannot rename %s: %s", from, strerror (errno));
+    }
+    char to[PATH_MAX];
+    snprintf (to, sizeof to, "%s.imported", segments);
+    if (rename (segments, to) && errno != ENOENT)
+        sbx_warn ("cannot rename %s: %s", segments, strerror (errno));
+    sbx_info ("this machine's control plane is in the cluster now: %s set aside as "
+              "%s.imported",
+              file, file);
+}
+
 static s_server_t *s_server_new (sbx_config_t *config, const brk_server_args_t *cluster,
                                  zsock_t *pipe)
 {
@@ -133,6 +155,21 @@ static s_server_t *s_server_new (sbx_config_t *config, const brk_server_args_t *
         //  store is the cluster's, on this node, while it leads.
         self->node = cluster->node;
         self->store = brk_store_new_cluster (cluster->cluster);
+        //  The first node of a cluster made from one machine (sbx cluster init): what
+        //  that machine had is copied in once, then its files are set aside.
+        char *file = sbx_config_path (config, "broker/control.db");
+        char *segments = sbx_config_path (config, "broker/events");
+        char err[512];
+        int copied = self->store && file && access (file, F_OK) == 0
+                         ? brk_store_import (self->store, file, segments, err, sizeof err)
+                         : 0;
+        if (copied < 0) {
+            sbx_error ("cannot copy this machine's control plane into the cluster: %s", err);
+            brk_store_destroy (&self->store);
+        } else if (copied > 0)
+            s_set_aside (file, segments);
+        free (file);
+        free (segments);
     } else if (s_lock (self)) {
         s_server_destroy (&self);
         return NULL;
@@ -340,6 +377,8 @@ static void s_on_hello (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
     sbx_str_set (&welcome->broker_instance, self->instance);
     welcome->heartbeat_ms = self->heartbeat_ms;
     welcome->last_seq = brk_store_last_seq (self->store);
+    //  A cluster's control nodes as they are now: a worker follows every one of them.
+    brk_hosts_members (&self->ctx, &welcome->nodes);
     s_send (self, address, &reply);
 }
 

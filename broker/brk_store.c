@@ -452,6 +452,70 @@ brk_store_t *brk_store_new_cluster (const sbx_dqlite_cluster_t *cluster)
     return self;
 }
 
+int brk_store_import (brk_store_t *self, const char *path, const char *segments, char *err,
+                      size_t err_size)
+{
+    char *state = brk_store_meta_get (self, "import");
+    bool resume = state && strcmp (state, "started") == 0;
+    bool done = state && !resume;
+    free (state);
+    if (done)
+        return 0;
+    uint64_t accounts = 0;
+    if (!resume && brk_store_account_count (self, &accounts)) {
+        snprintf (err, err_size, "the cluster's store does not answer");
+        return -1;
+    }
+    if (!resume && (accounts > 0 || brk_store_last_seq (self) > 0)) {
+        sbx_warn ("store %s: %s is not copied in: the cluster holds a control plane already "
+                  "(this node joined one; move the file away)",
+                  sbx_db_path (self->db), path);
+        return 0;
+    }
+    //  The file first at this broker's schema, as the cluster's store is.
+    brk_store_t *file = brk_store_new (path);
+    if (!file) {
+        snprintf (err, err_size, "cannot open %s (its log says why)", path);
+        return -1;
+    }
+    brk_store_destroy (&file);
+    if (brk_store_meta_set (self, "import", "started")) {
+        snprintf (err, err_size, "the cluster's store does not answer");
+        return -1;
+    }
+    uint64_t rows = 0, more = 0;
+    //  The sealed segments hold the oldest events, named in order: copied first.
+    struct dirent **names = NULL;
+    int count = segments ? scandir (segments, &names, NULL, alphasort) : 0;
+    int rc = 0;
+    for (int i = 0; i < count; i++) {
+        const char *name = names[i]->d_name;
+        size_t len = strlen (name);
+        if (rc == 0 && len > 3 && strcmp (name + len - 3, ".db") == 0 &&
+            strncmp (name, "events-", 7) == 0) {
+            char file_path[PATH_MAX];
+            snprintf (file_path, sizeof file_path, "%s/%s", segments, name);
+            rc = sbx_db_import (self->db, file_path, NULL, &more, err, err_size);
+            rows += more;
+        }
+        free (names[i]);
+    }
+    free (names);
+    //  Every table of the file but vmd_load, which the sandboxes' triggers count anew.
+    const char *skip[] = {"vmd_load", NULL};
+    if (rc == 0)
+        rc = sbx_db_import (self->db, path, skip, &more, err, err_size);
+    rows += more;
+    if (rc == 0 && brk_store_meta_set (self, "import", "done")) {
+        snprintf (err, err_size, "the cluster's store does not answer");
+        rc = -1;
+    }
+    if (rc == 0)
+        sbx_info ("store %s: %llu rows of %s copied in", sbx_db_path (self->db),
+                  (unsigned long long) rows, path);
+    return rc == 0 ? 1 : -1;
+}
+
 void brk_store_destroy (brk_store_t **self_p)
 {
     assert (self_p);

@@ -135,6 +135,15 @@ brk_store_t *brk_store_new (const char *path);
 //  whole log stays in the replicated database.
 brk_store_t *brk_store_new_cluster (const sbx_dqlite_cluster_t *cluster);
 
+//  A cluster's first node (sbx cluster init): copies what the one-machine control.db at
+//  path held (and the sealed segments in segments, when not NULL) into this cluster
+//  store, once: only into a store that is fresh (no account, no event) or whose copy
+//  stopped midway (it is finished then), never again once done, and never into a store
+//  that holds a control plane (a joined node's leftover file: warned). 1 copied now, 0
+//  nothing to do, -1 with a message in err (the copy can be run again).
+int brk_store_import (brk_store_t *self, const char *path, const char *segments, char *err,
+                      size_t err_size);
+
 //  Rolls back an open transaction, closes the database, sets *self_p to NULL.
 void brk_store_destroy (brk_store_t **self_p);
 

@@ -7,6 +7,7 @@
     or read from stdin with --password-stdin), each shown only then.
 */
 #include "cli_call.h"
+#include "cli_cluster.h"
 #include "cli_commands.h"
 #include "cli_password.h"
 #include "cli_supervisor.h"
@@ -136,6 +137,13 @@ static void s_on_ready (cli_supervisor_t *supervisor, void *arg)
 {
     (void) supervisor;
     s_up_t *self = arg;
+    //  In a cluster, the first node makes the admin account; the others find it there.
+    const char *nodes = sbx_config_get (self->config, "control.nodes", NULL);
+    const char *join = sbx_config_get (self->config, "control.join", NULL);
+    if (nodes && *nodes && ((join && *join) || !s_has_role (self->config, "control"))) {
+        s_banner (self, "  admin account:   the cluster's (sbx account list on any host)\n");
+        return;
+    }
     self->peer = sbx_peer_new (self->config, SBX_ROLE_CLI, "up");
     if (!self->peer || sbx_peer_start (self->peer, self->loop)) {
         s_banner (self, "  admin account:   cannot reach the broker\n");
@@ -152,14 +160,45 @@ static void s_on_ready (cli_supervisor_t *supervisor, void *arg)
     sbx_peer_request (self->peer, &request, 10000, s_on_admin, self);
 }
 
-#define S_GIVE_UP 5 //  failed starts in a row of one daemon that stop sbx up
+#define S_GIVE_UP  5           //  failed starts in a row of one daemon that stop sbx up
+#define S_NODES_MS (30 * 1000) //  how often a cluster's host refreshes control.nodes
+
+//  A cluster's host: control.nodes in sbx.conf follows the cluster's members, so that the
+//  daemons' next starts and the CLI here reach every control node, added ones too (the
+//  running daemons learn them from their welcomes).
+static int s_on_nodes (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_up_t *self = arg;
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_CLUSTER_NODES);
+    sbx_err_t err;
+    sbx_msg_t *reply = cli_call (self->config, &request, 2000, &err);
+    if (!reply)
+        return 0;
+    sbx_cluster_nodes_ok_t *ok = sbx_msg_cluster_nodes_ok (reply);
+    char list[2048] = "";
+    for (size_t i = 0; i < ok->nodes.count; i++)
+        snprintf (list + strlen (list), sizeof list - strlen (list), "%s%s", *list ? "," : "",
+                  ok->nodes.items[i].address);
+    const char *now = sbx_config_get (self->config, "control.nodes", "");
+    if (*list && !streq (list, now)) {
+        sbx_info ("control nodes now %s (were %s): saved in sbx.conf", list, now);
+        sbx_config_set (self->config, "control.nodes", list);
+        if (sbx_config_save (self->config))
+            sbx_warn ("cannot save %s/sbx.conf", sbx_config_data_dir (self->config));
+    }
+    sbx_msg_destroy (&reply);
+    return 0;
+}
 
 static void s_usage (FILE *out)
 {
     fprintf (out,
              "usage: sbx up [--data-dir DIR] [--listen HOST:PORT] [--domain DOMAIN]\n"
              "              [--box-domain DOMAIN] [--admin-email EMAIL] [--password-stdin]\n"
-             "              [--plain-http] [--roles LIST] [--log-level L]\n\n"
+             "              [--plain-http] [--roles LIST] [--log-level L]\n"
+             "              [--join TOKEN [--address HOST:PORT]]\n\n"
              "Runs the whole service on this machine: sbx-broker, sbx-vmd, sbx-snapshotd,\n"
              "sbx-billing, sbx-hookd and sbx-gateway, each started once the one before is\n"
              "ready, restarted with backoff when it crashes, all stopped cleanly on\n"
@@ -181,6 +220,10 @@ static void s_usage (FILE *out)
              "  --roles LIST       what this host runs, comma-separated: control (the\n"
              "                     broker), gateway, vmd, snapshotd, billing, hooks (default\n"
              "                     all; saved in sbx.conf). Several hosts: docs/operations.md\n"
+             "  --join TOKEN       join the cluster a member's `sbx cluster token` admitted\n"
+             "                     this host to (its keys and settings are saved first);\n"
+             "                     --address HOST:PORT for a control node: where the others\n"
+             "                     reach it (its broker at PORT+1, its tap at PORT+2)\n"
              "  --log-level L      debug, info, warn or error, for every daemon\n\n"
              "Logs: DIR/logs/<daemon>.log and sbx-up.log, in log.format (text or json),\n"
              "rotated at log.max_bytes keeping log.keep; SIGHUP reopens them all (for an\n"
@@ -243,10 +286,12 @@ int cli_up_main (int argc, char **argv)
                                       {"box-domain", required_argument, 0, 'B'},
                                       {"password-stdin", no_argument, 0, 'P'},
                                       {"roles", required_argument, 0, 'R'},
+                                      {"join", required_argument, 0, 'J'},
+                                      {"address", required_argument, 0, 'A'},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
     const char *data_dir = NULL, *listen = NULL, *domain = NULL, *admin = NULL, *level = NULL;
-    const char *box_domain = NULL, *roles = NULL;
+    const char *box_domain = NULL, *roles = NULL, *join = NULL, *address = NULL;
     bool plain = false, password_stdin = false;
     int c;
     optind = 1;
@@ -279,6 +324,12 @@ int cli_up_main (int argc, char **argv)
         case 'R':
             roles = optarg;
             break;
+        case 'J':
+            join = optarg;
+            break;
+        case 'A':
+            address = optarg;
+            break;
         case 'h':
             s_usage (stdout);
             return 0;
@@ -308,6 +359,44 @@ int cli_up_main (int argc, char **argv)
         sbx_config_set (up.config, "box_domain", box_domain);
     if (plain)
         sbx_config_set (up.config, "tls", "off");
+    if (address && !join) {
+        fprintf (stderr, "sbx up: --address goes with --join (sbx cluster init sets the first "
+                         "node's)\n");
+        sbx_config_destroy (&up.config);
+        return 2;
+    }
+    if (join) {
+        //  A new member: its keys and settings from the token, saved, then a normal start.
+        char why[600];
+        if (cli_cluster_join (up.config, join, address, roles, why, sizeof why)) {
+            fprintf (stderr, "sbx up: --join: %s. Nothing was started.\n", why);
+            sbx_config_destroy (&up.config);
+            return 2;
+        }
+        printf ("joined: %s is host %s of the cluster (%s), roles %s\n",
+                sbx_config_data_dir (up.config), sbx_config_get (up.config, "instance", ""),
+                sbx_config_get (up.config, "control.nodes", ""),
+                sbx_config_get (up.config, "roles", ""));
+        roles = NULL;
+        //  Every control node admits this host's key within seconds of the token: its
+        //  daemons start once the cluster answers it.
+        sbx_err_t err = {0};
+        for (int tries = 0; tries < 30; tries++) {
+            err.code = SBX_OK;
+            sbx_msg_t *status = sbx_msg_new (SBX_MSG_SYS_STATUS);
+            sbx_msg_t *reply = cli_call (up.config, &status, 1000, &err);
+            bool answered = reply != NULL;
+            sbx_msg_destroy (&reply);
+            if (answered)
+                break;
+            zclock_sleep (500);
+        }
+        if (err.code)
+            fprintf (stderr,
+                     "sbx up: the cluster does not answer this host yet (%s); starting "
+                     "anyway, its daemons will keep trying\n",
+                     err.message);
+    }
     if (roles)
         sbx_config_set (up.config, "roles", roles);
     const char *unknown = NULL;
@@ -423,6 +512,9 @@ int cli_up_main (int argc, char **argv)
             up.supervisor,
             sbx_config_get_range (up.config, "log.max_bytes", 16u << 20, 0, UINT64_MAX),
             (unsigned) sbx_config_get_range (up.config, "log.keep", 5, 1, 1000));
+        const char *nodes = sbx_config_get (up.config, "control.nodes", NULL);
+        if (nodes && *nodes)
+            zloop_timer (up.loop, S_NODES_MS, 0, s_on_nodes, &up);
         if (cli_supervisor_start (up.supervisor, up.loop))
             rc = 1;
         else {

@@ -1,5 +1,6 @@
 /*  sbx - the operator's command line: run the service, manage accounts and keys,
     watch the event log. */
+#include "cli_cluster.h"
 #include "cli_commands.h"
 #include "sbx_common.h"
 
@@ -22,6 +23,8 @@ static const s_command_t s_commands[] = {
     {"snapshot", cli_snapshot_main, "list, save, inspect and delete snapshots"},
     {"backup", cli_backup_main, "copy the data directory, stores and sandboxes, into a backup"},
     {"restore", cli_restore_main, "put a backup into a new data directory"},
+    {"cluster", cli_cluster_main, "several hosts: init a cluster, make join tokens, its nodes"},
+    {"host", cli_host_main, "the hosts admitted to a cluster: list, remove"},
     {"usage", cli_usage_main, "running time, cost and wallet balance of an account"},
     {"webhook", cli_webhook_main, "signed webhooks for an account's events, and their deliveries"},
     {"mcp", cli_mcp_main, "a stdio MCP server for local clients, forwarding to a remote sbx"},

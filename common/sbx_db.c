@@ -631,9 +631,9 @@ failed:
     return NULL;
 }
 
-sbx_db_t *sbx_db_new_cluster (const sbx_dqlite_cluster_t *cluster, const char *name, const char *daemon,
-                              const char *const *migrations, int migration_count,
-                              const char *const *sql, int statements)
+sbx_db_t *sbx_db_new_cluster (const sbx_dqlite_cluster_t *cluster, const char *name,
+                              const char *daemon, const char *const *migrations,
+                              int migration_count, const char *const *sql, int statements)
 {
     assert (daemon && migration_count >= 0 && statements >= 0);
     if (!cluster || cluster->count == 0 || !sbx_db_nonempty (name))

@@ -180,9 +180,19 @@ int sbx_db_copy (const char *from, const char *to, int *version, char *err, size
 int sbx_db_file_move_paths (const char *path, const char *from, const char *to, char *err,
                             size_t err_size);
 
+//  Copies into self, a cluster's database, every row of every table of the SQLite file
+//  at path that self has too (but schema_version and the tables skip names, NULL-
+//  terminated), in the file's creation order, rowids kept: INSERT OR IGNORE, a thousand
+//  rows a transaction, so a copy that stopped midway and is run again completes it
+//  without doubling a row. Both must be at the same schema version (open the file with
+//  its store first: that migrates it). *rows gets how many were copied. 0, or -1 with a
+//  message in err.
+int sbx_db_import (sbx_db_t *self, const char *path, const char *const *skip, uint64_t *rows,
+                   char *err, size_t err_size);
+
 void sbx_db_test (bool verbose);
 //  The same store tests on a database of a cluster of three dqlite nodes of this process,
-//  with a failover (sbx_dqlite_cluster_test.c: it links libdqlite, for the test runner only).
-void sbx_dqlite_cluster_test (bool verbose);
+//  with a failover (sbx_db_cluster_test.c: it links libdqlite, for the test runner only).
+void sbx_db_cluster_test (bool verbose);
 
 #endif

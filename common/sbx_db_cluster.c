@@ -382,3 +382,180 @@ int sbx_db_cl_end (sbx_db_t *self, const char *sql)
     //  A rollback on a broken connection is still a rollback: the node dropped it.
     return rollback ? 0 : rc;
 }
+
+//  --------------------------------------------------------------------------
+//  Import: a one-machine database into a cluster's (sbx db_import)
+
+#define S_IMPORT_CHUNK 1000
+
+//  The value of a file's column as a parameter (text and blobs borrowed from the step).
+static void s_import_value (sqlite3_stmt *row, int column, sbx_dqlite_value_t *v)
+{
+    memset (v, 0, sizeof *v);
+    switch (sqlite3_column_type (row, column)) {
+    case SQLITE_INTEGER:
+        v->type = SBX_DQ_INTEGER;
+        v->integer = sqlite3_column_int64 (row, column);
+        break;
+    case SQLITE_FLOAT:
+        v->type = SBX_DQ_FLOAT;
+        v->real = sqlite3_column_double (row, column);
+        break;
+    case SQLITE_TEXT:
+        v->type = SBX_DQ_TEXT;
+        v->data = sqlite3_column_text (row, column);
+        v->size = (size_t) sqlite3_column_bytes (row, column);
+        break;
+    case SQLITE_BLOB:
+        v->type = SBX_DQ_BLOB;
+        v->data = sqlite3_column_blob (row, column);
+        v->size = (size_t) sqlite3_column_bytes (row, column);
+        break;
+    default:
+        v->type = SBX_DQ_NULL;
+    }
+}
+
+//  Copies one table. 0, or -1 with err.
+static int s_import_table (sbx_db_t *self, sqlite3 *file, const char *table, uint64_t *rows,
+                           char *err, size_t err_size)
+{
+    //  Columns, and whether the rowid is one of them (INTEGER PRIMARY KEY) or apart.
+    char *sql = sqlite3_mprintf ("SELECT name, type, pk FROM pragma_table_info (%Q)", table);
+    sqlite3_stmt *info = NULL;
+    char columns[4096] = "";
+    int count = 0, pks = 0;
+    bool int_pk = false;
+    if (sql && sqlite3_prepare_v2 (file, sql, -1, &info, NULL) == SQLITE_OK)
+        while (sqlite3_step (info) == SQLITE_ROW) {
+            char *quoted = sqlite3_mprintf ("%s%w", count ? "\", \"" : "\"",
+                                            (const char *) sqlite3_column_text (info, 0));
+            snprintf (columns + strlen (columns), sizeof columns - strlen (columns), "%s", quoted);
+            sqlite3_free (quoted);
+            count++;
+            if (sqlite3_column_int (info, 2) > 0) {
+                pks++;
+                const char *type = (const char *) sqlite3_column_text (info, 1);
+                int_pk = type && strcasecmp (type, "INTEGER") == 0;
+            }
+        }
+    sqlite3_finalize (info);
+    sqlite3_free (sql);
+    if (count == 0 || count > 250 || strlen (columns) + 2 >= sizeof columns) {
+        snprintf (err, err_size, "table %s: cannot read its columns", table);
+        return -1;
+    }
+    strcat (columns, "\"");
+    //  A rowid of its own (not an alias of the primary key) is kept too.
+    bool rowid = !(pks == 1 && int_pk);
+    sqlite3_stmt *probe = NULL;
+    char *select = sqlite3_mprintf ("SELECT rowid FROM \"%w\" LIMIT 0", table);
+    if (rowid && (sqlite3_prepare_v2 (file, select, -1, &probe, NULL) != SQLITE_OK))
+        rowid = false; //  WITHOUT ROWID
+    sqlite3_finalize (probe);
+    sqlite3_free (select);
+    select = sqlite3_mprintf ("SELECT %s%s FROM \"%w\" ORDER BY %s", rowid ? "rowid, " : "",
+                              columns, table, rowid ? "rowid" : "1");
+    char placeholders[4096] = "";
+    for (int i = 0; i < count + (rowid ? 1 : 0); i++)
+        snprintf (placeholders + strlen (placeholders), sizeof placeholders - strlen (placeholders),
+                  "%s?", i ? ", " : "");
+    char *insert = sqlite3_mprintf ("INSERT OR IGNORE INTO \"%w\" (%s%s) VALUES (%s)", table,
+                                    rowid ? "rowid, " : "", columns, placeholders);
+    sqlite3_stmt *rows_of = NULL;
+    uint32_t stmt = 0;
+    int rc = -1;
+    if (!select || !insert || sqlite3_prepare_v2 (file, select, -1, &rows_of, NULL) != SQLITE_OK) {
+        snprintf (err, err_size, "table %s: cannot read it: %s", table, sqlite3_errmsg (file));
+        goto done;
+    }
+    if (s_ensure (self) || sbx_dqlite_prepare (self->conn, insert, &stmt, NULL)) {
+        snprintf (err, err_size, "table %s: the cluster refuses it: %s", table,
+                  self->conn ? sbx_dqlite_errmsg (self->conn) : "no connection");
+        goto done;
+    }
+    int width = count + (rowid ? 1 : 0);
+    sbx_dqlite_value_t values[251];
+    int step, in_chunk = 0;
+    rc = 0;
+    while (rc == 0 && (step = sqlite3_step (rows_of)) == SQLITE_ROW) {
+        if (in_chunk == 0 && sbx_dqlite_exec_sql (self->conn, "BEGIN", NULL))
+            rc = -1;
+        for (int i = 0; rc == 0 && i < width; i++)
+            s_import_value (rows_of, i, &values[i]);
+        if (rc == 0 && sbx_dqlite_exec (self->conn, stmt, values, (size_t) width, NULL))
+            rc = -1;
+        if (rc == 0 && ++in_chunk == S_IMPORT_CHUNK) {
+            rc = sbx_dqlite_exec_sql (self->conn, "COMMIT", NULL);
+            in_chunk = 0;
+        }
+        (*rows)++;
+    }
+    if (rc == 0 && in_chunk && sbx_dqlite_exec_sql (self->conn, "COMMIT", NULL))
+        rc = -1;
+    if (rc) {
+        snprintf (err, err_size, "table %s: %s", table, sbx_dqlite_errmsg (self->conn));
+        if (sbx_dqlite_usable (self->conn))
+            sbx_dqlite_exec_sql (self->conn, "ROLLBACK", NULL);
+    }
+    sbx_dqlite_finalize (self->conn, stmt);
+done:
+    sqlite3_finalize (rows_of);
+    sqlite3_free (select);
+    sqlite3_free (insert);
+    return rc;
+}
+
+int sbx_db_import (sbx_db_t *self, const char *path, const char *const *skip, uint64_t *rows,
+                   char *err, size_t err_size)
+{
+    *rows = 0;
+    if (!self || !self->cluster || self->in_tx) {
+        snprintf (err, err_size, "only into a cluster's database, outside a transaction");
+        return -1;
+    }
+    sqlite3 *file = NULL;
+    if (sqlite3_open_v2 (path, &file, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
+        snprintf (err, err_size, "cannot open %s: %s", path,
+                  file ? sqlite3_errmsg (file) : "out of memory");
+        sqlite3_close (file);
+        return -1;
+    }
+    sqlite3_busy_timeout (file, 5000);
+    //  The tables of the file, in the order they were made (parents before the tables
+    //  whose foreign keys name them), that the cluster's database has too.
+    sqlite3_stmt *tables = NULL;
+    int rc = sqlite3_prepare_v2 (file,
+                                 "SELECT name FROM sqlite_schema WHERE type = 'table' AND name "
+                                 "NOT LIKE 'sqlite_%' AND name != 'schema_version' ORDER BY rowid",
+                                 -1, &tables, NULL) == SQLITE_OK
+                 ? 0
+                 : -1;
+    if (rc)
+        snprintf (err, err_size, "%s is not a database: %s", path, sqlite3_errmsg (file));
+    while (rc == 0 && sqlite3_step (tables) == SQLITE_ROW) {
+        const char *table = (const char *) sqlite3_column_text (tables, 0);
+        bool skipped = false;
+        for (const char *const *s = skip; s && *s; s++)
+            skipped |= strcmp (*s, table) == 0;
+        char *exists = sqlite3_mprintf (
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = %Q", table);
+        sbx_dqlite_rows_t there;
+        if (skipped || !exists)
+            ;
+        else if (sbx_db_cl_query (self, exists, &there)) {
+            snprintf (err, err_size, "the cluster does not answer: %s", self->errmsg);
+            rc = -1;
+        } else {
+            bool has = there.rows == 1 && there.values[0].integer == 1;
+            sbx_dqlite_rows_free (&there);
+            if (has)
+                rc = s_import_table (self, file, table, rows, err, err_size);
+        }
+        sqlite3_free (exists);
+    }
+    sqlite3_finalize (tables);
+    sqlite3_close (file);
+    return rc;
+}

@@ -1,4 +1,4 @@
-/*  sbx_dqlite_cluster_test - sbx_db on a real dqlite cluster: three nodes of this process on
+/*  sbx_db_cluster_test - sbx_db on a real dqlite cluster: three nodes of this process on
     loopback, a store's life on it (migrations, statements, constraints, transactions),
     a store that does not follow the leader, and a failover in the middle of it all.
     Built into the test runner only (it links libdqlite through sbx_dqnode).
@@ -9,12 +9,11 @@
 #include "sbx_testcluster.h"
 
 #include <assert.h>
+#include <czmq.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define streq(a, b) (strcmp ((a), (b)) == 0)
 
 static const char *s_migrations[] = {
     "CREATE TABLE items (id TEXT NOT NULL PRIMARY KEY, size INTEGER NOT NULL);",
@@ -77,7 +76,7 @@ static void s_item_free (s_item_t *item)
     memset (item, 0, sizeof *item);
 }
 
-void sbx_dqlite_cluster_test (bool verbose)
+void sbx_db_cluster_test (bool verbose)
 {
     (void) verbose;
     sbx_testcluster_t *cluster = sbx_testcluster_new (3);
@@ -197,6 +196,47 @@ void sbx_dqlite_cluster_test (bool verbose)
     assert (s_insert (fixed, "nowhere", 3, NULL) != SQLITE_DONE);
     assert (s_find (db, "nowhere", &item) == 1);
     sbx_db_destroy (&fixed);
+
+    //  A one-machine database copied in: its rows (rowids kept, blobs whole), and again
+    //  without a row doubled.
+    char dir[] = "/tmp/sbx_db_import.XXXXXX";
+    assert (mkdtemp (dir));
+    char path[128];
+    snprintf (path, sizeof path, "%s/items.db", dir);
+    sbx_db_t *file = sbx_db_new (path, "sbx-test", s_migrations, 2, s_sql, T_COUNT);
+    assert (file);
+    assert (s_insert (file, "from-file-1", 7, "a note") == SQLITE_DONE);
+    assert (s_insert (file, "from-file-2", 8, NULL) == SQLITE_DONE);
+    stmt = sbx_db_stmt (file, T_BLOB);
+    sbx_db_bind_text (stmt, 1, "from-file-2");
+    sbx_stmt_bind_blob (stmt, 2, bytes, 100);
+    assert (sbx_db_run (file, T_BLOB, "blob") == 0);
+    sbx_db_destroy (&file);
+    //  Into a fresh database of the cluster, as `sbx cluster init` leads to.
+    const char *addresses_all[SBX_TESTCLUSTER_MAX];
+    size_t all = sbx_testcluster_addresses (cluster, addresses_all);
+    sbx_dqlite_cluster_t where = {addresses_all, all, NULL, NULL, 2000, true};
+    sbx_db_t *fresh =
+        sbx_db_new_cluster (&where, "imported", "sbx-test", s_migrations, 2, s_sql, T_COUNT);
+    assert (fresh);
+    uint64_t copied = 0;
+    char err[256];
+    const char *skip[] = {"nothing", NULL};
+    assert (sbx_db_import (fresh, path, skip, &copied, err, sizeof err) == 0 && copied == 2);
+    assert (s_find (fresh, "from-file-1", &item) == 0 && item.size == 7 &&
+            streq (item.note, "a note"));
+    s_item_free (&item);
+    assert (sbx_db_query_int (fresh, "SELECT length (data) FROM items WHERE id = 'from-file-2'",
+                              "") == 100);
+    assert (sbx_db_query_int (fresh, "SELECT rowid FROM items WHERE id = 'from-file-2'", "") == 2);
+    assert (sbx_db_import (fresh, path, NULL, &copied, err, sizeof err) == 0 && copied == 2);
+    assert (sbx_db_query_int (fresh, "SELECT count(*) FROM items", "") == 2);
+    assert (sbx_db_import (fresh, "/nonexistent/x.db", NULL, &copied, err, sizeof err) == -1);
+    assert (sbx_db_import (file, path, NULL, &copied, err, sizeof err) == -1); //  not a cluster's
+    sbx_db_destroy (&fresh);
+    char *command = zsys_sprintf ("rm -rf '%s'", dir);
+    assert (command && system (command) == 0);
+    zstr_free (&command);
 
     //  The stopped node comes back with its data and catches up; a schema newer than
     //  this program knows is refused.

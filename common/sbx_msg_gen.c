@@ -1396,8 +1396,9 @@ static const sbx_meta_field_t s_fields_peer_welcome[] = {
     {"broker_instance", SBX_META_STRING, offsetof (sbx_peer_welcome_t, broker_instance), true, 128, NULL, NULL},
     {"heartbeat_ms", SBX_META_UINT, offsetof (sbx_peer_welcome_t, heartbeat_ms), true, 0, NULL, NULL},
     {"last_seq", SBX_META_UINT, offsetof (sbx_peer_welcome_t, last_seq), false, 0, NULL, NULL},
+    {"nodes", SBX_META_STRLIST, offsetof (sbx_peer_welcome_t, nodes), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_peer_welcome = {"peer.welcome", sizeof (sbx_peer_welcome_t), s_fields_peer_welcome, 3};
+static const sbx_meta_struct_t s_meta_peer_welcome = {"peer.welcome", sizeof (sbx_peer_welcome_t), s_fields_peer_welcome, 4};
 
 static const sbx_meta_field_t s_fields_peer_heartbeat[] = {
     {"used", SBX_META_UINT, offsetof (sbx_peer_heartbeat_t, used), false, 0, NULL, NULL},

@@ -2159,6 +2159,10 @@ struct sbx_peer_welcome_s {
     uint64_t heartbeat_ms;
     //  Sequence number of the newest event in the log.
     uint64_t last_seq;
+    //  A cluster's broker: every control node's address (HOST:PORT) as the cluster knows it
+    //  now, so that a worker also follows a leader its settings did not name (its broker at
+    //  PORT+1, its tap at PORT+2).
+    sbx_strlist_t nodes;
 };
 
 //  message peer.heartbeat (peer.json): any -> any. Liveness, both ways. Workers send it every

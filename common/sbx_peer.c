@@ -43,6 +43,8 @@ struct sbx_peer_t {
     uint64_t gen;
     uint64_t moved_at; //  monotonic ms
     uint64_t pinged_at;
+    //  A cluster's control nodes, as the last welcome named them (NULL-terminated).
+    char **nodes;
     zloop_t *loop;
     int sweep_timer;
     int beat_timer;
@@ -81,6 +83,64 @@ static bool s_is_worker (sbx_role_t role)
     return role != SBX_ROLE_CLI && role != SBX_ROLE__UNSET;
 }
 
+//  A DEALER connected to endpoints[current] (CURVE when any endpoint is tcp://; control
+//  nodes share the broker's key pair, so one server key is right for all of them).
+//  With check, every endpoint is tried first, so that a typo is said at the start and not
+//  at a failover. NULL (logged) on failure.
+static zsock_t *s_socket (sbx_peer_t *self, bool check)
+{
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    if (!sock)
+        return NULL;
+    zsock_set_linger (sock, 0);
+    zsock_set_sndtimeo (sock, 0);
+    zsock_set_sndhwm (sock, 10000);
+    //  Workers drop what can't be sent at once (hello is repeated anyway); a CLI queues
+    //  its request until the broker is there, within the request's deadline.
+    zsock_set_immediate (sock, s_is_worker (self->role) ? 1 : 0);
+    bool curve = false;
+    for (size_t i = 0; i < self->count; i++)
+        curve |= sbx_curve_needed (self->endpoints[i]);
+    if (curve && sbx_curve_client (self->config, sock)) {
+        zsock_destroy (&sock);
+        return NULL;
+    }
+    for (size_t i = 0; check && i < self->count; i++)
+        if (i != self->current) {
+            if (zsock_connect (sock, "%s", self->endpoints[i])) {
+                sbx_error ("cannot connect to broker at %s", self->endpoints[i]);
+                zsock_destroy (&sock);
+                return NULL;
+            }
+            zsock_disconnect (sock, "%s", self->endpoints[i]);
+        }
+    if (zsock_connect (sock, "%s", self->endpoints[self->current])) {
+        sbx_error ("cannot connect to broker at %s", self->endpoints[self->current]);
+        zsock_destroy (&sock);
+    }
+    return sock;
+}
+
+static int s_on_socket (zloop_t *loop, zsock_t *sock, void *arg);
+
+//  A connection that a broker refused at its CURVE handshake (this host's key not
+//  admitted yet: a host just joined) is not tried again by libzmq: a worker that stays
+//  unwelcomed starts over with a new socket. 0, or -1 (logged; tried again later).
+static int s_renew (sbx_peer_t *self)
+{
+    zsock_t *sock = s_socket (self, false);
+    if (!sock)
+        return -1;
+    if (self->loop)
+        zloop_reader_end (self->loop, self->sock);
+    zsock_destroy (&self->sock);
+    self->sock = sock;
+    if (self->loop && zloop_reader (self->loop, self->sock, s_on_socket, self))
+        return -1;
+    self->moved_at = sbx_clock_mono_ms ();
+    return 0;
+}
+
 sbx_peer_t *sbx_peer_new (sbx_config_t *config, sbx_role_t role, const char *instance)
 {
     assert (config);
@@ -96,43 +156,16 @@ sbx_peer_t *sbx_peer_new (sbx_config_t *config, sbx_role_t role, const char *ins
     self->default_timeout_ms = (uint32_t) sbx_config_get_uint (config, "request_timeout_ms", 30000);
     self->next_rid = 1;
     self->pending = sbx_idmap_new ();
-    self->sock = zsock_new (ZMQ_DEALER);
-    if (!self->instance || !self->pending || !self->sock) {
+    self->endpoints = sbx_config_list (config, "broker.endpoint", &self->count);
+    if (!self->instance || !self->pending || !self->endpoints) {
+        if (!self->endpoints)
+            sbx_error ("no broker.endpoint to connect to");
         sbx_peer_destroy (&self);
         return NULL;
     }
     zhashx_set_destructor (self->pending, s_pending_free);
-    zsock_set_linger (self->sock, 0);
-    zsock_set_sndtimeo (self->sock, 0);
-    zsock_set_sndhwm (self->sock, 10000);
-    //  Workers drop what can't be sent at once (hello is repeated anyway); a CLI queues
-    //  its request until the broker is there, within the request's deadline.
-    zsock_set_immediate (self->sock, s_is_worker (role) ? 1 : 0);
-    self->endpoints = sbx_config_list (config, "broker.endpoint", &self->count);
-    if (!self->endpoints) {
-        sbx_error ("no broker.endpoint to connect to");
-        sbx_peer_destroy (&self);
-        return NULL;
-    }
-    //  Control nodes share the broker's key pair: one server key for all of them.
-    bool curve = false;
-    for (size_t i = 0; i < self->count; i++)
-        curve |= sbx_curve_needed (self->endpoints[i]);
-    if (curve && sbx_curve_client (config, self->sock)) {
-        sbx_peer_destroy (&self);
-        return NULL;
-    }
     //  Endpoints are checked at once, so that a typo is said now and not at a failover.
-    for (size_t i = 1; i < self->count; i++)
-        if (zsock_connect (self->sock, "%s", self->endpoints[i]) == 0)
-            zsock_disconnect (self->sock, "%s", self->endpoints[i]);
-        else {
-            sbx_error ("cannot connect to broker at %s", self->endpoints[i]);
-            sbx_peer_destroy (&self);
-            return NULL;
-        }
-    if (zsock_connect (self->sock, "%s", self->endpoints[0])) {
-        sbx_error ("cannot connect to broker at %s", self->endpoints[0]);
+    if (!(self->sock = s_socket (self, true))) {
         sbx_peer_destroy (&self);
         return NULL;
     }
@@ -207,6 +240,7 @@ void sbx_peer_destroy (sbx_peer_t **self_p)
     zsock_destroy (&self->sock);
     zhashx_destroy (&self->pending);
     sbx_config_list_free (&self->endpoints);
+    sbx_config_list_free (&self->nodes);
     free (self->instance);
     free (self);
     *self_p = NULL;
@@ -448,8 +482,12 @@ static int s_on_beat (zloop_t *loop, int timer_id, void *arg)
                                    "retry"
                                  : "the broker stopped answering (restarting?); retry shortly");
         s_move (self, "is silent");
-    } else if (!self->welcomed && now - self->moved_at > S_SWITCH_MS)
-        s_move (self, "does not welcome this worker");
+    } else if (!self->welcomed && now - self->moved_at > S_SWITCH_MS) {
+        if (!s_move (self, "does not welcome this worker") && self->count == 1 &&
+            now - self->moved_at > 3 * S_SWITCH_MS && s_renew (self) == 0)
+            sbx_info ("broker at %s does not welcome this worker: connecting anew",
+                      s_endpoint (self));
+    }
     if (self->welcomed) {
         sbx_msg_t *beat = sbx_msg_new (SBX_MSG_PEER_HEARTBEAT);
         sbx_msg_peer_heartbeat (beat)->used = self->used;
@@ -576,6 +614,48 @@ static void s_refuse (sbx_peer_t *self, const char *why)
     s_lost_broker (self, "this worker was refused by the broker (its instance name is in use)");
 }
 
+//  A welcome names a cluster's control nodes: their brokers (at PORT+1) join the
+//  endpoints this worker moves between, so that it follows a leader its settings did
+//  not name (a control node added since), and the nodes are kept for sbx_peer_nodes.
+static void s_learn_nodes (sbx_peer_t *self, const sbx_strlist_t *nodes)
+{
+    if (nodes->count == 0)
+        return;
+    char **kept = calloc (nodes->count + 1, sizeof *kept);
+    for (size_t i = 0; kept && i < nodes->count; i++)
+        kept[i] = strdup (nodes->items[i]);
+    sbx_config_list_free (&self->nodes);
+    self->nodes = kept;
+    for (size_t i = 0; i < nodes->count; i++) {
+        const char *node = nodes->items[i];
+        const char *colon = strrchr (node, ':');
+        long port = colon ? strtol (colon + 1, NULL, 10) : 0;
+        if (!colon || port < 1 || port >= 65535)
+            continue;
+        char endpoint[300];
+        snprintf (endpoint, sizeof endpoint, "tcp://%.*s:%ld", (int) (colon - node), node,
+                  port + 1);
+        bool known = false;
+        for (size_t e = 0; e < self->count; e++)
+            known |= streq (self->endpoints[e], endpoint);
+        if (known)
+            continue;
+        char **grown = realloc (self->endpoints, (self->count + 2) * sizeof *grown);
+        if (!grown)
+            return;
+        self->endpoints = grown;
+        if (!(self->endpoints[self->count] = strdup (endpoint)))
+            return;
+        self->endpoints[++self->count] = NULL;
+        sbx_info ("control node %s learned: its broker %s is followed too", node, endpoint);
+    }
+}
+
+const char *const *sbx_peer_nodes (sbx_peer_t *self)
+{
+    return (const char *const *) self->nodes;
+}
+
 //  Returns -1 when the message ends the loop (we were refused), else 0.
 static int s_handle (sbx_peer_t *self, sbx_msg_t **msg_p)
 {
@@ -595,6 +675,7 @@ static int s_handle (sbx_peer_t *self, sbx_msg_t **msg_p)
         }
         sbx_info ("welcomed by broker %s as %s %s", welcome->broker_instance,
                   sbx_role_name (self->role), self->instance);
+        s_learn_nodes (self, &welcome->nodes);
         if (self->welcome_fn)
             self->welcome_fn (self, first, self->welcome_arg);
         return 0;

@@ -73,6 +73,10 @@ bool sbx_peer_welcomed (sbx_peer_t *self);
 //  process should exit non-zero rather than take the name back and forth.
 bool sbx_peer_refused (sbx_peer_t *self);
 
+//  A cluster's control nodes (HOST:PORT) as the last welcome named them, NULL-terminated;
+//  NULL before one did, and on one machine. Borrowed: valid until the next welcome.
+const char *const *sbx_peer_nodes (sbx_peer_t *self);
+
 sbx_role_t sbx_peer_role (sbx_peer_t *self);
 const char *sbx_peer_instance (sbx_peer_t *self);
 

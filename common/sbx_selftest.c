@@ -35,8 +35,8 @@ static const sbx_test_t s_tests[] = {{"sbx_msg", sbx_msg_test},
                                      {"sbx_netaddr", sbx_netaddr_test},
                                      {"sbx_egress", sbx_egress_test},
                                      {"sbx_dqlite", sbx_dqlite_test},
-    {"sbx_dqproxy", sbx_dqproxy_test},
-                                     {"sbx_db_cluster", sbx_dqlite_cluster_test},
+                                     {"sbx_dqproxy", sbx_dqproxy_test},
+                                     {"sbx_db_cluster", sbx_db_cluster_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)

@@ -31,6 +31,7 @@ struct sbx_tapreader_t {
     bool caught_up;        //  a replay reached the end of the log
     uint64_t head;         //  the newest seq heard of: a replay's last_seq, a live event's
     uint64_t behind_since; //  monotonic ms since last < head, or 0 while level
+    zhashx_t *taps;        //  the tap endpoints subscribed to
 };
 
 //  Every reader of the process, for sbx_tap_lag_events: the most behind one counts.
@@ -111,11 +112,15 @@ sbx_tapreader_t *sbx_tapreader_new (sbx_config_t *config, sbx_peer_t *peer, uint
     //  All topics: gaps are found by seq, which needs every event; filtering is the
     //  callback's business.
     zsock_set_subscribe (self->sub, "");
+    self->taps = zhashx_new ();
+    if (!self->taps)
+        sbx_tapreader_destroy (&self);
     for (char **e = endpoints; self && *e; e++)
         if (zsock_connect (self->sub, "%s", *e)) {
             sbx_error ("cannot connect to the tap at %s", *e);
             sbx_tapreader_destroy (&self);
-        }
+        } else
+            zhashx_insert (self->taps, *e, (void *) 1);
     sbx_config_list_free (&endpoints);
     return self;
 }
@@ -143,6 +148,7 @@ void sbx_tapreader_destroy (sbx_tapreader_t **self_p)
         sbx_peer_cancel (self->peer, self->replay_rid);
     zsock_destroy (&self->sub);
     zlistx_destroy (&self->held);
+    zhashx_destroy (&self->taps);
     free (self);
     *self_p = NULL;
 }
@@ -286,11 +292,31 @@ static int s_on_sub (zloop_t *loop, zsock_t *sub, void *arg)
     return self->end_loop ? -1 : 0;
 }
 
+//  A cluster's control nodes named since (sbx_peer_nodes): their taps (at PORT+2) are
+//  listened to as well, so that a leader the settings did not name is heard.
+static void s_learn_taps (sbx_tapreader_t *self)
+{
+    const char *const *nodes = sbx_peer_nodes (self->peer);
+    for (size_t i = 0; nodes && nodes[i]; i++) {
+        const char *colon = strrchr (nodes[i], ':');
+        long port = colon ? strtol (colon + 1, NULL, 10) : 0;
+        if (!colon || port < 1 || port > 65533)
+            continue;
+        char tap[300];
+        snprintf (tap, sizeof tap, "tcp://%.*s:%ld", (int) (colon - nodes[i]), nodes[i], port + 2);
+        if (zhashx_lookup (self->taps, tap) || zsock_connect (self->sub, "%s", tap))
+            continue;
+        zhashx_insert (self->taps, tap, (void *) 1);
+        sbx_info ("tap of control node %s followed too: %s", nodes[i], tap);
+    }
+}
+
 static int s_on_poll (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
     (void) timer_id;
     sbx_tapreader_t *self = arg;
+    s_learn_taps (self);
     if (!self->replaying && !self->stopped)
         s_replay (self);
     return self->end_loop ? -1 : 0;
