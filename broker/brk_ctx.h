@@ -23,6 +23,9 @@ struct brk_ctx_t {
     brk_store_t *store;
     brk_events_t *events;
     brk_registry_t *registry;
+    //  The sandboxes with a vm.* request of this broker in flight (id → 1): a record on
+    //  its way without one was left so by a broker before (brk_reconcile).
+    zhashx_t *in_flight;
     void *server;
     //  Sends a request to the worker of `role` named `instance` (any when NULL) with a
     //  deadline; fn gets the answer, from the loop, exactly once. Takes the request.

@@ -231,6 +231,7 @@ typedef struct {
     const char *verb; //  "start", "stop"… for messages
     const char *op;   //  "create", "stop"…: sbx_sandbox_ops_total's op
     uint64_t asked_mono;
+    zhashx_t *in_flight; //  ctx's, where the sandbox is while this op waits
 } s_op_t;
 
 //  An answered create, resume, stop or delete, for sbx_sandbox_ops_total: ok or the code.
@@ -247,6 +248,8 @@ static void s_op_destroy (s_op_t **op_p)
     s_op_t *op = *op_p;
     if (!op)
         return;
+    if (op->in_flight && op->sandbox_id)
+        zhashx_delete (op->in_flight, op->sandbox_id);
     zframe_destroy (&op->client);
     free (op->sandbox_id);
     free (op);
@@ -366,6 +369,8 @@ static sbx_msg_t *s_ask_vmd_ex (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_
             assert (false);
     }
     uint32_t timeout = request->timeout_ms > 1000 ? request->timeout_ms - 500 : S_VM_TIMEOUT_MS;
+    if (ctx->in_flight && zhashx_insert (ctx->in_flight, record->id, (void *) 1) == 0)
+        op->in_flight = ctx->in_flight;
     if (ctx->call (ctx, SBX_ROLE_VMD, record->vmd, &vm, timeout, s_on_vm_answer, op) == 0)
         return NULL;
     //  Its vmd is gone: the sandbox can't move now, and says so.
@@ -1251,6 +1256,96 @@ sbx_msg_t *brk_sandbox_agent (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *reque
     }
     brk_sandbox_clear (&record);
     return reply;
+}
+
+bool brk_sandbox_in_flight (brk_ctx_t *ctx, const char *id)
+{
+    return ctx->in_flight && zhashx_lookup (ctx->in_flight, id);
+}
+
+//  What a transient state asks of vmd, and its answer's type and verb.
+static bool s_asks (sbx_sandbox_state_t state, sbx_msg_type_t *ask, sbx_msg_type_t *reply,
+                    const char **verb)
+{
+    switch (state) {
+    case SBX_SANDBOX_STATE_STOPPING:
+        *ask = SBX_MSG_VM_STOP, *reply = SBX_MSG_SANDBOX_STOP_OK, *verb = "stop";
+        return true;
+    case SBX_SANDBOX_STATE_RESUMING:
+        *ask = SBX_MSG_VM_RESUME, *reply = SBX_MSG_SANDBOX_RESUME_OK, *verb = "resume";
+        return true;
+    case SBX_SANDBOX_STATE_DELETING:
+        *ask = SBX_MSG_VM_DELETE, *reply = SBX_MSG_SANDBOX_DELETE_OK, *verb = "delete";
+        return true;
+    default:
+        return false;
+    }
+}
+
+int brk_sandbox_settle (brk_ctx_t *ctx, const char *id, const char *vmd, bool found,
+                        sbx_sandbox_state_t guest, const char *guest_reason)
+{
+    brk_sandbox_t record;
+    if (brk_store_sandbox_find (ctx->store, id, &record) != 0)
+        return -1;
+    sbx_sandbox_state_t state = SBX_SANDBOX_STATE__UNSET;
+    sbx_sandbox_state_from_name (record.state, &state);
+    int rc = 0;
+    //  Still someone else's business (an op of this broker), or moved on meanwhile.
+    if (brk_sandbox_in_flight (ctx, id) || !record.vmd || !streq (record.vmd, vmd) ||
+        (state != SBX_SANDBOX_STATE_CREATING && state != SBX_SANDBOX_STATE_STOPPING &&
+         state != SBX_SANDBOX_STATE_RESUMING && state != SBX_SANDBOX_STATE_DELETING)) {
+        brk_sandbox_clear (&record);
+        return 0;
+    }
+    //  Where the request that a broker before this one made would have taken it.
+    sbx_sandbox_state_t done = state == SBX_SANDBOX_STATE_CREATING   ? SBX_SANDBOX_STATE_READY
+                               : state == SBX_SANDBOX_STATE_STOPPING ? SBX_SANDBOX_STATE_STOPPED
+                               : state == SBX_SANDBOX_STATE_RESUMING ? SBX_SANDBOX_STATE_READY
+                                                                     : SBX_SANDBOX_STATE_DELETED;
+    bool moving_guest =
+        found && (guest == SBX_SANDBOX_STATE_CREATING || guest == SBX_SANDBOX_STATE_RESUMING ||
+                  guest == SBX_SANDBOX_STATE_STOPPING || guest == SBX_SANDBOX_STATE_DELETING);
+    if (moving_guest)
+        rc = 1; //  vmd is at it still: asked again later
+    else if ((!found && done == SBX_SANDBOX_STATE_DELETED) || (found && guest == done)) {
+        //  vmd did it: the record follows, as its answer would have made it.
+        uint64_t expires =
+            done == SBX_SANDBOX_STATE_READY && state == SBX_SANDBOX_STATE_RESUMING && record.ttl_s
+                ? sbx_clock_now_ms () + record.ttl_s * 1000
+                : 0;
+        rc = s_move_ex (ctx, &record, done, NULL, NULL, expires, NULL);
+        if (rc == 0)
+            sbx_info ("sandbox=%s settled as vmd %s has it: %s (its request was cut by a "
+                      "restart of the broker)",
+                      id, vmd, record.state);
+    } else if (found && guest == SBX_SANDBOX_STATE_ERROR)
+        rc = s_move (ctx, &record, SBX_SANDBOX_STATE_ERROR, NULL, guest_reason);
+    else if (!found)
+        rc = s_move (ctx, &record, SBX_SANDBOX_STATE_ERROR, NULL,
+                     "its guest is not on its vmd: the request that made or moved it was cut by "
+                     "a restart of the control plane; delete it");
+    else {
+        //  vmd never got it, or was in the middle: the request goes again, for nobody to
+        //  answer (the user's answer went with the broker before).
+        sbx_msg_type_t ask, reply;
+        const char *verb;
+        if (s_asks (state, &ask, &reply, &verb)) {
+            sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_STOP);
+            sbx_msg_t *refused = s_ask_vmd (ctx, NULL, request, &record, ask, reply, verb);
+            sbx_info ("sandbox=%s %s asked of vmd %s again (its request was cut by a restart "
+                      "of the broker)%s",
+                      id, verb, vmd, refused ? ": not sent now" : "");
+            rc = refused ? -1 : 0;
+            sbx_msg_destroy (&refused);
+            sbx_msg_destroy (&request);
+        } else
+            //  Created, yet the guest is not ready, nor on its way: it cannot be.
+            rc = s_move (ctx, &record, SBX_SANDBOX_STATE_ERROR, NULL,
+                         "its create was cut by a restart of the control plane; delete it");
+    }
+    brk_sandbox_clear (&record);
+    return rc;
 }
 
 void brk_sandbox_vm_failed (brk_ctx_t *ctx, const char *vmd, sbx_msg_t *msg)

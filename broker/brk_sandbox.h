@@ -82,4 +82,16 @@ void brk_sandbox_vm_failed (brk_ctx_t *ctx, const char *vmd, sbx_msg_t *msg);
 
 void brk_sandbox_test (bool verbose);
 
+//  True while a vm.* request of this broker about sandbox id waits on its vmd.
+bool brk_sandbox_in_flight (brk_ctx_t *ctx, const char *id);
+
+//  A sandbox left on its way (creating, stopping, resuming, deleting) by a broker before
+//  this one, its request cut, settled by what its vmd says of its guest (found, guest,
+//  guest_reason: vm.list): the state the request would have led to when the guest is
+//  there; the request again when vmd never got it (nobody waits for that answer); error
+//  when the guest is gone (a delete: deleted). Nothing when this broker's own request is
+//  in flight or the record moved on. 0, 1 when vmd is at it still (ask again later), -1.
+int brk_sandbox_settle (brk_ctx_t *ctx, const char *id, const char *vmd, bool found,
+                        sbx_sandbox_state_t guest, const char *guest_reason);
+
 #endif

@@ -11,6 +11,7 @@
 #include "brk_registry.h"
 #include "brk_metrics.h"
 #include "brk_ports.h"
+#include "brk_reconcile.h"
 #include "brk_rates.h"
 #include "brk_sandbox.h"
 #include "brk_sessions.h"
@@ -48,6 +49,7 @@ typedef struct {
     brk_registry_t *registry;
     brk_pending_t *pending;
     brk_rates_t *rates; //  gateways' shares of each key's plan rate
+    brk_reconcile_t *reconcile;
     brk_ctx_t ctx;
     char *instance; //  random per run, so peers can tell a restart
     uint64_t heartbeat_ms;
@@ -61,6 +63,8 @@ static void s_server_destroy (s_server_t **self_p)
     if (!self)
         return;
     zloop_destroy (&self->loop);
+    brk_reconcile_destroy (&self->reconcile);
+    zhashx_destroy (&self->ctx.in_flight);
     brk_pending_destroy (&self->pending);
     brk_rates_destroy (&self->rates);
     brk_registry_destroy (&self->registry);
@@ -227,7 +231,9 @@ static s_server_t *s_server_new (sbx_config_t *config, const brk_server_args_t *
     self->ctx.server = self;
     self->ctx.call = s_ctx_call;
     self->ctx.send = s_ctx_send;
-    if (brk_snapshot_start (&self->ctx)) {
+    self->ctx.in_flight = zhashx_new ();
+    self->reconcile = brk_reconcile_new (&self->ctx);
+    if (!self->ctx.in_flight || !self->reconcile || brk_snapshot_start (&self->ctx)) {
         s_server_destroy (&self);
         return NULL;
     }
@@ -1036,6 +1042,16 @@ static int s_on_ttl (zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
+//  Sandboxes a broker before this one left on their way, settled by their vmds.
+static int s_on_reconcile (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_server_t *self = arg;
+    brk_reconcile_tick (self->reconcile);
+    return 0;
+}
+
 static int s_on_pipe (zloop_t *loop, zsock_t *pipe, void *arg)
 {
     (void) loop;
@@ -1063,6 +1079,7 @@ static void s_actor (zsock_t *pipe, sbx_config_t *config, const brk_server_args_
     zloop_timer (self->loop, self->heartbeat_ms, 0, s_on_heartbeat, self);
     zloop_timer (self->loop, 100, 0, s_on_deadlines, self);
     zloop_timer (self->loop, 250, 0, s_on_ttl, self);
+    zloop_timer (self->loop, 1000, 0, s_on_reconcile, self);
     zloop_timer (self->loop, 10000, 0, s_on_sweep, self);
     zloop_timer (self->loop, 100, 0, s_on_seal, self);
     sbx_info ("broker %s ready: %llu events in the log", self->instance,

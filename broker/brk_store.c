@@ -299,6 +299,10 @@ static const char *s_sql[ST_COUNT] = {
     [ST_SANDBOX_EXPIRED] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE state = 'ready' "
                            "AND expires_ms > 0 AND expires_ms <= ?1 ORDER BY expires_ms LIMIT ?2",
     [ST_SANDBOX_EXPIRY] = "UPDATE sandboxes SET expires_ms = ?2, ttl_s = ?3 WHERE id = ?1",
+    //  A vmd's sandboxes on their way (sandboxes_by_vmd): after a restart of the broker,
+    //  or a failover, what each became is asked of vmd (brk_reconcile).
+    [ST_SANDBOX_MOVING] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE vmd = ?1 AND state IN "
+                          "('creating', 'stopping', 'resuming', 'deleting') LIMIT 100",
     [ST_SANDBOX_NAME] = "UPDATE sandboxes SET name = ?2 WHERE id = ?1",
     [ST_SANDBOX_AUTO_RESUME] = "UPDATE sandboxes SET no_auto_resume = ?2 WHERE id = ?1",
     [ST_SANDBOX_EGRESS] = "UPDATE sandboxes SET egress_allow = ?2, egress_deny = ?3 WHERE id = ?1",
@@ -1168,6 +1172,16 @@ int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,
     sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_EXPIRED);
     sbx_stmt_bind_int64 (stmt, 1, (sqlite3_int64) now_ms);
     sbx_stmt_bind_int64 (stmt, 2, (sqlite3_int64) (limit ? limit : 100));
+    return s_sandbox_collect (stmt, fn, arg);
+}
+
+int brk_store_sandbox_moving (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn,
+                              void *arg)
+{
+    if (!self || !fn || !sbx_db_nonempty (vmd))
+        return -1;
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_MOVING);
+    sbx_db_bind_text (stmt, 1, vmd);
     return s_sandbox_collect (stmt, fn, arg);
 }
 

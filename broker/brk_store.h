@@ -338,6 +338,10 @@ int brk_store_sandbox_counts (brk_store_t *self, brk_store_count_fn *fn, void *a
 //  `limit`, and 100). Returns how many, or -1.
 int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,
                                brk_store_sandbox_fn *fn, void *arg);
+//  The sandboxes of vmd in creating, stopping, resuming or deleting (at most 100).
+//  Returns how many, or -1.
+int brk_store_sandbox_moving (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn,
+                              void *arg);
 //  Ready sandboxes of accounts whose wallet is empty, longest ready first (at most
 //  `limit`, and 100). Returns how many, or -1.
 int brk_store_sandbox_unfunded (brk_store_t *self, size_t limit, brk_store_sandbox_fn *fn,

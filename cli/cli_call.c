@@ -107,10 +107,32 @@ static sbx_msg_t *s_wait (zsock_t *sock, uint64_t rid, uint64_t deadline, uint64
 //  With several brokers (a cluster's control nodes): the one that leads, found by asking
 //  each in turn how it is (one that stands by says so; one that is gone says nothing for
 //  a second). NULL with err set when none leads before the deadline.
+//  Whether the broker on sock leads: asks it how it is (a second at most).
+static bool s_probe (zsock_t *sock, uint64_t rid, uint64_t deadline)
+{
+    sbx_msg_t *status = sbx_msg_new (SBX_MSG_SYS_STATUS);
+    status->rid = rid;
+    status->caller = calloc (1, sizeof *status->caller);
+    status->caller->kind = SBX_CALLER_KIND_ADMIN;
+    sbx_err_t err;
+    s_send (sock, status, &err);
+    sbx_msg_destroy (&status);
+    uint64_t until = sbx_clock_mono_ms () + 1000;
+    bool silent = false, interrupted = false;
+    sbx_msg_t *reply =
+        s_wait (sock, rid, until < deadline ? until : deadline, 0, &silent, &interrupted);
+    bool leads = reply && reply->type == SBX_MSG_SYS_STATUS_OK &&
+                 (!sbx_msg_sys_status_ok (reply)->control ||
+                  streq (sbx_msg_sys_status_ok (reply)->control, "leader"));
+    sbx_msg_destroy (&reply);
+    return leads;
+}
+
 static zsock_t *s_leader (sbx_config_t *config, char **endpoints, size_t count, size_t *at,
                           uint64_t deadline, sbx_err_t *err)
 {
     uint64_t rid = (uint64_t) getpid () << 16 | 0x8000;
+    char hinted[300] = "";
     while (sbx_clock_mono_ms () < deadline) {
         for (size_t n = 0; n < count; n++) {
             size_t i = (*at + n) % count;
@@ -130,6 +152,30 @@ static zsock_t *s_leader (sbx_config_t *config, char **endpoints, size_t count, 
             bool leads = reply && reply->type == SBX_MSG_SYS_STATUS_OK &&
                          (!sbx_msg_sys_status_ok (reply)->control ||
                           streq (sbx_msg_sys_status_ok (reply)->control, "leader"));
+            //  A standby names the leader: its broker (at PORT+1) is asked next, in the
+            //  settings or not (this host's control.nodes may be older than the cluster).
+            const char *leader = reply && reply->type == SBX_MSG_SYS_STATUS_OK && !leads
+                                     ? sbx_msg_sys_status_ok (reply)->leader
+                                     : NULL;
+            const char *colon = leader ? strrchr (leader, ':') : NULL;
+            if (colon && colon != leader && !*hinted) {
+                snprintf (hinted, 300, "tcp://%.*s:%ld", (int) (colon - leader), leader,
+                          strtol (colon + 1, NULL, 10) + 1);
+                bool known = false;
+                for (size_t k = 0; k < count; k++)
+                    known |= streq (endpoints[k], hinted);
+                if (!known) {
+                    sbx_msg_destroy (&reply);
+                    zsock_destroy (&sock);
+                    zsock_t *there = s_connect (config, hinted, err);
+                    if (there && s_probe (there, ++rid, deadline)) {
+                        *at = 0;
+                        return there;
+                    }
+                    zsock_destroy (&there);
+                    continue;
+                }
+            }
             sbx_msg_destroy (&reply);
             if (interrupted) {
                 zsock_destroy (&sock);

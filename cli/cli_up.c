@@ -513,8 +513,10 @@ int cli_up_main (int argc, char **argv)
             sbx_config_get_range (up.config, "log.max_bytes", 16u << 20, 0, UINT64_MAX),
             (unsigned) sbx_config_get_range (up.config, "log.keep", 5, 1, 1000));
         const char *nodes = sbx_config_get (up.config, "control.nodes", NULL);
-        if (nodes && *nodes)
+        if (nodes && *nodes) {
+            zloop_timer (up.loop, 5000, 1, s_on_nodes, &up); //  soon after a join, then often
             zloop_timer (up.loop, S_NODES_MS, 0, s_on_nodes, &up);
+        }
         if (cli_supervisor_start (up.supervisor, up.loop))
             rc = 1;
         else {

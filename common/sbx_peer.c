@@ -173,23 +173,6 @@ sbx_peer_t *sbx_peer_new (sbx_config_t *config, sbx_role_t role, const char *ins
     return self;
 }
 
-//  The endpoint a standby names as leading: a control node at HOST:PORT serves its
-//  broker at tcp://HOST:PORT+1 (sbx_config), when that is one of ours; else -1.
-static int s_hinted (sbx_peer_t *self, const char *leader)
-{
-    const char *colon = leader ? strrchr (leader, ':') : NULL;
-    long port = colon ? strtol (colon + 1, NULL, 10) : 0;
-    if (!colon || port < 1 || port >= 65535)
-        return -1;
-    char endpoint[300];
-    snprintf (endpoint, sizeof endpoint, "tcp://%.*s:%ld", (int) (colon - leader), leader,
-              port + 1);
-    for (size_t i = 0; i < self->count; i++)
-        if (streq (self->endpoints[i], endpoint))
-            return (int) i;
-    return -1;
-}
-
 //  Leaves the broker connected now for another endpoint (a cluster's control node that
 //  may lead): the one at index to, or the next (-1). Nothing when there is one
 //  endpoint, or when the last move was too recent (answers from the broker just left
@@ -568,6 +551,8 @@ static int s_on_sweep (zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
+static int s_learn_node (sbx_peer_t *self, const char *node);
+
 //  A broker that stands by answered: nothing was done. A request goes again to the next
 //  one (the sweep sends it), a worker's hello or heartbeat moves the worker there.
 static void s_on_standby (sbx_peer_t *self, sbx_msg_t *msg)
@@ -575,6 +560,9 @@ static void s_on_standby (sbx_peer_t *self, sbx_msg_t *msg)
     sbx_peer_standby_t *standby = sbx_msg_peer_standby (msg);
     s_pending_t *pending =
         msg->rid ? zhashx_lookup (self->pending, (void *) (uintptr_t) msg->rid) : NULL;
+    //  The leader it names is followed, in the settings or not (a host whose
+    //  control.nodes is older than the cluster).
+    int to = s_learn_node (self, standby->leader);
     if (self->count < 2) {
         char why[600];
         snprintf (why, sizeof why,
@@ -588,8 +576,6 @@ static void s_on_standby (sbx_peer_t *self, sbx_msg_t *msg)
             sbx_warn ("%s", why);
         return;
     }
-    //  Straight to the one it names as leading, when that is one of ours.
-    int to = s_hinted (self, standby->leader);
     if (pending) {
         pending->resend = true;
         if (pending->gen == self->gen)
@@ -614,9 +600,33 @@ static void s_refuse (sbx_peer_t *self, const char *why)
     s_lost_broker (self, "this worker was refused by the broker (its instance name is in use)");
 }
 
-//  A welcome names a cluster's control nodes: their brokers (at PORT+1) join the
-//  endpoints this worker moves between, so that it follows a leader its settings did
-//  not name (a control node added since), and the nodes are kept for sbx_peer_nodes.
+//  The broker of control node HOST:PORT (at PORT+1, sbx_config) among the endpoints:
+//  its index, added when it was not there; -1 when node is no HOST:PORT.
+static int s_learn_node (sbx_peer_t *self, const char *node)
+{
+    const char *colon = node ? strrchr (node, ':') : NULL;
+    long port = colon ? strtol (colon + 1, NULL, 10) : 0;
+    if (!colon || colon == node || port < 1 || port >= 65535)
+        return -1;
+    char endpoint[300];
+    snprintf (endpoint, sizeof endpoint, "tcp://%.*s:%ld", (int) (colon - node), node, port + 1);
+    for (size_t e = 0; e < self->count; e++)
+        if (streq (self->endpoints[e], endpoint))
+            return (int) e;
+    char **grown = realloc (self->endpoints, (self->count + 2) * sizeof *grown);
+    if (!grown)
+        return -1;
+    self->endpoints = grown;
+    if (!(self->endpoints[self->count] = strdup (endpoint)))
+        return -1;
+    self->endpoints[self->count + 1] = NULL;
+    sbx_info ("control node %s learned: its broker %s is followed too", node, endpoint);
+    return (int) self->count++;
+}
+
+//  A welcome names a cluster's control nodes: their brokers join the endpoints this
+//  worker moves between, so that it follows a leader its settings did not name (a
+//  control node added since), and the nodes are kept for sbx_peer_nodes.
 static void s_learn_nodes (sbx_peer_t *self, const sbx_strlist_t *nodes)
 {
     if (nodes->count == 0)
@@ -626,29 +636,8 @@ static void s_learn_nodes (sbx_peer_t *self, const sbx_strlist_t *nodes)
         kept[i] = strdup (nodes->items[i]);
     sbx_config_list_free (&self->nodes);
     self->nodes = kept;
-    for (size_t i = 0; i < nodes->count; i++) {
-        const char *node = nodes->items[i];
-        const char *colon = strrchr (node, ':');
-        long port = colon ? strtol (colon + 1, NULL, 10) : 0;
-        if (!colon || port < 1 || port >= 65535)
-            continue;
-        char endpoint[300];
-        snprintf (endpoint, sizeof endpoint, "tcp://%.*s:%ld", (int) (colon - node), node,
-                  port + 1);
-        bool known = false;
-        for (size_t e = 0; e < self->count; e++)
-            known |= streq (self->endpoints[e], endpoint);
-        if (known)
-            continue;
-        char **grown = realloc (self->endpoints, (self->count + 2) * sizeof *grown);
-        if (!grown)
-            return;
-        self->endpoints = grown;
-        if (!(self->endpoints[self->count] = strdup (endpoint)))
-            return;
-        self->endpoints[++self->count] = NULL;
-        sbx_info ("control node %s learned: its broker %s is followed too", node, endpoint);
-    }
+    for (size_t i = 0; i < nodes->count; i++)
+        s_learn_node (self, nodes->items[i]);
 }
 
 const char *const *sbx_peer_nodes (sbx_peer_t *self)

@@ -315,6 +315,14 @@ static int s_on_poll (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
     (void) timer_id;
+    //  czmq still calls a timer its loop ended in this same pass (a reader destroyed by
+    //  another timer's handler, as billing does when it loses its lease): a reader that
+    //  is gone is not touched.
+    pthread_mutex_lock (&s_readers_lock);
+    bool alive = s_readers && zlistx_find (s_readers, arg);
+    pthread_mutex_unlock (&s_readers_lock);
+    if (!alive)
+        return 0;
     sbx_tapreader_t *self = arg;
     s_learn_taps (self);
     if (!self->replaying && !self->stopped)
