@@ -36,7 +36,9 @@ static void s_usage (FILE *out)
                   "\"metrics_url\" (Prometheus, null with metrics.listen = off; no token: its\n"
                   "address is its access control, docs/metrics.md),\n"
                   "\"daemons\":[{\"name\",\"pid\",\"ready\",\"state\",\"restarts\",\"log\"}],"
-                  "\"peers\":[...]}.\n"
+                  "\"peers\":[...]}; on a cluster's host also \"cluster\":{\"leader\",\n"
+                  "\"nodes\":[{\"id\",\"address\",\"role\",\"broker\",\"state\"}],\n"
+                  "\"hosts\":[{\"name\",\"roles\",\"last_seen_ms_ago\"}]} (docs/operations.md).\n"
                   "Exit code 0 when sbx up runs and every daemon is ready, 1 otherwise.\n");
 }
 
@@ -82,6 +84,77 @@ static json_t *s_profile (void)
     json_decref (usage);
     cli_rest_destroy (&rest);
     cli_profile_destroy (&profile);
+    return out;
+}
+
+//  A cluster's view: every control node (its dqlite membership, its broker's own word:
+//  leader, standby or unreachable), which one leads, and every host with the roles its
+//  workers play and how long ago the leader heard from each.
+static json_t *s_cluster (sbx_config_t *config, json_t *peers)
+{
+    json_t *out = json_object ();
+    json_t *nodes = json_array ();
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_CLUSTER_NODES);
+    sbx_err_t err;
+    sbx_msg_t *reply = cli_call (config, &request, 3000, &err);
+    if (!reply)
+        json_object_set_new (out, "error", json_string (err.message));
+    sbx_cluster_nodes_ok_t *ok = reply ? sbx_msg_cluster_nodes_ok (reply) : NULL;
+    json_object_set_new (out, "leader", ok && ok->leader ? json_string (ok->leader) : json_null ());
+    for (size_t i = 0; ok && i < ok->nodes.count; i++) {
+        sbx_control_node_t *node = &ok->nodes.items[i];
+        //  Its broker, as it answers itself (a second at most).
+        const char *colon = strrchr (node->address, ':');
+        char *endpoint = colon ? zsys_sprintf ("tcp://%.*s:%ld", (int) (colon - node->address),
+                                               node->address, strtol (colon + 1, NULL, 10) + 1)
+                               : NULL;
+        char state[16] = "unreachable";
+        if (endpoint) {
+            sbx_config_t *one = sbx_config_new (sbx_config_data_dir (config));
+            sbx_config_set (one, "broker.endpoint", endpoint);
+            sbx_msg_t *status = sbx_msg_new (SBX_MSG_SYS_STATUS);
+            sbx_msg_t *answer = one ? cli_call (one, &status, 1000, &err) : NULL;
+            sbx_msg_destroy (&status);
+            const char *said = answer && answer->type == SBX_MSG_SYS_STATUS_OK
+                                   ? sbx_msg_sys_status_ok (answer)->control
+                                   : NULL;
+            if (answer && answer->type == SBX_MSG_SYS_STATUS_OK)
+                snprintf (state, sizeof state, "%s", said ? said : "leader");
+            sbx_msg_destroy (&answer);
+            sbx_config_destroy (&one);
+        }
+        json_array_append_new (nodes,
+                               json_pack ("{s:I, s:s, s:s, s:s?, s:s}", "id", (json_int_t) node->id,
+                                          "address", node->address, "role", node->role, "broker",
+                                          endpoint, "state", state));
+        zstr_free (&endpoint);
+    }
+    sbx_msg_destroy (&reply);
+    json_object_set_new (out, "nodes", nodes);
+    //  Hosts: the workers connected now, by instance (a host's name).
+    json_t *hosts = json_object ();
+    json_t *peer;
+    size_t i;
+    json_array_foreach (peers, i, peer)
+    {
+        const char *name = json_string_value (json_object_get (peer, "instance"));
+        json_t *host = json_object_get (hosts, name);
+        if (!host) {
+            host = json_pack ("{s:s, s:[], s:I}", "name", name, "roles", "last_seen_ms_ago",
+                              (json_int_t) 0);
+            json_object_set_new (hosts, name, host);
+        }
+        json_array_append (json_object_get (host, "roles"), json_object_get (peer, "role"));
+        json_int_t ago = json_integer_value (json_object_get (peer, "last_seen_ms_ago"));
+        if (ago > json_integer_value (json_object_get (host, "last_seen_ms_ago")))
+            json_object_set_new (host, "last_seen_ms_ago", json_integer (ago));
+    }
+    json_t *list = json_array ();
+    const char *key;
+    json_t *host;
+    json_object_foreach (hosts, key, host) json_array_append (list, host);
+    json_decref (hosts);
+    json_object_set_new (out, "hosts", list);
     return out;
 }
 
@@ -151,9 +224,13 @@ int cli_status_main (int argc, char **argv)
         all_ready = false;
     json_object_set_new (out, "daemons", daemons);
 
-    //  The broker's own view, when it answers quickly.
+    //  The broker's own view, when it answers quickly. On a cluster's host it is the
+    //  leader's, wherever it runs: sbx up need not run here.
     json_t *peers = json_array ();
-    if (running) {
+    uint64_t now = sbx_clock_now_ms ();
+    const char *nodes = sbx_config_get (config, "control.nodes", NULL);
+    bool cluster = nodes && *nodes;
+    if (running || cluster) {
         sbx_msg_t *request = sbx_msg_new (SBX_MSG_BROKER_PEERS);
         sbx_err_t err;
         sbx_msg_t *reply = cli_call (config, &request, 2000, &err);
@@ -161,18 +238,26 @@ int cli_status_main (int argc, char **argv)
             sbx_broker_peers_ok_t *ok = sbx_msg_broker_peers_ok (reply);
             for (size_t p = 0; p < ok->peers.count; p++) {
                 sbx_peer_info_t *peer = &ok->peers.items[p];
-                json_array_append_new (peers,
-                                       json_pack ("{s:s, s:s, s:I, s:I, s:I}", "role",
-                                                  sbx_role_name (peer->role), "instance",
-                                                  peer->instance, "pid", (json_int_t) peer->pid,
-                                                  "capacity", (json_int_t) peer->capacity, "used",
-                                                  (json_int_t) peer->used));
+                json_array_append_new (
+                    peers,
+                    json_pack ("{s:s, s:s, s:I, s:I, s:I, s:I}", "role", sbx_role_name (peer->role),
+                               "instance", peer->instance, "pid", (json_int_t) peer->pid,
+                               "capacity", (json_int_t) peer->capacity, "used",
+                               (json_int_t) peer->used, "last_seen_ms_ago",
+                               (json_int_t) (peer->last_seen_ms && now > peer->last_seen_ms
+                                                 ? now - peer->last_seen_ms
+                                                 : 0)));
             }
             json_object_set_new (out, "last_seq", json_integer ((json_int_t) ok->last_seq));
             sbx_msg_destroy (&reply);
         }
     }
     json_object_set_new (out, "peers", peers);
+    if (cluster) {
+        json_t *view = s_cluster (config, peers);
+        json_object_set_new (out, "cluster", view);
+        all_ready = all_ready && json_is_string (json_object_get (view, "leader"));
+    }
     //  What the CLI uses away from the host (sbx login, SBX_URL): whether it answers.
     json_t *profile = data_dir ? NULL : s_profile ();
     if (profile)
@@ -193,6 +278,32 @@ int cli_status_main (int argc, char **argv)
                     json_string_value (json_object_get (profile, "url")),
                     json_string_value (json_object_get (profile, "from")),
                     json_string_value (json_object_get (profile, "state")));
+        json_t *view = json_object_get (out, "cluster");
+        if (view) {
+            printf ("  cluster:        leader %s\n",
+                    json_string_value (json_object_get (view, "leader"))
+                        ? json_string_value (json_object_get (view, "leader"))
+                        : "(none: no quorum, or no control node answers)");
+            json_t *node;
+            size_t n;
+            json_array_foreach (json_object_get (view, "nodes"), n, node) printf (
+                "    node %-24s %-8s %s\n", json_string_value (json_object_get (node, "address")),
+                json_string_value (json_object_get (node, "role")),
+                json_string_value (json_object_get (node, "state")));
+            json_array_foreach (json_object_get (view, "hosts"), n, node)
+            {
+                char roles[256] = "";
+                json_t *role;
+                size_t r;
+                json_array_foreach (json_object_get (node, "roles"), r, role)
+                    snprintf (roles + strlen (roles), sizeof roles - strlen (roles), "%s%s",
+                              r ? "," : "", json_string_value (role));
+                printf (
+                    "    host %-24s %-36s heard %lld ms ago\n",
+                    json_string_value (json_object_get (node, "name")), roles,
+                    (long long) json_integer_value (json_object_get (node, "last_seen_ms_ago")));
+            }
+        }
         json_array_foreach (json_object_get (out, "daemons"), i, entry)
         {
             char pid[32] = "-";

@@ -287,6 +287,16 @@ class ClusterTest(unittest.TestCase):
         for host in hosts.values():
             wait_for(host.ready, 180, lambda h=host: f"{h.name} ready:\n{h.output()[-3000:]}")
         wait_for(lambda: self.voters(c1) == 3, 60, "three voters")
+        # sbx status on any host: every node, the leader, every host's roles.
+        def status_complete():
+            view = json.loads(hosts["g1"].cli("status", "--json", check=False).stdout)["cluster"]
+            states = sorted(n["state"] for n in view["nodes"])
+            roles = {h["name"]: sorted(h["roles"]) for h in view["hosts"]}
+            return (view["leader"] and states == ["leader", "standby", "standby"] and
+                    roles.get("v1") == ["snapshotd", "vmd"] and roles.get("g2") == ["gateway"]
+                    and "billing" in roles.get("c3", []))
+        wait_for(status_complete, 60, lambda: hosts["g1"].cli("status", "--json",
+                                                              check=False).stdout)
         port = self.haproxy([hosts["g1"].ip, hosts["g2"].ip])
         client = Client(port, key)
         wait_for(lambda: client.rest("GET", "/v1/sandboxes")[0] == 200, 60, "REST through haproxy")
