@@ -248,6 +248,22 @@ void brk_control_test (bool verbose)
     assert (reply->type == SBX_MSG_ACCOUNT_GET_OK);
     sbx_msg_destroy (&reply);
 
+    //  The stopped node, lost for good: taken out of the cluster; the others go on.
+    request = sbx_msg_new (SBX_MSG_CLUSTER_REMOVE);
+    sbx_str_set (&sbx_msg_cluster_remove (request)->address, nodes[next].address);
+    reply = brk_testkit_call (nodes[third].client, request, ++rid);
+    assert (reply->type == SBX_MSG_CLUSTER_NODES_OK);
+    assert (sbx_msg_cluster_nodes_ok (reply)->nodes.count == S_NODES - 1);
+    sbx_msg_destroy (&reply);
+    request = sbx_msg_new (SBX_MSG_CLUSTER_REMOVE);
+    sbx_str_set (&sbx_msg_cluster_remove (request)->address, "10.9.9.9:1");
+    reply = brk_testkit_call (nodes[third].client, request, ++rid);
+    assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+    char *third_account = brk_testkit_account (nodes[third].client, "c@example.com", ++rid);
+    assert (third_account);
+    free (third_account);
+
     free (account);
     free (second);
     for (int i = 0; i < S_NODES; i++) {

@@ -220,3 +220,60 @@ sbx_msg_t *brk_hosts_nodes (brk_ctx_t *ctx, sbx_msg_t *request)
     }
     return reply;
 }
+
+sbx_msg_t *brk_hosts_remove_node (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    sbx_msg_t *reply = s_refuse (ctx, request);
+    if (reply)
+        return reply;
+    const char *address = sbx_msg_cluster_remove (request)->address;
+    sbx_dqlite_t *local = sbx_dqlite_connect (ctx->control_local, 5000, NULL, NULL);
+    sbx_dqlite_server_t *servers = NULL;
+    size_t count = 0;
+    uint64_t id = 0, leader = 0;
+    char *leading = NULL;
+    if (!local || sbx_dqlite_cluster (local, &servers, &count) ||
+        sbx_dqlite_leader (local, &leader, &leading)) {
+        sbx_dqlite_destroy (&local);
+        return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                                  "this control node's dqlite node does not answer");
+    }
+    for (size_t i = 0; i < count; i++)
+        if (streq (servers[i].address, address))
+            id = servers[i].id;
+    sbx_dqlite_servers_free (&servers, count);
+    free (leading);
+    if (!id) {
+        sbx_dqlite_destroy (&local);
+        return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND,
+                                  "no control node at %s (sbx cluster nodes lists them)", address);
+    }
+    //  The leader leaves last: it hands leadership over first, and this broker (which
+    //  serves on the leader) stops serving once the new leader takes over.
+    int rc = 0;
+    if (id == leader) {
+        rc = sbx_dqlite_transfer (local, 0);
+        if (rc == 0) {
+            sbx_dqlite_destroy (&local);
+            return sbx_msg_new_error (
+                request->rid, SBX_E_UNAVAILABLE,
+                "%s led: leadership was handed over to another node; ask again (the new "
+                "leader removes it)",
+                address);
+        }
+    } else
+        rc = sbx_dqlite_remove (local, id);
+    if (rc) {
+        reply = sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION, "cannot remove %s: %s",
+                                   address, sbx_dqlite_errmsg (local));
+        sbx_dqlite_destroy (&local);
+        return reply;
+    }
+    sbx_dqlite_destroy (&local);
+    sbx_info ("rid=%llu control node %s removed from the cluster",
+              (unsigned long long) request->rid, address);
+    reply = sbx_msg_new_reply (request, SBX_MSG_CLUSTER_NODES_OK);
+    sbx_cluster_nodes_ok_t *ok = sbx_msg_cluster_nodes_ok (reply);
+    s_members (ctx, &ok->nodes, NULL, &ok->leader);
+    return reply;
+}

@@ -14,6 +14,8 @@ sbx_msg_t *brk_hosts_token (brk_ctx_t *ctx, sbx_msg_t *request);
 sbx_msg_t *brk_hosts_list (brk_ctx_t *ctx, sbx_msg_t *request);
 sbx_msg_t *brk_hosts_remove (brk_ctx_t *ctx, sbx_msg_t *request);
 sbx_msg_t *brk_hosts_nodes (brk_ctx_t *ctx, sbx_msg_t *request);
+//  cluster.remove: a control node out of the dqlite cluster (the leader hands over first).
+sbx_msg_t *brk_hosts_remove_node (brk_ctx_t *ctx, sbx_msg_t *request);
 
 //  A cluster's members' addresses (HOST:PORT), appended to addresses: nothing on one
 //  machine. 0, or -1 when this node does not answer.

@@ -802,6 +802,9 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     case SBX_MSG_CLUSTER_NODES:
         reply = brk_hosts_nodes (&self->ctx, msg);
         break;
+    case SBX_MSG_CLUSTER_REMOVE:
+        reply = brk_hosts_remove_node (&self->ctx, msg);
+        break;
     case SBX_MSG_ACCOUNT_GET:
         reply = brk_admin_get (&self->ctx, msg);
         break;

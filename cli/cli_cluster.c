@@ -21,7 +21,8 @@ static void s_usage (FILE *out)
 {
     fprintf (out, "usage: sbx cluster init --address HOST:PORT [--data-dir DIR]\n"
                   "       sbx cluster token --name HOST [--roles LIST] [--data-dir DIR] [--json]\n"
-                  "       sbx cluster nodes [--data-dir DIR] [--json]\n\n"
+                  "       sbx cluster nodes [--data-dir DIR] [--json]\n"
+                  "       sbx cluster remove --address HOST:PORT [--data-dir DIR] [--json]\n\n"
                   "init: makes this data directory the first control node of a new cluster, at\n"
                   "HOST:PORT (its dqlite node behind TLS there; its broker at PORT+1, its tap at\n"
                   "PORT+2). Run it while sbx up is stopped; at the next sbx up the broker and\n"
@@ -32,6 +33,8 @@ static void s_usage (FILE *out)
                   "`sbx up --join TOKEN [--address HOST:PORT]` there (--address for a control\n"
                   "node). The token is a secret; `sbx host remove HOST` takes the host out again.\n"
                   "nodes: the control nodes and which one leads.\n"
+                  "remove: takes a control node out of the cluster (stop its sbx up first when\n"
+                  "its host is lost for good; a majority of the voters must answer).\n"
                   "Several hosts: docs/operations.md.\n");
 }
 
@@ -392,10 +395,12 @@ done:
 //  --------------------------------------------------------------------------
 //  nodes, hosts
 
-static int s_nodes (sbx_config_t *config, bool json)
+static int s_nodes (sbx_config_t *config, bool json, const char *remove)
 {
     sbx_err_t err;
-    sbx_msg_t *request = sbx_msg_new (SBX_MSG_CLUSTER_NODES);
+    sbx_msg_t *request = sbx_msg_new (remove ? SBX_MSG_CLUSTER_REMOVE : SBX_MSG_CLUSTER_NODES);
+    if (remove)
+        sbx_str_set (&sbx_msg_cluster_remove (request)->address, remove);
     sbx_msg_t *reply = cli_call (config, &request, 10000, &err);
     if (!reply)
         return cli_fail (&err);
@@ -478,9 +483,16 @@ int cli_cluster_main (int argc, char **argv)
     else if (streq (verb, "token"))
         rc = s_token_main (config, name, roles, json);
     else if (streq (verb, "nodes"))
-        rc = s_nodes (config, json);
-    else {
-        fprintf (stderr, "sbx cluster: unknown subcommand '%s' (init, token, nodes)\n", verb);
+        rc = s_nodes (config, json, NULL);
+    else if (streq (verb, "remove")) {
+        if (!address) {
+            fprintf (stderr, "sbx cluster remove: --address HOST:PORT names the node\n");
+            rc = 2;
+        } else
+            rc = s_nodes (config, json, address);
+    } else {
+        fprintf (stderr, "sbx cluster: unknown subcommand '%s' (init, token, nodes, remove)\n",
+                 verb);
         rc = 2;
     }
     sbx_config_destroy (&config);

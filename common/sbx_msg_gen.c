@@ -390,6 +390,7 @@ static const sbx_meta_struct_t s_meta_host_list;
 static const sbx_meta_struct_t s_meta_host_list_ok;
 static const sbx_meta_struct_t s_meta_host_remove;
 static const sbx_meta_struct_t s_meta_host_remove_ok;
+static const sbx_meta_struct_t s_meta_cluster_remove;
 static const sbx_meta_struct_t s_meta_cluster_nodes;
 static const sbx_meta_struct_t s_meta_cluster_nodes_ok;
 static const sbx_meta_struct_t s_meta_caller;
@@ -1065,6 +1066,11 @@ static const sbx_meta_field_t s_fields_host_remove_ok[] = {
     {"host", SBX_META_STRUCT, offsetof (sbx_host_remove_ok_t, host), true, 0, NULL, &s_meta_host_info},
 };
 static const sbx_meta_struct_t s_meta_host_remove_ok = {"host.remove.ok", sizeof (sbx_host_remove_ok_t), s_fields_host_remove_ok, 1};
+
+static const sbx_meta_field_t s_fields_cluster_remove[] = {
+    {"address", SBX_META_STRING, offsetof (sbx_cluster_remove_t, address), true, 256, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_cluster_remove = {"cluster.remove", sizeof (sbx_cluster_remove_t), s_fields_cluster_remove, 1};
 
 static const sbx_meta_struct_t s_meta_cluster_nodes = {"cluster.nodes", sizeof (sbx_cluster_nodes_t), NULL, 0};
 
@@ -2127,6 +2133,8 @@ static const char *const s_from_host_remove[] = {"cli"};
 static const char *const s_to_host_remove[] = {"broker"};
 static const char *const s_from_host_remove_ok[] = {"broker"};
 static const char *const s_to_host_remove_ok[] = {"cli"};
+static const char *const s_from_cluster_remove[] = {"cli"};
+static const char *const s_to_cluster_remove[] = {"broker"};
 static const char *const s_from_cluster_nodes[] = {"cli"};
 static const char *const s_to_cluster_nodes[] = {"broker"};
 static const char *const s_from_cluster_nodes_ok[] = {"broker"};
@@ -2441,6 +2449,7 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"host.list.ok", &s_meta_host_list_ok, s_from_host_list_ok, 1, s_to_host_list_ok, 1, SBX_MSG__UNKNOWN, false},
     {"host.remove", &s_meta_host_remove, s_from_host_remove, 1, s_to_host_remove, 1, SBX_MSG_HOST_REMOVE_OK, false},
     {"host.remove.ok", &s_meta_host_remove_ok, s_from_host_remove_ok, 1, s_to_host_remove_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"cluster.remove", &s_meta_cluster_remove, s_from_cluster_remove, 1, s_to_cluster_remove, 1, SBX_MSG_CLUSTER_NODES_OK, false},
     {"cluster.nodes", &s_meta_cluster_nodes, s_from_cluster_nodes, 1, s_to_cluster_nodes, 1, SBX_MSG_CLUSTER_NODES_OK, false},
     {"cluster.nodes.ok", &s_meta_cluster_nodes_ok, s_from_cluster_nodes_ok, 1, s_to_cluster_nodes_ok, 1, SBX_MSG__UNKNOWN, false},
     {"event", &s_meta_event, s_from_event, 1, s_to_event, 1, SBX_MSG__UNKNOWN, false},
@@ -2891,6 +2900,11 @@ sbx_host_remove_t *sbx_msg_host_remove (struct sbx_msg_s *msg)
 sbx_host_remove_ok_t *sbx_msg_host_remove_ok (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_HOST_REMOVE_OK ? (sbx_host_remove_ok_t *) msg->body : NULL;
+}
+
+sbx_cluster_remove_t *sbx_msg_cluster_remove (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_CLUSTER_REMOVE ? (sbx_cluster_remove_t *) msg->body : NULL;
 }
 
 sbx_cluster_nodes_t *sbx_msg_cluster_nodes (struct sbx_msg_s *msg)

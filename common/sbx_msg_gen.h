@@ -257,6 +257,7 @@ typedef enum {
     SBX_MSG_HOST_LIST_OK,             //  host.list.ok
     SBX_MSG_HOST_REMOVE,              //  host.remove
     SBX_MSG_HOST_REMOVE_OK,           //  host.remove.ok
+    SBX_MSG_CLUSTER_REMOVE,           //  cluster.remove
     SBX_MSG_CLUSTER_NODES,            //  cluster.nodes
     SBX_MSG_CLUSTER_NODES_OK,         //  cluster.nodes.ok
     SBX_MSG_EVENT,                    //  event
@@ -457,6 +458,7 @@ typedef struct sbx_host_list_s sbx_host_list_t;
 typedef struct sbx_host_list_ok_s sbx_host_list_ok_t;
 typedef struct sbx_host_remove_s sbx_host_remove_t;
 typedef struct sbx_host_remove_ok_s sbx_host_remove_ok_t;
+typedef struct sbx_cluster_remove_s sbx_cluster_remove_t;
 typedef struct sbx_cluster_nodes_s sbx_cluster_nodes_t;
 typedef struct sbx_cluster_nodes_ok_s sbx_cluster_nodes_ok_t;
 typedef struct sbx_caller_s sbx_caller_t;
@@ -1616,6 +1618,16 @@ struct sbx_host_remove_s {
 struct sbx_host_remove_ok_s {
     //  (required) The host, removed.
     sbx_host_info_t *host;
+};
+
+//  message cluster.remove (cluster.json): cli -> broker, reply cluster.nodes.ok. Take a control
+//  node out of the dqlite cluster (its data stays on its host; to bring it back, empty its data
+//  directory and join it again with a token). The cluster must keep a majority of its voters
+//  answering: a cluster of 3 runs on with 2. Removing the leader hands leadership to another
+//  first. Answered with the members left.
+struct sbx_cluster_remove_s {
+    //  (required, max 256) The node's address (HOST:PORT), as sbx cluster nodes shows it.
+    char *address;
 };
 
 //  message cluster.nodes (cluster.json): cli -> broker, reply cluster.nodes.ok. The control
@@ -3229,6 +3241,7 @@ sbx_host_list_t *sbx_msg_host_list (struct sbx_msg_s *msg);
 sbx_host_list_ok_t *sbx_msg_host_list_ok (struct sbx_msg_s *msg);
 sbx_host_remove_t *sbx_msg_host_remove (struct sbx_msg_s *msg);
 sbx_host_remove_ok_t *sbx_msg_host_remove_ok (struct sbx_msg_s *msg);
+sbx_cluster_remove_t *sbx_msg_cluster_remove (struct sbx_msg_s *msg);
 sbx_cluster_nodes_t *sbx_msg_cluster_nodes (struct sbx_msg_s *msg);
 sbx_cluster_nodes_ok_t *sbx_msg_cluster_nodes_ok (struct sbx_msg_s *msg);
 sbx_event_t *sbx_msg_event (struct sbx_msg_s *msg);
