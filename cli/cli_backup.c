@@ -6,6 +6,7 @@
 #include "cli_commands.h"
 #include "cli_tree.h"
 #include "sbx_db.h"
+#include "sbx_dqproxy.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,7 +18,9 @@
 //  event segment being written (the broker writes it again).
 static bool s_skipped (const char *rel, const char *name)
 {
-    static const char *dirs[] = {"run", "logs", "templates/vm/work"};
+    //  control/: a cluster node's Raft log and identity, this node's alone; a cluster's
+    //  databases are dumped instead (s_backup_cluster).
+    static const char *dirs[] = {"run", "logs", "templates/vm/work", "control"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
         if (streq (rel, dirs[i]))
             return true;
@@ -53,9 +56,23 @@ typedef struct {
     size_t files;
 } s_backup_t;
 
+static int s_backup_file_from (s_backup_t *b, const char *rel, const char *from,
+                               const struct stat *st);
+
 static int s_backup_file (s_backup_t *b, const char *rel, const struct stat *st)
 {
-    char *src = zsys_sprintf ("%s/%s", b->from, rel), *dst = zsys_sprintf ("%s/%s", b->to, rel);
+    char *src = zsys_sprintf ("%s/%s", b->from, rel);
+    int rc = s_backup_file_from (b, rel, src, st);
+    free (src);
+    return rc;
+}
+
+//  rel in the backup, read from the file at from (rel under the data directory, or a
+//  dump of a cluster's database).
+static int s_backup_file_from (s_backup_t *b, const char *rel, const char *from,
+                               const struct stat *st)
+{
+    char *src = strdup (from), *dst = zsys_sprintf ("%s/%s", b->to, rel);
     char key[64], err[512] = "";
     snprintf (key, sizeof key, "%llu:%llu", (unsigned long long) st->st_dev,
               (unsigned long long) st->st_ino);
@@ -181,6 +198,62 @@ static int s_backup_walk (s_backup_t *b, const char *rel)
     return rc;
 }
 
+//  A cluster's control node: its databases (control and billing, replicated, on no disk
+//  as files) dumped from the leader into the backup as the one-machine files they are
+//  copied from at `sbx cluster init`: restored, they start a new cluster (cli_restore).
+static int s_backup_cluster (s_backup_t *b, sbx_config_t *config)
+{
+    size_t count = 0;
+    char **nodes = sbx_config_list (config, "control.nodes", &count);
+    char *key_path = sbx_config_path (config, "keys/cluster.key");
+    unsigned char key[SBX_DQPROXY_KEY_SIZE];
+    sbx_dqproxy_t *proxy = NULL;
+    if (key_path && sbx_dqproxy_key_load (key_path, false, key) == 0)
+        proxy = sbx_dqproxy_new (key, sizeof key);
+    sbx_secret_wipe_bytes (key, sizeof key);
+    free (key_path);
+    int rc = nodes && proxy ? 0 : -1;
+    if (rc)
+        fprintf (stderr, "sbx backup: this cluster node has no control.nodes or cluster key\n");
+    sbx_dqlite_cluster_t where = {
+        (const char *const *) nodes, count, sbx_dqproxy_dial, proxy, 5000, true};
+    const char *stores[][2] = {{"control", "broker/control.db"}, {"billing", "billing/billing.db"}};
+    for (size_t i = 0; rc == 0 && i < 2; i++) {
+        const char *dir = streq (stores[i][0], "control") ? "broker" : "billing";
+        char *copy_dir = zsys_sprintf ("%s/%s", b->to, dir);
+        struct stat st;
+        if (stat (copy_dir, &st) != 0) {
+            //  A directory this node never had (a joined node's broker/): made, 0700.
+            if (mkdir (copy_dir, 0700) || stat (copy_dir, &st))
+                rc = -1;
+            else {
+                json_t *entry = cli_tree_owner (&st);
+                json_object_set_new (entry, "path", json_string (dir));
+                json_object_set_new (entry, "type", json_string ("dir"));
+                json_array_append_new (b->entries, entry);
+            }
+        }
+        free (copy_dir);
+        char *dump = zsys_sprintf ("%s/%s.dump", b->to, dir);
+        char err[512] = "";
+        if (rc == 0 && sbx_db_dump (&where, stores[i][0], dump, err, sizeof err)) {
+            fprintf (stderr, "sbx backup: the cluster's %s database: %s\n", stores[i][0], err);
+            rc = -1;
+        }
+        if (rc == 0 && stat (dump, &st) == 0) {
+            //  The dump copied in as any store is, then gone: its entry is the store's.
+            rc = s_backup_file_from (b, stores[i][1], dump, &st);
+            unlink (dump);
+        }
+        free (dump);
+        if (rc == 0)
+            printf ("  %-12s dumped from the cluster\n", stores[i][1]);
+    }
+    sbx_dqproxy_destroy (&proxy);
+    sbx_config_list_free (&nodes);
+    return rc;
+}
+
 //  The sandboxes whose guest is not at rest (vmd's guest.json says so): their disks and
 //  memory change while they run, so a copy of them would be of no instant.
 static json_t *s_active_guests (const char *data_dir)
@@ -280,11 +353,15 @@ int cli_backup_main (int argc, char **argv)
     //  A mistyped --data-dir must not become a new, empty one that is backed up.
     const char *where = data_dir ? data_dir : sbx_config_default_data_dir ();
     char *store = zsys_sprintf ("%s/broker/control.db", where);
-    bool ours = stat (store, &st) == 0;
+    char *node = zsys_sprintf ("%s/control/node", where);
+    bool cluster = stat (node, &st) == 0;
+    bool ours = cluster || stat (store, &st) == 0;
     free (store);
+    free (node);
     if (!ours) {
         fprintf (stderr,
-                 "sbx backup: %s is not an sbx data directory (it has no broker/control.db); "
+                 "sbx backup: %s is not an sbx data directory (it has no broker/control.db, nor "
+                 "is it a cluster's control node); "
                  "give it with --data-dir\n",
                  where);
         return 1;
@@ -339,6 +416,8 @@ int cli_backup_main (int argc, char **argv)
         printf ("backing up %s into %s\n", from, dest);
         fflush (stdout);
         rc = s_backup_walk (&b, "");
+        if (rc == 0 && cluster)
+            rc = s_backup_cluster (&b, config);
     }
     char host[256] = "";
     gethostname (host, sizeof host - 1);

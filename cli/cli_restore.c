@@ -430,6 +430,25 @@ int cli_restore_main (int argc, char **argv)
         if (fd != -1)
             close (fd);
     }
+    //  A cluster node's backup: its dumped databases start a new cluster here, as its
+    //  first node (at its old address): it joins no one.
+    sbx_config_t *restored = rc == 0 ? sbx_config_new (to) : NULL;
+    const char *address = restored ? sbx_config_get (restored, "control.address", NULL) : NULL;
+    if (address && *address) {
+        char *own = strdup (address);
+        sbx_config_set (restored, "control.join", "");
+        sbx_config_set (restored, "control.nodes", own);
+        if (sbx_config_save (restored)) {
+            snprintf (err, sizeof err, "cannot write %s/sbx.conf", to);
+            rc = -1;
+        } else
+            printf ("a cluster's control node: restored as the first node of a new cluster at "
+                    "%s\n(its accounts, sandboxes, log and ledger are copied into it at its first "
+                    "start; join the other hosts again with sbx cluster token)\n",
+                    own);
+        free (own);
+    }
+    sbx_config_destroy (&restored);
     if (rc == 0)
         printf ("restored %lld files (%lld MiB) into %s in %.1f s; start it with\n"
                 "  sbx up --data-dir %s\n",

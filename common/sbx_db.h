@@ -190,6 +190,12 @@ int sbx_db_file_move_paths (const char *path, const char *from, const char *to, 
 int sbx_db_import (sbx_db_t *self, const char *path, const char *const *skip, uint64_t *rows,
                    char *err, size_t err_size);
 
+//  The other way: database name of the cluster where says, as its leader holds it now,
+//  into a new SQLite file at path (0600; it must not exist): dqlite's dump (the database
+//  and its WAL) checkpointed into one file. 0, or -1 with a message in err.
+int sbx_db_dump (const sbx_dqlite_cluster_t *where, const char *name, const char *path, char *err,
+                 size_t err_size);
+
 void sbx_db_test (bool verbose);
 //  The same store tests on a database of a cluster of three dqlite nodes of this process,
 //  with a failover (sbx_db_cluster_test.c: it links libdqlite, for the test runner only).

@@ -20,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <unistd.h>
 
 //  Keeps the connection's error as the database's, in SQLite's terms.
@@ -557,5 +560,81 @@ int sbx_db_import (sbx_db_t *self, const char *path, const char *const *skip, ui
     }
     sqlite3_finalize (tables);
     sqlite3_close (file);
+    return rc;
+}
+
+//  --------------------------------------------------------------------------
+//  Dump: a cluster's database as one SQLite file (sbx backup)
+
+static int s_write_file (const char *path, const void *data, size_t size, bool exclusive)
+{
+    int fd = open (path, O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0600);
+    if (fd < 0)
+        return -1;
+    const char *p = data;
+    size_t left = size;
+    while (left > 0) {
+        ssize_t n = write (fd, p, left);
+        if (n <= 0) {
+            close (fd);
+            return -1;
+        }
+        p += n;
+        left -= (size_t) n;
+    }
+    int rc = fsync (fd);
+    return close (fd) == 0 ? rc : -1;
+}
+
+int sbx_db_dump (const sbx_dqlite_cluster_t *where, const char *name, const char *path, char *err,
+                 size_t err_size)
+{
+    sbx_dqlite_t *leader = sbx_dqlite_connect_leader (
+        where->addresses, where->count, where->timeout_ms > 0 ? where->timeout_ms : 5000,
+        where->dial, where->dial_arg);
+    if (!leader) {
+        snprintf (err, err_size, "no control node leads, or none answers");
+        return -1;
+    }
+    sbx_dqlite_file_t *files = NULL;
+    size_t count = 0;
+    if (sbx_dqlite_dump (leader, name, &files, &count) || count != 2) {
+        snprintf (err, err_size, "cannot dump %s: %s", name, sbx_dqlite_errmsg (leader));
+        sbx_dqlite_files_free (&files, count);
+        sbx_dqlite_destroy (&leader);
+        return -1;
+    }
+    sbx_dqlite_destroy (&leader);
+    //  The database, then its WAL beside it: SQLite checkpoints the one into the other.
+    char wal[PATH_MAX];
+    snprintf (wal, sizeof wal, "%s-wal", path);
+    int rc = -1;
+    //  Never over a file that is there: anything made here goes again on a failure.
+    bool exists = access (path, F_OK) == 0;
+    if (exists)
+        snprintf (err, err_size, "%s exists", path);
+    else if (s_write_file (path, files[0].data, files[0].size, true))
+        snprintf (err, err_size, "cannot write %s: %s", path, strerror (errno));
+    else if (files[1].size && s_write_file (wal, files[1].data, files[1].size, false))
+        snprintf (err, err_size, "cannot write %s: %s", wal, strerror (errno));
+    else {
+        sqlite3 *db = NULL;
+        if (sqlite3_open_v2 (path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) ==
+                SQLITE_OK &&
+            sqlite3_exec (db, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE;", NULL,
+                          NULL, NULL) == SQLITE_OK &&
+            sqlite3_exec (db, "PRAGMA quick_check", NULL, NULL, NULL) == SQLITE_OK)
+            rc = 0;
+        else
+            snprintf (err, err_size, "the dump of %s does not open as a database: %s", name,
+                      db ? sqlite3_errmsg (db) : "out of memory");
+        sqlite3_close (db);
+    }
+    if (!exists) {
+        unlink (wal);
+        if (rc)
+            unlink (path);
+    }
+    sbx_dqlite_files_free (&files, count);
     return rc;
 }

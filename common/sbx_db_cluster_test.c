@@ -234,6 +234,16 @@ void sbx_db_cluster_test (bool verbose)
     assert (sbx_db_import (fresh, "/nonexistent/x.db", NULL, &copied, err, sizeof err) == -1);
     assert (sbx_db_import (file, path, NULL, &copied, err, sizeof err) == -1); //  not a cluster's
     sbx_db_destroy (&fresh);
+    //  And out again as one file (a backup): the same rows, a database SQLite opens.
+    char dumped[160];
+    snprintf (dumped, sizeof dumped, "%s/dumped.db", dir);
+    assert (sbx_db_dump (&where, "imported", dumped, err, sizeof err) == 0);
+    assert (sbx_db_dump (&where, "imported", dumped, err, sizeof err) == -1); //  exists
+    sbx_db_t *back = sbx_db_new (dumped, "sbx-test", s_migrations, 2, s_sql, T_COUNT);
+    assert (back && sbx_db_query_int (back, "SELECT count(*) FROM items", "") == 2);
+    assert (s_find (back, "from-file-1", &item) == 0 && streq (item.note, "a note"));
+    s_item_free (&item);
+    sbx_db_destroy (&back);
     char *command = zsys_sprintf ("rm -rf '%s'", dir);
     assert (command && system (command) == 0);
     zstr_free (&command);
