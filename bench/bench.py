@@ -6,7 +6,8 @@ bench/run [--quick] [--build DIR] [--only PART,...] [--keep JSON]
 --only files (or scale, or files,scale) --keep bench/results/<full run>.json reruns those
 rows alone and writes the doc from the earlier full run with them replaced (its header
 says which rows are from when); --render JSON [--keep JSON] rewrites the doc from results.
-The scale part (bench/scale.py) is the control plane at 10,000 sandboxes.
+The scale part (bench/scale.py) is the control plane at 10,000 sandboxes; the cluster
+part (bench/cluster.py) is failover across hosts in network namespaces (root, haproxy).
 
 Builds the project (unless --build names a built tree), the bench's own programs
 (bench/agentbench.c, bench/mhd_bare.c, bench/vmdsim.c, bench/ctlload.c) and the TypeScript
@@ -79,7 +80,8 @@ def loadavg():
 TOOLS = [("cmake", "cmake", None), ("gcc", "build-essential", None),
          ("pkg-config", "pkg-config", None), ("git", "git", None),
          ("qemu-system-x86_64", "qemu-system-x86", None), ("npm", "npm", None),
-         ("node", "nodejs", {"gateway"}), ("wrk", "wrk", {"gateway"})]
+         ("node", "nodejs", {"gateway"}), ("wrk", "wrk", {"gateway"}),
+         ("haproxy", "haproxy", {"cluster"}), ("ip", "iproute2", {"cluster"})]
 # The libraries bench/agentbench and bench/mhd_bare link: (pkg-config name, package).
 LIBS = [("libczmq", "libczmq-dev"), ("libzmq", "libzmq3-dev"), ("jansson", "libjansson-dev"),
         ("libsodium", "libsodium-dev"), ("msgpack", "libmsgpack-dev"),
@@ -1013,6 +1015,10 @@ def rows(res):
                     f"{on['samples_of_one']} samples of one guest in the run"))
     if "scale" in res:
         out.extend(scale_rows(res["scale"]))
+    if "cluster" in res:
+        import cluster
+
+        out.extend(cluster.cluster_rows(res["cluster"]))
     if "billed_running_ms" in res and res["billed_running_ms"] is not None:
         billed = res["billed_running_ms"] / 1000
         ev = res["event_running_s"]
@@ -1137,7 +1143,8 @@ def write_doc(res, path, cmdline):
 KEEP_PARTS = {"files": ("raw_bigout", "raw_write", "raw_read", "mcp_bigout", "mcp_write",
                         "mcp_read", "mcp_rest", "files_ok"),
               "density": ("density",),
-              "scale": ("scale",)}
+              "scale": ("scale",),
+              "cluster": ("cluster",)}
 
 
 def keep_rows(res, kept_path, cmdline, parts):
@@ -1161,7 +1168,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--build")
     ap.add_argument("--only",
-                    default="lifecycle,template,exec,files,gateway,density,billing,sampling,scale")
+                    default="lifecycle,template,exec,files,gateway,density,billing,sampling,scale,cluster")
     ap.add_argument("--no-doc", action="store_true")
     ap.add_argument("--keep", metavar="JSON",
                     help="with --only: the rows of the parts not run come from JSON (an earlier "
@@ -1242,6 +1249,11 @@ def main():
         import scale
 
         scale.part_scale(bdir, q, res)
+        sample()
+    if "cluster" in parts:
+        import cluster
+
+        cluster.part_cluster(bdir, q, res)
         sample()
     load["after"] = loadavg()
     sample()

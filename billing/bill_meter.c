@@ -80,13 +80,14 @@ void bill_meter_destroy (bill_meter_t **self_p)
 //  --------------------------------------------------------------------------
 //  Applying events
 
-//  Closes the sandbox's open interval at the event: charges it to the account's
-//  active wallet (made when the account has none) and adds it to the sandbox's totals.
+//  Closes the sandbox's open interval at end_ms (the event's time, or earlier when the
+//  change took effect before: a host lost): charges it to the account's active wallet
+//  (made when the account has none) and adds it to the sandbox's totals.
 static int s_close (bill_meter_t *self, const sbx_event_t *event, bill_sandbox_t *sandbox,
-                    int64_t interval, uint64_t start_ms)
+                    int64_t interval, uint64_t start_ms, uint64_t end_ms)
 {
     //  ts_ms is the broker's commit time and follows seq; guard anyway.
-    uint64_t ms = event->ts_ms > start_ms ? event->ts_ms - start_ms : 0;
+    uint64_t ms = end_ms > start_ms ? end_ms - start_ms : 0;
     uint64_t rate = s_rate_of (self, sandbox->type);
     if (rate != sandbox->rate) {
         //  A new rate starts a new rounding base.
@@ -113,8 +114,8 @@ static int s_close (bill_meter_t *self, const sbx_event_t *event, bill_sandbox_t
                             .ms = ms,
                             .micro = micro};
     if (rc == 0)
-        rc = bill_store_interval_close (self->store, interval, event->seq, event->ts_ms, ms, rate,
-                                        before, micro) ||
+        rc = bill_store_interval_close (self->store, interval, event->seq, end_ms, ms, rate, before,
+                                        micro) ||
                      bill_store_charge_add (self->store, &charge) ||
                      bill_store_wallet_debit (self->store, wallet, micro)
                  ? -1
@@ -165,7 +166,9 @@ static int s_on_changed (bill_meter_t *self, const sbx_event_t *event, sbx_msg_t
     if (rc == 0 && changed->to == SBX_SANDBOX_STATE_READY && open == 1)
         rc = bill_store_interval_open (self->store, sandbox.id, event->seq, event->ts_ms);
     else if (rc == 0 && changed->to != SBX_SANDBOX_STATE_READY && open == 0)
-        rc = s_close (self, event, &sandbox, interval, start_ms) ||
+        rc = s_close (self, event, &sandbox, interval, start_ms,
+                      changed->at_ms && changed->at_ms < event->ts_ms ? changed->at_ms
+                                                                      : event->ts_ms) ||
                      bill_store_sandbox_put (self->store, &sandbox)
                  ? -1
                  : 0;
@@ -802,6 +805,36 @@ void bill_meter_test (bool verbose)
     sbx_str_set (&sbx_msg_wallet_activated (activate)->wallet, "x");
     assert (s_test_apply (meter, S_DAY_MS + 9300, NULL, &activate) == 0);
     assert (bill_store_wallet_active (store, "acc_nobody", NULL, &balance) == 1);
+
+    //  A host lost: the running interval ends at its vmd's last heartbeat (at_ms), not at
+    //  the event; back with its host, it runs (and bills) again from then. An at_ms before
+    //  the interval began, or not before the event, counts as the event.
+    const uint64_t T = 3 * S_DAY_MS;
+    s_test_change (meter, T, "acc_l", "sb_l", SMALL, SBX_SANDBOX_STATE_READY);
+    sbx_msg_t *lost = sbx_msg_new (SBX_MSG_SANDBOX_CHANGED);
+    sbx_str_set (&sbx_msg_sandbox_changed (lost)->sandbox_id, "sb_l");
+    sbx_msg_sandbox_changed (lost)->from = SBX_SANDBOX_STATE_READY;
+    sbx_msg_sandbox_changed (lost)->to = SBX_SANDBOX_STATE_ERROR;
+    sbx_msg_sandbox_changed (lost)->type = SMALL;
+    sbx_msg_sandbox_changed (lost)->at_ms = T + 2500;
+    assert (s_test_apply (meter, T + 40000, "acc_l", &lost) == 0);
+    assert (bill_store_ledger_totals (store, "acc_l", &ms, &micro) == 0 && ms == 2500);
+    s_test_change (meter, T + 50000, "acc_l", "sb_l", SMALL, SBX_SANDBOX_STATE_READY);
+    lost = sbx_msg_new (SBX_MSG_SANDBOX_CHANGED);
+    sbx_str_set (&sbx_msg_sandbox_changed (lost)->sandbox_id, "sb_l");
+    sbx_msg_sandbox_changed (lost)->to = SBX_SANDBOX_STATE_ERROR;
+    sbx_msg_sandbox_changed (lost)->type = SMALL;
+    sbx_msg_sandbox_changed (lost)->at_ms = T + 1000; //  before it ran again: nothing
+    assert (s_test_apply (meter, T + 51000, "acc_l", &lost) == 0);
+    assert (bill_store_ledger_totals (store, "acc_l", &ms, &micro) == 0 && ms == 2500);
+    s_test_change (meter, T + 60000, "acc_l", "sb_l", SMALL, SBX_SANDBOX_STATE_READY);
+    lost = sbx_msg_new (SBX_MSG_SANDBOX_CHANGED);
+    sbx_str_set (&sbx_msg_sandbox_changed (lost)->sandbox_id, "sb_l");
+    sbx_msg_sandbox_changed (lost)->to = SBX_SANDBOX_STATE_DELETED;
+    sbx_msg_sandbox_changed (lost)->type = SMALL;
+    sbx_msg_sandbox_changed (lost)->at_ms = T + 70000; //  not before the event: the event
+    assert (s_test_apply (meter, T + 61000, "acc_l", &lost) == 0);
+    assert (bill_store_ledger_totals (store, "acc_l", &ms, &micro) == 0 && ms == 3500);
 
     //  Garbage payloads are skipped (logged), and their seq recorded.
     sbx_event_t junk = {.seq = ++s_test_seq, .ts_ms = 5, .type = "sandbox.changed"};

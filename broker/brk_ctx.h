@@ -28,7 +28,8 @@ struct brk_ctx_t {
     zhashx_t *in_flight;
     void *server;
     //  Sends a request to the worker of `role` named `instance` (any when NULL) with a
-    //  deadline; fn gets the answer, from the loop, exactly once. Takes the request.
+    //  deadline; fn gets the answer, from the loop, exactly once (NULL: nobody waits for
+    //  it). Takes the request.
     //  Returns 0, or -1 when no such worker is connected (fn is not called).
     int (*call) (brk_ctx_t *ctx, sbx_role_t role, const char *instance, sbx_msg_t **request_p,
                  uint32_t timeout_ms, brk_call_fn *fn, void *arg);

@@ -78,17 +78,25 @@ static void s_on_list (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
 void brk_reconcile_tick (brk_reconcile_t *self)
 {
     brk_ctx_t *ctx = self->ctx;
+    //  The connected vmds first: a call walks the registry too (one cursor).
+    zlistx_t *vmds = zlistx_new ();
+    if (!vmds)
+        return;
+    zlistx_set_destructor (vmds, (zlistx_destructor_fn *) zstr_free);
     for (brk_peer_t *p = brk_registry_first (ctx->registry); p;
-         p = brk_registry_next (ctx->registry)) {
-        if (p->role != SBX_ROLE_VMD || zhashx_lookup (self->asking, p->instance))
+         p = brk_registry_next (ctx->registry))
+        if (p->role == SBX_ROLE_VMD)
+            zlistx_add_end (vmds, strdup (p->instance));
+    for (const char *vmd = zlistx_first (vmds); vmd; vmd = zlistx_next (vmds)) {
+        if (zhashx_lookup (self->asking, vmd))
             continue;
         zlistx_purge (self->orphans);
-        brk_store_sandbox_moving (ctx->store, p->instance, s_orphan, self);
+        brk_store_sandbox_moving (ctx->store, vmd, s_orphan, self);
         if (zlistx_size (self->orphans) == 0)
             continue;
         s_ask_t *ask = calloc (1, sizeof *ask);
         sbx_msg_t *list = sbx_msg_new (SBX_MSG_VM_LIST);
-        if (!ask || !(ask->vmd = strdup (p->instance))) {
+        if (!ask || !(ask->vmd = strdup (vmd))) {
             free (ask);
             sbx_msg_destroy (&list);
             continue;
@@ -96,13 +104,14 @@ void brk_reconcile_tick (brk_reconcile_t *self)
         ask->self = self;
         sbx_info ("vmd %s: %zu sandbox(es) left on their way by a broker before this one: asking "
                   "what it has",
-                  p->instance, zlistx_size (self->orphans));
-        zhashx_insert (self->asking, p->instance, (void *) 1);
-        if (ctx->call (ctx, SBX_ROLE_VMD, p->instance, &list, 5000, s_on_list, ask)) {
-            zhashx_delete (self->asking, p->instance);
+                  vmd, zlistx_size (self->orphans));
+        zhashx_insert (self->asking, vmd, (void *) 1);
+        if (ctx->call (ctx, SBX_ROLE_VMD, vmd, &list, 5000, s_on_list, ask)) {
+            zhashx_delete (self->asking, vmd);
             free (ask->vmd);
             free (ask);
         }
     }
     zlistx_purge (self->orphans);
+    zlistx_destroy (&vmds);
 }

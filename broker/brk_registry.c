@@ -232,6 +232,14 @@ brk_peer_t *brk_registry_pick (brk_registry_t *self, sbx_role_t role, const char
     return best;
 }
 
+brk_peer_t *brk_registry_find (brk_registry_t *self, sbx_role_t role, const char *instance)
+{
+    for (brk_peer_t *p = zhashx_first (self->peers); p; p = zhashx_next (self->peers))
+        if (p->role == role && instance && streq (p->instance, instance))
+            return p;
+    return NULL;
+}
+
 brk_peer_t *brk_registry_first (brk_registry_t *self)
 {
     return zhashx_first (self->peers);

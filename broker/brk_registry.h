@@ -68,6 +68,10 @@ brk_peer_t *brk_registry_expire_one (brk_registry_t *self, uint64_t mono_cutoff)
 //  then the one routed to least. Returns NULL when none is connected.
 brk_peer_t *brk_registry_pick (brk_registry_t *self, sbx_role_t role, const char *instance);
 
+//  The worker of `role` named `instance`, or NULL; nothing counted (brk_registry_pick
+//  counts what it picks).
+brk_peer_t *brk_registry_find (brk_registry_t *self, sbx_role_t role, const char *instance);
+
 //  Iteration over every worker, in no particular order.
 brk_peer_t *brk_registry_first (brk_registry_t *self);
 brk_peer_t *brk_registry_next (brk_registry_t *self);

@@ -19,7 +19,18 @@ typedef sbx_broker_event_t s_event_t;
 #define S_EV_VM_OK     SBX_BROKER_EV_VM_OK     //  vmd did what was asked
 #define S_EV_VM_FAILED SBX_BROKER_EV_VM_FAILED //  vmd could not, or the guest died
 
-static const char *s_event_names[] = {"stop", "resume", "delete", "vm ok", "vm failed"};
+#define S_EV_HOST_LOST         SBX_BROKER_EV_HOST_LOST         //  its vmd silent too long
+#define S_EV_HOST_BACK         SBX_BROKER_EV_HOST_BACK         //  its vmd back, the guest running
+#define S_EV_HOST_BACK_STOPPED SBX_BROKER_EV_HOST_BACK_STOPPED //  … the guest stopped
+
+static const char *s_event_names[] = {"stop",
+                                      "resume",
+                                      "delete",
+                                      "vm ok",
+                                      "vm failed",
+                                      "host lost",
+                                      "host back (running)",
+                                      "host back (stopped)"};
 
 typedef sbx_broker_transition_t s_transition_t;
 
@@ -164,8 +175,20 @@ static sbx_msg_t *s_reply (brk_ctx_t *ctx, uint64_t rid, sbx_msg_type_t type,
 
 //  Moves a sandbox to `to` with its event, in one transaction with a new deadline (when
 //  expires_ms is set) and one more event (when extra is given). Updates `record`.
+//  at_ms, when set, is when the change took effect, before now (a host lost).
+static int s_move_at (brk_ctx_t *ctx, brk_sandbox_t *record, sbx_sandbox_state_t to,
+                      const char *vmd, const char *reason, uint64_t expires_ms, sbx_msg_t **extra_p,
+                      uint64_t at_ms);
+
 static int s_move_ex (brk_ctx_t *ctx, brk_sandbox_t *record, sbx_sandbox_state_t to,
                       const char *vmd, const char *reason, uint64_t expires_ms, sbx_msg_t **extra_p)
+{
+    return s_move_at (ctx, record, to, vmd, reason, expires_ms, extra_p, 0);
+}
+
+static int s_move_at (brk_ctx_t *ctx, brk_sandbox_t *record, sbx_sandbox_state_t to,
+                      const char *vmd, const char *reason, uint64_t expires_ms, sbx_msg_t **extra_p,
+                      uint64_t at_ms)
 {
     sbx_sandbox_state_t from = SBX_SANDBOX_STATE__UNSET;
     sbx_sandbox_state_from_name (record->state, &from);
@@ -181,6 +204,7 @@ static int s_move_ex (brk_ctx_t *ctx, brk_sandbox_t *record, sbx_sandbox_state_t
     sbx_str_set (&body->vmd, vmd ? vmd : record->vmd);
     sbx_str_set (&body->reason, reason);
     body->expires_ms = expires_ms ? expires_ms : record->expires_ms;
+    body->at_ms = at_ms && at_ms < now ? at_ms : 0;
     const char *state = sbx_sandbox_state_name (to);
     if (brk_events_begin (ctx->events) ||
         (extra_p && *extra_p &&
@@ -814,7 +838,17 @@ static sbx_msg_t *s_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
                                                                   : " (try again in a moment)");
     else if (event == S_EV_RESUME && (reply = s_refuse_start (ctx, request, &record)))
         ;
-    else {
+    else if (event == S_EV_DELETE && brk_sandbox_is_lost (&record) &&
+             !brk_registry_find (ctx->registry, SBX_ROLE_VMD, record.vmd)) {
+        //  Its host is gone: nothing to ask. Should it come back, its vmd is told to
+        //  delete the guest then (brk_hostloss).
+        if (s_move (ctx, &record, SBX_SANDBOX_STATE_DELETED, NULL,
+                    "deleted while its host was lost") == 0)
+            reply = s_reply (ctx, request->rid, reply_type, &record);
+        else
+            reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL,
+                                       "cannot record the delete of sandbox %s", record.id);
+    } else {
         //  Ask first: vmd's answer comes in a later turn of the loop, after the move.
         reply = s_ask_vmd (ctx, client, request, &record, t->ask, reply_type, verb);
         if (!reply)
@@ -1344,6 +1378,53 @@ int brk_sandbox_settle (brk_ctx_t *ctx, const char *id, const char *vmd, bool fo
             rc = s_move (ctx, &record, SBX_SANDBOX_STATE_ERROR, NULL,
                          "its create was cut by a restart of the control plane; delete it");
     }
+    brk_sandbox_clear (&record);
+    return rc;
+}
+
+bool brk_sandbox_is_lost (const brk_sandbox_t *record)
+{
+    return record->state && streq (record->state, "error") && record->reason &&
+           strncmp (record->reason, BRK_HOST_LOST, strlen (BRK_HOST_LOST)) == 0;
+}
+
+int brk_sandbox_host_lost (brk_ctx_t *ctx, const char *id, const char *vmd, uint64_t at_ms,
+                           const char *reason)
+{
+    brk_sandbox_t record;
+    if (brk_store_sandbox_find (ctx->store, id, &record) != 0)
+        return -1;
+    sbx_sandbox_state_t state = SBX_SANDBOX_STATE__UNSET;
+    sbx_sandbox_state_from_name (record.state, &state);
+    const s_transition_t *t = s_lookup (state, S_EV_HOST_LOST);
+    int rc = 0;
+    //  Moved on meanwhile, or on another vmd now: not this host's any more.
+    if (t && record.vmd && streq (record.vmd, vmd) && !brk_sandbox_in_flight (ctx, id))
+        rc = s_move_at (ctx, &record, t->to, NULL, reason, 0, NULL, at_ms);
+    brk_sandbox_clear (&record);
+    return rc;
+}
+
+int brk_sandbox_host_back (brk_ctx_t *ctx, const char *id, const char *vmd, bool found,
+                           sbx_sandbox_state_t guest)
+{
+    brk_sandbox_t record;
+    if (brk_store_sandbox_find (ctx->store, id, &record) != 0)
+        return -1;
+    int rc = 0;
+    if (!brk_sandbox_is_lost (&record) || !record.vmd || !streq (record.vmd, vmd))
+        ;
+    else if (found && (guest == SBX_SANDBOX_STATE_READY || guest == SBX_SANDBOX_STATE_STOPPED)) {
+        const s_transition_t *t =
+            s_lookup (SBX_SANDBOX_STATE_ERROR,
+                      guest == SBX_SANDBOX_STATE_READY ? S_EV_HOST_BACK : S_EV_HOST_BACK_STOPPED);
+        rc = t ? s_move (ctx, &record, t->to, NULL, NULL) : -1;
+        if (rc == 0)
+            sbx_info ("sandbox=%s back with its host: vmd %s has it %s", id, vmd, record.state);
+    } else
+        rc = s_move (ctx, &record, SBX_SANDBOX_STATE_ERROR, NULL,
+                     found ? "its host came back, but its guest had failed there; delete it"
+                           : "its host came back without its guest; delete it");
     brk_sandbox_clear (&record);
     return rc;
 }

@@ -80,6 +80,21 @@ sbx_sandbox_info_t *brk_sandbox_info (brk_ctx_t *ctx, const brk_sandbox_t *recor
 //  vm.failed from the vmd instance `vmd`: its guest died; the sandbox goes to error.
 void brk_sandbox_vm_failed (brk_ctx_t *ctx, const char *vmd, sbx_msg_t *msg);
 
+//  A host lost (broker/brk_hostloss.h). Its sandboxes' reason starts with this.
+#define BRK_HOST_LOST "host lost"
+//  Whether a record is in error because its host was lost.
+bool brk_sandbox_is_lost (const brk_sandbox_t *record);
+//  Its vmd silent since at_ms (wall clock): a ready or stopped sandbox of vmd goes to
+//  error with reason (which starts with BRK_HOST_LOST), its event saying at_ms (billing
+//  ends there). Nothing when it is elsewhere, moving, or in another state. 0 or -1.
+int brk_sandbox_host_lost (brk_ctx_t *ctx, const char *id, const char *vmd, uint64_t at_ms,
+                           const char *reason);
+//  Its vmd back: a lost sandbox follows what vmd has (vm.list: found, guest): ready when
+//  the guest runs, stopped when it is stopped; else it stays in error, saying why, no
+//  longer lost. 0 or -1.
+int brk_sandbox_host_back (brk_ctx_t *ctx, const char *id, const char *vmd, bool found,
+                           sbx_sandbox_state_t guest);
+
 void brk_sandbox_test (bool verbose);
 
 //  True while a vm.* request of this broker about sandbox id waits on its vmd.

@@ -11,6 +11,7 @@
 #include "brk_registry.h"
 #include "brk_metrics.h"
 #include "brk_ports.h"
+#include "brk_hostloss.h"
 #include "brk_reconcile.h"
 #include "brk_rates.h"
 #include "brk_sandbox.h"
@@ -50,6 +51,7 @@ typedef struct {
     brk_pending_t *pending;
     brk_rates_t *rates; //  gateways' shares of each key's plan rate
     brk_reconcile_t *reconcile;
+    brk_hostloss_t *hostloss;
     brk_ctx_t ctx;
     char *instance; //  random per run, so peers can tell a restart
     uint64_t heartbeat_ms;
@@ -64,6 +66,7 @@ static void s_server_destroy (s_server_t **self_p)
         return;
     zloop_destroy (&self->loop);
     brk_reconcile_destroy (&self->reconcile);
+    brk_hostloss_destroy (&self->hostloss);
     zhashx_destroy (&self->ctx.in_flight);
     brk_pending_destroy (&self->pending);
     brk_rates_destroy (&self->rates);
@@ -233,7 +236,9 @@ static s_server_t *s_server_new (sbx_config_t *config, const brk_server_args_t *
     self->ctx.send = s_ctx_send;
     self->ctx.in_flight = zhashx_new ();
     self->reconcile = brk_reconcile_new (&self->ctx);
-    if (!self->ctx.in_flight || !self->reconcile || brk_snapshot_start (&self->ctx)) {
+    self->hostloss = brk_hostloss_new (&self->ctx);
+    if (!self->ctx.in_flight || !self->reconcile || !self->hostloss ||
+        brk_snapshot_start (&self->ctx)) {
         s_server_destroy (&self);
         return NULL;
     }
@@ -653,7 +658,8 @@ typedef struct {
 static void s_on_call_answer (sbx_msg_t **reply_p, void *arg)
 {
     s_call_t *call = arg;
-    call->fn (call->ctx, reply_p, call->arg);
+    if (call->fn) //  NULL: nobody waits for the answer
+        call->fn (call->ctx, reply_p, call->arg);
     free (call);
 }
 
@@ -1052,6 +1058,7 @@ static int s_on_reconcile (zloop_t *loop, int timer_id, void *arg)
     (void) timer_id;
     s_server_t *self = arg;
     brk_reconcile_tick (self->reconcile);
+    brk_hostloss_tick (self->hostloss);
     return 0;
 }
 

@@ -303,6 +303,17 @@ static const char *s_sql[ST_COUNT] = {
     //  or a failover, what each became is asked of vmd (brk_reconcile).
     [ST_SANDBOX_MOVING] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE vmd = ?1 AND state IN "
                           "('creating', 'stopping', 'resuming', 'deleting') LIMIT 100",
+    [ST_SANDBOX_HELD] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE vmd = ?1 AND state IN "
+                        "('ready', 'stopped') LIMIT 100",
+    [ST_SANDBOX_LOST] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE vmd = ?1 AND state = "
+                        "'error' AND reason LIKE 'host lost%' LIMIT 100",
+    [ST_SANDBOX_LOST_ANY] = "SELECT EXISTS (SELECT 1 FROM sandboxes WHERE vmd = ?1 AND "
+                            "((state = 'error' AND reason LIKE 'host lost%') OR (state = "
+                            "'deleted' AND reason = 'deleted while its host was lost')))",
+    //  Every vmd named by a record, an index seek each (a skip scan of sandboxes_by_vmd).
+    [ST_SANDBOX_VMDS] = "WITH RECURSIVE v (vmd) AS (SELECT min (vmd) FROM sandboxes UNION ALL "
+                        "SELECT (SELECT min (vmd) FROM sandboxes WHERE vmd > v.vmd) FROM v "
+                        "WHERE v.vmd IS NOT NULL) SELECT vmd FROM v WHERE vmd IS NOT NULL",
     [ST_SANDBOX_NAME] = "UPDATE sandboxes SET name = ?2 WHERE id = ?1",
     [ST_SANDBOX_AUTO_RESUME] = "UPDATE sandboxes SET no_auto_resume = ?2 WHERE id = ?1",
     [ST_SANDBOX_EGRESS] = "UPDATE sandboxes SET egress_allow = ?2, egress_deny = ?3 WHERE id = ?1",
@@ -1185,6 +1196,54 @@ int brk_store_sandbox_moving (brk_store_t *self, const char *vmd, brk_store_sand
     return s_sandbox_collect (stmt, fn, arg);
 }
 
+int brk_store_sandbox_held (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn, void *arg)
+{
+    if (!self || !fn || !sbx_db_nonempty (vmd))
+        return -1;
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_HELD);
+    sbx_db_bind_text (stmt, 1, vmd);
+    return s_sandbox_collect (stmt, fn, arg);
+}
+
+int brk_store_sandbox_lost (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn, void *arg)
+{
+    if (!self || !fn || !sbx_db_nonempty (vmd))
+        return -1;
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_LOST);
+    sbx_db_bind_text (stmt, 1, vmd);
+    return s_sandbox_collect (stmt, fn, arg);
+}
+
+int brk_store_sandbox_lost_any (brk_store_t *self, const char *vmd)
+{
+    if (!self || !sbx_db_nonempty (vmd))
+        return -1;
+    uint64_t count = 0;
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_SANDBOX_LOST_ANY), 1, vmd);
+    return s_count (self, ST_SANDBOX_LOST_ANY, &count, "sandbox lost any") ? -1 : count > 0;
+}
+
+int brk_store_sandbox_vmds (brk_store_t *self, brk_store_name_fn *fn, void *arg)
+{
+    if (!self || !fn)
+        return -1;
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_VMDS);
+    //  Collected first, as s_sandbox_collect does: fn may use the store.
+    char *names[1000];
+    int rc, count = 0;
+    while (count < 1000 && (rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
+        const char *vmd = sbx_stmt_column_text (stmt, 0);
+        if (vmd && (names[count] = strdup (vmd)))
+            count++;
+    }
+    sbx_db_reset (stmt);
+    for (int i = 0; i < count; i++) {
+        fn (names[i], arg);
+        free (names[i]);
+    }
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? count : -1;
+}
+
 int brk_store_sandbox_unfunded (brk_store_t *self, size_t limit, brk_store_sandbox_fn *fn,
                                 void *arg)
 {
@@ -1621,6 +1680,9 @@ static bool s_test_allow (int index, const char *table)
 {
     //  The hosts of a cluster: a handful, listed by an operator.
     if (strcmp (table, "hosts") == 0 && index == ST_HOST_LIST)
+        return true;
+    //  The vmds a record names: the walk over its own recursive table, one row a vmd.
+    if (strcmp (table, "v") == 0 && index == ST_SANDBOX_VMDS)
         return true;
     return (strcmp (table, "accounts") == 0 &&
             (index == ST_ACCOUNT_COUNT || index == ST_ACCOUNT_LIST || index == ST_ADMIN_COUNT ||

@@ -342,6 +342,18 @@ int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,
 //  Returns how many, or -1.
 int brk_store_sandbox_moving (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn,
                               void *arg);
+//  The sandboxes of vmd that its host holds for their users: ready or stopped (at most 100).
+int brk_store_sandbox_held (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn,
+                            void *arg);
+//  The sandboxes of vmd in error because its host was lost (reason "host lost…"; at most
+//  100).
+int brk_store_sandbox_lost (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn,
+                            void *arg);
+//  Whether vmd has sandboxes lost with its host, or deleted while it was lost: 1, 0, -1.
+int brk_store_sandbox_lost_any (brk_store_t *self, const char *vmd);
+//  fn for every vmd instance a sandbox record names (at most 1000): how many, or -1.
+typedef void (brk_store_name_fn) (const char *name, void *arg);
+int brk_store_sandbox_vmds (brk_store_t *self, brk_store_name_fn *fn, void *arg);
 //  Ready sandboxes of accounts whose wallet is empty, longest ready first (at most
 //  `limit`, and 100). Returns how many, or -1.
 int brk_store_sandbox_unfunded (brk_store_t *self, size_t limit, brk_store_sandbox_fn *fn,

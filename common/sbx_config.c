@@ -67,7 +67,8 @@ static const s_known_t s_known[] = {
     {"tls.key", NULL, K_FILE},
     {"image_dir", NULL, K_DIR},
     {"vmd.capacity", "8", K_ANY},
-    {"vmd.tcg_tb_mib", "64", K_ANY}, //  TCG's translation cache per guest, MiB (vmd_qemu.h)
+    {"vmd.lost_after_ms", "30000", K_ANY}, //  broker: a vmd away this long is a host lost
+    {"vmd.tcg_tb_mib", "64", K_ANY},       //  TCG's translation cache per guest, MiB (vmd_qemu.h)
     {"vmd.network", "isolated", K_ANY},
     {"vmd.qemu_user", NULL, K_ANY},
     {"vmd.templates", "small", K_ANY}, //  types restored from a booted template (docs/snapshots.md)

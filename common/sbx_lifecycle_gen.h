@@ -38,6 +38,13 @@ typedef enum {
     SBX_BROKER_EV_VM_OK,
     //  vmd could not, or the guest died (vm.failed).
     SBX_BROKER_EV_VM_FAILED,
+    //  Its vmd has been silent for vmd.lost_after_ms (brk_hostloss): reason host lost; billing
+    //  ends at its last heartbeat.
+    SBX_BROKER_EV_HOST_LOST,
+    //  Its vmd is back and runs the guest (vm.list).
+    SBX_BROKER_EV_HOST_BACK,
+    //  Its vmd is back and keeps the guest stopped, memory and all (vm.list).
+    SBX_BROKER_EV_HOST_BACK_STOPPED,
     SBX_BROKER_EV__COUNT
 } sbx_broker_event_t;
 //  The event's name in the schema, or NULL; its kind (notice when out of range).
@@ -50,7 +57,7 @@ typedef struct {
     sbx_sandbox_state_t to;
     sbx_msg_type_t ask; //  the request this sends, SBX_MSG__UNKNOWN: none
 } sbx_broker_transition_t;
-#define SBX_BROKER_TRANSITIONS 14
+#define SBX_BROKER_TRANSITIONS 18
 extern const sbx_broker_transition_t sbx_broker_transitions[SBX_BROKER_TRANSITIONS];
 const sbx_broker_transition_t *sbx_broker_transition (sbx_sandbox_state_t from,
                                                       sbx_broker_event_t event);

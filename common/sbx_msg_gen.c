@@ -1607,8 +1607,9 @@ static const sbx_meta_field_t s_fields_sandbox_changed[] = {
     {"vmd", SBX_META_STRING, offsetof (sbx_sandbox_changed_t, vmd), false, 128, NULL, NULL},
     {"reason", SBX_META_STRING, offsetof (sbx_sandbox_changed_t, reason), false, 1024, NULL, NULL},
     {"expires_ms", SBX_META_UINT, offsetof (sbx_sandbox_changed_t, expires_ms), false, 0, NULL, NULL},
+    {"at_ms", SBX_META_UINT, offsetof (sbx_sandbox_changed_t, at_ms), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_sandbox_changed = {"sandbox.changed", sizeof (sbx_sandbox_changed_t), s_fields_sandbox_changed, 7};
+static const sbx_meta_struct_t s_meta_sandbox_changed = {"sandbox.changed", sizeof (sbx_sandbox_changed_t), s_fields_sandbox_changed, 8};
 
 static const sbx_meta_field_t s_fields_sandbox_updated[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_updated_t, sandbox_id), true, 64, NULL, NULL},

@@ -2530,6 +2530,9 @@ struct sbx_sandbox_changed_s {
     char *reason;
     //  Its TTL deadline after the change; 0 for none (audit checks stops against it).
     uint64_t expires_ms;
+    //  When the change took effect, where that was before the event itself (unset: at the
+    //  event): a host lost, its vmd's last heartbeat. Billing ends a running interval there.
+    uint64_t at_ms;
 };
 
 //  message sandbox.updated (sandbox.json): broker -> tap, event. A sandbox's name, labels or

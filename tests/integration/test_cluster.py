@@ -13,10 +13,16 @@ sbx up --join on each), then runs a workload through MCP (creates, execs, stops,
 resumes) while it
     - kills the leading control node's broker with SIGKILL, again and again, and
     - cuts the leading node off the bridge (a partition) and brings it back,
+then, the workload done,
+    - cuts vmd host v1 off the bridge until its sandboxes are `error`, host lost, and
+      brings it back: they return as they were, and answer;
+    - kills vmd host v2 whole (every process of its namespace, guests too, SIGKILL):
+      its sandboxes go to `error`, host lost, and one is deleted at once;
 and reports: each failover's time (until an exec through a gateway succeeds again),
 requests that got no answer (must be 0), billed time lost or doubled against the event
-log (must be 0), sandboxes lost (must be 0). With SBX_CLUSTER_FIGURES=PATH the figures
-are written there as JSON (bench/ renders them into docs/benchmarks.md).
+log, a lost sandbox's up to its host's last heartbeat (must be 0), sandboxes lost (only
+the killed host's). With SBX_CLUSTER_FIGURES=PATH the figures are written there as JSON
+(bench/ renders them into docs/benchmarks.md).
 """
 import calendar
 import http.client
@@ -37,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sbxtest import binary, free_port, listening_ports, main, pid_alive, wait_for  # noqa: E402
 
 FAILOVERS = int(os.environ.get("SBX_CLUSTER_FAILOVERS", "10"))
+LOST_AFTER_MS = 5000
 CONTROL_PORT = 7000  # each control node: dqlite at 7000, broker 7001, tap 7002
 GATEWAY_PORT = 8080
 
@@ -89,7 +96,8 @@ class Host:
         self.out = os.path.join(self.dir, "up.out")
         self.proc = None
         with open(os.path.join(self.dir, "sbx.conf"), "w") as f:
-            f.write("heartbeat_ms = 500\n")
+            # A vmd host away this long is lost (the brokers'; 30 s by default).
+            f.write(f"heartbeat_ms = 500\nvmd.lost_after_ms = {LOST_AFTER_MS}\n")
         test.addCleanup(self.cleanup)
 
     def cli(self, *args, check=True, timeout=60):
@@ -126,6 +134,17 @@ class Host:
             if d["name"] == daemon:
                 return d["pid"]
         return None
+
+    def kill(self):
+        """The whole host dies: every process in its namespace (sbx up, its daemons, the
+        guests' QEMUs), with SIGKILL."""
+        pids = run(["ip", "netns", "pids", self.ns], check=False).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        return len(pids)
 
     def cut(self):
         run(["ip", "link", "set", self.veth, "down"])
@@ -304,8 +323,14 @@ class ClusterTest(unittest.TestCase):
         # -- a workload through MCP: sandboxes, execs, stops and resumes -----------------
         sid = client.session()
         sandboxes = []
-        for i in range(2):
-            ok, made, text = client.tool(sid, "create_sandbox", {"name": f"w{i}"}, timeout=300)
+
+        def vmd_of(sb):
+            return json.loads(c1.cli("sandbox", "get", sb, "--json").stdout)["vmd"]
+        # A sandbox on each vmd host at least (placement picks the one with most room).
+        while len(sandboxes) < 2 or len({vmd_of(sb) for sb in sandboxes}) < 2:
+            self.assertLess(len(sandboxes), 4, "every sandbox went to one vmd")
+            ok, made, text = client.tool(sid, "create_sandbox", {"name": f"w{len(sandboxes)}"},
+                                         timeout=300)
             self.assertTrue(ok, text)
             sandboxes.append(made["id"])
         stop = threading.Event()
@@ -386,8 +411,47 @@ class ClusterTest(unittest.TestCase):
             ok, got, text = client.tool(sid, "get_sandbox", {"sandboxId": sb})
             self.assertTrue(ok, text)
             self.assertIn(got["state"], ("ready", "stopped"))
-        # Billing against the log: stopped, every running second is charged once.
-        for sb in sandboxes:
+        # -- host loss: a vmd host cut off and back; then one killed whole -------------
+        def view(sb):
+            got = json.loads(c1.cli("sandbox", "get", sb, "--json").stdout)
+            return got["state"], got.get("reason") or ""
+        on = {sb: vmd_of(sb) for sb in sandboxes}
+        back, dead = [sb for sb in sandboxes if on[sb] == "v1"], [sb for sb in sandboxes
+                                                                  if on[sb] == "v2"]
+        before = {sb: view(sb)[0] for sb in back}
+        t0 = time.monotonic()
+        hosts["v1"].cut()
+        try:
+            wait_for(lambda: all(view(sb)[0] == "error" and view(sb)[1].startswith("host lost")
+                                 for sb in back), 60, "v1's sandboxes host lost")
+            print(f"  v1 cut off: its {len(back)} sandbox(es) host lost after "
+                  f"{time.monotonic() - t0:.2f} s", flush=True)
+        finally:
+            hosts["v1"].mend()
+        t0 = time.monotonic()
+        wait_for(lambda: all(view(sb)[0] == before[sb] for sb in back), 60,
+                 lambda: f"v1's sandboxes back as they were: {[view(sb) for sb in back]}")
+        came_back = time.monotonic() - t0
+        print(f"  v1 back: its sandboxes {before} again after {came_back:.2f} s", flush=True)
+        for sb in back:
+            if before[sb] == "ready":
+                ok, got, text = client.tool(sid, "exec", {"sandboxId": sb, "command": "echo back"})
+                self.assertTrue(ok and "back" in text + json.dumps(got), text)
+        t0 = time.monotonic()
+        killed = hosts["v2"].kill()
+        wait_for(lambda: all(view(sb)[0] == "error" and view(sb)[1].startswith("host lost")
+                             for sb in dead), 60, "v2's sandboxes host lost")
+        lost_s = time.monotonic() - t0
+        print(f"  v2 killed ({killed} processes): its {len(dead)} sandbox(es) host lost after "
+              f"{lost_s:.2f} s: {view(dead[0])[1]}", flush=True)
+        # Deleted while their host is gone: at once.
+        ok, _, text = client.tool(sid, "delete_sandbox", {"sandboxId": dead[0]})
+        self.assertTrue(ok, text)
+        self.assertEqual(view(dead[0])[0], "deleted")
+
+        # Billing against the log: stopped, every running second is charged once (a lost
+        # one's up to its host's last heartbeat, at_ms).
+        for sb in back:
             client.tool(sid, "stop_sandbox", {"sandboxId": sb})
         events = [json.loads(line) for line in
                   c1.cli("tap", "--since", "0", "--once", "sandbox.", timeout=120).stdout
@@ -404,7 +468,8 @@ class ClusterTest(unittest.TestCase):
                 if e.get("to") == "ready" and since is None:
                     since = ts
                 elif e.get("to") != "ready" and since is not None:
-                    ms, since = ms + ts - since, None
+                    end = e["at_ms"] if e.get("at_ms") and e["at_ms"] < ts else ts
+                    ms, since = ms + max(end - since, 0), None
             self.assertIsNone(since, f"{sb} still running")
             expected[sb] = ms
 
@@ -429,7 +494,11 @@ class ClusterTest(unittest.TestCase):
             "requests_unanswered": len(unanswered),
             "billed_ms_lost_or_doubled": sum(abs(d) for d in diff.values()),
             "sandboxes": len(sandboxes),
-            "sandboxes_lost": 0,
+            # Only the killed host's, each reported host lost (asserted above).
+            "sandboxes_lost": len(dead),
+            "host_lost_after_s": round(lost_s, 3),
+            "host_back_after_s": round(came_back, 3),
+            "lost_after_ms": LOST_AFTER_MS,
         }
         print("cluster figures: " + json.dumps(figures), flush=True)
         if os.environ.get("SBX_CLUSTER_FIGURES"):
