@@ -72,6 +72,7 @@ struct _vmd_guest_t {
     const vmd_guest_env_t *env;
     char *id;
     char *hostname;
+    char mac[18]; //  eth0's, made from the id (vmd_qemu_mac)
     char *dir;
     char *image_dir; //  the base this guest's overlay names
     sbx_sandbox_type_t type;
@@ -428,6 +429,10 @@ static void s_on_setup (vmd_agentlink_t *link, sbx_msg_t **reply_p, void *arg)
     if (reply->type == SBX_MSG_AGENT_SETUP_OK) {
         sbx_debug ("sandbox=%s agent.setup: clock moved %lld ms", self->id,
                    (long long) sbx_msg_agent_setup_ok (reply)->clock_adjust_ms);
+        const char *mac = sbx_msg_agent_setup_ok (reply)->mac;
+        if (mac && !streq (mac, self->mac))
+            sbx_warn ("sandbox=%s eth0 has MAC %s, not its own %s (the agent could not set it)",
+                      self->id, mac, self->mac);
         if (self->spawned_mono) {
             double seconds = (double) (sbx_clock_mono_ms () - self->spawned_mono) / 1000.0;
             if (streq (self->spawn_how, "resume"))
@@ -761,6 +766,7 @@ static int s_spawn (vmd_guest_t *self, int incoming_fd)
     config.image_dir = self->image_dir;
     config.dir = self->dir;
     config.hostname = self->hostname;
+    config.mac = self->mac;
     config.type = vmd_qemu_type (sbx_sandbox_type_name (self->type));
     config.no_network = self->no_network;
     config.incoming_fd = clone ? -1 : incoming_fd;
@@ -799,6 +805,8 @@ static void s_send_setup (vmd_guest_t *self)
         return;
     sbx_agent_setup_t *body = sbx_msg_agent_setup (setup);
     sbx_str_set (&body->hostname, self->hostname);
+    //  Its own MAC: one restored from another guest's memory still has that one's.
+    sbx_str_set (&body->mac, self->mac);
     body->time_ms = sbx_clock_now_ms (); //  the clock stood still while stopped
     body->no_network = self->no_network;
     //  Fresh randomness every time: a guest restored from a snapshot (or resumed) must
@@ -1408,6 +1416,7 @@ static vmd_guest_t *s_new (const vmd_guest_env_t *env, const char *id)
         return NULL;
     self->env = env;
     self->id = strdup (id);
+    vmd_qemu_mac (id, self->mac);
     self->dir = zsys_sprintf ("%s/%s", env->vms_dir, id);
     self->state_fd = -1;
     self->ram_fd = -1;

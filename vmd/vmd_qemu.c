@@ -64,6 +64,19 @@ const vmd_qemu_type_t *vmd_qemu_type (const char *name)
     return NULL;
 }
 
+void vmd_qemu_mac (const char *sandbox_id, char mac[18])
+{
+    //  FNV-1a: stable across builds and hosts (a stopped sandbox resumes with its MAC).
+    uint32_t hash = 2166136261u;
+    for (const char *c = sandbox_id ? sandbox_id : ""; *c; c++)
+        hash = (hash ^ (uint8_t) *c) * 16777619u;
+    //  Never QEMU's default 52:54:00:12:34:56, which every guest had before.
+    if ((hash & 0xffffff) == 0x123456)
+        hash ^= 1;
+    snprintf (mac, 18, "52:54:00:%02x:%02x:%02x", (hash >> 16) & 0xff, (hash >> 8) & 0xff,
+              hash & 0xff);
+}
+
 void vmd_qemu_config_init (vmd_qemu_config_t *config)
 {
     memset (config, 0, sizeof *config);
@@ -306,7 +319,10 @@ char **vmd_qemu_argv (const vmd_qemu_config_t *config)
     ARG ("-netdev");
     ARG ("user,id=n0%s", config->no_network ? ",restrict=on" : "");
     ARG ("-device");
-    ARG ("virtio-net-device,netdev=n0");
+    if (config->mac)
+        ARG ("virtio-net-device,netdev=n0,mac=%s", config->mac);
+    else
+        ARG ("virtio-net-device,netdev=n0");
     ARG ("-device");
     ARG ("virtio-rng-device");
     ARG ("-device");
