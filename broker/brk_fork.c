@@ -237,6 +237,10 @@ static sbx_msg_t *s_copy_request (brk_ctx_t *ctx, s_fork_t *fork, const brk_sand
     request->caller = asked->caller; //  moves
     asked->caller = NULL;
     sbx_msg_destroy (&asked);
+    //  The copies are the source's account's, an operator's fork's too (who names none).
+    if (request->caller->kind == SBX_CALLER_KIND_ADMIN ||
+        request->caller->kind == SBX_CALLER_KIND_SYSTEM)
+        sbx_str_set (&request->caller->account_id, source->account_id);
     sbx_sandbox_create_t *create = sbx_msg_sandbox_create (request);
     sbx_sandbox_type_from_name (source->type, &create->type);
     create->ttl_s = source->ttl_s;

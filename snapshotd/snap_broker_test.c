@@ -536,6 +536,22 @@ void snap_fork_test (bool verbose)
     assert (sbx_msg_snapshot_get_ok (reply)->snapshot->users.count == 2);
     sbx_msg_destroy (&reply);
 
+    //  An operator (the CLI on the host) names no account: the copy is the source's.
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_FORK);
+    request->caller = calloc (1, sizeof (sbx_caller_t));
+    request->caller->kind = SBX_CALLER_KIND_ADMIN;
+    sbx_str_set (&sbx_msg_sandbox_fork (request)->sandbox_id, source);
+    reply = brk_testkit_call (client, request, ++s_rid);
+    assert (reply->type == SBX_MSG_SANDBOX_FORK_OK);
+    assert (streq (sbx_msg_sandbox_fork_ok (reply)->sandboxes.items[0].account, alice));
+    char *by_operator = strdup (sbx_msg_sandbox_fork_ok (reply)->sandboxes.items[0].id);
+    sbx_msg_destroy (&reply);
+    reply = s_ask (client, SBX_MSG_SANDBOX_DELETE, by_operator, alice);
+    assert (reply->type == SBX_MSG_SANDBOX_DELETE_OK);
+    sbx_msg_destroy (&reply);
+    free (by_operator);
+    s_wait_forks (client, alice, 1);
+
     //  Refusals, each with its code, nothing made.
     reply = s_fork (client, alice, SBX_KEY_PRESET_FULL, source, 11);
     s_expect (&reply, SBX_E_INVALID_ARGUMENT, "count must be between 1 and 10");
