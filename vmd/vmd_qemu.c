@@ -1266,6 +1266,15 @@ void vmd_qemu_test (bool verbose)
     config.dir = "/vms/x";
     config.no_network = true;
     config.incoming_fd = 7;
+    //  A MAC of its own per sandbox id: stable, unicast, never QEMU's default.
+    char mac[18], other[18];
+    vmd_qemu_mac ("sb_0123456789", mac);
+    vmd_qemu_mac ("sb_0123456780", other);
+    assert (strlen (mac) == 17 && strncmp (mac, "52:54:00:", 9) == 0);
+    assert (!streq (mac, other) && !streq (mac, "52:54:00:12:34:56"));
+    vmd_qemu_mac ("sb_0123456789", other);
+    assert (streq (mac, other));
+    config.mac = mac;
     char **argv = vmd_qemu_argv (&config);
     assert (argv);
     char *joined = NULL;
@@ -1276,6 +1285,7 @@ void vmd_qemu_test (bool verbose)
     }
     assert (strstr (joined, " -smp 1 -m 512M "));
     assert (strstr (joined, " -netdev user,id=n0,restrict=on "));
+    assert (strstr (joined, " -device virtio-net-device,netdev=n0,mac=52:54:00:"));
     assert (strstr (joined, " -S -incoming fd:3"));
     assert (strstr (joined, "sbx.hostname=box-1"));
     assert (strstr (joined, vmd_qemu_kvm_usable () ? " -accel kvm " : " -accel tcg,tb-size=64 "));
