@@ -490,6 +490,94 @@ def part_template(bdir, n, res, density=0, idle_s=10):
         sbx.close()
 
 
+def template_ready(sbx):
+    """Waits for vmd's small template (its qemu.version is written last)."""
+    deadline = time.monotonic() + 300
+    while not glob.glob(os.path.join(sbx.dir, "templates", "*", "*-small-*", "qemu.version")):
+        if time.monotonic() > deadline:
+            raise RuntimeError("vmd made no small template in 300 s")
+        time.sleep(0.5)
+
+
+def vmd_paused_ms(sbx, snapshot_id):
+    """How long vmd says the capture into snapshot_id paused its guest (its log line)."""
+    with open(os.path.join(sbx.dir, "logs", "sbx-vmd.log")) as f:
+        found = re.findall(rf"snapshot into \S*/{snapshot_id} done \(paused (\d+) ms\)", f.read())
+    return int(found[-1]) if found else None
+
+
+def part_fork(bdir, n, res):
+    """fork_sandbox (docs/snapshots.md, "Fork") on its own sbx with templates on (the
+    default), against what it replaces, in the same run, round after round: a create
+    from the template (the fastest new sandbox there is, without the source's state);
+    save_snapshot then create_sandbox from it once per copy (the way to copies before
+    fork, in one MCP connection as a model calls tools). The source runs a process that
+    writes a file five times a second. Pauses: fork's pausedMs (vmd: QEMU's STOP to its
+    RESUME) and, as vmd logs it, save_snapshot's (a capture that stops the guest first).
+    The first fork of a fresh sandbox is its own row: its first capture reads all of its
+    RAM once (a template clone maps it from the template)."""
+    sbx = Sbx(bdir, settings={"vmd.templates": "small"})
+    try:
+        template_ready(sbx)
+        mcp = Mcp(sbx.port, sbx.key, sbx.st.get("ca_cert"))
+        r = mcp.call("create_sandbox", {"name": "fork-source", "ttlSeconds": 3600})
+        src = r["structuredContent"]["id"]
+        mcp.call("exec", {"sandboxId": src, "detached": True, "command":
+                          "i=0; while true; do i=$((i+1)); echo $i > /tmp/tick; sleep 0.2; done"})
+        mcp.call("write_file", {"sandboxId": src, "path": "/root/state.txt",
+                                "content": "x" * 4096})
+        time.sleep(2)
+
+        def fork(count):
+            t0 = time.monotonic()
+            sc = mcp.call("fork_sandbox", {"sandboxId": src, "count": count})["structuredContent"]
+            took = time.monotonic() - t0
+            for c in sc["sandboxes"]:
+                mcp.call("delete_sandbox", {"sandboxId": c["id"]})
+            for c in sc["sandboxes"]:
+                wait_gone(sbx, c["id"])
+            return took, sc["pausedMs"], sc["captureMs"]
+
+        took, paused, capture = fork(1)
+        res["fork_first_s"], res["fork_first_paused_ms"] = took, paused
+        log(f"first fork of a fresh sandbox (1 copy): {took:.3f} s, paused {paused} ms, "
+            f"capture {capture} ms")
+        keys = ("fork2_s", "fork4_s", "fork_paused_ms", "fork_capture_ms", "fork_template_s",
+                "fork_save_s", "fork_save_paused_ms", "fork_save_create2_s")
+        for k in keys:
+            res[k] = []
+        for i in range(n):
+            for count in (2, 4):
+                took, paused, capture = fork(count)
+                res[f"fork{count}_s"].append(took)
+                res["fork_paused_ms"].append(paused)
+                res["fork_capture_ms"].append(capture)
+                log(f"fork of {count} {i + 1}/{n}: {took:.3f} s (paused {paused} ms, capture "
+                    f"{capture} ms)")
+            t0 = time.monotonic()
+            sb = mcp.call("create_sandbox", {"ttlSeconds": 3600})["structuredContent"]["id"]
+            res["fork_template_s"].append(time.monotonic() - t0)
+            mcp.call("delete_sandbox", {"sandboxId": sb})
+            wait_gone(sbx, sb)
+            # The way before fork: a snapshot, then a create from it per copy.
+            t0 = time.monotonic()
+            snap = mcp.call("save_snapshot", {"sandboxId": src})["structuredContent"]["id"]
+            res["fork_save_s"].append(time.monotonic() - t0)
+            res["fork_save_paused_ms"].append(vmd_paused_ms(sbx, snap))
+            made = [mcp.call("create_sandbox", {"snapshotId": snap, "ttlSeconds": 3600})
+                    ["structuredContent"]["id"] for _ in range(2)]
+            res["fork_save_create2_s"].append(time.monotonic() - t0)
+            log(f"template create {res['fork_template_s'][-1]:.3f} s; save_snapshot + 2 creates "
+                f"{res['fork_save_create2_s'][-1]:.3f} s (paused {res['fork_save_paused_ms'][-1]} ms)")
+            for c in made:
+                mcp.call("delete_sandbox", {"sandboxId": c})
+            for c in made:
+                wait_gone(sbx, c)
+            mcp.call("delete_snapshot", {"snapshotId": snap})
+    finally:
+        sbx.close()
+
+
 def wait_gone(sbx, sb, timeout=30):
     d = os.path.join(sbx.dir, "vms", sb)
     deadline = time.monotonic() + timeout
@@ -879,6 +967,27 @@ def rows(res):
             d = med(res["delete_gone_s"])
             row("delete (until its directory is gone)", len(res["delete_gone_s"]), d,
                 f"{fmt(rb, ' s')} raw boot", None, ratio=d / rb)
+    if res.get("fork2_s"):
+        t = med(res["fork_template_s"])
+        nt = len(res["fork_template_s"])
+        pauses = [p for p in res["fork_save_paused_ms"] if p is not None]
+        p = med(res["fork_paused_ms"])
+        row("fork: the source's pause (live capture)", len(res["fork_paused_ms"]), p,
+            f"{fmt(med(pauses), ' ms', 0)} save_snapshot's pause (stops the guest first; "
+            f"N={len(pauses)})" if pauses else "—", None, unit=" ms", nd=0,
+            ratio=p / med(pauses) if pauses else None)
+        for count in (2, 4):
+            v = res[f"fork{count}_s"]
+            row(f"fork_sandbox count {count} → all ready", len(v), med(v),
+                f"{fmt(t, ' s')} create from the template (N={nt}, in turn)", None,
+                ratio=med(v) / t)
+        s2 = med(res["fork_save_create2_s"])
+        row("fork_sandbox count 2 → all ready", len(res["fork2_s"]), med(res["fork2_s"]),
+            f"{fmt(s2, ' s')} save_snapshot + create_sandbox ×2 from it (N="
+            f"{len(res['fork_save_create2_s'])})", None, ratio=med(res["fork2_s"]) / s2)
+        row(f"first fork of a fresh sandbox, 1 copy (paused {res['fork_first_paused_ms']} ms)",
+            1, res["fork_first_s"], f"{fmt(t, ' s')} create from the template", None,
+            ratio=res["fork_first_s"] / t)
     if "mcp_exec_true_s" in res and "raw_exec_true_s" in res:
         m, r = res["mcp_exec_true_s"], res["raw_exec_true_s"]
         row("exec `true` p50 (MCP/HTTPS kept alive)", len(m), med(m) * 1000,
@@ -1143,6 +1252,7 @@ def write_doc(res, path, cmdline):
 KEEP_PARTS = {"files": ("raw_bigout", "raw_write", "raw_read", "mcp_bigout", "mcp_write",
                         "mcp_read", "mcp_rest", "files_ok"),
               "density": ("density",),
+              "fork": ("fork",),
               "scale": ("scale",),
               "cluster": ("cluster",)}
 
@@ -1168,7 +1278,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--build")
     ap.add_argument("--only",
-                    default="lifecycle,template,exec,files,gateway,density,billing,sampling,scale,cluster")
+                    default="lifecycle,template,fork,exec,files,gateway,density,billing,sampling,"
+                            "scale,cluster")
     ap.add_argument("--no-doc", action="store_true")
     ap.add_argument("--keep", metavar="JSON",
                     help="with --only: the rows of the parts not run come from JSON (an earlier "
@@ -1241,6 +1352,9 @@ def main():
     if parts & {"template", "density"}:
         part_template(bdir, N_COLD if "template" in parts else 1, res,
                       DENSITY if "density" in parts else 0, IDLE_S)
+        sample()
+    if "fork" in parts:
+        part_fork(bdir, 3 if q else 5, res)
         sample()
     if "sampling" in parts:
         part_sampling(bdir, SAMPLED, SAMPLED_S, res)

@@ -36,6 +36,12 @@ static const char *s_plan_name (const brk_account_t *account)
 
 sbx_msg_t *brk_limits_check_start (brk_ctx_t *ctx, const brk_account_t *account, uint64_t rid)
 {
+    return brk_limits_check_starts (ctx, account, rid, 1);
+}
+
+sbx_msg_t *brk_limits_check_starts (brk_ctx_t *ctx, const brk_account_t *account, uint64_t rid,
+                                    uint64_t starts)
+{
     if (account->disabled_ms)
         return sbx_msg_new_error (rid, SBX_E_FAILED_PRECONDITION,
                                   "account %s is disabled: none of its sandboxes start until the "
@@ -64,6 +70,13 @@ sbx_msg_t *brk_limits_check_start (brk_ctx_t *ctx, const brk_account_t *account,
                                       "at 00:00 UTC",
                                       s_plan_name (account),
                                       (unsigned long long) plan.starts_per_day);
+        if (count + starts > plan.starts_per_day)
+            return sbx_msg_new_error (
+                rid, SBX_E_DAILY_LIMIT_REACHED,
+                "the %s plan allows %llu starts per day; %llu left today, "
+                "%llu asked for; the count resets at 00:00 UTC",
+                s_plan_name (account), (unsigned long long) plan.starts_per_day,
+                (unsigned long long) (plan.starts_per_day - count), (unsigned long long) starts);
     }
     if (plan.running) {
         if (brk_store_account_running (ctx->store, account->id, &count))
@@ -73,6 +86,14 @@ sbx_msg_t *brk_limits_check_start (brk_ctx_t *ctx, const brk_account_t *account,
                                       "the %s plan allows %llu running sandboxes at once; stop or "
                                       "delete one first",
                                       s_plan_name (account), (unsigned long long) plan.running);
+        if (count + starts > plan.running)
+            return sbx_msg_new_error (rid, SBX_E_LIMIT_EXCEEDED,
+                                      "the %s plan allows %llu running sandboxes at once and %llu "
+                                      "%s running, so %llu more do not fit; stop or delete some "
+                                      "first, or ask for fewer",
+                                      s_plan_name (account), (unsigned long long) plan.running,
+                                      (unsigned long long) count, count == 1 ? "is" : "are",
+                                      (unsigned long long) starts);
     }
     return NULL;
 }

@@ -3,6 +3,7 @@
 
     An account's plan (accounts.plan, default free) sets, from sbx.conf:
         plan.P.starts_per_day   creates + resumes per UTC day     daily_limit_reached
+                                (a fork's copies count one each)
         plan.P.running          sandboxes creating/ready/resuming  limit_exceeded
         plan.P.ttl_max_s        the longest TTL create/extend may ask   invalid_argument
         plan.P.ttl_default_s    the TTL of a create that asks none
@@ -41,6 +42,11 @@ void brk_limits_plan (sbx_config_t *config, const brk_account_t *account, brk_pl
 //  may, else the error reply (failed_precondition for a disabled account,
 //  insufficient_funds, daily_limit_reached, limit_exceeded).
 sbx_msg_t *brk_limits_check_start (brk_ctx_t *ctx, const brk_account_t *account, uint64_t rid);
+
+//  The same for `starts` sandboxes at once (a fork's copies): each counts as a start and
+//  as a running sandbox, and all must fit (the refusal says how many do).
+sbx_msg_t *brk_limits_check_starts (brk_ctx_t *ctx, const brk_account_t *account, uint64_t rid,
+                                    uint64_t starts);
 
 //  Applies the plan's TTL bounds to *ttl_s: 0 on a create becomes the plan's default;
 //  more than the maximum is invalid_argument naming it. NULL when *ttl_s is fine.

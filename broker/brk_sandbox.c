@@ -255,7 +255,9 @@ typedef struct {
     const char *verb; //  "start", "stop"… for messages
     const char *op;   //  "create", "stop"…: sbx_sandbox_ops_total's op
     uint64_t asked_mono;
-    zhashx_t *in_flight; //  ctx's, where the sandbox is while this op waits
+    zhashx_t *in_flight;       //  ctx's, where the sandbox is while this op waits
+    brk_sandbox_done_fn *done; //  takes the answer instead of a client (a fork's copies)
+    void *done_arg;
 } s_op_t;
 
 //  An answered create, resume, stop or delete, for sbx_sandbox_ops_total: ok or the code.
@@ -332,16 +334,24 @@ static void s_on_vm_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
     s_count (op->op, reply);
     sbx_metrics_observe (sbx_metrics_here (), SBX_METRIC_SANDBOX_OP_SECONDS,
                          (double) (sbx_clock_mono_ms () - op->asked_mono) / 1000.0, op->op);
-    if (op->client)
+    if (op->done)
+        op->done (ctx, &reply, op->done_arg);
+    else if (op->client)
         ctx->send (ctx, op->client, &reply);
-    else //  the broker's own move (a TTL stop): the log says how it went
-        sbx_msg_destroy (&reply);
+    sbx_msg_destroy (&reply); //  the broker's own move (a TTL stop): the log says how it went
     s_op_destroy (&op);
 }
 
+//  Who hears how a request to vmd ended: a client (its address), or a function.
+typedef struct {
+    zframe_t *client;
+    brk_sandbox_done_fn *done;
+    void *arg;
+} s_notify_t;
+
 //  Asks vmd for `type` about a sandbox; the user's answer follows from s_on_vm_answer.
 //  A create from a snapshot (origin) names its files.
-static sbx_msg_t *s_ask_vmd_ex (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_t *request,
+static sbx_msg_t *s_ask_vmd_ex (brk_ctx_t *ctx, const s_notify_t *notify, const sbx_msg_t *request,
                                 brk_sandbox_t *record, sbx_msg_type_t ask,
                                 sbx_msg_type_t reply_type, const char *verb,
                                 const brk_origin_t *origin)
@@ -353,7 +363,9 @@ static sbx_msg_t *s_ask_vmd_ex (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_
         sbx_msg_destroy (&vm);
         return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
     }
-    op->client = client ? zframe_dup (client) : NULL;
+    op->client = notify->client ? zframe_dup (notify->client) : NULL;
+    op->done = notify->done;
+    op->done_arg = notify->arg;
     op->rid = request->rid;
     op->reply_type = reply_type;
     op->sandbox_id = strdup (record->id);
@@ -409,12 +421,13 @@ static sbx_msg_t *s_ask_vmd (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_t *
                              brk_sandbox_t *record, sbx_msg_type_t ask, sbx_msg_type_t reply_type,
                              const char *verb)
 {
-    return s_ask_vmd_ex (ctx, client, request, record, ask, reply_type, verb, NULL);
+    s_notify_t notify = {.client = client};
+    return s_ask_vmd_ex (ctx, &notify, request, record, ask, reply_type, verb, NULL);
 }
 
 //  The connected vmd with the most room (only `instance` when given), or NULL (with
-//  *any telling whether such a vmd was connected at all).
-static brk_peer_t *s_pick_vmd (brk_ctx_t *ctx, const char *instance, bool *any)
+//  *any telling whether such a vmd was connected at all, *room how many more it takes).
+static brk_peer_t *s_pick_vmd (brk_ctx_t *ctx, const char *instance, bool *any, uint64_t *room_p)
 {
     brk_peer_t *best = NULL;
     uint64_t best_free = 0;
@@ -433,6 +446,7 @@ static brk_peer_t *s_pick_vmd (brk_ctx_t *ctx, const char *instance, bool *any)
             best_free = room;
         }
     }
+    *room_p = best_free;
     return best;
 }
 
@@ -457,8 +471,9 @@ static brk_peer_t *s_place (brk_ctx_t *ctx, const sbx_msg_t *request, const brk_
                             sbx_msg_t **error)
 {
     bool any = false;
+    uint64_t room;
     const char *home = origin ? origin->vmd : NULL;
-    brk_peer_t *vmd = s_pick_vmd (ctx, home, &any);
+    brk_peer_t *vmd = s_pick_vmd (ctx, home, &any, &room);
     if (vmd)
         return vmd;
     if (home)
@@ -477,7 +492,7 @@ static brk_peer_t *s_place (brk_ctx_t *ctx, const sbx_msg_t *request, const brk_
     return NULL;
 }
 
-static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request,
+static sbx_msg_t *s_create (brk_ctx_t *ctx, const s_notify_t *notify, sbx_msg_t *request,
                             const brk_origin_t *origin)
 {
     sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
@@ -570,7 +585,7 @@ static sbx_msg_t *s_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
     else {
         sbx_info ("rid=%llu sandbox=%s account=%s creating on vmd %s as %s",
                   (unsigned long long) request->rid, id, owner.id, vmd->instance, record.label);
-        reply = s_ask_vmd_ex (ctx, client, request, &record, SBX_MSG_VM_CREATE,
+        reply = s_ask_vmd_ex (ctx, notify, request, &record, SBX_MSG_VM_CREATE,
                               SBX_MSG_SANDBOX_CREATE_OK, "start", origin);
         brk_sandbox_t stored;
         if (reply && brk_store_sandbox_find (ctx->store, id, &stored) == 0) {
@@ -607,7 +622,8 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
     if (sbx_msg_sandbox_create (request)->snapshot_id)
         return sbx_msg_new_error (request->rid, SBX_E_INTERNAL,
                                   "a create from a snapshot is brk_snapshot_create's");
-    sbx_msg_t *reply = s_create (ctx, client, request, NULL);
+    s_notify_t notify = {.client = client};
+    sbx_msg_t *reply = s_create (ctx, &notify, request, NULL);
     s_count ("create", reply); //  refused at once (the others are counted when vmd answers)
     return reply;
 }
@@ -615,9 +631,28 @@ sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *requ
 sbx_msg_t *brk_sandbox_create_from (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request,
                                     const brk_origin_t *origin)
 {
-    sbx_msg_t *reply = s_create (ctx, client, request, origin);
+    s_notify_t notify = {.client = client};
+    sbx_msg_t *reply = s_create (ctx, &notify, request, origin);
     s_count ("create", reply);
     return reply;
+}
+
+sbx_msg_t *brk_sandbox_create_copy (brk_ctx_t *ctx, sbx_msg_t *request, const brk_origin_t *origin,
+                                    brk_sandbox_done_fn *done, void *arg)
+{
+    assert (done);
+    s_notify_t notify = {.done = done, .arg = arg};
+    sbx_msg_t *reply = s_create (ctx, &notify, request, origin);
+    s_count ("create", reply);
+    return reply;
+}
+
+int brk_sandbox_room (brk_ctx_t *ctx, const char *vmd, uint64_t *room)
+{
+    bool any = false;
+    *room = 0;
+    s_pick_vmd (ctx, vmd, &any, room);
+    return any ? 0 : -1;
 }
 
 sbx_msg_t *brk_sandbox_owner (brk_ctx_t *ctx, const sbx_msg_t *request, brk_account_t *owner)
@@ -1165,6 +1200,30 @@ static void s_system_stop (brk_ctx_t *ctx, const char *id, const char *reason, b
     }
     sbx_msg_destroy (&refused);
     brk_sandbox_clear (&record);
+}
+
+int brk_sandbox_discard (brk_ctx_t *ctx, const char *id, const char *reason)
+{
+    brk_sandbox_t record;
+    if (brk_store_sandbox_find (ctx->store, id, &record) != 0)
+        return -1;
+    sbx_sandbox_state_t state = SBX_SANDBOX_STATE__UNSET;
+    sbx_sandbox_state_from_name (record.state, &state);
+    const s_transition_t *t = s_lookup (state, S_EV_DELETE);
+    sbx_msg_t none = {.type = SBX_MSG_SANDBOX_DELETE, .timeout_ms = 0};
+    sbx_msg_t *refused =
+        t ? s_ask_vmd (ctx, NULL, &none, &record, t->ask, SBX_MSG_SANDBOX_DELETE_OK, "delete")
+          : NULL;
+    int rc = t && !refused ? s_move (ctx, &record, t->to, NULL, reason) : -1;
+    if (rc)
+        sbx_warn ("sandbox=%s (%s) is %s and cannot be deleted now%s%s", record.id, reason,
+                  record.state, refused ? ": " : "",
+                  refused ? sbx_msg_error (refused)->message : "");
+    else
+        sbx_info ("sandbox=%s account=%s %s: deleting", record.id, record.account_id, reason);
+    sbx_msg_destroy (&refused);
+    brk_sandbox_clear (&record);
+    return rc;
 }
 
 static void s_expire (const brk_sandbox_t *found, void *arg)

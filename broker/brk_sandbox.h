@@ -35,6 +35,25 @@ void brk_origin_destroy (brk_origin_t **origin_p);
 //  The create of request from origin's files, placed on the vmd that saved them.
 sbx_msg_t *brk_sandbox_create_from (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request,
                                     const brk_origin_t *origin);
+//  Takes the answer to a create (sandbox.create.ok, or the error) that no client waits
+//  for: a fork's copies (brk_fork).
+typedef void (brk_sandbox_done_fn) (brk_ctx_t *ctx, sbx_msg_t **reply_p, void *arg);
+
+//  A fork's copy: the create of request (a sandbox.create with the copy's settings and
+//  the caller) from origin's files, origin->sandbox_id its id; `done` gets the answer once
+//  vmd gave it. The error reply when refused at once (done is not called), else NULL.
+sbx_msg_t *brk_sandbox_create_copy (brk_ctx_t *ctx, sbx_msg_t *request, const brk_origin_t *origin,
+                                    brk_sandbox_done_fn *done, void *arg);
+
+//  How many more sandboxes the vmd instance `vmd` takes now (its capacity less those it
+//  runs): 0, or -1 when that vmd is not connected.
+int brk_sandbox_room (brk_ctx_t *ctx, const char *vmd, uint64_t *room);
+
+//  Deletes a sandbox on the broker's own account, with `reason` (a fork's copies when
+//  one of them failed): vm.delete is asked, nobody waits for it. 0, or -1 when the
+//  sandbox can't be deleted now (logged).
+int brk_sandbox_discard (brk_ctx_t *ctx, const char *id, const char *reason);
+
 //  The account a create is for (an operator may name one by email): NULL and *owner, or
 //  the error reply.
 sbx_msg_t *brk_sandbox_owner (brk_ctx_t *ctx, const sbx_msg_t *request, brk_account_t *owner);

@@ -5,6 +5,7 @@
 #include "brk_oauth.h"
 #include "brk_ctx.h"
 #include "brk_events.h"
+#include "brk_fork.h"
 #include "brk_hosts.h"
 #include "brk_limits.h"
 #include "brk_pending.h"
@@ -903,6 +904,9 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         break;
     case SBX_MSG_SNAPSHOT_DELETE:
         reply = brk_snapshot_delete (&self->ctx, address, msg);
+        break;
+    case SBX_MSG_SANDBOX_FORK:
+        reply = brk_fork (&self->ctx, address, msg);
         break;
     case SBX_MSG_SANDBOX_EXTEND:
         reply = brk_sandbox_extend (&self->ctx, msg);

@@ -426,7 +426,9 @@ static void s_on_counted (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
     else {
         sbx_snapshot_info_list_t *list = &sbx_msg_snapshot_list_ok (answer)->snapshots;
         for (size_t i = 0; i < list->count; i++)
+            //  Only the user's own count: a stop's and a fork's are not theirs to keep.
             if (list->items[i].kind != SBX_SNAPSHOT_KIND_AUTOMATIC &&
+                list->items[i].kind != SBX_SNAPSHOT_KIND_FORK &&
                 list->items[i].state != SBX_SNAPSHOT_STATE_FAILED)
                 kept++;
     }

@@ -37,6 +37,7 @@ static void s_usage (FILE *out)
         "                          [--allow-out ENTRY]... [--deny-out ENTRY]...\n"
         "       sbx sandbox list [--account ACCOUNT] [--limit N] [--cursor C]\n"
         "       sbx sandbox get|stop|resume|delete ID\n"
+        "       sbx sandbox fork ID [--count N]\n"
         "       sbx sandbox extend ID --ttl DURATION\n"
         "       sbx sandbox update ID [--name N] [--label K=V]... [--auto-resume on|off]\n"
         "                          [--allow-out ENTRY]... [--deny-out ENTRY]... | [--no-egress]\n"
@@ -84,6 +85,11 @@ static void s_usage (FILE *out)
         "once. On a terminal it redraws the screen; otherwise (or with --json: REST's\n"
         "get_sandbox_metrics answer, one line per sandbox) it prints lines.\n"
         "create --snapshot starts from one of the account's snapshots (sbx snapshot list).\n"
+        "fork makes N (1 to 10, default 1) running copies of a ready sandbox with its memory:\n"
+        "each runs its processes and has its files, with its own id, hostname, MAC and\n"
+        "random state, and bills on its own; the source is paused a moment and runs on. All\n"
+        "or nothing (the account's plan must take N more). It prints the copies, as list\n"
+        "does; --json: REST's answer {sourceId, sandboxes, pausedMs, captureMs, snapshotId}.\n"
         "--auto-resume (default on): a request to a published port of the stopped sandbox\n"
         "resumes it and is answered once the guest serves it (a private port: only with\n"
         "the owner's key); off, the request gets 503 until it is resumed. update renames,\n"
@@ -103,7 +109,7 @@ typedef struct {
     const char *data_dir;
     bool json;
     const char *account, *name, *type, *ttl, *cwd, *timeout, *mode, *snapshot, *signal;
-    const char *stdout_offset, *stderr_offset, *limit, *cursor, *auto_resume, *interval;
+    const char *stdout_offset, *stderr_offset, *limit, *cursor, *auto_resume, *interval, *count;
     bool no_network, detach, public, remove, no_stdin, once, no_egress;
     zlist_t *labels;    //  "K=V"
     zlist_t *env;       //  "K=V"
@@ -176,6 +182,8 @@ static int s_set_options (cli_op_t *op, s_opts_t *o)
         rc |= cli_op_set_text (op, "limit", o->limit, "--limit");
     if (o->cursor)
         rc |= cli_op_set_text (op, "cursor", o->cursor, "--cursor");
+    if (o->count)
+        rc |= cli_op_set_text (op, "count", o->count, "--count");
     return rc ? -1 : 0;
 }
 
@@ -263,6 +271,35 @@ static int s_sandboxes (cli_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o)
             s_print_sandbox (answer);
         json_decref (answer);
     }
+    return 0;
+}
+
+//  fork: the copies, as list prints them (on the host with whose they are and where).
+static int s_fork (cli_where_t *w, cli_op_t *op, s_opts_t *o)
+{
+    json_t *answer = NULL;
+    sbx_msg_t *reply = NULL;
+    int rc = cli_where_call (w, op, SBX_OP_FORK_SANDBOX, NULL, false, &answer, &reply);
+    if (rc)
+        return rc;
+    json_t *copies = json_object_get (answer, "sandboxes");
+    if (reply && reply->type == SBX_MSG_SANDBOX_FORK_OK) {
+        sbx_sandbox_info_list_t *list = &sbx_msg_sandbox_fork_ok (reply)->sandboxes;
+        for (size_t i = 0; i < list->count && i < json_array_size (copies); i++)
+            s_add_operator (json_array_get (copies, i), &list->items[i]);
+    }
+    sbx_msg_destroy (&reply);
+    if (o->json) {
+        cli_print_json (answer);
+        return 0;
+    }
+    fprintf (stderr, "forked %s into %zu (paused %lld ms)\n",
+             cli_json_str (answer, "sourceId", "?"), json_array_size (copies),
+             (long long) json_integer_value (json_object_get (answer, "pausedMs")));
+    size_t i;
+    json_t *one;
+    json_array_foreach (copies, i, one) s_print_sandbox (one);
+    json_decref (answer);
     return 0;
 }
 
@@ -676,6 +713,7 @@ static const struct {
                {"stop", SBX_OP_STOP_SANDBOX, 1},
                {"resume", SBX_OP_RESUME_SANDBOX, 1},
                {"delete", SBX_OP_DELETE_SANDBOX, 1},
+               {"fork", SBX_OP_FORK_SANDBOX, 1},
                {"exec", SBX_OP_EXEC, 1},
                {"status", SBX_OP_COMMAND_STATUS, 2},
                {"kill", SBX_OP_KILL_COMMAND, 2},
@@ -723,6 +761,7 @@ int cli_sandbox_main (int argc, char **argv)
                                       {"no-stdin", no_argument, 0, 'I'},
                                       {"interval", required_argument, 0, 'i'},
                                       {"once", no_argument, 0, '1'},
+                                      {"count", required_argument, 0, 'C'},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
     s_opts_t o = {.labels = zlist_new (),
@@ -818,6 +857,9 @@ int cli_sandbox_main (int argc, char **argv)
             break;
         case '1':
             o.once = true;
+            break;
+        case 'C':
+            o.count = optarg;
             break;
         case 'h':
             s_usage (stdout);
@@ -955,6 +997,8 @@ int cli_sandbox_main (int argc, char **argv)
         rc = s_write (&where, op, &o, pos[1]);
     else if (streq (verb, "read"))
         rc = s_read (&where, op, pos[1]);
+    else if (streq (verb, "fork"))
+        rc = s_fork (&where, op, &o);
     else
         rc = s_sandboxes (&where, op, s_verbs[v].op, &o);
     cli_where_close (&where);

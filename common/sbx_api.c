@@ -475,6 +475,9 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
         s_strmap (&m->labels, &m->remove_labels, labels);
         break;
     }
+    case SBX_OP_FORK_SANDBOX:
+        sbx_msg_sandbox_fork (msg)->count = (uint64_t) sbx_args_int (op, args, "count");
+        break;
     case SBX_OP_SAVE_SNAPSHOT: {
         sbx_snapshot_save_t *m = sbx_msg_snapshot_save (msg);
         sbx_str_set (&m->name, sbx_args_string (op, args, "name"));
@@ -746,6 +749,18 @@ json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *r
             json_object_set_new (port, "removed", json_true ());
         free (url);
         return port;
+    }
+    case SBX_OP_FORK_SANDBOX: {
+        sbx_sandbox_fork_ok_t *ok = sbx_msg_sandbox_fork_ok (reply);
+        json_t *copies = json_array ();
+        for (size_t i = 0; i < ok->sandboxes.count; i++)
+            json_array_append_new (copies, sbx_api_sandbox (self, &ok->sandboxes.items[i]));
+        json_t *fork = json_pack ("{s:s, s:o, s:I, s:I}", "sourceId", ok->sandbox->id, "sandboxes",
+                                  copies, "pausedMs", (json_int_t) ok->paused_ms, "captureMs",
+                                  (json_int_t) ok->capture_ms);
+        if (fork && ok->snapshot_id)
+            json_object_set_new (fork, "snapshotId", json_string (ok->snapshot_id));
+        return fork;
     }
     case SBX_OP_SAVE_SNAPSHOT:
         return sbx_api_snapshot (sbx_msg_snapshot_save_ok (reply)->snapshot);

@@ -28,8 +28,9 @@ const sbx_metric_def_t sbx_metric_defs[SBX_METRIC__COUNT] = {
         " resuming, deleting, error) and type.",
         2, s_labels_sbx_sandboxes, 0, NULL},
     [SBX_METRIC_SANDBOX_OPS_TOTAL] = {"sbx_sandbox_ops_total", SBX_METRIC_COUNTER,
-        "Sandbox creates, resumes, stops and deletes the broker finished, by op and result "
-        "(ok or the error code); the broker's own stops (TTL, empty wallet) included.",
+        "Sandbox creates, resumes, stops, deletes and forks the broker finished,"
+        " by op and result (ok or the error code); the broker's own stops (TTL,"
+        " empty wallet) included; a fork's copies count as creates too.",
         2, s_labels_sbx_sandbox_ops_total, 0, NULL},
     [SBX_METRIC_SANDBOX_OP_SECONDS] = {"sbx_sandbox_op_seconds", SBX_METRIC_HISTOGRAM,
         "How long a sandbox create, resume, stop or delete took, from the broker's request "

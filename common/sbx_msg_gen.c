@@ -298,8 +298,9 @@ static const char *const s_enum_snapshot_kind_values[] = {
     NULL,
     "user",
     "automatic",
+    "fork",
 };
-static const sbx_meta_enum_t s_enum_snapshot_kind = {"snapshot_kind", s_enum_snapshot_kind_values, 3};
+static const sbx_meta_enum_t s_enum_snapshot_kind = {"snapshot_kind", s_enum_snapshot_kind_values, 4};
 
 const char *sbx_snapshot_kind_name (sbx_snapshot_kind_t value)
 {
@@ -459,6 +460,8 @@ static const sbx_meta_struct_t s_meta_port_info;
 static const sbx_meta_struct_t s_meta_metrics_sample;
 static const sbx_meta_struct_t s_meta_sandbox_create;
 static const sbx_meta_struct_t s_meta_sandbox_create_ok;
+static const sbx_meta_struct_t s_meta_sandbox_fork;
+static const sbx_meta_struct_t s_meta_sandbox_fork_ok;
 static const sbx_meta_struct_t s_meta_sandbox_get;
 static const sbx_meta_struct_t s_meta_sandbox_get_ok;
 static const sbx_meta_struct_t s_meta_sandbox_list;
@@ -753,14 +756,16 @@ static const sbx_meta_field_t s_fields_agent_setup[] = {
     {"env", SBX_META_STRMAP, offsetof (sbx_agent_setup_t, env), false, 1000, NULL, NULL},
     {"no_network", SBX_META_BOOL, offsetof (sbx_agent_setup_t, no_network), false, 0, NULL, NULL},
     {"entropy", SBX_META_BYTES, offsetof (sbx_agent_setup_t, entropy), false, 4096, NULL, NULL},
+    {"mac", SBX_META_STRING, offsetof (sbx_agent_setup_t, mac), false, 17, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_agent_setup = {"agent.setup", sizeof (sbx_agent_setup_t), s_fields_agent_setup, 5};
+static const sbx_meta_struct_t s_meta_agent_setup = {"agent.setup", sizeof (sbx_agent_setup_t), s_fields_agent_setup, 6};
 
 static const sbx_meta_field_t s_fields_agent_setup_ok[] = {
     {"hostname", SBX_META_STRING, offsetof (sbx_agent_setup_ok_t, hostname), false, 64, NULL, NULL},
     {"clock_adjust_ms", SBX_META_INT, offsetof (sbx_agent_setup_ok_t, clock_adjust_ms), false, 0, NULL, NULL},
+    {"mac", SBX_META_STRING, offsetof (sbx_agent_setup_ok_t, mac), false, 17, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_agent_setup_ok = {"agent.setup.ok", sizeof (sbx_agent_setup_ok_t), s_fields_agent_setup_ok, 2};
+static const sbx_meta_struct_t s_meta_agent_setup_ok = {"agent.setup.ok", sizeof (sbx_agent_setup_ok_t), s_fields_agent_setup_ok, 3};
 
 static const sbx_meta_field_t s_fields_agent_exec[] = {
     {"command", SBX_META_STRING, offsetof (sbx_agent_exec_t, command), true, 1048576, NULL, NULL},
@@ -1547,6 +1552,21 @@ static const sbx_meta_field_t s_fields_sandbox_create_ok[] = {
 };
 static const sbx_meta_struct_t s_meta_sandbox_create_ok = {"sandbox.create.ok", sizeof (sbx_sandbox_create_ok_t), s_fields_sandbox_create_ok, 2};
 
+static const sbx_meta_field_t s_fields_sandbox_fork[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_fork_t, sandbox_id), true, 64, NULL, NULL},
+    {"count", SBX_META_UINT, offsetof (sbx_sandbox_fork_t, count), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_fork = {"sandbox.fork", sizeof (sbx_sandbox_fork_t), s_fields_sandbox_fork, 2};
+
+static const sbx_meta_field_t s_fields_sandbox_fork_ok[] = {
+    {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_fork_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
+    {"sandboxes", SBX_META_LIST, offsetof (sbx_sandbox_fork_ok_t, sandboxes), false, 16, NULL, &s_meta_sandbox_info},
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_sandbox_fork_ok_t, snapshot_id), false, 64, NULL, NULL},
+    {"paused_ms", SBX_META_UINT, offsetof (sbx_sandbox_fork_ok_t, paused_ms), false, 0, NULL, NULL},
+    {"capture_ms", SBX_META_UINT, offsetof (sbx_sandbox_fork_ok_t, capture_ms), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_fork_ok = {"sandbox.fork.ok", sizeof (sbx_sandbox_fork_ok_t), s_fields_sandbox_fork_ok, 5};
+
 static const sbx_meta_field_t s_fields_sandbox_get[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_get_t, sandbox_id), true, 64, NULL, NULL},
 };
@@ -1936,8 +1956,9 @@ static const sbx_meta_field_t s_fields_snap_begin[] = {
     {"name", SBX_META_STRING, offsetof (sbx_snap_begin_t, name), false, 128, NULL, NULL},
     {"labels", SBX_META_STRMAP, offsetof (sbx_snap_begin_t, labels), false, 64, NULL, NULL},
     {"key_id", SBX_META_STRING, offsetof (sbx_snap_begin_t, key_id), false, 64, NULL, NULL},
+    {"users", SBX_META_STRLIST, offsetof (sbx_snap_begin_t, users), false, 16, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_snap_begin = {"snap.begin", sizeof (sbx_snap_begin_t), s_fields_snap_begin, 7};
+static const sbx_meta_struct_t s_meta_snap_begin = {"snap.begin", sizeof (sbx_snap_begin_t), s_fields_snap_begin, 8};
 
 static const sbx_meta_field_t s_fields_snap_begin_ok[] = {
     {"snapshot_id", SBX_META_STRING, offsetof (sbx_snap_begin_ok_t, snapshot_id), true, 64, NULL, NULL},
@@ -1989,8 +2010,9 @@ static const sbx_meta_struct_t s_meta_snap_release_ok = {"snap.release.ok", size
 static const sbx_meta_field_t s_fields_vm_snapshot[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_snapshot_t, sandbox_id), true, 64, NULL, NULL},
     {"dir", SBX_META_STRING, offsetof (sbx_vm_snapshot_t, dir), true, 1024, NULL, NULL},
+    {"live", SBX_META_BOOL, offsetof (sbx_vm_snapshot_t, live), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_vm_snapshot = {"vm.snapshot", sizeof (sbx_vm_snapshot_t), s_fields_vm_snapshot, 2};
+static const sbx_meta_struct_t s_meta_vm_snapshot = {"vm.snapshot", sizeof (sbx_vm_snapshot_t), s_fields_vm_snapshot, 3};
 
 static const sbx_meta_field_t s_fields_vm_snapshot_ok[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_snapshot_ok_t, sandbox_id), true, 64, NULL, NULL},
@@ -1998,8 +2020,9 @@ static const sbx_meta_field_t s_fields_vm_snapshot_ok[] = {
     {"memory_bytes", SBX_META_UINT, offsetof (sbx_vm_snapshot_ok_t, memory_bytes), false, 0, NULL, NULL},
     {"image", SBX_META_STRING, offsetof (sbx_vm_snapshot_ok_t, image), false, 1024, NULL, NULL},
     {"qemu_version", SBX_META_STRING, offsetof (sbx_vm_snapshot_ok_t, qemu_version), false, 128, NULL, NULL},
+    {"paused_ms", SBX_META_UINT, offsetof (sbx_vm_snapshot_ok_t, paused_ms), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_vm_snapshot_ok = {"vm.snapshot.ok", sizeof (sbx_vm_snapshot_ok_t), s_fields_vm_snapshot_ok, 5};
+static const sbx_meta_struct_t s_meta_vm_snapshot_ok = {"vm.snapshot.ok", sizeof (sbx_vm_snapshot_ok_t), s_fields_vm_snapshot_ok, 6};
 
 const sbx_meta_struct_t *const sbx_meta_caller = &s_meta_caller;
 
@@ -2248,6 +2271,10 @@ static const char *const s_from_sandbox_create[] = {"gateway", "cli"};
 static const char *const s_to_sandbox_create[] = {"broker"};
 static const char *const s_from_sandbox_create_ok[] = {"broker"};
 static const char *const s_to_sandbox_create_ok[] = {"gateway", "cli"};
+static const char *const s_from_sandbox_fork[] = {"gateway", "cli"};
+static const char *const s_to_sandbox_fork[] = {"broker"};
+static const char *const s_from_sandbox_fork_ok[] = {"broker"};
+static const char *const s_to_sandbox_fork_ok[] = {"gateway", "cli"};
 static const char *const s_from_sandbox_get[] = {"gateway", "cli"};
 static const char *const s_to_sandbox_get[] = {"broker"};
 static const char *const s_from_sandbox_get_ok[] = {"broker"};
@@ -2507,6 +2534,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"rate.report.ok", &s_meta_rate_report_ok, s_from_rate_report_ok, 1, s_to_rate_report_ok, 1, SBX_MSG__UNKNOWN, false},
     {"sandbox.create", &s_meta_sandbox_create, s_from_sandbox_create, 2, s_to_sandbox_create, 1, SBX_MSG_SANDBOX_CREATE_OK, false},
     {"sandbox.create.ok", &s_meta_sandbox_create_ok, s_from_sandbox_create_ok, 1, s_to_sandbox_create_ok, 2, SBX_MSG__UNKNOWN, false},
+    {"sandbox.fork", &s_meta_sandbox_fork, s_from_sandbox_fork, 2, s_to_sandbox_fork, 1, SBX_MSG_SANDBOX_FORK_OK, false},
+    {"sandbox.fork.ok", &s_meta_sandbox_fork_ok, s_from_sandbox_fork_ok, 1, s_to_sandbox_fork_ok, 2, SBX_MSG__UNKNOWN, false},
     {"sandbox.get", &s_meta_sandbox_get, s_from_sandbox_get, 2, s_to_sandbox_get, 1, SBX_MSG_SANDBOX_GET_OK, false},
     {"sandbox.get.ok", &s_meta_sandbox_get_ok, s_from_sandbox_get_ok, 1, s_to_sandbox_get_ok, 2, SBX_MSG__UNKNOWN, false},
     {"sandbox.list", &s_meta_sandbox_list, s_from_sandbox_list, 2, s_to_sandbox_list, 1, SBX_MSG_SANDBOX_LIST_OK, false},
@@ -3188,6 +3217,16 @@ sbx_sandbox_create_ok_t *sbx_msg_sandbox_create_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_SANDBOX_CREATE_OK ? (sbx_sandbox_create_ok_t *) msg->body : NULL;
 }
 
+sbx_sandbox_fork_t *sbx_msg_sandbox_fork (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_FORK ? (sbx_sandbox_fork_t *) msg->body : NULL;
+}
+
+sbx_sandbox_fork_ok_t *sbx_msg_sandbox_fork_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_FORK_OK ? (sbx_sandbox_fork_ok_t *) msg->body : NULL;
+}
+
 sbx_sandbox_get_t *sbx_msg_sandbox_get (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_SANDBOX_GET ? (sbx_sandbox_get_t *) msg->body : NULL;
@@ -3527,6 +3566,7 @@ sbx_vm_snapshot_ok_t *sbx_msg_vm_snapshot_ok (struct sbx_msg_s *msg)
 static const size_t s_subject_at[SBX_MSG__COUNT] = {
     [SBX_MSG_USAGE_GET] = offsetof (sbx_usage_get_t, sandbox_id) + 1,
     [SBX_MSG_MCP_SESSION_USE] = offsetof (sbx_mcp_session_use_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_FORK] = offsetof (sbx_sandbox_fork_t, sandbox_id) + 1,
     [SBX_MSG_SANDBOX_GET] = offsetof (sbx_sandbox_get_t, sandbox_id) + 1,
     [SBX_MSG_SANDBOX_STOP] = offsetof (sbx_sandbox_stop_t, sandbox_id) + 1,
     [SBX_MSG_SANDBOX_RESUME] = offsetof (sbx_sandbox_resume_t, sandbox_id) + 1,
@@ -3570,6 +3610,7 @@ static const size_t s_subject_at[SBX_MSG__COUNT] = {
 };
 static const size_t s_sandbox_at[SBX_MSG__COUNT] = {
     [SBX_MSG_SANDBOX_CREATE_OK] = offsetof (sbx_sandbox_create_ok_t, sandbox) + 1,
+    [SBX_MSG_SANDBOX_FORK_OK] = offsetof (sbx_sandbox_fork_ok_t, sandbox) + 1,
     [SBX_MSG_SANDBOX_GET_OK] = offsetof (sbx_sandbox_get_ok_t, sandbox) + 1,
     [SBX_MSG_SANDBOX_STOP_OK] = offsetof (sbx_sandbox_stop_ok_t, sandbox) + 1,
     [SBX_MSG_SANDBOX_RESUME_OK] = offsetof (sbx_sandbox_resume_ok_t, sandbox) + 1,

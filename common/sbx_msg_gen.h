@@ -163,12 +163,14 @@ typedef enum {
 const char *sbx_snapshot_state_name (sbx_snapshot_state_t value);
 int sbx_snapshot_state_from_name (const char *name, sbx_snapshot_state_t *value_p);
 
-//  snapshot_kind (snapshot.json): Who made it: user (save_snapshot) or automatic (a stop keeps
-//  one).
+//  snapshot_kind (snapshot.json): Who made it: user (save_snapshot), automatic (a stop keeps
+//  one) or fork (fork_sandbox's capture of the source, which its copies stand on; kept only
+//  while they, or snapshots of them, do).
 typedef enum {
     SBX_SNAPSHOT_KIND__UNSET = 0,
     SBX_SNAPSHOT_KIND_USER,      //  "user"
     SBX_SNAPSHOT_KIND_AUTOMATIC, //  "automatic"
+    SBX_SNAPSHOT_KIND_FORK,      //  "fork"
 } sbx_snapshot_kind_t;
 const char *sbx_snapshot_kind_name (sbx_snapshot_kind_t value);
 int sbx_snapshot_kind_from_name (const char *name, sbx_snapshot_kind_t *value_p);
@@ -314,6 +316,8 @@ typedef enum {
     SBX_MSG_RATE_REPORT_OK,           //  rate.report.ok
     SBX_MSG_SANDBOX_CREATE,           //  sandbox.create
     SBX_MSG_SANDBOX_CREATE_OK,        //  sandbox.create.ok
+    SBX_MSG_SANDBOX_FORK,             //  sandbox.fork
+    SBX_MSG_SANDBOX_FORK_OK,          //  sandbox.fork.ok
     SBX_MSG_SANDBOX_GET,              //  sandbox.get
     SBX_MSG_SANDBOX_GET_OK,           //  sandbox.get.ok
     SBX_MSG_SANDBOX_LIST,             //  sandbox.list
@@ -527,6 +531,8 @@ typedef struct sbx_port_info_s sbx_port_info_t;
 typedef struct sbx_metrics_sample_s sbx_metrics_sample_t;
 typedef struct sbx_sandbox_create_s sbx_sandbox_create_t;
 typedef struct sbx_sandbox_create_ok_s sbx_sandbox_create_ok_t;
+typedef struct sbx_sandbox_fork_s sbx_sandbox_fork_t;
+typedef struct sbx_sandbox_fork_ok_s sbx_sandbox_fork_ok_t;
 typedef struct sbx_sandbox_get_s sbx_sandbox_get_t;
 typedef struct sbx_sandbox_get_ok_s sbx_sandbox_get_ok_t;
 typedef struct sbx_sandbox_list_s sbx_sandbox_list_t;
@@ -1076,6 +1082,11 @@ struct sbx_agent_setup_s {
     //  (RNDADDENTROPY), then a reseed (RNDRESEEDCRNG): a sandbox restored from a snapshot must
     //  not share its siblings' random state.
     sbx_bytes_t entropy;
+    //  (max 17) The sandbox's own MAC address for eth0 (aa:bb:cc:dd:ee:ff), set when the
+    //  interface has another: a guest restored from another's memory (a snapshot, a template, a
+    //  fork) still has that one's. The kernel announces it with a gratuitous ARP (arp_notify),
+    //  so QEMU's user network learns it at once.
+    char *mac;
 };
 
 //  message agent.setup.ok (agent.json): agent -> vmd. Applied.
@@ -1084,6 +1095,9 @@ struct sbx_agent_setup_ok_s {
     char *hostname;
     //  How far the clock was moved (new minus old); 0 when time_ms was absent.
     int64_t clock_adjust_ms;
+    //  (max 17) eth0's MAC address now (absent when it has none); another than setup's mac says
+    //  it could not be set.
+    char *mac;
 };
 
 //  message agent.exec (agent.json): vmd -> agent, reply agent.exec.ok. Run a command with
@@ -2443,6 +2457,35 @@ struct sbx_sandbox_create_ok_s {
     char *note;
 };
 
+//  message sandbox.fork (sandbox.json): gateway, cli -> broker, reply sandbox.fork.ok. Make
+//  count running copies of a ready sandbox with its memory: one capture of the source (paused
+//  only for its last pages), then count restores on the source's vmd, each a sandbox of its own
+//  (id, label and hostname, MAC, fresh entropy) that bills as any create. All or nothing:
+//  refused up front when the plan's running or starts-per-day limit, or the vmd's room, cannot
+//  take count more; a copy that fails deletes the others.
+struct sbx_sandbox_fork_s {
+    //  (required, max 64) The source, sb_… id.
+    char *sandbox_id;
+    //  How many copies, 1 to 10 (0: 1).
+    uint64_t count;
+};
+
+//  message sandbox.fork.ok (sandbox.json): broker -> gateway, cli. The copies, ready, and the
+//  source as it is now (running again).
+struct sbx_sandbox_fork_ok_s {
+    //  (required) The source.
+    sbx_sandbox_info_t *sandbox;
+    //  (max 16) The copies, in the order they were made.
+    sbx_sandbox_info_list_t sandboxes;
+    //  (max 64) The capture the copies stand on (a snapshot of kind fork, removed with the last
+    //  of them).
+    char *snapshot_id;
+    //  How long the source's guest was paused for the capture.
+    uint64_t paused_ms;
+    //  From the request to the capture's files, the source running again.
+    uint64_t capture_ms;
+};
+
 //  message sandbox.get (sandbox.json): gateway, cli -> broker, reply sandbox.get.ok. One
 //  sandbox of the caller's account (another account's is not_found).
 struct sbx_sandbox_get_s {
@@ -2949,7 +2992,8 @@ struct sbx_snapshot_info_s {
     sbx_sandbox_type_t type;
     //  (required) saving, ready or failed.
     sbx_snapshot_state_t state;
-    //  user (save_snapshot) or automatic (kept by a stop).
+    //  user (save_snapshot), automatic (kept by a stop) or fork (a fork's capture, removed with
+    //  its last copy).
     sbx_snapshot_kind_t kind;
     //  (max 64) The user's key/value labels.
     sbx_strmap_t labels;
@@ -3066,7 +3110,7 @@ struct sbx_snap_begin_s {
     char *sandbox_id;
     //  (required) The sandbox's size.
     sbx_sandbox_type_t type;
-    //  user or automatic.
+    //  user, automatic or fork.
     sbx_snapshot_kind_t kind;
     //  (max 128) A name for people.
     char *name;
@@ -3075,6 +3119,10 @@ struct sbx_snap_begin_s {
     //  (max 64) The API key that created the sandbox: a ci key sees only snapshots of the
     //  sandboxes it created.
     char *key_id;
+    //  (max 16) Sandboxes that will be made from it (a fork's copies, their ids chosen
+    //  already): recorded as standing on it from the start, so nothing removes it before they
+    //  are made. Each is released as any sandbox made from a snapshot (snap.release).
+    sbx_strlist_t users;
 };
 
 //  message snap.begin.ok (snapshot.json): snapshotd -> broker. Where vmd writes.
@@ -3162,6 +3210,11 @@ struct sbx_vm_snapshot_s {
     char *sandbox_id;
     //  (required, max 1024) Where to write disk.qcow2 and memory.state (snapshotd's, absolute).
     char *dir;
+    //  A fork's capture of a ready guest: its memory is copied while it runs (precopy; QEMU
+    //  pauses it only for the last pages and the devices), the disk is copied during that pause
+    //  without an fsync, and the files are synced after the guest continues (the answer does
+    //  not wait for it).
+    bool live;
 };
 
 //  message vm.snapshot.ok (snapshot.json): vmd -> broker. The files are complete and durable.
@@ -3176,6 +3229,9 @@ struct sbx_vm_snapshot_ok_s {
     char *image;
     //  (max 128) This host's QEMU.
     char *qemu_version;
+    //  How long the guest was paused for the capture (QEMU's STOP to its RESUME, as vmd saw
+    //  them); 0 for a stopped guest.
+    uint64_t paused_ms;
 };
 
 //  Typed access to a message's body: NULL unless msg is of that type.
@@ -3301,6 +3357,8 @@ sbx_rate_report_t *sbx_msg_rate_report (struct sbx_msg_s *msg);
 sbx_rate_report_ok_t *sbx_msg_rate_report_ok (struct sbx_msg_s *msg);
 sbx_sandbox_create_t *sbx_msg_sandbox_create (struct sbx_msg_s *msg);
 sbx_sandbox_create_ok_t *sbx_msg_sandbox_create_ok (struct sbx_msg_s *msg);
+sbx_sandbox_fork_t *sbx_msg_sandbox_fork (struct sbx_msg_s *msg);
+sbx_sandbox_fork_ok_t *sbx_msg_sandbox_fork_ok (struct sbx_msg_s *msg);
 sbx_sandbox_get_t *sbx_msg_sandbox_get (struct sbx_msg_s *msg);
 sbx_sandbox_get_ok_t *sbx_msg_sandbox_get_ok (struct sbx_msg_s *msg);
 sbx_sandbox_list_t *sbx_msg_sandbox_list (struct sbx_msg_s *msg);

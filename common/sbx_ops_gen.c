@@ -204,6 +204,12 @@ static const sbx_op_arg_t s_set_sandbox_egress_args[] = {
     {"sandboxId", SBX_OPS_MCP, SBX_ARG_IN_NONE, SBX_ARG_STRING, 0, true, true,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
 };
+static const sbx_op_arg_t s_fork_sandbox_args[] = {
+    {"count", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_BODY, SBX_ARG_INTEGER, 0, false, false,
+     true, true, 1LL, 10LL, 0, -1, NULL, NULL, "1"},
+    {"sandboxId", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, true,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+};
 static const sbx_op_arg_t s_get_usage_args[] = {
     {"sandboxId", SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_STRING, 0, false, false,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
@@ -236,14 +242,14 @@ static const sbx_op_arg_t s_list_webhook_deliveries_args[] = {
 const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
     [SBX_OP_CREATE_SANDBOX] = {"create_sandbox", true, "POST", "/v1/sandboxes",
                                false, false, SBX_MSG_SANDBOX_CREATE, 300000,
-                               SBX_OPS_BODY_JSON,
+                               SBX_OPS_BODY_JSON, 201,
                                "Sandbox {id} {state:words.sandboxState}. URL: {url}.{?expiresAt} Stops automatically "
                                "at {expiresAt}.{/expiresAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note"
                                "}",
                                s_create_sandbox_args, 9},
     [SBX_OP_LIST_SANDBOXES] = {"list_sandboxes", true, "GET", "/v1/sandboxes",
                                true, false, SBX_MSG_SANDBOX_LIST, 30000,
-                               SBX_OPS_BODY_NONE,
+                               SBX_OPS_BODY_NONE, 200,
                                "{^sandboxes}No sandboxes.{/sandboxes}{?sandboxes}{sandboxes:plural.sandbox.sandboxes}:{/sa"
                                "ndboxes}{#sandboxes}\012{id}  {state}  {name}  {type}  {url}{?expiresAt}  stops at "
                                "{expiresAt}{/expiresAt}{/sandboxes}{?nextCursor}\012More: list again with cursor {nextCurs"
@@ -251,14 +257,14 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                                s_list_sandboxes_args, 2},
     [SBX_OP_GET_SANDBOX] = {"get_sandbox", true, "GET", "/v1/sandboxes/{sandboxId}",
                             true, false, SBX_MSG_SANDBOX_GET, 30000,
-                            SBX_OPS_BODY_NONE,
+                            SBX_OPS_BODY_NONE, 200,
                             "Sandbox {id} {state:words.sandboxState}. URL: {url}.{?expiresAt} Stops automatically "
                             "at {expiresAt}.{/expiresAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note"
                             "}{?runningSeconds} Running time so far: {runningSeconds} s, ${costUsd}.{/runningSeconds}",
                             s_get_sandbox_args, 1},
     [SBX_OP_GET_SANDBOX_METRICS] = {"get_sandbox_metrics", true, "GET", "/v1/sandboxes/{sandboxId}/metrics",
                                     true, false, SBX_MSG_SANDBOX_METRICS, 30000,
-                                    SBX_OPS_BODY_NONE,
+                                    SBX_OPS_BODY_NONE, 200,
                                     "{^samples}No samples of {sandboxId} yet.{?sampling} Its host samples it every {intervalSec"
                                     "onds} s while it runs.{/sampling}{^sampling} Sampling is off on its host.{/sampling}{/samp"
                                     "les}{?samples}Sandbox {sandboxId} {state:words.sandboxState}. CPU {cpuPercent}%,"
@@ -268,7 +274,7 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                                     s_get_sandbox_metrics_args, 3},
     [SBX_OP_EXEC] = {"exec", true, "POST", "/v1/sandboxes/{sandboxId}/exec",
                      false, true, SBX_MSG_AGENT_EXEC, 30000,
-                     SBX_OPS_BODY_JSON_REQUIRED,
+                     SBX_OPS_BODY_JSON_REQUIRED, 200,
                      "{?running}Started process {processId} in {@sandboxId}. Call command_status with processId "
                      "{processId} for its output and exit code.{/running}{^running}Exit code {exitCode}.{?timedO"
                      "ut} The command ran longer than {@timeout} s and was killed; use detached: true for "
@@ -282,7 +288,7 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                      s_exec_args, 8},
     [SBX_OP_COMMAND_STATUS] = {"command_status", true, "GET", "/v1/sandboxes/{sandboxId}/processes/{processId}",
                                true, false, SBX_MSG_AGENT_STATUS, 30000,
-                               SBX_OPS_BODY_NONE,
+                               SBX_OPS_BODY_NONE, 200,
                                "{?running}Process {processId} is running.{/running}{^running}Process {processId} exited "
                                "with code {exitCode}.{/running}{?timedOut} It was killed when its timeout passed.{/timedOu"
                                "t}{?stdout}\012stdout:\012{stdout:chomp}{/stdout}{?stderr}\012stderr:\012{stderr:chomp}{/s"
@@ -294,13 +300,13 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                                s_command_status_args, 5},
     [SBX_OP_KILL_COMMAND] = {"kill_command", true, "POST", "/v1/sandboxes/{sandboxId}/processes/{processId}/kill",
                              false, true, SBX_MSG_AGENT_KILL, 30000,
-                             SBX_OPS_BODY_JSON,
+                             SBX_OPS_BODY_JSON, 200,
                              "Sent {signal:signal} to process {processId} in {@sandboxId}. Call command_status for "
                              "its exit code.",
                              s_kill_command_args, 3},
     [SBX_OP_LIST_COMMANDS] = {"list_commands", true, "GET", "/v1/sandboxes/{sandboxId}/processes",
                               true, false, SBX_MSG_AGENT_PS, 30000,
-                              SBX_OPS_BODY_NONE,
+                              SBX_OPS_BODY_NONE, 200,
                               "{^processes}No processes in {@sandboxId}.{/processes}{?processes}{processes:plural.process"
                               ".processes} in {@sandboxId}, oldest first:{/processes}{#processes}\012{processId} "
                               " {?running}running{/running}{^running}exit {exitCode}{?signal} ({signal:signal}){/signal}{"
@@ -309,147 +315,156 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                               s_list_commands_args, 1},
     [SBX_OP_OPEN_TERMINAL] = {"open_terminal", false, "GET", "/v1/sandboxes/{sandboxId}/terminal",
                               false, true, SBX_MSG_AGENT_EXEC, 30000,
-                              SBX_OPS_BODY_NONE,
+                              SBX_OPS_BODY_NONE, 101,
                               NULL,
                               s_open_terminal_args, 5},
     [SBX_OP_READ_FILE] = {"read_file", true, "GET", "/v1/sandboxes/{sandboxId}/files",
                           true, false, SBX_MSG_AGENT_FILE_READ, 30000,
-                          SBX_OPS_BODY_NONE,
+                          SBX_OPS_BODY_NONE, 200,
                           "{content}",
                           s_read_file_args, 3},
     [SBX_OP_WRITE_FILE] = {"write_file", true, "PUT", "/v1/sandboxes/{sandboxId}/files",
                            false, true, SBX_MSG_AGENT_FILE_WRITE, 30000,
-                           SBX_OPS_BODY_RAW,
+                           SBX_OPS_BODY_RAW, 200,
                            "Wrote {size} bytes to {path} in {@sandboxId}.",
                            s_write_file_args, 5},
     [SBX_OP_HOST_PORT] = {"host_port", true, "POST", "/v1/sandboxes/{sandboxId}/ports",
                           false, false, SBX_MSG_SANDBOX_PORT, 30000,
-                          SBX_OPS_BODY_JSON_REQUIRED,
+                          SBX_OPS_BODY_JSON_REQUIRED, 200,
                           "{?removed}Port {port} of {@sandboxId} is no longer published.{/removed}{^removed}Port "
                           "{port} of {@sandboxId} is at {url} ({public:words.visibility}).{/removed}",
                           s_host_port_args, 4},
     [SBX_OP_UNPUBLISH_PORT] = {"unpublish_port", false, "DELETE", "/v1/sandboxes/{sandboxId}/ports/{port}",
                                false, false, SBX_MSG_SANDBOX_PORT, 30000,
-                               SBX_OPS_BODY_NONE,
+                               SBX_OPS_BODY_NONE, 200,
                                NULL,
                                s_unpublish_port_args, 2},
     [SBX_OP_STOP_SANDBOX] = {"stop_sandbox", true, "POST", "/v1/sandboxes/{sandboxId}/stop",
                              false, false, SBX_MSG_SANDBOX_STOP, 300000,
-                             SBX_OPS_BODY_NONE,
+                             SBX_OPS_BODY_NONE, 200,
                              "Sandbox {id} {state:words.stopWords}. URL: {url}.{?expiresAt} Stops automatically "
                              "at {expiresAt}.{/expiresAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note"
                              "}",
                              s_stop_sandbox_args, 1},
     [SBX_OP_RESUME_SANDBOX] = {"resume_sandbox", true, "POST", "/v1/sandboxes/{sandboxId}/resume",
                                false, false, SBX_MSG_SANDBOX_RESUME, 300000,
-                               SBX_OPS_BODY_NONE,
+                               SBX_OPS_BODY_NONE, 200,
                                "Sandbox {id} {state:words.resumeWords}. URL: {url}.{?expiresAt} Stops automatically "
                                "at {expiresAt}.{/expiresAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note"
                                "}",
                                s_resume_sandbox_args, 1},
     [SBX_OP_EXTEND_SANDBOX] = {"extend_sandbox", true, "POST", "/v1/sandboxes/{sandboxId}/extend",
                                false, false, SBX_MSG_SANDBOX_EXTEND, 30000,
-                               SBX_OPS_BODY_JSON_REQUIRED,
+                               SBX_OPS_BODY_JSON_REQUIRED, 200,
                                "Sandbox {id} has a new deadline. URL: {url}.{?expiresAt} Stops automatically at {expiresAt"
                                "}.{/expiresAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note}",
                                s_extend_sandbox_args, 2},
     [SBX_OP_RENAME_SANDBOX] = {"rename_sandbox", true, NULL, NULL,
                                false, false, SBX_MSG_SANDBOX_UPDATE, 30000,
-                               SBX_OPS_BODY_NONE,
+                               SBX_OPS_BODY_NONE, 0,
                                "Sandbox {id} is updated. URL: {url}.{?expiresAt} Stops automatically at {expiresAt}.{/expi"
                                "resAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note}",
                                s_rename_sandbox_args, 2},
     [SBX_OP_LABEL_SANDBOX] = {"label_sandbox", true, NULL, NULL,
                               false, false, SBX_MSG_SANDBOX_UPDATE, 30000,
-                              SBX_OPS_BODY_NONE,
+                              SBX_OPS_BODY_NONE, 0,
                               "Sandbox {id} is updated. URL: {url}.{?expiresAt} Stops automatically at {expiresAt}.{/expi"
                               "resAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note}",
                               s_label_sandbox_args, 2},
     [SBX_OP_UPDATE_SANDBOX] = {"update_sandbox", false, "PATCH", "/v1/sandboxes/{sandboxId}",
                                false, false, SBX_MSG_SANDBOX_UPDATE, 30000,
-                               SBX_OPS_BODY_JSON_REQUIRED,
+                               SBX_OPS_BODY_JSON_REQUIRED, 200,
                                NULL,
                                s_update_sandbox_args, 5},
     [SBX_OP_DELETE_SANDBOX] = {"delete_sandbox", true, "DELETE", "/v1/sandboxes/{sandboxId}",
                                false, true, SBX_MSG_SANDBOX_DELETE, 300000,
-                               SBX_OPS_BODY_NONE,
+                               SBX_OPS_BODY_NONE, 200,
                                "Deleting {id}: its disk, memory and automatic snapshots are removed.",
                                s_delete_sandbox_args, 1},
     [SBX_OP_SAVE_SNAPSHOT] = {"save_snapshot", true, "POST", "/v1/sandboxes/{sandboxId}/snapshots",
                               false, false, SBX_MSG_SNAPSHOT_SAVE, 300000,
-                              SBX_OPS_BODY_JSON,
+                              SBX_OPS_BODY_JSON, 201,
                               "Saved snapshot {id} of {sandboxId:or.the sandbox} ({sizeBytes:mib} MiB). Start new "
                               "sandboxes from it with create_sandbox and snapshotId {id}.",
                               s_save_snapshot_args, 3},
     [SBX_OP_LIST_SNAPSHOTS] = {"list_snapshots", true, "GET", "/v1/snapshots",
                                true, false, SBX_MSG_SNAPSHOT_LIST, 30000,
-                               SBX_OPS_BODY_NONE,
+                               SBX_OPS_BODY_NONE, 200,
                                "{^snapshots}No snapshots.{/snapshots}{?snapshots}{snapshots:plural.snapshot.snapshots}:{/s"
                                "napshots}{#snapshots}\012{id}  {state}  {name:or.-}  from {sandboxId:or.-}  {sizeBytes:mib"
                                "} MiB  {createdAt:or.}{?reason}  {reason}{/reason}{/snapshots}",
                                s_list_snapshots_args, 1},
     [SBX_OP_GET_SNAPSHOT] = {"get_snapshot", false, "GET", "/v1/snapshots/{snapshotId}",
                              true, false, SBX_MSG_SNAPSHOT_GET, 30000,
-                             SBX_OPS_BODY_NONE,
+                             SBX_OPS_BODY_NONE, 200,
                              NULL,
                              s_get_snapshot_args, 1},
     [SBX_OP_DELETE_SNAPSHOT] = {"delete_snapshot", true, "DELETE", "/v1/snapshots/{snapshotId}",
                                 false, true, SBX_MSG_SNAPSHOT_DELETE, 30000,
-                                SBX_OPS_BODY_NONE,
+                                SBX_OPS_BODY_NONE, 200,
                                 "Deleted snapshot {id}.",
                                 s_delete_snapshot_args, 1},
     [SBX_OP_SET_SANDBOX_EGRESS] = {"set_sandbox_egress", true, NULL, NULL,
                                    false, false, SBX_MSG_SANDBOX_UPDATE, 30000,
-                                   SBX_OPS_BODY_NONE,
+                                   SBX_OPS_BODY_NONE, 0,
                                    "Sandbox {id} egress rules: {#egress}{^allow}{^deny}none of its own{/deny}{/allow}{?deny}de"
                                    "ny {deny}{/deny}{?allow}{?deny}; {/deny}only {allow} (and DNS) reachable{/allow}{/egress};"
                                    " the fixed policy (no host, private or special-purpose addresses) always applies. "
                                    "URL: {url}.{?expiresAt} Stops automatically at {expiresAt}.{/expiresAt}{?reason} Reason: "
                                    "{reason}.{/reason}{?note} Note: {note}.{/note}",
                                    s_set_sandbox_egress_args, 2},
+    [SBX_OP_FORK_SANDBOX] = {"fork_sandbox", true, "POST", "/v1/sandboxes/{sandboxId}/fork",
+                             false, false, SBX_MSG_SANDBOX_FORK, 300000,
+                             SBX_OPS_BODY_JSON, 201,
+                             "Made {sandboxes:plural.copy.copies} of {sourceId} with its memory: each runs the source's "
+                             "processes and has its files, with its own hostname, MAC address and random state,"
+                             " and bills on its own. The source was paused {pausedMs} ms and runs on.{#sandboxes}\012{id"
+                             "}  {label}  {url}{/sandboxes}\012Pass a copy's id as sandboxId to use it; the default "
+                             "sandbox is still {sourceId}.",
+                             s_fork_sandbox_args, 2},
     [SBX_OP_GET_USAGE] = {"get_usage", false, "GET", "/v1/usage",
                           true, false, SBX_MSG_USAGE_GET, 30000,
-                          SBX_OPS_BODY_NONE,
+                          SBX_OPS_BODY_NONE, 200,
                           NULL,
                           s_get_usage_args, 1},
     [SBX_OP_LIST_KEYS] = {"list_keys", false, "GET", "/v1/keys",
                           true, false, SBX_MSG_KEY_LIST, 30000,
-                          SBX_OPS_BODY_NONE,
+                          SBX_OPS_BODY_NONE, 200,
                           NULL,
                           NULL, 0},
     [SBX_OP_REVOKE_KEY] = {"revoke_key", false, "DELETE", "/v1/keys/{keyId}",
                            false, true, SBX_MSG_KEY_REVOKE, 30000,
-                           SBX_OPS_BODY_NONE,
+                           SBX_OPS_BODY_NONE, 200,
                            NULL,
                            s_revoke_key_args, 1},
     [SBX_OP_CREATE_WEBHOOK] = {"create_webhook", false, "POST", "/v1/webhooks",
                                false, false, SBX_MSG_WEBHOOK_CREATE, 30000,
-                               SBX_OPS_BODY_JSON_REQUIRED,
+                               SBX_OPS_BODY_JSON_REQUIRED, 201,
                                NULL,
                                s_create_webhook_args, 2},
     [SBX_OP_LIST_WEBHOOKS] = {"list_webhooks", false, "GET", "/v1/webhooks",
                               true, false, SBX_MSG_WEBHOOK_LIST, 30000,
-                              SBX_OPS_BODY_NONE,
+                              SBX_OPS_BODY_NONE, 200,
                               NULL,
                               NULL, 0},
     [SBX_OP_GET_WEBHOOK] = {"get_webhook", false, "GET", "/v1/webhooks/{webhookId}",
                             true, false, SBX_MSG_WEBHOOK_GET, 30000,
-                            SBX_OPS_BODY_NONE,
+                            SBX_OPS_BODY_NONE, 200,
                             NULL,
                             s_get_webhook_args, 1},
     [SBX_OP_DELETE_WEBHOOK] = {"delete_webhook", false, "DELETE", "/v1/webhooks/{webhookId}",
                                false, true, SBX_MSG_WEBHOOK_DELETE, 30000,
-                               SBX_OPS_BODY_NONE,
+                               SBX_OPS_BODY_NONE, 200,
                                NULL,
                                s_delete_webhook_args, 1},
     [SBX_OP_LIST_WEBHOOK_DELIVERIES] = {"list_webhook_deliveries", false, "GET", "/v1/webhooks/{webhookId}/deliveries",
                                         true, false, SBX_MSG_WEBHOOK_DELIVERIES, 30000,
-                                        SBX_OPS_BODY_NONE,
+                                        SBX_OPS_BODY_NONE, 200,
                                         NULL,
                                         s_list_webhook_deliveries_args, 2},
     [SBX_OP_GET_OPENAPI] = {"get_openapi", false, "GET", "/v1/openapi.json",
                             true, false, SBX_MSG__UNKNOWN, 0,
-                            SBX_OPS_BODY_NONE,
+                            SBX_OPS_BODY_NONE, 200,
                             NULL,
                             NULL, 0},
 };
@@ -477,6 +492,7 @@ const sbx_ops_route_t sbx_ops_routes[] = {
     {"GET", "/v1/snapshots", SBX_OP_LIST_SNAPSHOTS},
     {"GET", "/v1/snapshots/{snapshotId}", SBX_OP_GET_SNAPSHOT},
     {"DELETE", "/v1/snapshots/{snapshotId}", SBX_OP_DELETE_SNAPSHOT},
+    {"POST", "/v1/sandboxes/{sandboxId}/fork", SBX_OP_FORK_SANDBOX},
     {"GET", "/v1/usage", SBX_OP_GET_USAGE},
     {"GET", "/v1/keys", SBX_OP_LIST_KEYS},
     {"DELETE", "/v1/keys/{keyId}", SBX_OP_REVOKE_KEY},
@@ -940,8 +956,8 @@ const char sbx_ops_tools_json[] =
     "\"outputSchema\":{\"type\":\"object\",\"required\":[\"id\",\"state\"],"
     "\"properties\":{\"id\":{\"type\":\"string\"},\"name\":{\"type\":[\"string\","
     "\"null\"]},\"state\":{\"type\":\"string\",\"enum\":[\"saving\",\"ready\","
-    "\"failed\"]},\"kind\":{\"type\":\"string\",\"enum\":[\"user\",\"automatic\"]},"
-    "\"sandboxId\":{\"type\":[\"string\",\"null\"]},\"type\":{\"type\":\"string\","
+    "\"failed\"]},\"kind\":{\"type\":\"string\",\"enum\":[\"user\",\"automatic\","
+    "\"fork\"]},\"sandboxId\":{\"type\":[\"string\",\"null\"]},\"type\":{\"type\":\"string\","
     "\"enum\":[\"small\",\"medium\",\"large\"]},\"sizeBytes\":{\"type\":\"integer\"},"
     "\"diskBytes\":{\"type\":\"integer\"},\"memoryBytes\":{\"type\":\"integer\"},"
     "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"labels\":{\"type\":\"object\","
@@ -957,7 +973,7 @@ const char sbx_ops_tools_json[] =
     "\"required\":[\"id\",\"state\"],\"properties\":{\"id\":{\"type\":\"string\"},"
     "\"name\":{\"type\":[\"string\",\"null\"]},\"state\":{\"type\":\"string\","
     "\"enum\":[\"saving\",\"ready\",\"failed\"]},\"kind\":{\"type\":\"string\","
-    "\"enum\":[\"user\",\"automatic\"]},\"sandboxId\":{\"type\":[\"string\","
+    "\"enum\":[\"user\",\"automatic\",\"fork\"]},\"sandboxId\":{\"type\":[\"string\","
     "\"null\"]},\"type\":{\"type\":\"string\",\"enum\":[\"small\",\"medium\","
     "\"large\"]},\"sizeBytes\":{\"type\":\"integer\"},\"diskBytes\":{\"type\":\"integer\"},"
     "\"memoryBytes\":{\"type\":\"integer\"},\"createdAt\":{\"type\":[\"string\","
@@ -973,7 +989,7 @@ const char sbx_ops_tools_json[] =
     "object\",\"required\":[\"id\",\"state\"],\"properties\":{\"id\":{\"type\":\"string\"},"
     "\"name\":{\"type\":[\"string\",\"null\"]},\"state\":{\"type\":\"string\","
     "\"enum\":[\"saving\",\"ready\",\"failed\"]},\"kind\":{\"type\":\"string\","
-    "\"enum\":[\"user\",\"automatic\"]},\"sandboxId\":{\"type\":[\"string\","
+    "\"enum\":[\"user\",\"automatic\",\"fork\"]},\"sandboxId\":{\"type\":[\"string\","
     "\"null\"]},\"type\":{\"type\":\"string\",\"enum\":[\"small\",\"medium\","
     "\"large\"]},\"sizeBytes\":{\"type\":\"integer\"},\"diskBytes\":{\"type\":\"integer\"},"
     "\"memoryBytes\":{\"type\":\"integer\"},\"createdAt\":{\"type\":[\"string\","
@@ -1022,5 +1038,39 @@ const char sbx_ops_tools_json[] =
     "\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integer\",\"minimum\":1,"
     "\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\"boolean\"}}}}}},"
     "\"annotations\":{\"title\":\"Set sandbox egress rules\",\"readOnlyHint\":false,"
-    "\"destructiveHint\":false,\"idempotentHint\":true}}"
+    "\"destructiveHint\":false,\"idempotentHint\":true}},"
+    //  fork_sandbox
+    "{\"name\":\"fork_sandbox\",\"title\":\"Fork sandbox\",\"description\":\"Make count "
+    "running copies of a ready sandbox with its memory (1 to 10, default 1): each copy "
+    "runs the source's processes and has its files, with its own id, hostname,"
+    " MAC address and random state, and bills on its own. The source is paused only for "
+    "a moment and runs on. All or nothing: the plan's running and daily-start limits must "
+    "fit count. The answer lists the copies; the session's default sandbox stays the source.\","
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"count\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":10,\"description\":\"How many copies (1 to 10,"
+    " default 1).\"},\"sandboxId\":{\"type\":\"string\",\"description\":\"The sandbox (sb_...)."
+    " Default: the one this session created or used last.\"}},\"additionalProperties\":false},"
+    "\"outputSchema\":{\"type\":\"object\",\"required\":[\"sourceId\",\"sandboxes\","
+    "\"pausedMs\"],\"properties\":{\"sourceId\":{\"type\":\"string\"},\"sandboxes\":{\"type\":\""
+    "array\",\"items\":{\"type\":\"object\",\"required\":[\"id\",\"name\",\"label\","
+    "\"state\",\"type\",\"url\",\"network\",\"autoResume\",\"egress\",\"labels\","
+    "\"createdAt\",\"expiresAt\"],\"properties\":{\"id\":{\"type\":\"string\","
+    "\"pattern\":\"^sb_[0-9a-z]{10}$\"},\"name\":{\"type\":\"string\"},\"label\":{\"type\":\"st"
+    "ring\"},\"state\":{\"type\":\"string\",\"enum\":[\"creating\",\"ready\","
+    "\"stopping\",\"stopped\",\"resuming\",\"deleting\",\"deleted\",\"error\"]},"
+    "\"type\":{\"type\":\"string\",\"enum\":[\"small\",\"medium\",\"large\"]},"
+    "\"url\":{\"type\":\"string\"},\"network\":{\"type\":\"boolean\"},\"autoResume\":{\"type\":"
+    "\"boolean\"},\"egress\":{\"type\":\"object\",\"required\":[\"allow\",\"deny\"],"
+    "\"additionalProperties\":false,\"properties\":{\"allow\":{\"type\":\"array\","
+    "\"items\":{\"type\":\"string\"}},\"deny\":{\"type\":\"array\",\"items\":{\"type\":\"string"
+    "\"}}}},\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
+    "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"expiresAt\":{\"type\":[\"string\","
+    "\"null\"]},\"reason\":{\"type\":\"string\"},\"note\":{\"type\":\"string\"},"
+    "\"runningSeconds\":{\"type\":\"integer\"},\"costMicroUsd\":{\"type\":\"integer\"},"
+    "\"costUsd\":{\"type\":\"string\"},\"ports\":{\"type\":\"array\",\"items\":{\"type\":\"obje"
+    "ct\",\"required\":[\"port\",\"url\",\"public\"],\"properties\":{\"port\":{\"type\":\"integ"
+    "er\",\"minimum\":1,\"maximum\":65535},\"url\":{\"type\":\"string\"},\"public\":{\"type\":\""
+    "boolean\"}}}}}}},\"pausedMs\":{\"type\":\"integer\"},\"captureMs\":{\"type\":\"integer\"},"
+    "\"snapshotId\":{\"type\":\"string\"}}},\"annotations\":{\"title\":\"Fork sandbox\","
+    "\"readOnlyHint\":false,\"destructiveHint\":false}}"
     "]";

@@ -36,6 +36,7 @@ typedef enum {
     SBX_OP_GET_SNAPSHOT,            //  get_snapshot: GET /v1/snapshots/{snapshotId}
     SBX_OP_DELETE_SNAPSHOT,         //  delete_snapshot: MCP, DELETE /v1/snapshots/{snapshotId}
     SBX_OP_SET_SANDBOX_EGRESS,      //  set_sandbox_egress: MCP
+    SBX_OP_FORK_SANDBOX,            //  fork_sandbox: MCP, POST /v1/sandboxes/{sandboxId}/fork
     SBX_OP_GET_USAGE,               //  get_usage: GET /v1/usage
     SBX_OP_LIST_KEYS,               //  list_keys: GET /v1/keys
     SBX_OP_REVOKE_KEY,              //  revoke_key: DELETE /v1/keys/{keyId}
@@ -46,7 +47,7 @@ typedef enum {
     SBX_OP_LIST_WEBHOOK_DELIVERIES, //  list_webhook_deliveries: GET /v1/webhooks/{webhookId}/deliveries
     SBX_OP_GET_OPENAPI,             //  get_openapi: GET /v1/openapi.json
 } sbx_op_t;
-#define SBX_OP__COUNT 34
+#define SBX_OP__COUNT 35
 
 //  The surfaces (doors) an operation or argument is on.
 #define SBX_OPS_MCP  1
@@ -100,6 +101,7 @@ typedef struct {
     sbx_msg_type_t message;   //  the request it becomes; SBX_MSG__UNKNOWN: the gateway answers
     uint32_t deadline_ms;     //  the wait for the answer (a waited exec adds its timeout)
     sbx_ops_body_t rest_body; //  what REST's request body is
+    int rest_status;          //  REST's status when it succeeds (201: it made something); 0: no route
     const char *text;         //  MCP's wording of the answer (gw_text), or NULL
     const sbx_op_arg_t *args; //  its arguments, arg_count of them
     unsigned arg_count;       //  

@@ -297,7 +297,8 @@ static void s_on_done (const gw_ops_result_t *result, void *arg)
         s_job_end (job);
         return;
     }
-    int status = 200;
+    //  Its success status as schemas/operations.json says (201: it made something).
+    int status = sbx_ops[job->op].rest_status ? sbx_ops[job->op].rest_status : 200;
     const char *id = json_string_value (json_object_get (result->answer, "id"));
     if ((job->op == SBX_OP_CREATE_SANDBOX || job->op == SBX_OP_SAVE_SNAPSHOT ||
          job->op == SBX_OP_CREATE_WEBHOOK) &&
@@ -309,7 +310,6 @@ static void s_on_done (const gw_ops_result_t *result, void *arg)
                                                      : "snapshots",
                   id);
         gw_request_add_header (req, "Location", location);
-        status = 201;
     }
     if (job->op == SBX_OP_EXEC && json_is_true (json_object_get (result->answer, "running")))
         status = 202; //  detached: poll GET …/processes/{processId}

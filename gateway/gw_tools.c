@@ -220,6 +220,26 @@ static void s_follow (s_call_t *call, json_t *answer)
         s_state_change (call->state, id, true, NULL);
         break;
     }
+    case SBX_OP_FORK_SANDBOX: {
+        //  The copies run the source's processes: they take its env too. The source
+        //  stays the default (the copies are named in the answer).
+        json_t *env = sandbox ? zhashx_lookup (call->state->env, sandbox) : NULL;
+        size_t i;
+        json_t *copy;
+        json_array_foreach (env ? json_object_get (answer, "sandboxes") : NULL, i, copy)
+        {
+            const char *id = s_str (copy, "id");
+            if (!id)
+                continue;
+            gw_tools_state_set_env (call->state, id, env);
+            s_state_change (call->state, id, false, env); //  (the broker's default moves…)
+        }
+        if (sandbox) { //  (…back to the source, last)
+            sbx_str_set (&call->state->last, sandbox);
+            s_state_change (call->state, sandbox, false, NULL);
+        }
+        break;
+    }
     case SBX_OP_SAVE_SNAPSHOT:
         if (s_str (answer, "sandboxId"))
             s_state_use (call->state, s_str (answer, "sandboxId"));
@@ -508,7 +528,8 @@ void gw_tools_test (bool verbose)
                                   "save_snapshot",
                                   "list_snapshots",
                                   "delete_snapshot",
-                                  "set_sandbox_egress"};
+                                  "set_sandbox_egress",
+                                  "fork_sandbox"};
     static const char *read_only[] = {"list_sandboxes", "get_sandbox",   "get_sandbox_metrics",
                                       "command_status", "list_commands", "read_file",
                                       "list_snapshots"};

@@ -1537,6 +1537,7 @@ def gen_ops_header(o):
         ("sbx_msg_type_t message;", "the request it becomes; SBX_MSG__UNKNOWN: the gateway answers"),
         ("uint32_t deadline_ms;", "the wait for the answer (a waited exec adds its timeout)"),
         ("sbx_ops_body_t rest_body;", "what REST's request body is"),
+        ("int rest_status;", "REST's status when it succeeds (201: it made something); 0: no route"),
         ("const char *text;", "MCP's wording of the answer (gw_text), or NULL"),
         ("const sbx_op_arg_t *args;", "its arguments, arg_count of them"),
         ("unsigned arg_count;", ""),
@@ -1650,7 +1651,8 @@ def gen_ops_source(o):
         kind = ("NONE" if body is None else "RAW" if "schema" in body
                 else "JSON_REQUIRED" if body["required"] else "JSON")
         text = op_text(o, op)
-        w.append(f"{' ' * len(head)}SBX_OPS_BODY_{kind},")
+        status = rest["success"]["status"] if rest else 0
+        w.append(f"{' ' * len(head)}SBX_OPS_BODY_{kind}, {status},")
         if text is not None:
             w.extend(_c_string_lines(text, indent=" " * len(head)))
             w[-1] += ","

@@ -46,6 +46,7 @@ static void s_remove_files (snap_server_t *self, const char *id)
 }
 
 static void s_sweep_orphans (snap_server_t *self, const char *id, sbx_strlist_t *removed);
+static void s_sweep_forks (snap_server_t *self);
 
 static void s_on_failed_at_start (const char *id, void *arg)
 {
@@ -110,6 +111,7 @@ snap_server_t *snap_server_new (sbx_config_t *config)
     if (failed > 0)
         sbx_warn ("%d snapshot save(s) interrupted by the last stop are marked failed", failed);
     s_sweep (self);
+    s_sweep_forks (self);
     return self;
 }
 
@@ -225,6 +227,10 @@ static void s_list_one (const snap_record_t *record, void *arg)
     s_list_t *list = arg;
     if (!s_may_see (&list->who, record))
         return; //  a ci key's list: its own sandboxes' snapshots only
+    //  A fork's capture is nothing for its user to manage (it goes with its last copy):
+    //  operators see it, get finds it by id.
+    if (!list->who.operator&& streq (record->kind, "fork"))
+        return;
     sbx_snapshot_info_t *info = sbx_snapshot_info_list_append (list->list);
     if (info)
         s_info (list->self, record, info, false);
@@ -294,6 +300,14 @@ static sbx_msg_t *s_on_delete (snap_server_t *self, sbx_msg_t *request)
     return reply;
 }
 
+static int s_add_users (snap_server_t *self, const char *id, const sbx_strlist_t *users)
+{
+    for (size_t i = 0; i < users->count; i++)
+        if (snap_store_use_add (self->store, id, users->items[i]))
+            return -1;
+    return 0;
+}
+
 static sbx_msg_t *s_on_begin (snap_server_t *self, sbx_msg_t *request)
 {
     sbx_snap_begin_t *args = sbx_msg_snap_begin (request);
@@ -309,18 +323,21 @@ static sbx_msg_t *s_on_begin (snap_server_t *self, sbx_msg_t *request)
         if ((unsigned char) *p < 0x20 || *p == 0x7f)
             return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
                                       "name must not contain control characters");
+    if (args->users.count && args->kind != SBX_SNAPSHOT_KIND_FORK)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "only a fork's capture has users from the start");
     char *id = sbx_secret_id ("snap_");
     char *parent = snap_store_origin (self->store, args->sandbox_id);
-    snap_record_t record = {.id = id,
-                            .account = args->account,
-                            .name = args->name,
-                            .sandbox_id = args->sandbox_id,
-                            .type = (char *) sbx_sandbox_type_name (args->type),
-                            .kind =
-                                args->kind == SBX_SNAPSHOT_KIND_AUTOMATIC ? "automatic" : "user",
-                            .parent = parent,
-                            .created_ms = sbx_clock_now_ms (),
-                            .key_id = args->key_id};
+    snap_record_t record = {
+        .id = id,
+        .account = args->account,
+        .name = args->name,
+        .sandbox_id = args->sandbox_id,
+        .type = (char *) sbx_sandbox_type_name (args->type),
+        .kind = (char *) sbx_snapshot_kind_name (args->kind ? args->kind : SBX_SNAPSHOT_KIND_USER),
+        .parent = parent,
+        .created_ms = sbx_clock_now_ms (),
+        .key_id = args->key_id};
     char *dir = id ? s_dir (self, id) : NULL;
     sbx_msg_t *reply;
     //  Record first (saving), then the directory: a crash between leaves a saving record
@@ -328,7 +345,11 @@ static sbx_msg_t *s_on_begin (snap_server_t *self, sbx_msg_t *request)
     if (!dir || snap_store_insert (self->store, &record, args->labels.keys, args->labels.values,
                                    args->labels.count))
         reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record the snapshot");
-    else if (mkdir (dir, 0711) == -1 || chmod (dir, 0711) == -1) {
+    //  A fork's copies stand on it before they exist: nothing removes it meanwhile.
+    else if (s_add_users (self, id, &args->users)) {
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record its users");
+        snap_store_delete (self->store, id);
+    } else if (mkdir (dir, 0711) == -1 || chmod (dir, 0711) == -1) {
         reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot make %s: %s", dir,
                                    strerror (errno));
         snap_store_finish (self->store, id, "cannot make its directory", 0, 0, NULL, NULL);
@@ -386,8 +407,11 @@ static sbx_msg_t *s_on_finish (snap_server_t *self, sbx_msg_t *request)
         return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "snapshot %s vanished",
                                   args->snapshot_id);
     if (streq (record.state, "failed")) {
-        //  Failed now, or earlier (a restart failed it while vmd was still writing).
+        //  Failed now, or earlier (a restart failed it while vmd was still writing). A
+        //  fork's capture, which nobody lists, goes whole (the fork reports the failure).
         s_remove_files (self, record.id);
+        if (streq (record.kind, "fork"))
+            snap_store_delete (self->store, record.id);
         sbx_warn ("snapshot=%s failed: %s", record.id, record.reason ? record.reason : why);
         reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "the snapshot failed: %s",
                                    record.reason ? record.reason : why);
@@ -448,7 +472,11 @@ static void s_keep_newest (const char *id, void *arg)
 //  or a newer automatic snapshot of it is ready (a stop keeps one)?
 static bool s_superseded (snap_server_t *self, const snap_record_t *record)
 {
-    if (!streq (record->kind, "automatic") || streq (record->state, "saving"))
+    if (streq (record->state, "saving"))
+        return false;
+    if (streq (record->kind, "fork"))
+        return true; //  kept only by what stands on it: its copies, their snapshots
+    if (!streq (record->kind, "automatic"))
         return false;
     if (record->sandbox_deleted)
         return true;
@@ -483,9 +511,8 @@ static void s_sweep_orphans (snap_server_t *self, const char *id, sbx_strlist_t 
             s_remove_files (self, record.id);
             if (removed)
                 sbx_strlist_append (removed, record.id);
-            sbx_info ("snapshot=%s (automatic, of sandbox %s) removed: nothing stands on it "
-                      "any more",
-                      record.id, record.sandbox_id);
+            sbx_info ("snapshot=%s (%s, of sandbox %s) removed: nothing stands on it any more",
+                      record.id, record.kind, record.sandbox_id);
             next = record.parent ? strdup (record.parent) : NULL;
         }
         free (child);
@@ -543,6 +570,18 @@ static sbx_msg_t *s_on_release (snap_server_t *self, sbx_msg_t *request)
     free (origin);
     zlist_destroy (&ids);
     return reply;
+}
+
+//  A fork's capture that nothing stands on (its fork failed while snapshotd was away, or
+//  the broker died between the capture and the copies) goes when snapshotd starts.
+static void s_sweep_forks (snap_server_t *self)
+{
+    zlist_t *ids = zlist_new ();
+    zlist_autofree (ids);
+    snap_store_forks (self->store, s_collect_id, ids);
+    for (char *id = zlist_first (ids); id; id = zlist_next (ids))
+        s_sweep_orphans (self, id, NULL);
+    zlist_destroy (&ids);
 }
 
 sbx_msg_t *snap_server_handle (snap_server_t *self, sbx_msg_t *request)
@@ -641,15 +680,19 @@ static sbx_msg_t *s_finish (snap_server_t *self, const char *id, const char *err
     return s_ask (self, finish);
 }
 
-//  A ready snapshot of `sandbox` (automatic or user), its files written. Caller frees.
-static char *s_saved (snap_server_t *self, const char *sandbox, bool automatic, char **dir)
+//  A ready snapshot of `sandbox` of `kind`, its files written, the sandboxes in `users`
+//  (a fork's copies; NULL-terminated, or NULL) standing on it from snap.begin. Caller
+//  frees.
+static char *s_ready (snap_server_t *self, const char *sandbox, sbx_snapshot_kind_t kind,
+                      const char *const *users, char **dir)
 {
     sbx_msg_t *begin = sbx_msg_new (SBX_MSG_SNAP_BEGIN);
     sbx_str_set (&sbx_msg_snap_begin (begin)->account, "acc_a");
     sbx_str_set (&sbx_msg_snap_begin (begin)->sandbox_id, sandbox);
     sbx_msg_snap_begin (begin)->type = SBX_SANDBOX_TYPE_SMALL;
-    sbx_msg_snap_begin (begin)->kind =
-        automatic ? SBX_SNAPSHOT_KIND_AUTOMATIC : SBX_SNAPSHOT_KIND_USER;
+    sbx_msg_snap_begin (begin)->kind = kind;
+    for (size_t i = 0; users && users[i]; i++)
+        sbx_strlist_append (&sbx_msg_snap_begin (begin)->users, users[i]);
     sbx_msg_t *reply = s_ask (self, begin);
     assert (reply->type == SBX_MSG_SNAP_BEGIN_OK);
     char *id = strdup (sbx_msg_snap_begin_ok (reply)->snapshot_id);
@@ -661,6 +704,13 @@ static char *s_saved (snap_server_t *self, const char *sandbox, bool automatic, 
     assert (reply->type == SBX_MSG_SNAP_FINISH_OK);
     sbx_msg_destroy (&reply);
     return id;
+}
+
+//  A ready snapshot of `sandbox` (automatic or user), its files written. Caller frees.
+static char *s_saved (snap_server_t *self, const char *sandbox, bool automatic, char **dir)
+{
+    return s_ready (self, sandbox, automatic ? SBX_SNAPSHOT_KIND_AUTOMATIC : SBX_SNAPSHOT_KIND_USER,
+                    NULL, dir);
 }
 
 static void s_use (snap_server_t *self, const char *snapshot, const char *sandbox)
@@ -964,6 +1014,58 @@ void snap_server_test (bool verbose)
     free (held_dir);
     free (mine);
     free (mine_dir);
+
+    //  A fork's capture: its copies stand on it from snap.begin; nobody but an operator
+    //  lists it; it goes with the last copy, and one nothing stands on goes at a start.
+    char *fork_dir = NULL, *lone_dir = NULL;
+    const char *copies[] = {"sb_41", "sb_42", NULL};
+    char *fork = s_ready (self, "sb_40", SBX_SNAPSHOT_KIND_FORK, copies, &fork_dir);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_LIST, "acc_a", NULL));
+    for (size_t i = 0; i < sbx_msg_snapshot_list_ok (reply)->snapshots.count; i++)
+        assert (!streq (sbx_msg_snapshot_list_ok (reply)->snapshots.items[i].id, fork));
+    sbx_msg_destroy (&reply);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_GET, "acc_a", fork));
+    assert (sbx_msg_snapshot_get_ok (reply)->snapshot->kind == SBX_SNAPSHOT_KIND_FORK);
+    assert (sbx_msg_snapshot_get_ok (reply)->snapshot->users.count == 2);
+    sbx_msg_destroy (&reply);
+    size_t removed = s_deleted (self, "sb_41");
+    assert (removed == 0 && stat (fork_dir, &st) == 0);
+    removed = s_deleted (self, "sb_42");
+    assert (removed == 1 && stat (fork_dir, &st) == -1);
+    char *lone = s_ready (self, "sb_40", SBX_SNAPSHOT_KIND_FORK, NULL, &lone_dir);
+    snap_server_destroy (&self);
+    self = snap_server_new (config);
+    assert (self && stat (lone_dir, &st) == -1);
+    //  A failed capture of a fork leaves no record (the fork says why).
+    begin = sbx_msg_new (SBX_MSG_SNAP_BEGIN);
+    sbx_str_set (&sbx_msg_snap_begin (begin)->account, "acc_a");
+    sbx_str_set (&sbx_msg_snap_begin (begin)->sandbox_id, "sb_40");
+    sbx_msg_snap_begin (begin)->type = SBX_SANDBOX_TYPE_SMALL;
+    sbx_msg_snap_begin (begin)->kind = SBX_SNAPSHOT_KIND_FORK;
+    sbx_strlist_append (&sbx_msg_snap_begin (begin)->users, "sb_43");
+    reply = s_ask (self, begin);
+    char *lost = strdup (sbx_msg_snap_begin_ok (reply)->snapshot_id);
+    sbx_msg_destroy (&reply);
+    reply = s_finish (self, lost, "QEMU would not migrate", 0, 0);
+    assert (sbx_msg_error (reply)->code == SBX_E_INTERNAL);
+    sbx_msg_destroy (&reply);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_GET, "acc_a", lost));
+    assert (sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+    free (lost);
+    //  Users only for a fork's capture.
+    begin = sbx_msg_new (SBX_MSG_SNAP_BEGIN);
+    sbx_str_set (&sbx_msg_snap_begin (begin)->account, "acc_a");
+    sbx_str_set (&sbx_msg_snap_begin (begin)->sandbox_id, "sb_40");
+    sbx_msg_snap_begin (begin)->type = SBX_SANDBOX_TYPE_SMALL;
+    sbx_strlist_append (&sbx_msg_snap_begin (begin)->users, "sb_44");
+    reply = s_ask (self, begin);
+    assert (sbx_msg_error (reply)->code == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
+    free (fork);
+    free (fork_dir);
+    free (lone);
+    free (lone_dir);
 
     //  No caller on a client request, and requests snapshotd does not serve.
     sbx_msg_t *anonymous = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);

@@ -13,6 +13,11 @@
 //  Schema migrations. Entry i brings the schema from version i to i + 1, in one
 //  transaction with its schema_version row. APPEND to change the schema.
 
+//  Every column, as migration 5 copies them.
+#define S_COLUMNS_5                                                                                \
+    "id, account, name, sandbox_id, type, state, kind, image, qemu_version, parent, reason, "      \
+    "disk_bytes, memory_bytes, created_ms, sandbox_deleted, key_id"
+
 static const char *s_migrations[] = {
     //  1: snapshots, their labels, and the sandboxes made from them.
     "CREATE TABLE snapshots ("
@@ -50,6 +55,52 @@ static const char *s_migrations[] = {
     //  4: a sandbox's snapshots (its automatic ones; marking them when it is deleted) by
     //  index, not by reading the whole catalog.
     "CREATE INDEX snapshots_by_sandbox ON snapshots (sandbox_id, created_ms);",
+    //  5: kind fork (fork_sandbox's captures). SQLite cannot change a CHECK in place: the
+    //  three tables are copied (rowids kept: uses are listed in their order), the old ones
+    //  dropped (labels and uses first, so no cascade fires) and the copies renamed (the
+    //  references follow the rename).
+    "CREATE TABLE snapshots_5 ("
+    "  id TEXT NOT NULL PRIMARY KEY,"
+    "  account TEXT NOT NULL,"
+    "  name TEXT,"
+    "  sandbox_id TEXT NOT NULL,"
+    "  type TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN ('saving', 'ready', 'failed')),"
+    "  kind TEXT NOT NULL CHECK (kind IN ('user', 'automatic', 'fork')),"
+    "  image TEXT,"
+    "  qemu_version TEXT,"
+    "  parent TEXT,"
+    "  reason TEXT,"
+    "  disk_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  memory_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  created_ms INTEGER NOT NULL,"
+    "  sandbox_deleted INTEGER NOT NULL DEFAULT 0,"
+    "  key_id TEXT);"
+    "INSERT INTO snapshots_5 (rowid, " S_COLUMNS_5 ") SELECT rowid, " S_COLUMNS_5 " FROM snapshots;"
+    "CREATE TABLE labels_5 ("
+    "  snapshot_id TEXT NOT NULL REFERENCES snapshots_5 (id) ON DELETE CASCADE,"
+    "  key TEXT NOT NULL,"
+    "  value TEXT NOT NULL,"
+    "  PRIMARY KEY (snapshot_id, key));"
+    "INSERT INTO labels_5 (rowid, snapshot_id, key, value) "
+    "SELECT rowid, snapshot_id, key, value FROM labels;"
+    "CREATE TABLE uses_5 ("
+    "  snapshot_id TEXT NOT NULL REFERENCES snapshots_5 (id) ON DELETE CASCADE,"
+    "  sandbox_id TEXT NOT NULL PRIMARY KEY);"
+    "INSERT INTO uses_5 (rowid, snapshot_id, sandbox_id) "
+    "SELECT rowid, snapshot_id, sandbox_id FROM uses;"
+    "DROP TABLE uses;"
+    "DROP TABLE labels;"
+    "DROP TABLE snapshots;"
+    "ALTER TABLE snapshots_5 RENAME TO snapshots;"
+    "ALTER TABLE labels_5 RENAME TO labels;"
+    "ALTER TABLE uses_5 RENAME TO uses;"
+    "CREATE INDEX snapshots_by_account ON snapshots (account, created_ms);"
+    "CREATE INDEX snapshots_by_parent ON snapshots (parent);"
+    "CREATE INDEX snapshots_by_sandbox ON snapshots (sandbox_id, created_ms);"
+    "CREATE INDEX uses_by_snapshot ON uses (snapshot_id);"
+    //  The forks' captures, which snapshotd looks over when it starts.
+    "CREATE INDEX snapshots_forks ON snapshots (state) WHERE kind = 'fork';",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
@@ -74,6 +125,7 @@ typedef enum {
     ST_SAVING,
     ST_AUTOMATIC,
     ST_SANDBOX_DELETED,
+    ST_FORKS,
     ST_COUNT
 } stmt_id_t;
 
@@ -103,6 +155,7 @@ static const char *s_sql[ST_COUNT] = {
     [ST_AUTOMATIC] = "SELECT id FROM snapshots WHERE sandbox_id = ?1 AND kind = 'automatic' "
                      "AND state != 'saving' ORDER BY created_ms DESC, rowid DESC",
     [ST_SANDBOX_DELETED] = "UPDATE snapshots SET sandbox_deleted = 1 WHERE sandbox_id = ?1",
+    [ST_FORKS] = "SELECT id FROM snapshots WHERE kind = 'fork' AND state = 'ready'",
 };
 
 struct _snap_store_t {
@@ -323,6 +376,11 @@ int snap_store_automatic (snap_store_t *self, const char *sandbox_id, snap_store
     return s_ids (self, ST_AUTOMATIC, sandbox_id, fn, arg);
 }
 
+int snap_store_forks (snap_store_t *self, snap_store_id_fn *fn, void *arg)
+{
+    return s_ids (self, ST_FORKS, NULL, fn, arg);
+}
+
 char *snap_store_origin (snap_store_t *self, const char *sandbox_id)
 {
     char *found = NULL;
@@ -495,6 +553,45 @@ void snap_store_test (bool verbose)
     assert (snap_store_labels (store, "snap_one", s_label_check, &labels) == 0 && labels == 0);
     snap_store_destroy (&store);
     snap_store_destroy (&store); //  twice is harmless
+
+    //  Migration 5 (kind fork) keeps a catalog of version 4 whole: its rows, labels and
+    //  uses (in their order), its indexes; a fork's capture fits after it.
+    snprintf (path, sizeof path, "%s/version4.db", dir);
+    sbx_db_t *old = sbx_db_new (path, "sbx-snapshotd", s_migrations, 4, s_sql, 0);
+    assert (old);
+    assert (sbx_db_exec (old,
+                         "INSERT INTO snapshots (id, account, sandbox_id, type, state, kind, "
+                         "created_ms, key_id) VALUES ('snap_old', 'acc_a', 'sb_1', 'small', "
+                         "'ready', 'user', 5, 'key_1');"
+                         "INSERT INTO labels VALUES ('snap_old', 'env', 'prod');"
+                         "INSERT INTO uses (snapshot_id, sandbox_id) VALUES ('snap_old', 'sb_z'), "
+                         "('snap_old', 'sb_a');",
+                         "seed version 4") == 0);
+    sbx_db_destroy (&old);
+    store = snap_store_new (path);
+    assert (store && sbx_db_schema_version (store->db) == MIGRATION_COUNT);
+    assert (sbx_db_whole_reads (store->db, s_test_allow) == 0);
+    assert (snap_store_find (store, "snap_old", &found) == 0);
+    assert (streq (found.kind, "user") && streq (found.key_id, "key_1") && found.created_ms == 5);
+    snap_record_clear (&found);
+    labels = 0;
+    assert (snap_store_labels (store, "snap_old", s_label_check, &labels) == 0 && labels == 1);
+    char *first = NULL;
+    assert (snap_store_users (store, "snap_old", s_keep_first, &first) == 0);
+    assert (first && streq (first, "sb_z"));
+    free (first);
+    snap_record_t capture = one; //  (its strings are this test's own)
+    capture.id = "snap_fork";
+    capture.kind = "fork";
+    assert (snap_store_insert (store, &capture, NULL, NULL, 0) == 0);
+    assert (snap_store_finish (store, "snap_fork", NULL, 1, 1, NULL, NULL) == 0);
+    int forks = 0;
+    assert (snap_store_forks (store, s_count_id, &forks) == 0 && forks == 1);
+    //  Deleting a snapshot still takes its labels and uses along (the references moved).
+    assert (snap_store_delete (store, "snap_old") == 0);
+    users = 0;
+    assert (snap_store_users (store, "snap_old", s_count_id, &users) == 0 && users == 0);
+    snap_store_destroy (&store);
 
     //  Not a database: refused, not crashed.
     snprintf (path, sizeof path, "%s/junk.db", dir);

@@ -25,7 +25,7 @@ typedef struct {
     char *sandbox_id;
     char *type;  //  small, medium, large
     char *state; //  saving, ready, failed
-    char *kind;  //  user, automatic
+    char *kind;  //  user, automatic, fork
     char *image; //  the image directory its disk stands on
     char *qemu_version;
     char *parent; //  the snapshot its disk stands on, or NULL
@@ -80,6 +80,9 @@ char *snap_store_child (snap_store_t *self, const char *snapshot_id);
 //  A sandbox's automatic snapshots that are not being saved, newest first. 0, or -1.
 int snap_store_automatic (snap_store_t *self, const char *sandbox_id, snap_store_id_fn *fn,
                           void *arg);
+
+//  The ready captures of forks (kind fork), any account's. 0, or -1.
+int snap_store_forks (snap_store_t *self, snap_store_id_fn *fn, void *arg);
 
 //  Marks every saving record failed with reason; fn gets each id (to remove its
 //  files). Returns how many, or -1.

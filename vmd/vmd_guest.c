@@ -31,6 +31,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,6 +41,9 @@
 #define S_SETUP_MS      10000  //  agent.setup's answer
 #define S_MAX_BANDWIDTH (8LL << 30)
 #define S_ENTROPY_BYTES 64 //  fresh host randomness with every agent.setup
+//  A live capture's pause for the memory QEMU has left to copy (QEMU's downtime-limit;
+//  its default is 300): what it estimates, at the rate it writes the file.
+#define S_LIVE_DOWNTIME_MS 10
 
 #define S_CREATING SBX_SANDBOX_STATE_CREATING
 #define S_READY    SBX_SANDBOX_STATE_READY
@@ -55,6 +59,7 @@ typedef struct {
     uint64_t rid;
     uint32_t timeout_ms;
     const char *dir; //  a snapshot's
+    bool live;       //  a fork's capture (vmd_guest_snapshot)
     vmd_guest_snapshot_fn *fn;
     void *arg;
 } s_asked_t;
@@ -72,6 +77,7 @@ struct _vmd_guest_t {
     const vmd_guest_env_t *env;
     char *id;
     char *hostname;
+    char mac[18]; //  eth0's, made from the id (vmd_qemu_mac)
     char *dir;
     char *image_dir; //  the base this guest's overlay names
     sbx_sandbox_type_t type;
@@ -119,9 +125,15 @@ struct _vmd_guest_t {
     //  The snapshot the capture takes (vm.snapshot), and what waits for its end.
     struct {
         char *dir;
-        int fd;       //  memory.state.tmp while QEMU writes it
-        pid_t helper; //  the child that copies and fsyncs
+        bool live;     //  a fork's: memory copied while the guest runs, no fsync while paused
+        int fd;        //  memory.state.tmp while QEMU writes it
+        pid_t helper;  //  the child that copies and fsyncs
+        int helper_fd; //  its pidfd, readable when it exits (-1: the tick finds out)
+        pid_t syncer;  //  a live capture's fsync, after the guest runs again (reaped at a tick)
         uint64_t deadline;
+        //  The guest's pause for the capture: QEMU's STOP event, then its RESUME.
+        uint64_t stopped_mono;
+        uint64_t paused_ms;
         vmd_guest_snapshot_fn *fn;
         void *arg;
         uint64_t disk_bytes, memory_bytes;
@@ -131,6 +143,7 @@ struct _vmd_guest_t {
         uint32_t deferred_timeout;
         //  Another snapshot asked for meanwhile (a user's after a stop's automatic one).
         char *next_dir;
+        bool next_live;
         uint32_t next_timeout;
         vmd_guest_snapshot_fn *next_fn;
         void *next_arg;
@@ -415,9 +428,22 @@ static void s_on_qmp_closed (vmd_qmp_t *qmp, const char *reason, void *arg)
 static void s_on_qmp_event (vmd_qmp_t *qmp, const char *event, json_t *data, void *arg)
 {
     (void) qmp;
-    (void) data;
     vmd_guest_t *self = arg;
     sbx_debug ("sandbox=%s QMP event %s", self->id, event);
+    //  How long a capture keeps the guest paused (vm.snapshot.ok's paused_ms): from the
+    //  STOP that QMP stop (or a live migration's last phase) causes to cont's RESUME.
+    bool capturing = self->snap.dir && self->lc.capture != SBX_VMD_CAPTURE_IDLE;
+    const char *status = json_string_value (json_object_get (data, "status"));
+    if (streq (event, "STOP") && capturing && !self->snap.stopped_mono)
+        self->snap.stopped_mono = sbx_clock_mono_ms ();
+    //  A live capture's migration ended (the events capability): ask how now, not at the
+    //  next 25 ms poll, since the guest waits paused meanwhile.
+    else if (streq (event, "MIGRATION") && capturing && status && streq (status, "completed"))
+        s_fire (self, SBX_VMD_EV_POLL, SBX_OK, NULL);
+    else if (streq (event, "RESUME") && self->snap.stopped_mono) {
+        self->snap.paused_ms = sbx_clock_mono_ms () - self->snap.stopped_mono;
+        self->snap.stopped_mono = 0;
+    }
 }
 
 static void s_on_setup (vmd_agentlink_t *link, sbx_msg_t **reply_p, void *arg)
@@ -428,6 +454,10 @@ static void s_on_setup (vmd_agentlink_t *link, sbx_msg_t **reply_p, void *arg)
     if (reply->type == SBX_MSG_AGENT_SETUP_OK) {
         sbx_debug ("sandbox=%s agent.setup: clock moved %lld ms", self->id,
                    (long long) sbx_msg_agent_setup_ok (reply)->clock_adjust_ms);
+        const char *mac = sbx_msg_agent_setup_ok (reply)->mac;
+        if (mac && !streq (mac, self->mac))
+            sbx_warn ("sandbox=%s eth0 has MAC %s, not its own %s (the agent could not set it)",
+                      self->id, mac, self->mac);
         if (self->spawned_mono) {
             double seconds = (double) (sbx_clock_mono_ms () - self->spawned_mono) / 1000.0;
             if (streq (self->spawn_how, "resume"))
@@ -507,9 +537,20 @@ static void s_on_query_migrate (vmd_qmp_t *qmp, json_t *result, const char *erro
         const char *why = json_string_value (json_object_get (result, "error-desc"));
         s_fire (arg, SBX_VMD_EV_CAPTURE_FAILED, SBX_E_INTERNAL,
                 "saving the guest's memory failed: %s", why ? why : status);
-    } else if (streq (status, "completed"))
+    } else if (streq (status, "completed")) {
+        //  What the capture cost, as QEMU counts it (total, the guest's downtime in it,
+        //  passes over its dirty memory, what it wrote).
+        vmd_guest_t *self = arg;
+        json_t *ram = json_object_get (result, "ram");
+        sbx_info ("sandbox=%s memory saved: %lld ms (downtime %lld ms, setup %lld ms), %lld "
+                  "passes, %.1f MiB written",
+                  self->id, (long long) json_integer_value (json_object_get (result, "total-time")),
+                  (long long) json_integer_value (json_object_get (result, "downtime")),
+                  (long long) json_integer_value (json_object_get (result, "setup-time")),
+                  (long long) json_integer_value (json_object_get (ram, "dirty-sync-count")),
+                  (double) json_integer_value (json_object_get (ram, "transferred")) / 1048576.0);
         s_fire (arg, SBX_VMD_EV_MIGRATED, SBX_OK, NULL);
-    else
+    } else
         s_fire (arg, SBX_VMD_EV_MIGRATE_ACTIVE, SBX_OK, NULL);
 }
 
@@ -761,6 +802,7 @@ static int s_spawn (vmd_guest_t *self, int incoming_fd)
     config.image_dir = self->image_dir;
     config.dir = self->dir;
     config.hostname = self->hostname;
+    config.mac = self->mac;
     config.type = vmd_qemu_type (sbx_sandbox_type_name (self->type));
     config.no_network = self->no_network;
     config.incoming_fd = clone ? -1 : incoming_fd;
@@ -799,6 +841,8 @@ static void s_send_setup (vmd_guest_t *self)
         return;
     sbx_agent_setup_t *body = sbx_msg_agent_setup (setup);
     sbx_str_set (&body->hostname, self->hostname);
+    //  Its own MAC: one restored from another guest's memory still has that one's.
+    sbx_str_set (&body->mac, self->mac);
     body->time_ms = sbx_clock_now_ms (); //  the clock stood still while stopped
     body->no_network = self->no_network;
     //  Fresh randomness every time: a guest restored from a snapshot (or resumed) must
@@ -899,8 +943,12 @@ static void s_cont (vmd_guest_t *self)
 }
 
 //  Memory and devices into path through an fd (QEMU's seccomp forbids it to open or
-//  spawn anything), QEMU paused first; s_on_migrate and the polls say how it goes.
-static void s_migrate_out (vmd_guest_t *self, char *path, mode_t mode, int *fd)
+//  spawn anything), QEMU paused first; s_on_migrate and the polls say how it goes. Live
+//  (a fork's capture): not paused first; QEMU copies the memory while the guest runs,
+//  again what it wrote meanwhile, and pauses it (STOP) only for what is left once that
+//  fits S_LIVE_DOWNTIME_MS at the rate it writes, then the devices. It stays paused
+//  (postmigrate) until cont, as after a stop.
+static void s_migrate_out (vmd_guest_t *self, char *path, mode_t mode, int *fd, bool live)
 {
     *fd = path ? open (path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode) : -1;
     int error = errno;
@@ -916,7 +964,14 @@ static void s_migrate_out (vmd_guest_t *self, char *path, mode_t mode, int *fd)
     //  A template's guest: its RAM stays in the memfd, the state holds the devices.
     if (self->ram_shared)
         vmd_qmp_set_capability (self->qmp, "x-ignore-shared", true, s_on_ignore_shared, self);
-    vmd_qmp_stop (self->qmp, s_on_paused, self);
+    if (live) {
+        vmd_qmp_execute (self->qmp, "migrate-set-parameters",
+                         json_pack ("{s:I}", "downtime-limit", (json_int_t) S_LIVE_DOWNTIME_MS),
+                         s_on_paused, self);
+        //  MIGRATION events: its end is heard at once (s_on_qmp_event).
+        vmd_qmp_set_capability (self->qmp, "events", true, s_on_paused, self);
+    } else
+        vmd_qmp_stop (self->qmp, s_on_paused, self);
     vmd_qmp_migrate_to_fd (self->qmp, *fd, s_on_migrate, self);
 }
 
@@ -971,13 +1026,52 @@ static void s_take_snapshot (vmd_guest_t *self, const s_asked_t *asked)
     self->snap.dir = strdup (asked->dir);
     self->snap.fn = asked->fn;
     self->snap.arg = asked->arg;
+    self->snap.live = asked->live;
+    self->snap.stopped_mono = self->snap.paused_ms = 0;
     self->snap.fd = -1;
     self->snap.helper = 0;
     self->snap.disk_bytes = self->snap.memory_bytes = 0;
     self->snap.deadline =
         sbx_clock_mono_ms () + (asked->timeout_ms ? asked->timeout_ms : S_DEFAULT_OP_MS);
-    sbx_info ("sandbox=%s snapshot into %s (%s)", self->id, asked->dir,
-              sbx_sandbox_state_name (self->lc.guest));
+    sbx_info ("sandbox=%s snapshot into %s (%s%s)", self->id, asked->dir,
+              sbx_sandbox_state_name (self->lc.guest), asked->live ? ", live" : "");
+}
+
+static void s_unwatch_helper (vmd_guest_t *self)
+{
+    if (self->snap.helper_fd < 0)
+        return;
+    zmq_pollitem_t item = {NULL, self->snap.helper_fd, ZMQ_POLLIN, 0};
+    zloop_poller_end (self->env->loop, &item);
+    close (self->snap.helper_fd);
+    self->snap.helper_fd = -1;
+}
+
+//  The copying child exited: reaped now rather than at the next tick (the guest of a live
+//  capture waits for it, paused).
+static int s_on_helper_exit (zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    (void) loop;
+    (void) item;
+    vmd_guest_t *self = arg;
+    s_unwatch_helper (self);
+    if (self->lc.capture == SBX_VMD_CAPTURE_SNAP_COPYING ||
+        self->lc.capture == SBX_VMD_CAPTURE_STOPPED_COPYING)
+        s_fire (self, SBX_VMD_EV_TICK, SBX_OK, NULL);
+    return 0;
+}
+
+//  Watches the copying child through a pidfd (Linux 5.3); without one, ticks do.
+static void s_watch_helper (vmd_guest_t *self)
+{
+    int fd = (int) syscall (SYS_pidfd_open, self->snap.helper, 0);
+    if (fd < 0)
+        return;
+    zmq_pollitem_t item = {NULL, fd, ZMQ_POLLIN, 0};
+    if (zloop_poller (self->env->loop, &item, s_on_helper_exit, self) == 0)
+        self->snap.helper_fd = fd;
+    else
+        close (fd);
 }
 
 //  A child copies the overlay (and a stopped guest's memory state) and fsyncs the
@@ -995,6 +1089,9 @@ static void s_snap_copy (vmd_guest_t *self, bool running)
         "sh",           "-c",    "cp --sparse=always -- \"$1\" \"$2\" && sync -- \"$2\" \"$3\"",
         "sbx-snapshot", overlay, disk_tmp,
         memory_tmp,     NULL};
+    //  Live: the guest waits for this copy, not for the disk (s_answer_snapshot syncs once
+    //  it runs again); a file system that shares extents (btrfs, XFS) copies none.
+    char *live[] = {"cp", "--sparse=always", "--reflink=auto", "--", overlay, disk_tmp, NULL};
     char *stopped[] = {"sh", "-c",
                        //  The memory state is never written in place (a stop renames a new
                        //  one over it): a hard link shares it with the sandbox.
@@ -1002,7 +1099,8 @@ static void s_snap_copy (vmd_guest_t *self, bool running)
                        "cp --sparse=always -- \"$3\" \"$4\"; } && sync -- \"$2\" \"$4\"",
                        "sbx-snapshot", overlay, disk_tmp, memory, memory_tmp, NULL};
     bool ok = overlay && memory && disk_tmp && memory_tmp && log;
-    self->snap.helper = ok ? vmd_qemu_helper_spawn (running ? with_memory : stopped, log) : -1;
+    char **argv = !running ? stopped : self->snap.live ? live : with_memory;
+    self->snap.helper = ok ? vmd_qemu_helper_spawn (argv, log) : -1;
     free (overlay);
     free (memory);
     free (disk_tmp);
@@ -1012,7 +1110,8 @@ static void s_snap_copy (vmd_guest_t *self, bool running)
         self->snap.helper = 0;
         s_fire (self, SBX_VMD_EV_CAPTURE_FAILED, SBX_E_INTERNAL,
                 "cannot start the copy of the disk");
-    }
+    } else
+        s_watch_helper (self);
 }
 
 //  The child copied and fsynced: the files get their final names.
@@ -1038,7 +1137,7 @@ static int s_snap_keep_files (vmd_guest_t *self)
             return -1;
         }
     }
-    int dir = open (self->snap.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dir = self->snap.live ? -1 : open (self->snap.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir >= 0) {
         fsync (dir);
         close (dir);
@@ -1053,6 +1152,7 @@ static void s_reap_helper (vmd_guest_t *self)
         waitpid (self->snap.helper, &status, WNOHANG) != self->snap.helper)
         return;
     self->snap.helper = 0;
+    s_unwatch_helper (self);
     if (!WIFEXITED (status) || WEXITSTATUS (status) != 0) {
         char note[900];
         s_death_note (self, "copying the disk failed", note, sizeof note);
@@ -1067,6 +1167,7 @@ static void s_discard_snapshot (vmd_guest_t *self)
     if (self->snap.fd >= 0)
         close (self->snap.fd);
     self->snap.fd = -1;
+    s_unwatch_helper (self);
     if (self->snap.helper > 0) {
         kill (self->snap.helper, SIGKILL);
         waitpid (self->snap.helper, NULL, 0); //  killed: at once
@@ -1081,12 +1182,50 @@ static void s_discard_snapshot (vmd_guest_t *self)
     }
 }
 
+//  A live capture's files reach the disk while the guest runs again: a child syncs them
+//  and their directory, reaped by a later tick. Nobody waits for it (the copies made
+//  from them read the page cache); a power cut in those seconds may leave them short.
+static void s_sync_later (vmd_guest_t *self)
+{
+    if (self->snap.syncer > 0)
+        return; //  the last one's still at it: the next capture's files wait for no one
+    char *disk = s_snap_path (self, "disk.qcow2"), *memory = s_snap_path (self, "memory.state");
+    char *log = s_path (self, "qemu.log");
+    char *argv[] = {"sync", "--", disk, memory, self->snap.dir, NULL};
+    pid_t pid = disk && memory && log ? vmd_qemu_helper_spawn (argv, log) : -1;
+    self->snap.syncer = pid > 0 ? pid : 0;
+    if (pid <= 0)
+        sbx_warn ("sandbox=%s cannot sync the capture in %s", self->id, self->snap.dir);
+    free (disk);
+    free (memory);
+    free (log);
+}
+
+static void s_reap_syncer (vmd_guest_t *self)
+{
+    int status;
+    if (self->snap.syncer <= 0 ||
+        waitpid (self->snap.syncer, &status, WNOHANG) != self->snap.syncer)
+        return;
+    self->snap.syncer = 0;
+    if (!WIFEXITED (status) || WEXITSTATUS (status) != 0)
+        sbx_warn ("sandbox=%s the sync of its last capture failed (status %d)", self->id, status);
+}
+
 static void s_answer_snapshot (vmd_guest_t *self, const s_event_t *ev)
 {
     bool ok = ev->code == SBX_OK;
     const char *message = ok ? NULL : ev->message;
-    sbx_info ("sandbox=%s snapshot into %s %s%s%s", self->id, self->snap.dir ? self->snap.dir : "?",
-              ok ? "done" : "failed", message ? ": " : "", message ? message : "");
+    //  No RESUME seen (cont failed, or the guest went): paused until now.
+    if (self->snap.stopped_mono) {
+        self->snap.paused_ms = sbx_clock_mono_ms () - self->snap.stopped_mono;
+        self->snap.stopped_mono = 0;
+    }
+    if (ok && self->snap.live && self->snap.dir)
+        s_sync_later (self);
+    sbx_info ("sandbox=%s snapshot into %s %s%s%s (paused %llu ms)", self->id,
+              self->snap.dir ? self->snap.dir : "?", ok ? "done" : "failed", message ? ": " : "",
+              message ? message : "", (unsigned long long) self->snap.paused_ms);
     vmd_guest_snapshot_fn *fn = self->snap.fn;
     void *arg = self->snap.arg;
     self->snap.fn = NULL;
@@ -1106,7 +1245,8 @@ static void s_start_waiting (vmd_guest_t *self)
         self->snap.next_dir = NULL;
         self->snap.next_fn = NULL;
         sbx_err_t err = {0};
-        if (vmd_guest_snapshot (self, dir, self->snap.next_timeout, next_fn, next_arg, &err))
+        if (vmd_guest_snapshot (self, dir, self->snap.next_live, self->snap.next_timeout, next_fn,
+                                next_arg, &err))
             next_fn (self, err.code, err.message, 0, 0, next_arg);
         free (dir);
         if (self->lc.capture != SBX_VMD_CAPTURE_IDLE)
@@ -1198,7 +1338,7 @@ static void s_perform (vmd_guest_t *self, sbx_vmd_action_t action, const s_event
         s_cont (self);
         break;
     case SBX_VMD_DO_SAVE_MEMORY:
-        s_migrate_out (self, s_path (self, "memory.state.tmp"), 0600, &self->state_fd);
+        s_migrate_out (self, s_path (self, "memory.state.tmp"), 0600, &self->state_fd, false);
         break;
     case SBX_VMD_DO_QUERY_MIGRATE:
         s_query_migrate (self);
@@ -1214,7 +1354,7 @@ static void s_perform (vmd_guest_t *self, sbx_vmd_action_t action, const s_event
         break;
     case SBX_VMD_DO_SNAP_MEMORY:
         s_migrate_out (self, self->snap.dir ? s_snap_path (self, "memory.state.tmp") : NULL, 0640,
-                       &self->snap.fd);
+                       &self->snap.fd, self->snap.live);
         break;
     case SBX_VMD_DO_COPY_DISK:
         s_snap_copy (self, true);
@@ -1238,6 +1378,7 @@ static void s_perform (vmd_guest_t *self, sbx_vmd_action_t action, const s_event
         assert (ev->asked);
         free (self->snap.next_dir);
         self->snap.next_dir = strdup (ev->asked->dir);
+        self->snap.next_live = ev->asked->live;
         self->snap.next_timeout = ev->asked->timeout_ms;
         self->snap.next_fn = ev->asked->fn;
         self->snap.next_arg = ev->asked->arg;
@@ -1321,6 +1462,7 @@ static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
     if (self->qmp && vmd_qmp_ready (self->qmp))
         s_fire (self, SBX_VMD_EV_POLL, SBX_OK, NULL);
     s_fire (self, SBX_VMD_EV_TICK, SBX_OK, NULL);
+    s_reap_syncer (self);
 
     if (self->snap.deadline && now >= self->snap.deadline)
         s_fire (self, SBX_VMD_EV_CAPTURE_FAILED, SBX_E_TIMEOUT, "the snapshot did not end in time");
@@ -1408,10 +1550,12 @@ static vmd_guest_t *s_new (const vmd_guest_env_t *env, const char *id)
         return NULL;
     self->env = env;
     self->id = strdup (id);
+    vmd_qemu_mac (id, self->mac);
     self->dir = zsys_sprintf ("%s/%s", env->vms_dir, id);
     self->state_fd = -1;
     self->ram_fd = -1;
     self->snap.fd = -1;
+    self->snap.helper_fd = -1;
     self->snap.deferred = SBX_VMD_EV__NONE;
     self->exit_status = -1;
     self->tick = zloop_timer (env->loop, S_TICK_MS, 0, s_on_tick, self);
@@ -1572,6 +1716,11 @@ void vmd_guest_destroy (vmd_guest_t **self_p)
         close (self->state_fd);
     if (self->snap.fd >= 0)
         close (self->snap.fd);
+    s_unwatch_helper (self);
+    s_reap_syncer (self);
+    if (self->snap.syncer > 0) //  init reaps it once this vmd is gone; rare: the capture
+        sbx_info ("sandbox=%s goes while its last capture is being synced (pid %d)", self->id,
+                  (int) self->snap.syncer); //  was a moment ago
     free (self->snap.dir);
     free (self->snap.next_dir);
     free (self->origin_dir);
@@ -1694,7 +1843,7 @@ int vmd_guest_delete (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_
     return s_request (self, SBX_VMD_EV_DELETE, rid, timeout_ms, err);
 }
 
-int vmd_guest_snapshot (vmd_guest_t *self, const char *dir, uint32_t timeout_ms,
+int vmd_guest_snapshot (vmd_guest_t *self, const char *dir, bool live, uint32_t timeout_ms,
                         vmd_guest_snapshot_fn *fn, void *arg, sbx_err_t *err)
 {
     vmd_lifecycle_step_t step;
@@ -1716,7 +1865,7 @@ int vmd_guest_snapshot (vmd_guest_t *self, const char *dir, uint32_t timeout_ms,
              !S_ISDIR (st.st_mode))
         return sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "snapshot directory %s is not usable",
                             dir ? dir : "(none)");
-    s_asked_t asked = {.timeout_ms = timeout_ms, .dir = dir, .fn = fn, .arg = arg};
+    s_asked_t asked = {.timeout_ms = timeout_ms, .dir = dir, .live = live, .fn = fn, .arg = arg};
     s_fire_request (self, SBX_VMD_EV_SNAPSHOT, &asked);
     return 0;
 }
@@ -1732,6 +1881,11 @@ int vmd_guest_agent (vmd_guest_t *self, sbx_msg_t **request_p, uint32_t timeout_
     }
     vmd_agentlink_request (self->link, request_p, timeout_ms, fn, arg);
     return 0;
+}
+
+uint64_t vmd_guest_paused_ms (vmd_guest_t *self)
+{
+    return self->snap.paused_ms;
 }
 
 void vmd_guest_set_uid (vmd_guest_t *self, uid_t uid)

@@ -130,11 +130,19 @@ typedef void (vmd_guest_snapshot_fn) (vmd_guest_t *guest, sbx_code_t code, const
 //  standing on the same base) and memory.state. A ready guest is paused (QMP stop),
 //  its memory migrated into the file while QEMU stays, its overlay copied by a child
 //  process, then continued; a stopped guest's files are copied. Written under .tmp
-//  names, fsynced (by the child), renamed. 0 when started (fn follows, from the loop, or
-//  before this returns when the capture cannot even begin), -1 with err when the state
-//  does not allow it. Stop and resume wait for its end; delete ends it with an error.
-int vmd_guest_snapshot (vmd_guest_t *self, const char *dir, uint32_t timeout_ms,
+//  names, fsynced (by the child), renamed. Live (a fork's capture of a ready guest): the
+//  memory is migrated while the guest runs (QEMU pauses it for the last pages), the
+//  overlay copied without an fsync, and the files synced by a child after the guest
+//  runs again, the answer not waiting for it. 0 when started (fn follows, from the
+//  loop, or before this returns when the capture cannot even begin), -1 with err when
+//  the state does not allow it. Stop and resume wait for its end; delete ends it with
+//  an error.
+int vmd_guest_snapshot (vmd_guest_t *self, const char *dir, bool live, uint32_t timeout_ms,
                         vmd_guest_snapshot_fn *fn, void *arg, sbx_err_t *err);
+
+//  How long the last capture kept the guest paused (QEMU's STOP to its RESUME), ms: in
+//  fn, the one that ends. 0 for a stopped guest's.
+uint64_t vmd_guest_paused_ms (vmd_guest_t *self);
 
 //  True when id is usable as a sandbox id here ([A-Za-z0-9_-]{1,64}: it names files).
 bool vmd_guest_id_valid (const char *id);

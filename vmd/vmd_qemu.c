@@ -64,6 +64,19 @@ const vmd_qemu_type_t *vmd_qemu_type (const char *name)
     return NULL;
 }
 
+void vmd_qemu_mac (const char *sandbox_id, char mac[18])
+{
+    //  FNV-1a: stable across builds and hosts (a stopped sandbox resumes with its MAC).
+    uint32_t hash = 2166136261u;
+    for (const char *c = sandbox_id ? sandbox_id : ""; *c; c++)
+        hash = (hash ^ (uint8_t) *c) * 16777619u;
+    //  Never QEMU's default 52:54:00:12:34:56, which every guest had before.
+    if ((hash & 0xffffff) == 0x123456)
+        hash ^= 1;
+    snprintf (mac, 18, "52:54:00:%02x:%02x:%02x", (hash >> 16) & 0xff, (hash >> 8) & 0xff,
+              hash & 0xff);
+}
+
 void vmd_qemu_config_init (vmd_qemu_config_t *config)
 {
     memset (config, 0, sizeof *config);
@@ -306,7 +319,10 @@ char **vmd_qemu_argv (const vmd_qemu_config_t *config)
     ARG ("-netdev");
     ARG ("user,id=n0%s", config->no_network ? ",restrict=on" : "");
     ARG ("-device");
-    ARG ("virtio-net-device,netdev=n0");
+    if (config->mac)
+        ARG ("virtio-net-device,netdev=n0,mac=%s", config->mac);
+    else
+        ARG ("virtio-net-device,netdev=n0");
     ARG ("-device");
     ARG ("virtio-rng-device");
     ARG ("-device");
@@ -1250,6 +1266,15 @@ void vmd_qemu_test (bool verbose)
     config.dir = "/vms/x";
     config.no_network = true;
     config.incoming_fd = 7;
+    //  A MAC of its own per sandbox id: stable, unicast, never QEMU's default.
+    char mac[18], other[18];
+    vmd_qemu_mac ("sb_0123456789", mac);
+    vmd_qemu_mac ("sb_0123456780", other);
+    assert (strlen (mac) == 17 && strncmp (mac, "52:54:00:", 9) == 0);
+    assert (!streq (mac, other) && !streq (mac, "52:54:00:12:34:56"));
+    vmd_qemu_mac ("sb_0123456789", other);
+    assert (streq (mac, other));
+    config.mac = mac;
     char **argv = vmd_qemu_argv (&config);
     assert (argv);
     char *joined = NULL;
@@ -1260,6 +1285,7 @@ void vmd_qemu_test (bool verbose)
     }
     assert (strstr (joined, " -smp 1 -m 512M "));
     assert (strstr (joined, " -netdev user,id=n0,restrict=on "));
+    assert (strstr (joined, " -device virtio-net-device,netdev=n0,mac=52:54:00:"));
     assert (strstr (joined, " -S -incoming fd:3"));
     assert (strstr (joined, "sbx.hostname=box-1"));
     assert (strstr (joined, vmd_qemu_kvm_usable () ? " -accel kvm " : " -accel tcg,tb-size=64 "));

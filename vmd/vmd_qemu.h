@@ -37,6 +37,7 @@ typedef struct {
     const char *image_dir; //  vmlinux, initrd.img, rootfs.ext4
     const char *dir;       //  the sandbox directory, absolute
     const char *hostname;  //  [a-z0-9-], 1-63 characters
+    const char *mac;       //  eth0's MAC address (vmd_qemu_mac); NULL: QEMU's default
     const vmd_qemu_type_t *type;
     bool no_network;  //  user networking with restrict=on: host forwards only
     bool debug_shell; //  sbx.shell: a shell on ttyS0 even when the image has the agent
@@ -61,6 +62,11 @@ typedef struct {
     gid_t gid;
     const char *user;
 } vmd_qemu_config_t;
+
+//  The MAC address of a sandbox's eth0, made from its id ("52:54:00:" and 24 bits of a
+//  hash): its own, so that two sandboxes (a fork's copies, clones of a snapshot) never
+//  show one, and the same at every start. Writes "aa:bb:cc:dd:ee:ff" into mac (18 bytes).
+void vmd_qemu_mac (const char *sandbox_id, char mac[18]);
 
 //  A config with incoming_fd and mem_fd -1 and the small type.
 void vmd_qemu_config_init (vmd_qemu_config_t *config);

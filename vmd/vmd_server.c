@@ -553,6 +553,7 @@ static void s_on_snapshot_done (vmd_guest_t *guest, sbx_code_t code, const char 
         ok->memory_bytes = memory_bytes;
         sbx_str_set (&ok->image, vmd_guest_image (guest));
         sbx_str_set (&ok->qemu_version, vmd_qemu_version ());
+        ok->paused_ms = vmd_guest_paused_ms (guest);
     }
     if (!call->server->peer || sbx_peer_send (call->server->peer, &reply))
         sbx_warn ("rid=%llu snapshot reply could not go out (broker gone)",
@@ -577,8 +578,8 @@ static sbx_msg_t *s_on_snapshot (vmd_server_t *self, sbx_msg_t *request)
         return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
     *call = (s_snapshot_call_t){self, request->rid};
     sbx_err_t err = {0};
-    if (vmd_guest_snapshot (guest, args->dir, request->timeout_ms, s_on_snapshot_done, call,
-                            &err) == 0)
+    if (vmd_guest_snapshot (guest, args->dir, args->live, request->timeout_ms, s_on_snapshot_done,
+                            call, &err) == 0)
         return NULL;
     free (call);
     return s_error (request, &err);

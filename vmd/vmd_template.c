@@ -198,7 +198,7 @@ static void s_on_done (vmd_guest_t *guest, uint64_t rid, sbx_code_t code, const 
     char *dir = s_dir (self, self->building);
     self->phase = S_CAPTURING;
     if (!dir || (mkdir (dir, 0711) == -1 && errno != EEXIST) ||
-        vmd_guest_snapshot (guest, dir, S_CAPTURE_MS, s_on_captured, self, &err)) {
+        vmd_guest_snapshot (guest, dir, false, S_CAPTURE_MS, s_on_captured, self, &err)) {
         s_give_up (self, *err.message ? err.message : "cannot make its directory");
         s_delete_guest (self);
     }

@@ -375,6 +375,34 @@ def mcp_call(test, s, key, sid, tool, args=None, ok=True, timeout=200):
     return r, text
 
 
+# A process that keeps running in a guest: a counter it rewrites five times a second.
+TICK_SH = "i=0; while true; do i=$((i+1)); echo $i > /tmp/tick.count; sleep 0.2; done\n"
+
+
+class SandboxTest(unittest.TestCase):
+    """Tests of one installation (cls.s, an Sbx) through one account's key (cls.key), over
+    MCP: tools called (printed), commands run in guests, TICK_SH watched."""
+
+    @classmethod
+    def addCleanup(cls, fn, *args):  # Sbx registers its cleanup on the class
+        cls.addClassCleanup(fn, *args)
+
+    def call(self, sid, tool, args=None, ok=True, key=None):
+        return mcp_call(self, self.s, key or self.key, sid, tool, args, ok, timeout=400)
+
+    def sh(self, sid, sandbox, command):
+        """The command's stdout (stripped); it must exit 0."""
+        r, text = self.call(sid, "exec", {"sandboxId": sandbox, "command": command})
+        self.assertEqual(r["structuredContent"]["exitCode"], 0, text)
+        return r["structuredContent"]["stdout"].strip()
+
+    def counter_moves(self, sid, sandbox):
+        """TICK_SH runs in this sandbox: its counter goes up."""
+        first = int(self.sh(sid, sandbox, "cat /tmp/tick.count"))
+        wait_for(lambda: int(self.sh(sid, sandbox, "cat /tmp/tick.count")) > first, 60,
+                 f"the counter to move in {sandbox}")
+
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

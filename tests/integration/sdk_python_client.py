@@ -80,6 +80,12 @@ with Sandbox.create(name="sdk-py", ttl=1800, egress={"deny": ["198.51.100.7"]}) 
     egress_set = sb.set_egress(allow=["2001:DB8::1/32", "203.0.113.7"]).egress
     say("egress", set=egress_set, got=sb.refresh().egress, cleared=sb.set_egress().egress)
     say("resume", state=sb.resume().state, still=sb.commands.run("cat /tmp/go && echo kept").stdout)
+    # A running copy with its memory: the file is there, its own id and hostname.
+    (copy,) = sb.fork(count=1)
+    say("fork", state=copy.state, other=copy.id != sb.id,
+        still=copy.commands.run("cat /tmp/go && echo kept").stdout,
+        hostname=copy.commands.run("hostname").stdout == copy.info["label"] + "\n")
+    copy.kill()
 try:
     Sandbox.connect(sid)
     say("after", found=True)

@@ -69,6 +69,12 @@ try {
                   cleared: (await sb.setEgress({})).info.egress });
   say("resume", { state: (await sb.resume()).state,
                   still: (await sb.commands.run("cat /tmp/go && echo kept")).stdout });
+  // A running copy with its memory: the file is there, its own id and hostname.
+  const [copy] = await sb.fork(1);
+  say("fork", { state: copy.state, other: copy.id !== sb.id,
+                still: (await copy.commands.run("cat /tmp/go && echo kept")).stdout,
+                hostname: (await copy.commands.run("hostname")).stdout === copy.info.label + "\n" });
+  await copy.kill();
 } finally {
   await sb[Symbol.asyncDispose]();  // what `await using` calls
 }

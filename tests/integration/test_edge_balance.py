@@ -221,7 +221,7 @@ class EdgeBalanceTest(unittest.TestCase):
         bad = failures(0, 1, 202) + failures(1, used, 200)
         for what, status, body, _ in answers[1:used]:
             if status == 200 and "tools/list" in what:
-                self.assertEqual(len(body["result"]["tools"]), 21, body)
+                self.assertEqual(len(body["result"]["tools"]), 22, body)
             if status == 200 and "list_sandboxes" in what:
                 self.assertFalse(body["result"].get("isError"), body)
         self.assertEqual(bad, [], "the session must serve on every gateway")

@@ -32,11 +32,11 @@ TOOLS = ["create_sandbox", "list_sandboxes", "get_sandbox", "get_sandbox_metrics
          "stop_sandbox",
          "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
          "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot",
-         "set_sandbox_egress", "nope"]
+         "set_sandbox_egress", "fork_sandbox", "nope"]
 ARG_NAMES = ["sandboxId", "name", "type", "ttlSeconds", "snapshotId", "env", "labels",
              "network", "command", "detached", "timeout", "cwd", "processId", "stdoutOffset",
              "stderrOffset", "signal", "path", "content", "encoding", "mode", "port", "public",
-             "label", "egress", "allow", "deny", "extra"]
+             "label", "egress", "allow", "deny", "count", "extra"]
 REST = [("GET", "/v1/sandboxes"), ("POST", "/v1/sandboxes"), ("GET", "/v1/sandboxes/{id}"),
         ("PATCH", "/v1/sandboxes/{id}"), ("DELETE", "/v1/sandboxes/{id}"),
         ("POST", "/v1/sandboxes/{id}/stop"), ("POST", "/v1/sandboxes/{id}/resume"),

@@ -16,7 +16,7 @@ NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "get_sandbox_metrics
          "stop_sandbox",
          "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
          "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot",
-         "set_sandbox_egress"]
+         "set_sandbox_egress", "fork_sandbox"]
 READ_ONLY = {"list_sandboxes", "get_sandbox", "get_sandbox_metrics", "command_status",
              "list_commands", "read_file",
              "list_snapshots"}

@@ -89,7 +89,7 @@ class McpSseTest(unittest.TestCase):
         self.assertEqual(self.post(endpoint, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
                                    self.key_a)[0], 202)
         kind, data = next(events)
-        self.assertEqual(len(json.loads(data)["result"]["tools"]), 21)
+        self.assertEqual(len(json.loads(data)["result"]["tools"]), 22)
         # The tools are /mcp's: a refusal reads the same.
         self.assertEqual(self.post(endpoint, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
                                               "params": {"name": "delete_sandbox",

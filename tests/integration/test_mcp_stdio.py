@@ -19,7 +19,7 @@ NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "get_sandbox_metrics
          "stop_sandbox",
          "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
          "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot",
-         "set_sandbox_egress"]
+         "set_sandbox_egress", "fork_sandbox"]
 
 
 class McpStdioTest(unittest.TestCase):
@@ -165,7 +165,7 @@ class McpStdioTest(unittest.TestCase):
                              "\n")
             proc.stdin.flush()
             answer = json.loads(proc.stdout.readline())
-            self.assertEqual(len(answer["result"]["tools"]), 22)
+            self.assertEqual(len(answer["result"]["tools"]), 23)
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=30)
         finally:
@@ -273,7 +273,7 @@ class McpStdioTest(unittest.TestCase):
         self.assertEqual(answers[0]["result"]["protocolVersion"], "2025-11-25")
         self.assertEqual(answers[1]["result"], {})
         self.assertEqual(answers[2]["error"]["code"], -32601)
-        self.assertEqual(len(answers[3]["result"]["tools"]), 22)
+        self.assertEqual(len(answers[3]["result"]["tools"]), 23)
         self.assertEqual(answers[4]["error"]["code"], -32700)
         self.assertIn("using the local installation", res.stderr)
 

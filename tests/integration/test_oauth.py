@@ -294,7 +294,7 @@ class OAuthTest(unittest.TestCase):
         status, _, body = self.mcp(tokens["access_token"],
                                    {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
         self.assertEqual(status, 200, body)
-        self.assertEqual(len(body["result"]["tools"]), 21)
+        self.assertEqual(len(body["result"]["tools"]), 22)
         self.assertTrue(session)
         # A tool call reaches the broker as the account (the connection as the key).
         status, _, body = self.mcp(tokens["access_token"], {
@@ -720,14 +720,14 @@ class OAuthTest(unittest.TestCase):
         refresh → revoke → 401, with oauth4webapi doing the client's side."""
         steps = self.run_node("oauth4webapi")
         self.assertEqual(steps["discover"]["issuer"], self.base)
-        self.assertEqual(steps["tools"]["count"], 21)
-        self.assertEqual(steps["refreshed"]["tools"], 21)
+        self.assertEqual(steps["tools"]["count"], 22)
+        self.assertEqual(steps["refreshed"]["tools"], 22)
         self.assertEqual(steps["revoked"]["status"], 401)
 
     def test_mcp_sdk_oauth_provider(self):
         """The MCP TypeScript SDK's own OAuth client provider against /mcp."""
         steps = self.run_node("sdk")
-        self.assertEqual(steps["tools"]["count"], 21)
+        self.assertEqual(steps["tools"]["count"], 22)
 
 
 if __name__ == "__main__":

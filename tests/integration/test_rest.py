@@ -20,6 +20,7 @@ ROUTES = {
     "/v1/sandboxes/{sandboxId}/stop": {"post"},
     "/v1/sandboxes/{sandboxId}/resume": {"post"},
     "/v1/sandboxes/{sandboxId}/extend": {"post"},
+    "/v1/sandboxes/{sandboxId}/fork": {"post"},
     "/v1/sandboxes/{sandboxId}/exec": {"post"},
     "/v1/sandboxes/{sandboxId}/processes": {"get"},
     "/v1/sandboxes/{sandboxId}/terminal": {"get"},

@@ -47,6 +47,7 @@ OPS = {
     "stop_sandbox":     ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/stop", "stop_sandbox"),
     "resume_sandbox":   ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/resume", "resume_sandbox"),
     "save_snapshot":    ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/snapshots", "save_snapshot"),
+    "fork_sandbox":     ("write", "sandbox", "POST /v1/sandboxes/{sandboxId}/fork", "fork_sandbox"),
     "delete_sandbox":   ("delete", "sandbox", "DELETE /v1/sandboxes/{sandboxId}", "delete_sandbox"),
     "get_snapshot":     ("read", "snapshot", "GET /v1/snapshots/{snapshotId}", None),
     "list_snapshots":   ("list", "snapshot", "GET /v1/snapshots", "list_snapshots"),
@@ -68,7 +69,8 @@ OPS = {
 SANDBOX_ORDER = ["get_sandbox", "get_sandbox_metrics", "list_sandboxes", "exec", "command_status", "kill_command",
                  "list_commands", "open_terminal",
                  "read_file", "write_file", "host_port", "unpublish_port", "extend_sandbox",
-                 "rename_sandbox", "label_sandbox", "stop_sandbox", "set_sandbox_egress",
+                 "rename_sandbox", "label_sandbox", "fork_sandbox", "stop_sandbox",
+                 "set_sandbox_egress",
                  "resume_sandbox",
                  "save_snapshot"]
 SNAPSHOT_ORDER = ["get_snapshot", "list_snapshots", "copy_snapshot"]
@@ -235,6 +237,8 @@ class ScopesTest(unittest.TestCase):
                 body = {"egress": {"deny": ["198.51.100.7"]}}
             elif op in ("save_snapshot", "create_sandbox"):
                 body = {}
+            elif op == "fork_sandbox":
+                body = {"count": 1}
             elif op == "copy_snapshot":
                 body = {"snapshotId": snap}
             elif op == "revoke_key":
@@ -271,6 +275,7 @@ class ScopesTest(unittest.TestCase):
                 "label_sandbox": {"labels": {"scope": "yes"}},
                 "set_sandbox_egress": {"egress": {"deny": ["198.51.100.7"]}},
                 "save_snapshot": {"name": "scoped"},
+                "fork_sandbox": {"count": 1},
                 "copy_snapshot": {"snapshotId": snap},
                 "delete_snapshot": {"snapshotId": snap},
             }.get(op, {}))
@@ -282,6 +287,9 @@ class ScopesTest(unittest.TestCase):
         # What an allowed op made is cleaned up by an operator (a copy, a snapshot).
         if outcome == "ok" and op in ("copy_snapshot", "create_sandbox"):
             self.cleanup_sandbox(answer["id"])
+        if outcome == "ok" and op == "fork_sandbox":
+            for copy in answer["sandboxes"]:
+                self.cleanup_sandbox(copy["id"])
         return outcome
 
     # -- the table -------------------------------------------------------------

@@ -84,6 +84,8 @@ class SdkTypescriptTest(unittest.TestCase):
         self.assertIn(steps["create"]["id"], steps["listed"]["ids"])
         self.assertEqual(steps["stop"]["state"], "stopped")
         self.assertEqual(steps["resume"], {"state": "ready", "still": "kept\n"})
+        self.assertEqual(steps["fork"], {"state": "ready", "other": True, "still": "kept\n",
+                                         "hostname": True})
         self.assertEqual(steps["after"], {"found": False, "code": "not_found"})
 
 

@@ -18,15 +18,11 @@ import sqlite3
 import subprocess
 import threading
 import time
-import unittest
 
-from sbxtest import BIN, Sbx, main, mcp_call, mcp_session, wait_for
-
-# A process that keeps running: a counter it rewrites five times a second.
-TICK_SH = "i=0; while true; do i=$((i+1)); echo $i > /tmp/tick.count; sleep 0.2; done\n"
+from sbxtest import BIN, TICK_SH, SandboxTest, Sbx, main, mcp_call, mcp_session, wait_for
 
 
-class SnapshotsTest(unittest.TestCase):
+class SnapshotsTest(SandboxTest):
     @classmethod
     def setUpClass(cls):
         cls.s = Sbx(cls, "snapshots", settings={"image_dir": os.path.realpath(
@@ -36,27 +32,9 @@ class SnapshotsTest(unittest.TestCase):
         b = cls.s.cli_json("account", "create", "--email", "bob@example.com")
         cls.key, cls.key_b = a["api_key"], b["api_key"]
 
-    @classmethod
-    def addCleanup(cls, fn, *args):  # Sbx registers its cleanup on the class
-        cls.addClassCleanup(fn, *args)
-
-    def call(self, sid, tool, args=None, ok=True, key=None):
-        return mcp_call(self, self.s, key or self.key, sid, tool, args, ok, timeout=400)
-
-    def sh(self, sid, sandbox, command):
-        r, text = self.call(sid, "exec", {"sandboxId": sandbox, "command": command})
-        self.assertEqual(r["structuredContent"]["exitCode"], 0, text)
-        return r["structuredContent"]["stdout"].strip()
-
     def create(self, sid, **args):
         r, text = self.call(sid, "create_sandbox", args)
         return r["structuredContent"], text
-
-    def counter_moves(self, sid, sandbox):
-        """The tick process runs here: its counter goes up."""
-        first = int(self.sh(sid, sandbox, "cat /tmp/tick.count"))
-        wait_for(lambda: int(self.sh(sid, sandbox, "cat /tmp/tick.count")) > first, 60,
-                 f"the counter to move in {sandbox}")
 
     def test_save_clone_delete(self):
         sid = mcp_session(self.s, self.key)
@@ -488,7 +466,7 @@ def qemus(s, pattern=""):
     return [l for l in res.stdout.splitlines() if re.search(pattern, l)]
 
 
-class TemplatesTest(unittest.TestCase):
+class TemplatesTest(SandboxTest):
     """vmd.templates = small: vmd boots a guest once, captures it, and restores that
     template for each new small sandbox instead of booting, each with its own identity."""
 
@@ -499,16 +477,6 @@ class TemplatesTest(unittest.TestCase):
             "vmd.templates": "small"})
         cls.s.up()
         cls.key = cls.s.cli_json("account", "create", "--email", "t@example.com")["api_key"]
-
-    @classmethod
-    def addCleanup(cls, fn, *args):  # Sbx registers its cleanup on the class
-        cls.addClassCleanup(fn, *args)
-
-    def sh(self, sid, sandbox, command):
-        r, text = mcp_call(self, self.s, self.key, sid, "exec",
-                           {"sandboxId": sandbox, "command": command}, timeout=400)
-        self.assertEqual(r["structuredContent"]["exitCode"], 0, text)
-        return r["structuredContent"]["stdout"].strip()
 
     def test_create_from_template(self):
         ready = wait_for(lambda: ready_templates(self.s), 300, "the small template")
@@ -558,7 +526,7 @@ class TemplatesTest(unittest.TestCase):
 
 
 
-class RestoreDeadlineTest(unittest.TestCase):
+class RestoreDeadlineTest(SandboxTest):
     """vmd.restore_timeout_ms: a restore that does not end in time has its QEMU killed
     (none stays paused in -incoming); a create from the template then boots cold (after
     three in a row the template is set aside), a create from a snapshot and a resume
@@ -571,18 +539,6 @@ class RestoreDeadlineTest(unittest.TestCase):
             "vmd.templates": "small", "vmd.restore_timeout_ms": "1"})
         cls.s.up()
         cls.key = cls.s.cli_json("account", "create", "--email", "r@example.com")["api_key"]
-
-    @classmethod
-    def addCleanup(cls, fn, *args):  # Sbx registers its cleanup on the class
-        cls.addClassCleanup(fn, *args)
-
-    def call(self, sid, tool, args=None, ok=True):
-        return mcp_call(self, self.s, self.key, sid, tool, args, ok, timeout=400)
-
-    def sh(self, sid, sandbox, command):
-        r, text = self.call(sid, "exec", {"sandboxId": sandbox, "command": command})
-        self.assertEqual(r["structuredContent"]["exitCode"], 0, text)
-        return r["structuredContent"]["stdout"].strip()
 
     def test_late_restores(self):
         wait_for(lambda: ready_templates(self.s), 300, "the small template")

@@ -1316,9 +1316,42 @@ static void s_test_setup (void)
     reply = s_call (agent, &msg);
     s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "env");
 
+    msg = sbx_msg_new (SBX_MSG_AGENT_SETUP);
+    sbx_str_set (&sbx_msg_agent_setup (msg)->mac, "53:54:00:00:00:01"); //  multicast
+    reply = s_call (agent, &msg);
+    s_expect_error (&reply, SBX_E_INVALID_ARGUMENT, "mac");
     char host_after[256];
     gethostname (host_after, sizeof host_after);
     assert (!strcmp (host_before, host_after));
+    s_stop (&agent);
+
+    //  The sandbox's own MAC, set on an interface that has another (a dummy, else one end
+    //  of a veth pair, made in the agent's namespace), announced (arp_notify), said.
+    agent = s_start (true, "--netdev", "sbxmac0");
+    assert (agent);
+    msg = s_exec_msg ("ip link add sbxmac0 type dummy 2>/dev/null || "
+                      "ip link add sbxmac0 type veth peer name sbxmac1",
+                      false, 0);
+    reply = s_call (agent, &msg);
+    bool made = sbx_msg_agent_exec_ok (reply)->exit_code == 0;
+    sbx_msg_destroy (&reply);
+    if (made) {
+        msg = sbx_msg_new (SBX_MSG_AGENT_SETUP);
+        sbx_str_set (&sbx_msg_agent_setup (msg)->mac, "52:54:00:0a:0b:0c");
+        reply = s_call (agent, &msg);
+        assert (reply->type == SBX_MSG_AGENT_SETUP_OK);
+        assert (!strcmp (sbx_msg_agent_setup_ok (reply)->mac, "52:54:00:0a:0b:0c"));
+        sbx_msg_destroy (&reply);
+        //  (ip, not /sys/class/net: sysfs is the host's network namespace's here.)
+        msg = s_exec_msg ("cat /proc/sys/net/ipv4/conf/sbxmac0/arp_notify; ip -o link show sbxmac0",
+                          false, 0);
+        reply = s_call (agent, &msg);
+        out = &sbx_msg_agent_exec_ok (reply)->stdout;
+        assert (out->size > 2 && !memcmp (out->data, "1\n", 2));
+        assert (memmem (out->data, out->size, "link/ether 52:54:00:0a:0b:0c ", 29));
+        sbx_msg_destroy (&reply);
+    } else
+        printf ("   agent_setup: no dummy or veth interface here: the MAC is not set\n");
     s_stop (&agent);
     printf ("   agent_setup: %lld ms\n", (long long) (s_mono_ms () - t0));
 }

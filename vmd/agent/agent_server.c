@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <net/if.h>
+#include <net/if_arp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -269,6 +270,71 @@ static int s_netdev_set (const char *name, bool up)
     return rc;
 }
 
+//  "aa:bb:cc:dd:ee:ff", a unicast address, into mac. 0, or -1.
+static int s_mac_parse (const char *text, unsigned char mac[6])
+{
+    unsigned int b[6];
+    char more;
+    if (!text || strlen (text) != 17 ||
+        sscanf (text, "%2x:%2x:%2x:%2x:%2x:%2x%c", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5],
+                &more) != 6)
+        return -1;
+    for (int i = 0; i < 6; i++)
+        mac[i] = (unsigned char) b[i];
+    return mac[0] & 1 ? -1 : 0;
+}
+
+//  The interface's MAC as text into out (18 bytes): 0, or -1 with errno.
+static int s_netdev_mac_get (int fd, const char *name, char *out)
+{
+    struct ifreq ifr;
+    memset (&ifr, 0, sizeof ifr);
+    snprintf (ifr.ifr_name, sizeof ifr.ifr_name, "%s", name);
+    if (ioctl (fd, SIOCGIFHWADDR, &ifr) != 0)
+        return -1;
+    const unsigned char *b = (const unsigned char *) ifr.ifr_hwaddr.sa_data;
+    snprintf (out, 18, "%02x:%02x:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3], b[4], b[5]);
+    return 0;
+}
+
+//  Gives the interface the sandbox's own MAC when it has another (a guest restored from
+//  another's memory has that one's), and says in now (18 bytes) the one it has after.
+//  The kernel announces a new one with a gratuitous ARP (arp_notify, set here), so QEMU's
+//  user network sends to it from its next frame. 0, or -1 with errno.
+static int s_netdev_mac (const char *name, const unsigned char mac[6], char *now)
+{
+    int fd = socket (AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    char want[18];
+    snprintf (want, sizeof want, "%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2], mac[3],
+              mac[4], mac[5]);
+    int rc = s_netdev_mac_get (fd, name, now);
+    if (rc == 0 && strcmp (now, want) != 0) {
+        char path[128];
+        snprintf (path, sizeof path, "/proc/sys/net/ipv4/conf/%s/arp_notify", name);
+        int notify = open (path, O_WRONLY | O_CLOEXEC);
+        if (notify >= 0) {
+            if (write (notify, "1", 1) != 1)
+                fprintf (stderr, "sbx-agent: cannot set %s: %s\n", path, strerror (errno));
+            close (notify);
+        }
+        struct ifreq ifr;
+        memset (&ifr, 0, sizeof ifr);
+        snprintf (ifr.ifr_name, sizeof ifr.ifr_name, "%s", name);
+        ifr.ifr_hwaddr.sa_family = ARPHRD_ETHER;
+        memcpy (ifr.ifr_hwaddr.sa_data, mac, 6);
+        rc = ioctl (fd, SIOCSIFHWADDR, &ifr);
+        int saved = errno;
+        s_netdev_mac_get (fd, name, now);
+        errno = saved;
+    }
+    int saved = errno;
+    close (fd);
+    errno = saved;
+    return rc;
+}
+
 //  Mixes the host's random bytes into the kernel's pool, credited, and reseeds the
 //  CRNG at once: a guest restored from a snapshot would otherwise go on producing what
 //  its siblings produce until the next scheduled reseed. 0, or -1 with errno.
@@ -344,6 +410,12 @@ static void s_handle_setup (server_t *self, sbx_msg_t *req)
         s_send_error (self, req->rid, SBX_E_INVALID_ARGUMENT, "time_ms is out of range");
         return;
     }
+    unsigned char mac[6];
+    if (setup->mac && s_mac_parse (setup->mac, mac)) {
+        s_send_error (self, req->rid, SBX_E_INVALID_ARGUMENT,
+                      "mac must be a unicast address written aa:bb:cc:dd:ee:ff");
+        return;
+    }
     char before[256] = "";
     if (gethostname (before, sizeof before) != 0)
         before[0] = 0;
@@ -384,6 +456,12 @@ static void s_handle_setup (server_t *self, sbx_msg_t *req)
     for (size_t i = 0; i < setup->env.count; i++)
         sbx_strmap_set (&self->env, setup->env.keys[i], setup->env.values[i]);
 
+    //  Best effort: a guest that keeps another's MAC works (each has a network of its own);
+    //  the answer says which it has, and vmd warns.
+    char mac_now[18] = "";
+    if (setup->mac && s_netdev_mac (self->config->netdev, mac, mac_now) != 0 && errno != ENODEV)
+        fprintf (stderr, "sbx-agent: cannot set %s's MAC to %s: %s\n", self->config->netdev,
+                 setup->mac, strerror (errno));
     if (s_netdev_set (self->config->netdev, !setup->no_network) != 0 &&
         !(errno == ENODEV && setup->no_network)) {
         snprintf (message, sizeof message, "cannot bring %s %s: %s", self->config->netdev,
@@ -404,6 +482,8 @@ static void s_handle_setup (server_t *self, sbx_msg_t *req)
         sbx_str_set (&sbx_msg_agent_setup_ok (reply)->hostname, name);
     }
     sbx_msg_agent_setup_ok (reply)->clock_adjust_ms = adjust;
+    if (*mac_now)
+        sbx_str_set (&sbx_msg_agent_setup_ok (reply)->mac, mac_now);
     s_send (self, &reply);
 }
 

@@ -176,8 +176,8 @@ export interface Snapshot {
   id: string;
   name?: string | null;
   state: "saving" | "ready" | "failed";
-  /** automatic: kept by a stop (one per sandbox; removed with the sandbox). */
-  kind?: "user" | "automatic";
+  /** automatic: kept by a stop (one per sandbox; removed with the sandbox). fork: the capture a fork's copies stand on (not listed; removed with the last of them). */
+  kind?: "user" | "automatic" | "fork";
   /** The sandbox it was saved from. */
   sandboxId?: string | null;
   type?: "small" | "medium" | "large";
@@ -290,6 +290,11 @@ export interface UpdateSandbox {
 export interface SaveSnapshot {
   name?: string;
   labels?: Record<string, string>;
+}
+
+export interface ForkSandbox {
+  /** How many copies (1 to 10, default 1). */
+  count?: number;
 }
 
 export interface CreateWebhook {

@@ -1,5 +1,5 @@
 """Sandboxes: create, connect, list; commands, files and ports of one; stop, resume,
-extend, snapshot and kill. Every call is one or a few REST requests (docs/rest.md) made
+extend, snapshot, fork and kill. Every call is one or a few REST requests (docs/rest.md) made
 by _http.Client; failures raise the SbxError subclass of the service's code."""
 import base64
 import io
@@ -336,6 +336,15 @@ class Sandbox:
         limit: the newest that many."""
         query = {k: v for k, v in (("sinceMs", since_ms), ("limit", limit)) if v is not None}
         return self._client.request("GET", f"/v1/sandboxes/{self.id}/metrics", query=query)
+
+    def fork(self, count=1, timeout=300.0):
+        """count (1 to 10) running copies of it with its memory, each a Sandbox of its own
+        (own id, hostname, MAC address and random state, billed on its own), ready: its
+        processes run on in each, its files are there. It is paused for a moment and runs
+        on. All or nothing: the plan's limits must take count more."""
+        answer = self._client.request("POST", f"/v1/sandboxes/{self.id}/fork",
+                                      body={"count": int(count)}, timeout=timeout)
+        return [Sandbox(self._client, info) for info in answer["sandboxes"]]
 
     def kill(self):
         """Deletes it: its disk, memory and automatic snapshots go."""
