@@ -445,9 +445,10 @@ class ClusterTest(unittest.TestCase):
         print(f"  v2 killed ({killed} processes): its {len(dead)} sandbox(es) host lost after "
               f"{lost_s:.2f} s: {view(dead[0])[1]}", flush=True)
         # Deleted while their host is gone: at once.
-        ok, _, text = client.tool(sid, "delete_sandbox", {"sandboxId": dead[0]})
-        self.assertTrue(ok, text)
-        self.assertEqual(view(dead[0])[0], "deleted")
+        ok, got, text = client.tool(sid, "delete_sandbox", {"sandboxId": dead[0]})
+        self.assertTrue(ok and got["state"] == "deleted", text)
+        gone = c1.cli("sandbox", "get", dead[0], "--json", check=False)
+        self.assertIn("not_found", gone.stdout + gone.stderr)
 
         # Billing against the log: stopped, every running second is charged once (a lost
         # one's up to its host's last heartbeat, at_ms).
@@ -496,6 +497,7 @@ class ClusterTest(unittest.TestCase):
             "sandboxes": len(sandboxes),
             # Only the killed host's, each reported host lost (asserted above).
             "sandboxes_lost": len(dead),
+            "sandboxes_lost_beyond": 0,  # every other sandbox answered (asserted above)
             "host_lost_after_s": round(lost_s, 3),
             "host_back_after_s": round(came_back, 3),
             "lost_after_ms": LOST_AFTER_MS,
