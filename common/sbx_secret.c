@@ -90,6 +90,40 @@ int sbx_secret_hash_fd (int fd, char out[65])
     return 0;
 }
 
+struct sbx_secret_sha256_t {
+    crypto_hash_sha256_state state;
+};
+
+sbx_secret_sha256_t *sbx_secret_sha256_new (void)
+{
+    sbx_secret_sha256_t *self = sbx_secret_init () ? NULL : malloc (sizeof *self);
+    if (self)
+        crypto_hash_sha256_init (&self->state);
+    return self;
+}
+
+void sbx_secret_sha256_destroy (sbx_secret_sha256_t **self_p)
+{
+    assert (self_p);
+    free (*self_p);
+    *self_p = NULL;
+}
+
+void sbx_secret_sha256_update (sbx_secret_sha256_t *self, const void *data, size_t size)
+{
+    assert (self);
+    crypto_hash_sha256_update (&self->state, data, (unsigned long long) size);
+}
+
+void sbx_secret_sha256_final (sbx_secret_sha256_t *self, char out[65])
+{
+    assert (self && out);
+    uint8_t digest[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256_final (&self->state, digest);
+    sodium_bin2hex (out, 65, digest, sizeof digest);
+    crypto_hash_sha256_init (&self->state);
+}
+
 char *sbx_secret_password_hash (const char *password)
 {
     if (!password || sbx_secret_init ())
@@ -397,6 +431,20 @@ void sbx_secret_test (bool verbose)
     assert (lseek (fileno (file), 0, SEEK_SET) == 0);
     assert (sbx_secret_hash_fd (fileno (file), hex) == 0 && strcmp (hex, whole) == 0);
     assert (sbx_secret_hash_fd (-1, hex) == -1 && hex[0] == 0);
+    //  Piece by piece: the same digest as the whole at once, then empty again.
+    sbx_secret_sha256_t *sha = sbx_secret_sha256_new ();
+    assert (sha);
+    sbx_secret_sha256_update (sha, "back", 4);
+    sbx_secret_sha256_update (sha, "", 0);
+    sbx_secret_sha256_update (sha, "up", 2);
+    sbx_secret_sha256_final (sha, hex);
+    char whole_once[65];
+    sbx_secret_hash ("backup", whole_once);
+    assert (strcmp (hex, whole_once) == 0);
+    sbx_secret_sha256_final (sha, hex);
+    assert (strcmp (hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855") == 0);
+    sbx_secret_sha256_destroy (&sha);
+    sbx_secret_sha256_destroy (&sha);
     fclose (file);
     free (big);
 

@@ -41,6 +41,16 @@ void sbx_secret_hash (const char *secret, char out[65]);
 //  backup's checksums). 0, or -1 with errno set when a read fails.
 int sbx_secret_hash_fd (int fd, char out[65]);
 
+//  The same, computed piece by piece as bytes go by (a file shipped chunk by chunk,
+//  sbx_ship). NULL when out of memory.
+typedef struct sbx_secret_sha256_t sbx_secret_sha256_t;
+sbx_secret_sha256_t *sbx_secret_sha256_new (void);
+void sbx_secret_sha256_destroy (sbx_secret_sha256_t **self_p);
+void sbx_secret_sha256_update (sbx_secret_sha256_t *self, const void *data, size_t size);
+//  The lowercase hex digest of every byte given so far (64 characters + NUL); the
+//  state then starts over, empty.
+void sbx_secret_sha256_final (sbx_secret_sha256_t *self, char out[65]);
+
 //  Returns an argon2id hash string ("$argon2id$v=19$...") of password, with the
 //  interactive limits (~64 MiB, a few tens of ms). NULL if password is NULL or on
 //  failure (out of memory).
