@@ -22,7 +22,6 @@
 #define S_JOIN_MS  1000 //  how often a new node asks to be added
 #define S_CALL_MS  2000 //  a call to this host's node
 #define S_RETRY_MS 1000 //  after a server that could not start
-#define S_OFFER_MS 300  //  after it, before its lead is offered to another node
 
 typedef struct {
     sbx_config_t *config; //  borrowed
@@ -48,7 +47,6 @@ typedef struct {
     sbx_dqlite_cluster_t cluster;
     const char *cluster_addresses[1];
     brk_server_args_t server_args;
-    uint64_t offer_at;    //  monotonic ms: hand the lead to another node then (0: no)
     uint64_t retry_after; //  monotonic ms: a server that failed is not tried again before
     uint64_t leads;       //  terms led, for the log
     uint64_t last_join;   //  monotonic ms of the last request to be added
@@ -295,15 +293,13 @@ static void s_server_start (s_control_t *self)
     bool ready = status && streq (status, "READY");
     zstr_free (&status);
     if (!ready) {
-        //  Another node may start where this one cannot (an older sbx on a database a newer
-        //  one migrated, during a rolling upgrade): the next tick offers it the lead rather
-        //  than hold it (not now: dqlite 1.11 can crash on a transfer right after a failed
-        //  statement of the same node).
+        //  It keeps the lead and tries again: handing it over here (dqlite's transfer)
+        //  crashed dqlite 1.11's loop under load. An older sbx on a database a newer one
+        //  migrated is the upgrade order's to avoid (docs/operations.md): the leader last.
         sbx_error ("control: node %s leads, but the broker could not start on the cluster's "
-                   "database (its log says why); offering the lead to another node, trying "
-                   "again in %d ms",
+                   "database (its log says why: an older sbx than the database? upgrade this "
+                   "node, or stop it so that another leads); trying again in %d ms",
                    self->address, S_RETRY_MS);
-        self->offer_at = zclock_mono () + S_OFFER_MS;
         zactor_destroy (&self->server);
         self->retry_after = zclock_mono () + S_RETRY_MS;
         s_standby_start (self);
@@ -444,15 +440,7 @@ static int s_on_poll (zloop_t *loop, int timer_id, void *arg)
         s_sync_hosts (self);
     }
     int leads = s_ask_leader (self);
-    if (leads == 1 && !self->server && self->offer_at &&
-        (uint64_t) zclock_mono () >= self->offer_at) {
-        self->offer_at = 0;
-        if (sbx_dqlite_usable (self->local) && sbx_dqlite_transfer (self->local, 0) == 0)
-            sbx_info ("control: node %s handed the lead to another node", self->address);
-        else
-            sbx_warn ("control: node %s could not hand the lead over: %s", self->address,
-                      sbx_dqlite_errmsg (self->local));
-    } else if (leads == 1)
+    if (leads == 1)
         s_server_start (self);
     else if (self->server) {
         s_server_stop (self, leads < 0 ? "does not answer" : "no longer leads");

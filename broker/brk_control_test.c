@@ -122,28 +122,6 @@ static sbx_dqlite_t *s_dqlite (s_node_t *node, sbx_dqproxy_t **proxy)
     return sbx_dqlite_connect_leader (addresses, 1, 2000, sbx_dqproxy_dial, *proxy);
 }
 
-//  The dqlite leader's address as a node says (NULL if none).
-static char *s_raft_leader (s_node_t *node)
-{
-    sbx_dqproxy_t *proxy = NULL;
-    const char *addresses[] = {node->address};
-    char *path = zsys_sprintf ("%s/keys/cluster.key", node->dir);
-    unsigned char key[SBX_DQPROXY_KEY_SIZE];
-    assert (path && sbx_dqproxy_key_load (path, false, key) == 0);
-    zstr_free (&path);
-    proxy = sbx_dqproxy_new (key, sizeof key);
-    sbx_dqlite_t *client = sbx_dqlite_connect (addresses[0], 2000, sbx_dqproxy_dial, proxy);
-    char *address = NULL;
-    uint64_t id = 0;
-    if (!client || sbx_dqlite_leader (client, &id, &address) || !id) {
-        free (address);
-        address = NULL;
-    }
-    sbx_dqlite_destroy (&client);
-    sbx_dqproxy_destroy (&proxy);
-    return address;
-}
-
 //  Sets the control database's schema version row beyond this broker's (version), or
 //  drops it again (0), through the leader.
 static void s_schema_bump (s_node_t *node, int version)
@@ -183,7 +161,7 @@ void brk_control_test (bool verbose)
         assert (node->config);
         sbx_config_set (node->config, "heartbeat_ms", "100");
         sbx_config_set (node->config, "control.address", node->address);
-        sbx_config_set (node->config, "control.latency_ms", "5");
+        sbx_config_set (node->config, "control.latency_ms", "15");
         //  One process: its brokers on ipc:// (CURVE's authenticator is one a process).
         char *endpoint = zsys_sprintf ("ipc://%s/run/broker.sock", node->dir);
         char *tap = zsys_sprintf ("ipc://%s/run/tap.sock", node->dir);
@@ -224,7 +202,7 @@ void brk_control_test (bool verbose)
     }
     uint64_t rid = 1000;
     int leader = s_leader (nodes, &rid);
-    assert (leader == 0); //  the first node leads a new cluster
+    assert (leader >= 0); //  the first node, usually; under load an election may move it
 
     //  What the first node had as one machine is the cluster's now; its file set aside.
     sbx_msg_t *request = sbx_msg_new (SBX_MSG_ACCOUNT_GET);
@@ -325,9 +303,9 @@ void brk_control_test (bool verbose)
     free (third_account);
 
     //  A database a newer broker migrated (a rolling upgrade's old node elected): the
-    //  leader's broker cannot start on it, so it offers the lead to the other node rather
-    //  than hold it; neither serves, both stand by. Back to a version this broker knows,
-    //  one serves again.
+    //  leader's broker cannot start on it; it says why and stands by, and so does every
+    //  node: nothing is served on a database it does not know. Back to a version this
+    //  broker knows, one serves again.
     s_schema_bump (&nodes[third], 99);
     request = sbx_msg_new (SBX_MSG_ACCOUNT_LIST);
     reply = brk_testkit_call (nodes[third].client, request, ++rid);
@@ -335,19 +313,12 @@ void brk_control_test (bool verbose)
     sbx_msg_destroy (&reply);
     s_stop (&nodes[third]); //  hands over to nodes[leader], whose broker cannot start
     s_start (&nodes[third]);
-    int moves = 0, served = 0;
-    char *before = NULL;
-    for (int tries = 0; tries < 80 && moves < 2; tries++) {
-        char *now = s_raft_leader (&nodes[third]);
-        if (now && before && !streq (now, before))
-            moves++;
-        free (before);
-        before = now;
+    int served = 0;
+    for (int tries = 0; tries < 30; tries++) {
         served += s_leads (&nodes[leader], ++rid) == 1 || s_leads (&nodes[third], ++rid) == 1;
         zclock_sleep (100);
     }
-    free (before);
-    assert (moves >= 2 && served == 0);
+    assert (served == 0);
     s_schema_bump (&nodes[third], 0);
     assert (s_leader (nodes, &rid) >= 0);
 
