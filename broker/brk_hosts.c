@@ -178,6 +178,10 @@ sbx_msg_t *brk_hosts_list (brk_ctx_t *ctx, sbx_msg_t *request)
         sbx_msg_destroy (&reply);
         return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot list the hosts");
     }
+    //  Drains after the list: its statement is done stepping.
+    sbx_host_info_list_t *hosts = &sbx_msg_host_list_ok (reply)->hosts;
+    for (size_t i = 0; i < hosts->count; i++)
+        brk_store_drain_since (ctx->store, hosts->items[i].name, &hosts->items[i].draining_ms);
     return reply;
 }
 
@@ -202,6 +206,64 @@ sbx_msg_t *brk_hosts_remove (brk_ctx_t *ctx, sbx_msg_t *request)
     } else
         sbx_info ("rid=%llu host %s removed: its key is no longer admitted",
                   (unsigned long long) request->rid, name);
+    brk_host_clear (&host);
+    return reply;
+}
+
+//  Whether any sandbox record names vmd (it is one the broker has known).
+static void s_is (const char *name, void *arg)
+{
+    const char **want = arg;
+    if (*want && streq (name, *want))
+        *want = NULL;
+}
+
+sbx_msg_t *brk_hosts_drain (brk_ctx_t *ctx, sbx_msg_t *request)
+{
+    if (!request->caller || !brk_accounts_operator (request->caller))
+        return sbx_msg_new_error (request->rid, SBX_E_PERMISSION_DENIED,
+                                  "host.drain is the operator's (sbx host drain, on a member "
+                                  "host)");
+    sbx_host_drain_t *args = sbx_msg_host_drain (request);
+    const char *name = args->name;
+    //  A vmd connected now, or one a sandbox record names: drains are by vmd instance.
+    const char *unknown = name;
+    if (!brk_registry_find (ctx->registry, SBX_ROLE_VMD, name))
+        brk_store_sandbox_vmds (ctx->store, s_is, &unknown);
+    else
+        unknown = NULL;
+    if (unknown && !args->undo)
+        return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND,
+                                  "no vmd named %s is connected or has sandboxes (sbx status "
+                                  "lists the vmds)",
+                                  name);
+    uint64_t now = sbx_clock_now_ms (), stopped = 0, ready = 0, active = 0;
+    int rc = args->undo ? brk_store_drain_unset (ctx->store, name)
+                        : brk_store_drain_set (ctx->store, name, now);
+    if (rc < 0 || brk_store_sandbox_count_on (ctx->store, name, "stopped", &stopped) ||
+        brk_store_sandbox_count_on (ctx->store, name, "ready", &ready) ||
+        brk_store_sandbox_active (ctx->store, name, &active))
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record the drain");
+    sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_HOST_DRAIN_OK);
+    sbx_host_drain_ok_t *ok = sbx_msg_host_drain_ok (reply);
+    ok->stopped = stopped;
+    ok->running = active;
+    brk_host_t host = {0};
+    sbx_host_info_t **slot = &ok->host;
+    *slot = calloc (1, sizeof **slot);
+    bool known = brk_store_host_find (ctx->store, name, &host) == 0;
+    if (!*slot || (known ? s_info (&host, *slot)
+                         : sbx_str_set (&(*slot)->name, name) ||
+                               sbx_str_set (&(*slot)->public_key, "(not joined by token)"))) {
+        sbx_msg_destroy (&reply);
+        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    } else {
+        brk_store_drain_since (ctx->store, name, &(*slot)->draining_ms);
+        sbx_info ("rid=%llu vmd %s %s: %llu stopped sandbox(es) to move, %llu running stay",
+                  (unsigned long long) request->rid, name,
+                  args->undo ? "no longer drained" : "drained", (unsigned long long) ok->stopped,
+                  (unsigned long long) ok->running);
+    }
     brk_host_clear (&host);
     return reply;
 }

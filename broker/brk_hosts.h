@@ -14,6 +14,9 @@ sbx_msg_t *brk_hosts_token (brk_ctx_t *ctx, sbx_msg_t *request);
 sbx_msg_t *brk_hosts_list (brk_ctx_t *ctx, sbx_msg_t *request);
 sbx_msg_t *brk_hosts_remove (brk_ctx_t *ctx, sbx_msg_t *request);
 sbx_msg_t *brk_hosts_nodes (brk_ctx_t *ctx, sbx_msg_t *request);
+//  host.drain: a vmd drained (brk_move moves its stopped sandboxes; nothing new is placed
+//  there), or no longer. On one machine too (several vmds under one broker).
+sbx_msg_t *brk_hosts_drain (brk_ctx_t *ctx, sbx_msg_t *request);
 //  cluster.remove: a control node out of the dqlite cluster (the leader hands over first).
 sbx_msg_t *brk_hosts_remove_node (brk_ctx_t *ctx, sbx_msg_t *request);
 

@@ -437,8 +437,10 @@ static brk_peer_t *s_pick_vmd (brk_ctx_t *ctx, const char *instance, bool *any, 
         if (p->role != SBX_ROLE_VMD || (instance && !streq (p->instance, instance)))
             continue;
         *any = true;
-        uint64_t active = 0;
-        if (brk_store_sandbox_active (ctx->store, p->instance, &active))
+        uint64_t active = 0, draining = 0;
+        //  A vmd being drained (sbx host drain) takes nothing new.
+        if (brk_store_sandbox_active (ctx->store, p->instance, &active) ||
+            brk_store_drain_since (ctx->store, p->instance, &draining) || draining)
             continue;
         uint64_t room = p->capacity > active ? p->capacity - active : 0;
         if (room > best_free) {
@@ -479,15 +481,15 @@ static brk_peer_t *s_place (brk_ctx_t *ctx, const sbx_msg_t *request, const brk_
     if (home)
         *error = sbx_msg_new_error (
             request->rid, SBX_E_UNAVAILABLE,
-            any ? "snapshot %s is on vmd %s's host, and that vmd is full; stop or delete a "
-                  "sandbox there"
+            any ? "snapshot %s is on vmd %s's host, and that vmd is full or being drained; "
+                  "stop or delete a sandbox there, or end the drain (sbx host drain --undo)"
                 : "snapshot %s is on vmd %s's host, and that vmd is not connected; retry when "
                   "it is back",
             origin->snapshot_id, home);
     else
         *error = sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
-                                    any ? "every vmd is full; stop or delete a sandbox, or add a "
-                                          "host"
+                                    any ? "every vmd is full or being drained; stop or delete a "
+                                          "sandbox, or add a host"
                                         : "no vmd is connected to the broker; is sbx-vmd running?");
     return NULL;
 }
@@ -861,6 +863,12 @@ static sbx_msg_t *s_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
     const s_transition_t *t = reply ? NULL : s_lookup (state, event);
     if (reply)
         ;
+    else if (state == SBX_SANDBOX_STATE_STOPPED && brk_sandbox_in_flight (ctx, record.id))
+        //  Only a move (brk_move) has a stopped sandbox in flight.
+        reply = sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                                   "sandbox %s is moving to another host (its host is being "
+                                   "drained); try again in a moment",
+                                   record.id);
     else if (!t && ((event == S_EV_STOP && state == SBX_SANDBOX_STATE_STOPPED) ||
                     (event == S_EV_RESUME && state == SBX_SANDBOX_STATE_READY)))
         reply = s_reply (ctx, request->rid, reply_type, &record); //  already there
@@ -926,6 +934,10 @@ sbx_msg_t *brk_sandbox_wake (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *reques
                                    record.id);
     else if (state == SBX_SANDBOX_STATE_READY)
         reply = s_reply (ctx, request->rid, SBX_MSG_SANDBOX_WAKE_OK, &record);
+    else if (state == SBX_SANDBOX_STATE_STOPPED && brk_sandbox_in_flight (ctx, record.id))
+        reply = sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                                   "sandbox %s is moving to another host; try again in a moment",
+                                   record.id);
     else if (!t)
         reply = sbx_msg_new_error (
             request->rid, SBX_E_FAILED_PRECONDITION, "sandbox %s is %s%s", record.id, record.state,

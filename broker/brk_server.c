@@ -13,6 +13,7 @@
 #include "brk_metrics.h"
 #include "brk_ports.h"
 #include "brk_hostloss.h"
+#include "brk_move.h"
 #include "brk_reconcile.h"
 #include "brk_rates.h"
 #include "brk_sandbox.h"
@@ -53,6 +54,7 @@ typedef struct {
     brk_rates_t *rates; //  gateways' shares of each key's plan rate
     brk_reconcile_t *reconcile;
     brk_hostloss_t *hostloss;
+    brk_move_t *move;
     brk_ctx_t ctx;
     char *instance; //  random per run, so peers can tell a restart
     uint64_t heartbeat_ms;
@@ -68,6 +70,7 @@ static void s_server_destroy (s_server_t **self_p)
     zloop_destroy (&self->loop);
     brk_reconcile_destroy (&self->reconcile);
     brk_hostloss_destroy (&self->hostloss);
+    brk_move_destroy (&self->move);
     zhashx_destroy (&self->ctx.in_flight);
     brk_pending_destroy (&self->pending);
     brk_rates_destroy (&self->rates);
@@ -238,7 +241,8 @@ static s_server_t *s_server_new (sbx_config_t *config, const brk_server_args_t *
     self->ctx.in_flight = zhashx_new ();
     self->reconcile = brk_reconcile_new (&self->ctx);
     self->hostloss = brk_hostloss_new (&self->ctx);
-    if (!self->ctx.in_flight || !self->reconcile || !self->hostloss ||
+    self->move = brk_move_new (&self->ctx);
+    if (!self->ctx.in_flight || !self->reconcile || !self->hostloss || !self->move ||
         brk_snapshot_start (&self->ctx)) {
         s_server_destroy (&self);
         return NULL;
@@ -806,6 +810,9 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     case SBX_MSG_HOST_REMOVE:
         reply = brk_hosts_remove (&self->ctx, msg);
         break;
+    case SBX_MSG_HOST_DRAIN:
+        reply = brk_hosts_drain (&self->ctx, msg);
+        break;
     case SBX_MSG_CLUSTER_NODES:
         reply = brk_hosts_nodes (&self->ctx, msg);
         break;
@@ -1063,6 +1070,7 @@ static int s_on_reconcile (zloop_t *loop, int timer_id, void *arg)
     s_server_t *self = arg;
     brk_reconcile_tick (self->reconcile);
     brk_hostloss_tick (self->hostloss);
+    brk_move_tick (self->move);
     return 0;
 }
 

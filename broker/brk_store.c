@@ -190,6 +190,11 @@ static const char *s_migrations[] = {
     "  public_key TEXT NOT NULL UNIQUE,"
     "  created_ms INTEGER NOT NULL,"
     "  removed_ms INTEGER NOT NULL DEFAULT 0);",
+    //  13: vmds being drained (sbx host drain): nothing new is placed there, their stopped
+    //  sandboxes move to other hosts (brk_move).
+    "CREATE TABLE drains ("
+    "  vmd TEXT NOT NULL PRIMARY KEY,"
+    "  since_ms INTEGER NOT NULL);",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
@@ -275,6 +280,12 @@ static const char *s_sql[ST_COUNT] = {
     [ST_HOST_LIST] =
         "SELECT name, roles, public_key, created_ms, removed_ms FROM hosts ORDER BY created_ms",
     [ST_HOST_REMOVE] = "UPDATE hosts SET removed_ms = ?2 WHERE name = ?1 AND removed_ms = 0",
+    [ST_DRAIN_SET] =
+        "INSERT INTO drains (vmd, since_ms) VALUES (?1, ?2) ON CONFLICT (vmd) DO NOTHING",
+    [ST_DRAIN_UNSET] = "DELETE FROM drains WHERE vmd = ?1",
+    [ST_DRAIN_GET] = "SELECT since_ms FROM drains WHERE vmd = ?1",
+    [ST_DRAIN_LIST] = "SELECT vmd FROM drains ORDER BY since_ms LIMIT 1000",
+    [ST_SANDBOX_ON_VMD] = "SELECT count(*) FROM sandboxes WHERE vmd = ?1 AND state = ?2",
     [ST_SANDBOX_INSERT] =
         "INSERT INTO sandboxes (" SANDBOX_COLUMNS ") "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
@@ -305,6 +316,8 @@ static const char *s_sql[ST_COUNT] = {
                           "('creating', 'stopping', 'resuming', 'deleting') LIMIT 100",
     [ST_SANDBOX_HELD] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE vmd = ?1 AND state IN "
                         "('ready', 'stopped') LIMIT 100",
+    [ST_SANDBOX_STOPPED_ON] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE vmd = ?1 AND "
+                              "state = 'stopped' LIMIT 100",
     [ST_SANDBOX_LOST] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE vmd = ?1 AND state = "
                         "'error' AND reason LIKE 'host lost%' LIMIT 100",
     [ST_SANDBOX_LOST_ANY] = "SELECT EXISTS (SELECT 1 FROM sandboxes WHERE vmd = ?1 AND "
@@ -1205,6 +1218,16 @@ int brk_store_sandbox_held (brk_store_t *self, const char *vmd, brk_store_sandbo
     return s_sandbox_collect (stmt, fn, arg);
 }
 
+int brk_store_sandbox_stopped_on (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn,
+                                  void *arg)
+{
+    if (!self || !fn || !sbx_db_nonempty (vmd))
+        return -1;
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_STOPPED_ON);
+    sbx_db_bind_text (stmt, 1, vmd);
+    return s_sandbox_collect (stmt, fn, arg);
+}
+
 int brk_store_sandbox_lost (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn, void *arg)
 {
     if (!self || !fn || !sbx_db_nonempty (vmd))
@@ -1223,17 +1246,14 @@ int brk_store_sandbox_lost_any (brk_store_t *self, const char *vmd)
     return s_count (self, ST_SANDBOX_LOST_ANY, &count, "sandbox lost any") ? -1 : count > 0;
 }
 
-int brk_store_sandbox_vmds (brk_store_t *self, brk_store_name_fn *fn, void *arg)
+int brk_store_names (sbx_stmt_t *stmt, brk_store_name_fn *fn, void *arg)
 {
-    if (!self || !fn)
-        return -1;
-    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_VMDS);
     //  Collected first, as s_sandbox_collect does: fn may use the store.
     char *names[1000];
-    int rc, count = 0;
+    int rc = SQLITE_DONE, count = 0;
     while (count < 1000 && (rc = sbx_stmt_step (stmt)) == SQLITE_ROW) {
-        const char *vmd = sbx_stmt_column_text (stmt, 0);
-        if (vmd && (names[count] = strdup (vmd)))
+        const char *name = sbx_stmt_column_text (stmt, 0);
+        if (name && (names[count] = strdup (name)))
             count++;
     }
     sbx_db_reset (stmt);
@@ -1242,6 +1262,13 @@ int brk_store_sandbox_vmds (brk_store_t *self, brk_store_name_fn *fn, void *arg)
         free (names[i]);
     }
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? count : -1;
+}
+
+int brk_store_sandbox_vmds (brk_store_t *self, brk_store_name_fn *fn, void *arg)
+{
+    if (!self || !fn)
+        return -1;
+    return brk_store_names (sbx_db_stmt (self->db, ST_SANDBOX_VMDS), fn, arg);
 }
 
 int brk_store_sandbox_unfunded (brk_store_t *self, size_t limit, brk_store_sandbox_fn *fn,
@@ -1680,6 +1707,9 @@ static bool s_test_allow (int index, const char *table)
 {
     //  The hosts of a cluster: a handful, listed by an operator.
     if (strcmp (table, "hosts") == 0 && index == ST_HOST_LIST)
+        return true;
+    //  The vmds being drained: a handful, every second (brk_move).
+    if (strcmp (table, "drains") == 0 && index == ST_DRAIN_LIST)
         return true;
     //  The vmds a record names: the walk over its own recursive table, one row a vmd.
     if (strcmp (table, "v") == 0 && index == ST_SANDBOX_VMDS)

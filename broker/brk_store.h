@@ -121,6 +121,8 @@ typedef struct {
 } brk_sandbox_t;
 
 typedef void (brk_store_sandbox_fn) (const brk_sandbox_t *sandbox, void *arg);
+//  A name (a vmd instance), for the lists of names.
+typedef void (brk_store_name_fn) (const char *name, void *arg);
 typedef void (brk_store_label_fn) (const char *key, const char *value, void *arg);
 
 //  Opens or creates the database at path (mode 0600), in WAL mode with
@@ -305,6 +307,17 @@ int brk_store_host_list (brk_store_t *self, brk_store_host_fn *fn, void *arg);
 //  0 removed now, 1 not admitted (unknown, or removed before), -1 error.
 int brk_store_host_remove (brk_store_t *self, const char *name, uint64_t now_ms);
 
+//  vmds being drained (sbx host drain). Set (kept if set: 0), unset (0; 1 when it was
+//  not), and since when (0: it is not; -1 on error, then *since_ms is 0).
+int brk_store_drain_set (brk_store_t *self, const char *vmd, uint64_t now_ms);
+int brk_store_drain_unset (brk_store_t *self, const char *vmd);
+int brk_store_drain_since (brk_store_t *self, const char *vmd, uint64_t *since_ms);
+//  fn for every vmd being drained, oldest drain first: how many, or -1.
+int brk_store_drain_list (brk_store_t *self, brk_store_name_fn *fn, void *arg);
+//  How many sandboxes of vmd are in state (a sandbox state's name). 0 or -1.
+int brk_store_sandbox_count_on (brk_store_t *self, const char *vmd, const char *state,
+                                uint64_t *count);
+
 //  Sandboxes. insert: 0, 1 when the label is taken, -1 (in a transaction).
 int brk_store_sandbox_insert (brk_store_t *self, const brk_sandbox_t *sandbox);
 //  0 found, 1 not found, -1 error.
@@ -345,6 +358,9 @@ int brk_store_sandbox_moving (brk_store_t *self, const char *vmd, brk_store_sand
 //  The sandboxes of vmd that its host holds for their users: ready or stopped (at most 100).
 int brk_store_sandbox_held (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn,
                             void *arg);
+//  The stopped sandboxes of vmd (at most 100).
+int brk_store_sandbox_stopped_on (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn,
+                                  void *arg);
 //  The sandboxes of vmd in error because its host was lost (reason "host lost…"; at most
 //  100).
 int brk_store_sandbox_lost (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn,
@@ -352,7 +368,6 @@ int brk_store_sandbox_lost (brk_store_t *self, const char *vmd, brk_store_sandbo
 //  Whether vmd has sandboxes lost with its host, or deleted while it was lost: 1, 0, -1.
 int brk_store_sandbox_lost_any (brk_store_t *self, const char *vmd);
 //  fn for every vmd instance a sandbox record names (at most 1000): how many, or -1.
-typedef void (brk_store_name_fn) (const char *name, void *arg);
 int brk_store_sandbox_vmds (brk_store_t *self, brk_store_name_fn *fn, void *arg);
 //  Ready sandboxes of accounts whose wallet is empty, longest ready first (at most
 //  `limit`, and 100). Returns how many, or -1.

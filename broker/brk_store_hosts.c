@@ -97,3 +97,68 @@ int brk_store_host_remove (brk_store_t *self, const char *name, uint64_t now_ms)
         return -1;
     return sbx_db_changes (self->db) == 1 ? 0 : 1;
 }
+
+//  --------------------------------------------------------------------------
+//  Drains
+
+static int s_since_from_row (sbx_stmt_t *stmt, void *out)
+{
+    *(uint64_t *) out = sbx_db_column_u64 (stmt, 0);
+    return 0;
+}
+
+int brk_store_drain_set (brk_store_t *self, const char *vmd, uint64_t now_ms)
+{
+    if (!self || !sbx_db_nonempty (vmd) || !sbx_db_fits (now_ms))
+        return -1;
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_DRAIN_SET);
+    sbx_db_bind_text (stmt, 1, vmd);
+    sbx_stmt_bind_int64 (stmt, 2, (int64_t) now_ms);
+    return sbx_db_try (self->db, ST_DRAIN_SET, "drain set") == SQLITE_DONE ? 0 : -1;
+}
+
+int brk_store_drain_unset (brk_store_t *self, const char *vmd)
+{
+    if (!self || !sbx_db_nonempty (vmd))
+        return -1;
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_DRAIN_UNSET), 1, vmd);
+    if (sbx_db_try (self->db, ST_DRAIN_UNSET, "drain unset") != SQLITE_DONE)
+        return -1;
+    return sbx_db_changes (self->db) == 1 ? 0 : 1;
+}
+
+int brk_store_drain_since (brk_store_t *self, const char *vmd, uint64_t *since_ms)
+{
+    *since_ms = 0;
+    if (!vmd)
+        return 0;
+    uint64_t since = 0;
+    int rc = brk_store_find (self, ST_DRAIN_GET, vmd, s_since_from_row, &since, sizeof since,
+                             "drain get");
+    if (rc < 0)
+        return -1;
+    *since_ms = rc == 0 ? since : 0;
+    return 0;
+}
+
+int brk_store_drain_list (brk_store_t *self, brk_store_name_fn *fn, void *arg)
+{
+    if (!self || !fn)
+        return -1;
+    return brk_store_names (sbx_db_stmt (self->db, ST_DRAIN_LIST), fn, arg);
+}
+
+int brk_store_sandbox_count_on (brk_store_t *self, const char *vmd, const char *state,
+                                uint64_t *count)
+{
+    *count = 0;
+    if (!self || !sbx_db_nonempty (vmd) || !sbx_db_nonempty (state))
+        return -1;
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_SANDBOX_ON_VMD);
+    sbx_db_bind_text (stmt, 1, vmd);
+    sbx_db_bind_text (stmt, 2, state);
+    return sbx_db_row (self->db, ST_SANDBOX_ON_VMD, s_since_from_row, count, "sandbox count on") ==
+                   0
+               ? 0
+               : -1;
+}

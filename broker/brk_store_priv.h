@@ -45,6 +45,11 @@ typedef enum {
     ST_HOST_FIND,
     ST_HOST_LIST,
     ST_HOST_REMOVE,
+    ST_DRAIN_SET,
+    ST_DRAIN_UNSET,
+    ST_DRAIN_GET,
+    ST_DRAIN_LIST,
+    ST_SANDBOX_ON_VMD,
     ST_SANDBOX_INSERT,
     ST_SANDBOX_FIND,
     ST_SANDBOX_PAGE,
@@ -56,6 +61,7 @@ typedef enum {
     ST_SANDBOX_EXPIRY,
     ST_SANDBOX_MOVING,
     ST_SANDBOX_HELD,
+    ST_SANDBOX_STOPPED_ON,
     ST_SANDBOX_LOST,
     ST_SANDBOX_LOST_ANY,
     ST_SANDBOX_VMDS,
@@ -128,6 +134,9 @@ bool brk_store_one_of (const char *text, const char **names);
 //  Finds the one row statement id has for a text key (its only parameter). *out (size
 //  bytes) is zeroed, then filled by fill, which clears it when it fails. 0 found, 1 not
 //  found, -1 error (logged with what) or a NULL argument.
+//  fn for each first-column text of stmt's rows (at most 1000, collected before fn runs,
+//  so fn may use the store): how many, or -1.
+int brk_store_names (sbx_stmt_t *stmt, brk_store_name_fn *fn, void *arg);
 int brk_store_find (brk_store_t *self, stmt_id_t id, const char *key, sbx_db_row_fn *fill,
                     void *out, size_t size, const char *what);
 

@@ -502,10 +502,15 @@ int cli_cluster_main (int argc, char **argv)
 static void s_host_usage (FILE *out)
 {
     fprintf (out, "usage: sbx host list [--data-dir DIR] [--json]\n"
-                  "       sbx host remove NAME [--data-dir DIR] [--json]\n\n"
+                  "       sbx host remove NAME [--data-dir DIR] [--json]\n"
+                  "       sbx host drain NAME [--undo] [--data-dir DIR] [--json]\n\n"
                   "The hosts join tokens admitted to the cluster (sbx cluster token). remove:\n"
                   "its key is refused by every control node within seconds (its processes\n"
-                  "at their next connection); the record stays, marked removed.\n");
+                  "at their next connection); the record stays, marked removed.\n"
+                  "drain: no new sandbox goes to vmd NAME, and its stopped sandboxes move to\n"
+                  "other vmd hosts, memory and disk, one at a time (each host needs vmd.ship);\n"
+                  "running ones stay until stopped (then they move) or deleted. --undo ends it.\n"
+                  "Several hosts: docs/operations.md.\n");
 }
 
 static json_t *s_host_json (sbx_host_info_t *host)
@@ -513,15 +518,17 @@ static json_t *s_host_json (sbx_host_info_t *host)
     json_t *roles = json_array ();
     for (size_t i = 0; i < host->roles.count; i++)
         json_array_append_new (roles, json_string (host->roles.items[i]));
-    return json_pack ("{s:s, s:o, s:s, s:o, s:o}", "name", host->name, "roles", roles, "publicKey",
-                      host->public_key, "createdAt", cli_json_time (host->created_ms), "removedAt",
-                      cli_json_time (host->removed_ms));
+    return json_pack ("{s:s, s:o, s:s, s:o, s:o, s:o}", "name", host->name, "roles", roles,
+                      "publicKey", host->public_key, "createdAt", cli_json_time (host->created_ms),
+                      "removedAt", cli_json_time (host->removed_ms), "drainingSince",
+                      cli_json_time (host->draining_ms));
 }
 
 int cli_host_main (int argc, char **argv)
 {
     static struct option options[] = {{"data-dir", required_argument, 0, 'd'},
                                       {"json", no_argument, 0, 'j'},
+                                      {"undo", no_argument, 0, 'u'},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
     if (argc < 2 || streq (argv[1], "--help") || streq (argv[1], "-h")) {
@@ -529,7 +536,7 @@ int cli_host_main (int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     const char *verb = argv[1], *data_dir = NULL;
-    bool json = false;
+    bool json = false, undo = false;
     int c;
     optind = 2;
     while ((c = getopt_long (argc, argv, "", options, NULL)) != -1) {
@@ -537,6 +544,8 @@ int cli_host_main (int argc, char **argv)
             data_dir = optarg;
         else if (c == 'j')
             json = true;
+        else if (c == 'u')
+            undo = true;
         else if (c == 'h') {
             s_host_usage (stdout);
             return 0;
@@ -546,27 +555,48 @@ int cli_host_main (int argc, char **argv)
         }
     }
     const char *name = optind < argc ? argv[optind] : NULL;
-    bool remove = streq (verb, "remove");
-    if (!remove && !streq (verb, "list")) {
-        fprintf (stderr, "sbx host: unknown subcommand '%s' (list, remove)\n", verb);
+    bool remove = streq (verb, "remove"), drain = streq (verb, "drain");
+    if (!remove && !drain && !streq (verb, "list")) {
+        fprintf (stderr, "sbx host: unknown subcommand '%s' (list, remove, drain)\n", verb);
         return 2;
     }
-    if (remove != (name != NULL) || (name && optind + 1 < argc)) {
+    if ((remove || drain) != (name != NULL) || (name && optind + 1 < argc) || (undo && !drain)) {
         s_host_usage (stderr);
         return 2;
     }
     sbx_config_t *config = sbx_config_new (data_dir);
     if (!config)
         return 1;
-    sbx_msg_t *request = sbx_msg_new (remove ? SBX_MSG_HOST_REMOVE : SBX_MSG_HOST_LIST);
+    sbx_msg_t *request = sbx_msg_new (remove  ? SBX_MSG_HOST_REMOVE
+                                      : drain ? SBX_MSG_HOST_DRAIN
+                                              : SBX_MSG_HOST_LIST);
     if (remove)
         sbx_str_set (&sbx_msg_host_remove (request)->name, name);
+    if (drain) {
+        sbx_str_set (&sbx_msg_host_drain (request)->name, name);
+        sbx_msg_host_drain (request)->undo = undo;
+    }
     sbx_err_t err;
     sbx_msg_t *reply = cli_call (config, &request, 10000, &err);
     sbx_config_destroy (&config);
     if (!reply)
         return cli_fail (&err);
-    if (remove) {
+    if (drain) {
+        sbx_host_drain_ok_t *ok = sbx_msg_host_drain_ok (reply);
+        if (json) {
+            json_t *host = s_host_json (ok->host);
+            json_object_set_new (host, "stopped", json_integer ((json_int_t) ok->stopped));
+            json_object_set_new (host, "running", json_integer ((json_int_t) ok->running));
+            cli_print_json (host);
+        } else if (undo)
+            printf ("vmd %s takes new sandboxes again\n", ok->host->name);
+        else
+            printf ("vmd %s drains: no new sandbox goes there; %llu stopped sandbox(es) move to "
+                    "other hosts, one at a time (sbx host list shows it); %llu running stay "
+                    "until stopped or deleted\n",
+                    ok->host->name, (unsigned long long) ok->stopped,
+                    (unsigned long long) ok->running);
+    } else if (remove) {
         sbx_host_info_t *host = sbx_msg_host_remove_ok (reply)->host;
         if (json)
             cli_print_json (s_host_json (host));
@@ -587,7 +617,9 @@ int cli_host_main (int argc, char **argv)
                     snprintf (roles + strlen (roles), sizeof roles - strlen (roles), "%s%s",
                               r ? "," : "", host->roles.items[r]);
                 printf ("%-24s %-40s %s\n", host->name, roles,
-                        host->removed_ms ? "removed" : "admitted");
+                        host->removed_ms    ? "removed"
+                        : host->draining_ms ? "admitted, draining"
+                                            : "admitted");
             }
         }
         if (json)

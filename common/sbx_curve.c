@@ -136,6 +136,11 @@ int sbx_curve_server (sbx_config_t *config, zsock_t *sock)
     return 0;
 }
 
+zcert_t *sbx_curve_host_cert (sbx_config_t *config)
+{
+    return s_cert_load_or_create (config, "client");
+}
+
 int sbx_curve_client (sbx_config_t *config, zsock_t *sock)
 {
     zcert_t *cert = s_cert_load_or_create (config, "client");

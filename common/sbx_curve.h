@@ -32,6 +32,10 @@ int sbx_curve_server (sbx_config_t *config, zsock_t *sock);
 //  public key from broker.public_key, else from DIR/keys/broker.cert. Returns 0 or -1.
 int sbx_curve_client (sbx_config_t *config, zsock_t *sock);
 
+//  This host's client key pair (DIR/keys/client.cert, made at first use), for a server of
+//  its own (vmd's ship server: the receiver checks it by its public key). NULL on error.
+zcert_t *sbx_curve_host_cert (sbx_config_t *config);
+
 //  Admits public_txt (z85, 40 characters) as DIR/keys/allowed/<name>.cert, unless some
 //  file there holds that key already (czmq aborts on a key it holds twice). 0 or -1.
 int sbx_curve_allow (sbx_config_t *config, const char *public_txt, const char *name);

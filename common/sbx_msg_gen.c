@@ -391,6 +391,8 @@ static const sbx_meta_struct_t s_meta_host_list;
 static const sbx_meta_struct_t s_meta_host_list_ok;
 static const sbx_meta_struct_t s_meta_host_remove;
 static const sbx_meta_struct_t s_meta_host_remove_ok;
+static const sbx_meta_struct_t s_meta_host_drain;
+static const sbx_meta_struct_t s_meta_host_drain_ok;
 static const sbx_meta_struct_t s_meta_cluster_remove;
 static const sbx_meta_struct_t s_meta_cluster_nodes;
 static const sbx_meta_struct_t s_meta_cluster_nodes_ok;
@@ -423,6 +425,12 @@ static const sbx_meta_struct_t s_meta_mcp_session_use_ok;
 static const sbx_meta_struct_t s_meta_mcp_session_end;
 static const sbx_meta_struct_t s_meta_mcp_session_end_ok;
 static const sbx_meta_struct_t s_meta_mcp_session_changed;
+static const sbx_meta_struct_t s_meta_ship_offer;
+static const sbx_meta_struct_t s_meta_vm_ship_offer;
+static const sbx_meta_struct_t s_meta_vm_ship_offer_ok;
+static const sbx_meta_struct_t s_meta_vm_ship_take;
+static const sbx_meta_struct_t s_meta_vm_ship_take_ok;
+static const sbx_meta_struct_t s_meta_sandbox_moved;
 static const sbx_meta_struct_t s_meta_oauth_client_register;
 static const sbx_meta_struct_t s_meta_oauth_client_register_ok;
 static const sbx_meta_struct_t s_meta_oauth_client_get;
@@ -1032,8 +1040,9 @@ static const sbx_meta_field_t s_fields_host_info[] = {
     {"public_key", SBX_META_STRING, offsetof (sbx_host_info_t, public_key), true, 64, NULL, NULL},
     {"created_ms", SBX_META_UINT, offsetof (sbx_host_info_t, created_ms), false, 0, NULL, NULL},
     {"removed_ms", SBX_META_UINT, offsetof (sbx_host_info_t, removed_ms), false, 0, NULL, NULL},
+    {"draining_ms", SBX_META_UINT, offsetof (sbx_host_info_t, draining_ms), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_host_info = {"host_info", sizeof (sbx_host_info_t), s_fields_host_info, 5};
+static const sbx_meta_struct_t s_meta_host_info = {"host_info", sizeof (sbx_host_info_t), s_fields_host_info, 6};
 
 static const sbx_meta_field_t s_fields_control_node[] = {
     {"id", SBX_META_UINT, offsetof (sbx_control_node_t, id), true, 0, NULL, NULL},
@@ -1071,6 +1080,19 @@ static const sbx_meta_field_t s_fields_host_remove_ok[] = {
     {"host", SBX_META_STRUCT, offsetof (sbx_host_remove_ok_t, host), true, 0, NULL, &s_meta_host_info},
 };
 static const sbx_meta_struct_t s_meta_host_remove_ok = {"host.remove.ok", sizeof (sbx_host_remove_ok_t), s_fields_host_remove_ok, 1};
+
+static const sbx_meta_field_t s_fields_host_drain[] = {
+    {"name", SBX_META_STRING, offsetof (sbx_host_drain_t, name), true, 64, NULL, NULL},
+    {"undo", SBX_META_BOOL, offsetof (sbx_host_drain_t, undo), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_host_drain = {"host.drain", sizeof (sbx_host_drain_t), s_fields_host_drain, 2};
+
+static const sbx_meta_field_t s_fields_host_drain_ok[] = {
+    {"host", SBX_META_STRUCT, offsetof (sbx_host_drain_ok_t, host), true, 0, NULL, &s_meta_host_info},
+    {"stopped", SBX_META_UINT, offsetof (sbx_host_drain_ok_t, stopped), false, 0, NULL, NULL},
+    {"running", SBX_META_UINT, offsetof (sbx_host_drain_ok_t, running), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_host_drain_ok = {"host.drain.ok", sizeof (sbx_host_drain_ok_t), s_fields_host_drain_ok, 3};
 
 static const sbx_meta_field_t s_fields_cluster_remove[] = {
     {"address", SBX_META_STRING, offsetof (sbx_cluster_remove_t, address), true, 256, NULL, NULL},
@@ -1280,6 +1302,54 @@ static const sbx_meta_field_t s_fields_mcp_session_changed[] = {
     {"ended", SBX_META_BOOL, offsetof (sbx_mcp_session_changed_t, ended), false, 0, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_mcp_session_changed = {"mcp.session.changed", sizeof (sbx_mcp_session_changed_t), s_fields_mcp_session_changed, 2};
+
+static const sbx_meta_field_t s_fields_ship_offer[] = {
+    {"endpoint", SBX_META_STRING, offsetof (sbx_ship_offer_t, endpoint), true, 256, NULL, NULL},
+    {"public_key", SBX_META_STRING, offsetof (sbx_ship_offer_t, public_key), true, 64, NULL, NULL},
+    {"files", SBX_META_STRLIST, offsetof (sbx_ship_offer_t, files), true, 0, NULL, NULL},
+    {"image", SBX_META_STRING, offsetof (sbx_ship_offer_t, image), true, 128, NULL, NULL},
+    {"hostname", SBX_META_STRING, offsetof (sbx_ship_offer_t, hostname), true, 64, NULL, NULL},
+    {"type", SBX_META_ENUM, offsetof (sbx_ship_offer_t, type), true, 0, &s_enum_sandbox_type, NULL},
+    {"no_network", SBX_META_BOOL, offsetof (sbx_ship_offer_t, no_network), false, 0, NULL, NULL},
+    {"bytes", SBX_META_UINT, offsetof (sbx_ship_offer_t, bytes), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_ship_offer = {"ship_offer", sizeof (sbx_ship_offer_t), s_fields_ship_offer, 8};
+
+static const sbx_meta_field_t s_fields_vm_ship_offer[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_ship_offer_t, sandbox_id), true, 64, NULL, NULL},
+    {"ticket", SBX_META_STRING, offsetof (sbx_vm_ship_offer_t, ticket), true, 256, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_ship_offer = {"vm.ship.offer", sizeof (sbx_vm_ship_offer_t), s_fields_vm_ship_offer, 2};
+
+static const sbx_meta_field_t s_fields_vm_ship_offer_ok[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_ship_offer_ok_t, sandbox_id), true, 64, NULL, NULL},
+    {"offer", SBX_META_STRUCT, offsetof (sbx_vm_ship_offer_ok_t, offer), true, 0, NULL, &s_meta_ship_offer},
+};
+static const sbx_meta_struct_t s_meta_vm_ship_offer_ok = {"vm.ship.offer.ok", sizeof (sbx_vm_ship_offer_ok_t), s_fields_vm_ship_offer_ok, 2};
+
+static const sbx_meta_field_t s_fields_vm_ship_take[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_ship_take_t, sandbox_id), true, 64, NULL, NULL},
+    {"from", SBX_META_STRING, offsetof (sbx_vm_ship_take_t, from), true, 128, NULL, NULL},
+    {"offer", SBX_META_STRUCT, offsetof (sbx_vm_ship_take_t, offer), true, 0, NULL, &s_meta_ship_offer},
+    {"ticket", SBX_META_STRING, offsetof (sbx_vm_ship_take_t, ticket), true, 256, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_ship_take = {"vm.ship.take", sizeof (sbx_vm_ship_take_t), s_fields_vm_ship_take, 4};
+
+static const sbx_meta_field_t s_fields_vm_ship_take_ok[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_ship_take_ok_t, sandbox_id), true, 64, NULL, NULL},
+    {"bytes", SBX_META_UINT, offsetof (sbx_vm_ship_take_ok_t, bytes), false, 0, NULL, NULL},
+    {"ms", SBX_META_UINT, offsetof (sbx_vm_ship_take_ok_t, ms), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_vm_ship_take_ok = {"vm.ship.take.ok", sizeof (sbx_vm_ship_take_ok_t), s_fields_vm_ship_take_ok, 3};
+
+static const sbx_meta_field_t s_fields_sandbox_moved[] = {
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_moved_t, sandbox_id), true, 64, NULL, NULL},
+    {"from", SBX_META_STRING, offsetof (sbx_sandbox_moved_t, from), true, 128, NULL, NULL},
+    {"to", SBX_META_STRING, offsetof (sbx_sandbox_moved_t, to), true, 128, NULL, NULL},
+    {"bytes", SBX_META_UINT, offsetof (sbx_sandbox_moved_t, bytes), false, 0, NULL, NULL},
+    {"ms", SBX_META_UINT, offsetof (sbx_sandbox_moved_t, ms), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sandbox_moved = {"sandbox.moved", sizeof (sbx_sandbox_moved_t), s_fields_sandbox_moved, 5};
 
 static const sbx_meta_field_t s_fields_oauth_client_register[] = {
     {"name", SBX_META_STRING, offsetof (sbx_oauth_client_register_t, name), true, 128, NULL, NULL},
@@ -2157,6 +2227,10 @@ static const char *const s_from_host_remove[] = {"cli"};
 static const char *const s_to_host_remove[] = {"broker"};
 static const char *const s_from_host_remove_ok[] = {"broker"};
 static const char *const s_to_host_remove_ok[] = {"cli"};
+static const char *const s_from_host_drain[] = {"cli"};
+static const char *const s_to_host_drain[] = {"broker"};
+static const char *const s_from_host_drain_ok[] = {"broker"};
+static const char *const s_to_host_drain_ok[] = {"cli"};
 static const char *const s_from_cluster_remove[] = {"cli"};
 static const char *const s_to_cluster_remove[] = {"broker"};
 static const char *const s_from_cluster_nodes[] = {"cli"};
@@ -2211,6 +2285,16 @@ static const char *const s_from_mcp_session_end_ok[] = {"broker"};
 static const char *const s_to_mcp_session_end_ok[] = {"gateway"};
 static const char *const s_from_mcp_session_changed[] = {"broker"};
 static const char *const s_to_mcp_session_changed[] = {"tap"};
+static const char *const s_from_vm_ship_offer[] = {"broker"};
+static const char *const s_to_vm_ship_offer[] = {"vmd"};
+static const char *const s_from_vm_ship_offer_ok[] = {"vmd"};
+static const char *const s_to_vm_ship_offer_ok[] = {"broker"};
+static const char *const s_from_vm_ship_take[] = {"broker"};
+static const char *const s_to_vm_ship_take[] = {"vmd"};
+static const char *const s_from_vm_ship_take_ok[] = {"vmd"};
+static const char *const s_to_vm_ship_take_ok[] = {"broker"};
+static const char *const s_from_sandbox_moved[] = {"broker"};
+static const char *const s_to_sandbox_moved[] = {"tap"};
 static const char *const s_from_oauth_client_register[] = {"gateway"};
 static const char *const s_to_oauth_client_register[] = {"broker"};
 static const char *const s_from_oauth_client_register_ok[] = {"broker"};
@@ -2477,6 +2561,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"host.list.ok", &s_meta_host_list_ok, s_from_host_list_ok, 1, s_to_host_list_ok, 1, SBX_MSG__UNKNOWN, false},
     {"host.remove", &s_meta_host_remove, s_from_host_remove, 1, s_to_host_remove, 1, SBX_MSG_HOST_REMOVE_OK, false},
     {"host.remove.ok", &s_meta_host_remove_ok, s_from_host_remove_ok, 1, s_to_host_remove_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"host.drain", &s_meta_host_drain, s_from_host_drain, 1, s_to_host_drain, 1, SBX_MSG_HOST_DRAIN_OK, false},
+    {"host.drain.ok", &s_meta_host_drain_ok, s_from_host_drain_ok, 1, s_to_host_drain_ok, 1, SBX_MSG__UNKNOWN, false},
     {"cluster.remove", &s_meta_cluster_remove, s_from_cluster_remove, 1, s_to_cluster_remove, 1, SBX_MSG_CLUSTER_NODES_OK, false},
     {"cluster.nodes", &s_meta_cluster_nodes, s_from_cluster_nodes, 1, s_to_cluster_nodes, 1, SBX_MSG_CLUSTER_NODES_OK, false},
     {"cluster.nodes.ok", &s_meta_cluster_nodes_ok, s_from_cluster_nodes_ok, 1, s_to_cluster_nodes_ok, 1, SBX_MSG__UNKNOWN, false},
@@ -2504,6 +2590,11 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"mcp.session.end", &s_meta_mcp_session_end, s_from_mcp_session_end, 1, s_to_mcp_session_end, 1, SBX_MSG_MCP_SESSION_END_OK, false},
     {"mcp.session.end.ok", &s_meta_mcp_session_end_ok, s_from_mcp_session_end_ok, 1, s_to_mcp_session_end_ok, 1, SBX_MSG__UNKNOWN, false},
     {"mcp.session.changed", &s_meta_mcp_session_changed, s_from_mcp_session_changed, 1, s_to_mcp_session_changed, 1, SBX_MSG__UNKNOWN, true},
+    {"vm.ship.offer", &s_meta_vm_ship_offer, s_from_vm_ship_offer, 1, s_to_vm_ship_offer, 1, SBX_MSG_VM_SHIP_OFFER_OK, false},
+    {"vm.ship.offer.ok", &s_meta_vm_ship_offer_ok, s_from_vm_ship_offer_ok, 1, s_to_vm_ship_offer_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"vm.ship.take", &s_meta_vm_ship_take, s_from_vm_ship_take, 1, s_to_vm_ship_take, 1, SBX_MSG_VM_SHIP_TAKE_OK, false},
+    {"vm.ship.take.ok", &s_meta_vm_ship_take_ok, s_from_vm_ship_take_ok, 1, s_to_vm_ship_take_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"sandbox.moved", &s_meta_sandbox_moved, s_from_sandbox_moved, 1, s_to_sandbox_moved, 1, SBX_MSG__UNKNOWN, true},
     {"oauth.client.register", &s_meta_oauth_client_register, s_from_oauth_client_register, 1, s_to_oauth_client_register, 1, SBX_MSG_OAUTH_CLIENT_REGISTER_OK, false},
     {"oauth.client.register.ok", &s_meta_oauth_client_register_ok, s_from_oauth_client_register_ok, 1, s_to_oauth_client_register_ok, 1, SBX_MSG__UNKNOWN, false},
     {"oauth.client.get", &s_meta_oauth_client_get, s_from_oauth_client_get, 1, s_to_oauth_client_get, 1, SBX_MSG_OAUTH_CLIENT_GET_OK, false},
@@ -2932,6 +3023,16 @@ sbx_host_remove_ok_t *sbx_msg_host_remove_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_HOST_REMOVE_OK ? (sbx_host_remove_ok_t *) msg->body : NULL;
 }
 
+sbx_host_drain_t *sbx_msg_host_drain (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_HOST_DRAIN ? (sbx_host_drain_t *) msg->body : NULL;
+}
+
+sbx_host_drain_ok_t *sbx_msg_host_drain_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_HOST_DRAIN_OK ? (sbx_host_drain_ok_t *) msg->body : NULL;
+}
+
 sbx_cluster_remove_t *sbx_msg_cluster_remove (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_CLUSTER_REMOVE ? (sbx_cluster_remove_t *) msg->body : NULL;
@@ -3065,6 +3166,31 @@ sbx_mcp_session_end_ok_t *sbx_msg_mcp_session_end_ok (struct sbx_msg_s *msg)
 sbx_mcp_session_changed_t *sbx_msg_mcp_session_changed (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_MCP_SESSION_CHANGED ? (sbx_mcp_session_changed_t *) msg->body : NULL;
+}
+
+sbx_vm_ship_offer_t *sbx_msg_vm_ship_offer (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_SHIP_OFFER ? (sbx_vm_ship_offer_t *) msg->body : NULL;
+}
+
+sbx_vm_ship_offer_ok_t *sbx_msg_vm_ship_offer_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_SHIP_OFFER_OK ? (sbx_vm_ship_offer_ok_t *) msg->body : NULL;
+}
+
+sbx_vm_ship_take_t *sbx_msg_vm_ship_take (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_SHIP_TAKE ? (sbx_vm_ship_take_t *) msg->body : NULL;
+}
+
+sbx_vm_ship_take_ok_t *sbx_msg_vm_ship_take_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_VM_SHIP_TAKE_OK ? (sbx_vm_ship_take_ok_t *) msg->body : NULL;
+}
+
+sbx_sandbox_moved_t *sbx_msg_sandbox_moved (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SANDBOX_MOVED ? (sbx_sandbox_moved_t *) msg->body : NULL;
 }
 
 sbx_oauth_client_register_t *sbx_msg_oauth_client_register (struct sbx_msg_s *msg)
@@ -3566,6 +3692,11 @@ sbx_vm_snapshot_ok_t *sbx_msg_vm_snapshot_ok (struct sbx_msg_s *msg)
 static const size_t s_subject_at[SBX_MSG__COUNT] = {
     [SBX_MSG_USAGE_GET] = offsetof (sbx_usage_get_t, sandbox_id) + 1,
     [SBX_MSG_MCP_SESSION_USE] = offsetof (sbx_mcp_session_use_t, sandbox_id) + 1,
+    [SBX_MSG_VM_SHIP_OFFER] = offsetof (sbx_vm_ship_offer_t, sandbox_id) + 1,
+    [SBX_MSG_VM_SHIP_OFFER_OK] = offsetof (sbx_vm_ship_offer_ok_t, sandbox_id) + 1,
+    [SBX_MSG_VM_SHIP_TAKE] = offsetof (sbx_vm_ship_take_t, sandbox_id) + 1,
+    [SBX_MSG_VM_SHIP_TAKE_OK] = offsetof (sbx_vm_ship_take_ok_t, sandbox_id) + 1,
+    [SBX_MSG_SANDBOX_MOVED] = offsetof (sbx_sandbox_moved_t, sandbox_id) + 1,
     [SBX_MSG_SANDBOX_FORK] = offsetof (sbx_sandbox_fork_t, sandbox_id) + 1,
     [SBX_MSG_SANDBOX_GET] = offsetof (sbx_sandbox_get_t, sandbox_id) + 1,
     [SBX_MSG_SANDBOX_STOP] = offsetof (sbx_sandbox_stop_t, sandbox_id) + 1,

@@ -259,6 +259,8 @@ typedef enum {
     SBX_MSG_HOST_LIST_OK,             //  host.list.ok
     SBX_MSG_HOST_REMOVE,              //  host.remove
     SBX_MSG_HOST_REMOVE_OK,           //  host.remove.ok
+    SBX_MSG_HOST_DRAIN,               //  host.drain
+    SBX_MSG_HOST_DRAIN_OK,            //  host.drain.ok
     SBX_MSG_CLUSTER_REMOVE,           //  cluster.remove
     SBX_MSG_CLUSTER_NODES,            //  cluster.nodes
     SBX_MSG_CLUSTER_NODES_OK,         //  cluster.nodes.ok
@@ -286,6 +288,11 @@ typedef enum {
     SBX_MSG_MCP_SESSION_END,          //  mcp.session.end
     SBX_MSG_MCP_SESSION_END_OK,       //  mcp.session.end.ok
     SBX_MSG_MCP_SESSION_CHANGED,      //  mcp.session.changed
+    SBX_MSG_VM_SHIP_OFFER,            //  vm.ship.offer
+    SBX_MSG_VM_SHIP_OFFER_OK,         //  vm.ship.offer.ok
+    SBX_MSG_VM_SHIP_TAKE,             //  vm.ship.take
+    SBX_MSG_VM_SHIP_TAKE_OK,          //  vm.ship.take.ok
+    SBX_MSG_SANDBOX_MOVED,            //  sandbox.moved
     SBX_MSG_OAUTH_CLIENT_REGISTER,    //  oauth.client.register
     SBX_MSG_OAUTH_CLIENT_REGISTER_OK, //  oauth.client.register.ok
     SBX_MSG_OAUTH_CLIENT_GET,         //  oauth.client.get
@@ -462,6 +469,8 @@ typedef struct sbx_host_list_s sbx_host_list_t;
 typedef struct sbx_host_list_ok_s sbx_host_list_ok_t;
 typedef struct sbx_host_remove_s sbx_host_remove_t;
 typedef struct sbx_host_remove_ok_s sbx_host_remove_ok_t;
+typedef struct sbx_host_drain_s sbx_host_drain_t;
+typedef struct sbx_host_drain_ok_s sbx_host_drain_ok_t;
 typedef struct sbx_cluster_remove_s sbx_cluster_remove_t;
 typedef struct sbx_cluster_nodes_s sbx_cluster_nodes_t;
 typedef struct sbx_cluster_nodes_ok_s sbx_cluster_nodes_ok_t;
@@ -494,6 +503,12 @@ typedef struct sbx_mcp_session_use_ok_s sbx_mcp_session_use_ok_t;
 typedef struct sbx_mcp_session_end_s sbx_mcp_session_end_t;
 typedef struct sbx_mcp_session_end_ok_s sbx_mcp_session_end_ok_t;
 typedef struct sbx_mcp_session_changed_s sbx_mcp_session_changed_t;
+typedef struct sbx_ship_offer_s sbx_ship_offer_t;
+typedef struct sbx_vm_ship_offer_s sbx_vm_ship_offer_t;
+typedef struct sbx_vm_ship_offer_ok_s sbx_vm_ship_offer_ok_t;
+typedef struct sbx_vm_ship_take_s sbx_vm_ship_take_t;
+typedef struct sbx_vm_ship_take_ok_s sbx_vm_ship_take_ok_t;
+typedef struct sbx_sandbox_moved_s sbx_sandbox_moved_t;
 typedef struct sbx_oauth_client_register_s sbx_oauth_client_register_t;
 typedef struct sbx_oauth_client_register_ok_s sbx_oauth_client_register_ok_t;
 typedef struct sbx_oauth_client_get_s sbx_oauth_client_get_t;
@@ -1573,6 +1588,8 @@ struct sbx_host_info_s {
     uint64_t created_ms;
     //  When it was removed; 0 while admitted.
     uint64_t removed_ms;
+    //  Since when it has been draining (sbx host drain); 0 when it is not.
+    uint64_t draining_ms;
 };
 
 //  struct control_node (cluster.json). One control node of the dqlite cluster.
@@ -1632,6 +1649,28 @@ struct sbx_host_remove_s {
 struct sbx_host_remove_ok_s {
     //  (required) The host, removed.
     sbx_host_info_t *host;
+};
+
+//  message host.drain (cluster.json): cli -> broker, reply host.drain.ok. Drain a vmd host: no
+//  new sandbox is placed on it, and every stopped sandbox it has moves to another vmd host,
+//  memory and disk (vm.ship.offer, vm.ship.take), one at a time. Running sandboxes stay until
+//  they are stopped (then they move too) or deleted. undo: place sandboxes there again.
+struct sbx_host_drain_s {
+    //  (required, max 64) The host's name (its vmd's instance).
+    char *name;
+    //  Stop draining it.
+    bool undo;
+};
+
+//  message host.drain.ok (cluster.json): broker -> cli. The host as it is now, and what it
+//  still has.
+struct sbx_host_drain_ok_s {
+    //  (required) The host.
+    sbx_host_info_t *host;
+    //  Its stopped sandboxes, still to move.
+    uint64_t stopped;
+    //  Its other live sandboxes, which stay until stopped or deleted.
+    uint64_t running;
 };
 
 //  message cluster.remove (cluster.json): cli -> broker, reply cluster.nodes.ok. Take a control
@@ -1961,6 +2000,91 @@ struct sbx_mcp_session_changed_s {
     char *session_id;
     //  It is gone (ended by the client, idle for a day, or evicted).
     bool ended;
+};
+
+//  struct ship_offer (move.json). A stopped guest's files on offer (vm.ship.offer.ok's fields).
+struct sbx_ship_offer_s {
+    //  (required, max 256) The offering vmd's ship endpoint (tcp://HOST:PORT, from vmd.ship).
+    char *endpoint;
+    //  (required, max 64) The offering host's CurveZMQ public key (z85): the receiver checks it
+    //  talks to that host.
+    char *public_key;
+    //  (required) The paths to fetch, relative to the offer (SANDBOX/ship/overlay.qcow2,
+    //  SANDBOX/memory.state).
+    sbx_strlist_t files;
+    //  (required, max 128) The guest image's content hash: the receiver must have the same
+    //  image.
+    char *image;
+    //  (required, max 64) The guest's hostname.
+    char *hostname;
+    //  (required) Its size.
+    sbx_sandbox_type_t type;
+    //  Made without a network.
+    bool no_network;
+    //  What the files hold.
+    uint64_t bytes;
+};
+
+//  message vm.ship.offer (move.json): broker -> vmd, reply vm.ship.offer.ok. Make a stopped
+//  guest's files ready to ship: its disk as one overlay on the image alone (so that no template
+//  or snapshot of this host is needed), and its memory state; offered to whoever shows the
+//  ticket, for a while.
+struct sbx_vm_ship_offer_s {
+    //  (required, max 64) The guest, stopped.
+    char *sandbox_id;
+    //  (required, max 256) A secret the broker made (at least 32 characters): it admits the
+    //  fetch.
+    char *ticket;
+};
+
+//  message vm.ship.offer.ok (move.json): vmd -> broker. Where the files are, and what the
+//  receiver must have.
+struct sbx_vm_ship_offer_ok_s {
+    //  (required, max 64) The guest.
+    char *sandbox_id;
+    //  (required) The offer.
+    sbx_ship_offer_t *offer;
+};
+
+//  message vm.ship.take (move.json): broker -> vmd, reply vm.ship.take.ok. Fetch a stopped
+//  guest's files from the vmd that offered them and take it over, stopped: a resume here
+//  restores its memory. Answered when the files are here, whole and checked.
+struct sbx_vm_ship_take_s {
+    //  (required, max 64) The guest.
+    char *sandbox_id;
+    //  (required, max 128) The vmd instance that offered it (for logs).
+    char *from;
+    //  (required) What vm.ship.offer.ok said.
+    sbx_ship_offer_t *offer;
+    //  (required, max 256) The ticket of the offer.
+    char *ticket;
+};
+
+//  message vm.ship.take.ok (move.json): vmd -> broker. The guest is here, stopped.
+struct sbx_vm_ship_take_ok_s {
+    //  (required, max 64) The guest.
+    char *sandbox_id;
+    //  What was fetched.
+    uint64_t bytes;
+    //  How long the fetch took.
+    uint64_t ms;
+};
+
+//  message sandbox.moved (move.json): broker -> tap, event. A stopped sandbox moved to another
+//  vmd host, memory and disk (a drain). It stays stopped; billing has nothing to do with it.
+//  Its published ports were unpublished (a new host has new forwards): publish them again after
+//  its resume.
+struct sbx_sandbox_moved_s {
+    //  (required, max 64) Which.
+    char *sandbox_id;
+    //  (required, max 128) The vmd it left.
+    char *from;
+    //  (required, max 128) The vmd it is on now.
+    char *to;
+    //  What was shipped.
+    uint64_t bytes;
+    //  How long the whole move took.
+    uint64_t ms;
 };
 
 //  message oauth.client.register (oauth.json): gateway -> broker, reply
@@ -3300,6 +3424,8 @@ sbx_host_list_t *sbx_msg_host_list (struct sbx_msg_s *msg);
 sbx_host_list_ok_t *sbx_msg_host_list_ok (struct sbx_msg_s *msg);
 sbx_host_remove_t *sbx_msg_host_remove (struct sbx_msg_s *msg);
 sbx_host_remove_ok_t *sbx_msg_host_remove_ok (struct sbx_msg_s *msg);
+sbx_host_drain_t *sbx_msg_host_drain (struct sbx_msg_s *msg);
+sbx_host_drain_ok_t *sbx_msg_host_drain_ok (struct sbx_msg_s *msg);
 sbx_cluster_remove_t *sbx_msg_cluster_remove (struct sbx_msg_s *msg);
 sbx_cluster_nodes_t *sbx_msg_cluster_nodes (struct sbx_msg_s *msg);
 sbx_cluster_nodes_ok_t *sbx_msg_cluster_nodes_ok (struct sbx_msg_s *msg);
@@ -3327,6 +3453,11 @@ sbx_mcp_session_use_ok_t *sbx_msg_mcp_session_use_ok (struct sbx_msg_s *msg);
 sbx_mcp_session_end_t *sbx_msg_mcp_session_end (struct sbx_msg_s *msg);
 sbx_mcp_session_end_ok_t *sbx_msg_mcp_session_end_ok (struct sbx_msg_s *msg);
 sbx_mcp_session_changed_t *sbx_msg_mcp_session_changed (struct sbx_msg_s *msg);
+sbx_vm_ship_offer_t *sbx_msg_vm_ship_offer (struct sbx_msg_s *msg);
+sbx_vm_ship_offer_ok_t *sbx_msg_vm_ship_offer_ok (struct sbx_msg_s *msg);
+sbx_vm_ship_take_t *sbx_msg_vm_ship_take (struct sbx_msg_s *msg);
+sbx_vm_ship_take_ok_t *sbx_msg_vm_ship_take_ok (struct sbx_msg_s *msg);
+sbx_sandbox_moved_t *sbx_msg_sandbox_moved (struct sbx_msg_s *msg);
 sbx_oauth_client_register_t *sbx_msg_oauth_client_register (struct sbx_msg_s *msg);
 sbx_oauth_client_register_ok_t *sbx_msg_oauth_client_register_ok (struct sbx_msg_s *msg);
 sbx_oauth_client_get_t *sbx_msg_oauth_client_get (struct sbx_msg_s *msg);

@@ -13,6 +13,7 @@
     fsync of a saved memory state.
 */
 #include "vmd_guest.h"
+#include "sbx_files.h"
 #include "sbx_metrics.h"
 #include "sbx_clock.h"
 #include "sbx_log.h"
@@ -214,33 +215,6 @@ static void s_save (vmd_guest_t *self)
     free (text);
     free (tmp);
     free (path);
-}
-
-//  Removes a directory tree (no symlinks followed). Returns 0, or -1.
-static int s_remove_tree (const char *path)
-{
-    DIR *dir = opendir (path);
-    if (!dir)
-        return errno == ENOENT ? 0 : -1;
-    struct dirent *entry;
-    int rc = 0;
-    while ((entry = readdir (dir))) {
-        if (streq (entry->d_name, ".") || streq (entry->d_name, ".."))
-            continue;
-        char *child = zsys_sprintf ("%s/%s", path, entry->d_name);
-        struct stat st;
-        if (!child || lstat (child, &st) == -1)
-            rc = -1;
-        else if (S_ISDIR (st.st_mode))
-            rc |= s_remove_tree (child);
-        else if (unlink (child) == -1)
-            rc = -1;
-        free (child);
-    }
-    closedir (dir);
-    if (rmdir (path) == -1)
-        rc = -1;
-    return rc;
 }
 
 //  The last `lines` lines of a log of the guest's, one line, for error messages.
@@ -884,7 +858,7 @@ static void s_remove_when_gone (vmd_guest_t *self)
     if (self->pid > 0)
         return;
     self->close_link = self->close_qmp = true;
-    if (s_remove_tree (self->dir) == -1)
+    if (sbx_files_remove_tree (self->dir) == -1)
         sbx_error ("sandbox=%s cannot remove %s: %s", self->id, self->dir, strerror (errno));
     s_fire (self, SBX_VMD_EV_GONE, SBX_OK, NULL);
 }
@@ -1805,7 +1779,7 @@ int vmd_guest_create (vmd_guest_t *self, uint64_t rid, uint32_t timeout_ms, sbx_
     self->pid = 0;
     vmd_agentlink_destroy (&self->link);
     vmd_qmp_destroy (&self->qmp);
-    s_remove_tree (self->dir);
+    sbx_files_remove_tree (self->dir);
     return -1;
 }
 
@@ -1886,6 +1860,29 @@ int vmd_guest_agent (vmd_guest_t *self, sbx_msg_t **request_p, uint32_t timeout_
 uint64_t vmd_guest_paused_ms (vmd_guest_t *self)
 {
     return self->snap.paused_ms;
+}
+
+const char *vmd_guest_hostname (vmd_guest_t *self)
+{
+    return self->hostname;
+}
+
+bool vmd_guest_no_network (vmd_guest_t *self)
+{
+    return self->no_network;
+}
+
+int vmd_guest_taken (vmd_guest_t *self)
+{
+    struct stat st;
+    char *memory = s_path (self, "memory.state");
+    bool whole = memory && stat (memory, &st) == 0 && S_ISREG (st.st_mode);
+    free (memory);
+    if (!whole)
+        return -1;
+    self->lc = vmd_lifecycle_start (S_STOPPED);
+    s_save (self);
+    return 0;
 }
 
 void vmd_guest_set_uid (vmd_guest_t *self, uid_t uid)

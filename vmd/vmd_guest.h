@@ -156,6 +156,12 @@ uid_t vmd_guest_uid (vmd_guest_t *self);
 const char *vmd_guest_image (vmd_guest_t *self);
 
 const char *vmd_guest_id (vmd_guest_t *self);
+const char *vmd_guest_hostname (vmd_guest_t *self);
+bool vmd_guest_no_network (vmd_guest_t *self);
+
+//  A guest whose files came from another host (vmd_ship): vms/<id> holds its overlay and
+//  memory state; it is stopped, and its guest.json says so. 0 or -1.
+int vmd_guest_taken (vmd_guest_t *self);
 sbx_sandbox_state_t vmd_guest_state (vmd_guest_t *self);
 sbx_sandbox_type_t vmd_guest_type (vmd_guest_t *self);
 //  QEMU's pid while it runs, else 0.

@@ -10,6 +10,7 @@
 #include "vmd_ramfile.h"
 #include "vmd_samples.h"
 #include "vmd_server.h"
+#include "vmd_ship.h"
 
 static const sbx_test_t s_tests[] = {{"vmd_qmp", vmd_qmp_test},
                                      {"vmd_ramfile", vmd_ramfile_test},
@@ -21,6 +22,7 @@ static const sbx_test_t s_tests[] = {{"vmd_qmp", vmd_qmp_test},
                                      {"vmd_agentlink", vmd_agentlink_test},
                                      {"vmd_samples", vmd_samples_test},
                                      {"vmd_server", vmd_server_test},
+                                     {"vmd_ship", vmd_ship_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)

@@ -8,6 +8,8 @@
 #include "vmd_guest.h"
 #include "vmd_qemu.h"
 #include "vmd_sampler.h"
+#include "vmd_ship.h"
+#include "sbx_files.h"
 #include "vmd_template.h"
 
 #include <ctype.h>
@@ -43,6 +45,7 @@ struct _vmd_server_t {
     vmd_firewall_t *firewall; //  the guests' egress policy, kept current (NULL: open)
     vmd_egress_t *egress;     //  each guest's own egress rules, on top of that policy
     vmd_sampler_t *sampler;   //  the guests' resource samples (vm.metrics)
+    vmd_ship_t *ship;         //  moves to and from other hosts (vm.ship.*)
 };
 
 //  --------------------------------------------------------------------------
@@ -501,6 +504,9 @@ static sbx_msg_t *s_on_change (vmd_server_t *self, sbx_msg_t *request, const cha
     if (!guest)
         return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "sandbox %s is not on this vmd",
                                   id);
+    //  Resumed or deleted here: an offer of its files for a move ends.
+    if (request->type != SBX_MSG_VM_STOP)
+        vmd_ship_forget (self->ship, id);
     int rc;
     switch (request->type) {
     case SBX_MSG_VM_STOP:
@@ -757,6 +763,74 @@ static sbx_msg_t *s_on_egress (vmd_server_t *self, sbx_msg_t *request)
     return reply;
 }
 
+//  vm.ship.offer: a stopped guest's files, for a move to another host (vmd_ship).
+static sbx_msg_t *s_on_ship_offer (vmd_server_t *self, sbx_msg_t *request)
+{
+    sbx_vm_ship_offer_t *args = sbx_msg_vm_ship_offer (request);
+    vmd_guest_t *guest = s_find (self, args->sandbox_id);
+    if (!guest)
+        return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "sandbox %s is not on this vmd",
+                                  args->sandbox_id);
+    if (vmd_guest_state (guest) != SBX_SANDBOX_STATE_STOPPED)
+        return sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION,
+                                  "sandbox %s is %s here: only a stopped one moves",
+                                  args->sandbox_id,
+                                  sbx_sandbox_state_name (vmd_guest_state (guest)));
+    vmd_ship_guest_t what = {.id = vmd_guest_id (guest),
+                             .image_dir = vmd_guest_image (guest),
+                             .hostname = vmd_guest_hostname (guest),
+                             .type = vmd_guest_type (guest),
+                             .no_network = vmd_guest_no_network (guest)};
+    sbx_err_t err = {0};
+    return vmd_ship_offer (self->ship, request, &what, &err) ? s_error (request, &err) : NULL;
+}
+
+//  vm.ship.take: a stopped guest from another host, here.
+static sbx_msg_t *s_on_ship_take (vmd_server_t *self, sbx_msg_t *request)
+{
+    sbx_vm_ship_take_t *args = sbx_msg_vm_ship_take (request);
+    if (s_find (self, args->sandbox_id))
+        return sbx_msg_new_error (request->rid, SBX_E_CONFLICT, "sandbox %s is on this vmd already",
+                                  args->sandbox_id);
+    sbx_err_t err = {0};
+    return vmd_ship_take (self->ship, request, &err) ? s_error (request, &err) : NULL;
+}
+
+//  A move's step ended: its answer goes out; a guest taken over is made here first.
+static void s_on_shipped (const sbx_msg_t *request, sbx_msg_t **reply_p, bool took, void *arg)
+{
+    vmd_server_t *self = arg;
+    if (took) {
+        sbx_vm_ship_take_t *args = sbx_msg_vm_ship_take ((sbx_msg_t *) request);
+        vmd_guest_t *guest = vmd_guest_new (&self->env, args->sandbox_id, args->offer->hostname,
+                                            args->offer->type, args->offer->no_network);
+        if (!guest || vmd_guest_taken (guest)) {
+            vmd_guest_destroy (&guest);
+            char *dir = zsys_sprintf ("%s/%s", self->vms_dir, args->sandbox_id);
+            if (dir)
+                sbx_files_remove_tree (dir);
+            free (dir);
+            sbx_msg_destroy (reply_p);
+            *reply_p =
+                sbx_msg_new_error (request->rid, SBX_E_INTERNAL,
+                                   "sandbox %s arrived, but cannot be made here", args->sandbox_id);
+        } else {
+            //  A uid of its own, as a create gives: its QEMU takes the files at resume.
+            s_assign_uid (self, guest);
+            char *dir = zsys_sprintf ("%s/%s", self->vms_dir, args->sandbox_id);
+            if (dir && vmd_guest_uid (guest) && chown (dir, vmd_guest_uid (guest), self->env.gid))
+                sbx_warn ("sandbox=%s cannot hand %s to its uid: %s", args->sandbox_id, dir,
+                          strerror (errno));
+            free (dir);
+            zhashx_insert (self->guests, args->sandbox_id, guest);
+            s_update_use (self);
+        }
+    }
+    if (self->peer)
+        sbx_peer_send (self->peer, reply_p);
+    sbx_msg_destroy (reply_p);
+}
+
 static sbx_msg_t *s_on_list (vmd_server_t *self, sbx_msg_t *request)
 {
     sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_VM_LIST_OK);
@@ -808,6 +882,12 @@ void vmd_server_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
         break;
     case SBX_MSG_VM_EGRESS:
         reply = s_on_egress (self, request);
+        break;
+    case SBX_MSG_VM_SHIP_OFFER:
+        reply = s_on_ship_offer (self, request);
+        break;
+    case SBX_MSG_VM_SHIP_TAKE:
+        reply = s_on_ship_take (self, request);
         break;
     default:
         reply = sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "vmd does not serve %s",
@@ -967,6 +1047,15 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
     while (dir && (entry = readdir (dir))) {
         if (entry->d_name[0] == '.')
             continue;
+        const char *dot = strrchr (entry->d_name, '.');
+        if (dot && streq (dot, ".incoming")) {
+            //  A take cut by the end of the vmd before: its broker asks again.
+            char *stale = zsys_sprintf ("%s/%s", self->vms_dir, entry->d_name);
+            if (stale)
+                sbx_files_remove_tree (stale);
+            free (stale);
+            continue;
+        }
         vmd_guest_t *guest = vmd_guest_load (&self->env, entry->d_name);
         if (!guest)
             continue;
@@ -1004,6 +1093,11 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
         vmd_server_destroy (&self);
         return NULL;
     }
+    self->ship = vmd_ship_new (config, loop, self->vms_dir, self->image_dir, s_on_shipped, self);
+    if (!self->ship) {
+        vmd_server_destroy (&self);
+        return NULL;
+    }
     self->sweep = zloop_timer (loop, S_SWEEP_MS, 0, s_on_sweep, self);
     zmq_pollitem_t item = {NULL, self->wake_fd, ZMQ_POLLIN, 0};
     zloop_poller (loop, &item, s_on_wake, self);
@@ -1022,6 +1116,7 @@ void vmd_server_destroy (vmd_server_t **self_p)
         return;
     if (self->sweep > 0)
         zloop_timer_end (self->loop, self->sweep);
+    vmd_ship_destroy (&self->ship);
     vmd_template_destroy (&self->templates);
     vmd_firewall_destroy (&self->firewall);
     vmd_egress_destroy (&self->egress);

@@ -44,6 +44,7 @@ from sbxtest import binary, free_port, listening_ports, main, pid_alive, wait_fo
 
 FAILOVERS = int(os.environ.get("SBX_CLUSTER_FAILOVERS", "10"))
 LOST_AFTER_MS = 5000
+SHIP_PORT = 7300
 CONTROL_PORT = 7000  # each control node: dqlite at 7000, broker 7001, tap 7002
 GATEWAY_PORT = 8080
 
@@ -97,7 +98,8 @@ class Host:
         self.proc = None
         with open(os.path.join(self.dir, "sbx.conf"), "w") as f:
             # A vmd host away this long is lost (the brokers'; 30 s by default).
-            f.write(f"heartbeat_ms = 500\nvmd.lost_after_ms = {LOST_AFTER_MS}\n")
+            f.write(f"heartbeat_ms = 500\nvmd.lost_after_ms = {LOST_AFTER_MS}\n"
+                    f"vmd.ship = {self.ip}:{SHIP_PORT}\n")
         test.addCleanup(self.cleanup)
 
     def cli(self, *args, check=True, timeout=60):
@@ -437,6 +439,35 @@ class ClusterTest(unittest.TestCase):
             if before[sb] == "ready":
                 ok, got, text = client.tool(sid, "exec", {"sandboxId": sb, "command": "echo back"})
                 self.assertTrue(ok and "back" in text + json.dumps(got), text)
+        # -- a drain: a stopped sandbox of v1 moves to v2 with its memory ---------------
+        mover = back[0]
+        if view(mover)[0] != "ready":
+            client.tool(sid, "resume_sandbox", {"sandboxId": mover})
+        mark = f"kept-{os.getpid()}-{time.monotonic_ns()}"
+        ok, _, text = client.tool(sid, "exec", {"sandboxId": mover,
+                                                "command": f"echo {mark} > /tmp/mark"})
+        self.assertTrue(ok, text)
+        ok, _, text = client.tool(sid, "stop_sandbox", {"sandboxId": mover})
+        self.assertTrue(ok, text)
+        t0 = time.monotonic()
+        drained = json.loads(c1.cli("host", "drain", "v1", "--json").stdout)
+        self.assertGreaterEqual(drained["stopped"], 1)
+        self.assertIsNotNone(drained["drainingSince"])
+        wait_for(lambda: vmd_of(mover) == "v2", 180,
+                 lambda: f"{mover} moved to v2:\n{hosts['v1'].log('sbx-vmd')[-2000:]}"
+                         f"\n{hosts['v2'].log('sbx-vmd')[-2000:]}")
+        move_s = time.monotonic() - t0
+        print(f"  drain of v1: {mover} moved to v2 (stopped, memory kept) in {move_s:.2f} s",
+              flush=True)
+        self.assertIn("draining", c1.cli("host", "list").stdout)
+        ok, got, text = client.tool(sid, "resume_sandbox", {"sandboxId": mover}, timeout=300)
+        self.assertTrue(ok, text)
+        ok, got, text = client.tool(sid, "exec", {"sandboxId": mover, "command": "cat /tmp/mark"})
+        self.assertTrue(ok and mark in text + json.dumps(got), f"{mark} after the move: {text}")
+        c1.cli("host", "drain", "v1", "--undo")
+        dead = [sb for sb in sandboxes if vmd_of(sb) == "v2"]
+        back = [sb for sb in back if sb != mover]
+
         t0 = time.monotonic()
         killed = hosts["v2"].kill()
         wait_for(lambda: all(view(sb)[0] == "error" and view(sb)[1].startswith("host lost")
@@ -501,6 +532,7 @@ class ClusterTest(unittest.TestCase):
             "host_lost_after_s": round(lost_s, 3),
             "host_back_after_s": round(came_back, 3),
             "lost_after_ms": LOST_AFTER_MS,
+            "move_s": round(move_s, 3),
         }
         print("cluster figures: " + json.dumps(figures), flush=True)
         if os.environ.get("SBX_CLUSTER_FIGURES"):

@@ -1,0 +1,516 @@
+/*  vmd_ship - see vmd_ship.h */
+#include "vmd_ship.h"
+#include "sbx_curve.h"
+#include "sbx_files.h"
+#include "sbx_ship.h"
+#include "vmd_guest.h"
+#include "vmd_qemu.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define S_OFFER_TTL_MS (10 * 60 * 1000) //  the taker starts at once; this bounds a stray one
+#define S_TICK_MS      100
+
+typedef enum { S_OFFER, S_TAKE } s_kind_t;
+
+typedef struct _vmd_ship_t vmd_ship_t;
+
+typedef struct {
+    vmd_ship_t *ship;
+    s_kind_t kind;
+    char *id;
+    sbx_msg_t *request; //  a copy, for the answer's rid and what it asked
+    pid_t pid;          //  an offer's qemu-img, until it exits
+    sbx_ship_fetch_t *fetch;
+    uint64_t started_mono;
+    uint64_t bytes;
+    vmd_ship_guest_t guest; //  an offer's: strings owned
+    char *ticket;           //  an offer's, once offered
+} s_job_t;
+
+struct _vmd_ship_t {
+    sbx_config_t *config;
+    zloop_t *loop;
+    char *vms_dir;
+    char *image_dir;
+    char *image; //  the image's content hash: the last component of image_dir
+    char *address;
+    sbx_ship_server_t *server; //  NULL without vmd.ship
+    char *public_key;
+    zlistx_t *jobs;
+    zhashx_t *offers; //  sandbox id → the ticket its files are offered to
+    int timer;
+    vmd_ship_done_fn *done;
+    void *arg;
+};
+
+static void s_job_destroy (s_job_t **job_p)
+{
+    s_job_t *job = *job_p;
+    if (!job)
+        return;
+    if (job->pid > 0) {
+        kill (job->pid, SIGKILL);
+        waitpid (job->pid, NULL, 0);
+    }
+    sbx_ship_fetch_destroy (&job->fetch);
+    sbx_msg_destroy (&job->request);
+    free (job->id);
+    free ((char *) job->guest.image_dir);
+    free ((char *) job->guest.hostname);
+    if (job->ticket)
+        sbx_secret_wipe (job->ticket);
+    free (job->ticket);
+    free (job);
+    *job_p = NULL;
+}
+
+static char *s_dir (vmd_ship_t *self, const char *id, const char *below)
+{
+    return below ? zsys_sprintf ("%s/%s/%s", self->vms_dir, id, below)
+                 : zsys_sprintf ("%s/%s", self->vms_dir, id);
+}
+
+//  The job is over: its answer goes to the owner, the job away.
+static void s_finish (vmd_ship_t *self, s_job_t *job, sbx_msg_t **reply_p, bool took)
+{
+    void *handle = zlistx_find (self->jobs, job);
+    if (handle)
+        zlistx_detach (self->jobs, handle);
+    if (job->fetch)
+        zloop_reader_end (self->loop, sbx_ship_fetch_sock (job->fetch));
+    self->done (job->request, reply_p, took, self->arg);
+    sbx_msg_destroy (reply_p);
+    s_job_destroy (&job);
+}
+
+static void s_fail (vmd_ship_t *self, s_job_t *job, sbx_code_t code, const char *fmt, ...)
+{
+    char why[800];
+    va_list args;
+    va_start (args, fmt);
+    vsnprintf (why, sizeof why, fmt, args);
+    va_end (args);
+    sbx_warn ("sandbox=%s %s failed: %s", job->id, job->kind == S_OFFER ? "ship offer" : "take",
+              why);
+    if (job->kind == S_TAKE) {
+        char *incoming = zsys_sprintf ("%s/%s.incoming", self->vms_dir, job->id);
+        if (job->fetch) {
+            zloop_reader_end (self->loop, sbx_ship_fetch_sock (job->fetch));
+            sbx_ship_fetch_destroy (&job->fetch);
+        }
+        if (incoming)
+            sbx_files_remove_tree (incoming);
+        free (incoming);
+    } else {
+        char *ship = s_dir (self, job->id, "ship");
+        if (ship)
+            sbx_files_remove_tree (ship);
+        free (ship);
+    }
+    sbx_msg_t *reply = sbx_msg_new_error (job->request->rid, code, "%s", why);
+    s_finish (self, job, &reply, false);
+}
+
+//  --------------------------------------------------------------------------
+//  Offers
+
+static void s_offered (vmd_ship_t *self, s_job_t *job)
+{
+    char *overlay = zsys_sprintf ("%s/ship/overlay.qcow2", job->id);
+    char *memory = zsys_sprintf ("%s/ship/memory.state", job->id);
+    const char *paths[] = {overlay, memory};
+    const sbx_vm_ship_offer_t *args = sbx_msg_vm_ship_offer (job->request);
+    uint64_t bytes = 0;
+    for (int i = 0; i < 2; i++) {
+        char *full = paths[i] ? zsys_sprintf ("%s/%s", self->vms_dir, paths[i]) : NULL;
+        struct stat st;
+        if (full && stat (full, &st) == 0)
+            bytes += (uint64_t) st.st_size;
+        free (full);
+    }
+    if (!overlay || !memory || !(job->ticket = strdup (args->ticket)) ||
+        sbx_ship_server_offer (self->server, job->ticket, paths, 2, S_OFFER_TTL_MS)) {
+        free (overlay);
+        free (memory);
+        s_fail (self, job, SBX_E_INTERNAL, "cannot offer the files of sandbox %s", job->id);
+        return;
+    }
+    sbx_msg_t *reply = sbx_msg_new_reply (job->request, SBX_MSG_VM_SHIP_OFFER_OK);
+    sbx_vm_ship_offer_ok_t *ok = sbx_msg_vm_ship_offer_ok (reply);
+    sbx_ship_offer_t *offer = calloc (1, sizeof *offer);
+    ok->offer = offer;
+    char endpoint[300];
+    snprintf (endpoint, sizeof endpoint, "tcp://%s", self->address);
+    const char *image = strrchr (job->guest.image_dir, '/');
+    if (!offer || sbx_str_set (&ok->sandbox_id, job->id) ||
+        sbx_str_set (&offer->endpoint, endpoint) ||
+        sbx_str_set (&offer->public_key, self->public_key) ||
+        sbx_strlist_append (&offer->files, overlay) || sbx_strlist_append (&offer->files, memory) ||
+        sbx_str_set (&offer->image, image ? image + 1 : job->guest.image_dir) ||
+        sbx_str_set (&offer->hostname, job->guest.hostname)) {
+        sbx_msg_destroy (&reply);
+        free (overlay);
+        free (memory);
+        s_fail (self, job, SBX_E_INTERNAL, "out of memory");
+        return;
+    }
+    offer->type = job->guest.type;
+    offer->no_network = job->guest.no_network;
+    offer->bytes = bytes;
+    free (overlay);
+    free (memory);
+    sbx_info ("sandbox=%s offered for a move: %llu bytes, disk flattened in %llu ms", job->id,
+              (unsigned long long) bytes,
+              (unsigned long long) (sbx_clock_mono_ms () - job->started_mono));
+    //  The job ends; its ticket stays offered until vmd_ship_forget or the TTL.
+    char *previous = zhashx_lookup (self->offers, job->id);
+    if (previous)
+        sbx_ship_server_withdraw (self->server, previous);
+    zhashx_update (self->offers, job->id, job->ticket);
+    job->ticket = NULL;
+    s_finish (self, job, &reply, false);
+}
+
+int vmd_ship_offer (vmd_ship_t *self, const sbx_msg_t *request, const vmd_ship_guest_t *guest,
+                    sbx_err_t *err)
+{
+    const sbx_vm_ship_offer_t *args = sbx_msg_vm_ship_offer ((sbx_msg_t *) request);
+    if (!self->server)
+        return sbx_err_set (err, SBX_E_FAILED_PRECONDITION,
+                            "vmd.ship is not set on this host: set it to HOST:PORT, an address "
+                            "the other vmd hosts reach, to move sandboxes off it");
+    if (!args->ticket || strlen (args->ticket) < SBX_SHIP_TICKET_MIN)
+        return sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "the ticket is too short");
+    for (void *h = zlistx_first (self->jobs); h; h = zlistx_next (self->jobs))
+        if (streq (((s_job_t *) h)->id, guest->id))
+            return sbx_err_set (err, SBX_E_CONFLICT, "sandbox %s is being shipped already",
+                                guest->id);
+    char *dir = s_dir (self, guest->id, NULL), *ship = s_dir (self, guest->id, "ship");
+    char *from = s_dir (self, guest->id, "memory.state"),
+         *to = s_dir (self, guest->id, "ship/memory.state");
+    char *overlay = s_dir (self, guest->id, "overlay.qcow2"),
+         *copy = s_dir (self, guest->id, "ship/overlay.qcow2");
+    char *base = zsys_sprintf ("%s/rootfs.ext4", guest->image_dir);
+    char *log = s_dir (self, guest->id, "ship/qemu-img.log");
+    s_job_t *job = calloc (1, sizeof *job);
+    int rc = -1;
+    if (!dir || !ship || !from || !to || !overlay || !copy || !base || !log || !job)
+        sbx_err_set (err, SBX_E_INTERNAL, "out of memory");
+    else if (sbx_files_remove_tree (ship) || mkdir (ship, 0700) == -1)
+        sbx_err_set (err, SBX_E_INTERNAL, "cannot make %s: %s", ship, strerror (errno));
+    else if (link (from, to) == -1)
+        sbx_err_set (err, SBX_E_INTERNAL, "the memory state of sandbox %s: %s", guest->id,
+                     strerror (errno));
+    else {
+        //  The overlay's copy, then rebased onto the image alone: qemu-img writes into it
+        //  what its template's or snapshot's layers held (this host's files, not the
+        //  other's). A child, watched by the timer: it reads the whole disk.
+        char *argv[] = {"sh",
+                        "-c",
+                        "cp --reflink=auto -- \"$1\" \"$2\" && exec qemu-img rebase -q -f qcow2 "
+                        "-b \"$3\" -F raw \"$2\"",
+                        "sh",
+                        overlay,
+                        copy,
+                        base,
+                        NULL};
+        job->pid = vmd_qemu_helper_spawn (argv, log);
+        if (job->pid < 0)
+            sbx_err_set (err, SBX_E_INTERNAL, "cannot start qemu-img");
+        else
+            rc = 0;
+    }
+    if (rc == 0) {
+        job->ship = self;
+        job->kind = S_OFFER;
+        job->id = strdup (guest->id);
+        job->request = sbx_msg_dup (request);
+        job->started_mono = sbx_clock_mono_ms ();
+        job->guest = *guest;
+        job->guest.id = job->id;
+        job->guest.image_dir = strdup (guest->image_dir);
+        job->guest.hostname = strdup (guest->hostname ? guest->hostname : guest->id);
+        zlistx_add_end (self->jobs, job);
+        job = NULL;
+    } else if (ship)
+        sbx_files_remove_tree (ship);
+    s_job_destroy (&job);
+    free (dir);
+    free (ship);
+    free (from);
+    free (to);
+    free (overlay);
+    free (copy);
+    free (base);
+    free (log);
+    return rc;
+}
+
+//  --------------------------------------------------------------------------
+//  Takes
+
+static int s_on_fetch (zloop_t *loop, zsock_t *sock, void *arg);
+
+//  The files are here: the overlay stands on this host's image, the directory is the
+//  guest's. 0, or -1 with why.
+static int s_land (vmd_ship_t *self, s_job_t *job, char *why, size_t size)
+{
+    char *ship = zsys_sprintf ("%s/%s.incoming/%s/ship", self->vms_dir, job->id, job->id);
+    char *overlay = ship ? zsys_sprintf ("%s/overlay.qcow2", ship) : NULL;
+    char *base = zsys_sprintf ("%s/rootfs.ext4", self->image_dir);
+    char *dir = s_dir (self, job->id, NULL);
+    char *log = ship ? zsys_sprintf ("%s/qemu-img.log", ship) : NULL;
+    int rc = -1;
+    if (!ship || !overlay || !base || !dir || !log)
+        snprintf (why, size, "out of memory");
+    else {
+        //  Metadata only (≈ 20 ms): the contents are the image's on both hosts.
+        char *argv[] = {"qemu-img", "rebase", "-q", "-u",  "-f",    "qcow2",
+                        "-b",       base,     "-F", "raw", overlay, NULL};
+        pid_t pid = vmd_qemu_helper_spawn (argv, log);
+        int status = -1;
+        while (pid > 0 && waitpid (pid, &status, 0) == -1 && errno == EINTR)
+            ;
+        if (pid < 0 || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
+            snprintf (why, size, "qemu-img rebase of the fetched disk failed (see %s)", log);
+        else if (unlink (log), rename (ship, dir) == -1)
+            snprintf (why, size, "cannot make %s: %s", dir, strerror (errno));
+        else
+            rc = 0;
+    }
+    char *incoming = zsys_sprintf ("%s/%s.incoming", self->vms_dir, job->id);
+    if (incoming)
+        sbx_files_remove_tree (incoming);
+    free (incoming);
+    free (ship);
+    free (overlay);
+    free (base);
+    free (dir);
+    free (log);
+    return rc;
+}
+
+static int s_on_fetch (zloop_t *loop, zsock_t *sock, void *arg)
+{
+    (void) loop;
+    (void) sock;
+    s_job_t *job = arg;
+    vmd_ship_t *self = job->ship;
+    uint64_t done = 0, total = 0;
+    char *reason = NULL;
+    int event = sbx_ship_fetch_recv (job->fetch, &done, &total, &reason);
+    if (event < 0)
+        ; //  nothing yet
+    else if (event == SBX_SHIP_PROGRESS)
+        job->bytes = total;
+    else if (event == SBX_SHIP_DONE) {
+        char why[600];
+        if (s_land (self, job, why, sizeof why))
+            s_fail (self, job, SBX_E_INTERNAL, "%s", why);
+        else {
+            uint64_t ms = sbx_clock_mono_ms () - job->started_mono;
+            sbx_info ("sandbox=%s taken from %s: %llu bytes in %llu ms", job->id,
+                      sbx_msg_vm_ship_take (job->request)->from, (unsigned long long) job->bytes,
+                      (unsigned long long) ms);
+            sbx_msg_t *reply = sbx_msg_new_reply (job->request, SBX_MSG_VM_SHIP_TAKE_OK);
+            sbx_str_set (&sbx_msg_vm_ship_take_ok (reply)->sandbox_id, job->id);
+            sbx_msg_vm_ship_take_ok (reply)->bytes = job->bytes;
+            sbx_msg_vm_ship_take_ok (reply)->ms = ms;
+            s_finish (self, job, &reply, true);
+        }
+    } else
+        s_fail (self, job, SBX_E_UNAVAILABLE, "fetching its files from vmd %s failed: %s",
+                sbx_msg_vm_ship_take (job->request)->from, reason ? reason : "?");
+    free (reason);
+    return 0;
+}
+
+int vmd_ship_take (vmd_ship_t *self, const sbx_msg_t *request, sbx_err_t *err)
+{
+    sbx_vm_ship_take_t *args = sbx_msg_vm_ship_take ((sbx_msg_t *) request);
+    const sbx_ship_offer_t *offer = args->offer;
+    if (!vmd_guest_id_valid (args->sandbox_id))
+        return sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "not a sandbox id");
+    if (!offer->image || !streq (offer->image, self->image))
+        return sbx_err_set (err, SBX_E_FAILED_PRECONDITION,
+                            "sandbox %s runs image %s; this host has image %s (the same build of "
+                            "the guest image on every vmd host)",
+                            args->sandbox_id, offer->image ? offer->image : "?", self->image);
+    //  Exactly its two files, under its own ship directory: nothing else lands here.
+    char prefix[96];
+    snprintf (prefix, sizeof prefix, "%s/ship/", args->sandbox_id);
+    bool files = offer->files.count == 2;
+    for (size_t i = 0; files && i < offer->files.count; i++) {
+        const char *path = offer->files.items[i];
+        files = sbx_ship_path_valid (path) && strncmp (path, prefix, strlen (prefix)) == 0 &&
+                (streq (path + strlen (prefix), "overlay.qcow2") ||
+                 streq (path + strlen (prefix), "memory.state"));
+    }
+    if (!files)
+        return sbx_err_set (err, SBX_E_INVALID_ARGUMENT,
+                            "the offer must name %soverlay.qcow2 and %smemory.state", prefix,
+                            prefix);
+    for (void *h = zlistx_first (self->jobs); h; h = zlistx_next (self->jobs))
+        if (streq (((s_job_t *) h)->id, args->sandbox_id))
+            return sbx_err_set (err, SBX_E_CONFLICT, "sandbox %s is being shipped already",
+                                args->sandbox_id);
+    char *dir = s_dir (self, args->sandbox_id, NULL);
+    char *incoming = zsys_sprintf ("%s/%s.incoming", self->vms_dir, args->sandbox_id);
+    struct stat st;
+    int rc = -1;
+    s_job_t *job = calloc (1, sizeof *job);
+    if (!dir || !incoming || !job)
+        sbx_err_set (err, SBX_E_INTERNAL, "out of memory");
+    else if (lstat (dir, &st) == 0)
+        sbx_err_set (err, SBX_E_CONFLICT, "sandbox %s has a directory here already",
+                     args->sandbox_id);
+    else if (sbx_files_remove_tree (incoming) || mkdir (incoming, 0700) == -1)
+        sbx_err_set (err, SBX_E_INTERNAL, "cannot make %s: %s", incoming, strerror (errno));
+    else {
+        const char *paths[] = {offer->files.items[0], offer->files.items[1]};
+        job->fetch = sbx_ship_fetch_new (offer->endpoint, offer->public_key, NULL, args->ticket,
+                                         paths, 2, incoming);
+        if (!job->fetch) {
+            sbx_err_set (err, SBX_E_INVALID_ARGUMENT,
+                         "cannot fetch from %s (an endpoint, a public key and a ticket)",
+                         offer->endpoint);
+            sbx_files_remove_tree (incoming);
+        } else
+            rc = 0;
+    }
+    if (rc == 0) {
+        job->ship = self;
+        job->kind = S_TAKE;
+        job->id = strdup (args->sandbox_id);
+        job->request = sbx_msg_dup (request);
+        job->started_mono = sbx_clock_mono_ms ();
+        zlistx_add_end (self->jobs, job);
+        zloop_reader (self->loop, sbx_ship_fetch_sock (job->fetch), s_on_fetch, job);
+        sbx_info ("sandbox=%s taking it from vmd %s (%llu bytes)", job->id, args->from,
+                  (unsigned long long) offer->bytes);
+        job = NULL;
+    }
+    s_job_destroy (&job);
+    free (dir);
+    free (incoming);
+    return rc;
+}
+
+void vmd_ship_forget (vmd_ship_t *self, const char *id)
+{
+    char *ticket = zhashx_lookup (self->offers, id);
+    if (!ticket)
+        return;
+    if (self->server)
+        sbx_ship_server_withdraw (self->server, ticket);
+    zhashx_delete (self->offers, id);
+    char *ship = s_dir (self, id, "ship");
+    if (ship)
+        sbx_files_remove_tree (ship);
+    free (ship);
+}
+
+//  --------------------------------------------------------------------------
+//  The timer: offers' children
+
+static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    vmd_ship_t *self = arg;
+    s_job_t *job = zlistx_first (self->jobs);
+    while (job) {
+        s_job_t *next = zlistx_next (self->jobs);
+        int status;
+        if (job->kind == S_OFFER && job->pid > 0 &&
+            waitpid (job->pid, &status, WNOHANG) == job->pid) {
+            job->pid = 0;
+            if (WIFEXITED (status) && WEXITSTATUS (status) == 0)
+                s_offered (self, job);
+            else
+                s_fail (self, job, SBX_E_INTERNAL,
+                        "flattening the disk of sandbox %s failed (see vms/%s/ship/qemu-img.log)",
+                        job->id, job->id);
+        }
+        job = next;
+    }
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Construction
+
+vmd_ship_t *vmd_ship_new (sbx_config_t *config, zloop_t *loop, const char *vms_dir,
+                          const char *image_dir, vmd_ship_done_fn *done, void *arg)
+{
+    vmd_ship_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    self->loop = loop;
+    self->done = done;
+    self->arg = arg;
+    self->vms_dir = strdup (vms_dir);
+    self->image_dir = strdup (image_dir);
+    const char *hash = strrchr (image_dir, '/');
+    self->image = strdup (hash ? hash + 1 : image_dir);
+    self->jobs = zlistx_new ();
+    self->offers = zhashx_new ();
+    if (self->offers)
+        zhashx_set_destructor (self->offers, (zhashx_destructor_fn *) zstr_free);
+    if (!self->vms_dir || !self->image_dir || !self->image || !self->jobs || !self->offers) {
+        vmd_ship_destroy (&self);
+        return NULL;
+    }
+    const char *address = sbx_config_get (config, "vmd.ship", NULL);
+    if (address && *address) {
+        const char *colon = strrchr (address, ':');
+        char bind[300];
+        snprintf (bind, sizeof bind, "tcp://*:%s", colon ? colon + 1 : "");
+        zcert_t *cert = sbx_curve_host_cert (config);
+        self->address = strdup (address);
+        self->server = cert ? sbx_ship_server_new (bind, vms_dir, cert) : NULL;
+        self->public_key = cert ? strdup (zcert_public_txt (cert)) : NULL;
+        zcert_destroy (&cert);
+        if (!colon || !self->server || !self->public_key) {
+            sbx_error ("vmd.ship = %s: cannot serve moves there (HOST:PORT, a port free here)",
+                       address);
+            vmd_ship_destroy (&self);
+            return NULL;
+        }
+        sbx_info ("ships stopped sandboxes from %s (vmd.ship)", address);
+    }
+    self->timer = zloop_timer (loop, S_TICK_MS, 0, s_on_tick, self);
+    return self;
+}
+
+void vmd_ship_destroy (vmd_ship_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    vmd_ship_t *self = *self_p;
+    if (self->timer > 0)
+        zloop_timer_end (self->loop, self->timer);
+    for (s_job_t *job = self->jobs ? zlistx_first (self->jobs) : NULL; job;
+         job = zlistx_next (self->jobs)) {
+        if (job->fetch)
+            zloop_reader_end (self->loop, sbx_ship_fetch_sock (job->fetch));
+        s_job_destroy (&job);
+    }
+    zlistx_destroy (&self->jobs);
+    zhashx_destroy (&self->offers);
+    sbx_ship_server_destroy (&self->server);
+    free (self->vms_dir);
+    free (self->image_dir);
+    free (self->image);
+    free (self->address);
+    free (self->public_key);
+    free (self);
+    *self_p = NULL;
+}
