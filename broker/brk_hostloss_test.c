@@ -98,16 +98,10 @@ static char *s_wait (zsock_t *client, const char *id, const char *account,
 void brk_hostloss_test (bool verbose)
 {
     (void) verbose;
-    char dir[] = "/tmp/brk_hostloss_test.XXXXXX";
-    assert (mkdtemp (dir));
-    sbx_config_t *config = sbx_config_new (dir);
-    sbx_config_set (config, "heartbeat_ms", "100");
-    sbx_config_set (config, "vmd.lost_after_ms", "600");
-    zactor_t *server = zactor_new (brk_server_actor, config);
-    char *status = zstr_recv (server);
-    assert (status && streq (status, "READY"));
-    zstr_free (&status);
-    zsock_t *client = brk_testkit_dealer (config);
+    brk_testkit_broker_t broker;
+    brk_testkit_broker_start (&broker, "brk_hostloss_test", "vmd.lost_after_ms", "600", NULL);
+    sbx_config_t *config = broker.config;
+    zsock_t *client = broker.client;
     char *alice = brk_testkit_account (client, "alice@example.com", ++s_rid);
 
     zactor_t *vmd = brk_testkit_worker (config, SBX_ROLE_VMD, "host-x", 8, s_vmd, NULL);
@@ -209,10 +203,5 @@ void brk_hostloss_test (bool verbose)
     free (gone);
     free (deleted);
     free (alice);
-    zsock_destroy (&client);
-    zactor_destroy (&server);
-    sbx_config_destroy (&config);
-    char command[128];
-    snprintf (command, sizeof command, "rm -rf '%s'", dir);
-    assert (system (command) == 0);
+    brk_testkit_broker_stop (&broker);
 }

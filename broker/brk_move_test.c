@@ -149,15 +149,10 @@ static sbx_msg_t *s_drain (zsock_t *client, const char *name, bool undo)
 void brk_move_test (bool verbose)
 {
     (void) verbose;
-    char dir[] = "/tmp/brk_move_test.XXXXXX";
-    assert (mkdtemp (dir));
-    sbx_config_t *config = sbx_config_new (dir);
-    sbx_config_set (config, "heartbeat_ms", "100");
-    zactor_t *server = zactor_new (brk_server_actor, config);
-    char *status = zstr_recv (server);
-    assert (status && streq (status, "READY"));
-    zstr_free (&status);
-    zsock_t *client = brk_testkit_dealer (config);
+    brk_testkit_broker_t broker;
+    brk_testkit_broker_start (&broker, "brk_move_test", NULL);
+    sbx_config_t *config = broker.config;
+    zsock_t *client = broker.client;
     char *alice = brk_testkit_account (client, "alice@example.com", ++s_rid);
     zactor_t *a = brk_testkit_worker (config, SBX_ROLE_VMD, "host-a", 8, s_vmd, "host-a");
     while (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid) < 1)
@@ -266,10 +261,5 @@ void brk_move_test (bool verbose)
     free (two);
     free (three);
     free (alice);
-    zsock_destroy (&client);
-    zactor_destroy (&server);
-    sbx_config_destroy (&config);
-    char command[128];
-    snprintf (command, sizeof command, "rm -rf '%s'", dir);
-    assert (system (command) == 0);
+    brk_testkit_broker_stop (&broker);
 }

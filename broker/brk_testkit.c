@@ -1,5 +1,10 @@
 /*  brk_testkit - see brk_testkit.h */
 #include "brk_testkit.h"
+#include "brk_server.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <assert.h>
 
@@ -200,4 +205,37 @@ sbx_msg_t *brk_testkit_vm_ok (const sbx_msg_t *request)
         break;
     }
     return reply;
+}
+
+void brk_testkit_broker_start (brk_testkit_broker_t *self, const char *name, ...)
+{
+    memset (self, 0, sizeof *self);
+    snprintf (self->dir, sizeof self->dir, "/tmp/%s.XXXXXX", name);
+    assert (mkdtemp (self->dir));
+    self->config = sbx_config_new (self->dir);
+    assert (self->config);
+    sbx_config_set (self->config, "heartbeat_ms", "100");
+    va_list args;
+    va_start (args, name);
+    const char *key;
+    while ((key = va_arg (args, const char *))) {
+        const char *value = va_arg (args, const char *);
+        assert (sbx_config_set (self->config, key, value) == 0);
+    }
+    va_end (args);
+    self->server = zactor_new (brk_server_actor, self->config);
+    char *status = zstr_recv (self->server);
+    assert (status && streq (status, "READY"));
+    zstr_free (&status);
+    self->client = brk_testkit_dealer (self->config);
+}
+
+void brk_testkit_broker_stop (brk_testkit_broker_t *self)
+{
+    zsock_destroy (&self->client);
+    zactor_destroy (&self->server);
+    sbx_config_destroy (&self->config);
+    char command[160];
+    snprintf (command, sizeof command, "rm -rf '%s'", self->dir);
+    assert (system (command) == 0);
 }

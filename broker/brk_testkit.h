@@ -17,6 +17,18 @@ void brk_testkit_send (zsock_t *sock, sbx_msg_t **msg_p);
 //  reply with that rid, skipping anything else; asserts one comes within 10 s.
 sbx_msg_t *brk_testkit_call (zsock_t *sock, sbx_msg_t *request, uint64_t rid);
 
+//  A broker of its own, ready, in a new directory under /tmp named after the test, with
+//  heartbeat_ms 100 and the settings given ("key", "value", ..., NULL), and a client.
+typedef struct {
+    char dir[96];
+    sbx_config_t *config;
+    zactor_t *server;
+    zsock_t *client;
+} brk_testkit_broker_t;
+void brk_testkit_broker_start (brk_testkit_broker_t *self, const char *name, ...);
+//  Stops it and removes its directory.
+void brk_testkit_broker_stop (brk_testkit_broker_t *self);
+
 //  A DEALER connected to the broker of `config`.
 zsock_t *brk_testkit_dealer (sbx_config_t *config);
 
