@@ -27,7 +27,8 @@ typedef enum {
     K_HOSTPORT,
     K_HOSTPORT_OFF,
     K_FILE,
-    K_DIR
+    K_DIR,
+    K_IMAGE //  a directory with a guest image's vmlinux, initrd.img and rootfs.ext4
 } s_kind_t;
 
 typedef struct {
@@ -66,6 +67,11 @@ static const s_known_t s_known[] = {
     {"tls.cert", NULL, K_FILE},
     {"tls.key", NULL, K_FILE},
     {"image_dir", NULL, K_DIR},
+    //  The image sandboxes of one type boot instead of image_dir's (e.g. the docker
+    //  variant, vmd/image/README.md); unset or empty: image_dir.
+    {"image_dir.small", NULL, K_IMAGE},
+    {"image_dir.medium", NULL, K_IMAGE},
+    {"image_dir.large", NULL, K_IMAGE},
     {"vmd.capacity", "8", K_ANY},
     {"vmd.lost_after_ms", "30000", K_ANY}, //  broker: a vmd away this long is a host lost
     {"vmd.ship", NULL, K_HOSTPORT},        //  where other vmd hosts fetch moving sandboxes
@@ -488,6 +494,22 @@ uint64_t sbx_config_get_range (sbx_config_t *self, const char *key, uint64_t dfl
     return value;
 }
 
+//  A guest image's directory: the files vmd boots from are there and readable.
+static bool s_image_complete (const char *dir)
+{
+    const char *files[] = {"vmlinux", "initrd.img", "rootfs.ext4"};
+    struct stat st;
+    if (stat (dir, &st) != 0 || !S_ISDIR (st.st_mode))
+        return false;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[PATH_MAX];
+        if (snprintf (path, sizeof path, "%s/%s", dir, files[i]) >= (int) sizeof path ||
+            stat (path, &st) != 0 || !S_ISREG (st.st_mode) || access (path, R_OK) != 0)
+            return false;
+    }
+    return true;
+}
+
 //  Why value will not do for key, in why; 0 when it does.
 static int s_check_value (const s_known_t *known, const char *key, const char *value, char *why,
                           size_t why_size)
@@ -518,6 +540,9 @@ static int s_check_value (const s_known_t *known, const char *key, const char *v
                (stat (value, &st) != 0 || (known->kind == K_DIR) != S_ISDIR (st.st_mode) ||
                 access (value, R_OK) != 0))
         want = known->kind == K_DIR ? "a directory that exists" : "a readable file that exists";
+    else if (known->kind == K_IMAGE && *value && !s_image_complete (value))
+        want = "a guest image directory with vmlinux, initrd.img and rootfs.ext4 (as "
+               "vmd/image/build-image.sh makes)";
     if (!want)
         return 0;
     snprintf (why, why_size, "%s = '%.200s' will not do: it must be %s", key, value, want);
@@ -620,7 +645,7 @@ void sbx_config_test (bool verbose)
                                 {"tls.cert", "/nonexistent"}, {"image_dir", "/etc/hostname"},
                                 {"plan.gold.running", "-1"},  {"gateway.read_cache", "yes"},
                                 {"heartbeat_ms", "10s"},      {"log.format", "xml"},
-                                {"log.max_bytes", "16M"}};
+                                {"log.max_bytes", "16M"},     {"image_dir.large", "/tmp"}};
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             sbx_config_t *c = sbx_config_new (dir);
             assert (sbx_config_set (c, bad[i][0], bad[i][1]) == 0);
@@ -633,6 +658,25 @@ void sbx_config_test (bool verbose)
         sbx_config_set (c, "image_dir", "/tmp");
         sbx_config_set (c, "vmd.capacity", "16");
         assert (sbx_config_check (c, why, sizeof why) == 0);
+        //  A type's own image: a directory with the three files vmd boots.
+        char image[600];
+        snprintf (image, sizeof image, "%s/img", dir);
+        assert (mkdir (image, 0755) == 0);
+        const char *files[] = {"vmlinux", "initrd.img", "rootfs.ext4"};
+        for (size_t i = 0; i < 3; i++) {
+            sbx_config_set (c, "image_dir.large", image);
+            assert (sbx_config_check (c, why, sizeof why) == -1);
+            assert (strstr (why, "image_dir.large") && strstr (why, "rootfs.ext4"));
+            char path[700];
+            snprintf (path, sizeof path, "%s/%s", image, files[i]);
+            FILE *file = fopen (path, "w");
+            assert (file);
+            fclose (file);
+        }
+        assert (sbx_config_check (c, why, sizeof why) == 0);
+        assert (streq (sbx_config_get (c, "image_dir.large", NULL), image));
+        assert (sbx_config_get (c, "image_dir.medium", NULL) == NULL);
+        assert (sbx_config_set (c, "image_dir.huge", image) == -1);
         sbx_config_destroy (&c);
     }
     assert (config);

@@ -1538,6 +1538,12 @@ static vmd_guest_t *s_new (const vmd_guest_env_t *env, const char *id)
     return self;
 }
 
+const char *vmd_guest_env_image (const vmd_guest_env_t *env, sbx_sandbox_type_t type)
+{
+    return type > 0 && type < VMD_GUEST_TYPES && env->type_image[type] ? env->type_image[type]
+                                                                       : env->image_dir;
+}
+
 vmd_guest_t *vmd_guest_new (const vmd_guest_env_t *env, const char *id, const char *hostname,
                             sbx_sandbox_type_t type, bool no_network)
 {
@@ -1552,7 +1558,7 @@ vmd_guest_t *vmd_guest_new (const vmd_guest_env_t *env, const char *id, const ch
     if (!self)
         return NULL;
     self->hostname = strdup (hostname);
-    self->image_dir = strdup (env->image_dir);
+    self->image_dir = strdup (vmd_guest_env_image (env, type));
     self->type = type;
     self->no_network = no_network;
     self->lc = vmd_lifecycle_start (S_CREATING);

@@ -38,11 +38,16 @@ typedef void (vmd_guest_done_fn) (vmd_guest_t *guest, uint64_t rid, sbx_code_t c
 //  The guest failed on its own (QEMU died, the agent vanished for good).
 typedef void (vmd_guest_failed_fn) (vmd_guest_t *guest, const char *reason, void *arg);
 
+//  Sandbox types index these arrays (SBX_SANDBOX_TYPE_SMALL..LARGE; 0 unset).
+#define VMD_GUEST_TYPES (SBX_SANDBOX_TYPE_LARGE + 1)
+
 //  What every guest of one vmd shares (owned by the server, outlives its guests).
 typedef struct {
     zloop_t *loop;
     const char *vms_dir;   //  <data-dir>/vms
     const char *image_dir; //  base image for new guests (vmlinux, initrd.img, rootfs.ext4)
+    //  A type's own image (image_dir.TYPE, e.g. the docker variant), NULL: image_dir.
+    const char *type_image[VMD_GUEST_TYPES];
     const char *qemu_user; //  whom QEMU runs as when vmd is root (NULL: vmd_qemu's default)
     //  A uid of its own for each guest's QEMU (vmd_guest_set_uid), from this range, with
     //  the QEMU user's group: the host's firewall tells guests apart by it (egress rules)
@@ -64,8 +69,11 @@ typedef struct {
     void *arg;
 } vmd_guest_env_t;
 
-//  A new guest (state creating, nothing on disk yet), or NULL for an id that can't be a
-//  directory name ([A-Za-z0-9_-], 1-64) or a hostname vmd_qemu refuses.
+//  The image new guests of type boot: its own, else env's image_dir.
+const char *vmd_guest_env_image (const vmd_guest_env_t *env, sbx_sandbox_type_t type);
+
+//  A new guest (state creating, nothing on disk yet) on its type's image, or NULL for an
+//  id that can't be a directory name ([A-Za-z0-9_-], 1-64) or a hostname vmd_qemu refuses.
 vmd_guest_t *vmd_guest_new (const vmd_guest_env_t *env, const char *id, const char *hostname,
                             sbx_sandbox_type_t type, bool no_network);
 //  The guest described by vms_dir/id/guest.json after a vmd restart: running guests are

@@ -33,6 +33,7 @@ struct _vmd_server_t {
     sbx_peer_t *peer;
     char *vms_dir;
     char *image_dir;
+    char *type_image[VMD_GUEST_TYPES]; //  image_dir.TYPE's, kept as images/<hash>; NULL: image_dir
     uint64_t capacity;
     zhashx_t *guests;        //  sandbox id -> vmd_guest_t
     zhashx_t *failed_unsent; //  sandbox id -> reason, vm.failed waiting for the broker
@@ -71,22 +72,13 @@ static int s_link_or_copy (const char *from, const char *to)
     return rc;
 }
 
-static char *s_image_setup (sbx_config_t *config)
+//  The image at source (named by `key` in messages) as images/<hash>/, or source itself
+//  when its manifest has no input hash; NULL when it can't be kept.
+static char *s_image_keep (sbx_config_t *config, const char *key, const char *source)
 {
-    const char *source = sbx_config_get (config, "image_dir", NULL);
-    char exe[PATH_MAX] = "", dflt[PATH_MAX + 16];
-    if (!source) {
-        ssize_t size = readlink ("/proc/self/exe", exe, sizeof exe - 1);
-        if (size > 0) {
-            exe[size] = 0;
-            //  build/bin/sbx-vmd → build/image (an install: bin/ → image/ beside it).
-            snprintf (dflt, sizeof dflt, "%s/../image", dirname (exe));
-            source = dflt;
-        }
-    }
     char real[PATH_MAX];
     if (!source || !realpath (source, real)) {
-        sbx_error ("no guest image at %s: set image_dir", source ? source : "(unknown)");
+        sbx_error ("no guest image at %s: set %s", source ? source : "(unknown)", key);
         return NULL;
     }
     char *manifest = zsys_sprintf ("%s/manifest.json", real);
@@ -119,7 +111,7 @@ static char *s_image_setup (sbx_config_t *config)
         char *from = zsys_sprintf ("%s/%s", real, *file), *to = zsys_sprintf ("%s/%s", tmp, *file);
         rc = s_link_or_copy (from, to);
         if (rc)
-            sbx_error ("cannot bring %s into %s: %s", from, tmp, strerror (errno));
+            sbx_error ("cannot bring %s into %s (%s): %s", from, tmp, key, strerror (errno));
         free (from);
         free (to);
     }
@@ -134,6 +126,44 @@ static char *s_image_setup (sbx_config_t *config)
         return NULL;
     }
     return target;
+}
+
+//  The default image: image_dir, else the build's (or install's) beside the executable.
+static char *s_image_setup (sbx_config_t *config)
+{
+    const char *source = sbx_config_get (config, "image_dir", NULL);
+    char exe[PATH_MAX] = "", dflt[PATH_MAX + 16];
+    if (!source) {
+        ssize_t size = readlink ("/proc/self/exe", exe, sizeof exe - 1);
+        if (size > 0) {
+            exe[size] = 0;
+            //  build/bin/sbx-vmd → build/image (an install: bin/ → image/ beside it).
+            snprintf (dflt, sizeof dflt, "%s/../image", dirname (exe));
+            source = dflt;
+        }
+    }
+    return s_image_keep (config, "image_dir", source);
+}
+
+//  The images of image_dir.TYPE (e.g. the docker variant for one type): kept like the
+//  default one. 0, or -1 when one is set and can't be kept (vmd does not start: a type
+//  silently booting another image than the operator chose would be worse).
+static int s_type_images_setup (vmd_server_t *self)
+{
+    for (int type = 1; type < VMD_GUEST_TYPES; type++) {
+        char key[64];
+        snprintf (key, sizeof key, "image_dir.%s",
+                  sbx_sandbox_type_name ((sbx_sandbox_type_t) type));
+        const char *source = sbx_config_get (self->config, key, NULL);
+        if (!source || !*source)
+            continue;
+        self->type_image[type] = s_image_keep (self->config, key, source);
+        if (!self->type_image[type])
+            return -1;
+        sbx_info ("%s sandboxes boot image %s (%s)",
+                  sbx_sandbox_type_name ((sbx_sandbox_type_t) type), self->type_image[type], key);
+    }
+    return 0;
 }
 
 //  --------------------------------------------------------------------------
@@ -440,7 +470,8 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
         }
     } else {
         //  A booted template of this type restores faster than a boot (else: cold).
-        const char *template = vmd_template_dir (self->templates, args->type, self->image_dir);
+        const char *template = vmd_template_dir (self->templates, args->type,
+                                                 vmd_guest_env_image (&self->env, args->type));
         if (template && op && vmd_guest_set_origin (guest, template, NULL, true) == 0) {
             sbx_info ("sandbox=%s from the %s template", args->sandbox_id,
                       sbx_sandbox_type_name (args->type));
@@ -971,7 +1002,7 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
     self->vms_dir = sbx_config_path (config, "vms");
     self->image_dir = s_image_setup (config);
     if (self->wake_fd < 0 || !self->guests || !self->failed_unsent || !self->ops || !self->cold ||
-        !self->vms_dir || !self->image_dir) {
+        !self->vms_dir || !self->image_dir || s_type_images_setup (self)) {
         vmd_server_destroy (&self);
         return NULL;
     }
@@ -1041,6 +1072,8 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
         .failed = s_on_failed,
         .wake = s_wake,
         .arg = self};
+    for (int type = 1; type < VMD_GUEST_TYPES; type++)
+        self->env.type_image[type] = self->type_image[type];
     //  The guests a previous vmd left: re-adopt, or report.
     DIR *dir = opendir (self->vms_dir);
     struct dirent *entry;
@@ -1103,9 +1136,8 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
     zloop_poller (loop, &item, s_on_wake, self);
     //  Templates are made in the background; creates boot cold until they are ready.
     self->templates = vmd_template_new (
-        loop, sbx_config_data_dir (config), sbx_config_get (config, "instance", NULL),
-        self->image_dir, self->env.qemu_user, sbx_config_get (config, "vmd.templates", "small"),
-        s_wake, self);
+        loop, sbx_config_data_dir (config), sbx_config_get (config, "instance", NULL), &self->env,
+        self->env.qemu_user, sbx_config_get (config, "vmd.templates", "small"), s_wake, self);
     return self;
 }
 
@@ -1132,6 +1164,8 @@ void vmd_server_destroy (vmd_server_t **self_p)
     zlistx_destroy (&self->cold);
     free (self->vms_dir);
     free (self->image_dir);
+    for (int type = 0; type < VMD_GUEST_TYPES; type++)
+        free (self->type_image[type]);
     free (self);
     *self_p = NULL;
 }

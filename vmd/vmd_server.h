@@ -7,7 +7,8 @@
     vm.list and vm.metrics (the guests' samples, vmd_sampler);
     tells the broker vm.failed when a guest dies on its own.
 
-    Config keys: image_dir (default <exe dir>/../image), vmd.capacity (8),
+    Config keys: image_dir (default <exe dir>/../image), image_dir.TYPE (the image
+    sandboxes of that type boot instead, e.g. the docker variant), vmd.capacity (8),
     vmd.qemu_user (whom QEMU runs as when vmd is root; default sbx-qemu, else nobody),
     vmd.metrics_interval_ms (5000; 0: no samples), vmd.egress_resolver (where the DNS
     relays of guests with domain rules ask; default: resolv.conf's first IPv4 resolver).

@@ -13,18 +13,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define S_TYPES      4 //  sbx_sandbox_type_t values, 0 unset
+#define S_TYPES      VMD_GUEST_TYPES
 #define S_BOOT_MS    180000
 #define S_CAPTURE_MS 120000
 
 typedef enum { S_IDLE, S_BOOTING, S_STOPPING, S_CAPTURING, S_DELETING } s_phase_t;
 
 struct _vmd_template_t {
-    char *root;  //  <data-dir>/templates/<instance>: this vmd's alone
-    char *work;  //  <root>/work: the hidden guest's vms directory
-    char *image; //  the image directory templates are made of
-    char *hash;  //  its name (the image's input hash)
-    char tag[9]; //  this host's QEMU version, hashed: a template is tied to it
+    char *root;           //  <data-dir>/templates/<instance>: this vmd's alone
+    char *work;           //  <root>/work: the hidden guest's vms directory
+    char *image[S_TYPES]; //  the image directory each type's template is made of
+    char *hash[S_TYPES];  //  its name (the image's input hash)
+    char tag[9];          //  this host's QEMU version, hashed: a template is tied to it
     vmd_guest_env_t env;
     bool want[S_TYPES];
     bool gave_up[S_TYPES];
@@ -41,7 +41,7 @@ struct _vmd_template_t {
 
 static char *s_dir (vmd_template_t *self, sbx_sandbox_type_t type)
 {
-    return zsys_sprintf ("%s/%s-%s-%s", self->root, self->hash, sbx_sandbox_type_name (type),
+    return zsys_sprintf ("%s/%s-%s-%s", self->root, self->hash[type], sbx_sandbox_type_name (type),
                          self->tag);
 }
 
@@ -266,8 +266,8 @@ static bool s_instance_valid (const char *name)
 }
 
 vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const char *instance,
-                                  const char *image_dir, const char *qemu_user, const char *types,
-                                  void (*wake) (void *arg), void *arg)
+                                  const vmd_guest_env_t *images, const char *qemu_user,
+                                  const char *types, void (*wake) (void *arg), void *arg)
 {
     if (!types || !*types)
         return NULL;
@@ -293,21 +293,25 @@ vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const cha
             sbx_warn ("vmd.templates: no sandbox type '%s'", name);
     }
     free (list);
-    char *copy = strdup (image_dir);
+    bool named = true;
+    for (int type = 1; type < S_TYPES; type++) {
+        //  Each type's from the image it boots (image_dir.TYPE): named by its hash.
+        char *copy = strdup (vmd_guest_env_image (images, (sbx_sandbox_type_t) type));
+        self->image[type] = copy ? strdup (copy) : NULL;
+        self->hash[type] = copy ? strdup (basename (copy)) : NULL;
+        named = named && self->image[type] && self->hash[type];
+        free (copy);
+    }
     //  Per instance: two vmds on one data directory never touch each other's templates
     //  or hidden guests (each cleans up only its own work/ at start).
     char *top = zsys_sprintf ("%s/templates", data_dir);
     self->root = zsys_sprintf ("%s/templates/%s", data_dir, instance);
     self->work = zsys_sprintf ("%s/templates/%s/work", data_dir, instance);
-    self->image = strdup (image_dir);
-    self->hash = copy ? strdup (basename (copy)) : NULL;
-    free (copy);
     uint32_t fnv = 2166136261u; //  FNV-1a
     for (const char *c = vmd_qemu_version (); *c; c++)
         fnv = (fnv ^ (uint8_t) *c) * 16777619u;
     snprintf (self->tag, sizeof self->tag, "%08x", fnv);
-    if (!wanted || !top || !self->root || !self->work || !self->image || !self->hash ||
-        !*vmd_qemu_version ()) {
+    if (!wanted || !top || !self->root || !self->work || !named || !*vmd_qemu_version ()) {
         free (top);
         vmd_template_destroy (&self);
         return NULL;
@@ -323,12 +327,14 @@ vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const cha
     chmod (self->work, 0711);
     self->env = (vmd_guest_env_t){.loop = loop,
                                   .vms_dir = self->work,
-                                  .image_dir = self->image,
+                                  .image_dir = self->image[SBX_SANDBOX_TYPE_SMALL],
                                   .qemu_user = qemu_user,
                                   .done = s_on_done,
                                   .failed = s_on_failed,
                                   .wake = s_wake,
                                   .arg = self};
+    for (int type = 1; type < S_TYPES; type++)
+        self->env.type_image[type] = self->image[type];
     self->wake = wake;
     self->wake_arg = arg;
     for (int type = 1; type < S_TYPES; type++) {
@@ -376,20 +382,21 @@ void vmd_template_destroy (vmd_template_t **self_p)
         free (self->ready[type]);
         if (self->ram[type] >= 0)
             close (self->ram[type]);
+        free (self->image[type]);
+        free (self->hash[type]);
     }
     if (self->building_ram >= 0)
         close (self->building_ram);
     free (self->root);
     free (self->work);
-    free (self->image);
-    free (self->hash);
     free (self);
     *self_p = NULL;
 }
 
 const char *vmd_template_dir (vmd_template_t *self, sbx_sandbox_type_t type, const char *image_dir)
 {
-    if (!self || type <= 0 || type >= S_TYPES || !image_dir || !streq (image_dir, self->image))
+    if (!self || type <= 0 || type >= S_TYPES || !image_dir || !self->image[type] ||
+        !streq (image_dir, self->image[type]))
         return NULL;
     return self->ready[type];
 }

@@ -1,5 +1,5 @@
 /*  vmd_template - template snapshots for fast creates: per sandbox type, a snapshot of a
-    freshly booted, idle guest of the current image, which a new sandbox restores
+    freshly booted, idle guest of the image that type boots, which a new sandbox restores
     (as from a user's snapshot, with its own identity) instead of booting.
 
     Kept per vmd instance (several vmds may share a data directory) under
@@ -23,16 +23,18 @@
 typedef struct _vmd_template_t vmd_template_t;
 
 //  Makes (in the background, from `loop`) the templates of `types` (a space or comma
-//  separated list of type names, e.g. "small") for the image in image_dir, in the
-//  directory of vmd's instance name. NULL when types is empty or names no type, or the
+//  separated list of type names, e.g. "small"), each of the image its type boots
+//  (vmd_guest_env_image of `images`: image_dir, or the type's own), in the directory of
+//  vmd's instance name. NULL when types is empty or names no type, or the
 //  instance name cannot be a directory name. wake is called when the hidden guest has
 //  something for vmd_template_collect (see vmd_guest_collect).
 vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const char *instance,
-                                  const char *image_dir, const char *qemu_user, const char *types,
-                                  void (*wake) (void *arg), void *arg);
+                                  const vmd_guest_env_t *images, const char *qemu_user,
+                                  const char *types, void (*wake) (void *arg), void *arg);
 void vmd_template_destroy (vmd_template_t **self_p);
 
-//  The directory of the ready template of `type` for image_dir, or NULL.
+//  The directory of the ready template of `type` for image_dir (the image that type
+//  boots), or NULL.
 const char *vmd_template_dir (vmd_template_t *self, sbx_sandbox_type_t type, const char *image_dir);
 
 //  The ready template's RAM for vmd_guest_set_ram (a sealed memfd, the template's), or

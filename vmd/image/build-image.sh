@@ -22,9 +22,12 @@ are cached in CACHE_DIR (default $SBX_IMAGE_CACHE or /var/cache/sbx-image).
 
 Options:
   --agent PATH        install PATH as /usr/sbin/sbx-agent (mode 0755) in the rootfs
+  --variant NAME      default, or a variant of vmd/image/variants/NAME.conf: its
+                      packages added, its kernel modules in the rootfs (e.g. docker)
   --packages "A B"    extra Debian packages for the rootfs (added to packages.txt)
   --kernel-package P  kernel package or metapackage (default linux-image-cloud-amd64)
-  --free-mib N        free space to leave in rootfs.ext4 (default 512)
+  --free-mib N        free space to leave in rootfs.ext4 (default 512, or the
+                      variant's free_mib)
   --initrd-compress C none | gzip (default none: boots faster, see README)
   --cache-dir DIR     cache directory (default $SBX_IMAGE_CACHE or /var/cache/sbx-image)
   --force             rebuild even if OUT_DIR is up to date
@@ -38,13 +41,15 @@ EOF
 }
 
 # ---------------------------------------------------------------- arguments
-AGENT='' EXTRA_PACKAGES='' KERNEL_PACKAGE=linux-image-cloud-amd64 FREE_MIB=512
+AGENT='' EXTRA_PACKAGES='' KERNEL_PACKAGE=linux-image-cloud-amd64 FREE_MIB='' VARIANT=default
 INITRD_COMPRESS=none CACHE_DIR='' FORCE='' NO_CACHE='' KEEP_TMP='' OUT=
 while [ $# -gt 0 ]; do
     case "$1" in
     -h | --help) usage; exit 0 ;;
     --agent) AGENT=${2:?--agent needs a path}; shift 2 ;;
     --agent=*) AGENT=${1#*=}; shift ;;
+    --variant) VARIANT=${2:?--variant needs a name}; shift 2 ;;
+    --variant=*) VARIANT=${1#*=}; shift ;;
     --packages) EXTRA_PACKAGES=${2?--packages needs a list}; shift 2 ;;
     --packages=*) EXTRA_PACKAGES=${1#*=}; shift ;;
     --kernel-package) KERNEL_PACKAGE=${2:?}; shift 2 ;;
@@ -67,7 +72,7 @@ done
 [ $# -eq 0 ] || { [ -z "$OUT" ] && [ $# -eq 1 ] && OUT=$1; } || { echo "build-image.sh: too many arguments" >&2; exit 2; }
 [ -n "$OUT" ] || { usage >&2; exit 2; }
 case "$INITRD_COMPRESS" in none | gzip) ;; *) echo "build-image.sh: --initrd-compress none|gzip" >&2; exit 2 ;; esac
-[[ "$FREE_MIB" =~ ^[0-9]+$ ]] || { echo "build-image.sh: --free-mib needs a number" >&2; exit 2; }
+[ -z "$FREE_MIB" ] || [[ "$FREE_MIB" =~ ^[0-9]+$ ]] || { echo "build-image.sh: --free-mib needs a number" >&2; exit 2; }
 
 T0=$EPOCHREALTIME
 elapsed() { local now=$EPOCHREALTIME; echo "$(( (${now/./} - ${T0/./}) / 10000 ))e-2"; }
@@ -83,6 +88,40 @@ stamp() {
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export LC_ALL=C
+
+# ---------------------------------------------------------------- the variant
+# variants/NAME.conf: `packages = ...` and `modules = ...` lines (they add up) and
+# `free_mib = N`. Read before the root check, so that a bad variant is said at once.
+VARIANT_PACKAGES='' VARIANT_MODULES='' VARIANT_CONF=''
+if [ "$VARIANT" != default ]; then
+    [[ "$VARIANT" =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "--variant '$VARIANT': a name of lowercase letters, digits and '-'"
+    VARIANT_CONF=$SRC/variants/$VARIANT.conf
+    [ -f "$VARIANT_CONF" ] || die "--variant $VARIANT: no $VARIANT_CONF (variants: default $(cd "$SRC/variants" 2>/dev/null && ls -- *.conf 2>/dev/null | sed 's/\.conf$//' | tr '\n' ' ' | sed 's/ $//'))"
+    lineno=0
+    while IFS= read -r line || [ -n "$line" ]; do
+        lineno=$((lineno + 1))
+        line=${line%%#*}
+        [[ "$line" =~ ^[[:space:]]*$ ]] && continue
+        [[ "$line" =~ ^[[:space:]]*([a-z_]+)[[:space:]]*=[[:space:]]*(.*[^[:space:]])[[:space:]]*$ ]] ||
+            die "$VARIANT_CONF:$lineno: expected 'key = value'"
+        key=${BASH_REMATCH[1]} value=${BASH_REMATCH[2]}
+        case "$key" in
+        packages) VARIANT_PACKAGES+=" $value" ;;
+        modules) VARIANT_MODULES+=" $value" ;;
+        free_mib)
+            [[ "$value" =~ ^[0-9]+$ ]] || die "$VARIANT_CONF:$lineno: free_mib needs a number"
+            [ -n "$FREE_MIB" ] || FREE_MIB=$value ;;
+        *) die "$VARIANT_CONF:$lineno: unknown key '$key' (packages, modules, free_mib)" ;;
+        esac
+    done <"$VARIANT_CONF"
+    VARIANT_MODULES=$(tr -s ' \t' '\n' <<<"$VARIANT_MODULES" | sed '/^$/d' | sort -u | tr '\n' ' ')
+    VARIANT_MODULES=${VARIANT_MODULES% }
+    for m in $VARIANT_MODULES; do
+        [[ "$m" =~ ^[A-Za-z0-9_./-]+$ && "$m" != *..* && "$m" != /* ]] ||
+            die "$VARIANT_CONF: module path '$m': relative to the kernel's module tree, no '..'"
+    done
+fi
+FREE_MIB=${FREE_MIB:-512}
 [ "$(id -u)" = 0 ] || die "must run as root"
 
 mkdir -p "$OUT"
@@ -99,7 +138,7 @@ fi
 
 # ---------------------------------------------------------------- inputs
 # package list: packages.txt (comments stripped) + --packages, sorted, unique
-PACKAGES=$( { sed -e 's/#.*//' "$SRC/packages.txt"; echo "$EXTRA_PACKAGES"; } | tr -s ' \t,' '\n' | sed '/^$/d' | sort -u | tr '\n' ' ')
+PACKAGES=$( { sed -e 's/#.*//' "$SRC/packages.txt"; echo "$VARIANT_PACKAGES $EXTRA_PACKAGES"; } | tr -s ' \t,' '\n' | sed '/^$/d' | sort -u | tr '\n' ' ')
 PACKAGES=${PACKAGES% }
 [ -n "$PACKAGES" ] || die "empty package list"
 
@@ -137,11 +176,13 @@ read -r KPKG KVERSION <"$CACHE_DIR/kernel-resolve.$FP"
 AGENT_SHA=none
 [ -z "$AGENT" ] || AGENT_SHA=$(sha256sum <"$AGENT" | cut -d' ' -f1)
 
-# files under vmd/image/ that shape the output (not the docs or the boot check)
+# files under vmd/image/ that shape the output (not the docs or the boot check, nor
+# other variants than this one: a change to docker.conf leaves the default image be)
 mapfile -t SRC_FILES < <(cd "$SRC" && find . -type f ! -name '*.md' ! -name 'boot-check*' \
-    ! -path '*/__pycache__/*' ! -name '*~' ! -name '.*' | sort)
+    ! -path '*/__pycache__/*' ! -name '*~' ! -name '.*' \( ! -path './variants/*' -o -path "./variants/$VARIANT.conf" \) | sort)
 INPUT_HASH=$( {
     echo "sbx-image-format 1"
+    [ "$VARIANT" = default ] || echo "variant $VARIANT modules $VARIANT_MODULES"
     echo "kernel $KPKG $KVERSION"
     echo "packages $PACKAGES"
     echo "agent $AGENT_SHA"
@@ -165,7 +206,18 @@ BUSYBOX=/bin/busybox
 file -b "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' || ldd "$BUSYBOX" 2>&1 | grep -q 'not a dynamic' ||
     die "$BUSYBOX is not static (apt-get install busybox-static)"
 
-log "building $OUT (input hash ${INPUT_HASH:0:16}, kernel $KPKG $KVERSION)"
+# One build at a time per cache directory (images and variants share its .debs, kernel
+# files and package trees); a second waits here, then finds its image up to date or not.
+exec 9>"$CACHE_DIR/lock"
+if ! flock -n 9; then
+    log "waiting for another build with $CACHE_DIR"
+    flock 9
+    if [ -z "$FORCE" ] && [ -f "$OUT/manifest.json" ] && grep -q "\"input_hash\": \"$INPUT_HASH\"" "$OUT/manifest.json"; then
+        echo "guest image up to date ($OUT)"
+        exit 0
+    fi
+fi
+log "building $OUT (variant $VARIANT, input hash ${INPUT_HASH:0:16}, kernel $KPKG $KVERSION)"
 TMP=$(mktemp -d "$PARENT/$(basename "$OUT").tmp.XXXXXX")
 # Scratch trees (package tree, unpacked kernel, initramfs) go to tmpfs when there is
 # room: creating ~5000 files on this disk costs ~4 s of kernel time, on tmpfs 0.2 s.
@@ -201,9 +253,11 @@ mapfile -t MIRRORS < <(apt-get indextargets --format '$(TARGET_OF) $(REPO_URI) $
 # ---- kernel + initramfs (runs in the background while mmdebstrap works)
 # modules the initramfs loads (with their dependencies, in dependency order)
 INITRD_MODULES="virtio_mmio virtio_blk virtio_net virtio_console virtio_rng virtio_balloon"
-# The kernel part (vmlinux, bzImage, the initramfs's modules) is cached per kernel
-# package version: unpacking the .deb (xz) alone takes ~4 s.
-KCACHE=$CACHE_DIR/kcache-$(printf '%s\n' 1 "$KPKG" "$KVERSION" "$INITRD_MODULES" | sha256sum | cut -c1-16)
+# The kernel part (vmlinux, bzImage, the initramfs's modules, a variant's module tree
+# for the rootfs) is cached per kernel package version: unpacking the .deb (xz) alone
+# takes ~4 s.
+# One per variant (their module trees differ), so variants sharing a cache keep theirs.
+KCACHE=$CACHE_DIR/kcache-$VARIANT-$(printf '%s\n' 2 "$KPKG" "$KVERSION" "$INITRD_MODULES" "$VARIANT_MODULES" | sha256sum | cut -c1-16)
 prepare_kernel() {
     local deb kroot kver vmlinuz off magic cmd ok='' line m kc
     [ -s "$KCACHE/load.list" ] && return 0
@@ -251,10 +305,31 @@ prepare_kernel() {
         cp "$m" "$kc/modules/"
         echo "${m##*/}" >>"$kc/load.list.tmp"
     done < <(modprobe -d "$kroot" -S "$kver" -a --show-depends $INITRD_MODULES)
+    [ -z "$VARIANT_MODULES" ] || variant_modules "$kroot" "$kver" "$kc/rootfs" || return 1
     mv "$kc/load.list.tmp" "$kc/load.list"
-    rm -rf "$CACHE_DIR"/kcache-*
+    rm -rf "$CACHE_DIR"/kcache-"$VARIANT"-* "$CACHE_DIR"/kcache-????????????????
     mv "$kc" "$KCACHE"
     rm -rf "$kroot"
+}
+# The variant's modules (and what they depend on) as a tree for the rootfs, with its
+# own depmod, so that modprobe(8) in the guest finds them by name and alias. Under
+# usr/lib/modules: the rootfs has merged /usr (/lib is a link to usr/lib).
+variant_modules() {
+    local kroot=$1 kver=$2 out=$3 tree=$1/lib/modules/$2 p names cmd path rest
+    local -A seen=()
+    for p in $VARIANT_MODULES; do
+        [ -e "$tree/kernel/$p" ] || { echo "[image] error: $p: not in $KPKG's modules" >&2; return 1; }
+    done
+    names=$(for p in $VARIANT_MODULES; do find "$tree/kernel/$p" -name '*.ko*' -printf '%f\n'; done |
+        sed 's/\.ko.*$//' | sort -u)
+    while read -r cmd path rest; do
+        [ "$cmd" = insmod ] && seen[${path#"$tree"/}]=1 # kernel/...: the same path in the rootfs
+    done < <(modprobe -d "$kroot" -S "$kver" -a --show-depends $names)
+    mkdir -p "$out/usr/lib/modules/$kver"
+    (cd "$tree" && cp --parents "${!seen[@]}" modules.builtin modules.builtin.modinfo modules.order \
+        "$out/usr/lib/modules/$kver/")
+    depmod -b "$out/usr" "$kver"
+    log "kernel: ${#seen[@]} modules for the rootfs ($(du -sk "$out" | cut -f1) KiB)"
 }
 build_kernel_initrd() {
     prepare_kernel
@@ -313,21 +388,33 @@ if [ -s "$BASE_TAR" ]; then
     tar -C "$ROOT" --numeric-owner --xattrs --xattrs-include='*' -xpf "$BASE_TAR"
 else
     log "rootfs: mmdebstrap bookworm ($(wc -w <<<"$PACKAGES") packages + Essential + apt), log in $TMP/mmdebstrap.log"
-    mkdir -p "$CACHE_DIR/archives"
+    # .debs: archives/ keeps the default image's, archives-NAME/ a variant's that the
+    # default's lack. A variant's build reads both: with a cache the default image was
+    # built with, it downloads only its own extra packages.
+    ARCHIVES=$CACHE_DIR/archives
+    [ "$VARIANT" = default ] || ARCHIVES+=-$VARIANT
+    mkdir -p "$CACHE_DIR/archives" "$ARCHIVES"
+    SYNC_IN=(--setup-hook="sync-in $ARCHIVES /var/cache/apt/archives/")
+    [ "$VARIANT" = default ] || SYNC_IN+=(--setup-hook="sync-in $CACHE_DIR/archives /var/cache/apt/archives/")
     if ! mmdebstrap "${MM_OPTS[@]}" --include="$PACKAGES" \
         --skip=essential/unlink \
         --setup-hook='mkdir -p "$1"/var/cache/apt/archives/' \
-        --setup-hook="sync-in $CACHE_DIR/archives /var/cache/apt/archives/" \
+        "${SYNC_IN[@]}" \
         `# keep exactly the .debs this build used, so the cache does not grow forever` \
-        --customize-hook="rm -f '$CACHE_DIR'/archives/*.deb" \
-        --customize-hook="sync-out /var/cache/apt/archives $CACHE_DIR/archives" \
+        --customize-hook="rm -f '$ARCHIVES'/*.deb" \
+        --customize-hook="sync-out /var/cache/apt/archives $ARCHIVES" \
         bookworm "$ROOT" "${MIRRORS[@]}" 2>&1 | stamp >"$TMP/mmdebstrap.log"; then
         tail -30 "$TMP/mmdebstrap.log" >&2
         die "mmdebstrap failed"
     fi
+    if [ "$VARIANT" != default ]; then
+        for deb in "$ARCHIVES"/*.deb; do
+            [ ! -e "$CACHE_DIR/archives/${deb##*/}" ] || rm -f "$deb"
+        done
+    fi
     log "rootfs: caching package tree"
     tar -C "$ROOT" --numeric-owner --xattrs --xattrs-include='*' -cf "$BASE_TAR.tmp" . && mv "$BASE_TAR.tmp" "$BASE_TAR"
-    # keep the three most recent package trees (e.g. with and without --packages)
+    # keep the three most recent package trees (e.g. the default's and a variant's)
     ls -t "$CACHE_DIR"/rootfs-base-*.tar | tail -n +4 | xargs -r rm -f
 fi
 
@@ -347,6 +434,12 @@ if ! wait "$KPID"; then KPID=''; cat "$TMP/kernel.log" >&2; die "kernel/initrd s
 KPID=''
 sed 's/^/  /' "$TMP/kernel.log"
 KVER=$(cat "$TMP/kver")
+ROOTFS_MODULES=0
+if [ -n "$VARIANT_MODULES" ]; then
+    [ -L "$ROOT/lib" ] || die "the rootfs has no merged /usr (/lib is not a link): the module tree has no place"
+    cp -a "$KCACHE/rootfs/." "$ROOT/"
+    ROOTFS_MODULES=$(find "$ROOT/usr/lib/modules/$KVER" -name '*.ko*' | wc -l)
+fi
 
 # ---- ext4 image
 CONTENT_KIB=$(du -sk "$ROOT" | cut -f1)
@@ -372,12 +465,13 @@ BUILD_SECONDS=$(printf '%.1f' "$(elapsed)")
     echo "{"
     echo "  \"format\": 1,"
     echo "  \"input_hash\": \"$INPUT_HASH\","
+    echo "  \"variant\": \"$VARIANT\","
     echo "  \"built_at\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\","
     echo "  \"build_seconds\": $BUILD_SECONDS,"
     echo "  \"kernel\": {\"package\": \"$KPKG\", \"version\": \"$KVERSION\", \"release\": \"$KVER\", \"boot\": \"vmlinux (ELF, PVH entry); vmlinuz is the bzImage fallback\"},"
     echo "  \"cmdline\": \"console=ttyS0 quiet tsc=reliable no_timer_check cryptomgr.notests tsc_early_khz=<host TSC kHz> root=/dev/vda rw panic=-1 sbx.hostname=<name>\","
     echo "  \"initrd\": {\"compression\": \"$INITRD_COMPRESS\", \"modules\": [$MOD_JSON]},"
-    echo "  \"rootfs\": {\"size_mib\": $SIZE_MIB, \"content_kib\": $CONTENT_KIB, \"files\": $INODES, \"free_mib_requested\": $FREE_MIB},"
+    echo "  \"rootfs\": {\"size_mib\": $SIZE_MIB, \"content_kib\": $CONTENT_KIB, \"files\": $INODES, \"free_mib_requested\": $FREE_MIB, \"kernel_modules\": $ROOTFS_MODULES},"
     echo "  \"agent\": $( [ -z "$AGENT" ] && echo null || echo "{\"source\": $(json_str "$AGENT"), \"sha256\": \"$AGENT_SHA\"}"),"
     echo "  \"packages_requested\": [$(printf '"%s", ' $PACKAGES | sed 's/, $//')],"
     echo "  \"sources\": [$(for m in "${MIRRORS[@]}"; do printf '%s, ' "$(json_str "$m")"; done | sed 's/, $//')],"
