@@ -1126,7 +1126,7 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
         vmd_server_destroy (&self);
         return NULL;
     }
-    self->ship = vmd_ship_new (config, loop, self->vms_dir, self->image_dir, s_on_shipped, self);
+    self->ship = vmd_ship_new (config, loop, self->vms_dir, &self->env, s_on_shipped, self);
     if (!self->ship) {
         vmd_server_destroy (&self);
         return NULL;

@@ -37,8 +37,9 @@ struct _vmd_ship_t {
     sbx_config_t *config;
     zloop_t *loop;
     char *vms_dir;
-    char *image_dir;
-    char *image; //  the image's content hash: the last component of image_dir
+    //  The images this host's guests boot, per sandbox type (borrowed: the owner's): a
+    //  guest taken lands on the image its type boots here.
+    const vmd_guest_env_t *images;
     char *address;
     sbx_ship_server_t *server; //  NULL without vmd.ship
     char *public_key;
@@ -263,7 +264,9 @@ static int s_land (vmd_ship_t *self, s_job_t *job, char *why, size_t size)
 {
     char *ship = zsys_sprintf ("%s/%s.incoming/%s/ship", self->vms_dir, job->id, job->id);
     char *overlay = ship ? zsys_sprintf ("%s/overlay.qcow2", ship) : NULL;
-    char *base = zsys_sprintf ("%s/rootfs.ext4", self->image_dir);
+    char *base = zsys_sprintf (
+        "%s/rootfs.ext4",
+        vmd_guest_env_image (self->images, sbx_msg_vm_ship_take (job->request)->offer->type));
     char *dir = s_dir (self, job->id, NULL);
     char *log = ship ? zsys_sprintf ("%s/qemu-img.log", ship) : NULL;
     int rc = -1;
@@ -337,11 +340,17 @@ int vmd_ship_take (vmd_ship_t *self, const sbx_msg_t *request, sbx_err_t *err)
     const sbx_ship_offer_t *offer = args->offer;
     if (!vmd_guest_id_valid (args->sandbox_id))
         return sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "not a sandbox id");
-    if (!offer->image || !streq (offer->image, self->image))
-        return sbx_err_set (err, SBX_E_FAILED_PRECONDITION,
-                            "sandbox %s runs image %s; this host has image %s (the same build of "
-                            "the guest image on every vmd host)",
-                            args->sandbox_id, offer->image ? offer->image : "?", self->image);
+    //  Its type's image here (image_dir, or image_dir.TYPE), by the hash that names it.
+    const char *image_dir = vmd_guest_env_image (self->images, offer->type);
+    const char *image = strrchr (image_dir, '/') ? strrchr (image_dir, '/') + 1 : image_dir;
+    if (!offer->image || !streq (offer->image, image))
+        return sbx_err_set (
+            err, SBX_E_FAILED_PRECONDITION,
+            "sandbox %s runs image %s; its type (%s) boots image %s on this host "
+            "(the same build of each type's guest image on every vmd host)",
+            args->sandbox_id, offer->image ? offer->image : "?",
+            sbx_sandbox_type_name (offer->type) ? sbx_sandbox_type_name (offer->type) : "none",
+            image);
     //  Exactly its two files, under its own ship directory: nothing else lands here.
     char prefix[96];
     snprintf (prefix, sizeof prefix, "%s/ship/", args->sandbox_id);
@@ -447,7 +456,7 @@ static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
 //  Construction
 
 vmd_ship_t *vmd_ship_new (sbx_config_t *config, zloop_t *loop, const char *vms_dir,
-                          const char *image_dir, vmd_ship_done_fn *done, void *arg)
+                          const vmd_guest_env_t *images, vmd_ship_done_fn *done, void *arg)
 {
     vmd_ship_t *self = calloc (1, sizeof *self);
     if (!self)
@@ -457,14 +466,12 @@ vmd_ship_t *vmd_ship_new (sbx_config_t *config, zloop_t *loop, const char *vms_d
     self->done = done;
     self->arg = arg;
     self->vms_dir = strdup (vms_dir);
-    self->image_dir = strdup (image_dir);
-    const char *hash = strrchr (image_dir, '/');
-    self->image = strdup (hash ? hash + 1 : image_dir);
+    self->images = images;
     self->jobs = zlistx_new ();
     self->offers = zhashx_new ();
     if (self->offers)
         zhashx_set_destructor (self->offers, (zhashx_destructor_fn *) zstr_free);
-    if (!self->vms_dir || !self->image_dir || !self->image || !self->jobs || !self->offers) {
+    if (!self->vms_dir || !self->jobs || !self->offers) {
         vmd_ship_destroy (&self);
         return NULL;
     }
@@ -507,8 +514,6 @@ void vmd_ship_destroy (vmd_ship_t **self_p)
     zhashx_destroy (&self->offers);
     sbx_ship_server_destroy (&self->server);
     free (self->vms_dir);
-    free (self->image_dir);
-    free (self->image);
     free (self->address);
     free (self->public_key);
     free (self);

@@ -8,8 +8,8 @@
     with what key, which files, and what image the other host must have.
 
     Take (vm.ship.take, on the other): the files are fetched into vms/<id>.incoming/, the
-    overlay is pointed at this host's copy of the same image (qemu-img rebase -u: the
-    contents are the same), and the directory becomes vms/<id>; the owner (vmd_server)
+    overlay is pointed at this host's copy of the same image (the one its type boots here) (qemu-img
+   rebase -u: the contents are the same), and the directory becomes vms/<id>; the owner (vmd_server)
     then makes the guest, stopped. A failure leaves nothing here.
 
     Both run beside the loop: qemu-img in a child watched by a timer, the fetch in its
@@ -19,6 +19,7 @@
 #define VMD_SHIP_H_INCLUDED
 
 #include "sbx_common.h"
+#include "vmd_guest.h"
 
 typedef struct _vmd_ship_t vmd_ship_t;
 
@@ -28,10 +29,11 @@ typedef struct _vmd_ship_t vmd_ship_t;
 typedef void (vmd_ship_done_fn) (const sbx_msg_t *request, sbx_msg_t **reply_p, bool took,
                                  void *arg);
 
-//  vms_dir: <data-dir>/vms; image_dir: this vmd's image (its last component is the
-//  image's content hash). The ship server starts when vmd.ship is set. NULL on error.
+//  vms_dir: <data-dir>/vms; images: the images this vmd's guests boot, per type
+//  (vmd_guest_env_image; each directory's last component is its content hash), borrowed:
+//  they outlive this. The ship server starts when vmd.ship is set. NULL on error.
 vmd_ship_t *vmd_ship_new (sbx_config_t *config, zloop_t *loop, const char *vms_dir,
-                          const char *image_dir, vmd_ship_done_fn *done, void *arg);
+                          const vmd_guest_env_t *images, vmd_ship_done_fn *done, void *arg);
 void vmd_ship_destroy (vmd_ship_t **self_p);
 
 //  What an offer needs to know of the guest (stopped: vmd_server checks).

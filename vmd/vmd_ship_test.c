@@ -89,8 +89,12 @@ void vmd_ship_test (bool verbose)
     snprintf (image_a, sizeof image_a, "%s/a/images/abc123", root);
     snprintf (image_b, sizeof image_b, "%s/b/images/abc123", root);
 
+    //  What each vmd's guests boot: one image for every type here.
+    vmd_guest_env_t env_a = {.vms_dir = vms_a, .image_dir = image_a};
+    vmd_guest_env_t env_b = {.vms_dir = vms_b, .image_dir = image_b};
+
     //  Without vmd.ship nothing is offered, and the error says what to set.
-    vmd_ship_t *quiet = vmd_ship_new (config_a, loop, vms_a, image_a, s_done, NULL);
+    vmd_ship_t *quiet = vmd_ship_new (config_a, loop, vms_a, &env_a, s_done, NULL);
     assert (quiet);
     sbx_msg_t *offer = sbx_msg_new (SBX_MSG_VM_SHIP_OFFER);
     offer->rid = 1;
@@ -110,8 +114,8 @@ void vmd_ship_test (bool verbose)
     char address[64];
     snprintf (address, sizeof address, "127.0.0.1:%d", port);
     sbx_config_set (config_a, "vmd.ship", address);
-    vmd_ship_t *a = vmd_ship_new (config_a, loop, vms_a, image_a, s_done, NULL);
-    vmd_ship_t *b = vmd_ship_new (config_b, loop, vms_b, image_b, s_done, NULL);
+    vmd_ship_t *a = vmd_ship_new (config_a, loop, vms_a, &env_a, s_done, NULL);
+    vmd_ship_t *b = vmd_ship_new (config_b, loop, vms_b, &env_b, s_done, NULL);
     assert (a && b);
 
     //  The offer: its disk flattened onto the image, beside its memory state.
@@ -142,11 +146,19 @@ void vmd_ship_test (bool verbose)
     snprintf (path, sizeof path, "%s/sb_moving.incoming", vms_b);
     assert (stat (path, &st) == -1);
 
-    //  Another image here: refused before any fetch.
-    vmd_ship_t *other =
-        vmd_ship_new (config_b, loop, vms_b, "/nowhere/images/def456", s_done, NULL);
+    //  Another image here for its type: refused before any fetch, whether the host's
+    //  default image differs or only the type's own (image_dir.small) does.
+    vmd_guest_env_t env_other = {.vms_dir = vms_b, .image_dir = "/nowhere/images/def456"};
+    vmd_ship_t *other = vmd_ship_new (config_b, loop, vms_b, &env_other, s_done, NULL);
     assert (vmd_ship_take (other, take, &err) == -1 && err.code == SBX_E_FAILED_PRECONDITION);
     assert (strstr (err.message, "abc123") && strstr (err.message, "def456"));
+    vmd_ship_destroy (&other);
+    env_other.image_dir = image_b;
+    env_other.type_image[SBX_SANDBOX_TYPE_SMALL] = "/nowhere/images/def456";
+    other = vmd_ship_new (config_b, loop, vms_b, &env_other, s_done, NULL);
+    err = (sbx_err_t){0};
+    assert (vmd_ship_take (other, take, &err) == -1 && err.code == SBX_E_FAILED_PRECONDITION);
+    assert (strstr (err.message, "def456") && strstr (err.message, "small"));
     vmd_ship_destroy (&other);
 
     //  The take: the files land in vms/sb_moving, the disk reads the same as the source's
