@@ -11,7 +11,14 @@ int main (int argc, char **argv)
         argc, argv, "sbx-vmd",
         "Runs the QEMU microvm guests of this host: disks, memory state, QMP, the guest\n"
         "agent channel and port forwards. One per host; re-adopts running guests after a\n"
-        "restart. See docs/vmd.md.",
+        "restart. See docs/vmd.md.\n"
+        "\n"
+        "Images: image_dir is the guest image sandboxes boot (default: <exe dir>/../image,\n"
+        "the build's build/image); image_dir.small, image_dir.medium and image_dir.large\n"
+        "give one type an image of its own, e.g. the docker variant (build/image-docker,\n"
+        "cmake --build build --target sbx-image-docker): --set image_dir.medium=DIR.\n"
+        "Each must be a directory with vmlinux, initrd.img and rootfs.ext4, or vmd does\n"
+        "not start (vmd/image/README.md, Variants).",
         &code);
     if (!daemon)
         return code;
