@@ -327,7 +327,7 @@ vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const cha
     chmod (self->work, 0711);
     self->env = (vmd_guest_env_t){.loop = loop,
                                   .vms_dir = self->work,
-                                  .image_dir = self->image[SBX_SANDBOX_TYPE_SMALL],
+                                  .image_dir = images->image_dir, //  the owner's: outlives us
                                   .qemu_user = qemu_user,
                                   .done = s_on_done,
                                   .failed = s_on_failed,
