@@ -129,4 +129,10 @@ def cluster_rows(cl):
         ("vmd host back on the network → its lost sandboxes as they were", 1,
          B.fmt(f["host_back_after_s"], " s"), f"{bmed:.3f} s one machine's broker restart (median)",
          ratio(f["host_back_after_s"], bmed), "—", "—"),
-    ]
+    ] + ([
+        ("drain: a stopped small sandbox moved to the other vmd host (memory and disk)", 1,
+         B.fmt(f["move_s"], " s"), "—", "—", "—", "—"),
+    ] if "move_s" in f else []) + ([
+        ("user snapshot saved on one vmd host → its second copy on the other, recorded", 1,
+         B.fmt(f["snapshot_copy_s"], " s"), "—", "—", "—", "—"),
+    ] if "snapshot_copy_s" in f else [])

@@ -41,18 +41,9 @@ struct _bill_server_t {
 //  A cluster's store, through the cluster key's TLS to control.nodes. NULL (logged).
 static bill_store_t *s_cluster_store (bill_server_t *self)
 {
-    size_t count = 0;
-    self->nodes = sbx_config_list (self->config, "control.nodes", &count);
-    unsigned char key[SBX_DQPROXY_KEY_SIZE];
-    char *path = sbx_config_path (self->config, "keys/cluster.key");
-    if (path && sbx_dqproxy_key_load (path, false, key) == 0)
-        self->proxy = sbx_dqproxy_new (key, sizeof key);
-    sbx_secret_wipe_bytes (key, sizeof key);
-    free (path);
-    if (!self->nodes || !self->proxy)
+    sbx_dqlite_cluster_t where;
+    if (sbx_dqproxy_cluster (self->config, &self->nodes, &self->proxy, &where))
         return NULL;
-    sbx_dqlite_cluster_t where = {
-        (const char *const *) self->nodes, count, sbx_dqproxy_dial, self->proxy, 5000, true};
     self->holder = sbx_secret_id ("bill_");
     //  At a cluster's first start its nodes may still be electing a leader: wait a while
     //  rather than fail (and be restarted) at once.

@@ -21,6 +21,7 @@ typedef struct s_fork_s {
     sbx_msg_t *request; //  the client's sandbox.fork (its caller makes the copies)
     char *source_id;
     char *vmd;
+    char *store; //  the snapshotd of the vmd's host (NULL: any, one machine)
     uint32_t timeout_ms;
     size_t count;
     char *ids[BRK_FORK_MAX];       //  the copies', chosen before the capture
@@ -49,6 +50,7 @@ static void s_fork_destroy (s_fork_t **fork_p)
     sbx_msg_destroy (&fork->request);
     free (fork->source_id);
     free (fork->vmd);
+    free (fork->store);
     for (size_t i = 0; i < BRK_FORK_MAX; i++) {
         free (fork->ids[i]);
         sbx_msg_destroy (&fork->made[i]);
@@ -338,8 +340,8 @@ static void s_snap_finish (brk_ctx_t *ctx, s_fork_t *fork, const sbx_vm_snapshot
         sbx_str_set (&body->image, done->image);
         sbx_str_set (&body->qemu_version, done->qemu_version);
     }
-    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &finish, S_SNAPSHOTD_MS, s_on_finished, fork) ==
-        0)
+    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, fork->store, &finish, S_SNAPSHOTD_MS, s_on_finished,
+                   fork) == 0)
         return;
     //  snapshotd went away during the capture: when it comes back it fails the record.
     s_fail (fork, SBX_E_UNAVAILABLE, "snapshotd went away during the capture");
@@ -458,7 +460,10 @@ sbx_msg_t *brk_fork (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
     sbx_info ("rid=%llu sandbox=%s account=%s forking into %zu copies",
               (unsigned long long) request->rid, source.id, source.account_id, count);
     brk_sandbox_clear (&source);
-    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &begin, S_SNAPSHOTD_MS, s_on_begun, fork) == 0)
+    const char *store = brk_snapshot_store_of (ctx, fork->vmd);
+    fork->store = store ? strdup (store) : NULL;
+    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, fork->store, &begin, S_SNAPSHOTD_MS, s_on_begun,
+                   fork) == 0)
         return NULL;
     s_fork_destroy (&fork);
     return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,

@@ -14,6 +14,7 @@
 #include "brk_ports.h"
 #include "brk_hostloss.h"
 #include "brk_move.h"
+#include "brk_replica.h"
 #include "brk_reconcile.h"
 #include "brk_rates.h"
 #include "brk_sandbox.h"
@@ -55,6 +56,7 @@ typedef struct {
     brk_reconcile_t *reconcile;
     brk_hostloss_t *hostloss;
     brk_move_t *move;
+    brk_replica_t *replica;
     brk_ctx_t ctx;
     char *instance; //  random per run, so peers can tell a restart
     uint64_t heartbeat_ms;
@@ -71,6 +73,7 @@ static void s_server_destroy (s_server_t **self_p)
     brk_reconcile_destroy (&self->reconcile);
     brk_hostloss_destroy (&self->hostloss);
     brk_move_destroy (&self->move);
+    brk_replica_destroy (&self->replica);
     zhashx_destroy (&self->ctx.in_flight);
     brk_pending_destroy (&self->pending);
     brk_rates_destroy (&self->rates);
@@ -242,8 +245,9 @@ static s_server_t *s_server_new (sbx_config_t *config, const brk_server_args_t *
     self->reconcile = brk_reconcile_new (&self->ctx);
     self->hostloss = brk_hostloss_new (&self->ctx);
     self->move = brk_move_new (&self->ctx);
+    self->replica = brk_replica_new (&self->ctx);
     if (!self->ctx.in_flight || !self->reconcile || !self->hostloss || !self->move ||
-        brk_snapshot_start (&self->ctx)) {
+        !self->replica || brk_snapshot_start (&self->ctx)) {
         s_server_destroy (&self);
         return NULL;
     }
@@ -1071,6 +1075,7 @@ static int s_on_reconcile (zloop_t *loop, int timer_id, void *arg)
     brk_reconcile_tick (self->reconcile);
     brk_hostloss_tick (self->hostloss);
     brk_move_tick (self->move);
+    brk_replica_tick (self->replica);
     return 0;
 }
 

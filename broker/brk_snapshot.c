@@ -55,6 +55,27 @@ static void s_from_snapshot_destroy (s_from_snapshot_t **wait_p)
     *wait_p = NULL;
 }
 
+//  Which vmd a sandbox made from the snapshot goes to: a host that keeps a copy, with
+//  its vmd connected (the one of the sandbox it was saved from first); when none is (a
+//  catalog from before hosts, other names on one machine, or the copies' hosts away),
+//  the sandbox's vmd, which wrote the files. NULL when none. Fresh.
+static char *s_copy_host (brk_ctx_t *ctx, const sbx_strlist_t *hosts, const char *saved_vmd)
+{
+    const char *pick = NULL;
+    for (size_t i = 0; i < hosts->count; i++)
+        if (brk_registry_find (ctx->registry, SBX_ROLE_VMD, hosts->items[i]) &&
+            (!pick || (saved_vmd && streq (hosts->items[i], saved_vmd))))
+            pick = hosts->items[i];
+    if (!pick)
+        pick = saved_vmd;
+    return pick ? strdup (pick) : NULL;
+}
+
+const char *brk_snapshot_store_of (brk_ctx_t *ctx, const char *vmd)
+{
+    return vmd && brk_registry_find (ctx->registry, SBX_ROLE_SNAPSHOTD, vmd) ? vmd : NULL;
+}
+
 static void s_on_snapshot_use (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
 {
     s_from_snapshot_t *wait = arg;
@@ -75,14 +96,19 @@ static void s_on_snapshot_use (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
             origin->image = strdup (use->snapshot->image);
         origin->snapshot_id = strdup (use->snapshot->id);
         origin->type = use->snapshot->type ? use->snapshot->type : SBX_SANDBOX_TYPE_SMALL;
-        //  The sandbox it was saved from says which vmd wrote its files.
+        //  A host that keeps a whole copy, with its vmd connected: the one the sandbox it
+        //  was saved from is on first. Without hosts in the catalog's answer (names that
+        //  no vmd has: one machine), that sandbox's vmd, which wrote the files.
         brk_sandbox_t saved_from;
+        char *saved_vmd = NULL;
         if (use->snapshot->sandbox_id &&
             brk_store_sandbox_find (ctx->store, use->snapshot->sandbox_id, &saved_from) == 0) {
             if (saved_from.vmd)
-                origin->vmd = strdup (saved_from.vmd);
+                saved_vmd = strdup (saved_from.vmd);
             brk_sandbox_clear (&saved_from);
         }
+        origin->vmd = s_copy_host (ctx, &use->snapshot->hosts, saved_vmd);
+        free (saved_vmd);
         if (args->type && args->type != origin->type)
             reply = sbx_msg_new_error (
                 request->rid, SBX_E_INVALID_ARGUMENT,
@@ -159,6 +185,7 @@ typedef struct {
     uint32_t timeout_ms;
     char *sandbox_id;
     char *vmd;
+    char *store; //  the snapshotd of the vmd's host (NULL: any, one machine)
     char *snapshot_id;
     sbx_code_t code; //  the failure the user hears about, SBX_OK while none
     char message[1024];
@@ -172,6 +199,7 @@ static void s_save_destroy (s_save_t **op_p)
     zframe_destroy (&op->client);
     free (op->sandbox_id);
     free (op->vmd);
+    free (op->store);
     free (op->snapshot_id);
     free (op);
     *op_p = NULL;
@@ -274,7 +302,8 @@ static void s_finish (brk_ctx_t *ctx, s_save_t *op, const sbx_vm_snapshot_ok_t *
         sbx_str_set (&body->image, done->image);
         sbx_str_set (&body->qemu_version, done->qemu_version);
     }
-    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &finish, S_SNAPSHOTD_MS, s_on_finish, op) == 0)
+    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, op->store, &finish, S_SNAPSHOTD_MS, s_on_finish, op) ==
+        0)
         return;
     //  snapshotd went away during the capture: when it comes back it fails the record.
     sbx_msg_t *reply = sbx_msg_new_error (
@@ -345,6 +374,8 @@ static int s_begin (brk_ctx_t *ctx, s_save_t *op, const brk_sandbox_t *record, c
     sbx_msg_t *begin = sbx_msg_new (SBX_MSG_SNAP_BEGIN);
     op->sandbox_id = strdup (record->id);
     op->vmd = record->vmd ? strdup (record->vmd) : NULL;
+    const char *store = brk_snapshot_store_of (ctx, op->vmd);
+    op->store = store ? strdup (store) : NULL;
     sbx_snap_begin_t *body = sbx_msg_snap_begin (begin);
     sbx_str_set (&body->account, record->account_id);
     sbx_str_set (&body->sandbox_id, record->id);
@@ -355,7 +386,7 @@ static int s_begin (brk_ctx_t *ctx, s_save_t *op, const brk_sandbox_t *record, c
     sbx_str_set (&body->name, name);
     for (size_t i = 0; labels && i < labels->count; i++)
         sbx_strmap_set (&body->labels, labels->keys[i], labels->values[i]);
-    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, NULL, &begin, S_SNAPSHOTD_MS, s_on_begun, op) == 0)
+    if (ctx->call (ctx, SBX_ROLE_SNAPSHOTD, op->store, &begin, S_SNAPSHOTD_MS, s_on_begun, op) == 0)
         return 0;
     s_save_destroy (&op);
     return -1;

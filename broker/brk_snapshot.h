@@ -18,6 +18,10 @@
     refuses with conflict while one of them is not deleted (its disk stands on the
     snapshot's), naming it. snapshot.list and snapshot.get are routed to snapshotd (an operator's
    account named by email resolved first).
+
+    Several hosts: a save goes to the snapshotd of the sandbox's host (the files are
+    written there), the catalog is the cluster's, and a sandbox made from a snapshot goes
+    to a host that keeps a whole copy (brk_replica makes the second).
 */
 #ifndef BRK_SNAPSHOT_H_INCLUDED
 #define BRK_SNAPSHOT_H_INCLUDED
@@ -38,6 +42,11 @@ sbx_msg_t *brk_snapshot_delete (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *req
 //  list --account` does): the caller's account becomes its id, which snapshotd
 //  filters on. NULL when the request may go on to snapshotd, else the error reply.
 sbx_msg_t *brk_snapshot_list_account (brk_ctx_t *ctx, sbx_msg_t *request);
+
+//  The snapshotd that keeps the files of a save on vmd: the one of the same host (its
+//  instance name) when it is connected, else NULL (any: one machine, where they share
+//  the data directory). A save's snap.begin and snap.finish go there.
+const char *brk_snapshot_store_of (brk_ctx_t *ctx, const char *vmd);
 
 //  A sandbox just stopped: keep an automatic snapshot of it (its memory state and disk,
 //  saved as a user's would be, nobody waiting), then remove its older automatic ones.

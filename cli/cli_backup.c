@@ -198,28 +198,25 @@ static int s_backup_walk (s_backup_t *b, const char *rel)
     return rc;
 }
 
-//  A cluster's control node: its databases (control and billing, replicated, on no disk
-//  as files) dumped from the leader into the backup as the one-machine files they are
-//  copied from at `sbx cluster init`: restored, they start a new cluster (cli_restore).
+//  A cluster's control node: its databases (control, billing and the snapshot catalog,
+//  replicated, on no disk as files) dumped from the leader into the backup as the
+//  one-machine files they are copied from at `sbx cluster init`: restored, they start a
+//  new cluster (cli_restore).
 static int s_backup_cluster (s_backup_t *b, sbx_config_t *config)
 {
-    size_t count = 0;
-    char **nodes = sbx_config_list (config, "control.nodes", &count);
-    char *key_path = sbx_config_path (config, "keys/cluster.key");
-    unsigned char key[SBX_DQPROXY_KEY_SIZE];
+    char **nodes = NULL;
     sbx_dqproxy_t *proxy = NULL;
-    if (key_path && sbx_dqproxy_key_load (key_path, false, key) == 0)
-        proxy = sbx_dqproxy_new (key, sizeof key);
-    sbx_secret_wipe_bytes (key, sizeof key);
-    free (key_path);
-    int rc = nodes && proxy ? 0 : -1;
+    sbx_dqlite_cluster_t where;
+    int rc = sbx_dqproxy_cluster (config, &nodes, &proxy, &where);
     if (rc)
         fprintf (stderr, "sbx backup: this cluster node has no control.nodes or cluster key\n");
-    sbx_dqlite_cluster_t where = {
-        (const char *const *) nodes, count, sbx_dqproxy_dial, proxy, 5000, true};
-    const char *stores[][2] = {{"control", "broker/control.db"}, {"billing", "billing/billing.db"}};
-    for (size_t i = 0; rc == 0 && i < 2; i++) {
-        const char *dir = streq (stores[i][0], "control") ? "broker" : "billing";
+    //  The snapshot catalog exists once a snapshotd of the cluster started.
+    const char *stores[][3] = {{"control", "broker/control.db", "broker"},
+                               {"billing", "billing/billing.db", "billing"},
+                               {"snapshots", "snapshotd/snapshots.db", "snapshotd"}};
+    for (size_t i = 0; rc == 0 && i < 3; i++) {
+        const char *dir = stores[i][2];
+        bool optional = i == 2;
         char *copy_dir = zsys_sprintf ("%s/%s", b->to, dir);
         struct stat st;
         if (stat (copy_dir, &st) != 0) {
@@ -237,6 +234,13 @@ static int s_backup_cluster (s_backup_t *b, sbx_config_t *config)
         char *dump = zsys_sprintf ("%s/%s.dump", b->to, dir);
         char err[512] = "";
         if (rc == 0 && sbx_db_dump (&where, stores[i][0], dump, err, sizeof err)) {
+            if (optional) {
+                printf ("  %-22s not in the cluster (no snapshotd has started): %s\n", stores[i][1],
+                        err);
+                unlink (dump);
+                free (dump);
+                continue;
+            }
             fprintf (stderr, "sbx backup: the cluster's %s database: %s\n", stores[i][0], err);
             rc = -1;
         }

@@ -157,7 +157,9 @@ static char *s_token (sbx_config_t *config, sbx_cluster_token_ok_t *ok, char *wh
     json_t *roles = json_array ();
     for (size_t i = 0; i < ok->host->roles.count; i++) {
         control |= streq (ok->host->roles.items[i], "control");
-        billing |= streq (ok->host->roles.items[i], "billing");
+        //  billing and snapshotd keep their data in the cluster's database too.
+        billing |= streq (ok->host->roles.items[i], "billing") ||
+                   streq (ok->host->roles.items[i], "snapshotd");
         json_array_append_new (roles, json_string (ok->host->roles.items[i]));
     }
     json_t *nodes = json_array ();
@@ -330,7 +332,8 @@ int cli_cluster_join (sbx_config_t *config, const char *token, const char *addre
         }
     }
     bool control = strstr (within, ",control,") && strstr (chosen, "control");
-    bool billing = strstr (chosen, "billing") != NULL;
+    //  billing and snapshotd keep their data in the cluster's database too.
+    bool billing = strstr (chosen, "billing") != NULL || strstr (chosen, "snapshotd") != NULL;
     if (control && !s_hostport (address, 2)) {
         snprintf (why, why_size,
                   "a control node needs --address HOST:PORT: where this host's dqlite node is "
@@ -338,7 +341,8 @@ int cli_cluster_join (sbx_config_t *config, const char *token, const char *addre
         goto done;
     }
     if ((control && !broker_secret) || ((control || billing) && !cluster_key)) {
-        snprintf (why, why_size, "the token carries no keys for the control or billing role");
+        snprintf (why, why_size,
+                  "the token carries no keys for the control, billing or snapshotd role");
         goto done;
     }
     //  The keys: this host's pair, the brokers' public key (and secret, to be one), the

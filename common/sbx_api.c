@@ -67,6 +67,8 @@ json_t *sbx_api_snapshot (const sbx_snapshot_info_t *info)
         json_object_set_new (snapshot, "reason", json_string (info->reason));
     if (snapshot && info->parent)
         json_object_set_new (snapshot, "parentId", json_string (info->parent));
+    if (snapshot && info->hosts.count)
+        json_object_set_new (snapshot, "copies", json_integer ((json_int_t) info->hosts.count));
     return snapshot;
 }
 

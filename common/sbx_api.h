@@ -63,7 +63,7 @@ sbx_sandbox_info_t *sbx_api_sandbox_info (sbx_msg_t *reply);
 //  and ports when there are.
 json_t *sbx_api_sandbox (sbx_api_t *self, const sbx_sandbox_info_t *info);
 //  id, name, state, kind, sandboxId, type, sizeBytes, diskBytes, memoryBytes, createdAt,
-//  labels, and reason and parentId when set.
+//  labels, and reason, parentId and copies (how many hosts keep it) when set.
 json_t *sbx_api_snapshot (const sbx_snapshot_info_t *info);
 //  A key or OAuth connection as GET /v1/keys shows it: id, kind, name, preset (keys),
 //  prefix, revoked, createdAt, lastUsedAt, expiresAt.

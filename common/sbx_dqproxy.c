@@ -723,3 +723,25 @@ int sbx_dqproxy_key_load (const char *path, bool create, unsigned char *key)
         sbx_error ("the cluster key %s is not 64 hex digits", path);
     return ok ? 0 : -1;
 }
+
+int sbx_dqproxy_cluster (sbx_config_t *config, char ***nodes, sbx_dqproxy_t **proxy,
+                         sbx_dqlite_cluster_t *where)
+{
+    size_t count = 0;
+    *nodes = sbx_config_list (config, "control.nodes", &count);
+    *proxy = NULL;
+    unsigned char key[SBX_DQPROXY_KEY_SIZE];
+    char *path = sbx_config_path (config, "keys/cluster.key");
+    if (*nodes && path && sbx_dqproxy_key_load (path, false, key) == 0)
+        *proxy = sbx_dqproxy_new (key, sizeof key);
+    sbx_secret_wipe_bytes (key, sizeof key);
+    free (path);
+    if (!*nodes || !*proxy) {
+        sbx_config_list_free (nodes);
+        sbx_dqproxy_destroy (proxy);
+        return -1;
+    }
+    *where = (sbx_dqlite_cluster_t){
+        (const char *const *) *nodes, count, sbx_dqproxy_dial, *proxy, 5000, true};
+    return 0;
+}

@@ -28,6 +28,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "sbx_config.h"
+#include "sbx_dqlite.h"
+
 #define SBX_DQPROXY_KEY_SIZE 32
 
 typedef struct _sbx_dqproxy_t sbx_dqproxy_t;
@@ -57,6 +60,13 @@ size_t sbx_dqproxy_connections (sbx_dqproxy_t *self);
 //  Reads the cluster key from path (64 hex digits), or makes a new one there (0600)
 //  when create is true and the file does not exist. 0, or -1 (logged).
 int sbx_dqproxy_key_load (const char *path, bool create, unsigned char *key);
+
+//  What a client of this host's cluster needs, from its settings: control.nodes, a proxy
+//  with DIR/keys/cluster.key, and where (sbx_dqlite_cluster_t, following the leader,
+//  timeout 5 s) pointing at both. 0, or -1 when either is missing (nothing to free).
+//  The caller frees *nodes (sbx_config_list_free) and *proxy after the last use of where.
+int sbx_dqproxy_cluster (sbx_config_t *config, char ***nodes, sbx_dqproxy_t **proxy,
+                         sbx_dqlite_cluster_t *where);
 
 void sbx_dqproxy_test (bool verbose);
 

@@ -536,6 +536,10 @@ static const sbx_meta_struct_t s_meta_snap_use;
 static const sbx_meta_struct_t s_meta_snap_use_ok;
 static const sbx_meta_struct_t s_meta_snap_release;
 static const sbx_meta_struct_t s_meta_snap_release_ok;
+static const sbx_meta_struct_t s_meta_snap_replica_next;
+static const sbx_meta_struct_t s_meta_snap_replica_next_ok;
+static const sbx_meta_struct_t s_meta_snap_replica_done;
+static const sbx_meta_struct_t s_meta_snap_replica_done_ok;
 static const sbx_meta_struct_t s_meta_vm_snapshot;
 static const sbx_meta_struct_t s_meta_vm_snapshot_ok;
 
@@ -1317,9 +1321,11 @@ static const sbx_meta_struct_t s_meta_ship_offer = {"ship_offer", sizeof (sbx_sh
 
 static const sbx_meta_field_t s_fields_vm_ship_offer[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_ship_offer_t, sandbox_id), true, 64, NULL, NULL},
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_vm_ship_offer_t, snapshot_id), false, 64, NULL, NULL},
     {"ticket", SBX_META_STRING, offsetof (sbx_vm_ship_offer_t, ticket), true, 256, NULL, NULL},
+    {"type", SBX_META_ENUM, offsetof (sbx_vm_ship_offer_t, type), false, 0, &s_enum_sandbox_type, NULL},
 };
-static const sbx_meta_struct_t s_meta_vm_ship_offer = {"vm.ship.offer", sizeof (sbx_vm_ship_offer_t), s_fields_vm_ship_offer, 2};
+static const sbx_meta_struct_t s_meta_vm_ship_offer = {"vm.ship.offer", sizeof (sbx_vm_ship_offer_t), s_fields_vm_ship_offer, 4};
 
 static const sbx_meta_field_t s_fields_vm_ship_offer_ok[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_ship_offer_ok_t, sandbox_id), true, 64, NULL, NULL},
@@ -1329,18 +1335,20 @@ static const sbx_meta_struct_t s_meta_vm_ship_offer_ok = {"vm.ship.offer.ok", si
 
 static const sbx_meta_field_t s_fields_vm_ship_take[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_ship_take_t, sandbox_id), true, 64, NULL, NULL},
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_vm_ship_take_t, snapshot_id), false, 64, NULL, NULL},
     {"from", SBX_META_STRING, offsetof (sbx_vm_ship_take_t, from), true, 128, NULL, NULL},
     {"offer", SBX_META_STRUCT, offsetof (sbx_vm_ship_take_t, offer), true, 0, NULL, &s_meta_ship_offer},
     {"ticket", SBX_META_STRING, offsetof (sbx_vm_ship_take_t, ticket), true, 256, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_vm_ship_take = {"vm.ship.take", sizeof (sbx_vm_ship_take_t), s_fields_vm_ship_take, 4};
+static const sbx_meta_struct_t s_meta_vm_ship_take = {"vm.ship.take", sizeof (sbx_vm_ship_take_t), s_fields_vm_ship_take, 5};
 
 static const sbx_meta_field_t s_fields_vm_ship_take_ok[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_ship_take_ok_t, sandbox_id), true, 64, NULL, NULL},
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_vm_ship_take_ok_t, snapshot_id), false, 64, NULL, NULL},
     {"bytes", SBX_META_UINT, offsetof (sbx_vm_ship_take_ok_t, bytes), false, 0, NULL, NULL},
     {"ms", SBX_META_UINT, offsetof (sbx_vm_ship_take_ok_t, ms), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_vm_ship_take_ok = {"vm.ship.take.ok", sizeof (sbx_vm_ship_take_ok_t), s_fields_vm_ship_take_ok, 3};
+static const sbx_meta_struct_t s_meta_vm_ship_take_ok = {"vm.ship.take.ok", sizeof (sbx_vm_ship_take_ok_t), s_fields_vm_ship_take_ok, 4};
 
 static const sbx_meta_field_t s_fields_sandbox_moved[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_moved_t, sandbox_id), true, 64, NULL, NULL},
@@ -1961,8 +1969,9 @@ static const sbx_meta_field_t s_fields_snapshot_info[] = {
     {"created_ms", SBX_META_UINT, offsetof (sbx_snapshot_info_t, created_ms), false, 0, NULL, NULL},
     {"reason", SBX_META_STRING, offsetof (sbx_snapshot_info_t, reason), false, 1024, NULL, NULL},
     {"users", SBX_META_STRLIST, offsetof (sbx_snapshot_info_t, users), false, 10000, NULL, NULL},
+    {"hosts", SBX_META_STRLIST, offsetof (sbx_snapshot_info_t, hosts), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_snapshot_info = {"snapshot_info", sizeof (sbx_snapshot_info_t), s_fields_snapshot_info, 16};
+static const sbx_meta_struct_t s_meta_snapshot_info = {"snapshot_info", sizeof (sbx_snapshot_info_t), s_fields_snapshot_info, 17};
 
 static const sbx_meta_field_t s_fields_snapshot_saved[] = {
     {"snapshot_id", SBX_META_STRING, offsetof (sbx_snapshot_saved_t, snapshot_id), true, 64, NULL, NULL},
@@ -2076,6 +2085,35 @@ static const sbx_meta_field_t s_fields_snap_release_ok[] = {
     {"deleted", SBX_META_STRLIST, offsetof (sbx_snap_release_ok_t, deleted), false, 10000, NULL, NULL},
 };
 static const sbx_meta_struct_t s_meta_snap_release_ok = {"snap.release.ok", sizeof (sbx_snap_release_ok_t), s_fields_snap_release_ok, 1};
+
+static const sbx_meta_field_t s_fields_snap_replica_next[] = {
+    {"hosts", SBX_META_STRLIST, offsetof (sbx_snap_replica_next_t, hosts), true, 256, NULL, NULL},
+    {"givers", SBX_META_STRLIST, offsetof (sbx_snap_replica_next_t, givers), false, 256, NULL, NULL},
+    {"skip", SBX_META_STRLIST, offsetof (sbx_snap_replica_next_t, skip), false, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snap_replica_next = {"snap.replica.next", sizeof (sbx_snap_replica_next_t), s_fields_snap_replica_next, 3};
+
+static const sbx_meta_field_t s_fields_snap_replica_next_ok[] = {
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snap_replica_next_ok_t, snapshot_id), false, 64, NULL, NULL},
+    {"from", SBX_META_STRING, offsetof (sbx_snap_replica_next_ok_t, from), false, 128, NULL, NULL},
+    {"to", SBX_META_STRING, offsetof (sbx_snap_replica_next_ok_t, to), false, 128, NULL, NULL},
+    {"sandbox_id", SBX_META_STRING, offsetof (sbx_snap_replica_next_ok_t, sandbox_id), false, 64, NULL, NULL},
+    {"type", SBX_META_ENUM, offsetof (sbx_snap_replica_next_ok_t, type), false, 0, &s_enum_sandbox_type, NULL},
+};
+static const sbx_meta_struct_t s_meta_snap_replica_next_ok = {"snap.replica.next.ok", sizeof (sbx_snap_replica_next_ok_t), s_fields_snap_replica_next_ok, 5};
+
+static const sbx_meta_field_t s_fields_snap_replica_done[] = {
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snap_replica_done_t, snapshot_id), true, 64, NULL, NULL},
+    {"from", SBX_META_STRING, offsetof (sbx_snap_replica_done_t, from), false, 128, NULL, NULL},
+    {"bytes", SBX_META_UINT, offsetof (sbx_snap_replica_done_t, bytes), false, 0, NULL, NULL},
+    {"ms", SBX_META_UINT, offsetof (sbx_snap_replica_done_t, ms), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snap_replica_done = {"snap.replica.done", sizeof (sbx_snap_replica_done_t), s_fields_snap_replica_done, 4};
+
+static const sbx_meta_field_t s_fields_snap_replica_done_ok[] = {
+    {"snapshot", SBX_META_STRUCT, offsetof (sbx_snap_replica_done_ok_t, snapshot), true, 0, NULL, &s_meta_snapshot_info},
+};
+static const sbx_meta_struct_t s_meta_snap_replica_done_ok = {"snap.replica.done.ok", sizeof (sbx_snap_replica_done_ok_t), s_fields_snap_replica_done_ok, 1};
 
 static const sbx_meta_field_t s_fields_vm_snapshot[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_vm_snapshot_t, sandbox_id), true, 64, NULL, NULL},
@@ -2489,6 +2527,14 @@ static const char *const s_from_snap_release[] = {"broker"};
 static const char *const s_to_snap_release[] = {"snapshotd"};
 static const char *const s_from_snap_release_ok[] = {"snapshotd"};
 static const char *const s_to_snap_release_ok[] = {"broker"};
+static const char *const s_from_snap_replica_next[] = {"broker"};
+static const char *const s_to_snap_replica_next[] = {"snapshotd"};
+static const char *const s_from_snap_replica_next_ok[] = {"snapshotd"};
+static const char *const s_to_snap_replica_next_ok[] = {"broker"};
+static const char *const s_from_snap_replica_done[] = {"broker"};
+static const char *const s_to_snap_replica_done[] = {"snapshotd"};
+static const char *const s_from_snap_replica_done_ok[] = {"snapshotd"};
+static const char *const s_to_snap_replica_done_ok[] = {"broker"};
 static const char *const s_from_vm_snapshot[] = {"broker"};
 static const char *const s_to_vm_snapshot[] = {"vmd"};
 static const char *const s_from_vm_snapshot_ok[] = {"vmd"};
@@ -2692,6 +2738,10 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"snap.use.ok", &s_meta_snap_use_ok, s_from_snap_use_ok, 1, s_to_snap_use_ok, 1, SBX_MSG__UNKNOWN, false},
     {"snap.release", &s_meta_snap_release, s_from_snap_release, 1, s_to_snap_release, 1, SBX_MSG_SNAP_RELEASE_OK, false},
     {"snap.release.ok", &s_meta_snap_release_ok, s_from_snap_release_ok, 1, s_to_snap_release_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"snap.replica.next", &s_meta_snap_replica_next, s_from_snap_replica_next, 1, s_to_snap_replica_next, 1, SBX_MSG_SNAP_REPLICA_NEXT_OK, false},
+    {"snap.replica.next.ok", &s_meta_snap_replica_next_ok, s_from_snap_replica_next_ok, 1, s_to_snap_replica_next_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"snap.replica.done", &s_meta_snap_replica_done, s_from_snap_replica_done, 1, s_to_snap_replica_done, 1, SBX_MSG_SNAP_REPLICA_DONE_OK, false},
+    {"snap.replica.done.ok", &s_meta_snap_replica_done_ok, s_from_snap_replica_done_ok, 1, s_to_snap_replica_done_ok, 1, SBX_MSG__UNKNOWN, false},
     {"vm.snapshot", &s_meta_vm_snapshot, s_from_vm_snapshot, 1, s_to_vm_snapshot, 1, SBX_MSG_VM_SNAPSHOT_OK, false},
     {"vm.snapshot.ok", &s_meta_vm_snapshot_ok, s_from_vm_snapshot_ok, 1, s_to_vm_snapshot_ok, 1, SBX_MSG__UNKNOWN, false},
 };
@@ -3678,6 +3728,26 @@ sbx_snap_release_ok_t *sbx_msg_snap_release_ok (struct sbx_msg_s *msg)
     return msg && msg->type == SBX_MSG_SNAP_RELEASE_OK ? (sbx_snap_release_ok_t *) msg->body : NULL;
 }
 
+sbx_snap_replica_next_t *sbx_msg_snap_replica_next (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAP_REPLICA_NEXT ? (sbx_snap_replica_next_t *) msg->body : NULL;
+}
+
+sbx_snap_replica_next_ok_t *sbx_msg_snap_replica_next_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAP_REPLICA_NEXT_OK ? (sbx_snap_replica_next_ok_t *) msg->body : NULL;
+}
+
+sbx_snap_replica_done_t *sbx_msg_snap_replica_done (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAP_REPLICA_DONE ? (sbx_snap_replica_done_t *) msg->body : NULL;
+}
+
+sbx_snap_replica_done_ok_t *sbx_msg_snap_replica_done_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SNAP_REPLICA_DONE_OK ? (sbx_snap_replica_done_ok_t *) msg->body : NULL;
+}
+
 sbx_vm_snapshot_t *sbx_msg_vm_snapshot (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_VM_SNAPSHOT ? (sbx_vm_snapshot_t *) msg->body : NULL;
@@ -3736,6 +3806,7 @@ static const size_t s_subject_at[SBX_MSG__COUNT] = {
     [SBX_MSG_SNAP_BEGIN] = offsetof (sbx_snap_begin_t, sandbox_id) + 1,
     [SBX_MSG_SNAP_USE] = offsetof (sbx_snap_use_t, sandbox_id) + 1,
     [SBX_MSG_SNAP_RELEASE] = offsetof (sbx_snap_release_t, sandbox_id) + 1,
+    [SBX_MSG_SNAP_REPLICA_NEXT_OK] = offsetof (sbx_snap_replica_next_ok_t, sandbox_id) + 1,
     [SBX_MSG_VM_SNAPSHOT] = offsetof (sbx_vm_snapshot_t, sandbox_id) + 1,
     [SBX_MSG_VM_SNAPSHOT_OK] = offsetof (sbx_vm_snapshot_ok_t, sandbox_id) + 1,
 };

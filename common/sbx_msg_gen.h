@@ -390,6 +390,10 @@ typedef enum {
     SBX_MSG_SNAP_USE_OK,              //  snap.use.ok
     SBX_MSG_SNAP_RELEASE,             //  snap.release
     SBX_MSG_SNAP_RELEASE_OK,          //  snap.release.ok
+    SBX_MSG_SNAP_REPLICA_NEXT,        //  snap.replica.next
+    SBX_MSG_SNAP_REPLICA_NEXT_OK,     //  snap.replica.next.ok
+    SBX_MSG_SNAP_REPLICA_DONE,        //  snap.replica.done
+    SBX_MSG_SNAP_REPLICA_DONE_OK,     //  snap.replica.done.ok
     SBX_MSG_VM_SNAPSHOT,              //  vm.snapshot
     SBX_MSG_VM_SNAPSHOT_OK,           //  vm.snapshot.ok
     SBX_MSG__COUNT
@@ -614,6 +618,10 @@ typedef struct sbx_snap_use_s sbx_snap_use_t;
 typedef struct sbx_snap_use_ok_s sbx_snap_use_ok_t;
 typedef struct sbx_snap_release_s sbx_snap_release_t;
 typedef struct sbx_snap_release_ok_s sbx_snap_release_ok_t;
+typedef struct sbx_snap_replica_next_s sbx_snap_replica_next_t;
+typedef struct sbx_snap_replica_next_ok_s sbx_snap_replica_next_ok_t;
+typedef struct sbx_snap_replica_done_s sbx_snap_replica_done_t;
+typedef struct sbx_snap_replica_done_ok_s sbx_snap_replica_done_ok_t;
 typedef struct sbx_vm_snapshot_s sbx_vm_snapshot_t;
 typedef struct sbx_vm_snapshot_ok_s sbx_vm_snapshot_ok_t;
 
@@ -2032,9 +2040,15 @@ struct sbx_ship_offer_s {
 struct sbx_vm_ship_offer_s {
     //  (required, max 64) The guest, stopped.
     char *sandbox_id;
+    //  (max 64) Ship a snapshot's files (snapshots/<id>/ of this host's store) instead of a
+    //  guest's: a copy for another host's store (user snapshots are kept on two hosts).
+    //  sandbox_id then names the sandbox it was saved from, for logs.
+    char *snapshot_id;
     //  (required, max 256) A secret the broker made (at least 32 characters): it admits the
     //  fetch.
     char *ticket;
+    //  A snapshot's size: its disk stands on the image that type boots (small when absent).
+    sbx_sandbox_type_t type;
 };
 
 //  message vm.ship.offer.ok (move.json): vmd -> broker. Where the files are, and what the
@@ -2052,6 +2066,10 @@ struct sbx_vm_ship_offer_ok_s {
 struct sbx_vm_ship_take_s {
     //  (required, max 64) The guest.
     char *sandbox_id;
+    //  (max 64) Take a snapshot's files into this host's store (snapshots/<id>/) instead of a
+    //  guest: a copy for another host's store (user snapshots are kept on two hosts).
+    //  sandbox_id then names the sandbox it was saved from, for logs.
+    char *snapshot_id;
     //  (required, max 128) The vmd instance that offered it (for logs).
     char *from;
     //  (required) What vm.ship.offer.ok said.
@@ -2060,10 +2078,13 @@ struct sbx_vm_ship_take_s {
     char *ticket;
 };
 
-//  message vm.ship.take.ok (move.json): vmd -> broker. The guest is here, stopped.
+//  message vm.ship.take.ok (move.json): vmd -> broker. The guest is here, stopped (or the
+//  snapshot's copy is in the store).
 struct sbx_vm_ship_take_ok_s {
     //  (required, max 64) The guest.
     char *sandbox_id;
+    //  (max 64) The snapshot taken, when it was one.
+    char *snapshot_id;
     //  What was fetched.
     uint64_t bytes;
     //  How long the fetch took.
@@ -3138,6 +3159,9 @@ struct sbx_snapshot_info_s {
     char *reason;
     //  (max 10000) Sandboxes made from it (the broker decides which still live).
     sbx_strlist_t users;
+    //  (max 64) The hosts (vmd instances) that keep a whole copy of its files: two for a user
+    //  snapshot once a cluster of several vmd hosts has copied it (docs/operations.md).
+    sbx_strlist_t hosts;
 };
 
 //  message snapshot.saved (snapshot.json): broker -> tap, event. A user's snapshot was saved
@@ -3323,6 +3347,55 @@ struct sbx_snap_release_s {
 struct sbx_snap_release_ok_s {
     //  (max 10000) The snapshots removed.
     sbx_strlist_t deleted;
+};
+
+//  message snap.replica.next (snapshot.json): broker -> snapshotd, reply snap.replica.next.ok.
+//  Which user snapshot to copy next, and from where to where: a ready one with fewer than two
+//  whole copies, kept on one of hosts or givers and missing on one of hosts. None when there is
+//  no such one.
+struct sbx_snap_replica_next_s {
+    //  (required, max 256) The hosts that can take a copy now: each has its vmd and its
+    //  snapshotd connected and is not being drained.
+    sbx_strlist_t hosts;
+    //  (max 256) Hosts that may give copies but take none (drained ones).
+    sbx_strlist_t givers;
+    //  (max 64) Snapshots not to offer now (their last copy failed a moment ago).
+    sbx_strlist_t skip;
+};
+
+//  message snap.replica.next.ok (snapshot.json): snapshotd -> broker. The copy to make, or
+//  nothing to do (no snapshot_id).
+struct sbx_snap_replica_next_ok_s {
+    //  (max 64) snap_… id; absent when there is nothing to copy.
+    char *snapshot_id;
+    //  (max 128) A host with a whole copy.
+    char *from;
+    //  (max 128) The host to copy it to.
+    char *to;
+    //  (max 64) The sandbox it was saved from (for logs).
+    char *sandbox_id;
+    //  Its size (its disk stands on the image that type boots).
+    sbx_sandbox_type_t type;
+};
+
+//  message snap.replica.done (snapshot.json): broker -> snapshotd, reply snap.replica.done.ok.
+//  To the snapshotd of the host that took a copy (vm.ship.take of the snapshot): it checks the
+//  files in its store and records the copy, or removes them when the snapshot went meanwhile.
+struct sbx_snap_replica_done_s {
+    //  (required, max 64) snap_… id.
+    char *snapshot_id;
+    //  (max 128) The host it came from (for logs).
+    char *from;
+    //  What was shipped.
+    uint64_t bytes;
+    //  How long the copy took.
+    uint64_t ms;
+};
+
+//  message snap.replica.done.ok (snapshot.json): snapshotd -> broker. The copy is recorded.
+struct sbx_snap_replica_done_ok_s {
+    //  (required) The snapshot, with its hosts.
+    sbx_snapshot_info_t *snapshot;
 };
 
 //  message vm.snapshot (snapshot.json): broker -> vmd, reply vm.snapshot.ok. Capture a guest
@@ -3555,6 +3628,10 @@ sbx_snap_use_t *sbx_msg_snap_use (struct sbx_msg_s *msg);
 sbx_snap_use_ok_t *sbx_msg_snap_use_ok (struct sbx_msg_s *msg);
 sbx_snap_release_t *sbx_msg_snap_release (struct sbx_msg_s *msg);
 sbx_snap_release_ok_t *sbx_msg_snap_release_ok (struct sbx_msg_s *msg);
+sbx_snap_replica_next_t *sbx_msg_snap_replica_next (struct sbx_msg_s *msg);
+sbx_snap_replica_next_ok_t *sbx_msg_snap_replica_next_ok (struct sbx_msg_s *msg);
+sbx_snap_replica_done_t *sbx_msg_snap_replica_done (struct sbx_msg_s *msg);
+sbx_snap_replica_done_ok_t *sbx_msg_snap_replica_done_ok (struct sbx_msg_s *msg);
 sbx_vm_snapshot_t *sbx_msg_vm_snapshot (struct sbx_msg_s *msg);
 sbx_vm_snapshot_ok_t *sbx_msg_vm_snapshot_ok (struct sbx_msg_s *msg);
 

@@ -962,8 +962,9 @@ const char sbx_ops_tools_json[] =
     "\"diskBytes\":{\"type\":\"integer\"},\"memoryBytes\":{\"type\":\"integer\"},"
     "\"createdAt\":{\"type\":[\"string\",\"null\"]},\"labels\":{\"type\":\"object\","
     "\"additionalProperties\":{\"type\":\"string\"}},\"reason\":{\"type\":\"string\"},"
-    "\"parentId\":{\"type\":\"string\"}}},\"annotations\":{\"title\":\"Save snapshot\","
-    "\"readOnlyHint\":false,\"destructiveHint\":false}},"
+    "\"parentId\":{\"type\":\"string\"},\"copies\":{\"type\":\"integer\"}}},"
+    "\"annotations\":{\"title\":\"Save snapshot\",\"readOnlyHint\":false,\"destructiveHint\":fa"
+    "lse}},"
     //  list_snapshots
     "{\"name\":\"list_snapshots\",\"title\":\"List snapshots\",\"description\":\"List the "
     "snapshots of this account.\",\"inputSchema\":{\"type\":\"object\",\"properties\":{\"sandbo"
@@ -978,8 +979,8 @@ const char sbx_ops_tools_json[] =
     "\"large\"]},\"sizeBytes\":{\"type\":\"integer\"},\"diskBytes\":{\"type\":\"integer\"},"
     "\"memoryBytes\":{\"type\":\"integer\"},\"createdAt\":{\"type\":[\"string\","
     "\"null\"]},\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}"
-    ",\"reason\":{\"type\":\"string\"},\"parentId\":{\"type\":\"string\"}}}}}},"
-    "\"annotations\":{\"title\":\"List snapshots\",\"readOnlyHint\":true}},"
+    ",\"reason\":{\"type\":\"string\"},\"parentId\":{\"type\":\"string\"},\"copies\":{\"type\":"
+    "\"integer\"}}}}}},\"annotations\":{\"title\":\"List snapshots\",\"readOnlyHint\":true}},"
     //  delete_snapshot
     "{\"name\":\"delete_snapshot\",\"title\":\"Delete snapshot\",\"description\":\"Delete "
     "a snapshot and its files. Refused while a sandbox made from it still exists (delete "
@@ -994,8 +995,8 @@ const char sbx_ops_tools_json[] =
     "\"large\"]},\"sizeBytes\":{\"type\":\"integer\"},\"diskBytes\":{\"type\":\"integer\"},"
     "\"memoryBytes\":{\"type\":\"integer\"},\"createdAt\":{\"type\":[\"string\","
     "\"null\"]},\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}"
-    ",\"reason\":{\"type\":\"string\"},\"parentId\":{\"type\":\"string\"}}},"
-    "\"annotations\":{\"title\":\"Delete snapshot\",\"readOnlyHint\":false,"
+    ",\"reason\":{\"type\":\"string\"},\"parentId\":{\"type\":\"string\"},\"copies\":{\"type\":"
+    "\"integer\"}}},\"annotations\":{\"title\":\"Delete snapshot\",\"readOnlyHint\":false,"
     "\"destructiveHint\":true}},"
     //  set_sandbox_egress
     "{\"name\":\"set_sandbox_egress\",\"title\":\"Set sandbox egress rules\","

@@ -12,7 +12,7 @@ int main (int argc, char **argv)
     if (!daemon)
         return code;
     snap_server_t *server = snap_server_new (sbx_daemon_config (daemon));
-    if (!server ||
+    if (!server || snap_server_start (server, sbx_daemon_loop (daemon)) ||
         !sbx_daemon_connect (daemon, SBX_ROLE_SNAPSHOTD, 0, snap_server_on_request, server)) {
         snap_server_destroy (&server);
         sbx_daemon_destroy (&daemon);

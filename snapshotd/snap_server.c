@@ -1,8 +1,12 @@
 /*  snap_server - see snap_server.h */
 #include "snap_server.h"
 #include "snap_store.h"
+#include "sbx_dqproxy.h"
+#include "sbx_secret.h"
 
+#include <ctype.h>
 #include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,7 +17,17 @@
 struct _snap_server_t {
     snap_store_t *store;
     char *root; //  DIR/snapshots
+    //  A cluster's snapshotd (control.nodes set): the catalog is the cluster's, shared by
+    //  the snapshotd of every host; each removes the files of its own host.
+    sbx_dqproxy_t *proxy;
+    char **nodes;
+    zloop_t *loop; //  borrowed, from start
+    int timer;
 };
+
+//  How often a host looks for removals queued by a delete on another host.
+#define S_REMOVALS_MS   2000
+#define S_STORE_WAIT_MS 15000
 
 //  --------------------------------------------------------------------------
 //  Files
@@ -54,7 +68,22 @@ static void s_on_failed_at_start (const char *id, void *arg)
     s_remove_files ((snap_server_t *) arg, id);
 }
 
-//  Directories the catalog does not know, or knows as failed: leftovers of a crash.
+//  Directories the catalog does not know as this host's (a copy, or a save of this host
+//  in progress): leftovers of a crash, of a copy that did not finish, or of a delete on
+//  another host while this one was away.
+static bool s_keep_dir (snap_server_t *self, const char *id)
+{
+    if (snap_store_has_copy (self->store, id, NULL) != 0)
+        return true; //  a copy, or the catalog did not answer: kept
+    snap_record_t record;
+    int rc = snap_store_find (self->store, id, &record);
+    bool saving = rc == 0 && streq (record.state, "saving") &&
+                  streq (record.host ? record.host : "", snap_store_host (self->store));
+    if (rc == 0)
+        snap_record_clear (&record);
+    return rc < 0 || saving;
+}
+
 static void s_sweep (snap_server_t *self)
 {
     DIR *handle = opendir (self->root);
@@ -66,12 +95,8 @@ static void s_sweep (snap_server_t *self)
     while ((entry = readdir (handle))) {
         if (strncmp (entry->d_name, "snap_", 5) != 0)
             continue;
-        snap_record_t record;
-        int rc = snap_store_find (self->store, entry->d_name, &record);
-        if (rc == 1 || (rc == 0 && streq (record.state, "failed")))
+        if (!s_keep_dir (self, entry->d_name))
             zlist_append (gone, entry->d_name); //  autofree: copied
-        if (rc == 0)
-            snap_record_clear (&record);
     }
     closedir (handle);
     for (char *id = zlist_first (gone); id; id = zlist_next (gone)) {
@@ -81,12 +106,55 @@ static void s_sweep (snap_server_t *self)
     zlist_destroy (&gone);
 }
 
+//  A cluster's catalog, through the cluster key's TLS to control.nodes. NULL (logged).
+static snap_store_t *s_cluster_store (snap_server_t *self, sbx_config_t *config, const char *host)
+{
+    sbx_dqlite_cluster_t where;
+    if (sbx_dqproxy_cluster (config, &self->nodes, &self->proxy, &where))
+        return NULL;
+    //  At a cluster's first start its nodes may still be electing a leader: wait a while
+    //  rather than fail (and be restarted) at once.
+    snap_store_t *store = NULL;
+    uint64_t until = sbx_clock_mono_ms () + S_STORE_WAIT_MS;
+    while (!(store = snap_store_new_cluster (&where, host)) && sbx_clock_mono_ms () < until &&
+           !zsys_interrupted)
+        zclock_sleep (500);
+    if (store)
+        sbx_info ("snapshot catalog on the cluster's database (control.nodes %s), host %s",
+                  sbx_config_get (config, "control.nodes", ""), host);
+    //  The first node of a cluster made from one machine: its catalog is copied in once.
+    char *file = sbx_config_path (config, "snapshotd/snapshots.db");
+    char err[512] = "";
+    int copied = store && file && access (file, F_OK) == 0
+                     ? snap_store_import (store, file, err, sizeof err)
+                     : 0;
+    if (copied < 0) {
+        sbx_error ("cannot copy this machine's snapshot catalog into the cluster: %s", err);
+        snap_store_destroy (&store);
+    } else if (copied > 0) {
+        const char *suffixes[] = {"", "-wal", "-shm"};
+        for (size_t i = 0; i < 3; i++) {
+            char from[PATH_MAX], aside[PATH_MAX];
+            snprintf (from, sizeof from, "%s%s", file, suffixes[i]);
+            snprintf (aside, sizeof aside, "%s.imported%s", file, suffixes[i]);
+            rename (from, aside);
+        }
+        sbx_info ("this machine's snapshot catalog is in the cluster now: %s set aside as "
+                  "%s.imported",
+                  file, file);
+    }
+    free (file);
+    return store;
+}
+
 snap_server_t *snap_server_new (sbx_config_t *config)
 {
     snap_server_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
     const char *data = sbx_config_data_dir (config);
+    const char *host = sbx_config_get (config, "instance", "local");
+    const char *nodes = sbx_config_get (config, "control.nodes", NULL);
     char *own = zsys_sprintf ("%s/snapshotd", data);
     char *db = zsys_sprintf ("%s/snapshotd/snapshots.db", data);
     self->root = zsys_sprintf ("%s/snapshots", data);
@@ -96,8 +164,10 @@ snap_server_t *snap_server_new (sbx_config_t *config)
         sbx_error ("cannot make %s: %s", own, strerror (errno));
     else if (self->root && mkdir (self->root, 0711) == -1 && errno != EEXIST)
         sbx_error ("cannot make %s: %s", self->root, strerror (errno));
+    else if (nodes && *nodes)
+        self->store = s_cluster_store (self, config, host);
     else if (db)
-        self->store = snap_store_new (db);
+        self->store = snap_store_new (db, host);
     free (own);
     free (db);
     if (!self->store || !self->root) {
@@ -105,6 +175,10 @@ snap_server_t *snap_server_new (sbx_config_t *config)
         return NULL;
     }
     chmod (self->root, 0711);
+    int adopted = snap_store_adopt (self->store);
+    if (adopted > 0)
+        sbx_info ("%d snapshot(s) of the catalog from before hosts are this host's (%s)", adopted,
+                  host);
     int failed =
         snap_store_fail_saving (self->store, "snapshotd stopped during the save; save it again",
                                 s_on_failed_at_start, self);
@@ -120,10 +194,50 @@ void snap_server_destroy (snap_server_t **self_p)
     snap_server_t *self = *self_p;
     if (!self)
         return;
+    if (self->loop && self->timer > 0)
+        zloop_timer_end (self->loop, self->timer);
     snap_store_destroy (&self->store);
+    sbx_dqproxy_destroy (&self->proxy);
+    sbx_config_list_free (&self->nodes);
     free (self->root);
     free (self);
     *self_p = NULL;
+}
+
+//  Removals queued for this host by deletes elsewhere: their files go.
+static void s_collect_removal (const char *id, void *arg)
+{
+    zlist_append ((zlist_t *) arg, (void *) id); //  autofree: copied
+}
+
+static void s_removals (snap_server_t *self)
+{
+    zlist_t *ids = zlist_new ();
+    zlist_autofree (ids);
+    snap_store_removals (self->store, s_collect_removal, ids);
+    for (char *id = zlist_first (ids); id; id = zlist_next (ids)) {
+        //  Ids are never reused: what the queue names is gone from the catalog.
+        s_remove_files (self, id);
+        if (snap_store_removal_done (self->store, id) == 0)
+            sbx_info ("snapshot=%s this host's copy removed (deleted on another host)", id);
+    }
+    zlist_destroy (&ids);
+}
+
+static int s_on_timer (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_removals ((snap_server_t *) arg);
+    return 0;
+}
+
+int snap_server_start (snap_server_t *self, zloop_t *loop)
+{
+    self->loop = loop;
+    s_removals (self);
+    self->timer = zloop_timer (loop, S_REMOVALS_MS, 0, s_on_timer, self);
+    return self->timer > 0 ? 0 : -1;
 }
 
 //  --------------------------------------------------------------------------
@@ -162,6 +276,7 @@ static void s_info (snap_server_t *self, const snap_record_t *record, sbx_snapsh
     info->created_ms = record->created_ms;
     sbx_str_set (&info->reason, record->reason);
     snap_store_labels (self->store, record->id, s_add_label, &info->labels);
+    snap_store_copies (self->store, record->id, s_add_user, &info->hosts);
     if (users)
         snap_store_users (self->store, record->id, s_add_user, &info->users);
 }
@@ -584,6 +699,118 @@ static void s_sweep_forks (snap_server_t *self)
     zlist_destroy (&ids);
 }
 
+//  --------------------------------------------------------------------------
+//  Copies on other hosts: the broker asks which to make, ships the files from one vmd
+//  to another (vm.ship.offer, vm.ship.take) and tells the taker's snapshotd.
+
+static bool s_in (const sbx_strlist_t *list, const char *item)
+{
+    for (size_t i = 0; item && i < list->count; i++)
+        if (streq (list->items[i], item))
+            return true;
+    return false;
+}
+
+static sbx_msg_t *s_on_replica_next (snap_server_t *self, sbx_msg_t *request)
+{
+    sbx_snap_replica_next_t *args = sbx_msg_snap_replica_next (request);
+    zlist_t *ids = zlist_new ();
+    zlist_autofree (ids);
+    if (snap_store_wanting (self->store, s_collect_id, ids)) {
+        zlist_destroy (&ids);
+        return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                                  "the snapshot catalog does not answer; try again");
+    }
+    sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_SNAP_REPLICA_NEXT_OK);
+    sbx_snap_replica_next_ok_t *ok = sbx_msg_snap_replica_next_ok (reply);
+    for (char *id = zlist_first (ids); id && !ok->snapshot_id; id = zlist_next (ids)) {
+        if (s_in (&args->skip, id))
+            continue;
+        sbx_strlist_t copies = {0};
+        snap_store_copies (self->store, id, s_add_user, &copies);
+        const char *from = NULL, *to = NULL;
+        for (size_t i = 0; i < copies.count && !from; i++)
+            if (s_in (&args->hosts, copies.items[i]) || s_in (&args->givers, copies.items[i]))
+                from = copies.items[i];
+        for (size_t i = 0; i < args->hosts.count && !to; i++)
+            if (!s_in (&copies, args->hosts.items[i]))
+                to = args->hosts.items[i];
+        snap_record_t record;
+        if (from && to && snap_store_find (self->store, id, &record) == 0) {
+            sbx_str_set (&ok->snapshot_id, id);
+            sbx_str_set (&ok->from, from);
+            sbx_str_set (&ok->to, to);
+            sbx_str_set (&ok->sandbox_id, record.sandbox_id);
+            sbx_sandbox_type_from_name (record.type, &ok->type);
+            snap_record_clear (&record);
+        }
+        sbx_strlist_clear (&copies);
+    }
+    zlist_destroy (&ids);
+    return reply;
+}
+
+//  An id that names a directory of the store, nothing else (it is joined to a path).
+static bool s_id_valid (const char *id)
+{
+    size_t length = id ? strlen (id) : 0;
+    if (length <= 5 || length > 64 || strncmp (id, "snap_", 5) != 0)
+        return false;
+    for (const char *p = id; *p; p++)
+        if (!isalnum ((unsigned char) *p) && *p != '_' && *p != '-')
+            return false;
+    return true;
+}
+
+//  The host's vmd took a copy into this store: checked, then recorded.
+static sbx_msg_t *s_on_replica_done (snap_server_t *self, sbx_msg_t *request)
+{
+    sbx_snap_replica_done_t *args = sbx_msg_snap_replica_done (request);
+    snap_record_t record;
+    sbx_msg_t *reply = NULL;
+    s_who_t operator= {.operator= true };
+    if (!s_id_valid (args->snapshot_id))
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "not a snapshot id");
+    if (s_find (self, request, args->snapshot_id, &operator, & record, &reply)) {
+        //  Deleted while it was copied: the copy goes too.
+        s_remove_files (self, args->snapshot_id);
+        return reply;
+    }
+    char why[1100] = "";
+    char *dir = s_dir (self, record.id);
+    struct stat st;
+    if (!dir || stat (dir, &st) == -1 || !S_ISDIR (st.st_mode))
+        snprintf (why, sizeof why, "its directory is not in this host's store");
+    else if (s_check_file (self, record.id, "memory.state", record.memory_bytes, why, sizeof why) ==
+             0) {
+        char *disk = zsys_sprintf ("%s/disk.qcow2", dir);
+        if (!disk || stat (disk, &st) == -1 || !S_ISREG (st.st_mode))
+            snprintf (why, sizeof why, "disk.qcow2 is missing");
+        free (disk);
+    }
+    int rc = *why ? -1
+                  : snap_store_copy_add (self->store, record.id, snap_store_host (self->store),
+                                         sbx_clock_now_ms ());
+    if (rc) {
+        s_remove_files (self, record.id);
+        reply = sbx_msg_new_error (request->rid, rc > 0 ? SBX_E_NOT_FOUND : SBX_E_INTERNAL,
+                                   "the copy of snapshot %s is not kept: %s", record.id,
+                                   rc > 0 ? "the snapshot is gone or not ready" : why);
+    } else {
+        snap_record_clear (&record);
+        snap_store_find (self->store, args->snapshot_id, &record);
+        sbx_info ("rid=%llu snapshot=%s copy from %s kept here (%llu bytes in %llu ms)",
+                  (unsigned long long) request->rid, args->snapshot_id,
+                  args->from ? args->from : "?", (unsigned long long) args->bytes,
+                  (unsigned long long) args->ms);
+        reply = sbx_msg_new_reply (request, SBX_MSG_SNAP_REPLICA_DONE_OK);
+        sbx_msg_snap_replica_done_ok (reply)->snapshot = s_info_new (self, &record, false);
+    }
+    free (dir);
+    snap_record_clear (&record);
+    return reply;
+}
+
 sbx_msg_t *snap_server_handle (snap_server_t *self, sbx_msg_t *request)
 {
     bool from_client = request->type == SBX_MSG_SNAPSHOT_LIST ||
@@ -608,6 +835,10 @@ sbx_msg_t *snap_server_handle (snap_server_t *self, sbx_msg_t *request)
         return s_on_use (self, request);
     case SBX_MSG_SNAP_RELEASE:
         return s_on_release (self, request);
+    case SBX_MSG_SNAP_REPLICA_NEXT:
+        return s_on_replica_next (self, request);
+    case SBX_MSG_SNAP_REPLICA_DONE:
+        return s_on_replica_done (self, request);
     default:
         return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
                                   "snapshotd does not serve %s", sbx_msg_type_name (request->type));
@@ -1066,6 +1297,74 @@ void snap_server_test (bool verbose)
     free (fork_dir);
     free (lone);
     free (lone_dir);
+
+    //  Several hosts on one catalog (h2 stands for another host's snapshotd): a ready
+    //  user snapshot has this host's copy; snap.replica.next offers it to h2; h2's copy
+    //  recorded, nothing wants one; a delete on h2 queues the removal of this host's
+    //  files, which the timer's sweep does.
+    char *rep_dir;
+    char *rep = s_begin (self, "acc_a", "sb_50", &rep_dir);
+    s_write (rep_dir, "disk.qcow2", 10);
+    s_write (rep_dir, "memory.state", 20);
+    reply = s_finish (self, rep, NULL, 10, 20);
+    sbx_snapshot_info_t *saved = sbx_msg_snap_finish_ok (reply)->snapshot;
+    const char *here = snap_store_host (self->store);
+    assert (saved->hosts.count == 1 && streq (saved->hosts.items[0], here));
+    sbx_msg_destroy (&reply);
+    sbx_msg_t *next = sbx_msg_new (SBX_MSG_SNAP_REPLICA_NEXT);
+    sbx_strlist_append (&sbx_msg_snap_replica_next (next)->hosts, "h2");
+    sbx_strlist_append (&sbx_msg_snap_replica_next (next)->givers, here);
+    //  (The test's older user snapshots want a copy too: skipped.)
+    zlist_t *older = zlist_new ();
+    zlist_autofree (older);
+    snap_store_wanting (self->store, s_collect_id, older);
+    for (char *id = zlist_first (older); id; id = zlist_next (older))
+        if (!streq (id, rep))
+            sbx_strlist_append (&sbx_msg_snap_replica_next (next)->skip, id);
+    zlist_destroy (&older);
+    sbx_msg_t *again = sbx_msg_dup (next);
+    sbx_msg_t *skipped = sbx_msg_dup (next);
+    reply = s_ask (self, next);
+    sbx_snap_replica_next_ok_t *wanted = sbx_msg_snap_replica_next_ok (reply);
+    assert (streq (wanted->snapshot_id, rep) && streq (wanted->from, here));
+    assert (streq (wanted->to, "h2") && streq (wanted->sandbox_id, "sb_50"));
+    sbx_msg_destroy (&reply);
+    sbx_strlist_append (&sbx_msg_snap_replica_next (skipped)->skip, rep);
+    reply = s_ask (self, skipped);
+    assert (reply->type == SBX_MSG_SNAP_REPLICA_NEXT_OK &&
+            !sbx_msg_snap_replica_next_ok (reply)->snapshot_id);
+    sbx_msg_destroy (&reply);
+    char *catalog = zsys_sprintf ("%s/snapshotd/snapshots.db", dir);
+    snap_store_t *h2 = snap_store_new (catalog, "h2");
+    assert (h2 && snap_store_copy_add (h2, rep, "h2", sbx_clock_now_ms ()) == 0);
+    reply = s_ask (self, again);
+    assert (!sbx_msg_snap_replica_next_ok (reply)->snapshot_id);
+    sbx_msg_destroy (&reply);
+    reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_GET, "acc_a", rep));
+    assert (sbx_msg_snapshot_get_ok (reply)->snapshot->hosts.count == 2);
+    sbx_msg_destroy (&reply);
+    //  A copy said done for what is not a snapshot here, or not an id: refused.
+    sbx_msg_t *done = sbx_msg_new (SBX_MSG_SNAP_REPLICA_DONE);
+    sbx_str_set (&sbx_msg_snap_replica_done (done)->snapshot_id, "snap_notthere");
+    reply = s_ask (self, done);
+    assert (sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+    done = sbx_msg_new (SBX_MSG_SNAP_REPLICA_DONE);
+    sbx_str_set (&sbx_msg_snap_replica_done (done)->snapshot_id, "snap_../../etc");
+    reply = s_ask (self, done);
+    assert (sbx_msg_error (reply)->code == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
+    assert (snap_store_delete (h2, rep) == 0);
+    assert (stat (rep_dir, &st) == 0); //  this host's files wait for its sweep
+    s_removals (self);
+    assert (stat (rep_dir, &st) == -1);
+    int queued = 0;
+    snap_store_removals (self->store, s_count_user, &queued);
+    assert (queued == 0);
+    snap_store_destroy (&h2);
+    free (catalog);
+    free (rep);
+    free (rep_dir);
 
     //  No caller on a client request, and requests snapshotd does not serve.
     sbx_msg_t *anonymous = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);

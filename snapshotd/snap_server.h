@@ -24,6 +24,9 @@ typedef struct _snap_server_t snap_server_t;
 snap_server_t *snap_server_new (sbx_config_t *config);
 void snap_server_destroy (snap_server_t **self_p);
 
+//  Starts the timer that removes the files of copies deleted on other hosts. 0, or -1.
+int snap_server_start (snap_server_t *self, zloop_t *loop);
+
 //  The request handler to give the peer (arg: the server).
 void snap_server_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg);
 

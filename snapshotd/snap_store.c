@@ -101,12 +101,36 @@ static const char *s_migrations[] = {
     "CREATE INDEX uses_by_snapshot ON uses (snapshot_id);"
     //  The forks' captures, which snapshotd looks over when it starts.
     "CREATE INDEX snapshots_forks ON snapshots (state) WHERE kind = 'fork';",
+    //  6: several hosts (a cluster's catalog is shared): the host that saves a snapshot,
+    //  the hosts that keep a whole copy of its files (replicas counts them, so that the
+    //  user snapshots wanting a second copy are found by index), each host's queue of
+    //  files to remove (a delete on one host for copies on others), and what was copied
+    //  in from a one-machine catalog. Older rows have no host: the snapshotd that opens
+    //  the catalog first takes them as its own (snap_store_adopt).
+    "ALTER TABLE snapshots ADD COLUMN host TEXT;"
+    "ALTER TABLE snapshots ADD COLUMN replicas INTEGER NOT NULL DEFAULT 0;"
+    "CREATE INDEX snapshots_wanting ON snapshots (created_ms) "
+    "  WHERE kind = 'user' AND state = 'ready' AND replicas < 2;"
+    "CREATE INDEX snapshots_by_host ON snapshots (host, state);"
+    "CREATE TABLE copies ("
+    "  snapshot_id TEXT NOT NULL,"
+    "  host TEXT NOT NULL,"
+    "  at_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (snapshot_id, host));"
+    "CREATE INDEX copies_by_host ON copies (host);"
+    "CREATE TABLE removals ("
+    "  host TEXT NOT NULL,"
+    "  snapshot_id TEXT NOT NULL,"
+    "  PRIMARY KEY (host, snapshot_id));"
+    "CREATE TABLE meta (key TEXT NOT NULL PRIMARY KEY, value TEXT);",
 };
 
 #define MIGRATION_COUNT ((int) (sizeof s_migrations / sizeof s_migrations[0]))
 #define S_COLUMNS                                                                                  \
     "id, account, name, sandbox_id, type, state, kind, image, qemu_version, parent, reason, "      \
     "disk_bytes, memory_bytes, created_ms, sandbox_deleted, key_id"
+
+#define S_READ S_COLUMNS ", host"
 
 typedef enum {
     ST_INSERT,
@@ -126,24 +150,38 @@ typedef enum {
     ST_AUTOMATIC,
     ST_SANDBOX_DELETED,
     ST_FORKS,
+    ST_COPY_ADD,
+    ST_COPY_COUNT,
+    ST_COPIES,
+    ST_HAS_COPY,
+    ST_QUEUE_REMOVALS,
+    ST_COPIES_DROP,
+    ST_REMOVALS,
+    ST_REMOVAL_DONE,
+    ST_WANTING,
+    ST_ADOPT_COPIES,
+    ST_ADOPT,
+    ST_META_GET,
+    ST_META_SET,
+    ST_ANY,
     ST_COUNT
 } stmt_id_t;
 
 static const char *s_sql[ST_COUNT] = {
-    [ST_INSERT] = "INSERT INTO snapshots (" S_COLUMNS ") VALUES "
-                  "(?1, ?2, ?3, ?4, ?5, 'saving', ?6, ?7, ?8, ?9, NULL, 0, 0, ?10, 0, ?11)",
+    [ST_INSERT] = "INSERT INTO snapshots (" S_COLUMNS ", host) VALUES "
+                  "(?1, ?2, ?3, ?4, ?5, 'saving', ?6, ?7, ?8, ?9, NULL, 0, 0, ?10, 0, ?11, ?12)",
     [ST_LABEL_SET] = "INSERT INTO labels (snapshot_id, key, value) VALUES (?1, ?2, ?3) "
                      "ON CONFLICT (snapshot_id, key) DO UPDATE SET value = excluded.value",
-    [ST_FIND] = "SELECT " S_COLUMNS " FROM snapshots WHERE id = ?1",
+    [ST_FIND] = "SELECT " S_READ " FROM snapshots WHERE id = ?1",
     [ST_FINISH] = "UPDATE snapshots SET state = CASE WHEN ?2 IS NULL THEN 'ready' ELSE 'failed' "
                   "END, reason = ?2, disk_bytes = ?3, memory_bytes = ?4, "
                   "image = coalesce (?5, image), qemu_version = coalesce (?6, qemu_version) "
                   "WHERE id = ?1 AND state = 'saving'",
     [ST_DELETE] = "DELETE FROM snapshots WHERE id = ?1",
     //  (Two statements: "?1 IS NULL OR account = ?1" would read the whole catalog.)
-    [ST_LIST] = "SELECT " S_COLUMNS " FROM snapshots WHERE account = ?1 "
+    [ST_LIST] = "SELECT " S_READ " FROM snapshots WHERE account = ?1 "
                 "ORDER BY created_ms DESC, rowid DESC",
-    [ST_LIST_ALL] = "SELECT " S_COLUMNS " FROM snapshots ORDER BY created_ms DESC, rowid DESC",
+    [ST_LIST_ALL] = "SELECT " S_READ " FROM snapshots ORDER BY created_ms DESC, rowid DESC",
     [ST_LABELS] = "SELECT key, value FROM labels WHERE snapshot_id = ?1 ORDER BY key",
     [ST_USE_ADD] = "INSERT INTO uses (snapshot_id, sandbox_id) VALUES (?1, ?2) "
                    "ON CONFLICT (sandbox_id) DO UPDATE SET snapshot_id = excluded.snapshot_id",
@@ -151,15 +189,41 @@ static const char *s_sql[ST_COUNT] = {
     [ST_USERS] = "SELECT sandbox_id FROM uses WHERE snapshot_id = ?1 ORDER BY rowid",
     [ST_ORIGIN] = "SELECT snapshot_id FROM uses WHERE sandbox_id = ?1",
     [ST_CHILD] = "SELECT id FROM snapshots WHERE parent = ?1 AND state != 'failed' LIMIT 1",
-    [ST_SAVING] = "SELECT id FROM snapshots WHERE state = 'saving'",
+    //  This host's saves (a cluster's other hosts save their own meanwhile).
+    [ST_SAVING] = "SELECT id FROM snapshots WHERE host = ?1 AND state = 'saving'",
     [ST_AUTOMATIC] = "SELECT id FROM snapshots WHERE sandbox_id = ?1 AND kind = 'automatic' "
                      "AND state != 'saving' ORDER BY created_ms DESC, rowid DESC",
     [ST_SANDBOX_DELETED] = "UPDATE snapshots SET sandbox_deleted = 1 WHERE sandbox_id = ?1",
     [ST_FORKS] = "SELECT id FROM snapshots WHERE kind = 'fork' AND state = 'ready'",
+    //  A copy of a ready snapshot (none of one that is gone or failed).
+    [ST_COPY_ADD] = "INSERT INTO copies (snapshot_id, host, at_ms) SELECT id, ?2, ?3 FROM "
+                    "snapshots WHERE id = ?1 AND state = 'ready' ON CONFLICT DO NOTHING",
+    [ST_COPY_COUNT] = "UPDATE snapshots SET replicas = (SELECT count(*) FROM copies WHERE "
+                      "snapshot_id = ?1) WHERE id = ?1",
+    [ST_COPIES] = "SELECT host FROM copies WHERE snapshot_id = ?1 ORDER BY at_ms, host",
+    [ST_HAS_COPY] = "SELECT 1 FROM copies WHERE snapshot_id = ?1 AND host = ?2",
+    [ST_QUEUE_REMOVALS] = "INSERT INTO removals (host, snapshot_id) SELECT host, snapshot_id FROM "
+                          "copies WHERE snapshot_id = ?1 AND host != ?2 ON CONFLICT DO NOTHING",
+    [ST_COPIES_DROP] = "DELETE FROM copies WHERE snapshot_id = ?1",
+    [ST_REMOVALS] = "SELECT snapshot_id FROM removals WHERE host = ?1 LIMIT 64",
+    [ST_REMOVAL_DONE] = "DELETE FROM removals WHERE host = ?1 AND snapshot_id = ?2",
+    [ST_WANTING] = "SELECT id FROM snapshots WHERE kind = 'user' AND state = 'ready' AND "
+                   "replicas < 2 ORDER BY created_ms LIMIT 64",
+    //  Rows of a catalog from before hosts (or copied in from one machine): this host's.
+    [ST_ADOPT_COPIES] = "INSERT INTO copies (snapshot_id, host, at_ms) SELECT id, ?1, created_ms "
+                        "FROM snapshots WHERE host IS NULL AND state = 'ready' "
+                        "ON CONFLICT DO NOTHING",
+    [ST_ADOPT] = "UPDATE snapshots SET host = ?1, replicas = (SELECT count(*) FROM copies WHERE "
+                 "snapshot_id = snapshots.id) WHERE host IS NULL",
+    [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
+    [ST_META_SET] = "INSERT INTO meta (key, value) VALUES (?1, ?2) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    [ST_ANY] = "SELECT id FROM snapshots LIMIT 1",
 };
 
 struct _snap_store_t {
     sbx_db_t *db;
+    char *host; //  this snapshotd's host: its saves and copies are recorded as its
 };
 
 static void s_record_read (sbx_stmt_t *stmt, snap_record_t *record)
@@ -175,6 +239,7 @@ static void s_record_read (sbx_stmt_t *stmt, snap_record_t *record)
     record->created_ms = sbx_db_column_u64 (stmt, 13);
     record->sandbox_deleted = sbx_stmt_column_int (stmt, 14) != 0;
     record->key_id = sbx_db_column_dup (stmt, 15, NULL);
+    record->host = sbx_db_column_dup (stmt, 16, NULL);
 }
 
 void snap_record_clear (snap_record_t *record)
@@ -193,13 +258,14 @@ void snap_record_clear (snap_record_t *record)
     free (record->parent);
     free (record->reason);
     free (record->key_id);
+    free (record->host);
     memset (record, 0, sizeof *record);
 }
 
 //  --------------------------------------------------------------------------
 //  Opening
 
-snap_store_t *snap_store_new (const char *path)
+snap_store_t *snap_store_new (const char *path, const char *host)
 {
     snap_store_t *self = calloc (1, sizeof *self);
     if (!self)
@@ -207,9 +273,114 @@ snap_store_t *snap_store_new (const char *path)
     //  Private (0600): the catalog names every account's snapshots. FULL: a record that
     //  says ready survives a power cut, as its files do.
     self->db = sbx_db_new (path, "sbx-snapshotd", s_migrations, MIGRATION_COUNT, s_sql, ST_COUNT);
-    if (!self->db)
+    self->host = strdup (host && *host ? host : "local");
+    if (!self->db || !self->host)
         snap_store_destroy (&self);
     return self;
+}
+
+snap_store_t *snap_store_new_cluster (const sbx_dqlite_cluster_t *cluster, const char *host)
+{
+    snap_store_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->db = sbx_db_new_cluster (cluster, "snapshots", "sbx-snapshotd", s_migrations,
+                                   MIGRATION_COUNT, s_sql, ST_COUNT);
+    self->host = strdup (host && *host ? host : "local");
+    if (!self->db || !self->host)
+        snap_store_destroy (&self);
+    return self;
+}
+
+bool snap_store_is_cluster (snap_store_t *self)
+{
+    return self && sbx_db_is_cluster (self->db);
+}
+
+const char *snap_store_host (snap_store_t *self)
+{
+    return self->host;
+}
+
+int snap_store_adopt (snap_store_t *self)
+{
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_ADOPT_COPIES), 1, self->host);
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_ADOPT), 1, self->host);
+    if (sbx_db_begin (self->db))
+        return -1;
+    if (sbx_db_run (self->db, ST_ADOPT_COPIES, "adopt copies") ||
+        sbx_db_run (self->db, ST_ADOPT, "adopt snapshots")) {
+        sbx_db_rollback (self->db);
+        return -1;
+    }
+    int count = sbx_db_changes (self->db);
+    return sbx_db_commit (self->db) == 0 ? count : -1;
+}
+
+static char *s_meta (snap_store_t *self, const char *key)
+{
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_META_GET);
+    sbx_db_bind_text (stmt, 1, key);
+    char *value = NULL;
+    if (sbx_stmt_step (stmt) == SQLITE_ROW)
+        value = sbx_db_column_dup (stmt, 0, NULL);
+    sbx_db_reset (stmt);
+    return value;
+}
+
+static int s_meta_set (snap_store_t *self, const char *key, const char *value)
+{
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_META_SET);
+    sbx_db_bind_text (stmt, 1, key);
+    sbx_db_bind_text (stmt, 2, value);
+    return sbx_db_run (self->db, ST_META_SET, "meta set");
+}
+
+int snap_store_import (snap_store_t *self, const char *path, char *err, size_t err_size)
+{
+    char *state = s_meta (self, "import");
+    bool resume = state && streq (state, "started"), done = state && !resume;
+    free (state);
+    if (done)
+        return 0;
+    char *any = NULL;
+    if (!resume) {
+        sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_ANY);
+        if (sbx_stmt_step (stmt) == SQLITE_ROW)
+            any = sbx_db_column_dup (stmt, 0, NULL);
+        sbx_db_reset (stmt);
+    }
+    if (any) {
+        free (any);
+        sbx_warn ("store %s: %s is not copied in: the cluster has a catalog already (this "
+                  "node joined one; move the file away)",
+                  sbx_db_path (self->db), path);
+        return 0;
+    }
+    snap_store_t *file = snap_store_new (path, self->host); //  at this schema first
+    if (!file) {
+        snprintf (err, err_size, "cannot open %s (its log says why)", path);
+        return -1;
+    }
+    //  Its rows of no host are this host's: the files are here.
+    int adopted = snap_store_adopt (file);
+    snap_store_destroy (&file);
+    if (adopted < 0) {
+        snprintf (err, err_size, "cannot read %s", path);
+        return -1;
+    }
+    uint64_t rows = 0;
+    const char *skip[] = {"meta", NULL};
+    if (s_meta_set (self, "import", "started") ||
+        sbx_db_import (self->db, path, skip, &rows, err, err_size) ||
+        s_meta_set (self, "import", "done")) {
+        if (!*err)
+            snprintf (err, err_size, "the cluster's store does not answer");
+        return -1;
+    }
+    sbx_info ("store %s: %llu rows of %s copied in", sbx_db_path (self->db),
+              (unsigned long long) rows, path);
+    return 1;
 }
 
 void snap_store_destroy (snap_store_t **self_p)
@@ -218,12 +389,27 @@ void snap_store_destroy (snap_store_t **self_p)
     if (!self)
         return;
     sbx_db_destroy (&self->db);
+    free (self->host);
     free (self);
     *self_p = NULL;
 }
 
 //  --------------------------------------------------------------------------
 //  Records
+
+//  Inside a transaction: the copy, and the snapshot's count of them. 0, or -1.
+static int s_copy_add (snap_store_t *self, const char *id, const char *host, uint64_t at_ms)
+{
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_COPY_ADD);
+    sbx_db_bind_text (stmt, 1, id);
+    sbx_db_bind_text (stmt, 2, host);
+    sbx_stmt_bind_int64 (stmt, 3, (sqlite3_int64) (at_ms & INT64_MAX));
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_COPY_COUNT), 1, id);
+    return sbx_db_run (self->db, ST_COPY_ADD, "add copy") ||
+                   sbx_db_run (self->db, ST_COPY_COUNT, "count copies")
+               ? -1
+               : 0;
+}
 
 int snap_store_insert (snap_store_t *self, const snap_record_t *record, char **keys, char **values,
                        size_t labels)
@@ -242,6 +428,7 @@ int snap_store_insert (snap_store_t *self, const snap_record_t *record, char **k
     sbx_db_bind_text (stmt, 9, record->parent);
     sbx_stmt_bind_int64 (stmt, 10, (sqlite3_int64) record->created_ms);
     sbx_db_bind_text (stmt, 11, record->key_id);
+    sbx_db_bind_text (stmt, 12, self->host);
     int rc = sbx_db_run (self->db, ST_INSERT, "insert snapshot");
     for (size_t i = 0; rc == 0 && i < labels; i++) {
         stmt = sbx_db_stmt (self->db, ST_LABEL_SET);
@@ -280,15 +467,69 @@ int snap_store_finish (snap_store_t *self, const char *id, const char *reason, u
     sbx_stmt_bind_int64 (stmt, 4, (sqlite3_int64) (memory_bytes & INT64_MAX));
     sbx_db_bind_text (stmt, 5, image);
     sbx_db_bind_text (stmt, 6, qemu_version);
-    if (sbx_db_run (self->db, ST_FINISH, "finish snapshot"))
+    if (sbx_db_begin (self->db))
         return -1;
-    return sbx_db_changes (self->db) == 1 ? 0 : 1;
+    int rc = sbx_db_run (self->db, ST_FINISH, "finish snapshot");
+    bool finished = rc == 0 && sbx_db_changes (self->db) == 1;
+    //  Ready: its files are this host's, the first copy.
+    if (finished && !reason)
+        rc = s_copy_add (self, id, self->host, sbx_clock_now_ms ());
+    if (rc || sbx_db_commit (self->db)) {
+        sbx_db_rollback (self->db);
+        return -1;
+    }
+    return finished ? 0 : 1;
 }
 
 int snap_store_delete (snap_store_t *self, const char *id)
 {
+    //  The files of copies on other hosts are theirs to remove: queued for them, in the
+    //  same transaction that forgets the copies.
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_QUEUE_REMOVALS), 1, id);
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_QUEUE_REMOVALS), 2, self->host);
+    sbx_db_bind_text (sbx_db_stmt (self->db, ST_COPIES_DROP), 1, id);
     sbx_db_bind_text (sbx_db_stmt (self->db, ST_DELETE), 1, id);
-    return sbx_db_run (self->db, ST_DELETE, "delete snapshot");
+    if (sbx_db_begin (self->db))
+        return -1;
+    if (sbx_db_run (self->db, ST_QUEUE_REMOVALS, "queue removals") ||
+        sbx_db_run (self->db, ST_COPIES_DROP, "drop copies") ||
+        sbx_db_run (self->db, ST_DELETE, "delete snapshot") || sbx_db_commit (self->db)) {
+        sbx_db_rollback (self->db);
+        return -1;
+    }
+    return 0;
+}
+
+int snap_store_copy_add (snap_store_t *self, const char *id, const char *host, uint64_t at_ms)
+{
+    if (sbx_db_begin (self->db))
+        return -1;
+    int rc = s_copy_add (self, id, host, at_ms);
+    if (rc || sbx_db_commit (self->db)) {
+        sbx_db_rollback (self->db);
+        return -1;
+    }
+    return snap_store_has_copy (self, id, host) == 1 ? 0 : 1;
+}
+
+int snap_store_has_copy (snap_store_t *self, const char *id, const char *host)
+{
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_HAS_COPY);
+    sbx_db_bind_text (stmt, 1, id);
+    sbx_db_bind_text (stmt, 2, host ? host : self->host);
+    int rc = sbx_stmt_step (stmt);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        sbx_db_log_error (self->db, "has copy");
+    sbx_db_reset (stmt);
+    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+}
+
+int snap_store_removal_done (snap_store_t *self, const char *id)
+{
+    sbx_stmt_t *stmt = sbx_db_stmt (self->db, ST_REMOVAL_DONE);
+    sbx_db_bind_text (stmt, 1, self->host);
+    sbx_db_bind_text (stmt, 2, id);
+    return sbx_db_run (self->db, ST_REMOVAL_DONE, "removal done");
 }
 
 int snap_store_list (snap_store_t *self, const char *account, snap_store_record_fn *fn, void *arg)
@@ -381,6 +622,21 @@ int snap_store_forks (snap_store_t *self, snap_store_id_fn *fn, void *arg)
     return s_ids (self, ST_FORKS, NULL, fn, arg);
 }
 
+int snap_store_copies (snap_store_t *self, const char *id, snap_store_id_fn *fn, void *arg)
+{
+    return s_ids (self, ST_COPIES, id, fn, arg);
+}
+
+int snap_store_removals (snap_store_t *self, snap_store_id_fn *fn, void *arg)
+{
+    return s_ids (self, ST_REMOVALS, self->host, fn, arg);
+}
+
+int snap_store_wanting (snap_store_t *self, snap_store_id_fn *fn, void *arg)
+{
+    return s_ids (self, ST_WANTING, NULL, fn, arg);
+}
+
 char *snap_store_origin (snap_store_t *self, const char *sandbox_id)
 {
     char *found = NULL;
@@ -404,7 +660,7 @@ int snap_store_fail_saving (snap_store_t *self, const char *reason, snap_store_i
 {
     zlist_t *ids = zlist_new ();
     zlist_autofree (ids);
-    if (s_ids (self, ST_SAVING, NULL, s_collect, ids)) {
+    if (s_ids (self, ST_SAVING, self->host, s_collect, ids)) {
         zlist_destroy (&ids);
         return -1;
     }
@@ -441,11 +697,13 @@ static void s_label_check (const char *key, const char *value, void *arg)
             (streq (key, "team") && streq (value, "web")));
 }
 
-//  Read whole on purpose: the operator's list of every snapshot, and the ones still
-//  saving, which snapshotd asks once, when it starts.
+//  Read whole on purpose: the operator's list of every snapshot, the one row an import
+//  looks for, and the partial index of the snapshots wanting a copy (only those, at most
+//  64, and asked only by a cluster of several hosts).
 static bool s_test_allow (int index, const char *table)
 {
-    return streq (table, "snapshots") && (index == ST_LIST_ALL || index == ST_SAVING);
+    return streq (table, "snapshots") &&
+           (index == ST_LIST_ALL || index == ST_ANY || index == ST_WANTING);
 }
 
 void snap_store_test (bool verbose)
@@ -455,7 +713,7 @@ void snap_store_test (bool verbose)
     assert (mkdtemp (dir));
     char path[128];
     snprintf (path, sizeof path, "%s/snapshots.db", dir);
-    snap_store_t *store = snap_store_new (path);
+    snap_store_t *store = snap_store_new (path, "h1");
     //  No statement reads the whole catalog but those meant to (s_test_allow).
     assert (sbx_db_whole_reads (store->db, s_test_allow) == 0);
     assert (store);
@@ -534,7 +792,7 @@ void snap_store_test (bool verbose)
     //  A restart finds a save that died with the process: it fails, with the reason.
     snap_store_destroy (&store);
     assert (store == NULL);
-    store = snap_store_new (path);
+    store = snap_store_new (path, "h1");
     assert (store);
     int failed = 0;
     assert (snap_store_fail_saving (store, "snapshotd restarted", s_count_id, &failed) == 1);
@@ -554,6 +812,53 @@ void snap_store_test (bool verbose)
     snap_store_destroy (&store);
     snap_store_destroy (&store); //  twice is harmless
 
+    //  Several hosts on one catalog: h1 saves, h2 copies it, a delete on h2 queues the
+    //  removal on h1; another host's save in flight is not failed by h1's restart.
+    snprintf (path, sizeof path, "%s/hosts.db", dir);
+    snap_store_t *h1 = snap_store_new (path, "h1"), *h2 = snap_store_new (path, "h2");
+    assert (h1 && h2 && streq (snap_store_host (h2), "h2") && !snap_store_is_cluster (h1));
+    snap_record_t shared = one;
+    shared.id = "snap_s";
+    assert (snap_store_insert (h1, &shared, NULL, NULL, 0) == 0);
+    assert (snap_store_copy_add (h2, "snap_s", "h2", 5) == 1); //  not ready yet: no copy
+    int wanting = 0;
+    assert (snap_store_wanting (h1, s_count_id, &wanting) == 0 && wanting == 0);
+    assert (snap_store_finish (h1, "snap_s", NULL, 1, 2, NULL, NULL) == 0);
+    assert (snap_store_has_copy (h1, "snap_s", NULL) == 1);
+    assert (snap_store_has_copy (h2, "snap_s", NULL) == 0);
+    char *wanted = NULL;
+    assert (snap_store_wanting (h1, s_keep_first, &wanted) == 0 && streq (wanted, "snap_s"));
+    free (wanted);
+    uint64_t later = sbx_clock_now_ms () + 1000;
+    assert (snap_store_copy_add (h2, "snap_s", "h2", later) == 0);
+    assert (snap_store_copy_add (h2, "snap_s", "h2", later) == 0); //  twice: one copy
+    wanting = 0;
+    assert (snap_store_wanting (h1, s_count_id, &wanting) == 0 && wanting == 0);
+    char *hosts[2] = {NULL, NULL};
+    int hosts_seen = 0;
+    assert (snap_store_copies (h1, "snap_s", s_count_id, &hosts_seen) == 0 && hosts_seen == 2);
+    assert (snap_store_copies (h1, "snap_s", s_keep_first, &hosts[0]) == 0);
+    assert (hosts[0] && streq (hosts[0], "h1"));
+    free (hosts[0]);
+    snap_record_t other_save = one;
+    other_save.id = "snap_h2";
+    assert (snap_store_insert (h2, &other_save, NULL, NULL, 0) == 0);
+    assert (snap_store_fail_saving (h1, "h1 restarted", NULL, NULL) == 0); //  h2's goes on
+    assert (snap_store_delete (h2, "snap_s") == 0);
+    int queued = 0;
+    assert (snap_store_removals (h2, s_count_id, &queued) == 0 && queued == 0);
+    char *removal = NULL;
+    assert (snap_store_removals (h1, s_keep_first, &removal) == 0 && streq (removal, "snap_s"));
+    assert (snap_store_removal_done (h1, removal) == 0);
+    free (removal);
+    queued = 0;
+    assert (snap_store_removals (h1, s_count_id, &queued) == 0 && queued == 0);
+    assert (snap_store_has_copy (h1, "snap_s", NULL) == 0);
+    assert (snap_store_fail_saving (h2, "h2 restarted", NULL, NULL) == 1);
+    assert (sbx_db_whole_reads (h1->db, s_test_allow) == 0);
+    snap_store_destroy (&h1);
+    snap_store_destroy (&h2);
+
     //  Migration 5 (kind fork) keeps a catalog of version 4 whole: its rows, labels and
     //  uses (in their order), its indexes; a fork's capture fits after it.
     snprintf (path, sizeof path, "%s/version4.db", dir);
@@ -568,8 +873,11 @@ void snap_store_test (bool verbose)
                          "('snap_old', 'sb_a');",
                          "seed version 4") == 0);
     sbx_db_destroy (&old);
-    store = snap_store_new (path);
+    store = snap_store_new (path, "h1");
     assert (store && sbx_db_schema_version (store->db) == MIGRATION_COUNT);
+    //  Its rows had no host: this one's, the ready one its copy.
+    assert (snap_store_adopt (store) == 1 && snap_store_has_copy (store, "snap_old", NULL) == 1);
+    assert (snap_store_adopt (store) == 0);
     assert (sbx_db_whole_reads (store->db, s_test_allow) == 0);
     assert (snap_store_find (store, "snap_old", &found) == 0);
     assert (streq (found.kind, "user") && streq (found.key_id, "key_1") && found.created_ms == 5);
@@ -605,7 +913,7 @@ void snap_store_test (bool verbose)
            "padding padding padding padding padding padding padding padding padding padding ",
            junk);
     fclose (junk);
-    assert (snap_store_new (path) == NULL);
+    assert (snap_store_new (path, "h1") == NULL);
 
     char cmd[160];
     snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);

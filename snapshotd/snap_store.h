@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sbx_dqlite.h"
+
 typedef struct _snap_store_t snap_store_t;
 
 //  A snapshot. Strings are copies freed by snap_record_clear when filled by the store;
@@ -33,25 +35,48 @@ typedef struct {
     uint64_t disk_bytes, memory_bytes, created_ms;
     bool sandbox_deleted; //  the sandbox it was saved from is deleted
     char *key_id;         //  the API key that created that sandbox, or NULL
+    char *host;           //  the host that saved it (read only: the store's own on insert)
 } snap_record_t;
 
 void snap_record_clear (snap_record_t *record);
 
-//  Opens (creating it 0600) and migrates the catalog. NULL on failure (logged).
-snap_store_t *snap_store_new (const char *path);
+//  Opens (creating it 0600) and migrates the catalog; host names this snapshotd's host
+//  (its instance: the vmd's beside it), whose saves and copies it records. NULL on
+//  failure (logged).
+snap_store_t *snap_store_new (const char *path, const char *host);
+//  The cluster's catalog (database "snapshots"), shared by the snapshotd of every host.
+snap_store_t *snap_store_new_cluster (const sbx_dqlite_cluster_t *cluster, const char *host);
 void snap_store_destroy (snap_store_t **self_p);
+bool snap_store_is_cluster (snap_store_t *self);
+const char *snap_store_host (snap_store_t *self);
+
+//  Records of no host (a catalog from before hosts) become this host's, and the ready
+//  ones its copies. How many, or -1.
+int snap_store_adopt (snap_store_t *self);
+//  The first node of a cluster made from one machine: the file's catalog copied in once
+//  (its rows this host's). 1 copied, 0 nothing to do (done, or the cluster has one),
+//  -1 with err.
+int snap_store_import (snap_store_t *self, const char *path, char *err, size_t err_size);
 
 //  A new `saving` record with its labels (keys[i] → values[i]), in one transaction.
 int snap_store_insert (snap_store_t *self, const snap_record_t *record, char **keys, char **values,
                        size_t labels);
 //  0 and the record, 1 when there is none, -1 on error.
 int snap_store_find (snap_store_t *self, const char *id, snap_record_t *record);
-//  A saving record becomes ready (reason NULL: with its sizes, image and QEMU version)
-//  or failed (with the reason). 0, 1 when it is not saving (any more), -1 on error.
+//  A saving record becomes ready (reason NULL: with its sizes, image and QEMU version;
+//  its files this host's first copy) or failed (with the reason). 0, 1 when it is not saving (any
+//  more), -1 on error.
 int snap_store_finish (snap_store_t *self, const char *id, const char *reason, uint64_t disk_bytes,
                        uint64_t memory_bytes, const char *image, const char *qemu_version);
-//  Removes the record, its labels and uses. 0, or -1.
+//  Removes the record, its labels, uses and copies, queueing the removal of the copies'
+//  files on the other hosts (snap_store_removals there). 0, or -1.
 int snap_store_delete (snap_store_t *self, const char *id);
+
+//  Another host keeps a whole copy now. 0, 1 when the snapshot is gone or not ready,
+//  -1 on error.
+int snap_store_copy_add (snap_store_t *self, const char *id, const char *host, uint64_t at_ms);
+//  Does host (this one when NULL) keep a copy? 1, 0, or -1.
+int snap_store_has_copy (snap_store_t *self, const char *id, const char *host);
 
 typedef void (snap_store_record_fn) (const snap_record_t *record, void *arg);
 typedef void (snap_store_pair_fn) (const char *a, const char *b, void *arg);
@@ -84,7 +109,15 @@ int snap_store_automatic (snap_store_t *self, const char *sandbox_id, snap_store
 //  The ready captures of forks (kind fork), any account's. 0, or -1.
 int snap_store_forks (snap_store_t *self, snap_store_id_fn *fn, void *arg);
 
-//  Marks every saving record failed with reason; fn gets each id (to remove its
+//  The hosts that keep a copy of the snapshot, the first first. 0, or -1.
+int snap_store_copies (snap_store_t *self, const char *id, snap_store_id_fn *fn, void *arg);
+//  The snapshots whose files this host is to remove (deleted elsewhere), at most 64. 0, or -1.
+int snap_store_removals (snap_store_t *self, snap_store_id_fn *fn, void *arg);
+int snap_store_removal_done (snap_store_t *self, const char *id);
+//  Ready user snapshots with fewer than two copies, oldest first, at most 64. 0, or -1.
+int snap_store_wanting (snap_store_t *self, snap_store_id_fn *fn, void *arg);
+
+//  Marks every saving record of this host failed with reason; fn gets each id (to remove its
 //  files). Returns how many, or -1.
 int snap_store_fail_saving (snap_store_t *self, const char *reason, snap_store_id_fn *fn,
                             void *arg);

@@ -402,6 +402,27 @@ static bool s_under (vmd_server_t *self, const char *path, const char *below)
            strlen (path) > strlen (prefix) && strlen (path) < 200;
 }
 
+//  path (…/below/NAME, from any host) as this host's <data>/below/NAME. 0, or -1 when it
+//  is not of that form or NAME is not a plain name.
+static int s_here (vmd_server_t *self, const char *path, const char *below, char *out, size_t size)
+{
+    const char *name = path ? strrchr (path, '/') : NULL;
+    if (!name || name == path || strlen (path) >= 1024)
+        return -1;
+    size_t below_len = strlen (below);
+    if ((size_t) (name - path) < below_len || strncmp (name - below_len, below, below_len) ||
+        (name - below_len > path && name[-(ptrdiff_t) below_len - 1] != '/'))
+        return -1;
+    name++;
+    if (!*name || strlen (name) > 128 || streq (name, ".") || streq (name, ".."))
+        return -1;
+    for (const char *p = name; *p; p++)
+        if (!isalnum ((unsigned char) *p) && *p != '_' && *p != '-' && *p != '.')
+            return -1;
+    int n = snprintf (out, size, "%s/%s/%s", sbx_config_data_dir (self->config), below, name);
+    return n > 0 && (size_t) n < size && s_under (self, out, below) ? 0 : -1;
+}
+
 //  A uid of its own for a new guest's QEMU: the lowest of the range no guest here has
 //  (stopped ones keep theirs: their directory is owned by it). None when the range is
 //  off or full (then it runs as the QEMU user, confined all the same).
@@ -444,12 +465,19 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
                                   "[A-Za-z0-9_-]{1,64}, hostnames: [a-z0-9-]{1,63})",
                                   args->sandbox_id, args->hostname);
     s_op_t *op = s_op_remember (self, request->rid, SBX_MSG_VM_CREATE_OK);
+    char snapshot_dir[1200], image[1200];
+    //  The snapshot's and image's directories of this host: another host's snapshotd
+    //  or record named them under its own data directory (a copy there, a copy here).
+    bool here_ok =
+        args->snapshot_dir &&
+        s_here (self, args->snapshot_dir, "snapshots", snapshot_dir, sizeof snapshot_dir) == 0 &&
+        (!args->image || s_here (self, args->image, "images", image, sizeof image) == 0);
     if (args->snapshot_dir) {
         //  Memory is restored only by the QEMU that saved it; else its disk, cold.
         const char *here = vmd_qemu_version ();
         bool same = args->snapshot_qemu && *here && streq (args->snapshot_qemu, here);
-        char memory[PATH_MAX];
-        snprintf (memory, sizeof memory, "%s/memory.state", args->snapshot_dir);
+        char memory[1300];
+        snprintf (memory, sizeof memory, "%s/memory.state", here_ok ? snapshot_dir : "");
         bool restore = same && access (memory, R_OK) == 0;
         if (!restore && op)
             snprintf (op->note, sizeof op->note,
@@ -457,9 +485,8 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
                       "and memory were not kept",
                       !same ? "it was saved by another QEMU version than this host runs"
                             : "it has no memory state");
-        if (!s_under (self, args->snapshot_dir, "snapshots") ||
-            (args->image && !s_under (self, args->image, "images")) ||
-            vmd_guest_set_origin (guest, args->snapshot_dir, args->image, restore)) {
+        if (!here_ok ||
+            vmd_guest_set_origin (guest, snapshot_dir, args->image ? image : NULL, restore)) {
             char key[32];
             snprintf (key, sizeof key, "%llu", (unsigned long long) request->rid);
             zhashx_delete (self->ops, key);
@@ -794,10 +821,15 @@ static sbx_msg_t *s_on_egress (vmd_server_t *self, sbx_msg_t *request)
     return reply;
 }
 
-//  vm.ship.offer: a stopped guest's files, for a move to another host (vmd_ship).
+//  vm.ship.offer: a stopped guest's files, for a move to another host, or a snapshot's,
+//  for a copy there (vmd_ship).
 static sbx_msg_t *s_on_ship_offer (vmd_server_t *self, sbx_msg_t *request)
 {
     sbx_vm_ship_offer_t *args = sbx_msg_vm_ship_offer (request);
+    sbx_err_t err = {0};
+    //  A snapshot's copy: its files are the store's, whatever became of its sandbox.
+    if (args->snapshot_id)
+        return vmd_ship_offer (self->ship, request, NULL, &err) ? s_error (request, &err) : NULL;
     vmd_guest_t *guest = s_find (self, args->sandbox_id);
     if (!guest)
         return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, "sandbox %s is not on this vmd",
@@ -812,15 +844,14 @@ static sbx_msg_t *s_on_ship_offer (vmd_server_t *self, sbx_msg_t *request)
                              .hostname = vmd_guest_hostname (guest),
                              .type = vmd_guest_type (guest),
                              .no_network = vmd_guest_no_network (guest)};
-    sbx_err_t err = {0};
     return vmd_ship_offer (self->ship, request, &what, &err) ? s_error (request, &err) : NULL;
 }
 
-//  vm.ship.take: a stopped guest from another host, here.
+//  vm.ship.take: a stopped guest from another host, here (or a snapshot's copy).
 static sbx_msg_t *s_on_ship_take (vmd_server_t *self, sbx_msg_t *request)
 {
     sbx_vm_ship_take_t *args = sbx_msg_vm_ship_take (request);
-    if (s_find (self, args->sandbox_id))
+    if (!args->snapshot_id && s_find (self, args->sandbox_id))
         return sbx_msg_new_error (request->rid, SBX_E_CONFLICT, "sandbox %s is on this vmd already",
                                   args->sandbox_id);
     sbx_err_t err = {0};

@@ -23,6 +23,7 @@ typedef struct _vmd_ship_t vmd_ship_t;
 typedef struct {
     vmd_ship_t *ship;
     s_kind_t kind;
+    bool snapshot; //  a snapshot's files (snapshots/<id>), not a guest's
     char *id;
     sbx_msg_t *request; //  a copy, for the answer's rid and what it asked
     pid_t pid;          //  an offer's qemu-img, until it exits
@@ -36,6 +37,7 @@ typedef struct {
 struct _vmd_ship_t {
     sbx_config_t *config;
     zloop_t *loop;
+    char *data_dir; //  the ship server's root: offers name vms/… and ship/… below it
     char *vms_dir;
     //  The images this host's guests boot, per sandbox type (borrowed: the owner's): a
     //  guest taken lands on the image its type boots here.
@@ -44,7 +46,8 @@ struct _vmd_ship_t {
     sbx_ship_server_t *server; //  NULL without vmd.ship
     char *public_key;
     zlistx_t *jobs;
-    zhashx_t *offers; //  sandbox id → the ticket its files are offered to
+    zhashx_t *offers;  //  sandbox or snapshot id → the ticket its files are offered to
+    zhashx_t *expires; //  snapshot id → when its offer ends (mono ms, as a string)
     int timer;
     vmd_ship_done_fn *done;
     void *arg;
@@ -77,6 +80,12 @@ static char *s_dir (vmd_ship_t *self, const char *id, const char *below)
                  : zsys_sprintf ("%s/%s", self->vms_dir, id);
 }
 
+//  A snapshot's staging for an offer, or an incoming copy: <data>/ship/<id>[suffix].
+static char *s_staging (vmd_ship_t *self, const char *id, const char *suffix)
+{
+    return zsys_sprintf ("%s/ship/%s%s", self->data_dir, id, suffix ? suffix : "");
+}
+
 //  The job is over: its answer goes to the owner, the job away.
 static void s_finish (vmd_ship_t *self, s_job_t *job, sbx_msg_t **reply_p, bool took)
 {
@@ -97,10 +106,11 @@ static void s_fail (vmd_ship_t *self, s_job_t *job, sbx_code_t code, const char 
     va_start (args, fmt);
     vsnprintf (why, sizeof why, fmt, args);
     va_end (args);
-    sbx_warn ("sandbox=%s %s failed: %s", job->id, job->kind == S_OFFER ? "ship offer" : "take",
-              why);
+    sbx_warn ("%s=%s %s failed: %s", job->snapshot ? "snapshot" : "sandbox", job->id,
+              job->kind == S_OFFER ? "ship offer" : "take", why);
     if (job->kind == S_TAKE) {
-        char *incoming = zsys_sprintf ("%s/%s.incoming", self->vms_dir, job->id);
+        char *incoming = job->snapshot ? s_staging (self, job->id, ".incoming")
+                                       : zsys_sprintf ("%s/%s.incoming", self->vms_dir, job->id);
         if (job->fetch) {
             zloop_reader_end (self->loop, sbx_ship_fetch_sock (job->fetch));
             sbx_ship_fetch_destroy (&job->fetch);
@@ -109,7 +119,8 @@ static void s_fail (vmd_ship_t *self, s_job_t *job, sbx_code_t code, const char 
             sbx_files_remove_tree (incoming);
         free (incoming);
     } else {
-        char *ship = s_dir (self, job->id, "ship");
+        char *ship =
+            job->snapshot ? s_staging (self, job->id, NULL) : s_dir (self, job->id, "ship");
         if (ship)
             sbx_files_remove_tree (ship);
         free (ship);
@@ -123,13 +134,15 @@ static void s_fail (vmd_ship_t *self, s_job_t *job, sbx_code_t code, const char 
 
 static void s_offered (vmd_ship_t *self, s_job_t *job)
 {
-    char *overlay = zsys_sprintf ("%s/ship/overlay.qcow2", job->id);
-    char *memory = zsys_sprintf ("%s/ship/memory.state", job->id);
+    char *overlay = job->snapshot ? zsys_sprintf ("ship/%s/disk.qcow2", job->id)
+                                  : zsys_sprintf ("vms/%s/ship/overlay.qcow2", job->id);
+    char *memory = job->snapshot ? zsys_sprintf ("ship/%s/memory.state", job->id)
+                                 : zsys_sprintf ("vms/%s/ship/memory.state", job->id);
     const char *paths[] = {overlay, memory};
     const sbx_vm_ship_offer_t *args = sbx_msg_vm_ship_offer (job->request);
     uint64_t bytes = 0;
     for (int i = 0; i < 2; i++) {
-        char *full = paths[i] ? zsys_sprintf ("%s/%s", self->vms_dir, paths[i]) : NULL;
+        char *full = paths[i] ? zsys_sprintf ("%s/%s", self->data_dir, paths[i]) : NULL;
         struct stat st;
         if (full && stat (full, &st) == 0)
             bytes += (uint64_t) st.st_size;
@@ -149,7 +162,7 @@ static void s_offered (vmd_ship_t *self, s_job_t *job)
     char endpoint[300];
     snprintf (endpoint, sizeof endpoint, "tcp://%s", self->address);
     const char *image = strrchr (job->guest.image_dir, '/');
-    if (!offer || sbx_str_set (&ok->sandbox_id, job->id) ||
+    if (!offer || sbx_str_set (&ok->sandbox_id, args->sandbox_id) ||
         sbx_str_set (&offer->endpoint, endpoint) ||
         sbx_str_set (&offer->public_key, self->public_key) ||
         sbx_strlist_append (&offer->files, overlay) || sbx_strlist_append (&offer->files, memory) ||
@@ -166,9 +179,19 @@ static void s_offered (vmd_ship_t *self, s_job_t *job)
     offer->bytes = bytes;
     free (overlay);
     free (memory);
-    sbx_info ("sandbox=%s offered for a move: %llu bytes, disk flattened in %llu ms", job->id,
+    sbx_info ("%s=%s offered %s: %llu bytes, disk flattened in %llu ms",
+              job->snapshot ? "snapshot" : "sandbox", job->id,
+              job->snapshot ? "for a copy on another host" : "for a move",
               (unsigned long long) bytes,
               (unsigned long long) (sbx_clock_mono_ms () - job->started_mono));
+    //  A snapshot's offer ends on its own (nothing is deleted here when it landed).
+    if (job->snapshot) {
+        char *until =
+            zsys_sprintf ("%llu", (unsigned long long) (sbx_clock_mono_ms () + S_OFFER_TTL_MS));
+        if (until)
+            zhashx_update (self->expires, job->id, until);
+        free (until);
+    }
     //  The job ends; its ticket stays offered until vmd_ship_forget or the TTL.
     char *previous = zhashx_lookup (self->offers, job->id);
     if (previous)
@@ -176,6 +199,102 @@ static void s_offered (vmd_ship_t *self, s_job_t *job)
     zhashx_update (self->offers, job->id, job->ticket);
     job->ticket = NULL;
     s_finish (self, job, &reply, false);
+}
+
+//  Starts an offer's qemu-img: the disk's copy, rebased onto the image alone (what its
+//  template's, snapshot's or parent's layers held is written into it: those are this
+//  host's files, not the other's). A child, watched by the timer: it reads the whole disk.
+static pid_t s_flatten (const char *disk, const char *copy, const char *base, const char *log)
+{
+    char *argv[] = {"sh",
+                    "-c",
+                    "cp --reflink=auto -- \"$1\" \"$2\" && exec qemu-img rebase -q -f qcow2 "
+                    "-b \"$3\" -F raw \"$2\"",
+                    "sh",
+                    (char *) disk,
+                    (char *) copy,
+                    (char *) base,
+                    NULL};
+    return vmd_qemu_helper_spawn (argv, log);
+}
+
+static bool s_busy (vmd_ship_t *self, const char *id)
+{
+    for (void *h = zlistx_first (self->jobs); h; h = zlistx_next (self->jobs))
+        if (streq (((s_job_t *) h)->id, id))
+            return true;
+    return false;
+}
+
+static s_job_t *s_job_add (vmd_ship_t *self, s_job_t *job, s_kind_t kind, bool snapshot,
+                           const char *id, const sbx_msg_t *request)
+{
+    job->ship = self;
+    job->kind = kind;
+    job->snapshot = snapshot;
+    job->id = strdup (id);
+    job->request = sbx_msg_dup ((sbx_msg_t *) request);
+    job->started_mono = sbx_clock_mono_ms ();
+    zlistx_add_end (self->jobs, job);
+    return job;
+}
+
+//  vm.ship.offer of a snapshot: snapshots/<id>/ flattened into ship/<id>/.
+static int s_offer_snapshot (vmd_ship_t *self, const sbx_msg_t *request, sbx_err_t *err)
+{
+    const sbx_vm_ship_offer_t *args = sbx_msg_vm_ship_offer ((sbx_msg_t *) request);
+    const char *id = args->snapshot_id;
+    if (!vmd_guest_id_valid (id) || strncmp (id, "snap_", 5) != 0)
+        return sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "not a snapshot id");
+    if (s_busy (self, id))
+        return sbx_err_set (err, SBX_E_CONFLICT, "snapshot %s is being shipped already", id);
+    char *dir = zsys_sprintf ("%s/snapshots/%s", self->data_dir, id);
+    char *ship = s_staging (self, id, NULL);
+    char *disk = dir ? zsys_sprintf ("%s/disk.qcow2", dir) : NULL;
+    char *from = dir ? zsys_sprintf ("%s/memory.state", dir) : NULL;
+    char *copy = ship ? zsys_sprintf ("%s/disk.qcow2", ship) : NULL;
+    char *to = ship ? zsys_sprintf ("%s/memory.state", ship) : NULL;
+    char *log = ship ? zsys_sprintf ("%s/qemu-img.log", ship) : NULL;
+    //  The image its type boots here: what the disk stands on, at the bottom.
+    sbx_sandbox_type_t type = args->type ? args->type : SBX_SANDBOX_TYPE_SMALL;
+    const char *image_dir = vmd_guest_env_image (self->images, type);
+    char *base = zsys_sprintf ("%s/rootfs.ext4", image_dir);
+    s_job_t *job = calloc (1, sizeof *job);
+    struct stat st;
+    int rc = -1;
+    if (!dir || !ship || !disk || !from || !copy || !to || !log || !base || !job)
+        sbx_err_set (err, SBX_E_INTERNAL, "out of memory");
+    else if (stat (disk, &st) == -1 || stat (from, &st) == -1)
+        sbx_err_set (err, SBX_E_NOT_FOUND, "snapshot %s has no whole copy on this host", id);
+    else if (sbx_files_remove_tree (ship) || mkdir (ship, 0700) == -1)
+        sbx_err_set (err, SBX_E_INTERNAL, "cannot make %s: %s", ship, strerror (errno));
+    else if (link (from, to) == -1)
+        sbx_err_set (err, SBX_E_INTERNAL, "the memory state of snapshot %s: %s", id,
+                     strerror (errno));
+    else if ((job->pid = s_flatten (disk, copy, base, log)) < 0)
+        sbx_err_set (err, SBX_E_INTERNAL, "cannot start qemu-img");
+    else
+        rc = 0;
+    if (rc == 0) {
+        s_job_add (self, job, S_OFFER, true, id, request);
+        //  What the offer answers with: the image it stands on now, a snapshot's name.
+        job->guest.id = job->id;
+        job->guest.image_dir = strdup (image_dir);
+        job->guest.hostname = strdup (id);
+        job->guest.type = type;
+        job = NULL;
+    } else if (ship)
+        sbx_files_remove_tree (ship);
+    s_job_destroy (&job);
+    free (dir);
+    free (ship);
+    free (disk);
+    free (from);
+    free (copy);
+    free (to);
+    free (log);
+    free (base);
+    return rc;
 }
 
 int vmd_ship_offer (vmd_ship_t *self, const sbx_msg_t *request, const vmd_ship_guest_t *guest,
@@ -188,10 +307,10 @@ int vmd_ship_offer (vmd_ship_t *self, const sbx_msg_t *request, const vmd_ship_g
                             "the other vmd hosts reach, to move sandboxes off it");
     if (!args->ticket || strlen (args->ticket) < SBX_SHIP_TICKET_MIN)
         return sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "the ticket is too short");
-    for (void *h = zlistx_first (self->jobs); h; h = zlistx_next (self->jobs))
-        if (streq (((s_job_t *) h)->id, guest->id))
-            return sbx_err_set (err, SBX_E_CONFLICT, "sandbox %s is being shipped already",
-                                guest->id);
+    if (args->snapshot_id)
+        return s_offer_snapshot (self, request, err);
+    if (s_busy (self, guest->id))
+        return sbx_err_set (err, SBX_E_CONFLICT, "sandbox %s is being shipped already", guest->id);
     char *dir = s_dir (self, guest->id, NULL), *ship = s_dir (self, guest->id, "ship");
     char *from = s_dir (self, guest->id, "memory.state"),
          *to = s_dir (self, guest->id, "ship/memory.state");
@@ -208,36 +327,16 @@ int vmd_ship_offer (vmd_ship_t *self, const sbx_msg_t *request, const vmd_ship_g
     else if (link (from, to) == -1)
         sbx_err_set (err, SBX_E_INTERNAL, "the memory state of sandbox %s: %s", guest->id,
                      strerror (errno));
-    else {
-        //  The overlay's copy, then rebased onto the image alone: qemu-img writes into it
-        //  what its template's or snapshot's layers held (this host's files, not the
-        //  other's). A child, watched by the timer: it reads the whole disk.
-        char *argv[] = {"sh",
-                        "-c",
-                        "cp --reflink=auto -- \"$1\" \"$2\" && exec qemu-img rebase -q -f qcow2 "
-                        "-b \"$3\" -F raw \"$2\"",
-                        "sh",
-                        overlay,
-                        copy,
-                        base,
-                        NULL};
-        job->pid = vmd_qemu_helper_spawn (argv, log);
-        if (job->pid < 0)
-            sbx_err_set (err, SBX_E_INTERNAL, "cannot start qemu-img");
-        else
-            rc = 0;
-    }
+    else if ((job->pid = s_flatten (overlay, copy, base, log)) < 0)
+        sbx_err_set (err, SBX_E_INTERNAL, "cannot start qemu-img");
+    else
+        rc = 0;
     if (rc == 0) {
-        job->ship = self;
-        job->kind = S_OFFER;
-        job->id = strdup (guest->id);
-        job->request = sbx_msg_dup (request);
-        job->started_mono = sbx_clock_mono_ms ();
+        s_job_add (self, job, S_OFFER, false, guest->id, request);
         job->guest = *guest;
         job->guest.id = job->id;
         job->guest.image_dir = strdup (guest->image_dir);
         job->guest.hostname = strdup (guest->hostname ? guest->hostname : guest->id);
-        zlistx_add_end (self->jobs, job);
         job = NULL;
     } else if (ship)
         sbx_files_remove_tree (ship);
@@ -258,19 +357,50 @@ int vmd_ship_offer (vmd_ship_t *self, const sbx_msg_t *request, const vmd_ship_g
 
 static int s_on_fetch (zloop_t *loop, zsock_t *sock, void *arg);
 
+//  A snapshot's copy gets the modes of one saved here (vmd_guest's capture): the files
+//  0640 and the QEMU group's, read by the clones' QEMUs as a backing file; the directory
+//  0711. 0, or -1 with why.
+static int s_store_modes (vmd_ship_t *self, const char *ship, char *why, size_t size)
+{
+    gid_t gid;
+    bool share = vmd_qemu_group (sbx_config_get (self->config, "vmd.qemu_user", NULL), &gid) == 0;
+    const char *names[] = {"disk.qcow2", "memory.state"};
+    for (int i = 0; i < 2; i++) {
+        char *path = zsys_sprintf ("%s/%s", ship, names[i]);
+        bool ok = path && chmod (path, 0640) == 0 && (!share || chown (path, 0, gid) == 0);
+        free (path);
+        if (!ok) {
+            snprintf (why, size, "cannot give %s its modes: %s", names[i], strerror (errno));
+            return -1;
+        }
+    }
+    if (chmod (ship, 0711) == -1) {
+        snprintf (why, size, "cannot give %s its modes: %s", ship, strerror (errno));
+        return -1;
+    }
+    return 0;
+}
+
 //  The files are here: the overlay stands on this host's image, the directory is the
 //  guest's. 0, or -1 with why.
 static int s_land (vmd_ship_t *self, s_job_t *job, char *why, size_t size)
 {
-    char *ship = zsys_sprintf ("%s/%s.incoming/%s/ship", self->vms_dir, job->id, job->id);
-    char *overlay = ship ? zsys_sprintf ("%s/overlay.qcow2", ship) : NULL;
+    char *incoming = job->snapshot ? s_staging (self, job->id, ".incoming")
+                                   : zsys_sprintf ("%s/%s.incoming", self->vms_dir, job->id);
+    char *ship = !incoming       ? NULL
+                 : job->snapshot ? zsys_sprintf ("%s/ship/%s", incoming, job->id)
+                                 : zsys_sprintf ("%s/vms/%s/ship", incoming, job->id);
+    char *overlay =
+        ship ? zsys_sprintf ("%s/%s", ship, job->snapshot ? "disk.qcow2" : "overlay.qcow2") : NULL;
+    //  The image its type boots here (the offer's image: vmd_ship_take checked).
     char *base = zsys_sprintf (
         "%s/rootfs.ext4",
         vmd_guest_env_image (self->images, sbx_msg_vm_ship_take (job->request)->offer->type));
-    char *dir = s_dir (self, job->id, NULL);
+    char *dir = job->snapshot ? zsys_sprintf ("%s/snapshots/%s", self->data_dir, job->id)
+                              : s_dir (self, job->id, NULL);
     char *log = ship ? zsys_sprintf ("%s/qemu-img.log", ship) : NULL;
     int rc = -1;
-    if (!ship || !overlay || !base || !dir || !log)
+    if (!incoming || !ship || !overlay || !base || !dir || !log)
         snprintf (why, size, "out of memory");
     else {
         //  Metadata only (≈ 20 ms): the contents are the image's on both hosts.
@@ -282,12 +412,13 @@ static int s_land (vmd_ship_t *self, s_job_t *job, char *why, size_t size)
             ;
         if (pid < 0 || !WIFEXITED (status) || WEXITSTATUS (status) != 0)
             snprintf (why, size, "qemu-img rebase of the fetched disk failed (see %s)", log);
-        else if (unlink (log), rename (ship, dir) == -1)
+        else if (unlink (log), job->snapshot && s_store_modes (self, ship, why, size))
+            ; //  why says
+        else if (rename (ship, dir) == -1)
             snprintf (why, size, "cannot make %s: %s", dir, strerror (errno));
         else
             rc = 0;
     }
-    char *incoming = zsys_sprintf ("%s/%s.incoming", self->vms_dir, job->id);
     if (incoming)
         sbx_files_remove_tree (incoming);
     free (incoming);
@@ -318,14 +449,17 @@ static int s_on_fetch (zloop_t *loop, zsock_t *sock, void *arg)
             s_fail (self, job, SBX_E_INTERNAL, "%s", why);
         else {
             uint64_t ms = sbx_clock_mono_ms () - job->started_mono;
-            sbx_info ("sandbox=%s taken from %s: %llu bytes in %llu ms", job->id,
-                      sbx_msg_vm_ship_take (job->request)->from, (unsigned long long) job->bytes,
-                      (unsigned long long) ms);
+            const sbx_vm_ship_take_t *args = sbx_msg_vm_ship_take (job->request);
+            sbx_info ("%s=%s taken from %s: %llu bytes in %llu ms",
+                      job->snapshot ? "snapshot" : "sandbox", job->id, args->from,
+                      (unsigned long long) job->bytes, (unsigned long long) ms);
             sbx_msg_t *reply = sbx_msg_new_reply (job->request, SBX_MSG_VM_SHIP_TAKE_OK);
-            sbx_str_set (&sbx_msg_vm_ship_take_ok (reply)->sandbox_id, job->id);
+            sbx_str_set (&sbx_msg_vm_ship_take_ok (reply)->sandbox_id, args->sandbox_id);
+            if (job->snapshot)
+                sbx_str_set (&sbx_msg_vm_ship_take_ok (reply)->snapshot_id, job->id);
             sbx_msg_vm_ship_take_ok (reply)->bytes = job->bytes;
             sbx_msg_vm_ship_take_ok (reply)->ms = ms;
-            s_finish (self, job, &reply, true);
+            s_finish (self, job, &reply, !job->snapshot);
         }
     } else
         s_fail (self, job, SBX_E_UNAVAILABLE, "fetching its files from vmd %s failed: %s",
@@ -338,47 +472,52 @@ int vmd_ship_take (vmd_ship_t *self, const sbx_msg_t *request, sbx_err_t *err)
 {
     sbx_vm_ship_take_t *args = sbx_msg_vm_ship_take ((sbx_msg_t *) request);
     const sbx_ship_offer_t *offer = args->offer;
+    bool snapshot = args->snapshot_id != NULL;
+    const char *id = snapshot ? args->snapshot_id : args->sandbox_id;
     if (!vmd_guest_id_valid (args->sandbox_id))
         return sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "not a sandbox id");
+    if (snapshot && (!vmd_guest_id_valid (id) || strncmp (id, "snap_", 5) != 0))
+        return sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "not a snapshot id");
     //  Its type's image here (image_dir, or image_dir.TYPE), by the hash that names it.
     const char *image_dir = vmd_guest_env_image (self->images, offer->type);
     const char *image = strrchr (image_dir, '/') ? strrchr (image_dir, '/') + 1 : image_dir;
     if (!offer->image || !streq (offer->image, image))
         return sbx_err_set (
             err, SBX_E_FAILED_PRECONDITION,
-            "sandbox %s runs image %s; its type (%s) boots image %s on this host "
+            "%s %s stands on image %s; its type (%s) boots image %s on this host "
             "(the same build of each type's guest image on every vmd host)",
-            args->sandbox_id, offer->image ? offer->image : "?",
+            snapshot ? "snapshot" : "sandbox", id, offer->image ? offer->image : "?",
             sbx_sandbox_type_name (offer->type) ? sbx_sandbox_type_name (offer->type) : "none",
             image);
     //  Exactly its two files, under its own ship directory: nothing else lands here.
-    char prefix[96];
-    snprintf (prefix, sizeof prefix, "%s/ship/", args->sandbox_id);
+    char prefix[128];
+    snprintf (prefix, sizeof prefix, snapshot ? "ship/%s/" : "vms/%s/ship/", id);
+    const char *disk = snapshot ? "disk.qcow2" : "overlay.qcow2";
     bool files = offer->files.count == 2;
     for (size_t i = 0; files && i < offer->files.count; i++) {
         const char *path = offer->files.items[i];
         files = sbx_ship_path_valid (path) && strncmp (path, prefix, strlen (prefix)) == 0 &&
-                (streq (path + strlen (prefix), "overlay.qcow2") ||
+                (streq (path + strlen (prefix), disk) ||
                  streq (path + strlen (prefix), "memory.state"));
     }
     if (!files)
         return sbx_err_set (err, SBX_E_INVALID_ARGUMENT,
-                            "the offer must name %soverlay.qcow2 and %smemory.state", prefix,
-                            prefix);
-    for (void *h = zlistx_first (self->jobs); h; h = zlistx_next (self->jobs))
-        if (streq (((s_job_t *) h)->id, args->sandbox_id))
-            return sbx_err_set (err, SBX_E_CONFLICT, "sandbox %s is being shipped already",
-                                args->sandbox_id);
-    char *dir = s_dir (self, args->sandbox_id, NULL);
-    char *incoming = zsys_sprintf ("%s/%s.incoming", self->vms_dir, args->sandbox_id);
+                            "the offer must name %s%s and %smemory.state", prefix, disk, prefix);
+    if (s_busy (self, id))
+        return sbx_err_set (err, SBX_E_CONFLICT, "%s %s is being shipped already",
+                            snapshot ? "snapshot" : "sandbox", id);
+    char *dir =
+        snapshot ? zsys_sprintf ("%s/snapshots/%s", self->data_dir, id) : s_dir (self, id, NULL);
+    char *incoming = snapshot ? s_staging (self, id, ".incoming")
+                              : zsys_sprintf ("%s/%s.incoming", self->vms_dir, id);
     struct stat st;
     int rc = -1;
     s_job_t *job = calloc (1, sizeof *job);
     if (!dir || !incoming || !job)
         sbx_err_set (err, SBX_E_INTERNAL, "out of memory");
     else if (lstat (dir, &st) == 0)
-        sbx_err_set (err, SBX_E_CONFLICT, "sandbox %s has a directory here already",
-                     args->sandbox_id);
+        sbx_err_set (err, SBX_E_CONFLICT, "%s %s has a directory here already",
+                     snapshot ? "snapshot" : "sandbox", id);
     else if (sbx_files_remove_tree (incoming) || mkdir (incoming, 0700) == -1)
         sbx_err_set (err, SBX_E_INTERNAL, "cannot make %s: %s", incoming, strerror (errno));
     else {
@@ -394,15 +533,10 @@ int vmd_ship_take (vmd_ship_t *self, const sbx_msg_t *request, sbx_err_t *err)
             rc = 0;
     }
     if (rc == 0) {
-        job->ship = self;
-        job->kind = S_TAKE;
-        job->id = strdup (args->sandbox_id);
-        job->request = sbx_msg_dup (request);
-        job->started_mono = sbx_clock_mono_ms ();
-        zlistx_add_end (self->jobs, job);
+        s_job_add (self, job, S_TAKE, snapshot, id, request);
         zloop_reader (self->loop, sbx_ship_fetch_sock (job->fetch), s_on_fetch, job);
-        sbx_info ("sandbox=%s taking it from vmd %s (%llu bytes)", job->id, args->from,
-                  (unsigned long long) offer->bytes);
+        sbx_info ("%s=%s taking it from vmd %s (%llu bytes)", snapshot ? "snapshot" : "sandbox",
+                  job->id, args->from, (unsigned long long) offer->bytes);
         job = NULL;
     }
     s_job_destroy (&job);
@@ -419,7 +553,9 @@ void vmd_ship_forget (vmd_ship_t *self, const char *id)
     if (self->server)
         sbx_ship_server_withdraw (self->server, ticket);
     zhashx_delete (self->offers, id);
-    char *ship = s_dir (self, id, "ship");
+    bool snapshot = zhashx_lookup (self->expires, id) != NULL;
+    zhashx_delete (self->expires, id);
+    char *ship = snapshot ? s_staging (self, id, NULL) : s_dir (self, id, "ship");
     if (ship)
         sbx_files_remove_tree (ship);
     free (ship);
@@ -433,6 +569,23 @@ static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
     (void) loop;
     (void) timer_id;
     vmd_ship_t *self = arg;
+    //  Snapshots' offers past their time: withdrawn, their staging removed.
+    uint64_t now = sbx_clock_mono_ms ();
+    zlist_t *ended = NULL;
+    for (char *until = zhashx_first (self->expires); until; until = zhashx_next (self->expires))
+        if (strtoull (until, NULL, 10) <= now) {
+            if (!ended)
+                ended = zlist_new ();
+            if (ended)
+                zlist_append (ended, (void *) zhashx_cursor (self->expires));
+        }
+    for (char *id = ended ? zlist_first (ended) : NULL; id; id = zlist_next (ended)) {
+        char *copy = strdup (id);
+        if (copy)
+            vmd_ship_forget (self, copy);
+        free (copy);
+    }
+    zlist_destroy (&ended);
     s_job_t *job = zlistx_first (self->jobs);
     while (job) {
         s_job_t *next = zlistx_next (self->jobs);
@@ -443,9 +596,8 @@ static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
             if (WIFEXITED (status) && WEXITSTATUS (status) == 0)
                 s_offered (self, job);
             else
-                s_fail (self, job, SBX_E_INTERNAL,
-                        "flattening the disk of sandbox %s failed (see vms/%s/ship/qemu-img.log)",
-                        job->id, job->id);
+                s_fail (self, job, SBX_E_INTERNAL, "flattening the disk of %s %s failed",
+                        job->snapshot ? "snapshot" : "sandbox", job->id);
         }
         job = next;
     }
@@ -465,13 +617,26 @@ vmd_ship_t *vmd_ship_new (sbx_config_t *config, zloop_t *loop, const char *vms_d
     self->loop = loop;
     self->done = done;
     self->arg = arg;
+    self->data_dir = strdup (sbx_config_data_dir (config));
     self->vms_dir = strdup (vms_dir);
     self->images = images;
     self->jobs = zlistx_new ();
     self->offers = zhashx_new ();
     if (self->offers)
         zhashx_set_destructor (self->offers, (zhashx_destructor_fn *) zstr_free);
-    if (!self->vms_dir || !self->jobs || !self->offers) {
+    self->expires = zhashx_new ();
+    if (self->expires) {
+        zhashx_set_destructor (self->expires, (zhashx_destructor_fn *) zstr_free);
+        zhashx_set_duplicator (self->expires, (zhashx_duplicator_fn *) strdup);
+    }
+    char *staging = self->data_dir ? zsys_sprintf ("%s/ship", self->data_dir) : NULL;
+    //  Staging and incoming copies of the last run are of no use: its offers are gone.
+    if (staging)
+        sbx_files_remove_tree (staging);
+    bool made = staging && mkdir (staging, 0700) == 0;
+    free (staging);
+    if (!made || !self->data_dir || !self->vms_dir || !self->jobs || !self->offers ||
+        !self->expires) {
         vmd_ship_destroy (&self);
         return NULL;
     }
@@ -482,7 +647,7 @@ vmd_ship_t *vmd_ship_new (sbx_config_t *config, zloop_t *loop, const char *vms_d
         snprintf (bind, sizeof bind, "tcp://*:%s", colon ? colon + 1 : "");
         zcert_t *cert = sbx_curve_host_cert (config);
         self->address = strdup (address);
-        self->server = cert ? sbx_ship_server_new (bind, vms_dir, cert) : NULL;
+        self->server = cert ? sbx_ship_server_new (bind, self->data_dir, cert) : NULL;
         self->public_key = cert ? strdup (zcert_public_txt (cert)) : NULL;
         zcert_destroy (&cert);
         if (!colon || !self->server || !self->public_key) {
@@ -512,7 +677,9 @@ void vmd_ship_destroy (vmd_ship_t **self_p)
     }
     zlistx_destroy (&self->jobs);
     zhashx_destroy (&self->offers);
+    zhashx_destroy (&self->expires);
     sbx_ship_server_destroy (&self->server);
+    free (self->data_dir);
     free (self->vms_dir);
     free (self->address);
     free (self->public_key);

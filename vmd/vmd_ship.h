@@ -12,6 +12,11 @@
    rebase -u: the contents are the same), and the directory becomes vms/<id>; the owner (vmd_server)
     then makes the guest, stopped. A failure leaves nothing here.
 
+    Snapshots (snapshot_id in the request): the same for snapshots/<id>/ of this host's
+    store, staged in ship/<id>/ and landing in snapshots/<id>/ on the other, where its
+    snapshotd records the copy (snap.replica.done): user snapshots are kept on two hosts.
+    Files are offered below the data directory (vms/<id>/ship/…, ship/<id>/…).
+
     Both run beside the loop: qemu-img in a child watched by a timer, the fetch in its
     own thread whose pipe the loop reads.
 */
@@ -45,11 +50,14 @@ typedef struct {
     bool no_network;
 } vmd_ship_guest_t;
 
-//  vm.ship.offer: 0 (done is called with the answer later), or -1 and err.
+//  vm.ship.offer: 0 (done is called with the answer later), or -1 and err. With the
+//  request's snapshot_id, guest is NULL: snapshots/<id>/ is flattened into ship/<id>/.
 int vmd_ship_offer (vmd_ship_t *self, const sbx_msg_t *request, const vmd_ship_guest_t *guest,
                     sbx_err_t *err);
 
-//  vm.ship.take: 0 (done is called later), or -1 and err.
+//  vm.ship.take: 0 (done is called later), or -1 and err. A snapshot's copy lands in
+//  snapshots/<id>/ (its files 0640, the QEMU group's, as a capture's) and done's took is
+//  false: there is no guest to make.
 int vmd_ship_take (vmd_ship_t *self, const sbx_msg_t *request, sbx_err_t *err);
 
 //  The guest id resumes or goes here: an offer of its files ends (ticket withdrawn, its

@@ -5,6 +5,8 @@
     that lands reads the same as the one that left (qemu-img compare), stands on the
     taker's image only, and the memory state is the same bytes; a wrong ticket and another
     image are refused, and leave nothing; an offer without vmd.ship says how to set it.
+    A snapshot's files (snapshots/<id>/, on a template's disk) go the same way into the
+    other host's store.
 */
 #include "vmd_guest.h"
 #include "vmd_ship.h"
@@ -182,6 +184,70 @@ void vmd_ship_test (bool verbose)
     vmd_ship_forget (a, "sb_moving");
     snprintf (path, sizeof path, "%s/sb_moving/ship", vms_a);
     assert (stat (path, &st) == -1);
+
+    //  A snapshot's copy: snapshots/<id> (its disk on the template's, as a clone's save
+    //  is) lands in the other store, flattened onto its image, with a capture's modes.
+    s_sh ("cd %s/a && mkdir -m 0711 -p snapshots/snap_copied && qemu-img create -q -f qcow2 -b "
+          "%s/a/templates/disk.qcow2 -F qcow2 snapshots/snap_copied/disk.qcow2 && qemu-io -c "
+          "'write -P 0xcc 2M 64k' snapshots/snap_copied/disk.qcow2 >/dev/null && head -c 1M "
+          "/dev/urandom > snapshots/snap_copied/memory.state && mkdir -p %s/b/snapshots",
+          root, root, root);
+    sbx_msg_t *snap_offer = sbx_msg_new (SBX_MSG_VM_SHIP_OFFER);
+    snap_offer->rid = 3;
+    sbx_vm_ship_offer_t *offer_args = sbx_msg_vm_ship_offer (snap_offer);
+    sbx_str_set (&offer_args->sandbox_id, "sb_gone_long_ago");
+    sbx_str_set (&offer_args->snapshot_id, "snap_copied");
+    sbx_str_set (&offer_args->ticket, "ticket-snap-0123456789-0123456789-0123456789");
+    assert (vmd_ship_offer (a, snap_offer, NULL, &err) == 0);
+    sbx_msg_destroy (&reply);
+    reply = s_wait (loop);
+    assert (reply->type == SBX_MSG_VM_SHIP_OFFER_OK && !s_took);
+    offered = sbx_msg_vm_ship_offer_ok (reply)->offer;
+    assert (offered->files.count == 2 &&
+            streq (offered->files.items[0], "ship/snap_copied/disk.qcow2"));
+    sbx_msg_t *snap_take = sbx_msg_new (SBX_MSG_VM_SHIP_TAKE);
+    snap_take->rid = 4;
+    sbx_vm_ship_take_t *take_args = sbx_msg_vm_ship_take (snap_take);
+    sbx_str_set (&take_args->sandbox_id, "sb_gone_long_ago");
+    sbx_str_set (&take_args->snapshot_id, "snap_copied");
+    sbx_str_set (&take_args->from, "host-a");
+    sbx_str_set (&take_args->ticket, "ticket-snap-0123456789-0123456789-0123456789");
+    take_args->offer = offered;
+    sbx_msg_vm_ship_offer_ok (reply)->offer = NULL;
+    //  Only its own two files, under ship/<id>/: another path is refused.
+    sbx_str_set (&offered->files.items[1], "vms/sb_moving/memory.state");
+    assert (vmd_ship_take (b, snap_take, &err) == -1 && err.code == SBX_E_INVALID_ARGUMENT);
+    sbx_str_set (&offered->files.items[1], "ship/snap_copied/memory.state");
+    assert (vmd_ship_take (b, snap_take, &err) == 0);
+    answer = s_wait (loop);
+    assert (answer->type == SBX_MSG_VM_SHIP_TAKE_OK && !s_took);
+    assert (streq (sbx_msg_vm_ship_take_ok (answer)->snapshot_id, "snap_copied"));
+    sbx_msg_destroy (&answer);
+    s_sh ("qemu-img compare -q -f qcow2 -F qcow2 %s/a/snapshots/snap_copied/disk.qcow2 "
+          "%s/b/snapshots/snap_copied/disk.qcow2",
+          root, root);
+    s_sh ("qemu-img info %s/b/snapshots/snap_copied/disk.qcow2 | grep -q 'backing file: "
+          "%s/rootfs.ext4$'",
+          root, image_b);
+    s_sh ("cmp -s %s/a/snapshots/snap_copied/memory.state %s/b/snapshots/snap_copied/memory.state",
+          root, root);
+    snprintf (path, sizeof path, "%s/b/snapshots/snap_copied/memory.state", root);
+    assert (stat (path, &st) == 0 && (st.st_mode & 0777) == 0640);
+    snprintf (path, sizeof path, "%s/b/snapshots/snap_copied", root);
+    assert (stat (path, &st) == 0 && (st.st_mode & 0777) == 0711);
+    //  There already: a second take is refused, the copy untouched.
+    assert (vmd_ship_take (b, snap_take, &err) == -1 && err.code == SBX_E_CONFLICT);
+    snprintf (path, sizeof path, "%s/b/ship/snap_copied.incoming", root);
+    assert (stat (path, &st) == -1);
+    //  The offer's staging goes when it is forgotten (or its time is up).
+    vmd_ship_forget (a, "snap_copied");
+    snprintf (path, sizeof path, "%s/a/ship/snap_copied", root);
+    assert (stat (path, &st) == -1);
+    //  Not there: said so.
+    sbx_str_set (&offer_args->snapshot_id, "snap_absent");
+    assert (vmd_ship_offer (a, snap_offer, NULL, &err) == -1 && err.code == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&snap_take);
+    sbx_msg_destroy (&snap_offer);
 
     sbx_msg_destroy (&take);
     sbx_msg_destroy (&reply);

@@ -6,7 +6,8 @@ with a veth on the bridge, its own data directory and its own `sbx up`:
 
     c1 c2 c3   control nodes (broker + its dqlite node, billing; hookd on c1)
     g1 g2      gateways, behind a real HAProxy (TCP, round robin) in the test's namespace
-    v1 v2      vmd hosts, real guests (snapshotd on v1: one per cluster)
+    v1 v2      vmd hosts, real guests, each with its snapshotd (the catalog is the
+               cluster's; user snapshots are copied to the other host)
 
 It forms the cluster the documented way (sbx cluster init on c1, a token per host,
 sbx up --join on each), then runs a workload through MCP (creates, execs, stops,
@@ -16,8 +17,11 @@ resumes) while it
 then, the workload done,
     - cuts vmd host v1 off the bridge until its sandboxes are `error`, host lost, and
       brings it back: they return as they were, and answer;
+    - drains v1: a stopped sandbox moves to v2 with its memory; a user snapshot of it
+      saved on v2 gets its second copy on v1;
     - kills vmd host v2 whole (every process of its namespace, guests too, SIGKILL):
-      its sandboxes go to `error`, host lost, and one is deleted at once;
+      its sandboxes go to `error`, host lost, and one is deleted at once; a sandbox made
+      from the snapshot comes up on v1 from v1's copy, with the file it was saved with;
 and reports: each failover's time (until an exec through a gateway succeeds again),
 requests that got no answer (must be 0), billed time lost or doubled against the event
 log, a lost sandbox's up to its host's last heartbeat (must be 0), sandboxes lost (only
@@ -295,7 +299,7 @@ class ClusterTest(unittest.TestCase):
         key = wait_for(lambda: (re.findall(r"admin API key:\s+(\S+)", c1.output()) or [None])[0],
                        60, lambda: f"the admin key in c1's output:\n{c1.output()}")
         roles = {"c2": "control,billing", "c3": "control,billing", "g1": "gateway",
-                 "g2": "gateway", "v1": "vmd,snapshotd", "v2": "vmd"}
+                 "g2": "gateway", "v1": "vmd,snapshotd", "v2": "vmd,snapshotd"}
         for name, role in roles.items():
             token = json.loads(c1.cli("cluster", "token", "--name", name, "--roles", role,
                                       "--json").stdout)["token"]
@@ -468,6 +472,22 @@ class ClusterTest(unittest.TestCase):
         dead = [sb for sb in sandboxes if vmd_of(sb) == "v2"]
         back = [sb for sb in back if sb != mover]
 
+        # -- a user snapshot saved on v2 gets a copy on v1 ------------------------------
+        ok, snap, text = client.tool(sid, "save_snapshot", {"sandboxId": mover,
+                                                            "name": "kept-on-two"}, timeout=300)
+        self.assertTrue(ok, text)
+        t0 = time.monotonic()
+
+        def copies():
+            status, body = client.rest("GET", f"/v1/snapshots/{snap['id']}")
+            return status == 200 and body.get("copies", 0) >= 2
+        wait_for(copies, 180, lambda: f"a second copy of {snap['id']}:\n"
+                 f"{hosts['v2'].log('sbx-vmd')[-1500:]}\n{hosts['v1'].log('sbx-vmd')[-1500:]}"
+                 f"\n{hosts['v1'].log('sbx-snapshotd')[-1500:]}")
+        copy_s = time.monotonic() - t0
+        print(f"  snapshot {snap['id']} saved on v2, copied to v1 after {copy_s:.2f} s",
+              flush=True)
+
         t0 = time.monotonic()
         killed = hosts["v2"].kill()
         wait_for(lambda: all(view(sb)[0] == "error" and view(sb)[1].startswith("host lost")
@@ -480,6 +500,22 @@ class ClusterTest(unittest.TestCase):
         self.assertTrue(ok and got["state"] == "deleted", text)
         gone = c1.cli("sandbox", "get", dead[0], "--json", check=False)
         self.assertIn("not_found", gone.stdout + gone.stderr)
+        # The snapshot saved on v2 outlives it: listed (the catalog is the cluster's), and
+        # a sandbox made from it comes up on v1, from v1's copy, with its memory's file.
+        ok, listed, text = client.tool(sid, "list_snapshots", {})
+        self.assertTrue(ok and snap["id"] in text + json.dumps(listed), text)
+        ok, made, text = client.tool(sid, "create_sandbox", {"snapshotId": snap["id"]},
+                                     timeout=300)
+        self.assertTrue(ok, text)
+        self.assertEqual(vmd_of(made["id"]), "v1")
+        ok, got, text = client.tool(sid, "exec", {"sandboxId": made["id"],
+                                                  "command": "cat /tmp/mark"})
+        self.assertTrue(ok and mark in text + json.dumps(got),
+                        f"{mark} in the sandbox made from the copy: {text}")
+        print(f"  v2 gone: sandbox {made['id']} made on v1 from its copy of {snap['id']}",
+              flush=True)
+        sandboxes.append(made["id"])
+        back.append(made["id"])
 
         # Billing against the log: stopped, every running second is charged once (a lost
         # one's up to its host's last heartbeat, at_ms).
@@ -533,6 +569,7 @@ class ClusterTest(unittest.TestCase):
             "host_back_after_s": round(came_back, 3),
             "lost_after_ms": LOST_AFTER_MS,
             "move_s": round(move_s, 3),
+            "snapshot_copy_s": round(copy_s, 3),
         }
         print("cluster figures: " + json.dumps(figures), flush=True)
         if os.environ.get("SBX_CLUSTER_FIGURES"):

@@ -190,6 +190,8 @@ export interface Snapshot {
   reason?: string;
   /** The snapshot its disk stands on. */
   parentId?: string;
+  /** How many hosts keep a whole copy of its files: 1 on one machine; a user snapshot on several vmd hosts gets a second copy within seconds of being saved, so that losing one host loses none. */
+  copies?: number;
 }
 
 export interface SnapshotList {
