@@ -3,6 +3,14 @@
 # from Debian 12 (bookworm) packages. See vmd/image/README.md.
 set -euo pipefail
 
+# Descriptors inherited from whoever runs this (ctest, flock, make) are closed: mmdebstrap
+# hands apt its next free descriptor, and dash cannot redirect one above 9 ("cat >&11":
+# "Bad fd number"). 255 is bash's own, reading this script.
+for fd in /proc/$$/fd/*; do
+    fd=${fd##*/}
+    case "$fd" in 0 | 1 | 2 | 255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
+done
+
 usage() {
     cat <<'EOF'
 Usage: build-image.sh [options] OUT_DIR
