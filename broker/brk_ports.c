@@ -201,6 +201,12 @@ sbx_msg_t *brk_ports_resolve (brk_ctx_t *ctx, sbx_msg_t *request, bool trusted)
         ok->auto_resume = !record.no_auto_resume;
         sbx_str_set (&ok->host, port.host);
         ok->host_port = port.host_port;
+        //  Its vmd's relay, for a gateway on another host (the forward is on loopback).
+        brk_peer_t *vmd = record.vmd && ctx->registry
+                              ? brk_registry_find (ctx->registry, SBX_ROLE_VMD, record.vmd)
+                              : NULL;
+        if (vmd && vmd->relay)
+            sbx_str_set (&ok->relay, vmd->relay);
         brk_port_clear (&port);
     }
     brk_sandbox_clear (&record);

@@ -18,6 +18,7 @@ void brk_peer_destroy (brk_peer_t **self_p)
     free (self->routing_id);
     free (self->instance);
     free (self->metrics);
+    free (self->relay);
     free (self);
     *self_p = NULL;
 }

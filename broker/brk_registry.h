@@ -29,6 +29,7 @@ typedef struct {
     uint64_t last_seen_mono;
     uint64_t routed; //  requests routed to it, for round-robin fairness
     char *metrics;   //  its latest metrics (heartbeat), sample lines, or NULL
+    char *relay;     //  a vmd's relay for published ports (its hello), or NULL
 } brk_peer_t;
 
 typedef struct brk_registry_t brk_registry_t;

@@ -15,6 +15,7 @@
 #include "brk_hostloss.h"
 #include "brk_move.h"
 #include "brk_replica.h"
+#include "sbx_dqproxy.h"
 #include "brk_reconcile.h"
 #include "brk_rates.h"
 #include "brk_sandbox.h"
@@ -58,11 +59,29 @@ typedef struct {
     brk_move_t *move;
     brk_replica_t *replica;
     brk_ctx_t ctx;
-    char *instance; //  random per run, so peers can tell a restart
+    char *instance;     //  random per run, so peers can tell a restart
+    char ports_key[65]; //  a cluster's: the published ports' relay key (hex), for welcomes
     uint64_t heartbeat_ms;
     uint64_t default_timeout_ms;
     uint64_t started_ms;
 } s_server_t;
+
+//  A cluster's relay key for published ports, from the cluster key (every control node
+//  makes the same): handed to gateways and vmds in their welcome.
+static void s_ports_key (s_server_t *self, sbx_config_t *config)
+{
+    unsigned char key[SBX_DQPROXY_KEY_SIZE], ports[SBX_DQPROXY_KEY_SIZE];
+    char *path = sbx_config_path (config, "keys/cluster.key");
+    if (path && sbx_dqproxy_key_load (path, false, key) == 0 &&
+        sbx_dqproxy_derive (key, "sbx ports relay", ports) == 0)
+        for (size_t i = 0; i < sizeof ports; i++)
+            snprintf (self->ports_key + 2 * i, 3, "%02x", ports[i]);
+    else
+        sbx_warn ("no cluster key: published ports are not relayed between hosts");
+    sbx_secret_wipe_bytes (key, sizeof key);
+    sbx_secret_wipe_bytes (ports, sizeof ports);
+    free (path);
+}
 
 static void s_server_destroy (s_server_t **self_p)
 {
@@ -85,6 +104,7 @@ static void s_server_destroy (s_server_t **self_p)
     zactor_destroy (&self->auth);
     if (self->lock_fd >= 0)
         close (self->lock_fd);
+    sbx_secret_wipe_bytes (self->ports_key, sizeof self->ports_key);
     free (self->instance);
     free (self);
     *self_p = NULL;
@@ -233,6 +253,8 @@ static s_server_t *s_server_new (sbx_config_t *config, const brk_server_args_t *
         return NULL;
     }
     self->ctx.config = config;
+    if (cluster)
+        s_ports_key (self, config);
     self->ctx.control_node = cluster ? cluster->node : NULL;
     self->ctx.control_local = cluster ? cluster->local : NULL;
     self->ctx.store = self->store;
@@ -386,6 +408,8 @@ static void s_on_hello (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
         s_reply_error (self, address, msg->rid, SBX_E_INTERNAL, "cannot register");
         return;
     }
+    free (peer->relay);
+    peer->relay = hello->relay && *hello->relay ? strdup (hello->relay) : NULL;
     if (!known) {
         sbx_info ("%s %s joined (pid %llu, capacity %llu)", sbx_role_name (peer->role),
                   peer->instance, (unsigned long long) peer->pid,
@@ -399,6 +423,9 @@ static void s_on_hello (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
     welcome->last_seq = brk_store_last_seq (self->store);
     //  A cluster's control nodes as they are now: a worker follows every one of them.
     brk_hosts_members (&self->ctx, &welcome->nodes);
+    //  Gateways and vmds: the relay's key, over this (CurveZMQ) connection only.
+    if (*self->ports_key && (peer->role == SBX_ROLE_GATEWAY || peer->role == SBX_ROLE_VMD))
+        sbx_str_set (&welcome->ports_key, self->ports_key);
     s_send (self, address, &reply);
 }
 

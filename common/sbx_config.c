@@ -75,6 +75,7 @@ static const s_known_t s_known[] = {
     {"vmd.capacity", "8", K_ANY},
     {"vmd.lost_after_ms", "30000", K_ANY}, //  broker: a vmd away this long is a host lost
     {"vmd.ship", NULL, K_HOSTPORT},        //  where other vmd hosts fetch moving sandboxes
+    {"vmd.relay", NULL, K_HOSTPORT},       //  where gateways on other hosts reach published ports
     {"vmd.tcg_tb_mib", "64", K_ANY},       //  TCG's translation cache per guest, MiB (vmd_qemu.h)
     {"vmd.network", "isolated", K_ANY},
     {"vmd.qemu_user", NULL, K_ANY},

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -30,7 +31,18 @@
 #define S_HANDSHAKE_MS 5000         //  an accepted connection proves the key within this
 #define S_MAX_LINKS    1024         //  connections relayed at once
 
-typedef enum { S_HANDSHAKE, S_CONNECTING, S_OPEN } s_state_t;
+//  An accepted link: HANDSHAKE, (a routed listener's: PREAMBLE,) CONNECTING or OPEN. A
+//  link dialed in the background: DIALING, CLIENT_HANDSHAKE, OPEN.
+typedef enum {
+    S_HANDSHAKE,
+    S_PREAMBLE,
+    S_CONNECTING,
+    S_OPEN,
+    S_DIALING,
+    S_CLIENT_HANDSHAKE
+} s_state_t;
+
+#define S_PREAMBLE_MAX 128 //  a routed link's first line, '\n' included
 
 typedef struct s_link_t {
     struct s_link_t *next;
@@ -38,7 +50,9 @@ typedef struct s_link_t {
     int net;   //  the TCP connection, TLS on it
     int local; //  the plain side: the node's socket, or a socket pair's end
     gnutls_session_t tls;
-    char *target; //  accepted links: where to relay once the key is proven
+    char *target;                //  accepted links: where to relay once the key is proven
+    sbx_dqproxy_route_fn *route; //  or, a routed listener's: what its first line names
+    void *route_arg;
     int64_t deadline;
     //  Bytes on their way: decrypted for the local side; plain for TLS.
     char *to_local;
@@ -52,6 +66,8 @@ typedef struct s_listener_t {
     struct s_listener_t *next;
     int fd;
     char *target;
+    sbx_dqproxy_route_fn *route;
+    void *route_arg;
 } s_listener_t;
 
 struct _sbx_dqproxy_t {
@@ -323,9 +339,61 @@ static int s_pump (s_link_t *link)
     return 0;
 }
 
-//  An accepted link's handshake, then its connect to the target. -1 when it is over.
+//  A routed link's first line, read from TLS into to_local: once whole, the route names
+//  the target (what followed the line stays in to_local, for the target). 0 while it
+//  comes, 1 when the target is set, -1 when the link is over.
+static int s_preamble (s_link_t *link)
+{
+    while (link->to_local_len < S_PREAMBLE_MAX) {
+        ssize_t n = gnutls_record_recv (link->tls, link->to_local + link->to_local_len,
+                                        S_PREAMBLE_MAX - link->to_local_len);
+        if (n > 0)
+            link->to_local_len += (size_t) n;
+        else if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+            break;
+        else
+            return -1;
+    }
+    char *end = memchr (link->to_local, '\n', link->to_local_len);
+    if (!end)
+        return link->to_local_len >= S_PREAMBLE_MAX ? -1 : 0;
+    *end = 0;
+    char *target = link->route (link->to_local, link->route_arg);
+    if (!target) {
+        sbx_debug ("dqproxy: a proven peer asked for '%.64s': refused", link->to_local);
+        return -1;
+    }
+    size_t line = (size_t) (end - link->to_local) + 1;
+    memmove (link->to_local, link->to_local + line, link->to_local_len - line);
+    link->to_local_len -= line;
+    link->target = target;
+    return 1;
+}
+
+//  An accepted link's handshake (and a routed one's first line), then its connect to the
+//  target; a dialed link's connect and handshake. -1 when it is over.
 static int s_progress (s_link_t *link)
 {
+    if (link->state == S_DIALING) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt (link->net, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
+            sbx_debug ("dqproxy: cannot connect: %s", strerror (err ? err : errno));
+            return -1;
+        }
+        link->state = S_CLIENT_HANDSHAKE;
+    }
+    if (link->state == S_CLIENT_HANDSHAKE) {
+        int rc = gnutls_handshake (link->tls);
+        if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED)
+            return 0;
+        if (rc < 0) {
+            sbx_debug ("dqproxy: a handshake failed: %s", gnutls_strerror (rc));
+            return -1;
+        }
+        link->state = S_OPEN;
+        return s_pump (link);
+    }
     if (link->state == S_HANDSHAKE) {
         int rc = gnutls_handshake (link->tls);
         if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED)
@@ -334,6 +402,15 @@ static int s_progress (s_link_t *link)
             sbx_debug ("dqproxy: a handshake failed: %s", gnutls_strerror (rc));
             return -1;
         }
+        if (link->route)
+            link->state = S_PREAMBLE;
+    }
+    if (link->state == S_PREAMBLE) {
+        int rc = s_preamble (link);
+        if (rc <= 0)
+            return rc;
+    }
+    if (link->state == S_HANDSHAKE || link->state == S_PREAMBLE) {
         bool pending = false;
         link->local = s_connect_target (link->target, &pending);
         if (link->local < 0) {
@@ -379,7 +456,11 @@ static void s_accept (sbx_dqproxy_t *self, s_listener_t *listener)
             if (!link)
                 gnutls_deinit (tls);
         }
-        if (!link || !(link->target = strdup (listener->target))) {
+        if (link && listener->route) {
+            link->route = listener->route;
+            link->route_arg = listener->route_arg;
+        }
+        if (!link || (!listener->route && !(link->target = strdup (listener->target)))) {
             if (link)
                 s_link_free (link);
             else
@@ -444,10 +525,16 @@ static void *s_run (void *arg)
         int timeout = -1;
         for (s_link_t *link = self->links; link; link = link->next) {
             short net = 0, local = 0;
-            if (link->state == S_HANDSHAKE) {
-                net = gnutls_record_get_direction (link->tls) ? POLLOUT : POLLIN;
+            if (link->state == S_HANDSHAKE || link->state == S_CLIENT_HANDSHAKE ||
+                link->state == S_DIALING || link->state == S_PREAMBLE) {
+                net = link->state == S_DIALING                  ? POLLOUT
+                      : link->state == S_PREAMBLE               ? POLLIN
+                      : gnutls_record_get_direction (link->tls) ? POLLOUT
+                                                                : POLLIN;
                 int left = (int) (link->deadline - now);
                 timeout = timeout < 0 || left < timeout ? (left > 0 ? left : 0) : timeout;
+                if (link->state == S_PREAMBLE && gnutls_record_check_pending (link->tls) > 0)
+                    timeout = 0;
             } else {
                 if (link->to_local_len < S_BUFFER)
                     net |= POLLIN;
@@ -482,7 +569,9 @@ static void *s_run (void *arg)
         while (*prev) {
             s_link_t *link = *prev;
             int rc = 0;
-            if (link->state == S_HANDSHAKE && now >= link->deadline) {
+            bool early = link->state == S_HANDSHAKE || link->state == S_PREAMBLE ||
+                         link->state == S_DIALING || link->state == S_CLIENT_HANDSHAKE;
+            if (early && now >= link->deadline) {
                 sbx_debug ("dqproxy: a peer did not prove the key in time");
                 rc = -1;
             } else
@@ -607,6 +696,84 @@ int sbx_dqproxy_listen (sbx_dqproxy_t *self, const char *address, const char *ta
     pthread_mutex_unlock (&self->lock);
     s_wake (self);
     return 0;
+}
+
+int sbx_dqproxy_listen_routed (sbx_dqproxy_t *self, const char *address,
+                               sbx_dqproxy_route_fn *route, void *arg)
+{
+    int fd = s_listen_tcp (address);
+    if (fd < 0) {
+        sbx_error ("dqproxy: cannot listen on %s: %s", address, strerror (errno));
+        return -1;
+    }
+    s_listener_t *l = calloc (1, sizeof *l);
+    if (!l) {
+        close (fd);
+        return -1;
+    }
+    l->fd = fd;
+    l->route = route;
+    l->route_arg = arg;
+    pthread_mutex_lock (&self->lock);
+    l->next = self->listeners;
+    self->listeners = l;
+    pthread_mutex_unlock (&self->lock);
+    s_wake (self);
+    return 0;
+}
+
+int sbx_dqproxy_dial_routed (sbx_dqproxy_t *self, const char *address, const char *line)
+{
+    char host[256];
+    const char *port;
+    size_t length = line ? strlen (line) : 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
+    struct addrinfo *found = NULL;
+    //  Numeric only: the caller's loop must not wait for a resolver.
+    if (!line || length + 1 >= S_PREAMBLE_MAX || strchr (line, '\n') ||
+        s_split (address, host, sizeof host, &port) || getaddrinfo (host, port, &hints, &found))
+        return -1;
+    int net = socket (found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int rc = net >= 0 ? connect (net, found->ai_addr, found->ai_addrlen) : -1;
+    freeaddrinfo (found);
+    if (net < 0 || (rc && errno != EINPROGRESS)) {
+        if (net >= 0)
+            close (net);
+        return -1;
+    }
+    int one = 1;
+    setsockopt (net, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    gnutls_session_t tls;
+    if (s_session (self, &tls, false, net)) {
+        close (net);
+        return -1;
+    }
+    int pair[2] = {-1, -1};
+    s_link_t *link = NULL;
+    if (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0) {
+        s_nonblock (pair[1]);
+        link = s_link_new (net, pair[1], tls, S_DIALING);
+    }
+    if (!link) {
+        gnutls_deinit (tls);
+        close (net);
+        if (pair[0] >= 0)
+            close (pair[0]), close (pair[1]);
+        return -1;
+    }
+    //  The line goes first, as soon as the handshake is done.
+    memcpy (link->to_net, line, length);
+    link->to_net[length] = '\n';
+    link->to_net_len = length + 1;
+    link->deadline = s_now_ms () + S_HANDSHAKE_MS;
+    pthread_mutex_lock (&self->lock);
+    link->next = self->incoming;
+    self->incoming = link;
+    pthread_mutex_unlock (&self->lock);
+    s_wake (self);
+    return pair[0];
 }
 
 int sbx_dqproxy_dial (const char *address, int timeout_ms, void *arg)
@@ -743,5 +910,27 @@ int sbx_dqproxy_cluster (sbx_config_t *config, char ***nodes, sbx_dqproxy_t **pr
     }
     *where = (sbx_dqlite_cluster_t){
         (const char *const *) *nodes, count, sbx_dqproxy_dial, *proxy, 5000, true};
+    return 0;
+}
+
+int sbx_dqproxy_derive (const unsigned char *key, const char *label,
+                        unsigned char out[SBX_DQPROXY_KEY_SIZE])
+{
+    return gnutls_hmac_fast (GNUTLS_MAC_SHA256, key, SBX_DQPROXY_KEY_SIZE, label, strlen (label),
+                             out) == 0
+               ? 0
+               : -1;
+}
+
+int sbx_dqproxy_key_hex (const char *hex, unsigned char out[SBX_DQPROXY_KEY_SIZE])
+{
+    if (!hex || strlen (hex) != 2 * SBX_DQPROXY_KEY_SIZE)
+        return -1;
+    for (size_t i = 0; i < SBX_DQPROXY_KEY_SIZE; i++) {
+        int high = s_hex (hex[2 * i]), low = s_hex (hex[2 * i + 1]);
+        if (high < 0 || low < 0)
+            return -1;
+        out[i] = (unsigned char) (high * 16 + low);
+    }
     return 0;
 }

@@ -1,4 +1,6 @@
-/*  sbx_dqproxy - dqlite's connections between hosts, over TLS with the cluster's key.
+/*  sbx_dqproxy - dqlite's connections between hosts, over TLS with the cluster's key
+    (and, with another key, published guest ports between a gateway and a vmd host:
+    routed listeners, below).
 
     dqlite 1.11 speaks plain TCP and has no authentication: anyone who can reach a node's
     port could read and write every database. So no node listens on the network. Each
@@ -46,6 +48,22 @@ void sbx_dqproxy_destroy (sbx_dqproxy_t **self_p);
 //  cannot be bound.
 int sbx_dqproxy_listen (sbx_dqproxy_t *self, const char *address, const char *target);
 
+//  A routed listener: each proven peer's first line (up to 127 bytes, ending in '\n') is
+//  given to route, which answers the target to relay it to (HOST:PORT or "@name",
+//  malloc'd: the proxy frees it) or NULL to refuse it (the connection is closed). route
+//  runs in the relay thread: it must be thread-safe and quick. What the peer sent after
+//  the line goes to the target. 0, or -1 (logged) when address cannot be bound.
+typedef char *(sbx_dqproxy_route_fn) (const char *line, void *arg);
+int sbx_dqproxy_listen_routed (sbx_dqproxy_t *self, const char *address,
+                               sbx_dqproxy_route_fn *route, void *arg);
+
+//  A connection to a routed listener at address (a numeric HOST:PORT), asking for line
+//  (no '\n'): a connected stream socket at once, the caller's to close and to write to
+//  now; the connect and the handshake happen in the relay thread, and a failure (or a
+//  refusal) closes the socket, as a refused TCP connection would. Never blocks: for an
+//  event loop. -1 on a bad argument.
+int sbx_dqproxy_dial_routed (sbx_dqproxy_t *self, const char *address, const char *line);
+
 //  A connection to the node at address through its proxy: a connected stream socket of
 //  this process (the caller's to close), or -1 when the peer cannot be reached or does
 //  not prove the cluster's key within timeout_ms. The argument order fits
@@ -60,6 +78,14 @@ size_t sbx_dqproxy_connections (sbx_dqproxy_t *self);
 //  Reads the cluster key from path (64 hex digits), or makes a new one there (0600)
 //  when create is true and the file does not exist. 0, or -1 (logged).
 int sbx_dqproxy_key_load (const char *path, bool create, unsigned char *key);
+
+//  A key of its own for another use of the relay, made from the cluster key:
+//  HMAC-SHA256 (cluster key, label) (e.g. "sbx ports relay": every control node derives the
+//  same one, and it opens nothing of dqlite). 0, or -1.
+int sbx_dqproxy_derive (const unsigned char *key, const char *label,
+                        unsigned char out[SBX_DQPROXY_KEY_SIZE]);
+//  Reads a key given as 64 hex digits. 0, or -1.
+int sbx_dqproxy_key_hex (const char *hex, unsigned char out[SBX_DQPROXY_KEY_SIZE]);
 
 //  What a client of this host's cluster needs, from its settings: control.nodes, a proxy
 //  with DIR/keys/cluster.key, and where (sbx_dqlite_cluster_t, following the leader,

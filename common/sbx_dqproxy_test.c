@@ -1,6 +1,7 @@
 /*  sbx_dqproxy_test - the proxy with real sockets: 8 MiB each way through TLS, byte for
     byte, on several connections at once; a peer with another key, and one that speaks
-    no TLS at all, never reach the target; closed connections are let go; the key file.
+    no TLS at all, never reach the target; a routed listener and a dial that does not
+    block; closed connections are let go; the key file.
     Test runner only.
 */
 #include "sbx_dqproxy.h"
@@ -125,6 +126,12 @@ static void *s_client (void *arg)
     return NULL;
 }
 
+//  The routed listener's choice: "echo" goes to the echo server (arg), nothing else.
+static char *s_route (const char *line, void *arg)
+{
+    return strcmp (line, "echo") == 0 ? strdup ((const char *) arg) : NULL;
+}
+
 void sbx_dqproxy_test (bool verbose)
 {
     (void) verbose;
@@ -191,6 +198,36 @@ void sbx_dqproxy_test (bool verbose)
     snprintf (nowhere, sizeof nowhere, "127.0.0.1:%d", sbx_testcluster_free_port ());
     assert (sbx_dqproxy_dial (nowhere, 1000, client) == -1);
     assert (s_echo_accepted (&echo) == 4);
+
+    //  A routed listener: the first line picks the target ("echo" is the echo server,
+    //  anything else is refused); a dial never blocks its caller, what it writes at once
+    //  comes back after the line; a refused line, another key, nobody listening: the
+    //  socket closes, and the target sees nothing of them.
+    char routed[64];
+    snprintf (routed, sizeof routed, "127.0.0.1:%d", sbx_testcluster_free_port ());
+    assert (sbx_dqproxy_listen_routed (server, routed, s_route, name) == 0);
+    int fd = sbx_dqproxy_dial_routed (client, routed, "echo");
+    assert (fd >= 0);
+    assert (s_round_trip (fd, data));
+    close (fd);
+    assert (s_echo_accepted (&echo) == 5);
+    const char *refused[][2] = {{"nope", "client"}, {"echo", "stranger"}, {"echo", "nowhere"}};
+    for (int i = 0; i < 3; i++) {
+        bool stranger_dials = strcmp (refused[i][1], "stranger") == 0;
+        fd = sbx_dqproxy_dial_routed (stranger_dials ? stranger : client,
+                                      strcmp (refused[i][1], "nowhere") == 0 ? nowhere : routed,
+                                      refused[i][0]);
+        assert (fd >= 0);
+        ssize_t w = write (fd, "GET / HTTP/1.1\r\n\r\n", 18);
+        (void) w;
+        char got;
+        assert (read (fd, &got, 1) <= 0); //  closed
+        close (fd);
+    }
+    assert (s_echo_accepted (&echo) == 5);
+    //  Not a numeric address, a line with a newline: refused at once.
+    assert (sbx_dqproxy_dial_routed (client, "localhost:1", "echo") == -1);
+    assert (sbx_dqproxy_dial_routed (client, routed, "two\nlines") == -1);
 
     //  Every connection closed: the proxies let them all go.
     for (int tries = 0;

@@ -1478,16 +1478,18 @@ static const sbx_meta_field_t s_fields_peer_hello[] = {
     {"capacity", SBX_META_UINT, offsetof (sbx_peer_hello_t, capacity), false, 0, NULL, NULL},
     {"used", SBX_META_UINT, offsetof (sbx_peer_hello_t, used), false, 0, NULL, NULL},
     {"version", SBX_META_STRING, offsetof (sbx_peer_hello_t, version), false, 64, NULL, NULL},
+    {"relay", SBX_META_STRING, offsetof (sbx_peer_hello_t, relay), false, 256, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_peer_hello = {"peer.hello", sizeof (sbx_peer_hello_t), s_fields_peer_hello, 6};
+static const sbx_meta_struct_t s_meta_peer_hello = {"peer.hello", sizeof (sbx_peer_hello_t), s_fields_peer_hello, 7};
 
 static const sbx_meta_field_t s_fields_peer_welcome[] = {
     {"broker_instance", SBX_META_STRING, offsetof (sbx_peer_welcome_t, broker_instance), true, 128, NULL, NULL},
     {"heartbeat_ms", SBX_META_UINT, offsetof (sbx_peer_welcome_t, heartbeat_ms), true, 0, NULL, NULL},
     {"last_seq", SBX_META_UINT, offsetof (sbx_peer_welcome_t, last_seq), false, 0, NULL, NULL},
     {"nodes", SBX_META_STRLIST, offsetof (sbx_peer_welcome_t, nodes), false, 0, NULL, NULL},
+    {"ports_key", SBX_META_STRING, offsetof (sbx_peer_welcome_t, ports_key), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_peer_welcome = {"peer.welcome", sizeof (sbx_peer_welcome_t), s_fields_peer_welcome, 4};
+static const sbx_meta_struct_t s_meta_peer_welcome = {"peer.welcome", sizeof (sbx_peer_welcome_t), s_fields_peer_welcome, 5};
 
 static const sbx_meta_field_t s_fields_peer_heartbeat[] = {
     {"used", SBX_META_UINT, offsetof (sbx_peer_heartbeat_t, used), false, 0, NULL, NULL},
@@ -1902,8 +1904,9 @@ static const sbx_meta_field_t s_fields_sandbox_resolve_ok[] = {
     {"host", SBX_META_STRING, offsetof (sbx_sandbox_resolve_ok_t, host), false, 256, NULL, NULL},
     {"host_port", SBX_META_UINT, offsetof (sbx_sandbox_resolve_ok_t, host_port), false, 0, NULL, NULL},
     {"auto_resume", SBX_META_BOOL, offsetof (sbx_sandbox_resolve_ok_t, auto_resume), false, 0, NULL, NULL},
+    {"relay", SBX_META_STRING, offsetof (sbx_sandbox_resolve_ok_t, relay), false, 256, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_sandbox_resolve_ok = {"sandbox.resolve.ok", sizeof (sbx_sandbox_resolve_ok_t), s_fields_sandbox_resolve_ok, 7};
+static const sbx_meta_struct_t s_meta_sandbox_resolve_ok = {"sandbox.resolve.ok", sizeof (sbx_sandbox_resolve_ok_t), s_fields_sandbox_resolve_ok, 8};
 
 static const sbx_meta_field_t s_fields_sandbox_wake[] = {
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_sandbox_wake_t, sandbox_id), true, 64, NULL, NULL},

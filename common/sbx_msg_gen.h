@@ -2319,6 +2319,9 @@ struct sbx_peer_hello_s {
     uint64_t used;
     //  (max 64) sbx version of the worker.
     char *version;
+    //  (max 256) A vmd's relay for published ports (vmd.relay, HOST:PORT): where a gateway on
+    //  another host reaches its guests' forwards (TLS with the ports key).
+    char *relay;
 };
 
 //  message peer.welcome (peer.json): broker -> gateway, vmd, snapshotd, billing, hooks. The
@@ -2334,6 +2337,10 @@ struct sbx_peer_welcome_s {
     //  now, so that a worker also follows a leader its settings did not name (its broker at
     //  PORT+1, its tap at PORT+2).
     sbx_strlist_t nodes;
+    //  (max 64) A cluster's broker, to gateways and vmds only: the key (hex) of the relay that
+    //  carries published ports between hosts (made from the cluster key; the same from every
+    //  control node). Sent over the broker's CurveZMQ connection.
+    char *ports_key;
 };
 
 //  message peer.heartbeat (peer.json): any -> any. Liveness, both ways. Workers send it every
@@ -3042,6 +3049,9 @@ struct sbx_sandbox_resolve_ok_s {
     uint64_t host_port;
     //  A request may wake it (sandbox.wake) when it is stopped.
     bool auto_resume;
+    //  (max 256) Its vmd's relay for published ports (HOST:PORT), when it has one: a gateway
+    //  reaches the forward through it (the line it sends is host_port), not at host:host_port.
+    char *relay;
 };
 
 //  message sandbox.wake (sandbox.json): gateway -> broker, reply sandbox.wake.ok. The port

@@ -1,5 +1,6 @@
 /*  sbx_peer - see sbx_peer.h */
 #include "sbx_peer.h"
+#include "sbx_secret.h"
 #include "sbx_idmap.h"
 #include "sbx_clock.h"
 #include "sbx_curve.h"
@@ -62,6 +63,8 @@ struct sbx_peer_t {
     void *request_arg;
     sbx_peer_welcome_fn *welcome_fn;
     void *welcome_arg;
+    char *relay;        //  a vmd's vmd.relay, said in its hello
+    char ports_key[65]; //  hex, from a cluster broker's welcome; "" without
 };
 
 static void s_pending_free (void **item)
@@ -157,6 +160,10 @@ sbx_peer_t *sbx_peer_new (sbx_config_t *config, sbx_role_t role, const char *ins
     self->next_rid = 1;
     self->pending = sbx_idmap_new ();
     self->endpoints = sbx_config_list (config, "broker.endpoint", &self->count);
+    //  A vmd says where its relay for published ports listens (gateways elsewhere use it).
+    const char *relay = sbx_config_get (config, "vmd.relay", NULL);
+    if (role == SBX_ROLE_VMD && relay && *relay)
+        self->relay = strdup (relay);
     if (!self->instance || !self->pending || !self->endpoints) {
         if (!self->endpoints)
             sbx_error ("no broker.endpoint to connect to");
@@ -225,6 +232,8 @@ void sbx_peer_destroy (sbx_peer_t **self_p)
     sbx_config_list_free (&self->endpoints);
     sbx_config_list_free (&self->nodes);
     free (self->instance);
+    free (self->relay);
+    sbx_secret_wipe_bytes (self->ports_key, sizeof self->ports_key);
     free (self);
     *self_p = NULL;
 }
@@ -397,6 +406,8 @@ static void s_send_hello (sbx_peer_t *self)
     hello->capacity = self->capacity;
     hello->used = self->used;
     sbx_str_set (&hello->version, SBX_VERSION);
+    if (self->relay)
+        sbx_str_set (&hello->relay, self->relay);
     sbx_peer_send (self, &msg);
 }
 
@@ -640,6 +651,11 @@ static void s_learn_nodes (sbx_peer_t *self, const sbx_strlist_t *nodes)
         s_learn_node (self, nodes->items[i]);
 }
 
+const char *sbx_peer_ports_key (sbx_peer_t *self)
+{
+    return *self->ports_key ? self->ports_key : NULL;
+}
+
 const char *const *sbx_peer_nodes (sbx_peer_t *self)
 {
     return (const char *const *) self->nodes;
@@ -665,6 +681,8 @@ static int s_handle (sbx_peer_t *self, sbx_msg_t **msg_p)
         sbx_info ("welcomed by broker %s as %s %s", welcome->broker_instance,
                   sbx_role_name (self->role), self->instance);
         s_learn_nodes (self, &welcome->nodes);
+        if (welcome->ports_key && strlen (welcome->ports_key) == 64)
+            snprintf (self->ports_key, sizeof self->ports_key, "%s", welcome->ports_key);
         if (self->welcome_fn)
             self->welcome_fn (self, first, self->welcome_arg);
         return 0;

@@ -77,6 +77,10 @@ bool sbx_peer_refused (sbx_peer_t *self);
 //  NULL before one did, and on one machine. Borrowed: valid until the next welcome.
 const char *const *sbx_peer_nodes (sbx_peer_t *self);
 
+//  The key of the relay for published ports between hosts (64 hex digits), as a cluster
+//  broker's welcome gave it to a gateway or vmd; NULL before, and on one machine.
+const char *sbx_peer_ports_key (sbx_peer_t *self);
+
 sbx_role_t sbx_peer_role (sbx_peer_t *self);
 const char *sbx_peer_instance (sbx_peer_t *self);
 

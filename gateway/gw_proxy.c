@@ -16,6 +16,8 @@
     no handler is called for a freed connection.
 */
 #include "gw_proxy.h"
+#include "sbx_dqproxy.h"
+#include "sbx_secret.h"
 #include "gw_auth.h"
 #include "gw_box.h"
 #include "sbx_urls.h"
@@ -49,6 +51,7 @@ typedef struct {
     char *account;
     char *host;
     int host_port;
+    char *relay; //  its vmd's relay (HOST:PORT), for a gateway on another host
     sbx_sandbox_state_t state;
     bool public;
     bool auto_resume;
@@ -64,6 +67,7 @@ struct gw_proxy_t {
     char *box_domain; //  lower case: "box.<domain>", or the box_domain setting
     zhashx_t *cache;  //  "label:port" → s_target_t
     zlistx_t *conns;
+    sbx_dqproxy_t *relay; //  to vmds' relays (with the ports key), made at first use
 };
 
 typedef struct {
@@ -169,6 +173,7 @@ static void s_target_clear (s_target_t *t)
     free (t->sandbox_id);
     free (t->account);
     free (t->host);
+    free (t->relay);
     memset (t, 0, sizeof *t);
 }
 
@@ -178,6 +183,7 @@ static void s_target_copy (s_target_t *to, const s_target_t *from)
     to->sandbox_id = from->sandbox_id ? strdup (from->sandbox_id) : NULL;
     to->account = from->account ? strdup (from->account) : NULL;
     to->host = from->host ? strdup (from->host) : NULL;
+    to->relay = from->relay ? strdup (from->relay) : NULL;
 }
 
 static void s_cache_destructor (void **item)
@@ -892,12 +898,25 @@ static void s_copy_header (const char *name, const char *value, void *arg)
     s_buf_printf (out, "%s: %s\r\n", name, value);
 }
 
+//  The relay to vmds on other hosts, once the broker gave the ports key (a cluster); NULL
+//  on one machine, where the forwards are on this host.
+static sbx_dqproxy_t *s_relay (gw_proxy_t *self)
+{
+    const char *key = self->peer ? sbx_peer_ports_key (self->peer) : NULL;
+    unsigned char bytes[SBX_DQPROXY_KEY_SIZE];
+    if (!self->relay && key && sbx_dqproxy_key_hex (key, bytes) == 0)
+        self->relay = sbx_dqproxy_new (bytes, sizeof bytes);
+    sbx_secret_wipe_bytes (bytes, sizeof bytes);
+    return self->relay;
+}
+
 static void s_start_connect (s_conn_t *c)
 {
     gw_request_t *req = c->req;
     struct sockaddr_in addr = {.sin_family = AF_INET,
                                .sin_port = htons ((uint16_t) c->target.host_port)};
-    if (!c->target.host || inet_pton (AF_INET, c->target.host, &addr.sin_addr) != 1) {
+    if (!c->target.relay &&
+        (!c->target.host || inet_pton (AF_INET, c->target.host, &addr.sin_addr) != 1)) {
         s_error (c, 502, SBX_E_INTERNAL, "port %d of sandbox %s has no usable endpoint", c->port,
                  c->target.sandbox_id);
         s_end (c);
@@ -927,6 +946,28 @@ static void s_start_connect (s_conn_t *c)
     s_buf_add (&c->to_up, "\r\n", 2);
     s_buf_add (&c->to_up, gw_request_body (req), body);
 
+    //  Through the vmd's relay: a socket at once, the connect and TLS in the relay's
+    //  thread; a refusal or failure closes it (502: no HTTP answer).
+    sbx_dqproxy_t *relay = c->target.relay ? s_relay (c->proxy) : NULL;
+    if (relay) {
+        char line[16];
+        snprintf (line, sizeof line, "%d", c->target.host_port);
+        c->up = sbx_dqproxy_dial_routed (relay, c->target.relay, line);
+        int flags = c->up >= 0 ? fcntl (c->up, F_GETFL) : -1;
+        if (flags < 0 || fcntl (c->up, F_SETFL, flags | O_NONBLOCK) < 0) {
+            if (c->up >= 0)
+                close (c->up);
+            c->up = -1;
+            s_error (c, 502, SBX_E_UNAVAILABLE,
+                     "port %d of sandbox %s: its host's relay %s is not usable", c->port,
+                     c->target.sandbox_id, c->target.relay);
+            s_end (c);
+            return;
+        }
+        c->phase = P_HEAD;
+        s_update (c);
+        return;
+    }
     c->up = socket (AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c->up < 0) {
         s_error (c, 503, SBX_E_UNAVAILABLE, "cannot open a socket: %s", strerror (errno));
@@ -1156,6 +1197,7 @@ static void s_on_resolved (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
         t->account = strdup (ok->account);
         t->host = ok->host ? strdup (ok->host) : NULL;
         t->host_port = (int) ok->host_port;
+        t->relay = ok->relay ? strdup (ok->relay) : NULL;
         t->state = ok->state;
         t->public = ok->public;
         t->auto_resume = ok->auto_resume;
@@ -1316,6 +1358,7 @@ void gw_proxy_destroy (gw_proxy_t **self_p)
     zlistx_destroy (&self->conns);
     zhashx_destroy (&self->cache);
     gw_box_destroy (&self->box);
+    sbx_dqproxy_destroy (&self->relay);
     free (self->box_domain);
     free (self);
     *self_p = NULL;

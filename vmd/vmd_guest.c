@@ -562,6 +562,13 @@ static void s_on_cont (vmd_qmp_t *qmp, json_t *result, const char *error, void *
 //  --------------------------------------------------------------------------
 //  Port forwards
 
+size_t vmd_guest_forwards (vmd_guest_t *self, int *host_ports, size_t max)
+{
+    for (size_t i = 0; i < self->fwd_count && i < max; i++)
+        host_ports[i] = self->fwd[i].host_port;
+    return self->fwd_count;
+}
+
 //  A free TCP port on the forwards' address, or 0. QEMU binds it a moment later; the
 //  rare loser of that race gets an error from hostfwd_add and the caller retries.
 static int s_free_port (void)

@@ -126,6 +126,9 @@ typedef void (vmd_guest_port_fn) (vmd_guest_t *guest, sbx_code_t code, const cha
 //  Adds (guest ready) or removes (any state) the forward of guest_port. Returns 1 when
 //  answered at once (the port was forwarded already: *host_port says where; or removing
 //  one that is not there: *host_port is 0), 0 when started (fn follows), -1 with err.
+//  The host ports of its forwards (at most max into host_ports); how many it has.
+size_t vmd_guest_forwards (vmd_guest_t *self, int *host_ports, size_t max);
+
 int vmd_guest_port (vmd_guest_t *self, int guest_port, bool remove, int *host_port,
                     vmd_guest_port_fn *fn, void *arg, sbx_err_t *err);
 

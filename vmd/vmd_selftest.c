@@ -8,6 +8,7 @@
 #include "vmd_qemu.h"
 #include "vmd_qmp.h"
 #include "vmd_ramfile.h"
+#include "vmd_relay.h"
 #include "vmd_samples.h"
 #include "vmd_server.h"
 #include "vmd_ship.h"
@@ -23,6 +24,7 @@ static const sbx_test_t s_tests[] = {{"vmd_qmp", vmd_qmp_test},
                                      {"vmd_samples", vmd_samples_test},
                                      {"vmd_server", vmd_server_test},
                                      {"vmd_ship", vmd_ship_test},
+                                     {"vmd_relay", vmd_relay_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)

@@ -8,6 +8,7 @@
 #include "vmd_guest.h"
 #include "vmd_qemu.h"
 #include "vmd_sampler.h"
+#include "vmd_relay.h"
 #include "vmd_ship.h"
 #include "sbx_files.h"
 #include "vmd_template.h"
@@ -47,6 +48,7 @@ struct _vmd_server_t {
     vmd_egress_t *egress;     //  each guest's own egress rules, on top of that policy
     vmd_sampler_t *sampler;   //  the guests' resource samples (vm.metrics)
     vmd_ship_t *ship;         //  moves to and from other hosts (vm.ship.*)
+    vmd_relay_t *relay;       //  published ports for gateways on other hosts (vmd.relay)
 };
 
 //  --------------------------------------------------------------------------
@@ -365,6 +367,7 @@ static int s_on_sweep (zloop_t *loop, int timer_id, void *arg)
     vmd_server_t *self = arg;
     s_update_use (self);
     s_send_failed (self);
+    vmd_relay_tick (self->relay, self->peer ? sbx_peer_ports_key (self->peer) : NULL, self->guests);
     return 0;
 }
 
@@ -1158,7 +1161,8 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
         return NULL;
     }
     self->ship = vmd_ship_new (config, loop, self->vms_dir, &self->env, s_on_shipped, self);
-    if (!self->ship) {
+    self->relay = vmd_relay_new (config);
+    if (!self->ship || !self->relay) {
         vmd_server_destroy (&self);
         return NULL;
     }
@@ -1180,6 +1184,7 @@ void vmd_server_destroy (vmd_server_t **self_p)
     if (self->sweep > 0)
         zloop_timer_end (self->loop, self->sweep);
     vmd_ship_destroy (&self->ship);
+    vmd_relay_destroy (&self->relay);
     vmd_template_destroy (&self->templates);
     vmd_firewall_destroy (&self->firewall);
     vmd_egress_destroy (&self->egress);

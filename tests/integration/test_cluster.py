@@ -21,7 +21,8 @@ then, the workload done,
       saved on v2 gets its second copy on v1;
     - kills vmd host v2 whole (every process of its namespace, guests too, SIGKILL):
       its sandboxes go to `error`, host lost, and one is deleted at once; a sandbox made
-      from the snapshot comes up on v1 from v1's copy, with the file it was saved with;
+      from the snapshot comes up on v1 from v1's copy, with the file it was saved with,
+      and a port it publishes is served through both gateways (v1's relay);
 and reports: each failover's time (until an exec through a gateway succeeds again),
 requests that got no answer (must be 0), billed time lost or doubled against the event
 log, a lost sandbox's up to its host's last heartbeat (must be 0), sandboxes lost (only
@@ -49,6 +50,7 @@ from sbxtest import binary, free_port, listening_ports, main, pid_alive, wait_fo
 FAILOVERS = int(os.environ.get("SBX_CLUSTER_FAILOVERS", "10"))
 LOST_AFTER_MS = 5000
 SHIP_PORT = 7300
+RELAY_PORT = 7400
 CONTROL_PORT = 7000  # each control node: dqlite at 7000, broker 7001, tap 7002
 GATEWAY_PORT = 8080
 
@@ -103,7 +105,7 @@ class Host:
         with open(os.path.join(self.dir, "sbx.conf"), "w") as f:
             # A vmd host away this long is lost (the brokers'; 30 s by default).
             f.write(f"heartbeat_ms = 500\nvmd.lost_after_ms = {LOST_AFTER_MS}\n"
-                    f"vmd.ship = {self.ip}:{SHIP_PORT}\n")
+                    f"vmd.ship = {self.ip}:{SHIP_PORT}\nvmd.relay = {self.ip}:{RELAY_PORT}\n")
         test.addCleanup(self.cleanup)
 
     def cli(self, *args, check=True, timeout=60):
@@ -513,6 +515,27 @@ class ClusterTest(unittest.TestCase):
         self.assertTrue(ok and mark in text + json.dumps(got),
                         f"{mark} in the sandbox made from the copy: {text}")
         print(f"  v2 gone: sandbox {made['id']} made on v1 from its copy of {snap['id']}",
+              flush=True)
+        # A published port of it, served through both gateways (neither runs a vmd): each
+        # reaches v1's forward through v1's relay.
+        ok, _, text = client.tool(sid, "exec", {"sandboxId": made["id"], "detached": True,
+                                                "command": "cd /tmp && python3 -m http.server "
+                                                           "8000 --bind 0.0.0.0"})
+        self.assertTrue(ok, text)
+        ok, got, text = client.tool(sid, "exec", {
+            "sandboxId": made["id"],
+            "command": "for i in $(seq 60); do curl -s -o /dev/null localhost:8000 && exit 0; "
+                       "sleep 0.5; done; exit 1"})
+        self.assertTrue(ok and got["exitCode"] == 0, text)
+        ok, published, text = client.tool(sid, "host_port", {"sandboxId": made["id"],
+                                                             "port": 8000, "public": True})
+        self.assertTrue(ok, text)
+        port_host = re.sub(r"^https?://", "", published["url"]).split(":")[0].split("/")[0]
+        for _ in range(4):  # HAProxy takes turns: both gateways serve it
+            status, _, page = client._request("GET", "/", None, {"Host": port_host}, 30)
+            self.assertEqual(status, 200, page[:300])
+            self.assertIn(b"Directory listing", page)
+        print(f"  port 8000 of {made['id']} on v1 served through g1 and g2 (vmd.relay)",
               flush=True)
         sandboxes.append(made["id"])
         back.append(made["id"])
