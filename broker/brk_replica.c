@@ -26,6 +26,9 @@ struct _brk_replica_t {
     bool asking;       //  snap.replica.next is out
     uint64_t next_mono;
     zhashx_t *failed; //  snapshot id → when its last copy failed (mono ms, as text)
+    zhashx_t *seen;   //  host → when it was last connected (mono ms, as text)
+    uint64_t started_mono;
+    uint64_t lost_after_ms; //  vmd.lost_after_ms: a host away this long is gone (0: never)
 };
 
 brk_replica_t *brk_replica_new (brk_ctx_t *ctx)
@@ -35,11 +38,16 @@ brk_replica_t *brk_replica_new (brk_ctx_t *ctx)
         return NULL;
     self->ctx = ctx;
     self->failed = zhashx_new ();
-    if (!self->failed) {
-        free (self);
+    self->seen = zhashx_new ();
+    self->started_mono = sbx_clock_mono_ms ();
+    self->lost_after_ms =
+        sbx_config_get_range (ctx->config, "vmd.lost_after_ms", 30000, 0, 24 * 3600 * 1000ull);
+    if (!self->failed || !self->seen) {
+        brk_replica_destroy (&self);
         return NULL;
     }
     zhashx_set_destructor (self->failed, (zhashx_destructor_fn *) zstr_free);
+    zhashx_set_destructor (self->seen, (zhashx_destructor_fn *) zstr_free);
     return self;
 }
 
@@ -67,6 +75,7 @@ void brk_replica_destroy (brk_replica_t **self_p)
     //  A copy under way is dropped: its answers come back to nobody (the calls' args
     //  leak with the pending requests, as brk_move's do).
     zhashx_destroy (&self->failed);
+    zhashx_destroy (&self->seen);
     free (self);
     *self_p = NULL;
 }
@@ -197,6 +206,28 @@ static void s_on_next (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
         s_end (copy, "the giving vmd went away");
 }
 
+//  Hosts whose copies no longer count: admitted snapshotd hosts removed, or not connected
+//  for lost_after_ms (since this broker started, for one it never saw).
+typedef struct {
+    brk_replica_t *self;
+    zhashx_t *stores; //  snapshotd instances connected now
+    sbx_strlist_t *away;
+    uint64_t now;
+} s_away_t;
+
+static void s_host_away (const brk_host_t *host, void *arg)
+{
+    s_away_t *a = arg;
+    if (!host->roles || !strstr (host->roles, "snapshotd") || zhashx_lookup (a->stores, host->name))
+        return;
+    const char *seen = zhashx_lookup (a->self->seen, host->name);
+    uint64_t since = seen ? strtoull (seen, NULL, 10) : a->self->started_mono;
+    bool gone =
+        host->removed_ms || (a->self->lost_after_ms && a->now - since >= a->self->lost_after_ms);
+    if (gone && a->away->count < 256)
+        sbx_strlist_append (a->away, host->name);
+}
+
 void brk_replica_tick (brk_replica_t *self)
 {
     brk_ctx_t *ctx = self->ctx;
@@ -219,6 +250,13 @@ void brk_replica_tick (brk_replica_t *self)
         if (p->instance && (p->role == SBX_ROLE_VMD || p->role == SBX_ROLE_SNAPSHOTD))
             zhashx_update (p->role == SBX_ROLE_VMD ? vmds : stores, p->instance, (void *) 1);
     sbx_snap_replica_next_t *body = sbx_msg_snap_replica_next (ask);
+    for (void *v = zhashx_first (stores); v; v = zhashx_next (stores)) {
+        char *when = zsys_sprintf ("%llu", (unsigned long long) now);
+        if (when)
+            zhashx_update (self->seen, zhashx_cursor (stores), when);
+    }
+    s_away_t away = {self, stores, &body->away, now};
+    brk_store_host_list (ctx->store, s_host_away, &away);
     size_t hosts = 0;
     for (void *v = zhashx_first (vmds); v; v = zhashx_next (vmds)) {
         const char *host = zhashx_cursor (vmds);

@@ -14,6 +14,9 @@
         snap.replica.done  to the taking host's snapshotd: the files checked and the
                        copy recorded in the catalog (which the cluster shares)
 
+    Copies on a host that is gone (removed with `sbx host remove`, or not connected for
+    vmd.lost_after_ms) do not count: a snapshot left with one copy gets a new second one.
+
     A copy that fails leaves nothing on the taker and is not tried again for 30 s (the
     reason is logged). On one machine (one host) nothing happens.
 */

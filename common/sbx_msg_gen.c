@@ -2093,8 +2093,9 @@ static const sbx_meta_field_t s_fields_snap_replica_next[] = {
     {"hosts", SBX_META_STRLIST, offsetof (sbx_snap_replica_next_t, hosts), true, 256, NULL, NULL},
     {"givers", SBX_META_STRLIST, offsetof (sbx_snap_replica_next_t, givers), false, 256, NULL, NULL},
     {"skip", SBX_META_STRLIST, offsetof (sbx_snap_replica_next_t, skip), false, 64, NULL, NULL},
+    {"away", SBX_META_STRLIST, offsetof (sbx_snap_replica_next_t, away), false, 256, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_snap_replica_next = {"snap.replica.next", sizeof (sbx_snap_replica_next_t), s_fields_snap_replica_next, 3};
+static const sbx_meta_struct_t s_meta_snap_replica_next = {"snap.replica.next", sizeof (sbx_snap_replica_next_t), s_fields_snap_replica_next, 4};
 
 static const sbx_meta_field_t s_fields_snap_replica_next_ok[] = {
     {"snapshot_id", SBX_META_STRING, offsetof (sbx_snap_replica_next_ok_t, snapshot_id), false, 64, NULL, NULL},

@@ -3361,8 +3361,8 @@ struct sbx_snap_release_ok_s {
 
 //  message snap.replica.next (snapshot.json): broker -> snapshotd, reply snap.replica.next.ok.
 //  Which user snapshot to copy next, and from where to where: a ready one with fewer than two
-//  whole copies, kept on one of hosts or givers and missing on one of hosts. None when there is
-//  no such one.
+//  whole copies on hosts that are not away, kept on one of hosts or givers and missing on one
+//  of hosts. None when there is no such one.
 struct sbx_snap_replica_next_s {
     //  (required, max 256) The hosts that can take a copy now: each has its vmd and its
     //  snapshotd connected and is not being drained.
@@ -3371,6 +3371,9 @@ struct sbx_snap_replica_next_s {
     sbx_strlist_t givers;
     //  (max 64) Snapshots not to offer now (their last copy failed a moment ago).
     sbx_strlist_t skip;
+    //  (max 256) Hosts gone (removed, or not connected for vmd.lost_after_ms): their copies do
+    //  not count, so a snapshot with one copy left gets a new second one.
+    sbx_strlist_t away;
 };
 
 //  message snap.replica.next.ok (snapshot.json): snapshotd -> broker. The copy to make, or

@@ -716,7 +716,11 @@ static sbx_msg_t *s_on_replica_next (snap_server_t *self, sbx_msg_t *request)
     sbx_snap_replica_next_t *args = sbx_msg_snap_replica_next (request);
     zlist_t *ids = zlist_new ();
     zlist_autofree (ids);
-    if (snap_store_wanting (self->store, s_collect_id, ids)) {
+    //  Those with fewer than two copies, and those with a copy on a host that is gone.
+    int rc = snap_store_wanting (self->store, s_collect_id, ids);
+    for (size_t i = 0; rc == 0 && i < args->away.count; i++)
+        rc = snap_store_copies_on (self->store, args->away.items[i], s_collect_id, ids);
+    if (rc) {
         zlist_destroy (&ids);
         return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
                                   "the snapshot catalog does not answer; try again");
@@ -728,6 +732,13 @@ static sbx_msg_t *s_on_replica_next (snap_server_t *self, sbx_msg_t *request)
             continue;
         sbx_strlist_t copies = {0};
         snap_store_copies (self->store, id, s_add_user, &copies);
+        size_t live = 0;
+        for (size_t i = 0; i < copies.count; i++)
+            live += !s_in (&args->away, copies.items[i]);
+        if (live >= 2) {
+            sbx_strlist_clear (&copies);
+            continue;
+        }
         const char *from = NULL, *to = NULL;
         for (size_t i = 0; i < copies.count && !from; i++)
             if (s_in (&args->hosts, copies.items[i]) || s_in (&args->givers, copies.items[i]))
@@ -736,14 +747,16 @@ static sbx_msg_t *s_on_replica_next (snap_server_t *self, sbx_msg_t *request)
             if (!s_in (&copies, args->hosts.items[i]))
                 to = args->hosts.items[i];
         snap_record_t record;
-        if (from && to && snap_store_find (self->store, id, &record) == 0) {
+        int found = from && to ? snap_store_find (self->store, id, &record) : 1;
+        if (found == 0 && streq (record.state, "ready") && streq (record.kind, "user")) {
             sbx_str_set (&ok->snapshot_id, id);
             sbx_str_set (&ok->from, from);
             sbx_str_set (&ok->to, to);
             sbx_str_set (&ok->sandbox_id, record.sandbox_id);
             sbx_sandbox_type_from_name (record.type, &ok->type);
-            snap_record_clear (&record);
         }
+        if (found == 0)
+            snap_record_clear (&record);
         sbx_strlist_clear (&copies);
     }
     zlist_destroy (&ids);
@@ -1342,6 +1355,23 @@ void snap_server_test (bool verbose)
     sbx_msg_destroy (&reply);
     reply = s_ask (self, s_client (SBX_MSG_SNAPSHOT_GET, "acc_a", rep));
     assert (sbx_msg_snapshot_get_ok (reply)->snapshot->hosts.count == 2);
+    sbx_msg_destroy (&reply);
+    //  h2 gone for good (away): its copy does not count, h3 gets a new second one.
+    sbx_msg_t *gone = sbx_msg_new (SBX_MSG_SNAP_REPLICA_NEXT);
+    sbx_strlist_append (&sbx_msg_snap_replica_next (gone)->hosts, "h3");
+    sbx_strlist_append (&sbx_msg_snap_replica_next (gone)->givers, here);
+    sbx_strlist_append (&sbx_msg_snap_replica_next (gone)->away, "h2");
+    older = zlist_new ();
+    zlist_autofree (older);
+    snap_store_wanting (self->store, s_collect_id, older);
+    for (char *id = zlist_first (older); id; id = zlist_next (older))
+        if (!streq (id, rep))
+            sbx_strlist_append (&sbx_msg_snap_replica_next (gone)->skip, id);
+    zlist_destroy (&older);
+    reply = s_ask (self, gone);
+    wanted = sbx_msg_snap_replica_next_ok (reply);
+    assert (wanted->snapshot_id && streq (wanted->snapshot_id, rep));
+    assert (streq (wanted->from, here) && streq (wanted->to, "h3"));
     sbx_msg_destroy (&reply);
     //  A copy said done for what is not a snapshot here, or not an id: refused.
     sbx_msg_t *done = sbx_msg_new (SBX_MSG_SNAP_REPLICA_DONE);

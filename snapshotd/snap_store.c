@@ -164,6 +164,7 @@ typedef enum {
     ST_META_GET,
     ST_META_SET,
     ST_ANY,
+    ST_COPIES_ON,
     ST_COUNT
 } stmt_id_t;
 
@@ -219,6 +220,7 @@ static const char *s_sql[ST_COUNT] = {
     [ST_META_SET] = "INSERT INTO meta (key, value) VALUES (?1, ?2) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     [ST_ANY] = "SELECT id FROM snapshots LIMIT 1",
+    [ST_COPIES_ON] = "SELECT snapshot_id FROM copies WHERE host = ?1 ORDER BY snapshot_id LIMIT 64",
 };
 
 struct _snap_store_t {
@@ -630,6 +632,11 @@ int snap_store_copies (snap_store_t *self, const char *id, snap_store_id_fn *fn,
 int snap_store_removals (snap_store_t *self, snap_store_id_fn *fn, void *arg)
 {
     return s_ids (self, ST_REMOVALS, self->host, fn, arg);
+}
+
+int snap_store_copies_on (snap_store_t *self, const char *host, snap_store_id_fn *fn, void *arg)
+{
+    return s_ids (self, ST_COPIES_ON, host, fn, arg);
 }
 
 int snap_store_wanting (snap_store_t *self, snap_store_id_fn *fn, void *arg)

@@ -111,6 +111,8 @@ int snap_store_forks (snap_store_t *self, snap_store_id_fn *fn, void *arg);
 
 //  The hosts that keep a copy of the snapshot, the first first. 0, or -1.
 int snap_store_copies (snap_store_t *self, const char *id, snap_store_id_fn *fn, void *arg);
+//  The snapshots with a copy on host, at most 64. 0, or -1.
+int snap_store_copies_on (snap_store_t *self, const char *host, snap_store_id_fn *fn, void *arg);
 //  The snapshots whose files this host is to remove (deleted elsewhere), at most 64. 0, or -1.
 int snap_store_removals (snap_store_t *self, snap_store_id_fn *fn, void *arg);
 int snap_store_removal_done (snap_store_t *self, const char *id);
