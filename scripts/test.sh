@@ -21,6 +21,17 @@ fi
 # nftables table, which no other unit test touches); integration tests one at a time
 # (their vmds share the host's nftables table and guests' user ids).
 rc=0
+# The docker variant of the guest image (integration.images boots it) builds beside the
+# unit tests: mostly downloads and unpacking. Its fixture, integration.image_docker, then
+# finds it up to date, or builds it again and says why it failed.
+image_docker=
+if cmake --build . --target help | grep -q sbx-image-docker; then
+  cmake --build . --target sbx-image-docker >image-docker.log 2>&1 &
+  image_docker=$!
+fi
 ctest --output-on-failure --timeout 900 -L 'unit|fuzz' -j2 || rc=$?
+if [ -n "$image_docker" ]; then
+  wait "$image_docker" || echo "the docker variant's build failed (build-test/image-docker.log)"
+fi
 ctest --output-on-failure --timeout 900 -L integration || rc=$?
 exit $rc
