@@ -383,7 +383,7 @@ static int s_progress (s_link_t *link)
         }
         link->state = S_CLIENT_HANDSHAKE;
     }
-    if (link->state == S_CLIENT_HANDSHAKE) {
+    if (link->state == S_CLIENT_HANDSHAKE || link->state == S_HANDSHAKE) {
         int rc = gnutls_handshake (link->tls);
         if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED)
             return 0;
@@ -391,16 +391,9 @@ static int s_progress (s_link_t *link)
             sbx_debug ("dqproxy: a handshake failed: %s", gnutls_strerror (rc));
             return -1;
         }
-        link->state = S_OPEN;
-        return s_pump (link);
-    }
-    if (link->state == S_HANDSHAKE) {
-        int rc = gnutls_handshake (link->tls);
-        if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED)
-            return 0;
-        if (rc < 0) {
-            sbx_debug ("dqproxy: a handshake failed: %s", gnutls_strerror (rc));
-            return -1;
+        if (link->state == S_CLIENT_HANDSHAKE) {
+            link->state = S_OPEN;
+            return s_pump (link);
         }
         if (link->route)
             link->state = S_PREAMBLE;
