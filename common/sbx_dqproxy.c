@@ -60,6 +60,9 @@ typedef struct s_link_t {
     char *to_net;
     size_t to_net_len;
     size_t sending; //  a record send that said EAGAIN: the same bytes go again
+    //  A side that closed: what it sent still goes to the other before the link ends
+    //  (an HTTP server answers, then closes).
+    bool net_eof, local_eof;
 } s_link_t;
 
 typedef struct s_listener_t {
@@ -282,21 +285,23 @@ static s_link_t *s_link_new (int net, int local, gnutls_session_t tls, s_state_t
     return link;
 }
 
-//  Moves what can move now on an open link. -1 when the link is over (either side
-//  closed or failed).
+//  Moves what can move now on an open link. -1 when the link is over: either side
+//  failed, or closed and what it sent before has gone to the other.
 static int s_pump (s_link_t *link)
 {
     //  TLS to local: records, while there is room; gnutls may hold decrypted bytes
     //  already read off the socket, so this loops until it says AGAIN.
-    while (link->to_local_len < S_BUFFER) {
+    while (!link->net_eof && link->to_local_len < S_BUFFER) {
         ssize_t n = gnutls_record_recv (link->tls, link->to_local + link->to_local_len,
                                         S_BUFFER - link->to_local_len);
         if (n > 0)
             link->to_local_len += (size_t) n;
         else if (n == 0)
-            return -1;
+            link->net_eof = true;
         else if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
             break;
+        else if (n == GNUTLS_E_PREMATURE_TERMINATION)
+            link->net_eof = true; //  closed without a close_notify: a TCP close
         else
             return -1;
     }
@@ -311,13 +316,13 @@ static int s_pump (s_link_t *link)
             return -1;
     }
     //  Local to TLS.
-    while (link->to_net_len < S_BUFFER) {
+    while (!link->local_eof && link->to_net_len < S_BUFFER) {
         ssize_t n =
             recv (link->local, link->to_net + link->to_net_len, S_BUFFER - link->to_net_len, 0);
         if (n > 0)
             link->to_net_len += (size_t) n;
         else if (n == 0)
-            return -1;
+            link->local_eof = true;
         else if (errno == EAGAIN || errno == EINTR)
             break;
         else
@@ -336,6 +341,8 @@ static int s_pump (s_link_t *link)
         memmove (link->to_net, link->to_net + n, link->to_net_len - (size_t) n);
         link->to_net_len -= (size_t) n;
     }
+    if ((link->local_eof && link->to_net_len == 0) || (link->net_eof && link->to_local_len == 0))
+        return -1;
     return 0;
 }
 
@@ -529,13 +536,13 @@ static void *s_run (void *arg)
                 if (link->state == S_PREAMBLE && gnutls_record_check_pending (link->tls) > 0)
                     timeout = 0;
             } else {
-                if (link->to_local_len < S_BUFFER)
+                if (!link->net_eof && link->to_local_len < S_BUFFER)
                     net |= POLLIN;
                 if (link->to_net_len > 0)
                     net |= POLLOUT;
                 if (link->state == S_CONNECTING || link->to_local_len > 0)
                     local |= POLLOUT;
-                if (link->state == S_OPEN && link->to_net_len < S_BUFFER)
+                if (link->state == S_OPEN && !link->local_eof && link->to_net_len < S_BUFFER)
                     local |= POLLIN;
                 //  Decrypted bytes gnutls holds do not wake poll: come back at once.
                 if (gnutls_record_check_pending (link->tls) > 0 && link->to_local_len < S_BUFFER)

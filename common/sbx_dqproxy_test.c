@@ -126,9 +126,37 @@ static void *s_client (void *arg)
     return NULL;
 }
 
-//  The routed listener's choice: "echo" goes to the echo server (arg), nothing else.
+//  A server that answers and closes at once, as HTTP/1.0 does: 1 MiB, then the close.
+#define S_ANSWER (1024 * 1024)
+
+static void *s_answer_once (void *arg)
+{
+    int listener = (int) (intptr_t) arg;
+    int fd = accept (listener, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    char *answer = malloc (S_ANSWER);
+    memset (answer, 'a', S_ANSWER);
+    size_t off = 0;
+    while (off < S_ANSWER) {
+        ssize_t w = write (fd, answer + off, S_ANSWER - off);
+        if (w <= 0)
+            break;
+        off += (size_t) w;
+    }
+    free (answer);
+    close (fd);
+    return NULL;
+}
+
+static char s_answer_name[64];
+
+//  The routed listener's choice: "echo" goes to the echo server (arg), "answer" to the
+//  one that answers and closes, nothing else.
 static char *s_route (const char *line, void *arg)
 {
+    if (strcmp (line, "answer") == 0)
+        return strdup (s_answer_name);
     return strcmp (line, "echo") == 0 ? strdup ((const char *) arg) : NULL;
 }
 
@@ -216,6 +244,28 @@ void sbx_dqproxy_test (bool verbose)
     assert (s_round_trip (fd, data));
     close (fd);
     assert (s_echo_accepted (&echo) == 5);
+    //  A target that answers and closes: all it said arrives before the close.
+    snprintf (s_answer_name, sizeof s_answer_name, "@sbx-dqproxy-answer-%d", getpid ());
+    int answerer = socket (AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un at = {.sun_family = AF_UNIX};
+    memcpy (at.sun_path + 1, s_answer_name + 1, strlen (s_answer_name) - 1);
+    assert (bind (answerer, (struct sockaddr *) &at,
+                  (socklen_t) (offsetof (struct sockaddr_un, sun_path) + strlen (s_answer_name))) ==
+            0);
+    assert (listen (answerer, 4) == 0);
+    pthread_t answer_thread;
+    pthread_create (&answer_thread, NULL, s_answer_once, (void *) (intptr_t) answerer);
+    fd = sbx_dqproxy_dial_routed (client, routed, "answer");
+    assert (fd >= 0);
+    size_t got_bytes = 0;
+    char chunk[65536];
+    ssize_t got_now;
+    while ((got_now = read (fd, chunk, sizeof chunk)) > 0)
+        got_bytes += (size_t) got_now;
+    assert (got_bytes == S_ANSWER);
+    close (fd);
+    pthread_join (answer_thread, NULL);
+    close (answerer);
     const char *refused[][2] = {{"nope", "client"}, {"echo", "stranger"}, {"echo", "nowhere"}};
     for (int i = 0; i < 3; i++) {
         bool stranger_dials = strcmp (refused[i][1], "stranger") == 0;

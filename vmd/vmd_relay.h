@@ -23,8 +23,9 @@ typedef struct _vmd_relay_t vmd_relay_t;
 vmd_relay_t *vmd_relay_new (sbx_config_t *config);
 void vmd_relay_destroy (vmd_relay_t **self_p);
 
-//  From the loop, often: starts listening once key (hex, or NULL) is known, and makes
-//  the guests' forwards (id → vmd_guest_t) the ports the relay admits.
+//  From the loop, often (and as soon as a forward is added, before its answer goes out):
+//  starts listening once key (hex, or NULL) is known, and makes the guests' forwards
+//  (id → vmd_guest_t) the ports the relay admits.
 void vmd_relay_tick (vmd_relay_t *self, const char *key, zhashx_t *guests);
 
 //  Does the relay admit this host port now? (For the self-test.)

@@ -773,6 +773,9 @@ static void s_on_port_done (vmd_guest_t *guest, sbx_code_t code, const char *mes
                             void *arg)
 {
     s_port_call_t *call = arg;
+    vmd_server_t *self = call->server;
+    //  The relay admits the new forward before anyone hears of it.
+    vmd_relay_tick (self->relay, self->peer ? sbx_peer_ports_key (self->peer) : NULL, self->guests);
     sbx_msg_t *reply =
         code == SBX_OK ? s_port_ok (call->rid, vmd_guest_id (guest), host_port)
                        : sbx_msg_new_error (call->rid, code, "%s", message ? message : "failed");
@@ -803,6 +806,7 @@ static sbx_msg_t *s_on_port (vmd_server_t *self, sbx_msg_t *request)
     if (rc == 0)
         return NULL;
     free (call);
+    vmd_relay_tick (self->relay, self->peer ? sbx_peer_ports_key (self->peer) : NULL, self->guests);
     return rc < 0 ? s_error (request, &err) : s_port_ok (request->rid, args->sandbox_id, host_port);
 }
 
