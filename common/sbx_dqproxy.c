@@ -676,7 +676,9 @@ void sbx_dqproxy_destroy (sbx_dqproxy_t **self_p)
     *self_p = NULL;
 }
 
-int sbx_dqproxy_listen (sbx_dqproxy_t *self, const char *address, const char *target)
+//  A listener on address relaying to target, or routing with route. 0, or -1 (logged).
+static int s_listener_add (sbx_dqproxy_t *self, const char *address, const char *target,
+                           sbx_dqproxy_route_fn *route, void *arg)
 {
     int fd = s_listen_tcp (address);
     if (fd < 0) {
@@ -684,30 +686,8 @@ int sbx_dqproxy_listen (sbx_dqproxy_t *self, const char *address, const char *ta
         return -1;
     }
     s_listener_t *l = calloc (1, sizeof *l);
-    if (!l || !(l->target = strdup (target))) {
+    if (!l || (target && !(l->target = strdup (target)))) {
         free (l);
-        close (fd);
-        return -1;
-    }
-    l->fd = fd;
-    pthread_mutex_lock (&self->lock);
-    l->next = self->listeners;
-    self->listeners = l;
-    pthread_mutex_unlock (&self->lock);
-    s_wake (self);
-    return 0;
-}
-
-int sbx_dqproxy_listen_routed (sbx_dqproxy_t *self, const char *address,
-                               sbx_dqproxy_route_fn *route, void *arg)
-{
-    int fd = s_listen_tcp (address);
-    if (fd < 0) {
-        sbx_error ("dqproxy: cannot listen on %s: %s", address, strerror (errno));
-        return -1;
-    }
-    s_listener_t *l = calloc (1, sizeof *l);
-    if (!l) {
         close (fd);
         return -1;
     }
@@ -720,6 +700,17 @@ int sbx_dqproxy_listen_routed (sbx_dqproxy_t *self, const char *address,
     pthread_mutex_unlock (&self->lock);
     s_wake (self);
     return 0;
+}
+
+int sbx_dqproxy_listen (sbx_dqproxy_t *self, const char *address, const char *target)
+{
+    return s_listener_add (self, address, target, NULL, NULL);
+}
+
+int sbx_dqproxy_listen_routed (sbx_dqproxy_t *self, const char *address,
+                               sbx_dqproxy_route_fn *route, void *arg)
+{
+    return s_listener_add (self, address, NULL, route, arg);
 }
 
 int sbx_dqproxy_dial_routed (sbx_dqproxy_t *self, const char *address, const char *line)
