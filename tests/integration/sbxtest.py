@@ -390,9 +390,12 @@ class SandboxTest(unittest.TestCase):
     def call(self, sid, tool, args=None, ok=True, key=None):
         return mcp_call(self, self.s, key or self.key, sid, tool, args, ok, timeout=400)
 
-    def sh(self, sid, sandbox, command):
-        """The command's stdout (stripped); it must exit 0."""
-        r, text = self.call(sid, "exec", {"sandboxId": sandbox, "command": command})
+    def sh(self, sid, sandbox, command, timeout=None):
+        """The command's stdout (stripped); it must exit 0. timeout: exec's, in seconds."""
+        args = {"sandboxId": sandbox, "command": command}
+        if timeout:
+            args["timeout"] = timeout
+        r, text = self.call(sid, "exec", args)
         self.assertEqual(r["structuredContent"]["exitCode"], 0, text)
         return r["structuredContent"]["stdout"].strip()
 

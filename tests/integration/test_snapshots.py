@@ -349,7 +349,8 @@ class SnapshotsTest(SandboxTest):
         info, _ = self.create(sid, name="big")
         sb = info["id"]
         # A disk worth copying, so that the save lasts long enough to be cut.
-        self.sh(sid, sb, "head -c 200000000 /dev/urandom > /root/big && sync")
+        # (Usually 10-20 s under TCG; once it took over 120 s, cause not found yet: stop 36.)
+        self.sh(sid, sb, "head -c 200000000 /dev/urandom > /root/big && sync", timeout=300)
         store = os.path.join(self.s.dir, "snapshots")
         before = set(os.listdir(store))
         result = {}
@@ -399,7 +400,8 @@ class SnapshotsTest(SandboxTest):
         sid = mcp_session(self.s, self.key)
         info, _ = self.create(sid, name="paused")
         sb = info["id"]
-        self.sh(sid, sb, "head -c 200000000 /dev/urandom > /root/big && sync")
+        # (Usually 10-20 s under TCG; once it took over 120 s, cause not found yet: stop 36.)
+        self.sh(sid, sb, "head -c 200000000 /dev/urandom > /root/big && sync", timeout=300)
         store = os.path.join(self.s.dir, "snapshots")
         before = set(os.listdir(store))
         result = {}
