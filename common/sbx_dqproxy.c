@@ -713,6 +713,16 @@ int sbx_dqproxy_listen_routed (sbx_dqproxy_t *self, const char *address,
     return s_listener_add (self, address, NULL, route, arg);
 }
 
+//  A link dialed here goes to the relay thread.
+static void s_hand_over (sbx_dqproxy_t *self, s_link_t *link)
+{
+    pthread_mutex_lock (&self->lock);
+    link->next = self->incoming;
+    self->incoming = link;
+    pthread_mutex_unlock (&self->lock);
+    s_wake (self);
+}
+
 int sbx_dqproxy_dial_routed (sbx_dqproxy_t *self, const char *address, const char *line)
 {
     char host[256];
@@ -759,11 +769,7 @@ int sbx_dqproxy_dial_routed (sbx_dqproxy_t *self, const char *address, const cha
     link->to_net[length] = '\n';
     link->to_net_len = length + 1;
     link->deadline = s_now_ms () + S_HANDSHAKE_MS;
-    pthread_mutex_lock (&self->lock);
-    link->next = self->incoming;
-    self->incoming = link;
-    pthread_mutex_unlock (&self->lock);
-    s_wake (self);
+    s_hand_over (self, link);
     return pair[0];
 }
 
@@ -804,11 +810,7 @@ int sbx_dqproxy_dial (const char *address, int timeout_ms, void *arg)
             close (pair[0]), close (pair[1]);
         return -1;
     }
-    pthread_mutex_lock (&self->lock);
-    link->next = self->incoming;
-    self->incoming = link;
-    pthread_mutex_unlock (&self->lock);
-    s_wake (self);
+    s_hand_over (self, link);
     return pair[0];
 }
 

@@ -239,6 +239,22 @@ static s_job_t *s_job_add (vmd_ship_t *self, s_job_t *job, s_kind_t kind, bool s
     return job;
 }
 
+//  An offer's staging: ship/ made anew, the memory state linked into it (from → to),
+//  the disk's flattened copy started (job->pid). 0, or -1 and err (what names it).
+static int s_stage (s_job_t *job, const char *ship, const char *from, const char *to,
+                    const char *disk, const char *copy, const char *base, const char *log,
+                    const char *what, sbx_err_t *err)
+{
+    if (sbx_files_remove_tree (ship) || mkdir (ship, 0700) == -1)
+        return sbx_err_set (err, SBX_E_INTERNAL, "cannot make %s: %s", ship, strerror (errno));
+    if (link (from, to) == -1)
+        return sbx_err_set (err, SBX_E_INTERNAL, "the memory state of %s: %s", what,
+                            strerror (errno));
+    if ((job->pid = s_flatten (disk, copy, base, log)) < 0)
+        return sbx_err_set (err, SBX_E_INTERNAL, "cannot start qemu-img");
+    return 0;
+}
+
 //  vm.ship.offer of a snapshot: snapshots/<id>/ flattened into ship/<id>/.
 static int s_offer_snapshot (vmd_ship_t *self, const sbx_msg_t *request, sbx_err_t *err)
 {
@@ -266,15 +282,8 @@ static int s_offer_snapshot (vmd_ship_t *self, const sbx_msg_t *request, sbx_err
         sbx_err_set (err, SBX_E_INTERNAL, "out of memory");
     else if (stat (disk, &st) == -1 || stat (from, &st) == -1)
         sbx_err_set (err, SBX_E_NOT_FOUND, "snapshot %s has no whole copy on this host", id);
-    else if (sbx_files_remove_tree (ship) || mkdir (ship, 0700) == -1)
-        sbx_err_set (err, SBX_E_INTERNAL, "cannot make %s: %s", ship, strerror (errno));
-    else if (link (from, to) == -1)
-        sbx_err_set (err, SBX_E_INTERNAL, "the memory state of snapshot %s: %s", id,
-                     strerror (errno));
-    else if ((job->pid = s_flatten (disk, copy, base, log)) < 0)
-        sbx_err_set (err, SBX_E_INTERNAL, "cannot start qemu-img");
     else
-        rc = 0;
+        rc = s_stage (job, ship, from, to, disk, copy, base, log, id, err);
     if (rc == 0) {
         s_job_add (self, job, S_OFFER, true, id, request);
         //  What the offer answers with: the image it stands on now, a snapshot's name.
@@ -322,15 +331,8 @@ int vmd_ship_offer (vmd_ship_t *self, const sbx_msg_t *request, const vmd_ship_g
     int rc = -1;
     if (!dir || !ship || !from || !to || !overlay || !copy || !base || !log || !job)
         sbx_err_set (err, SBX_E_INTERNAL, "out of memory");
-    else if (sbx_files_remove_tree (ship) || mkdir (ship, 0700) == -1)
-        sbx_err_set (err, SBX_E_INTERNAL, "cannot make %s: %s", ship, strerror (errno));
-    else if (link (from, to) == -1)
-        sbx_err_set (err, SBX_E_INTERNAL, "the memory state of sandbox %s: %s", guest->id,
-                     strerror (errno));
-    else if ((job->pid = s_flatten (overlay, copy, base, log)) < 0)
-        sbx_err_set (err, SBX_E_INTERNAL, "cannot start qemu-img");
     else
-        rc = 0;
+        rc = s_stage (job, ship, from, to, overlay, copy, base, log, guest->id, err);
     if (rc == 0) {
         s_job_add (self, job, S_OFFER, false, guest->id, request);
         job->guest = *guest;
