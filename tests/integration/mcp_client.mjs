@@ -94,14 +94,19 @@ const client = v2 ? new Client({ name: "sbx-test", version: "0" },
                                { versionNegotiation: { mode: negotiation } })
                   : new Client({ name: "sbx-test", version: "0" });
 const say = (obj) => console.log(JSON.stringify(obj));
+// callTool's request options: SDK v1 takes (params, resultSchema, options), SDK v2
+// (params, options). Given in the wrong place they are dropped without a word: the
+// 60 s default timeout applies, and neither progress nor an AbortSignal is used.
+const callTool = (params, options) =>
+  v2 ? client.callTool(params, options) : client.callTool(params, undefined, options);
 const last = { sb: "", pid: 0, url: "" };
 
 const call = async (name, args) => {
   // onprogress makes the SDK send a progressToken: the gateway answers over SSE.
   const progress = [];
-  const result = await client.callTool({ name, arguments: args }, undefined,
-                                       { timeout: 600000, resetTimeoutOnProgress: true,
-                                         onprogress: (p) => progress.push(p) });
+  const result = await callTool({ name, arguments: args },
+                                { timeout: 600000, resetTimeoutOnProgress: true,
+                                  onprogress: (p) => progress.push(p) });
   const sc = result.structuredContent || {};
   if (name === "create_sandbox" && sc.id) last.sb = sc.id;
   if (sc.processId !== undefined) last.pid = sc.processId;
@@ -144,8 +149,8 @@ try {
       say({ step: "fetch", url: last.url, status, body: body.slice(0, 2000), via });
     } else if (calls[i] === "@abort") {
       try {
-        const result = await client.callTool(
-          { name: args.tool, arguments: args.arguments }, undefined,
+        const result = await callTool(
+          { name: args.tool, arguments: args.arguments },
           { signal: AbortSignal.timeout(args.ms), timeout: 600000,
             ...(args.progress ? { onprogress: () => {} } : {}) });
         say({ step: "abort", result }); // not aborted: the test says so
