@@ -15,6 +15,7 @@
 #include "sbx_egress.h"
 #include "sbx_netaddr.h"
 #include "sbx_ship.h"
+#include "sbx_dockerfile.h"
 
 static const sbx_test_t s_tests[] = {
     {"sbx_msg", sbx_msg_test},         {"sbx_secret", sbx_secret_test},
@@ -28,7 +29,8 @@ static const sbx_test_t s_tests[] = {
     {"sbx_metrics", sbx_metrics_test}, {"sbx_netaddr", sbx_netaddr_test},
     {"sbx_egress", sbx_egress_test},   {"sbx_dqlite", sbx_dqlite_test},
     {"sbx_dqproxy", sbx_dqproxy_test}, {"sbx_db_cluster", sbx_db_cluster_test},
-    {"sbx_ship", sbx_ship_test},       {NULL, NULL}};
+    {"sbx_ship", sbx_ship_test},       {"sbx_dockerfile", sbx_dockerfile_test},
+    {NULL, NULL}};
 
 int main (int argc, char **argv)
 {
