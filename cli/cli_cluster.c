@@ -4,6 +4,7 @@
 #include "cli_commands.h"
 #include "sbx_dqproxy.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -45,6 +46,31 @@ static bool s_hostport (const char *value, int room)
     long port = colon ? strtol (colon + 1, &end, 10) : 0;
     return colon && colon != value && end && !*end && port > 0 && port + room <= 65535 &&
            strlen (value) < 200;
+}
+
+//  The host part of address (HOST, HOST:PORT or [V6]:PORT) into out; false when there is
+//  none or it will not do (letters, digits, '.', '-', ':' only).
+static bool s_host_of (const char *address, char *out, size_t size)
+{
+    if (!address || !*address || strlen (address) >= size)
+        return false;
+    const char *start = address, *end = address + strlen (address);
+    if (*start == '[') {
+        const char *close = strchr (start, ']');
+        if (!close || (close[1] && close[1] != ':'))
+            return false;
+        start++;
+        end = close;
+    } else if (strchr (address, ':') == strrchr (address, ':') && strchr (address, ':'))
+        end = strchr (address, ':'); //  HOST:PORT (one colon; more: a bare IPv6 address)
+    if (end == start)
+        return false;
+    for (const char *c = start; c < end; c++)
+        if (!isalnum ((unsigned char) *c) && !strchr (".-:", *c))
+            return false;
+    bool v6 = strchr (start, ':') && strchr (start, ':') < end;
+    snprintf (out, size, v6 ? "[%.*s]" : "%.*s", (int) (end - start), start);
+    return true;
 }
 
 //  A role list (comma-separated) whose items are all roles, each once; into out.
@@ -334,6 +360,16 @@ int cli_cluster_join (sbx_config_t *config, const char *token, const char *addre
     bool control = strstr (within, ",control,") && strstr (chosen, "control");
     //  billing and snapshotd keep their data in the cluster's database too.
     bool billing = strstr (chosen, "billing") != NULL || strstr (chosen, "snapshotd") != NULL;
+    bool guests = strstr (chosen, "vmd") != NULL;
+    char host[256] = "";
+    if (address && !control && (!guests || !s_host_of (address, host, sizeof host))) {
+        snprintf (why, why_size,
+                  guests ? "--address takes this host's address on the cluster's network: HOST "
+                           "or HOST:PORT"
+                         : "--address is for a control node or a guest host (vmd), not %s",
+                  chosen);
+        goto done;
+    }
     if (control && !s_hostport (address, 2)) {
         snprintf (why, why_size,
                   "a control node needs --address HOST:PORT: where this host's dqlite node is "
@@ -386,6 +422,19 @@ int cli_cluster_join (sbx_config_t *config, const char *token, const char *addre
             snprintf (list + strlen (list), sizeof list - strlen (list), ",%s", address);
     }
     sbx_config_set (config, "control.nodes", list);
+    //  A guest host's two addresses for the other hosts, unless sbx.conf names them:
+    //  where its sandboxes and snapshots are fetched, and where its ports are relayed.
+    if (guests && (*host || s_host_of (address, host, sizeof host))) {
+        char value[300];
+        if (!sbx_config_get (config, "vmd.ship", NULL)) {
+            snprintf (value, sizeof value, "%s:%d", host, CLI_CLUSTER_SHIP_PORT);
+            sbx_config_set (config, "vmd.ship", value);
+        }
+        if (!sbx_config_get (config, "vmd.relay", NULL)) {
+            snprintf (value, sizeof value, "%s:%d", host, CLI_CLUSTER_RELAY_PORT);
+            sbx_config_set (config, "vmd.relay", value);
+        }
+    }
     if (sbx_config_save (config)) {
         snprintf (why, why_size, "cannot write %s/sbx.conf", sbx_config_data_dir (config));
         goto done;
@@ -643,6 +692,7 @@ void cli_cluster_test (bool verbose)
     (void) verbose;
     char member_dir[] = "/tmp/cli_cluster_test.XXXXXX", new_dir[] = "/tmp/cli_cluster_new.XXXXXX";
     assert (mkdtemp (member_dir) && mkdtemp (new_dir));
+    char *command = NULL;
     sbx_config_t *member = sbx_config_new (member_dir);
     assert (member);
     //  A member's keys: the brokers' pair and the cluster key.
@@ -705,6 +755,49 @@ void cli_cluster_test (bool verbose)
     assert (streq (sbx_config_get (fresh, "control.address", ""), "10.0.0.2:7000"));
     sbx_config_destroy (&fresh);
 
+    //  A guest host: --address (HOST, or HOST:PORT) gives vmd.ship and vmd.relay on its
+    //  host part, unless sbx.conf names them; an address that will not do is refused.
+    sbx_msg_t *guest_reply = sbx_msg_new (SBX_MSG_CLUSTER_TOKEN_OK);
+    sbx_cluster_token_ok_t *guest = sbx_msg_cluster_token_ok (guest_reply);
+    guest->host = calloc (1, sizeof *guest->host);
+    sbx_str_set (&guest->host->name, "box-1");
+    sbx_str_set (&guest->host->public_key, zcert_public_txt (pair));
+    sbx_strlist_append (&guest->host->roles, "vmd");
+    sbx_strlist_append (&guest->host->roles, "snapshotd");
+    sbx_str_set (&guest->secret_key, zcert_secret_txt (pair));
+    sbx_strlist_append (&guest->nodes, "10.0.0.1:7000");
+    char *guest_token = s_token (member, guest, why, sizeof why);
+    assert (guest_token);
+    const char *dirs[] = {"/tmp/cli_cluster_g1.XXXXXX", "/tmp/cli_cluster_g2.XXXXXX",
+                          "/tmp/cli_cluster_g3.XXXXXX"};
+    const char *addresses[] = {"10.0.0.5", "[fd00::5]:7000", "10.0.0.5"};
+    for (int i = 0; i < 3; i++) {
+        char dir[64];
+        snprintf (dir, sizeof dir, "%s", dirs[i]);
+        assert (mkdtemp (dir));
+        sbx_config_t *host = sbx_config_new (dir);
+        if (i == 2)
+            sbx_config_set (host, "vmd.ship", "192.0.2.1:9000"); //  the operator's own
+        assert (cli_cluster_join (host, guest_token, "not an address", NULL, why, sizeof why) ==
+                -1);
+        assert (strstr (why, "HOST or HOST:PORT"));
+        assert (cli_cluster_join (host, guest_token, addresses[i], NULL, why, sizeof why) == 0);
+        sbx_config_destroy (&host);
+        host = sbx_config_new (dir);
+        const char *ship[] = {"10.0.0.5:7300", "[fd00::5]:7300", "192.0.2.1:9000"};
+        const char *relay[] = {"10.0.0.5:7400", "[fd00::5]:7400", "10.0.0.5:7400"};
+        assert (streq (sbx_config_get (host, "vmd.ship", ""), ship[i]));
+        assert (streq (sbx_config_get (host, "vmd.relay", ""), relay[i]));
+        assert (streq (sbx_config_get (host, "roles", ""), "vmd,snapshotd"));
+        sbx_config_destroy (&host);
+        command = zsys_sprintf ("rm -rf '%s'", dir);
+        assert (system (command) == 0);
+        zstr_free (&command);
+    }
+    sbx_secret_wipe (guest_token);
+    free (guest_token);
+    sbx_msg_destroy (&guest_reply);
+
     zcert_destroy (&client);
     zcert_destroy (&shared);
     zcert_destroy (&pair);
@@ -713,7 +806,7 @@ void cli_cluster_test (bool verbose)
     free (token);
     sbx_msg_destroy (&reply);
     sbx_config_destroy (&member);
-    char *command = zsys_sprintf ("rm -rf '%s' '%s'", member_dir, new_dir);
+    command = zsys_sprintf ("rm -rf '%s' '%s'", member_dir, new_dir);
     assert (system (command) == 0);
     zstr_free (&command);
 }

@@ -104,8 +104,8 @@ class Host:
         self.proc = None
         with open(os.path.join(self.dir, "sbx.conf"), "w") as f:
             # A vmd host away this long is lost (the brokers'; 30 s by default).
-            f.write(f"heartbeat_ms = 500\nvmd.lost_after_ms = {LOST_AFTER_MS}\n"
-                    f"vmd.ship = {self.ip}:{SHIP_PORT}\nvmd.relay = {self.ip}:{RELAY_PORT}\n")
+            # (A guest host's vmd.ship and vmd.relay come from sbx up --join --address.)
+            f.write(f"heartbeat_ms = 500\nvmd.lost_after_ms = {LOST_AFTER_MS}\n")
         test.addCleanup(self.cleanup)
 
     def cli(self, *args, check=True, timeout=60):
@@ -308,11 +308,18 @@ class ClusterTest(unittest.TestCase):
             args = ["--join", token]
             if "control" in role:
                 args += ["--address", f"{hosts[name].ip}:{CONTROL_PORT}"]
+            elif "vmd" in role:
+                args += ["--address", hosts[name].ip]  # vmd.ship and vmd.relay from it
             if "gateway" in role:
                 args += ["--listen", f"{hosts[name].ip}:{GATEWAY_PORT}"]
             hosts[name].up(*args)
         for host in hosts.values():
             wait_for(host.ready, 180, lambda h=host: f"{h.name} ready:\n{h.output()[-3000:]}")
+        for name in ("v1", "v2"):  # their addresses for the others, from --address
+            with open(os.path.join(hosts[name].dir, "sbx.conf")) as f:
+                conf = f.read()
+            self.assertIn(f"vmd.ship = {hosts[name].ip}:{SHIP_PORT}\n", conf)
+            self.assertIn(f"vmd.relay = {hosts[name].ip}:{RELAY_PORT}\n", conf)
         wait_for(lambda: self.voters(c1) == 3, 60, "three voters")
         # sbx status on any host: every node, the leader, every host's roles.
         def status_complete():
