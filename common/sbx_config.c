@@ -28,7 +28,8 @@ typedef enum {
     K_HOSTPORT_OFF,
     K_FILE,
     K_DIR,
-    K_IMAGE //  a directory with a guest image's vmlinux, initrd.img and rootfs.ext4
+    K_IMAGE, //  a directory with a guest image's vmlinux, initrd.img and rootfs.ext4
+    K_IDENT  //  a name nft (or a shell) takes as it is: a letter, then letters, digits, _
 } s_kind_t;
 
 typedef struct {
@@ -86,6 +87,9 @@ static const s_known_t s_known[] = {
     {"vmd.guest_uid_first", "1879048192", K_ANY},   //  each guest's own QEMU uid (docs/vmd.md)
     {"vmd.guest_uid_count", "65536", K_ANY},        //  0: every QEMU runs as vmd.qemu_user
     {"vmd.egress_resolver", NULL, K_ANY},           //  domain rules' DNS upstream (docs/vmd.md)
+    //  The nftables tables a vmd loads: two vmds on one host need their own (docs/vmd.md).
+    {"vmd.firewall_table", "sbx_guests", K_IDENT},
+    {"vmd.egress_table", "sbx_egress", K_IDENT},
     {"rate.small", "10", K_ANY}, //  µ$ per second of running time: $0.036 an hour
     {"rate.medium", "20", K_ANY},
     {"rate.large", "40", K_ANY},
@@ -541,6 +545,11 @@ static int s_check_value (const s_known_t *known, const char *key, const char *v
                (stat (value, &st) != 0 || (known->kind == K_DIR) != S_ISDIR (st.st_mode) ||
                 access (value, R_OK) != 0))
         want = known->kind == K_DIR ? "a directory that exists" : "a readable file that exists";
+    else if (known->kind == K_IDENT &&
+             (!isalpha ((unsigned char) value[0]) || strlen (value) > 64 ||
+              strspn (value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") !=
+                  strlen (value)))
+        want = "a name of up to 64 letters, digits and _, starting with a letter";
     else if (known->kind == K_IMAGE && *value && !s_image_complete (value))
         want = "a guest image directory with vmlinux, initrd.img and rootfs.ext4 (as "
                "vmd/image/build-image.sh makes)";

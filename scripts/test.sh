@@ -18,8 +18,9 @@ if [ $# -gt 0 ]; then
   exec ctest --output-on-failure --timeout 900 "$@"
 fi
 # Unit and fuzz tests two at a time (they share nothing host-wide but vmd_server's
-# nftables table, which no other unit test touches); integration tests one at a time
-# (their vmds share the host's nftables table and guests' user ids).
+# nftables table, which no other unit test touches); then integration tests two at a time
+# too: each holds a slot (tests/integration/sbxtest.py) that gives its vmds their own
+# nftables tables and guests' uid range. Most of their time is spent waiting on guests.
 rc=0
 # The docker variant of the guest image (integration.images boots it) builds beside the
 # unit tests: mostly downloads and unpacking. Its fixture, integration.image_docker, then
@@ -34,5 +35,5 @@ ctest --output-on-failure --timeout 900 -L 'unit|fuzz' -j2 || rc=$?
 if [ -n "$image_docker" ]; then
   wait "$image_docker" || echo "the docker variant's build failed (build-test/image-docker.log)"
 fi
-ctest --output-on-failure --timeout 900 -L integration || rc=$?
+ctest --output-on-failure --timeout 900 -L integration -j2 || rc=$?
 exit $rc

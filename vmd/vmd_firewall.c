@@ -286,12 +286,14 @@ void vmd_firewall_resolver (const char *resolv_conf, int family, char *out, size
 
 char *vmd_firewall_ruleset_for (uid_t uid, const char *resolv_conf, const struct ifaddrs *ifaddrs)
 {
-    return vmd_firewall_ruleset_range (uid, 0, 0, resolv_conf, ifaddrs);
+    return vmd_firewall_ruleset_range (NULL, uid, 0, 0, resolv_conf, ifaddrs);
 }
 
-char *vmd_firewall_ruleset_range (uid_t uid, uid_t first, uint32_t count, const char *resolv_conf,
-                                  const struct ifaddrs *ifaddrs)
+char *vmd_firewall_ruleset_range (const char *table, uid_t uid, uid_t first, uint32_t count,
+                                  const char *resolv_conf, const struct ifaddrs *ifaddrs)
 {
+    if (!table)
+        table = VMD_FIREWALL_TABLE;
     const char *path = resolv_conf ? resolv_conf : "/etc/resolv.conf";
     char dns4[INET6_ADDRSTRLEN], dns6[INET6_ADDRSTRLEN];
     vmd_firewall_resolver (path, AF_INET, dns4, sizeof dns4);
@@ -331,9 +333,9 @@ char *vmd_firewall_ruleset_range (uid_t uid, uid_t first, uint32_t count, const 
                                  : strdup ("");
         if (host4_rule && host6_rule && range_rule)
             rules = zsys_sprintf (
-                "table inet " VMD_FIREWALL_TABLE "\n"
-                "delete table inet " VMD_FIREWALL_TABLE "\n"
-                "table inet " VMD_FIREWALL_TABLE " {\n"
+                "table inet %s\n"
+                "delete table inet %s\n"
+                "table inet %s {\n"
                 "\tchain output {\n"
                 "\t\ttype filter hook output priority filter; policy accept;\n"
                 "\t\tmeta skuid %u jump guest\n"
@@ -357,7 +359,8 @@ char *vmd_firewall_ruleset_range (uid_t uid, uid_t first, uint32_t count, const 
                 "\"not global unicast\"\n"
                 "\t}\n"
                 "}\n",
-                (unsigned) uid, range_rule, dns4, dns6, host4_rule, host6_rule, special4, special6);
+                table, table, table, (unsigned) uid, range_rule, dns4, dns6, host4_rule, host6_rule,
+                special4, special6);
         free (range_rule);
         free (host4_rule);
         free (host6_rule);
@@ -371,19 +374,21 @@ char *vmd_firewall_ruleset_range (uid_t uid, uid_t first, uint32_t count, const 
     return rules;
 }
 
-static char *s_ruleset_now (uid_t uid, uid_t first, uint32_t count, const char *resolv_conf);
+static char *s_ruleset_now (const char *table, uid_t uid, uid_t first, uint32_t count,
+                            const char *resolv_conf);
 
 char *vmd_firewall_ruleset (uid_t uid, const char *resolv_conf)
 {
-    return s_ruleset_now (uid, 0, 0, resolv_conf);
+    return s_ruleset_now (NULL, uid, 0, 0, resolv_conf);
 }
 
-static char *s_ruleset_now (uid_t uid, uid_t first, uint32_t count, const char *resolv_conf)
+static char *s_ruleset_now (const char *table, uid_t uid, uid_t first, uint32_t count,
+                            const char *resolv_conf)
 {
     struct ifaddrs *ifaddrs = NULL;
     if (getifaddrs (&ifaddrs) == -1)
         return NULL;
-    char *rules = vmd_firewall_ruleset_range (uid, first, count, resolv_conf, ifaddrs);
+    char *rules = vmd_firewall_ruleset_range (table, uid, first, count, resolv_conf, ifaddrs);
     freeifaddrs (ifaddrs);
     return rules;
 }
@@ -451,7 +456,7 @@ static int s_nft (const char *nft_path, const char *rules, char *out, size_t siz
 }
 
 //  Loads rules; on failure logs why (nft's message, on one line) and returns -1.
-static int s_load (const char *rules, const char *nft_path)
+static int s_load (const char *table, const char *rules, const char *nft_path)
 {
     char out[2048] = "";
     int rc = rules ? s_nft (nft_path, rules, out, sizeof out) : -1;
@@ -461,7 +466,7 @@ static int s_load (const char *rules, const char *nft_path)
                 *c = ' ';
         sbx_error ("vmd_firewall: cannot load the guest network policy (nftables table inet "
                    "%s): %s",
-                   VMD_FIREWALL_TABLE,
+                   table,
                    *out ? out : (rules ? strerror (errno) : "cannot read the host's networks"));
     }
     return rc;
@@ -470,7 +475,7 @@ static int s_load (const char *rules, const char *nft_path)
 int vmd_firewall_apply (uid_t uid, const char *resolv_conf, const char *nft_path)
 {
     char *rules = vmd_firewall_ruleset (uid, resolv_conf);
-    int rc = s_load (rules, nft_path);
+    int rc = s_load (VMD_FIREWALL_TABLE, rules, nft_path);
     free (rules);
     if (rc == 0)
         sbx_info ("guest network policy loaded: nftables table inet %s, QEMU uid %u",
@@ -486,6 +491,7 @@ struct _vmd_firewall_t {
     uid_t uid;
     uid_t uid_first; //  each guest's own uids (vmd_guest_set_uid): uid_count of them
     uint32_t uid_count;
+    char *table;       //  the nftables table's name (inet family)
     char *resolv_conf; //  NULL: /etc/resolv.conf
     char *nft_path;    //  NULL: found on PATH
     char *loaded;      //  the rules in the kernel now
@@ -499,7 +505,8 @@ struct _vmd_firewall_t {
 //  table (still in force) and is tried again at the next refresh.
 static void s_refresh (vmd_firewall_t *self)
 {
-    char *rules = s_ruleset_now (self->uid, self->uid_first, self->uid_count, self->resolv_conf);
+    char *rules =
+        s_ruleset_now (self->table, self->uid, self->uid_first, self->uid_count, self->resolv_conf);
     if (!rules)
         sbx_error ("vmd_firewall: cannot read the host's networks (getifaddrs: %s)%s",
                    strerror (errno), self->loaded ? "; the loaded policy stays" : "");
@@ -509,13 +516,13 @@ static void s_refresh (vmd_firewall_t *self)
     }
     //  A reload runs nft (a few ms), and only when the host's networks or resolver
     //  changed: rare enough to do here rather than in a thread.
-    if (s_load (rules, self->nft_path) == -1) {
+    if (s_load (self->table, rules, self->nft_path) == -1) {
         free (rules);
         return;
     }
     sbx_info ("guest network policy %s: nftables table inet %s, QEMU uid %u (host networks "
               "and resolver as they are now)",
-              self->loaded ? "reloaded" : "loaded", VMD_FIREWALL_TABLE, (unsigned) self->uid);
+              self->loaded ? "reloaded" : "loaded", self->table, (unsigned) self->uid);
     free (self->loaded);
     self->loaded = rules;
     self->loads++;
@@ -566,12 +573,13 @@ static int s_netlink_open (void)
     return -1;
 }
 
-vmd_firewall_t *vmd_firewall_new (zloop_t *loop, uid_t uid, uid_t uid_first, uint32_t uid_count,
-                                  const char *resolv_conf, const char *nft_path)
+vmd_firewall_t *vmd_firewall_new (zloop_t *loop, const char *table, uid_t uid, uid_t uid_first,
+                                  uint32_t uid_count, const char *resolv_conf, const char *nft_path)
 {
     vmd_firewall_t *self = calloc (1, sizeof *self);
     if (!self)
         return NULL;
+    self->table = strdup (table ? table : VMD_FIREWALL_TABLE);
     self->loop = loop;
     self->uid = uid;
     self->uid_first = uid_first;
@@ -614,6 +622,7 @@ void vmd_firewall_destroy (vmd_firewall_t **self_p)
     if (self->settle != -1)
         zloop_timer_end (self->loop, self->settle);
     free (self->resolv_conf);
+    free (self->table);
     free (self->nft_path);
     free (self->loaded);
     free (self);
@@ -720,7 +729,7 @@ void vmd_firewall_test (bool verbose)
     ifs = s_test_if (ifs, "fe80::fc:ff:fe00:1", "ffff:ffff:ffff:ffff::");
     ifs = s_test_if (ifs, "127.0.0.1", "255.0.0.0");
     ifs = s_test_if (ifs, "::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");
-    char *rules = vmd_firewall_ruleset_range (999, 1879048192, 65536, path, ifs);
+    char *rules = vmd_firewall_ruleset_range (NULL, 999, 1879048192, 65536, path, ifs);
     assert (rules);
     if (verbose)
         printf ("\n%s", rules);
@@ -836,7 +845,7 @@ void vmd_firewall_test (bool verbose)
     //  A missing nft is a clear error, not a crash, and no firewall object without it.
     assert (vmd_firewall_apply (1000, path, "/nonexistent/nft") == -1);
     zloop_t *loop = zloop_new ();
-    vmd_firewall_t *fw = vmd_firewall_new (loop, 1000, 0, 0, path, "/nonexistent/nft");
+    vmd_firewall_t *fw = vmd_firewall_new (loop, NULL, 1000, 0, 0, path, "/nonexistent/nft");
     assert (!fw);
     vmd_firewall_destroy (&fw);
     zloop_destroy (&loop);

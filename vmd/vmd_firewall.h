@@ -26,7 +26,7 @@
     re-reads it at most once a second) and anything netlink missed. The table is
     reloaded only when the rules it would have differ from those loaded.
 
-        vmd_firewall_t *fw = vmd_firewall_new (loop, uid, first, count, NULL, NULL);
+        vmd_firewall_t *fw = vmd_firewall_new (loop, NULL, uid, first, count, NULL, NULL);
         ...
         vmd_firewall_destroy (&fw);     //  the table stays
 */
@@ -52,9 +52,9 @@ char *vmd_firewall_ruleset (uid_t uid, const char *resolv_conf);
 char *vmd_firewall_ruleset_for (uid_t uid, const char *resolv_conf, const struct ifaddrs *ifaddrs);
 
 //  The same, with every uid of first..first+count-1 (each guest's own QEMU uid) confined
-//  like uid.
-char *vmd_firewall_ruleset_range (uid_t uid, uid_t first, uint32_t count, const char *resolv_conf,
-                                  const struct ifaddrs *ifaddrs);
+//  like uid, in the table so named (NULL: VMD_FIREWALL_TABLE).
+char *vmd_firewall_ruleset_range (const char *table, uid_t uid, uid_t first, uint32_t count,
+                                  const char *resolv_conf, const struct ifaddrs *ifaddrs);
 
 //  The resolver slirp relays a guest's DNS to, for family (AF_INET, AF_INET6), as text:
 //  the first nameserver of that family in resolv_conf (NULL: /etc/resolv.conf), else
@@ -72,8 +72,11 @@ int vmd_firewall_nft (const char *nft_path, const char *rules, bool check, char 
 //  Loads the table now (NULL, with the reason logged, when that fails: vmd must not run
 //  guests unconfined) and keeps it current from loop, as described above.
 //  uid_first..uid_first+uid_count-1 are confined like uid (none when uid_count is 0).
-vmd_firewall_t *vmd_firewall_new (zloop_t *loop, uid_t uid, uid_t uid_first, uint32_t uid_count,
-                                  const char *resolv_conf, const char *nft_path);
+//  table: the nftables table's name (NULL: VMD_FIREWALL_TABLE; vmd.firewall_table), so
+//  that two vmds on one host, each with its own uid range, keep their own tables.
+vmd_firewall_t *vmd_firewall_new (zloop_t *loop, const char *table, uid_t uid, uid_t uid_first,
+                                  uint32_t uid_count, const char *resolv_conf,
+                                  const char *nft_path);
 //  Stops watching; the table stays loaded.
 void vmd_firewall_destroy (vmd_firewall_t **self_p);
 

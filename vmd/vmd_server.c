@@ -1013,8 +1013,8 @@ static int s_network_setup (vmd_server_t *self)
                    "vmd.network = open to run guests without network isolation");
         return -1;
     }
-    self->firewall =
-        vmd_firewall_new (self->loop, uid, self->env.uid_first, self->env.uid_count, NULL, NULL);
+    self->firewall = vmd_firewall_new (self->loop, sbx_config_get (config, "vmd.firewall_table", NULL),
+                                       uid, self->env.uid_first, self->env.uid_count, NULL, NULL);
     return self->firewall ? 0 : -1;
 }
 
@@ -1142,7 +1142,10 @@ vmd_server_t *vmd_server_new (sbx_config_t *config, zloop_t *loop)
               self->image_dir);
     //  Kept apart from the guests' directories, which their QEMU's uid owns.
     char *egress_dir = sbx_config_path (config, "egress");
-    self->egress = egress_dir ? vmd_egress_new (egress_dir, NULL, NULL) : NULL;
+    self->egress =
+        egress_dir
+            ? vmd_egress_new (egress_dir, sbx_config_get (config, "vmd.egress_table", NULL), NULL)
+            : NULL;
     free (egress_dir);
     if (!self->egress) {
         sbx_error ("cannot keep the guests' egress rules (see above): vmd does not start");

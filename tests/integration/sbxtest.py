@@ -18,6 +18,31 @@ import unittest
 BIN = os.environ.get("SBX_BIN") or os.path.join(os.getcwd(), "bin")
 
 
+def _slot():
+    """Integration tests run two at a time (ctest -j2). What a vmd holds host-wide, its
+    nftables tables and its guests' uid range, comes from the slot this process locks:
+    slot 0 keeps vmd's defaults, slot N its own tables and range (docs/vmd.md, "Two vmds
+    on one host"). The lock lasts as long as the process."""
+    import fcntl
+    for n in range(8):
+        fd = os.open(f"/tmp/sbx-integration-slot-{n}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return n, fd
+        except BlockingIOError:
+            os.close(fd)
+    raise RuntimeError("more than 8 integration tests at once: no slot left")
+
+
+SLOT, _SLOT_FD = _slot()
+# The settings of this slot, which every Sbx writes into its sbx.conf.
+SLOT_SETTINGS = {} if SLOT == 0 else {
+    "vmd.firewall_table": f"sbx_guests_{SLOT}", "vmd.egress_table": f"sbx_egress_{SLOT}",
+    "vmd.guest_uid_first": str(1879048192 + SLOT * 65536)}
+FIREWALL_TABLE = SLOT_SETTINGS.get("vmd.firewall_table", "sbx_guests")
+EGRESS_TABLE = SLOT_SETTINGS.get("vmd.egress_table", "sbx_egress")
+
+
 def binary(name):
     path = os.path.join(BIN, name)
     if not os.access(path, os.X_OK):
@@ -83,7 +108,9 @@ def pid_alive(pid):
 class Sbx:
     """One sbx installation in a temporary data directory."""
 
-    def __init__(self, test, name="sbx", settings=None):
+    def __init__(self, test, name="sbx", settings=None, empty=False):
+        """empty: leave the data directory empty, without even the slot's settings (a
+        restore's target; the backup brings its sbx.conf)."""
         self.test = test
         self.dir = tempfile.mkdtemp(prefix=f"sbxtest-{name}-")
         self.up_proc = None
@@ -91,6 +118,7 @@ class Sbx:
         self.extra = []  # other processes started by the test
         self.haproxy_proc = None  # the balancer, when the test runs one (haproxy())
         self.haproxy_port = None
+        settings = {} if empty else {**SLOT_SETTINGS, **(settings or {})}
         if settings:
             with open(os.path.join(self.dir, "sbx.conf"), "w") as f:
                 for k, v in settings.items():

@@ -89,7 +89,7 @@ class BackupTest(unittest.TestCase):
         os.rename(s.dir, moved)
         self.addCleanup(shutil.rmtree, moved, True)
 
-        r = Sbx(self, "restored")
+        r = Sbx(self, "restored", empty=True)
         # A damaged file: refused with its name, nothing made.
         secret = os.path.join(dest, "data", "gateway", "secret")
         with open(secret, "rb") as f:

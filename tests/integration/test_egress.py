@@ -39,10 +39,10 @@ import tempfile
 import threading
 import unittest
 
-from sbxtest import BIN, Sbx, free_port, main, mcp_call, mcp_session, pid_alive, wait_for
+from sbxtest import BIN, EGRESS_TABLE, Sbx, free_port, main, mcp_call, mcp_session, pid_alive, wait_for
 from test_isolation import PROBE_PY, reachable, serve
 
-TABLE = "sbx_egress"
+TABLE = EGRESS_TABLE  # this slot's (sbxtest)
 PUBLIC = ["1.2.3.4", "1.2.3.5", "5.6.7.8"]
 
 

@@ -27,9 +27,9 @@ import threading
 import time
 import unittest
 
-from sbxtest import BIN, Sbx, free_port, main, mcp_call, mcp_session, pid_alive, wait_for
+from sbxtest import BIN, FIREWALL_TABLE, Sbx, free_port, main, mcp_call, mcp_session, pid_alive, wait_for
 
-TABLE = "sbx_guests"
+TABLE = FIREWALL_TABLE  # this slot's (sbxtest)
 
 # The IANA IPv4 and IPv6 Special-Purpose Address Registries, every entry (the globally
 # reachable ones too: vmd refuses those as well), plus multicast and site-local. Kept
