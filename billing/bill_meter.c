@@ -96,13 +96,12 @@ static void s_touch (bill_meter_t *self, const char *account)
     self->touched = account ? strdup (account) : NULL;
 }
 
-//  Tells the listener (once the event is committed, or found applied already).
-static void s_touched (bill_meter_t *self, bool applied_before)
+//  Tells the listener, once the event is committed.
+static void s_touched (bill_meter_t *self, uint64_t after_seq, uint64_t seq)
 {
-    if (self->touch_fn && (applied_before || self->touched))
-        self->touch_fn (applied_before ? NULL : self->touched, self->touch_arg);
-    free (self->touched);
-    self->touched = NULL;
+    if (self->touch_fn)
+        self->touch_fn (self->touched, after_seq, seq, self->touch_arg);
+    s_touch (self, NULL);
 }
 
 //  --------------------------------------------------------------------------
@@ -258,10 +257,8 @@ int bill_meter_apply (bill_meter_t *self, const sbx_event_t *event)
 {
     assert (self && event);
     s_touch (self, NULL);
-    if (event->seq <= bill_store_last_seq (self->store)) {
-        s_touched (self, true);
+    if (event->seq <= bill_store_last_seq (self->store))
         return 0; //  applied before (the reader shouldn't send it, the store decides)
-    }
     sbx_msg_t *msg = NULL;
     if (event->type &&
         (streq (event->type, "sandbox.changed") || streq (event->type, "account.created") ||
@@ -278,12 +275,10 @@ int bill_meter_apply (bill_meter_t *self, const sbx_event_t *event)
     }
     //  Again under the write lock: another billing process of a cluster may have applied
     //  it since the check above (sbx_db's BEGIN IMMEDIATE serializes them).
-    if (event->seq <= bill_store_last_seq (self->store)) {
+    uint64_t after_seq = bill_store_last_seq (self->store);
+    if (event->seq <= after_seq) {
         sbx_msg_destroy (&msg);
-        if (bill_store_rollback (self->store))
-            return -1;
-        s_touched (self, true);
-        return 0;
+        return bill_store_rollback (self->store) == 0 ? 0 : -1;
     }
     int rc = 0;
     if (msg && msg->type == SBX_MSG_SANDBOX_CHANGED)
@@ -300,7 +295,7 @@ int bill_meter_apply (bill_meter_t *self, const sbx_event_t *event)
     sbx_msg_destroy (&msg);
     if (rc == 0 && bill_store_set_last_seq (self->store, event->seq) == 0 &&
         bill_store_commit (self->store) == 0) {
-        s_touched (self, false);
+        s_touched (self, after_seq, event->seq);
         return 0;
     }
     s_touch (self, NULL); //  nothing of it was applied

@@ -89,10 +89,13 @@ int bill_meter_funds_read (bill_meter_t *self, const char *account, bill_account
 //  usage prices them.
 int64_t bill_account_funds_at (const bill_account_funds_t *funds, uint64_t now_ms);
 
-//  Called after each event the meter applied (committed) with the account whose funds it
-//  may have changed, or with NULL when it found an event applied already (by another
-//  billing process of a cluster, or before a replay): then any account may have changed.
-typedef void (bill_meter_touch_fn) (const char *account, void *arg);
+//  Called after each event the meter committed, with its seq, the seq it followed (the
+//  last applied, read under the store's write lock: a gap from the previous call's seq
+//  means another billing process of a cluster applied events in between) and the account
+//  whose funds it may have changed (NULL: none). Not called for an event it found applied
+//  already.
+typedef void (bill_meter_touch_fn) (const char *account, uint64_t after_seq, uint64_t seq,
+                                    void *arg);
 void bill_meter_set_touch (bill_meter_t *self, bill_meter_touch_fn *fn, void *arg);
 
 void bill_meter_test (bool verbose);
