@@ -85,7 +85,8 @@ TOOLS = [("cmake", "cmake", None), ("gcc", "build-essential", None),
 # The libraries bench/agentbench and bench/mhd_bare link: (pkg-config name, package).
 LIBS = [("libczmq", "libczmq-dev"), ("libzmq", "libzmq3-dev"), ("jansson", "libjansson-dev"),
         ("libsodium", "libsodium-dev"), ("msgpack", "libmsgpack-dev"),
-        ("libmicrohttpd", "libmicrohttpd-dev")]
+        ("libmicrohttpd", "libmicrohttpd-dev"), ("sqlite3", "libsqlite3-dev"),
+        ("gnutls", "libgnutls28-dev"), ("libpsl", "libpsl-dev")]
 
 
 def prerequisites(args, parts):
@@ -151,6 +152,14 @@ def build(args):
              f"-I{src}/common", f"-I{bdir}/common", os.path.join(HERE, prog + ".c"), "-o",
              f"{out}/{prog}", f"{bdir}/common/libsbx_common.a", f"{bdir}/common/libsbx_codec.a",
              *pc("--libs", "libczmq", "libzmq", "jansson", "libsodium", "msgpack"), "-lm"])
+    # Billing's wallet check at a growing history (bench/wallet.py), on billing's library.
+    run(["gcc", "-O2", "-g", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
+         f"-I{src}/common", f"-I{bdir}/common", f"-I{src}/billing",
+         os.path.join(HERE, "walletbench.c"), "-o", f"{out}/walletbench",
+         f"{bdir}/billing/libbill_lib.a", f"{bdir}/common/libsbx_common.a",
+         f"{bdir}/common/libsbx_codec.a",
+         *pc("--libs", "libczmq", "libzmq", "jansson", "libsodium", "msgpack", "sqlite3",
+             "gnutls", "libpsl"), "-lm"])
     run(["gcc", "-O2", "-std=c11", "-D_GNU_SOURCE", os.path.join(HERE, "mhd_bare.c"), "-o",
          f"{out}/mhd_bare", *pc("--cflags", "--libs", "libmicrohttpd")])
     if not os.path.isdir(os.path.join(HERE, "node_modules", "@modelcontextprotocol")):
@@ -1128,6 +1137,10 @@ def rows(res):
         import cluster
 
         out.extend(cluster.cluster_rows(res["cluster"]))
+    if "wallet" in res:
+        import wallet
+
+        out.extend(wallet.wallet_rows(res["wallet"]))
     if "billed_running_ms" in res and res["billed_running_ms"] is not None:
         billed = res["billed_running_ms"] / 1000
         ev = res["event_running_s"]
@@ -1254,7 +1267,8 @@ KEEP_PARTS = {"files": ("raw_bigout", "raw_write", "raw_read", "mcp_bigout", "mc
               "density": ("density",),
               "fork": ("fork",),
               "scale": ("scale",),
-              "cluster": ("cluster",)}
+              "cluster": ("cluster",),
+              "wallet": ("wallet",)}
 
 
 def keep_rows(res, kept_path, cmdline, parts):
@@ -1279,7 +1293,7 @@ def main():
     ap.add_argument("--build")
     ap.add_argument("--only",
                     default="lifecycle,template,fork,exec,files,gateway,density,billing,sampling,"
-                            "scale,cluster")
+                            "scale,cluster,wallet")
     ap.add_argument("--no-doc", action="store_true")
     ap.add_argument("--keep", metavar="JSON",
                     help="with --only: the rows of the parts not run come from JSON (an earlier "
@@ -1368,6 +1382,11 @@ def main():
         import cluster
 
         cluster.part_cluster(bdir, q, res)
+        sample()
+    if "wallet" in parts:
+        import wallet
+
+        wallet.part_wallet(bdir, q, res)
         sample()
     load["after"] = loadavg()
     sample()

@@ -6,6 +6,9 @@
 struct _bill_meter_t {
     bill_store_t *store; //  borrowed
     bill_rates_t rates;
+    bill_meter_touch_fn *touch_fn;
+    void *touch_arg;
+    char *touched; //  the account the event being applied changed
 };
 
 #define S_DAY_MS 86400000ULL
@@ -73,8 +76,32 @@ bill_meter_t *bill_meter_new (bill_store_t *store, const bill_rates_t *rates)
 void bill_meter_destroy (bill_meter_t **self_p)
 {
     assert (self_p);
+    if (*self_p)
+        free ((*self_p)->touched);
     free (*self_p);
     *self_p = NULL;
+}
+
+void bill_meter_set_touch (bill_meter_t *self, bill_meter_touch_fn *fn, void *arg)
+{
+    assert (self);
+    self->touch_fn = fn;
+    self->touch_arg = arg;
+}
+
+//  Notes the account whose funds the event being applied changes (told after its commit).
+static void s_touch (bill_meter_t *self, const char *account)
+{
+    free (self->touched);
+    self->touched = account ? strdup (account) : NULL;
+}
+
+//  Tells the listener, once the event is committed.
+static void s_touched (bill_meter_t *self, uint64_t after_seq, uint64_t seq)
+{
+    if (self->touch_fn)
+        self->touch_fn (self->touched, after_seq, seq, self->touch_arg);
+    s_touch (self, NULL);
 }
 
 //  --------------------------------------------------------------------------
@@ -156,6 +183,7 @@ static int s_on_changed (bill_meter_t *self, const sbx_event_t *event, sbx_msg_t
         bill_sandbox_clear (&sandbox);
         return -1;
     }
+    s_touch (self, sandbox.account);
     int64_t interval = 0;
     uint64_t start_ms = 0;
     int open = bill_store_interval_open_find (self->store, sandbox.id, &interval, &start_ms);
@@ -199,6 +227,7 @@ static int s_on_credited (bill_meter_t *self, const sbx_event_t *event, sbx_msg_
     if (rc == 0)
         rc = bill_store_wallet_credit (self->store, wallet, credit->micro_usd);
     free (wallet);
+    s_touch (self, credit->account_id);
     return rc;
 }
 
@@ -220,12 +249,14 @@ static int s_on_activated (bill_meter_t *self, const sbx_event_t *event, sbx_msg
                  ? -1
                  : 0;
     free (wallet);
+    s_touch (self, activated->account_id);
     return rc;
 }
 
 int bill_meter_apply (bill_meter_t *self, const sbx_event_t *event)
 {
     assert (self && event);
+    s_touch (self, NULL);
     if (event->seq <= bill_store_last_seq (self->store))
         return 0; //  applied before (the reader shouldn't send it, the store decides)
     sbx_msg_t *msg = NULL;
@@ -244,25 +275,30 @@ int bill_meter_apply (bill_meter_t *self, const sbx_event_t *event)
     }
     //  Again under the write lock: another billing process of a cluster may have applied
     //  it since the check above (sbx_db's BEGIN IMMEDIATE serializes them).
-    if (event->seq <= bill_store_last_seq (self->store)) {
+    uint64_t after_seq = bill_store_last_seq (self->store);
+    if (event->seq <= after_seq) {
         sbx_msg_destroy (&msg);
         return bill_store_rollback (self->store) == 0 ? 0 : -1;
     }
     int rc = 0;
     if (msg && msg->type == SBX_MSG_SANDBOX_CHANGED)
         rc = s_on_changed (self, event, msg);
-    else if (msg && msg->type == SBX_MSG_ACCOUNT_CREATED)
+    else if (msg && msg->type == SBX_MSG_ACCOUNT_CREATED) {
         rc = bill_store_account_add (self->store, sbx_msg_account_created (msg)->account_id,
                                      sbx_msg_account_created (msg)->email,
                                      self->rates.wallet_initial, event->ts_ms);
-    else if (msg && msg->type == SBX_MSG_WALLET_CREDITED)
+        s_touch (self, sbx_msg_account_created (msg)->account_id);
+    } else if (msg && msg->type == SBX_MSG_WALLET_CREDITED)
         rc = s_on_credited (self, event, msg);
     else if (msg && msg->type == SBX_MSG_WALLET_ACTIVATED)
         rc = s_on_activated (self, event, msg);
     sbx_msg_destroy (&msg);
     if (rc == 0 && bill_store_set_last_seq (self->store, event->seq) == 0 &&
-        bill_store_commit (self->store) == 0)
+        bill_store_commit (self->store) == 0) {
+        s_touched (self, after_seq, event->seq);
         return 0;
+    }
+    s_touch (self, NULL); //  nothing of it was applied
     bill_store_rollback (self->store);
     sbx_error ("event %llu (%s) could not be applied", (unsigned long long) event->seq,
                event->type ? event->type : "?");
@@ -486,48 +522,90 @@ sbx_msg_t *bill_meter_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t no
     return reply;
 }
 
+void bill_account_funds_clear (bill_account_funds_t *funds)
+{
+    assert (funds);
+    free (funds->running);
+    *funds = (bill_account_funds_t){0};
+}
+
 typedef struct {
     bill_meter_t *meter;
-    uint64_t now;
-    uint64_t micro; //  the open intervals' cost so far
-} s_open_t;
+    bill_account_funds_t *out;
+    bool failed;
+} s_read_t;
 
-//  An open interval priced as usage prices it (s_on_interval): the pieces it cuts at
-//  midnights add up to this, the cost being cumulative.
+//  An open interval with what prices it as usage prices it (s_on_interval): the pieces it
+//  cuts at midnights add up to its cost from start, the cost being cumulative.
 static void s_on_open (const bill_interval_row_t *row, void *arg)
 {
-    s_open_t *o = arg;
-    uint64_t rate = s_rate_of (o->meter, row->type);
-    uint64_t before = rate == row->sandbox_rate ? row->sandbox_rate_ms : 0;
-    uint64_t ms = o->now > row->start_ms ? o->now - row->start_ms : 0;
-    o->micro += bill_meter_cost (before, ms, rate);
+    s_read_t *r = arg;
+    bill_account_funds_t *out = r->out;
+    bill_running_t *running =
+        r->failed ? NULL : realloc (out->running, (out->running_count + 1) * sizeof *running);
+    if (!running) {
+        r->failed = true;
+        return;
+    }
+    out->running = running;
+    uint64_t rate = s_rate_of (r->meter, row->type);
+    out->running[out->running_count++] = (bill_running_t){
+        .start_ms = row->start_ms,
+        .rate = rate,
+        .before = rate == row->sandbox_rate ? row->sandbox_rate_ms : 0,
+    };
+}
+
+int bill_meter_funds_read (bill_meter_t *self, const char *account, bill_account_funds_t *out)
+{
+    assert (self && account && out);
+    *out = (bill_account_funds_t){0};
+    //  Rows that stay few whatever the history (the active wallet, its charged total, the
+    //  open intervals), never the whole ledger.
+    char *wallet = NULL;
+    uint64_t charged_active = 0;
+    s_read_t read = {.meter = self, .out = out};
+    int rc = bill_store_wallet_active (self->store, account, &wallet, &out->held);
+    if (rc == 0)
+        rc = bill_store_wallet_charged (self->store, account, wallet, &charged_active) == 0 &&
+                     bill_store_intervals_open (self->store, account, s_on_open, &read) >= 0 &&
+                     !read.failed
+                 ? 0
+                 : -1;
+    free (wallet);
+    //  What was ever put in the active wallet: its balance plus what the ledger took from
+    //  it.
+    out->prepaid = out->held + (int64_t) charged_active > 0;
+    if (rc)
+        bill_account_funds_clear (out);
+    return rc;
+}
+
+int64_t bill_account_funds_at (const bill_account_funds_t *funds, uint64_t now_ms)
+{
+    assert (funds);
+    //  What running sandboxes used so far is not charged yet: it will be, to the active
+    //  wallet.
+    uint64_t micro = 0;
+    for (size_t i = 0; i < funds->running_count; i++) {
+        const bill_running_t *r = &funds->running[i];
+        uint64_t ms = now_ms > r->start_ms ? now_ms - r->start_ms : 0;
+        micro += bill_meter_cost (r->before, ms, r->rate);
+    }
+    return funds->held - (int64_t) micro;
 }
 
 int bill_meter_funds (bill_meter_t *self, const char *account, uint64_t now_ms, bool *prepaid,
                       int64_t *balance)
 {
     assert (self && account && prepaid && balance);
-    //  Each second for every account: rows that stay few whatever the history (the
-    //  active wallet, its charged total, the open intervals), never the whole ledger.
-    char *wallet = NULL;
-    int64_t held = 0;
-    uint64_t charged_active = 0;
-    s_open_t open = {.meter = self, .now = now_ms};
-    int rc =
-        bill_store_wallet_active (self->store, account, &wallet, &held) == 0 &&
-                bill_store_wallet_charged (self->store, account, wallet, &charged_active) == 0 &&
-                bill_store_intervals_open (self->store, account, s_on_open, &open) >= 0
-            ? 0
-            : -1;
-    free (wallet);
-    if (rc == 0) {
-        //  What was ever put in the active wallet: its balance plus what the ledger took
-        //  from it. What running sandboxes used so far is not charged yet: it will be,
-        //  to the active wallet.
-        *prepaid = held + (int64_t) charged_active > 0;
-        *balance = held - (int64_t) open.micro;
-    }
-    return rc;
+    bill_account_funds_t funds;
+    if (bill_meter_funds_read (self, account, &funds))
+        return -1;
+    *prepaid = funds.prepaid;
+    *balance = bill_account_funds_at (&funds, now_ms);
+    bill_account_funds_clear (&funds);
+    return 0;
 }
 
 //  --------------------------------------------------------------------------

@@ -57,8 +57,46 @@ uint64_t bill_meter_cost (uint64_t before, uint64_t ms, uint64_t rate);
 //  sandboxes have used and not been charged yet; *prepaid says whether funds were ever
 //  put in (wallet.initial or a top-up). A wallet that was never funded is post-paid:
 //  it goes negative and nothing stops. Returns 0, or -1 (unknown account, store error).
+//  Reads the store (bill_meter_funds_read, then bill_account_funds_at).
 int bill_meter_funds (bill_meter_t *self, const char *account, uint64_t now_ms, bool *prepaid,
                       int64_t *balance);
+
+//  A running sandbox's open interval, with what prices it: it will be charged at `rate`
+//  µ$/s after `before` ms already charged at that rate (the rounding base).
+typedef struct {
+    uint64_t start_ms;
+    uint64_t rate;
+    uint64_t before;
+} bill_running_t;
+
+//  What an account's funds depend on, as the store has them: the active wallet's balance,
+//  whether it was ever funded, and its running sandboxes. Only an event applied to the
+//  account changes it; time only adds to the running sandboxes' cost.
+typedef struct {
+    int64_t held; //  the active wallet's balance
+    bool prepaid;
+    size_t running_count;
+    bill_running_t *running; //  owned: bill_account_funds_clear frees it
+} bill_account_funds_t;
+
+void bill_account_funds_clear (bill_account_funds_t *funds);
+
+//  Reads *out (cleared first) from the store: 0, 1 when the account has no active wallet
+//  (unknown to billing), -1 on a store error.
+int bill_meter_funds_read (bill_meter_t *self, const char *account, bill_account_funds_t *out);
+
+//  The balance at now_ms: held less what the running sandboxes used so far, priced as
+//  usage prices them.
+int64_t bill_account_funds_at (const bill_account_funds_t *funds, uint64_t now_ms);
+
+//  Called after each event the meter committed, with its seq, the seq it followed (the
+//  last applied, read under the store's write lock: a gap from the previous call's seq
+//  means another billing process of a cluster applied events in between) and the account
+//  whose funds it may have changed (NULL: none). Not called for an event it found applied
+//  already.
+typedef void (bill_meter_touch_fn) (const char *account, uint64_t after_seq, uint64_t seq,
+                                    void *arg);
+void bill_meter_set_touch (bill_meter_t *self, bill_meter_touch_fn *fn, void *arg);
 
 void bill_meter_test (bool verbose);
 

@@ -1,6 +1,7 @@
 /*  bill_selftest - billing's self-tests (see sbx_testrun.h). bill_server's test lives
     here, not in bill_server.c: it runs a real broker and its test kit, which the
     sbx-billing executable must not link. */
+#include "bill_funds.h"
 #include "bill_meter.h"
 #include "bill_server.h"
 #include "bill_store.h"
@@ -249,11 +250,10 @@ static void s_server_test (bool verbose)
     }
 }
 
-static const sbx_test_t s_tests[] = {{"bill_store", bill_store_test},
-                                     {"bill_meter", bill_meter_test},
-                                     {"bill_server", s_server_test},
-                                     {"bill_cluster", bill_cluster_test},
-                                     {NULL, NULL}};
+static const sbx_test_t s_tests[] = {
+    {"bill_store", bill_store_test},     {"bill_meter", bill_meter_test},
+    {"bill_funds", bill_funds_test},     {"bill_server", s_server_test},
+    {"bill_cluster", bill_cluster_test}, {NULL, NULL}};
 
 int main (int argc, char **argv)
 {

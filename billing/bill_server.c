@@ -1,5 +1,6 @@
 /*  bill_server - see bill_server.h */
 #include "bill_server.h"
+#include "bill_funds.h"
 #include "sbx_dqproxy.h"
 #include "sbx_secret.h"
 #include "sbx_metrics.h"
@@ -12,6 +13,7 @@ struct _bill_server_t {
     sbx_config_t *config; //  borrowed
     bill_store_t *store;
     bill_meter_t *meter;
+    bill_funds_t *funds; //  the accounts' funds, for the check each second
     sbx_tapreader_t *reader;
     sbx_peer_t *peer;     //  borrowed, from start
     zloop_t *loop;        //  borrowed, from start
@@ -99,6 +101,7 @@ bill_server_t *bill_server_new (sbx_config_t *config)
     const char *nodes = sbx_config_get (config, "control.nodes", NULL);
     self->store = nodes && *nodes ? s_cluster_store (self) : path ? bill_store_new (path) : NULL;
     self->meter = self->store ? bill_meter_new (self->store, &rates) : NULL;
+    self->funds = self->meter ? bill_funds_new (self->meter, self->store) : NULL;
     if (self->meter)
         sbx_info ("billing %s: last applied event %llu; rates µ$/s small %llu, medium %llu, "
                   "large %llu",
@@ -107,7 +110,7 @@ bill_server_t *bill_server_new (sbx_config_t *config)
                   (unsigned long long) rates.large);
     free (dir);
     free (path);
-    if (!self->meter)
+    if (!self->funds)
         bill_server_destroy (&self);
     return self;
 }
@@ -130,6 +133,7 @@ void bill_server_destroy (bill_server_t **self_p)
         sbx_metrics_off_collect (sbx_metrics_here (), s_collect, self);
     sbx_tapreader_destroy (&self->reader);
     zhashx_destroy (&self->exhausted);
+    bill_funds_destroy (&self->funds);
     bill_meter_destroy (&self->meter);
     bill_store_destroy (&self->store);
     sbx_dqproxy_destroy (&self->proxy);
@@ -180,32 +184,31 @@ static int s_on_event (const sbx_event_t *event, void *arg)
 }
 
 //  One account's wallet against its running time: tells the broker when it runs out
-//  (the broker stops its sandboxes and refuses starts) or has funds again.
-static void s_check_funds (const char *account, void *arg)
+//  (the broker stops its sandboxes and refuses starts) or has funds again. False when the
+//  broker could not be told: asked again at the next tick.
+static bool s_check_funds (const char *account, bool prepaid, int64_t balance, void *arg)
 {
     bill_server_t *self = arg;
-    bool prepaid = false;
-    int64_t balance = 0;
-    if (bill_meter_funds (self->meter, account, sbx_clock_now_ms (), &prepaid, &balance))
-        return;
     if (!prepaid)
-        return; //  post-paid: never funded, never stopped
+        return true; //  post-paid: never funded, never stopped
     bool exhausted = balance <= 0;
     const char *told = zhashx_lookup (self->exhausted, account);
     bool changed = !told || streq (told, "1") != exhausted;
     if (!changed && self->funds_ticks % S_FUNDS_REPEAT)
-        return;
+        return true;
     sbx_msg_t *funds = sbx_msg_new (SBX_MSG_ACCOUNT_FUNDS);
     sbx_str_set (&sbx_msg_account_funds (funds)->account_id, account);
     sbx_msg_account_funds (funds)->exhausted = exhausted;
     sbx_msg_account_funds (funds)->balance_micro_usd = balance;
-    if (sbx_peer_send (self->peer, &funds) == 0) {
+    bool sent = sbx_peer_send (self->peer, &funds) == 0;
+    if (sent) {
         zhashx_update (self->exhausted, account, exhausted ? "1" : "0");
         if (changed)
             sbx_info ("account=%s wallet %s (%lld µ$ with running time)", account,
                       exhausted ? "empty" : "has funds", (long long) balance);
     }
     sbx_msg_destroy (&funds);
+    return sent;
 }
 
 static int s_on_funds_tick (zloop_t *loop, int timer_id, void *arg)
@@ -217,7 +220,10 @@ static int s_on_funds_tick (zloop_t *loop, int timer_id, void *arg)
     if (self->failed || !self->reader || !sbx_peer_welcomed (self->peer) ||
         !sbx_tapreader_caught_up (self->reader))
         return 0;
-    bill_store_accounts (self->store, s_check_funds, self);
+    //  The accounts running sandboxes or changed since the last tick (bill_funds), and
+    //  every tenth tick all of them.
+    bill_funds_check (self->funds, sbx_clock_now_ms (), self->funds_ticks % S_FUNDS_REPEAT == 0,
+                      s_check_funds, self);
     self->funds_ticks++;
     return 0;
 }
@@ -225,6 +231,8 @@ static int s_on_funds_tick (zloop_t *loop, int timer_id, void *arg)
 //  Follows the log from the last event the store has applied.
 static int s_reader_start (bill_server_t *self)
 {
+    //  Others may have written a cluster's store since: the funds are read again.
+    bill_funds_reload (self->funds);
     self->reader = sbx_tapreader_new (self->config, self->peer, bill_store_last_seq (self->store),
                                       s_on_event, self);
     return self->reader ? sbx_tapreader_start (self->reader, self->loop) : -1;
