@@ -11,6 +11,7 @@
 #include "cli_call.h"
 #include "cli_commands.h"
 #include "cli_cp.h"
+#include "cli_template.h"
 #include "cli_op.h"
 #include "cli_shell.h"
 #include "cli_terminal.h"
@@ -33,7 +34,8 @@ static void s_usage (FILE *out)
         out,
         "usage: sbx sandbox create [--account ACCOUNT] [--name N] [--type small|medium|large]\n"
         "                          [--ttl DURATION] [--no-network] [--label K=V]...\n"
-        "                          [--snapshot SNAPSHOT_ID] [--auto-resume on|off]\n"
+        "                          [--snapshot SNAPSHOT_ID | --template NAME]\n"
+        "                          [--auto-resume on|off]\n"
         "                          [--allow-out ENTRY]... [--deny-out ENTRY]...\n"
         "       sbx sandbox list [--account ACCOUNT] [--limit N] [--cursor C]\n"
         "       sbx sandbox get|stop|resume|delete ID\n"
@@ -109,6 +111,7 @@ typedef struct {
     const char *data_dir;
     bool json;
     const char *account, *name, *type, *ttl, *cwd, *timeout, *mode, *snapshot, *signal;
+    const char *template_name; //  --template: resolved to its snapshot (cli_template)
     const char *stdout_offset, *stderr_offset, *limit, *cursor, *auto_resume, *interval, *count;
     bool no_network, detach, public, remove, no_stdin, once, no_egress;
     zlist_t *labels;    //  "K=V"
@@ -756,6 +759,7 @@ int cli_sandbox_main (int argc, char **argv)
                                       {"signal", required_argument, 0, 's'},
                                       {"mode", required_argument, 0, 'm'},
                                       {"snapshot", required_argument, 0, 'S'},
+                                      {"template", required_argument, 0, 'M'},
                                       {"public", no_argument, 0, 'P'},
                                       {"remove", no_argument, 0, 'R'},
                                       {"no-stdin", no_argument, 0, 'I'},
@@ -827,6 +831,9 @@ int cli_sandbox_main (int argc, char **argv)
             break;
         case 'S':
             o.snapshot = optarg;
+            break;
+        case 'M':
+            o.template_name = optarg;
             break;
         case 'O':
             o.stdout_offset = optarg;
@@ -983,6 +990,17 @@ int cli_sandbox_main (int argc, char **argv)
         where.config = sbx_config_new (o.data_dir);
         where.api = where.config ? sbx_api_new (where.config) : NULL;
         if (!where.api)
+            rc = 1;
+    }
+    //  A template is the account's newest snapshot of that name (sbx template build).
+    if (rc < 0 && o.template_name && (!streq (verb, "create") || o.snapshot)) {
+        fprintf (stderr, "%s: --template goes with create, without --snapshot\n", name);
+        rc = 2;
+    } else if (rc < 0 && o.template_name) {
+        const char *id = cli_template_snapshot (&where, o.account, o.template_name);
+        if (id)
+            cli_op_set (op, "snapshotId", json_string (id));
+        else
             rc = 1;
     }
     if (rc >= 0)

@@ -2,6 +2,7 @@
     watch the event log. */
 #include "cli_cluster.h"
 #include "cli_commands.h"
+#include "cli_template.h"
 #include "sbx_common.h"
 
 typedef struct {
@@ -21,6 +22,7 @@ static const s_command_t s_commands[] = {
     {"audit", cli_audit_main, "check the event log: sbx audit ttl lists every TTL expiry"},
     {"sandbox", cli_sandbox_main, "create, run commands in, stop, resume and delete sandboxes"},
     {"snapshot", cli_snapshot_main, "list, save, inspect and delete snapshots"},
+    {"template", cli_template_main, "build templates from a Dockerfile; list and delete them"},
     {"backup", cli_backup_main, "copy the data directory, stores and sandboxes, into a backup"},
     {"restore", cli_restore_main, "put a backup into a new data directory"},
     {"cluster", cli_cluster_main, "several hosts: init a cluster, make join tokens, its nodes"},
@@ -41,7 +43,7 @@ static void s_usage (FILE *out)
         out,
         "\nOn the sbx host every command takes --data-dir DIR (default %s, or\n"
         "$SBX_DATA_DIR) and works as an operator. Elsewhere, after `sbx login URL`\n"
-        "(or with SBX_URL and SBX_API_KEY), sandbox, snapshot, usage, webhook and key\n"
+        "(or with SBX_URL and SBX_API_KEY), sandbox, snapshot, template, usage, webhook and key\n"
         "list|revoke work through the service's REST API. Commands that print data take --json.\n",
         sbx_config_default_data_dir ());
 }

@@ -1,0 +1,198 @@
+"""Templates from a Dockerfile (issue 19 item 1, the CLI's part): `sbx template build` runs
+the steps in a real build sandbox (RUN as USER with ENV and WORKDIR, COPY of files and
+directories, ADD of a tar archive, the start command running before the last save),
+caches each step as a snapshot (a rebuild runs nothing; a changed file runs from its COPY
+on), says which step failed with its output, and builds FROM another template.
+`sbx sandbox create --template` starts from it with the start command already serving,
+on the host as an operator and from elsewhere through REST (SBX_URL, SBX_API_KEY)."""
+import io
+import json
+import os
+import subprocess
+import tarfile
+import tempfile
+import unittest
+
+from sbxtest import BIN, Sbx, binary, main
+
+DOCKERFILE = """# a web app
+FROM sbx
+ENV APP=/srv/app GREETING="hello from the template"
+WORKDIR $APP
+COPY site/ ./
+COPY notes.txt /etc/notes.txt
+ADD extra.tar.gz /opt/extra/
+RUN echo "$GREETING" > built.txt && \\
+    python3 -c "print(2 + 3)" > math.txt
+RUN useradd -m web && chown -R web /srv/app
+USER web
+RUN whoami > /srv/app/who.txt && pwd > /srv/app/pwd.txt
+EXPOSE 8000
+CMD ["python3", "-m", "http.server", "8000"]
+"""
+
+
+class TemplatesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Sbx(cls, "templates", settings={"image_dir": os.path.realpath(
+            os.path.join(BIN, "..", "image"))})
+        cls.s.up()
+        cls.key = cls.s.cli_json("account", "create", "--email", "alice@example.com")["api_key"]
+        cls.ctx = tempfile.mkdtemp(prefix="sbxtest-ctx-")
+        cls.addClassCleanup(subprocess.run, ["rm", "-rf", cls.ctx])
+        os.makedirs(os.path.join(cls.ctx, "site", "sub"))
+        cls.write("site/index.html", "<h1>made by sbx template build</h1>\n")
+        cls.write("site/sub/deep.txt", "deep\n")
+        cls.write("notes.txt", "first notes\n")
+        with tarfile.open(os.path.join(cls.ctx, "extra.tar.gz"), "w:gz") as t:
+            data = b"from an archive\n"
+            info = tarfile.TarInfo("inside.txt")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+        cls.write("Dockerfile", DOCKERFILE)
+
+    @classmethod
+    def addCleanup(cls, fn, *args):  # Sbx registers its cleanup on the class
+        cls.addClassCleanup(fn, *args)
+
+    @classmethod
+    def write(cls, name, text):
+        with open(os.path.join(cls.ctx, name), "w") as f:
+            f.write(text)
+
+    def build(self, name, dockerfile=None, *extra, ok=True):
+        args = ["template", "build", name, self.ctx, "--account", "alice@example.com", *extra]
+        if dockerfile:
+            args += ["-f", dockerfile]
+        res = self.s.cli(*args, check=False, timeout=900)
+        print(f"$ sbx {' '.join(args)}\n{res.stdout}{res.stderr}")
+        self.assertEqual(res.returncode == 0, ok, res.stderr)
+        return res
+
+    def sh(self, sid, command):
+        r = json.loads(self.s.cli("sandbox", "exec", sid, "--no-stdin", "--json", "--",
+                                  command).stdout)
+        self.assertEqual(r["exitCode"], 0, r)
+        return r["stdout"].strip()
+
+    def test_build_cache_create_and_layers(self):
+        # The first build runs every step, a line each, and saves each layer.
+        res = self.build("web", None, "--json")
+        out = json.loads(res.stdout.splitlines()[-1])
+        self.assertEqual((out["name"], out["steps"], out["cached"]), ("web", 12, 0))
+        self.assertEqual(out["run"], 7)  # WORKDIR, COPY, COPY, ADD, RUN, RUN, RUN
+        self.assertEqual(out["start"], "python3 -m http.server 8000")
+        for n in range(1, 13):
+            self.assertIn(f"Step {n}/12 : ", res.stdout)
+        self.assertIn("Step 7/12 : RUN echo \"$GREETING\" > built.txt && python3", res.stdout)
+        first = out["snapshotId"]
+
+        # Again, unchanged: every step from the cache.
+        res = self.build("web", None, "--json")
+        again = json.loads(res.stdout.splitlines()[-1])
+        self.assertEqual((again["cached"], again["run"]), (9, 0), res.stdout)
+        self.assertIn("Step 10/12 : RUN whoami > /srv/app/who.txt && pwd > /srv/app/pwd.txt "
+                      "(cached)", res.stdout)
+
+        # A changed input: the steps from its COPY on run again, those before do not.
+        self.write("notes.txt", "second notes\n")
+        self.addCleanup(self.write, "notes.txt", "first notes\n")
+        res = self.build("web", None, "--json")
+        changed = json.loads(res.stdout.splitlines()[-1])
+        self.assertEqual((changed["cached"], changed["run"]), (3, 5), res.stdout)
+        self.assertIn("Step 4/12 : COPY site/ ./ (cached)", res.stdout)
+        self.assertNotIn("Step 5/12 : COPY notes.txt /etc/notes.txt (cached)", res.stdout)
+        self.assertNotEqual(changed["snapshotId"], first)
+
+        listed = self.s.cli_json("template", "list", "--account", "alice@example.com")
+        self.assertEqual([(t["name"], t["snapshotId"]) for t in listed["templates"]],
+                         [("web", changed["snapshotId"])])
+
+        # A sandbox from it: the files, the user, the environment's effects, and the start
+        # command serving already.
+        made = self.s.cli_json("sandbox", "create", "--account", "alice@example.com",
+                               "--template", "web")
+        sid = made["id"]
+        self.assertEqual(self.sh(sid, "cat /srv/app/built.txt"), "hello from the template")
+        self.assertEqual(self.sh(sid, "cat /srv/app/math.txt"), "5")
+        self.assertEqual(self.sh(sid, "cat /srv/app/who.txt /srv/app/pwd.txt"), "web\n/srv/app")
+        self.assertEqual(self.sh(sid, "cat /etc/notes.txt"), "second notes")
+        self.assertEqual(self.sh(sid, "cat /srv/app/sub/deep.txt"), "deep")
+        self.assertEqual(self.sh(sid, "cat /opt/extra/inside.txt"), "from an archive")
+        self.assertEqual(self.sh(sid, "stat -c %U /etc/notes.txt /srv/app/index.html"),
+                         "root\nweb")
+        self.assertIn("made by sbx template build",
+                      self.sh(sid, "curl -s http://127.0.0.1:8000/index.html"))
+        self.assertEqual(self.sh(sid, "hostname"), made["label"])
+
+        # FROM a template: its files and its running server come along.
+        self.write("Dockerfile.layer", "FROM web\nRUN echo layered > /srv/app/layer.txt\n")
+        res = self.build("web-layer", os.path.join(self.ctx, "Dockerfile.layer"), "--json")
+        layered = json.loads(res.stdout.splitlines()[-1])
+        self.assertEqual((layered["steps"], layered["run"]), (2, 1))
+        two = self.s.cli_json("sandbox", "create", "--account", "alice@example.com",
+                              "--template", "web-layer")["id"]
+        self.assertEqual(self.sh(two, "cat /srv/app/layer.txt /srv/app/built.txt"),
+                         "layered\nhello from the template")
+        self.assertIn("made by sbx template build",
+                      self.sh(two, "curl -s http://127.0.0.1:8000/"))
+
+        # From elsewhere, through REST as the key's account: list and create.
+        st = self.s.status()
+        env = dict(os.environ, SBX_URL=st["mcp_url"][:-len("/mcp")], SBX_API_KEY=self.key,
+                   SBX_CA_CERT=st["ca_cert"], SBX_CONFIG_DIR=tempfile.mkdtemp())
+        res = subprocess.run([binary("sbx"), "template", "list", "--json"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(res.returncode, 0, res.stderr)
+        self.assertEqual(sorted(t["name"] for t in json.loads(res.stdout)["templates"]),
+                         ["web", "web-layer"])
+        res = subprocess.run([binary("sbx"), "sandbox", "create", "--template", "web", "--json"],
+                             env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(res.returncode, 0, res.stderr)
+        remote = json.loads(res.stdout)["id"]
+        self.assertEqual(self.sh(remote, "cat /srv/app/built.txt"), "hello from the template")
+
+        # Delete: refused while a sandbox stands on it, then done.
+        res = self.s.cli("template", "delete", "web-layer", "--account", "alice@example.com",
+                         check=False)
+        self.assertNotEqual(res.returncode, 0)
+        self.assertIn("in use", res.stderr)
+        self.s.cli("sandbox", "delete", two)
+        res = self.s.cli("template", "delete", "web-layer", "--account", "alice@example.com")
+        self.assertIn("Deleted template web-layer", res.stdout)
+        for sb in (sid, remote):
+            self.s.cli("sandbox", "delete", sb)
+
+    def test_refusals(self):
+        # A failed step: which, its output and exit code; no build sandbox left behind.
+        self.write("Dockerfile.fail", "FROM sbx\nRUN echo fine\nRUN echo oops >&2; exit 3\n")
+        res = self.build("broken", os.path.join(self.ctx, "Dockerfile.fail"), ok=False)
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("Step 3/3 failed (line 3): RUN echo oops >&2; exit 3", res.stderr)
+        self.assertIn("--- stderr\noops\n", res.stderr)
+        self.assertIn("exit code 3", res.stderr)
+        left = self.s.cli_json("sandbox", "list", "--account", "alice@example.com")
+        self.assertEqual([x["id"] for x in left["sandboxes"] if x.get("name") == "template build"
+                          and x["state"] not in ("deleting", "deleted")], [])
+        # Not the subset, a missing file, a missing base: before anything starts.
+        for text, expect in (("FROM sbx\nARG X=1\n", "line 2: ARG is not supported"),
+                             ("FROM sbx\nCOPY nothere /x\n", "nothere: no such file in the"),
+                             ("FROM sbx\nCOPY ../../etc/passwd /x\n", "outside the build"),
+                             ("FROM nosuch\n", "FROM nosuch: no template of that name")):
+            self.write("Dockerfile.bad", text)
+            res = self.build("bad", os.path.join(self.ctx, "Dockerfile.bad"), ok=False)
+            self.assertEqual(res.returncode, 2, res.stderr)
+            self.assertIn(expect, res.stderr)
+        res = self.s.cli("template", "build", "Bad Name", self.ctx, "--account", "a@b.c",
+                         check=False)
+        self.assertEqual(res.returncode, 2)
+        self.assertIn("a template's name is", res.stderr)
+        res = self.s.cli("sandbox", "create", "--account", "alice@example.com", "--template",
+                         "nosuch", check=False)
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("no template named 'nosuch'", res.stderr)
+
+
+if __name__ == "__main__":
+    main()
