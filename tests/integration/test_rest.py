@@ -501,6 +501,8 @@ class RestTest(unittest.TestCase):
             self.assertRegex(cursor, r"^[A-Za-z0-9_-]+$")  # opaque, URL-safe as it is
             # Between pages: the newest, already given, deleted; a newer one made.
             self.assertEqual(self.req("DELETE", f"/v1/sandboxes/{made[2]}", key="b")[0], 200)
+            wait_for(lambda: self.req("GET", f"/v1/sandboxes/{made[2]}", key="b")[0] == 404, 60,
+                     "the deleted sandbox gone from the list", interval=0.5)
             status, _, sb = self.req("POST", "/v1/sandboxes", {"name": "page-3"}, key="b")
             self.assertEqual(status, 201, sb)
             made.append(sb["id"])
