@@ -5,6 +5,7 @@
 #include "brk_names.h"
 #include "sbx_lifecycle_gen.h"
 #include "sbx_metrics.h"
+#include "sbx_secret.h"
 
 #include <assert.h>
 
@@ -732,19 +733,38 @@ static void s_list_one (const brk_sandbox_t *record, void *arg)
 
 #define S_PAGE_MAX 1000
 
-//  A page's cursor: "p1.<created_ms>.<row>" of its last sandbox. Not a secret: it only
-//  says where in the caller's own list the next page starts.
+//  A page's cursor: base64url of "p1.<created_ms>.<row>" of its last sandbox, opaque so
+//  that clients pass it back as it came rather than build one. Not a secret: it only says
+//  where in the caller's own list the next page starts. "p1" versions the form.
+static char *s_cursor_make (const brk_store_mark_t *mark)
+{
+    char text[64];
+    snprintf (text, sizeof text, "p1.%llu.%lld", (unsigned long long) mark->created_ms,
+              (long long) mark->row);
+    return sbx_secret_base64url ((const uint8_t *) text, strlen (text));
+}
+
+//  0 and *mark when text is a cursor s_cursor_make made (exactly: one text a position),
+//  -1 otherwise.
 static int s_cursor_parse (const char *text, brk_store_mark_t *mark)
 {
+    size_t size = 0;
+    char *plain = (char *) sbx_secret_base64url_decode (text, &size);
     unsigned long long ms = 0;
     long long row = 0;
     int used = 0;
-    if (sscanf (text, "p1.%llu.%lld%n", &ms, &row, &used) != 2 || text[used] || ms == 0 ||
-        ms > INT64_MAX || row < 0)
-        return -1;
-    mark->created_ms = ms;
-    mark->row = row;
-    return 0;
+    bool ok = plain && strlen (plain) == size &&
+              sscanf (plain, "p1.%llu.%lld%n", &ms, &row, &used) == 2 && !plain[used] && ms > 0 &&
+              ms <= INT64_MAX && row >= 0;
+    if (ok) {
+        mark->created_ms = ms;
+        mark->row = row;
+        char *again = s_cursor_make (mark);
+        ok = again && streq (again, text); //  no sign, leading zero or space accepted
+        free (again);
+    }
+    free (plain);
+    return ok ? 0 : -1;
 }
 
 sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request)
@@ -769,6 +789,8 @@ sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request)
         account = owner.id;
     }
     sbx_sandbox_list_t *args = sbx_msg_sandbox_list (request);
+    if (args->cursor && !*args->cursor)
+        sbx_str_set (&args->cursor, NULL); //  empty is none, as a loop may send it: page one
     brk_store_mark_t mark = {0};
     int rc = 0;
     if (args->limit > S_PAGE_MAX || (args->cursor && s_cursor_parse (args->cursor, &mark))) {
@@ -777,10 +799,11 @@ sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request)
         return args->limit > S_PAGE_MAX
                    ? sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
                                         "limit must be between 1 and %d", S_PAGE_MAX)
+                   //  Not echoed: it may be anything, and it says nothing useful.
                    : sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
-                                        "cursor '%s' is not one this service gave: pass an "
-                                        "answer's nextCursor as it came",
-                                        args->cursor);
+                                        "cursor is not one this service gave: pass an "
+                                        "answer's nextCursor as it came, or no cursor for "
+                                        "the first page");
     }
     if (args->limit || args->cursor) {
         //  A CI key sees its own sandboxes only: filtered in the query, so pages are full.
@@ -793,10 +816,12 @@ sbx_msg_t *brk_sandbox_list (brk_ctx_t *ctx, sbx_msg_t *request)
         rc = brk_store_sandbox_page (ctx->store, account, key, list.limit + 1, &mark, s_list_one,
                                      &list);
         if (rc >= 0 && list.more) {
-            char next[64];
-            snprintf (next, sizeof next, "p1.%llu.%lld", (unsigned long long) list.last.created_ms,
-                      (long long) list.last.row);
-            sbx_str_set (&sbx_msg_sandbox_list_ok (reply)->next_cursor, next);
+            char *next = s_cursor_make (&list.last);
+            if (next)
+                sbx_str_set (&sbx_msg_sandbox_list_ok (reply)->next_cursor, next);
+            else
+                rc = -1;
+            free (next);
         }
     } else
         rc = brk_store_sandbox_list (ctx->store, account, s_list_one, &list);
@@ -1705,16 +1730,40 @@ void brk_sandbox_test (bool verbose)
     assert (sbx_msg_sandbox_list_ok (reply)->sandboxes.count == 1);
     assert (!sbx_msg_sandbox_list_ok (reply)->next_cursor);
     sbx_msg_destroy (&reply);
-    const char *cursors[] = {"p1.x.1", "p1.5", "p2.5.1", "p1.5.1 ", "p1.0.1", "p1.5.-1"};
-    for (size_t i = 0; i < sizeof cursors / sizeof cursors[0]; i++) {
+    //  Opaque: base64url of what only the broker reads, each position one way only.
+    const char *plains[] = {"p1.x.1",  "p1.5",    "p2.5.1",  "p1.5.1 ",  "p1.0.1",  "p1.5.-1",
+                            "p1.05.1", "p1.+5.1", "p1.5.01", "p1.5.1\n", "p1.5.1.2"};
+    const char *raw[] = {"p1.5.1", "cDEuNS4x=", "cDEuNS4x!", "cDEuNS4", "cDEuNS4x\n"};
+    size_t n_plains = sizeof plains / sizeof plains[0];
+    for (size_t i = 0; i < n_plains + sizeof raw / sizeof raw[0]; i++) {
+        char *cursor = i < n_plains
+                           ? sbx_secret_base64url ((const uint8_t *) plains[i], strlen (plains[i]))
+                           : strdup (raw[i - n_plains]);
         page = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
         page->caller = ALICE;
-        sbx_str_set (&sbx_msg_sandbox_list (page)->cursor, cursors[i]);
+        sbx_str_set (&sbx_msg_sandbox_list (page)->cursor, cursor);
+        free (cursor);
         reply = brk_testkit_call (client, page, ++s_rid);
         assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
         assert (strstr (sbx_msg_error (reply)->message, "nextCursor"));
         sbx_msg_destroy (&reply);
     }
+    //  An empty cursor is none: the first page.
+    page = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
+    page->caller = ALICE;
+    sbx_msg_sandbox_list (page)->limit = 1;
+    sbx_str_set (&sbx_msg_sandbox_list (page)->cursor, "");
+    reply = brk_testkit_call (client, page, ++s_rid);
+    assert (sbx_msg_sandbox_list_ok (reply)->sandboxes.count == 1);
+    sbx_msg_destroy (&reply);
+    //  One that it made parses: the page before 1970's fifth millisecond is empty.
+    page = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
+    page->caller = ALICE;
+    sbx_str_set (&sbx_msg_sandbox_list (page)->cursor, "cDEuNS4x"); //  p1.5.1
+    reply = brk_testkit_call (client, page, ++s_rid);
+    assert (sbx_msg_sandbox_list_ok (reply)->sandboxes.count == 0);
+    assert (!sbx_msg_sandbox_list_ok (reply)->next_cursor);
+    sbx_msg_destroy (&reply);
     page = sbx_msg_new (SBX_MSG_SANDBOX_LIST);
     page->caller = ALICE;
     sbx_msg_sandbox_list (page)->limit = 1001;

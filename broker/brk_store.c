@@ -1721,6 +1721,74 @@ static bool s_test_allow (int index, const char *table)
 }
 
 //  vmd_load (kept by triggers) says what counting the sandboxes says, vmd by vmd.
+//  Pages while sandboxes come and go between them (brk_store_sandbox_page): each one
+//  there from the first page to the last is given once, in order, whatever is created
+//  (newer: before the first page's start) or deleted meanwhile; ties in created_ms too.
+static void s_test_pages (brk_store_t *store)
+{
+    assert (brk_store_begin (store) == 0);
+    //  created_ms: a 500, b c d 400 (a tie, rowid orders them), e 300; then the account's
+    //  sb_two 200 and sb_one 100.
+    const char *ids[] = {"sb_pa", "sb_pb", "sb_pc", "sb_pd", "sb_pe"};
+    const uint64_t ms[] = {500, 400, 400, 400, 300};
+    char label[32];
+    for (size_t i = 0; i < 5; i++) {
+        snprintf (label, sizeof label, "page-label-%zu", i);
+        brk_sandbox_t sb = {.id = (char *) ids[i],
+                            .account_id = "acc_ada",
+                            .label = label,
+                            .state = "ready",
+                            .type = "small",
+                            .created_ms = ms[i],
+                            .changed_ms = ms[i]};
+        assert (brk_store_sandbox_insert (store, &sb) == 0);
+    }
+    assert (brk_store_commit (store) == 0);
+    test_list_t listed = {0};
+    assert (brk_store_sandbox_list (store, "acc_ada", s_test_sandbox, &listed) == 7);
+    assert (strcmp (listed.ids, "sb_pa;sb_pd;sb_pc;sb_pb;sb_pe;sb_two;sb_one;") == 0);
+    memset (&listed, 0, sizeof listed);
+    brk_store_mark_t mark = {0};
+    assert (brk_store_sandbox_page (store, "acc_ada", NULL, 2, &mark, s_test_sandbox, &listed) ==
+            2);
+    assert (mark.created_ms == 400); //  the page ends inside the tie
+    //  Between pages: two new ones (one in the tie's millisecond), one given deleted,
+    //  one not yet given deleted.
+    assert (brk_store_begin (store) == 0);
+    brk_sandbox_t late = {.id = "sb_pf",
+                          .account_id = "acc_ada",
+                          .label = "page-label-f",
+                          .state = "ready",
+                          .type = "small",
+                          .created_ms = 400,
+                          .changed_ms = 600};
+    assert (brk_store_sandbox_insert (store, &late) == 0);
+    late.id = "sb_pg";
+    late.label = "page-label-g";
+    late.created_ms = 600;
+    assert (brk_store_sandbox_insert (store, &late) == 0);
+    assert (brk_store_sandbox_set_state (store, "sb_pa", "deleted", NULL, NULL, 600) == 0);
+    assert (brk_store_sandbox_set_state (store, "sb_pb", "deleted", NULL, NULL, 600) == 0);
+    assert (brk_store_commit (store) == 0);
+    assert (brk_store_sandbox_page (store, "acc_ada", NULL, 2, &mark, s_test_sandbox, &listed) ==
+            2);
+    assert (brk_store_sandbox_page (store, "acc_ada", NULL, 2, &mark, s_test_sandbox, &listed) ==
+            2);
+    assert (brk_store_sandbox_page (store, "acc_ada", NULL, 2, &mark, s_test_sandbox, &listed) ==
+            0);
+    assert (strcmp (listed.ids, "sb_pa;sb_pd;sb_pc;sb_pe;sb_two;sb_one;") == 0);
+    //  A fresh start sees the new ones, newest first, and not the deleted.
+    memset (&listed, 0, sizeof listed);
+    assert (brk_store_sandbox_list (store, "acc_ada", s_test_sandbox, &listed) == 7);
+    assert (strcmp (listed.ids, "sb_pg;sb_pf;sb_pd;sb_pc;sb_pe;sb_two;sb_one;") == 0);
+    //  These go, so that what the test checks next is as it was.
+    assert (brk_store_begin (store) == 0);
+    const char *left[] = {"sb_pc", "sb_pd", "sb_pe", "sb_pf", "sb_pg"};
+    for (size_t i = 0; i < 5; i++)
+        assert (brk_store_sandbox_set_state (store, left[i], "deleted", NULL, NULL, 700) == 0);
+    assert (brk_store_commit (store) == 0);
+}
+
 static void s_test_vmd_load (brk_store_t *store)
 {
     const char *recount =
@@ -2125,6 +2193,7 @@ void brk_store_test (bool verbose)
     mark.created_ms = UINT64_MAX;
     assert (brk_store_sandbox_page (store, "acc_ada", NULL, 10, &mark, s_test_sandbox, &listed) ==
             -1);
+    s_test_pages (store);
     //  A deleted sandbox leaves lists and counts, and frees its label.
     assert (brk_store_begin (store) == 0);
     assert (brk_store_sandbox_set_state (store, "sb_two", "deleted", NULL, NULL, 300) == 0);

@@ -103,8 +103,9 @@ static void s_usage (FILE *out)
         "special-purpose addresses never are, whatever the rules. update replaces both\n"
         "lists (a list not given becomes empty); --no-egress clears them. get and list\n"
         "show them (--json: egress {allow, deny}).\n"
-        "list prints every sandbox, newest first, fetching a page at a time; --limit N\n"
-        "prints one page of N (1 to 1000) and the cursor of the next, which --cursor takes.\n");
+        "list prints every sandbox, newest first, fetching a page (100) at a time; --limit N\n"
+        "prints one page of N (1 to 1000) and, when there are more, the command for the next\n"
+        "on stderr (nextCursor with --json); --cursor C prints the page after C as it came.\n");
 }
 
 typedef struct {
@@ -261,8 +262,11 @@ static int s_sandboxes (cli_where_t *w, cli_op_t *op, sbx_op_t id, s_opts_t *o)
     }
     json_t *all = json_object_get (answer, "sandboxes");
     const char *next = json_string_value (json_object_get (answer, "nextCursor"));
+    //  The command that prints the next page, as this one was asked for.
     if (next && !o->json)
-        fprintf (stderr, "more: sbx sandbox list --cursor %s\n", next);
+        fprintf (stderr, "more: sbx sandbox list%s%s%s%s --cursor %s\n",
+                 o->account ? " --account " : "", o->account ? o->account : "",
+                 o->limit ? " --limit " : "", o->limit ? o->limit : "", next);
     if (o->json)
         cli_print_json (answer);
     else {

@@ -2657,7 +2657,9 @@ struct sbx_sandbox_get_ok_s {
 struct sbx_sandbox_list_s {
     //  At most this many (1..1000); 0 for all of them.
     uint64_t limit;
-    //  (max 128) Where the page starts: the next_cursor of the page before; none for the first.
+    //  (max 128) Where the page starts: the next_cursor of the page before, as it came (opaque:
+    //  base64url the broker alone reads); none or empty for the first. One the broker did not
+    //  make is invalid_argument.
     char *cursor;
 };
 

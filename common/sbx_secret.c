@@ -236,36 +236,51 @@ char *sbx_secret_base64 (const uint8_t *data, size_t size)
     return s_encode (data, size, sodium_base64_VARIANT_ORIGINAL);
 }
 
-uint8_t *sbx_secret_base64_decode (const char *text, size_t *size_p)
+//  text as base64 in libsodium's variant, exactly (the alphabet, padding only where the
+//  variant has it, zero trailing bits): the bytes, NUL-terminated, or NULL.
+static uint8_t *s_decode (const char *text, size_t *size_p, int variant)
 {
     if (!text || !size_p || sbx_secret_init ())
         return NULL;
+    bool padded = variant == sodium_base64_VARIANT_ORIGINAL;
     size_t text_len = strlen (text);
-    //  Padded base64 is whole groups of four characters, three bytes each at most.
-    if (text_len % 4)
+    //  Padded base64 is whole groups of four characters; unpadded, a last group of one
+    //  character would encode no byte.
+    if (padded ? text_len % 4 : text_len % 4 == 1)
         return NULL;
     //  Check the alphabet ourselves: libsodium 1.0.18 maps some bytes >= 0x80 to
     //  valid values (signed char arithmetic) and would decode them.
-    static const char s_alphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t body = strspn (text, s_alphabet);
-    if (strspn (text + body, "=") != text_len - body || text_len - body > 2)
+    const char *alphabet = padded
+                               ? "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+                               : "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    size_t body = strspn (text, alphabet);
+    if (padded ? strspn (text + body, "=") != text_len - body || text_len - body > 2
+               : body != text_len)
         return NULL;
-    size_t max = text_len / 4 * 3;
+    size_t max = (text_len + 3) / 4 * 3;
     uint8_t *data = malloc (max + 1);
     if (!data)
         return NULL;
     size_t size = 0;
     //  With b64_end NULL, libsodium fails unless the whole input is valid base64
     //  with correct padding and zero trailing bits (so each value has one encoding).
-    if (sodium_base642bin (data, max, text, text_len, NULL, &size, NULL,
-                           sodium_base64_VARIANT_ORIGINAL)) {
+    if (sodium_base642bin (data, max, text, text_len, NULL, &size, NULL, variant)) {
         free (data);
         return NULL;
     }
     data[size] = 0;
     *size_p = size;
     return data;
+}
+
+uint8_t *sbx_secret_base64_decode (const char *text, size_t *size_p)
+{
+    return s_decode (text, size_p, sodium_base64_VARIANT_ORIGINAL);
+}
+
+uint8_t *sbx_secret_base64url_decode (const char *text, size_t *size_p)
+{
+    return s_decode (text, size_p, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
 }
 
 int sbx_secret_random (void *buf, size_t size)
@@ -532,6 +547,22 @@ void sbx_secret_test (bool verbose)
     s_assert_rejects ("!!!!");
     s_assert_rejects ("\xff\xfe\xfd\xfc");
     s_assert_rejects ("Zm9v\xc3\xa9==");
+    //  base64url without padding: the same vectors, - and _, nothing else.
+    const char *url[][2] = {
+        {"", ""},           {"Zg", "f"},          {"Zm8", "fo"},          {"Zm9v", "foo"},
+        {"Zm9vYg", "foob"}, {"Zm9vYmE", "fooba"}, {"Zm9vYmFy", "foobar"}, {"-_8", "\xfb\xff"}};
+    for (size_t i = 0; i < sizeof url / sizeof url[0]; i++) {
+        size_t size = 0;
+        uint8_t *data = sbx_secret_base64url_decode (url[i][0], &size);
+        assert (data && size == strlen (url[i][1]) && memcmp (data, url[i][1], size) == 0);
+        free (data);
+    }
+    const char *bad_url[] = {"Zg==", "Z", "Zm9vY", "Zh", "+/8", "Zm9v YmFy", "Zm9v\n", "\xff\xfe"};
+    for (size_t i = 0; i < sizeof bad_url / sizeof bad_url[0]; i++) {
+        size_t size = 99;
+        assert (sbx_secret_base64url_decode (bad_url[i], &size) == NULL && size == 99);
+    }
+    assert (sbx_secret_base64url_decode (NULL, &(size_t){0}) == NULL);
     assert (sbx_secret_base64_decode (NULL, &size) == NULL);
     assert (sbx_secret_base64_decode ("Zg==", NULL) == NULL);
     //  Random bytes never crash the decoder.

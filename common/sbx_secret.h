@@ -76,6 +76,9 @@ char *sbx_secret_base64 (const uint8_t *data, size_t size);
 //  HTTP Basic credentials. Returns the bytes (NUL-terminated for convenience, not
 //  counted in *size_p), or NULL if text is not exactly such base64.
 uint8_t *sbx_secret_base64_decode (const char *text, size_t *size_p);
+//  The same for base64url without padding, the form sbx_secret_base64url makes: for
+//  opaque tokens that come back (list cursors).
+uint8_t *sbx_secret_base64url_decode (const char *text, size_t *size_p);
 
 //  PKCE S256 (RFC 7636): base64url (no padding) of the SHA-256 of verifier, into out
 //  (43 characters + NUL). A NULL verifier yields "".

@@ -85,6 +85,17 @@ with Sandbox.create(name="sdk-py", ttl=1800, egress={"deny": ["198.51.100.7"]}) 
     say("fork", state=copy.state, other=copy.id != sb.id,
         still=copy.commands.run("cat /tmp/go && echo kept").stdout,
         hostname=copy.commands.run("hostname").stdout == copy.info["label"] + "\n")
+    # Two sandboxes now: a page at a time, one each, the same as all at once.
+    first = Sandbox.list_page(limit=1)
+    second = Sandbox.list_page(limit=1, cursor=first.next_cursor)
+    try:
+        Sandbox.list_page(cursor="not-a-cursor")
+        bad = None
+    except SbxError as e:
+        bad = {"cls": type(e).__name__, "code": e.code, "status": e.status, "message": e.message}
+    say("paged", all=[s.id for s in Sandbox.list()], by_one=[s.id for s in Sandbox.list(page_size=1)],
+        first=[s.id for s in first.sandboxes], cursor=bool(first.next_cursor),
+        second=[s.id for s in second.sandboxes], end=second.next_cursor, copy=copy.id, bad=bad)
     copy.kill()
 try:
     Sandbox.connect(sid)

@@ -74,6 +74,20 @@ try {
   say("fork", { state: copy.state, other: copy.id !== sb.id,
                 still: (await copy.commands.run("cat /tmp/go && echo kept")).stdout,
                 hostname: (await copy.commands.run("hostname")).stdout === copy.info.label + "\n" });
+  // Two sandboxes now: a page at a time, one each, the same as all at once.
+  const first = await Sandbox.listPage({ limit: 1 });
+  const second = await Sandbox.listPage({ limit: 1, cursor: first.nextCursor });
+  let bad = null;
+  try {
+    await Sandbox.listPage({ cursor: "not-a-cursor" });
+  } catch (e) {
+    bad = { isSbx: e instanceof SbxError, code: e.code, status: e.status, message: e.message };
+  }
+  say("paged", { all: (await Sandbox.list()).map((s) => s.id),
+                 byOne: (await Sandbox.list({ pageSize: 1 })).map((s) => s.id),
+                 first: first.sandboxes.map((s) => s.id), cursor: Boolean(first.nextCursor),
+                 second: second.sandboxes.map((s) => s.id), end: second.nextCursor ?? null,
+                 copy: copy.id, bad });
   await copy.kill();
 } finally {
   await sb[Symbol.asyncDispose]();  // what `await using` calls

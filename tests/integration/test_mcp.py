@@ -474,6 +474,36 @@ class McpTest(unittest.TestCase):
         self.assertEqual(text, "Exit code 0.\nstdout:\nok")
         r, text = self.call(cis, "list_sandboxes", {}, key=ci)
         self.assertEqual([x["id"] for x in r["structuredContent"]["sandboxes"]], [mine])
+        # Pages: the ci key's own, in the query, so one of one has no nextCursor; the
+        # account's, one a page, each once, in the order of the whole list, the text saying
+        # how to get the next; a cursor that is not a nextCursor is the caller's error.
+        r, text = self.call(cis, "list_sandboxes", {"limit": 1}, key=ci)
+        self.assertEqual([x["id"] for x in r["structuredContent"]["sandboxes"]], [mine])
+        self.assertNotIn("nextCursor", r["structuredContent"])
+        self.assertNotIn("More:", text)
+        whole = [x["id"] for x in self.call(full, "list_sandboxes", {})[0]["structuredContent"]
+                 ["sandboxes"]]
+        self.assertTrue({mine, theirs} <= set(whole), whole)
+        paged, cursor = [], None
+        while True:
+            r, text = self.call(full, "list_sandboxes",
+                                {"limit": 1, **({"cursor": cursor} if cursor else {})})
+            self.assertFalse(r.get("isError"), text)
+            paged += [x["id"] for x in r["structuredContent"]["sandboxes"]]
+            cursor = r["structuredContent"].get("nextCursor")
+            if not cursor:
+                self.assertNotIn("More:", text)
+                break
+            self.assertTrue(text.endswith(f"\nMore: list again with cursor {cursor}."), text)
+            self.assertRegex(cursor, r"^[A-Za-z0-9_-]+$")  # opaque, URL-safe
+        self.assertEqual(paged, whole)
+        r, text = self.call(full, "list_sandboxes", {"cursor": mine})  # an id is no cursor
+        self.assertTrue(r["isError"])
+        self.assertIn("nextCursor", text)
+        self.assertTrue(text.endswith("(invalid_argument)"), text)
+        r, text = self.call(full, "list_sandboxes", {"limit": 1001})
+        self.assertTrue(r["isError"])
+        self.assertTrue(text.endswith("(invalid_argument)"), text)
         r, text = self.call(cis, "delete_sandbox", {"sandboxId": mine}, key=ci)
         self.assertFalse(r.get("isError"), text)
         r, text = self.call(full, "delete_sandbox", {"sandboxId": theirs})

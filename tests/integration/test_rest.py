@@ -483,6 +483,79 @@ class RestTest(unittest.TestCase):
         self.assertError(self.req("GET", base), 404, "not_found", "Sandbox not found")
 
 
+    def test_pages(self):
+        """GET /v1/sandboxes a page at a time (bob's, whom no other test gives sandboxes to
+        keep): limit, cursor = nextCursor; what is created or deleted between pages neither
+        repeats nor skips a sandbox there throughout; a bad cursor or limit is a 400."""
+        made = []
+        for i in range(3):
+            status, _, sb = self.req("POST", "/v1/sandboxes", {"name": f"page-{i}"}, key="b")
+            self.assertEqual(status, 201, sb)
+            made.append(sb["id"])
+        try:
+            newest_first = made[::-1]
+            status, _, page = self.req("GET", "/v1/sandboxes?limit=2", key="b")
+            self.assertEqual(status, 200, page)
+            self.assertEqual([x["id"] for x in page["sandboxes"]], newest_first[:2])
+            cursor = page["nextCursor"]
+            self.assertRegex(cursor, r"^[A-Za-z0-9_-]+$")  # opaque, URL-safe as it is
+            # Between pages: the newest, already given, deleted; a newer one made.
+            self.assertEqual(self.req("DELETE", f"/v1/sandboxes/{made[2]}", key="b")[0], 200)
+            wait_for(lambda: self.req("GET", f"/v1/sandboxes/{made[2]}", key="b")[0] == 404, 60,
+                     "the deleted sandbox gone from the list", interval=0.5)
+            status, _, sb = self.req("POST", "/v1/sandboxes", {"name": "page-3"}, key="b")
+            self.assertEqual(status, 201, sb)
+            made.append(sb["id"])
+            status, _, page = self.req("GET", f"/v1/sandboxes?limit=2&cursor={cursor}", key="b")
+            self.assertEqual(status, 200, page)
+            self.assertEqual([x["id"] for x in page["sandboxes"]], [made[0]])
+            self.assertNotIn("nextCursor", page)
+            # A fresh start sees the new one first; one a page, each once.
+            seen, cursor = [], None
+            while True:
+                query = "limit=1" + (f"&cursor={cursor}" if cursor else "")
+                page = self.req("GET", f"/v1/sandboxes?{query}", key="b")[2]
+                seen += [x["id"] for x in page["sandboxes"]]
+                cursor = page.get("nextCursor")
+                if not cursor:
+                    break
+            self.assertEqual(seen, [made[3], made[1], made[0]])
+            self.assertEqual([x["id"] for x in self.req("GET", "/v1/sandboxes", key="b")[2]
+                              ["sandboxes"]], seen)  # limit's default, 100, holds them all
+            # The CLI (the operator's, naming the account): every page by default, one
+            # page with --limit, the next with --cursor; the command for it on stderr.
+            bob = ("--account", "bob@example.com")
+            self.assertEqual([x["id"] for x in self.s.cli_json("sandbox", "list", *bob)
+                              ["sandboxes"]], seen)
+            one = self.s.cli_json("sandbox", "list", *bob, "--limit", "2")
+            self.assertEqual([x["id"] for x in one["sandboxes"]], seen[:2])
+            rest = self.s.cli_json("sandbox", "list", *bob, "--limit", "2", "--cursor",
+                                   one["nextCursor"])
+            self.assertEqual(([x["id"] for x in rest["sandboxes"]], rest.get("nextCursor")),
+                             (seen[2:], None))
+            res = self.s.cli("sandbox", "list", *bob, "--limit", "1")
+            self.assertEqual(len(res.stdout.splitlines()), 1, res.stdout)
+            self.assertRegex(res.stderr, r"^more: sbx sandbox list --account bob@example.com "
+                             r"--limit 1 --cursor [A-Za-z0-9_-]+\n$")
+            res = self.s.cli("sandbox", "list", *bob, "--cursor", "nope", check=False)
+            self.assertEqual(res.returncode, 1)
+            self.assertIn("(invalid_argument)", res.stderr)
+            # Refusals, catalogued, with what to do.
+            bad = self.req("GET", "/v1/sandboxes?cursor=" + made[0], key="b")
+            self.assertError(bad, 400, "invalid_argument")
+            self.assertIn("pass an answer's nextCursor as it came", bad[2]["error"]["message"])
+            self.assertError(self.req("GET", "/v1/sandboxes?cursor=" + "A" * 129, key="b"), 400,
+                             "invalid_argument")
+            for limit in ("0", "1001", "x", "-1"):
+                self.assertError(self.req("GET", f"/v1/sandboxes?limit={limit}", key="b"), 400,
+                                 "invalid_argument")
+            # An empty cursor is none: the first page.
+            page = self.req("GET", "/v1/sandboxes?limit=1&cursor=", key="b")[2]
+            self.assertEqual([x["id"] for x in page["sandboxes"]], [made[3]])
+        finally:
+            for sid in made:
+                self.req("DELETE", f"/v1/sandboxes/{sid}", key="b")
+
     def test_metrics(self):
         """get_sandbox_metrics on a real guest: CPU rises while it burns, the disk grows by
         a file written, memory is a guest's; REST, MCP (annotations, structuredContent,

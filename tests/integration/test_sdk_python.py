@@ -86,6 +86,14 @@ class SdkPythonTest(unittest.TestCase):
         self.assertEqual(steps["resume"], {"state": "ready", "still": "kept\n"})
         self.assertEqual(steps["fork"], {"state": "ready", "other": True, "still": "kept\n",
                                          "hostname": True})
+        paged = steps["paged"]
+        self.assertEqual(paged["all"], [paged["copy"], steps["create"]["id"]])  # newest first
+        self.assertEqual(paged["by_one"], paged["all"])
+        self.assertEqual((paged["first"], paged["cursor"]), ([paged["copy"]], True))
+        self.assertEqual((paged["second"], paged["end"]), ([steps["create"]["id"]], None))
+        self.assertEqual((paged["bad"]["cls"], paged["bad"]["code"], paged["bad"]["status"]),
+                         ("InvalidArgumentError", "invalid_argument", 400))
+        self.assertIn("nextCursor", paged["bad"]["message"])
         self.assertEqual(steps["after"], {"found": False, "code": "not_found"})
 
 

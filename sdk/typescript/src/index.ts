@@ -360,6 +360,12 @@ export interface CreateOptions extends ConnectionOptions {
 }
 
 /** One sandbox. `await using sb = await Sandbox.create()` deletes it at the end. */
+/** One page of Sandbox.listPage: its sandboxes, and the next page's cursor while there may be more. */
+export interface SandboxPage {
+  sandboxes: Sandbox[];
+  nextCursor?: string;
+}
+
 export class Sandbox {
   readonly commands = new Commands(this);
   readonly files = new Files(this);
@@ -389,19 +395,31 @@ export class Sandbox {
     return new Sandbox(client, await client.json<SandboxInfo>("GET", `/v1/sandboxes/${id}`));
   }
 
-  /** The account's sandboxes, newest first: every page of them (pageSize a request, at most 1000). */
+  /** The account's sandboxes, newest first: every page of them (pageSize a request, 1 to 1000). */
   static async list(o: ConnectionOptions & { pageSize?: number } = {}): Promise<Sandbox[]> {
-    const client = new Client(o);
     const found: Sandbox[] = [];
     let cursor: string | undefined;
     do {
-      const query: Record<string, unknown> = { limit: o.pageSize ?? 100 };
-      if (cursor) query.cursor = cursor;
-      const page = await client.json<{ sandboxes: SandboxInfo[]; nextCursor?: string }>("GET", "/v1/sandboxes", { query });
-      for (const info of page.sandboxes) found.push(new Sandbox(client, info));
+      const page = await Sandbox.listPage({ ...o, limit: o.pageSize ?? 100, cursor });
+      found.push(...page.sandboxes);
       cursor = page.nextCursor;
     } while (cursor);
     return found;
+  }
+
+  /**
+   * One page of the account's sandboxes, newest first: at most limit (1 to 1000, default 100),
+   * and nextCursor, while there may be more, to pass as cursor for the page after (absent at
+   * the end). No page repeats or skips a sandbox that was there throughout, whatever is created
+   * or deleted between pages. A cursor this service did not give fails invalid_argument.
+   */
+  static async listPage(o: ConnectionOptions & { limit?: number; cursor?: string } = {}): Promise<SandboxPage> {
+    const client = new Client(o);
+    const query: Record<string, unknown> = { limit: o.limit ?? 100 };
+    if (o.cursor) query.cursor = o.cursor;
+    const page = await client.json<{ sandboxes: SandboxInfo[]; nextCursor?: string }>("GET", "/v1/sandboxes", { query });
+    const sandboxes = page.sandboxes.map((info) => new Sandbox(client, info));
+    return page.nextCursor ? { sandboxes, nextCursor: page.nextCursor } : { sandboxes };
   }
 
   async refresh() { this.info = await this.client.json<SandboxInfo>("GET", `/v1/sandboxes/${this.id}`); return this; }

@@ -11,11 +11,20 @@ import tarfile
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Optional
 
 from ._http import Client
 from .errors import SbxError, error_for
 
 LIMIT = 16 * 1024 * 1024  # write_file's and read_file's bytes, and so a directory's archive
+
+
+@dataclass
+class SandboxPage:
+    """One page of Sandbox.list_page: its sandboxes, and the cursor of the next page
+    (None on the last)."""
+    sandboxes: list
+    next_cursor: Optional[str] = None
 
 
 @dataclass
@@ -276,18 +285,31 @@ class Sandbox:
     @classmethod
     def list(cls, url=None, api_key=None, ca_cert=None, page_size=100):
         """The account's sandboxes (those this key may see), newest first, as Sandbox
-        objects: every page of them (page_size a request, at most 1000)."""
-        client = Client(url, api_key, ca_cert)
+        objects: every page of them (page_size a request, 1 to 1000)."""
         found, cursor = [], None
         while True:
-            query = {"limit": page_size}
-            if cursor:
-                query["cursor"] = cursor
-            page = client.request("GET", "/v1/sandboxes", query=query)
-            found.extend(cls(client, info) for info in page["sandboxes"])
-            cursor = page.get("nextCursor")
+            page = cls.list_page(limit=page_size, cursor=cursor, url=url, api_key=api_key,
+                                 ca_cert=ca_cert)
+            found.extend(page.sandboxes)
+            cursor = page.next_cursor
             if not cursor:
                 return found
+
+    @classmethod
+    def list_page(cls, limit=100, cursor=None, url=None, api_key=None, ca_cert=None):
+        """One page of the account's sandboxes, newest first: a SandboxPage whose
+        sandboxes are at most limit (1 to 1000) Sandbox objects and whose next_cursor,
+        while there may be more, is the cursor of the page after (None at the end).
+        The order holds while sandboxes come and go: no page repeats or skips one that
+        was there throughout. A cursor not given by this service raises
+        InvalidArgumentError."""
+        client = Client(url, api_key, ca_cert)
+        query = {"limit": limit}
+        if cursor:
+            query["cursor"] = cursor
+        page = client.request("GET", "/v1/sandboxes", query=query)
+        return SandboxPage([cls(client, info) for info in page["sandboxes"]],
+                           page.get("nextCursor"))
 
     def refresh(self):
         self.info = self._client.request("GET", f"/v1/sandboxes/{self.id}")
