@@ -622,7 +622,7 @@ void brk_origin_destroy (brk_origin_t **origin_p)
 
 sbx_msg_t *brk_sandbox_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
 {
-    if (sbx_msg_sandbox_create (request)->snapshot_id)
+    if (sbx_msg_sandbox_create (request)->snapshot_id || sbx_msg_sandbox_create (request)->template)
         return sbx_msg_new_error (request->rid, SBX_E_INTERNAL,
                                   "a create from a snapshot is brk_snapshot_create's");
     s_notify_t notify = {.client = client};

@@ -900,7 +900,7 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         reply = brk_sessions_end (&self->ctx, msg, s_is_gateway (peer));
         break;
     case SBX_MSG_SANDBOX_CREATE:
-        reply = sbx_msg_sandbox_create (msg)->snapshot_id
+        reply = sbx_msg_sandbox_create (msg)->snapshot_id || sbx_msg_sandbox_create (msg)->template
                     ? brk_snapshot_create (&self->ctx, address, msg)
                     : brk_sandbox_create (&self->ctx, address, msg);
         break;

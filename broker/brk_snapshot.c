@@ -161,6 +161,7 @@ sbx_msg_t *brk_snapshot_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *req
         return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
     }
     sbx_str_set (&sbx_msg_snap_use (use)->snapshot_id, args->snapshot_id);
+    sbx_str_set (&sbx_msg_snap_use (use)->template, args->snapshot_id ? NULL : args->template);
     sbx_str_set (&sbx_msg_snap_use (use)->account, owner.id);
     brk_account_clear (&owner);
     sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, wait->origin->sandbox_id);

@@ -11,7 +11,6 @@
 #include "cli_call.h"
 #include "cli_commands.h"
 #include "cli_cp.h"
-#include "cli_template.h"
 #include "cli_op.h"
 #include "cli_shell.h"
 #include "cli_terminal.h"
@@ -112,7 +111,7 @@ typedef struct {
     const char *data_dir;
     bool json;
     const char *account, *name, *type, *ttl, *cwd, *timeout, *mode, *snapshot, *signal;
-    const char *template_name; //  --template: resolved to its snapshot (cli_template)
+    const char *template_name; //  --template: the account's template (sbx template build)
     const char *stdout_offset, *stderr_offset, *limit, *cursor, *auto_resume, *interval, *count;
     bool no_network, detach, public, remove, no_stdin, once, no_egress;
     zlist_t *labels;    //  "K=V"
@@ -135,6 +134,8 @@ static int s_set_options (cli_op_t *op, s_opts_t *o)
         rc |= cli_op_set_duration (op, "ttlSeconds", o->ttl, "--ttl");
     if (o->snapshot)
         rc |= cli_op_set_text (op, "snapshotId", o->snapshot, "--snapshot");
+    if (o->template_name)
+        rc |= cli_op_set_text (op, "template", o->template_name, "--template");
     if (zlist_size (o->labels))
         rc |= cli_op_set_pairs (op, "labels", o->labels, "--label");
     if (o->no_network)
@@ -994,17 +995,6 @@ int cli_sandbox_main (int argc, char **argv)
         where.config = sbx_config_new (o.data_dir);
         where.api = where.config ? sbx_api_new (where.config) : NULL;
         if (!where.api)
-            rc = 1;
-    }
-    //  A template is the account's newest snapshot of that name (sbx template build).
-    if (rc < 0 && o.template_name && (!streq (verb, "create") || o.snapshot)) {
-        fprintf (stderr, "%s: --template goes with create, without --snapshot\n", name);
-        rc = 2;
-    } else if (rc < 0 && o.template_name) {
-        const char *id = cli_template_snapshot (&where, o.account, o.template_name);
-        if (id)
-            cli_op_set (op, "snapshotId", json_string (id));
-        else
             rc = 1;
     }
     if (rc >= 0)

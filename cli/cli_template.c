@@ -10,7 +10,8 @@
     start command (CMD/ENTRYPOINT) is started before the last save, so a sandbox made from
     the template has it running already, as a snapshot keeps processes. The template is
     that last snapshot, labelled sbx.template=NAME (the newest of that name wins);
-    `sbx sandbox create --template NAME` starts from it. Everything is the account's own
+    create_sandbox {template: NAME} (MCP, REST, `sbx sandbox create --template NAME`)
+    starts from it: snapshotd resolves the name (snap.use). Everything is the account's own
     snapshots: they count against its plan's snapshot quota.
 */
 #include "cli_call.h"
@@ -117,21 +118,6 @@ static json_t *s_find_template (json_t *list, const char *name)
             return s;
     }
     return NULL;
-}
-
-const char *cli_template_snapshot (cli_where_t *w, const char *account, const char *name)
-{
-    s_opts_t o = {.account = account};
-    json_t *answer = NULL;
-    json_t *list = s_snapshots (w, &o, &answer);
-    json_t *found = list ? s_find_template (list, name) : NULL;
-    static char id[80];
-    snprintf (id, sizeof id, "%s", found ? cli_json_str (found, "id", "") : "");
-    if (list && !found)
-        fprintf (stderr, "%s: no template named '%s' (sbx template list shows them)\n", S_CMD,
-                 name);
-    json_decref (answer);
-    return found ? id : NULL;
 }
 
 //  A waited exec: 0 with the answer (*answer), else the exit code said.

@@ -351,6 +351,14 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
         m->no_network = !sbx_args_bool (op, args, "network");
         m->no_auto_resume = !sbx_args_bool (op, args, "autoResume");
         sbx_str_set (&m->snapshot_id, snapshot && *snapshot ? snapshot : NULL);
+        const char *template = sbx_args_string (op, args, "template");
+        if (template && *template && m->snapshot_id) {
+            s_refuse (why, why_size,
+                      "give snapshotId or template, not both: a template is a snapshot too");
+            sbx_msg_destroy (&msg);
+            return NULL;
+        }
+        sbx_str_set (&m->template, template && *template ? template : NULL);
         s_strmap (&m->labels, NULL, sbx_args_object (args, "labels"));
         json_t *egress = sbx_args_object (args, "egress");
         if (egress && s_egress (egress, &m->egress_allow, &m->egress_deny, why, why_size)) {

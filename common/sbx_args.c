@@ -363,7 +363,7 @@ void sbx_args_test (bool verbose)
     //  Unknown names are refused on both doors, naming what the operation takes.
     assert (s_check (SBX_OP_CREATE_SANDBOX, SBX_OPS_REST, "{\"ttl\": 60}", why) == -1);
     assert (streq (why, "unknown field \"ttl\" (this operation takes: name, type, ttlSeconds, "
-                        "snapshotId, labels, network, autoResume, egress)"));
+                        "snapshotId, template, labels, network, autoResume, egress)"));
     assert (s_check (SBX_OP_CREATE_SANDBOX, SBX_OPS_MCP, "{\"ttl\": 60}", why) == -1);
     assert (strstr (why, "unknown argument \"ttl\" (create_sandbox takes: name, type"));
     //  A REST body holds body fields only: not the path's sandboxId.

@@ -1623,8 +1623,9 @@ static const sbx_meta_field_t s_fields_sandbox_create[] = {
     {"egress_deny", SBX_META_STRLIST, offsetof (sbx_sandbox_create_t, egress_deny), false, 64, NULL, NULL},
     {"labels", SBX_META_STRMAP, offsetof (sbx_sandbox_create_t, labels), false, 64, NULL, NULL},
     {"snapshot_id", SBX_META_STRING, offsetof (sbx_sandbox_create_t, snapshot_id), false, 64, NULL, NULL},
+    {"template", SBX_META_STRING, offsetof (sbx_sandbox_create_t, template), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_sandbox_create = {"sandbox.create", sizeof (sbx_sandbox_create_t), s_fields_sandbox_create, 9};
+static const sbx_meta_struct_t s_meta_sandbox_create = {"sandbox.create", sizeof (sbx_sandbox_create_t), s_fields_sandbox_create, 10};
 
 static const sbx_meta_field_t s_fields_sandbox_create_ok[] = {
     {"sandbox", SBX_META_STRUCT, offsetof (sbx_sandbox_create_ok_t, sandbox), true, 0, NULL, &s_meta_sandbox_info},
@@ -2064,12 +2065,13 @@ static const sbx_meta_field_t s_fields_snap_finish_ok[] = {
 static const sbx_meta_struct_t s_meta_snap_finish_ok = {"snap.finish.ok", sizeof (sbx_snap_finish_ok_t), s_fields_snap_finish_ok, 1};
 
 static const sbx_meta_field_t s_fields_snap_use[] = {
-    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snap_use_t, snapshot_id), true, 64, NULL, NULL},
+    {"snapshot_id", SBX_META_STRING, offsetof (sbx_snap_use_t, snapshot_id), false, 64, NULL, NULL},
+    {"template", SBX_META_STRING, offsetof (sbx_snap_use_t, template), false, 64, NULL, NULL},
     {"account", SBX_META_STRING, offsetof (sbx_snap_use_t, account), true, 64, NULL, NULL},
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_snap_use_t, sandbox_id), true, 64, NULL, NULL},
     {"key_id", SBX_META_STRING, offsetof (sbx_snap_use_t, key_id), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_snap_use = {"snap.use", sizeof (sbx_snap_use_t), s_fields_snap_use, 4};
+static const sbx_meta_struct_t s_meta_snap_use = {"snap.use", sizeof (sbx_snap_use_t), s_fields_snap_use, 5};
 
 static const sbx_meta_field_t s_fields_snap_use_ok[] = {
     {"snapshot", SBX_META_STRUCT, offsetof (sbx_snap_use_ok_t, snapshot), true, 0, NULL, &s_meta_snapshot_info},

@@ -2598,6 +2598,9 @@ struct sbx_sandbox_create_s {
     //  (max 64) Start from this snapshot (snap_…) of the caller's account: its disk and memory,
     //  with a new identity.
     char *snapshot_id;
+    //  (max 64) Start from the account's template of this name (sbx template build): its newest
+    //  ready snapshot labelled sbx.template=NAME. Not with snapshot_id.
+    char *template;
 };
 
 //  message sandbox.create.ok (sandbox.json): broker -> gateway, cli. The sandbox, ready.
@@ -3321,8 +3324,11 @@ struct sbx_snap_finish_ok_s {
 //  made from a snapshot of `account`: checks it is theirs and ready, and records the
 //  dependency.
 struct sbx_snap_use_s {
-    //  (required, max 64) snap_… id.
+    //  (max 64) snap_… id; or template.
     char *snapshot_id;
+    //  (max 64) Instead of snapshot_id: the account's newest ready snapshot labelled
+    //  sbx.template with this name.
+    char *template;
     //  (required, max 64) Whose sandbox it will be.
     char *account;
     //  (required, max 64) sb_… id.

@@ -14,6 +14,8 @@ static const sbx_op_arg_t s_create_sandbox_args[] = {
      true, true, 60LL, 2592000LL, 0, -1, NULL, NULL, "3600"},
     {"snapshotId", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_BODY, SBX_ARG_STRING, 0, false, false,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+    {"template", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_BODY, SBX_ARG_STRING, 0, false, false,
+     false, false, 0LL, 0LL, 0, 64, NULL, NULL, NULL},
     {"env", SBX_OPS_MCP, SBX_ARG_IN_NONE, SBX_ARG_OBJECT, SBX_ARG_STRING, false, false,
      false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
     {"labels", SBX_OPS_MCP | SBX_OPS_REST, SBX_ARG_IN_BODY, SBX_ARG_OBJECT, SBX_ARG_STRING, false, false,
@@ -246,7 +248,7 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                                "Sandbox {id} {state:words.sandboxState}. URL: {url}.{?expiresAt} Stops automatically "
                                "at {expiresAt}.{/expiresAt}{?reason} Reason: {reason}.{/reason}{?note} Note: {note}.{/note"
                                "}",
-                               s_create_sandbox_args, 9},
+                               s_create_sandbox_args, 10},
     [SBX_OP_LIST_SANDBOXES] = {"list_sandboxes", true, "GET", "/v1/sandboxes",
                                true, false, SBX_MSG_SANDBOX_LIST, 30000,
                                SBX_OPS_BODY_NONE, 200,
@@ -540,8 +542,11 @@ const char sbx_ops_tools_json[] =
     "\"description\":\"Start from this snapshot of the account (its disk and memory: processes "
     "and files kept, a new hostname and random state). The type is the snapshot's. A snapshot "
     "saved by another QEMU version starts from its disk with a fresh boot (the answer says "
-    "so in note).\"},\"env\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\""
-    "},\"description\":\"Environment variables applied to every exec in this sandbox.\"},"
+    "so in note).\"},\"template\":{\"type\":\"string\",\"maxLength\":64,\"description\":\"Start"
+    " from the account's template of this name, built with sbx template build from a Dockerfile"
+    " (its files, and its start command already running); not with snapshotId. The type "
+    "is the template's.\"},\"env\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"st"
+    "ring\"},\"description\":\"Environment variables applied to every exec in this sandbox.\"},"
     "\"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},"
     "\"description\":\"Key/value labels.\"},\"network\":{\"type\":\"boolean\","
     "\"description\":\"Network access (default true).\"},\"autoResume\":{\"type\":\"boolean\","

@@ -596,14 +596,14 @@ void gw_rest_test (bool verbose)
     s_expect ("POST", "/v1/sandboxes", "[1]", NULL, "the body must be a JSON object");
     s_expect ("POST", "/v1/sandboxes", "{\"ttl\":60}", NULL,
               "unknown field \"ttl\" (this operation takes: name, type, ttlSeconds, snapshotId, "
-              "labels, network, autoResume, egress)");
+              "template, labels, network, autoResume, egress)");
     s_expect ("POST", "/v1/sandboxes", "{\"ttlSeconds\":\"60\"}", NULL,
               "ttlSeconds must be an integer");
     s_expect ("POST", "/v1/sandboxes", "{\"ttlSeconds\":5}", NULL,
               "ttlSeconds must be between 60 and 2592000");
     s_expect ("POST", "/v1/sandboxes", "{\"env\":{}}", NULL,
               "unknown field \"env\" (this operation takes: name, type, ttlSeconds, snapshotId, "
-              "labels, network, autoResume, egress)");
+              "template, labels, network, autoResume, egress)");
     s_expect ("POST", "/v1/sandboxes/sb_x/extend", NULL, NULL, "a JSON object body is required");
     s_expect ("POST", "/v1/sandboxes/sb_x/extend", "{}", NULL, "ttlSeconds is required");
     s_expect ("POST", "/v1/sandboxes/sb_x/extend", "{\"ttlSeconds\":120}", NULL,

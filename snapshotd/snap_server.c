@@ -540,13 +540,71 @@ static sbx_msg_t *s_on_finish (snap_server_t *self, sbx_msg_t *request)
     return reply;
 }
 
+//  A template: the account's newest ready user snapshot labelled sbx.template = name.
+//  The candidates are collected first and their labels read after: no statement runs
+//  inside another's rows (a cluster's catalog answers one query at a time).
+typedef struct {
+    const s_who_t *who;
+    zlist_t *ids; //  newest first
+} s_template_t;
+
+static void s_template_one (const snap_record_t *record, void *arg)
+{
+    s_template_t *t = arg;
+    if (streq (record->state, "ready") && streq (record->kind, "user") &&
+        s_may_see (t->who, record))
+        zlist_append (t->ids, record->id); //  autofree: copied
+}
+
+static void s_template_label (const char *key, const char *value, void *arg)
+{
+    const char **name = arg;
+    if (*name && streq (key, "sbx.template") && streq (value, *name))
+        *name = NULL; //  matched
+}
+
+//  The template's snapshot id (fresh), NULL when none, or "" when the catalog failed.
+static char *s_template_id (snap_server_t *self, const char *account, const s_who_t *who,
+                            const char *name)
+{
+    s_template_t t = {.who = who, .ids = zlist_new ()};
+    zlist_autofree (t.ids);
+    char *found = NULL;
+    if (snap_store_list (self->store, account, s_template_one, &t))
+        found = strdup ("");
+    for (char *id = zlist_first (t.ids); id && !found; id = zlist_next (t.ids)) {
+        const char *wanted = name;
+        if (snap_store_labels (self->store, id, s_template_label, &wanted) == 0 && !wanted)
+            found = strdup (id);
+    }
+    zlist_destroy (&t.ids);
+    return found;
+}
+
 static sbx_msg_t *s_on_use (snap_server_t *self, sbx_msg_t *request)
 {
     sbx_snap_use_t *args = sbx_msg_snap_use (request);
     snap_record_t record;
     sbx_msg_t *reply = NULL;
     s_who_t who = {.account = args->account, .only_key = args->key_id};
-    if (s_find (self, request, args->snapshot_id, &who, &record, &reply))
+    char *id = args->snapshot_id ? strdup (args->snapshot_id) : NULL;
+    if (!id && args->template) {
+        id = s_template_id (self, args->account, &who, args->template);
+        if (!id || !*id) {
+            bool failed = id != NULL;
+            free (id);
+            return failed ? sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                                               "the snapshot catalog does not answer; try again")
+                          : sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND,
+                                               "no template named '%s' in this account; sbx "
+                                               "template build makes one (sbx template list "
+                                               "shows them)",
+                                               args->template);
+        }
+    }
+    int found = s_find (self, request, id, &who, &record, &reply);
+    free (id);
+    if (found)
         return reply;
     if (!streq (record.state, "ready"))
         reply = sbx_msg_new_error (request->rid, SBX_E_FAILED_PRECONDITION, "snapshot %s is %s%s%s",
@@ -992,9 +1050,86 @@ static sbx_msg_t *s_client (sbx_msg_type_t type, const char *account, const char
     return request;
 }
 
+//  A ready user snapshot of account labelled sbx.template = name (NULL: none). Fresh.
+static char *s_template_saved (snap_server_t *self, const char *account, const char *name,
+                               bool ready)
+{
+    sbx_msg_t *begin = sbx_msg_new (SBX_MSG_SNAP_BEGIN);
+    sbx_str_set (&sbx_msg_snap_begin (begin)->account, account);
+    sbx_str_set (&sbx_msg_snap_begin (begin)->sandbox_id, "sb_build");
+    sbx_msg_snap_begin (begin)->type = SBX_SANDBOX_TYPE_SMALL;
+    if (name)
+        sbx_strmap_set (&sbx_msg_snap_begin (begin)->labels, "sbx.template", name);
+    sbx_strmap_set (&sbx_msg_snap_begin (begin)->labels, "sbx.template.cache", "k");
+    sbx_msg_t *reply = s_ask (self, begin);
+    assert (reply->type == SBX_MSG_SNAP_BEGIN_OK);
+    char *id = strdup (sbx_msg_snap_begin_ok (reply)->snapshot_id);
+    char *dir = strdup (sbx_msg_snap_begin_ok (reply)->dir);
+    sbx_msg_destroy (&reply);
+    s_write (dir, "disk.qcow2", 1);
+    s_write (dir, "memory.state", 1);
+    reply = s_finish (self, id, ready ? NULL : "it failed", 1, 1);
+    sbx_msg_destroy (&reply);
+    free (dir);
+    return id;
+}
+
+//  snap.use of template name for account: the snapshot it picked (fresh), or NULL with
+//  the error's code in *code.
+static char *s_use_template (snap_server_t *self, const char *account, const char *name, int *code)
+{
+    sbx_msg_t *use = sbx_msg_new (SBX_MSG_SNAP_USE);
+    sbx_str_set (&sbx_msg_snap_use (use)->template, name);
+    sbx_str_set (&sbx_msg_snap_use (use)->account, account);
+    sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, "sb_fromtemplate");
+    sbx_msg_t *reply = s_ask (self, use);
+    char *id = reply->type == SBX_MSG_SNAP_USE_OK
+                   ? strdup (sbx_msg_snap_use_ok (reply)->snapshot->id)
+                   : NULL;
+    *code = reply->type == SBX_MSG_ERROR ? (int) sbx_msg_error (reply)->code : 0;
+    sbx_msg_destroy (&reply);
+    return id;
+}
+
+//  A template is the account's newest ready snapshot of that name; another account's
+//  is not there; none is not_found.
+static void s_test_template (void)
+{
+    char dir[] = "/tmp/snap_template_test.XXXXXX";
+    assert (mkdtemp (dir));
+    sbx_config_t *config = sbx_config_new (dir);
+    snap_server_t *self = snap_server_new (config);
+    assert (self);
+    char *older = s_template_saved (self, "acc_a", "web", true);
+    char *newer = s_template_saved (self, "acc_a", "web", true);
+    char *failed = s_template_saved (self, "acc_a", "web", false);
+    char *cache = s_template_saved (self, "acc_a", NULL, true);
+    char *theirs = s_template_saved (self, "acc_b", "web", true);
+    int code = -1;
+    char *picked = s_use_template (self, "acc_a", "web", &code);
+    assert (picked && streq (picked, newer) && code == 0);
+    free (picked);
+    picked = s_use_template (self, "acc_b", "web", &code);
+    assert (picked && streq (picked, theirs));
+    free (picked);
+    assert (!s_use_template (self, "acc_c", "web", &code) && code == SBX_E_NOT_FOUND);
+    assert (!s_use_template (self, "acc_a", "nosuch", &code) && code == SBX_E_NOT_FOUND);
+    free (older);
+    free (newer);
+    free (failed);
+    free (cache);
+    free (theirs);
+    snap_server_destroy (&self);
+    sbx_config_destroy (&config);
+    char *command = zsys_sprintf ("rm -rf '%s'", dir);
+    assert (system (command) == 0);
+    zstr_free (&command);
+}
+
 void snap_server_test (bool verbose)
 {
     (void) verbose;
+    s_test_template ();
     char dir[] = "/tmp/snap_server_test.XXXXXX";
     assert (mkdtemp (dir));
     sbx_config_t *config = sbx_config_new (dir);

@@ -33,7 +33,7 @@ TOOLS = ["create_sandbox", "list_sandboxes", "get_sandbox", "get_sandbox_metrics
          "resume_sandbox", "extend_sandbox", "rename_sandbox", "label_sandbox",
          "delete_sandbox", "save_snapshot", "list_snapshots", "delete_snapshot",
          "set_sandbox_egress", "fork_sandbox", "nope"]
-ARG_NAMES = ["sandboxId", "name", "type", "ttlSeconds", "snapshotId", "env", "labels",
+ARG_NAMES = ["sandboxId", "name", "type", "ttlSeconds", "snapshotId", "template", "env", "labels",
              "network", "command", "detached", "timeout", "cwd", "processId", "stdoutOffset",
              "stderrOffset", "signal", "path", "content", "encoding", "mode", "port", "public",
              "label", "egress", "allow", "deny", "count", "extra"]

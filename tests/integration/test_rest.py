@@ -125,7 +125,7 @@ class RestTest(unittest.TestCase):
         self.assertIn("not valid JSON", answer[2]["error"]["message"])
         self.assertError(self.req("POST", "/v1/sandboxes", {"ttl": 60}), 400, "invalid_argument",
                          'unknown field "ttl" (this operation takes: name, type, ttlSeconds, '
-                         'snapshotId, labels, network, autoResume, egress)')
+                         'snapshotId, template, labels, network, autoResume, egress)')
         self.assertError(self.req("POST", "/v1/sandboxes", {"ttlSeconds": "x"}), 400,
                          "invalid_argument", "ttlSeconds must be an integer")
         self.assertError(self.req("POST", "/v1/sandboxes", [1]), 400, "invalid_argument",

@@ -3,8 +3,10 @@ the steps in a real build sandbox (RUN as USER with ENV and WORKDIR, COPY of fil
 directories, ADD of a tar archive, the start command running before the last save),
 caches each step as a snapshot (a rebuild runs nothing; a changed file runs from its COPY
 on), says which step failed with its output, and builds FROM another template.
-`sbx sandbox create --template` starts from it with the start command already serving,
-on the host as an operator and from elsewhere through REST (SBX_URL, SBX_API_KEY)."""
+create_sandbox {template} starts from it with the start command already serving: MCP's
+tool, REST's POST /v1/sandboxes, `sbx sandbox create --template` on the host as an
+operator and from elsewhere through REST (SBX_URL, SBX_API_KEY); snapshotd resolves the
+name to the account's newest template of that name."""
 import io
 import json
 import os
@@ -13,7 +15,7 @@ import tarfile
 import tempfile
 import unittest
 
-from sbxtest import BIN, Sbx, binary, main
+from sbxtest import BIN, Sbx, binary, main, mcp_call, mcp_session
 
 DOCKERFILE = """# a web app
 FROM sbx
@@ -135,8 +137,10 @@ class TemplatesTest(unittest.TestCase):
                               "--template", "web-layer")["id"]
         self.assertEqual(self.sh(two, "cat /srv/app/layer.txt /srv/app/built.txt"),
                          "layered\nhello from the template")
-        self.assertIn("made by sbx template build",
-                      self.sh(two, "curl -s http://127.0.0.1:8000/"))
+        r = json.loads(self.s.cli("sandbox", "exec", two, "--no-stdin", "--json", "--",
+                                  "curl -s http://127.0.0.1:8000/ || ps -eo pid,user,stat,args")
+                       .stdout)
+        self.assertIn("made by sbx template build", r["stdout"], r)
 
         # From elsewhere, through REST as the key's account: list and create.
         st = self.s.status()
@@ -152,6 +156,29 @@ class TemplatesTest(unittest.TestCase):
         self.assertEqual(res.returncode, 0, res.stderr)
         remote = json.loads(res.stdout)["id"]
         self.assertEqual(self.sh(remote, "cat /srv/app/built.txt"), "hello from the template")
+
+        # An agent's create: MCP's create_sandbox and REST's POST /v1/sandboxes take it.
+        session = mcp_session(self.s, self.key)
+        r, text = mcp_call(self, self.s, self.key, session, "create_sandbox",
+                           {"template": "web", "name": "by-mcp"})
+        by_mcp = r["structuredContent"]["id"]
+        self.assertEqual(self.sh(by_mcp, "cat /srv/app/math.txt"), "5")
+        r, text = mcp_call(self, self.s, self.key, session, "create_sandbox",
+                           {"template": "nosuch"}, ok=False)
+        self.assertIn("no template named 'nosuch'", text)
+        status, _, body = self.s.https("POST", "/v1/sandboxes", json.dumps(
+            {"template": "web-layer"}), {"Authorization": f"Bearer {self.key}",
+                                         "Content-Type": "application/json"}, timeout=300)
+        self.assertEqual(status, 201, body)
+        by_rest = json.loads(body)["id"]
+        self.assertEqual(self.sh(by_rest, "cat /srv/app/layer.txt"), "layered")
+        status, _, body = self.s.https("POST", "/v1/sandboxes", json.dumps(
+            {"template": "web", "snapshotId": layered["snapshotId"]}),
+            {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"})
+        self.assertEqual(status, 400, body)
+        self.assertIn(b"not both", body)
+        for sb in (by_mcp, by_rest):
+            self.s.cli("sandbox", "delete", sb)
 
         # Delete: refused while a sandbox stands on it, then done.
         res = self.s.cli("template", "delete", "web-layer", "--account", "alice@example.com",

@@ -238,6 +238,8 @@ export interface CreateSandbox {
   ttlSeconds?: number;
   /** Start from this snapshot of the account (its disk and memory: processes and files kept, a new hostname and random state). The type is the snapshot's. A snapshot saved by another QEMU version starts from its disk with a fresh boot (the answer says so in note). */
   snapshotId?: string;
+  /** Start from the account's template of this name, built with sbx template build from a Dockerfile (its files, and its start command already running); not with snapshotId. The type is the template's. */
+  template?: string;
   /** Key/value labels. */
   labels?: Record<string, string>;
   /** Network access (default true). */
