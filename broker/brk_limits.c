@@ -24,6 +24,7 @@ void brk_limits_plan (sbx_config_t *config, const brk_account_t *account, brk_pl
     plan->ttl_default_s = s_field (config, name, "ttl_default_s");
     plan->requests_per_second = s_field (config, name, "requests_per_second");
     plan->snapshots = s_field (config, name, "snapshots");
+    plan->template_bytes = s_field (config, name, "template_bytes");
     //  A default above the maximum would refuse every create that asks for none.
     if (plan->ttl_max_s && plan->ttl_default_s > plan->ttl_max_s)
         plan->ttl_default_s = plan->ttl_max_s;

@@ -10,6 +10,9 @@
         plan.P.requests_per_second  per API key (the gateway's)     rate_limited
         plan.P.snapshots        user snapshots kept (saving, ready)  limit_exceeded
                                 (checked by brk_snapshot when a save begins)
+        plan.P.template_bytes   bytes of templates and cached build  limit_exceeded
+                                steps (snapshots labelled sbx.template or
+                                sbx.template.cache) before a save of one begins
     A field a plan leaves unset takes the free plan's value; 0 means no limit (no TTL
     for ttl_default_s). Plan `unlimited` and admin accounts have no plan limits. Limits
     follow the account, whoever asks (an operator creating for it included).
@@ -33,6 +36,7 @@ typedef struct {
     uint64_t ttl_default_s;       //  0: no TTL
     uint64_t requests_per_second; //  per API key, enforced by the gateway; 0: no limit
     uint64_t snapshots;           //  user snapshots per account; 0: no limit
+    uint64_t template_bytes;      //  templates' and cached steps' bytes; 0: no limit
 } brk_plan_t;
 
 //  The limits of the account's plan, from config.

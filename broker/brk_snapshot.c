@@ -413,14 +413,30 @@ void brk_snapshot_release (brk_ctx_t *ctx, const char *sandbox_id)
         sbx_warn ("sandbox=%s deleted; its automatic snapshots stay (no snapshotd)", sandbox_id);
 }
 
-//  A user's save waiting for snapshotd's count of the account's snapshots (the plan's
-//  `snapshots` limit) before it begins.
+//  A user's save waiting for snapshotd's list of the account's snapshots (the plan's
+//  `snapshots` limit, and for a template's save its `template_bytes`) before it begins.
 typedef struct {
     s_save_t *op;
     sbx_msg_t *request; //  the client's snapshot.save
-    uint64_t limit;
+    uint64_t limit;     //  snapshots kept; 0: none
+    uint64_t bytes;     //  bytes of templates and cached steps; 0: none
     char plan[64];
 } s_quota_t;
+
+//  bytes for people: "N bytes" under a MiB, else "N.N MiB".
+static void s_size (uint64_t bytes, char *out, size_t size)
+{
+    if (bytes < (1u << 20))
+        snprintf (out, size, "%llu bytes", (unsigned long long) bytes);
+    else
+        snprintf (out, size, "%.1f MiB", (double) bytes / (1024.0 * 1024.0));
+}
+
+//  A template's snapshot, or a cached step of a build (sbx template build's labels).
+static bool s_template_labels (const sbx_strmap_t *labels)
+{
+    return sbx_strmap_get (labels, "sbx.template") || sbx_strmap_get (labels, "sbx.template.cache");
+}
 
 static void s_quota_destroy (s_quota_t **quota_p)
 {
@@ -450,7 +466,7 @@ static void s_on_counted (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
     sbx_msg_t *answer = *answer_p;
     sbx_msg_t *request = quota->request;
     sbx_msg_t *reply = NULL;
-    uint64_t kept = 0;
+    uint64_t kept = 0, held = 0;
     if (answer->type == SBX_MSG_ERROR)
         reply = sbx_msg_new_error (request->rid, sbx_msg_error (answer)->code,
                                    "cannot count the account's snapshots: %s",
@@ -461,13 +477,26 @@ static void s_on_counted (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
             //  Only the user's own count: a stop's and a fork's are not theirs to keep.
             if (list->items[i].kind != SBX_SNAPSHOT_KIND_AUTOMATIC &&
                 list->items[i].kind != SBX_SNAPSHOT_KIND_FORK &&
-                list->items[i].state != SBX_SNAPSHOT_STATE_FAILED)
+                list->items[i].state != SBX_SNAPSHOT_STATE_FAILED) {
                 kept++;
+                if (s_template_labels (&list->items[i].labels))
+                    held += list->items[i].disk_bytes + list->items[i].memory_bytes;
+            }
     }
     brk_sandbox_t record;
     if (reply)
         ;
-    else if (kept >= quota->limit)
+    else if (quota->bytes && held >= quota->bytes) {
+        char limit[32], holds[32];
+        s_size (quota->bytes, limit, sizeof limit);
+        s_size (held, holds, sizeof holds);
+        reply = sbx_msg_new_error (
+            request->rid, SBX_E_LIMIT_EXCEEDED,
+            "the %s plan keeps %s of templates and cached build steps per account, and this "
+            "account's hold %s; delete a template (sbx template delete) or cached steps "
+            "(snapshots labelled sbx.template.cache) first",
+            quota->plan, limit, holds);
+    } else if (quota->limit && kept >= quota->limit)
         reply = sbx_msg_new_error (request->rid, SBX_E_LIMIT_EXCEEDED,
                                    "the %s plan keeps %llu snapshot%s per account; delete one "
                                    "first (list_snapshots shows them)",
@@ -508,7 +537,8 @@ static sbx_msg_t *s_save_checked (brk_ctx_t *ctx, s_save_t *op, const brk_sandbo
             snprintf (plan_name, sizeof plan_name, "%s", account.plan);
         brk_account_clear (&account);
     }
-    if (plan.unlimited || !plan.snapshots)
+    bool template = s_template_labels (&sbx_msg_snapshot_save (request)->labels);
+    if (plan.unlimited || (!plan.snapshots && !(template && plan.template_bytes)))
         return s_begin_user (ctx, op, record, request);
     s_quota_t *quota = calloc (1, sizeof *quota);
     sbx_msg_t *list = sbx_msg_new (SBX_MSG_SNAPSHOT_LIST);
@@ -518,6 +548,7 @@ static sbx_msg_t *s_save_checked (brk_ctx_t *ctx, s_save_t *op, const brk_sandbo
         quota->op = op;
         quota->request = sbx_msg_dup (request);
         quota->limit = plan.snapshots;
+        quota->bytes = template ? plan.template_bytes : 0;
         snprintf (quota->plan, sizeof quota->plan, "%s", plan_name);
     } else
         s_save_destroy (&op);

@@ -127,7 +127,8 @@ static const s_known_t s_known[] = {
     {"plan.free.ttl_max_s", "86400", K_ANY},
     {"plan.free.ttl_default_s", "3600", K_ANY},
     {"plan.free.requests_per_second", "20", K_ANY},
-    {"plan.free.snapshots", "0", K_ANY}, //  user snapshots kept per account
+    {"plan.free.snapshots", "0", K_ANY},      //  user snapshots kept per account
+    {"plan.free.template_bytes", "0", K_ANY}, //  templates and cached build steps, bytes
     //  Logs (docs/operations.md, "Logs"): every daemon's line format; the size at which
     //  sbx up rotates a log (0: never, for an external logrotate) and how many it keeps.
     {"log.format", "text", K_TEXTJSON},
@@ -159,9 +160,9 @@ static const char *s_derived_keys[4] = {"broker.endpoint", "tap.endpoint", "brok
 
 //  plan.<name>.<field> is known for every plan name (plans are the operator's to name).
 static const s_known_t s_plan_key = {"plan.*", "0", K_ANY}; //  numbers, as the default
-static const char *s_plan_fields[] = {
-    "starts_per_day",      "running", "ttl_max_s", "ttl_default_s", "snapshots",
-    "requests_per_second", NULL};
+static const char *s_plan_fields[] = {"starts_per_day", "running",   "ttl_max_s",
+                                      "ttl_default_s",  "snapshots", "requests_per_second",
+                                      "template_bytes", NULL};
 
 static const s_known_t *s_lookup_known (const char *key)
 {

@@ -202,7 +202,8 @@ void snap_broker_test (bool verbose)
     char dir[] = "/tmp/snap_broker_test.XXXXXX";
     sbx_config_t *config;
     zsock_t *client;
-    zactor_t *broker = s_broker_start (dir, &config, &client, "plan.free.snapshots", "2", NULL);
+    zactor_t *broker = s_broker_start (dir, &config, &client, "plan.free.snapshots", "2",
+                                       "plan.free.template_bytes", "1000", NULL);
     char *alice = brk_testkit_account (client, "alice@example.com", ++s_rid);
     char *bob = brk_testkit_account (client, "bob@example.com", ++s_rid);
 
@@ -340,6 +341,58 @@ void snap_broker_test (bool verbose)
     assert (reply->type == SBX_MSG_SNAPSHOT_DELETE_OK);
     sbx_msg_destroy (&reply);
     free (second);
+
+    //  Templates: a save labelled sbx.template or sbx.template.cache is refused once the
+    //  account's such snapshots hold plan.free.template_bytes (1000 here; each is 1000
+    //  bytes); a create names a template and gets its newest snapshot.
+    const char *template_labels[] = {"sbx.template", "sbx.template.cache"};
+    char *web = NULL;
+    for (int i = 0; i < 2; i++) {
+        sbx_msg_t *save = sbx_msg_new (SBX_MSG_SNAPSHOT_SAVE);
+        save->caller = brk_testkit_caller (alice, "key_a", SBX_KEY_PRESET_FULL);
+        sbx_str_set (&sbx_msg_snapshot_save (save)->sandbox_id, one);
+        sbx_strmap_set (&sbx_msg_snapshot_save (save)->labels, template_labels[i], "web");
+        reply = brk_testkit_call (client, save, ++s_rid);
+        if (i == 0) {
+            assert (reply->type == SBX_MSG_SNAPSHOT_SAVE_OK);
+            web = strdup (sbx_msg_snapshot_save_ok (reply)->snapshot->id);
+        } else {
+            assert (
+                brk_testkit_code (reply) == SBX_E_LIMIT_EXCEEDED &&
+                strstr (sbx_msg_error (reply)->message,
+                        "the free plan keeps 1000 bytes of templates and cached build steps per "
+                        "account, and this account's hold 1000 bytes"));
+        }
+        sbx_msg_destroy (&reply);
+    }
+    const char *names[] = {"web", "nosuch"};
+    for (int i = 0; i < 2; i++) {
+        sbx_msg_t *create = sbx_msg_new (SBX_MSG_SANDBOX_CREATE);
+        create->caller = brk_testkit_caller (alice, "key_a", SBX_KEY_PRESET_FULL);
+        sbx_str_set (&sbx_msg_sandbox_create (create)->template, names[i]);
+        reply = brk_testkit_call (client, create, ++s_rid);
+        if (i == 1) {
+            assert (brk_testkit_code (reply) == SBX_E_NOT_FOUND &&
+                    strstr (sbx_msg_error (reply)->message, "no template named 'nosuch'"));
+            sbx_msg_destroy (&reply);
+            break;
+        }
+        assert (reply->type == SBX_MSG_SANDBOX_CREATE_OK);
+        char *made = strdup (sbx_msg_sandbox_create_ok (reply)->sandbox->id);
+        sbx_msg_destroy (&reply);
+        snprintf (path, sizeof path, "%s/snapshots/%s", dir, web);
+        assert (streq (s_last_origin, path));
+        reply = s_ask (client, SBX_MSG_SANDBOX_DELETE, made, alice);
+        assert (reply->type == SBX_MSG_SANDBOX_DELETE_OK);
+        sbx_msg_destroy (&reply);
+        free (made);
+    }
+    for (int tries = 0; tries < 250 && s_users (client, web, alice) != 0; tries++)
+        zclock_sleep (20);
+    reply = s_ask (client, SBX_MSG_SNAPSHOT_DELETE, web, alice);
+    assert (reply->type == SBX_MSG_SNAPSHOT_DELETE_OK);
+    sbx_msg_destroy (&reply);
+    free (web);
 
     //  Delete: refused while the clone stands on it, naming it; then done.
     reply = s_ask (client, SBX_MSG_SNAPSHOT_DELETE, saved, alice);
