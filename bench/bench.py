@@ -499,6 +499,60 @@ def part_template(bdir, n, res, density=0, idle_s=10):
         sbx.close()
 
 
+DOCKERFILE = """FROM sbx
+RUN mkdir -p /srv/site && echo '<h1>bench</h1>' > /srv/site/index.html
+ENV GREETING=hello
+WORKDIR /srv/site
+RUN python3 -c "import json; print(json.dumps({'built': True}))" > built.json
+CMD ["python3", "-m", "http.server", "8000"]
+"""
+
+
+def part_dockerfile(bdir, n, res):
+    """A template built from a Dockerfile (`sbx template build`, docs/cli.md): the build
+    from nothing, the same build again (every step from the cache), and then n creates
+    of create_sandbox {template} taken in turn with n cold creates (vmd.templates off:
+    each boots), on one sbx. Each template create must answer its start command's HTTP
+    at once (checked once), or the figure is not taken."""
+    sbx = Sbx(bdir, settings={"vmd.templates": ""})
+    ctx = tempfile.mkdtemp(prefix="sbxbench-ctx-")
+    try:
+        with open(os.path.join(ctx, "Dockerfile"), "w") as f:
+            f.write(DOCKERFILE)
+        for key in ("dockerfile_build_s", "dockerfile_cached_s"):
+            t0 = time.monotonic()
+            out = sbx.cli("template", "build", "web", ctx, "--account", sbx.email, "--json",
+                          timeout=900)
+            if out.returncode:
+                raise RuntimeError(f"sbx template build failed:\n{out.stdout}{out.stderr}")
+            res[key] = [time.monotonic() - t0]
+            built = json.loads(out.stdout.splitlines()[-1])
+            log(f"template build ({key}): {res[key][0]:.3f} s, {built['cached']} of "
+                f"{built['steps']} steps cached")
+        if built["run"] != 0:
+            raise RuntimeError(f"the second build ran steps again: {built}")
+        mcp = Mcp(sbx.port, sbx.key, sbx.st.get("ca_cert"))
+        res["dockerfile_create_s"], res["dockerfile_cold_s"] = [], []
+        for i in range(n):
+            for key, args in (("dockerfile_cold_s", {}), ("dockerfile_create_s",
+                                                         {"template": "web"})):
+                t0 = time.monotonic()
+                r = mcp.call("create_sandbox", {"ttlSeconds": 3600, **args})
+                res[key].append(time.monotonic() - t0)
+                sb = r["structuredContent"]["id"]
+                if i == 0 and args:
+                    got = mcp.call("exec", {"sandboxId": sb, "command":
+                                            "curl -s http://127.0.0.1:8000/index.html"})
+                    if "<h1>bench</h1>" not in got["structuredContent"].get("stdout", ""):
+                        raise RuntimeError(f"{sb}: the template's server does not answer: {got}")
+                log(f"create_sandbox {args or '(cold)'} {i + 1}/{n}: {res[key][-1]:.3f} s")
+                mcp.call("delete_sandbox", {"sandboxId": sb})
+                wait_gone(sbx, sb)
+    finally:
+        sbx.close()
+        shutil.rmtree(ctx, ignore_errors=True)
+
+
 def template_ready(sbx):
     """Waits for vmd's small template (its qemu.version is written last)."""
     deadline = time.monotonic() + 300
@@ -976,6 +1030,16 @@ def rows(res):
             d = med(res["delete_gone_s"])
             row("delete (until its directory is gone)", len(res["delete_gone_s"]), d,
                 f"{fmt(rb, ' s')} raw boot", None, ratio=d / rb)
+    if res.get("dockerfile_create_s"):
+        cold = med(res["dockerfile_cold_s"])
+        row("create_sandbox {template} (built from a Dockerfile, its server running)",
+            len(res["dockerfile_create_s"]), med(res["dockerfile_create_s"]),
+            f"{fmt(cold, ' s')} cold create (N={len(res['dockerfile_cold_s'])}, in turn)", 0.25,
+            ratio=med(res["dockerfile_create_s"]) / cold)
+        b = res["dockerfile_build_s"][0]
+        row("sbx template build again, every step from the cache (6 steps)", 1,
+            res["dockerfile_cached_s"][0], f"{fmt(b, ' s')} the first build", None,
+            ratio=res["dockerfile_cached_s"][0] / b)
     if res.get("fork2_s"):
         t = med(res["fork_template_s"])
         nt = len(res["fork_template_s"])
@@ -1266,6 +1330,7 @@ KEEP_PARTS = {"files": ("raw_bigout", "raw_write", "raw_read", "mcp_bigout", "mc
                         "mcp_read", "mcp_rest", "files_ok"),
               "density": ("density",),
               "fork": ("fork",),
+              "dockerfile": ("dockerfile",),
               "scale": ("scale",),
               "cluster": ("cluster",),
               "wallet": ("wallet",)}
@@ -1292,8 +1357,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--build")
     ap.add_argument("--only",
-                    default="lifecycle,template,fork,exec,files,gateway,density,billing,sampling,"
-                            "scale,cluster,wallet")
+                    default="lifecycle,template,fork,dockerfile,exec,files,gateway,density,billing,"
+                            "sampling,scale,cluster,wallet")
     ap.add_argument("--no-doc", action="store_true")
     ap.add_argument("--keep", metavar="JSON",
                     help="with --only: the rows of the parts not run come from JSON (an earlier "
@@ -1369,6 +1434,9 @@ def main():
         sample()
     if "fork" in parts:
         part_fork(bdir, 3 if q else 5, res)
+        sample()
+    if "dockerfile" in parts:
+        part_dockerfile(bdir, 3 if q else 5, res)
         sample()
     if "sampling" in parts:
         part_sampling(bdir, SAMPLED, SAMPLED_S, res)
