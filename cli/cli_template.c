@@ -239,6 +239,13 @@ static int s_add_dir (s_context_t *c, const char *full, const char *target)
     return rc;
 }
 
+//  Appends text to an autofree list (which copies it) and frees text.
+static void s_append (zlist_t *list, char *text)
+{
+    zlist_append (list, text);
+    free (text);
+}
+
 static bool s_archive_name (const char *path)
 {
     const char *ends[] = {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", NULL};
@@ -283,7 +290,7 @@ static int s_sources (s_context_t *c, const char *context, const sbx_df_step_t *
         if (step->kind == SBX_DF_ADD && s_archive_name (real)) {
             //  A local archive: sent as it is, unpacked at dest in the guest.
             snprintf (target, sizeof target, "tmp/.sbx-add-%zu-%s", i, base);
-            zlist_append (unpack, zsys_sprintf ("/%s %s", target, step->dest));
+            s_append (unpack, zsys_sprintf ("/%s %s", target, step->dest));
         } else if (into_dir || S_ISDIR (st.st_mode))
             snprintf (target, sizeof target, "%s%s%s", dest,
                       *dest && dest[strlen (dest) - 1] != '/' ? "/" : "", base);
@@ -364,19 +371,19 @@ static int s_run_step (s_build_t *b, size_t n, const sbx_df_step_t *step)
             //  --chown's owner, then the archives ADD unpacks.
             zlist_t *parts = zlist_new ();
             zlist_autofree (parts);
-            zlist_append (parts,
-                          zsys_sprintf ("tar -xf %s -C / --no-same-owner && rm -f %s", tmp, tmp));
+            s_append (parts,
+                      zsys_sprintf ("tar -xf %s -C / --no-same-owner && rm -f %s", tmp, tmp));
             if (step->chown) {
                 char *dest = cli_shell_quote (step->dest);
-                zlist_append (parts, zsys_sprintf ("chown -R %s %s", step->chown, dest));
+                s_append (parts, zsys_sprintf ("chown -R %s %s", step->chown, dest));
                 free (dest);
             }
             for (char *u = zlist_first (unpack); u; u = zlist_next (unpack)) {
                 char *space = strchr (u, ' ');
                 *space = 0;
                 char *dest = cli_shell_quote (space + 1);
-                zlist_append (parts, zsys_sprintf ("mkdir -p %s && tar -xf %s -C %s && rm -f %s",
-                                                   dest, u, dest, u));
+                s_append (parts, zsys_sprintf ("mkdir -p %s && tar -xf %s -C %s && rm -f %s", dest,
+                                               u, dest, u));
                 free (dest);
             }
             command = strdup ("set -e");
