@@ -129,6 +129,13 @@ static void s_on_snapshot_use (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
     s_from_snapshot_destroy (&wait);
 }
 
+static void s_add_admin (const brk_account_t *account, void *arg)
+{
+    sbx_strlist_t *admins = arg;
+    if (account->admin && admins->count < 64)
+        sbx_strlist_append (admins, account->id);
+}
+
 sbx_msg_t *brk_snapshot_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request)
 {
     sbx_sandbox_create_t *args = sbx_msg_sandbox_create (request);
@@ -162,6 +169,11 @@ sbx_msg_t *brk_snapshot_create (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *req
     }
     sbx_str_set (&sbx_msg_snap_use (use)->snapshot_id, args->snapshot_id);
     sbx_str_set (&sbx_msg_snap_use (use)->template, args->snapshot_id ? NULL : args->template);
+    //  The operator's published templates: those of the admin accounts (snapshotd takes
+    //  one only when the account has no template of that name, and only if it is
+    //  labelled sbx.template.public=true).
+    if (!args->snapshot_id && args->template)
+        brk_store_account_list (ctx->store, s_add_admin, &sbx_msg_snap_use (use)->public_accounts);
     sbx_str_set (&sbx_msg_snap_use (use)->account, owner.id);
     brk_account_clear (&owner);
     sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, wait->origin->sandbox_id);

@@ -40,7 +40,7 @@ static void s_usage (FILE *out)
 {
     fprintf (out,
              "usage: sbx template build NAME [-f DOCKERFILE] [DIR] [--account A] [--no-cache]\n"
-             "                          [--keep] [--json]\n"
+             "                          [--keep] [--public] [--json]\n"
              "       sbx template list [--account A] [--json]\n"
              "       sbx template delete NAME [--account A]\n"
              "every subcommand takes --data-dir DIR. After `sbx login URL` (or with SBX_URL\n"
@@ -55,6 +55,8 @@ static void s_usage (FILE *out)
              "output and exit code, and the build exits 1 (--keep keeps the build sandbox to\n"
              "look into). Steps are cached as snapshots by their instruction, inputs and\n"
              "base: an unchanged step is not run again (--no-cache runs them all).\n"
+             "--public publishes it (label sbx.template.public=true): an admin account's\n"
+             "published template serves every account that has none of that name.\n"
              "list: the templates (the newest of each name), with their snapshot.\n"
              "delete: removes template NAME (each snapshot of that name); refused while a\n"
              "sandbox made from it is not deleted. Cached steps stay (sbx snapshot delete).\n"
@@ -63,7 +65,7 @@ static void s_usage (FILE *out)
 
 typedef struct {
     const char *data_dir, *account, *file;
-    bool json, no_cache, keep;
+    bool json, no_cache, keep, public;
 } s_opts_t;
 
 //  --------------------------------------------------------------------------
@@ -596,9 +598,11 @@ static int s_build (cli_where_t *w, const s_opts_t *o, const char *name, const c
     if (rc == 0) {
         char label[160];
         snprintf (label, sizeof label, "template %s", name);
-        rc = s_save (&b, label,
-                     json_pack ("{s:s, s:s}", S_LABEL, name, S_LABEL_KEY "s", keys[b.steps - 1]),
-                     template_id, sizeof template_id);
+        json_t *labels =
+            json_pack ("{s:s, s:s}", S_LABEL, name, S_LABEL_KEY "s", keys[b.steps - 1]);
+        if (o->public)
+            json_object_set_new (labels, S_LABEL ".public", json_string ("true"));
+        rc = s_save (&b, label, labels, template_id, sizeof template_id);
     }
     if (*b.sandbox && (rc == 0 || !o->keep)) {
         json_t *gone = NULL;
@@ -702,11 +706,15 @@ static int s_delete (cli_where_t *w, const s_opts_t *o, const char *name)
 int cli_template_main (int argc, char **argv)
 {
     s_opts_t o = {0};
-    static struct option longs[] = {
-        {"data-dir", required_argument, 0, 'd'}, {"account", required_argument, 0, 'a'},
-        {"file", required_argument, 0, 'f'},     {"json", no_argument, 0, 'j'},
-        {"no-cache", no_argument, 0, 'n'},       {"keep", no_argument, 0, 'k'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    static struct option longs[] = {{"data-dir", required_argument, 0, 'd'},
+                                    {"account", required_argument, 0, 'a'},
+                                    {"file", required_argument, 0, 'f'},
+                                    {"json", no_argument, 0, 'j'},
+                                    {"no-cache", no_argument, 0, 'n'},
+                                    {"keep", no_argument, 0, 'k'},
+                                    {"public", no_argument, 0, 'p'},
+                                    {"help", no_argument, 0, 'h'},
+                                    {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long (argc, argv, "f:h", longs, NULL)) != -1) {
@@ -728,6 +736,9 @@ int cli_template_main (int argc, char **argv)
             break;
         case 'k':
             o.keep = true;
+            break;
+        case 'p':
+            o.public = true;
             break;
         case 'h':
             s_usage (stdout);

@@ -2067,11 +2067,12 @@ static const sbx_meta_struct_t s_meta_snap_finish_ok = {"snap.finish.ok", sizeof
 static const sbx_meta_field_t s_fields_snap_use[] = {
     {"snapshot_id", SBX_META_STRING, offsetof (sbx_snap_use_t, snapshot_id), false, 64, NULL, NULL},
     {"template", SBX_META_STRING, offsetof (sbx_snap_use_t, template), false, 64, NULL, NULL},
+    {"public_accounts", SBX_META_STRLIST, offsetof (sbx_snap_use_t, public_accounts), false, 64, NULL, NULL},
     {"account", SBX_META_STRING, offsetof (sbx_snap_use_t, account), true, 64, NULL, NULL},
     {"sandbox_id", SBX_META_STRING, offsetof (sbx_snap_use_t, sandbox_id), true, 64, NULL, NULL},
     {"key_id", SBX_META_STRING, offsetof (sbx_snap_use_t, key_id), false, 64, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_snap_use = {"snap.use", sizeof (sbx_snap_use_t), s_fields_snap_use, 5};
+static const sbx_meta_struct_t s_meta_snap_use = {"snap.use", sizeof (sbx_snap_use_t), s_fields_snap_use, 6};
 
 static const sbx_meta_field_t s_fields_snap_use_ok[] = {
     {"snapshot", SBX_META_STRUCT, offsetof (sbx_snap_use_ok_t, snapshot), true, 0, NULL, &s_meta_snapshot_info},

@@ -3329,6 +3329,10 @@ struct sbx_snap_use_s {
     //  (max 64) Instead of snapshot_id: the account's newest ready snapshot labelled
     //  sbx.template with this name.
     char *template;
+    //  (max 64) With template: the admin accounts, whose templates labelled
+    //  sbx.template.public=true serve every account when it has none of that name (the
+    //  operator's published templates).
+    sbx_strlist_t public_accounts;
     //  (required, max 64) Whose sandbox it will be.
     char *account;
     //  (required, max 64) sb_… id.

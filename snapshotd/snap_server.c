@@ -563,21 +563,39 @@ static void s_template_label (const char *key, const char *value, void *arg)
         *name = NULL; //  matched
 }
 
-//  The template's snapshot id (fresh), NULL when none, or "" when the catalog failed.
-static char *s_template_id (snap_server_t *self, const char *account, const s_who_t *who,
-                            const char *name)
+static void s_public_label (const char *key, const char *value, void *arg)
 {
-    s_template_t t = {.who = who, .ids = zlist_new ()};
-    zlist_autofree (t.ids);
+    if (streq (key, "sbx.template.public") && streq (value, "true"))
+        *(bool *) arg = true;
+}
+
+//  The template's snapshot id (fresh), NULL when none, or "" when the catalog failed.
+//  The account's own first; then, published ones (labelled sbx.template.public=true) of
+//  the public accounts (the operator's admin accounts, as the broker names them).
+static char *s_template_id (snap_server_t *self, const char *account, const s_who_t *who,
+                            const char *name, const sbx_strlist_t *public_accounts, bool *published)
+{
+    s_who_t operator= {.operator= true };
     char *found = NULL;
-    if (snap_store_list (self->store, account, s_template_one, &t))
-        found = strdup ("");
-    for (char *id = zlist_first (t.ids); id && !found; id = zlist_next (t.ids)) {
-        const char *wanted = name;
-        if (snap_store_labels (self->store, id, s_template_label, &wanted) == 0 && !wanted)
-            found = strdup (id);
+    *published = false;
+    for (size_t a = 0; !found && a <= public_accounts->count; a++) {
+        const char *whose = a ? public_accounts->items[a - 1] : account;
+        if (a && streq (whose, account))
+            continue; //  its own were looked at first
+        s_template_t t = {.who = a ? &operator: who, .ids = zlist_new () };
+        zlist_autofree (t.ids);
+        if (snap_store_list (self->store, whose, s_template_one, &t))
+            found = strdup ("");
+        for (char *id = zlist_first (t.ids); id && !found; id = zlist_next (t.ids)) {
+            const char *wanted = name;
+            bool open = false;
+            if (snap_store_labels (self->store, id, s_template_label, &wanted) == 0 && !wanted &&
+                (!a || (snap_store_labels (self->store, id, s_public_label, &open) == 0 && open)))
+                found = strdup (id);
+        }
+        zlist_destroy (&t.ids);
+        *published = found && *found && a > 0;
     }
-    zlist_destroy (&t.ids);
     return found;
 }
 
@@ -588,8 +606,10 @@ static sbx_msg_t *s_on_use (snap_server_t *self, sbx_msg_t *request)
     sbx_msg_t *reply = NULL;
     s_who_t who = {.account = args->account, .only_key = args->key_id};
     char *id = args->snapshot_id ? strdup (args->snapshot_id) : NULL;
+    bool published = false;
     if (!id && args->template) {
-        id = s_template_id (self, args->account, &who, args->template);
+        id = s_template_id (self, args->account, &who, args->template, &args->public_accounts,
+                            &published);
         if (!id || !*id) {
             bool failed = id != NULL;
             free (id);
@@ -602,7 +622,9 @@ static sbx_msg_t *s_on_use (snap_server_t *self, sbx_msg_t *request)
                                                args->template);
         }
     }
-    int found = s_find (self, request, id, &who, &record, &reply);
+    //  An operator's published template serves every account.
+    s_who_t anyone = {.operator= true };
+    int found = s_find (self, request, id, published ? &anyone : &who, &record, &reply);
     free (id);
     if (found)
         return reply;
@@ -1052,7 +1074,7 @@ static sbx_msg_t *s_client (sbx_msg_type_t type, const char *account, const char
 
 //  A ready user snapshot of account labelled sbx.template = name (NULL: none). Fresh.
 static char *s_template_saved (snap_server_t *self, const char *account, const char *name,
-                               bool ready)
+                               bool ready, bool published)
 {
     sbx_msg_t *begin = sbx_msg_new (SBX_MSG_SNAP_BEGIN);
     sbx_str_set (&sbx_msg_snap_begin (begin)->account, account);
@@ -1061,6 +1083,8 @@ static char *s_template_saved (snap_server_t *self, const char *account, const c
     if (name)
         sbx_strmap_set (&sbx_msg_snap_begin (begin)->labels, "sbx.template", name);
     sbx_strmap_set (&sbx_msg_snap_begin (begin)->labels, "sbx.template.cache", "k");
+    if (published)
+        sbx_strmap_set (&sbx_msg_snap_begin (begin)->labels, "sbx.template.public", "true");
     sbx_msg_t *reply = s_ask (self, begin);
     assert (reply->type == SBX_MSG_SNAP_BEGIN_OK);
     char *id = strdup (sbx_msg_snap_begin_ok (reply)->snapshot_id);
@@ -1079,6 +1103,7 @@ static char *s_template_saved (snap_server_t *self, const char *account, const c
 static char *s_use_template (snap_server_t *self, const char *account, const char *name, int *code)
 {
     sbx_msg_t *use = sbx_msg_new (SBX_MSG_SNAP_USE);
+    sbx_strlist_append (&sbx_msg_snap_use (use)->public_accounts, "acc_admin");
     sbx_str_set (&sbx_msg_snap_use (use)->template, name);
     sbx_str_set (&sbx_msg_snap_use (use)->account, account);
     sbx_str_set (&sbx_msg_snap_use (use)->sandbox_id, "sb_fromtemplate");
@@ -1100,11 +1125,16 @@ static void s_test_template (void)
     sbx_config_t *config = sbx_config_new (dir);
     snap_server_t *self = snap_server_new (config);
     assert (self);
-    char *older = s_template_saved (self, "acc_a", "web", true);
-    char *newer = s_template_saved (self, "acc_a", "web", true);
-    char *failed = s_template_saved (self, "acc_a", "web", false);
-    char *cache = s_template_saved (self, "acc_a", NULL, true);
-    char *theirs = s_template_saved (self, "acc_b", "web", true);
+    char *older = s_template_saved (self, "acc_a", "web", true, false);
+    char *newer = s_template_saved (self, "acc_a", "web", true, false);
+    char *failed = s_template_saved (self, "acc_a", "web", false, false);
+    char *cache = s_template_saved (self, "acc_a", NULL, true, false);
+    char *theirs = s_template_saved (self, "acc_b", "web", true, false);
+    //  The operator's: one published (served to every account without its own of that
+    //  name), one not (its own only), and a user's labelled public (not an admin's: no).
+    char *published = s_template_saved (self, "acc_admin", "base", true, true);
+    char *unpublished = s_template_saved (self, "acc_admin", "secret", true, false);
+    char *claimed = s_template_saved (self, "acc_b", "mine", true, true);
     int code = -1;
     char *picked = s_use_template (self, "acc_a", "web", &code);
     assert (picked && streq (picked, newer) && code == 0);
@@ -1114,6 +1144,22 @@ static void s_test_template (void)
     free (picked);
     assert (!s_use_template (self, "acc_c", "web", &code) && code == SBX_E_NOT_FOUND);
     assert (!s_use_template (self, "acc_a", "nosuch", &code) && code == SBX_E_NOT_FOUND);
+    picked = s_use_template (self, "acc_a", "base", &code);
+    assert (picked && streq (picked, published));
+    free (picked);
+    picked = s_use_template (self, "acc_admin", "secret", &code);
+    assert (picked && streq (picked, unpublished));
+    free (picked);
+    assert (!s_use_template (self, "acc_a", "secret", &code) && code == SBX_E_NOT_FOUND);
+    assert (!s_use_template (self, "acc_a", "mine", &code) && code == SBX_E_NOT_FOUND);
+    char *own = s_template_saved (self, "acc_a", "base", true, false);
+    picked = s_use_template (self, "acc_a", "base", &code);
+    assert (picked && streq (picked, own)); //  its own first
+    free (picked);
+    free (own);
+    free (published);
+    free (unpublished);
+    free (claimed);
     free (older);
     free (newer);
     free (failed);

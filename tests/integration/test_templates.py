@@ -6,7 +6,8 @@ on), says which step failed with its output, and builds FROM another template.
 create_sandbox {template} starts from it with the start command already serving: MCP's
 tool, REST's POST /v1/sandboxes, `sbx sandbox create --template` on the host as an
 operator and from elsewhere through REST (SBX_URL, SBX_API_KEY); snapshotd resolves the
-name to the account's newest template of that name."""
+name to the account's newest template of that name, or else to one the operator
+published (an admin account's, built with --public)."""
 import io
 import json
 import os
@@ -190,6 +191,31 @@ class TemplatesTest(unittest.TestCase):
         self.assertIn("Deleted template web-layer", res.stdout)
         for sb in (sid, remote):
             self.s.cli("sandbox", "delete", sb)
+
+    def test_published_by_the_operator(self):
+        # An admin account's template built with --public serves every account that has
+        # none of that name; a user's --public publishes nothing.
+        self.write("Dockerfile.shared", "FROM sbx\nRUN echo shared > /opt/shared.txt\n")
+        admin = [a for a in self.s.cli_json("account", "list")["accounts"] if a["admin"]][0]
+        res = self.s.cli("template", "build", "shared", self.ctx, "-f",
+                         os.path.join(self.ctx, "Dockerfile.shared"), "--account", admin["email"],
+                         "--public", timeout=900)
+        self.assertIn("Template shared is snap_", res.stdout)
+        bob = self.s.cli_json("account", "create", "--email", "bob@example.com")["api_key"]
+        for key in (self.key, bob):
+            session = mcp_session(self.s, key)
+            r, _ = mcp_call(self, self.s, key, session, "create_sandbox", {"template": "shared"})
+            sb = r["structuredContent"]["id"]
+            self.assertEqual(self.sh(sb, "cat /opt/shared.txt"), "shared")
+            self.s.cli("sandbox", "delete", sb)
+        self.write("Dockerfile.mine", "FROM sbx\nRUN echo mine > /opt/mine.txt\n")
+        self.s.cli("template", "build", "alices", self.ctx, "-f",
+                   os.path.join(self.ctx, "Dockerfile.mine"), "--account", "alice@example.com",
+                   "--public", timeout=900)
+        session = mcp_session(self.s, bob)
+        r, text = mcp_call(self, self.s, bob, session, "create_sandbox", {"template": "alices"},
+                           ok=False)
+        self.assertIn("no template named 'alices'", text)
 
     def test_refusals(self):
         # A failed step: which, its output and exit code; no build sandbox left behind.
