@@ -1,5 +1,6 @@
 /*  gw_mcp - see gw_mcp.h */
 #include "gw_mcp.h"
+#include "gw_jsonload.h"
 #include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_mcp_era.h"
@@ -926,8 +927,8 @@ static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *call
     json_error_t error;
     //  The body as gw_mcp_serve parsed it, or parsed here (after a session lookup).
     json_t *msg = parsed ? json_incref (parsed)
-                         : json_loadb ((const char *) gw_request_body (req),
-                                       gw_request_body_size (req), 0, &error);
+                         : gw_jsonload ((const char *) gw_request_body (req),
+                                        gw_request_body_size (req), &error);
     if (!msg) {
         char message[300];
         snprintf (message, sizeof message, "Parse error: %s", error.text);
@@ -1142,7 +1143,7 @@ void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller
     //  A request of the stateless era says so in its body or its version header.
     json_t *msg =
         streq (gw_request_method (req), "POST")
-            ? json_loadb ((const char *) gw_request_body (req), gw_request_body_size (req), 0, NULL)
+            ? gw_jsonload ((const char *) gw_request_body (req), gw_request_body_size (req), NULL)
             : NULL;
     if (msg && gw_mcp_era_modern (msg, s_header_of, req)) {
         s_serve_modern (self, req, caller, msg);
