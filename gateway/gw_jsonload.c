@@ -240,6 +240,23 @@ void gw_jsonload_test (bool verbose)
     s_same (body, strlen (body));
     assert (s_lifted_total == before + 1);
     s_same ("{}", 2);
+    //  Random damage anywhere (quotes, escapes, colons, bad bytes): always as jansson has it.
+    const char damage[] = "\"\\:,{}[] \n\x01\x80\xc3\xff"
+                          "0a";
+    for (int round = 0; round < 300; round++) {
+        sprintf (body, "{\"a\":[\"%s\",{\"k\":\"%s\"}],\"b\":\"x\"}", text, text);
+        size_t size = strlen (body);
+        uint32_t pick[4];
+        sbx_secret_random (pick, sizeof pick);
+        for (int k = 0; k < 1 + (int) (pick[0] % 3); k++) {
+            //  Near the structure half the time, anywhere otherwise.
+            size_t at = pick[1 + k] % 2 ? (pick[1 + k] >> 1) % 24 : (pick[1 + k] >> 1) % size;
+            if (k == 2)
+                at = size - 1 - (pick[3] >> 1) % 24;
+            body[at] = damage[(pick[1 + k] >> 8) % (sizeof damage - 1)];
+        }
+        s_same (body, size);
+    }
     free (body);
     free (text);
 }
