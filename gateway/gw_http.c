@@ -1208,26 +1208,51 @@ static int s_answer (gw_request_t *req, struct MHD_Response *response, int statu
     return response ? 0 : -1;
 }
 
-int gw_request_respond (gw_request_t *req, int status, const char *content_type, const void *body,
-                        size_t size)
+//  body: copied (mode MHD_RESPMEM_MUST_COPY), or taken (MHD_RESPMEM_MUST_FREE: freed
+//  here when no response is made).
+static int s_respond (gw_request_t *req, int status, const char *content_type, void *body,
+                      size_t size, enum MHD_ResponseMemoryMode mode)
 {
     assert (req);
-    if (!s_can_answer (req))
-        return -1;
-    s_release (req);
-    if (req->gone)
-        return -1;
+    bool take = mode == MHD_RESPMEM_MUST_FREE;
     struct MHD_Response *response = NULL;
+    bool can = s_can_answer (req);
+    if (can)
+        s_release (req);
+    if (!can || req->gone) {
+        if (take)
+            free (body);
+        return -1;
+    }
     if (status >= 200 && status <= 599)
-        response = MHD_create_response_from_buffer (size, (void *) body, MHD_RESPMEM_MUST_COPY);
+        response = MHD_create_response_from_buffer (size, body, mode);
     else
         sbx_error ("rid=%llu http: refusing to answer status %d", (unsigned long long) req->id,
                    status);
+    if (!response && take)
+        free (body);
     if (response && s_apply_headers (req, response, content_type) != 0) {
         MHD_destroy_response (response);
         response = NULL;
     }
     return s_answer (req, response, status);
+}
+
+int gw_request_respond (gw_request_t *req, int status, const char *content_type, const void *body,
+                        size_t size)
+{
+    return s_respond (req, status, content_type, (void *) body, size, MHD_RESPMEM_MUST_COPY);
+}
+
+int gw_request_respond_take (gw_request_t *req, int status, const char *content_type, void **body_p,
+                             size_t size)
+{
+    assert (body_p);
+    void *body = *body_p;
+    *body_p = NULL;
+    if (!body) //  libmicrohttpd takes no NULL body with a size; an empty one
+        return s_respond (req, status, content_type, "", 0, MHD_RESPMEM_PERSISTENT);
+    return s_respond (req, status, content_type, body, size, MHD_RESPMEM_MUST_FREE);
 }
 
 //  MHD asks for more of a streaming body.

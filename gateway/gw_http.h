@@ -165,6 +165,11 @@ int gw_request_add_header (gw_request_t *req, const char *name, const char *valu
 int gw_request_respond (gw_request_t *req, int status, const char *content_type, const void *body,
                         size_t size);
 
+//  The same with a body it takes (malloc'd; *body_p set to NULL, freed by the server once
+//  sent or on failure): a large body (a file, a 10 MiB tool result) is not copied again.
+int gw_request_respond_take (gw_request_t *req, int status, const char *content_type, void **body_p,
+                             size_t size);
+
 //  Starts a response whose body follows in pieces (chunked), e.g. Server-Sent Events.
 //  The owner keeps the request until gw_request_stream_end, even when this fails
 //  (-1: already answered, or the client is gone and the closed callback follows).

@@ -1,5 +1,6 @@
 /*  gw_mcp - see gw_mcp.h */
 #include "gw_mcp.h"
+#include "gw_jsonload.h"
 #include "sbx_idmap.h"
 #include "gw_auth.h"
 #include "gw_mcp_era.h"
@@ -321,16 +322,39 @@ static void s_send_tools_modern (gw_mcp_t *self, gw_request_t *req, json_t *id)
 //  escapes a string one code point at a time through a callback per piece (most of the
 //  gateway's CPU for a command_status with 1 MiB of stdout or a 10 MiB read_file, where
 //  the result holds the bytes twice); here runs of bytes that need no escape are copied
-//  whole (jansson's strings are valid UTF-8, which goes out as it is). s_dump returns
-//  the text (the caller frees it), or NULL when out of memory.
-//  Written to a memory stream (open_memstream: libc grows the buffer).
-static void s_put (FILE *out, const char *data, size_t size)
+//  whole (jansson's strings are valid UTF-8, which goes out as it is).
+//  Written to a buffer that realloc doubles: glibc moves a large block by remapping its
+//  pages, where open_memstream and asprintf copied and zero-filled the text at every
+//  growth (half of a 10 MiB read_file's gateway CPU, in page faults: docs/benchmarks.md).
+typedef struct {
+    char *data; //  NUL-terminated
+    size_t size;
+    size_t cap;
+    bool failed; //  out of memory, or a number that could not be written
+} s_buf_t;
+
+static void s_put (s_buf_t *out, const char *data, size_t size)
 {
-    if (size)
-        fwrite (data, 1, size, out);
+    if (!size || out->failed)
+        return;
+    if (out->size + size + 1 > out->cap) {
+        size_t cap = out->cap ? out->cap : 4096;
+        while (cap < out->size + size + 1)
+            cap *= 2;
+        char *grown = realloc (out->data, cap);
+        if (!grown) {
+            out->failed = true;
+            return;
+        }
+        out->data = grown;
+        out->cap = cap;
+    }
+    memcpy (out->data + out->size, data, size);
+    out->size += size;
+    out->data[out->size] = 0;
 }
 
-static void s_put_string (FILE *out, const char *text, size_t size)
+static void s_put_string (s_buf_t *out, const char *text, size_t size)
 {
     s_put (out, "\"", 1);
     size_t run = 0;
@@ -359,10 +383,8 @@ static void s_put_string (FILE *out, const char *text, size_t size)
     s_put (out, "\"", 1);
 }
 
-//  0, or -1 when a number could not be written.
-static int s_put_value (FILE *out, json_t *value)
+static void s_put_value (s_buf_t *out, json_t *value)
 {
-    int rc = 0;
     switch (json_typeof (value)) {
     case JSON_OBJECT: {
         s_put (out, "{", 1);
@@ -376,7 +398,7 @@ static int s_put_value (FILE *out, json_t *value)
             first = false;
             s_put_string (out, key, strlen (key));
             s_put (out, ":", 1);
-            rc |= s_put_value (out, member);
+            s_put_value (out, member);
         }
         s_put (out, "}", 1);
         break;
@@ -386,7 +408,7 @@ static int s_put_value (FILE *out, json_t *value)
         for (size_t i = 0; i < json_array_size (value); i++) {
             if (i)
                 s_put (out, ",", 1);
-            rc |= s_put_value (out, json_array_get (value, i));
+            s_put_value (out, json_array_get (value, i));
         }
         s_put (out, "]", 1);
         break;
@@ -399,31 +421,29 @@ static int s_put_value (FILE *out, json_t *value)
         if (text)
             s_put (out, text, strlen (text));
         else
-            rc = -1;
+            out->failed = true;
         free (text);
     }
     }
-    return rc;
 }
 
+//  The text (the caller frees it), or NULL when out of memory.
 static char *s_dump (json_t *value)
 {
-    char *text = NULL;
-    size_t size = 0;
-    FILE *out = open_memstream (&text, &size);
-    if (!out)
-        return NULL;
-    bool failed = s_put_value (out, value) != 0;
-    failed |= ferror (out) != 0;
-    if (fclose (out) != 0 || failed) {
-        free (text);
+    s_buf_t out = {0};
+    s_put_value (&out, value);
+    s_put (&out, "", 0);
+    if (out.failed || !out.data) {
+        free (out.data);
         return NULL;
     }
-    return text;
+    return out.data;
 }
 
 //  A tool's result (taken): its text from the sent list when the same object went out
-//  lately, else serialised (and listed when short). modern: as 2026-07-28 has it.
+//  lately, else serialised (and listed when short). modern: as 2026-07-28 has it. A new
+//  result is written once, inside its JSON-RPC envelope, and handed to the server as it
+//  is: a 10 MiB read_file is not copied again on its way out.
 static void s_send_tool_result (gw_mcp_t *self, gw_request_t *req, json_t *id, json_t *result,
                                 bool modern)
 {
@@ -435,20 +455,50 @@ static void s_send_tool_result (gw_mcp_t *self, gw_request_t *req, json_t *id, j
             json_decref (result);
             return;
         }
-    char *text = s_dump (result);
-    char *head = modern ? s_modern_text (text) : NULL;
-    s_send_result_text (req, id, modern ? head : text);
-    free (head);
-    if (text && strlen (text) <= S_SENT_MAX) {
+    s_buf_t out = {0};
+    char *id_text = json_dumps (id ? id : json_null (), JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!id_text)
+        out.failed = true;
+    s_put (&out, "{\"jsonrpc\":\"2.0\",\"id\":", 22);
+    s_put (&out, id_text ? id_text : "", id_text ? strlen (id_text) : 0);
+    s_put (&out, ",\"result\":", 10);
+    free (id_text);
+    size_t at = out.size;
+    s_put_value (&out, result);
+    size_t end = out.size;
+    if (!out.failed && end - at <= S_SENT_MAX) {
+        //  Listed as the 2025 era has it (resent with its head when modern).
         size_t slot = self->sent_next++ % S_SENT;
-        json_decref (self->sent[slot].result);
-        free (self->sent[slot].text);
-        self->sent[slot].result = result; //  our reference
-        self->sent[slot].text = text;
-    } else {
-        json_decref (result);
-        free (text);
+        char *text = strndup (out.data + at, end - at);
+        if (text) {
+            json_decref (self->sent[slot].result);
+            free (self->sent[slot].text);
+            self->sent[slot].result = json_incref (result);
+            self->sent[slot].text = text;
+        }
     }
+    json_decref (result);
+    if (modern && !out.failed) {
+        //  The head goes first inside the result object: moved up once, rare and short
+        //  when large (modern clients' tool results).
+        bool empty = end - at == 2;
+        const char *head = empty ? S_MODERN_HEAD : S_MODERN_HEAD ",";
+        size_t len = strlen (head);
+        s_put (&out, head, len); //  grows the buffer; the bytes are placed below
+        if (!out.failed) {
+            memmove (out.data + at + 1 + len, out.data + at + 1, end - at - 1);
+            memcpy (out.data + at + 1, head, len);
+        }
+    }
+    s_put (&out, "}", 1);
+    gw_request_add_header (req, "Cache-Control", "no-store");
+    if (out.failed || !out.data) {
+        free (out.data);
+        gw_request_respond (req, 500, "application/json", "{}", 2);
+        return;
+    }
+    void *body = out.data;
+    gw_request_respond_take (req, 200, "application/json", &body, out.size);
 }
 
 //  A JSON-RPC error response. Messages quote the client (a header, a method, a tool
@@ -877,8 +927,8 @@ static void s_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *call
     json_error_t error;
     //  The body as gw_mcp_serve parsed it, or parsed here (after a session lookup).
     json_t *msg = parsed ? json_incref (parsed)
-                         : json_loadb ((const char *) gw_request_body (req),
-                                       gw_request_body_size (req), 0, &error);
+                         : gw_jsonload ((const char *) gw_request_body (req),
+                                        gw_request_body_size (req), &error);
     if (!msg) {
         char message[300];
         snprintf (message, sizeof message, "Parse error: %s", error.text);
@@ -1093,7 +1143,7 @@ void gw_mcp_serve (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t *caller
     //  A request of the stateless era says so in its body or its version header.
     json_t *msg =
         streq (gw_request_method (req), "POST")
-            ? json_loadb ((const char *) gw_request_body (req), gw_request_body_size (req), 0, NULL)
+            ? gw_jsonload ((const char *) gw_request_body (req), gw_request_body_size (req), NULL)
             : NULL;
     if (msg && gw_mcp_era_modern (msg, s_header_of, req)) {
         s_serve_modern (self, req, caller, msg);

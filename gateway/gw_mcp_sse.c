@@ -1,5 +1,6 @@
 /*  gw_mcp_sse - see gw_mcp_sse.h */
 #include "gw_mcp_sse.h"
+#include "gw_jsonload.h"
 #include "gw_auth.h"
 #include "gw_tools.h"
 #include "sbx_idmap.h"
@@ -345,7 +346,7 @@ static void s_on_post_auth (const sbx_caller_t *caller, sbx_code_t code, const c
         return;
     }
     json_t *msg =
-        json_loadb ((const char *) gw_request_body (req), gw_request_body_size (req), 0, NULL);
+        gw_jsonload ((const char *) gw_request_body (req), gw_request_body_size (req), NULL);
     if (!json_is_object (msg) || !streq (json_string_value (json_object_get (msg, "jsonrpc"))
                                              ? json_string_value (json_object_get (msg, "jsonrpc"))
                                              : "",

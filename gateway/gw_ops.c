@@ -180,11 +180,17 @@ static void s_fail (s_call_t *call, sbx_code_t code, const char *message)
 static void s_succeed (s_call_t *call, json_t *answer, const sbx_msg_t *reply)
 {
     gw_ops_result_t result = {.code = SBX_OK, .answer = answer, .reply = reply};
-    if (call->xfer) {
+    uint8_t *read = NULL; //  what was read, held here so that done may take it
+    if (call->xfer && call->op == SBX_OP_READ_FILE) {
+        read = sbx_xfer_take_data (call->xfer, &result.size);
+        result.data = read ? read : (const uint8_t *) "";
+        result.take = &read;
+    } else if (call->xfer) {
         result.data = sbx_xfer_data (call->xfer);
         result.size = sbx_xfer_size (call->xfer);
     }
     s_end (call, &result);
+    free (read);
 }
 
 static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg);

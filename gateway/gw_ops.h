@@ -31,6 +31,8 @@ typedef struct {
     const sbx_msg_t *reply; //  the reply it was made from (borrowed), or NULL (kept, files)
     const uint8_t *data;    //  read_file: the bytes (size of them; one NUL past them)
     size_t size;
+    uint8_t **take; //  read_file: where data is held; a consumer keeping the bytes
+                    //  (malloc'd) takes *take and sets it NULL, so none copies them
 } gw_ops_result_t;
 
 typedef void (gw_ops_done_fn) (const gw_ops_result_t *result, void *arg);

@@ -292,8 +292,14 @@ static void s_on_done (const gw_ops_result_t *result, void *arg)
     if (job->op == SBX_OP_READ_FILE) {
         //  Files travel raw.
         gw_request_add_header (req, "Cache-Control", "no-store");
-        gw_request_respond (req, 200, "application/octet-stream",
-                            result->data ? (const void *) result->data : "", result->size);
+        if (result->take && *result->take) {
+            //  Sent as read, not copied again.
+            void *body = *result->take;
+            *result->take = NULL;
+            gw_request_respond_take (req, 200, "application/octet-stream", &body, result->size);
+        } else
+            gw_request_respond (req, 200, "application/octet-stream",
+                                result->data ? (const void *) result->data : "", result->size);
         s_job_end (job);
         return;
     }

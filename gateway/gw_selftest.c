@@ -8,6 +8,7 @@
 #include "gw_console.h"
 #include "gw_fetch.h"
 #include "gw_http.h"
+#include "gw_jsonload.h"
 #include "gw_mcp.h"
 #include "gw_mcp_era.h"
 #include "gw_mcp_sse.h"
@@ -37,7 +38,7 @@
 static const sbx_test_t s_tests[] = {
     {"gw_tls", gw_tls_test},       {"gw_http", gw_http_test},       {"gw_auth", gw_auth_test},
     {"gw_cache", gw_cache_test},   {"gw_tools", gw_tools_test},     {"gw_mcp", gw_mcp_test},
-    {"gw_broker", gw_broker_test}, {"gw_ops", gw_ops_test}, {"gw_mcp_era", gw_mcp_era_test}, {"gw_mcp_sse", gw_mcp_sse_test}, {"gw_text", gw_text_test}, {"gw_rest", gw_rest_test}, {"gw_exec_stream", gw_exec_stream_test},       {"gw_proxy", gw_proxy_test},
+    {"gw_broker", gw_broker_test}, {"gw_ops", gw_ops_test}, {"gw_mcp_era", gw_mcp_era_test}, {"gw_jsonload", gw_jsonload_test}, {"gw_mcp_sse", gw_mcp_sse_test}, {"gw_text", gw_text_test}, {"gw_rest", gw_rest_test}, {"gw_exec_stream", gw_exec_stream_test},       {"gw_proxy", gw_proxy_test},
     {"gw_worker", gw_worker_test}, {"gw_verify", gw_verify_test},   {"gw_fetch", gw_fetch_test},
     {"gw_pages", gw_pages_test},   {"gw_session", gw_session_test}, {"gw_signin", gw_signin_test},
     {"gw_oauth", gw_oauth_test},   {"gw_account", gw_account_test}, {"gw_ratelimit", gw_ratelimit_test},

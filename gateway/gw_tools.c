@@ -269,9 +269,14 @@ static void s_on_done (const gw_ops_result_t *result, void *arg)
         const char *path = s_str (result->answer, "path");
         json_t *content;
         if (call->base64) {
+            //  Encoded once; base64 is ASCII, so jansson need not check it again.
             char *b64 = sbx_secret_base64 (result->data, result->size);
-            content = json_string (b64 ? b64 : "");
+            content = b64 ? json_stringn_nocheck (b64, strlen (b64)) : NULL;
             free (b64);
+            if (!content) {
+                s_fail (call, SBX_E_INTERNAL, "out of memory");
+                return;
+            }
         } else if (!(content = json_stringn ((const char *) result->data, result->size))) {
             char why[600];
             snprintf (why, sizeof why, "%.500s is not UTF-8 text; read it with encoding \"base64\"",
@@ -280,12 +285,14 @@ static void s_on_done (const gw_ops_result_t *result, void *arg)
             return;
         }
         json_t *structured =
-            json_pack ("{s:s, s:o, s:s, s:I}", "path", path, "content", content, "encoding",
+            json_pack ("{s:s, s:O, s:s, s:I}", "path", path, "content", content, "encoding",
                        call->base64 ? "base64" : "utf-8", "size", (json_int_t) result->size);
         s_follow (call, structured);
-        char *text = gw_text_render (call->tools->text, call->op, structured, call->args);
-        s_finish (call, s_text_result (text ? text : "", structured, false));
-        free (text);
+        //  The text is the content ("{content}" in schemas/operations.json): the same
+        //  string, shared rather than rendered and copied again.
+        json_t *made = json_pack ("{s:[{s:s, s:o}], s:o}", "content", "type", "text", "text",
+                                  content, "structuredContent", structured);
+        s_finish (call, made);
         return;
     }
     //  The answer goes out as it is (shared: nothing changes it from here on).
