@@ -1013,8 +1013,9 @@ static int s_network_setup (vmd_server_t *self)
                    "vmd.network = open to run guests without network isolation");
         return -1;
     }
-    self->firewall = vmd_firewall_new (self->loop, sbx_config_get (config, "vmd.firewall_table", NULL),
-                                       uid, self->env.uid_first, self->env.uid_count, NULL, NULL);
+    self->firewall =
+        vmd_firewall_new (self->loop, sbx_config_get (config, "vmd.firewall_table", NULL), uid,
+                          self->env.uid_first, self->env.uid_count, NULL, NULL);
     return self->firewall ? 0 : -1;
 }
 
