@@ -1045,7 +1045,7 @@ def rows(res):
         nt = len(res["fork_template_s"])
         pauses = [p for p in res["fork_save_paused_ms"] if p is not None]
         p = med(res["fork_paused_ms"])
-        row("fork: the source's pause (live capture)", len(res["fork_paused_ms"]), p,
+        row("fork: the source's pause (under TCG the capture pauses first, as a save's)", len(res["fork_paused_ms"]), p,
             f"{fmt(med(pauses), ' ms', 0)} save_snapshot's pause (stops the guest first; "
             f"N={len(pauses)})" if pauses else "—", None, unit=" ms", nd=0,
             ratio=p / med(pauses) if pauses else None)
