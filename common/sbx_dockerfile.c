@@ -850,7 +850,7 @@ void sbx_dockerfile_key (const char *previous, const sbx_df_step_t *step, const 
 }
 
 //  --------------------------------------------------------------------------
-//  Self test.
+//  Self-test
 
 static sbx_dockerfile_t *s_parse_ok (const char *text)
 {
