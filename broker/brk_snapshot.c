@@ -608,6 +608,11 @@ sbx_msg_t *brk_snapshot_save (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *reque
 sbx_msg_t *brk_snapshot_list_account (brk_ctx_t *ctx, sbx_msg_t *request)
 {
     sbx_caller_t *caller = request->caller;
+    //  list_templates: the operator's published templates come from the admin accounts.
+    sbx_snapshot_list_t *args = sbx_msg_snapshot_list (request);
+    sbx_strlist_clear (&args->public_accounts); //  the broker's to name, never the caller's
+    if (args->published)
+        brk_store_account_list (ctx->store, s_add_admin, &args->public_accounts);
     bool operator=
         caller && (caller->kind == SBX_CALLER_KIND_ADMIN || caller->kind == SBX_CALLER_KIND_SYSTEM);
     if (!operator|| !caller->account_id)

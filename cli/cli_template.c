@@ -25,6 +25,7 @@
 #include "sbx_secret.h"
 #include "sbx_xfer.h"
 
+#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <sys/stat.h>
@@ -40,8 +41,9 @@ static void s_usage (FILE *out)
 {
     fprintf (out,
              "usage: sbx template build NAME [-f DOCKERFILE] [DIR] [--account A] [--no-cache]\n"
-             "                          [--keep] [--public] [--json]\n"
+             "                          [--keep] [--public] [--server] [--json]\n"
              "       sbx template list [--account A] [--json]\n"
+             "       sbx template show NAME [--account A] [--json]\n"
              "       sbx template delete NAME [--account A]\n"
              "every subcommand takes --data-dir DIR. After `sbx login URL` (or with SBX_URL\n"
              "and SBX_API_KEY) they work on that service as the key's account; on the sbx\n"
@@ -57,7 +59,12 @@ static void s_usage (FILE *out)
              "base: an unchanged step is not run again (--no-cache runs them all).\n"
              "--public publishes it (label sbx.template.public=true): an admin account's\n"
              "published template serves every account that has none of that name.\n"
-             "list: the templates (the newest of each name), with their snapshot.\n"
+             "A build FROM a template starts from its ENV, WORKDIR and USER.\n"
+             "--server (after sbx login): the service runs the build (POST /v1/templates),\n"
+             "from the context sent as a tar archive (16 MiB at most); its log is shown as\n"
+             "it grows. (--from-tar TAR --result FILE: how the gateway runs such a build.)\n"
+             "list: the templates this account can use (the newest of each name): its own,\n"
+             "then the operator's published ones it has none of. show: one of them.\n"
              "delete: removes template NAME (each snapshot of that name); refused while a\n"
              "sandbox made from it is not deleted. Cached steps stay (sbx snapshot delete).\n"
              "New sandboxes: sbx sandbox create --template NAME.\n");
@@ -65,7 +72,9 @@ static void s_usage (FILE *out)
 
 typedef struct {
     const char *data_dir, *account, *file;
-    bool json, no_cache, keep, public;
+    const char *from_tar; //  the gateway's build (POST /v1/templates): the context as a tar
+    const char *result;   //  with from_tar: where the outcome goes (JSON)
+    bool json, no_cache, keep, public, server;
 } s_opts_t;
 
 //  --------------------------------------------------------------------------
@@ -96,6 +105,15 @@ static json_t *s_snapshots (cli_where_t *w, const s_opts_t *o, json_t **answer)
     return json_object_get (*answer, "snapshots");
 }
 
+//  The templates this account may use: its own, then the operator's published ones
+//  (list_templates; borrowed from *answer, which the caller frees).
+static json_t *s_templates (cli_where_t *w, const s_opts_t *o, json_t **answer)
+{
+    if (s_call (w, o, SBX_OP_LIST_TEMPLATES, json_object (), answer))
+        return NULL;
+    return json_object_get (*answer, "templates");
+}
+
 //  A snapshot's label (borrowed), or NULL.
 static const char *s_label (json_t *snapshot, const char *key)
 {
@@ -107,17 +125,16 @@ static bool s_ready (json_t *snapshot)
     return streq (cli_json_str (snapshot, "state", ""), "ready");
 }
 
-//  The newest ready snapshot of template name in list (borrowed), or NULL. The list is
-//  newest first.
-static json_t *s_find_template (json_t *list, const char *name)
+//  Template name in list_templates' list (borrowed), or NULL: the account's own first,
+//  else the operator's published one, as create_sandbox {template} picks.
+static json_t *s_find_template (json_t *templates, const char *name)
 {
     size_t i;
-    json_t *s;
-    json_array_foreach (list, i, s)
+    json_t *t;
+    json_array_foreach (templates, i, t)
     {
-        const char *label = s_label (s, S_LABEL);
-        if (label && streq (label, name) && s_ready (s))
-            return s;
+        if (streq (cli_json_str (t, "name", ""), name))
+            return t;
     }
     return NULL;
 }
@@ -449,7 +466,124 @@ static int s_save (s_build_t *b, const char *name, json_t *labels, char *id, siz
     return rc;
 }
 
-static int s_build (cli_where_t *w, const s_opts_t *o, const char *name, const char *dir)
+//  Creates the build sandbox from args (taken): 0 with its id in b->sandbox.
+static int s_create (s_build_t *b, json_t *args)
+{
+    json_object_set_new (args, "name", json_string ("template build"));
+    json_object_set_new (args, "labels", json_pack ("{s:s}", "sbx.template.build", b->name));
+    json_t *made = NULL;
+    int rc = s_call (b->w, b->o, SBX_OP_CREATE_SANDBOX, args, &made);
+    if (rc == 0)
+        snprintf (b->sandbox, sizeof b->sandbox, "%s", cli_json_str (made, "id", ""));
+    json_decref (made);
+    return rc;
+}
+
+static void s_delete_sandbox (s_build_t *b)
+{
+    json_t *gone = NULL;
+    s_call (b->w, b->o, SBX_OP_DELETE_SANDBOX, json_pack ("{s:s}", "sandboxId", b->sandbox), &gone);
+    json_decref (gone);
+    *b->sandbox = 0;
+}
+
+//  What a template leaves in force for builds FROM it (Docker's image config): written
+//  into the guest before the last save, read from a sandbox made from it.
+#define S_CONFIG "/etc/sbx/template.json"
+
+//  The base template's config, from the build sandbox made from it: b->df parsed again
+//  over it. A template without one (built before configs were kept) leaves nothing in
+//  force. 0, or 2 with the refusal said.
+static int s_inherit (s_build_t *b, const char *text)
+{
+    json_t *answer = NULL;
+    if (s_exec (b->w, b->o, b->sandbox, "cat " S_CONFIG " 2>/dev/null || true", NULL, false,
+                &answer))
+        return 1;
+    json_t *config = json_loads (cli_json_str (answer, "stdout", ""), 0, NULL);
+    json_decref (answer);
+    if (!json_is_object (config)) {
+        json_decref (config);
+        return 0;
+    }
+    json_t *env = json_object_get (config, "env");
+    size_t count = json_array_size (env);
+    const char **pairs = calloc (count + 1, sizeof *pairs);
+    for (size_t i = 0; i < count; i++)
+        pairs[i] = json_string_value (json_array_get (env, i));
+    sbx_df_base_t base = {.env = pairs,
+                          .env_count = count,
+                          .workdir = json_string_value (json_object_get (config, "workdir")),
+                          .user = json_string_value (json_object_get (config, "user"))};
+    char why[300];
+    sbx_dockerfile_t *df = sbx_dockerfile_parse_over (text, &base, why, sizeof why);
+    free (pairs);
+    json_decref (config);
+    if (!df) {
+        fprintf (stderr, "%s build: over template %s: %s\n", S_CMD,
+                 sbx_dockerfile_step (b->df, 0)->from, why);
+        return 2;
+    }
+    sbx_dockerfile_destroy (&b->df);
+    b->df = df;
+    return 0;
+}
+
+//  The config of the template being made (the last step's state, and the start command).
+static json_t *s_config (s_build_t *b)
+{
+    const sbx_df_step_t *last = sbx_dockerfile_step (b->df, b->steps - 1);
+    json_t *env = json_array ();
+    for (size_t i = 0; i < last->state_env_count; i++)
+        json_array_append_new (env, json_string (last->state_env[i]));
+    const char *start = sbx_dockerfile_start (b->df);
+    return json_pack ("{s:s, s:o, s:s, s:s?, s:s?}", "name", b->name, "env", env, "workdir",
+                      last->workdir, "user", last->user, "start", start);
+}
+
+//  The Dockerfile: o->file (with from_tar, a path inside the context), else
+//  context/Dockerfile. Its text (malloc'd), or NULL with the failure said.
+static char *s_dockerfile_text (s_build_t *b, char *file, size_t size)
+{
+    const s_opts_t *o = b->o;
+    if (o->from_tar) {
+        //  Named inside the context, and said so (not where the gateway unpacked it).
+        const char *name = o->file ? o->file : "Dockerfile";
+        char joined[PATH_MAX * 2], real[PATH_MAX];
+        snprintf (joined, sizeof joined, "%s/%s", b->context, name);
+        if (!realpath (joined, real) || strncmp (real, b->context, strlen (b->context)) != 0 ||
+            real[strlen (b->context)] != '/') {
+            fprintf (stderr, "%s build: %s: no such file in the build context\n", S_CMD, name);
+            return NULL;
+        }
+        snprintf (file, size, "%s", real);
+    } else if (o->file)
+        snprintf (file, size, "%s", o->file);
+    else
+        snprintf (file, size, "%s/Dockerfile", b->context);
+    FILE *f = fopen (file, "rb");
+    uint8_t *text = NULL;
+    size_t length = 0;
+    if (!f || cli_where_slurp (f, SBX_DOCKERFILE_MAX_BYTES, &text, &length)) {
+        fprintf (stderr, "%s build: %s: %s\n", S_CMD,
+                 o->from_tar ? file + strlen (b->context) + 1 : file,
+                 f ? "larger than 1 MiB" : strerror (errno));
+        if (f)
+            fclose (f);
+        free (text);
+        return NULL;
+    }
+    fclose (f);
+    return (char *) text;
+}
+
+//  What a build leaves: the template's snapshot, the build sandbox kept (--keep).
+typedef struct {
+    char snapshot[80], kept[80];
+} s_outcome_t;
+
+static int s_build (cli_where_t *w, const s_opts_t *o, const char *name, const char *dir,
+                    s_outcome_t *outcome)
 {
     s_build_t b = {.w = w, .o = o, .name = name};
     int64_t started = zclock_mono ();
@@ -458,62 +592,61 @@ static int s_build (cli_where_t *w, const s_opts_t *o, const char *name, const c
         return 2;
     }
     char file[PATH_MAX * 2];
-    snprintf (file, sizeof file, "%s", o->file ? o->file : "");
-    if (!o->file)
-        snprintf (file, sizeof file, "%s/Dockerfile", b.context);
-    FILE *f = fopen (file, "rb");
-    uint8_t *text = NULL;
-    size_t size = 0;
-    if (!f || cli_where_slurp (f, SBX_DOCKERFILE_MAX_BYTES, &text, &size)) {
-        fprintf (stderr, "%s build: %s: %s\n", S_CMD, file,
-                 f ? "larger than 1 MiB" : strerror (errno));
-        if (f)
-            fclose (f);
+    char *text = s_dockerfile_text (&b, file, sizeof file);
+    if (!text)
+        return 2;
+    char why[300];
+    b.df = sbx_dockerfile_parse (text, why, sizeof why);
+    if (!b.df) {
+        fprintf (stderr, "%s build: %s: %s\n", S_CMD,
+                 o->from_tar ? file + strlen (b.context) + 1 : file, why);
         free (text);
         return 2;
     }
-    fclose (f);
-    char why[300];
-    b.df = sbx_dockerfile_parse ((char *) text, why, sizeof why);
-    free (text);
-    if (!b.df) {
-        fprintf (stderr, "%s build: %s: %s\n", S_CMD, file, why);
-        return 2;
-    }
-    b.steps = sbx_dockerfile_size (b.df);
-    json_t *list_answer = NULL;
+    json_t *list_answer = NULL, *templates_answer = NULL;
     json_t *list = s_snapshots (w, o, &list_answer);
-    if (!list) {
+    json_t *templates = list ? s_templates (w, o, &templates_answer) : NULL;
+    if (!templates) {
+        free (text);
+        json_decref (list_answer);
         sbx_dockerfile_destroy (&b.df);
         return 1;
     }
-    //  The base: a type's image, or a template's snapshot.
+    //  The base: a type's image, or a template (the account's own, else the operator's
+    //  published one), whose config (ENV, WORKDIR, USER) the steps start from.
     const sbx_df_step_t *from = sbx_dockerfile_step (b.df, 0);
     const char *type = NULL, *base_snapshot = NULL;
     char base_key[160];
+    int rc = 0;
     if (streq (from->from, "sbx")) {
         type = from->from_tag ? from->from_tag : "small";
         snprintf (base_key, sizeof base_key, "sbx:%s", type);
     } else {
-        json_t *t = s_find_template (list, from->from);
+        json_t *t = s_find_template (templates, from->from);
         if (!t || from->from_tag) {
             fprintf (stderr, "%s build: line %d: FROM %s%s%s: %s\n", S_CMD, from->line, from->from,
                      from->from_tag ? ":" : "", from->from_tag ? from->from_tag : "",
                      from->from_tag ? "a template has no tags (FROM NAME)"
                                     : "no template of that name (sbx template list shows them; "
                                       "FROM sbx or sbx:TYPE for a guest image)");
-            json_decref (list_answer);
-            sbx_dockerfile_destroy (&b.df);
-            return 2;
+            rc = 2;
+        } else {
+            base_snapshot = cli_json_str (t, "snapshotId", "");
+            snprintf (base_key, sizeof base_key, "template:%s", base_snapshot);
+            printf ("Step 1/%zu : %s\n", sbx_dockerfile_size (b.df), from->text);
+            fflush (stdout);
+            rc = s_create (&b, json_pack ("{s:s}", "template", from->from));
+            if (rc == 0)
+                rc = s_inherit (&b, text);
         }
-        base_snapshot = cli_json_str (t, "id", "");
-        snprintf (base_key, sizeof base_key, "template:%s", base_snapshot);
     }
+    free (text);
+    from = sbx_dockerfile_step (b.df, 0);
+    b.steps = sbx_dockerfile_size (b.df);
     //  Each step's key; the last layer whose key a ready snapshot has is where to start.
     char (*keys)[65] = calloc (b.steps, sizeof *keys);
     size_t start_after = 0; //  steps 1..start_after come from the cache
     const char *start_snapshot = base_snapshot;
-    int rc = 0;
     for (size_t i = 0; i < b.steps && rc == 0; i++) {
         const sbx_df_step_t *step = sbx_dockerfile_step (b.df, i);
         char inputs[65] = "";
@@ -534,20 +667,17 @@ static int s_build (cli_where_t *w, const s_opts_t *o, const char *name, const c
             }
         }
     }
-    if (rc == 0) {
-        json_t *args = json_pack ("{s:s, s:{s:s}}", "name", "template build", "labels",
-                                  "sbx.template.build", name);
-        if (start_snapshot)
-            json_object_set_new (args, "snapshotId", json_string (start_snapshot));
-        else
-            json_object_set_new (args, "type", json_string (type));
-        json_t *made = NULL;
-        printf ("Step 1/%zu : %s%s\n", b.steps, from->text, start_after ? " (cached)" : "");
-        fflush (stdout);
-        rc = s_call (w, o, SBX_OP_CREATE_SANDBOX, args, &made);
-        if (rc == 0)
-            snprintf (b.sandbox, sizeof b.sandbox, "%s", cli_json_str (made, "id", ""));
-        json_decref (made);
+    if (rc == 0 && (start_after || !*b.sandbox)) {
+        //  From the last cached step (the base's sandbox made for its config goes), or
+        //  from the type's image.
+        if (*b.sandbox)
+            s_delete_sandbox (&b);
+        else {
+            printf ("Step 1/%zu : %s%s\n", b.steps, from->text, start_after ? " (cached)" : "");
+            fflush (stdout);
+        }
+        rc = s_create (&b, start_after ? json_pack ("{s:s}", "snapshotId", start_snapshot)
+                                       : json_pack ("{s:s}", "type", type));
     }
     for (size_t i = 1; i < b.steps && rc == 0; i++) {
         const sbx_df_step_t *step = sbx_dockerfile_step (b.df, i);
@@ -596,6 +726,16 @@ static int s_build (cli_where_t *w, const s_opts_t *o, const char *name, const c
     }
     char template_id[80] = "";
     if (rc == 0) {
+        //  The config builds FROM this template start from.
+        json_t *config = s_config (&b);
+        char *config_text = json_dumps (config, JSON_COMPACT);
+        json_decref (config);
+        rc = config_text
+                 ? cli_where_put (w, b.sandbox, S_CONFIG, config_text, strlen (config_text), 0644)
+                 : 1;
+        free (config_text);
+    }
+    if (rc == 0) {
         char label[160];
         snprintf (label, sizeof label, "template %s", name);
         json_t *labels =
@@ -604,11 +744,11 @@ static int s_build (cli_where_t *w, const s_opts_t *o, const char *name, const c
             json_object_set_new (labels, S_LABEL ".public", json_string ("true"));
         rc = s_save (&b, label, labels, template_id, sizeof template_id);
     }
-    if (*b.sandbox && (rc == 0 || !o->keep)) {
-        json_t *gone = NULL;
-        s_call (w, o, SBX_OP_DELETE_SANDBOX, json_pack ("{s:s}", "sandboxId", b.sandbox), &gone);
-        json_decref (gone);
-    } else if (*b.sandbox)
+    char kept[80];
+    snprintf (kept, sizeof kept, "%s", b.sandbox);
+    if (*b.sandbox && (rc == 0 || !o->keep))
+        s_delete_sandbox (&b);
+    else if (*b.sandbox)
         fprintf (stderr, "The build sandbox %s is kept (--keep): sbx sandbox exec %s -- ...\n",
                  b.sandbox, b.sandbox);
     int64_t ms = zclock_mono () - started;
@@ -625,8 +765,148 @@ static int s_build (cli_where_t *w, const s_opts_t *o, const char *name, const c
                 name, template_id, b.steps, b.cached, secs, name);
     free (keys);
     json_decref (list_answer);
+    json_decref (templates_answer);
     sbx_dockerfile_destroy (&b.df);
+    snprintf (outcome->snapshot, sizeof outcome->snapshot, "%s", template_id);
+    snprintf (outcome->kept, sizeof outcome->kept, "%s", *b.sandbox ? kept : "");
     return rc;
+}
+
+//  --------------------------------------------------------------------------
+//  The service's builds: POST /v1/templates runs `sbx template build --from-tar` on the
+//  gateway's host (gw_builds); --server sends a build there and follows its log.
+
+static int s_unlink_one (const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void) st, (void) flag, (void) ftw;
+    remove (path);
+    return 0;
+}
+
+//  The context tar unpacked into dir (made): 0, or 2 with the refusal said.
+static int s_unpack (const char *tar, const char *dir)
+{
+    FILE *f = fopen (tar, "rb");
+    uint8_t *data = NULL;
+    size_t size = 0, files = 0;
+    char why[400] = "";
+    int rc = 0;
+    if (!f || cli_where_slurp (f, SBX_XFER_MAX, &data, &size)) {
+        snprintf (why, sizeof why, "%s", f ? "larger than 16 MiB" : strerror (errno));
+        rc = 2;
+    } else if (mkdir (dir, 0700) != 0) {
+        snprintf (why, sizeof why, "%s: %s", dir, strerror (errno));
+        rc = 2;
+    } else if (cli_tar_extract (data, size, dir, &files, why, sizeof why) != 0)
+        rc = 2;
+    else if (files == 0) {
+        snprintf (why, sizeof why,
+                  "no files in it (send an uncompressed tar archive holding the "
+                  "Dockerfile: tar -cf - -C DIR .)");
+        rc = 2;
+    }
+    if (f)
+        fclose (f);
+    free (data);
+    if (rc)
+        fprintf (stderr, "%s build: the build context (a tar archive): %s\n", S_CMD, why);
+    return rc;
+}
+
+//  out (taken) to path, whole or not at all.
+static void s_write_result (const char *path, json_t *out)
+{
+    char tmp[PATH_MAX + 8];
+    snprintf (tmp, sizeof tmp, "%s.tmp", path);
+    if (json_dump_file (out, tmp, JSON_COMPACT) == 0)
+        rename (tmp, path);
+    json_decref (out);
+}
+
+static int s_server_build (cli_where_t *w, const s_opts_t *o, const char *name, const char *dir)
+{
+    char real[PATH_MAX];
+    if (!realpath (dir, real)) {
+        fprintf (stderr, "%s build: %s: %s\n", S_CMD, dir, strerror (errno));
+        return 2;
+    }
+    s_context_t c = {.tar = cli_tar_new (), .digest = sbx_secret_sha256_new ()};
+    int rc = s_add_dir (&c, real, ".");
+    const char *dockerfile = NULL;
+    char inside[PATH_MAX];
+    if (rc == 0 && o->file) {
+        //  A Dockerfile inside the context is named by its path there; one outside it
+        //  travels beside it.
+        char file[PATH_MAX];
+        size_t n = strlen (real);
+        if (realpath (o->file, file) && strncmp (file, real, n) == 0 && file[n] == '/') {
+            snprintf (inside, sizeof inside, "%s", file + n + 1);
+            dockerfile = inside;
+        } else {
+            FILE *f = fopen (o->file, "rb");
+            uint8_t *text = NULL;
+            size_t size = 0;
+            rc = !f || cli_where_slurp (f, SBX_DOCKERFILE_MAX_BYTES, &text, &size) ||
+                 cli_tar_add_file (c.tar, ".sbx-Dockerfile", 0644, time (NULL), text, size, c.why,
+                                   sizeof c.why);
+            if (rc && !*c.why)
+                snprintf (c.why, sizeof c.why, "%s: %s", o->file,
+                          f ? "larger than 1 MiB" : strerror (errno));
+            if (f)
+                fclose (f);
+            free (text);
+            dockerfile = ".sbx-Dockerfile";
+        }
+    }
+    size_t size = 0;
+    const uint8_t *archive = rc == 0 ? cli_tar_finish (c.tar, &size) : NULL;
+    if (!archive || size > SBX_XFER_MAX) {
+        fprintf (stderr, "%s build: %s\n", S_CMD,
+                 archive ? "the build context is over 16 MiB as a tar archive" : c.why);
+        rc = 2;
+    }
+    json_t *answer = NULL;
+    sbx_err_t err;
+    if (rc == 0) {
+        json_t *args = json_pack ("{s:s, s:s?, s:b, s:b}", "name", name, "dockerfile", dockerfile,
+                                  "noCache", o->no_cache, "public", o->public);
+        if (cli_rest_call (w->rest, SBX_OP_BUILD_TEMPLATE, args, archive, size, &answer, NULL, NULL,
+                           &err))
+            rc = cli_fail (&err);
+        json_decref (args);
+    }
+    cli_tar_destroy (&c.tar);
+    sbx_secret_sha256_destroy (&c.digest);
+    if (rc)
+        return rc;
+    char id[64];
+    snprintf (id, sizeof id, "%s", cli_json_str (answer, "id", ""));
+    json_decref (answer);
+    fprintf (stderr, "Build %s runs on the service (%zu bytes of context sent).\n", id, size);
+    //  Its log as it grows, until it ends.
+    json_int_t offset = 0;
+    for (;;) {
+        json_t *args = json_pack ("{s:s, s:I}", "buildId", id, "logOffset", offset);
+        int failed = cli_rest_call (w->rest, SBX_OP_GET_TEMPLATE_BUILD, args, NULL, 0, &answer,
+                                    NULL, NULL, &err);
+        json_decref (args);
+        if (failed)
+            return cli_fail (&err);
+        fputs (cli_json_str (answer, "log", ""), stdout);
+        fflush (stdout);
+        offset = json_integer_value (json_object_get (answer, "logOffset"));
+        const char *state = cli_json_str (answer, "state", "");
+        if (!streq (state, "running")) {
+            json_t *code = json_object_get (answer, "exitCode");
+            rc = json_is_integer (code) ? (int) json_integer_value (code) : 1;
+            if (o->json && rc == 0)
+                cli_print_json (json_incref (answer));
+            json_decref (answer);
+            return rc;
+        }
+        json_decref (answer);
+        zclock_sleep (500);
+    }
 }
 
 //  --------------------------------------------------------------------------
@@ -635,40 +915,53 @@ static int s_build (cli_where_t *w, const s_opts_t *o, const char *name, const c
 static int s_list (cli_where_t *w, const s_opts_t *o)
 {
     json_t *answer = NULL;
-    json_t *list = s_snapshots (w, o, &answer);
+    json_t *list = s_templates (w, o, &answer);
     if (!list)
         return 1;
-    json_t *out = json_array ();
-    zhashx_t *seen = zhashx_new ();
     size_t i;
-    json_t *s;
-    json_array_foreach (list, i, s)
-    {
-        const char *name = s_label (s, S_LABEL);
-        if (!name || !s_ready (s) || zhashx_lookup (seen, name))
-            continue;
-        zhashx_insert (seen, name, (void *) name);
-        json_array_append_new (out, json_pack ("{s:s, s:s, s:O?, s:O?, s:O?}", "name", name,
-                                               "snapshotId", cli_json_str (s, "id", ""), "type",
-                                               json_object_get (s, "type"), "sizeBytes",
-                                               json_object_get (s, "sizeBytes"), "createdAt",
-                                               json_object_get (s, "createdAt")));
-    }
-    zhashx_destroy (&seen);
+    json_t *t;
     if (o->json)
-        cli_print_json (json_pack ("{s:o}", "templates", out));
+        cli_print_json (json_pack ("{s:O}", "templates", list));
     else {
-        json_array_foreach (out, i, s)
-            printf ("%-24s %s  %-6s %8.1f MiB  %s\n", cli_json_str (s, "name", ""),
-                    cli_json_str (s, "snapshotId", ""), cli_json_str (s, "type", ""),
-                    (double) json_integer_value (json_object_get (s, "sizeBytes")) / 1048576.0,
-                    cli_json_str (s, "createdAt", ""));
-        if (json_array_size (out) == 0)
+        json_array_foreach (list, i, t)
+            printf ("%-24s %s  %-6s %8.1f MiB  %s%s\n", cli_json_str (t, "name", ""),
+                    cli_json_str (t, "snapshotId", ""), cli_json_str (t, "type", ""),
+                    (double) json_integer_value (json_object_get (t, "sizeBytes")) / 1048576.0,
+                    cli_json_str (t, "createdAt", ""),
+                    !json_is_true (json_object_get (t, "own")) ? "  (the operator's, published)"
+                    : json_is_true (json_object_get (t, "published")) ? "  (published)"
+                                                                      : "");
+        if (json_array_size (list) == 0)
             printf ("No templates.\n");
-        json_decref (out);
     }
     json_decref (answer);
     return 0;
+}
+
+static int s_show (cli_where_t *w, const s_opts_t *o, const char *name)
+{
+    json_t *answer = NULL;
+    json_t *list = s_templates (w, o, &answer);
+    if (!list)
+        return 1;
+    json_t *t = s_find_template (list, name);
+    int rc = t ? 0 : 1;
+    if (!t)
+        fprintf (stderr, "%s show: no template named '%s' (sbx template list shows them)\n", S_CMD,
+                 name);
+    else if (o->json)
+        cli_print_json (json_incref (t));
+    else
+        printf ("name:       %s\nsnapshot:   %s\ntype:       %s\nsize:       %.1f MiB\n"
+                "created:    %s\nwhose:      %s\n",
+                name, cli_json_str (t, "snapshotId", ""), cli_json_str (t, "type", ""),
+                (double) json_integer_value (json_object_get (t, "sizeBytes")) / 1048576.0,
+                cli_json_str (t, "createdAt", ""),
+                !json_is_true (json_object_get (t, "own"))        ? "the operator's, published"
+                : json_is_true (json_object_get (t, "published")) ? "this account's, published"
+                                                                  : "this account's");
+    json_decref (answer);
+    return rc;
 }
 
 static int s_delete (cli_where_t *w, const s_opts_t *o, const char *name)
@@ -706,15 +999,13 @@ static int s_delete (cli_where_t *w, const s_opts_t *o, const char *name)
 int cli_template_main (int argc, char **argv)
 {
     s_opts_t o = {0};
-    static struct option longs[] = {{"data-dir", required_argument, 0, 'd'},
-                                    {"account", required_argument, 0, 'a'},
-                                    {"file", required_argument, 0, 'f'},
-                                    {"json", no_argument, 0, 'j'},
-                                    {"no-cache", no_argument, 0, 'n'},
-                                    {"keep", no_argument, 0, 'k'},
-                                    {"public", no_argument, 0, 'p'},
-                                    {"help", no_argument, 0, 'h'},
-                                    {0, 0, 0, 0}};
+    static struct option longs[] = {
+        {"data-dir", required_argument, 0, 'd'}, {"account", required_argument, 0, 'a'},
+        {"file", required_argument, 0, 'f'},     {"json", no_argument, 0, 'j'},
+        {"no-cache", no_argument, 0, 'n'},       {"keep", no_argument, 0, 'k'},
+        {"public", no_argument, 0, 'p'},         {"server", no_argument, 0, 's'},
+        {"from-tar", required_argument, 0, 't'}, {"result", required_argument, 0, 'r'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long (argc, argv, "f:h", longs, NULL)) != -1) {
@@ -740,6 +1031,15 @@ int cli_template_main (int argc, char **argv)
         case 'p':
             o.public = true;
             break;
+        case 's':
+            o.server = true;
+            break;
+        case 't':
+            o.from_tar = optarg;
+            break;
+        case 'r':
+            o.result = optarg;
+            break;
         case 'h':
             s_usage (stdout);
             return 0;
@@ -751,8 +1051,9 @@ int cli_template_main (int argc, char **argv)
     int nrest = argc - optind;
     const char *verb = nrest > 0 ? argv[optind] : NULL;
     bool build = verb && streq (verb, "build"), list = verb && streq (verb, "list"),
-         del = verb && streq (verb, "delete");
-    if (!(build && (nrest == 2 || nrest == 3)) && !(list && nrest == 1) && !(del && nrest == 2)) {
+         del = verb && streq (verb, "delete"), show = verb && streq (verb, "show");
+    if (!(build && (nrest == 2 || nrest == 3)) && !(list && nrest == 1) &&
+        !((del || show) && nrest == 2)) {
         s_usage (stderr);
         return 2;
     }
@@ -783,14 +1084,49 @@ int cli_template_main (int argc, char **argv)
         cli_where_close (&w);
         return 2;
     }
-    if (!w.rest && !o.account && !list) {
+    if (!w.rest && !o.account && !list && !show) {
         fprintf (stderr, "%s %s: on the sbx host, say whose: --account ID_OR_EMAIL\n", S_CMD, verb);
         cli_where_close (&w);
         return 2;
     }
-    rc = build  ? s_build (&w, &o, name, nrest == 3 ? argv[optind + 2] : ".")
-         : list ? s_list (&w, &o)
-                : s_delete (&w, &o, name);
+    if (build && (o.server || o.from_tar)) {
+        const char *why = o.server && !w.rest      ? "--server is for a remote service (sbx login)"
+                          : o.server && o.from_tar ? "--server and --from-tar go apart"
+                          : o.from_tar && (w.rest || nrest == 3 || !o.result)
+                              ? "--from-tar (the gateway's) takes --result and no DIR, on the host"
+                              : NULL;
+        if (why) {
+            fprintf (stderr, "%s build: %s\n", S_CMD, why);
+            cli_where_close (&w);
+            return 2;
+        }
+    }
+    if (build && o.server)
+        rc = s_server_build (&w, &o, name, nrest == 3 ? argv[optind + 2] : ".");
+    else if (build) {
+        char context[PATH_MAX + 8] = "";
+        if (o.from_tar)
+            snprintf (context, sizeof context, "%s.d", o.from_tar);
+        s_outcome_t outcome = {{0}, {0}};
+        rc = o.from_tar ? s_unpack (o.from_tar, context) : 0;
+        if (rc == 0)
+            rc = s_build (&w, &o, name,
+                          o.from_tar   ? context
+                          : nrest == 3 ? argv[optind + 2]
+                                       : ".",
+                          &outcome);
+        if (o.from_tar) {
+            nftw (context, s_unlink_one, 16, FTW_DEPTH | FTW_PHYS);
+            remove (o.from_tar);
+        }
+        if (o.result)
+            s_write_result (o.result,
+                            json_pack ("{s:i, s:s?, s:I, s:s?}", "exitCode", rc, "snapshotId",
+                                       *outcome.snapshot ? outcome.snapshot : NULL, "endedMs",
+                                       (json_int_t) zclock_time (), "keptSandbox",
+                                       *outcome.kept ? outcome.kept : NULL));
+    } else
+        rc = list ? s_list (&w, &o) : show ? s_show (&w, &o, name) : s_delete (&w, &o, name);
     cli_where_close (&w);
     return rc;
 }

@@ -72,6 +72,38 @@ json_t *sbx_api_snapshot (const sbx_snapshot_info_t *info)
     return snapshot;
 }
 
+//  A snapshot's label (borrowed), or NULL.
+static const char *s_label (const sbx_snapshot_info_t *info, const char *key)
+{
+    return sbx_strmap_get (&info->labels, key);
+}
+
+json_t *sbx_api_templates (const sbx_snapshot_list_ok_t *list)
+{
+    //  The newest ready snapshot of each name: the account's own first (they shadow the
+    //  operator's published ones, as create_sandbox {template} picks).
+    json_t *out = json_array ();
+    zhashx_t *seen = zhashx_new ();
+    for (size_t i = 0; out && seen && i < list->snapshots.count; i++) {
+        const sbx_snapshot_info_t *info = &list->snapshots.items[i];
+        const char *name = s_label (info, "sbx.template");
+        if (!name || !*name || info->state != SBX_SNAPSHOT_STATE_READY ||
+            zhashx_lookup (seen, name))
+            continue;
+        zhashx_insert (seen, name, (void *) name);
+        const char *open = s_label (info, "sbx.template.public");
+        json_array_append_new (
+            out,
+            json_pack ("{s:s, s:s, s:s, s:I, s:o, s:b, s:b}", "name", name, "snapshotId", info->id,
+                       "type", info->type ? sbx_sandbox_type_name (info->type) : "small",
+                       "sizeBytes", (json_int_t) (info->disk_bytes + info->memory_bytes),
+                       "createdAt", sbx_api_time (info->created_ms), "published",
+                       open && streq (open, "true"), "own", i < list->own));
+    }
+    zhashx_destroy (&seen);
+    return json_pack ("{s:o}", "templates", out);
+}
+
 json_t *sbx_api_webhook (const sbx_webhook_info_t *info)
 {
     if (!info)
@@ -548,9 +580,14 @@ sbx_msg_t *sbx_api_request (sbx_op_t op, json_t *args, const char *account, bool
     case SBX_OP_DELETE_SANDBOX:
     case SBX_OP_LIST_SNAPSHOTS:
         break; //  the subject, or nothing, is all they carry
+    case SBX_OP_LIST_TEMPLATES:
+        sbx_msg_snapshot_list (msg)->published = true;
+        break;
     case SBX_OP_READ_FILE:
     case SBX_OP_WRITE_FILE:
     case SBX_OP_GET_OPENAPI:
+    case SBX_OP_BUILD_TEMPLATE: //  the gateway's (gw_builds)
+    case SBX_OP_GET_TEMPLATE_BUILD:
         break; //  refused above
     }
     return msg;
@@ -834,9 +871,13 @@ json_t *sbx_api_answer (sbx_api_t *self, sbx_op_t op, json_t *args, sbx_msg_t *r
         }
         return json_pack ("{s:o}", "deliveries", all);
     }
+    case SBX_OP_LIST_TEMPLATES:
+        return sbx_api_templates (sbx_msg_snapshot_list_ok (reply));
     case SBX_OP_READ_FILE:
     case SBX_OP_WRITE_FILE:
     case SBX_OP_GET_OPENAPI:
+    case SBX_OP_BUILD_TEMPLATE:
+    case SBX_OP_GET_TEMPLATE_BUILD:
     case SBX_OP_OPEN_TERMINAL: //  a socket, not an answer (gw_terminal)
         break;
     }

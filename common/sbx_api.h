@@ -65,6 +65,10 @@ json_t *sbx_api_sandbox (sbx_api_t *self, const sbx_sandbox_info_t *info);
 //  id, name, state, kind, sandboxId, type, sizeBytes, diskBytes, memoryBytes, createdAt,
 //  labels, and reason, parentId and copies (how many hosts keep it) when set.
 json_t *sbx_api_snapshot (const sbx_snapshot_info_t *info);
+
+//  list_templates' answer from snapshot.list's with published: the newest ready
+//  snapshot of each template name, own first ({templates: [...]}).
+json_t *sbx_api_templates (const sbx_snapshot_list_ok_t *list);
 //  A key or OAuth connection as GET /v1/keys shows it: id, kind, name, preset (keys),
 //  prefix, revoked, createdAt, lastUsedAt, expiresAt.
 json_t *sbx_api_key (const sbx_key_info_t *info);

@@ -711,10 +711,44 @@ void sbx_dockerfile_destroy (sbx_dockerfile_t **self_p)
 
 sbx_dockerfile_t *sbx_dockerfile_parse (const char *text, char *why, size_t why_size)
 {
+    return sbx_dockerfile_parse_over (text, NULL, why, why_size);
+}
+
+//  The base's state into p (the base comes from a guest's file: checked as ENV would be).
+static int s_base (s_parser_t *p, const sbx_df_base_t *base)
+{
+    p->line = 1;
+    for (size_t i = 0; i < base->env_count; i++) {
+        const char *pair = base->env[i];
+        const char *eq = pair ? strchr (pair, '=') : NULL;
+        char name[256];
+        if (!eq || eq == pair || (size_t) (eq - pair) >= sizeof name)
+            return s_fail (p, "the base template's ENV entry %zu is not NAME=VALUE", i + 1);
+        snprintf (name, sizeof name, "%.*s", (int) (eq - pair), pair);
+        if (!s_valid_name (name, true))
+            return s_fail (p, "the base template's ENV name '%s' is not a variable name", name);
+        s_env_set (p, pair);
+    }
+    if (base->workdir) {
+        if (base->workdir[0] != '/')
+            return s_fail (p, "the base template's WORKDIR '%s' is not absolute", base->workdir);
+        free (p->workdir);
+        p->workdir = strdup (base->workdir);
+    }
+    if (base->user && *base->user)
+        p->user = strdup (base->user);
+    return p->workdir ? 0 : s_fail (p, "out of memory");
+}
+
+sbx_dockerfile_t *sbx_dockerfile_parse_over (const char *text, const sbx_df_base_t *base, char *why,
+                                             size_t why_size)
+{
     s_parser_t p = {.why = why, .why_size = why_size, .workdir = strdup ("/")};
     *why = 0;
     p.df = calloc (1, sizeof *p.df);
     int rc = p.df && p.workdir ? 0 : s_fail (&p, "out of memory");
+    if (rc == 0 && base)
+        rc = s_base (&p, base);
     if (rc == 0 && strlen (text) > SBX_DOCKERFILE_MAX_BYTES)
         rc = s_fail (&p, "the Dockerfile is larger than %d bytes", SBX_DOCKERFILE_MAX_BYTES);
     //  Logical lines: comments dropped, a trailing \ joins the next line.
@@ -987,6 +1021,29 @@ void sbx_dockerfile_test (bool verbose)
     s_refused ("FROM sbx\nUSER a;b\n", "USER takes");
     s_refused ("FROM sbx\nRUN\n", "RUN needs a command");
     s_refused ("FROM sbx\n\n\nWORKDIR\n", "line 4: WORKDIR needs");
+
+    //  Over a base template's config: its ENV, WORKDIR and USER are in force from FROM
+    //  on; an ENV of the same name replaces its value in place.
+    const char *base_env[] = {"PATH=/opt/bin:/usr/bin", "HOME_APP=/srv"};
+    sbx_df_base_t base = {base_env, 2, "/srv/app", "web"};
+    char why[256];
+    df = sbx_dockerfile_parse_over ("FROM web\nRUN make\nENV PATH=$HOME_APP/bin:$PATH\n"
+                                    "WORKDIR sub\n",
+                                    &base, why, sizeof why);
+    assert (df && sbx_dockerfile_size (df) == 4);
+    s = sbx_dockerfile_step (df, 1);
+    assert (streq (s->workdir, "/srv/app") && streq (s->user, "web") && s->state_env_count == 2);
+    s = sbx_dockerfile_step (df, 3);
+    assert (streq (s->state_env[0], "PATH=/srv/bin:/opt/bin:/usr/bin"));
+    assert (streq (s->workdir, "/srv/app/sub"));
+    sbx_dockerfile_destroy (&df);
+    const char *bad_env[] = {"NOEQUALS"};
+    base = (sbx_df_base_t){bad_env, 1, NULL, NULL};
+    assert (!sbx_dockerfile_parse_over ("FROM web\n", &base, why, sizeof why));
+    assert (strstr (why, "not NAME=VALUE"));
+    base = (sbx_df_base_t){NULL, 0, "relative", NULL};
+    assert (!sbx_dockerfile_parse_over ("FROM web\n", &base, why, sizeof why));
+    assert (strstr (why, "not absolute"));
 
     char *joined = sbx_dockerfile_shell_join ((char *[]){"echo", "", "a b", "it's"}, 4);
     assert (strcmp (joined, "echo '' 'a b' 'it'\\''s'") == 0);

@@ -74,6 +74,20 @@ typedef struct sbx_dockerfile_t sbx_dockerfile_t;
 //  Parses text (NUL-terminated). NULL with why ("line 7: ...") when it is not the subset
 //  or is malformed.
 sbx_dockerfile_t *sbx_dockerfile_parse (const char *text, char *why, size_t why_size);
+
+//  What a base template leaves in force for the steps built over it (as Docker's image
+//  config does): its ENV ("K=V" each), WORKDIR (absolute) and USER (NULL: root).
+typedef struct {
+    const char *const *env;
+    size_t env_count;
+    const char *workdir;
+    const char *user;
+} sbx_df_base_t;
+
+//  As sbx_dockerfile_parse, starting from base's state (NULL: none). A malformed base
+//  (an entry without '=' or a bad name, a relative WORKDIR) is refused with why.
+sbx_dockerfile_t *sbx_dockerfile_parse_over (const char *text, const sbx_df_base_t *base, char *why,
+                                             size_t why_size);
 void sbx_dockerfile_destroy (sbx_dockerfile_t **self_p);
 
 size_t sbx_dockerfile_size (sbx_dockerfile_t *self);

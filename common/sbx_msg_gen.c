@@ -2004,12 +2004,17 @@ static const sbx_meta_field_t s_fields_snapshot_save_ok[] = {
 };
 static const sbx_meta_struct_t s_meta_snapshot_save_ok = {"snapshot.save.ok", sizeof (sbx_snapshot_save_ok_t), s_fields_snapshot_save_ok, 1};
 
-static const sbx_meta_struct_t s_meta_snapshot_list = {"snapshot.list", sizeof (sbx_snapshot_list_t), NULL, 0};
+static const sbx_meta_field_t s_fields_snapshot_list[] = {
+    {"published", SBX_META_BOOL, offsetof (sbx_snapshot_list_t, published), false, 0, NULL, NULL},
+    {"public_accounts", SBX_META_STRLIST, offsetof (sbx_snapshot_list_t, public_accounts), false, 64, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_snapshot_list = {"snapshot.list", sizeof (sbx_snapshot_list_t), s_fields_snapshot_list, 2};
 
 static const sbx_meta_field_t s_fields_snapshot_list_ok[] = {
     {"snapshots", SBX_META_LIST, offsetof (sbx_snapshot_list_ok_t, snapshots), false, 0, NULL, &s_meta_snapshot_info},
+    {"own", SBX_META_UINT, offsetof (sbx_snapshot_list_ok_t, own), false, 0, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_snapshot_list_ok = {"snapshot.list.ok", sizeof (sbx_snapshot_list_ok_t), s_fields_snapshot_list_ok, 1};
+static const sbx_meta_struct_t s_meta_snapshot_list_ok = {"snapshot.list.ok", sizeof (sbx_snapshot_list_ok_t), s_fields_snapshot_list_ok, 2};
 
 static const sbx_meta_field_t s_fields_snapshot_get[] = {
     {"snapshot_id", SBX_META_STRING, offsetof (sbx_snapshot_get_t, snapshot_id), true, 64, NULL, NULL},

@@ -3225,13 +3225,20 @@ struct sbx_snapshot_save_ok_s {
 //  snapshot.list.ok. The caller's account's snapshots (an operator's: all, or those of the
 //  account it names, by id or email), newest first. The broker routes it to snapshotd.
 struct sbx_snapshot_list_s {
-    char unused_; //  C wants a member; this body has no fields
+    //  After the account's own, the ready snapshots of public_accounts labelled
+    //  sbx.template.public=true (list_templates).
+    bool published;
+    //  (max 64) With published: the admin accounts (the broker names them).
+    sbx_strlist_t public_accounts;
 };
 
 //  message snapshot.list.ok (snapshot.json): snapshotd -> gateway, cli. The snapshots.
 struct sbx_snapshot_list_ok_s {
     //  Newest first.
     sbx_snapshot_info_list_t snapshots;
+    //  How many of snapshots, from the first, are the account's own (the rest: published, with
+    //  published).
+    uint64_t own;
 };
 
 //  message snapshot.get (snapshot.json): gateway, cli, broker -> broker, snapshotd, reply

@@ -240,6 +240,22 @@ static const sbx_op_arg_t s_list_webhook_deliveries_args[] = {
     {"limit", SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_INTEGER, 0, false, false,
      true, true, 1LL, 1000LL, 0, -1, NULL, NULL, "100"},
 };
+static const sbx_op_arg_t s_build_template_args[] = {
+    {"name", SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_STRING, 0, true, false,
+     false, false, 0LL, 0LL, 0, -1, "^[a-z0-9._-]{1,64}$", NULL, NULL},
+    {"dockerfile", SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_STRING, 0, false, false,
+     false, false, 0LL, 0LL, 1, 255, NULL, NULL, NULL},
+    {"noCache", SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_BOOLEAN, 0, false, false,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+    {"public", SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_BOOLEAN, 0, false, false,
+     false, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+};
+static const sbx_op_arg_t s_get_template_build_args[] = {
+    {"buildId", SBX_OPS_REST, SBX_ARG_IN_PATH, SBX_ARG_STRING, 0, true, false,
+     false, false, 0LL, 0LL, 0, -1, "^bld_[0-9a-z]{10}$", NULL, NULL},
+    {"logOffset", SBX_OPS_REST, SBX_ARG_IN_QUERY, SBX_ARG_INTEGER, 0, false, false,
+     true, false, 0LL, 0LL, 0, -1, NULL, NULL, NULL},
+};
 
 const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
     [SBX_OP_CREATE_SANDBOX] = {"create_sandbox", true, "POST", "/v1/sandboxes",
@@ -464,6 +480,21 @@ const sbx_op_info_t sbx_ops[SBX_OP__COUNT] = {
                                         SBX_OPS_BODY_NONE, 200,
                                         NULL,
                                         s_list_webhook_deliveries_args, 2},
+    [SBX_OP_LIST_TEMPLATES] = {"list_templates", false, "GET", "/v1/templates",
+                               true, false, SBX_MSG_SNAPSHOT_LIST, 30000,
+                               SBX_OPS_BODY_NONE, 200,
+                               NULL,
+                               NULL, 0},
+    [SBX_OP_BUILD_TEMPLATE] = {"build_template", false, "POST", "/v1/templates",
+                               false, false, SBX_MSG__UNKNOWN, 0,
+                               SBX_OPS_BODY_RAW, 202,
+                               NULL,
+                               s_build_template_args, 4},
+    [SBX_OP_GET_TEMPLATE_BUILD] = {"get_template_build", false, "GET", "/v1/templates/builds/{buildId}",
+                                   true, false, SBX_MSG__UNKNOWN, 0,
+                                   SBX_OPS_BODY_NONE, 200,
+                                   NULL,
+                                   s_get_template_build_args, 2},
     [SBX_OP_GET_OPENAPI] = {"get_openapi", false, "GET", "/v1/openapi.json",
                             true, false, SBX_MSG__UNKNOWN, 0,
                             SBX_OPS_BODY_NONE, 200,
@@ -503,6 +534,9 @@ const sbx_ops_route_t sbx_ops_routes[] = {
     {"GET", "/v1/webhooks/{webhookId}", SBX_OP_GET_WEBHOOK},
     {"DELETE", "/v1/webhooks/{webhookId}", SBX_OP_DELETE_WEBHOOK},
     {"GET", "/v1/webhooks/{webhookId}/deliveries", SBX_OP_LIST_WEBHOOK_DELIVERIES},
+    {"GET", "/v1/templates", SBX_OP_LIST_TEMPLATES},
+    {"POST", "/v1/templates", SBX_OP_BUILD_TEMPLATE},
+    {"GET", "/v1/templates/builds/{buildId}", SBX_OP_GET_TEMPLATE_BUILD},
     {"GET", "/v1/openapi.json", SBX_OP_GET_OPENAPI},
     {NULL, NULL, 0}};
 

@@ -45,9 +45,12 @@ typedef enum {
     SBX_OP_GET_WEBHOOK,             //  get_webhook: GET /v1/webhooks/{webhookId}
     SBX_OP_DELETE_WEBHOOK,          //  delete_webhook: DELETE /v1/webhooks/{webhookId}
     SBX_OP_LIST_WEBHOOK_DELIVERIES, //  list_webhook_deliveries: GET /v1/webhooks/{webhookId}/deliveries
+    SBX_OP_LIST_TEMPLATES,          //  list_templates: GET /v1/templates
+    SBX_OP_BUILD_TEMPLATE,          //  build_template: POST /v1/templates
+    SBX_OP_GET_TEMPLATE_BUILD,      //  get_template_build: GET /v1/templates/builds/{buildId}
     SBX_OP_GET_OPENAPI,             //  get_openapi: GET /v1/openapi.json
 } sbx_op_t;
-#define SBX_OP__COUNT 35
+#define SBX_OP__COUNT 38
 
 //  The surfaces (doors) an operation or argument is on.
 #define SBX_OPS_MCP  1

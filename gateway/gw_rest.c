@@ -3,6 +3,7 @@
 #include "sbx_args.h"
 #include "sbx_idmap.h"
 #include "gw_auth.h"
+#include "gw_builds.h"
 #include "gw_exec_stream.h"
 #include "gw_terminal.h"
 #include "gw_ops.h"
@@ -43,6 +44,7 @@ struct gw_rest_t {
     uint64_t next_serial;
     gw_exec_stream_t *streams; //  execs answered as SSE
     gw_terminal_t *terminals;  //  terminals over WebSockets
+    gw_builds_t *builds;       //  template builds run by the service
 };
 
 static void s_job_free (s_job_t **job_p)
@@ -73,7 +75,8 @@ gw_rest_t *gw_rest_new (gw_ctx_t *ctx)
     self->jobs = sbx_idmap_new ();
     self->streams = gw_exec_stream_new (ctx);
     self->terminals = gw_terminal_new (ctx);
-    if (!self->jobs || !self->streams || !self->terminals ||
+    self->builds = gw_builds_new (ctx->config);
+    if (!self->jobs || !self->streams || !self->terminals || !self->builds ||
         gw_router_add (ctx->router, "/v1", true, s_on_route, self)) {
         gw_rest_destroy (&self);
         return NULL;
@@ -97,6 +100,7 @@ void gw_rest_destroy (gw_rest_t **self_p)
     }
     gw_exec_stream_destroy (&self->streams);
     gw_terminal_destroy (&self->terminals);
+    gw_builds_destroy (&self->builds);
     free (self);
     *self_p = NULL;
 }
@@ -382,6 +386,31 @@ static void s_serve (s_job_t *job, gw_request_t *req)
             s_send_error (req, SBX_E_INVALID_ARGUMENT, why);
         else
             gw_terminal_start (job->rest->terminals, req, caller, args);
+        json_decref (args);
+        s_job_end (job);
+        return;
+    }
+    if (job->op == SBX_OP_BUILD_TEMPLATE || job->op == SBX_OP_GET_TEMPLATE_BUILD) {
+        //  The gateway's own (gw_builds): no broker request.
+        json_t *answer = NULL;
+        sbx_code_t code = SBX_E_INVALID_ARGUMENT;
+        if (sbx_args_check (job->op, SBX_OPS_REST, args, why, sizeof why) == 0)
+            code = job->op == SBX_OP_BUILD_TEMPLATE
+                       ? gw_builds_start (job->rest->builds, caller->account_id, args, in.body,
+                                          in.body_size, &answer, why, sizeof why)
+                       : gw_builds_get (job->rest->builds, caller->account_id, args, &answer, why,
+                                        sizeof why);
+        if (code != SBX_OK)
+            s_send_error (req, code, why);
+        else {
+            if (job->op == SBX_OP_BUILD_TEMPLATE) {
+                char location[100];
+                snprintf (location, sizeof location, "/v1/templates/builds/%s",
+                          json_string_value (json_object_get (answer, "id")));
+                gw_request_add_header (req, "Location", location);
+            }
+            s_send_json (req, job->op == SBX_OP_BUILD_TEMPLATE ? 202 : 200, answer);
+        }
         json_decref (args);
         s_job_end (job);
         return;

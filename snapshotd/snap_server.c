@@ -1,5 +1,6 @@
 /*  snap_server - see snap_server.h */
 #include "snap_server.h"
+#include "sbx_api.h"
 #include "snap_store.h"
 #include "sbx_dqproxy.h"
 #include "sbx_secret.h"
@@ -351,6 +352,50 @@ static void s_list_one (const snap_record_t *record, void *arg)
         s_info (list->self, record, info, false);
 }
 
+static void s_published_label (const char *key, const char *value, void *arg)
+{
+    int *seen = arg; //  1: a template's name, 2: published
+    if (streq (key, "sbx.template") && *value)
+        *seen |= 1;
+    if (streq (key, "sbx.template.public") && streq (value, "true"))
+        *seen |= 2;
+}
+
+static void s_ready_user (const snap_record_t *record, void *arg)
+{
+    if (streq (record->state, "ready") && streq (record->kind, "user"))
+        zlist_append ((zlist_t *) arg, record->id); //  autofree: copied
+}
+
+//  Appends the published templates of the public accounts (not the caller's own account)
+//  to list. The ids are collected first, their labels read after (one query at a time).
+static int s_list_published (snap_server_t *self, const sbx_snapshot_list_t *args,
+                             const char *account, sbx_snapshot_info_list_t *list)
+{
+    int rc = 0;
+    for (size_t a = 0; a < args->public_accounts.count && rc == 0; a++) {
+        const char *whose = args->public_accounts.items[a];
+        if (account && streq (whose, account))
+            continue;
+        zlist_t *ids = zlist_new ();
+        zlist_autofree (ids);
+        rc = snap_store_list (self->store, whose, s_ready_user, ids);
+        for (char *id = zlist_first (ids); id && rc == 0; id = zlist_next (ids)) {
+            int seen = 0;
+            snap_record_t record;
+            if (snap_store_labels (self->store, id, s_published_label, &seen) == 0 && seen == 3 &&
+                snap_store_find (self->store, id, &record) == 0) {
+                sbx_snapshot_info_t *info = sbx_snapshot_info_list_append (list);
+                if (info)
+                    s_info (self, &record, info, false);
+                snap_record_clear (&record);
+            }
+        }
+        zlist_destroy (&ids);
+    }
+    return rc;
+}
+
 static sbx_msg_t *s_on_list (snap_server_t *self, sbx_msg_t *request)
 {
     const sbx_caller_t *caller = request->caller;
@@ -359,7 +404,11 @@ static sbx_msg_t *s_on_list (snap_server_t *self, sbx_msg_t *request)
         return reply; //  no account, no snapshots
     s_list_t list = {self, &sbx_msg_snapshot_list_ok (reply)->snapshots, s_who (caller)};
     //  An operator sees every account's, or the one it names (the broker made it an id).
-    if (snap_store_list (self->store, caller->account_id, s_list_one, &list)) {
+    const sbx_snapshot_list_t *args = sbx_msg_snapshot_list (request);
+    int rc = snap_store_list (self->store, caller->account_id, s_list_one, &list);
+    sbx_msg_snapshot_list_ok (reply)->own = list.list->count;
+    if (rc || (args->published && caller->account_id &&
+               s_list_published (self, args, caller->account_id, list.list))) {
         sbx_msg_destroy (&reply);
         reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot list snapshots");
     }
@@ -1152,6 +1201,23 @@ static void s_test_template (void)
     free (picked);
     assert (!s_use_template (self, "acc_a", "secret", &code) && code == SBX_E_NOT_FOUND);
     assert (!s_use_template (self, "acc_a", "mine", &code) && code == SBX_E_NOT_FOUND);
+    //  list_templates' list: acc_b's own (web, mine) first, then the admin's published
+    //  one only (not its unpublished one, not acc_a's).
+    sbx_msg_t *list = s_client (SBX_MSG_SNAPSHOT_LIST, "acc_b", NULL);
+    sbx_msg_snapshot_list (list)->published = true;
+    sbx_strlist_append (&sbx_msg_snapshot_list (list)->public_accounts, "acc_admin");
+    sbx_msg_t *reply = s_ask (self, list);
+    sbx_snapshot_list_ok_t *ok = sbx_msg_snapshot_list_ok (reply);
+    assert (ok->own == 2 && ok->snapshots.count == 3);
+    assert (streq (ok->snapshots.items[2].id, published));
+    json_t *templates = sbx_api_templates (ok);
+    json_t *t = json_array_get (json_object_get (templates, "templates"), 2);
+    assert (json_array_size (json_object_get (templates, "templates")) == 3);
+    assert (streq (json_string_value (json_object_get (t, "name")), "base"));
+    assert (json_is_false (json_object_get (t, "own")) &&
+            json_is_true (json_object_get (t, "published")));
+    json_decref (templates);
+    sbx_msg_destroy (&reply);
     char *own = s_template_saved (self, "acc_a", "base", true, false);
     picked = s_use_template (self, "acc_a", "base", &code);
     assert (picked && streq (picked, own)); //  its own first

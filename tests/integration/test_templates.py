@@ -14,6 +14,7 @@ import os
 import subprocess
 import tarfile
 import tempfile
+import time
 import unittest
 
 from sbxtest import BIN, Sbx, binary, main, mcp_call, mcp_session
@@ -192,10 +193,26 @@ class TemplatesTest(unittest.TestCase):
         for sb in (sid, remote):
             self.s.cli("sandbox", "delete", sb)
 
+    def remote_env(self, key):
+        st = self.s.status()
+        return dict(os.environ, SBX_URL=st["mcp_url"][:-len("/mcp")], SBX_API_KEY=key,
+                    SBX_CA_CERT=st["ca_cert"], SBX_CONFIG_DIR=tempfile.mkdtemp())
+
+    def rest(self, key, method, path, body=None, content_type="application/json", timeout=60):
+        status, headers, data = self.s.https(method, path, body, {
+            "Authorization": f"Bearer {key}", "Content-Type": content_type}, timeout=timeout)
+        return status, headers, json.loads(data) if data else None
+
     def test_published_by_the_operator(self):
         # An admin account's template built with --public serves every account that has
-        # none of that name; a user's --public publishes nothing.
-        self.write("Dockerfile.shared", "FROM sbx\nRUN echo shared > /opt/shared.txt\n")
+        # none of that name; a user's --public publishes nothing. Its ENV, WORKDIR and USER
+        # are in force for builds FROM it; GET /v1/templates lists it for everyone; and a
+        # user builds FROM it in the service (POST /v1/templates, sbx template build
+        # --server), following the build's log.
+        self.write("Dockerfile.shared",
+                   "FROM sbx\nRUN echo shared > /opt/shared.txt && useradd -m sharer && "
+                   "mkdir -p /opt/work && chown sharer /opt/work\n"
+                   "ENV SHARED_VAR=inherited\nWORKDIR /opt/work\nUSER sharer\n")
         admin = [a for a in self.s.cli_json("account", "list")["accounts"] if a["admin"]][0]
         res = self.s.cli("template", "build", "shared", self.ctx, "-f",
                          os.path.join(self.ctx, "Dockerfile.shared"), "--account", admin["email"],
@@ -216,6 +233,92 @@ class TemplatesTest(unittest.TestCase):
         r, text = mcp_call(self, self.s, bob, session, "create_sandbox", {"template": "alices"},
                            ok=False)
         self.assertIn("no template named 'alices'", text)
+
+        # The list: bob sees the operator's published template, not alice's.
+        status, _, body = self.rest(bob, "GET", "/v1/templates")
+        self.assertEqual(status, 200, body)
+        self.assertEqual([(t["name"], t["own"], t["published"]) for t in body["templates"]],
+                         [("shared", False, True)])
+        status, _, body = self.rest(self.key, "GET", "/v1/templates")
+        self.assertEqual(sorted((t["name"], t["own"]) for t in body["templates"]
+                                if t["name"] in ("shared", "alices")),
+                         [("alices", True), ("shared", False)])
+
+        # Bob builds FROM it in the service: the CLI sends the context and shows the log.
+        self.write("Dockerfile.bob", "FROM shared\n"
+                   "RUN echo \"$SHARED_VAR $(whoami) $(pwd)\" > seen.txt\n"
+                   "ENV MORE=yes\n")
+        env = self.remote_env(bob)
+        res = subprocess.run([binary("sbx"), "template", "show", "shared", "--json"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(res.returncode, 0, res.stderr)
+        self.assertEqual(json.loads(res.stdout)["own"], False)
+        res = subprocess.run([binary("sbx"), "template", "build", "bobs", self.ctx, "-f",
+                              os.path.join(self.ctx, "Dockerfile.bob"), "--server"], env=env,
+                             capture_output=True, text=True, timeout=900)
+        print(f"$ sbx template build bobs --server\n{res.stdout}{res.stderr}")
+        self.assertEqual(res.returncode, 0, res.stderr)
+        self.assertIn("runs on the service", res.stderr)
+        self.assertIn("Step 2/3 : RUN echo", res.stdout)
+        self.assertIn("Template bobs is snap_", res.stdout)
+        status, _, body = self.rest(bob, "POST", "/v1/sandboxes", json.dumps(
+            {"template": "bobs"}), timeout=300)
+        self.assertEqual(status, 201, body)
+        self.assertEqual(self.sh(body["id"], "cat /opt/work/seen.txt"),
+                         "inherited sharer /opt/work")
+        config = json.loads(self.sh(body["id"], "cat /etc/sbx/template.json"))
+        self.assertEqual((config["name"], config["workdir"], config["user"]),
+                         ("bobs", "/opt/work", "sharer"))
+        self.assertEqual(config["env"], ["SHARED_VAR=inherited", "MORE=yes"])
+        self.s.cli("sandbox", "delete", body["id"])
+
+        # The REST route itself: a failed build's log and exit code, kept for its account
+        # only; refusals.
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            data = b"FROM sbx\nRUN echo about to fail; exit 4\n"
+            info = tarfile.TarInfo("sub/Dockerfile")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+        status, headers, body = self.rest(bob, "POST", "/v1/templates?name=failing&dockerfile="
+                                          "sub/Dockerfile", buf.getvalue(), "application/x-tar")
+        self.assertEqual(status, 202, body)
+        self.assertEqual(headers["Location"], f"/v1/templates/builds/{body['id']}")
+        self.assertEqual(body["state"], "running")
+        build = body["id"]
+        for _ in range(600):
+            status, _, body = self.rest(bob, "GET", f"/v1/templates/builds/{build}")
+            if body["state"] != "running":
+                break
+            time.sleep(0.5)
+        self.assertEqual((body["state"], body["exitCode"]), ("failed", 1), body)
+        self.assertIn("Step 2/2 failed (line 2)", body["log"])
+        self.assertIn("about to fail", body["log"])
+        self.assertEqual(body["logOffset"], len(body["log"].encode()))
+        status, _, more = self.rest(bob, "GET", f"/v1/templates/builds/{build}?logOffset="
+                                    f"{body['logOffset']}")
+        self.assertEqual((status, more["log"]), (200, ""))
+        status, _, other = self.rest(self.key, "GET", f"/v1/templates/builds/{build}")
+        self.assertEqual(status, 404, other)
+        for path, data, expect in (
+                ("/v1/templates?name=x", b"", "tar archive"),
+                ("/v1/templates?name=Bad", b"x", "name must match"),
+                ("/v1/templates?name=x&dockerfile=../D", b"x", "inside the build context"),
+                ("/v1/templates/builds/bld_nope", None, "buildId must match")):
+            status, _, body = self.rest(bob, "GET" if data is None else "POST", path, data,
+                                        "application/x-tar")
+            self.assertEqual(status, 400, body)
+            self.assertIn(expect, body["error"]["message"])
+        status, _, body = self.rest(bob, "POST", "/v1/templates?name=bad", b"not a tar archive",
+                                    "application/x-tar")
+        self.assertEqual(status, 202, body)
+        for _ in range(120):
+            status, _, body = self.rest(bob, "GET", f"/v1/templates/builds/{body['id']}")
+            if body["state"] != "running":
+                break
+            time.sleep(0.5)
+        self.assertEqual(body["exitCode"], 2, body)
+        self.assertIn("the build context (a tar archive)", body["log"])
 
     def test_refusals(self):
         # A failed step: which, its output and exit code; no build sandbox left behind.

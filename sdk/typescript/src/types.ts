@@ -198,6 +198,41 @@ export interface SnapshotList {
   snapshots?: Array<Snapshot>;
 }
 
+export interface Template {
+  name: string;
+  /** Its newest snapshot: what create_sandbox {template} starts from. */
+  snapshotId: string;
+  type?: "small" | "medium" | "large";
+  sizeBytes?: number;
+  createdAt?: string | null;
+  /** Labelled sbx.template.public=true (an admin account's serves every account that has none of that name). */
+  published: boolean;
+  /** This account's own; false: the operator's published template, which this account uses (it has none of that name). */
+  own: boolean;
+}
+
+export interface TemplateList {
+  templates: Array<Template>;
+}
+
+export interface TemplateBuild {
+  /** The build's id (bld_…). */
+  id: string;
+  /** The template it makes. */
+  name: string;
+  state: "running" | "succeeded" | "failed";
+  createdAt?: string;
+  endedAt?: string | null;
+  /** 0: built; 1: a step failed; 2: the Dockerfile or context was refused; null while running. */
+  exitCode?: number | null;
+  /** The template's snapshot, once built. */
+  snapshotId?: string | null;
+  /** The build's output from logOffset on (at most 256 KiB): a line per step, a failed step's output. */
+  log: string;
+  /** Where the next read of the log starts (logOffset=...). */
+  logOffset: number;
+}
+
 export interface Process {
   processId: number;
   command: string;
