@@ -102,4 +102,18 @@ try:
     say("after", found=True)
 except NotFoundError as e:
     say("after", found=False, code=e.code)
+# A template built in the service from a context directory, listed, and created from.
+ctx = tempfile.mkdtemp()
+with open(os.path.join(ctx, "Dockerfile"), "w") as f:
+    f.write("FROM sbx\nCOPY note.txt /opt/note.txt\nRUN echo built >> /opt/note.txt\n")
+with open(os.path.join(ctx, "note.txt"), "w") as f:
+    f.write("from the context\n")
+logs = []
+build = sbx.Template.build("sdk-tpl", ctx, on_log=logs.append)
+listed = [(t["name"], t["own"]) for t in sbx.Template.list()]
+with Sandbox.create(template="sdk-tpl") as made:
+    note = made.commands.run("cat /opt/note.txt").stdout
+say("template", state=build["state"], exit_code=build["exitCode"],
+    snapshot=build["snapshotId"].startswith("snap_"), steps="Step 3/3" in "".join(logs),
+    listed=listed, note=note)
 say("done", version=sbx.__version__, python=sys.version.split()[0])

@@ -5,7 +5,7 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, mkdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Sandbox, SbxError } from "sbx-sdk";
+import { Sandbox, SbxError, Template } from "sbx-sdk";
 
 const say = (step, fields = {}) => console.log(JSON.stringify({ step, ...fields }));
 
@@ -98,4 +98,16 @@ try {
 } catch (e) {
   say("after", { found: false, code: e.code });
 }
+// A template built in the service from a context directory, listed, and created from.
+const ctx = mkdtempSync(join(tmpdir(), "sbx-ts-tpl-"));
+writeFileSync(join(ctx, "Dockerfile"), "FROM sbx\nCOPY note.txt /opt/note.txt\nRUN echo built >> /opt/note.txt\n");
+writeFileSync(join(ctx, "note.txt"), "from the context\n");
+const logs = [];
+const build = await Template.build("ts-tpl", ctx, { onLog: (t) => logs.push(t) });
+const listed = (await Template.list()).map((t) => [t.name, t.own]);
+const made = await Sandbox.create({ template: "ts-tpl" });
+const note = (await made.commands.run("cat /opt/note.txt")).stdout;
+await made.kill();
+say("template", { state: build.state, exitCode: build.exitCode, snapshot: build.snapshotId.startsWith("snap_"),
+                  steps: logs.join("").includes("Step 3/3"), listed, note });
 say("done");

@@ -95,6 +95,9 @@ class SdkPythonTest(unittest.TestCase):
                          ("InvalidArgumentError", "invalid_argument", 400))
         self.assertIn("nextCursor", paged["bad"]["message"])
         self.assertEqual(steps["after"], {"found": False, "code": "not_found"})
+        self.assertEqual(steps["template"], {
+            "state": "succeeded", "exit_code": 0, "snapshot": True, "steps": True,
+            "listed": [["sdk-tpl", True]], "note": "from the context\nbuilt\n"})
 
 
 if __name__ == "__main__":

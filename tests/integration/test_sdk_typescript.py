@@ -94,6 +94,9 @@ class SdkTypescriptTest(unittest.TestCase):
         self.assertEqual((paged["bad"]["isSbx"], paged["bad"]["code"], paged["bad"]["status"]),
                          (True, "invalid_argument", 400))
         self.assertIn("nextCursor", paged["bad"]["message"])
+        self.assertEqual(steps["template"], {
+            "state": "succeeded", "exitCode": 0, "snapshot": True, "steps": True,
+            "listed": [["ts-tpl", True]], "note": "from the context\nbuilt\n"})
         self.assertEqual(steps["after"], {"found": False, "code": "not_found"})
 
 

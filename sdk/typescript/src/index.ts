@@ -9,11 +9,12 @@
 import { readFileSync } from "node:fs";
 import * as http from "node:http";
 import * as https from "node:https";
-import type { Output, Port, Process, Sandbox as SandboxInfo, SandboxMetrics, Snapshot, Usage } from "./types.js";
+import type { Output, Port, Process, Sandbox as SandboxInfo, SandboxMetrics, Snapshot, Template as TemplateInfo,
+              TemplateBuild, Usage } from "./types.js";
 import { ERROR_CODES, type ErrorCode } from "./types.js";
 import { pack, unpack } from "./tar.js";
 
-export type { Output, Port, Process, SandboxInfo, SandboxMetrics, Snapshot, Usage, ErrorCode };
+export type { Output, Port, Process, SandboxInfo, SandboxMetrics, Snapshot, TemplateInfo, TemplateBuild, Usage, ErrorCode };
 
 /** Egress rules: CIDRs, addresses and domain names (a domain matches its subdomains too).
  * deny is checked first; a non-empty allow list means only those (and DNS) are reachable;
@@ -355,6 +356,8 @@ export interface CreateOptions extends ConnectionOptions {
   autoResume?: boolean;
   labels?: Record<string, string>;
   snapshotId?: string;
+  /** A template's name (Template.list(); not with snapshotId): its files and start command, restored. */
+  template?: string;
   /** Its egress rules (none beyond the fixed policy when absent). */
   egress?: Egress;
 }
@@ -386,6 +389,7 @@ export class Sandbox {
     if (o.ttl) body.ttlSeconds = o.ttl;
     if (o.labels) body.labels = o.labels;
     if (o.snapshotId) body.snapshotId = o.snapshotId;
+    if (o.template) body.template = o.template;
     if (o.egress) body.egress = { allow: o.egress.allow ?? [], deny: o.egress.deny ?? [] };
     return new Sandbox(client, await client.json<SandboxInfo>("POST", "/v1/sandboxes", { body, timeout: 300 }));
   }
@@ -475,4 +479,34 @@ export class Sandbox {
   deleteSnapshot(id: string) { return this.client.json<Snapshot>("DELETE", `/v1/snapshots/${id}`); }
 
   async [Symbol.asyncDispose]() { await this.kill(); }
+}
+
+/** Templates (docs/templates.md): the ones this account can use, and builds in the service. */
+export class Template {
+  /** Its own templates (the newest of each name), then the operator's published ones it has none of. */
+  static async list(o: ConnectionOptions = {}): Promise<TemplateInfo[]> {
+    return (await new Client(o).json<{ templates: TemplateInfo[] }>("GET", "/v1/templates")).templates;
+  }
+
+  /**
+   * Builds template name in the service from the context directory (sent as a tar archive, 16 MiB
+   * at most) and its Dockerfile (dockerfile: a path inside it, default Dockerfile). onLog gets the
+   * log as it grows. Resolves with the ended build: state "succeeded" or "failed", exitCode (0
+   * built, 1 a step failed, 2 refused), snapshotId.
+   */
+  static async build(name: string, context: string, o: ConnectionOptions & { dockerfile?: string;
+                     noCache?: boolean; public?: boolean; onLog?: (text: string) => void } = {}): Promise<TemplateBuild> {
+    const client = new Client(o);
+    const query = { name, dockerfile: o.dockerfile, noCache: o.noCache ? "true" : undefined,
+                    public: o.public ? "true" : undefined };
+    let build = await client.json<TemplateBuild>("POST", "/v1/templates", { query, raw: pack(context) });
+    let logOffset = 0;
+    for (;;) {
+      build = await client.json<TemplateBuild>("GET", `/v1/templates/builds/${build.id}`, { query: { logOffset } });
+      if (build.log && o.onLog) o.onLog(build.log);
+      logOffset = build.logOffset;
+      if (build.state !== "running") return build;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
 }

@@ -9,7 +9,8 @@ Reads SBX_URL, SBX_API_KEY and SBX_CA_CERT unless given them (url=, api_key=, ca
 from .errors import ERRORS, SbxError, SbxTimeoutError, error_for
 from .errors import *  # noqa: F401,F403  (NotFoundError, UnavailableError, ...)
 from .sandbox import CommandHandle, CommandResult, Sandbox, SandboxPage
+from .template import Template
 
 __version__ = "0.1.0"
-__all__ = ["Sandbox", "SandboxPage", "CommandResult", "CommandHandle", "SbxError", "SbxTimeoutError",
+__all__ = ["Sandbox", "SandboxPage", "Template", "CommandResult", "CommandHandle", "SbxError", "SbxTimeoutError",
            "error_for", "ERRORS"] + [cls.__name__ for cls in ERRORS.values()]

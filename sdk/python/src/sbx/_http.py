@@ -35,7 +35,7 @@ class Client:
         self._ssl = ssl.create_default_context(cafile=ca_cert) if url.startswith("https") else None
 
     def _open(self, method, path, query=None, body=None, raw=False, accept="application/json",
-              timeout=None):
+              timeout=None, content_type="application/octet-stream"):
         target = self.url + path
         if query:
             target += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
@@ -43,7 +43,7 @@ class Client:
         data = None
         if raw:
             data = body if isinstance(body, bytes) else body.encode()
-            headers["Content-Type"] = "application/octet-stream"
+            headers["Content-Type"] = content_type
         elif body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
@@ -71,6 +71,12 @@ class Client:
     def get_bytes(self, path, query=None):
         with self._open("GET", path, query, accept="application/octet-stream") as res:
             return res.read()
+
+    def post_tar(self, path, query, data):
+        """POST of a tar archive; REST's JSON answer."""
+        with self._open("POST", path, query, body=data, raw=True,
+                        content_type="application/x-tar") as res:
+            return json.loads(res.read())
 
     def put_bytes(self, path, query, data):
         with self._open("PUT", path, query, body=data, raw=True) as res:

@@ -261,9 +261,11 @@ class Sandbox:
     @classmethod
     def create(cls, name=None, type=None, ttl=None, network=True, labels=None, snapshot_id=None,
                url=None, api_key=None, ca_cert=None, timeout=300.0, auto_resume=True,
-               egress=None):
+               egress=None, template=None):
         """A new sandbox, ready. ttl: seconds before it stops by itself (the plan's default
-        when None). auto_resume: a request to one of its port URLs resumes it when stopped.
+        when None). template: a template's name (Template.list(); not with snapshot_id):
+        its files and start command, restored. auto_resume: a request to one of its port
+        URLs resumes it when stopped.
         egress: its egress rules, {"allow": [...], "deny": [...]} (see set_egress).
         url, api_key, ca_cert: else SBX_URL, SBX_API_KEY, SBX_CA_CERT."""
         client = Client(url, api_key, ca_cert)
@@ -272,7 +274,8 @@ class Sandbox:
             body["egress"] = {"allow": list(egress.get("allow", ())),
                               "deny": list(egress.get("deny", ()))}
         for key, value in (("name", name), ("type", type), ("ttlSeconds", ttl),
-                           ("labels", labels), ("snapshotId", snapshot_id)):
+                           ("labels", labels), ("snapshotId", snapshot_id),
+                           ("template", template)):
             if value is not None:
                 body[key] = value
         return cls(client, client.request("POST", "/v1/sandboxes", body=body, timeout=timeout))
