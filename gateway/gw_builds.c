@@ -167,7 +167,11 @@ static int s_spawn (gw_builds_t *self, const char *id, char **argv)
                 if (fd != lock_fd)
                     close (fd);
             execv (self->sbx, argv);
-            dprintf (2, "cannot run %s: %s\n", self->sbx, strerror (errno));
+            //  (Only async-signal-safe calls after a fork of a threaded process.)
+            static const char said[] = "cannot run the template builder (sbx, beside "
+                                       "sbx-gateway)\n";
+            if (write (2, said, sizeof said - 1) < 0)
+                _exit (1);
             _exit (1);
         }
         _exit (builder > 0 ? 0 : 1);

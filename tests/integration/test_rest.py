@@ -38,6 +38,8 @@ ROUTES = {
     "/v1/snapshots/{snapshotId}": {"get", "delete"},
     "/v1/sandboxes/{sandboxId}/ports": {"post"},
     "/v1/sandboxes/{sandboxId}/ports/{port}": {"delete"},
+    "/v1/templates": {"get", "post"},
+    "/v1/templates/builds/{buildId}": {"get"},
 }
 
 

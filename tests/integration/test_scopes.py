@@ -63,6 +63,12 @@ OPS = {
     "create_webhook":   ("keys", None, "POST /v1/webhooks", None),
     "delete_webhook":   ("keys", None, "DELETE /v1/webhooks/{webhookId}", None),
     "openapi":          ("public", None, "GET /v1/openapi.json", None),
+    "list_templates":   ("account", None, "GET /v1/templates", None),
+    # An empty body: refused for what it is, once the key may build at all (a real build
+    # runs in integration.templates).
+    "build_template":   ("build", None, "POST /v1/templates", None),
+    # Nobody's build: not found whoever asks (another account's: integration.templates).
+    "get_template_build": ("nobuild", None, "GET /v1/templates/builds/{buildId}", None),
 }
 # Sandbox ops in the order they run on one object: reads and harmless writes first, the
 # stop and resume pair, then the save; deletes run on objects made for them.
@@ -91,6 +97,10 @@ def expected(preset, owner, op):
         return {"ok"} if preset == "full" else {"permission_denied"}
     if kind == "create":
         return {"permission_denied"} if preset == "read-only" else {"ok"}
+    if kind == "build":
+        return {"permission_denied"} if preset == "read-only" else {"invalid_argument"}
+    if kind == "nobuild":
+        return {"not_found"}
     if kind == "list":
         return {"listed"} if visible(preset, owner) else {"absent"}
     forbidden = (preset == "read-only" and kind != "read") or \
@@ -252,6 +262,10 @@ class ScopesTest(unittest.TestCase):
                                          "--events", "sandbox.error", "--account", self.account_a)
                 path = path.replace("{webhookId}", victim["id"])
             path = path.replace("{webhookId}", self.webhook)
+            path = path.replace("{buildId}", "bld_0000000000")
+            if op == "build_template":
+                path += "?name=scoped"
+                body, raw = b"", True
             if op == "open_terminal":
                 # The WebSocket handshake: 101 is the terminal opened (closing it ends it).
                 status, _, data = self.http(method, path + "?command=true", key, headers={
@@ -343,7 +357,8 @@ class ScopesTest(unittest.TestCase):
             # Account-wide routes and tools.
             for op in ("create_sandbox", "usage", "list_keys", "revoke_key", "openapi",
                        "list_webhooks", "get_webhook", "list_webhook_deliveries",
-                       "create_webhook", "delete_webhook"):
+                       "create_webhook", "delete_webhook", "list_templates", "build_template",
+                       "get_template_build"):
                 for door in ("rest", "mcp"):
                     if (door == "rest" and OPS[op][2] is None) or \
                             (door == "mcp" and OPS[op][3] is None):
