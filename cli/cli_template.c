@@ -1105,8 +1105,10 @@ int cli_template_main (int argc, char **argv)
         rc = s_server_build (&w, &o, name, nrest == 3 ? argv[optind + 2] : ".");
     else if (build) {
         char context[PATH_MAX + 8] = "";
-        if (o.from_tar)
+        if (o.from_tar) {
             snprintf (context, sizeof context, "%s.d", o.from_tar);
+            setvbuf (stdout, NULL, _IOLBF, 0); //  the log file grows a line at a time
+        }
         s_outcome_t outcome = {{0}, {0}};
         rc = o.from_tar ? s_unpack (o.from_tar, context) : 0;
         if (rc == 0)
@@ -1119,6 +1121,9 @@ int cli_template_main (int argc, char **argv)
             nftw (context, s_unlink_one, 16, FTW_DEPTH | FTW_PHYS);
             remove (o.from_tar);
         }
+        //  The whole log is there before the result says the build ended.
+        fflush (stdout);
+        fflush (stderr);
         if (o.result)
             s_write_result (o.result,
                             json_pack ("{s:i, s:s?, s:I, s:s?}", "exitCode", rc, "snapshotId",

@@ -96,6 +96,16 @@ static int s_remove_one (const char *path, const struct stat *st, int flag, stru
     return 0;
 }
 
+//  How long ago the build's directory changed (ms).
+static int64_t s_age_ms (gw_builds_t *self, const char *id, int64_t now)
+{
+    char *path = s_path (self, id, NULL);
+    struct stat st;
+    int64_t age = path && stat (path, &st) == 0 ? now - (int64_t) st.st_mtime * 1000 : 0;
+    free (path);
+    return age;
+}
+
 //  Counts the builds running (for account, and all), and removes ended ones past their
 //  keeping.
 static void s_survey (gw_builds_t *self, const char *account, size_t *mine, size_t *all)
@@ -113,7 +123,10 @@ static void s_survey (gw_builds_t *self, const char *account, size_t *mine, size
         if (s_running (self, entry->d_name)) {
             (*all)++;
             *mine += whose && streq (whose, account);
-        } else if (!meta || now - made > S_KEEP_MS) {
+        } else if ((!meta && s_age_ms (self, entry->d_name, now) > 60000) ||
+                   (meta && now - made > S_KEEP_MS)) {
+            //  (One without meta.json for a minute: a start that failed half-way, not one
+            //  another gateway sharing this directory is writing now.)
             char *path = s_path (self, entry->d_name, NULL);
             nftw (path, s_remove_one, 8, FTW_DEPTH | FTW_PHYS);
             free (path);
