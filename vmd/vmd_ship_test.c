@@ -96,7 +96,11 @@ void vmd_ship_test (bool verbose)
     vmd_guest_env_t env_b = {.vms_dir = vms_b, .image_dir = image_b};
 
     //  Without vmd.ship nothing is offered, and the error says what to set.
-    vmd_ship_t *quiet = vmd_ship_new (config_a, loop, vms_a, &env_a, s_done, NULL);
+    //  Ships made and destroyed between runs get a loop of their own: a timer ended
+    //  outside a running loop fires once more at the loop's next start (czmq's zombie
+    //  rule), and its arg is gone by then.
+    zloop_t *quiet_loop = zloop_new ();
+    vmd_ship_t *quiet = vmd_ship_new (config_a, quiet_loop, vms_a, &env_a, s_done, NULL);
     assert (quiet);
     sbx_msg_t *offer = sbx_msg_new (SBX_MSG_VM_SHIP_OFFER);
     offer->rid = 1;
@@ -151,17 +155,18 @@ void vmd_ship_test (bool verbose)
     //  Another image here for its type: refused before any fetch, whether the host's
     //  default image differs or only the type's own (image_dir.small) does.
     vmd_guest_env_t env_other = {.vms_dir = vms_b, .image_dir = "/nowhere/images/def456"};
-    vmd_ship_t *other = vmd_ship_new (config_b, loop, vms_b, &env_other, s_done, NULL);
+    vmd_ship_t *other = vmd_ship_new (config_b, quiet_loop, vms_b, &env_other, s_done, NULL);
     assert (vmd_ship_take (other, take, &err) == -1 && err.code == SBX_E_FAILED_PRECONDITION);
     assert (strstr (err.message, "abc123") && strstr (err.message, "def456"));
     vmd_ship_destroy (&other);
     env_other.image_dir = image_b;
     env_other.type_image[SBX_SANDBOX_TYPE_SMALL] = "/nowhere/images/def456";
-    other = vmd_ship_new (config_b, loop, vms_b, &env_other, s_done, NULL);
+    other = vmd_ship_new (config_b, quiet_loop, vms_b, &env_other, s_done, NULL);
     err = (sbx_err_t){0};
     assert (vmd_ship_take (other, take, &err) == -1 && err.code == SBX_E_FAILED_PRECONDITION);
     assert (strstr (err.message, "def456") && strstr (err.message, "small"));
     vmd_ship_destroy (&other);
+    zloop_destroy (&quiet_loop);
 
     //  The take: the files land in vms/sb_moving, the disk reads the same as the source's
     //  whole chain, on the taker's image alone; the memory state is the same bytes.
