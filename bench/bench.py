@@ -1259,9 +1259,18 @@ def scale_rows(sc):
         if name not in after["memory"]:
             continue
         va, vb = after["memory"][name]["pss_mib"], b["memory"][name]["pss_mib"]
+        vr = a["memory"].get(name, {}).get("pss_mib")
         out.append((f"{name} PSS at {after['records']:,} records and {after['last_seq']:,} "
-                    f"events", 1, fmt(va, " MiB", 1), f"{fmt(vb, ' MiB', 1)} at {rb} records",
+                    f"events", 1, fmt(va, " MiB", 1),
+                    f"{fmt(vb, ' MiB', 1)} at {rb} records; {fmt(vr, ' MiB', 1)} at "
+                    f"{a['records_after']:,} records, {a['last_seq']:,} events",
                     fmt(va / vb if vb else None, "×", 2), "—", "—"))
+    ma, mb, mr = after.get("broker_maps"), b.get("broker_maps"), a.get("broker_maps")
+    if ma and mb and mr:
+        by = lambda m: ", ".join(f"{k} {v:.1f}" for k, v in sorted(m.items(), key=lambda i: -i[1]))
+        out.append((f"sbx-broker PSS by mapping at {after['last_seq']:,} events (smaps)", 1,
+                    by(ma) + " MiB", f"at {rb} records: {by(mb)}; at {a['records_after']:,} "
+                    f"records: {by(mr)}", "—", "—", "—"))
     for name in ("sbx-broker", "sbx-billing", "sbx-gateway"):
         va, vb = after["idle_cpu"].get(name), b["idle_cpu"].get(name)
         out.append((f"{name} CPU while idle at {after['records']:,} records and "
@@ -1278,7 +1287,8 @@ def scale_rows(sc):
     out.append((f"tap replay of the whole log (sbx tap --since 0 --once)", t["events"],
                 fmt(t["per_s"], " events/s", 0), f"{t['seconds']:.1f} s", "—", "—", "—"))
     br, bp = sc["billing_restart"], sc["billing_replay"]
-    out.append((f"billing catch-up after a restart, {br['behind']:,} events behind", 1,
+    log = f", a log of {br['log_events']:,} events" if br.get("log_events") else ""
+    out.append((f"billing catch-up after a restart, {br['behind']:,} events behind{log}", 1,
                 fmt(br["seconds"], " s", 1), f"{fmt(br['behind'] / br['seconds'], ' events/s', 0)}",
                 "—", "—", "—"))
     out.append((f"billing from an empty billing.db: the whole log", bp["events"],

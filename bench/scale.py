@@ -57,6 +57,34 @@ def wrk_get(port, key, path, conns, seconds):
     return r
 
 
+def smaps_groups(pid):
+    """A daemon's PSS (MiB) by kind of mapping, from /proc/PID/smaps: the heap (malloc's
+    main arena: SQLite's page caches live there), other anonymous memory (threads' arenas
+    and stacks, large mallocs), the SQLite WAL indexes (*-shm, shared with any reader),
+    the program and its libraries, other files."""
+    groups, name = {}, None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if not parts:
+                continue
+            if not parts[0].endswith(":") or "-" in parts[0]:
+                path = parts[5] if len(parts) > 5 else ""
+                if path == "[heap]":
+                    name = "heap"
+                elif path.endswith("-shm"):
+                    name = "WAL index (-shm)"
+                elif path.startswith("/") and (".so" in path or os.access(path, os.X_OK)):
+                    name = "program and libraries"
+                elif path.startswith("/"):
+                    name = "other files"
+                else:
+                    name = "other anonymous"
+            elif parts[0] == "Pss:" and name:
+                groups[name] = groups.get(name, 0) + int(parts[1]) / 1024
+    return groups
+
+
 class Scale:
     def __init__(self, bdir, quick):
         self.bdir, self.quick = bdir, quick
@@ -224,9 +252,11 @@ class Scale:
         self.setup()
         out = {"accounts": ACCOUNTS, "real_guests": len(self.real)}
         self.grow(12, "account0")
-        out["at10"] = self.measure("12", 10000, 3000, 150, 3)
+        out["at10"] = self.measure("12", 30000, 20000, 150, 3)
+        self.maps10 = smaps_groups(self.pids()["sbx-broker"])
         out["fill"] = self.grow(RECORDS)
-        out["at10k"] = self.measure("10,000", 10000, 3000, 150, 3)
+        out["at10k"] = self.measure("10,000", 30000, 20000, 150, 3)
+        out["at10k"]["broker_maps"] = smaps_groups(self.pids()["sbx-broker"])
         events = 100_000 if q else 1_000_000
         out["load"] = self.cycles(events)
         out["billing_lag_s"] = self.settle()
@@ -250,7 +280,8 @@ class Scale:
         target = self.last_seq()
         t0 = time.monotonic()
         self.wait_billing(target)
-        out["billing_restart"] = {"behind": target - applied, "seconds": time.monotonic() - t0}
+        out["billing_restart"] = {"behind": target - applied, "seconds": time.monotonic() - t0,
+                                  "log_events": target}
         B.log(f"billing restarted {target - applied} events behind: caught up in "
               f"{out['billing_restart']['seconds']:.1f} s")
         # Billing from nothing: its database gone, it replays the whole log.
@@ -270,7 +301,9 @@ class Scale:
         B.log(f"billing from an empty database: {target} events in "
               f"{out['billing_replay']['seconds']:.1f} s")
         out["after"] = {"records": self.records(), "last_seq": self.last_seq(),
-                        "memory": self.memory(), "idle_cpu": self.idle_cpu(10 if q else 20)}
+                        "memory": self.memory(), "idle_cpu": self.idle_cpu(10 if q else 20),
+                        "broker_maps": smaps_groups(self.pids()["sbx-broker"])}
+        out["at10"]["broker_maps"] = self.maps10
         out["files_mib"] = {n: os.path.getsize(os.path.join(self.sbx.dir, d, n)) / B.MiB
                             for d, n in (("broker", "control.db"), ("billing", "billing.db"))}
         segdir = os.path.join(self.sbx.dir, "broker", "events")
