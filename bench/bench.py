@@ -6,7 +6,9 @@ bench/run [--quick] [--build DIR] [--only PART,...] [--keep JSON]
 --only files (or scale, or files,scale) --keep bench/results/<full run>.json reruns those
 rows alone and writes the doc from the earlier full run with them replaced (its header
 says which rows are from when); --render JSON [--keep JSON] rewrites the doc from results.
-The scale part (bench/scale.py) is the control plane at 10,000 sandboxes; the cluster
+The scale part (bench/scale.py) is the control plane at 10,000 sandboxes (with
+BENCH_SCALE_EVENTS=0 and --keep: without the million events, whose rows stay the kept
+run's, labelled with its date); the cluster
 part (bench/cluster.py) is failover across hosts in network namespaces (root, haproxy).
 
 Builds the project (unless --build names a built tree), the bench's own programs
@@ -1254,14 +1256,25 @@ def scale_rows(sc):
         pair(f"{what}: throughput", op, "rps", "wrk, 8 connections", " /s", True, target=0.8)
         pair(f"{what}: p99", op, "p99_ms", "wrk, 8 connections", " ms", False, nd=2,
              target=1.25)
+    if sc.get("events_from"):
+        return out + scale_rows_kept_events(sc)
     after = sc["after"]
     for name in a["memory"]:
         if name not in after["memory"]:
             continue
         va, vb = after["memory"][name]["pss_mib"], b["memory"][name]["pss_mib"]
+        vr = a["memory"].get(name, {}).get("pss_mib")
         out.append((f"{name} PSS at {after['records']:,} records and {after['last_seq']:,} "
-                    f"events", 1, fmt(va, " MiB", 1), f"{fmt(vb, ' MiB', 1)} at {rb} records",
+                    f"events", 1, fmt(va, " MiB", 1),
+                    f"{fmt(vb, ' MiB', 1)} at {rb} records; {fmt(vr, ' MiB', 1)} at "
+                    f"{a['records_after']:,} records, {a['last_seq']:,} events",
                     fmt(va / vb if vb else None, "×", 2), "—", "—"))
+    ma, mb, mr = after.get("broker_maps"), b.get("broker_maps"), a.get("broker_maps")
+    if ma and mb and mr:
+        by = lambda m: ", ".join(f"{k} {v:.1f}" for k, v in sorted(m.items(), key=lambda i: -i[1]))
+        out.append((f"sbx-broker PSS by mapping at {after['last_seq']:,} events (smaps)", 1,
+                    by(ma) + " MiB", f"at {rb} records: {by(mb)}; at {a['records_after']:,} "
+                    f"records: {by(mr)}", "—", "—", "—"))
     for name in ("sbx-broker", "sbx-billing", "sbx-gateway"):
         va, vb = after["idle_cpu"].get(name), b["idle_cpu"].get(name)
         out.append((f"{name} CPU while idle at {after['records']:,} records and "
@@ -1278,12 +1291,69 @@ def scale_rows(sc):
     out.append((f"tap replay of the whole log (sbx tap --since 0 --once)", t["events"],
                 fmt(t["per_s"], " events/s", 0), f"{t['seconds']:.1f} s", "—", "—", "—"))
     br, bp = sc["billing_restart"], sc["billing_replay"]
-    out.append((f"billing catch-up after a restart, {br['behind']:,} events behind", 1,
+    log = f", a log of {br['log_events']:,} events" if br.get("log_events") else ""
+    out.append((f"billing catch-up after a restart, {br['behind']:,} events behind{log}", 1,
                 fmt(br["seconds"], " s", 1), f"{fmt(br['behind'] / br['seconds'], ' events/s', 0)}",
                 "—", "—", "—"))
     out.append((f"billing from an empty billing.db: the whole log", bp["events"],
                 fmt(bp["seconds"], " s", 1), fmt(bp["per_s"], " events/s", 0), "—", "—", "—"))
     out.append(("database files at the end", 1, ", ".join(
+        f"{n} {v:.0f} MiB" for n, v in sc["files_mib"].items()), "—", "—", "—", "—"))
+    return out
+
+
+def scale_rows_kept_events(sc):
+    """Rows of a scale run without the events (BENCH_SCALE_EVENTS=0): memory and idle CPU
+    at 10,000 records against 12 from this run, then the kept run's figures after the
+    million events, each labelled with that run's date."""
+    out = []
+    a, b, e = sc["at10k"], sc["at10"], sc["events_at10"]
+    after, when = sc["after"], sc["events_from"]
+    ra, rb = a["records_after"], b["records"]
+    for name in a["memory"]:
+        va, vb = a["memory"][name]["pss_mib"], b["memory"][name]["pss_mib"]
+        then = ""
+        if name in after["memory"] and name in e["memory"]:
+            then = (f"; run of {when}: {fmt(after['memory'][name]['pss_mib'], ' MiB', 1)} at "
+                    f"{after['last_seq']:,} events, {fmt(e['memory'][name]['pss_mib'], ' MiB', 1)}"
+                    f" at {e['records']} records")
+        out.append((f"{name} PSS at {ra:,} records, {a['last_seq']:,} events", 1,
+                    fmt(va, " MiB", 1), f"{fmt(vb, ' MiB', 1)} at {rb} records{then}",
+                    fmt(va / vb if vb else None, "×", 2), "—", "—"))
+    ma, mb = a.get("broker_maps"), b.get("broker_maps")
+    if ma and mb:
+        by = lambda m: ", ".join(f"{k} {v:.1f}" for k, v in sorted(m.items(), key=lambda i: -i[1]))
+        out.append((f"sbx-broker PSS by mapping at {ra:,} records (smaps)", 1, by(ma) + " MiB",
+                    f"at {rb} records: {by(mb)}", "—", "—", "—"))
+    for name in ("sbx-broker", "sbx-billing", "sbx-gateway"):
+        va, vb = a["idle_cpu"].get(name), b["idle_cpu"].get(name)
+        then = ""
+        if after["idle_cpu"].get(name) is not None:
+            then = (f"; run of {when}: {fmt(after['idle_cpu'][name], ' %', 2)} at "
+                    f"{after['last_seq']:,} events, {fmt(e['idle_cpu'].get(name), ' %', 2)} at "
+                    f"{e['records']} records")
+        out.append((f"{name} CPU while idle at {ra:,} records", 1, fmt(va, " % of a core", 2),
+                    f"{fmt(vb, ' %', 2)} at {rb} records{then}",
+                    fmt(va / vb if vb else None, "×", 2), "—", "—"))
+    tag = f" (run of {when}, kept: this run did not make the events)"
+    ld = sc.get("load")
+    if ld:
+        out.append((f"event log growth under stop/resume load ({ld['inflight']} in flight){tag}",
+                    ld["n"], fmt(ld["events_per_s"], " events/s", 0),
+                    f"{ld['events']:,} events in {ld['seconds']:.0f} s", "—", "—",
+                    f"billing {sc['billing_lag_s']:.1f} s behind at the end"))
+    t = sc["tap"]
+    out.append((f"tap replay of the whole log (sbx tap --since 0 --once){tag}", t["events"],
+                fmt(t["per_s"], " events/s", 0), f"{t['seconds']:.1f} s", "—", "—", "—"))
+    br, bp = sc["billing_restart"], sc["billing_replay"]
+    log = f", a log of {br['log_events']:,} events" if br.get("log_events") else (
+        f", a log of ≈ {after['last_seq']:,} events")
+    out.append((f"billing catch-up after a restart, {br['behind']:,} events behind{log}{tag}", 1,
+                fmt(br["seconds"], " s", 1), f"{fmt(br['behind'] / br['seconds'], ' events/s', 0)}",
+                "—", "—", "—"))
+    out.append((f"billing from an empty billing.db: the whole log{tag}", bp["events"],
+                fmt(bp["seconds"], " s", 1), fmt(bp["per_s"], " events/s", 0), "—", "—", "—"))
+    out.append((f"database files at the end{tag}", 1, ", ".join(
         f"{n} {v:.0f} MiB" for n, v in sc["files_mib"].items()), "—", "—", "—", "—"))
     return out
 
@@ -1336,6 +1406,10 @@ KEEP_PARTS = {"files": ("raw_bigout", "raw_write", "raw_read", "mcp_bigout", "mc
               "wallet": ("wallet",)}
 
 
+SCALE_EVENT_KEYS = ("load", "billing_lag_s", "tap", "billing_restart", "billing_replay",
+                    "after", "files_mib")
+
+
 def keep_rows(res, kept_path, cmdline, parts):
     """The rows of a run of some parts alone over an earlier run's results (kept_path):
     the merged results and the command line for the doc's header."""
@@ -1345,7 +1419,23 @@ def keep_rows(res, kept_path, cmdline, parts):
     run_keys = [k for k in res if k.startswith(prefixes)]
     only = ",".join(sorted(parts))
     cmdline += f" --only {only} --keep {os.path.relpath(kept_path, ROOT)}"
+    if "scale" in parts and os.environ.get("BENCH_SCALE_EVENTS") == "0":
+        cmdline = "BENCH_SCALE_EVENTS=0 " + cmdline
+    old_scale = kept.get("scale")
     kept.update({k: res[k] for k in run_keys})
+    new_scale = kept.get("scale")
+    if new_scale is not old_scale and new_scale.get("events_skipped") and old_scale and \
+            old_scale.get("tap"):
+        # A scale run without the events (BENCH_SCALE_EVENTS=0): those rows stay the kept
+        # run's, named as such.
+        for k in SCALE_EVENT_KEYS:
+            if k in old_scale:
+                new_scale[k] = old_scale[k]
+        new_scale["events_from"] = old_scale.get("events_from") or next(
+            (p["started"] for p in reversed(kept.get("partial", [])) if "scale" in p["parts"]),
+            kept.get("started"))
+        new_scale["events_at10"] = {k: old_scale["at10"][k] for k in ("memory", "idle_cpu",
+                                                                      "records")}
     kept.setdefault("partial", []).append(
         {"parts": only, "started": res["started"], "source": res.get("source", ""),
          "load": res["load"], "cmdline": cmdline})

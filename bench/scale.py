@@ -25,6 +25,12 @@ import bench as B
 
 ACCOUNTS = 100
 RECORDS = 10000
+EVENTS = {False: 1_000_000, True: 100_000}  # by --quick
+BEHIND = {False: 50_000, True: 10_000}
+# BENCH_SCALE_EVENTS=0: the figures at 12 and 10,000 records only, without the million
+# events (an hour of fsyncs when the disk is shared and busy); with --keep, the rows of
+# the events come from the kept run, labelled with its date (bench.py, keep_rows).
+WITH_EVENTS = os.environ.get("BENCH_SCALE_EVENTS", "1") != "0"
 
 
 def ctlload(bdir, ep, op, count, inflight, infile, outfile=None, limit=None):
@@ -55,6 +61,35 @@ def wrk_get(port, key, path, conns, seconds):
     r["p99_ms"] = r["p99_us"] / 1000
     B.log(f"wrk GET {path} c={conns}: {r['rps']:.0f}/s p99 {r['p99_us']} us")
     return r
+
+
+def smaps_groups(pid):
+    """A daemon's PSS (MiB) by kind of mapping, from /proc/PID/smaps: [heap] (malloc's
+    main arena: the main thread's), other anonymous memory (the other threads' malloc
+    arenas, where the broker's loop, a zactor thread, keeps SQLite's page cache and its
+    messages; stacks; large mallocs), the SQLite WAL indexes (*-shm), the program and its
+    libraries (shared: their PSS moves with who else maps them), other files."""
+    groups, name = {}, None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if not parts:
+                continue
+            if not parts[0].endswith(":") or "-" in parts[0]:
+                path = parts[5] if len(parts) > 5 else ""
+                if path == "[heap]":
+                    name = "heap"
+                elif path.endswith("-shm"):
+                    name = "WAL index (-shm)"
+                elif path.startswith("/") and (".so" in path or os.access(path, os.X_OK)):
+                    name = "program and libraries"
+                elif path.startswith("/"):
+                    name = "other files"
+                else:
+                    name = "other anonymous"
+            elif parts[0] == "Pss:" and name:
+                groups[name] = groups.get(name, 0) + int(parts[1]) / 1024
+    return groups
 
 
 class Scale:
@@ -177,31 +212,39 @@ class Scale:
         m["runs"] = runs
         return m
 
-    def measure(self, label, n_get, n_list, n_create, wrk_s, repeats=3):
-        """The figures at the current record count (creates add repeats × n_create
-        records). The list is account 0's first page of 10: at 12 records it holds those
-        10, at 10,000 its hundredth."""
-        m = {"records": self.records(), "settle_s": self.settle()}
+    def measure_begin(self):
         with open(self.path("ids")) as f:
             account, sb = f.readline().split()
-        key = dict(self.accounts)[account]
-        runs = {k: [] for k in ("get", "list", "create", "rest_get", "rest_list")}
-        for _ in range(repeats):
-            runs["get"].append(ctlload(self.bdir, self.ep, "get", n_get, 16, self.path("ids")))
-            runs["list"].append(ctlload(self.bdir, self.ep, "list", n_list, 16,
-                                        self.path("account0"), limit=10))
-            runs["create"].append(ctlload(self.bdir, self.ep, "create", n_create, 16,
-                                          self.path("accounts"), self.path("new")))
-            with open(self.path("new")) as f, open(self.path("ids"), "a") as out:
-                out.write(f.read())
-            self.settle()
-            runs["rest_get"].append(wrk_get(self.sbx.port, key, f"/v1/sandboxes/{sb}", 8, wrk_s))
-            runs["rest_list"].append(wrk_get(self.sbx.port, key, "/v1/sandboxes?limit=10", 8,
-                                             wrk_s))
-        for k, rs in runs.items():
+        self.m = {"records": self.records(), "settle_s": self.settle(), "account": account,
+                  "sandbox": sb, "runs": {k: [] for k in ("get", "list", "create", "rest_get",
+                                                          "rest_list")}}
+
+    def measure_round(self, n_get, n_list, n_create, wrk_s):
+        """One run of each figure at the current record count (creates add n_create
+        records). The list is account 0's first page of 10: at 12 records it holds those
+        10, at 10,000 its hundredth."""
+        runs, key = self.m["runs"], dict(self.accounts)[self.m["account"]]
+        self.settle()
+        runs["get"].append(ctlload(self.bdir, self.ep, "get", n_get, 16, self.path("ids")))
+        runs["list"].append(ctlload(self.bdir, self.ep, "list", n_list, 16,
+                                    self.path("account0"), limit=10))
+        runs["create"].append(ctlload(self.bdir, self.ep, "create", n_create, 16,
+                                      self.path("accounts"), self.path("new")))
+        with open(self.path("new")) as f, open(self.path("ids"), "a") as out:
+            out.write(f.read())
+        self.settle()
+        sb = self.m["sandbox"]
+        runs["rest_get"].append(wrk_get(self.sbx.port, key, f"/v1/sandboxes/{sb}", 8, wrk_s))
+        runs["rest_list"].append(wrk_get(self.sbx.port, key, "/v1/sandboxes?limit=10", 8,
+                                         wrk_s))
+
+    def measure_end(self, label):
+        m = {"records": self.m["records"], "settle_s": self.m["settle_s"]}
+        for k, rs in self.m["runs"].items():
             m[k] = self.median_of(rs, "rps" if k.startswith("rest") else "per_s")
         m["records_after"] = self.records()
         m["memory"] = self.memory()
+        m["broker_maps"] = smaps_groups(self.pids()["sbx-broker"])
         m["idle_cpu"] = self.idle_cpu(10 if self.quick else 20)
         m["last_seq"] = self.last_seq()
         B.log(f"at {label}: {m['records']} records, {m['last_seq']} events, memory "
@@ -219,15 +262,31 @@ class Scale:
         r["events_per_s"] = r["events"] / (time.monotonic() - t0)
         return r
 
-    def run(self, res):
+    def run(self, res, base):
+        """base: a second sbx up (its own data directory), kept at 12 records: each
+        figure's runs at 10,000 alternate with the same runs at 12, so that the load of
+        the moment on this shared machine weighs on both alike."""
         q = self.quick
-        self.setup()
+        for s in (base, self):
+            s.setup()
+            s.grow(12, "account0")
         out = {"accounts": ACCOUNTS, "real_guests": len(self.real)}
-        self.grow(12, "account0")
-        out["at10"] = self.measure("12", 10000, 3000, 150, 3)
         out["fill"] = self.grow(RECORDS)
-        out["at10k"] = self.measure("10,000", 10000, 3000, 150, 3)
-        events = 100_000 if q else 1_000_000
+        base.measure_begin()
+        self.measure_begin()
+        for _ in range(3):
+            for s in (base, self):
+                s.measure_round(30000, 20000, 150, 3)
+        out["at10"] = base.measure_end("12")
+        out["at10k"] = self.measure_end("10,000")
+        # base stays up (idle) to the end: a daemon's PSS counts its share of the pages it
+        # maps with others (libraries), so the figures after the events are taken with the
+        # same processes around as those at 12.
+        if not WITH_EVENTS:
+            out["events_skipped"] = True
+            res["scale"] = out
+            return
+        events = EVENTS[q]
         out["load"] = self.cycles(events)
         out["billing_lag_s"] = self.settle()
         # The tap's replay: every event from seq 0, as a new consumer reads it.
@@ -238,7 +297,7 @@ class Scale:
         out["tap"]["per_s"] = lines / out["tap"]["seconds"]
         B.log(f"tap replay: {lines} events in {out['tap']['seconds']:.1f} s")
         # Billing after a restart, behind by a stretch of the log.
-        behind = 10_000 if q else 50_000
+        behind = BEHIND[q]
         pid = self.pids()["sbx-billing"]
         applied = self.billing_seq()
         os.kill(pid, signal.SIGSTOP)
@@ -250,7 +309,8 @@ class Scale:
         target = self.last_seq()
         t0 = time.monotonic()
         self.wait_billing(target)
-        out["billing_restart"] = {"behind": target - applied, "seconds": time.monotonic() - t0}
+        out["billing_restart"] = {"behind": target - applied, "seconds": time.monotonic() - t0,
+                                  "log_events": target}
         B.log(f"billing restarted {target - applied} events behind: caught up in "
               f"{out['billing_restart']['seconds']:.1f} s")
         # Billing from nothing: its database gone, it replays the whole log.
@@ -270,7 +330,8 @@ class Scale:
         B.log(f"billing from an empty database: {target} events in "
               f"{out['billing_replay']['seconds']:.1f} s")
         out["after"] = {"records": self.records(), "last_seq": self.last_seq(),
-                        "memory": self.memory(), "idle_cpu": self.idle_cpu(10 if q else 20)}
+                        "memory": self.memory(), "idle_cpu": self.idle_cpu(10 if q else 20),
+                        "broker_maps": smaps_groups(self.pids()["sbx-broker"])}
         out["files_mib"] = {n: os.path.getsize(os.path.join(self.sbx.dir, d, n)) / B.MiB
                             for d, n in (("broker", "control.db"), ("billing", "billing.db"))}
         segdir = os.path.join(self.sbx.dir, "broker", "events")
@@ -287,8 +348,12 @@ class Scale:
 
 
 def part_scale(bdir, quick, res):
-    s = Scale(bdir, quick)
+    s = base = None
     try:
-        s.run(res)
+        base = Scale(bdir, quick)
+        s = Scale(bdir, quick)
+        s.run(res, base)
     finally:
-        s.close()
+        for x in (base, s):
+            if x:
+                x.close()

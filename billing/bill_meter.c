@@ -447,9 +447,21 @@ static int s_usage_totals (bill_meter_t *self, const char *account, const sbx_st
     return 0;
 }
 
+static sbx_msg_t *s_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t now_ms);
+
 sbx_msg_t *bill_meter_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t now_ms)
 {
     assert (self && request && request->type == SBX_MSG_USAGE_GET);
+    //  The answer's reads in one read transaction: one snapshot, and the file locks taken
+    //  once, not by each of its statements (a list's page: two a sandbox).
+    int opened = bill_store_read_begin (self->store);
+    sbx_msg_t *reply = s_usage (self, request, now_ms);
+    bill_store_read_end (self->store, opened);
+    return reply;
+}
+
+static sbx_msg_t *s_usage (bill_meter_t *self, sbx_msg_t *request, uint64_t now_ms)
+{
     sbx_usage_get_t *args = sbx_msg_usage_get (request);
     char *email = NULL;
     char *account = bill_store_account_resolve (self->store, args->account, &email);

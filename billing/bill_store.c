@@ -312,6 +312,17 @@ int bill_store_rollback (bill_store_t *self)
     return self ? sbx_db_rollback (self->db) : -1;
 }
 
+int bill_store_read_begin (bill_store_t *self)
+{
+    return self ? sbx_db_read_begin (self->db) : 0;
+}
+
+void bill_store_read_end (bill_store_t *self, int opened)
+{
+    if (self)
+        sbx_db_read_end (self->db, opened);
+}
+
 //  --------------------------------------------------------------------------
 //  Last applied seq
 

@@ -89,6 +89,9 @@ int bill_store_schema_version (bill_store_t *self);
 int bill_store_begin (bill_store_t *self);
 int bill_store_commit (bill_store_t *self);
 int bill_store_rollback (bill_store_t *self);
+//  A run of reads in one read transaction (sbx_db_read_begin / sbx_db_read_end).
+int bill_store_read_begin (bill_store_t *self);
+void bill_store_read_end (bill_store_t *self, int opened);
 
 //  The seq of the last event applied (0 for none).
 uint64_t bill_store_last_seq (bill_store_t *self);

@@ -765,11 +765,17 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
     if (!peer && msg->type != SBX_MSG_PEER_BYE)
         peer = s_revive (self, address); //  (a displaced worker that leaves just goes)
     sbx_msg_t *reply = NULL;
+    //  sandbox.get and sandbox.list only read: their statements, the check below's too,
+    //  in one read transaction rather than one each (each takes and drops the file locks).
+    int reading = msg->type == SBX_MSG_SANDBOX_GET || msg->type == SBX_MSG_SANDBOX_LIST
+                      ? brk_store_read_begin (self->store)
+                      : 0;
     //  A disabled (or deleted) account acts no more, whatever a gateway still holds of its
     //  credentials: the broker has the last word on every request such a caller makes.
     if (s_user_caller (msg->caller) && !sbx_msg_type_is_reply (msg->type)) {
         reply = brk_accounts_refuse_disabled (&self->ctx, msg->caller->account_id, msg->rid);
         if (reply) {
+            brk_store_read_end (self->store, reading);
             s_send (self, address, &reply);
             return;
         }
@@ -906,9 +912,11 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
         break;
     case SBX_MSG_SANDBOX_GET:
         reply = brk_sandbox_get (&self->ctx, msg);
+        brk_store_read_end (self->store, reading);
         break;
     case SBX_MSG_SANDBOX_LIST:
         reply = brk_sandbox_list (&self->ctx, msg);
+        brk_store_read_end (self->store, reading);
         break;
     case SBX_MSG_SANDBOX_STOP:
     case SBX_MSG_SANDBOX_RESUME:

@@ -576,6 +576,17 @@ int brk_store_rollback (brk_store_t *self)
     return self ? sbx_db_rollback (self->db) : -1;
 }
 
+int brk_store_read_begin (brk_store_t *self)
+{
+    return self ? sbx_db_read_begin (self->db) : 0;
+}
+
+void brk_store_read_end (brk_store_t *self, int opened)
+{
+    if (self)
+        sbx_db_read_end (self->db, opened);
+}
+
 bool brk_store_in_transaction (brk_store_t *self)
 {
     return self && sbx_db_in_transaction (self->db);

@@ -163,6 +163,9 @@ int brk_store_commit (brk_store_t *self);
 
 //  Returns 0, or -1 when no transaction is open.
 int brk_store_rollback (brk_store_t *self);
+//  A run of reads in one read transaction (sbx_db_read_begin / sbx_db_read_end).
+int brk_store_read_begin (brk_store_t *self);
+void brk_store_read_end (brk_store_t *self, int opened);
 
 //  True between brk_store_begin and commit/rollback.
 bool brk_store_in_transaction (brk_store_t *self);

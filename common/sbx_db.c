@@ -19,7 +19,8 @@
 //  wedged peer shows up as an error rather than a hung daemon.
 #define BUSY_TIMEOUT_MS 5000
 
-const char *sbx_db_tx_sql[SBX_DB_TX_COUNT] = {"BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"};
+const char *sbx_db_tx_sql[SBX_DB_TX_COUNT] = {"BEGIN IMMEDIATE", "COMMIT", "ROLLBACK",
+                                              "BEGIN DEFERRED"};
 
 //  --------------------------------------------------------------------------
 //  Helpers
@@ -441,6 +442,19 @@ int sbx_db_commit (sbx_db_t *self)
 int sbx_db_rollback (sbx_db_t *self)
 {
     return sbx_db_in_transaction (self) ? s_tx (self, SBX_DB_TX_ROLLBACK, "rollback") : -1;
+}
+
+int sbx_db_read_begin (sbx_db_t *self)
+{
+    if (!self || self->cluster || sbx_db_in_transaction (self))
+        return 0;
+    return s_tx (self, SBX_DB_TX_BEGIN_READ, "begin read") == 0 ? 1 : -1;
+}
+
+void sbx_db_read_end (sbx_db_t *self, int opened)
+{
+    if (opened == 1 && sbx_db_in_transaction (self))
+        s_tx (self, SBX_DB_TX_COMMIT, "end read");
 }
 
 //  --------------------------------------------------------------------------
@@ -947,6 +961,30 @@ void sbx_db_test (bool verbose)
     assert (streq (item.id, "a") && item.size == 10 && !item.note);
     free (item.id);
     assert (s_test_find (db, "b", &item) == 1 && !item.id);
+
+    //  A read transaction: one snapshot for its reads (another connection's write is
+    //  seen after it ends, not inside); none opened inside a transaction.
+    int opened = sbx_db_read_begin (db);
+    assert (opened == 1 && sbx_db_in_transaction (db));
+    assert (s_test_find (db, "a", &item) == 0);
+    free (item.id);
+    sqlite3 *writer = NULL;
+    assert (sqlite3_open (path, &writer) == SQLITE_OK);
+    assert (sqlite3_exec (writer, "INSERT INTO items (id, size) VALUES ('e', 50)", NULL, NULL,
+                          NULL) == SQLITE_OK);
+    assert (s_test_find (db, "e", &item) == 1);
+    sbx_db_read_end (db, opened);
+    assert (!sbx_db_in_transaction (db));
+    assert (s_test_find (db, "e", &item) == 0 && item.size == 50);
+    free (item.id);
+    assert (sqlite3_exec (writer, "DELETE FROM items WHERE id = 'e'", NULL, NULL, NULL) ==
+            SQLITE_OK);
+    sqlite3_close (writer);
+    assert (sbx_db_begin (db) == 0);
+    assert (sbx_db_read_begin (db) == 0);
+    sbx_db_read_end (db, 0);
+    assert (sbx_db_in_transaction (db) && sbx_db_rollback (db) == 0);
+    assert (sbx_db_read_begin (NULL) == 0);
 
     //  Closed inside a transaction: rolled back.
     assert (sbx_db_begin (db) == 0);

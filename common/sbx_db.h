@@ -120,8 +120,17 @@ int sbx_db_begin (sbx_db_t *self);
 int sbx_db_commit (sbx_db_t *self);
 //  0, or -1 when none is open.
 int sbx_db_rollback (sbx_db_t *self);
-//  True between begin and commit/rollback.
+//  True between begin and commit/rollback (and sbx_db_read_begin and sbx_db_read_end).
 bool sbx_db_in_transaction (sbx_db_t *self);
+//  One read transaction for a run of reads (a request that only reads): its statements
+//  share one snapshot, and SQLite takes the file locks once (BEGIN DEFERRED) instead of
+//  for each statement, which takes and drops them (four fcntl calls a statement). 1 when
+//  one was opened, 0 when there is none to open (inside a transaction already, or a
+//  cluster store, whose statements go to the leader one at a time), -1 when it failed
+//  (logged; the reads then run one by one as before). Nothing may write inside it.
+int sbx_db_read_begin (sbx_db_t *self);
+//  Ends the read transaction that sbx_db_read_begin opened (opened: what it returned).
+void sbx_db_read_end (sbx_db_t *self, int opened);
 //  True inside a transaction; else warns "<what> outside a transaction refused".
 bool sbx_db_require_transaction (sbx_db_t *self, const char *what);
 

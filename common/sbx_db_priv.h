@@ -6,8 +6,14 @@
 
 #include "sbx_db.h"
 
-//  The transaction statements, prepared after the store's own.
-enum { SBX_DB_TX_BEGIN, SBX_DB_TX_COMMIT, SBX_DB_TX_ROLLBACK, SBX_DB_TX_COUNT };
+//  The transaction statements, prepared after the store's own (BEGIN_READ: SQLite only).
+enum {
+    SBX_DB_TX_BEGIN,
+    SBX_DB_TX_COMMIT,
+    SBX_DB_TX_ROLLBACK,
+    SBX_DB_TX_BEGIN_READ,
+    SBX_DB_TX_COUNT
+};
 extern const char *sbx_db_tx_sql[SBX_DB_TX_COUNT];
 
 struct _sbx_stmt_t {
