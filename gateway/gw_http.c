@@ -40,6 +40,7 @@
 #include "sbx_idmap.h"
 #include "sbx_log.h"
 #include "sbx_metrics.h"
+#include "sbx_xfer.h"
 
 #include <microhttpd.h>
 
@@ -654,6 +655,7 @@ static enum MHD_Result s_access (void *cls, struct MHD_Connection *conn, const c
                 req->body = malloc ((size_t) declared + 1);
                 if (!req->body)
                     return MHD_NO;
+                sbx_xfer_advise_huge (req->body, (size_t) declared + 1);
                 req->body_cap = (size_t) declared + 1;
             }
         }
