@@ -299,6 +299,12 @@ int64_t sbx_xfer_fix (sbx_xfer_t *self)
     return (int64_t) self->end;
 }
 
+size_t sbx_xfer_expected (sbx_xfer_t *self)
+{
+    assert (self);
+    return self->write ? 0 : self->target;
+}
+
 size_t sbx_xfer_ready (sbx_xfer_t *self)
 {
     assert (self);

@@ -67,6 +67,9 @@ sbx_msg_t *sbx_xfer_cut (sbx_xfer_t *self);
 //  transfer failed).
 int64_t sbx_xfer_fix (sbx_xfer_t *self);
 
+//  A read: the file's size as the agent said it last (0 before the first answer).
+size_t sbx_xfer_expected (sbx_xfer_t *self);
+
 //  A read's bytes from the start that are all in, with no chunk missing: what may be
 //  passed on before the transfer is done (sbx_xfer_data holds them; the pointer may
 //  change after the next sbx_xfer_take).

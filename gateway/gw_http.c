@@ -156,7 +156,8 @@ struct gw_request_t {
     //  Streaming
     bool streaming;
     bool stream_eof;
-    bool want_drain; //  a write was refused: drain callback when there is room
+    bool stream_failed; //  gw_request_stream_fail: the body ends with an error
+    bool want_drain;    //  a write was refused: drain callback when there is room
     byte *sbuf;
     size_t shead; //  unread data is sbuf [shead .. shead + sused)
     size_t sused;
@@ -1262,7 +1263,7 @@ static ssize_t s_stream_read (void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void) pos;
     gw_request_t *req = cls;
-    if (req->gone)
+    if (req->gone || req->stream_failed)
         return MHD_CONTENT_READER_END_WITH_ERROR;
     if (req->sused > 0) {
         size_t n = req->sused < max ? req->sused : max;
@@ -1284,15 +1285,15 @@ static ssize_t s_stream_read (void *cls, uint64_t pos, char *buf, size_t max)
     return 0;
 }
 
-int gw_request_stream_start (gw_request_t *req, int status, const char *content_type)
+static int s_stream_start (gw_request_t *req, int status, const char *content_type, uint64_t size)
 {
     assert (req);
     if (!s_can_answer (req) || req->gone || status < 200 || status > 599)
         return -1;
     req->sbuf = malloc (req->server->stream_buffer);
     struct MHD_Response *response =
-        req->sbuf ? MHD_create_response_from_callback (MHD_SIZE_UNKNOWN, GW_HTTP_STREAM_BLOCK,
-                                                       s_stream_read, req, NULL)
+        req->sbuf ? MHD_create_response_from_callback (size, GW_HTTP_STREAM_BLOCK, s_stream_read,
+                                                       req, NULL)
                   : NULL;
     if (!response || s_apply_headers (req, response, content_type) != 0) {
         if (response)
@@ -1301,6 +1302,17 @@ int gw_request_stream_start (gw_request_t *req, int status, const char *content_
     }
     req->streaming = true;
     return s_answer (req, response, status);
+}
+
+int gw_request_stream_start (gw_request_t *req, int status, const char *content_type)
+{
+    return s_stream_start (req, status, content_type, MHD_SIZE_UNKNOWN);
+}
+
+int gw_request_stream_start_sized (gw_request_t *req, int status, const char *content_type,
+                                   uint64_t size)
+{
+    return size == MHD_SIZE_UNKNOWN ? -1 : s_stream_start (req, status, content_type, size);
 }
 
 int gw_request_stream_write (gw_request_t *req, const void *data, size_t size)
@@ -1331,6 +1343,15 @@ size_t gw_request_stream_space (gw_request_t *req)
     if (!req->owned || !req->streaming || req->stream_eof || req->gone)
         return 0;
     return req->server->stream_buffer - req->sused;
+}
+
+int gw_request_stream_fail (gw_request_t *req)
+{
+    assert (req);
+    if (!req->owned || !req->streaming)
+        return -1;
+    req->stream_failed = true; //  MHD closes the connection, the body short
+    return gw_request_stream_end (req);
 }
 
 int gw_request_stream_end (gw_request_t *req)
