@@ -276,6 +276,12 @@ static s_server_t *s_server_new (sbx_config_t *config, const brk_server_args_t *
     return self;
 }
 
+static void s_free_sent (void *data, void *hint)
+{
+    (void) hint;
+    free (data);
+}
+
 //  Sends a message to one peer. A peer that went away meanwhile is not an error worth
 //  more than a debug line: its requests die with it. An error of the broker's own is
 //  counted (sbx_errors_total); one it passes on from a worker was counted there.
@@ -294,13 +300,21 @@ static void s_send_ex (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p, b
         sbx_error ("rid=%llu cannot encode %s: %s", (unsigned long long) msg->rid,
                    sbx_msg_type_name (msg->type), err.message);
     else {
-        zmsg_t *out = zmsg_new ();
-        zmsg_append (out, &(zframe_t *){zframe_dup (address)});
-        zmsg_addmem (out, data, size);
-        if (zmsg_send (&out, self->router))
+        //  The bytes are handed to ZeroMQ, not copied (zmsg_addmem's copy and the page
+        //  faults of its fresh buffer were a quarter of the broker's CPU in a 10 MiB PUT).
+        void *router = zsock_resolve (self->router);
+        zmq_msg_t part;
+        bool sent = false;
+        if (zmq_msg_init_data (&part, data, size, s_free_sent, NULL) == 0) {
+            data = NULL; //  ZeroMQ's now: freed once sent, or by the close below
+            if (zmq_send (router, zframe_data (address), zframe_size (address), ZMQ_SNDMORE) >= 0)
+                sent = zmq_msg_send (&part, router, 0) >= 0;
+            if (!sent)
+                zmq_msg_close (&part);
+        }
+        if (!sent)
             sbx_debug ("rid=%llu %s not delivered: peer gone or full",
                        (unsigned long long) msg->rid, sbx_msg_type_name (msg->type));
-        zmsg_destroy (&out);
     }
     free (data);
     sbx_msg_destroy (msg_p);

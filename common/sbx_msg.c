@@ -1568,6 +1568,44 @@ sbx_msg_t *sbx_msg_decode (const uint8_t *data, size_t size, sbx_err_t *err)
     return self;
 }
 
+int sbx_msg_peek_type (const uint8_t *data, size_t size, sbx_msg_type_t *type_p, sbx_err_t *err)
+{
+    assert (type_p);
+    s_err_reset (err);
+    if (!data && size)
+        return sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "no frame");
+    if (s_prevalidate (data, size, err))
+        return -1;
+    msgpack_zone zone;
+    if (!msgpack_zone_init (&zone, 2048))
+        return sbx_err_set (err, SBX_E_INTERNAL, "out of memory");
+    //  msgpack_unpack refers to the frame's strings and bins in place.
+    msgpack_object object;
+    size_t offset = 0;
+    msgpack_unpack_return rc = msgpack_unpack ((const char *) data, size, &offset, &zone, &object);
+    int type = -1;
+    if (rc == MSGPACK_UNPACK_SUCCESS && object.type == MSGPACK_OBJECT_MAP) {
+        for (uint32_t k = 0; k < object.via.map.size; k++) {
+            const msgpack_object_kv *kv = &object.via.map.ptr[k];
+            if (kv->key.type == MSGPACK_OBJECT_STR && s_key_is (&kv->key, "type") &&
+                kv->val.type == MSGPACK_OBJECT_STR) {
+                type = s_type_lookup (kv->val.via.str.ptr, kv->val.via.str.size);
+                break;
+            }
+        }
+        if (type < 0)
+            sbx_err_set (err, SBX_E_INVALID_ARGUMENT, "frame has no known 'type'");
+    } else
+        sbx_err_set (
+            err, rc == MSGPACK_UNPACK_NOMEM_ERROR ? SBX_E_INTERNAL : SBX_E_INVALID_ARGUMENT,
+            rc == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory" : "frame is not a msgpack map");
+    msgpack_zone_destroy (&zone);
+    if (type < 0)
+        return -1;
+    *type_p = (sbx_msg_type_t) type;
+    return 0;
+}
+
 //  --------------------------------------------------------------------------------------
 //  Replies
 

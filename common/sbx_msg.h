@@ -79,6 +79,13 @@ int sbx_msg_encode (const sbx_msg_t *self, uint8_t **data_p, size_t *size_p, sbx
 //  server can still answer the request it could not understand.
 sbx_msg_t *sbx_msg_decode (const uint8_t *data, size_t size, sbx_err_t *err);
 
+//  The type of a frame, without decoding its body (nothing is copied: a relay that
+//  only needs the type, such as the broker checking an agent request it passes on,
+//  need not copy a 1 MiB file chunk for it). 0, or -1 with err as sbx_msg_decode
+//  would set it for a frame that is malformed or has no known type; the body is not
+//  checked (whoever decodes the message checks it).
+int sbx_msg_peek_type (const uint8_t *data, size_t size, sbx_msg_type_t *type_p, sbx_err_t *err);
+
 //  Creates the error reply to a request: type error, same rid, code and message.
 sbx_msg_t *sbx_msg_new_error (uint64_t rid, sbx_code_t code, const char *format, ...)
     __attribute__ ((format (printf, 3, 4)));

@@ -221,4 +221,25 @@ void sbx_msg_test (bool verbose)
         }
     }
     assert (sbx_msg_body_to_json (NULL) == NULL);
+
+    //  The type of every message, peeked without decoding; malformed frames refused.
+    seed = 0x9ee4ull;
+    for (int t = 1; t < SBX_MSG__COUNT; t++) {
+        msg = sbx_meta_random_msg ((sbx_msg_type_t) t, true, &seed);
+        uint8_t *data;
+        size_t size;
+        assert (msg && sbx_msg_encode (msg, &data, &size, NULL) == 0);
+        sbx_msg_type_t type = SBX_MSG__UNKNOWN;
+        assert (sbx_msg_peek_type (data, size, &type, NULL) == 0 && type == (sbx_msg_type_t) t);
+        sbx_err_t err;
+        assert (sbx_msg_peek_type (data, size - 1, &type, &err) == -1); //  truncated
+        assert (err.code == SBX_E_INVALID_ARGUMENT);
+        free (data);
+        sbx_msg_destroy (&msg);
+    }
+    sbx_msg_type_t type;
+    sbx_err_t err;
+    assert (sbx_msg_peek_type ((const uint8_t *) "\x81\xa4type\xa3nop", 10, &type, &err) == -1);
+    assert (err.code == SBX_E_INVALID_ARGUMENT && strstr (err.message, "no known 'type'"));
+    assert (sbx_msg_peek_type ((const uint8_t *) "\x01", 1, &type, &err) == -1);
 }

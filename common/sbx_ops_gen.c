@@ -787,7 +787,8 @@ const char sbx_ops_tools_json[] =
     "commands\",\"readOnlyHint\":true}},"
     //  read_file
     "{\"name\":\"read_file\",\"title\":\"Read file\",\"description\":\"Read a file of the "
-    "sandbox (up to 16 MiB): as text, or base64 with encoding base64 for binary files.\","
+    "sandbox (up to 16 MiB): as text, or base64 with encoding base64 for binary files (over "
+    "48 KiB, the base64 is in structuredContent.content only, not in the text).\","
     "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\","
     "\"pattern\":\"^/\",\"description\":\"Absolute path in the sandbox.\"},"
     "\"encoding\":{\"type\":\"string\",\"enum\":[\"utf-8\",\"base64\"],\"description\":\"utf-8 "

@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <stdarg.h>
+#include <sys/mman.h>
 
 struct sbx_xfer_t {
     bool write;
@@ -18,6 +19,8 @@ struct sbx_xfer_t {
     uint32_t acked;                   //  write: bit i, chunk i answered
     size_t target;                    //  read: the file's size as last said
     size_t end;                       //  read: where it ends (SIZE_MAX: not known yet)
+    uint32_t got;                     //  read: bit i, the chunk at i MiB taken
+    bool fixed;                       //  read: ends at the size first said (sbx_xfer_fix)
     bool done, failed;
 };
 
@@ -32,6 +35,20 @@ static sbx_xfer_t *s_new (const char *path, bool write)
     if (!self->path)
         sbx_xfer_destroy (&self);
     return self;
+}
+
+void sbx_xfer_advise_huge (void *data, size_t size)
+{
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = 2 * 1024 * 1024;
+    uintptr_t from = ((uintptr_t) data + huge - 1) & ~(huge - 1);
+    uintptr_t to = ((uintptr_t) data + size) & ~(huge - 1);
+    if (data && to > from)
+        (void) madvise ((void *) from, to - from, MADV_HUGEPAGE); //  a hint: failure is fine
+#else
+    (void) data;
+    (void) size;
+#endif
 }
 
 sbx_xfer_t *sbx_xfer_new_read (const char *path)
@@ -51,6 +68,7 @@ sbx_xfer_t *sbx_xfer_new_write (const char *path, const void *data, size_t size,
         sbx_xfer_destroy (&self);
         return NULL;
     }
+    sbx_xfer_advise_huge (self->data, size + 1);
     if (size)
         memcpy (self->data, data, size);
     self->size = size;
@@ -98,6 +116,8 @@ static int64_t s_plan (sbx_xfer_t *self)
         return -1;
     if (self->write)
         return self->planned < self->size ? (int64_t) self->planned : -1;
+    if (self->fixed)
+        return self->planned < self->end ? (int64_t) self->planned : -1;
     if (self->end != SIZE_MAX)
         return -1;
     //  Up to the size the agent said; past it one chunk at a time (a file that grows, a
@@ -159,15 +179,18 @@ static int s_fail (sbx_xfer_t *self, sbx_code_t *code, sbx_code_t value, char *w
 static int s_take_read (sbx_xfer_t *self, uint64_t offset, const sbx_agent_file_read_ok_t *ok,
                         sbx_code_t *code, char *why, size_t why_size)
 {
-    size_t reach = (size_t) offset + ok->data.size;
-    if (ok->size > SBX_XFER_MAX || reach > SBX_XFER_MAX)
+    size_t n = ok->data.size;
+    if (self->fixed) //  nothing past the size fixed: a file that grew is read as it was
+        n = offset >= self->end ? 0 : (n < self->end - offset ? n : self->end - offset);
+    size_t reach = (size_t) offset + n;
+    if (!self->fixed && (ok->size > SBX_XFER_MAX || reach > SBX_XFER_MAX))
         return s_fail (self, code, SBX_E_TOO_LARGE, why, why_size,
                        "%.200s is %llu bytes; read_file returns at most %d MiB (use exec with "
                        "head, tail or split for larger files)",
                        self->path,
                        (unsigned long long) (ok->size > reach ? ok->size : (uint64_t) reach),
                        SBX_XFER_MAX / (1024 * 1024));
-    if (ok->size > self->target)
+    if (ok->size > self->target && !self->fixed)
         self->target = (size_t) ok->size;
     size_t want = (reach > self->target ? reach : self->target) + 1;
     if (want > self->cap) {
@@ -176,13 +199,21 @@ static int s_take_read (sbx_xfer_t *self, uint64_t offset, const sbx_agent_file_
             return s_fail (self, code, SBX_E_INTERNAL, why, why_size, "out of memory");
         self->data = grown;
         self->cap = want;
+        sbx_xfer_advise_huge (grown, want);
     }
-    if (ok->data.size)
-        memcpy (self->data + offset, ok->data.data, ok->data.size);
+    if (n)
+        memcpy (self->data + offset, ok->data.data, n);
     if (reach > self->size)
         self->size = reach;
-    if ((ok->eof || ok->data.size < SBX_XFER_CHUNK) && reach < self->end)
+    if (self->fixed) {
+        //  Short of the size fixed: the file shrank, and ends here.
+        size_t due = offset >= self->end ? 0 : self->end - offset;
+        if (n < (due < SBX_XFER_CHUNK ? due : SBX_XFER_CHUNK) && reach < self->end)
+            self->end = reach;
+    } else if ((ok->eof || ok->data.size < SBX_XFER_CHUNK) && reach < self->end)
         self->end = reach;
+    if (offset / SBX_XFER_CHUNK < 32 && offset % SBX_XFER_CHUNK == 0)
+        self->got |= 1u << (offset / SBX_XFER_CHUNK);
     return 0;
 }
 
@@ -214,7 +245,7 @@ int sbx_xfer_take (sbx_xfer_t *self, uint64_t offset, const sbx_msg_t *reply, sb
     if (self->in_flight == 0) {
         if (self->write)
             self->done = self->planned >= self->size;
-        else if (self->end != SIZE_MAX) {
+        else if (self->end != SIZE_MAX && (!self->fixed || self->planned >= self->end)) {
             self->done = true;
             self->size = self->end;
             if (!self->data)
@@ -250,6 +281,42 @@ sbx_msg_t *sbx_xfer_cut (sbx_xfer_t *self)
         m->truncate = true;
     }
     return msg;
+}
+
+int64_t sbx_xfer_fix (sbx_xfer_t *self)
+{
+    assert (self);
+    if (self->write || !self->first_done || self->failed || self->target > SBX_XFER_MAX)
+        return -1;
+    if (!self->fixed) {
+        self->fixed = true;
+        if (self->end == SIZE_MAX || self->end > self->target)
+            self->end = self->target;
+        //  Bytes past it, taken from chunks answered before, are not part of the file.
+        if (self->size > self->end)
+            self->size = self->end;
+    }
+    return (int64_t) self->end;
+}
+
+size_t sbx_xfer_expected (sbx_xfer_t *self)
+{
+    assert (self);
+    return self->write ? 0 : self->target;
+}
+
+size_t sbx_xfer_ready (sbx_xfer_t *self)
+{
+    assert (self);
+    if (self->write)
+        return 0;
+    size_t chunks = 0;
+    while (chunks < 32 && (self->got & (1u << chunks)))
+        chunks++;
+    size_t ready = chunks * SBX_XFER_CHUNK;
+    if (self->end != SIZE_MAX && ready > self->end)
+        ready = self->end;
+    return ready < self->size ? ready : self->size;
 }
 
 const uint8_t *sbx_xfer_data (sbx_xfer_t *self)
@@ -502,6 +569,56 @@ void sbx_xfer_test (bool verbose)
     }
     assert (sbx_xfer_size (xfer) == 2 * SBX_XFER_CHUNK + 5);
     assert (memcmp (sbx_xfer_data (xfer), file, 2 * SBX_XFER_CHUNK + 5) == 0);
+    sbx_xfer_destroy (&xfer);
+
+    //  Fixed at the first answer's size (REST streams it): the bytes ready from the start
+    //  grow as the chunks before them come, whatever the order; a file that grows is
+    //  read as it was.
+    xfer = sbx_xfer_new_read ("/root/big");
+    assert (sbx_xfer_fix (xfer) == -1); //  no answer yet
+    k = 0;
+    while ((msg = sbx_xfer_next (xfer, &at))) {
+        batch[k++] = at;
+        sbx_msg_destroy (&msg);
+    }
+    assert (k == SBX_XFER_WINDOW);
+    ok = s_read_ok (file, big, 0);
+    assert (sbx_xfer_take (xfer, 0, ok, &code, why, sizeof why) == 0);
+    sbx_msg_destroy (&ok);
+    assert (sbx_xfer_fix (xfer) == (int64_t) big && sbx_xfer_ready (xfer) == SBX_XFER_CHUNK);
+    for (int i = k - 1; i >= 1; i--) { //  the last first: nothing more ready until chunk 1
+        ok = s_read_ok (file, big + 2 * SBX_XFER_CHUNK, batch[i]); //  it grew meanwhile
+        assert (sbx_xfer_take (xfer, batch[i], ok, &code, why, sizeof why) == 0);
+        sbx_msg_destroy (&ok);
+        assert (sbx_xfer_ready (xfer) == (i == 1 ? (size_t) k * SBX_XFER_CHUNK : SBX_XFER_CHUNK));
+    }
+    while (!sbx_xfer_done (xfer)) {
+        msg = sbx_xfer_next (xfer, &at);
+        assert (msg && at < big);
+        sbx_msg_destroy (&msg);
+        ok = s_read_ok (file, big + 2 * SBX_XFER_CHUNK, at);
+        assert (sbx_xfer_take (xfer, at, ok, &code, why, sizeof why) == 0);
+        sbx_msg_destroy (&ok);
+    }
+    assert (sbx_xfer_size (xfer) == big && sbx_xfer_ready (xfer) == big);
+    assert (memcmp (sbx_xfer_data (xfer), file, big) == 0);
+    sbx_xfer_destroy (&xfer);
+    //  …and one that shrinks ends where the short answer says.
+    xfer = sbx_xfer_new_read ("/root/big");
+    msg = sbx_xfer_next (xfer, &at);
+    sbx_msg_destroy (&msg);
+    ok = s_read_ok (file, 3 * SBX_XFER_CHUNK, 0);
+    assert (sbx_xfer_take (xfer, 0, ok, &code, why, sizeof why) == 0);
+    sbx_msg_destroy (&ok);
+    assert (sbx_xfer_fix (xfer) == 3 * SBX_XFER_CHUNK);
+    while ((msg = sbx_xfer_next (xfer, &at))) {
+        sbx_msg_destroy (&msg);
+        ok = s_read_ok (file, 2 * SBX_XFER_CHUNK + 10, at);
+        assert (sbx_xfer_take (xfer, at, ok, &code, why, sizeof why) == 0);
+        sbx_msg_destroy (&ok);
+    }
+    assert (sbx_xfer_done (xfer) && sbx_xfer_size (xfer) == 2 * SBX_XFER_CHUNK + 10);
+    assert (sbx_xfer_ready (xfer) == 2 * SBX_XFER_CHUNK + 10);
     sbx_xfer_destroy (&xfer);
 
     //  A file over the limit is refused by its size.

@@ -60,6 +60,21 @@ bool sbx_xfer_done (sbx_xfer_t *self);
 //  may have been written).
 sbx_msg_t *sbx_xfer_cut (sbx_xfer_t *self);
 
+//  A read whose first answer is in: from now on it ends at the size that answer said
+//  (a file that grows meanwhile is read as it was at that size; one that shrinks ends
+//  where a short answer says), so that a door can promise that length before the rest
+//  comes (REST's GET streams). Returns that size, or -1 (a write, no answer yet, or the
+//  transfer failed).
+int64_t sbx_xfer_fix (sbx_xfer_t *self);
+
+//  A read: the file's size as the agent said it last (0 before the first answer).
+size_t sbx_xfer_expected (sbx_xfer_t *self);
+
+//  A read's bytes from the start that are all in, with no chunk missing: what may be
+//  passed on before the transfer is done (sbx_xfer_data holds them; the pointer may
+//  change after the next sbx_xfer_take).
+size_t sbx_xfer_ready (sbx_xfer_t *self);
+
 //  What was read (or is being written): the bytes, their count, the path.
 const uint8_t *sbx_xfer_data (sbx_xfer_t *self);
 size_t sbx_xfer_size (sbx_xfer_t *self);
@@ -67,6 +82,12 @@ const char *sbx_xfer_path (sbx_xfer_t *self);
 //  Takes the bytes read (malloc'd, one byte past them NUL), leaving none; *size_p their
 //  count.
 uint8_t *sbx_xfer_take_data (sbx_xfer_t *self, size_t *size_p);
+
+//  Asks the kernel for huge pages under the whole 2 MiB pages of a buffer of size bytes
+//  (malloc'd, not written yet): a file's 10 MiB buffers fault in 5 pages instead of
+//  2,560, which on a virtualised host were the largest item of the gateway's CPU
+//  (bench/notes.md). Transparent huge pages are "madvise" on Debian: nothing else asks.
+void sbx_xfer_advise_huge (void *data, size_t size);
 
 void sbx_xfer_test (bool verbose);
 

@@ -175,6 +175,11 @@ int gw_request_respond_take (gw_request_t *req, int status, const char *content_
 //  (-1: already answered, or the client is gone and the closed callback follows).
 int gw_request_stream_start (gw_request_t *req, int status, const char *content_type);
 
+//  The same with the body's length said (Content-Length, not chunked): the owner writes
+//  exactly size bytes, or ends with gw_request_stream_fail.
+int gw_request_stream_start_sized (gw_request_t *req, int status, const char *content_type,
+                                   uint64_t size);
+
 //  Queues a piece of the body (copied). Returns -1 and queues nothing when it does not
 //  fit in the buffer (see gw_request_stream_space; wait for the drain callback) or the
 //  client is gone (the closed callback follows). Returns 0 when queued.
@@ -185,6 +190,11 @@ size_t gw_request_stream_space (gw_request_t *req);
 
 //  Sets the callback told when a refused write may be retried.
 void gw_request_set_drain_fn (gw_request_t *req, gw_request_drain_fn *fn, void *arg);
+
+//  Ends a started body that cannot be completed (what was to follow failed): the
+//  connection is closed, so the client sees the body cut short, never a complete one;
+//  releases the request as gw_request_stream_end does.
+int gw_request_stream_fail (gw_request_t *req);
 
 //  Ends the body once the buffer is sent, and releases the request. Returns -1 if the
 //  stream was not started or was already cut.

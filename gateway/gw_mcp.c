@@ -2,6 +2,7 @@
 #include "gw_mcp.h"
 #include "gw_jsonload.h"
 #include "sbx_idmap.h"
+#include "sbx_xfer.h"
 #include "gw_auth.h"
 #include "gw_mcp_era.h"
 #include "gw_mcp_sessions.h"
@@ -348,6 +349,7 @@ static void s_put (s_buf_t *out, const char *data, size_t size)
         }
         out->data = grown;
         out->cap = cap;
+        sbx_xfer_advise_huge (grown, cap); //  a read_file's answer: megabytes
     }
     memcpy (out->data + out->size, data, size);
     out->size += size;

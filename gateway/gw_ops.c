@@ -46,6 +46,8 @@ struct s_call_t {
     uint64_t tick;                     //  get_sandbox: the read copy's drops when it began
     uint32_t deadline;                 //  each file chunk's
     uint64_t started_mono;
+    gw_ops_read_fn *on_read; //  gw_ops_follow_read
+    void *on_read_arg;
     gw_ops_done_fn *done;
     void *arg;
 };
@@ -281,8 +283,20 @@ static void s_on_chunk (sbx_msg_t *reply, sbx_code_t code, const char *message, 
         s_file_fail (call, code, message);
     else if (sbx_xfer_take (call->xfer, slot->offset, reply, &code, why, sizeof why))
         s_file_fail (call, code, why);
-    else
+    else {
+        if (call->on_read)
+            call->on_read (call->xfer, call->on_read_arg);
         s_file_step (call);
+    }
+}
+
+void gw_ops_follow_read (gw_ops_t *self, uint64_t handle, gw_ops_read_fn *fn, void *arg)
+{
+    s_call_t *call = handle ? zhashx_lookup (self->calls, (void *) (uintptr_t) handle) : NULL;
+    if (call && call->op == SBX_OP_READ_FILE) {
+        call->on_read = fn;
+        call->on_read_arg = arg;
+    }
 }
 
 static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)

@@ -20,6 +20,7 @@
 #include "gw_cache.h"
 #include "sbx_api.h"
 #include "sbx_common.h"
+#include "sbx_xfer.h"
 
 typedef struct gw_ops_t gw_ops_t;
 
@@ -48,6 +49,13 @@ void gw_ops_destroy (gw_ops_t **self_p);
 //  for gw_ops_cancel, or 0 when done was already called (refused at once).
 uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_caller_t *caller,
                       json_t *args, const void *data, size_t size, gw_ops_done_fn *done, void *arg);
+
+//  read_file: told after each chunk is taken, with the transfer (borrowed, only during
+//  the call: sbx_xfer_fix, sbx_xfer_ready and sbx_xfer_data), so that a door may send
+//  the bytes as they come (REST's GET) rather than once all are in. done still ends the
+//  call. fn may not cancel the call.
+typedef void (gw_ops_read_fn) (sbx_xfer_t *xfer, void *arg);
+void gw_ops_follow_read (gw_ops_t *self, uint64_t handle, gw_ops_read_fn *fn, void *arg);
 
 //  Forgets a call in flight: done is not called. 0 or a finished handle is ignored.
 void gw_ops_cancel (gw_ops_t *self, uint64_t handle);

@@ -16,6 +16,9 @@
 
 #define S_PARAMS    3   //  {x} segments a route may have
 #define S_PARAM_MAX 128 //  the longest {x} segment taken
+//  A GET of a file larger than this is streamed as its chunks come (s_on_read); a
+//  smaller one, or one whose size the guest does not know (/proc, a pipe), is sent whole.
+#define S_STREAM_MIN SBX_XFER_CHUNK
 
 //  docs/openapi.json, embedded by the build (gateway/CMakeLists.txt).
 extern const char gw_rest_openapi[];
@@ -34,6 +37,13 @@ typedef struct {
     sbx_op_t op;
     char params[S_PARAMS][S_PARAM_MAX]; //  the path's {x} values, in order
     sbx_caller_t *caller;
+    //  A file GET streamed (s_on_read): the request, held until the body ends or the
+    //  client leaves; the transfer while the call runs, then the bytes it read.
+    gw_request_t *stream;
+    sbx_xfer_t *xfer;
+    uint8_t *body;
+    size_t length, sent; //  the length promised, and sent so far
+    bool no_stream;      //  decided: sent whole at the end
 } s_job_t;
 
 struct gw_rest_t {
@@ -52,6 +62,7 @@ static void s_job_free (s_job_t **job_p)
     s_job_t *job = *job_p;
     if (job) {
         gw_auth_caller_destroy (&job->caller);
+        free (job->body);
         free (job);
     }
     *job_p = NULL;
@@ -94,6 +105,10 @@ void gw_rest_destroy (gw_rest_t **self_p)
     if (self->jobs) {
         for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs)) {
             gw_ops_cancel (self->ops, job->handle);
+            if (job->stream) {
+                gw_request_set_closed_fn (job->stream, NULL, NULL);
+                gw_request_stream_fail (job->stream);
+            }
             s_job_free (&job);
         }
         zhashx_destroy (&self->jobs);
@@ -277,9 +292,103 @@ static void s_job_end (s_job_t *job)
     s_job_free (&job);
 }
 
+//  A streamed GET: writes what is ready and fits (the drain callback brings the rest),
+//  ends the body once all of it is out.
+static void s_stream_pump (s_job_t *job)
+{
+    const uint8_t *data = job->body ? job->body : job->xfer ? sbx_xfer_data (job->xfer) : NULL;
+    size_t ready = job->body ? job->length : job->xfer ? sbx_xfer_ready (job->xfer) : 0;
+    if (ready > job->length)
+        ready = job->length;
+    while (job->stream && job->sent < ready) {
+        size_t left = ready - job->sent;
+        size_t n = gw_request_stream_space (job->stream);
+        if (n == 0 || n > left)
+            n = left; //  when refused, the write asks for the drain callback
+        if (gw_request_stream_write (job->stream, data + job->sent, n) != 0)
+            return; //  drain or closed callback follows
+        job->sent += n;
+    }
+    if (job->stream && job->body && job->sent == job->length) {
+        gw_request_set_closed_fn (job->stream, NULL, NULL);
+        gw_request_stream_end (job->stream);
+        job->stream = NULL;
+        s_job_end (job);
+    }
+}
+
+static void s_on_stream_drain (gw_request_t *req, void *arg)
+{
+    (void) req;
+    s_stream_pump (arg);
+}
+
+//  The client left a streamed GET: the read is cancelled if it still runs.
+static void s_on_stream_closed (gw_request_t *req, void *arg)
+{
+    (void) req;
+    s_job_t *job = arg;
+    job->stream = NULL;
+    sbx_info ("rest rid=%llu the client left a file download after %zu of %zu bytes",
+              (unsigned long long) job->req_id, job->sent, job->length);
+    gw_ops_cancel (job->rest->ops, job->handle);
+    s_job_end (job);
+}
+
+//  A GET's chunk is in (gw_ops_follow_read). At the first, a file larger than
+//  S_STREAM_MIN is answered with its length from that answer (the read is fixed at it:
+//  sbx_xfer_fix) and its bytes follow as the chunks before them come, so that sending
+//  to the client overlaps reading from the guest instead of following it.
+static void s_on_read (sbx_xfer_t *xfer, void *arg)
+{
+    s_job_t *job = arg;
+    if (!job->stream && !job->no_stream) {
+        gw_request_t *req = gw_http_request (job->rest->http, job->req_id);
+        job->no_stream = true;
+        if (!req || sbx_xfer_expected (xfer) <= S_STREAM_MIN)
+            return;
+        int64_t length = sbx_xfer_fix (xfer);
+        if (length < 0)
+            return;
+        gw_request_add_header (req, "Cache-Control", "no-store");
+        if (gw_request_stream_start_sized (req, 200, "application/octet-stream",
+                                           (uint64_t) length) != 0)
+            return; //  s_on_done finds the client gone, or answers
+        job->no_stream = false;
+        job->stream = req;
+        job->xfer = xfer;
+        job->length = (size_t) length;
+        gw_request_set_closed_fn (req, s_on_stream_closed, job);
+        gw_request_set_drain_fn (req, s_on_stream_drain, job);
+    }
+    if (job->stream)
+        s_stream_pump (job);
+}
+
 static void s_on_done (const gw_ops_result_t *result, void *arg)
 {
     s_job_t *job = arg;
+    job->handle = 0;
+    job->xfer = NULL; //  gone with the call
+    if (job->stream) {
+        //  Streamed: the rest of the bytes, or the body cut short (the status and length
+        //  went out already; a client sees a short body, never a wrong one).
+        if (result->code == SBX_OK && result->size == job->length && result->take &&
+            *result->take) {
+            job->body = *result->take;
+            *result->take = NULL;
+            s_stream_pump (job);
+            return;
+        }
+        sbx_info ("rest rid=%llu file download cut after %zu of %zu bytes: %s",
+                  (unsigned long long) job->req_id, job->sent, job->length,
+                  result->code == SBX_OK ? "the file shrank while read" : result->message);
+        gw_request_set_closed_fn (job->stream, NULL, NULL);
+        gw_request_stream_fail (job->stream);
+        job->stream = NULL;
+        s_job_end (job);
+        return;
+    }
     gw_request_t *req = gw_http_request (job->rest->http, job->req_id);
     if (!req) {
         //  The client left: nothing more to do for it.
@@ -416,9 +525,14 @@ static void s_serve (s_job_t *job, gw_request_t *req)
         return;
     }
     bool raw = op->rest_body == SBX_OPS_BODY_RAW;
-    GW_KEEP (job->handle,
-             gw_ops_call (job->rest->ops, job->op, SBX_OPS_REST, caller, args, raw ? in.body : NULL,
-                          raw ? in.body_size : 0, s_on_done, job));
+    sbx_op_t which = job->op;
+    uint64_t handle = gw_ops_call (job->rest->ops, which, SBX_OPS_REST, caller, args,
+                                   raw ? in.body : NULL, raw ? in.body_size : 0, s_on_done, job);
+    if (handle) { //  still running (else done came, and the job is gone)
+        job->handle = handle;
+        if (which == SBX_OP_READ_FILE)
+            gw_ops_follow_read (job->rest->ops, handle, s_on_read, job);
+    }
     json_decref (args);
 }
 

@@ -289,9 +289,24 @@ static void s_on_done (const gw_ops_result_t *result, void *arg)
                        call->base64 ? "base64" : "utf-8", "size", (json_int_t) result->size);
         s_follow (call, structured);
         //  The text is the content ("{content}" in schemas/operations.json): the same
-        //  string, shared rather than rendered and copied again.
-        json_t *made = json_pack ("{s:[{s:s, s:o}], s:o}", "content", "type", "text", "text",
-                                  content, "structuredContent", structured);
+        //  string, shared rather than rendered and copied again. Base64 of a file over
+        //  GW_TOOLS_BASE64_TEXT_MAX is not repeated there: it would double the answer
+        //  (a 10 MiB file: 26.7 MiB of JSON, which the client takes longer to parse than
+        //  the guest to read), and a model gets nothing from megabytes of base64; the
+        //  text says where the content is (docs/mcp.md, "read_file").
+        json_t *text = content;
+        if (call->base64 && result->size > GW_TOOLS_BASE64_TEXT_MAX) {
+            char note[700];
+            snprintf (note, sizeof note,
+                      "Read %zu bytes of %.500s. Their base64 is in structuredContent.content "
+                      "(not repeated here: over %d bytes).",
+                      result->size, path ? path : "", GW_TOOLS_BASE64_TEXT_MAX);
+            sbx_utf8_sanitize (note);
+            text = json_string (note);
+            json_decref (content);
+        }
+        json_t *made = json_pack ("{s:[{s:s, s:o}], s:o}", "content", "type", "text", "text", text,
+                                  "structuredContent", structured);
         s_finish (call, made);
         return;
     }

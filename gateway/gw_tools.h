@@ -27,6 +27,11 @@
 
 #include "sbx_common.h"
 
+//  read_file with encoding base64: up to this many bytes of file, the text content
+//  repeats the base64 of structuredContent.content (clients that read only the text get
+//  it); beyond, the text says where it is instead of doubling the answer.
+#define GW_TOOLS_BASE64_TEXT_MAX (48 * 1024)
+
 typedef struct gw_tools_t gw_tools_t;
 typedef struct gw_tools_state_t gw_tools_state_t;
 

@@ -261,9 +261,15 @@ class McpTest(unittest.TestCase):
         self.assertFalse(r.get("isError"), text)
         r, text = self.call(sid, "read_file", {"path": "/root/blob.bin", "encoding": "base64"})
         self.assertEqual(base64.b64decode(r["structuredContent"]["content"]), blob)
+        # Base64 of a file over 48 KiB is not repeated in the text (docs/mcp.md).
+        self.assertEqual(text, f"Read {len(blob)} bytes of /root/blob.bin. Their base64 is in "
+                               "structuredContent.content (not repeated here: over 49152 bytes).")
         self.call(sid, "write_file", {"path": "/tmp/a.txt", "content": "héllo\n"})
         r, text = self.call(sid, "read_file", {"path": "/tmp/a.txt"})
         self.assertEqual(text, "héllo\n")
+        r, text = self.call(sid, "read_file", {"path": "/tmp/a.txt", "encoding": "base64"})
+        self.assertEqual(text, base64.b64encode("héllo\n".encode()).decode())
+        self.assertEqual(r["structuredContent"]["content"], text)
 
         # Another account sees nothing; a read-only key of the owner can't exec.
         other = self.session(self.key_b)

@@ -375,6 +375,9 @@ class RestTest(unittest.TestCase):
         status, hdrs, back = self.req("GET", base + "/files?path=/root/dir/blob.bin", raw=True)
         self.assertEqual(status, 200)
         self.assertEqual(hdrs["content-type"], "application/octet-stream")
+        # Over 1 MiB: streamed as the chunks come, its length said first (not chunked).
+        self.assertEqual(hdrs.get("content-length"), str(len(blob)))
+        self.assertNotIn("transfer-encoding", hdrs)
         self.assertEqual(len(back), len(blob))
         self.assertTrue(back == blob)
         out = self.req("POST", base + "/exec",
@@ -391,6 +394,23 @@ class RestTest(unittest.TestCase):
         status, _, back = self.req("GET", base + "/files?path=/root/big.bin", raw=True)
         self.assertEqual((status, len(back)), (200, len(big)))
         self.assertTrue(back == big)
+        # A client that leaves a streamed download after its first bytes: the read is
+        # dropped, and the gateway serves the same file whole next time.
+        import socket
+        with socket.create_connection(("localhost", self.s.listen_port()), timeout=30) as raw:
+            with self.ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(f"GET {base}/files?path=/root/big.bin HTTP/1.1\r\n"
+                            f"Host: localhost\r\nAuthorization: Bearer {self.key_a}\r\n\r\n"
+                            .encode())
+                head = tls.recv(4096)
+                self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:200])
+        status, _, back = self.req("GET", base + "/files?path=/root/big.bin", raw=True)
+        self.assertEqual((status, len(back)), (200, len(big)))
+        self.assertTrue(back == big)
+        # A file whose size the guest does not know (/proc): sent whole, as read.
+        status, hdrs, back = self.req("GET", base + "/files?path=/proc/self/mounts", raw=True)
+        self.assertEqual(status, 200)
+        self.assertIn(b" / ", back)
         out = self.req("POST", base + "/exec", {"command": "sha256sum /root/big.bin"})
         self.assertEqual(out[2]["stdout"].split()[0], hashlib.sha256(big).hexdigest())
         # A chunk that fails mid-transfer (a 3 MiB tmpfs fills up while later chunks are
