@@ -8,6 +8,8 @@ rows alone and writes the doc from the earlier full run with them replaced (its 
 says which rows are from when); --render JSON [--keep JSON] rewrites the doc from results.
 The scale part (bench/scale.py) is the control plane at 10,000 sandboxes; the cluster
 part (bench/cluster.py) is failover across hosts in network namespaces (root, haproxy).
+The kvm part puts boot to guest init and the VMM's memory beside Firecracker's published
+figures, under KVM where vmd would use it (else under TCG, labelled, with the reason).
 
 Builds the project (unless --build names a built tree), the bench's own programs
 (bench/agentbench.c, bench/mhd_bare.c, bench/vmdsim.c, bench/ctlload.c) and the TypeScript
