@@ -1419,10 +1419,11 @@ def rows(res):
 
 
 FC_INIT_S, FC_VMM_MIB = 0.125, 5
+# Firecracker's SPECIFICATION.md: bare metal, KVM, 1 vCPU, 128 MiB, its tuned guest kernel.
 FC_INIT = ("Firecracker ≤ 125 ms, published: its InstanceStart call → the guest's /sbin/init "
-           "(KVM, bare metal)")
-FC_VMM = ("Firecracker ≤ 5 MiB, published: its VMM's memory beyond guest RAM (KVM, 1 vCPU, "
-          "128 MiB)")
+           "(KVM, bare metal, 1 vCPU, 128 MiB)")
+FC_VMM = ("Firecracker ≤ 5 MiB, published: its VMM's memory beyond guest RAM (KVM, bare metal, "
+          "1 vCPU, 128 MiB)")
 
 
 def kvm_rows(k):
