@@ -5,11 +5,12 @@
         command line vmd would spawn for a guest in DIR.
     agentbench overlay IMAGE_DIR DIR
         Creates DIR/overlay.qcow2 on IMAGE_DIR/rootfs.ext4 (vmd_qemu_overlay_create).
-    agentbench client SOCK [--exec N] [--bigout] [--files]
+    agentbench client SOCK [--exec N] [--bigout] [--files] [--cmd COMMAND]...
         Connects to a guest agent's virtio-serial socket (retrying while QEMU has not
         made it), waits for agent.hello, does one agent.ping round trip, then the asked
         measurements. Prints one JSON object a line; times are CLOCK_MONOTONIC seconds
-        (the same clock as Python's time.monotonic ()).
+        (the same clock as Python's time.monotonic ()). Each --cmd runs COMMAND in the
+        foreground, in order, after the rest: {"sent", "answered", "exit", "stdout"}.
 */
 #include "agent_frame.h"
 #include "sbx_msg.h"
@@ -79,13 +80,33 @@ static sbx_msg_t *s_exec (const char *command, bool detached)
     return reply;
 }
 
+//  bytes as a JSON string (the guest's output: any bytes; others escaped).
+static void s_json_bytes (const uint8_t *data, size_t size)
+{
+    putchar ('"');
+    for (size_t i = 0; i < size; i++) {
+        uint8_t c = data[i];
+        if (c == '"' || c == '\\')
+            printf ("\\%c", c);
+        else if (c == '\n')
+            printf ("\\n");
+        else if (c < 0x20 || c >= 0x7f)
+            printf ("\\u%04x", c);
+        else
+            putchar (c);
+    }
+    putchar ('"');
+}
+
 static int s_client (int argc, char **argv)
 {
     const char *path = argv[0];
     int execs = 0;
     bool bigout = false, files = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp (argv[i], "--exec") == 0 && i + 1 < argc)
+        if (strcmp (argv[i], "--cmd") == 0 && i + 1 < argc)
+            i++; //  run last, in order (below)
+        else if (strcmp (argv[i], "--exec") == 0 && i + 1 < argc)
             execs = atoi (argv[++i]);
         else if (strcmp (argv[i], "--bigout") == 0)
             bigout = true;
@@ -220,6 +241,20 @@ static int s_client (int argc, char **argv)
         printf ("{\"write_s\":%.6f,\"read_s\":%.6f,\"file_bytes\":%llu}\n", t1 - t0, s_now () - t1,
                 (unsigned long long) got);
         free (data);
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp (argv[i], "--cmd") != 0 || i + 1 >= argc)
+            continue;
+        double t0 = s_now ();
+        sbx_msg_t *reply = s_exec (argv[++i], false);
+        double t1 = s_now ();
+        sbx_agent_exec_ok_t *ok = sbx_msg_agent_exec_ok (reply);
+        printf ("{\"sent\":%.6f,\"answered\":%.6f,\"exit\":%lld,\"stdout\":", t0, t1,
+                (long long) ok->exit_code);
+        s_json_bytes (ok->stdout.data, ok->stdout.size);
+        printf ("}\n");
+        fflush (stdout);
+        sbx_msg_destroy (&reply);
     }
     agent_frame_destroy (&s_frame);
     close (fd);
