@@ -425,7 +425,15 @@ class ClusterTest(unittest.TestCase):
         for sb in sandboxes:
             ok, got, text = client.tool(sid, "get_sandbox", {"sandboxId": sb})
             self.assertTrue(ok, text)
-            self.assertIn(got["state"], ("ready", "stopped"))
+            if got["state"] not in ("ready", "stopped"):
+                # What it went through, for the next person: its events and each node's log.
+                for name in ("c1", "c2", "c3", "v1", "v2"):
+                    for daemon in ("broker", "vmd"):
+                        lines = [x for x in hosts[name].log(daemon).splitlines() if sb in x]
+                        if lines:
+                            print(f"--- {name}'s {daemon}.log about {sb}")
+                            print("\n".join(lines[-30:]))
+            self.assertIn(got["state"], ("ready", "stopped"), got)
         # -- host loss: a vmd host cut off and back; then one killed whole -------------
         def view(sb):
             got = json.loads(c1.cli("sandbox", "get", sb, "--json").stdout)
