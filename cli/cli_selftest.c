@@ -5,6 +5,7 @@
 #include "cli_mcp_server.h"
 #include "cli_op.h"
 #include "cli_cluster.h"
+#include "cli_template_context.h"
 #include "cli_password.h"
 #include "cli_profile.h"
 #include "cli_rest.h"
@@ -29,6 +30,7 @@ static const sbx_test_t s_tests[] = {{"cli_op", cli_op_test},
                                      {"cli_terminal", cli_terminal_test},
                                      {"cli_password", cli_password_test},
                                      {"cli_cluster", cli_cluster_test},
+                                     {"cli_template_context", cli_template_context_test},
                                      {NULL, NULL}};
 
 int main (int argc, char **argv)

@@ -13,19 +13,20 @@
     create_sandbox {template: NAME} (MCP, REST, `sbx sandbox create --template NAME`)
     starts from it: snapshotd resolves the name (snap.use). Everything is the account's own
     snapshots: they count against its plan's snapshot quota.
+    The COPY and ADD archives are cli_template_context's; the builds in the service
+    (--server, and the gateway's --from-tar) are cli_template_service's.
 */
 #include "cli_call.h"
 #include "cli_commands.h"
-#include "cli_files.h"
 #include "cli_shell.h"
-#include "cli_tar.h"
 #include "cli_template.h"
+#include "cli_template_context.h"
+#include "cli_template_service.h"
 #include "cli_where.h"
 #include "sbx_dockerfile.h"
 #include "sbx_secret.h"
 #include "sbx_xfer.h"
 
-#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <sys/stat.h>
@@ -173,152 +174,11 @@ static int s_exec (cli_where_t *w, const s_opts_t *o, const char *sandbox_id, co
     return s_call (w, o, SBX_OP_EXEC, args, answer);
 }
 
-//  --------------------------------------------------------------------------
-//  COPY and ADD: the sources as one tar archive of paths under /, as Docker places them.
-
-typedef struct {
-    cli_tar_t *tar;
-    sbx_secret_sha256_t *digest; //  names, modes, link targets and contents: not mtimes
-    size_t bytes;
-    char why[600];
-} s_context_t;
-
-static void s_digest (s_context_t *c, const char *kind, const char *name, const void *data,
-                      size_t size)
-{
-    char head[64];
-    int n = snprintf (head, sizeof head, "%s %zu %zu:", kind, strlen (name), size);
-    sbx_secret_sha256_update (c->digest, head, (size_t) n);
-    sbx_secret_sha256_update (c->digest, name, strlen (name));
-    sbx_secret_sha256_update (c->digest, data, size);
-}
-
-//  One file of the context, as name in the archive.
-static int s_add_file (s_context_t *c, const char *full, const char *name, const struct stat *st)
-{
-    char link[PATH_MAX];
-    ssize_t n;
-    if (S_ISLNK (st->st_mode) && (n = readlink (full, link, sizeof link - 1)) >= 0) {
-        link[n] = 0;
-        s_digest (c, "link", name, link, (size_t) n);
-        return cli_tar_add_symlink (c->tar, name, link, st->st_mtime, c->why, sizeof c->why);
-    }
-    if (!S_ISREG (st->st_mode))
-        return 0; //  devices, sockets, fifos: not copied, as Docker does not
-    FILE *f = fopen (full, "rb");
-    uint8_t *data = NULL;
-    size_t size = 0;
-    int rc = 0;
-    if (!f || cli_where_slurp (f, SBX_XFER_MAX - c->bytes, &data, &size)) {
-        snprintf (c->why, sizeof c->why, "%.400s: %s", full,
-                  f ? "COPY and ADD take at most 16 MiB per step (too_large)" : strerror (errno));
-        rc = -1;
-    } else {
-        char mode[8];
-        snprintf (mode, sizeof mode, "%o", (unsigned) (st->st_mode & 07777));
-        s_digest (c, mode, name, data, size);
-        rc = cli_tar_add_file (c->tar, name, st->st_mode & 07777, st->st_mtime, data, size, c->why,
-                               sizeof c->why);
-        c->bytes += size;
-    }
-    if (f)
-        fclose (f);
-    free (data);
-    return rc;
-}
-
-//  A source directory's contents under target (no leading /).
-static int s_add_dir (s_context_t *c, const char *full, const char *target)
-{
-    zlist_t *names = cli_files_all (full, c->why, sizeof c->why);
-    zlist_t *dirs = names ? cli_files_dirs (full, c->why, sizeof c->why) : NULL;
-    int rc = dirs ? 0 : -1;
-    for (char *name = dirs ? zlist_first (dirs) : NULL; rc == 0 && name; name = zlist_next (dirs)) {
-        char path[PATH_MAX * 2], entry[PATH_MAX * 2];
-        snprintf (path, sizeof path, "%s/%s", full, name);
-        snprintf (entry, sizeof entry, "%s/%s", target, name);
-        struct stat st;
-        if (lstat (path, &st) == 0) {
-            s_digest (c, "dir", entry, "", 0);
-            rc = cli_tar_add_dir (c->tar, entry, st.st_mode & 07777, st.st_mtime, c->why,
-                                  sizeof c->why);
-        }
-    }
-    for (char *name = names ? zlist_first (names) : NULL; rc == 0 && name;
-         name = zlist_next (names)) {
-        char path[PATH_MAX * 2], entry[PATH_MAX * 2];
-        snprintf (path, sizeof path, "%s/%s", full, name);
-        snprintf (entry, sizeof entry, "%s/%s", target, name);
-        struct stat st;
-        if (lstat (path, &st) == 0)
-            rc = s_add_file (c, path, entry, &st);
-    }
-    zlist_destroy (&names);
-    zlist_destroy (&dirs);
-    return rc;
-}
-
 //  Appends text to an autofree list (which copies it) and frees text.
 static void s_append (zlist_t *list, char *text)
 {
     zlist_append (list, text);
     free (text);
-}
-
-static bool s_archive_name (const char *path)
-{
-    const char *ends[] = {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", NULL};
-    for (const char **e = ends; *e; e++)
-        if (strlen (path) > strlen (*e) && streq (path + strlen (path) - strlen (*e), *e))
-            return true;
-    return false;
-}
-
-//  The step's sources from the context directory (real path context) into c; archives
-//  (ADD) into *unpack as "archive-in-/tmp dest" pairs to unpack in the guest.
-static int s_sources (s_context_t *c, const char *context, const sbx_df_step_t *step,
-                      zlist_t *unpack)
-{
-    bool into_dir = step->source_count > 1 || step->dest[strlen (step->dest) - 1] == '/';
-    for (size_t i = 0; i < step->source_count; i++) {
-        char joined[PATH_MAX * 2], real[PATH_MAX];
-        snprintf (joined, sizeof joined, "%s/%s", context, step->sources[i]);
-        //  Inside the context, symbolic links followed: nothing outside it is sent.
-        bool found = realpath (joined, real) != NULL;
-        if (!found || strncmp (real, context, strlen (context)) != 0 ||
-            (real[strlen (context)] != 0 && real[strlen (context)] != '/')) {
-            snprintf (c->why, sizeof c->why, "%s: %s", step->sources[i],
-                      found             ? "outside the build context"
-                      : errno == ENOENT ? "no such file in the build context"
-                                        : strerror (errno));
-            return -1;
-        }
-        struct stat st;
-        if (stat (real, &st) != 0) {
-            snprintf (c->why, sizeof c->why, "%s: %s", step->sources[i], strerror (errno));
-            return -1;
-        }
-        const char *base = strrchr (real, '/') + 1;
-        const char *dest = step->dest + 1; //  the archive's names have no leading /
-        char target[PATH_MAX * 2];
-        if (S_ISDIR (st.st_mode)) {
-            if (s_add_dir (c, real, *dest ? dest : ".") != 0)
-                return -1;
-            continue;
-        }
-        if (step->kind == SBX_DF_ADD && s_archive_name (real)) {
-            //  A local archive: sent as it is, unpacked at dest in the guest.
-            snprintf (target, sizeof target, "tmp/.sbx-add-%zu-%s", i, base);
-            s_append (unpack, zsys_sprintf ("/%s %s", target, step->dest));
-        } else if (into_dir || S_ISDIR (st.st_mode))
-            snprintf (target, sizeof target, "%s%s%s", dest,
-                      *dest && dest[strlen (dest) - 1] != '/' ? "/" : "", base);
-        else
-            snprintf (target, sizeof target, "%s", dest);
-        if (s_add_file (c, real, target, &st) != 0)
-            return -1;
-    }
-    return 0;
 }
 
 //  --------------------------------------------------------------------------
@@ -368,17 +228,18 @@ static int s_run_step (s_build_t *b, size_t n, const sbx_df_step_t *step)
         command = zsys_sprintf ("mkdir -p %s", quoted);
         free (quoted);
     } else {
-        s_context_t c = {.tar = cli_tar_new (), .digest = sbx_secret_sha256_new ()};
+        cli_template_context_t *c = cli_template_context_new ();
         zlist_t *unpack = zlist_new ();
         zlist_autofree (unpack);
         size_t size = 0;
         const uint8_t *archive = NULL;
-        if (s_sources (&c, b->context, step, unpack) == 0)
-            archive = cli_tar_finish (c.tar, &size);
+        if (c && cli_template_context_add_sources (c, b->context, step, unpack) == 0)
+            archive = cli_template_context_archive (c, &size);
         if (!archive || size > SBX_XFER_MAX) {
             s_step_failed (n, b->steps, step, NULL,
                            archive ? "COPY and ADD take at most 16 MiB per step (too_large)"
-                                   : c.why);
+                           : c     ? cli_template_context_why (c)
+                                   : "out of memory");
             rc = 1;
         }
         char tmp[64];
@@ -414,8 +275,7 @@ static int s_run_step (s_build_t *b, size_t n, const sbx_df_step_t *step)
             zlist_destroy (&parts);
         }
         zlist_destroy (&unpack);
-        cli_tar_destroy (&c.tar);
-        sbx_secret_sha256_destroy (&c.digest);
+        cli_template_context_destroy (&c);
     }
     //  COPY and ADD run as root whatever USER says (Docker's rule), RUN as USER.
     sbx_df_step_t as_root = *step;
@@ -439,16 +299,17 @@ static int s_run_step (s_build_t *b, size_t n, const sbx_df_step_t *step)
 //  The inputs digest of a COPY or ADD step (the same walk the upload does). 0 or -1.
 static int s_inputs (s_build_t *b, const sbx_df_step_t *step, char out[65])
 {
-    s_context_t c = {.tar = cli_tar_new (), .digest = sbx_secret_sha256_new ()};
+    cli_template_context_t *c = cli_template_context_new ();
     zlist_t *unpack = zlist_new ();
     zlist_autofree (unpack);
-    int rc = s_sources (&c, b->context, step, unpack);
+    int rc = c ? cli_template_context_add_sources (c, b->context, step, unpack) : -1;
     if (rc)
-        fprintf (stderr, "%s build: line %d: %s\n", S_CMD, step->line, c.why);
-    sbx_secret_sha256_final (c.digest, out);
+        fprintf (stderr, "%s build: line %d: %s\n", S_CMD, step->line,
+                 c ? cli_template_context_why (c) : "out of memory");
+    else
+        cli_template_context_digest (c, out);
     zlist_destroy (&unpack);
-    cli_tar_destroy (&c.tar);
-    sbx_secret_sha256_destroy (&c.digest);
+    cli_template_context_destroy (&c);
     return rc;
 }
 
@@ -773,143 +634,6 @@ static int s_build (cli_where_t *w, const s_opts_t *o, const char *name, const c
 }
 
 //  --------------------------------------------------------------------------
-//  The service's builds: POST /v1/templates runs `sbx template build --from-tar` on the
-//  gateway's host (gw_builds); --server sends a build there and follows its log.
-
-static int s_unlink_one (const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void) st, (void) flag, (void) ftw;
-    remove (path);
-    return 0;
-}
-
-//  The context tar unpacked into dir (made): 0, or 2 with the refusal said.
-static int s_unpack (const char *tar, const char *dir)
-{
-    FILE *f = fopen (tar, "rb");
-    uint8_t *data = NULL;
-    size_t size = 0, files = 0;
-    char why[400] = "";
-    int rc = 0;
-    if (!f || cli_where_slurp (f, SBX_XFER_MAX, &data, &size)) {
-        snprintf (why, sizeof why, "%s", f ? "larger than 16 MiB" : strerror (errno));
-        rc = 2;
-    } else if (mkdir (dir, 0700) != 0) {
-        snprintf (why, sizeof why, "%s: %s", dir, strerror (errno));
-        rc = 2;
-    } else if (cli_tar_extract (data, size, dir, &files, why, sizeof why) != 0)
-        rc = 2;
-    else if (files == 0) {
-        snprintf (why, sizeof why,
-                  "no files in it (send an uncompressed tar archive holding the "
-                  "Dockerfile: tar -cf - -C DIR .)");
-        rc = 2;
-    }
-    if (f)
-        fclose (f);
-    free (data);
-    if (rc)
-        fprintf (stderr, "%s build: the build context (a tar archive): %s\n", S_CMD, why);
-    return rc;
-}
-
-//  out (taken) to path, whole or not at all.
-static void s_write_result (const char *path, json_t *out)
-{
-    char tmp[PATH_MAX + 8];
-    snprintf (tmp, sizeof tmp, "%s.tmp", path);
-    if (json_dump_file (out, tmp, JSON_COMPACT) == 0)
-        rename (tmp, path);
-    json_decref (out);
-}
-
-static int s_server_build (cli_where_t *w, const s_opts_t *o, const char *name, const char *dir)
-{
-    char real[PATH_MAX];
-    if (!realpath (dir, real)) {
-        fprintf (stderr, "%s build: %s: %s\n", S_CMD, dir, strerror (errno));
-        return 2;
-    }
-    s_context_t c = {.tar = cli_tar_new (), .digest = sbx_secret_sha256_new ()};
-    int rc = s_add_dir (&c, real, ".");
-    const char *dockerfile = NULL;
-    char inside[PATH_MAX];
-    if (rc == 0 && o->file) {
-        //  A Dockerfile inside the context is named by its path there; one outside it
-        //  travels beside it.
-        char file[PATH_MAX];
-        size_t n = strlen (real);
-        if (realpath (o->file, file) && strncmp (file, real, n) == 0 && file[n] == '/') {
-            snprintf (inside, sizeof inside, "%s", file + n + 1);
-            dockerfile = inside;
-        } else {
-            FILE *f = fopen (o->file, "rb");
-            uint8_t *text = NULL;
-            size_t size = 0;
-            rc = !f || cli_where_slurp (f, SBX_DOCKERFILE_MAX_BYTES, &text, &size) ||
-                 cli_tar_add_file (c.tar, ".sbx-Dockerfile", 0644, time (NULL), text, size, c.why,
-                                   sizeof c.why);
-            if (rc && !*c.why)
-                snprintf (c.why, sizeof c.why, "%s: %s", o->file,
-                          f ? "larger than 1 MiB" : strerror (errno));
-            if (f)
-                fclose (f);
-            free (text);
-            dockerfile = ".sbx-Dockerfile";
-        }
-    }
-    size_t size = 0;
-    const uint8_t *archive = rc == 0 ? cli_tar_finish (c.tar, &size) : NULL;
-    if (!archive || size > SBX_XFER_MAX) {
-        fprintf (stderr, "%s build: %s\n", S_CMD,
-                 archive ? "the build context is over 16 MiB as a tar archive" : c.why);
-        rc = 2;
-    }
-    json_t *answer = NULL;
-    sbx_err_t err;
-    if (rc == 0) {
-        json_t *args = json_pack ("{s:s, s:s?, s:b, s:b}", "name", name, "dockerfile", dockerfile,
-                                  "noCache", o->no_cache, "public", o->public);
-        if (cli_rest_call (w->rest, SBX_OP_BUILD_TEMPLATE, args, archive, size, &answer, NULL, NULL,
-                           &err))
-            rc = cli_fail (&err);
-        json_decref (args);
-    }
-    cli_tar_destroy (&c.tar);
-    sbx_secret_sha256_destroy (&c.digest);
-    if (rc)
-        return rc;
-    char id[64];
-    snprintf (id, sizeof id, "%s", cli_json_str (answer, "id", ""));
-    json_decref (answer);
-    fprintf (stderr, "Build %s runs on the service (%zu bytes of context sent).\n", id, size);
-    //  Its log as it grows, until it ends.
-    json_int_t offset = 0;
-    for (;;) {
-        json_t *args = json_pack ("{s:s, s:I}", "buildId", id, "logOffset", offset);
-        int failed = cli_rest_call (w->rest, SBX_OP_GET_TEMPLATE_BUILD, args, NULL, 0, &answer,
-                                    NULL, NULL, &err);
-        json_decref (args);
-        if (failed)
-            return cli_fail (&err);
-        fputs (cli_json_str (answer, "log", ""), stdout);
-        fflush (stdout);
-        offset = json_integer_value (json_object_get (answer, "logOffset"));
-        const char *state = cli_json_str (answer, "state", "");
-        if (!streq (state, "running")) {
-            json_t *code = json_object_get (answer, "exitCode");
-            rc = json_is_integer (code) ? (int) json_integer_value (code) : 1;
-            if (o->json && rc == 0)
-                cli_print_json (json_incref (answer));
-            json_decref (answer);
-            return rc;
-        }
-        json_decref (answer);
-        zclock_sleep (500);
-    }
-}
-
-//  --------------------------------------------------------------------------
 //  list, delete
 
 static int s_list (cli_where_t *w, const s_opts_t *o)
@@ -1102,7 +826,10 @@ int cli_template_main (int argc, char **argv)
         }
     }
     if (build && o.server)
-        rc = s_server_build (&w, &o, name, nrest == 3 ? argv[optind + 2] : ".");
+        rc = cli_template_service_build (
+            &w, name, nrest == 3 ? argv[optind + 2] : ".",
+            &(cli_template_service_opts_t){
+                .dockerfile = o.file, .no_cache = o.no_cache, .public = o.public, .json = o.json});
     else if (build) {
         char context[PATH_MAX + 8] = "";
         if (o.from_tar) {
@@ -1110,7 +837,7 @@ int cli_template_main (int argc, char **argv)
             setvbuf (stdout, NULL, _IOLBF, 0); //  the log file grows a line at a time
         }
         s_outcome_t outcome = {{0}, {0}};
-        rc = o.from_tar ? s_unpack (o.from_tar, context) : 0;
+        rc = o.from_tar ? cli_template_service_unpack (o.from_tar, context) : 0;
         if (rc == 0)
             rc = s_build (&w, &o, name,
                           o.from_tar   ? context
@@ -1118,18 +845,18 @@ int cli_template_main (int argc, char **argv)
                                        : ".",
                           &outcome);
         if (o.from_tar) {
-            nftw (context, s_unlink_one, 16, FTW_DEPTH | FTW_PHYS);
+            cli_template_service_remove (context);
             remove (o.from_tar);
         }
         //  The whole log is there before the result says the build ended.
         fflush (stdout);
         fflush (stderr);
         if (o.result)
-            s_write_result (o.result,
-                            json_pack ("{s:i, s:s?, s:I, s:s?}", "exitCode", rc, "snapshotId",
-                                       *outcome.snapshot ? outcome.snapshot : NULL, "endedMs",
-                                       (json_int_t) zclock_time (), "keptSandbox",
-                                       *outcome.kept ? outcome.kept : NULL));
+            cli_template_service_result (
+                o.result, json_pack ("{s:i, s:s?, s:I, s:s?}", "exitCode", rc, "snapshotId",
+                                     *outcome.snapshot ? outcome.snapshot : NULL, "endedMs",
+                                     (json_int_t) zclock_time (), "keptSandbox",
+                                     *outcome.kept ? outcome.kept : NULL));
     } else
         rc = list ? s_list (&w, &o) : show ? s_show (&w, &o, name) : s_delete (&w, &o, name);
     cli_where_close (&w);
