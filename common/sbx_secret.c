@@ -232,19 +232,13 @@ char *sbx_secret_base64url (const uint8_t *data, size_t size)
     return s_encode (data, size, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
 }
 
-char *sbx_secret_base64 (const uint8_t *data, size_t size)
+size_t sbx_secret_base64_into (const uint8_t *data, size_t size, char *text)
 {
-    if ((!data && size > 0) || size > SIZE_MAX / 4 * 3 - 4)
-        return NULL;
     //  Encoded here, three bytes at a time, not by libsodium's constant-time encoder
     //  (a tenth of the gateway's CPU for a 10 MiB read_file; this variant carries file
     //  contents and output, not secrets): the same text, padded.
     static const char s_alphabet[] =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *text = malloc ((size + 2) / 3 * 4 + 1);
-    if (!text)
-        return NULL;
-    sbx_xfer_advise_huge (text, (size + 2) / 3 * 4 + 1); //  a read_file's: megabytes
     size_t whole = size / 3 * 3, at = 0;
     for (size_t i = 0; i < whole; i += 3) {
         uint32_t v = (uint32_t) data[i] << 16 | (uint32_t) data[i + 1] << 8 | data[i + 2];
@@ -262,7 +256,18 @@ char *sbx_secret_base64 (const uint8_t *data, size_t size)
         text[at++] = size - whole == 2 ? s_alphabet[(v >> 6) & 63] : '=';
         text[at++] = '=';
     }
-    text[at] = 0;
+    return at;
+}
+
+char *sbx_secret_base64 (const uint8_t *data, size_t size)
+{
+    if ((!data && size > 0) || size > SIZE_MAX / 4 * 3 - 4)
+        return NULL;
+    char *text = malloc ((size + 2) / 3 * 4 + 1);
+    if (!text)
+        return NULL;
+    sbx_xfer_advise_huge (text, (size + 2) / 3 * 4 + 1); //  a read_file's: megabytes
+    text[sbx_secret_base64_into (data, size, text)] = 0;
     return text;
 }
 

@@ -72,6 +72,11 @@ char *sbx_secret_base64url (const uint8_t *data, size_t size);
 //  Caller frees; NULL on error.
 char *sbx_secret_base64 (const uint8_t *data, size_t size);
 
+//  The same into text, which has room for (size + 2) / 3 * 4 bytes: writes that many, no
+//  NUL, and returns the count. Pieces of a file whose sizes are multiples of 3 encode
+//  to pieces of its base64 (a read_file answer streamed as the chunks come).
+size_t sbx_secret_base64_into (const uint8_t *data, size_t size, char *text);
+
 //  Decodes standard base64 (RFC 4648 section 4) with padding, no whitespace: for
 //  HTTP Basic credentials. Returns the bytes (NUL-terminated for convenience, not
 //  counted in *size_p), or NULL if text is not exactly such base64.

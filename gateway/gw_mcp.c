@@ -1,5 +1,6 @@
 /*  gw_mcp - see gw_mcp.h */
 #include "gw_mcp.h"
+#include "gw_b64_stream.h"
 #include "gw_jsonload.h"
 #include "sbx_idmap.h"
 #include "sbx_xfer.h"
@@ -79,6 +80,8 @@ typedef struct {
     char *out;
     size_t out_size;
     size_t out_sent;
+    //  A read_file answered as application/json while the file is read (s_on_read).
+    gw_b64_stream_t *b64;
 } s_job_t;
 
 #define S_SENT     32   //  tool results remembered with their text
@@ -144,6 +147,7 @@ static void s_job_free (s_job_t **job_p)
         gw_tools_state_unref (&job->state);
         free (job->tool);
         free (job->out);
+        gw_b64_stream_end (&job->b64, false); //  unfinished: the body is cut
         free (job);
     }
     *job_p = NULL;
@@ -442,10 +446,51 @@ static char *s_dump (json_t *value)
     return out.data;
 }
 
+//  A tool's response, serialised into out: {"jsonrpc":"2.0","id":…,"result":…}, the
+//  result as 2026-07-28 has it when modern. listed: a short result is listed with its
+//  text (see sent). A new result is written once, inside its envelope, and handed to
+//  the server as it is: a 10 MiB read_file is not copied again on its way out.
+static void s_tool_response (gw_mcp_t *self, s_buf_t *out, json_t *id, json_t *result, bool modern,
+                             bool listed)
+{
+    char *id_text = json_dumps (id ? id : json_null (), JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!id_text)
+        out->failed = true;
+    s_put (out, "{\"jsonrpc\":\"2.0\",\"id\":", 22);
+    s_put (out, id_text ? id_text : "", id_text ? strlen (id_text) : 0);
+    s_put (out, ",\"result\":", 10);
+    free (id_text);
+    size_t at = out->size;
+    s_put_value (out, result);
+    size_t end = out->size;
+    if (listed && !out->failed && end - at <= S_SENT_MAX) {
+        //  Listed as the 2025 era has it (resent with its head when modern).
+        size_t slot = self->sent_next++ % S_SENT;
+        char *text = strndup (out->data + at, end - at);
+        if (text) {
+            json_decref (self->sent[slot].result);
+            free (self->sent[slot].text);
+            self->sent[slot].result = json_incref (result);
+            self->sent[slot].text = text;
+        }
+    }
+    if (modern && !out->failed) {
+        //  The head goes first inside the result object: moved up once, rare and short
+        //  when large (modern clients' tool results).
+        bool empty = end - at == 2;
+        const char *head = empty ? S_MODERN_HEAD : S_MODERN_HEAD ",";
+        size_t len = strlen (head);
+        s_put (out, head, len); //  grows the buffer; the bytes are placed below
+        if (!out->failed) {
+            memmove (out->data + at + 1 + len, out->data + at + 1, end - at - 1);
+            memcpy (out->data + at + 1, head, len);
+        }
+    }
+    s_put (out, "}", 1);
+}
+
 //  A tool's result (taken): its text from the sent list when the same object went out
-//  lately, else serialised (and listed when short). modern: as 2026-07-28 has it. A new
-//  result is written once, inside its JSON-RPC envelope, and handed to the server as it
-//  is: a 10 MiB read_file is not copied again on its way out.
+//  lately, else serialised (and listed when short). modern: as 2026-07-28 has it.
 static void s_send_tool_result (gw_mcp_t *self, gw_request_t *req, json_t *id, json_t *result,
                                 bool modern)
 {
@@ -458,41 +503,8 @@ static void s_send_tool_result (gw_mcp_t *self, gw_request_t *req, json_t *id, j
             return;
         }
     s_buf_t out = {0};
-    char *id_text = json_dumps (id ? id : json_null (), JSON_COMPACT | JSON_ENCODE_ANY);
-    if (!id_text)
-        out.failed = true;
-    s_put (&out, "{\"jsonrpc\":\"2.0\",\"id\":", 22);
-    s_put (&out, id_text ? id_text : "", id_text ? strlen (id_text) : 0);
-    s_put (&out, ",\"result\":", 10);
-    free (id_text);
-    size_t at = out.size;
-    s_put_value (&out, result);
-    size_t end = out.size;
-    if (!out.failed && end - at <= S_SENT_MAX) {
-        //  Listed as the 2025 era has it (resent with its head when modern).
-        size_t slot = self->sent_next++ % S_SENT;
-        char *text = strndup (out.data + at, end - at);
-        if (text) {
-            json_decref (self->sent[slot].result);
-            free (self->sent[slot].text);
-            self->sent[slot].result = json_incref (result);
-            self->sent[slot].text = text;
-        }
-    }
+    s_tool_response (self, &out, id, result, modern, true);
     json_decref (result);
-    if (modern && !out.failed) {
-        //  The head goes first inside the result object: moved up once, rare and short
-        //  when large (modern clients' tool results).
-        bool empty = end - at == 2;
-        const char *head = empty ? S_MODERN_HEAD : S_MODERN_HEAD ",";
-        size_t len = strlen (head);
-        s_put (&out, head, len); //  grows the buffer; the bytes are placed below
-        if (!out.failed) {
-            memmove (out.data + at + 1 + len, out.data + at + 1, end - at - 1);
-            memcpy (out.data + at + 1, head, len);
-        }
-    }
-    s_put (&out, "}", 1);
     gw_request_add_header (req, "Cache-Control", "no-store");
     if (out.failed || !out.data) {
         free (out.data);
@@ -674,6 +686,51 @@ static void s_on_request_closed (gw_request_t *req, void *arg)
     //  Else its answer is on its way (its changes are being stored): it finds no request.
 }
 
+//  The client left a read_file being streamed: the read is cancelled (it changes
+//  nothing; its answer could not go anywhere), in either era.
+static void s_on_read_closed (void *arg)
+{
+    s_job_t *job = arg;
+    gw_b64_stream_end (&job->b64, false);
+    if (job->call)
+        s_abandon (job, "the client left the file's answer");
+    //  Else its answer is on its way (its changes are being stored): it finds no request.
+}
+
+//  A chunk of a large read_file is in (gw_tools_follow_read). At the first, the answer
+//  starts: the envelope around an empty content is cut where the base64 goes, and the
+//  base64 follows as the chunks come instead of after the last one.
+static int s_on_read (const gw_tools_read_t *read, void *arg)
+{
+    s_job_t *job = arg;
+    gw_mcp_t *self = job->mcp;
+    if (!job->b64) {
+        gw_request_t *req = gw_http_request (self->http, job->req_id);
+        if (!req)
+            return -1;
+        s_buf_t out = {0};
+        s_tool_response (self, &out, job->rpc_id, read->result, job->modern, false);
+        //  …,"content":""}}} : the head ends with the opening quote, the tail is "}}}.
+        static const char end[] = "\"\"}}}";
+        size_t n = strlen (end);
+        if (!out.failed && out.data && out.size > n &&
+            memcmp (out.data + out.size - n, end, n) == 0) {
+            gw_request_add_header (req, "Cache-Control", "no-store");
+            job->b64 = gw_b64_stream_new (req, "application/json", out.data, out.size - n + 1,
+                                          read->length, out.data + out.size - n + 1, n - 1,
+                                          s_on_read_closed, job);
+        }
+        free (out.data);
+        if (!job->b64)
+            return -1;
+    }
+    if (read->take)
+        gw_b64_stream_take (job->b64, read->take);
+    else
+        gw_b64_stream_feed (job->b64, read->data, read->ready);
+    return 0;
+}
+
 //  notifications/cancelled of a 2025 session: that call ends unanswered (its POST gets
 //  202, or its stream ends). An id unknown or answered already is ignored, as the spec
 //  lets a receiver do.
@@ -743,6 +800,20 @@ static void s_deliver (s_job_t *job)
         return;
     }
     zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
+    if (job->b64) {
+        //  Streamed: its tail now, or the body cut short (the length went out already).
+        bool ok = result && !json_is_true (json_object_get (result, "isError"));
+        if (!ok)
+            sbx_info ("mcp rid=%llu %s answer cut short: %s", (unsigned long long) job->req_id,
+                      job->tool,
+                      result ? json_string_value (json_object_get (
+                                   json_array_get (json_object_get (result, "content"), 0), "text"))
+                             : job->rpc_message);
+        gw_b64_stream_end (&job->b64, ok);
+        json_decref (result);
+        s_job_free (&job);
+        return;
+    }
     gw_request_t *req = gw_http_request (self->http, job->req_id);
     if (req)
         gw_request_set_closed_fn (req, NULL, NULL); //  the job goes now
@@ -906,6 +977,8 @@ static void s_tools_call (gw_mcp_t *self, gw_request_t *req, const sbx_caller_t 
             job->call = call; //  running: cancellable (s_cancel; at 2026-07-28 a hang-up)
             if (job->modern && !job->sse)
                 gw_request_set_closed_fn (req, s_on_request_closed, job);
+            if (!job->sse)
+                gw_tools_follow_read (self->tools, call, s_on_read, job);
         }
     }
 }

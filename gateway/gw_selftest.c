@@ -23,6 +23,7 @@
 #include "gw_exec_stream.h"
 #include "gw_rest.h"
 #include "gw_builds.h"
+#include "gw_b64_stream.h"
 #include "gw_router.h"
 #include "gw_session.h"
 #include "gw_signin.h"
@@ -45,7 +46,7 @@ static const sbx_test_t s_tests[] = {
     {"gw_oauth", gw_oauth_test},   {"gw_account", gw_account_test}, {"gw_ratelimit", gw_ratelimit_test},
     {"gw_mcp_sessions", gw_mcp_sessions_test}, {"gw_rates", gw_rates_test},
     {"gw_router", gw_router_test}, {"gw_terminal", gw_terminal_test}, {"gw_builds", gw_builds_test},
-    {"gw_metrics", gw_metrics_test},
+    {"gw_metrics", gw_metrics_test}, {"gw_b64_stream", gw_b64_stream_test},
     {"gw_chart", gw_chart_test},   {"gw_console", gw_console_test}, {"gw_box", gw_box_test},
     {NULL, NULL}};
 // clang-format on

@@ -9,6 +9,7 @@
 #include "gw_text.h"
 #include "sbx_args.h"
 #include "sbx_secret.h"
+#include "sbx_xfer.h"
 
 #include <assert.h>
 #include <strings.h>
@@ -151,12 +152,19 @@ typedef struct {
     bool base64;  //  read_file's encoding
     gw_tools_done_fn *done;
     void *arg;
+    //  A read_file answered as it is read (gw_tools_follow_read): who is told, and once
+    //  the first chunk came, the result around the content and the file's length.
+    gw_tools_read_fn *read_fn;
+    void *read_arg;
+    json_t *streamed;
+    size_t length;
 } s_call_t;
 
 static void s_call_free (s_call_t *call)
 {
     gw_tools_state_unref (&call->state);
     json_decref (call->args);
+    json_decref (call->streamed);
     free (call);
 }
 
@@ -256,12 +264,96 @@ static void s_follow (s_call_t *call, json_t *answer)
     }
 }
 
+//  read_file's CallToolResult: structuredContent with the content (taken) last, so
+//  that a streamed answer can be cut where it goes (gw_tools_read_t). The text is the
+//  content ("{content}" in schemas/operations.json): the same string, shared rather
+//  than rendered and copied again. Base64 of a file over GW_TOOLS_BASE64_TEXT_MAX is not
+//  repeated there: it would double the answer (a 10 MiB file: 26.7 MiB of JSON, which
+//  the client takes longer to parse than the guest to read), and a model gets nothing
+//  from megabytes of base64; the text says where the content is (docs/mcp.md,
+//  "read_file").
+static json_t *s_read_result (bool base64, const char *path, json_t *content, size_t size)
+{
+    json_t *structured =
+        json_pack ("{s:s, s:s, s:I, s:O}", "path", path ? path : "", "encoding",
+                   base64 ? "base64" : "utf-8", "size", (json_int_t) size, "content", content);
+    json_t *text = content;
+    if (base64 && size > GW_TOOLS_BASE64_TEXT_MAX) {
+        char note[700];
+        snprintf (note, sizeof note,
+                  "Read %zu bytes of %.500s. Their base64 is in structuredContent.content "
+                  "(not repeated here: over %d bytes).",
+                  size, path ? path : "", GW_TOOLS_BASE64_TEXT_MAX);
+        sbx_utf8_sanitize (note);
+        text = json_string (note);
+        json_decref (content);
+    }
+    return json_pack ("{s:[{s:s, s:o}], s:o}", "content", "type", "text", "text", text,
+                      "structuredContent", structured);
+}
+
+//  A chunk of a followed read_file is in (gw_ops_follow_read). At the first, a file over
+//  GW_TOOLS_STREAM_MIN gets its length fixed and its result made around an empty content.
+static void s_on_read (sbx_xfer_t *xfer, void *arg)
+{
+    s_call_t *call = arg;
+    if (!call->read_fn)
+        return;
+    if (!call->streamed) {
+        int64_t length = sbx_xfer_expected (xfer) > GW_TOOLS_STREAM_MIN ? sbx_xfer_fix (xfer) : -1;
+        if (length < 0) {
+            call->read_fn = NULL; //  made whole at the end
+            return;
+        }
+        call->length = (size_t) length;
+        call->streamed = s_read_result (true, sbx_xfer_path (xfer), json_string (""), call->length);
+    }
+    gw_tools_read_t read = {.result = call->streamed,
+                            .data = sbx_xfer_data (xfer),
+                            .ready = sbx_xfer_ready (xfer),
+                            .length = call->length};
+    if (read.ready > read.length)
+        read.ready = read.length;
+    if (call->read_fn (&read, call->read_arg)) {
+        call->read_fn = NULL;
+        json_decref (call->streamed);
+        call->streamed = NULL;
+    }
+}
+
+void gw_tools_follow_read (gw_tools_t *self, uint64_t handle, gw_tools_read_fn *fn, void *arg)
+{
+    s_call_t *call = handle ? zhashx_lookup (self->calls, (void *) (uintptr_t) handle) : NULL;
+    if (!call || call->op != SBX_OP_READ_FILE || !call->base64 || !call->handle)
+        return;
+    call->read_fn = fn;
+    call->read_arg = arg;
+    gw_ops_follow_read (self->ops, call->handle, s_on_read, call);
+}
+
 static void s_on_done (const gw_ops_result_t *result, void *arg)
 {
     s_call_t *call = arg;
     call->handle = 0;
     if (result->code != SBX_OK) {
         s_fail (call, result->code, result->message);
+        return;
+    }
+    if (call->op == SBX_OP_READ_FILE && call->streamed) {
+        //  Streamed: the caller takes the bytes; done gets the result it sent around them.
+        if (result->size != call->length || !result->take) {
+            s_fail (call, SBX_E_UNAVAILABLE,
+                    "the file changed size while it was read; read it again");
+            return;
+        }
+        gw_tools_read_t read = {.result = call->streamed,
+                                .data = result->data,
+                                .ready = result->size,
+                                .length = call->length,
+                                .take = result->take};
+        call->read_fn (&read, call->read_arg);
+        s_follow (call, NULL);
+        s_finish (call, json_incref (call->streamed));
         return;
     }
     if (call->op == SBX_OP_READ_FILE) {
@@ -284,30 +376,8 @@ static void s_on_done (const gw_ops_result_t *result, void *arg)
             s_fail (call, SBX_E_INVALID_ARGUMENT, why);
             return;
         }
-        json_t *structured =
-            json_pack ("{s:s, s:O, s:s, s:I}", "path", path, "content", content, "encoding",
-                       call->base64 ? "base64" : "utf-8", "size", (json_int_t) result->size);
-        s_follow (call, structured);
-        //  The text is the content ("{content}" in schemas/operations.json): the same
-        //  string, shared rather than rendered and copied again. Base64 of a file over
-        //  GW_TOOLS_BASE64_TEXT_MAX is not repeated there: it would double the answer
-        //  (a 10 MiB file: 26.7 MiB of JSON, which the client takes longer to parse than
-        //  the guest to read), and a model gets nothing from megabytes of base64; the
-        //  text says where the content is (docs/mcp.md, "read_file").
-        json_t *text = content;
-        if (call->base64 && result->size > GW_TOOLS_BASE64_TEXT_MAX) {
-            char note[700];
-            snprintf (note, sizeof note,
-                      "Read %zu bytes of %.500s. Their base64 is in structuredContent.content "
-                      "(not repeated here: over %d bytes).",
-                      result->size, path ? path : "", GW_TOOLS_BASE64_TEXT_MAX);
-            sbx_utf8_sanitize (note);
-            text = json_string (note);
-            json_decref (content);
-        }
-        json_t *made = json_pack ("{s:[{s:s, s:o}], s:o}", "content", "type", "text", "text", text,
-                                  "structuredContent", structured);
-        s_finish (call, made);
+        s_follow (call, NULL);
+        s_finish (call, s_read_result (call->base64, path, content, result->size));
         return;
     }
     //  The answer goes out as it is (shared: nothing changes it from here on).

@@ -61,6 +61,26 @@ bool gw_tools_read_only (gw_tools_t *self, const char *name);
 uint64_t gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_state_t *state,
                         const char *name, json_t *arguments, gw_tools_done_fn *done, void *arg);
 
+//  read_file with encoding base64 of a file over GW_TOOLS_STREAM_MIN bytes may be
+//  answered as it is read (gw_mcp streams it; gw_b64_stream): fn is told at each chunk
+//  that comes in order. result is the CallToolResult that will be sent, whose
+//  structuredContent.content, its last member, is "" where the base64 goes (borrowed);
+//  the file's first ready bytes are in data (borrowed, valid until the next call);
+//  length is fixed from the first chunk on. The last call has take: all length bytes,
+//  for fn to take. fn returns 0 to go on, or -1 to have the result made whole instead.
+//  Once fn returned 0 the call's done gets that same result, or an error result.
+#define GW_TOOLS_STREAM_MIN (1024 * 1024)
+typedef struct {
+    json_t *result;
+    const uint8_t *data;
+    size_t ready;
+    size_t length;
+    uint8_t **take;
+} gw_tools_read_t;
+typedef int (gw_tools_read_fn) (const gw_tools_read_t *read, void *arg);
+//  Follows the call of handle (from gw_tools_call) if it is such a read; else nothing.
+void gw_tools_follow_read (gw_tools_t *self, uint64_t handle, gw_tools_read_fn *fn, void *arg);
+
 //  The client cancelled the call (MCP cancellation): done is not called, and a
 //  foreground exec is killed in the guest (gw_ops_abandon). 0 or a finished handle is
 //  ignored.

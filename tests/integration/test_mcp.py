@@ -1,6 +1,8 @@
 """/mcp end to end (issue 4): the real gateway, broker, vmd and guests under `sbx up`, over
 HTTPS with the local CA. Raw JSON-RPC for the protocol's edges (401, sessions, versions,
 errors), the tools on a real sandbox, and the official MCP TypeScript SDK as a client."""
+import base64
+import hashlib
 import json
 import os
 import time
@@ -264,6 +266,52 @@ class McpTest(unittest.TestCase):
         # Base64 of a file over 48 KiB is not repeated in the text (docs/mcp.md).
         self.assertEqual(text, f"Read {len(blob)} bytes of /root/blob.bin. Their base64 is in "
                                "structuredContent.content (not repeated here: over 49152 bytes).")
+        # A file over 1 MiB is answered as it is read (gw_b64_stream): one JSON body of
+        # a length said up front, not chunked; a client that leaves mid-answer cancels
+        # the read and the gateway serves on.
+        self.call(sid, "exec", {"command": "head -c 3000001 /dev/urandom > /root/big.bin"})
+        r, text = self.call(sid, "exec", {"command": "sha256sum /root/big.bin"})
+        digest = text.split("stdout:\n")[1].split()[0]
+        status, hdrs, events = self.stream(
+            {"jsonrpc": "2.0", "id": 40, "method": "tools/call",
+             "params": {"name": "read_file", "arguments": {"path": "/root/big.bin",
+                                                           "encoding": "base64"}}},
+            self.key_a, sid, accept="application/json")
+        self.assertEqual(status, 200)
+        self.assertNotIn("transfer-encoding", hdrs)
+        self.assertEqual(hdrs["content-type"], "application/json")
+        self.assertGreater(int(hdrs["content-length"]), 4000000)
+        sc = events[0][1]["result"]["structuredContent"]
+        self.assertEqual(sc["size"], 3000001)
+        self.assertEqual(hashlib.sha256(base64.b64decode(sc["content"])).hexdigest(), digest)
+        self.assertEqual(events[0][1]["result"]["content"][0]["text"],
+                         "Read 3000001 bytes of /root/big.bin. Their base64 is in "
+                         "structuredContent.content (not repeated here: over 49152 bytes).")
+        # 12 MB: more than the stream buffer and the sockets' hold, so the client leaves
+        # while the guest is still read.
+        self.call(sid, "exec", {"command": "head -c 12000000 /dev/zero > /root/big.bin"})
+        import http.client
+        import ssl
+        conn = http.client.HTTPSConnection(
+            "localhost", self.s.listen_port(), timeout=30,
+            context=ssl.create_default_context(cafile=self.s.status()["ca_cert"]))
+        conn.request("POST", "/mcp", body=json.dumps(
+            {"jsonrpc": "2.0", "id": 41, "method": "tools/call",
+             "params": {"name": "read_file", "arguments": {"path": "/root/big.bin",
+                                                           "encoding": "base64"}}}),
+            headers={"Content-Type": "application/json", "Accept": "application/json",
+                     "Authorization": f"Bearer {self.key_a}", "Mcp-Session-Id": sid})
+        res = conn.getresponse()
+        self.assertEqual(res.status, 200)
+        self.assertTrue(res.read(1000).startswith(b'{"jsonrpc":"2.0","id":41,"result":'))
+        conn.sock.shutdown(2)
+        conn.close()
+        deadline = time.monotonic() + 10
+        left = ("the client left the file's answer", "read_file answered after the client left")
+        while not any(m in self.s.log("sbx-gateway") for m in left) and \
+                time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertTrue(any(m in self.s.log("sbx-gateway") for m in left))
         self.call(sid, "write_file", {"path": "/tmp/a.txt", "content": "héllo\n"})
         r, text = self.call(sid, "read_file", {"path": "/tmp/a.txt"})
         self.assertEqual(text, "héllo\n")

@@ -3,6 +3,7 @@ asks for (server/discover, _meta and header checks with its codes and statuses,
 resultType, cache hints, 404 + -32601 for what is not a 2026 method), the default sandbox
 of a credential instead of a session's, and both reference scenarios through the official
 SDK v2 client, in auto mode and pinned to 2026-07-28, on a real gateway and real guests."""
+import base64
 import json
 import os
 import signal
@@ -182,6 +183,14 @@ class Mcp2026Test(unittest.TestCase):
         self.assertTrue(text.startswith("Exit code 0.\nstdout:\nhi\n"), text)
         r, text = self.call("get_sandbox", {})
         self.assertEqual(r["structuredContent"]["id"], sb)
+        # A file over 1 MiB is answered as it is read (gw_b64_stream), resultType first.
+        blob = bytes(range(256)) * 6000
+        r, text = self.call("write_file", {"path": "/root/b.bin", "encoding": "base64",
+                                           "content": base64.b64encode(blob).decode()})
+        self.assertFalse(r.get("isError"), text)
+        r, text = self.call("read_file", {"path": "/root/b.bin", "encoding": "base64"})
+        self.assertEqual(base64.b64decode(r["structuredContent"]["content"]), blob)
+        self.assertEqual(r["structuredContent"]["size"], len(blob))
         # Another key of the account has a default of its own (none yet); another
         # account cannot see the sandbox.
         r, text = self.call("get_sandbox", {}, key=self.key_a2)
