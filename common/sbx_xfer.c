@@ -60,17 +60,31 @@ sbx_xfer_t *sbx_xfer_new_write (const char *path, const void *data, size_t size,
 {
     if (size > SBX_XFER_MAX || (!data && size))
         return NULL;
+    uint8_t *copy = malloc (size + 1);
+    if (!copy)
+        return NULL;
+    sbx_xfer_advise_huge (copy, size + 1);
+    if (size)
+        memcpy (copy, data, size);
+    sbx_xfer_t *self = sbx_xfer_new_write_take (path, &copy, size, mode);
+    free (copy);
+    return self;
+}
+
+sbx_xfer_t *sbx_xfer_new_write_take (const char *path, uint8_t **data_p, size_t size, uint64_t mode)
+{
+    if (!data_p || size > SBX_XFER_MAX || (!*data_p && size))
+        return NULL;
     sbx_xfer_t *self = s_new (path, true);
     if (!self)
         return NULL;
-    self->data = malloc (size + 1);
-    if (!self->data) {
+    if (*data_p) {
+        self->data = *data_p;
+        *data_p = NULL;
+    } else if (!(self->data = malloc (1))) {
         sbx_xfer_destroy (&self);
         return NULL;
     }
-    sbx_xfer_advise_huge (self->data, size + 1);
-    if (size)
-        memcpy (self->data, data, size);
     self->size = size;
     self->mode = mode;
     return self;
@@ -397,6 +411,20 @@ void sbx_xfer_test (bool verbose)
     }
     assert (chunks == 4 && seen == size && sbx_xfer_done (xfer)); //  64 KiB, 1, 1, the rest
     sbx_xfer_destroy (&xfer);
+    //  The bytes taken, not copied: the same transfer; over the limit nothing is taken.
+    uint8_t *taken = malloc (size);
+    memcpy (taken, blob, size);
+    uint8_t *was = taken;
+    xfer = sbx_xfer_new_write_take ("/root/x", &taken, size, 0);
+    assert (xfer && !taken && sbx_xfer_data (xfer) == was && sbx_xfer_size (xfer) == size);
+    sbx_xfer_destroy (&xfer);
+    uint8_t *empty = NULL;
+    xfer = sbx_xfer_new_write_take ("/root/x", &empty, 0, 0);
+    assert (xfer && sbx_xfer_size (xfer) == 0);
+    sbx_xfer_destroy (&xfer);
+    taken = malloc (1);
+    assert (!sbx_xfer_new_write_take ("/root/x", &taken, SBX_XFER_MAX + 1, 0) && taken);
+    free (taken);
 
     //  10 MiB pipelined: the first chunk alone, then SBX_XFER_WINDOW at once, answered
     //  in any order; each chunk sent once, all of the file covered.

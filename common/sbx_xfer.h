@@ -33,6 +33,11 @@ sbx_xfer_t *sbx_xfer_new_read (const char *path);
 //  SBX_XFER_MAX.
 sbx_xfer_t *sbx_xfer_new_write (const char *path, const void *data, size_t size, uint64_t mode);
 
+//  The same with the bytes taken (malloc'd; *data_p set to NULL on success): a 10 MiB
+//  body is not copied again (NULL with nothing taken when size is over SBX_XFER_MAX).
+sbx_xfer_t *sbx_xfer_new_write_take (const char *path, uint8_t **data_p, size_t size,
+                                     uint64_t mode);
+
 void sbx_xfer_destroy (sbx_xfer_t **self_p);
 
 //  The next agent request to send now (the caller owns it) and in *offset_p its offset,

@@ -1142,7 +1142,17 @@ const char *gw_request_host (gw_request_t *req)
 const byte *gw_request_body (gw_request_t *req)
 {
     assert (req);
-    return req->body;
+    return req->body ? req->body : (const byte *) "";
+}
+
+byte *gw_request_body_take (gw_request_t *req, size_t *size_p)
+{
+    assert (req && size_p);
+    byte *body = req->body;
+    *size_p = body ? req->body_size : 0;
+    req->body = NULL;
+    req->body_size = req->body_cap = 0;
+    return body;
 }
 
 size_t gw_request_body_size (gw_request_t *req)

@@ -19,6 +19,10 @@
 //  json_loadb (body, size, 0, error): error may be NULL.
 json_t *gw_jsonload (const char *body, size_t size, json_error_t *error);
 
+//  Once, at the start: jansson's large allocations ask for huge pages (the same malloc
+//  and free underneath, so it may come after jansson was used).
+void gw_jsonload_init (void);
+
 void gw_jsonload_test (bool verbose);
 
 #endif

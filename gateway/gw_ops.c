@@ -360,8 +360,10 @@ static void s_on_answer (sbx_msg_t *reply, sbx_code_t code, const char *message,
     json_decref (answer);
 }
 
-uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_caller_t *caller,
-                      json_t *args, const void *data, size_t size, gw_ops_done_fn *done, void *arg)
+//  gw_ops_call, with write_file's bytes either data (copied) or *take (taken).
+static uint64_t s_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_caller_t *caller,
+                        json_t *args, const void *data, uint8_t **take, size_t size,
+                        gw_ops_done_fn *done, void *arg)
 {
     assert (self && done);
     char why[400];
@@ -415,7 +417,9 @@ uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_c
                 s_fail (call, SBX_E_TOO_LARGE, why);
                 return 0;
             }
-            call->xfer = sbx_xfer_new_write (path, data, size, mode ? strtoull (mode, NULL, 8) : 0);
+            uint64_t bits = mode ? strtoull (mode, NULL, 8) : 0;
+            call->xfer = take ? sbx_xfer_new_write_take (path, take, size, bits)
+                              : sbx_xfer_new_write (path, data, size, bits);
         }
         if (!call->xfer) {
             s_fail (call, SBX_E_INTERNAL, "out of memory");
@@ -440,6 +444,20 @@ uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_c
     }
     s_send (call, &request, agent, deadline);
     return zhashx_lookup (self->calls, (void *) (uintptr_t) serial) ? serial : 0;
+}
+
+uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_caller_t *caller,
+                      json_t *args, const void *data, size_t size, gw_ops_done_fn *done, void *arg)
+{
+    return s_call (self, op, surface, caller, args, data, NULL, size, done, arg);
+}
+
+uint64_t gw_ops_call_take (gw_ops_t *self, sbx_op_t op, unsigned surface,
+                           const sbx_caller_t *caller, json_t *args, uint8_t **data_p, size_t size,
+                           gw_ops_done_fn *done, void *arg)
+{
+    assert (data_p);
+    return s_call (self, op, surface, caller, args, *data_p, data_p, size, done, arg);
 }
 
 //  --------------------------------------------------------------------------

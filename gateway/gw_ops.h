@@ -50,6 +50,12 @@ void gw_ops_destroy (gw_ops_t **self_p);
 uint64_t gw_ops_call (gw_ops_t *self, sbx_op_t op, unsigned surface, const sbx_caller_t *caller,
                       json_t *args, const void *data, size_t size, gw_ops_done_fn *done, void *arg);
 
+//  The same with write_file's bytes taken (malloc'd; *data_p set to NULL once the
+//  transfer has them; left to the caller when the call is refused before that).
+uint64_t gw_ops_call_take (gw_ops_t *self, sbx_op_t op, unsigned surface,
+                           const sbx_caller_t *caller, json_t *args, uint8_t **data_p, size_t size,
+                           gw_ops_done_fn *done, void *arg);
+
 //  read_file: told after each chunk is taken, with the transfer (borrowed, only during
 //  the call: sbx_xfer_fix, sbx_xfer_ready and sbx_xfer_data), so that a door may send
 //  the bytes as they come (REST's GET) rather than once all are in. done still ends the

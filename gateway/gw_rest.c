@@ -526,8 +526,12 @@ static void s_serve (s_job_t *job, gw_request_t *req)
     }
     bool raw = op->rest_body == SBX_OPS_BODY_RAW;
     sbx_op_t which = job->op;
-    uint64_t handle = gw_ops_call (job->rest->ops, which, SBX_OPS_REST, caller, args,
-                                   raw ? in.body : NULL, raw ? in.body_size : 0, s_on_done, job);
+    //  A raw body (PUT's file) goes to the transfer as it came, not copied again.
+    size_t size = 0;
+    uint8_t *body = raw ? gw_request_body_take (req, &size) : NULL;
+    uint64_t handle = gw_ops_call_take (job->rest->ops, which, SBX_OPS_REST, caller, args, &body,
+                                        size, s_on_done, job);
+    free (body);
     if (handle) { //  still running (else done came, and the job is gone)
         job->handle = handle;
         if (which == SBX_OP_READ_FILE)

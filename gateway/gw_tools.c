@@ -548,8 +548,9 @@ uint64_t gw_tools_call (gw_tools_t *self, const sbx_caller_t *caller, gw_tools_s
     call->serial = self->next_serial++;
     uint64_t serial = call->serial;
     zhashx_insert (self->calls, (void *) (uintptr_t) serial, call);
-    uint64_t handle =
-        gw_ops_call (self->ops, op, SBX_OPS_MCP, caller, call->args, data, size, s_on_done, call);
+    //  write_file's decoded bytes go to the transfer as they are (not copied again).
+    uint64_t handle = gw_ops_call_take (self->ops, op, SBX_OPS_MCP, caller, call->args, &data, size,
+                                        s_on_done, call);
     free (data);
     //  Answered at once (refused): the call is gone already.
     if (!zhashx_lookup (self->calls, (void *) (uintptr_t) serial))

@@ -1,12 +1,14 @@
 /*  sbx-gateway - the HTTP(S) edge: today TLS with the local CA and /healthz; the MCP
     endpoint, OAuth and the REST API build on it (issues 4, 5). */
 #include "gw_gateway.h"
+#include "gw_jsonload.h"
 
 #include <signal.h>
 
 int main (int argc, char **argv)
 {
     int code;
+    gw_jsonload_init ();
     sbx_daemon_t *daemon = sbx_daemon_new (
         argc, argv, "sbx-gateway",
         "The HTTP(S) edge: /mcp (MCP Streamable HTTP), OAuth, the REST API /v1 and the\n"
