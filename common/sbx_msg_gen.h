@@ -2782,7 +2782,8 @@ struct sbx_vm_create_s {
     //  (max 1024) Start from the snapshot in this directory (of snapshotd's store): the new
     //  disk stands on its disk.qcow2 and the memory is restored from its memory.state.
     char *snapshot_dir;
-    //  (max 128) The QEMU version that saved the snapshot: another one here means disk only,
+    //  (max 128) The QEMU version and accelerator that saved the snapshot ("<version>
+    //  accel=kvm|tcg"; a version alone from an older vmd): another one here means disk only,
     //  cold boot.
     char *snapshot_qemu;
     //  (max 1024) The image directory the snapshot's disk stands on (its kernel goes with it).
@@ -3163,7 +3164,8 @@ struct sbx_snapshot_info_s {
     uint64_t memory_bytes;
     //  (max 1024) The image directory its disk stands on.
     char *image;
-    //  (max 128) The QEMU that saved the memory: another version restores the disk only.
+    //  (max 128) The QEMU and accelerator that saved the memory ("<version> accel=kvm|tcg"):
+    //  another version or accelerator restores the disk only.
     char *qemu_version;
     //  (max 64) The snapshot its disk stands on (it was saved from a sandbox made from that
     //  one).
@@ -3317,7 +3319,7 @@ struct sbx_snap_finish_s {
     uint64_t memory_bytes;
     //  (max 1024) The image directory the disk stands on.
     char *image;
-    //  (max 128) The QEMU that saved it.
+    //  (max 128) The QEMU that saved it, with its accelerator ("<version> accel=kvm|tcg").
     char *qemu_version;
 };
 
@@ -3456,7 +3458,7 @@ struct sbx_vm_snapshot_ok_s {
     uint64_t memory_bytes;
     //  (max 1024) The image directory the guest's disk stands on.
     char *image;
-    //  (max 128) This host's QEMU.
+    //  (max 128) This host's QEMU and accelerator ("<version> accel=kvm|tcg").
     char *qemu_version;
     //  How long the guest was paused for the capture (QEMU's STOP to its RESUME, as vmd saw
     //  them); 0 for a stopped guest.

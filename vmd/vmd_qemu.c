@@ -628,6 +628,26 @@ const char *vmd_qemu_version (void)
     return version;
 }
 
+const char *vmd_qemu_state_key (void)
+{
+    static char key[160];
+    const char *version = vmd_qemu_version ();
+    if (!*version)
+        return "";
+    //  Not cached: $SBX_ACCEL may change between tests of one process.
+    snprintf (key, sizeof key, "%.110s accel=%s", version, vmd_qemu_kvm_usable () ? "kvm" : "tcg");
+    return key;
+}
+
+bool vmd_qemu_state_restorable (const char *saved)
+{
+    const char *version = vmd_qemu_version ();
+    if (!saved || !*saved || !*version)
+        return false;
+    return strstr (saved, " accel=") ? streq (saved, vmd_qemu_state_key ())
+                                     : streq (saved, version);
+}
+
 int vmd_qemu_group (const char *user, gid_t *gid)
 {
     vmd_qemu_config_t config;
@@ -1254,6 +1274,29 @@ void vmd_qemu_test (bool verbose)
     assert (vmd_qemu_type ("huge") == NULL && vmd_qemu_type (NULL) == NULL);
     int tsc = vmd_qemu_host_tsc_khz ();
     assert (tsc > 100000);
+    //  Memory states: tagged with the accelerator; a tag without one (an older vmd's)
+    //  is the version alone.
+    if (*vmd_qemu_version ()) {
+        const char *was = getenv ("SBX_ACCEL");
+        char *saved = was ? strdup (was) : NULL;
+        setenv ("SBX_ACCEL", "tcg", 1);
+        char tcg[200];
+        snprintf (tcg, sizeof tcg, "%s", vmd_qemu_state_key ());
+        assert (strstr (tcg, vmd_qemu_version ()) == tcg && strstr (tcg, " accel=tcg"));
+        assert (vmd_qemu_state_restorable (tcg));
+        assert (vmd_qemu_state_restorable (vmd_qemu_version ()));
+        assert (!vmd_qemu_state_restorable ("QEMU emulator version 0.0.1"));
+        assert (!vmd_qemu_state_restorable (NULL) && !vmd_qemu_state_restorable (""));
+        setenv ("SBX_ACCEL", "kvm", 1);
+        assert (strstr (vmd_qemu_state_key (), " accel=kvm"));
+        assert (!vmd_qemu_state_restorable (tcg)); //  saved under TCG: not under KVM
+        assert (vmd_qemu_state_restorable (vmd_qemu_version ()));
+        if (saved)
+            setenv ("SBX_ACCEL", saved, 1);
+        else
+            unsetenv ("SBX_ACCEL");
+        free (saved);
+    }
     vmd_qemu_config_t config;
     vmd_qemu_config_init (&config);
     config.image_dir = "/img";

@@ -78,9 +78,9 @@ void vmd_qemu_argv_destroy (char ***argv_p);
 
 //  Forks and execs argv (argv[0] looked up in PATH) in a new session with stdin
 //  /dev/null, stdout and stderr appended to DIR/qemu.log, no other fds but
-//  config->incoming_fd as fd 3 and config->mem_fd as fd 4, default signal mask and handlers, and, when root,
-//  privileges dropped to config's user (see vmd_qemu.c for why not -runas). Returns
-//  the pid, or -1. Blocks only for fork.
+//  config->incoming_fd as fd 3 and config->mem_fd as fd 4, default signal mask and handlers, and,
+//  when root, privileges dropped to config's user (see vmd_qemu.c for why not -runas). Returns the
+//  pid, or -1. Blocks only for fork.
 pid_t vmd_qemu_spawn (const vmd_qemu_config_t *config);
 
 //  Whom QEMU runs as for the user setting (as vmd_qemu_config_t.user; NULL: the
@@ -116,6 +116,17 @@ int vmd_qemu_tcg_tb_mib (void);
 //  once (≈ 20 ms, at vmd's start) and cached; "" when unknown. A memory state is only
 //  restored by the same version.
 const char *vmd_qemu_version (void);
+
+//  What a memory state saved here is tagged with: the version and the accelerator,
+//  "<version> accel=kvm" or "… accel=tcg" ("" when the version is unknown). Both
+//  `-cpu max`, which is not the same CPU under KVM (the host's features) as under TCG
+//  (what TCG emulates): a state moved across would run on features it never probed, or
+//  miss ones it uses.
+const char *vmd_qemu_state_key (void);
+
+//  May a memory state tagged saved be restored here? The same key; a tag of an older
+//  vmd, the version alone, is taken at its word (same version).
+bool vmd_qemu_state_restorable (const char *saved);
 
 //  The group QEMU runs in when vmd drops privileges (see vmd_qemu_user), for files it
 //  must read but not own; 0 and -1 when it does not drop.

@@ -477,8 +477,7 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
         (!args->image || s_here (self, args->image, "images", image, sizeof image) == 0);
     if (args->snapshot_dir) {
         //  Memory is restored only by the QEMU that saved it; else its disk, cold.
-        const char *here = vmd_qemu_version ();
-        bool same = args->snapshot_qemu && *here && streq (args->snapshot_qemu, here);
+        bool same = vmd_qemu_state_restorable (args->snapshot_qemu);
         char memory[1300];
         snprintf (memory, sizeof memory, "%s/memory.state", here_ok ? snapshot_dir : "");
         bool restore = same && access (memory, R_OK) == 0;
@@ -486,7 +485,8 @@ static sbx_msg_t *s_on_create (vmd_server_t *self, sbx_msg_t *request)
             snprintf (op->note, sizeof op->note,
                       "started from the snapshot's disk with a fresh boot: %s; running processes "
                       "and memory were not kept",
-                      !same ? "it was saved by another QEMU version than this host runs"
+                      !same ? "it was saved by another QEMU version or accelerator (KVM or "
+                              "TCG) than this host runs"
                             : "it has no memory state");
         if (!here_ok ||
             vmd_guest_set_origin (guest, snapshot_dir, args->image ? image : NULL, restore)) {
@@ -619,7 +619,7 @@ static void s_on_snapshot_done (vmd_guest_t *guest, sbx_code_t code, const char 
         ok->disk_bytes = disk_bytes;
         ok->memory_bytes = memory_bytes;
         sbx_str_set (&ok->image, vmd_guest_image (guest));
-        sbx_str_set (&ok->qemu_version, vmd_qemu_version ());
+        sbx_str_set (&ok->qemu_version, vmd_qemu_state_key ());
         ok->paused_ms = vmd_guest_paused_ms (guest);
     }
     if (!call->server->peer || sbx_peer_send (call->server->peer, &reply))

@@ -72,7 +72,8 @@ static void s_remove (const char *path)
     rmdir (path);
 }
 
-//  A template is complete once qemu.version is there, naming this host's QEMU.
+//  A template is complete once qemu.version is there, naming this host's QEMU and
+//  accelerator (vmd_qemu_state_key).
 static bool s_complete (const char *dir)
 {
     char *path = zsys_sprintf ("%s/qemu.version", dir);
@@ -85,7 +86,7 @@ static bool s_complete (const char *dir)
         fclose (file);
     }
     text[strcspn (text, "\n")] = 0;
-    return *text && streq (text, vmd_qemu_version ());
+    return *text && streq (text, vmd_qemu_state_key ());
 }
 
 static int s_write_version (const char *dir)
@@ -93,7 +94,7 @@ static int s_write_version (const char *dir)
     char *tmp = zsys_sprintf ("%s/qemu.version.tmp", dir),
          *path = zsys_sprintf ("%s/qemu.version", dir);
     int fd = tmp ? open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
-    const char *version = vmd_qemu_version ();
+    const char *version = vmd_qemu_state_key ();
     bool ok = fd >= 0 && write (fd, version, strlen (version)) == (ssize_t) strlen (version) &&
               write (fd, "\n", 1) == 1 && fsync (fd) == 0;
     if (fd >= 0)
@@ -308,7 +309,7 @@ vmd_template_t *vmd_template_new (zloop_t *loop, const char *data_dir, const cha
     self->root = zsys_sprintf ("%s/templates/%s", data_dir, instance);
     self->work = zsys_sprintf ("%s/templates/%s/work", data_dir, instance);
     uint32_t fnv = 2166136261u; //  FNV-1a
-    for (const char *c = vmd_qemu_version (); *c; c++)
+    for (const char *c = vmd_qemu_state_key (); *c; c++)
         fnv = (fnv ^ (uint8_t) *c) * 16777619u;
     snprintf (self->tag, sizeof self->tag, "%08x", fnv);
     if (!wanted || !top || !self->root || !self->work || !named || !*vmd_qemu_version ()) {

@@ -163,9 +163,21 @@ class SnapshotsTest(SandboxTest):
         self.assertEqual(self.sh(sid, info["id"], "cat /root/data.txt"),
                          "configured before the snapshot")
 
+        # Saved under the other accelerator (KVM here under TCG, or the reverse): the
+        # same `-cpu max` is not the same CPU, so the disk only, a fresh boot.
+        db = sqlite3.connect(os.path.join(self.s.dir, "snapshotd", "snapshots.db"))
+        tag = db.execute("SELECT qemu_version FROM snapshots WHERE id = ?",
+                         (stopped_snap,)).fetchone()[0]
+        self.assertRegex(tag, r"^QEMU emulator version .* accel=(kvm|tcg)$")
+        other = tag[:-3] + ("kvm" if tag.endswith("tcg") else "tcg")
+        db.execute("UPDATE snapshots SET qemu_version = ? WHERE id = ?", (other, stopped_snap))
+        db.commit()
+        cold, text = self.create(sid, snapshotId=stopped_snap)
+        self.assertIn("fresh boot", text)
+        self.assertEqual(self.sh(sid, cold["id"], "pgrep -f 'tick[.]sh' | wc -l"), "0")
+        self.call(sid, "delete_sandbox", {"sandboxId": cold["id"]})
         # Saved by another QEMU (as the catalog says): the disk only, a fresh boot, and
         # the result says so.
-        db = sqlite3.connect(os.path.join(self.s.dir, "snapshotd", "snapshots.db"))
         db.execute("UPDATE snapshots SET qemu_version = 'QEMU emulator version 0.0.1' "
                    "WHERE id = ?", (stopped_snap,))
         db.commit()
