@@ -1683,6 +1683,7 @@ def write_doc(res, path, cmdline):
 # The results each part that --keep can rerun alone writes.
 KEEP_PARTS = {"files": ("raw_bigout", "raw_write", "raw_read", "mcp_bigout", "mcp_write",
                         "mcp_read", "mcp_rest", "files_ok"),
+              "gateway": ("gateway", "gw_cert"),
               "density": ("density",),
               "kvm": ("kvm",),
               "fork": ("fork",),
