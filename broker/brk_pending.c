@@ -122,6 +122,12 @@ brk_request_t *brk_pending_take_worker (brk_pending_t *self, const char *worker)
     return NULL;
 }
 
+void brk_pending_postpone (brk_pending_t *self, uint64_t ms)
+{
+    for (brk_request_t *r = zhashx_first (self->requests); r; r = zhashx_next (self->requests))
+        r->deadline += ms;
+}
+
 size_t brk_pending_size (brk_pending_t *self)
 {
     return zhashx_size (self->requests);
@@ -143,9 +149,11 @@ void brk_pending_test (bool verbose)
     assert (request && request->client_rid == 5 && zframe_eq (request->client, client));
     brk_request_destroy (&request);
     assert (brk_pending_take (pending, r1, "w1") == NULL); //  only once
-    //  Deadlines.
+    //  Deadlines, later by what a stall of the broker took.
     assert (brk_pending_take_expired (pending, 1500) == NULL);
-    request = brk_pending_take_expired (pending, 2500);
+    brk_pending_postpone (pending, 1000);
+    assert (brk_pending_take_expired (pending, 2500) == NULL);
+    request = brk_pending_take_expired (pending, 3500);
     assert (request && request->rid == r2);
     brk_request_destroy (&request);
     //  Losing a worker.

@@ -49,6 +49,10 @@ brk_request_t *brk_pending_take (brk_pending_t *self, uint64_t rid, const char *
 brk_request_t *brk_pending_take_expired (brk_pending_t *self, uint64_t now);
 brk_request_t *brk_pending_take_worker (brk_pending_t *self, const char *worker);
 
+//  Moves every deadline ms later: the broker did not run for that long, and the answers
+//  may be waiting to be read (sbx_stall).
+void brk_pending_postpone (brk_pending_t *self, uint64_t ms);
+
 size_t brk_pending_size (brk_pending_t *self);
 
 void brk_request_destroy (brk_request_t **self_p);

@@ -323,12 +323,12 @@ void brk_rates_test (bool verbose)
     zframe_t *addresses[] = {zframe_new ("\x00\x01", 2), zframe_new ("\x00\x02", 2),
                              zframe_new ("\x00\x03", 2)};
     brk_peer_t *replaced, *peers[3];
-    peers[0] =
-        brk_registry_hello (registry, addresses[0], SBX_ROLE_GATEWAY, "gw-1", 1, 0, 0, &replaced);
-    peers[1] =
-        brk_registry_hello (registry, addresses[1], SBX_ROLE_GATEWAY, "gw-2", 2, 0, 0, &replaced);
-    peers[2] =
-        brk_registry_hello (registry, addresses[2], SBX_ROLE_VMD, "host-a", 3, 4, 0, &replaced);
+    peers[0] = brk_registry_hello (registry, addresses[0], SBX_ROLE_GATEWAY, "gw-1", 1, NULL, 0, 0,
+                                   &replaced);
+    peers[1] = brk_registry_hello (registry, addresses[1], SBX_ROLE_GATEWAY, "gw-2", 2, NULL, 0, 0,
+                                   &replaced);
+    peers[2] = brk_registry_hello (registry, addresses[2], SBX_ROLE_VMD, "host-a", 3, NULL, 4, 0,
+                                   &replaced);
     assert (peers[0] && peers[1] && peers[2]);
     reply = brk_rates_report (rates, peers[2], request);
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_PERMISSION_DENIED);

@@ -6,6 +6,7 @@
 struct brk_registry_t {
     zhashx_t *peers;     //  routing id hex → brk_peer_t
     zlistx_t *displaced; //  copies of workers replaced from another connection, oldest first
+    zlistx_t *refused;   //  routing ids (hex) of newcomers refused a name, oldest first
 };
 
 void brk_peer_destroy (brk_peer_t **self_p)
@@ -17,6 +18,7 @@ void brk_peer_destroy (brk_peer_t **self_p)
     zframe_destroy (&self->address);
     free (self->routing_id);
     free (self->instance);
+    free (self->process);
     free (self->metrics);
     free (self->relay);
     free (self);
@@ -38,8 +40,11 @@ static brk_peer_t *s_peer_dup (const brk_peer_t *peer)
     copy->address = zframe_dup (peer->address);
     copy->routing_id = strdup (peer->routing_id);
     copy->instance = strdup (peer->instance);
+    copy->process = peer->process ? strdup (peer->process) : NULL;
     copy->metrics = NULL; //  a displaced worker's figures are not served
-    if (!copy->address || !copy->routing_id || !copy->instance)
+    copy->relay = peer->relay ? strdup (peer->relay) : NULL;
+    if (!copy->address || !copy->routing_id || !copy->instance ||
+        (peer->process && !copy->process) || (peer->relay && !copy->relay))
         brk_peer_destroy (&copy);
     return copy;
 }
@@ -51,13 +56,15 @@ brk_registry_t *brk_registry_new (void)
         return NULL;
     self->peers = zhashx_new ();
     self->displaced = zlistx_new ();
-    if (!self->peers || !self->displaced) {
+    self->refused = zlistx_new ();
+    if (!self->peers || !self->displaced || !self->refused) {
         brk_registry_destroy (&self);
         return NULL;
     }
     //  No destructor: entries leave the table by remove/expire and their caller owns them.
     //  The displaced copies are the registry's own.
     zlistx_set_destructor (self->displaced, s_peer_free);
+    zlistx_set_destructor (self->refused, (zlistx_destructor_fn *) zstr_free);
     return self;
 }
 
@@ -74,6 +81,7 @@ void brk_registry_destroy (brk_registry_t **self_p)
     }
     zhashx_destroy (&self->peers);
     zlistx_destroy (&self->displaced);
+    zlistx_destroy (&self->refused);
     free (self);
     *self_p = NULL;
 }
@@ -133,8 +141,8 @@ static void s_displace (brk_registry_t *self, const brk_peer_t *peer)
 }
 
 brk_peer_t *brk_registry_hello (brk_registry_t *self, zframe_t *address, sbx_role_t role,
-                                const char *instance, uint64_t pid, uint64_t capacity,
-                                uint64_t used, brk_peer_t **replaced)
+                                const char *instance, uint64_t pid, const char *process,
+                                uint64_t capacity, uint64_t used, brk_peer_t **replaced)
 {
     *replaced = NULL;
     brk_peer_t *peer = brk_registry_seen (self, address);
@@ -150,7 +158,9 @@ brk_peer_t *brk_registry_hello (brk_registry_t *self, zframe_t *address, sbx_rol
             if (p->role == role && strcmp (p->instance, instance) == 0) {
                 brk_peer_t *old = p;
                 zhashx_delete (self->peers, old->routing_id);
-                s_displace (self, old);
+                //  The same process on a new connection is no second worker.
+                if (!(process && *process && old->process && streq (old->process, process)))
+                    s_displace (self, old);
                 if (*replaced)
                     brk_peer_destroy (&old);
                 else
@@ -175,6 +185,10 @@ brk_peer_t *brk_registry_hello (brk_registry_t *self, zframe_t *address, sbx_rol
         s_forget (self, peer->routing_id, NULL, 0);
     }
     peer->pid = pid;
+    if (process && *process && !(peer->process && streq (peer->process, process))) {
+        free (peer->process);
+        peer->process = strdup (process); //  (out of memory: NULL, as an older worker's)
+    }
     peer->capacity = capacity;
     peer->used = used;
     return peer;
@@ -200,12 +214,31 @@ brk_peer_t *brk_registry_revive (brk_registry_t *self, zframe_t *address, brk_pe
             *refused = p;
             break;
         }
+    //  The newcomer's hellos sent before it heard of its refusal must not take the name
+    //  again: remembered (the latest BRK_REGISTRY_DISPLACED_MAX), see brk_registry_refused.
+    char *refused_id = *refused ? strdup ((*refused)->routing_id) : NULL;
+    if (refused_id && zlistx_add_end (self->refused, refused_id))
+        while (zlistx_size (self->refused) > BRK_REGISTRY_DISPLACED_MAX)
+            zlistx_delete (self->refused, NULL); //  the oldest
+    else
+        free (refused_id);
     //  Others displaced under this name came after it: only the first may come back.
     s_forget (self, NULL, peer, 0);
     peer->last_seen_ms = sbx_clock_now_ms ();
     peer->last_seen_mono = sbx_clock_mono_ms ();
     zhashx_insert (self->peers, peer->routing_id, peer);
     return peer;
+}
+
+bool brk_registry_refused (brk_registry_t *self, zframe_t *address)
+{
+    char *key = zframe_strhex (address);
+    bool found = false;
+    for (char *id = zlistx_first (self->refused); key && id && !found;
+         id = zlistx_next (self->refused))
+        found = streq (id, key);
+    free (key);
+    return found;
 }
 
 brk_peer_t *brk_registry_expire_one (brk_registry_t *self, uint64_t mono_cutoff)
@@ -265,9 +298,11 @@ void brk_registry_test (bool verbose)
     zframe_t *b = zframe_new ("\x00\x02", 2);
     zframe_t *c = zframe_new ("\x00\x03", 2);
     brk_peer_t *replaced;
-    brk_peer_t *pa = brk_registry_hello (registry, a, SBX_ROLE_VMD, "host-a", 1, 8, 3, &replaced);
+    brk_peer_t *pa =
+        brk_registry_hello (registry, a, SBX_ROLE_VMD, "host-a", 1, NULL, 8, 3, &replaced);
     assert (pa && !replaced);
-    brk_peer_t *pb = brk_registry_hello (registry, b, SBX_ROLE_VMD, "host-b", 2, 8, 1, &replaced);
+    brk_peer_t *pb =
+        brk_registry_hello (registry, b, SBX_ROLE_VMD, "host-b", 2, NULL, 8, 1, &replaced);
     assert (pb && !replaced);
     assert (brk_registry_size (registry) == 2);
     //  Least loaded first; a named instance wins over load.
@@ -281,7 +316,8 @@ void brk_registry_test (bool verbose)
     brk_peer_t *second = brk_registry_pick (registry, SBX_ROLE_VMD, NULL);
     assert (first != second);
     //  host-a restarts and comes back on connection c: its old entry is replaced at once.
-    brk_peer_t *pc = brk_registry_hello (registry, c, SBX_ROLE_VMD, "host-a", 9, 8, 0, &replaced);
+    brk_peer_t *pc =
+        brk_registry_hello (registry, c, SBX_ROLE_VMD, "host-a", 9, NULL, 8, 0, &replaced);
     assert (pc && replaced && replaced->pid == 1);
     brk_peer_destroy (&replaced);
     assert (brk_registry_size (registry) == 2);
@@ -306,10 +342,12 @@ void brk_registry_test (bool verbose)
     //  speaks again. d is registered again as it was; e is handed over to be refused.
     zframe_t *d = zframe_new ("\x00\x04", 2);
     zframe_t *e = zframe_new ("\x00\x05", 2);
-    brk_peer_t *pd = brk_registry_hello (registry, d, SBX_ROLE_GATEWAY, "gw", 10, 0, 0, &replaced);
+    brk_peer_t *pd =
+        brk_registry_hello (registry, d, SBX_ROLE_GATEWAY, "gw", 10, NULL, 0, 0, &replaced);
     assert (pd && !replaced);
     uint64_t d_joined = pd->joined_ms;
-    brk_peer_t *pe = brk_registry_hello (registry, e, SBX_ROLE_GATEWAY, "gw", 11, 0, 0, &replaced);
+    brk_peer_t *pe =
+        brk_registry_hello (registry, e, SBX_ROLE_GATEWAY, "gw", 11, NULL, 0, 0, &replaced);
     assert (pe && replaced && replaced->pid == 10);
     brk_peer_destroy (&replaced);
     assert (brk_registry_seen (registry, d) == NULL);
@@ -321,15 +359,17 @@ void brk_registry_test (bool verbose)
     assert (brk_registry_seen (registry, d) == pd);
     assert (brk_registry_seen (registry, e) == NULL);
     assert (brk_registry_pick (registry, SBX_ROLE_GATEWAY, "gw") == pd);
+    //  e is remembered as refused (the server refuses its later hellos at once); d not.
+    assert (brk_registry_refused (registry, e) && !brk_registry_refused (registry, d));
     //  Once back, d is no longer displaced; e, refused, never was.
     assert (brk_registry_revive (registry, d, &refused) == NULL && !refused);
     assert (brk_registry_revive (registry, e, &refused) == NULL && !refused);
 
     //  Two newcomers in a row: only the first of the three comes back.
     zframe_t *f = zframe_new ("\x00\x06", 2);
-    assert (brk_registry_hello (registry, e, SBX_ROLE_GATEWAY, "gw", 11, 0, 0, &replaced));
+    assert (brk_registry_hello (registry, e, SBX_ROLE_GATEWAY, "gw", 11, NULL, 0, 0, &replaced));
     brk_peer_destroy (&replaced);
-    assert (brk_registry_hello (registry, f, SBX_ROLE_GATEWAY, "gw", 12, 0, 0, &replaced));
+    assert (brk_registry_hello (registry, f, SBX_ROLE_GATEWAY, "gw", 12, NULL, 0, 0, &replaced));
     assert (replaced && replaced->pid == 11);
     brk_peer_destroy (&replaced);
     pd = brk_registry_revive (registry, d, &refused);
@@ -341,13 +381,42 @@ void brk_registry_test (bool verbose)
     assert (removed == pd);
     brk_peer_destroy (&removed);
 
+    //  One process on a new connection (it said hello again when the broker seemed
+    //  silent): the old connection is not displaced, so its late words take nothing back.
+    zframe_t *g = zframe_new ("\x00\x07", 2), *h = zframe_new ("\x00\x08", 2);
+    brk_peer_t *pg =
+        brk_registry_hello (registry, g, SBX_ROLE_VMD, "host-g", 20, "prc_one", 8, 0, &replaced);
+    assert (pg && !replaced && streq (pg->process, "prc_one"));
+    pg->relay = strdup ("10.0.0.7:9443");
+    brk_peer_t *ph =
+        brk_registry_hello (registry, h, SBX_ROLE_VMD, "host-g", 20, "prc_one", 8, 0, &replaced);
+    assert (ph && replaced && replaced->pid == 20);
+    brk_peer_destroy (&replaced);
+    assert (zlistx_size (registry->displaced) == 0);
+    assert (brk_registry_revive (registry, g, &refused) == NULL && !refused);
+    assert (brk_registry_seen (registry, h) == ph);
+    //  Another process under that name is displaced as before (its copy has its own relay).
+    ph->relay = strdup ("10.0.0.8:9443");
+    assert (
+        brk_registry_hello (registry, g, SBX_ROLE_VMD, "host-g", 21, "prc_two", 8, 0, &replaced));
+    assert (replaced && replaced->pid == 20);
+    brk_peer_destroy (&replaced);
+    assert (zlistx_size (registry->displaced) == 1);
+    removed = brk_registry_remove (registry, g);
+    assert (removed && streq (removed->process, "prc_two"));
+    brk_peer_destroy (&removed);
+    s_forget (registry, NULL, NULL, UINT64_MAX);
+    assert (zlistx_size (registry->displaced) == 0);
+    zframe_destroy (&g);
+    zframe_destroy (&h);
+
     //  Bounded: a name taken by connection after connection remembers the latest ones.
     zframe_t *churn = NULL;
     for (uint8_t i = 0; i <= BRK_REGISTRY_DISPLACED_MAX + 1; i++) {
         zframe_destroy (&churn);
         churn = zframe_new ((uint8_t[]){0x01, i}, 2);
-        assert (
-            brk_registry_hello (registry, churn, SBX_ROLE_GATEWAY, "gw", 100 + i, 0, 0, &replaced));
+        assert (brk_registry_hello (registry, churn, SBX_ROLE_GATEWAY, "gw", 100 + i, NULL, 0, 0,
+                                    &replaced));
         assert (i == 0 ? !replaced : replaced && replaced->pid == 100u + i - 1);
         brk_peer_destroy (&replaced);
     }

@@ -22,6 +22,7 @@ typedef struct {
     sbx_role_t role;
     char *instance;
     uint64_t pid;
+    char *process; //  its hello's random process id, or NULL (an older worker)
     uint64_t capacity;
     uint64_t used;
     uint64_t joined_ms;    //  wall clock
@@ -42,11 +43,12 @@ void brk_registry_destroy (brk_registry_t **self_p);
 
 //  Registers (or refreshes) the worker behind `address`. Sets *replaced to the entry
 //  it replaced (same role and instance, other connection; caller destroys with
-//  brk_peer_destroy) or NULL; the registry remembers that one as displaced. Returns the
-//  entry, owned by the registry.
+//  brk_peer_destroy) or NULL; the registry remembers that one as displaced, unless it
+//  gave the same process id (that worker, reconnected: what its old connection still
+//  says is stale). Returns the entry, owned by the registry.
 brk_peer_t *brk_registry_hello (brk_registry_t *self, zframe_t *address, sbx_role_t role,
-                                const char *instance, uint64_t pid, uint64_t capacity,
-                                uint64_t used, brk_peer_t **replaced);
+                                const char *instance, uint64_t pid, const char *process,
+                                uint64_t capacity, uint64_t used, brk_peer_t **replaced);
 
 //  The worker behind a routing id, or NULL. Marks it seen when found.
 brk_peer_t *brk_registry_seen (brk_registry_t *self, zframe_t *address);
@@ -57,6 +59,11 @@ brk_peer_t *brk_registry_seen (brk_registry_t *self, zframe_t *address);
 //  instance now (caller refuses it and destroys it with brk_peer_destroy), or NULL when
 //  none does. Returns NULL and sets *refused NULL when `address` was not displaced.
 brk_peer_t *brk_registry_revive (brk_registry_t *self, zframe_t *address, brk_peer_t **refused);
+
+//  Whether brk_registry_revive refused the worker behind `address` (one of the latest
+//  BRK_REGISTRY_DISPLACED_MAX): its hellos sent before it heard so are refused at once,
+//  or they would take the name from the worker that holds it until it speaks again.
+bool brk_registry_refused (brk_registry_t *self, zframe_t *address);
 
 //  Removes the worker and returns it (caller destroys), or NULL.
 brk_peer_t *brk_registry_remove (brk_registry_t *self, zframe_t *address);

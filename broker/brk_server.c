@@ -23,6 +23,7 @@
 #include "brk_snapshot.h"
 #include "brk_store.h"
 #include "brk_testkit.h"
+#include "sbx_stall.h"
 #include "sbx_metrics.h"
 #include "sbx_secret.h"
 
@@ -64,6 +65,7 @@ typedef struct {
     uint64_t heartbeat_ms;
     uint64_t default_timeout_ms;
     uint64_t started_ms;
+    sbx_stall_t stall; //  the broker itself not running for a while (sbx_stall.h)
 } s_server_t;
 
 //  A cluster's relay key for published ports, from the cluster key (every control node
@@ -183,6 +185,9 @@ static s_server_t *s_server_new (sbx_config_t *config, const brk_server_args_t *
     self->heartbeat_ms = sbx_config_get_uint (config, "heartbeat_ms", 1000);
     if (self->heartbeat_ms < 50)
         self->heartbeat_ms = 50;
+    //  Checked by the 100 ms deadline timer among others: a second or a heartbeat without
+    //  running, whichever is longer, is a stall.
+    self->stall = sbx_stall_init (100, self->heartbeat_ms);
     self->default_timeout_ms = sbx_config_get_uint (config, "request_timeout_ms", 30000);
     if (cluster) {
         //  A control node's broker (brk_control holds the data directory's lock): the
@@ -399,6 +404,20 @@ static void s_fail_worker_requests (s_server_t *self, brk_peer_t *peer)
     }
 }
 
+//  Tells a worker at `address` that `holder` has its role and instance: what to do.
+static void s_refuse_name (s_server_t *self, zframe_t *address, const brk_peer_t *holder)
+{
+    char since[32];
+    sbx_clock_iso8601 (holder->joined_ms, since, sizeof since);
+    char message[600];
+    snprintf (message, sizeof message,
+              "instance name '%s' of role %s is in use by pid %llu (since %s): start this one "
+              "with --instance OTHER (or set instance = OTHER in its sbx.conf)",
+              holder->instance, sbx_role_name (holder->role), (unsigned long long) holder->pid,
+              since);
+    s_reply_error (self, address, 0, SBX_E_CONFLICT, message);
+}
+
 static void s_on_hello (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
 {
     sbx_peer_hello_t *hello = sbx_msg_peer_hello (msg);
@@ -407,10 +426,18 @@ static void s_on_hello (s_server_t *self, zframe_t *address, sbx_msg_t *msg)
                        "only gateway, vmd, snapshotd and billing register as workers");
         return;
     }
+    //  A newcomer refused its name sends hellos until it hears so: those must not take
+    //  the name again from the worker that holds it.
+    const brk_peer_t *holder = brk_registry_find (self->registry, hello->role, hello->instance);
+    if (holder && brk_registry_refused (self->registry, address)) {
+        s_refuse_name (self, address, holder);
+        return;
+    }
     bool known = brk_registry_seen (self->registry, address) != NULL;
     brk_peer_t *replaced = NULL;
-    brk_peer_t *peer = brk_registry_hello (self->registry, address, hello->role, hello->instance,
-                                           hello->pid, hello->capacity, hello->used, &replaced);
+    brk_peer_t *peer =
+        brk_registry_hello (self->registry, address, hello->role, hello->instance, hello->pid,
+                            hello->process, hello->capacity, hello->used, &replaced);
     if (replaced) {
         sbx_info ("%s %s reconnected (pid %llu → %llu)", sbx_role_name (replaced->role),
                   replaced->instance, (unsigned long long) replaced->pid,
@@ -454,19 +481,13 @@ static brk_peer_t *s_revive (s_server_t *self, zframe_t *address)
     brk_peer_t *peer = brk_registry_revive (self->registry, address, &refused);
     if (!refused)
         return peer;
-    const char *role = sbx_role_name (peer->role);
     char since[32];
     sbx_clock_iso8601 (peer->joined_ms, since, sizeof since);
     sbx_warn ("%s %s: pid %llu took the name of pid %llu (since %s), which still runs: two "
               "live workers, one name; pid %llu is refused",
-              role, peer->instance, (unsigned long long) refused->pid,
+              sbx_role_name (peer->role), peer->instance, (unsigned long long) refused->pid,
               (unsigned long long) peer->pid, since, (unsigned long long) refused->pid);
-    char message[600];
-    snprintf (message, sizeof message,
-              "instance name '%s' of role %s is in use by pid %llu (since %s): start this one "
-              "with --instance OTHER (or set instance = OTHER in its sbx.conf)",
-              peer->instance, role, (unsigned long long) peer->pid, since);
-    s_reply_error (self, refused->address, 0, SBX_E_CONFLICT, message);
+    s_refuse_name (self, refused->address, peer);
     s_fail_worker_requests (self, refused);
     s_peer_event (self, refused, "conflict");
     brk_peer_destroy (&refused);
@@ -955,6 +976,19 @@ static void s_dispatch (s_server_t *self, zframe_t *address, sbx_msg_t **msg_p)
             break;
         s_route (self, address, msg_p, SBX_ROLE_SNAPSHOTD);
         return;
+    case SBX_MSG_BUILD_GET:
+    case SBX_MSG_SSE_MESSAGE:
+        //  A gateway asks another about what lives there (schemas/gateways.json): from a
+        //  gateway, to the one the instance names, never to whichever gateway.
+        if (!peer || peer->role != SBX_ROLE_GATEWAY)
+            s_reply_error (self, address, msg->rid, SBX_E_PERMISSION_DENIED,
+                           "this request is between gateways: use the REST API or MCP");
+        else if (!msg->instance || !*msg->instance)
+            s_reply_error (self, address, msg->rid, SBX_E_INVALID_ARGUMENT,
+                           "a request between gateways names the gateway to ask (instance)");
+        else
+            s_route (self, address, msg_p, SBX_ROLE_GATEWAY);
+        return;
     case SBX_MSG_SNAPSHOT_GET:
         //  snapshotd's catalog answers these; it checks the caller's account itself.
         s_route (self, address, msg_p, SBX_ROLE_SNAPSHOTD);
@@ -1045,11 +1079,33 @@ static int s_on_router (zloop_t *loop, zsock_t *sock, void *arg)
     return 0;
 }
 
+//  From each timer, first: after a stall of the broker itself (sbx_stall.h) its workers'
+//  silence and its requests' waiting are the broker's doing. Each worker is heard from
+//  anew (it has three heartbeats to show it is there) and each deadline moves by the
+//  stall, so that what they sent meanwhile is read before anyone is judged.
+static void s_check_stall (s_server_t *self)
+{
+    uint64_t now = sbx_clock_mono_ms ();
+    uint64_t gap = sbx_stall_check (&self->stall, now);
+    if (!gap)
+        return;
+    sbx_warn ("the broker did not run for %llu ms (its process stopped, or its machine paused "
+              "or starved): its %zu workers are heard from anew and %zu requests in flight "
+              "get that time back",
+              (unsigned long long) gap, brk_registry_size (self->registry),
+              brk_pending_size (self->pending));
+    for (brk_peer_t *p = brk_registry_first (self->registry); p;
+         p = brk_registry_next (self->registry))
+        p->last_seen_mono = now;
+    brk_pending_postpone (self->pending, gap);
+}
+
 static int s_on_heartbeat (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
     (void) timer_id;
     s_server_t *self = arg;
+    s_check_stall (self);
     uint64_t now = sbx_clock_mono_ms ();
     uint64_t cutoff = now > 3 * self->heartbeat_ms ? now - 3 * self->heartbeat_ms : 0;
     brk_peer_t *gone;
@@ -1073,6 +1129,7 @@ static int s_on_deadlines (zloop_t *loop, int timer_id, void *arg)
     (void) loop;
     (void) timer_id;
     s_server_t *self = arg;
+    s_check_stall (self);
     uint64_t now = sbx_clock_mono_ms ();
     brk_request_t *request;
     while ((request = brk_pending_take_expired (self->pending, now))) {
@@ -1121,6 +1178,7 @@ static int s_on_reconcile (zloop_t *loop, int timer_id, void *arg)
     (void) loop;
     (void) timer_id;
     s_server_t *self = arg;
+    s_check_stall (self); //  before hostloss judges a vmd by its silence
     brk_reconcile_tick (self->reconcile);
     brk_hostloss_tick (self->hostloss);
     brk_move_tick (self->move);
@@ -1260,6 +1318,45 @@ void brk_server_test (bool verbose)
     reply = brk_testkit_call (client, request, ++rid);
     assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_UNAVAILABLE);
     sbx_msg_destroy (&reply);
+
+    //  Between gateways (schemas/gateways.json): from a gateway that names the one to ask,
+    //  to that one only. Anyone else is refused, and so is a request naming no gateway.
+    zsock_t *gw3 = brk_testkit_dealer (config);
+    request = sbx_msg_new (SBX_MSG_PEER_HELLO);
+    sbx_msg_peer_hello (request)->role = SBX_ROLE_GATEWAY;
+    sbx_str_set (&sbx_msg_peer_hello (request)->instance, "gw-3");
+    request->rid = 1;
+    brk_testkit_send (gw3, &request);
+    reply = brk_testkit_recv (gw3, 5000);
+    assert (reply && reply->type == SBX_MSG_PEER_WELCOME);
+    sbx_msg_destroy (&reply);
+    for (int i = 0; i < 4; i++) {
+        bool from_gateway = i >= 2, named = i % 2 == 1;
+        request = sbx_msg_new (i % 2 ? SBX_MSG_BUILD_GET : SBX_MSG_SSE_MESSAGE);
+        if (request->type == SBX_MSG_BUILD_GET)
+            sbx_str_set (&sbx_msg_build_get (request)->build_id, "bld_0123456789");
+        else {
+            sbx_str_set (&sbx_msg_sse_message (request)->stream_id, "sse_0123456789");
+            sbx_str_set (&sbx_msg_sse_message (request)->message, "{\"jsonrpc\":\"2.0\"}");
+        }
+        sbx_str_set (&request->route, "gateway");
+        if (named)
+            sbx_str_set (&request->instance, "gw-2");
+        if (from_gateway) { //  it beats, or it is dropped after 300 ms and is nobody
+            sbx_msg_t *beat = sbx_msg_new (SBX_MSG_PEER_HEARTBEAT);
+            brk_testkit_send (gw3, &beat);
+        }
+        reply = brk_testkit_call (from_gateway ? gw3 : client, request, ++rid);
+        if (!from_gateway)
+            assert (brk_testkit_code (reply) == SBX_E_PERMISSION_DENIED);
+        else if (!named)
+            assert (brk_testkit_code (reply) == SBX_E_INVALID_ARGUMENT);
+        else //  gw-2 (a worker that answers everything with its status) had it
+            assert (reply->type == SBX_MSG_SYS_STATUS_OK &&
+                    streq (sbx_msg_sys_status_ok (reply)->instance, "gw-2"));
+        sbx_msg_destroy (&reply);
+    }
+    zsock_destroy (&gw3);
 
     //  A worker that registers but never answers: the request times out.
     zsock_t *mute = brk_testkit_dealer (config);

@@ -1,6 +1,7 @@
 /*  sbx_daemon - see sbx_daemon.h */
 #include "sbx_daemon.h"
 #include "sbx_clock.h"
+#include "sbx_heap.h"
 #include "sbx_log.h"
 #include "sbx_metrics.h"
 #include "sbx_ready.h"
@@ -16,6 +17,7 @@ struct sbx_daemon_t {
     char *name;
     sbx_config_t *config;
     zloop_t *loop;
+    sbx_heap_t *heap; //  large buffers kept while work flows (sbx_heap.h)
     sbx_peer_t *peer;
     sbx_peer_request_fn *request_fn;
     void *request_arg;
@@ -167,6 +169,7 @@ sbx_daemon_t *sbx_daemon_new (int argc, char **argv, const char *name, const cha
     sbx_metrics_set_identity (sbx_metrics_here (), strncmp (name, "sbx-", 4) == 0 ? name + 4 : name,
                               sbx_config_get (self->config, "instance", "local"));
     self->loop = zloop_new ();
+    self->heap = sbx_heap_new (self->loop);
     self->hup_fd = signalfd (-1, &hup, SFD_NONBLOCK | SFD_CLOEXEC);
     zmq_pollitem_t item = {NULL, self->hup_fd, ZMQ_POLLIN, 0};
     if (self->hup_fd == -1 || zloop_poller (self->loop, &item, s_on_hup, self))
@@ -183,6 +186,7 @@ void sbx_daemon_destroy (sbx_daemon_t **self_p)
     if (!self)
         return;
     sbx_peer_destroy (&self->peer);
+    sbx_heap_destroy (&self->heap);
     zloop_destroy (&self->loop);
     if (self->hup_fd != -1)
         close (self->hup_fd);

@@ -407,6 +407,15 @@ int sbx_bytes_set (sbx_bytes_t *field, const void *data, size_t size)
     return 0;
 }
 
+void sbx_bytes_take (sbx_bytes_t *field, uint8_t **data_p, size_t size)
+{
+    assert (field && data_p && *data_p);
+    free (field->data);
+    field->data = *data_p;
+    field->size = size;
+    *data_p = NULL;
+}
+
 void *sbx_meta_list_append (void **items_p, size_t *count_p, size_t item_size)
 {
     if (*count_p >= SIZE_MAX / item_size - 1)
@@ -1060,6 +1069,19 @@ static int s_encode (s_enc_t *e, const sbx_msg_t *self)
     return 0;
 }
 
+//  What an encoding of body takes beyond its small fields: its byte fields' sizes, and
+//  the sbuffer's first growth for the rest.
+static size_t s_bytes_room (const sbx_meta_struct_t *meta, const void *body)
+{
+    size_t room = 0;
+    for (size_t i = 0; meta && body && i < meta->field_count; i++)
+        if (meta->fields[i].kind == SBX_META_BYTES) {
+            size_t size = ((const sbx_bytes_t *) s_addr (body, &meta->fields[i]))->size;
+            room += size <= sbx_meta_field_max (&meta->fields[i]) ? size : 0; //  else refused
+        }
+    return room ? room + MSGPACK_SBUFFER_INIT_SIZE : 0;
+}
+
 int sbx_msg_encode (const sbx_msg_t *self, uint8_t **data_p, size_t *size_p, sbx_err_t *err)
 {
     assert (data_p && size_p);
@@ -1073,6 +1095,13 @@ int sbx_msg_encode (const sbx_msg_t *self, uint8_t **data_p, size_t *size_p, sbx
         err->rid = self->rid;
     msgpack_sbuffer buffer;
     msgpack_sbuffer_init (&buffer);
+    //  Room for the body's byte fields up front (a file chunk, output: a megabyte), so
+    //  that the buffer is not grown by doubling, each step a copy, to hold them.
+    size_t room = s_bytes_room (sbx_meta_msgs[self->type].body, self->body);
+    if (room > MSGPACK_SBUFFER_INIT_SIZE) {
+        buffer.data = malloc (room);
+        buffer.alloc = buffer.data ? room : 0;
+    }
     s_enc_t e = {.where = {.err = err, .what = sbx_meta_msgs[self->type].name}};
     msgpack_packer_init (&e.pk, &buffer, msgpack_sbuffer_write);
     if (s_encode (&e, self)) {
@@ -2252,6 +2281,15 @@ void sbx_meta_codec_test (bool verbose)
     sbx_bytes_t bytes = {NULL, 0};
     assert (sbx_bytes_set (&bytes, "", 0) == 0 && bytes.data && bytes.size == 0);
     assert (sbx_bytes_set (&bytes, NULL, 0) == 0 && bytes.data == NULL);
+    //  Taken, not copied: the buffer itself, present even when empty.
+    uint8_t *taken = malloc (4);
+    uint8_t *was = taken;
+    sbx_bytes_take (&bytes, &taken, 3);
+    assert (!taken && bytes.data == was && bytes.size == 3);
+    taken = malloc (1);
+    sbx_bytes_take (&bytes, &taken, 0);
+    assert (!taken && bytes.data && bytes.size == 0);
+    free (bytes.data);
     //  Freed as a message would free them.
     const sbx_meta_field_t map_field = {"map", SBX_META_STRMAP, 0, false, 0, NULL, NULL};
     const sbx_meta_field_t list_field = {"list", SBX_META_STRLIST, 0, false, 0, NULL, NULL};

@@ -113,6 +113,9 @@ int sbx_code_http_status (sbx_code_t code);
 //  Return 0, or -1 on allocation failure.
 int sbx_str_set (char **field, const char *value); //  NULL clears
 int sbx_bytes_set (sbx_bytes_t *field, const void *data, size_t size);
+//  The same without the copy: takes *data_p (malloc'd, not NULL: present even when size
+//  is 0) and sets it to NULL. For megabytes read into a buffer of their own.
+void sbx_bytes_take (sbx_bytes_t *field, uint8_t **data_p, size_t size);
 int sbx_strlist_append (sbx_strlist_t *list, const char *value);
 void sbx_strlist_clear (sbx_strlist_t *list); //  frees the items; an empty list after
 int sbx_strmap_set (sbx_strmap_t *map, const char *key, const char *value); //  NULL removes

@@ -402,6 +402,10 @@ static const sbx_meta_struct_t s_meta_events_replay;
 static const sbx_meta_struct_t s_meta_events_replay_ok;
 static const sbx_meta_struct_t s_meta_peer_joined;
 static const sbx_meta_struct_t s_meta_peer_left;
+static const sbx_meta_struct_t s_meta_build_get;
+static const sbx_meta_struct_t s_meta_build_get_ok;
+static const sbx_meta_struct_t s_meta_sse_message;
+static const sbx_meta_struct_t s_meta_sse_message_ok;
 static const sbx_meta_struct_t s_meta_webhook_info;
 static const sbx_meta_struct_t s_meta_webhook_delivery;
 static const sbx_meta_struct_t s_meta_webhook_create;
@@ -1158,6 +1162,25 @@ static const sbx_meta_field_t s_fields_peer_left[] = {
 };
 static const sbx_meta_struct_t s_meta_peer_left = {"peer.left", sizeof (sbx_peer_left_t), s_fields_peer_left, 3};
 
+static const sbx_meta_field_t s_fields_build_get[] = {
+    {"build_id", SBX_META_STRING, offsetof (sbx_build_get_t, build_id), true, 32, NULL, NULL},
+    {"log_offset", SBX_META_UINT, offsetof (sbx_build_get_t, log_offset), false, 0, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_build_get = {"build.get", sizeof (sbx_build_get_t), s_fields_build_get, 2};
+
+static const sbx_meta_field_t s_fields_build_get_ok[] = {
+    {"build", SBX_META_STRING, offsetof (sbx_build_get_ok_t, build), true, 4194304, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_build_get_ok = {"build.get.ok", sizeof (sbx_build_get_ok_t), s_fields_build_get_ok, 1};
+
+static const sbx_meta_field_t s_fields_sse_message[] = {
+    {"stream_id", SBX_META_STRING, offsetof (sbx_sse_message_t, stream_id), true, 64, NULL, NULL},
+    {"message", SBX_META_STRING, offsetof (sbx_sse_message_t, message), true, 16777216, NULL, NULL},
+};
+static const sbx_meta_struct_t s_meta_sse_message = {"sse.message", sizeof (sbx_sse_message_t), s_fields_sse_message, 2};
+
+static const sbx_meta_struct_t s_meta_sse_message_ok = {"sse.message.ok", sizeof (sbx_sse_message_ok_t), NULL, 0};
+
 static const sbx_meta_field_t s_fields_webhook_info[] = {
     {"webhook_id", SBX_META_STRING, offsetof (sbx_webhook_info_t, webhook_id), true, 64, NULL, NULL},
     {"account_id", SBX_META_STRING, offsetof (sbx_webhook_info_t, account_id), false, 64, NULL, NULL},
@@ -1475,12 +1498,13 @@ static const sbx_meta_field_t s_fields_peer_hello[] = {
     {"role", SBX_META_ENUM, offsetof (sbx_peer_hello_t, role), true, 0, &s_enum_role, NULL},
     {"instance", SBX_META_STRING, offsetof (sbx_peer_hello_t, instance), true, 128, NULL, NULL},
     {"pid", SBX_META_UINT, offsetof (sbx_peer_hello_t, pid), false, 0, NULL, NULL},
+    {"process", SBX_META_STRING, offsetof (sbx_peer_hello_t, process), false, 64, NULL, NULL},
     {"capacity", SBX_META_UINT, offsetof (sbx_peer_hello_t, capacity), false, 0, NULL, NULL},
     {"used", SBX_META_UINT, offsetof (sbx_peer_hello_t, used), false, 0, NULL, NULL},
     {"version", SBX_META_STRING, offsetof (sbx_peer_hello_t, version), false, 64, NULL, NULL},
     {"relay", SBX_META_STRING, offsetof (sbx_peer_hello_t, relay), false, 256, NULL, NULL},
 };
-static const sbx_meta_struct_t s_meta_peer_hello = {"peer.hello", sizeof (sbx_peer_hello_t), s_fields_peer_hello, 7};
+static const sbx_meta_struct_t s_meta_peer_hello = {"peer.hello", sizeof (sbx_peer_hello_t), s_fields_peer_hello, 8};
 
 static const sbx_meta_field_t s_fields_peer_welcome[] = {
     {"broker_instance", SBX_META_STRING, offsetof (sbx_peer_welcome_t, broker_instance), true, 128, NULL, NULL},
@@ -2297,6 +2321,14 @@ static const char *const s_from_peer_joined[] = {"broker"};
 static const char *const s_to_peer_joined[] = {"tap"};
 static const char *const s_from_peer_left[] = {"broker"};
 static const char *const s_to_peer_left[] = {"tap"};
+static const char *const s_from_build_get[] = {"gateway"};
+static const char *const s_to_build_get[] = {"gateway"};
+static const char *const s_from_build_get_ok[] = {"gateway"};
+static const char *const s_to_build_get_ok[] = {"gateway"};
+static const char *const s_from_sse_message[] = {"gateway"};
+static const char *const s_to_sse_message[] = {"gateway"};
+static const char *const s_from_sse_message_ok[] = {"gateway"};
+static const char *const s_to_sse_message_ok[] = {"gateway"};
 static const char *const s_from_webhook_create[] = {"cli", "gateway"};
 static const char *const s_to_webhook_create[] = {"hooks"};
 static const char *const s_from_webhook_create_ok[] = {"hooks"};
@@ -2393,10 +2425,10 @@ static const char *const s_from_sys_metrics[] = {"gateway", "cli"};
 static const char *const s_to_sys_metrics[] = {"broker"};
 static const char *const s_from_sys_metrics_ok[] = {"broker"};
 static const char *const s_to_sys_metrics_ok[] = {"gateway", "cli"};
-static const char *const s_from_broker_peers[] = {"cli"};
+static const char *const s_from_broker_peers[] = {"cli", "gateway"};
 static const char *const s_to_broker_peers[] = {"broker"};
 static const char *const s_from_broker_peers_ok[] = {"broker"};
-static const char *const s_to_broker_peers_ok[] = {"cli"};
+static const char *const s_to_broker_peers_ok[] = {"cli", "gateway"};
 static const char *const s_from_rate_report[] = {"gateway"};
 static const char *const s_to_rate_report[] = {"broker"};
 static const char *const s_from_rate_report_ok[] = {"broker"};
@@ -2629,6 +2661,10 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"events.replay.ok", &s_meta_events_replay_ok, s_from_events_replay_ok, 1, s_to_events_replay_ok, 4, SBX_MSG__UNKNOWN, false},
     {"peer.joined", &s_meta_peer_joined, s_from_peer_joined, 1, s_to_peer_joined, 1, SBX_MSG__UNKNOWN, true},
     {"peer.left", &s_meta_peer_left, s_from_peer_left, 1, s_to_peer_left, 1, SBX_MSG__UNKNOWN, true},
+    {"build.get", &s_meta_build_get, s_from_build_get, 1, s_to_build_get, 1, SBX_MSG_BUILD_GET_OK, false},
+    {"build.get.ok", &s_meta_build_get_ok, s_from_build_get_ok, 1, s_to_build_get_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"sse.message", &s_meta_sse_message, s_from_sse_message, 1, s_to_sse_message, 1, SBX_MSG_SSE_MESSAGE_OK, false},
+    {"sse.message.ok", &s_meta_sse_message_ok, s_from_sse_message_ok, 1, s_to_sse_message_ok, 1, SBX_MSG__UNKNOWN, false},
     {"webhook.create", &s_meta_webhook_create, s_from_webhook_create, 2, s_to_webhook_create, 1, SBX_MSG_WEBHOOK_CREATE_OK, false},
     {"webhook.create.ok", &s_meta_webhook_create_ok, s_from_webhook_create_ok, 1, s_to_webhook_create_ok, 2, SBX_MSG__UNKNOWN, false},
     {"webhook.list", &s_meta_webhook_list, s_from_webhook_list, 2, s_to_webhook_list, 1, SBX_MSG_WEBHOOK_LIST_OK, false},
@@ -2677,8 +2713,8 @@ const sbx_meta_msg_t sbx_meta_msgs[SBX_MSG__COUNT] = {
     {"sys.status.ok", &s_meta_sys_status_ok, s_from_sys_status_ok, 1, s_to_sys_status_ok, 2, SBX_MSG__UNKNOWN, false},
     {"sys.metrics", &s_meta_sys_metrics, s_from_sys_metrics, 2, s_to_sys_metrics, 1, SBX_MSG_SYS_METRICS_OK, false},
     {"sys.metrics.ok", &s_meta_sys_metrics_ok, s_from_sys_metrics_ok, 1, s_to_sys_metrics_ok, 2, SBX_MSG__UNKNOWN, false},
-    {"broker.peers", &s_meta_broker_peers, s_from_broker_peers, 1, s_to_broker_peers, 1, SBX_MSG_BROKER_PEERS_OK, false},
-    {"broker.peers.ok", &s_meta_broker_peers_ok, s_from_broker_peers_ok, 1, s_to_broker_peers_ok, 1, SBX_MSG__UNKNOWN, false},
+    {"broker.peers", &s_meta_broker_peers, s_from_broker_peers, 2, s_to_broker_peers, 1, SBX_MSG_BROKER_PEERS_OK, false},
+    {"broker.peers.ok", &s_meta_broker_peers_ok, s_from_broker_peers_ok, 1, s_to_broker_peers_ok, 2, SBX_MSG__UNKNOWN, false},
     {"rate.report", &s_meta_rate_report, s_from_rate_report, 1, s_to_rate_report, 1, SBX_MSG_RATE_REPORT_OK, false},
     {"rate.report.ok", &s_meta_rate_report_ok, s_from_rate_report_ok, 1, s_to_rate_report_ok, 1, SBX_MSG__UNKNOWN, false},
     {"sandbox.create", &s_meta_sandbox_create, s_from_sandbox_create, 2, s_to_sandbox_create, 1, SBX_MSG_SANDBOX_CREATE_OK, false},
@@ -3133,6 +3169,26 @@ sbx_peer_joined_t *sbx_msg_peer_joined (struct sbx_msg_s *msg)
 sbx_peer_left_t *sbx_msg_peer_left (struct sbx_msg_s *msg)
 {
     return msg && msg->type == SBX_MSG_PEER_LEFT ? (sbx_peer_left_t *) msg->body : NULL;
+}
+
+sbx_build_get_t *sbx_msg_build_get (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_BUILD_GET ? (sbx_build_get_t *) msg->body : NULL;
+}
+
+sbx_build_get_ok_t *sbx_msg_build_get_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_BUILD_GET_OK ? (sbx_build_get_ok_t *) msg->body : NULL;
+}
+
+sbx_sse_message_t *sbx_msg_sse_message (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SSE_MESSAGE ? (sbx_sse_message_t *) msg->body : NULL;
+}
+
+sbx_sse_message_ok_t *sbx_msg_sse_message_ok (struct sbx_msg_s *msg)
+{
+    return msg && msg->type == SBX_MSG_SSE_MESSAGE_OK ? (sbx_sse_message_ok_t *) msg->body : NULL;
 }
 
 sbx_webhook_create_t *sbx_msg_webhook_create (struct sbx_msg_s *msg)

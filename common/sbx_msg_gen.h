@@ -269,6 +269,10 @@ typedef enum {
     SBX_MSG_EVENTS_REPLAY_OK,         //  events.replay.ok
     SBX_MSG_PEER_JOINED,              //  peer.joined
     SBX_MSG_PEER_LEFT,                //  peer.left
+    SBX_MSG_BUILD_GET,                //  build.get
+    SBX_MSG_BUILD_GET_OK,             //  build.get.ok
+    SBX_MSG_SSE_MESSAGE,              //  sse.message
+    SBX_MSG_SSE_MESSAGE_OK,           //  sse.message.ok
     SBX_MSG_WEBHOOK_CREATE,           //  webhook.create
     SBX_MSG_WEBHOOK_CREATE_OK,        //  webhook.create.ok
     SBX_MSG_WEBHOOK_LIST,             //  webhook.list
@@ -484,6 +488,10 @@ typedef struct sbx_events_replay_s sbx_events_replay_t;
 typedef struct sbx_events_replay_ok_s sbx_events_replay_ok_t;
 typedef struct sbx_peer_joined_s sbx_peer_joined_t;
 typedef struct sbx_peer_left_s sbx_peer_left_t;
+typedef struct sbx_build_get_s sbx_build_get_t;
+typedef struct sbx_build_get_ok_s sbx_build_get_ok_t;
+typedef struct sbx_sse_message_s sbx_sse_message_t;
+typedef struct sbx_sse_message_ok_s sbx_sse_message_ok_t;
 typedef struct sbx_webhook_info_s sbx_webhook_info_t;
 typedef struct sbx_webhook_delivery_s sbx_webhook_delivery_t;
 typedef struct sbx_webhook_create_s sbx_webhook_create_t;
@@ -1782,6 +1790,42 @@ struct sbx_peer_left_s {
     char *reason;
 };
 
+//  message build.get (gateways.json): gateway -> gateway, reply build.get.ok. One build and its
+//  log, for the envelope's caller (its account). The gateway reads its own builds only:
+//  not_found when it holds no such build of the caller's account.
+struct sbx_build_get_s {
+    //  (required, max 32) The build's id (bld_ and ten of [0-9a-z]).
+    char *build_id;
+    //  Where in the build's log the answer's log starts (logOffset).
+    uint64_t log_offset;
+};
+
+//  message build.get.ok (gateways.json): gateway -> gateway. The build, as GET
+//  /v1/templates/builds/{buildId} answers it.
+struct sbx_build_get_ok_s {
+    //  (required, max 4194304) The answer's JSON text: id, name, state, exitCode, snapshotId,
+    //  log (at most 256 KiB of it) and logOffset.
+    char *build;
+};
+
+//  message sse.message (gateways.json): gateway -> gateway, reply sse.message.ok. A JSON-RPC
+//  message POSTed to /messages?sessionId=ID on another gateway, for the stream ID that this
+//  gateway holds open. The caller's account must be the stream's: not_found when this gateway
+//  holds no such stream of that account. The answer goes out on the stream, as for a POST here.
+struct sbx_sse_message_s {
+    //  (required, max 64) The stream's session id (sse_…).
+    char *stream_id;
+    //  (required, max 16777216) The POST's body as it came: one JSON-RPC 2.0 message (the other
+    //  gateway checked that it is one).
+    char *message;
+};
+
+//  message sse.message.ok (gateways.json): gateway -> gateway. The message was taken: the POST
+//  is answered 202.
+struct sbx_sse_message_ok_s {
+    char unused_; //  C wants a member; this body has no fields
+};
+
 //  struct webhook_info (hooks.json). One webhook, without its secret (shown once, at create).
 struct sbx_webhook_info_s {
     //  (required, max 64) Its id (wh_…).
@@ -2312,6 +2356,11 @@ struct sbx_peer_hello_s {
     char *instance;
     //  Process id, for operators.
     uint64_t pid;
+    //  (max 64) A random id of the worker's process, the same on each of its connections. A
+    //  hello with the one the name's holder gave is that worker on a new connection (it said
+    //  hello again when the broker seemed silent): no conflict, whatever its old connection
+    //  still says.
+    char *process;
     //  How many units of work (sandboxes for vmd) it can take; 0 for roles without a notion of
     //  capacity.
     uint64_t capacity;
@@ -2430,13 +2479,13 @@ struct sbx_sys_metrics_ok_s {
     char *samples;
 };
 
-//  message broker.peers (peer.json): cli -> broker, reply broker.peers.ok. List the workers
-//  connected to the broker now.
+//  message broker.peers (peer.json): cli, gateway -> broker, reply broker.peers.ok. List the
+//  workers connected to the broker now.
 struct sbx_broker_peers_s {
     char unused_; //  C wants a member; this body has no fields
 };
 
-//  message broker.peers.ok (peer.json): broker -> cli. The workers connected now.
+//  message broker.peers.ok (peer.json): broker -> cli, gateway. The workers connected now.
 struct sbx_broker_peers_ok_s {
     //  One entry per connected worker.
     sbx_peer_info_list_t peers;
@@ -3541,6 +3590,10 @@ sbx_events_replay_t *sbx_msg_events_replay (struct sbx_msg_s *msg);
 sbx_events_replay_ok_t *sbx_msg_events_replay_ok (struct sbx_msg_s *msg);
 sbx_peer_joined_t *sbx_msg_peer_joined (struct sbx_msg_s *msg);
 sbx_peer_left_t *sbx_msg_peer_left (struct sbx_msg_s *msg);
+sbx_build_get_t *sbx_msg_build_get (struct sbx_msg_s *msg);
+sbx_build_get_ok_t *sbx_msg_build_get_ok (struct sbx_msg_s *msg);
+sbx_sse_message_t *sbx_msg_sse_message (struct sbx_msg_s *msg);
+sbx_sse_message_ok_t *sbx_msg_sse_message_ok (struct sbx_msg_s *msg);
 sbx_webhook_create_t *sbx_msg_webhook_create (struct sbx_msg_s *msg);
 sbx_webhook_create_ok_t *sbx_msg_webhook_create_ok (struct sbx_msg_s *msg);
 sbx_webhook_list_t *sbx_msg_webhook_list (struct sbx_msg_s *msg);

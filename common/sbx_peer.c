@@ -7,6 +7,7 @@
 #include "sbx_log.h"
 #include "sbx_metrics.h"
 #include "sbx_msg_meta.h"
+#include "sbx_stall.h"
 
 #include <assert.h>
 #include <unistd.h>
@@ -36,6 +37,7 @@ struct sbx_peer_t {
     sbx_config_t *config; //  borrowed
     sbx_role_t role;
     char *instance;
+    char *process; //  random, one per peer: its hellos on every connection carry it
     zsock_t *sock;
     //  broker.endpoint: one broker, or every control node's (comma-separated). The
     //  socket is connected to one of them at a time: endpoints[current], since gen.
@@ -58,6 +60,7 @@ struct sbx_peer_t {
     bool ever_welcomed;
     bool refused; //  the broker refused our hello for good (name in use)
     uint64_t last_heard;
+    sbx_stall_t stall; //  this process's loop not running for a while (sbx_stall.h)
     uint64_t capacity, used;
     sbx_peer_request_fn *request_fn;
     void *request_arg;
@@ -153,7 +156,9 @@ sbx_peer_t *sbx_peer_new (sbx_config_t *config, sbx_role_t role, const char *ins
     self->config = config;
     self->role = role;
     self->instance = strdup (instance ? instance : sbx_config_get (config, "instance", "local"));
+    self->process = sbx_secret_id ("prc_");
     self->heartbeat_ms = sbx_config_get_uint (config, "heartbeat_ms", 1000);
+    self->stall = sbx_stall_init (100, self->heartbeat_ms); //  (the sweep's tick)
     if (self->heartbeat_ms < 50)
         self->heartbeat_ms = 50;
     self->default_timeout_ms = (uint32_t) sbx_config_get_uint (config, "request_timeout_ms", 30000);
@@ -164,7 +169,7 @@ sbx_peer_t *sbx_peer_new (sbx_config_t *config, sbx_role_t role, const char *ins
     const char *relay = sbx_config_get (config, "vmd.relay", NULL);
     if (role == SBX_ROLE_VMD && relay && *relay)
         self->relay = strdup (relay);
-    if (!self->instance || !self->pending || !self->endpoints) {
+    if (!self->instance || !self->process || !self->pending || !self->endpoints) {
         if (!self->endpoints)
             sbx_error ("no broker.endpoint to connect to");
         sbx_peer_destroy (&self);
@@ -232,6 +237,7 @@ void sbx_peer_destroy (sbx_peer_t **self_p)
     sbx_config_list_free (&self->endpoints);
     sbx_config_list_free (&self->nodes);
     free (self->instance);
+    free (self->process);
     free (self->relay);
     sbx_secret_wipe_bytes (self->ports_key, sizeof self->ports_key);
     free (self);
@@ -428,11 +434,16 @@ void sbx_peer_cancel (sbx_peer_t *self, uint64_t rid)
 
 static void s_send_hello (sbx_peer_t *self)
 {
+    //  Refused for good: a hello now (to a broker's "unknown", say, sent before the refusal
+    //  came) would take the name from the worker that holds it, until it speaks again.
+    if (self->refused)
+        return;
     sbx_msg_t *msg = sbx_msg_new (SBX_MSG_PEER_HELLO);
     sbx_peer_hello_t *hello = sbx_msg_peer_hello (msg);
     hello->role = self->role;
     sbx_str_set (&hello->instance, self->instance);
     hello->pid = (uint64_t) getpid ();
+    sbx_str_set (&hello->process, self->process);
     hello->capacity = self->capacity;
     hello->used = self->used;
     sbx_str_set (&hello->version, SBX_VERSION);
@@ -489,11 +500,31 @@ static size_t s_metrics_max (void)
     return 0;
 }
 
+//  From the sweep and the beat, first: after a stall of this process's own loop
+//  (sbx_stall.h) the broker's silence and the requests' waiting are its own doing. The
+//  broker has three heartbeats again and each deadline moves by the stall, so that what
+//  came meanwhile is read before the broker is taken for gone or a request for lost.
+static void s_check_stall (sbx_peer_t *self)
+{
+    uint64_t now = sbx_clock_mono_ms ();
+    uint64_t gap = sbx_stall_check (&self->stall, now);
+    if (!gap)
+        return;
+    sbx_warn ("this %s did not run for %llu ms (its process stopped, or its machine paused or "
+              "starved): the broker is heard from anew and %zu requests in flight get that "
+              "time back",
+              sbx_role_name (self->role), (unsigned long long) gap, zhashx_size (self->pending));
+    self->last_heard = now;
+    for (s_pending_t *p = zhashx_first (self->pending); p; p = zhashx_next (self->pending))
+        p->deadline += gap;
+}
+
 static int s_on_beat (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
     (void) timer_id;
     sbx_peer_t *self = arg;
+    s_check_stall (self);
     if (!s_is_worker (self->role) || self->refused)
         return 0;
     uint64_t now = sbx_clock_mono_ms ();
@@ -548,6 +579,7 @@ static int s_on_sweep (zloop_t *loop, int timer_id, void *arg)
     (void) loop;
     (void) timer_id;
     sbx_peer_t *self = arg;
+    s_check_stall (self);
     uint64_t now = sbx_clock_mono_ms ();
     //  Collect first: failing a request runs its callback, which may add requests.
     zlistx_t *expired = zlistx_new ();
@@ -1037,6 +1069,82 @@ static void s_test_cluster (const char *dir)
     sbx_config_destroy (&config);
 }
 
+//  A stall of the worker's own loop (the test does not run it for 1.5 s, as a stopped
+//  process or a paused machine would not): the fake broker beat all along and answers the
+//  request sent before it at once. The worker takes the broker for there (no new hello)
+//  and the request's answer for its answer, not a timeout (its deadline was 0.5 s).
+typedef struct {
+    s_fake_t fake;
+    bool welcomed;
+    sbx_code_t code; //  the request's answer (SBX_OK until it comes)
+    bool answered;
+} s_stall_t;
+
+static void s_stall_on_welcome (sbx_peer_t *peer, bool first, void *arg)
+{
+    (void) peer;
+    (void) first;
+    ((s_stall_t *) arg)->welcomed = true;
+}
+
+static void s_stall_on_reply (sbx_peer_t *peer, sbx_msg_t **reply_p, void *arg)
+{
+    (void) peer;
+    s_stall_t *stall = arg;
+    stall->answered = true;
+    stall->code = (*reply_p)->type == SBX_MSG_ERROR ? sbx_msg_error (*reply_p)->code : SBX_OK;
+}
+
+static int s_stall_on_beat (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_stall_t *stall = arg;
+    if (stall->fake.worker) {
+        sbx_msg_t *beat = sbx_msg_new (SBX_MSG_PEER_HEARTBEAT);
+        s_fake_send (&stall->fake, &beat);
+    }
+    return 0;
+}
+
+static void s_test_stall (const char *dir)
+{
+    sbx_config_t *config = sbx_config_new (dir);
+    char endpoint[200];
+    snprintf (endpoint, sizeof endpoint, "ipc://%s/stall.sock", dir);
+    assert (config && sbx_config_set (config, "broker.endpoint", endpoint) == 0);
+    sbx_config_set (config, "heartbeat_ms", "100");
+    s_stall_t stall = {.fake = {zsock_new (ZMQ_ROUTER), NULL, 0, 0, 0}};
+    assert (stall.fake.router && zsock_bind (stall.fake.router, "%s", endpoint) == 0);
+    zloop_t *loop = zloop_new ();
+    assert (zloop_reader (loop, stall.fake.router, s_fake_on_router, &stall.fake) == 0);
+    zloop_timer (loop, 100, 0, s_stall_on_beat, &stall);
+    sbx_peer_t *peer = sbx_peer_new (config, SBX_ROLE_VMD, "w1");
+    sbx_peer_set_welcome_fn (peer, s_stall_on_welcome, &stall);
+    assert (peer && sbx_peer_start (peer, loop) == 0);
+    for (int i = 0; i < 50 && !stall.welcomed; i++) {
+        zloop_timer (loop, 100, 1, s_test_on_deadline, NULL);
+        zloop_start (loop);
+    }
+    assert (stall.welcomed && stall.fake.hellos == 1);
+    zloop_timer (loop, 300, 1, s_test_on_deadline, NULL); //  a few beats, a few sweeps
+    zloop_start (loop);
+
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SYS_STATUS);
+    assert (sbx_peer_request (peer, &request, 500, s_stall_on_reply, &stall));
+    zclock_sleep (1500); //  the stall: the loop does not run
+    zloop_timer (loop, 400, 1, s_test_on_deadline, NULL);
+    zloop_start (loop);
+    assert (stall.answered && stall.code == SBX_E_CONFLICT);
+    assert (stall.fake.hellos == 1 && sbx_peer_welcomed (peer));
+
+    sbx_peer_destroy (&peer);
+    zloop_destroy (&loop);
+    zframe_destroy (&stall.fake.worker);
+    zsock_destroy (&stall.fake.router);
+    sbx_config_destroy (&config);
+}
+
 void sbx_peer_test (bool verbose)
 {
     sbx_log_init ("sbx_peer_test", verbose ? SBX_LOG_DEBUG : SBX_LOG_ERROR);
@@ -1084,6 +1192,7 @@ void sbx_peer_test (bool verbose)
     sbx_config_destroy (&config);
 
     s_test_cluster (dir);
+    s_test_stall (dir);
     char cmd[128];
     snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert (system (cmd) == 0);

@@ -10,9 +10,11 @@
 #include "sbx_args.h"
 #include "sbx_api.h"
 #include "sbx_xfer.h"
+#include "sbx_heap.h"
 #include "sbx_ws.h"
 #include "sbx_metrics.h"
 #include "sbx_egress.h"
+#include "sbx_stall.h"
 #include "sbx_netaddr.h"
 #include "sbx_ship.h"
 #include "sbx_dockerfile.h"
@@ -32,10 +34,12 @@ static const sbx_test_t s_tests[] = {{"sbx_msg", sbx_msg_test},
                                      {"sbx_args", sbx_args_test},
                                      {"sbx_api", sbx_api_test},
                                      {"sbx_xfer", sbx_xfer_test},
+                                     {"sbx_heap", sbx_heap_test},
                                      {"sbx_ws", sbx_ws_test},
                                      {"sbx_metrics", sbx_metrics_test},
                                      {"sbx_netaddr", sbx_netaddr_test},
                                      {"sbx_egress", sbx_egress_test},
+                                     {"sbx_stall", sbx_stall_test},
                                      {"sbx_dqlite", sbx_dqlite_test},
                                      {"sbx_dqproxy", sbx_dqproxy_test},
                                      {"sbx_db_cluster", sbx_db_cluster_test},

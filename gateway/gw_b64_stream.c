@@ -1,5 +1,6 @@
 /*  gw_b64_stream - see gw_b64_stream.h */
 #include "gw_b64_stream.h"
+#include "sbx_log.h"
 #include "sbx_secret.h"
 
 #include <assert.h>
@@ -18,6 +19,7 @@ struct gw_b64_stream_t {
     size_t tail_size;
     bool tail_sent;
     bool released; //  the owner let go: the stream ends (and frees) itself
+    char *left;    //  then, what to log if the client leaves before the end
     gw_b64_stream_closed_fn *closed;
     void *arg;
     char piece[S_PIECE / 3 * 4];
@@ -32,6 +34,7 @@ static void s_free (gw_b64_stream_t *self)
 {
     free (self->owned);
     free (self->tail);
+    free (self->left);
     free (self);
 }
 
@@ -93,9 +96,11 @@ static void s_on_closed (gw_request_t *req, void *arg)
     (void) req;
     gw_b64_stream_t *self = arg;
     self->req = NULL;
-    if (self->released)
+    if (self->released) {
+        if (self->left)
+            sbx_info ("%s", self->left);
         s_free (self);
-    else if (self->closed)
+    } else if (self->closed)
         self->closed (self->arg);
 }
 
@@ -157,7 +162,7 @@ void gw_b64_stream_take (gw_b64_stream_t *self, uint8_t **data_p)
     s_pump (self);
 }
 
-void gw_b64_stream_end (gw_b64_stream_t **self_p, bool ok)
+void gw_b64_stream_end (gw_b64_stream_t **self_p, bool ok, const char *left)
 {
     assert (self_p);
     gw_b64_stream_t *self = *self_p;
@@ -176,6 +181,7 @@ void gw_b64_stream_end (gw_b64_stream_t **self_p, bool ok)
         return;
     }
     self->released = true;
+    self->left = left ? strdup (left) : NULL;
     s_pump (self);
 }
 

@@ -34,8 +34,10 @@ void gw_b64_stream_feed (gw_b64_stream_t *self, const uint8_t *data, size_t read
 void gw_b64_stream_take (gw_b64_stream_t *self, uint8_t **data_p);
 
 //  The owner lets go. ok, with every byte taken: the rest and the tail go out, then the
-//  answer ends and the stream frees itself. Otherwise the body is cut short now.
-void gw_b64_stream_end (gw_b64_stream_t **self_p, bool ok);
+//  answer ends and the stream frees itself; a client that leaves before the end is logged
+//  with left (copied; NULL: not logged), since no owner hears of it any more. Otherwise
+//  the body is cut short now.
+void gw_b64_stream_end (gw_b64_stream_t **self_p, bool ok, const char *left);
 
 //  Content-Length of such an answer.
 uint64_t gw_b64_stream_size (size_t head_size, uint64_t length, size_t tail_size);

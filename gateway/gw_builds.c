@@ -351,26 +351,61 @@ sbx_code_t gw_builds_start (gw_builds_t *self, const char *account, json_t *args
     return code;
 }
 
-sbx_code_t gw_builds_get (gw_builds_t *self, const char *account, json_t *args, json_t **answer,
-                          char *why, size_t why_size)
+//  The build id of account, or not_found (another account's reads the same as none).
+static sbx_code_t s_get (gw_builds_t *self, const char *account, const char *id, uint64_t offset,
+                         json_t **answer, char *why, size_t why_size)
 {
     *answer = NULL;
-    const char *id = sbx_args_string (SBX_OP_GET_TEMPLATE_BUILD, args, "buildId");
-    int64_t offset = sbx_args_int (SBX_OP_GET_TEMPLATE_BUILD, args, "logOffset");
     //  The id's pattern was checked (bld_ and ten of [0-9a-z]): it names a directory.
     json_t *meta = self->dir && id ? s_load (self, id, "meta.json") : NULL;
     const char *whose = json_string_value (json_object_get (meta, "account"));
     if (!whose || !account || !streq (whose, account)) {
         json_decref (meta);
         snprintf (why, why_size,
-                  "no template build %s here: builds are kept for 7 days by the gateway that "
-                  "runs them",
+                  "no template build %s: no gateway of this service holds it (a build is "
+                  "kept 7 days after it ends)",
                   id ? id : "");
         return SBX_E_NOT_FOUND;
     }
-    *answer = s_answer (self, id, meta, offset > 0 ? (uint64_t) offset : 0);
+    *answer = s_answer (self, id, meta, offset);
     json_decref (meta);
     return SBX_OK;
+}
+
+sbx_code_t gw_builds_get (gw_builds_t *self, const char *account, json_t *args, json_t **answer,
+                          char *why, size_t why_size)
+{
+    const char *id = sbx_args_string (SBX_OP_GET_TEMPLATE_BUILD, args, "buildId");
+    int64_t offset = sbx_args_int (SBX_OP_GET_TEMPLATE_BUILD, args, "logOffset");
+    return s_get (self, account, id, offset > 0 ? (uint64_t) offset : 0, answer, why, why_size);
+}
+
+sbx_msg_t *gw_builds_serve (gw_builds_t *self, const sbx_msg_t *request)
+{
+    assert (request->type == SBX_MSG_BUILD_GET);
+    const sbx_build_get_t *args = sbx_msg_build_get ((sbx_msg_t *) request);
+    const char *id = args->build_id;
+    //  The asking gateway checked the id; a peer is untrusted all the same.
+    bool valid = id && strlen (id) == 14 && strncmp (id, "bld_", 4) == 0 &&
+                 strspn (id + 4, S_ID_CHARS) == 10;
+    const char *account = request->caller ? request->caller->account_id : NULL;
+    if (!valid)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "build_id must be bld_ and ten of [0-9a-z]");
+    json_t *answer = NULL;
+    char why[300];
+    sbx_code_t code = s_get (self, account, id, args->log_offset, &answer, why, sizeof why);
+    if (code != SBX_OK)
+        return sbx_msg_new_error (request->rid, code, "%s", why);
+    char *text = json_dumps (answer, JSON_COMPACT);
+    json_decref (answer);
+    sbx_msg_t *reply = text ? sbx_msg_new_reply (request, SBX_MSG_BUILD_GET_OK) : NULL;
+    if (!reply) {
+        free (text);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+    }
+    sbx_msg_build_get_ok (reply)->build = text;
+    return reply;
 }
 
 //  --------------------------------------------------------------------------
@@ -441,6 +476,31 @@ void gw_builds_test (bool verbose)
     assert (json_integer_value (json_object_get (answer, "exitCode")) == 0);
     json_decref (answer);
     json_decref (args);
+
+    //  The same build asked for by another gateway (build.get): its account's only.
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_BUILD_GET);
+    request->rid = 9;
+    request->caller = calloc (1, sizeof (sbx_caller_t));
+    request->caller->kind = SBX_CALLER_KIND_API_KEY;
+    sbx_str_set (&request->caller->account_id, "acc_a");
+    sbx_str_set (&sbx_msg_build_get (request)->build_id, id);
+    sbx_msg_build_get (request)->log_offset = 5;
+    sbx_msg_t *reply = gw_builds_serve (self, request);
+    assert (reply->type == SBX_MSG_BUILD_GET_OK && reply->rid == 9);
+    answer = json_loads (sbx_msg_build_get_ok (reply)->build, 0, NULL);
+    assert (streq (json_string_value (json_object_get (answer, "state")), "succeeded"));
+    assert (streq (json_string_value (json_object_get (answer, "log")), "1/2 : FROM sbx\n"));
+    json_decref (answer);
+    sbx_msg_destroy (&reply);
+    sbx_str_set (&request->caller->account_id, "acc_b");
+    reply = gw_builds_serve (self, request);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+    sbx_str_set (&sbx_msg_build_get (request)->build_id, "bld_../../etc");
+    reply = gw_builds_serve (self, request);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
+    sbx_msg_destroy (&request);
 
     //  Ended builds past their keeping go at the next start's survey.
     size_t mine, all;

@@ -34,9 +34,14 @@ sbx_code_t gw_builds_start (gw_builds_t *self, const char *account, json_t *args
                             size_t size, json_t **answer, char *why, size_t why_size);
 
 //  GET /v1/templates/builds/{buildId} (args: buildId, logOffset): SBX_OK with *answer
-//  (the build and its log from logOffset on), or not_found when it is not account's.
+//  (the build and its log from logOffset on), or not_found when this gateway holds no
+//  such build of account's (gw_others then asks the other gateways).
 sbx_code_t gw_builds_get (gw_builds_t *self, const char *account, json_t *args, json_t **answer,
                           char *why, size_t why_size);
+
+//  build.get routed here from another gateway (schemas/gateways.json): the reply (build.get.ok,
+//  or an error echoing the request's rid) for the request's caller. Never NULL.
+sbx_msg_t *gw_builds_serve (gw_builds_t *self, const sbx_msg_t *request);
 
 void gw_builds_test (bool verbose);
 

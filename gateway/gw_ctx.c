@@ -18,8 +18,10 @@ gw_ctx_t *gw_ctx_new (sbx_config_t *config, zloop_t *loop, gw_http_t *http, sbx_
     self->signin = gw_session_new (config);
     self->router = gw_router_new ();
     self->api = sbx_api_new (config);
+    self->others =
+        self->broker ? gw_others_new (self->broker, peer ? sbx_peer_instance (peer) : NULL) : NULL;
     bool ok = self->auth && self->broker && self->mcp_sessions && self->signin && self->router &&
-              self->api;
+              self->api && self->others;
     if (ok && loop && peer) {
         //  One pool and one throttle for both sign-in pages: guesses spread over the two
         //  count together, and a burst holds at most one of the threads (gw_verify.h).
@@ -60,6 +62,7 @@ void gw_ctx_destroy (gw_ctx_t **self_p)
     //  The sessions cancel their own requests; then the broker client cancels the rest
     //  (telling the read copy, which goes after it).
     gw_mcp_sessions_destroy (&self->mcp_sessions);
+    gw_others_destroy (&self->others);
     gw_ops_destroy (&self->ops);
     gw_broker_destroy (&self->broker);
     sbx_api_destroy (&self->api);

@@ -5,7 +5,8 @@
     (gw_auth, with gw_rates), one broker client (gw_broker), one runner of the
     operations (gw_ops) for REST and MCP, one read copy of sandboxes
     (gw_cache), one MCP session service (gw_mcp_sessions), one sign-in cookie service
-    (gw_session), one password checker (gw_verify) and one router. So a key's rate is one
+    (gw_session), one password checker (gw_verify), one router, and one way to ask the
+    other gateways (gw_others). So a key's rate is one
     budget across the front ends, a revoke is seen by all at once, and requests in
     flight are cancelled in one place. gw_gateway makes the context for the gateway;
     self-tests make one with no peer (every broker request then fails unavailable).
@@ -19,6 +20,7 @@
 #include "gw_http.h"
 #include "gw_mcp_sessions.h"
 #include "gw_ops.h"
+#include "gw_others.h"
 #include "gw_router.h"
 #include "gw_session.h"
 #include "gw_verify.h"
@@ -38,6 +40,7 @@ typedef struct gw_ctx_s {
     gw_session_t *signin;
     gw_verify_t *verify; //  NULL without a loop and a peer (each sign-in page has its own)
     gw_router_t *router;
+    gw_others_t *others; //  asks the other gateways what lives on one (gw_others.h)
 } gw_ctx_t;
 
 //  Makes and starts the services (with a loop and a peer: following the tap, reporting

@@ -197,6 +197,22 @@ gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *p
     return self;
 }
 
+void gw_gateway_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
+{
+    gw_gateway_t *self = *(gw_gateway_t **) arg;
+    sbx_msg_t *request = *request_p;
+    sbx_msg_t *reply;
+    if (!self || !self->rest || !self->sse)
+        reply = sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                                   "this gateway is starting; ask again");
+    else if (request->type == SBX_MSG_SSE_MESSAGE)
+        reply = gw_mcp_sse_serve (self->sse, request);
+    else
+        reply = gw_rest_serve (self->rest, request);
+    sbx_peer_send (peer, &reply);
+    sbx_msg_destroy (&reply); //  (left when it could not go out)
+}
+
 void gw_gateway_destroy (gw_gateway_t **self_p)
 {
     assert (self_p);

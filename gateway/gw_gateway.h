@@ -26,4 +26,8 @@ typedef struct gw_gateway_t gw_gateway_t;
 gw_gateway_t *gw_gateway_new (sbx_config_t *config, zloop_t *loop, sbx_peer_t *peer);
 void gw_gateway_destroy (gw_gateway_t **self_p);
 
+//  A request the broker routed to this gateway (sbx_peer_request_fn; arg: a gw_gateway_t **,
+//  NULL until the gateway is made): answered now.
+void gw_gateway_on_request (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg);
+
 #endif

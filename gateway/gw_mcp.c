@@ -147,7 +147,7 @@ static void s_job_free (s_job_t **job_p)
         gw_tools_state_unref (&job->state);
         free (job->tool);
         free (job->out);
-        gw_b64_stream_end (&job->b64, false); //  unfinished: the body is cut
+        gw_b64_stream_end (&job->b64, false, NULL); //  unfinished: the body is cut
         free (job);
     }
     *job_p = NULL;
@@ -691,10 +691,12 @@ static void s_on_request_closed (gw_request_t *req, void *arg)
 static void s_on_read_closed (void *arg)
 {
     s_job_t *job = arg;
-    gw_b64_stream_end (&job->b64, false);
+    gw_b64_stream_end (&job->b64, false, NULL);
     if (job->call)
         s_abandon (job, "the client left the file's answer");
-    //  Else its answer is on its way (its changes are being stored): it finds no request.
+    else //  the file was all read: only the rest of its answer is lost
+        sbx_info ("mcp rid=%llu %s: the client left the file's answer before its end",
+                  (unsigned long long) job->req_id, job->tool);
 }
 
 //  A chunk of a large read_file is in (gw_tools_follow_read). At the first, the answer
@@ -809,7 +811,11 @@ static void s_deliver (s_job_t *job)
                       result ? json_string_value (json_object_get (
                                    json_array_get (json_object_get (result, "content"), 0), "text"))
                              : job->rpc_message);
-        gw_b64_stream_end (&job->b64, ok);
+        char left[200];
+        snprintf (left, sizeof left,
+                  "mcp rid=%llu %s: the client left the file's answer before its end",
+                  (unsigned long long) job->req_id, job->tool);
+        gw_b64_stream_end (&job->b64, ok, left);
         json_decref (result);
         s_job_free (&job);
         return;

@@ -31,6 +31,8 @@ typedef struct {
     char *stream_id;
     json_t *rpc_id;
     uint64_t call; //  the tool call in flight (gw_tools), 0 when none
+    uint64_t ask;  //  the POST sent to the other gateways (gw_others), 0 when none
+    bool open;     //  GET /sse (else POST /messages)
 } s_job_t;
 
 struct gw_mcp_sse_t {
@@ -39,8 +41,9 @@ struct gw_mcp_sse_t {
     zloop_t *loop;
     gw_mcp_t *mcp;
     gw_tools_t *tools;
-    zhashx_t *streams; //  id → s_stream_t
-    zhashx_t *jobs;    //  serial → s_job_t
+    gw_others_t *others; //  the gateway's (ctx): a POST for a stream another holds
+    zhashx_t *streams;   //  id → s_stream_t
+    zhashx_t *jobs;      //  serial → s_job_t
     uint64_t next_serial;
     char *tools_json; //  {"tools":[...]}
 };
@@ -314,73 +317,141 @@ static void s_message (gw_mcp_sse_t *self, s_stream_t *s, json_t *msg)
     }
 }
 
-static void s_on_post_auth (const sbx_caller_t *caller, sbx_code_t code, const char *message,
-                            void *arg)
+#define S_NO_STREAM "no such stream: open one with GET /sse"
+
+static bool s_same_account (s_stream_t *s, const sbx_caller_t *caller)
 {
-    (void) message;
+    return s->caller->account_id && caller && caller->account_id &&
+           streq (s->caller->account_id, caller->account_id);
+}
+
+//  One JSON-RPC 2.0 message, or NULL.
+static json_t *s_load_message (const char *text, size_t size)
+{
+    json_t *msg = gw_jsonload (text, size, NULL);
+    const char *version = json_string_value (json_object_get (msg, "jsonrpc"));
+    if (json_is_object (msg) && version && streq (version, "2.0"))
+        return msg;
+    json_decref (msg);
+    return NULL;
+}
+
+//  A POST for a stream another gateway holds: taken there (202), or none holds it (404).
+static void s_on_others (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+{
     s_job_t *job = arg;
     gw_mcp_sse_t *self = job->sse;
-    zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
+    zhashx_delete (self->jobs, SBX_ID (job->serial));
     gw_request_t *req = gw_http_request (self->http, job->req_id);
-    char *stream_id = job->stream_id;
-    job->stream_id = NULL;
     s_job_free (&job);
-    if (!req) {
-        free (stream_id);
+    if (!req)
+        return; //  the client left meanwhile
+    if (reply && reply->type == SBX_MSG_SSE_MESSAGE_OK)
+        s_send_plain (req, 202, "Accepted");
+    else if (code == SBX_E_NOT_FOUND)
+        s_send_plain (req, 404, S_NO_STREAM);
+    else if (code == SBX_E_INVALID_ARGUMENT)
+        s_send_plain (req, 400, message ? message : "the message was refused");
+    else
+        s_send_plain (req, 503,
+                      "the gateway that holds this stream cannot be reached now; "
+                      "retry later");
+}
+
+static void s_ask_others (gw_mcp_sse_t *self, gw_request_t *req, const sbx_caller_t *caller,
+                          const char *stream_id)
+{
+    s_job_t *job = calloc (1, sizeof *job);
+    sbx_msg_t *ask = sbx_msg_new (SBX_MSG_SSE_MESSAGE);
+    char *text = malloc (gw_request_body_size (req) + 1);
+    if (!job || !ask || !text) {
+        free (job);
+        free (text);
+        sbx_msg_destroy (&ask);
+        s_send_plain (req, 500, "out of memory");
         return;
     }
+    memcpy (text, gw_request_body (req), gw_request_body_size (req));
+    text[gw_request_body_size (req)] = 0;
+    sbx_msg_sse_message (ask)->message = text;
+    sbx_str_set (&sbx_msg_sse_message (ask)->stream_id, stream_id);
+    job->sse = self;
+    job->serial = self->next_serial++;
+    job->req_id = gw_request_id (req);
+    zhashx_insert (self->jobs, SBX_ID (job->serial), job);
+    char what[100], key[80];
+    snprintf (what, sizeof what, "MCP stream %.12s…", stream_id);
+    snprintf (key, sizeof key, "sse:%s", stream_id);
+    GW_KEEP (job->ask, gw_others_ask (self->others, caller, &ask, key, what, s_on_others, job));
+}
+
+sbx_msg_t *gw_mcp_sse_serve (gw_mcp_sse_t *self, const sbx_msg_t *request)
+{
+    assert (request->type == SBX_MSG_SSE_MESSAGE);
+    sbx_sse_message_t *args = sbx_msg_sse_message ((sbx_msg_t *) request);
+    s_stream_t *s = args->stream_id ? zhashx_lookup (self->streams, args->stream_id) : NULL;
+    if (!s || !s_same_account (s, request->caller))
+        return sbx_msg_new_error (request->rid, SBX_E_NOT_FOUND, S_NO_STREAM);
+    //  The other gateway checked the message; a peer is untrusted all the same.
+    json_t *msg = args->message ? s_load_message (args->message, strlen (args->message)) : NULL;
+    if (!msg)
+        return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT,
+                                  "the body must be one JSON-RPC 2.0 message");
+    sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_SSE_MESSAGE_OK);
+    s_message (self, s, msg);
+    json_decref (msg);
+    return reply ? reply : sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
+}
+
+//  A POST whose credentials were checked: to its stream here, or to the gateway that
+//  holds it.
+static void s_post (gw_mcp_sse_t *self, gw_request_t *req, const sbx_caller_t *caller,
+                    const char *stream_id)
+{
     s_stream_t *s = stream_id ? zhashx_lookup (self->streams, stream_id) : NULL;
-    free (stream_id);
-    if (!caller) {
-        if (code == SBX_E_UNAUTHENTICATED)
-            gw_auth_respond_401 (self->auth, req);
-        else
-            s_send_plain (req, code == SBX_E_INVALID_ARGUMENT ? 400 : 503,
-                          "cannot check credentials now; retry later");
-        return;
-    }
     //  Another account's stream is as good as none.
-    if (!s || !s->caller->account_id || !caller->account_id ||
-        !streq (s->caller->account_id, caller->account_id)) {
-        s_send_plain (req, 404, "no such stream: open one with GET /sse");
+    if (s && !s_same_account (s, caller)) {
+        s_send_plain (req, 404, S_NO_STREAM);
         return;
     }
-    json_t *msg =
-        gw_jsonload ((const char *) gw_request_body (req), gw_request_body_size (req), NULL);
-    if (!json_is_object (msg) || !streq (json_string_value (json_object_get (msg, "jsonrpc"))
-                                             ? json_string_value (json_object_get (msg, "jsonrpc"))
-                                             : "",
-                                         "2.0")) {
-        json_decref (msg);
+    json_t *msg = s_load_message ((const char *) gw_request_body (req), gw_request_body_size (req));
+    if (!msg) {
         s_send_plain (req, 400, "the body must be one JSON-RPC 2.0 message");
         return;
     }
-    s_send_plain (req, 202, "Accepted");
-    s_message (self, s, msg);
+    if (s) {
+        s_send_plain (req, 202, "Accepted");
+        s_message (self, s, msg);
+    } else if (stream_id && strlen (stream_id) <= 64) //  (the longest id gateways.json takes)
+        s_ask_others (self, req, caller, stream_id);
+    else
+        s_send_plain (req, 404, S_NO_STREAM);
     json_decref (msg);
 }
 
 //  --------------------------------------------------------------------------
 //  Routes
 
-static void s_on_open_auth (const sbx_caller_t *caller, sbx_code_t code, const char *message,
-                            void *arg)
+//  GET /sse or POST /messages, once its credentials were checked.
+static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *message, void *arg)
 {
     (void) message;
     s_job_t *job = arg;
     gw_mcp_sse_t *self = job->sse;
     zhashx_delete (self->jobs, (void *) (uintptr_t) job->serial);
     gw_request_t *req = gw_http_request (self->http, job->req_id);
+    if (req) { //  (else the client left meanwhile)
+        if (!caller && code == SBX_E_UNAUTHENTICATED)
+            gw_auth_respond_401 (self->auth, req);
+        else if (!caller)
+            s_send_plain (req, code == SBX_E_INVALID_ARGUMENT ? 400 : 503,
+                          "cannot check credentials now; retry later");
+        else if (job->open)
+            s_open (self, req, caller);
+        else
+            s_post (self, req, caller, job->stream_id);
+    }
     s_job_free (&job);
-    if (!req)
-        return;
-    if (caller)
-        s_open (self, req, caller);
-    else if (code == SBX_E_UNAUTHENTICATED)
-        gw_auth_respond_401 (self->auth, req);
-    else
-        s_send_plain (req, code == SBX_E_INVALID_ARGUMENT ? 400 : 503,
-                      "cannot check credentials now; retry later");
 }
 
 static void s_route (gw_request_t *req, void *arg)
@@ -413,7 +484,8 @@ static void s_route (gw_request_t *req, void *arg)
     const char *id = gw_request_query (req, "sessionId");
     job->stream_id = open || !id ? NULL : strndup (id, 64);
     zhashx_insert (self->jobs, (void *) (uintptr_t) job->serial, job);
-    gw_auth_check (self->auth, token, open ? s_on_open_auth : s_on_post_auth, job);
+    job->open = open;
+    gw_auth_check (self->auth, token, s_on_auth, job);
 }
 
 gw_mcp_sse_t *gw_mcp_sse_new (gw_ctx_t *ctx, gw_mcp_t *mcp)
@@ -426,6 +498,7 @@ gw_mcp_sse_t *gw_mcp_sse_new (gw_ctx_t *ctx, gw_mcp_t *mcp)
     self->auth = ctx->auth;
     self->loop = ctx->loop;
     self->mcp = mcp;
+    self->others = ctx->others;
     self->next_serial = 1;
     self->tools = gw_tools_new (ctx);
     self->streams = zhashx_new ();
@@ -449,8 +522,10 @@ void gw_mcp_sse_destroy (gw_mcp_sse_t **self_p)
     //  Calls first (their callbacks must find nothing), then the streams.
     gw_tools_destroy (&self->tools);
     if (self->jobs) {
-        for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs))
+        for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs)) {
+            gw_others_cancel (self->others, job->ask);
             s_job_free (&job);
+        }
         zhashx_destroy (&self->jobs);
     }
     if (self->streams) {
@@ -493,7 +568,33 @@ void gw_mcp_sse_test (bool verbose)
     s_message (sse, s, ping); //  no stream: nothing is written, nothing breaks
     assert (zchunk_size (s->out) == 0);
     json_decref (ping);
-    s_stream_free (&s);
+
+    //  A message another gateway sends on (sse.message): for the stream's account only,
+    //  and one JSON-RPC message.
+    s->caller = calloc (1, sizeof (sbx_caller_t));
+    sbx_str_set (&s->caller->account_id, "acc_a");
+    zhashx_insert (sse->streams, s->id, s);
+    sbx_msg_t *request = sbx_msg_new (SBX_MSG_SSE_MESSAGE);
+    request->rid = 7;
+    request->caller = calloc (1, sizeof (sbx_caller_t));
+    sbx_str_set (&request->caller->account_id, "acc_b");
+    sbx_str_set (&sbx_msg_sse_message (request)->stream_id, "sse_test");
+    sbx_str_set (&sbx_msg_sse_message (request)->message,
+                 "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\"}");
+    sbx_msg_t *reply = gw_mcp_sse_serve (sse, request);
+    assert (reply->type == SBX_MSG_ERROR && reply->rid == 7 &&
+            sbx_msg_error (reply)->code == SBX_E_NOT_FOUND);
+    sbx_msg_destroy (&reply);
+    sbx_str_set (&request->caller->account_id, "acc_a");
+    reply = gw_mcp_sse_serve (sse, request);
+    assert (reply->type == SBX_MSG_SSE_MESSAGE_OK && reply->rid == 7);
+    sbx_msg_destroy (&reply);
+    sbx_str_set (&sbx_msg_sse_message (request)->message, "[1]");
+    reply = gw_mcp_sse_serve (sse, request);
+    assert (reply->type == SBX_MSG_ERROR && sbx_msg_error (reply)->code == SBX_E_INVALID_ARGUMENT);
+    sbx_msg_destroy (&reply);
+    sbx_msg_destroy (&request);
+    zhashx_delete (sse->streams, "sse_test"); //  frees it
     gw_mcp_sse_destroy (&sse);
     gw_mcp_destroy (&mcp);
     gw_ctx_destroy (&ctx);

@@ -6,8 +6,9 @@
     /messages?sessionId=<id>. Each POST is answered 202 at once; the JSON-RPC answer goes
     out on the stream as a `message` event. The tools, their texts, limits and rate are
     those of /mcp (gw_tools); the stream is the session: its default sandbox and env
-    live as long as it stays open, on the gateway that holds it (a balancer must send a
-    client's POSTs where its stream is: docs/operations.md). A comment line every
+    live as long as it stays open, on the gateway that holds it. A POST that reaches
+    another gateway (behind a balancer) is sent on to the holder through the broker
+    (gw_others, sse.message) and answered as the holder answers. A comment line every
     S_KEEPALIVE_MS keeps idle streams from being cut by proxies.
 */
 #ifndef GW_MCP_SSE_H_INCLUDED
@@ -28,6 +29,11 @@ void gw_mcp_sse_destroy (gw_mcp_sse_t **self_p);
 
 //  Streams open now (for /healthz).
 size_t gw_mcp_sse_size (gw_mcp_sse_t *self);
+
+//  sse.message routed here from another gateway (schemas/gateways.json): taken for its
+//  stream, as a POST here would be. The reply (sse.message.ok, or an error echoing the
+//  request's rid: not_found when no stream of that id and the caller's account is here).
+sbx_msg_t *gw_mcp_sse_serve (gw_mcp_sse_t *self, const sbx_msg_t *request);
 
 void gw_mcp_sse_test (bool verbose);
 

@@ -33,6 +33,8 @@ typedef struct {
     gw_rest_t *rest;
     uint64_t serial;
     uint64_t handle; //  the gw_ops call in flight, for cancel
+    uint64_t find;   //  the gw_others ask in flight (a build another gateway runs)
+    char *not_found; //  then, the answer if none runs it
     uint64_t req_id;
     sbx_op_t op;
     char params[S_PARAMS][S_PARAM_MAX]; //  the path's {x} values, in order
@@ -55,6 +57,7 @@ struct gw_rest_t {
     gw_exec_stream_t *streams; //  execs answered as SSE
     gw_terminal_t *terminals;  //  terminals over WebSockets
     gw_builds_t *builds;       //  template builds run by the service
+    gw_others_t *others;       //  the gateway's (ctx): asks for builds another runs
 };
 
 static void s_job_free (s_job_t **job_p)
@@ -63,6 +66,7 @@ static void s_job_free (s_job_t **job_p)
     if (job) {
         gw_auth_caller_destroy (&job->caller);
         free (job->body);
+        free (job->not_found);
         free (job);
     }
     *job_p = NULL;
@@ -87,6 +91,7 @@ gw_rest_t *gw_rest_new (gw_ctx_t *ctx)
     self->streams = gw_exec_stream_new (ctx);
     self->terminals = gw_terminal_new (ctx);
     self->builds = gw_builds_new (ctx->config);
+    self->others = ctx->others;
     if (!self->jobs || !self->streams || !self->terminals || !self->builds ||
         gw_router_add (ctx->router, "/v1", true, s_on_route, self)) {
         gw_rest_destroy (&self);
@@ -105,6 +110,7 @@ void gw_rest_destroy (gw_rest_t **self_p)
     if (self->jobs) {
         for (s_job_t *job = zhashx_first (self->jobs); job; job = zhashx_next (self->jobs)) {
             gw_ops_cancel (self->ops, job->handle);
+            gw_others_cancel (self->others, job->find);
             if (job->stream) {
                 gw_request_set_closed_fn (job->stream, NULL, NULL);
                 gw_request_stream_fail (job->stream);
@@ -365,6 +371,32 @@ static void s_on_read (sbx_xfer_t *xfer, void *arg)
         s_stream_pump (job);
 }
 
+//  A build another gateway holds (or none does): its answer, as ours would be.
+static void s_on_build_found (sbx_msg_t *reply, sbx_code_t code, const char *message, void *arg)
+{
+    s_job_t *job = arg;
+    job->find = 0;
+    gw_request_t *req = gw_http_request (job->rest->http, job->req_id);
+    json_t *build = reply && reply->type == SBX_MSG_BUILD_GET_OK
+                        ? json_loads (sbx_msg_build_get_ok (reply)->build, 0, NULL)
+                        : NULL;
+    if (!req) //  the client left meanwhile
+        json_decref (build);
+    else if (json_is_object (build))
+        s_send_json (req, 200, build);
+    else {
+        json_decref (build);
+        if (code == SBX_OK) //  an answer that is not a build: the holder's fault
+            s_send_error (req, SBX_E_INTERNAL,
+                          "another gateway's answer for this build was "
+                          "not a build; ask again");
+        else
+            s_send_error (req, code,
+                          code == SBX_E_NOT_FOUND && job->not_found ? job->not_found : message);
+    }
+    s_job_end (job);
+}
+
 static void s_on_done (const gw_ops_result_t *result, void *arg)
 {
     s_job_t *job = arg;
@@ -509,6 +541,22 @@ static void s_serve (s_job_t *job, gw_request_t *req)
                                           in.body_size, &answer, why, sizeof why)
                        : gw_builds_get (job->rest->builds, caller->account_id, args, &answer, why,
                                         sizeof why);
+        if (code == SBX_E_NOT_FOUND && job->op == SBX_OP_GET_TEMPLATE_BUILD) {
+            //  Not one of ours: behind a balancer, another gateway may run it.
+            int64_t offset = sbx_args_int (SBX_OP_GET_TEMPLATE_BUILD, args, "logOffset");
+            const char *id = sbx_args_string (SBX_OP_GET_TEMPLATE_BUILD, args, "buildId");
+            sbx_msg_t *ask = sbx_msg_new (SBX_MSG_BUILD_GET);
+            sbx_str_set (&sbx_msg_build_get (ask)->build_id, id);
+            sbx_msg_build_get (ask)->log_offset = offset > 0 ? (uint64_t) offset : 0;
+            job->not_found = strdup (why);
+            char what[64], key[64];
+            snprintf (what, sizeof what, "template build %s", id);
+            snprintf (key, sizeof key, "build:%s", id);
+            GW_KEEP (job->find, gw_others_ask (job->rest->others, caller, &ask, key, what,
+                                               s_on_build_found, job));
+            json_decref (args);
+            return;
+        }
         if (code != SBX_OK)
             s_send_error (req, code, why);
         else {
@@ -538,6 +586,14 @@ static void s_serve (s_job_t *job, gw_request_t *req)
             gw_ops_follow_read (job->rest->ops, handle, s_on_read, job);
     }
     json_decref (args);
+}
+
+sbx_msg_t *gw_rest_serve (gw_rest_t *self, const sbx_msg_t *request)
+{
+    if (request->type == SBX_MSG_BUILD_GET)
+        return gw_builds_serve (self->builds, request);
+    return sbx_msg_new_error (request->rid, SBX_E_INVALID_ARGUMENT, "a gateway does not serve %s",
+                              sbx_msg_type_name (request->type));
 }
 
 static void s_on_auth (const sbx_caller_t *caller, sbx_code_t code, const char *message, void *arg)

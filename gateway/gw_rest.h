@@ -37,6 +37,10 @@ void gw_rest_destroy (gw_rest_t **self_p);
 //  Serves one request whose path is /v1 or under /v1/ (answers now, or suspends it).
 void gw_rest_handle (gw_rest_t *self, gw_request_t *req);
 
+//  A request another gateway routed here through the broker (build.get): the reply,
+//  never NULL.
+sbx_msg_t *gw_rest_serve (gw_rest_t *self, const sbx_msg_t *request);
+
 void gw_rest_test (bool verbose);
 
 #endif

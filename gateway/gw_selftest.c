@@ -16,6 +16,7 @@
 #include "gw_metrics.h"
 #include "gw_oauth.h"
 #include "gw_ops.h"
+#include "gw_others.h"
 #include "gw_pages.h"
 #include "gw_proxy.h"
 #include "gw_ratelimit.h"
@@ -45,7 +46,7 @@ static const sbx_test_t s_tests[] = {
     {"gw_pages", gw_pages_test},   {"gw_session", gw_session_test}, {"gw_signin", gw_signin_test},
     {"gw_oauth", gw_oauth_test},   {"gw_account", gw_account_test}, {"gw_ratelimit", gw_ratelimit_test},
     {"gw_mcp_sessions", gw_mcp_sessions_test}, {"gw_rates", gw_rates_test},
-    {"gw_router", gw_router_test}, {"gw_terminal", gw_terminal_test}, {"gw_builds", gw_builds_test},
+    {"gw_router", gw_router_test}, {"gw_terminal", gw_terminal_test}, {"gw_builds", gw_builds_test}, {"gw_others", gw_others_test}, {"gw_others_peers", gw_others_peers_test},
     {"gw_metrics", gw_metrics_test}, {"gw_b64_stream", gw_b64_stream_test},
     {"gw_chart", gw_chart_test},   {"gw_console", gw_console_test}, {"gw_box", gw_box_test},
     {NULL, NULL}};

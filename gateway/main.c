@@ -17,8 +17,11 @@ int main (int argc, char **argv)
     if (!daemon)
         return code;
     signal (SIGPIPE, SIG_IGN); //  a client gone mid-write must not kill the gateway
-    sbx_peer_t *peer = sbx_daemon_connect (daemon, SBX_ROLE_GATEWAY, 0, NULL, NULL);
-    gw_gateway_t *gateway =
+    //  Requests routed here (another gateway's build.get) find the gateway once it is made.
+    gw_gateway_t *gateway = NULL;
+    sbx_peer_t *peer =
+        sbx_daemon_connect (daemon, SBX_ROLE_GATEWAY, 0, gw_gateway_on_request, &gateway);
+    gateway =
         peer ? gw_gateway_new (sbx_daemon_config (daemon), sbx_daemon_loop (daemon), peer) : NULL;
     code = gateway ? sbx_daemon_run (daemon) : 1;
     gw_gateway_destroy (&gateway);

@@ -32,8 +32,13 @@ if cmake --build . --target help | grep sbx-image-docker >/dev/null; then
   image_docker=$!
 fi
 ctest --output-on-failure --timeout 900 -L 'unit|fuzz' -j2 || rc=$?
+cp Testing/Temporary/LastTest.log Testing/Temporary/LastTest-unit.log 2>/dev/null || true
 if [ -n "$image_docker" ]; then
   wait "$image_docker" || echo "the docker variant's build failed (build-test/image-docker.log)"
 fi
 ctest --output-on-failure --timeout 900 -L integration -j2 || rc=$?
+# Each failed test's own words again at the end, where a reader of the run's tail sees them.
+if [ "$rc" -ne 0 ]; then
+  ../scripts/test-tails.py Testing/Temporary/LastTest-unit.log Testing/Temporary/LastTest.log
+fi
 exit $rc

@@ -3,6 +3,7 @@
 #include "agent_frame.h"
 #include "sbx_clock.h"
 #include "sbx_log.h"
+#include "sbx_stall.h"
 
 #include <errno.h>
 #include <sys/socket.h>
@@ -48,6 +49,7 @@ struct _vmd_agentlink_t {
     size_t hellos;
     uint32_t frame_timeout; //  ms a frame may take to arrive whole
     size_t dropped;         //  incomplete frames given up on
+    sbx_stall_t stall;      //  this loop not running for a while (sbx_stall.h)
     bool lost;
     vmd_agentlink_hello_fn *hello_fn;
     vmd_agentlink_lost_fn *lost_fn;
@@ -292,8 +294,20 @@ static int s_on_tick (zloop_t *loop, int timer_id, void *arg)
     (void) loop;
     (void) timer_id;
     vmd_agentlink_t *self = arg;
-    s_check_partial (self);
     uint64_t now = sbx_clock_mono_ms ();
+    //  After a stall of vmd's own loop (sbx_stall.h) the agent's answers may be waiting
+    //  to be read: the deadlines get the time back, and a partial frame is not judged
+    //  before the bytes that came meanwhile are read.
+    uint64_t gap = sbx_stall_check (&self->stall, now);
+    if (gap) {
+        sbx_info ("sandbox=%s vmd did not run for %llu ms: the agent's requests get that time "
+                  "back",
+                  self->name, (unsigned long long) gap);
+        for (s_req_t *req = self->reqs; req; req = req->next)
+            req->deadline += gap;
+        self->connect_deadline += gap;
+    } else
+        s_check_partial (self);
     //  One answer per pass through the list: a callback may add or cancel requests.
     bool again = true;
     while (again) {
@@ -333,6 +347,7 @@ vmd_agentlink_t *vmd_agentlink_new (zloop_t *loop, const char *socket_path, cons
     self->next_rid = 1;
     self->connect_timeout = 30000;
     self->frame_timeout = VMD_AGENTLINK_FRAME_TIMEOUT;
+    self->stall = sbx_stall_init (S_TICK_MS, 1000);
     self->retry_timer = -1;
     self->connect_deadline = sbx_clock_mono_ms () + (uint64_t) self->connect_timeout;
     self->tick_timer = zloop_timer (loop, S_TICK_MS, 0, s_on_tick, self);
@@ -737,6 +752,27 @@ void vmd_agentlink_test (bool verbose)
         s_test_run (loop, 20);
     assert (test.answer && test.answer->type == SBX_MSG_ERROR);
     assert (sbx_msg_error (test.answer)->code == SBX_E_TIMEOUT);
+    sbx_msg_destroy (&test.answer);
+
+    //  vmd's loop stands still (a stopped process, a paused machine) while the answer
+    //  comes: it is delivered, not a timeout (the deadline, 0.4 s, got the time back).
+    ping = sbx_msg_new (SBX_MSG_AGENT_PING);
+    ping->rid = 6;
+    rid = vmd_agentlink_request (link, &ping, 400, s_test_reply, &test);
+    s_test_run (loop, 20);
+    //  (the unanswered ping above comes first)
+    while ((got = agent_frame_recv (agent, 2000, &err)) && got->rid != rid)
+        sbx_msg_destroy (&got);
+    assert (got && got->type == SBX_MSG_AGENT_PING);
+    pong = sbx_msg_new_reply (got, SBX_MSG_AGENT_PING_OK);
+    sbx_str_set (&sbx_msg_agent_ping_ok (pong)->version, "test");
+    assert (agent_frame_send (agent, pong, NULL) == 0 && agent_frame_flush_wait (agent, 1000) == 0);
+    sbx_msg_destroy (&pong);
+    sbx_msg_destroy (&got);
+    zclock_sleep (1500);
+    for (int i = 0; i < 20 && !test.answer; i++)
+        s_test_run (loop, 20);
+    assert (test.answer && test.answer->type == SBX_MSG_AGENT_PING_OK && test.answer->rid == 6);
     sbx_msg_destroy (&test.answer);
 
     //  The stream breaks with a request out: it fails, the link reconnects, hello again.

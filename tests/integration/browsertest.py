@@ -2,7 +2,8 @@
 (installed with npm into a folder of the build directory, once)."""
 import os
 import shutil
-import subprocess
+
+from npmwork import npm_install, place
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -17,9 +18,8 @@ def browser_script(test, script, folder):
     work = os.path.join(os.environ.get("SBX_BIN", os.getcwd()), "..", folder)
     os.makedirs(work, exist_ok=True)
     for name in ("package.json", "launch.mjs"):
-        shutil.copy(os.path.join(HERE, "browser", name), work)
-    shutil.copy(os.path.join(HERE, script), work)
-    if not os.path.isdir(os.path.join(work, "node_modules", "playwright-core")):
-        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
-                       check=True, timeout=300)
+        place(os.path.join(HERE, "browser", name), work)
+    place(os.path.join(HERE, script), work)
+    npm_install(work, lambda: os.path.isdir(os.path.join(work, "node_modules",
+                                                         "playwright-core")))
     return node, os.path.join(work, script)

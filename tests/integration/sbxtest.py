@@ -15,6 +15,8 @@ import tempfile
 import time
 import unittest
 
+from npmwork import npm_install, place
+
 BIN = os.environ.get("SBX_BIN") or os.path.join(os.getcwd(), "bin")
 
 
@@ -50,10 +52,40 @@ def binary(name):
     return path
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_GIVEN_PORTS = set()
+
+
 def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port nothing listens on, for a listener a test starts (and may restart). Taken
+    below the kernel's ephemeral range, from this slot's own band: a port the kernel hands
+    out may be any client connection's local port the moment a listener lets it go, and
+    the listener's restart then fails with "Address already in use"."""
+    band = 1500
+    first = 20000 + SLOT * band
+    if first + band > _ephemeral_low():  # a host with a wide ephemeral range: the old way
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+    import random
+    for port in random.sample(range(first, first + band), band):
+        if port in _GIVEN_PORTS:
+            continue
+        try:
+            with socket.socket() as sock:
+                sock.bind(("0.0.0.0", port))
+        except OSError:
+            continue
+        _GIVEN_PORTS.add(port)
+        return port
+    raise RuntimeError(f"no free port in {first}..{first + band - 1}")
 
 
 def wait_for(predicate, timeout, what, interval=0.1):
@@ -183,12 +215,13 @@ class Sbx:
             pass
         return None
 
-    def https(self, method, path, body=None, headers=None, timeout=30):
-        """One request to the gateway over HTTPS, trusting the local CA."""
+    def https(self, method, path, body=None, headers=None, timeout=30, port=None):
+        """One request to the gateway (sbx up's, or the one listening on port) over HTTPS,
+        trusting the local CA."""
         import http.client
         import ssl
         ctx = ssl.create_default_context(cafile=self.status()["ca_cert"])
-        conn = http.client.HTTPSConnection("localhost", self.listen_port(), context=ctx,
+        conn = http.client.HTTPSConnection("localhost", port or self.listen_port(), context=ctx,
                                            timeout=timeout)
         try:
             conn.request(method, path, body=body, headers=headers or {})
@@ -429,7 +462,9 @@ class SandboxTest(unittest.TestCase):
 
     def counter_moves(self, sid, sandbox):
         """TICK_SH runs in this sandbox: its counter goes up."""
-        first = int(self.sh(sid, sandbox, "cat /tmp/tick.count"))
+        # TICK_SH's echo truncates the file before it writes: a read in between is empty.
+        first = wait_for(lambda: int(self.sh(sid, sandbox, "cat /tmp/tick.count")), 30,
+                         f"a count in {sandbox}'s /tmp/tick.count")
         wait_for(lambda: int(self.sh(sid, sandbox, "cat /tmp/tick.count")) > first, 60,
                  f"the counter to move in {sandbox}")
 
@@ -446,11 +481,10 @@ def install_sdk(test):
     test.assertTrue(node and npm, "node and npm are needed for the MCP SDK client")
     work = os.path.join(os.environ.get("SBX_BIN", os.getcwd()), "..", "mcp-client")
     os.makedirs(work, exist_ok=True)
-    shutil.copy(os.path.join(HERE, "mcp", "package.json"), work)
-    if not all(os.path.isdir(os.path.join(work, "node_modules", "@modelcontextprotocol", p))
-               for p in ("sdk", "client")):
-        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
-                       check=True, timeout=300)
+    place(os.path.join(HERE, "mcp", "package.json"), work)
+    npm_install(work, lambda: all(
+        os.path.isdir(os.path.join(work, "node_modules", "@modelcontextprotocol", p))
+        for p in ("sdk", "client")))
     return work
 
 
@@ -462,7 +496,7 @@ def run_sdk(test, s, key, *calls, url=None, fresh_connections=False, sdk="v1"):
     era), or the SDK v2 client: "v2-legacy", "v2-auto" or "v2-2026" (mcp_client.mjs)."""
     node = shutil.which("node")
     work = install_sdk(test)
-    shutil.copy(os.path.join(HERE, "mcp_client.mjs"), work)
+    place(os.path.join(HERE, "mcp_client.mjs"), work)
     st = s.status()
     env = dict(os.environ, NODE_EXTRA_CA_CERTS=st["ca_cert"])
     env.pop("SBX_TEST_FRESH_CONNECTIONS", None)
@@ -477,6 +511,7 @@ def run_sdk(test, s, key, *calls, url=None, fresh_connections=False, sdk="v1"):
     print("\nMCP SDK client:\n" + res.stdout[:6000] + res.stderr)
     test.assertEqual(res.returncode, 0, res.stdout[-2000:])
     steps = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    test.assertTrue(steps, "the SDK client exited without a step: " + res.stderr[-2000:])
     test.assertEqual(steps[-1]["step"], "done")
     return steps
 

@@ -3,7 +3,17 @@ the tap go on with no gap and no duplicate, and a `sbx tap --since 0` reader tha
 through it all saw every event exactly once (issue 2, point 7). The log is sealed into
 segments of 20 events all along (events.segment_size), so the kill lands while a segment
 is being written or its events deleted from control.db, and every read goes through
-segments and the live table both (issue 21: the event log segmented)."""
+segments and the live table both (issue 21: the event log segmented).
+
+test_stopped_broker: the broker's process stopped (SIGSTOP) for longer than its workers'
+silence allows and a vmd's absence (vmd.lost_after_ms, 2 s here), then continued, as
+after a VM's pause or a host's suspend. Its timers fire before it reads what came
+meanwhile; it notices that it did not run (common/sbx_stall.c) and judges nobody by that
+time: no worker is dropped as silent, no sandbox is lost (its guest answers after), and
+the broker's log says how long it stood still. The workers, hearing nothing from it, say
+hello again meanwhile on new connections (and fail what they had in flight as "retry":
+sbx_peer); the old connections' late heartbeats do not make any of them a second worker
+of its own name: none is refused, none restarts."""
 import json
 import os
 import signal
@@ -12,7 +22,7 @@ import threading
 import time
 import unittest
 
-from sbxtest import Sbx, binary, main, wait_for
+from sbxtest import BIN, Sbx, binary, main, mcp_call, mcp_session, wait_for
 
 
 class BrokerRestartTest(unittest.TestCase):
@@ -99,6 +109,48 @@ class BrokerRestartTest(unittest.TestCase):
         self.assertEqual(s.daemon_pid("sbx-broker") != broker, True)
         print(f"\n{len(created)} keys created, {len(failed)} calls failed during the restart, "
               f"{last} events, reader saw each once; {len(ranges)} segments sealed")
+
+    def test_stopped_broker(self):
+        s = Sbx(self, "stopped", settings={
+            "image_dir": os.path.realpath(os.path.join(BIN, "..", "image")),
+            "vmd.lost_after_ms": "2000"})
+        s.up()
+        key = s.cli_json("account", "create", "--email", "paused@example.com")["api_key"]
+        sid = mcp_session(s, key)
+        sandbox = mcp_call(self, s, key, sid, "create_sandbox")[0]["structuredContent"]["id"]
+        mark = json.loads(s.cli("tap", "--since", "0", "--once").stdout.splitlines()[-1])["seq"]
+
+        workers = {n: s.daemon_pid(n) for n in
+                   ("sbx-gateway", "sbx-vmd", "sbx-billing", "sbx-snapshotd", "sbx-hookd")}
+        broker = s.daemon_pid("sbx-broker")
+        os.kill(broker, signal.SIGSTOP)
+        try:
+            time.sleep(7)  # > 3 heartbeats (3 s) and > vmd.lost_after_ms (2 s)
+        finally:
+            os.kill(broker, signal.SIGCONT)
+        self.assertEqual(s.daemon_pid("sbx-broker"), broker, "the broker was restarted")
+        wait_for(lambda: "did not run for" in s.log("sbx-broker"), 10, "the broker's note")
+        wait_for(lambda: len(s.status()["peers"]) == 5, 30, "all five workers there")
+        # Each worker, hearing nothing, said hello again on a new connection; its old
+        # one's late heartbeats did not make it a second worker of its own name, refused
+        # (it would have exited and been restarted: schemas/peer.json, process).
+        time.sleep(2)
+        self.assertEqual({n: s.daemon_pid(n) for n in workers}, workers,
+                         s.log("sbx-up")[-2000:])
+        got = mcp_call(self, s, key, sid, "get_sandbox", {"sandboxId": sandbox})[0]
+        self.assertEqual(got["structuredContent"]["state"], "ready", got)
+        got = mcp_call(self, s, key, sid, "exec", {"sandboxId": sandbox, "command": "echo on"})[0]
+        self.assertEqual(got["structuredContent"]["stdout"].strip(), "on")
+
+        # Nobody was judged by the broker's own stop: no worker left as silent, no
+        # sandbox went to error (the workers' reconnecting, if they did, is no loss).
+        log = [json.loads(l) for l in s.cli("tap", "--since", str(mark), "--once").stdout.splitlines()]
+        silent = [e for e in log if e["type"] == "peer.left" and e.get("reason") == "silent"]
+        self.assertEqual(silent, [], s.log("sbx-broker")[-3000:])
+        errors = [e for e in log if e.get("state") == "error" or "host lost" in json.dumps(e)]
+        self.assertEqual(errors, [])
+        self.assertNotIn("silent for", s.log("sbx-broker").split("did not run for")[-1])
+        mcp_call(self, s, key, sid, "delete_sandbox", {"sandboxId": sandbox})
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sbxtest import binary, free_port, listening_ports, main, pid_alive, wait_for  # noqa: E402
+from sbxtest import binary, free_port, listening_ports, main, wait_for  # noqa: E402
 
 FAILOVERS = int(os.environ.get("SBX_CLUSTER_FAILOVERS", "10"))
 LOST_AFTER_MS = 5000

@@ -24,7 +24,6 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 import unittest
 
 from sbxtest import BIN, FIREWALL_TABLE, Sbx, free_port, main, mcp_call, mcp_session, pid_alive, wait_for

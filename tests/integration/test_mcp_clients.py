@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import unittest
 
+from npmwork import npm_install, place
 from sbxtest import BIN, HERE, Sbx, binary, install_sdk, main
 
 DOC = os.path.join(HERE, "..", "..", "docs", "clients.md")
@@ -43,11 +44,10 @@ def install_clients(test):
     test.assertTrue(npm and shutil.which("node"), "node and npm are needed for the clients")
     work = os.path.join(os.environ.get("SBX_BIN", os.getcwd()), "..", "mcp-clients")
     os.makedirs(work, exist_ok=True)
-    shutil.copy(os.path.join(HERE, "clients", "package.json"), work)
+    place(os.path.join(HERE, "clients", "package.json"), work)
     bins = os.path.join(work, "node_modules", ".bin")
-    if not all(os.path.exists(os.path.join(bins, b)) for b in ("claude", "mcp-remote")):
-        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
-                       check=True, timeout=600)
+    npm_install(work, lambda: all(os.path.exists(os.path.join(bins, b))
+                                  for b in ("claude", "mcp-remote")), timeout=600)
     return os.path.realpath(work)
 
 
@@ -132,7 +132,7 @@ class McpClientsTest(unittest.TestCase):
         StdioClientTransport, lists the tools and calls list_sandboxes."""
         server = json.loads(self.snippet(name))["mcpServers"]["sbx"]
         work = install_sdk(self)
-        shutil.copy(os.path.join(HERE, "mcp_stdio_client.mjs"), work)
+        place(os.path.join(HERE, "mcp_stdio_client.mjs"), work)
         home = self.tmpdir()
         env = dict(os.environ, HOME=home, SBX_TEST_SERVER_ENV=json.dumps(server["env"]),
                    SBX_TEST_CALLS=json.dumps([["list_sandboxes", {}]]),

@@ -30,6 +30,7 @@ import threading
 import time
 import unittest
 
+from npmwork import npm_install, place
 from sbxtest import BIN, HERE, Sbx, free_port, main
 
 NEW = "0.2.0-alpha.12"
@@ -252,7 +253,7 @@ def install(test):
     work = os.path.realpath(os.path.join(BIN, "..", "mcp-conformance"))
     os.makedirs(work, exist_ok=True)
     src = os.path.join(HERE, "conformance", "package.json")
-    shutil.copy(src, work)
+    place(src, work)
     with open(src) as f:
         wanted = json.load(f)["dependencies"]
 
@@ -266,9 +267,7 @@ def install(test):
             if have != spec.rsplit("@", 1)[-1]:
                 return False
         return os.access(os.path.join(work, "node_modules", ".bin", "node"), os.X_OK)
-    if not installed():
-        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
-                       check=True, timeout=600)
+    npm_install(work, installed, timeout=600)
     test.assertTrue(installed(), f"npm install in {work} left it incomplete")
     node = os.path.join(work, "node_modules", ".bin", "node")
     res = subprocess.run([node, "--version"], capture_output=True, text=True, check=True)

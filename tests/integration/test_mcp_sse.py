@@ -8,7 +8,8 @@ import os
 import ssl
 import unittest
 
-from sbxtest import BIN, Sbx, main, reference_scenarios, run_sdk
+from sbxtest import (BIN, Sbx, free_port, listening_ports, main, reference_scenarios, run_sdk,
+                     wait_for)
 
 
 class McpSseTest(unittest.TestCase):
@@ -48,11 +49,11 @@ class McpSseTest(unittest.TestCase):
             elif line.startswith("data:"):
                 data.append(line[5:].lstrip(" "))
 
-    def post(self, path, body, key):
+    def post(self, path, body, key, port=None):
         status, _, raw = self.s.https("POST", path, body=body if isinstance(body, str)
                                       else json.dumps(body),
                                       headers={"Content-Type": "application/json",
-                                               "Authorization": f"Bearer {key}"})
+                                               "Authorization": f"Bearer {key}"}, port=port)
         return status, raw
 
     def test_the_transport(self):
@@ -109,6 +110,55 @@ class McpSseTest(unittest.TestCase):
         self.assertEqual(self.post("/messages?sessionId=sse_nope", {"jsonrpc": "2.0", "id": 6,
                                                                      "method": "ping"},
                                    self.key_a)[0], 404)
+        conn.close()
+
+    def test_posts_through_another_gateway(self):
+        # Behind a balancer a stream's POSTs may reach a gateway that does not hold it: that
+        # one sends them on through the broker (sse.message), and the answers come out on
+        # the stream as ever. Another account's stream, or none: 404 there too.
+        two = free_port()
+        self.s.start("sbx-gateway", "--instance", "gw-two", "--set", f"listen=127.0.0.1:{two}")
+        wait_for(lambda: two in listening_ports() and [
+            p["role"] for p in self.s.status()["peers"]].count("gateway") == 2, 30,
+            "a second gateway, gw-two, listening and known to the broker")
+        conn = self.connect()
+        conn.request("GET", "/sse", headers={"Accept": "text/event-stream",
+                                             "Authorization": f"Bearer {self.key_a}"})
+        res = conn.getresponse()
+        self.assertEqual(res.status, 200)
+        events = self.events(res)
+        kind, endpoint = next(events)
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2024-11-05", "capabilities": {},
+                           "clientInfo": {"name": "t", "version": "0"}}}
+        self.assertEqual(self.post(endpoint, init, self.key_a, port=two)[0], 202)
+        kind, data = next(events)
+        self.assertEqual((kind, json.loads(data)["id"]), ("message", 1))
+        self.assertEqual(self.post(endpoint, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                              "params": {"name": "delete_sandbox",
+                                                         "arguments": {}}},
+                                   self.key_a, port=two)[0], 202)
+        kind, data = next(events)
+        answer = json.loads(data)
+        self.assertEqual(answer["id"], 2)
+        self.assertIn("sandboxId is required", answer["result"]["content"][0]["text"])
+        self.assertEqual(self.post(endpoint, "{not json", self.key_a, port=two)[0], 400)
+        self.assertEqual(self.post(endpoint, {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+                                   self.key_b, port=two)[0], 404)
+        status, raw = self.post("/messages?sessionId=sse_nope", {"jsonrpc": "2.0", "id": 4,
+                                                                  "method": "ping"},
+                                self.key_a, port=two)
+        self.assertEqual((status, raw), (404, b"no such stream: open one with GET /sse"))
+        # An id longer than any stream's (64) is nobody's, said at once (no gateway asked).
+        status, raw = self.post("/messages?sessionId=sse_" + "x" * 70, {"jsonrpc": "2.0", "id": 4,
+                                                                          "method": "ping"},
+                                self.key_a, port=two)
+        self.assertEqual((status, raw), (404, b"no such stream: open one with GET /sse"))
+        # The stream still answers what comes to its own gateway.
+        self.assertEqual(self.post(endpoint, {"jsonrpc": "2.0", "id": 5, "method": "ping"},
+                                   self.key_a)[0], 202)
+        kind, data = next(events)
+        self.assertEqual(json.loads(data), {"jsonrpc": "2.0", "id": 5, "result": {}})
         conn.close()
 
     def test_sdk_sse_client(self):

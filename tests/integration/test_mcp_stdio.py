@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import unittest
 
+from npmwork import place
 from sbxtest import BIN, HERE, Sbx, binary, free_port, install_sdk, main, mcp_post
 
 NAMES = ["create_sandbox", "list_sandboxes", "get_sandbox", "get_sandbox_metrics", "exec",
@@ -47,7 +48,7 @@ class McpStdioTest(unittest.TestCase):
         {"command": ".../sbx", "args": ["mcp"], "env": {SBX_URL, SBX_API_KEY, SBX_CA_CERT}}.
         Returns its steps by name (calls as a list)."""
         work = install_sdk(self)
-        shutil.copy(os.path.join(HERE, "mcp_stdio_client.mjs"), work)
+        place(os.path.join(HERE, "mcp_stdio_client.mjs"), work)
         env = dict(os.environ, SBX_URL=url or self.base_url, SBX_API_KEY=key or self.key,
                    SBX_CA_CERT=self.ca, SBX_TEST_CALLS=json.dumps(list(calls)))
         res = subprocess.run([shutil.which("node"), os.path.join(work, "mcp_stdio_client.mjs"),

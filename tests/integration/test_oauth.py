@@ -21,6 +21,7 @@ import unittest
 import urllib.parse
 from html.parser import HTMLParser
 
+from npmwork import npm_install, place
 from sbxtest import BIN, Sbx, main, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -699,12 +700,11 @@ class OAuthTest(unittest.TestCase):
         self.assertTrue(node and npm, "node and npm are needed for the OAuth client tests")
         work = os.path.join(os.environ.get("SBX_BIN", os.getcwd()), "..", "oauth-client")
         os.makedirs(work, exist_ok=True)
-        shutil.copy(os.path.join(HERE, "oauth", "package.json"), work)
-        shutil.copy(os.path.join(HERE, "oauth_client.mjs"), work)
-        if not (os.path.isdir(os.path.join(work, "node_modules", "oauth4webapi")) and
-                os.path.isdir(os.path.join(work, "node_modules", "@modelcontextprotocol"))):
-            subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=work,
-                           check=True, timeout=300)
+        place(os.path.join(HERE, "oauth", "package.json"), work)
+        place(os.path.join(HERE, "oauth_client.mjs"), work)
+        npm_install(work, lambda: (
+            os.path.isdir(os.path.join(work, "node_modules", "oauth4webapi")) and
+            os.path.isdir(os.path.join(work, "node_modules", "@modelcontextprotocol"))))
         env = dict(os.environ, NODE_EXTRA_CA_CERTS=self.s.status()["ca_cert"])
         res = subprocess.run([node, os.path.join(work, "oauth_client.mjs"), mode, self.mcp_url,
                               "alice@example.com", PASSWORD], capture_output=True, text=True,

@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import ssl
-import struct
 import threading
 import time
 import unittest

@@ -9,7 +9,7 @@ import subprocess
 import time
 import unittest
 
-from sbxtest import Sbx, binary, main, pid_alive, wait_for
+from sbxtest import Sbx, binary, main, wait_for
 
 ADMIN = "admin@localhost"
 

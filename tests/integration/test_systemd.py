@@ -17,7 +17,7 @@ import tempfile
 import time
 import unittest
 
-from sbxtest import BIN, Sbx, binary, main, pid_alive, wait_for
+from sbxtest import BIN, Sbx, binary, main, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))

@@ -17,7 +17,8 @@ import tempfile
 import time
 import unittest
 
-from sbxtest import BIN, Sbx, binary, main, mcp_call, mcp_session
+from sbxtest import (BIN, Sbx, binary, free_port, listening_ports, main, mcp_call, mcp_session,
+                     wait_for)
 
 DOCKERFILE = """# a web app
 FROM sbx
@@ -198,9 +199,11 @@ class TemplatesTest(unittest.TestCase):
         return dict(os.environ, SBX_URL=st["mcp_url"][:-len("/mcp")], SBX_API_KEY=key,
                     SBX_CA_CERT=st["ca_cert"], SBX_CONFIG_DIR=tempfile.mkdtemp())
 
-    def rest(self, key, method, path, body=None, content_type="application/json", timeout=60):
+    def rest(self, key, method, path, body=None, content_type="application/json", timeout=60,
+             port=None):
         status, headers, data = self.s.https(method, path, body, {
-            "Authorization": f"Bearer {key}", "Content-Type": content_type}, timeout=timeout)
+            "Authorization": f"Bearer {key}", "Content-Type": content_type}, timeout=timeout,
+            port=port)
         return status, headers, json.loads(data) if data else None
 
     def test_published_by_the_operator(self):
@@ -300,6 +303,25 @@ class TemplatesTest(unittest.TestCase):
         self.assertEqual((status, more["log"]), (200, ""))
         status, _, other = self.rest(self.key, "GET", f"/v1/templates/builds/{build}")
         self.assertEqual(status, 404, other)
+
+        # Behind a balancer a build's GETs may reach any gateway: one that does not hold
+        # the build asks the others through the broker (build.get). A second gateway
+        # answers as the first does, for the build's account only.
+        two = free_port()
+        self.s.start("sbx-gateway", "--instance", "gw-two", "--set", f"listen=127.0.0.1:{two}")
+        wait_for(lambda: two in listening_ports() and [
+            p["role"] for p in self.s.status()["peers"]].count("gateway") == 2, 30,
+            "a second gateway, gw-two, listening and known to the broker")
+        status, _, there = self.rest(bob, "GET", f"/v1/templates/builds/{build}", port=two)
+        self.assertEqual((status, there), (200, body))
+        status, _, there = self.rest(bob, "GET", f"/v1/templates/builds/{build}?logOffset=4",
+                                     port=two)
+        self.assertEqual((status, there["log"]), (200, body["log"][4:]))
+        for key, which in ((self.key, build), (bob, "bld_zzzzzzzzzz")):
+            status, _, there = self.rest(key, "GET", f"/v1/templates/builds/{which}", port=two)
+            self.assertEqual(status, 404, there)
+            self.assertIn(f"no template build {which}: no gateway of this service holds it",
+                          there["error"]["message"])
         for path, data, expect in (
                 ("/v1/templates?name=x", b"", "tar archive"),
                 ("/v1/templates?name=Bad", b"x", "name must match"),

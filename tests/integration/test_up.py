@@ -4,7 +4,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 import unittest
 
 from sbxtest import Sbx, binary, main, pid_alive, wait_for
