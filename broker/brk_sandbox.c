@@ -350,18 +350,45 @@ typedef struct {
     void *arg;
 } s_notify_t;
 
+//  Its vmd is not connected: the sandbox can't move now, and says so.
+static sbx_msg_t *s_vmd_away (const sbx_msg_t *request, const brk_sandbox_t *record)
+{
+    return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                              "sandbox %s is on vmd %s, which is not connected; retry when it is "
+                              "back",
+                              record->id, record->vmd ? record->vmd : "(none)");
+}
+
+//  Where the record goes before vmd is asked (a stop, resume or delete): written first, so
+//  that a broker killed right after the ask leaves the record on its way, which
+//  brk_reconcile settles by what vmd has, and never behind a guest that already moved (a
+//  stopped record over a resumed guest, whose next resume vmd refused).
+typedef struct {
+    sbx_sandbox_state_t to;
+    const char *reason;
+    sbx_msg_t **extra; //  one more event for the move's transaction (ttl.expired); taken
+} s_ahead_t;
+
 //  Asks vmd for `type` about a sandbox; the user's answer follows from s_on_vm_answer.
-//  A create from a snapshot (origin) names its files.
+//  A create from a snapshot (origin) names its files. With `ahead`, the record moves first
+//  (and back, should the ask then not go out).
 static sbx_msg_t *s_ask_vmd_ex (brk_ctx_t *ctx, const s_notify_t *notify, const sbx_msg_t *request,
                                 brk_sandbox_t *record, sbx_msg_type_t ask,
                                 sbx_msg_type_t reply_type, const char *verb,
-                                const brk_origin_t *origin)
+                                const brk_origin_t *origin, const s_ahead_t *ahead)
 {
+    if (!record->vmd || !brk_registry_find (ctx->registry, SBX_ROLE_VMD, record->vmd)) {
+        if (ahead && ahead->extra)
+            sbx_msg_destroy (ahead->extra);
+        return s_vmd_away (request, record);
+    }
     s_op_t *op = calloc (1, sizeof *op);
     sbx_msg_t *vm = sbx_msg_new (ask);
     if (!op || !vm) {
         free (op);
         sbx_msg_destroy (&vm);
+        if (ahead && ahead->extra)
+            sbx_msg_destroy (ahead->extra);
         return sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "out of memory");
     }
     op->client = notify->client ? zframe_dup (notify->client) : NULL;
@@ -406,24 +433,36 @@ static sbx_msg_t *s_ask_vmd_ex (brk_ctx_t *ctx, const s_notify_t *notify, const 
             assert (false);
     }
     uint32_t timeout = request->timeout_ms > 1000 ? request->timeout_ms - 500 : S_VM_TIMEOUT_MS;
+    sbx_sandbox_state_t was = SBX_SANDBOX_STATE__UNSET;
+    sbx_sandbox_state_from_name (record->state, &was);
+    char *was_reason = record->reason ? strdup (record->reason) : NULL;
+    if (ahead && s_move_ex (ctx, record, ahead->to, NULL, ahead->reason, 0, ahead->extra)) {
+        free (was_reason);
+        s_op_destroy (&op);
+        sbx_msg_destroy (&vm);
+        return sbx_msg_new_error (request->rid, SBX_E_INTERNAL,
+                                  "cannot record the %s of sandbox %s", verb, record->id);
+    }
     if (ctx->in_flight && zhashx_insert (ctx->in_flight, record->id, (void *) 1) == 0)
         op->in_flight = ctx->in_flight;
-    if (ctx->call (ctx, SBX_ROLE_VMD, record->vmd, &vm, timeout, s_on_vm_answer, op) == 0)
+    if (ctx->call (ctx, SBX_ROLE_VMD, record->vmd, &vm, timeout, s_on_vm_answer, op) == 0) {
+        free (was_reason);
         return NULL;
-    //  Its vmd is gone: the sandbox can't move now, and says so.
+    }
+    //  It did not go out after all: the record goes back to where it was.
     s_op_destroy (&op);
-    return sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
-                              "sandbox %s is on vmd %s, which is not connected; retry when it is "
-                              "back",
-                              record->id, record->vmd ? record->vmd : "(none)");
+    if (ahead)
+        s_move (ctx, record, was, NULL, was_reason);
+    free (was_reason);
+    return s_vmd_away (request, record);
 }
 
 static sbx_msg_t *s_ask_vmd (brk_ctx_t *ctx, zframe_t *client, const sbx_msg_t *request,
                              brk_sandbox_t *record, sbx_msg_type_t ask, sbx_msg_type_t reply_type,
-                             const char *verb)
+                             const char *verb, const s_ahead_t *ahead)
 {
     s_notify_t notify = {.client = client};
-    return s_ask_vmd_ex (ctx, &notify, request, record, ask, reply_type, verb, NULL);
+    return s_ask_vmd_ex (ctx, &notify, request, record, ask, reply_type, verb, NULL, ahead);
 }
 
 //  The connected vmd with the most room (only `instance` when given), or NULL (with
@@ -589,7 +628,7 @@ static sbx_msg_t *s_create (brk_ctx_t *ctx, const s_notify_t *notify, sbx_msg_t 
         sbx_info ("rid=%llu sandbox=%s account=%s creating on vmd %s as %s",
                   (unsigned long long) request->rid, id, owner.id, vmd->instance, record.label);
         reply = s_ask_vmd_ex (ctx, notify, request, &record, SBX_MSG_VM_CREATE,
-                              SBX_MSG_SANDBOX_CREATE_OK, "start", origin);
+                              SBX_MSG_SANDBOX_CREATE_OK, "start", origin, NULL);
         brk_sandbox_t stored;
         if (reply && brk_store_sandbox_find (ctx->store, id, &stored) == 0) {
             //  Could not even ask vmd: the sandbox failed before it began.
@@ -917,10 +956,8 @@ static sbx_msg_t *s_change (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *request
             reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL,
                                        "cannot record the delete of sandbox %s", record.id);
     } else {
-        //  Ask first: vmd's answer comes in a later turn of the loop, after the move.
-        reply = s_ask_vmd (ctx, client, request, &record, t->ask, reply_type, verb);
-        if (!reply)
-            s_move (ctx, &record, t->to, NULL, NULL);
+        s_ahead_t ahead = {.to = t->to};
+        reply = s_ask_vmd (ctx, client, request, &record, t->ask, reply_type, verb, &ahead);
     }
     brk_sandbox_clear (&record);
     return reply;
@@ -975,13 +1012,12 @@ sbx_msg_t *brk_sandbox_wake (brk_ctx_t *ctx, zframe_t *client, sbx_msg_t *reques
         char why[96];
         snprintf (why, sizeof why, "woken by a request to port %llu",
                   (unsigned long long) args->port);
-        reply =
-            s_ask_vmd (ctx, client, request, &record, t->ask, SBX_MSG_SANDBOX_WAKE_OK, "resume");
-        if (!reply) {
+        s_ahead_t ahead = {.to = t->to, .reason = why};
+        reply = s_ask_vmd (ctx, client, request, &record, t->ask, SBX_MSG_SANDBOX_WAKE_OK, "resume",
+                           &ahead);
+        if (!reply)
             sbx_info ("rid=%llu sandbox=%s account=%s %s: resuming",
                       (unsigned long long) request->rid, record.id, record.account_id, why);
-            s_move (ctx, &record, t->to, NULL, why);
-        }
     }
     brk_sandbox_clear (&record);
     return reply;
@@ -1214,27 +1250,26 @@ static void s_system_stop (brk_ctx_t *ctx, const char *id, const char *reason, b
     brk_sandbox_t record;
     if (brk_store_sandbox_find (ctx->store, id, &record) != 0)
         return;
-    sbx_msg_t none = {.type = SBX_MSG_SANDBOX_STOP, .timeout_ms = 0};
-    sbx_msg_t *refused =
-        s_ask_vmd (ctx, NULL, &none, &record, SBX_MSG_VM_STOP, SBX_MSG_SANDBOX_STOP_OK, "stop");
-    if (refused)
-        sbx_debug ("sandbox=%s %s but its vmd is not connected", record.id, reason);
-    else {
-        uint64_t now = sbx_clock_now_ms ();
-        sbx_msg_t *expired = NULL;
-        if (ttl) {
-            expired = sbx_msg_new (SBX_MSG_TTL_EXPIRED);
-            sbx_str_set (&sbx_msg_ttl_expired (expired)->sandbox_id, record.id);
-            sbx_msg_ttl_expired (expired)->deadline_ms = record.expires_ms;
-            sbx_msg_ttl_expired (expired)->actual_ms = now;
-        }
-        sbx_info (
-            "sandbox=%s account=%s %s (%llu ms after its deadline): stopping", record.id,
-            record.account_id, reason,
-            (unsigned long long) (ttl && now > record.expires_ms ? now - record.expires_ms : 0));
-        s_move_ex (ctx, &record, SBX_SANDBOX_STATE_STOPPING, NULL, reason, 0,
-                   expired ? &expired : NULL);
+    uint64_t now = sbx_clock_now_ms ();
+    uint64_t late = ttl && now > record.expires_ms ? now - record.expires_ms : 0;
+    sbx_msg_t *expired = NULL;
+    if (ttl) {
+        expired = sbx_msg_new (SBX_MSG_TTL_EXPIRED);
+        sbx_str_set (&sbx_msg_ttl_expired (expired)->sandbox_id, record.id);
+        sbx_msg_ttl_expired (expired)->deadline_ms = record.expires_ms;
+        sbx_msg_ttl_expired (expired)->actual_ms = now;
     }
+    sbx_msg_t none = {.type = SBX_MSG_SANDBOX_STOP, .timeout_ms = 0};
+    s_ahead_t ahead = {.to = SBX_SANDBOX_STATE_STOPPING, .reason = reason, .extra = &expired};
+    sbx_msg_t *refused = s_ask_vmd (ctx, NULL, &none, &record, SBX_MSG_VM_STOP,
+                                    SBX_MSG_SANDBOX_STOP_OK, "stop", &ahead);
+    if (refused)
+        sbx_debug ("sandbox=%s %s but it cannot be stopped now: %s", record.id, reason,
+                   sbx_msg_error (refused)->message);
+    else
+        sbx_info ("sandbox=%s account=%s %s (%llu ms after its deadline): stopping", record.id,
+                  record.account_id, reason, (unsigned long long) late);
+    sbx_msg_destroy (&expired);
     sbx_msg_destroy (&refused);
     brk_sandbox_clear (&record);
 }
@@ -1248,10 +1283,11 @@ int brk_sandbox_discard (brk_ctx_t *ctx, const char *id, const char *reason)
     sbx_sandbox_state_from_name (record.state, &state);
     const s_transition_t *t = s_lookup (state, S_EV_DELETE);
     sbx_msg_t none = {.type = SBX_MSG_SANDBOX_DELETE, .timeout_ms = 0};
-    sbx_msg_t *refused =
-        t ? s_ask_vmd (ctx, NULL, &none, &record, t->ask, SBX_MSG_SANDBOX_DELETE_OK, "delete")
-          : NULL;
-    int rc = t && !refused ? s_move (ctx, &record, t->to, NULL, reason) : -1;
+    s_ahead_t ahead = {.to = t ? t->to : SBX_SANDBOX_STATE__UNSET, .reason = reason};
+    sbx_msg_t *refused = t ? s_ask_vmd (ctx, NULL, &none, &record, t->ask,
+                                        SBX_MSG_SANDBOX_DELETE_OK, "delete", &ahead)
+                           : NULL;
+    int rc = t && !refused ? 0 : -1;
     if (rc)
         sbx_warn ("sandbox=%s (%s) is %s and cannot be deleted now%s%s", record.id, reason,
                   record.state, refused ? ": " : "",
@@ -1464,7 +1500,7 @@ int brk_sandbox_settle (brk_ctx_t *ctx, const char *id, const char *vmd, bool fo
         const char *verb;
         if (s_asks (state, &ask, &reply, &verb)) {
             sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_STOP);
-            sbx_msg_t *refused = s_ask_vmd (ctx, NULL, request, &record, ask, reply, verb);
+            sbx_msg_t *refused = s_ask_vmd (ctx, NULL, request, &record, ask, reply, verb, NULL);
             sbx_info ("sandbox=%s %s asked of vmd %s again (its request was cut by a restart "
                       "of the broker)%s",
                       id, verb, vmd, refused ? ": not sent now" : "");
@@ -1553,11 +1589,13 @@ void brk_sandbox_vm_failed (brk_ctx_t *ctx, const char *vmd, sbx_msg_t *msg)
 
 #include "brk_server.h"
 #include "brk_testkit.h"
+#include "brk_store_priv.h"
 
 //  How the test vmd answers: 0 ok, 1 an error, 2 not at all. Read in its thread.
 static int s_vmd_mode = 0;
 //  The egress lists of the last vm.create, vm.resume or vm.egress the test vmd got.
 static char s_vmd_egress[512];
+static int s_vmd_stops; //  vm.stop requests the test vmd got
 
 static void s_test_vmd (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
 {
@@ -1604,6 +1642,8 @@ static void s_test_vmd (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
         return;
     }
     assert (request->caller && request->caller->kind == SBX_CALLER_KIND_SYSTEM);
+    if (request->type == SBX_MSG_VM_STOP)
+        __atomic_add_fetch (&s_vmd_stops, 1, __ATOMIC_SEQ_CST);
     if (mode == 2)
         return;
     sbx_msg_t *reply = mode == 1
@@ -1862,6 +1902,29 @@ void brk_sandbox_test (bool verbose)
         assert (s_sandbox (reply) && s_sandbox (reply)->state == expect[i]);
         sbx_msg_destroy (&reply);
     }
+    //  A move that cannot be recorded (a full disk; a cluster's lost leadership) is not
+    //  asked of vmd: the guest and the record stay as they were. A trigger refuses it. (The
+    //  order matters beyond this: a broker killed between an ask and its record left a
+    //  stopped record over a resumed guest, which the next resume then broke.)
+    char *store_path = sbx_config_path (config, "broker/control.db");
+    brk_store_t *saboteur = brk_store_new (store_path);
+    free (store_path);
+    assert (saboteur);
+    assert (sbx_db_exec (saboteur->db,
+                         "CREATE TRIGGER test_refuse BEFORE UPDATE OF state ON sandboxes WHEN "
+                         "NEW.state = 'stopping' BEGIN SELECT RAISE (ABORT, 'refused'); END",
+                         "test trigger") == 0);
+    int stops = __atomic_load_n (&s_vmd_stops, __ATOMIC_SEQ_CST);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_STOP, one, ALICE);
+    assert (brk_testkit_code (reply) == SBX_E_INTERNAL);
+    assert (strstr (sbx_msg_error (reply)->message, "cannot record the stop"));
+    sbx_msg_destroy (&reply);
+    assert (sbx_db_exec (saboteur->db, "DROP TRIGGER test_refuse", "test trigger") == 0);
+    brk_store_destroy (&saboteur);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, one, ALICE);
+    assert (s_sandbox (reply)->state == SBX_SANDBOX_STATE_READY);
+    sbx_msg_destroy (&reply);
+    assert (__atomic_load_n (&s_vmd_stops, __ATOMIC_SEQ_CST) == stops);
 
     //  A stopped sandbox runs nothing: agent requests wait for a resume.
     reply = s_test_ask (client, SBX_MSG_SANDBOX_STOP, one, ALICE);
