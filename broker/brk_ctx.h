@@ -35,6 +35,9 @@ struct brk_ctx_t {
                  uint32_t timeout_ms, brk_call_fn *fn, void *arg);
     //  Sends a message to a client (a reply that had to wait). Takes the message.
     void (*send) (brk_ctx_t *ctx, zframe_t *address, sbx_msg_t **msg_p);
+    //  True while a brk_call_fn runs with an error the broker made itself (the deadline
+    //  passed, the worker went away), not one the worker sent.
+    bool answer_is_own;
 };
 
 #endif

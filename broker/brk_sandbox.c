@@ -283,6 +283,17 @@ static void s_op_destroy (s_op_t **op_p)
     *op_p = NULL;
 }
 
+//  Creating, stopping, resuming or deleting: a record brk_reconcile settles when no
+//  request of this broker is in flight for it.
+static bool s_on_its_way (const brk_sandbox_t *record)
+{
+    sbx_sandbox_state_t state = SBX_SANDBOX_STATE__UNSET;
+    sbx_sandbox_state_from_name (record->state, &state);
+    return record->vmd &&
+           (state == SBX_SANDBOX_STATE_CREATING || state == SBX_SANDBOX_STATE_STOPPING ||
+            state == SBX_SANDBOX_STATE_RESUMING || state == SBX_SANDBOX_STATE_DELETING);
+}
+
 //  vmd answered (or the broker gave up on it): apply the event, answer the user.
 static void s_on_vm_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
 {
@@ -294,7 +305,22 @@ static void s_on_vm_answer (brk_ctx_t *ctx, sbx_msg_t **answer_p, void *arg)
     if (brk_store_sandbox_find (ctx->store, op->sandbox_id, &record) != 0)
         reply = sbx_msg_new_error (op->rid, SBX_E_INTERNAL, "sandbox %s vanished from the store",
                                    op->sandbox_id);
-    else {
+    else if (!ok && ctx->answer_is_own && sbx_msg_error (answer)->code == SBX_E_UNAVAILABLE &&
+             s_on_its_way (&record)) {
+        //  Its vmd went away with the request (a restart, a new connection): what it did is
+        //  not known here. The record stays on its way, and once the vmd is back
+        //  brk_reconcile settles it by what the vmd has (or asks again), as after a broker's
+        //  restart; its loss for good makes it host lost (brk_hostloss).
+        sbx_warn ("sandbox=%s vmd %s went away during its %s; it stays %s until the vmd says "
+                  "what it did",
+                  record.id, record.vmd, op->verb, record.state);
+        reply = sbx_msg_new_error (op->rid, SBX_E_UNAVAILABLE,
+                                   "sandbox %s: its vmd %s went away during the %s; it stays %s "
+                                   "until that vmd is back and says what it did (get_sandbox "
+                                   "shows it then)",
+                                   record.id, record.vmd, op->verb, record.state);
+        brk_sandbox_clear (&record);
+    } else {
         sbx_sandbox_state_t state = SBX_SANDBOX_STATE__UNSET;
         sbx_sandbox_state_from_name (record.state, &state);
         const s_transition_t *t = s_lookup (state, ok ? S_EV_VM_OK : S_EV_VM_FAILED);
@@ -1596,6 +1622,9 @@ static int s_vmd_mode = 0;
 //  The egress lists of the last vm.create, vm.resume or vm.egress the test vmd got.
 static char s_vmd_egress[512];
 static int s_vmd_stops; //  vm.stop requests the test vmd got
+//  The one guest a vm.list of the test vmd names (none while the id is empty).
+static char s_vmd_guest[32];
+static sbx_sandbox_state_t s_vmd_guest_state;
 
 static void s_test_vmd (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
 {
@@ -1642,6 +1671,17 @@ static void s_test_vmd (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
         return;
     }
     assert (request->caller && request->caller->kind == SBX_CALLER_KIND_SYSTEM);
+    if (request->type == SBX_MSG_VM_LIST) {
+        sbx_msg_t *reply = sbx_msg_new_reply (request, SBX_MSG_VM_LIST_OK);
+        if (*s_vmd_guest) {
+            sbx_vm_info_t *guest = sbx_vm_info_list_append (&sbx_msg_vm_list_ok (reply)->vms);
+            assert (guest);
+            sbx_str_set (&guest->sandbox_id, s_vmd_guest);
+            guest->state = s_vmd_guest_state;
+        }
+        sbx_peer_send (peer, &reply);
+        return;
+    }
     if (request->type == SBX_MSG_VM_STOP)
         __atomic_add_fetch (&s_vmd_stops, 1, __ATOMIC_SEQ_CST);
     if (mode == 2)
@@ -2203,6 +2243,50 @@ void brk_sandbox_test (bool verbose)
     assert (streq (all->items[0].name, "slow"));
     sbx_msg_destroy (&reply);
     __atomic_store_n (&s_vmd_mode, 0, __ATOMIC_SEQ_CST);
+
+    //  A vmd that goes away with a stop in flight (a restart): what it did is not known, so
+    //  the sandbox stays stopping, not error; back, the vmd says it has the guest stopped
+    //  and brk_reconcile settles the record so.
+    size_t vmds = brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid);
+    zactor_t *leaving =
+        brk_testkit_worker (config, SBX_ROLE_VMD, "host-gone", 64, s_test_vmd, NULL);
+    while (brk_testkit_peer_count (client, SBX_ROLE_VMD, ++s_rid) < vmds + 1)
+        zclock_sleep (20);
+    reply = s_test_create (client, ALICE, "leaving", 0);
+    assert (reply->type == SBX_MSG_SANDBOX_CREATE_OK &&
+            streq (s_sandbox (reply)->vmd, "host-gone"));
+    snprintf (s_vmd_guest, sizeof s_vmd_guest, "%s", s_sandbox (reply)->id);
+    sbx_msg_destroy (&reply);
+    __atomic_store_n (&s_vmd_mode, 2, __ATOMIC_SEQ_CST);
+    sbx_msg_t *stop = sbx_msg_new (SBX_MSG_SANDBOX_STOP);
+    stop->caller = ALICE;
+    stop->rid = ++s_rid;
+    sbx_msg_set_subject (stop, s_vmd_guest);
+    brk_testkit_send (client, &stop);
+    zclock_sleep (300); //  the stop reaches the vmd, which does not answer
+    zactor_destroy (&leaving);
+    while ((reply = brk_testkit_recv (client, 60000)) && reply->rid != s_rid)
+        sbx_msg_destroy (&reply);
+    assert (reply && brk_testkit_code (reply) == SBX_E_UNAVAILABLE);
+    assert (
+        strstr (sbx_msg_error (reply)->message, "went away during the stop; it stays stopping"));
+    sbx_msg_destroy (&reply);
+    __atomic_store_n (&s_vmd_mode, 0, __ATOMIC_SEQ_CST);
+    reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, s_vmd_guest, ALICE);
+    assert (s_sandbox (reply)->state == SBX_SANDBOX_STATE_STOPPING);
+    sbx_msg_destroy (&reply);
+    s_vmd_guest_state = SBX_SANDBOX_STATE_STOPPED;
+    leaving = brk_testkit_worker (config, SBX_ROLE_VMD, "host-gone", 64, s_test_vmd, NULL);
+    sbx_sandbox_state_t settled = SBX_SANDBOX_STATE_STOPPING;
+    for (int i = 0; i < 200 && settled == SBX_SANDBOX_STATE_STOPPING; i++) {
+        zclock_sleep (50);
+        reply = s_test_ask (client, SBX_MSG_SANDBOX_GET, s_vmd_guest, ALICE);
+        settled = s_sandbox (reply)->state;
+        sbx_msg_destroy (&reply);
+    }
+    assert (settled == SBX_SANDBOX_STATE_STOPPED);
+    zactor_destroy (&leaving);
+    *s_vmd_guest = 0;
 
     zactor_destroy (&vmd);
     free (one);

@@ -372,7 +372,9 @@ static void s_resolve (s_server_t *self, brk_request_t **request_p, sbx_msg_t **
 {
     brk_request_t *request = *request_p;
     if (request->fn) {
+        self->ctx.answer_is_own = own;
         request->fn (answer_p, request->arg);
+        self->ctx.answer_is_own = false;
         sbx_msg_destroy (answer_p);
     } else {
         (*answer_p)->rid = request->client_rid;
