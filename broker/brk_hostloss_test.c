@@ -3,7 +3,9 @@
     all three go to error, host lost, their events saying the last heartbeat; one is
     deleted meanwhile. The host comes back with the first running and the second
     stopped: they return to ready and stopped, the third (gone with the host) stays in
-    error saying so, and the deleted one's guest is deleted there.
+    error saying so, and the deleted one's guest is deleted there. A fifth was being
+    stopped as the host went: it stays stopping, then is lost as well, and comes back
+    stopped.
 */
 #include "brk_hostloss.h"
 #include "brk_sandbox.h"
@@ -19,10 +21,11 @@ static uint64_t s_rid = 5000;
 
 //  What the test vmd says it has at vm.list (ids, states), and the vm.delete it got.
 static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
-static char s_guests[4][32];
-static sbx_sandbox_state_t s_states[4];
+static char s_guests[5][32];
+static sbx_sandbox_state_t s_states[5];
 static size_t s_guest_count;
 static char s_deleted[256];
+static char s_held[32]; //  a sandbox whose vm.stop the test vmd leaves unanswered
 
 static void s_vmd (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
 {
@@ -37,6 +40,9 @@ static void s_vmd (sbx_peer_t *peer, sbx_msg_t **request_p, void *arg)
             sbx_str_set (&vm->sandbox_id, s_guests[i]);
             vm->state = s_states[i];
         }
+    } else if (request->type == SBX_MSG_VM_STOP && streq (sbx_msg_subject (request), s_held)) {
+        pthread_mutex_unlock (&s_lock);
+        return;
     } else {
         if (request->type == SBX_MSG_VM_DELETE)
             snprintf (s_deleted + strlen (s_deleted), sizeof s_deleted - strlen (s_deleted), "%s ",
@@ -111,15 +117,32 @@ void brk_hostloss_test (bool verbose)
     char *stopped = s_create (client, alice);
     char *gone = s_create (client, alice);
     char *deleted = s_create (client, alice);
+    char *cut = s_create (client, alice);
     sbx_msg_t *reply = s_ask (client, SBX_MSG_SANDBOX_STOP, stopped, alice);
     assert (s_info (reply)->state == SBX_SANDBOX_STATE_STOPPED);
     sbx_msg_destroy (&reply);
+    pthread_mutex_lock (&s_lock);
+    snprintf (s_held, sizeof s_held, "%s", cut);
+    pthread_mutex_unlock (&s_lock);
+    sbx_msg_t *stop = sbx_msg_new (SBX_MSG_SANDBOX_STOP);
+    stop->caller = brk_testkit_caller (alice, "key_a", SBX_KEY_PRESET_FULL);
+    stop->rid = ++s_rid;
+    assert (sbx_msg_set_subject (stop, cut) == 0);
+    brk_testkit_send (client, &stop);
+    zclock_sleep (200); //  at the vmd, unanswered
 
     //  The host goes away: after its three heartbeats and vmd.lost_after_ms, host lost.
+    //  The stop in flight hears that the vmd went away, and its sandbox stays stopping
+    //  until then.
     uint64_t away = sbx_clock_now_ms ();
     zactor_destroy (&vmd);
-    const char *lost[] = {running, stopped, gone, deleted};
-    for (int i = 0; i < 4; i++) {
+    while ((reply = brk_testkit_recv (client, 10000)) && reply->rid != s_rid)
+        sbx_msg_destroy (&reply);
+    assert (reply && brk_testkit_code (reply) == SBX_E_UNAVAILABLE);
+    assert (strstr (sbx_msg_error (reply)->message, "it stays stopping"));
+    sbx_msg_destroy (&reply);
+    const char *lost[] = {running, stopped, gone, deleted, cut};
+    for (int i = 0; i < 5; i++) {
         char *reason = s_wait (client, lost[i], alice, SBX_SANDBOX_STATE_ERROR);
         assert (strncmp (reason, "host lost: vmd host-x has not answered since ", 45) == 0);
         free (reason);
@@ -141,15 +164,16 @@ void brk_hostloss_test (bool verbose)
         if (changed->to == SBX_SANDBOX_STATE_ERROR) {
             assert (changed->at_ms && changed->at_ms < event->ts_ms);
             assert (changed->at_ms + 2000 > away && changed->at_ms <= away + 200);
-            assert (changed->from == (streq (changed->sandbox_id, stopped)
-                                          ? SBX_SANDBOX_STATE_STOPPED
-                                          : SBX_SANDBOX_STATE_READY));
+            assert (changed->from ==
+                    (streq (changed->sandbox_id, stopped) ? SBX_SANDBOX_STATE_STOPPED
+                     : streq (changed->sandbox_id, cut)   ? SBX_SANDBOX_STATE_STOPPING
+                                                          : SBX_SANDBOX_STATE_READY));
             seen++;
         } else
             assert (!changed->at_ms);
         sbx_msg_destroy (&msg);
     }
-    assert (seen == 4);
+    assert (seen == 5);
     sbx_msg_destroy (&reply);
 
     //  A lost sandbox is deleted at once: nothing to ask of a host that is gone. Stop and
@@ -163,7 +187,7 @@ void brk_hostloss_test (bool verbose)
     sbx_msg_destroy (&reply);
 
     //  The host comes back with the first running, the second stopped, the deleted one's
-    //  guest still there, and without the third.
+    //  guest still there, the cut one stopped after all, and without the third.
     pthread_mutex_lock (&s_lock);
     snprintf (s_guests[0], sizeof s_guests[0], "%s", running);
     s_states[0] = SBX_SANDBOX_STATE_READY;
@@ -171,11 +195,14 @@ void brk_hostloss_test (bool verbose)
     s_states[1] = SBX_SANDBOX_STATE_STOPPED;
     snprintf (s_guests[2], sizeof s_guests[2], "%s", deleted);
     s_states[2] = SBX_SANDBOX_STATE_READY;
-    s_guest_count = 3;
+    snprintf (s_guests[3], sizeof s_guests[3], "%s", cut);
+    s_states[3] = SBX_SANDBOX_STATE_STOPPED;
+    s_guest_count = 4;
     pthread_mutex_unlock (&s_lock);
     vmd = brk_testkit_worker (config, SBX_ROLE_VMD, "host-x", 8, s_vmd, NULL);
     free (s_wait (client, running, alice, SBX_SANDBOX_STATE_READY));
     free (s_wait (client, stopped, alice, SBX_SANDBOX_STATE_STOPPED));
+    free (s_wait (client, cut, alice, SBX_SANDBOX_STATE_STOPPED));
     char *reason = s_wait (client, gone, alice, SBX_SANDBOX_STATE_ERROR);
     for (int tries = 0; tries < 250 && !strstr (reason, "came back without"); tries++) {
         free (reason);
@@ -202,6 +229,7 @@ void brk_hostloss_test (bool verbose)
     free (stopped);
     free (gone);
     free (deleted);
+    free (cut);
     free (alice);
     brk_testkit_broker_stop (&broker);
 }

@@ -314,8 +314,12 @@ static const char *s_sql[ST_COUNT] = {
     //  or a failover, what each became is asked of vmd (brk_reconcile).
     [ST_SANDBOX_MOVING] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE vmd = ?1 AND state IN "
                           "('creating', 'stopping', 'resuming', 'deleting') LIMIT 100",
+    //  What a lost host takes along: its guests, and records on their way to or from them
+    //  (a request cut by the vmd's going or a broker's restart; brk_hostloss skips those
+    //  with a request in flight).
     [ST_SANDBOX_HELD] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE vmd = ?1 AND state IN "
-                        "('ready', 'stopped') LIMIT 100",
+                        "('ready', 'stopped', 'creating', 'stopping', 'resuming', 'deleting') "
+                        "LIMIT 100",
     [ST_SANDBOX_STOPPED_ON] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE vmd = ?1 AND "
                               "state = 'stopped' LIMIT 100",
     [ST_SANDBOX_LOST] = "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE vmd = ?1 AND state = "

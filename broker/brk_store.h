@@ -358,7 +358,8 @@ int brk_store_sandbox_expired (brk_store_t *self, uint64_t now_ms, size_t limit,
 //  Returns how many, or -1.
 int brk_store_sandbox_moving (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn,
                               void *arg);
-//  The sandboxes of vmd that its host holds for their users: ready or stopped (at most 100).
+//  The sandboxes of vmd that its host holds for their users: ready or stopped, or on their
+//  way (creating, stopping, resuming, deleting) (at most 100).
 int brk_store_sandbox_held (brk_store_t *self, const char *vmd, brk_store_sandbox_fn *fn,
                             void *arg);
 //  The stopped sandboxes of vmd (at most 100).

@@ -57,7 +57,7 @@ typedef struct {
     sbx_sandbox_state_t to;
     sbx_msg_type_t ask; //  the request this sends, SBX_MSG__UNKNOWN: none
 } sbx_broker_transition_t;
-#define SBX_BROKER_TRANSITIONS 18
+#define SBX_BROKER_TRANSITIONS 22
 extern const sbx_broker_transition_t sbx_broker_transitions[SBX_BROKER_TRANSITIONS];
 const sbx_broker_transition_t *sbx_broker_transition (sbx_sandbox_state_t from,
                                                       sbx_broker_event_t event);
