@@ -237,6 +237,9 @@ typedef enum {
     SBX_VMD_DO_DEFER_REQUEST,
     //  QMP migrate_cancel.
     SBX_VMD_DO_CANCEL_MIGRATION,
+    //  Answers the request ok at once, taking nothing in hand: the guest is already where it
+    //  asks to go.
+    SBX_VMD_DO_ANSWER_DONE,
     SBX_VMD_DO__COUNT
 } sbx_vmd_action_t;
 #define SBX_VMD_MAX_ACTIONS 4
@@ -251,7 +254,7 @@ typedef struct {
     size_t action_count;
     sbx_vmd_action_t actions[SBX_VMD_MAX_ACTIONS]; //  in order
 } sbx_vmd_transition_t;
-#define SBX_VMD_TRANSITIONS 44
+#define SBX_VMD_TRANSITIONS 46
 extern const sbx_vmd_transition_t sbx_vmd_transitions[SBX_VMD_TRANSITIONS];
 const sbx_vmd_transition_t *sbx_vmd_transition (sbx_sandbox_state_t from, sbx_vmd_event_t event);
 

@@ -1378,6 +1378,14 @@ static void s_perform (vmd_guest_t *self, sbx_vmd_action_t action, const s_event
         if (self->qmp)
             vmd_qmp_migrate_cancel (self->qmp, NULL, NULL);
         break;
+    case SBX_VMD_DO_ANSWER_DONE:
+        assert (ev->asked); //  only request rows answer
+        sbx_info ("sandbox=%s rid=%llu %s: it is %s already", self->id,
+                  (unsigned long long) ev->asked->rid, sbx_vmd_event_name (ev->event),
+                  sbx_sandbox_state_name (self->lc.guest));
+        if (self->env->done)
+            self->env->done (self, ev->asked->rid, SBX_OK, NULL, self->env->arg);
+        break;
     case SBX_VMD_DO__COUNT:
         break;
     }

@@ -105,11 +105,9 @@ static void s_test_refusals (void)
     } refusals[] = {
         {SBX_SANDBOX_STATE_CREATING, SBX_VMD_EV_STOP},
         {SBX_SANDBOX_STATE_CREATING, SBX_VMD_EV_SNAPSHOT},
-        {SBX_SANDBOX_STATE_READY, SBX_VMD_EV_RESUME},
         {SBX_SANDBOX_STATE_READY, SBX_VMD_EV_CREATE},
         {SBX_SANDBOX_STATE_STOPPING, SBX_VMD_EV_STOP},
         {SBX_SANDBOX_STATE_STOPPING, SBX_VMD_EV_SNAPSHOT},
-        {SBX_SANDBOX_STATE_STOPPED, SBX_VMD_EV_STOP},
         {SBX_SANDBOX_STATE_RESUMING, SBX_VMD_EV_SNAPSHOT},
         {SBX_SANDBOX_STATE_DELETING, SBX_VMD_EV_DELETE},
         {SBX_SANDBOX_STATE_DELETED, SBX_VMD_EV_DELETE},
@@ -121,6 +119,17 @@ static void s_test_refusals (void)
         vmd_lifecycle_t now = vmd_lifecycle_start (refusals[i].state);
         assert (vmd_lifecycle_next (&now, refusals[i].event, &step) == -1);
         assert (sbx_vmd_event_kind (refusals[i].event) == SBX_LIFECYCLE_REQUEST);
+    }
+    //  Asked to go where it is (a resume of a running guest, a stop of a stopped one: a
+    //  request sent again after a broker's restart): done at once, nothing else moves.
+    sbx_sandbox_state_t there[] = {SBX_SANDBOX_STATE_READY, SBX_SANDBOX_STATE_STOPPED};
+    sbx_vmd_event_t asked[] = {SBX_VMD_EV_RESUME, SBX_VMD_EV_STOP};
+    for (size_t i = 0; i < 2; i++) {
+        vmd_lifecycle_t now = vmd_lifecycle_start (there[i]);
+        assert (vmd_lifecycle_next (&now, asked[i], &step) == 0);
+        assert (step.machine == VMD_LIFECYCLE_GUEST && now.guest == there[i]);
+        assert (vmd_lifecycle_does (&step, SBX_VMD_DO_ANSWER_DONE));
+        assert (!vmd_lifecycle_does (&step, SBX_VMD_DO_ACCEPT));
     }
     //  A deleted guest takes nothing, but the events that start an idle sub-machine
     //  (which vmd_guest fires only in the states those work in).
