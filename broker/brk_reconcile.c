@@ -102,8 +102,8 @@ void brk_reconcile_tick (brk_reconcile_t *self)
             continue;
         }
         ask->self = self;
-        sbx_info ("vmd %s: %zu sandbox(es) left on their way by a broker before this one: asking "
-                  "what it has",
+        sbx_info ("vmd %s: %zu sandbox(es) left on their way (by a broker before this one, or a "
+                  "vmd that went away with the request): asking what it has",
                   vmd, zlistx_size (self->orphans));
         zhashx_insert (self->asking, vmd, (void *) 1);
         if (ctx->call (ctx, SBX_ROLE_VMD, vmd, &list, 5000, s_on_list, ask)) {

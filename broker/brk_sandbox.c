@@ -1511,14 +1511,14 @@ int brk_sandbox_settle (brk_ctx_t *ctx, const char *id, const char *vmd, bool fo
         rc = s_move_ex (ctx, &record, done, NULL, NULL, expires, NULL);
         if (rc == 0)
             sbx_info ("sandbox=%s settled as vmd %s has it: %s (its request was cut by a "
-                      "restart of the broker)",
+                      "restart of the broker or of the vmd)",
                       id, vmd, record.state);
     } else if (found && guest == SBX_SANDBOX_STATE_ERROR)
         rc = s_move (ctx, &record, SBX_SANDBOX_STATE_ERROR, NULL, guest_reason);
     else if (!found)
         rc = s_move (ctx, &record, SBX_SANDBOX_STATE_ERROR, NULL,
                      "its guest is not on its vmd: the request that made or moved it was cut by "
-                     "a restart of the control plane; delete it");
+                     "a restart of the control plane or of the vmd; delete it");
     else {
         //  vmd never got it, or was in the middle: the request goes again, for nobody to
         //  answer (the user's answer went with the broker before).
@@ -1528,7 +1528,7 @@ int brk_sandbox_settle (brk_ctx_t *ctx, const char *id, const char *vmd, bool fo
             sbx_msg_t *request = sbx_msg_new (SBX_MSG_SANDBOX_STOP);
             sbx_msg_t *refused = s_ask_vmd (ctx, NULL, request, &record, ask, reply, verb, NULL);
             sbx_info ("sandbox=%s %s asked of vmd %s again (its request was cut by a restart "
-                      "of the broker)%s",
+                      "of the broker or of the vmd)%s",
                       id, verb, vmd, refused ? ": not sent now" : "");
             rc = refused ? -1 : 0;
             sbx_msg_destroy (&refused);
@@ -1536,7 +1536,8 @@ int brk_sandbox_settle (brk_ctx_t *ctx, const char *id, const char *vmd, bool fo
         } else
             //  Created, yet the guest is not ready, nor on its way: it cannot be.
             rc = s_move (ctx, &record, SBX_SANDBOX_STATE_ERROR, NULL,
-                         "its create was cut by a restart of the control plane; delete it");
+                         "its create was cut by a restart of the control plane or of the vmd; "
+                         "delete it");
     }
     brk_sandbox_clear (&record);
     return rc;
