@@ -425,15 +425,17 @@ class ClusterTest(unittest.TestCase):
         for sb in sandboxes:
             ok, got, text = client.tool(sid, "get_sandbox", {"sandboxId": sb})
             self.assertTrue(ok, text)
+            why = ""
             if got["state"] not in ("ready", "stopped"):
-                # What it went through, for the next person: its events and each node's log.
+                # What it went through, for the next person (in the failure's own report,
+                # which a failed run repeats at its end): each node's log lines about it.
                 for name in ("c1", "c2", "c3", "v1", "v2"):
-                    for daemon in ("broker", "vmd"):
+                    for daemon in ("sbx-broker", "sbx-vmd"):
                         lines = [x for x in hosts[name].log(daemon).splitlines() if sb in x]
                         if lines:
-                            print(f"--- {name}'s {daemon}.log about {sb}")
-                            print("\n".join(lines[-30:]))
-            self.assertIn(got["state"], ("ready", "stopped"), got)
+                            why += f"\n--- {name}'s {daemon}.log about {sb}\n"
+                            why += "\n".join(lines[-30:])
+            self.assertIn(got["state"], ("ready", "stopped"), f"{got}{why}")
         # -- host loss: a vmd host cut off and back; then one killed whole -------------
         def view(sb):
             got = json.loads(c1.cli("sandbox", "get", sb, "--json").stdout)
