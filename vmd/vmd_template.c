@@ -19,6 +19,18 @@
 
 typedef enum { S_IDLE, S_BOOTING, S_STOPPING, S_CAPTURING, S_DELETING } s_phase_t;
 
+//  A captured template's RAM going to disk (memory.ram, then qemu.version): hundreds of
+//  megabytes and two fsyncs, seconds on a busy disk, in a thread of its own. vmd's loop
+//  must not stand still that long: the broker takes a vmd silent for three heartbeats
+//  for gone, failing what it had in flight.
+typedef struct {
+    zactor_t *actor;
+    sbx_sandbox_type_t type;
+    int ram;   //  the sealed memfd (kept by the template once saved)
+    char *dir; //  the template's directory
+    char *path;
+} s_save_t;
+
 struct _vmd_template_t {
     char *root;           //  <data-dir>/templates/<instance>: this vmd's alone
     char *work;           //  <root>/work: the hidden guest's vms directory
@@ -35,6 +47,7 @@ struct _vmd_template_t {
     vmd_guest_t *guest;    //  the hidden guest being made into a template
     sbx_sandbox_type_t building;
     s_phase_t phase;
+    s_save_t *saving; //  a RAM file being written (the next template waits for it)
     void (*wake) (void *arg);
     void *wake_arg;
 };
@@ -139,6 +152,86 @@ static void s_delete_guest (vmd_template_t *self)
         sbx_warn ("template guest: %s", err.message);
 }
 
+static void s_next (vmd_template_t *self);
+
+static void s_save_actor (zsock_t *pipe, void *arg)
+{
+    s_save_t *save = arg;
+    zsock_signal (pipe, 0);
+    int rc =
+        vmd_ramfile_save (save->ram, save->path) == 0 && s_write_version (save->dir) == 0 ? 0 : -1;
+    zsock_send (pipe, "i", rc);
+    //  Then $TERM (zactor_destroy).
+    zmsg_t *term = zmsg_recv (pipe);
+    zmsg_destroy (&term);
+}
+
+static void s_save_destroy (s_save_t **save_p)
+{
+    s_save_t *save = *save_p;
+    if (!save)
+        return;
+    zactor_destroy (&save->actor); //  waits for a save under way to end
+    if (save->ram >= 0)
+        close (save->ram);
+    free (save->dir);
+    free (save->path);
+    free (save);
+    *save_p = NULL;
+}
+
+//  The RAM file is written (or could not be): the template is ready, or given up.
+static int s_on_saved (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    vmd_template_t *self = arg;
+    s_save_t *save = self->saving;
+    int rc = -1;
+    if (zsock_recv (reader, "i", &rc) == -1)
+        rc = -1;
+    zloop_reader_end (loop, reader);
+    self->saving = NULL;
+    if (rc == 0) {
+        sbx_info ("template %s ready in %s (RAM %llu MiB that its sandboxes map copy-on-write)",
+                  sbx_sandbox_type_name (save->type), save->dir,
+                  (unsigned long long) (s_ram_bytes (save->type) >> 20));
+        self->ready[save->type] = save->dir;
+        self->ram[save->type] = save->ram;
+        save->dir = NULL;
+        save->ram = -1;
+    } else {
+        sbx_sandbox_type_t building = self->building;
+        self->building = save->type;
+        s_give_up (self, "cannot keep its RAM file");
+        self->building = building;
+    }
+    s_save_destroy (&save);
+    s_next (self);
+    return 0;
+}
+
+//  Starts writing the sealed RAM of the template just captured; takes ram and dir.
+static int s_save_start (vmd_template_t *self, int ram, char *dir)
+{
+    s_save_t *save = calloc (1, sizeof *save);
+    if (!save) {
+        close (ram);
+        free (dir);
+        return -1;
+    }
+    save->type = self->building;
+    save->ram = ram;
+    save->dir = dir;
+    save->path = zsys_sprintf ("%s/memory.ram", dir);
+    save->actor = save->path ? zactor_new (s_save_actor, save) : NULL;
+    if (!save->actor ||
+        zloop_reader (self->env.loop, zactor_sock (save->actor), s_on_saved, self) == -1) {
+        s_save_destroy (&save);
+        return -1;
+    }
+    self->saving = save;
+    return 0;
+}
+
 static void s_on_captured (vmd_guest_t *guest, sbx_code_t code, const char *message,
                            uint64_t disk_bytes, uint64_t memory_bytes, void *arg)
 {
@@ -146,23 +239,20 @@ static void s_on_captured (vmd_guest_t *guest, sbx_code_t code, const char *mess
     vmd_template_t *self = arg;
     char *dir = s_dir (self, self->building);
     //  Its QEMU is gone: nothing maps the RAM shared any more, it can be sealed. Saved
-    //  before qemu.version, which says the template is complete.
-    char *ram = dir ? zsys_sprintf ("%s/memory.ram", dir) : NULL;
-    if (code == SBX_OK && ram && vmd_ramfile_seal (self->building_ram) == 0 &&
-        vmd_ramfile_save (self->building_ram, ram) == 0 && s_write_version (dir) == 0) {
-        sbx_info ("template %s ready in %s (disk %llu, memory state %llu bytes, RAM %llu MiB "
-                  "that its sandboxes map copy-on-write)",
+    //  before qemu.version, which says the template is complete, in a thread.
+    if (code == SBX_OK && dir && vmd_ramfile_seal (self->building_ram) == 0) {
+        sbx_info ("template %s captured in %s (disk %llu, memory state %llu bytes): writing "
+                  "its RAM file",
                   sbx_sandbox_type_name (self->building), dir, (unsigned long long) disk_bytes,
-                  (unsigned long long) memory_bytes,
-                  (unsigned long long) (s_ram_bytes (self->building) >> 20));
-        self->ready[self->building] = dir;
-        self->ram[self->building] = self->building_ram;
+                  (unsigned long long) memory_bytes);
+        int ram = self->building_ram;
         self->building_ram = -1;
-        dir = NULL;
-    } else
+        if (s_save_start (self, ram, dir))
+            s_give_up (self, "cannot start writing its RAM file");
+    } else {
         s_give_up (self, message ? message : "cannot keep its files");
-    free (dir);
-    free (ram);
+        free (dir);
+    }
     s_delete_guest (self);
 }
 
@@ -226,7 +316,7 @@ static void s_wake (void *arg)
 //  Starts the next template nobody made yet.
 static void s_next (vmd_template_t *self)
 {
-    if (self->guest)
+    if (self->guest || self->saving)
         return;
     for (int type = 1; type < S_TYPES; type++) {
         if (!self->want[type] || self->ready[type] || self->gave_up[type])
@@ -377,6 +467,9 @@ void vmd_template_destroy (vmd_template_t **self_p)
     //  vmd (an `sbx up` that stops for good would leave it running).
     bool capturing = self->guest != NULL;
     vmd_guest_destroy (&self->guest);
+    if (self->saving)
+        zloop_reader_end (self->env.loop, zactor_sock (self->saving->actor));
+    s_save_destroy (&self->saving);
     if (capturing && self->work)
         s_remove (self->work);
     for (int type = 0; type < S_TYPES; type++) {
