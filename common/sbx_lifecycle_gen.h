@@ -133,6 +133,9 @@ typedef enum {
     SBX_VMD_EV_CAPTURE_FAILED,
     //  The copying child succeeded and its copies got their final names.
     SBX_VMD_EV_COPIED,
+    //  The child that syncs a stop's memory state succeeded: memory.state is durable under its
+    //  final name.
+    SBX_VMD_EV_STATE_KEPT,
     //  A restore begins: QEMU was started paused with -incoming on fd 3.
     SBX_VMD_EV_LOAD,
     //  query-status: still loading the memory state.
@@ -204,9 +207,14 @@ typedef enum {
     SBX_VMD_DO_SAVE_MEMORY,
     //  QMP query-migrate: migrate_active, migrated, migrate_none, or capture_failed.
     SBX_VMD_DO_QUERY_MIGRATE,
-    //  fsync, rename memory.state.tmp to memory.state, fsync the directory (capture_failed when
-    //  it can't).
+    //  A child fsyncs memory.state.tmp, renames it to memory.state and fsyncs the directory: a
+    //  second or more on a busy disk, which vmd's loop must not stand still (capture_failed
+    //  when it can't start).
     SBX_VMD_DO_KEEP_MEMORY_STATE,
+    //  Once that child exited: state_kept, or capture_failed.
+    SBX_VMD_DO_REAP_STATE_KEEPER,
+    //  Kills that child if it still runs (the stop ended otherwise); memory.state.tmp goes.
+    SBX_VMD_DO_STOP_STATE_KEEPER,
     //  Closes memory.state.tmp (the stop's capture ended).
     SBX_VMD_DO_CLOSE_STATE_FILE,
     //  The snapshot becomes the capture's: its directory, answer and deadline (capture_failed
@@ -275,6 +283,9 @@ typedef enum {
     SBX_VMD_CAPTURE_SAVE_MIGRATING,
     //  A query-migrate in flight.
     SBX_VMD_CAPTURE_SAVE_POLLING,
+    //  QEMU wrote memory.state.tmp and waits, paused; a child makes it durable as memory.state
+    //  (keep_memory_state).
+    SBX_VMD_CAPTURE_SAVE_KEEPING,
     //  memory.state kept (fsynced, renamed); QEMU asked to quit, SIGKILL after 2 s. Its exit is
     //  the guest's saved.
     SBX_VMD_CAPTURE_SAVE_QUITTING,
@@ -308,7 +319,7 @@ typedef struct {
     size_t action_count;
     sbx_vmd_action_t actions[SBX_VMD_MAX_ACTIONS]; //  in order
 } sbx_vmd_capture_transition_t;
-#define SBX_VMD_CAPTURE_TRANSITIONS 74
+#define SBX_VMD_CAPTURE_TRANSITIONS 78
 extern const sbx_vmd_capture_transition_t sbx_vmd_capture_transitions[SBX_VMD_CAPTURE_TRANSITIONS];
 const sbx_vmd_capture_transition_t *sbx_vmd_capture_transition (sbx_vmd_capture_state_t from,
                                                                 sbx_vmd_event_t event);

@@ -9,8 +9,8 @@
     Everything runs from vmd's loop and never waits: QEMU's exit is seen by a tick
     (waitpid WNOHANG for our children, kill (pid, 0) for adopted ones) and by its QMP
     connection closing; migrations and restores are polled from the tick; timers carry
-    every deadline. The only blocking calls are the ~20 ms qemu-img of a create and the
-    fsync of a saved memory state.
+    every deadline. The only blocking call is the ~20 ms qemu-img of a create: the fsyncs
+    of a stop's memory state and of a snapshot's copies are children's work.
 */
 #include "vmd_guest.h"
 #include "sbx_files.h"
@@ -128,7 +128,7 @@ struct _vmd_guest_t {
         char *dir;
         bool live;     //  a fork's: memory copied while the guest runs, no fsync while paused
         int fd;        //  memory.state.tmp while QEMU writes it
-        pid_t helper;  //  the child that copies and fsyncs
+        pid_t helper;  //  the child that copies and fsyncs (a stop's keeper too)
         int helper_fd; //  its pidfd, readable when it exits (-1: the tick finds out)
         pid_t syncer;  //  a live capture's fsync, after the guest runs again (reaped at a tick)
         uint64_t deadline;
@@ -963,26 +963,71 @@ static void s_query_migrate (vmd_guest_t *self)
                 "saving the guest's memory failed: no QEMU monitor connection");
 }
 
-//  Durable before it gets its final name: a crash leaves no half state file.
+static void s_watch_helper (vmd_guest_t *self);
+
+//  Durable before it gets its final name, a crash leaving no half state file: a child
+//  fsyncs memory.state.tmp, renames it and fsyncs the directory (QEMU stays, paused,
+//  until it has). Seconds on a busy disk that vmd's loop must not stand still: the broker
+//  would take vmd for gone. (mv -T: a directory QEMU's user put at memory.state is not
+//  moved into, as rename(2) would refuse it.)
 static void s_keep_memory_state (vmd_guest_t *self)
 {
     char *tmp = s_path (self, "memory.state.tmp"), *path = s_path (self, "memory.state");
-    bool ok = self->state_fd >= 0 && fsync (self->state_fd) == 0;
-    ok = (self->state_fd < 0 || close (self->state_fd) == 0) && ok;
-    self->state_fd = -1;
-    ok = ok && tmp && path && rename (tmp, path) == 0;
+    char *log = s_path (self, "qemu.log");
+    char *argv[] = {"sh",
+                    "-c",
+                    "sync -- \"$1\" && mv -fT -- \"$1\" \"$2\" && sync -- \"$3\"",
+                    "sbx-keep-state",
+                    tmp,
+                    path,
+                    self->dir,
+                    NULL};
+    self->snap.helper = tmp && path && log ? vmd_qemu_helper_spawn (argv, log) : -1;
     free (tmp);
     free (path);
-    if (!ok) {
+    free (log);
+    if (self->snap.helper <= 0) {
+        self->snap.helper = 0;
         s_fire (self, SBX_VMD_EV_CAPTURE_FAILED, SBX_E_INTERNAL,
-                "cannot keep the memory state file: %s", strerror (errno));
+                "cannot start keeping the memory state file");
+    } else
+        s_watch_helper (self);
+}
+
+static void s_unwatch_helper (vmd_guest_t *self);
+
+//  The keeper exited: the state is kept, or the stop fails.
+static void s_reap_state_keeper (vmd_guest_t *self)
+{
+    int status;
+    if (self->snap.helper <= 0 ||
+        waitpid (self->snap.helper, &status, WNOHANG) != self->snap.helper)
         return;
+    self->snap.helper = 0;
+    s_unwatch_helper (self);
+    if (WIFEXITED (status) && WEXITSTATUS (status) == 0)
+        s_fire (self, SBX_VMD_EV_STATE_KEPT, SBX_OK, NULL);
+    else {
+        char note[900];
+        s_death_note (self, "cannot keep the memory state file", note, sizeof note);
+        s_fire (self, SBX_VMD_EV_CAPTURE_FAILED, SBX_E_INTERNAL, "%s", note);
     }
-    int dir = open (self->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir >= 0) {
-        fsync (dir);
-        close (dir);
+}
+
+//  The stop ended otherwise (a failure, a delete, its deadline): the keeper goes, and
+//  its temporary file.
+static void s_stop_state_keeper (vmd_guest_t *self)
+{
+    s_unwatch_helper (self);
+    if (self->snap.helper > 0) {
+        kill (self->snap.helper, SIGKILL);
+        waitpid (self->snap.helper, NULL, 0); //  killed: at once
+        self->snap.helper = 0;
     }
+    char *tmp = s_path (self, "memory.state.tmp");
+    if (tmp)
+        unlink (tmp);
+    free (tmp);
 }
 
 static void s_close_state_file (vmd_guest_t *self)
@@ -1028,8 +1073,8 @@ static void s_unwatch_helper (vmd_guest_t *self)
     self->snap.helper_fd = -1;
 }
 
-//  The copying child exited: reaped now rather than at the next tick (the guest of a live
-//  capture waits for it, paused).
+//  The copying child (or a stop's keeper) exited: reaped now rather than at the next tick
+//  (the guest waits for it, paused).
 static int s_on_helper_exit (zloop_t *loop, zmq_pollitem_t *item, void *arg)
 {
     (void) loop;
@@ -1037,7 +1082,8 @@ static int s_on_helper_exit (zloop_t *loop, zmq_pollitem_t *item, void *arg)
     vmd_guest_t *self = arg;
     s_unwatch_helper (self);
     if (self->lc.capture == SBX_VMD_CAPTURE_SNAP_COPYING ||
-        self->lc.capture == SBX_VMD_CAPTURE_STOPPED_COPYING)
+        self->lc.capture == SBX_VMD_CAPTURE_STOPPED_COPYING ||
+        self->lc.capture == SBX_VMD_CAPTURE_SAVE_KEEPING)
         s_fire (self, SBX_VMD_EV_TICK, SBX_OK, NULL);
     return 0;
 }
@@ -1326,6 +1372,12 @@ static void s_perform (vmd_guest_t *self, sbx_vmd_action_t action, const s_event
         break;
     case SBX_VMD_DO_KEEP_MEMORY_STATE:
         s_keep_memory_state (self);
+        break;
+    case SBX_VMD_DO_REAP_STATE_KEEPER:
+        s_reap_state_keeper (self);
+        break;
+    case SBX_VMD_DO_STOP_STATE_KEEPER:
+        s_stop_state_keeper (self);
         break;
     case SBX_VMD_DO_CLOSE_STATE_FILE:
         s_close_state_file (self);

@@ -323,7 +323,12 @@ static void s_test_stories (void)
     assert (s_step (&s, EV (POLL), DO (QUERY_MIGRATE), -1));
     assert (s_step (&s, EV (MIGRATE_ACTIVE), -1));
     assert (s_step (&s, EV (POLL), DO (QUERY_MIGRATE), -1));
-    assert (s_step (&s, EV (MIGRATED), DO (KEEP_MEMORY_STATE), DO (QUIT_QEMU), -1));
+    //  The memory state made durable by a child, QEMU waiting paused meanwhile.
+    assert (s_step (&s, EV (MIGRATED), DO (CLOSE_STATE_FILE), DO (KEEP_MEMORY_STATE), -1));
+    S_AT (s, STOPPING, SAVE_KEEPING, IDLE);
+    assert (s_step (&s, EV (TICK), DO (REAP_STATE_KEEPER), -1));
+    assert (s_step (&s, EV (STATE_KEPT), DO (QUIT_QEMU), -1));
+    S_AT (s, STOPPING, SAVE_QUITTING, IDLE);
     assert (s_step (&s, EV (QMP_CLOSED), -1)); //  asked for: nothing noted
     assert (s.count == 0);
     assert (s_step (&s, EV (KILL_DUE), DO (KILL_QEMU), -1));
@@ -337,6 +342,23 @@ static void s_test_stories (void)
     assert (s_step (&s, EV (POLL), -1));
     assert (s_step (&s, EV (CAPTURE_FAILED), DO (CLOSE_STATE_FILE), DO (KILL_QEMU),
                     DO (REPLY_FAILURE), -1));
+    S_AT (s, ERROR, IDLE, IDLE);
+    //  A stop whose memory state could not be kept (the child failed): error, the child
+    //  and its file gone; the same when QEMU dies meanwhile.
+    s = s_story (SBX_SANDBOX_STATE_READY);
+    assert (s_step (&s, EV (STOP), -1));
+    assert (s_step (&s, EV (MIGRATE_STARTED), -1));
+    assert (s_step (&s, EV (POLL), -1));
+    assert (s_step (&s, EV (MIGRATED), -1));
+    assert (s_step (&s, EV (CAPTURE_FAILED), DO (STOP_STATE_KEEPER), DO (KILL_QEMU),
+                    DO (REPLY_FAILURE), -1));
+    S_AT (s, ERROR, IDLE, IDLE);
+    s = s_story (SBX_SANDBOX_STATE_READY);
+    assert (s_step (&s, EV (STOP), -1));
+    assert (s_step (&s, EV (MIGRATE_STARTED), -1));
+    assert (s_step (&s, EV (POLL), -1));
+    assert (s_step (&s, EV (MIGRATED), -1));
+    assert (s_step (&s, EV (QEMU_GONE), DO (STOP_STATE_KEEPER), DO (REPLY_FAILURE), -1));
     S_AT (s, ERROR, IDLE, IDLE);
     //  A stop whose QEMU dies while saving.
     s = s_story (SBX_SANDBOX_STATE_READY);
