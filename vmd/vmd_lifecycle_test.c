@@ -256,6 +256,19 @@ static bool s_step (s_story_t *story, sbx_vmd_event_t event, ...)
     return all;
 }
 
+//  A stop of a ready guest, its memory migrated: the child keeps the state now.
+static s_story_t s_story_keeping (void)
+{
+    s_story_t story = s_story (SBX_SANDBOX_STATE_READY);
+    sbx_vmd_event_t events[] = {SBX_VMD_EV_STOP, SBX_VMD_EV_MIGRATE_STARTED, SBX_VMD_EV_POLL,
+                                SBX_VMD_EV_MIGRATED};
+    for (size_t i = 0; i < sizeof events / sizeof events[0]; i++)
+        assert (s_fire (&story, events[i]) == 0);
+    assert (story.now.capture == SBX_VMD_CAPTURE_SAVE_KEEPING);
+    story.count = 0;
+    return story;
+}
+
 #define S_AT(story, g, c, r)                                                                       \
     assert ((story).now.guest == SBX_SANDBOX_STATE_##g &&                                          \
             (story).now.capture == SBX_VMD_CAPTURE_##c &&                                          \
@@ -345,19 +358,11 @@ static void s_test_stories (void)
     S_AT (s, ERROR, IDLE, IDLE);
     //  A stop whose memory state could not be kept (the child failed): error, the child
     //  and its file gone; the same when QEMU dies meanwhile.
-    s = s_story (SBX_SANDBOX_STATE_READY);
-    assert (s_step (&s, EV (STOP), -1));
-    assert (s_step (&s, EV (MIGRATE_STARTED), -1));
-    assert (s_step (&s, EV (POLL), -1));
-    assert (s_step (&s, EV (MIGRATED), -1));
+    s = s_story_keeping ();
     assert (s_step (&s, EV (CAPTURE_FAILED), DO (STOP_STATE_KEEPER), DO (KILL_QEMU),
                     DO (REPLY_FAILURE), -1));
     S_AT (s, ERROR, IDLE, IDLE);
-    s = s_story (SBX_SANDBOX_STATE_READY);
-    assert (s_step (&s, EV (STOP), -1));
-    assert (s_step (&s, EV (MIGRATE_STARTED), -1));
-    assert (s_step (&s, EV (POLL), -1));
-    assert (s_step (&s, EV (MIGRATED), -1));
+    s = s_story_keeping ();
     assert (s_step (&s, EV (QEMU_GONE), DO (STOP_STATE_KEEPER), DO (REPLY_FAILURE), -1));
     S_AT (s, ERROR, IDLE, IDLE);
     //  A stop whose QEMU dies while saving.
