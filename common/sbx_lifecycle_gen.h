@@ -262,7 +262,7 @@ typedef struct {
     size_t action_count;
     sbx_vmd_action_t actions[SBX_VMD_MAX_ACTIONS]; //  in order
 } sbx_vmd_transition_t;
-#define SBX_VMD_TRANSITIONS 46
+#define SBX_VMD_TRANSITIONS 48
 extern const sbx_vmd_transition_t sbx_vmd_transitions[SBX_VMD_TRANSITIONS];
 const sbx_vmd_transition_t *sbx_vmd_transition (sbx_sandbox_state_t from, sbx_vmd_event_t event);
 

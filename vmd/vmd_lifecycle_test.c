@@ -106,7 +106,6 @@ static void s_test_refusals (void)
         {SBX_SANDBOX_STATE_CREATING, SBX_VMD_EV_STOP},
         {SBX_SANDBOX_STATE_CREATING, SBX_VMD_EV_SNAPSHOT},
         {SBX_SANDBOX_STATE_READY, SBX_VMD_EV_CREATE},
-        {SBX_SANDBOX_STATE_STOPPING, SBX_VMD_EV_STOP},
         {SBX_SANDBOX_STATE_STOPPING, SBX_VMD_EV_SNAPSHOT},
         {SBX_SANDBOX_STATE_RESUMING, SBX_VMD_EV_SNAPSHOT},
         {SBX_SANDBOX_STATE_DELETING, SBX_VMD_EV_DELETE},
@@ -127,9 +126,18 @@ static void s_test_refusals (void)
     for (size_t i = 0; i < 2; i++) {
         vmd_lifecycle_t now = vmd_lifecycle_start (there[i]);
         assert (vmd_lifecycle_next (&now, asked[i], &step) == 0);
-        assert (step.machine == VMD_LIFECYCLE_GUEST && now.guest == there[i]);
+        assert (step.machine == VMD_LIFECYCLE_GUEST && step.next.guest == there[i]);
         assert (vmd_lifecycle_does (&step, SBX_VMD_DO_ANSWER_DONE));
         assert (!vmd_lifecycle_does (&step, SBX_VMD_DO_ACCEPT));
+    }
+    //  Asked again on its way: the later request takes over (the earlier one's broker is
+    //  gone when its settling sends it again), nothing else moves.
+    sbx_sandbox_state_t going[] = {SBX_SANDBOX_STATE_RESUMING, SBX_SANDBOX_STATE_STOPPING};
+    for (size_t i = 0; i < 2; i++) {
+        vmd_lifecycle_t now = vmd_lifecycle_start (going[i]);
+        assert (vmd_lifecycle_next (&now, asked[i], &step) == 0);
+        assert (step.machine == VMD_LIFECYCLE_GUEST && step.next.guest == going[i]);
+        assert (step.action_count == 1 && vmd_lifecycle_does (&step, SBX_VMD_DO_ACCEPT));
     }
     //  A deleted guest takes nothing, but the events that start an idle sub-machine
     //  (which vmd_guest fires only in the states those work in).
