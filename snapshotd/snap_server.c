@@ -508,7 +508,13 @@ static sbx_msg_t *s_on_begin (snap_server_t *self, sbx_msg_t *request)
     //  that the next start fails, never files the catalog does not know for long.
     if (!dir || snap_store_insert (self->store, &record, args->labels.keys, args->labels.values,
                                    args->labels.count))
-        reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record the snapshot");
+        //  A cluster's store may be between leaders for a moment: the caller retries.
+        reply =
+            dir && snap_store_is_cluster (self->store)
+                ? sbx_msg_new_error (request->rid, SBX_E_UNAVAILABLE,
+                                     "cannot record the snapshot now: the cluster's store "
+                                     "did not take it (its leader may be changing); retry")
+                : sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record the snapshot");
     //  A fork's copies stand on it before they exist: nothing removes it meanwhile.
     else if (s_add_users (self, id, &args->users)) {
         reply = sbx_msg_new_error (request->rid, SBX_E_INTERNAL, "cannot record its users");
