@@ -283,15 +283,19 @@ static void s_op_destroy (s_op_t **op_p)
     *op_p = NULL;
 }
 
-//  Creating, stopping, resuming or deleting: a record brk_reconcile settles when no
-//  request of this broker is in flight for it.
+//  Creating, stopping, resuming or deleting: on its way (a record brk_reconcile settles
+//  when no request of this broker is in flight for it; a guest vmd is still moving).
+static bool s_moving (sbx_sandbox_state_t state)
+{
+    return state == SBX_SANDBOX_STATE_CREATING || state == SBX_SANDBOX_STATE_STOPPING ||
+           state == SBX_SANDBOX_STATE_RESUMING || state == SBX_SANDBOX_STATE_DELETING;
+}
+
 static bool s_on_its_way (const brk_sandbox_t *record)
 {
     sbx_sandbox_state_t state = SBX_SANDBOX_STATE__UNSET;
     sbx_sandbox_state_from_name (record->state, &state);
-    return record->vmd &&
-           (state == SBX_SANDBOX_STATE_CREATING || state == SBX_SANDBOX_STATE_STOPPING ||
-            state == SBX_SANDBOX_STATE_RESUMING || state == SBX_SANDBOX_STATE_DELETING);
+    return record->vmd && s_moving (state);
 }
 
 //  vmd answered (or the broker gave up on it): apply the event, answer the user.
@@ -1487,8 +1491,7 @@ int brk_sandbox_settle (brk_ctx_t *ctx, const char *id, const char *vmd, bool fo
     int rc = 0;
     //  Still someone else's business (an op of this broker), or moved on meanwhile.
     if (brk_sandbox_in_flight (ctx, id) || !record.vmd || !streq (record.vmd, vmd) ||
-        (state != SBX_SANDBOX_STATE_CREATING && state != SBX_SANDBOX_STATE_STOPPING &&
-         state != SBX_SANDBOX_STATE_RESUMING && state != SBX_SANDBOX_STATE_DELETING)) {
+        !s_moving (state)) {
         brk_sandbox_clear (&record);
         return 0;
     }
@@ -1497,9 +1500,7 @@ int brk_sandbox_settle (brk_ctx_t *ctx, const char *id, const char *vmd, bool fo
                                : state == SBX_SANDBOX_STATE_STOPPING ? SBX_SANDBOX_STATE_STOPPED
                                : state == SBX_SANDBOX_STATE_RESUMING ? SBX_SANDBOX_STATE_READY
                                                                      : SBX_SANDBOX_STATE_DELETED;
-    bool moving_guest =
-        found && (guest == SBX_SANDBOX_STATE_CREATING || guest == SBX_SANDBOX_STATE_RESUMING ||
-                  guest == SBX_SANDBOX_STATE_STOPPING || guest == SBX_SANDBOX_STATE_DELETING);
+    bool moving_guest = found && s_moving (guest);
     if (moving_guest)
         rc = 1; //  vmd is at it still: asked again later
     else if ((!found && done == SBX_SANDBOX_STATE_DELETED) || (found && guest == done)) {
